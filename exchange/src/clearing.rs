@@ -1,0 +1,94 @@
+//! Clearing one job against a list of candidates, with every decision explained: the chosen
+//! bundle and its cost terms, the feasible ones ranked, and every rejected one with its binding
+//! constraint. This is what `cx clear` prints and the reference the engine must equal.
+
+use crate::candidate::{Candidate, View};
+use crate::feasibility::{self, Constraint, Violation};
+use crate::objective::{self, Terms, Weights};
+use crate::ring::{affinity_distance, hash64};
+use cx_protocol::Job;
+use serde::Serialize;
+use std::cmp::Ordering;
+
+/// The decision for one job.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// Id of the chosen bundle, `None` when nothing is feasible.
+    pub chosen: Option<String>,
+    /// The chosen bundle's cost terms.
+    pub terms: Option<Terms>,
+    /// Feasible bundles, cheapest first.
+    pub feasible: Vec<Ranked>,
+    /// Every infeasible bundle and why.
+    pub rejected: Vec<Rejection>,
+}
+
+/// A feasible bundle and its total cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ranked {
+    /// Bundle id.
+    pub id: String,
+    /// Objective value.
+    pub total: f64,
+    /// t̂, seconds.
+    pub completion_s: f64,
+}
+
+/// A refused bundle.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rejection {
+    /// Bundle id.
+    pub id: String,
+    /// The constraint that binds (categorical first, else the largest factor).
+    pub binding: Constraint,
+    /// Its factor (`None` for a categorical constraint).
+    pub factor: Option<f64>,
+    /// Every violated constraint.
+    pub violations: Vec<Violation>,
+}
+
+/// The order clearing ranks feasible bundles by: cost, then consistent-hash distance from the
+/// job's affinity key (so ties go back where the agent went before), then id.
+pub fn rank(a: (f64, u64, &str), b: (f64, u64, &str)) -> Ordering {
+    a.0.total_cmp(&b.0)
+        .then(a.1.cmp(&b.1))
+        .then_with(|| a.2.cmp(b.2))
+}
+
+/// Evaluates every candidate. Candidates must be valid ([`Candidate::validate`]).
+pub fn explain(job: &Job, candidates: &[Candidate], weights: &Weights) -> Decision {
+    let key = hash64(job.affinity_key());
+    let mut feasible: Vec<(Terms, u64, &Candidate)> = Vec::new();
+    let mut rejected = Vec::new();
+    for candidate in candidates {
+        let view: View = candidate.view();
+        let violations = feasibility::violations(job, &view);
+        match feasibility::binding(&violations) {
+            None => feasible.push((
+                objective::evaluate(job, &view, weights),
+                affinity_distance(key, &candidate.id),
+                candidate,
+            )),
+            Some(bind) => rejected.push(Rejection {
+                id: candidate.id.clone(),
+                binding: bind.constraint,
+                factor: bind.factor,
+                violations: violations.clone(),
+            }),
+        }
+    }
+    feasible.sort_by(|a, b| rank((a.0.total, a.1, &a.2.id), (b.0.total, b.1, &b.2.id)));
+    Decision {
+        chosen: feasible.first().map(|f| f.2.id.clone()),
+        terms: feasible.first().map(|f| f.0),
+        feasible: feasible
+            .iter()
+            .map(|(t, _, c)| Ranked {
+                id: c.id.clone(),
+                total: t.total,
+                completion_s: t.completion_s,
+            })
+            .collect(),
+        rejected,
+    }
+}

@@ -1,0 +1,388 @@
+//! The in-memory matching engine: live bundles indexed so that clearing a job does not scan the
+//! fleet, with results equal to a brute-force argmin over every bundle.
+//!
+//! Three indexes, each a list ordered by price per FLOP (the only part of the cost that a
+//! bundle's static numbers bound from below):
+//! - bundles holding a given **adapter** (α = 1),
+//! - bundles holding a given **base** model (β = 1),
+//! - every bundle by **capability** (the classes and tiers it offers).
+//!
+//! A clear walks them in that order. A bundle's cost is at least
+//! `μ1·(1−β) + μ2·(1−α) + p·t_compute·(1 + λ_V·v(τ))` (every other term is ≥ 0), and along a
+//! list that bound only grows, so each walk stops at the first bundle whose bound exceeds the
+//! best cost found so far. Because μ1 ≫ μ2 ≫ the price terms, walks over the cold lists usually
+//! stop at once: this is branch and bound, exact by construction, not a heuristic.
+
+use crate::candidate::{Candidate, View};
+use crate::clearing::{self, Decision, rank};
+use crate::error::{Error, Result};
+use crate::feasibility::{completion_s, is_feasible};
+use crate::objective::{Terms, Weights, lower_bound, terms};
+use crate::ring::{affinity_distance, hash64};
+use cx_protocol::{Bundle, Job};
+use std::collections::{BTreeSet, HashMap};
+
+type Slot = u32;
+/// Bundles ordered by (price per FLOP as ordered bits, slot).
+type Ordered = BTreeSet<(u64, Slot)>;
+
+/// The engine's answer for one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    /// The chosen bundle.
+    pub bundle_id: String,
+    /// Its cost terms.
+    pub terms: Terms,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    bundle: Bundle,
+    bases: Vec<u32>,
+    adapters: Vec<u32>,
+    /// Price per FLOP as ordered bits (non-negative f64 bits sort like the numbers).
+    key: u64,
+}
+
+impl Entry {
+    fn view(&self, job: &Job, base: Option<u32>, adapter: Option<u32>) -> View {
+        let b = &self.bundle;
+        View {
+            price_per_s: b.price_per_hour / 3600.0,
+            memory_bytes: b.memory_bytes,
+            bandwidth_bps: b.bandwidth_bps,
+            base_resident: base.is_some_and(|m| self.bases.contains(&m)),
+            adapter_resident: adapter.is_some_and(|a| self.adapters.contains(&a)),
+            rtt_s: b.rtt_s,
+            compute_s: job.compute_flops / b.flops_per_s,
+            context_max: b.context_max,
+            determinism: b.determinism,
+            tiers: b.tiers,
+            failure_rate: b.failure_rate,
+        }
+    }
+}
+
+/// The matching engine. Not thread-safe by itself: one writer per market shard.
+#[derive(Debug, Clone, Default)]
+pub struct Engine {
+    weights: Weights,
+    slots: Vec<Option<Entry>>,
+    free_slots: Vec<Slot>,
+    by_id: HashMap<String, Slot>,
+    names: HashMap<String, u32>,
+    by_base: HashMap<u32, Ordered>,
+    by_adapter: HashMap<u32, Ordered>,
+    by_capability: HashMap<(u8, u8), Ordered>,
+}
+
+struct Best {
+    slot: Slot,
+    terms: Terms,
+    distance: Option<u64>,
+}
+
+impl Engine {
+    /// An empty engine with the given objective weights.
+    pub fn new(weights: Weights) -> Result<Self> {
+        weights.validate()?;
+        Ok(Self {
+            weights,
+            ..Self::default()
+        })
+    }
+
+    /// The objective weights.
+    pub fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    /// Number of live bundles.
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Whether no bundle is live.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// A registered bundle.
+    pub fn bundle(&self, id: &str) -> Option<&Bundle> {
+        self.by_id
+            .get(id)
+            .and_then(|s| self.slots[*s as usize].as_ref())
+            .map(|e| &e.bundle)
+    }
+
+    /// Adds a bundle, or replaces the one with the same id. Invalid bundles change nothing.
+    pub fn upsert(&mut self, bundle: Bundle) -> Result<()> {
+        bundle.validate().map_err(|e| e.within("bundle"))?;
+        if self.by_id.contains_key(&bundle.id) {
+            self.remove(&bundle.id)?;
+        }
+        let bases = bundle
+            .resident_bases
+            .iter()
+            .map(|m| self.intern(m))
+            .collect();
+        let adapters = bundle
+            .resident_adapters
+            .iter()
+            .map(|a| self.intern(a))
+            .collect();
+        let key = (bundle.price_per_hour / 3600.0 / bundle.flops_per_s).to_bits();
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(None);
+                (self.slots.len() - 1) as Slot
+            }
+        };
+        self.by_id.insert(bundle.id.clone(), slot);
+        let entry = Entry {
+            bundle,
+            bases,
+            adapters,
+            key,
+        };
+        self.index(&entry, slot, true);
+        self.slots[slot as usize] = Some(entry);
+        Ok(())
+    }
+
+    /// Removes a bundle and returns it.
+    pub fn remove(&mut self, id: &str) -> Result<Bundle> {
+        let slot = self
+            .by_id
+            .remove(id)
+            .ok_or_else(|| Error::UnknownBundle(id.to_owned()))?;
+        let entry = self.slots[slot as usize]
+            .take()
+            .expect("by_id points at live slots");
+        self.index(&entry, slot, false);
+        self.free_slots.push(slot);
+        Ok(entry.bundle)
+    }
+
+    /// Records that `model` became resident (or was evicted) on a bundle: β changes.
+    pub fn set_base_resident(&mut self, id: &str, model: &str, resident: bool) -> Result<()> {
+        self.update(id, |b| toggle(&mut b.resident_bases, model, resident))
+    }
+
+    /// Records that `adapter` became resident (or was evicted) on a bundle: α changes.
+    pub fn set_adapter_resident(&mut self, id: &str, adapter: &str, resident: bool) -> Result<()> {
+        self.update(id, |b| toggle(&mut b.resident_adapters, adapter, resident))
+    }
+
+    /// Records a bundle's free memory after loads, evictions or running work.
+    pub fn set_free_memory(&mut self, id: &str, memory_bytes: u64) -> Result<()> {
+        self.update(id, |b| b.memory_bytes = memory_bytes)
+    }
+
+    fn update(&mut self, id: &str, change: impl FnOnce(&mut Bundle)) -> Result<()> {
+        let mut bundle = self
+            .bundle(id)
+            .cloned()
+            .ok_or_else(|| Error::UnknownBundle(id.to_owned()))?;
+        change(&mut bundle);
+        self.upsert(bundle)
+    }
+
+    fn intern(&mut self, name: &str) -> u32 {
+        let next = self.names.len() as u32;
+        *self.names.entry(name.to_owned()).or_insert(next)
+    }
+
+    fn index(&mut self, entry: &Entry, slot: Slot, add: bool) {
+        let item = (entry.key, slot);
+        let apply = |set: &mut Ordered| {
+            if add {
+                set.insert(item);
+            } else {
+                set.remove(&item);
+            }
+        };
+        for m in &entry.bases {
+            apply(self.by_base.entry(*m).or_default());
+        }
+        for a in &entry.adapters {
+            apply(self.by_adapter.entry(*a).or_default());
+        }
+        let capability = (entry.bundle.determinism.bits(), entry.bundle.tiers.bits());
+        apply(self.by_capability.entry(capability).or_default());
+    }
+
+    /// Clears one job: the feasible bundle of least cost, or `None` when nothing is feasible.
+    pub fn clear(&self, job: &Job) -> Result<Option<Choice>> {
+        job.validate()?;
+        let base = self.names.get(&job.base_model).copied();
+        let adapter = job.adapter.as_ref().and_then(|a| self.names.get(a)).copied();
+        let key = hash64(job.affinity_key());
+        let needs_adapter = job.needs_adapter();
+        let mut best: Option<Best> = None;
+
+        let empty = Ordered::new();
+        let warm_adapter = adapter.and_then(|a| self.by_adapter.get(&a)).unwrap_or(&empty);
+        self.walk(job, base, adapter, key, warm_adapter, (true, true), &mut best, |_| false);
+
+        let warm_base = base.and_then(|m| self.by_base.get(&m)).unwrap_or(&empty);
+        let adapter_held = |e: &Entry| adapter.is_some_and(|a| e.adapters.contains(&a));
+        self.walk(job, base, adapter, key, warm_base, (true, !needs_adapter), &mut best, adapter_held);
+
+        let base_held = |e: &Entry| base.is_some_and(|m| e.bases.contains(&m));
+        for ((classes, tiers), list) in &self.by_capability {
+            let offers_class = classes & (1 << job.determinism as u8) != 0;
+            let offers_tier = tiers & (1 << job.tier as u8) != 0;
+            if offers_class && offers_tier {
+                self.walk(job, base, adapter, key, list, (false, !needs_adapter), &mut best, |e| {
+                    base_held(e) || adapter_held(e)
+                });
+            }
+        }
+        Ok(best.map(|b| Choice {
+            bundle_id: self.entry(b.slot).bundle.id.clone(),
+            terms: b.terms,
+        }))
+    }
+
+    /// Walks one ordered list until the lower bound passes the best cost. `bound_residency` is
+    /// the (β, α) the bound may assume for every member of the list; `seen` skips bundles an
+    /// earlier walk already evaluated.
+    #[allow(clippy::too_many_arguments)]
+    fn walk(
+        &self,
+        job: &Job,
+        base: Option<u32>,
+        adapter: Option<u32>,
+        key_hash: u64,
+        list: &Ordered,
+        bound_residency: (bool, bool),
+        best: &mut Option<Best>,
+        seen: impl Fn(&Entry) -> bool,
+    ) {
+        for &(key, slot) in list {
+            if let Some(b) = best {
+                let bound = lower_bound(
+                    job,
+                    &self.weights,
+                    f64::from_bits(key),
+                    bound_residency.0,
+                    bound_residency.1,
+                );
+                if bound > b.terms.total {
+                    break;
+                }
+            }
+            let entry = self.entry(slot);
+            if seen(entry) {
+                continue;
+            }
+            self.consider(job, base, adapter, key_hash, slot, entry, best);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn consider(
+        &self,
+        job: &Job,
+        base: Option<u32>,
+        adapter: Option<u32>,
+        key_hash: u64,
+        slot: Slot,
+        entry: &Entry,
+        best: &mut Option<Best>,
+    ) {
+        let view = entry.view(job, base, adapter);
+        let t_hat = completion_s(job, &view);
+        if !is_feasible(job, &view, t_hat) {
+            return;
+        }
+        let cost = terms(job, &view, &self.weights, t_hat);
+        let better = match best {
+            None => true,
+            Some(b) if cost.total < b.terms.total => true,
+            Some(b) if cost.total > b.terms.total => false,
+            Some(b) => {
+                // An exact tie: consistent hashing decides, computed only now.
+                let incumbent = &self.entry(b.slot).bundle.id;
+                let d_best = *b
+                    .distance
+                    .get_or_insert_with(|| affinity_distance(key_hash, incumbent));
+                let d = affinity_distance(key_hash, &entry.bundle.id);
+                rank((cost.total, d, &entry.bundle.id), (b.terms.total, d_best, incumbent)).is_lt()
+            }
+        };
+        if better {
+            *best = Some(Best {
+                slot,
+                terms: cost,
+                distance: None,
+            });
+        }
+    }
+
+    fn entry(&self, slot: Slot) -> &Entry {
+        self.slots[slot as usize]
+            .as_ref()
+            .expect("indexes point at live slots")
+    }
+
+    /// Clears by evaluating every bundle (no index): the baseline the benchmark compares with.
+    pub fn clear_by_scan(&self, job: &Job) -> Result<Option<Choice>> {
+        job.validate()?;
+        let base = self.names.get(&job.base_model).copied();
+        let adapter = job.adapter.as_ref().and_then(|a| self.names.get(a)).copied();
+        let key = hash64(job.affinity_key());
+        let mut best = None;
+        for (slot, entry) in self.slots.iter().enumerate() {
+            if let Some(entry) = entry {
+                self.consider(job, base, adapter, key, slot as Slot, entry, &mut best);
+            }
+        }
+        Ok(best.map(|b| Choice {
+            bundle_id: self.entry(b.slot).bundle.id.clone(),
+            terms: b.terms,
+        }))
+    }
+
+    /// Every bundle as this job sees it (β, α, t_compute resolved), in registration-slot order.
+    pub fn candidates(&self, job: &Job) -> Vec<Candidate> {
+        let base = self.names.get(&job.base_model).copied();
+        let adapter = job.adapter.as_ref().and_then(|a| self.names.get(a)).copied();
+        self.slots
+            .iter()
+            .flatten()
+            .map(|e| {
+                let v = e.view(job, base, adapter);
+                Candidate {
+                    id: e.bundle.id.clone(),
+                    price_per_hour: e.bundle.price_per_hour,
+                    memory_bytes: v.memory_bytes,
+                    bandwidth_bps: v.bandwidth_bps,
+                    base_resident: v.base_resident,
+                    adapter_resident: v.adapter_resident,
+                    rtt_s: v.rtt_s,
+                    compute_s: v.compute_s,
+                    context_max: v.context_max,
+                    determinism: v.determinism,
+                    tiers: v.tiers,
+                    failure_rate: v.failure_rate,
+                }
+            })
+            .collect()
+    }
+
+    /// The full explanation over every bundle: what a refused buyer is shown.
+    pub fn explain(&self, job: &Job) -> Result<Decision> {
+        job.validate()?;
+        Ok(clearing::explain(job, &self.candidates(job), &self.weights))
+    }
+}
+
+fn toggle(list: &mut Vec<String>, name: &str, present: bool) {
+    list.retain(|n| n != name);
+    if present {
+        list.push(name.to_owned());
+    }
+}

@@ -1,0 +1,60 @@
+//! The exchange core's one error type.
+
+use cx_protocol::Tier;
+
+/// Everything the pure market core can refuse.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// A job, bundle or parameter failed validation; the field is named.
+    #[error(transparent)]
+    Invalid(#[from] cx_protocol::Error),
+    /// No bundle with this id is registered.
+    #[error("unknown bundle `{0}`: register it first")]
+    UnknownBundle(String),
+    /// A lifecycle event that the order's current state does not allow.
+    #[error("{order} order in state `{state}` cannot take event `{event}`")]
+    IllegalTransition {
+        /// Kind of order (intent, reserve, rent, search).
+        order: &'static str,
+        /// State it was in (unchanged).
+        state: String,
+        /// Event that was refused.
+        event: &'static str,
+    },
+    /// A reserve priced at or above spot is not a reserve.
+    #[error("reserve price {reserve} must be below spot {spot}")]
+    ReserveNotBelowSpot {
+        /// Offered reserve price per compute-second.
+        reserve: f64,
+        /// Spot price per compute-second.
+        spot: f64,
+    },
+    /// A draw on a reserve larger than what is left of it, or outside its window.
+    #[error("reserve cannot cover the draw: {0}")]
+    ReserveExhausted(String),
+    /// A search witness that does not satisfy the predicate.
+    #[error("witness does not satisfy the predicate")]
+    InvalidWitness,
+    /// The eviction plan cannot free enough bytes without touching pinned occupants.
+    #[error("cannot free {needed_bytes} bytes: only {evictable_bytes} are evictable (the rest is pinned)")]
+    NotEnoughEvictable {
+        /// Bytes asked for.
+        needed_bytes: u64,
+        /// Bytes that could be freed.
+        evictable_bytes: u64,
+    },
+    /// A tier that no bundle on this exchange can offer.
+    #[error("tier {0} cannot be offered here")]
+    TierUnavailable(Tier),
+}
+
+/// `Result` with the core's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Shorthand for an invalid-field error.
+pub(crate) fn invalid(field: &str, reason: impl Into<String>) -> Error {
+    Error::Invalid(cx_protocol::Error::InvalidField {
+        field: field.to_owned(),
+        reason: reason.into(),
+    })
+}

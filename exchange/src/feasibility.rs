@@ -1,0 +1,257 @@
+//! Hard feasibility (SPEC §2), evaluated before any cost:
+//!
+//! ```text
+//! M ≥ (1−β)|w_m| + (1−α)|a| + |kv(c)|  ∧  c ≤ c_max(d)  ∧  κ ∈ K(d)  ∧  τ ∈ T(b)  ∧  t̂(j,b) ≤ Δ
+//! t̂(j,b) = ℓ0 + (1−β)·|w_m|/B + (1−α)·|a|/B + t_compute
+//! ```
+//!
+//! Memory counts what is resident: a resident base or adapter needs no bytes again. Every
+//! violated constraint is reported with the factor by which it was missed, so a buyer sees not
+//! only *that* a bundle was refused but how far off it was.
+
+use crate::candidate::View;
+use cx_protocol::Job;
+use serde::Serialize;
+use std::fmt;
+
+/// One of the five hard constraints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Constraint {
+    /// Free memory against what must be loaded plus the KV cache.
+    Memory,
+    /// Context length against the device's maximum.
+    Context,
+    /// Determinism class honoured by the device.
+    Determinism,
+    /// Verification tier offered by the bundle.
+    Tier,
+    /// Estimated completion time against the deadline.
+    Deadline,
+}
+
+impl fmt::Display for Constraint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Memory => "memory",
+            Self::Context => "context",
+            Self::Determinism => "determinism",
+            Self::Tier => "tier",
+            Self::Deadline => "deadline",
+        })
+    }
+}
+
+/// A violated constraint and by how much.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Violation {
+    /// Which constraint.
+    pub constraint: Constraint,
+    /// needed / available (memory, context) or t̂ / Δ (deadline); `None` for the categorical
+    /// constraints (determinism, tier), which no amount of a resource can fix.
+    pub factor: Option<f64>,
+    /// What was needed against what was there, in words with units.
+    pub detail: String,
+}
+
+/// Estimated completion time t̂(j, b) in seconds.
+pub fn completion_s(job: &Job, view: &View) -> f64 {
+    let mut bits = 0.0;
+    if !view.base_resident {
+        bits += job.base_bytes as f64 * 8.0;
+    }
+    if !adapter_present(job, view) {
+        bits += job.adapter_bytes as f64 * 8.0;
+    }
+    view.rtt_s + bits / view.bandwidth_bps + view.compute_s
+}
+
+/// α as the job sees it: a job without an adapter never waits for one.
+pub fn adapter_present(job: &Job, view: &View) -> bool {
+    view.adapter_resident || !job.needs_adapter()
+}
+
+/// Bytes the job needs free on the bundle: what is not resident, plus its KV cache.
+pub fn memory_needed_bytes(job: &Job, view: &View) -> u64 {
+    let base = if view.base_resident { 0 } else { job.base_bytes };
+    let adapter = if adapter_present(job, view) {
+        0
+    } else {
+        job.adapter_bytes
+    };
+    base.saturating_add(adapter).saturating_add(job.kv_bytes)
+}
+
+/// Whether every constraint holds; the allocation-free test the engine's hot path uses.
+pub fn is_feasible(job: &Job, view: &View, t_hat_s: f64) -> bool {
+    memory_needed_bytes(job, view) <= view.memory_bytes
+        && job.context_tokens <= view.context_max
+        && view.determinism.contains(job.determinism)
+        && view.tiers.contains(job.tier)
+        && t_hat_s <= job.deadline_s
+}
+
+/// Every violated constraint, in the order of [`Constraint`]; empty when feasible.
+pub fn violations(job: &Job, view: &View) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let needed = memory_needed_bytes(job, view);
+    if needed > view.memory_bytes {
+        out.push(Violation {
+            constraint: Constraint::Memory,
+            factor: Some(needed as f64 / view.memory_bytes as f64),
+            detail: format!("needs {needed} B free, has {} B", view.memory_bytes),
+        });
+    }
+    if job.context_tokens > view.context_max {
+        out.push(Violation {
+            constraint: Constraint::Context,
+            factor: Some(f64::from(job.context_tokens) / f64::from(view.context_max)),
+            detail: format!(
+                "context {} tokens over c_max {}",
+                job.context_tokens, view.context_max
+            ),
+        });
+    }
+    if !view.determinism.contains(job.determinism) {
+        let offered: Vec<String> = view.determinism.iter().map(|c| c.to_string()).collect();
+        out.push(Violation {
+            constraint: Constraint::Determinism,
+            factor: None,
+            detail: format!(
+                "class {} not honoured (offers {})",
+                job.determinism,
+                offered.join(",")
+            ),
+        });
+    }
+    if !view.tiers.contains(job.tier) {
+        let offered: Vec<String> = view.tiers.iter().map(|t| t.to_string()).collect();
+        out.push(Violation {
+            constraint: Constraint::Tier,
+            factor: None,
+            detail: format!(
+                "tier {} not offered (offers {})",
+                job.tier,
+                offered.join(",")
+            ),
+        });
+    }
+    let t_hat = completion_s(job, view);
+    if t_hat > job.deadline_s {
+        out.push(Violation {
+            constraint: Constraint::Deadline,
+            factor: Some(t_hat / job.deadline_s),
+            detail: format!("t̂ {t_hat:.3} s over deadline {:.3} s", job.deadline_s),
+        });
+    }
+    out
+}
+
+/// The binding constraint: a categorical one if any (no resource fixes it), else the largest
+/// factor.
+pub fn binding(violations: &[Violation]) -> Option<&Violation> {
+    violations
+        .iter()
+        .find(|v| v.factor.is_none())
+        .or_else(|| {
+            violations.iter().max_by(|a, b| {
+                a.factor
+                    .unwrap_or(f64::INFINITY)
+                    .total_cmp(&b.factor.unwrap_or(f64::INFINITY))
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cx_protocol::{DeterminismClass, Tier};
+
+    fn job() -> Job {
+        Job {
+            agent: String::new(),
+            base_model: "m".into(),
+            adapter: Some("a".into()),
+            base_bytes: 16_000_000_000,
+            adapter_bytes: 20_000_000,
+            kv_bytes: 1_000_000_000,
+            context_tokens: 4096,
+            deadline_s: 10.0,
+            determinism: DeterminismClass::D,
+            tier: Tier::T1,
+            compute_flops: 0.0,
+            value_wei: 0,
+        }
+    }
+
+    fn view() -> View {
+        View {
+            price_per_s: 0.001,
+            memory_bytes: 80_000_000_000,
+            bandwidth_bps: 10e9,
+            base_resident: false,
+            adapter_resident: false,
+            rtt_s: 0.05,
+            compute_s: 2.0,
+            context_max: 8192,
+            determinism: [DeterminismClass::D].into_iter().collect(),
+            tiers: [Tier::T0, Tier::T1].into_iter().collect(),
+            failure_rate: 0.0,
+        }
+    }
+
+    #[test]
+    fn completion_time_adds_what_must_be_fetched() {
+        // 16 GB + 20 MB over 10 Gb/s = 12.816 s, plus 0.05 rtt and 2 s compute.
+        let t = completion_s(&job(), &view());
+        assert!((t - 14.866).abs() < 1e-9, "{t}");
+        let resident = View {
+            base_resident: true,
+            adapter_resident: true,
+            ..view()
+        };
+        assert!((completion_s(&job(), &resident) - 2.05).abs() < 1e-12);
+    }
+
+    #[test]
+    fn deadline_violation_reports_its_factor() {
+        let v = violations(&job(), &view());
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].constraint, Constraint::Deadline);
+        assert!((v[0].factor.unwrap() - 1.4866).abs() < 1e-9);
+    }
+
+    #[test]
+    fn resident_base_needs_no_memory_again() {
+        let small = View {
+            memory_bytes: 2_000_000_000,
+            ..view()
+        };
+        let v = violations(&job(), &small);
+        let mem = v.iter().find(|v| v.constraint == Constraint::Memory).unwrap();
+        assert!((mem.factor.unwrap() - 17.02 / 2.0).abs() < 1e-9);
+        let resident = View {
+            base_resident: true,
+            ..small
+        };
+        assert!(memory_needed_bytes(&job(), &resident) <= resident.memory_bytes);
+    }
+
+    #[test]
+    fn categorical_violation_binds_before_any_factor() {
+        let bad = View {
+            tiers: [Tier::T0].into_iter().collect(),
+            context_max: 1024,
+            ..view()
+        };
+        let v = violations(&job(), &bad);
+        assert_eq!(binding(&v).unwrap().constraint, Constraint::Tier);
+        let only_numeric = View {
+            context_max: 1024,
+            ..view()
+        };
+        let v = violations(&job(), &only_numeric);
+        // context 4.0 beats deadline 1.4866
+        assert_eq!(binding(&v).unwrap().constraint, Constraint::Context);
+    }
+}

@@ -1,0 +1,46 @@
+//! cx-exchange: the compute-exchange market.
+//!
+//! The pure core (no network, database or chain) prices residency and refuses what cannot meet
+//! a deadline:
+//! - [`candidate`], [`feasibility`], [`objective`]: SPEC §2 — hard constraints with the factor
+//!   each was missed by, then the cost with every term reported.
+//! - [`clearing`]: one job against a list, explained; [`engine`]: live bundles indexed by
+//!   resident adapter, resident base and capability, cleared by exact branch and bound;
+//!   [`ring`]: consistent hashing for affinity and tie-breaks.
+//! - [`lifecycle`]: intents, reserves, rent on state and search as explicit state machines.
+//! - [`inventory`]: shadow price of a residency slot, eviction by value per byte, the KV
+//!   keep-or-evict rule (SPEC §4), shared with providers.
+//! - [`capacity`]: the adapter arithmetic of SPEC §5.
+//! - [`sim`] and [`bench`]: the market simulation and the clearing benchmark behind `cx`.
+//!
+//! ```
+//! use cx_exchange::engine::Engine;
+//! use cx_exchange::objective::Weights;
+//! use cx_protocol::{Bundle, Job};
+//!
+//! let mut engine = Engine::new(Weights::default()).unwrap();
+//! let bundle: Bundle = serde_json::from_str(r#"{
+//!     "id": "h200-a", "price_per_hour": 4.0, "memory_bytes": 60000000000,
+//!     "bandwidth_bps": 1e10, "rtt_s": 0.02, "flops_per_s": 4e14, "context_max": 32768,
+//!     "determinism": ["D", "S"], "tiers": ["T0", "T1"], "resident_bases": ["llama-8b"]
+//! }"#).unwrap();
+//! engine.upsert(bundle).unwrap();
+//! let job: Job = serde_json::from_str(r#"{
+//!     "base_model": "llama-8b", "base_bytes": 16000000000, "kv_bytes": 500000000,
+//!     "context_tokens": 4096, "deadline_s": 5, "determinism": "D", "tier": "T1",
+//!     "compute_flops": 6.5e13
+//! }"#).unwrap();
+//! let choice = engine.clear(&job).unwrap().unwrap();
+//! assert_eq!(choice.bundle_id, "h200-a");
+//! assert_eq!(choice.terms.base_load, 0.0); // the base was resident
+//! ```
+
+pub mod candidate;
+pub mod clearing;
+pub mod engine;
+pub mod error;
+pub mod feasibility;
+pub mod objective;
+pub mod ring;
+
+pub use error::{Error, Result};

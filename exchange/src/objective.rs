@@ -1,0 +1,208 @@
+//! The objective over the feasible set (SPEC §2):
+//!
+//! ```text
+//! cost = p(b)·t_compute + λ_L·ℓ + λ_F·φ + λ_V·v(τ) + λ_D·δ + μ1·(1−β) + μ2·(1−α)
+//! ```
+//!
+//! All terms are in price units and reported separately. Our definitions of the terms the
+//! SPEC leaves open:
+//! - ℓ (latency) is t̂, the estimated time until the result is back, in seconds.
+//! - φ is the bundle's observed failure rate.
+//! - v(τ) is the verification work of the tier, in units of the job's own compute, priced at the
+//!   bundle's rate: `v(τ) = work(τ)·p(b)·t_compute` (T1 re-executes once, T2's Freivalds rounds
+//!   cost ~5 %, T3 runs two more replicas) — see [`cx_protocol::Tier::verification_work`].
+//! - δ (deadline risk) is the share of the deadline that t̂ uses, `t̂/Δ` ∈ (0, 1]: the less slack a
+//!   bundle leaves, the more an estimation error turns into a missed deadline.
+//! - μ1 and μ2 price a cold base load and a cold adapter load. They are the externality of
+//!   churning fleet memory, on top of the time already counted in ℓ and δ; μ1 defaults to
+//!   μ2·|base|/|adapter| (≈10³), which is what makes agents keep going back to the provider that
+//!   holds their base.
+
+use crate::candidate::View;
+use crate::error::{Result, invalid};
+use crate::feasibility::{adapter_present, completion_s};
+use cx_protocol::Job;
+use serde::{Deserialize, Serialize};
+
+/// The λ and μ weights of the objective.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Weights {
+    /// λ_L: price units per second of latency.
+    pub lambda_latency: f64,
+    /// λ_F: price units per unit of failure rate.
+    pub lambda_failure: f64,
+    /// λ_V: weight of the verification work.
+    pub lambda_verification: f64,
+    /// λ_D: price units per unit of deadline risk.
+    pub lambda_deadline: f64,
+    /// μ1 (`mu_base`): cost of a cold base load; `None` means μ2·|base|/|adapter|.
+    pub mu_base: Option<f64>,
+    /// μ2 (`mu_adapter`): cost of a cold adapter load.
+    pub mu_adapter: f64,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Self {
+            lambda_latency: 0.0005,
+            lambda_failure: 0.05,
+            lambda_verification: 1.0,
+            lambda_deadline: 0.01,
+            mu_base: None,
+            mu_adapter: 0.0001,
+        }
+    }
+}
+
+/// μ1/μ2 when the job has no adapter to take the ratio from: a base is ~10³ adapters.
+const DEFAULT_BASE_TO_ADAPTER: f64 = 1000.0;
+
+impl Weights {
+    /// Checks every weight is finite and not negative (the engine's pruning relies on it).
+    pub fn validate(&self) -> Result<()> {
+        let named = [
+            ("lambda_latency", self.lambda_latency),
+            ("lambda_failure", self.lambda_failure),
+            ("lambda_verification", self.lambda_verification),
+            ("lambda_deadline", self.lambda_deadline),
+            ("mu_adapter", self.mu_adapter),
+            ("mu_base", self.mu_base.unwrap_or(0.0)),
+        ];
+        for (field, value) in named {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(invalid(
+                    &format!("weights.{field}"),
+                    format!("must be a finite number >= 0, got {value}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// μ1 for this job.
+    pub fn mu_base_for(&self, job: &Job) -> f64 {
+        self.mu_base.unwrap_or_else(|| {
+            let ratio = if job.adapter_bytes > 0 {
+                job.base_bytes as f64 / job.adapter_bytes as f64
+            } else {
+                DEFAULT_BASE_TO_ADAPTER
+            };
+            self.mu_adapter * ratio
+        })
+    }
+}
+
+/// Each term of the objective, in price units, and their sum.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Terms {
+    /// p(b)·t_compute.
+    pub compute: f64,
+    /// λ_L·ℓ.
+    pub latency: f64,
+    /// λ_F·φ.
+    pub failure: f64,
+    /// λ_V·v(τ).
+    pub verification: f64,
+    /// λ_D·δ.
+    pub deadline_risk: f64,
+    /// μ1·(1−β).
+    pub base_load: f64,
+    /// μ2·(1−α).
+    pub adapter_load: f64,
+    /// The sum, which clearing minimises.
+    pub total: f64,
+    /// t̂ in seconds (not a cost; reported beside them).
+    pub completion_s: f64,
+}
+
+/// The objective's terms for a (feasible) bundle.
+pub fn terms(job: &Job, view: &View, weights: &Weights, t_hat_s: f64) -> Terms {
+    let compute = view.price_per_s * view.compute_s;
+    let latency = weights.lambda_latency * t_hat_s;
+    let failure = weights.lambda_failure * view.failure_rate;
+    let verification = weights.lambda_verification * job.tier.verification_work() * compute;
+    let deadline_risk = weights.lambda_deadline * (t_hat_s / job.deadline_s);
+    let base_load = if view.base_resident {
+        0.0
+    } else {
+        weights.mu_base_for(job)
+    };
+    let adapter_load = if adapter_present(job, view) {
+        0.0
+    } else {
+        weights.mu_adapter
+    };
+    let total =
+        compute + latency + failure + verification + deadline_risk + base_load + adapter_load;
+    Terms {
+        compute,
+        latency,
+        failure,
+        verification,
+        deadline_risk,
+        base_load,
+        adapter_load,
+        total,
+        completion_s: t_hat_s,
+    }
+}
+
+/// Convenience: t̂ then the terms.
+pub fn evaluate(job: &Job, view: &View, weights: &Weights) -> Terms {
+    terms(job, view, weights, completion_s(job, view))
+}
+
+/// A lower bound on `total` for a bundle with the given residency, from its price per FLOP
+/// alone: the engine walks bundles in price-per-FLOP order and stops once this bound passes the
+/// best cost found. Every other term is ≥ 0. Shaved by a relative 1e-12 so float rounding in the
+/// real sum can never put a bundle below its bound.
+pub fn lower_bound(
+    job: &Job,
+    weights: &Weights,
+    price_per_flop: f64,
+    base_resident: bool,
+    adapter_present: bool,
+) -> f64 {
+    let compute = price_per_flop * job.compute_flops;
+    let verification = weights.lambda_verification * job.tier.verification_work() * compute;
+    let mut bound = compute + verification;
+    if !base_resident {
+        bound += weights.mu_base_for(job);
+    }
+    if !adapter_present {
+        bound += weights.mu_adapter;
+    }
+    bound * (1.0 - 1e-12)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cx_protocol::{DeterminismClass, Tier};
+
+    #[test]
+    fn mu_base_defaults_to_the_size_ratio() {
+        let job = Job {
+            agent: String::new(),
+            base_model: "m".into(),
+            adapter: Some("a".into()),
+            base_bytes: 16_000_000_000,
+            adapter_bytes: 16_000_000,
+            kv_bytes: 0,
+            context_tokens: 1,
+            deadline_s: 1.0,
+            determinism: DeterminismClass::S,
+            tier: Tier::T0,
+            compute_flops: 0.0,
+            value_wei: 0,
+        };
+        let w = Weights::default();
+        assert!((w.mu_base_for(&job) / w.mu_adapter - 1000.0).abs() < 1e-9);
+        let negative = Weights {
+            lambda_failure: -1.0,
+            ..w
+        };
+        assert!(negative.validate().is_err());
+    }
+}

@@ -1,0 +1,209 @@
+//! The engine's indexed branch and bound must equal a brute-force argmin over every bundle,
+//! and feasibility must be sound, on random fleets and jobs.
+
+use cx_exchange::candidate::Candidate;
+use cx_exchange::clearing::explain;
+use cx_exchange::engine::Engine;
+use cx_exchange::feasibility::{completion_s, memory_needed_bytes, violations};
+use cx_exchange::objective::Weights;
+use cx_protocol::{Bundle, ClassSet, DeterminismClass, Job, Tier, TierSet};
+use proptest::prelude::*;
+
+const MODELS: [&str; 3] = ["m0", "m1", "m2"];
+const ADAPTERS: [&str; 4] = ["a0", "a1", "a2", "a3"];
+
+fn bundle() -> impl Strategy<Value = Bundle> {
+    (
+        (0u32..6, 1u64..100, 1u64..8, 0u32..4),
+        (1u32..4, 1u8..8, 1u8..16, 0u32..3),
+        (proptest::collection::vec(0usize..3, 0..3), proptest::collection::vec(0usize..4, 0..3)),
+    )
+        .prop_map(
+            |((price, mem_gb, bw, rtt), (flops, classes, tiers, fail), (bases, adapters))| Bundle {
+                id: String::new(),
+                provider: String::new(),
+                device: String::new(),
+                // Few distinct values on purpose: exact cost ties exercise the ring tie-break.
+                price_per_hour: f64::from(price),
+                memory_bytes: mem_gb * 1_000_000_000,
+                bandwidth_bps: bw as f64 * 5e9,
+                rtt_s: f64::from(rtt) * 0.01,
+                flops_per_s: f64::from(flops) * 1e14,
+                context_max: 8192,
+                determinism: DeterminismClass::ALL
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| classes & (1 << i) != 0)
+                    .map(|(_, c)| c)
+                    .collect::<ClassSet>(),
+                tiers: [Tier::T0, Tier::T1, Tier::T2, Tier::T3]
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| tiers & (1 << i) != 0)
+                    .map(|(_, t)| t)
+                    .collect::<TierSet>(),
+                failure_rate: f64::from(fail) * 0.01,
+                resident_bases: bases.into_iter().map(|i| MODELS[i].to_owned()).collect(),
+                resident_adapters: adapters.into_iter().map(|i| ADAPTERS[i].to_owned()).collect(),
+            },
+        )
+}
+
+fn job() -> impl Strategy<Value = Job> {
+    (
+        (0usize..3, proptest::option::of(0usize..4), 1u64..40, 0u64..5),
+        (1u32..16384, 1u32..60, 0usize..3, 0usize..4, 0u32..50),
+        0u32..5,
+    )
+        .prop_map(
+            |((m, a, base_gb, kv_gb), (ctx, deadline, class, tier, flops), agent)| Job {
+                agent: format!("agent-{agent}"),
+                base_model: MODELS[m].to_owned(),
+                adapter: a.map(|i| ADAPTERS[i].to_owned()),
+                base_bytes: base_gb * 1_000_000_000,
+                adapter_bytes: if a.is_some() { 20_000_000 } else { 0 },
+                kv_bytes: kv_gb * 1_000_000_000,
+                context_tokens: ctx,
+                deadline_s: f64::from(deadline),
+                determinism: DeterminismClass::ALL[class],
+                tier: [Tier::T0, Tier::T1, Tier::T2, Tier::T3][tier],
+                compute_flops: f64::from(flops) * 1e14,
+                value_wei: 0,
+            },
+        )
+}
+
+/// β, α and t_compute computed here, independently of the engine's indexes.
+fn brute_candidates(bundles: &[Bundle], job: &Job) -> Vec<Candidate> {
+    bundles
+        .iter()
+        .map(|b| Candidate {
+            id: b.id.clone(),
+            price_per_hour: b.price_per_hour,
+            memory_bytes: b.memory_bytes,
+            bandwidth_bps: b.bandwidth_bps,
+            base_resident: b.resident_bases.contains(&job.base_model),
+            adapter_resident: job
+                .adapter
+                .as_ref()
+                .is_some_and(|a| b.resident_adapters.contains(a)),
+            rtt_s: b.rtt_s,
+            compute_s: job.compute_flops / b.flops_per_s,
+            context_max: b.context_max,
+            determinism: b.determinism,
+            tiers: b.tiers,
+            failure_rate: b.failure_rate,
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn engine_argmin_equals_brute_force(
+        fleet in proptest::collection::vec(bundle(), 1..40),
+        jobs in proptest::collection::vec(job(), 1..8),
+        removed in proptest::collection::vec(0usize..40, 0..5),
+    ) {
+        let mut engine = Engine::new(Weights::default()).unwrap();
+        let mut bundles: Vec<Bundle> = fleet
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut b)| { b.id = format!("b{i}"); b })
+            .collect();
+        for b in &bundles {
+            engine.upsert(b.clone()).unwrap();
+        }
+        // Churn: removals and residency changes must keep every index consistent.
+        for r in removed {
+            if r < bundles.len() {
+                let gone = bundles.remove(r);
+                engine.remove(&gone.id).unwrap();
+            }
+        }
+        if let Some(first) = bundles.first_mut() {
+            engine.set_base_resident(&first.id, "m1", true).unwrap();
+            engine.set_adapter_resident(&first.id, "a2", false).unwrap();
+            first.resident_bases.retain(|m| m != "m1");
+            first.resident_bases.push("m1".into());
+            first.resident_adapters.retain(|a| a != "a2");
+        }
+        for job in &jobs {
+            let reference = explain(job, &brute_candidates(&bundles, job), engine.weights());
+            let got = engine.clear(job).unwrap();
+            prop_assert_eq!(got.as_ref().map(|c| c.bundle_id.clone()), reference.chosen.clone());
+            if let (Some(c), Some(t)) = (&got, &reference.terms) {
+                prop_assert_eq!(c.terms.total.to_bits(), t.total.to_bits());
+            }
+            let scanned = engine.clear_by_scan(job).unwrap();
+            prop_assert_eq!(scanned.map(|c| c.bundle_id), reference.chosen);
+        }
+    }
+
+    #[test]
+    fn feasibility_is_sound(fleet in proptest::collection::vec(bundle(), 1..10), job in job()) {
+        for (i, c) in brute_candidates(&fleet, &job).into_iter().enumerate() {
+            let mut c = c;
+            c.id = format!("b{i}");
+            let view = c.view();
+            let violated = violations(&job, &view);
+            // No violation reported ⇔ every constraint, recomputed from scratch, holds.
+            let holds = memory_needed_bytes(&job, &view) <= view.memory_bytes
+                && job.context_tokens <= view.context_max
+                && view.determinism.contains(job.determinism)
+                && view.tiers.contains(job.tier)
+                && completion_s(&job, &view) <= job.deadline_s;
+            prop_assert_eq!(violated.is_empty(), holds);
+            for v in &violated {
+                if let Some(f) = v.factor {
+                    prop_assert!(f > 1.0, "a reported factor must exceed 1: {:?}", v);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
+    // The cheapest bundle must pull 140 GB over 1 Gb/s (1120 s): outside the feasible set for a
+    // 30 s deadline, whatever its price. The chosen one costs 20× more per hour.
+    let mut engine = Engine::new(Weights::default()).unwrap();
+    let mk = |id: &str, price: f64, bw: f64, bases: Vec<String>| Bundle {
+        id: id.into(),
+        provider: String::new(),
+        device: String::new(),
+        price_per_hour: price,
+        memory_bytes: 200_000_000_000,
+        bandwidth_bps: bw,
+        rtt_s: 0.05,
+        flops_per_s: 1e15,
+        context_max: 32768,
+        determinism: [DeterminismClass::D].into_iter().collect(),
+        tiers: [Tier::T1].into_iter().collect(),
+        failure_rate: 0.0,
+        resident_bases: bases,
+        resident_adapters: vec![],
+    };
+    engine.upsert(mk("cheap", 0.5, 1e9, vec![])).unwrap();
+    engine.upsert(mk("dear", 10.0, 1e9, vec!["llama-70b".into()])).unwrap();
+    let job = Job {
+        agent: "a".into(),
+        base_model: "llama-70b".into(),
+        adapter: None,
+        base_bytes: 140_000_000_000,
+        adapter_bytes: 0,
+        kv_bytes: 2_000_000_000,
+        context_tokens: 8192,
+        deadline_s: 30.0,
+        determinism: DeterminismClass::D,
+        tier: Tier::T1,
+        compute_flops: 1e16,
+        value_wei: 0,
+    };
+    assert_eq!(engine.clear(&job).unwrap().unwrap().bundle_id, "dear");
+    let why = engine.explain(&job).unwrap();
+    let cheap = why.rejected.iter().find(|r| r.id == "cheap").unwrap();
+    assert_eq!(cheap.binding.to_string(), "deadline");
+    assert!(cheap.factor.unwrap() > 30.0);
+}

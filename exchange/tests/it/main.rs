@@ -1,0 +1,3 @@
+//! Integration tests of cx-exchange, one binary to save link time.
+
+mod engine_props;

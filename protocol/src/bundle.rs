@@ -1,0 +1,94 @@
+//! A provider bundle as it is registered with the exchange (SPEC §2).
+
+use crate::class::{ClassSet, Tier, TierSet};
+use crate::error::{Error, Result, non_negative, nonzero, positive};
+use serde::{Deserialize, Serialize};
+
+/// `b = (d, M, B, β, α, ℓ0)` plus price, capabilities, throughput and failure history.
+///
+/// β and α are not fields: they depend on the job, and follow from `resident_bases` and
+/// `resident_adapters`. `memory_bytes` is what is free *beside* what is resident.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bundle {
+    /// Unique bundle id.
+    pub id: String,
+    /// The operator that runs it (T3 committees must be diverse in operators).
+    #[serde(default)]
+    pub provider: String,
+    /// Device description, e.g. `H200`.
+    #[serde(default)]
+    pub device: String,
+    /// p(b): price per hour of accelerator time, in price units (converted to wei at the quote).
+    pub price_per_hour: f64,
+    /// M: free accelerator memory in bytes.
+    pub memory_bytes: u64,
+    /// B: ingress bandwidth in bits per second.
+    pub bandwidth_bps: f64,
+    /// ℓ0: network round trip to buyers, seconds.
+    pub rtt_s: f64,
+    /// Measured throughput in FLOP/s, which turns a job's work into t_compute.
+    pub flops_per_s: f64,
+    /// c_max(d): longest context the device serves, tokens.
+    pub context_max: u32,
+    /// K(d): determinism classes honoured.
+    pub determinism: ClassSet,
+    /// T(b): verification tiers offered.
+    pub tiers: TierSet,
+    /// φ: observed failure rate in [0, 1].
+    #[serde(default)]
+    pub failure_rate: f64,
+    /// Base models resident in accelerator memory.
+    #[serde(default)]
+    pub resident_bases: Vec<String>,
+    /// Adapters (content ids) resident in accelerator memory.
+    #[serde(default)]
+    pub resident_adapters: Vec<String>,
+}
+
+impl Bundle {
+    /// Checks every field's domain; the error names the first bad field.
+    pub fn validate(&self) -> Result<()> {
+        if self.id.is_empty() {
+            return Err(Error::InvalidField {
+                field: "id".to_owned(),
+                reason: "must not be empty".to_owned(),
+            });
+        }
+        non_negative("price_per_hour", self.price_per_hour)?;
+        nonzero("memory_bytes", self.memory_bytes)?;
+        positive("bandwidth_bps", self.bandwidth_bps)?;
+        non_negative("rtt_s", self.rtt_s)?;
+        positive("flops_per_s", self.flops_per_s)?;
+        nonzero("context_max", u64::from(self.context_max))?;
+        validate_capabilities(self.determinism, self.tiers, self.failure_rate)
+    }
+}
+
+/// Checks what every bundle form shares: some class, some tier, no attested tier, φ in [0, 1].
+pub fn validate_capabilities(classes: ClassSet, tiers: TierSet, failure_rate: f64) -> Result<()> {
+    if classes == ClassSet::EMPTY {
+        return Err(Error::InvalidField {
+            field: "determinism".to_owned(),
+            reason: "must name at least one class (D, D_inf, S)".to_owned(),
+        });
+    }
+    if tiers == TierSet::EMPTY {
+        return Err(Error::InvalidField {
+            field: "tiers".to_owned(),
+            reason: "must name at least one tier (T0–T3)".to_owned(),
+        });
+    }
+    if tiers.contains(Tier::Attested) {
+        return Err(Error::AttestedUnavailable {
+            field: "tiers".to_owned(),
+        });
+    }
+    if !(0.0..=1.0).contains(&failure_rate) {
+        return Err(Error::InvalidField {
+            field: "failure_rate".to_owned(),
+            reason: format!("must be within [0, 1], got {failure_rate}"),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,37 @@
+//! cx-protocol: the wire types every compute-exchange party shares.
+//!
+//! Agents, providers, the exchange and the settlement committee exchange these types as JSON
+//! (serde, snake case, units in field names). The crate depends on nothing of ours and does no
+//! I/O.
+//!
+//! - [`class`]: determinism classes (D, D∞, S) and verification tiers (T0–T3, attested), with
+//!   compact sets of each that bundles advertise.
+//! - [`job`]: a job `j = (m, c, Δ, κ, τ, V)` as the exchange clears it (SPEC §2).
+//! - [`bundle`]: a provider bundle as it is registered: device, free memory, link, price,
+//!   capabilities and what is resident (SPEC §2).
+//! - [`id`]: content ids (SHA-256) for adapters and other artifacts.
+//!
+//! ```
+//! use cx_protocol::{DeterminismClass, Job, Tier};
+//!
+//! let job: Job = serde_json::from_str(r#"{
+//!     "base_model": "llama-8b", "base_bytes": 16000000000, "adapter_bytes": 20000000,
+//!     "kv_bytes": 500000000, "context_tokens": 4096, "deadline_s": 30,
+//!     "determinism": "D", "tier": "T1"
+//! }"#).unwrap();
+//! job.validate().unwrap();
+//! assert_eq!(job.determinism, DeterminismClass::D);
+//! assert_eq!(job.tier, Tier::T1);
+//! ```
+
+pub mod bundle;
+pub mod class;
+pub mod error;
+pub mod id;
+pub mod job;
+
+pub use bundle::Bundle;
+pub use class::{ClassSet, DeterminismClass, Tier, TierSet};
+pub use error::{Error, Result};
+pub use id::content_id;
+pub use job::Job;
