@@ -1,0 +1,458 @@
+//! CPU building blocks: run configuration, the work-sharing loop, and the two inner kernels
+//! every public routine is made of.
+//!
+//! * [`nt_accumulate`]: `out[i][j] += Σ_k x[i][k]·w[j][k]` — both operands row-major along
+//!   the reduction, which is how Hugging Face stores `Linear` weights (`W`, `lora_A`) and how
+//!   the base GEMM, the LoRA shrink and the Freivalds products all look.
+//! * [`expand_rows`]: `y[i][j] += s·Σ_k v[i][k]·bt[k][j]`, the LoRA expand with `B` stored
+//!   transposed (`r × d_out`) so that the output dimension is the contiguous one.
+//!
+//! # Why the results are reproducible
+//! Every output element is computed by the same sequence of float operations whatever tile,
+//! thread or batch it lands in: the reduction runs over fixed blocks of [`KC`] elements, each
+//! block in [`LANES`] interleaved partial sums folded by a fixed tree, blocks added in
+//! ascending order. Work is split across threads by output rows/columns only, never along the
+//! reduction. [`Mode::Deterministic`] additionally forbids fused multiply-add, whose
+//! availability differs between CPUs, so the bits are the same on any machine.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Interleaved partial sums per reduction (one AVX register of `f32`).
+pub(crate) const LANES: usize = 8;
+/// Reduction block length: the partial sums are folded and added to the output once per block.
+pub(crate) const KC: usize = 512;
+/// Output columns produced together by the expand kernel.
+const EXPAND_COLS: usize = 32;
+
+/// How the CPU kernels may trade reproducibility for speed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Uses fused multiply-add where the CPU has it. Results do not depend on batch
+    /// composition or thread count either, but may differ in the last bits between CPUs
+    /// with and without FMA.
+    #[default]
+    Fast,
+    /// Fixed reduction order and no fused multiply-add: the same bits for the same row on
+    /// any CPU, thread count, batch composition or segment order (determinism class D).
+    Deterministic,
+}
+
+/// How a CPU call runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuConfig {
+    /// Worker threads (at least 1).
+    pub threads: usize,
+    /// Speed or reproducibility.
+    pub mode: Mode,
+}
+
+impl Default for CpuConfig {
+    fn default() -> Self {
+        Self {
+            threads: default_threads(),
+            mode: Mode::Fast,
+        }
+    }
+}
+
+impl CpuConfig {
+    /// Deterministic mode with the default thread count.
+    pub fn deterministic() -> Self {
+        Self {
+            mode: Mode::Deterministic,
+            ..Self::default()
+        }
+    }
+
+    /// The same configuration with `threads` workers.
+    pub fn with_threads(self, threads: usize) -> Self {
+        Self {
+            threads: threads.max(1),
+            ..self
+        }
+    }
+}
+
+/// The machine's available parallelism (1 if unknown).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs `work(item, scratch)` for every item in `0..items` on up to `threads` scoped threads,
+/// handing items out dynamically. Which thread runs an item never changes its arithmetic.
+pub(crate) fn for_each_item<S: Default>(
+    threads: usize,
+    items: usize,
+    work: impl Fn(usize, &mut S) + Sync,
+) {
+    let threads = threads.max(1).min(items);
+    if threads <= 1 {
+        let mut scratch = S::default();
+        for item in 0..items {
+            work(item, &mut scratch);
+        }
+        return;
+    }
+    let next = AtomicUsize::new(0);
+    let run = || {
+        let mut scratch = S::default();
+        loop {
+            let item = next.fetch_add(1, Ordering::Relaxed);
+            if item >= items {
+                break;
+            }
+            work(item, &mut scratch);
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(run);
+        }
+        run();
+    });
+}
+
+/// A mutable `f32` buffer that worker threads write in disjoint parts.
+pub(crate) struct SharedOut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: `SharedOut` only hands out sub-slices through `part`, whose contract makes callers
+// guarantee that concurrently used parts never overlap; `f32` is `Send`.
+unsafe impl Sync for SharedOut {}
+// SAFETY: as above.
+unsafe impl Send for SharedOut {}
+
+impl SharedOut {
+    pub(crate) fn new(buffer: &mut [f32]) -> Self {
+        Self {
+            ptr: buffer.as_mut_ptr(),
+            len: buffer.len(),
+        }
+    }
+
+    /// The sub-slice `start..start + len`.
+    ///
+    /// # Safety
+    /// No two parts in use at the same time may overlap, and the buffer passed to
+    /// [`SharedOut::new`] must outlive every part (it is borrowed by the caller for the whole
+    /// parallel section).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn part(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(start + len <= self.len, "SharedOut part out of bounds");
+        // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
+#[inline(always)]
+fn madd<const FMA: bool>(a: f32, b: f32, acc: f32) -> f32 {
+    if FMA { a.mul_add(b, acc) } else { acc + a * b }
+}
+
+/// Folds the lane sums in a fixed tree (the order an AVX horizontal add uses).
+#[inline(always)]
+fn fold(l: &[f32; LANES]) -> f32 {
+    ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+}
+
+/// One `MR × NR` tile over one reduction block of length `k`.
+#[inline(always)]
+fn tile<const MR: usize, const NR: usize, const FMA: bool>(
+    x: &[f32],
+    x_stride: usize,
+    w: &[f32],
+    w_stride: usize,
+    k: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let xs: [&[f32]; MR] = std::array::from_fn(|i| &x[i * x_stride..i * x_stride + k]);
+    let ws: [&[f32]; NR] = std::array::from_fn(|j| &w[j * w_stride..j * w_stride + k]);
+    let mut acc = [[[0f32; LANES]; NR]; MR];
+    let full = k / LANES * LANES;
+    let mut o = 0;
+    while o < full {
+        let xv: [&[f32; LANES]; MR] =
+            std::array::from_fn(|i| xs[i][o..o + LANES].try_into().expect("lane chunk"));
+        let wv: [&[f32; LANES]; NR] =
+            std::array::from_fn(|j| ws[j][o..o + LANES].try_into().expect("lane chunk"));
+        for i in 0..MR {
+            for j in 0..NR {
+                for l in 0..LANES {
+                    acc[i][j][l] = madd::<FMA>(xv[i][l], wv[j][l], acc[i][j][l]);
+                }
+            }
+        }
+        o += LANES;
+    }
+    for t in full..k {
+        let l = t - full;
+        for i in 0..MR {
+            for j in 0..NR {
+                acc[i][j][l] = madd::<FMA>(xs[i][t], ws[j][t], acc[i][j][l]);
+            }
+        }
+    }
+    for i in 0..MR {
+        for j in 0..NR {
+            out[i * out_stride + j] += fold(&acc[i][j]);
+        }
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn nt_generic<const FMA: bool>(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+) {
+    const MR: usize = 4;
+    const NR: usize = 2;
+    let mut k0 = 0;
+    while k0 < k {
+        let kl = KC.min(k - k0);
+        let mut i = 0;
+        while i < m {
+            let mr = MR.min(m - i);
+            let xb = &x[i * x_stride + k0..];
+            let mut j = 0;
+            while j < n {
+                let nr = NR.min(n - j);
+                let wb = &w[j * w_stride + k0..];
+                let ob = &mut out[i * n + j..];
+                match (mr, nr) {
+                    (4, 2) => tile::<4, 2, FMA>(xb, x_stride, wb, w_stride, kl, ob, n),
+                    (4, _) => tile::<4, 1, FMA>(xb, x_stride, wb, w_stride, kl, ob, n),
+                    (3, 2) => tile::<3, 2, FMA>(xb, x_stride, wb, w_stride, kl, ob, n),
+                    (3, _) => tile::<3, 1, FMA>(xb, x_stride, wb, w_stride, kl, ob, n),
+                    (2, 2) => tile::<2, 2, FMA>(xb, x_stride, wb, w_stride, kl, ob, n),
+                    (2, _) => tile::<2, 1, FMA>(xb, x_stride, wb, w_stride, kl, ob, n),
+                    (_, 2) => tile::<1, 2, FMA>(xb, x_stride, wb, w_stride, kl, ob, n),
+                    _ => tile::<1, 1, FMA>(xb, x_stride, wb, w_stride, kl, ob, n),
+                }
+                j += nr;
+            }
+            i += mr;
+        }
+        k0 += kl;
+    }
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn expand_generic<T: crate::Element, const FMA: bool>(
+    v: &[f32],
+    bt: &[T],
+    rank: usize,
+    d_out: usize,
+    scale: f32,
+    y: &mut [f32],
+    rows: usize,
+) {
+    let full = d_out / EXPAND_COLS * EXPAND_COLS;
+    let mut j0 = 0;
+    while j0 < full {
+        for i in 0..rows {
+            let vi = &v[i * rank..(i + 1) * rank];
+            let mut acc = [0f32; EXPAND_COLS];
+            for (kk, &vk) in vi.iter().enumerate() {
+                let b: &[T; EXPAND_COLS] = bt[kk * d_out + j0..kk * d_out + j0 + EXPAND_COLS]
+                    .try_into()
+                    .expect("chunk");
+                for l in 0..EXPAND_COLS {
+                    acc[l] = madd::<FMA>(vk, b[l].to_f32(), acc[l]);
+                }
+            }
+            let yi: &mut [f32; EXPAND_COLS] = (&mut y
+                [i * d_out + j0..i * d_out + j0 + EXPAND_COLS])
+                .try_into()
+                .expect("chunk");
+            for l in 0..EXPAND_COLS {
+                yi[l] += scale * acc[l];
+            }
+        }
+        j0 += EXPAND_COLS;
+    }
+    for i in 0..rows {
+        let vi = &v[i * rank..(i + 1) * rank];
+        for j in full..d_out {
+            let mut acc = 0f32;
+            for (kk, &vk) in vi.iter().enumerate() {
+                acc = madd::<FMA>(vk, bt[kk * d_out + j].to_f32(), acc);
+            }
+            y[i * d_out + j] += scale * acc;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The same generic kernels compiled with AVX2 (and FMA for the fast mode). The bodies are
+    //! `#[inline(always)]` generics, so they are instantiated here with the wider instruction
+    //! set; the portable build stays baseline x86-64.
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn nt_fma(
+        x: &[f32],
+        x_stride: usize,
+        m: usize,
+        w: &[f32],
+        w_stride: usize,
+        n: usize,
+        k: usize,
+        out: &mut [f32],
+    ) {
+        super::nt_generic::<true>(x, x_stride, m, w, w_stride, n, k, out)
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn nt_nofma(
+        x: &[f32],
+        x_stride: usize,
+        m: usize,
+        w: &[f32],
+        w_stride: usize,
+        n: usize,
+        k: usize,
+        out: &mut [f32],
+    ) {
+        super::nt_generic::<false>(x, x_stride, m, w, w_stride, n, k, out)
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn expand_fma<T: crate::Element>(
+        v: &[f32],
+        bt: &[T],
+        rank: usize,
+        d_out: usize,
+        scale: f32,
+        y: &mut [f32],
+        rows: usize,
+    ) {
+        super::expand_generic::<T, true>(v, bt, rank, d_out, scale, y, rows)
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn expand_nofma<T: crate::Element>(
+        v: &[f32],
+        bt: &[T],
+        rank: usize,
+        d_out: usize,
+        scale: f32,
+        y: &mut [f32],
+        rows: usize,
+    ) {
+        super::expand_generic::<T, false>(v, bt, rank, d_out, scale, y, rows)
+    }
+
+    pub(super) fn has_avx2() -> bool {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+
+    pub(super) fn has_fma() -> bool {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+}
+
+/// `out[i*n + j] += Σ_{k<k_len} x[i*x_stride + k] · w[j*w_stride + k]`.
+///
+/// Shapes: `x` is `m × k_len` with row stride `x_stride`, `w` is `n × k_len` with row stride
+/// `w_stride`, `out` is dense `m × n`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn nt_accumulate(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k_len: usize,
+    out: &mut [f32],
+    mode: Mode,
+) {
+    if m == 0 || n == 0 || k_len == 0 {
+        return;
+    }
+    assert!(
+        x.len() >= (m - 1) * x_stride + k_len,
+        "nt_accumulate: x too short"
+    );
+    assert!(
+        w.len() >= (n - 1) * w_stride + k_len,
+        "nt_accumulate: w too short"
+    );
+    assert!(out.len() >= m * n, "nt_accumulate: out too short");
+    #[cfg(target_arch = "x86_64")]
+    {
+        if mode == Mode::Fast && x86::has_fma() {
+            // SAFETY: AVX2 and FMA were detected at run time.
+            return unsafe { x86::nt_fma(x, x_stride, m, w, w_stride, n, k_len, out) };
+        }
+        if x86::has_avx2() {
+            // SAFETY: AVX2 was detected at run time. Without FMA the arithmetic is exactly the
+            // portable path's (Rust never contracts `a + b * c`), only wider.
+            return unsafe { x86::nt_nofma(x, x_stride, m, w, w_stride, n, k_len, out) };
+        }
+    }
+    // Portable path: fused multiply-add only where the target is known to have it in hardware
+    // (a software `fmaf` would be slower than anything).
+    if mode == Mode::Fast && cfg!(target_feature = "fma") {
+        nt_generic::<true>(x, x_stride, m, w, w_stride, n, k_len, out)
+    } else {
+        nt_generic::<false>(x, x_stride, m, w, w_stride, n, k_len, out)
+    }
+}
+
+/// `y[i][j] += scale · Σ_k v[i][k] · bt[k][j]` for `i < rows`, the reduction over `k` in
+/// ascending order.
+///
+/// Shapes: `v` is `rows × rank`, `bt` is `rank × d_out`, `y` is `rows × d_out`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn expand_rows<T: crate::Element>(
+    v: &[f32],
+    bt: &[T],
+    rank: usize,
+    d_out: usize,
+    scale: f32,
+    y: &mut [f32],
+    rows: usize,
+    mode: Mode,
+) {
+    assert!(v.len() >= rows * rank && bt.len() >= rank * d_out && y.len() >= rows * d_out);
+    #[cfg(target_arch = "x86_64")]
+    {
+        if mode == Mode::Fast && x86::has_fma() {
+            // SAFETY: AVX2 and FMA were detected at run time.
+            return unsafe { x86::expand_fma(v, bt, rank, d_out, scale, y, rows) };
+        }
+        if x86::has_avx2() {
+            // SAFETY: AVX2 was detected at run time.
+            return unsafe { x86::expand_nofma(v, bt, rank, d_out, scale, y, rows) };
+        }
+    }
+    if mode == Mode::Fast && cfg!(target_feature = "fma") {
+        expand_generic::<T, true>(v, bt, rank, d_out, scale, y, rows)
+    } else {
+        expand_generic::<T, false>(v, bt, rank, d_out, scale, y, rows)
+    }
+}

@@ -1,0 +1,78 @@
+//! Where SGMV runs: the CPU (always) or a CUDA GPU (feature `cuda`), behind one interface so
+//! that both share one test suite.
+
+use crate::cpu::CpuConfig;
+use crate::element::Element;
+use crate::error::Result;
+use crate::sgmv::{LoraAdapter, Segment};
+
+/// A device that can run SGMV on host buffers.
+#[derive(Debug, Clone)]
+pub enum Device {
+    /// The blocked multi-threaded CPU kernels.
+    Cpu(CpuConfig),
+    /// NVRTC-compiled kernels on a GPU.
+    #[cfg(feature = "cuda")]
+    Cuda(std::sync::Arc<crate::cuda::CudaKernels>),
+}
+
+impl Device {
+    /// The CPU with `config`.
+    pub fn cpu(config: CpuConfig) -> Self {
+        Self::Cpu(config)
+    }
+
+    /// GPU `ordinal`, or an error saying why not: [`crate::Error::CudaNotCompiled`] without
+    /// the `cuda` feature, [`crate::Error::CudaUnavailable`] when the driver, NVRTC or a GPU
+    /// is missing.
+    pub fn cuda(ordinal: usize) -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        {
+            Ok(Self::Cuda(std::sync::Arc::new(
+                crate::cuda::CudaKernels::new(ordinal)?,
+            )))
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = ordinal;
+            Err(crate::Error::CudaNotCompiled)
+        }
+    }
+
+    /// The best device available: GPU 0 if CUDA works, otherwise the CPU with `config`, and
+    /// the reason the GPU was not used.
+    pub fn best(config: CpuConfig) -> (Self, Option<crate::Error>) {
+        match Self::cuda(0) {
+            Ok(device) => (device, None),
+            Err(e) => (Self::Cpu(config), Some(e)),
+        }
+    }
+
+    /// A short name for logs and tables.
+    pub fn name(&self) -> String {
+        match self {
+            Self::Cpu(config) => format!("cpu ({} threads, {:?})", config.threads, config.mode),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(kernels) => format!("cuda: {}", kernels.name()),
+        }
+    }
+
+    /// `y[i] += s_a · (x[i]·A_aᵀ)·B_aᵀ` for every row of every segment (see [`crate::sgmv()`]).
+    ///
+    /// Shapes: `x` is `rows × d_in`, `y` is `rows × d_out`.
+    pub fn sgmv<X: Element, T: Element>(
+        &self,
+        x: &[X],
+        y: &mut [f32],
+        d_in: usize,
+        d_out: usize,
+        segments: &[Segment],
+        adapters: &[&LoraAdapter<T>],
+    ) -> Result<()> {
+        match self {
+            Self::Cpu(config) => crate::sgmv::sgmv(x, y, d_in, d_out, segments, adapters, config),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(kernels) => kernels.sgmv_host(x, y, d_in, d_out, segments, adapters),
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Freivalds' check: is `C = A·B` without recomputing the product.
+//!
+//! Each round draws `r ∈ {0,1}ᵖ` and compares `A·(B·r)` with `C·r`, costing three
+//! matrix-vector products instead of a matrix product. If `C ≠ A·B`, some row of
+//! `C − A·B` is a nonzero vector `e`, and `e·r = 0` for at most half of all `r` (flip one
+//! coordinate where `e` is nonzero), so one round misses with probability ≤ ½ and `k`
+//! independent rounds with probability ≤ 2⁻ᵏ (Freivalds 1977). The `k` rounds are batched:
+//! `R` is `p × k`, and the products become thin GEMMs that read each matrix once.
+//!
+//! Floats: `A·(B·r)` and `C·r` differ by rounding even for an honest `C`, so an entry
+//! passes when `|A·(B·r) − C·r|ᵢ ≤ rel_tol·‖Aᵢ‖₂·‖B·r‖₂` (Cauchy–Schwarz scale of the dot
+//! product; honest `f32` rounding is about `√n·2⁻²⁴` of it). A corruption smaller than that
+//! tolerance is indistinguishable from rounding and is not detected.
+
+use crate::cpu::{CpuConfig, SharedOut, for_each_item, nt_accumulate};
+use crate::element::{Element, as_f32};
+use crate::error::{Error, Result, check_len};
+use crate::rng::SplitMix64;
+
+/// Default relative tolerance for `f32` products (see the module docs).
+pub const DEFAULT_REL_TOL: f32 = 1e-4;
+
+/// What a check found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FreivaldsReport {
+    /// Every round passed.
+    pub accepted: bool,
+    /// Rounds run (`k`).
+    pub rounds: usize,
+    /// Rounds in which at least one entry exceeded the tolerance.
+    pub failed_rounds: usize,
+    /// Largest `|A·(B·r) − C·r| / tolerance` seen (≤ 1 when accepted).
+    pub worst_ratio: f64,
+}
+
+/// `rounds` random 0/1 vectors of length `p`, as `Rᵀ` (`rounds × p`).
+fn random_rt(p: usize, rounds: usize, seed: u64) -> Vec<f32> {
+    let mut rng = SplitMix64::new(seed);
+    let mut rt = vec![0f32; rounds * p];
+    for chunk in rt.chunks_mut(64) {
+        let bits = rng.next_u64();
+        for (b, v) in chunk.iter_mut().enumerate() {
+            *v = ((bits >> b) & 1) as f32;
+        }
+    }
+    rt
+}
+
+/// `out = x·wᵀ` split by rows of `x` across threads.
+///
+/// Shapes: `x` is `m × k_len`, `w` is `n × k_len`, returns `m × n`.
+fn nt_parallel(
+    x: &[f32],
+    m: usize,
+    w: &[f32],
+    n: usize,
+    k_len: usize,
+    config: &CpuConfig,
+) -> Vec<f32> {
+    const ROWS: usize = 64;
+    let mut out = vec![0f32; m * n];
+    let shared = SharedOut::new(&mut out);
+    for_each_item(config.threads, m.div_ceil(ROWS), |item, _: &mut ()| {
+        let i0 = item * ROWS;
+        let rows = ROWS.min(m - i0);
+        // SAFETY: items write disjoint row blocks of `out`, borrowed for the whole loop.
+        let part = unsafe { shared.part(i0 * n, rows * n) };
+        nt_accumulate(
+            &x[i0 * k_len..],
+            k_len,
+            rows,
+            w,
+            k_len,
+            n,
+            k_len,
+            part,
+            config.mode,
+        );
+    });
+    out
+}
+
+fn row_norms(x: &[f32], rows: usize, cols: usize) -> Vec<f64> {
+    (0..rows)
+        .map(|i| {
+            x[i * cols..(i + 1) * cols]
+                .iter()
+                .map(|&v| f64::from(v) * f64::from(v))
+                .sum::<f64>()
+                .sqrt()
+        })
+        .collect()
+}
+
+/// Compares `lhs = A·(B·R)` with `rhs = C·R` (both `m × k`) under the tolerance.
+fn judge(
+    lhs: &[f32],
+    rhs: &[f32],
+    a_norms: &[f64],
+    br_norms: &[f64],
+    k: usize,
+    rel_tol: f32,
+) -> FreivaldsReport {
+    let mut failed = vec![false; k];
+    let mut worst = 0f64;
+    for (i, a_norm) in a_norms.iter().enumerate() {
+        for t in 0..k {
+            let diff = (f64::from(lhs[i * k + t]) - f64::from(rhs[i * k + t])).abs();
+            let tol = f64::from(rel_tol) * a_norm * br_norms[t] + f64::from(f32::MIN_POSITIVE);
+            let ratio = diff / tol;
+            // NaN (a poisoned product) fails too.
+            if ratio > 1.0 || ratio.is_nan() {
+                failed[t] = true;
+            }
+            if ratio.is_nan() {
+                worst = f64::INFINITY;
+            } else {
+                worst = worst.max(ratio);
+            }
+        }
+    }
+    let failed_rounds = failed.iter().filter(|&&f| f).count();
+    FreivaldsReport {
+        accepted: failed_rounds == 0,
+        rounds: k,
+        failed_rounds,
+        worst_ratio: worst,
+    }
+}
+
+/// Checks `C = A·B` with `rounds` Freivalds rounds drawn from `seed`.
+///
+/// Shapes: `a` is `m × n`, `b` is `n × p`, `c` is `m × p`, all row-major.
+#[allow(clippy::too_many_arguments)]
+pub fn freivalds_check(
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+    m: usize,
+    n: usize,
+    p: usize,
+    rounds: usize,
+    seed: u64,
+    rel_tol: f32,
+    config: &CpuConfig,
+) -> Result<FreivaldsReport> {
+    check_len("a (m × n)", a.len(), m * n)?;
+    check_len("b (n × p)", b.len(), n * p)?;
+    check_len("c (m × p)", c.len(), m * p)?;
+    if rounds == 0 {
+        return Err(Error::Batch(
+            "freivalds: at least one round is needed".into(),
+        ));
+    }
+    let rt = random_rt(p, rounds, seed);
+    let br = nt_parallel(b, n, &rt, rounds, p, config); // n × k
+    let mut br_t = vec![0f32; rounds * n];
+    for d in 0..n {
+        for t in 0..rounds {
+            br_t[t * n + d] = br[d * rounds + t];
+        }
+    }
+    let lhs = nt_parallel(a, m, &br_t, rounds, n, config);
+    let rhs = nt_parallel(c, m, &rt, rounds, p, config);
+    Ok(judge(
+        &lhs,
+        &rhs,
+        &row_norms(a, m, n),
+        &row_norms(&br_t, rounds, n),
+        rounds,
+        rel_tol,
+    ))
+}
+
+/// Checks `y = x·Wᵀ` (the layout of [`crate::gemm_xwt`]) with `rounds` Freivalds rounds.
+///
+/// Shapes: `x` is `m × d_in`, `w` is `d_out × d_in`, `y` is `m × d_out`.
+#[allow(clippy::too_many_arguments)]
+pub fn freivalds_check_xwt<X: Element, W: Element>(
+    x: &[X],
+    w: &[W],
+    y: &[f32],
+    m: usize,
+    d_in: usize,
+    d_out: usize,
+    rounds: usize,
+    seed: u64,
+    rel_tol: f32,
+    config: &CpuConfig,
+) -> Result<FreivaldsReport> {
+    check_len("x (m × d_in)", x.len(), m * d_in)?;
+    check_len("w (d_out × d_in)", w.len(), d_out * d_in)?;
+    check_len("y (m × d_out)", y.len(), m * d_out)?;
+    if rounds == 0 {
+        return Err(Error::Batch(
+            "freivalds: at least one round is needed".into(),
+        ));
+    }
+    let x = as_f32(x);
+    let rt = random_rt(d_out, rounds, seed); // k × d_out
+    // (Wᵀ·R)ᵀ = Rᵀ·W, k × d_in: a sum of the rows of W that each r selects, split by columns.
+    const COLS: usize = 256;
+    let mut rtw = vec![0f32; rounds * d_in];
+    let shared = SharedOut::new(&mut rtw);
+    for_each_item(
+        config.threads,
+        d_in.div_ceil(COLS),
+        |item, acc: &mut Vec<f32>| {
+            let c0 = item * COLS;
+            let cols = COLS.min(d_in - c0);
+            acc.clear();
+            acc.resize(rounds * cols, 0.0);
+            for j in 0..d_out {
+                let w_row = &w[j * d_in + c0..j * d_in + c0 + cols];
+                for t in 0..rounds {
+                    if rt[t * d_out + j] != 0.0 {
+                        for (o, v) in acc[t * cols..(t + 1) * cols].iter_mut().zip(w_row) {
+                            *o += v.to_f32();
+                        }
+                    }
+                }
+            }
+            for t in 0..rounds {
+                // SAFETY: items own disjoint column blocks of every row of `rtw`.
+                let part = unsafe { shared.part(t * d_in + c0, cols) };
+                part.copy_from_slice(&acc[t * cols..(t + 1) * cols]);
+            }
+        },
+    );
+    let lhs = nt_parallel(&x, m, &rtw, rounds, d_in, config);
+    let rhs = nt_parallel(y, m, &rt, rounds, d_out, config);
+    Ok(judge(
+        &lhs,
+        &rhs,
+        &row_norms(&x, m, d_in),
+        &row_norms(&rtw, rounds, d_in),
+        rounds,
+        rel_tol,
+    ))
+}

@@ -1,0 +1,129 @@
+//! The base GEMM `y = x·Wᵀ`.
+
+use cx_kernels::{CpuConfig, Error, SplitMix64, bf16, gemm_xwt, gemm_xwt_reference};
+
+use crate::common::{assert_close, random};
+
+#[test]
+fn gemm_matches_reference_on_ragged_shapes() {
+    let mut rng = SplitMix64::new(61);
+    for &(m, d_in, d_out) in &[
+        (1, 1, 1),
+        (3, 7, 5),
+        (9, 1030, 67),
+        (37, 520, 33),
+        (5, 64, 64),
+    ] {
+        let x = rng.vec_f32(m * d_in, 1.0);
+        let w = rng.vec_f32(d_out * d_in, 1.0);
+        let w16: Vec<bf16> = random(&mut rng, d_out * d_in, 1.0);
+        for config in [
+            CpuConfig::default(),
+            CpuConfig::deterministic().with_threads(3),
+        ] {
+            let mut y = vec![f32::NAN; m * d_out];
+            gemm_xwt(&x, &w, &mut y, m, d_in, d_out, &config).unwrap();
+            let tol = 1e-5 * (d_in as f32).sqrt();
+            assert_close(
+                &y,
+                &gemm_xwt_reference(&x, &w, m, d_in, d_out),
+                tol,
+                1e-5,
+                "f32",
+            );
+            gemm_xwt(&x, &w16, &mut y, m, d_in, d_out, &config).unwrap();
+            assert_close(
+                &y,
+                &gemm_xwt_reference(&x, &w16, m, d_in, d_out),
+                tol,
+                1e-5,
+                "bf16",
+            );
+        }
+    }
+}
+
+#[test]
+fn gemm_row_bits_independent_of_batch_rows_and_threads() {
+    let (d_in, d_out) = (700, 70);
+    let mut rng = SplitMix64::new(62);
+    let w = rng.vec_f32(d_out * d_in, 1.0);
+    let x = rng.vec_f32(13 * d_in, 1.0);
+    let mut alone = vec![0f32; d_out];
+    gemm_xwt(
+        &x[6 * d_in..7 * d_in],
+        &w,
+        &mut alone,
+        1,
+        d_in,
+        d_out,
+        &CpuConfig::deterministic().with_threads(1),
+    )
+    .unwrap();
+    for threads in [1, 2, 5] {
+        let mut y = vec![0f32; 13 * d_out];
+        gemm_xwt(
+            &x,
+            &w,
+            &mut y,
+            13,
+            d_in,
+            d_out,
+            &CpuConfig::deterministic().with_threads(threads),
+        )
+        .unwrap();
+        assert_eq!(&y[6 * d_out..7 * d_out], &alone[..], "{threads} threads");
+    }
+}
+
+#[test]
+fn gemm_rejects_wrong_lengths() {
+    let mut y = vec![0f32; 4];
+    gemm_xwt(
+        &[0f32; 6],
+        &[0f32; 6],
+        &mut y,
+        2,
+        3,
+        2,
+        &CpuConfig::default(),
+    )
+    .unwrap();
+    let err = gemm_xwt(
+        &[0f32; 6],
+        &[0f32; 5],
+        &mut y,
+        2,
+        3,
+        2,
+        &CpuConfig::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Shape {
+            what: "w (d_out × d_in)",
+            expected: 6,
+            got: 5
+        }
+    ));
+    let mut short_y = vec![0f32; 3];
+    let err = gemm_xwt(
+        &[0f32; 6],
+        &[0f32; 6],
+        &mut short_y,
+        2,
+        3,
+        2,
+        &CpuConfig::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Shape {
+            what: "y (m × d_out)",
+            expected: 4,
+            got: 3
+        }
+    ));
+}
