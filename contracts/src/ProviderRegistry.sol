@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.30;
+
+import {IProviderRegistry} from "./interfaces/IProviderRegistry.sol";
+import {AssetTransfers} from "./AssetTransfers.sol";
+import {FrostVerifier} from "./FrostVerifier.sol";
+import {Settlement} from "./Settlement.sol";
+
+/// @title ProviderRegistry
+/// @notice Provider stake (with a minimum), unbonding with a delay, and slashing that only a
+/// threshold signature by the settlement committee can trigger; plus provider metadata (endpoint
+/// and the hash of the provider's ML-DSA receipt-signing key).
+/// @dev Stake is in the same asset as the deployment's `Settlement`. Unbonding stake stays
+/// slashable until withdrawn, so unbonding cannot dodge a slash for earlier misbehaviour.
+contract ProviderRegistry is IProviderRegistry {
+    /// @notice Domain tag of slash messages.
+    bytes32 public constant SLASH_TAG = keccak256("compute-exchange/registry/slash/v1");
+
+    /// @notice One provider's record.
+    struct Provider {
+        uint256 staked;
+        uint256 unbonding;
+        uint256 unlockAt;
+        bytes32 mlDsaKeyHash;
+        string endpoint;
+    }
+
+    /// @notice Staking asset (address(0) = native ETH).
+    address public immutable asset;
+    /// @notice Settlement contract whose group key signs slash messages.
+    Settlement public immutable settlement;
+    /// @notice Smallest positive stake a provider may hold.
+    uint256 public immutable minStake;
+    /// @notice Seconds between `unbond` and `withdrawUnbonded`.
+    uint64 public immutable unbondingDelay_s;
+
+    /// @notice Provider records by address.
+    mapping(address provider => Provider) internal _providers;
+    /// @notice Evidence hashes already used for a slash.
+    mapping(bytes32 evidenceHash => bool) public evidenceUsed;
+
+    constructor(Settlement settlement_, uint256 minStake_, uint64 unbondingDelay_s_) {
+        settlement = settlement_;
+        asset = settlement_.asset();
+        minStake = minStake_;
+        unbondingDelay_s = unbondingDelay_s_;
+    }
+
+    /// @notice The record of `provider`.
+    function providers(address provider) external view returns (Provider memory) {
+        return _providers[provider];
+    }
+
+    /// @notice Publishes the caller's endpoint and ML-DSA key hash.
+    function setMetadata(string calldata endpoint, bytes32 mlDsaKeyHash) external {
+        Provider storage p = _providers[msg.sender];
+        p.endpoint = endpoint;
+        p.mlDsaKeyHash = mlDsaKeyHash;
+        emit MetadataSet(msg.sender, endpoint, mlDsaKeyHash);
+    }
+
+    /// @notice Adds `amount` to the caller's stake; the result must reach `minStake`.
+    function stake(uint256 amount) external payable {
+        if (amount == 0) revert ZeroAmount();
+        Provider storage p = _providers[msg.sender];
+        uint256 total = p.staked + amount;
+        if (total < minStake) revert BelowMinimumStake(total, minStake);
+        AssetTransfers.pullIn(asset, amount);
+        p.staked = total;
+        emit Staked(msg.sender, amount, total);
+    }
+
+    /// @notice Moves `amount` of stake to unbonding; what stays staked must be zero or at least
+    /// `minStake`. Restarts the delay for everything unbonding.
+    function unbond(uint256 amount) external {
+        if (amount == 0) revert ZeroAmount();
+        Provider storage p = _providers[msg.sender];
+        uint256 staked = p.staked;
+        if (amount > staked) revert InsufficientStake(staked, amount);
+        uint256 left = staked - amount;
+        if (left != 0 && left < minStake) revert BelowMinimumStake(left, minStake);
+        p.staked = left;
+        p.unbonding += amount;
+        uint256 unlockAt = block.timestamp + unbondingDelay_s;
+        p.unlockAt = unlockAt;
+        emit UnbondStarted(msg.sender, amount, unlockAt);
+    }
+
+    /// @notice Pays out everything unbonding once the delay has passed.
+    function withdrawUnbonded() external {
+        Provider storage p = _providers[msg.sender];
+        uint256 amount = p.unbonding;
+        if (amount == 0) revert NothingUnbonding();
+        if (block.timestamp < p.unlockAt) revert UnbondingNotFinished(p.unlockAt);
+        p.unbonding = 0;
+        emit StakeWithdrawn(msg.sender, amount);
+        AssetTransfers.pushOut(asset, msg.sender, amount);
+    }
+
+    /// @notice The message a slash signature covers.
+    function slashDigest(address provider, uint256 amount, address recipient, bytes32 evidenceHash)
+        public
+        view
+        returns (bytes32)
+    {
+        return keccak256(abi.encode(SLASH_TAG, block.chainid, address(this), provider, amount, recipient, evidenceHash));
+    }
+
+    /// @notice Slashes up to `amount` of `provider`'s stake (staked first, then unbonding) and
+    /// pays it to `recipient`; only with the committee's signature over `slashDigest(...)`, once
+    /// per evidence hash. Anyone may submit it.
+    function slash(
+        address provider,
+        uint256 amount,
+        address recipient,
+        bytes32 evidenceHash,
+        FrostVerifier.Signature calldata signature
+    ) external {
+        if (amount == 0) revert ZeroAmount();
+        if (recipient == address(0)) revert ZeroRecipient();
+        if (evidenceUsed[evidenceHash]) revert EvidenceAlreadyUsed(evidenceHash);
+        bytes32 digest = slashDigest(provider, amount, recipient, evidenceHash);
+        if (!settlement.verifyGroupSignature(digest, signature)) revert InvalidSignature();
+        Provider storage p = _providers[provider];
+        uint256 staked = p.staked;
+        uint256 unbonding = p.unbonding;
+        if (staked + unbonding == 0) revert NothingToSlash(provider);
+        uint256 fromStake = amount < staked ? amount : staked;
+        uint256 rest = amount - fromStake;
+        uint256 fromUnbonding = rest < unbonding ? rest : unbonding;
+        p.staked = staked - fromStake;
+        p.unbonding = unbonding - fromUnbonding;
+        evidenceUsed[evidenceHash] = true;
+        uint256 taken = fromStake + fromUnbonding;
+        emit Slashed(provider, evidenceHash, taken, recipient);
+        AssetTransfers.pushOut(asset, recipient, taken);
+    }
+}

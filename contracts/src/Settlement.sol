@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.30;
+
+import {Escrow} from "./Escrow.sol";
+import {FrostVerifier} from "./FrostVerifier.sol";
+
+/// @title Settlement
+/// @notice The escrow of one deployment plus the gate that settles batches: a batch is accepted
+/// once, only with a FROST(secp256k1, SHA-256) signature (RFC 9591) by the signer committee's
+/// group key over a domain-separated batch message.
+/// @dev The batch message is `batchDigest(...)`: keccak256 of the ABI encoding of
+/// (BATCH_TAG, chain id, this contract, nonce, receiptsRoot, balancesRoot, keccak256 of the packed
+/// settled ranges). Chain id and address keep a signature from being replayed on another chain or
+/// deployment; the strictly increasing nonce keeps it from being replayed here. The 32-byte digest
+/// is the FROST message. A batch moves no funds: it posts the cumulative-balances root, closes the
+/// settled escrows and adds their amount to `totalSettled`.
+contract Settlement is Escrow {
+    /// @notice Domain tag of batch messages.
+    bytes32 public constant BATCH_TAG = keccak256("compute-exchange/settlement/batch/v1");
+    /// @notice Domain tag of group-key rotation messages.
+    bytes32 public constant ROTATE_TAG = keccak256("compute-exchange/settlement/rotate-key/v1");
+
+    /// @notice x-coordinate of the committee's group key (its y parity lives in `batchState`).
+    uint256 public groupKeyX;
+
+    /// @param asset_ payment asset (address(0) = native ETH)
+    /// @param gracePeriod_s_ seconds after a deadline before a buyer may reclaim
+    /// @param groupKeyX_ x-coordinate of the initial FROST group key
+    /// @param groupKeyParity_ y parity of the initial key (0 even, 1 odd: SEC1 prefix 0x02/0x03)
+    constructor(address asset_, uint64 gracePeriod_s_, uint256 groupKeyX_, uint8 groupKeyParity_)
+        Escrow(asset_, gracePeriod_s_)
+    {
+        if (!FrostVerifier.isValidKeyX(groupKeyX_) || groupKeyParity_ > 1) revert InvalidGroupKey(groupKeyX_);
+        groupKeyX = groupKeyX_;
+        batchState.keyParity = groupKeyParity_;
+        emit GroupKeyRotated(0, groupKeyX_, groupKeyParity_);
+    }
+
+    /// @notice The message a batch's signature covers (see the contract's notes).
+    function batchDigest(
+        uint64 nonce,
+        bytes32 receiptsRoot,
+        bytes32 newBalancesRoot,
+        uint256[] calldata ranges
+    ) public view returns (bytes32) {
+        return keccak256(
+            abi.encode(
+                BATCH_TAG,
+                block.chainid,
+                address(this),
+                nonce,
+                receiptsRoot,
+                newBalancesRoot,
+                keccak256(abi.encodePacked(ranges))
+            )
+        );
+    }
+
+    /// @notice The message a key rotation's signature covers: binds chain, contract, the current
+    /// key epoch (so an old rotation can never be replayed) and the new key.
+    function rotationDigest(uint32 epoch, uint256 newX, uint8 newParity) public view returns (bytes32) {
+        return keccak256(abi.encode(ROTATE_TAG, block.chainid, address(this), epoch, newX, newParity));
+    }
+
+    /// @notice Accepts batch `nonce`: checks the committee's signature, closes the escrows in
+    /// `ranges` (each `start << 64 | end`, end exclusive) as settled and posts `newBalancesRoot`.
+    function settleBatch(
+        uint64 nonce,
+        bytes32 receiptsRoot,
+        bytes32 newBalancesRoot,
+        uint256[] calldata ranges,
+        FrostVerifier.Signature calldata signature
+    ) external {
+        BatchState memory state = batchState;
+        if (nonce <= state.nonce) revert BatchNonceNotIncreasing(nonce, state.nonce);
+        bytes32 digest = batchDigest(nonce, receiptsRoot, newBalancesRoot, ranges);
+        if (!FrostVerifier.verify(groupKeyX, state.keyParity, digest, signature)) revert InvalidSignature();
+        (uint256 settledAmount, uint256 jobCount) = _settleRanges(ranges);
+        state.nonce = nonce;
+        state.totalSettled += uint128(settledAmount);
+        batchState = state;
+        balancesRoot = newBalancesRoot;
+        emit BatchSettled(nonce, receiptsRoot, newBalancesRoot, settledAmount, jobCount);
+    }
+
+    /// @notice Replaces the group key; only with a signature by the current key over
+    /// `rotationDigest(currentEpoch, newX, newParity)`.
+    function rotateGroupKey(uint256 newX, uint8 newParity, FrostVerifier.Signature calldata signature) external {
+        BatchState memory state = batchState;
+        if (!FrostVerifier.isValidKeyX(newX) || newParity > 1) revert InvalidGroupKey(newX);
+        bytes32 digest = rotationDigest(state.keyEpoch, newX, newParity);
+        if (!FrostVerifier.verify(groupKeyX, state.keyParity, digest, signature)) revert InvalidSignature();
+        state.keyEpoch += 1;
+        state.keyParity = newParity;
+        batchState = state;
+        groupKeyX = newX;
+        emit GroupKeyRotated(state.keyEpoch, newX, newParity);
+    }
+
+    /// @notice True iff `signature` is the current committee's signature of `digest` (used by the
+    /// provider registry for slashing evidence).
+    function verifyGroupSignature(bytes32 digest, FrostVerifier.Signature calldata signature)
+        external
+        view
+        returns (bool)
+    {
+        return FrostVerifier.verify(groupKeyX, batchState.keyParity, digest, signature);
+    }
+
+    /// @notice The current group key: x, y parity and epoch.
+    function groupKey() external view returns (uint256 x, uint8 parity, uint32 epoch) {
+        BatchState memory state = batchState;
+        return (groupKeyX, state.keyParity, state.keyEpoch);
+    }
+}

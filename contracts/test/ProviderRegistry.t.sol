@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.30;
+
+import {Deployment} from "./utils/Deployment.sol";
+import {IProviderRegistry} from "../src/interfaces/IProviderRegistry.sol";
+import {FrostVerifier} from "../src/FrostVerifier.sol";
+import {ProviderRegistry} from "../src/ProviderRegistry.sol";
+
+/// @notice ProviderRegistry: metadata, stake, unbonding, withdrawal and threshold-signed slashing.
+contract ProviderRegistryTest is Deployment {
+    bytes32 internal constant EVIDENCE = keccak256("receipt 42: output hash mismatch");
+
+    function _stake(address who, uint256 amount) internal {
+        vm.prank(who);
+        registry.stake(amount);
+    }
+
+    function _slashSig(address provider, uint256 amount, address recipient, bytes32 evidence)
+        internal
+        returns (FrostVerifier.Signature memory)
+    {
+        return schnorrSign(GROUP_SECRET, registry.slashDigest(provider, amount, recipient, evidence));
+    }
+
+    function test_SetMetadata() public {
+        vm.expectEmit(address(registry));
+        emit IProviderRegistry.MetadataSet(PROVIDER, "https://p1.example:9001", bytes32("mldsa"));
+        vm.prank(PROVIDER);
+        registry.setMetadata("https://p1.example:9001", bytes32("mldsa"));
+        ProviderRegistry.Provider memory p = registry.providers(PROVIDER);
+        vm.assertEq(p.mlDsaKeyHash, bytes32("mldsa"));
+        vm.assertEq(keccak256(bytes(p.endpoint)), keccak256("https://p1.example:9001"));
+    }
+
+    function test_Stake() public {
+        vm.expectEmit(address(registry));
+        emit IProviderRegistry.Staked(PROVIDER, MIN_STAKE, MIN_STAKE);
+        _stake(PROVIDER, MIN_STAKE);
+        _stake(PROVIDER, 1);
+        vm.assertEq(registry.providers(PROVIDER).staked, MIN_STAKE + 1);
+        vm.assertEq(token.balanceOf(address(registry)), MIN_STAKE + 1);
+    }
+
+    function test_RevertWhen_StakeBelowMinimum() public {
+        vm.prank(PROVIDER);
+        vm.expectRevert(abi.encodeWithSelector(IProviderRegistry.BelowMinimumStake.selector, MIN_STAKE - 1, MIN_STAKE));
+        registry.stake(MIN_STAKE - 1);
+        vm.assertEq(token.balanceOf(address(registry)), 0);
+    }
+
+    function test_RevertWhen_StakeZero() public {
+        vm.prank(PROVIDER);
+        vm.expectRevert(IProviderRegistry.ZeroAmount.selector);
+        registry.stake(0);
+    }
+
+    function test_UnbondAndWithdraw() public {
+        _stake(PROVIDER, 3 * MIN_STAKE);
+        vm.expectEmit(address(registry));
+        emit IProviderRegistry.UnbondStarted(PROVIDER, MIN_STAKE, block.timestamp + UNBONDING_S);
+        vm.prank(PROVIDER);
+        registry.unbond(MIN_STAKE);
+        vm.warp(block.timestamp + UNBONDING_S);
+        uint256 before = token.balanceOf(PROVIDER);
+        vm.expectEmit(address(registry));
+        emit IProviderRegistry.StakeWithdrawn(PROVIDER, MIN_STAKE);
+        vm.prank(PROVIDER);
+        registry.withdrawUnbonded();
+        vm.assertEq(token.balanceOf(PROVIDER), before + MIN_STAKE);
+        vm.assertEq(registry.providers(PROVIDER).staked, 2 * MIN_STAKE);
+        vm.assertEq(registry.providers(PROVIDER).unbonding, 0);
+    }
+
+    function test_UnbondEverything() public {
+        _stake(PROVIDER, MIN_STAKE);
+        vm.prank(PROVIDER);
+        registry.unbond(MIN_STAKE);
+        vm.assertEq(registry.providers(PROVIDER).staked, 0);
+    }
+
+    function test_RevertWhen_UnbondLeavesLessThanMinimum() public {
+        _stake(PROVIDER, MIN_STAKE + 10);
+        vm.prank(PROVIDER);
+        vm.expectRevert(abi.encodeWithSelector(IProviderRegistry.BelowMinimumStake.selector, 10, MIN_STAKE));
+        registry.unbond(MIN_STAKE);
+        vm.assertEq(registry.providers(PROVIDER).staked, MIN_STAKE + 10);
+    }
+
+    function test_RevertWhen_UnbondMoreThanStaked() public {
+        _stake(PROVIDER, MIN_STAKE);
+        vm.prank(PROVIDER);
+        vm.expectRevert(abi.encodeWithSelector(IProviderRegistry.InsufficientStake.selector, MIN_STAKE, MIN_STAKE + 1));
+        registry.unbond(MIN_STAKE + 1);
+    }
+
+    function test_RevertWhen_UnbondZero() public {
+        vm.prank(PROVIDER);
+        vm.expectRevert(IProviderRegistry.ZeroAmount.selector);
+        registry.unbond(0);
+    }
+
+    function test_RevertWhen_WithdrawBeforeDelay() public {
+        _stake(PROVIDER, MIN_STAKE);
+        vm.prank(PROVIDER);
+        registry.unbond(MIN_STAKE);
+        vm.warp(block.timestamp + UNBONDING_S - 1);
+        vm.prank(PROVIDER);
+        vm.expectRevert(
+            abi.encodeWithSelector(IProviderRegistry.UnbondingNotFinished.selector, block.timestamp + 1)
+        );
+        registry.withdrawUnbonded();
+        vm.assertEq(token.balanceOf(address(registry)), MIN_STAKE);
+    }
+
+    function test_RevertWhen_WithdrawWithNothingUnbonding() public {
+        _stake(PROVIDER, MIN_STAKE);
+        vm.prank(PROVIDER);
+        vm.expectRevert(IProviderRegistry.NothingUnbonding.selector);
+        registry.withdrawUnbonded();
+    }
+
+    function test_Slash() public {
+        _stake(PROVIDER, 2 * MIN_STAKE);
+        FrostVerifier.Signature memory sig = _slashSig(PROVIDER, MIN_STAKE, BUYER, EVIDENCE);
+        uint256 before = token.balanceOf(BUYER);
+        vm.expectEmit(address(registry));
+        emit IProviderRegistry.Slashed(PROVIDER, EVIDENCE, MIN_STAKE, BUYER);
+        vm.prank(STRANGER);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, sig);
+        vm.assertEq(registry.providers(PROVIDER).staked, MIN_STAKE);
+        vm.assertEq(token.balanceOf(BUYER), before + MIN_STAKE);
+        vm.assertTrue(registry.evidenceUsed(EVIDENCE));
+    }
+
+    /// Unbonding does not escape a slash: the rest comes from the unbonding stake.
+    function test_SlashReachesUnbondingStake() public {
+        _stake(PROVIDER, 2 * MIN_STAKE);
+        vm.prank(PROVIDER);
+        registry.unbond(MIN_STAKE);
+        registry.slash(PROVIDER, 5 * MIN_STAKE, BUYER, EVIDENCE, _slashSig(PROVIDER, 5 * MIN_STAKE, BUYER, EVIDENCE));
+        vm.assertEq(registry.providers(PROVIDER).staked, 0);
+        vm.assertEq(registry.providers(PROVIDER).unbonding, 0);
+        vm.assertEq(token.balanceOf(address(registry)), 0);
+    }
+
+    function test_RevertWhen_SlashWithoutValidSignature() public {
+        _stake(PROVIDER, MIN_STAKE);
+        bytes32 digest = registry.slashDigest(PROVIDER, MIN_STAKE, BUYER, EVIDENCE);
+        FrostVerifier.Signature memory bad = schnorrSign(GROUP_SECRET + 1, digest);
+        vm.expectRevert(IProviderRegistry.InvalidSignature.selector);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, bad);
+        // A valid signature for other terms does not fit these.
+        FrostVerifier.Signature memory forLess = _slashSig(PROVIDER, 1, BUYER, EVIDENCE);
+        vm.expectRevert(IProviderRegistry.InvalidSignature.selector);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, forLess);
+        vm.expectRevert(IProviderRegistry.InvalidSignature.selector);
+        registry.slash(PROVIDER, 1, STRANGER, EVIDENCE, forLess);
+        vm.assertEq(registry.providers(PROVIDER).staked, MIN_STAKE);
+        vm.assertFalse(registry.evidenceUsed(EVIDENCE));
+    }
+
+    function test_RevertWhen_EvidenceReused() public {
+        _stake(PROVIDER, 3 * MIN_STAKE);
+        FrostVerifier.Signature memory sig = _slashSig(PROVIDER, MIN_STAKE, BUYER, EVIDENCE);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, sig);
+        vm.expectRevert(abi.encodeWithSelector(IProviderRegistry.EvidenceAlreadyUsed.selector, EVIDENCE));
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, sig);
+        vm.assertEq(registry.providers(PROVIDER).staked, 2 * MIN_STAKE);
+    }
+
+    function test_RevertWhen_SlashNothingStaked() public {
+        FrostVerifier.Signature memory sig = _slashSig(PROVIDER2, MIN_STAKE, BUYER, EVIDENCE);
+        vm.expectRevert(abi.encodeWithSelector(IProviderRegistry.NothingToSlash.selector, PROVIDER2));
+        registry.slash(PROVIDER2, MIN_STAKE, BUYER, EVIDENCE, sig);
+    }
+
+    function test_RevertWhen_SlashZeroOrToNobody() public {
+        _stake(PROVIDER, MIN_STAKE);
+        FrostVerifier.Signature memory sig = _slashSig(PROVIDER, 0, BUYER, EVIDENCE);
+        vm.expectRevert(IProviderRegistry.ZeroAmount.selector);
+        registry.slash(PROVIDER, 0, BUYER, EVIDENCE, sig);
+        sig = _slashSig(PROVIDER, 1, address(0), EVIDENCE);
+        vm.expectRevert(IProviderRegistry.ZeroRecipient.selector);
+        registry.slash(PROVIDER, 1, address(0), EVIDENCE, sig);
+        vm.assertEq(registry.providers(PROVIDER).staked, MIN_STAKE);
+    }
+
+    function testFuzz_StakeUnbondConserves(uint256 stakeAmount, uint256 unbondAmount) public {
+        stakeAmount = bound(stakeAmount, MIN_STAKE, 100 * MIN_STAKE);
+        unbondAmount = bound(unbondAmount, 1, stakeAmount);
+        _stake(PROVIDER, stakeAmount);
+        vm.prank(PROVIDER);
+        uint256 left = stakeAmount - unbondAmount;
+        if (left != 0 && left < MIN_STAKE) {
+            vm.expectRevert(abi.encodeWithSelector(IProviderRegistry.BelowMinimumStake.selector, left, MIN_STAKE));
+            registry.unbond(unbondAmount);
+            return;
+        }
+        registry.unbond(unbondAmount);
+        ProviderRegistry.Provider memory p = registry.providers(PROVIDER);
+        vm.assertEq(p.staked + p.unbonding, stakeAmount);
+        vm.assertEq(token.balanceOf(address(registry)), stakeAmount);
+    }
+}
