@@ -293,6 +293,72 @@ fn expand_generic<T: crate::Element, const FMA: bool>(
     }
 }
 
+/// Output columns produced together by the thin "transposed-left" kernel.
+const TN_COLS: usize = 16;
+/// Rows of `r` (Freivalds rounds) produced together; `r` is padded to a multiple of this.
+pub(crate) const TN_ROUNDS: usize = 5;
+/// Rows of `w` per block: a `128 × 16` strip stays in L1 while the round groups pass over it.
+const TN_ROWS: usize = 128;
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn tn_generic<T: crate::Element, const FMA: bool>(
+    r: &[f32],
+    k: usize,
+    p: usize,
+    w: &[T],
+    w_stride: usize,
+    cols: usize,
+    out: &mut [f32],
+) {
+    let full = cols / TN_COLS * TN_COLS;
+    let mut j0 = 0;
+    while j0 < p {
+        let j1 = p.min(j0 + TN_ROWS);
+        // Column chunk outside, round groups inside: the 128 × 16 strip of `w` and the
+        // rounds' block of `r` stay in L1 while every round group passes over them.
+        let mut c0 = 0;
+        while c0 < full {
+            let mut t0 = 0;
+            while t0 < k {
+                let rs: [&[f32]; TN_ROUNDS] =
+                    std::array::from_fn(|t| &r[(t0 + t) * p + j0..(t0 + t) * p + j1]);
+                let mut acc = [[0f32; TN_COLS]; TN_ROUNDS];
+                for (jj, j) in (j0..j1).enumerate() {
+                    let wv: &[T; TN_COLS] = w[j * w_stride + c0..j * w_stride + c0 + TN_COLS]
+                        .try_into()
+                        .expect("chunk");
+                    let wf: [f32; TN_COLS] = std::array::from_fn(|l| wv[l].to_f32());
+                    for t in 0..TN_ROUNDS {
+                        let rv = rs[t][jj];
+                        for l in 0..TN_COLS {
+                            acc[t][l] = madd::<FMA>(rv, wf[l], acc[t][l]);
+                        }
+                    }
+                }
+                for (t, acc_t) in acc.iter().enumerate() {
+                    let o = &mut out[(t0 + t) * cols + c0..(t0 + t) * cols + c0 + TN_COLS];
+                    for l in 0..TN_COLS {
+                        o[l] += acc_t[l];
+                    }
+                }
+                t0 += TN_ROUNDS;
+            }
+            c0 += TN_COLS;
+        }
+        for c in full..cols {
+            for t in 0..k {
+                let mut acc = 0f32;
+                for j in j0..j1 {
+                    acc = madd::<FMA>(r[t * p + j], w[j * w_stride + c].to_f32(), acc);
+                }
+                out[t * cols + c] += acc;
+            }
+        }
+        j0 = j1;
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     //! The same generic kernels compiled with AVX2 (and FMA for the fast mode). The bodies are
@@ -363,6 +429,36 @@ mod x86 {
         rows: usize,
     ) {
         super::expand_generic::<T, false>(v, bt, rank, d_out, scale, y, rows)
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tn_fma<T: crate::Element>(
+        r: &[f32],
+        k: usize,
+        p: usize,
+        w: &[T],
+        w_stride: usize,
+        cols: usize,
+        out: &mut [f32],
+    ) {
+        super::tn_generic::<T, true>(r, k, p, w, w_stride, cols, out)
+    }
+
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn tn_nofma<T: crate::Element>(
+        r: &[f32],
+        k: usize,
+        p: usize,
+        w: &[T],
+        w_stride: usize,
+        cols: usize,
+        out: &mut [f32],
+    ) {
+        super::tn_generic::<T, false>(r, k, p, w, w_stride, cols, out)
     }
 
     pub(super) fn has_avx2() -> bool {
@@ -454,5 +550,47 @@ pub(crate) fn expand_rows<T: crate::Element>(
         expand_generic::<T, true>(v, bt, rank, d_out, scale, y, rows)
     } else {
         expand_generic::<T, false>(v, bt, rank, d_out, scale, y, rows)
+    }
+}
+
+/// `out[t][c] += Σ_j r[t][j] · w[j][c]` for `t < k`, `c < cols`: a thin product whose
+/// reduction runs down the rows of `w` (the Freivalds `Rᵀ·W`).
+///
+/// Shapes: `r` is `k × p` with `k` a multiple of [`TN_ROUNDS`], `w` is `p × cols` with row
+/// stride `w_stride`, `out` is dense `k × cols`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tn_accumulate<T: crate::Element>(
+    r: &[f32],
+    k: usize,
+    p: usize,
+    w: &[T],
+    w_stride: usize,
+    cols: usize,
+    out: &mut [f32],
+    mode: Mode,
+) {
+    assert!(k % TN_ROUNDS == 0 && r.len() >= k * p && out.len() >= k * cols);
+    if p == 0 || cols == 0 {
+        return;
+    }
+    assert!(
+        w.len() >= (p - 1) * w_stride + cols,
+        "tn_accumulate: w too short"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        if mode == Mode::Fast && x86::has_fma() {
+            // SAFETY: AVX2 and FMA were detected at run time.
+            return unsafe { x86::tn_fma(r, k, p, w, w_stride, cols, out) };
+        }
+        if x86::has_avx2() {
+            // SAFETY: AVX2 was detected at run time.
+            return unsafe { x86::tn_nofma(r, k, p, w, w_stride, cols, out) };
+        }
+    }
+    if mode == Mode::Fast && cfg!(target_feature = "fma") {
+        tn_generic::<T, true>(r, k, p, w, w_stride, cols, out)
+    } else {
+        tn_generic::<T, false>(r, k, p, w, w_stride, cols, out)
     }
 }

@@ -12,7 +12,7 @@
 //! product; honest `f32` rounding is about `√n·2⁻²⁴` of it). A corruption smaller than that
 //! tolerance is indistinguishable from rounding and is not detected.
 
-use crate::cpu::{CpuConfig, SharedOut, for_each_item, nt_accumulate};
+use crate::cpu::{CpuConfig, SharedOut, TN_ROUNDS, for_each_item, nt_accumulate, tn_accumulate};
 use crate::element::{Element, as_f32};
 use crate::error::{Error, Result, check_len};
 use crate::rng::SplitMix64;
@@ -80,16 +80,32 @@ fn nt_parallel(
     out
 }
 
-fn row_norms(x: &[f32], rows: usize, cols: usize) -> Vec<f64> {
-    (0..rows)
-        .map(|i| {
-            x[i * cols..(i + 1) * cols]
-                .iter()
-                .map(|&v| f64::from(v) * f64::from(v))
-                .sum::<f64>()
-                .sqrt()
-        })
-        .collect()
+/// Euclidean norms of the rows of `x` (`rows × cols`), in parallel.
+fn row_norms(x: &[f32], rows: usize, cols: usize, config: &CpuConfig) -> Vec<f64> {
+    const ROWS: usize = 64;
+    let mut squares = vec![0f32; rows];
+    let shared = SharedOut::new(&mut squares);
+    for_each_item(config.threads, rows.div_ceil(ROWS), |item, _: &mut ()| {
+        let i0 = item * ROWS;
+        let n = ROWS.min(rows - i0);
+        // SAFETY: items write disjoint ranges of `squares`.
+        let part = unsafe { shared.part(i0, n) };
+        for (i, sq) in part.iter_mut().enumerate() {
+            let row = &x[(i0 + i) * cols..(i0 + i + 1) * cols];
+            nt_accumulate(
+                row,
+                cols,
+                1,
+                row,
+                cols,
+                1,
+                cols,
+                std::slice::from_mut(sq),
+                config.mode,
+            );
+        }
+    });
+    squares.iter().map(|&s| f64::from(s).sqrt()).collect()
 }
 
 /// Compares `lhs = A·(B·R)` with `rhs = C·R` (both `m × k`) under the tolerance.
@@ -165,8 +181,8 @@ pub fn freivalds_check(
     Ok(judge(
         &lhs,
         &rhs,
-        &row_norms(a, m, n),
-        &row_norms(&br_t, rounds, n),
+        &row_norms(a, m, n, config),
+        &row_norms(&br_t, rounds, n, config),
         rounds,
         rel_tol,
     ))
@@ -198,8 +214,12 @@ pub fn freivalds_check_xwt<X: Element, W: Element>(
     }
     let x = as_f32(x);
     let rt = random_rt(d_out, rounds, seed); // k × d_out
-    // (Wᵀ·R)ᵀ = Rᵀ·W, k × d_in: a sum of the rows of W that each r selects, split by columns.
+    // (Wᵀ·R)ᵀ = Rᵀ·W, k × d_in, split by columns of W; Rᵀ padded with zero rows to whole
+    // round groups of the kernel.
     const COLS: usize = 256;
+    let padded = rounds.div_ceil(TN_ROUNDS) * TN_ROUNDS;
+    let mut rt_padded = rt.clone();
+    rt_padded.resize(padded * d_out, 0.0);
     let mut rtw = vec![0f32; rounds * d_in];
     let shared = SharedOut::new(&mut rtw);
     for_each_item(
@@ -209,17 +229,17 @@ pub fn freivalds_check_xwt<X: Element, W: Element>(
             let c0 = item * COLS;
             let cols = COLS.min(d_in - c0);
             acc.clear();
-            acc.resize(rounds * cols, 0.0);
-            for j in 0..d_out {
-                let w_row = &w[j * d_in + c0..j * d_in + c0 + cols];
-                for t in 0..rounds {
-                    if rt[t * d_out + j] != 0.0 {
-                        for (o, v) in acc[t * cols..(t + 1) * cols].iter_mut().zip(w_row) {
-                            *o += v.to_f32();
-                        }
-                    }
-                }
-            }
+            acc.resize(padded * cols, 0.0);
+            tn_accumulate(
+                &rt_padded,
+                padded,
+                d_out,
+                &w[c0..],
+                d_in,
+                cols,
+                acc,
+                config.mode,
+            );
             for t in 0..rounds {
                 // SAFETY: items own disjoint column blocks of every row of `rtw`.
                 let part = unsafe { shared.part(t * d_in + c0, cols) };
@@ -232,8 +252,8 @@ pub fn freivalds_check_xwt<X: Element, W: Element>(
     Ok(judge(
         &lhs,
         &rhs,
-        &row_norms(&x, m, d_in),
-        &row_norms(&rtw, rounds, d_in),
+        &row_norms(&x, m, d_in, config),
+        &row_norms(&rtw, rounds, d_in, config),
         rounds,
         rel_tol,
     ))
