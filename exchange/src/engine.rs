@@ -19,12 +19,13 @@ use crate::error::{Error, Result};
 use crate::feasibility::{completion_s, is_feasible};
 use crate::objective::{Terms, Weights, lower_bound, terms};
 use crate::ring::{affinity_distance, hash64};
-use cx_protocol::{Bundle, Job};
-use std::collections::{BTreeSet, HashMap};
+use cx_protocol::{Bundle, ClassSet, Job, TierSet};
+use std::collections::HashMap;
 
 type Slot = u32;
-/// Bundles ordered by (price per FLOP as ordered bits, slot).
-type Ordered = BTreeSet<(u64, Slot)>;
+/// Bundles ordered by (price per FLOP as ordered bits, slot): a sorted Vec, because clears walk
+/// and probe these lists far more often than bundles come and go.
+type Ordered = Vec<(u64, Slot)>;
 
 /// The engine's answer for one job.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,21 +45,50 @@ struct Entry {
     key: u64,
 }
 
-impl Entry {
-    fn view(&self, job: &Job, base: Option<u32>, adapter: Option<u32>) -> View {
-        let b = &self.bundle;
-        View {
+/// What a clear reads of a bundle, packed apart from its strings and lists so that walking a
+/// few hundred candidates stays in cache.
+#[derive(Debug, Clone, Copy)]
+struct Hot {
+    price_per_s: f64,
+    flops_per_s: f64,
+    bandwidth_bps: f64,
+    rtt_s: f64,
+    failure_rate: f64,
+    memory_bytes: u64,
+    context_max: u32,
+    determinism: ClassSet,
+    tiers: TierSet,
+}
+
+impl Hot {
+    fn of(b: &Bundle) -> Self {
+        Self {
+            // The same arithmetic as `Candidate::view`, so costs agree to the bit.
             price_per_s: b.price_per_hour / 3600.0,
-            memory_bytes: b.memory_bytes,
+            flops_per_s: b.flops_per_s,
             bandwidth_bps: b.bandwidth_bps,
-            base_resident: base.is_some_and(|m| self.bases.contains(&m)),
-            adapter_resident: adapter.is_some_and(|a| self.adapters.contains(&a)),
             rtt_s: b.rtt_s,
-            compute_s: job.compute_flops / b.flops_per_s,
+            failure_rate: b.failure_rate,
+            memory_bytes: b.memory_bytes,
             context_max: b.context_max,
             determinism: b.determinism,
             tiers: b.tiers,
-            failure_rate: b.failure_rate,
+        }
+    }
+
+    fn view(&self, job: &Job, base_resident: bool, adapter_resident: bool) -> View {
+        View {
+            price_per_s: self.price_per_s,
+            memory_bytes: self.memory_bytes,
+            bandwidth_bps: self.bandwidth_bps,
+            base_resident,
+            adapter_resident,
+            rtt_s: self.rtt_s,
+            compute_s: job.compute_flops / self.flops_per_s,
+            context_max: self.context_max,
+            determinism: self.determinism,
+            tiers: self.tiers,
+            failure_rate: self.failure_rate,
         }
     }
 }
@@ -68,6 +98,7 @@ impl Entry {
 pub struct Engine {
     weights: Weights,
     slots: Vec<Option<Entry>>,
+    hot: Vec<Hot>,
     free_slots: Vec<Slot>,
     by_id: HashMap<String, Slot>,
     names: HashMap<String, u32>,
@@ -136,9 +167,11 @@ impl Engine {
             Some(s) => s,
             None => {
                 self.slots.push(None);
+                self.hot.push(Hot::of(&bundle));
                 (self.slots.len() - 1) as Slot
             }
         };
+        self.hot[slot as usize] = Hot::of(&bundle);
         self.by_id.insert(bundle.id.clone(), slot);
         let entry = Entry {
             bundle,
@@ -196,12 +229,12 @@ impl Engine {
 
     fn index(&mut self, entry: &Entry, slot: Slot, add: bool) {
         let item = (entry.key, slot);
-        let apply = |set: &mut Ordered| {
-            if add {
-                set.insert(item);
-            } else {
-                set.remove(&item);
+        let apply = |list: &mut Ordered| match (list.binary_search(&item), add) {
+            (Err(at), true) => list.insert(at, item),
+            (Ok(at), false) => {
+                list.remove(at);
             }
+            _ => {}
         };
         for m in &entry.bases {
             apply(self.by_base.entry(*m).or_default());
@@ -216,52 +249,54 @@ impl Engine {
     /// Clears one job: the feasible bundle of least cost, or `None` when nothing is feasible.
     pub fn clear(&self, job: &Job) -> Result<Option<Choice>> {
         job.validate()?;
-        let base = self.names.get(&job.base_model).copied();
-        let adapter = job.adapter.as_ref().and_then(|a| self.names.get(a)).copied();
-        let key = hash64(job.affinity_key());
-        let needs_adapter = job.needs_adapter();
+        let base_list = self
+            .names
+            .get(&job.base_model)
+            .and_then(|m| self.by_base.get(m));
+        let adapter_list = job
+            .adapter
+            .as_ref()
+            .and_then(|a| self.names.get(a))
+            .and_then(|a| self.by_adapter.get(a));
+        let key_hash = hash64(job.affinity_key());
+        let no_adapter_needed = !job.needs_adapter();
         let mut best: Option<Best> = None;
 
-        let empty = Ordered::new();
-        let warm_adapter = adapter.and_then(|a| self.by_adapter.get(&a)).unwrap_or(&empty);
-        self.walk(job, base, adapter, key, warm_adapter, (true, true), &mut best, |_| false);
-
-        let warm_base = base.and_then(|m| self.by_base.get(&m)).unwrap_or(&empty);
-        let adapter_held = |e: &Entry| adapter.is_some_and(|a| e.adapters.contains(&a));
-        self.walk(job, base, adapter, key, warm_base, (true, !needs_adapter), &mut best, adapter_held);
-
-        let base_held = |e: &Entry| base.is_some_and(|m| e.bases.contains(&m));
+        // α = 1: whatever else they hold, these skip the adapter fetch.
+        self.walk(job, key_hash, adapter_list, (true, true), &mut best, |key, slot| {
+            Some((holds(base_list, key, slot), true))
+        });
+        // β = 1 and α = 0 (those with α = 1 were just seen).
+        self.walk(job, key_hash, base_list, (true, no_adapter_needed), &mut best, |key, slot| {
+            (!holds(adapter_list, key, slot)).then_some((true, false))
+        });
+        // β = 0 and α = 0: usually cut at once by the μ1 in the bound.
         for ((classes, tiers), list) in &self.by_capability {
             let offers_class = classes & (1 << job.determinism as u8) != 0;
             let offers_tier = tiers & (1 << job.tier as u8) != 0;
             if offers_class && offers_tier {
-                self.walk(job, base, adapter, key, list, (false, !needs_adapter), &mut best, |e| {
-                    base_held(e) || adapter_held(e)
+                self.walk(job, key_hash, Some(list), (false, no_adapter_needed), &mut best, |key, slot| {
+                    (!holds(base_list, key, slot) && !holds(adapter_list, key, slot))
+                        .then_some((false, false))
                 });
             }
         }
-        Ok(best.map(|b| Choice {
-            bundle_id: self.entry(b.slot).bundle.id.clone(),
-            terms: b.terms,
-        }))
+        Ok(best.map(|b| self.choice(b)))
     }
 
     /// Walks one ordered list until the lower bound passes the best cost. `bound_residency` is
-    /// the (β, α) the bound may assume for every member of the list; `seen` skips bundles an
-    /// earlier walk already evaluated.
-    #[allow(clippy::too_many_arguments)]
+    /// the (β, α-or-not-needed) the bound may assume for every member of the list; `residency`
+    /// gives a member's (β, α), or `None` to skip a bundle an earlier walk already evaluated.
     fn walk(
         &self,
         job: &Job,
-        base: Option<u32>,
-        adapter: Option<u32>,
         key_hash: u64,
-        list: &Ordered,
+        list: Option<&Ordered>,
         bound_residency: (bool, bool),
         best: &mut Option<Best>,
-        seen: impl Fn(&Entry) -> bool,
+        residency: impl Fn(u64, Slot) -> Option<(bool, bool)>,
     ) {
-        for &(key, slot) in list {
+        for &(key, slot) in list.map_or(&[][..], Vec::as_slice) {
             if let Some(b) = best {
                 let bound = lower_bound(
                     job,
@@ -274,31 +309,19 @@ impl Engine {
                     break;
                 }
             }
-            let entry = self.entry(slot);
-            if seen(entry) {
-                continue;
+            if let Some((beta, alpha)) = residency(key, slot) {
+                let view = self.hot[slot as usize].view(job, beta, alpha);
+                self.consider(job, key_hash, slot, &view, best);
             }
-            self.consider(job, base, adapter, key_hash, slot, entry, best);
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn consider(
-        &self,
-        job: &Job,
-        base: Option<u32>,
-        adapter: Option<u32>,
-        key_hash: u64,
-        slot: Slot,
-        entry: &Entry,
-        best: &mut Option<Best>,
-    ) {
-        let view = entry.view(job, base, adapter);
-        let t_hat = completion_s(job, &view);
-        if !is_feasible(job, &view, t_hat) {
+    fn consider(&self, job: &Job, key_hash: u64, slot: Slot, view: &View, best: &mut Option<Best>) {
+        let t_hat = completion_s(job, view);
+        if !is_feasible(job, view, t_hat) {
             return;
         }
-        let cost = terms(job, &view, &self.weights, t_hat);
+        let cost = terms(job, view, &self.weights, t_hat);
         let better = match best {
             None => true,
             Some(b) if cost.total < b.terms.total => true,
@@ -309,8 +332,9 @@ impl Engine {
                 let d_best = *b
                     .distance
                     .get_or_insert_with(|| affinity_distance(key_hash, incumbent));
-                let d = affinity_distance(key_hash, &entry.bundle.id);
-                rank((cost.total, d, &entry.bundle.id), (b.terms.total, d_best, incumbent)).is_lt()
+                let id = &self.entry(slot).bundle.id;
+                let d = affinity_distance(key_hash, id);
+                rank((cost.total, d, id), (b.terms.total, d_best, incumbent)).is_lt()
             }
         };
         if better {
@@ -322,53 +346,59 @@ impl Engine {
         }
     }
 
+    fn choice(&self, best: Best) -> Choice {
+        Choice {
+            bundle_id: self.entry(best.slot).bundle.id.clone(),
+            terms: best.terms,
+        }
+    }
+
     fn entry(&self, slot: Slot) -> &Entry {
         self.slots[slot as usize]
             .as_ref()
             .expect("indexes point at live slots")
     }
 
+    /// Every live bundle with the job's (β, α), in slot order.
+    fn resolved<'a>(&'a self, job: &Job) -> impl Iterator<Item = (Slot, &'a Entry, View)> + 'a {
+        let base = self.names.get(&job.base_model).copied();
+        let adapter = job.adapter.as_ref().and_then(|a| self.names.get(a)).copied();
+        let job = job.clone();
+        self.slots.iter().enumerate().filter_map(move |(slot, e)| {
+            let e = e.as_ref()?;
+            let beta = base.is_some_and(|m| e.bases.contains(&m));
+            let alpha = adapter.is_some_and(|a| e.adapters.contains(&a));
+            Some((slot as Slot, e, self.hot[slot].view(&job, beta, alpha)))
+        })
+    }
+
     /// Clears by evaluating every bundle (no index): the baseline the benchmark compares with.
     pub fn clear_by_scan(&self, job: &Job) -> Result<Option<Choice>> {
         job.validate()?;
-        let base = self.names.get(&job.base_model).copied();
-        let adapter = job.adapter.as_ref().and_then(|a| self.names.get(a)).copied();
-        let key = hash64(job.affinity_key());
+        let key_hash = hash64(job.affinity_key());
         let mut best = None;
-        for (slot, entry) in self.slots.iter().enumerate() {
-            if let Some(entry) = entry {
-                self.consider(job, base, adapter, key, slot as Slot, entry, &mut best);
-            }
+        for (slot, _, view) in self.resolved(job) {
+            self.consider(job, key_hash, slot, &view, &mut best);
         }
-        Ok(best.map(|b| Choice {
-            bundle_id: self.entry(b.slot).bundle.id.clone(),
-            terms: b.terms,
-        }))
+        Ok(best.map(|b| self.choice(b)))
     }
 
     /// Every bundle as this job sees it (β, α, t_compute resolved), in registration-slot order.
     pub fn candidates(&self, job: &Job) -> Vec<Candidate> {
-        let base = self.names.get(&job.base_model).copied();
-        let adapter = job.adapter.as_ref().and_then(|a| self.names.get(a)).copied();
-        self.slots
-            .iter()
-            .flatten()
-            .map(|e| {
-                let v = e.view(job, base, adapter);
-                Candidate {
-                    id: e.bundle.id.clone(),
-                    price_per_hour: e.bundle.price_per_hour,
-                    memory_bytes: v.memory_bytes,
-                    bandwidth_bps: v.bandwidth_bps,
-                    base_resident: v.base_resident,
-                    adapter_resident: v.adapter_resident,
-                    rtt_s: v.rtt_s,
-                    compute_s: v.compute_s,
-                    context_max: v.context_max,
-                    determinism: v.determinism,
-                    tiers: v.tiers,
-                    failure_rate: v.failure_rate,
-                }
+        self.resolved(job)
+            .map(|(_, e, v)| Candidate {
+                id: e.bundle.id.clone(),
+                price_per_hour: e.bundle.price_per_hour,
+                memory_bytes: v.memory_bytes,
+                bandwidth_bps: v.bandwidth_bps,
+                base_resident: v.base_resident,
+                adapter_resident: v.adapter_resident,
+                rtt_s: v.rtt_s,
+                compute_s: v.compute_s,
+                context_max: v.context_max,
+                determinism: v.determinism,
+                tiers: v.tiers,
+                failure_rate: v.failure_rate,
             })
             .collect()
     }
@@ -378,6 +408,11 @@ impl Engine {
         job.validate()?;
         Ok(clearing::explain(job, &self.candidates(job), &self.weights))
     }
+}
+
+/// Whether `(key, slot)` is in an index list.
+fn holds(list: Option<&Ordered>, key: u64, slot: Slot) -> bool {
+    list.is_some_and(|l| l.binary_search(&(key, slot)).is_ok())
 }
 
 fn toggle(list: &mut Vec<String>, name: &str, present: bool) {

@@ -46,6 +46,22 @@ pub enum Error {
     /// A tier that no bundle on this exchange can offer.
     #[error("tier {0} cannot be offered here")]
     TierUnavailable(Tier),
+    /// A model catalog that breaks a rule at load; `at` names the rung (`models[2].rungs[0]`).
+    #[error("catalog {at}: {rule}: {detail}")]
+    Catalog {
+        /// Where in the catalog: a model, a rung or a provider, as a dotted path.
+        at: String,
+        /// The rule that was broken, e.g. `free rung routes only to a zero-priced upstream`.
+        rule: &'static str,
+        /// The offending values and what to change.
+        detail: String,
+    },
+    /// A model name or alias that the catalog does not know.
+    #[error("unknown model `{0}`: add it (or an alias) to the catalog")]
+    UnknownModel(String),
+    /// A pricing market (model class × tier) that has not been opened.
+    #[error("unknown market `{0}`: open it with MarketMaker::open first")]
+    UnknownMarket(String),
 }
 
 /// `Result` with the core's [`Error`].

@@ -35,12 +35,20 @@
 //! assert_eq!(choice.terms.base_load, 0.0); // the base was resident
 //! ```
 
+pub mod bench;
 pub mod candidate;
+pub mod capacity;
+pub mod catalog;
 pub mod clearing;
 pub mod engine;
 pub mod error;
 pub mod feasibility;
+pub mod inventory;
+pub mod lifecycle;
 pub mod objective;
+pub mod pricing;
 pub mod ring;
+pub mod sim;
+pub mod routing;
 
 pub use error::{Error, Result};

@@ -1,0 +1,317 @@
+//! Capacity arithmetic (SPEC §5): a tool users can check residency claims with. Decimal units
+//! throughout (1 MB = 10⁶ B, 1 GB = 10⁹ B).
+//!
+//! - A LoRA on a projection `d_in → d_out` at rank r adds `r·(d_in + d_out)` parameters
+//!   (A is r × d_in, B is d_out × r); with T square projections of size d in each of L layers
+//!   that is `2·r·L·T·d`.
+//! - Adapters beside one shared base: free memory / adapter size, whole adapters only.
+//! - N personalised agents: one process per adapter costs N copies of the base; per-sequence
+//!   adapter selection costs one base plus N adapters.
+
+use crate::error::{Result, invalid};
+use serde::{Deserialize, Serialize};
+
+/// Bytes per decimal gigabyte.
+pub const GB: f64 = 1e9;
+/// Bytes per decimal megabyte.
+pub const MB: f64 = 1e6;
+
+/// Element type of adapter weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    /// 4 bytes.
+    F32,
+    /// 2 bytes.
+    Bf16,
+    /// 2 bytes.
+    F16,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn bytes(self) -> u64 {
+        match self {
+            Self::F32 => 4,
+            Self::Bf16 | Self::F16 => 2,
+        }
+    }
+
+    /// Parses `f32`, `bf16` or `f16`.
+    pub fn parse(text: &str) -> Result<Self> {
+        match text {
+            "f32" | "float32" => Ok(Self::F32),
+            "bf16" | "bfloat16" => Ok(Self::Bf16),
+            "f16" | "float16" => Ok(Self::F16),
+            other => Err(invalid("dtype", format!("unknown `{other}`; use f32, bf16 or f16"))),
+        }
+    }
+}
+
+/// Parameters and bytes of an adapter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AdapterSize {
+    /// Parameter count.
+    pub params: u64,
+    /// Bytes at the chosen dtype.
+    pub bytes: u64,
+}
+
+/// `2·r·L·T·d` parameters for T square d × d projections in each of L layers.
+pub fn adapter_square(
+    hidden: u64,
+    layers: u64,
+    targets: u64,
+    rank: u64,
+    dtype: DType,
+) -> Result<AdapterSize> {
+    for (field, v) in [
+        ("hidden", hidden),
+        ("layers", layers),
+        ("targets", targets),
+        ("rank", rank),
+    ] {
+        if v == 0 {
+            return Err(invalid(field, "must be > 0"));
+        }
+    }
+    let params = 2u64
+        .checked_mul(rank)
+        .and_then(|p| p.checked_mul(layers))
+        .and_then(|p| p.checked_mul(targets))
+        .and_then(|p| p.checked_mul(hidden))
+        .ok_or_else(|| invalid("hidden", "the product overflows 64 bits"))?;
+    sized(params, dtype)
+}
+
+fn sized(params: u64, dtype: DType) -> Result<AdapterSize> {
+    Ok(AdapterSize {
+        params,
+        bytes: params
+            .checked_mul(dtype.bytes())
+            .ok_or_else(|| invalid("rank", "the byte count overflows 64 bits"))?,
+    })
+}
+
+/// The fields of a Hugging Face Llama-family `config.json` that size projections.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct HfConfig {
+    /// d, the model width.
+    pub hidden_size: u64,
+    /// L.
+    pub num_hidden_layers: u64,
+    /// Query heads.
+    pub num_attention_heads: u64,
+    /// Key/value heads (grouped-query attention); defaults to the query heads.
+    #[serde(default)]
+    pub num_key_value_heads: Option<u64>,
+    /// MLP width.
+    pub intermediate_size: u64,
+    /// Per-head width; defaults to hidden / heads.
+    #[serde(default)]
+    pub head_dim: Option<u64>,
+}
+
+impl HfConfig {
+    /// `(d_in, d_out)` of a projection, by its PEFT target-module name.
+    pub fn projection(&self, module: &str) -> Result<(u64, u64)> {
+        if self.num_attention_heads == 0 || self.hidden_size == 0 {
+            return Err(invalid(
+                "config.num_attention_heads",
+                "hidden_size and num_attention_heads must be > 0",
+            ));
+        }
+        let head_dim = self
+            .head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads);
+        let q = self.num_attention_heads * head_dim;
+        let kv = self.num_key_value_heads.unwrap_or(self.num_attention_heads) * head_dim;
+        let d = self.hidden_size;
+        let i = self.intermediate_size;
+        Ok(match module {
+            "q_proj" => (d, q),
+            "k_proj" | "v_proj" => (d, kv),
+            "o_proj" => (q, d),
+            "gate_proj" | "up_proj" => (d, i),
+            "down_proj" => (i, d),
+            other => {
+                return Err(invalid(
+                    "modules",
+                    format!(
+                        "unknown module `{other}`; use q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
+                    ),
+                ));
+            }
+        })
+    }
+}
+
+/// Adapter size for a real config: `L · Σ r·(d_in + d_out)` over the target modules.
+pub fn adapter_for_config(
+    config: &HfConfig,
+    modules: &[&str],
+    rank: u64,
+    dtype: DType,
+) -> Result<AdapterSize> {
+    if rank == 0 {
+        return Err(invalid("rank", "must be > 0"));
+    }
+    if modules.is_empty() {
+        return Err(invalid("modules", "name at least one module"));
+    }
+    let mut per_layer = 0u64;
+    for m in modules {
+        let (d_in, d_out) = config.projection(m)?;
+        per_layer += rank * (d_in + d_out);
+    }
+    sized(per_layer * config.num_hidden_layers, dtype)
+}
+
+fn positive_bytes(field: &str, value: f64, unit: f64) -> Result<f64> {
+    if value.is_finite() && value > 0.0 {
+        Ok(value * unit)
+    } else {
+        Err(invalid(field, format!("must be a finite number > 0, got {value}")))
+    }
+}
+
+/// Whole adapters that fit in `free_gb` beside one base.
+pub fn resident(free_gb: f64, adapter_mb: f64) -> Result<u64> {
+    let free = positive_bytes("free_gb", free_gb, GB)?;
+    let adapter = positive_bytes("adapter_mb", adapter_mb, MB)?;
+    Ok((free / adapter).floor() as u64)
+}
+
+/// Memory and accelerators one serving layout needs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Layout {
+    /// Total memory, GB.
+    pub memory_gb: f64,
+    /// Accelerators if memory could be split anywhere: ceil(memory / accelerator).
+    pub accelerators: u64,
+    /// Accelerators when each process (and each base copy) is placed whole.
+    pub accelerators_packed: u64,
+}
+
+/// One process per adapter against per-sequence adapter selection.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Duplication {
+    /// N processes, each with its own base and adapter.
+    pub per_process: Layout,
+    /// One base (per accelerator when packed) and N adapters.
+    pub batched: Layout,
+    /// per_process memory over batched memory.
+    pub ratio: f64,
+    /// per_process packed accelerators over batched packed accelerators.
+    pub accelerators_ratio: f64,
+}
+
+/// Compares the two layouts for `agents` personalised agents.
+pub fn duplication(
+    agents: u64,
+    base_gb: f64,
+    adapter_mb: f64,
+    accelerator_gb: f64,
+) -> Result<Duplication> {
+    if agents == 0 {
+        return Err(invalid("agents", "must be > 0"));
+    }
+    let base = positive_bytes("base_gb", base_gb, GB)?;
+    let adapter = positive_bytes("adapter_mb", adapter_mb, MB)?;
+    let accel = positive_bytes("accelerator_gb", accelerator_gb, GB)?;
+    let n = agents as f64;
+    let process = base + adapter;
+    if process > accel {
+        return Err(invalid(
+            "accelerator_gb",
+            format!(
+                "one base plus one adapter ({:.3} GB) does not fit on one accelerator",
+                process / GB
+            ),
+        ));
+    }
+    let per_process_memory = n * process;
+    let processes_per_accel = (accel / process).floor();
+    let per_process = Layout {
+        memory_gb: per_process_memory / GB,
+        accelerators: (per_process_memory / accel).ceil() as u64,
+        accelerators_packed: (n / processes_per_accel).ceil() as u64,
+    };
+    let batched_memory = base + n * adapter;
+    let adapters_per_accel = ((accel - base) / adapter).floor();
+    let batched = Layout {
+        memory_gb: batched_memory / GB,
+        accelerators: (batched_memory / accel).ceil() as u64,
+        accelerators_packed: if adapters_per_accel >= 1.0 {
+            (n / adapters_per_accel).ceil() as u64
+        } else {
+            return Err(invalid(
+                "accelerator_gb",
+                "no adapter fits beside the base on one accelerator",
+            ));
+        },
+    };
+    Ok(Duplication {
+        per_process,
+        batched,
+        ratio: per_process_memory / batched_memory,
+        accelerators_ratio: per_process.accelerators_packed as f64
+            / batched.accelerators_packed as f64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn square_projection_formula() {
+        // 2·16·32·4·4096 = 16 777 216 params, 33 554 432 bytes in bf16.
+        let s = adapter_square(4096, 32, 4, 16, DType::Bf16).unwrap();
+        assert_eq!(s, AdapterSize { params: 16_777_216, bytes: 33_554_432 });
+        assert!(adapter_square(4096, 0, 4, 16, DType::Bf16).is_err());
+    }
+
+    #[test]
+    fn llama3_8b_attention_adapter_counts_gqa_exactly() {
+        let cfg = HfConfig {
+            hidden_size: 4096,
+            num_hidden_layers: 32,
+            num_attention_heads: 32,
+            num_key_value_heads: Some(8),
+            intermediate_size: 14336,
+            head_dim: None,
+        };
+        // q 8192r, k 5120r, v 5120r, o 8192r = 26 624·16 per layer, ×32 layers.
+        let s = adapter_for_config(&cfg, &["q_proj", "k_proj", "v_proj", "o_proj"], 16, DType::Bf16)
+            .unwrap();
+        assert_eq!(s.params, 13_631_488);
+        assert_eq!(s.bytes, 27_262_976);
+        // MLP: gate/up 4096+14336, down 14336+4096, rank 8.
+        let m = adapter_for_config(&cfg, &["gate_proj", "up_proj", "down_proj"], 8, DType::F32)
+            .unwrap();
+        assert_eq!(m.params, 3 * 18_432 * 8 * 32);
+        assert!(adapter_for_config(&cfg, &["qkv"], 8, DType::F32).is_err());
+    }
+
+    #[test]
+    fn resident_counts_whole_adapters() {
+        assert_eq!(resident(80.0, 33.0).unwrap(), 2424); // 80e9 / 33e6 = 2424.24
+        assert!(resident(0.0, 33.0).is_err());
+        assert!(resident(f64::NAN, 33.0).is_err());
+    }
+
+    #[test]
+    fn duplication_hand_computed() {
+        // 100 agents, 16 GB base, 32 MB adapters, 80 GB accelerators.
+        let d = duplication(100, 16.0, 32.0, 80.0).unwrap();
+        assert!((d.per_process.memory_gb - 1603.2).abs() < 1e-9);
+        assert_eq!(d.per_process.accelerators, 21);
+        assert_eq!(d.per_process.accelerators_packed, 25); // 4 processes per accelerator
+        assert!((d.batched.memory_gb - 19.2).abs() < 1e-9);
+        assert_eq!(d.batched.accelerators, 1);
+        assert_eq!(d.batched.accelerators_packed, 1);
+        assert!((d.ratio - 83.5).abs() < 1e-9);
+        assert!(duplication(1, 100.0, 32.0, 80.0).is_err());
+    }
+}

@@ -1,0 +1,55 @@
+//! `cx bench …`: benchmarks that print a table and, with `--json`, one JSON object last.
+
+use cx_exchange::bench::{ClearingBenchConfig, run_clearing};
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// The indexed engine against a full scan, same fleet and intents, one core.
+    Clearing(ClearingArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClearingArgs {
+    /// Live bundles.
+    #[arg(long, default_value_t = 10_000)]
+    bundles: usize,
+    /// Intents through the engine.
+    #[arg(long, default_value_t = 200_000)]
+    intents: usize,
+    /// Of those, how many also go through the full scan.
+    #[arg(long, default_value_t = 2_000)]
+    scan_intents: usize,
+    /// Fixes fleet and intents.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
+    match cmd {
+        Command::Clearing(a) => {
+            anyhow::ensure!(a.bundles > 0, "--bundles: must be > 0");
+            anyhow::ensure!(a.intents > 0, "--intents: must be > 0");
+            let r = run_clearing(&ClearingBenchConfig {
+                bundles: a.bundles,
+                intents: a.intents,
+                scan_intents: a.scan_intents.max(1),
+                seed: a.seed,
+            });
+            let table = format!(
+                "clearing: {} bundles, {} intents (scan on {})\n  {:<22}{:>14.0}\n  {:<22}{:>14.2}\n  {:<22}{:>14.2}\n  {:<22}{:>14.0}\n  {:<22}{:>14.1}\n  {:<22}{:>14}\n  {:<22}{:>14}\n",
+                r.bundles, r.intents, r.scan_intents,
+                "intents_per_s", r.intents_per_s,
+                "p50_us", r.p50_us,
+                "p99_us", r.p99_us,
+                "scan_intents_per_s", r.scan_intents_per_s,
+                "speedup_vs_scan", r.speedup_vs_scan,
+                "disagreements", r.disagreements,
+                "unfilled", r.unfilled,
+            );
+            super::emit(a.json, &table, &r)
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! `cx capacity …`: the arithmetic of SPEC §5.
+
+use anyhow::Context;
+use cx_exchange::capacity::{self, DType, HfConfig};
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Parameters and bytes of a LoRA adapter.
+    Adapter(AdapterArgs),
+    /// Whole adapters that fit in free memory beside one base.
+    Resident(ResidentArgs),
+    /// One process per adapter vs per-sequence adapter selection.
+    Duplication(DuplicationArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct AdapterArgs {
+    /// Model width d (square projections).
+    #[arg(long, required_unless_present = "config")]
+    hidden: Option<u64>,
+    /// Layers L (square projections).
+    #[arg(long, required_unless_present = "config")]
+    layers: Option<u64>,
+    /// Adapted projections per layer T (square projections).
+    #[arg(long, required_unless_present = "config")]
+    targets: Option<u64>,
+    /// LoRA rank r.
+    #[arg(long)]
+    rank: u64,
+    /// Element type: f32, bf16, f16.
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// A Hugging Face config.json (exact GQA and MLP sizes) instead of square projections.
+    #[arg(long, conflicts_with_all = ["hidden", "layers", "targets"])]
+    config: Option<PathBuf>,
+    /// Target modules with --config, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "q_proj,k_proj,v_proj,o_proj")]
+    modules: Vec<String>,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ResidentArgs {
+    /// Free accelerator memory, GB (10⁹ B).
+    #[arg(long, allow_negative_numbers = true)]
+    free_gb: f64,
+    /// Adapter size, MB (10⁶ B).
+    #[arg(long, allow_negative_numbers = true)]
+    adapter_mb: f64,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct DuplicationArgs {
+    /// Personalised agents N.
+    #[arg(long)]
+    agents: u64,
+    /// Base model size, GB.
+    #[arg(long, allow_negative_numbers = true)]
+    base_gb: f64,
+    /// Adapter size, MB.
+    #[arg(long, allow_negative_numbers = true)]
+    adapter_mb: f64,
+    /// Memory of one accelerator, GB.
+    #[arg(long, allow_negative_numbers = true)]
+    accelerator_gb: f64,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
+    match cmd {
+        Command::Adapter(a) => adapter(a),
+        Command::Resident(a) => {
+            #[derive(Serialize)]
+            struct Report {
+                resident: u64,
+            }
+            let resident = capacity::resident(a.free_gb, a.adapter_mb)?;
+            let table = format!(
+                "{resident} adapters of {} MB fit in {} GB beside the base\n",
+                a.adapter_mb, a.free_gb
+            );
+            super::emit(a.json, &table, &Report { resident })
+        }
+        Command::Duplication(a) => {
+            let d = capacity::duplication(a.agents, a.base_gb, a.adapter_mb, a.accelerator_gb)?;
+            let table = format!(
+                "{:<12}{:>14}{:>14}{:>20}\n{:<12}{:>14.3}{:>14}{:>20}\n{:<12}{:>14.3}{:>14}{:>20}\nratio (memory) {:.2}×, accelerators packed {:.2}×\n",
+                "layout", "memory_gb", "accelerators", "accelerators_packed",
+                "per_process", d.per_process.memory_gb, d.per_process.accelerators, d.per_process.accelerators_packed,
+                "batched", d.batched.memory_gb, d.batched.accelerators, d.batched.accelerators_packed,
+                d.ratio, d.accelerators_ratio,
+            );
+            super::emit(a.json, &table, &d)
+        }
+    }
+}
+
+fn adapter(a: AdapterArgs) -> anyhow::Result<()> {
+    let dtype = DType::parse(&a.dtype)?;
+    let size = match &a.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let config: HfConfig = serde_json::from_str(&text)
+                .with_context(|| format!("{}: not a Llama-family config.json", path.display()))?;
+            let modules: Vec<&str> = a.modules.iter().map(String::as_str).collect();
+            capacity::adapter_for_config(&config, &modules, a.rank, dtype)?
+        }
+        None => capacity::adapter_square(
+            a.hidden.unwrap_or(0),
+            a.layers.unwrap_or(0),
+            a.targets.unwrap_or(0),
+            a.rank,
+            dtype,
+        )?,
+    };
+    let table = format!(
+        "params {}  bytes {}  ({:.3} MB)\n",
+        size.params,
+        size.bytes,
+        size.bytes as f64 / 1e6
+    );
+    super::emit(a.json, &table, &size)
+}

@@ -1,0 +1,49 @@
+//! Command-line parsing and the dispatch to each command.
+
+mod bench;
+mod capacity;
+mod clear;
+mod simulate;
+
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+/// compute-exchange: residency-aware clearing of inference work.
+#[derive(Debug, Parser)]
+#[command(name = "cx", version, about)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Clear one job against bundles read as JSON and explain the decision.
+    Clear(clear::Args),
+    /// Adapter and residency arithmetic (SPEC §5).
+    #[command(subcommand)]
+    Capacity(capacity::Command),
+    /// Run the market simulation: allocators and eviction policies on one trace.
+    Simulate(simulate::Args),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(bench::Command),
+}
+
+pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Clear(args) => clear::run(args),
+        Command::Capacity(cmd) => capacity::run(cmd),
+        Command::Simulate(args) => simulate::run(args),
+        Command::Bench(cmd) => bench::run(cmd),
+    }
+}
+
+/// Prints the human table, then (with `--json`) the report as one JSON line, last.
+fn emit<T: Serialize>(json: bool, table: &str, report: &T) -> anyhow::Result<()> {
+    print!("{table}");
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+    }
+    Ok(())
+}

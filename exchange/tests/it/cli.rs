@@ -1,0 +1,201 @@
+//! The `cx` binary as users run it: tables, `--json` last lines, one-line errors.
+
+use serde_json::Value;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn cx(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cx"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cx runs");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    input
+        .write_all(stdin.unwrap_or("").as_bytes())
+        .expect("stdin accepts");
+    drop(input);
+    child.wait_with_output().expect("cx exits")
+}
+
+fn last_json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "cx failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().expect("some output")).expect("last line is JSON")
+}
+
+/// Runs `cx` expecting failure; returns its single stderr line.
+fn error_line(args: &[&str], stdin: Option<&str>) -> String {
+    let out = cx(args, stdin);
+    assert!(!out.status.success(), "expected failure for {args:?}");
+    let err = String::from_utf8_lossy(&out.stderr).trim_end().to_owned();
+    assert_eq!(err.lines().count(), 1, "one line, got: {err}");
+    assert!(out.stdout.is_empty(), "nothing on stdout on error");
+    err
+}
+
+const FIXTURE: &str = include_str!("../../fixtures/clear-deadline.json");
+
+#[test]
+fn clear_rejects_the_cheapest_bundle_for_its_deadline() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/clear-deadline.json");
+    let report = last_json(&cx(&["clear", fixture, "--json"], None));
+    assert_eq!(report["chosen"], "holds-the-base");
+    let cheap = report["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "cheap-slow-link")
+        .unwrap();
+    assert_eq!(cheap["binding"], "deadline");
+    // 140 GB over 10 Gb/s is 112 s before 6 s of compute: ~3.94× a 30 s deadline.
+    let factor = cheap["factor"].as_f64().unwrap();
+    assert!((factor - 118.168 / 30.0).abs() < 1e-9, "{factor}");
+    for term in [
+        "compute",
+        "latency",
+        "failure",
+        "verification",
+        "deadline_risk",
+        "base_load",
+        "adapter_load",
+        "total",
+    ] {
+        assert!(report["terms"][term].is_number(), "term {term} reported");
+    }
+    assert_eq!(report["terms"]["base_load"], 0.0);
+}
+
+#[test]
+fn clear_reads_stdin_and_prints_a_table_without_json() {
+    let out = cx(&["clear"], Some(FIXTURE));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("chosen: holds-the-base"), "{text}");
+    assert!(text.contains("cheap-slow-link"));
+    assert!(serde_json::from_str::<Value>(text.lines().last().unwrap()).is_err());
+}
+
+fn with(path: &[&str], value: Value) -> String {
+    let mut v: Value = serde_json::from_str(FIXTURE).unwrap();
+    let mut at = &mut v;
+    for (i, key) in path.iter().enumerate() {
+        if i + 1 == path.len() {
+            at[*key] = value.clone();
+        } else if let Ok(n) = key.parse::<usize>() {
+            at = &mut at[n];
+        } else {
+            at = &mut at[*key];
+        }
+    }
+    v.to_string()
+}
+
+#[test]
+fn bad_input_is_one_line_naming_the_field() {
+    let cases: Vec<(String, &str)> = vec![
+        ("{\"job\": ".to_owned(), "EOF"),
+        ("[]".to_owned(), "invalid"),
+        (with(&["job", "deadline_s"], Value::from(0)), "job.deadline_s"),
+        (with(&["job", "deadline_s"], Value::from(-3.5)), "job.deadline_s"),
+        (with(&["job", "deadline_s"], Value::from("NaN")), "job.deadline_s"),
+        (with(&["job", "base_bytes"], Value::from(-1)), "job.base_bytes"),
+        (with(&["job", "tier"], Value::from("T9")), "job.tier"),
+        (with(&["job", "determinism"], Value::from("Q")), "job.determinism"),
+        (with(&["job", "tier"], Value::from("attested")), "attested"),
+        (with(&["bundles", "1", "memory_bytes"], Value::from(0)), "bundles[1].memory_bytes"),
+        (with(&["bundles", "2", "bandwidth_bps"], Value::from(-1.0)), "bundles[2].bandwidth_bps"),
+        (with(&["bundles", "0", "tiers"], serde_json::json!(["T1", "attested"])), "bundles[0].tiers"),
+        (with(&["bundles", "0", "failure_rate"], Value::from(1.5)), "bundles[0].failure_rate"),
+        (with(&["bundles", "1", "id"], Value::from("cheap-slow-link")), "duplicate"),
+        (with(&["job", "deadline"], Value::from(3)), "unknown field `deadline`"),
+    ];
+    for (input, expected) in cases {
+        let err = error_line(&["clear"], Some(&input));
+        assert!(err.starts_with("error: "), "{err}");
+        assert!(err.contains(expected), "expected `{expected}` in: {err}");
+    }
+    let mut missing: Value = serde_json::from_str(FIXTURE).unwrap();
+    missing["job"].as_object_mut().unwrap().remove("context_tokens");
+    let err = error_line(&["clear"], Some(&missing.to_string()));
+    assert!(err.contains("context_tokens"), "{err}");
+    let err = error_line(&["clear", "/nonexistent/clear.json"], None);
+    assert!(err.contains("cannot read /nonexistent/clear.json"), "{err}");
+}
+
+#[test]
+fn capacity_commands_match_hand_computed_cases() {
+    let square = last_json(&cx(
+        &["capacity", "adapter", "--hidden", "4096", "--layers", "32", "--targets", "4", "--rank", "16", "--json"],
+        None,
+    ));
+    assert_eq!(square["params"], 16_777_216);
+    assert_eq!(square["bytes"], 33_554_432);
+
+    let dir = std::env::temp_dir().join(format!("cx-capacity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
+            "vocab_size": 128256, "rms_norm_eps": 1e-5}"#,
+    )
+    .unwrap();
+    let gqa = last_json(&cx(
+        &["capacity", "adapter", "--config", config.to_str().unwrap(), "--modules", "q_proj,k_proj,v_proj,o_proj", "--rank", "16", "--json"],
+        None,
+    ));
+    assert_eq!(gqa["params"], 13_631_488);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let resident = last_json(&cx(
+        &["capacity", "resident", "--free-gb", "80", "--adapter-mb", "33", "--json"],
+        None,
+    ));
+    assert_eq!(resident["resident"], 2424);
+
+    let dup = last_json(&cx(
+        &["capacity", "duplication", "--agents", "100", "--base-gb", "16", "--adapter-mb", "32", "--accelerator-gb", "80", "--json"],
+        None,
+    ));
+    assert_eq!(dup["per_process"]["accelerators"], 21);
+    assert_eq!(dup["per_process"]["accelerators_packed"], 25);
+    assert_eq!(dup["batched"]["accelerators"], 1);
+    assert!((dup["ratio"].as_f64().unwrap() - 83.5).abs() < 1e-9);
+
+    let err = error_line(&["capacity", "resident", "--free-gb", "-1", "--adapter-mb", "33"], None);
+    assert!(err.contains("free_gb"), "{err}");
+    let err = error_line(&["capacity", "adapter", "--hidden", "0", "--layers", "1", "--targets", "1", "--rank", "1"], None);
+    assert!(err.contains("hidden"), "{err}");
+    let err = error_line(&["capacity", "adapter", "--hidden", "8", "--layers", "1", "--targets", "1", "--rank", "1", "--dtype", "f8"], None);
+    assert!(err.contains("dtype"), "{err}");
+}
+
+#[test]
+fn simulate_writes_report_and_chart_and_ours_wins() {
+    let dir = std::env::temp_dir().join(format!("cx-sim-{}", std::process::id()));
+    let report = last_json(&cx(
+        &["simulate", "--jobs", "1500", "--out", dir.to_str().unwrap(), "--json"],
+        None,
+    ));
+    let ours = &report["allocators"][0];
+    let cheapest = &report["allocators"][1];
+    assert_eq!(ours["allocator"], "residency_aware");
+    assert_eq!(cheapest["allocator"], "cheapest_capable");
+    assert!(ours["deadline_hit_rate"].as_f64() > cheapest["deadline_hit_rate"].as_f64());
+    assert!(ours["mean_cost"].as_f64() <= cheapest["mean_cost"].as_f64());
+    assert!(ours["cold_base_loads"].as_u64() < cheapest["cold_base_loads"].as_u64());
+    let svg = std::fs::read_to_string(dir.join("simulation.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("residency_aware"));
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(saved["jobs"], 1500);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
