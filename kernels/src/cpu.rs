@@ -569,7 +569,7 @@ pub(crate) fn tn_accumulate<T: crate::Element>(
     out: &mut [f32],
     mode: Mode,
 ) {
-    assert!(k % TN_ROUNDS == 0 && r.len() >= k * p && out.len() >= k * cols);
+    assert!(k.is_multiple_of(TN_ROUNDS) && r.len() >= k * p && out.len() >= k * cols);
     if p == 0 || cols == 0 {
         return;
     }

@@ -421,8 +421,8 @@ impl CudaKernels {
         let d_out = to_i32(batch.d_out, "d_out")?;
         let cfg = LaunchConfig {
             grid_dim: (
-                (batch.d_out as u32).div_ceil(BLOCK),
                 to_i32(batch.segment_rows, "rows")? as u32,
+                (batch.d_out as u32).div_ceil(BLOCK),
                 1,
             ),
             block_dim: (BLOCK, 1, 1),

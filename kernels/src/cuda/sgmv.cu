@@ -44,15 +44,16 @@ __device__ void shrink(const X* __restrict__ x, int d_in, const int* __restrict_
     }
 }
 
-// y[row, j] += scale * sum_k v[row, k] * Bt[k, j]; grid (ceil(d_out / blockDim.x), batch rows).
+// y[row, j] += scale * sum_k v[row, k] * Bt[k, j]; grid (batch rows, ceil(d_out / blockDim.x)):
+// rows on x, whose limit is 2^31 - 1 (y is limited to 65535).
 template <typename W>
 __device__ void expand(const float* __restrict__ v, int d_out, const int* __restrict__ blk_seg,
                        const int* __restrict__ blk_row, const int* __restrict__ seg_start,
                        const int* __restrict__ seg_adapter, const long long* __restrict__ v_off,
                        const unsigned long long* __restrict__ bt_ptr, const int* __restrict__ ranks,
                        const float* __restrict__ scales, float* __restrict__ y) {
-    const int b = blockIdx.y;
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    const int b = blockIdx.x;
+    const int j = blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= d_out) return;
     const int s = blk_seg[b];
     const int row = blk_row[b];
