@@ -29,11 +29,11 @@ pub fn write_svg(report: &Report, path: &Path) -> Result<(), Box<dyn std::error:
     let cold: Vec<f64> = report
         .allocators
         .iter()
-        .map(|o| (o.cold_base_loads) as f64)
+        .map(|o| o.cold_base_loads as f64)
         .collect();
-    bars(&panels[0], "deadline hit rate (%) — higher is better", &names, &hit)?;
-    bars(&panels[1], "mean cost per job — lower is better", &names, &cost)?;
-    bars(&panels[2], "cold base loads — lower is better", &names, &cold)?;
+    bars(&panels[0], "deadline hit rate (%) — higher is better", &names, &hit, |v| format!("{v:.1} %"))?;
+    bars(&panels[1], "mean cost per job — lower is better", &names, &cost, |v| format!("{v:.5}"))?;
+    bars(&panels[2], "cold base loads — lower is better", &names, &cold, |v| format!("{v:.0}"))?;
     lines(&panels[3], report, &names)?;
     root.present()?;
     Ok(())
@@ -44,6 +44,7 @@ fn bars<DB: DrawingBackend>(
     title: &str,
     names: &[String],
     values: &[f64],
+    label: impl Fn(f64) -> String,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
     DB::ErrorType: 'static,
@@ -67,8 +68,8 @@ where
             COLOURS[i % COLOURS.len()].filled(),
         )))?;
         chart.draw_series(std::iter::once(Text::new(
-            format!("{} {:.3}", names[i], v),
-            (x + 0.15, *v + top * 0.02),
+            format!("{}: {}", names[i], label(*v)),
+            (x + 0.15, *v + top * 0.06),
             ("sans-serif", 13),
         )))?;
     }

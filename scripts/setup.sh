@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what compute-exchange needs on a fresh machine; safe to run again (each step checks
+# first). Called by scripts/run.sh and scripts/test.sh.
+#   - Rust: the machine's toolchain (cargo); rustfmt and clippy components if rustup can add them.
+#   - Foundry (anvil, forge, cast) and solc-js from npm into the project-local .tools/.
+#   - PostgreSQL: DATABASE_URL if set; else a server on 127.0.0.1:5432; else Debian's package,
+#     installed and started.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+say() { echo "setup: $*" >&2; }
+
+if ! command -v cargo >/dev/null; then
+  say "cargo not found: install Rust ${RUST_VERSION:-1.95} (rustup) and run again"
+  exit 1
+fi
+if command -v rustup >/dev/null; then
+  for component in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$component" \
+      || rustup component add "$component" >/dev/null 2>&1 \
+      || say "could not add $component (continuing)"
+  done
+fi
+
+if [[ -x scripts/setup-foundry.sh ]]; then
+  scripts/setup-foundry.sh
+fi
+
+postgres_up() { (exec 3<>/dev/tcp/127.0.0.1/5432) 2>/dev/null; }
+if [[ -z "${DATABASE_URL:-}" ]] && ! postgres_up; then
+  say "no PostgreSQL on 127.0.0.1:5432: installing and starting Debian's postgresql"
+  if ! command -v pg_ctlcluster >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq postgresql >/dev/null
+  fi
+  version="$(ls /etc/postgresql | sort -V | tail -n 1)"
+  [[ -d "/etc/postgresql/$version/main" ]] || pg_createcluster "$version" main >/dev/null
+  # Trust on loopback: a devnet and test database, never a production one.
+  hba="/etc/postgresql/$version/main/pg_hba.conf"
+  grep -q "^host all all 127.0.0.1/32 trust" "$hba" \
+    || sed -i '1i host all all 127.0.0.1/32 trust' "$hba"
+  pg_ctlcluster --skip-systemctl-redirect "$version" main start || pg_ctlcluster "$version" main start
+  for _ in $(seq 1 30); do postgres_up && break; sleep 1; done
+  postgres_up || { say "PostgreSQL did not come up on 127.0.0.1:5432"; exit 1; }
+fi
