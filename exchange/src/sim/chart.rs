@@ -5,7 +5,11 @@ use super::Report;
 use plotters::prelude::*;
 use std::path::Path;
 
-const COLOURS: [RGBColor; 3] = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(127, 127, 127)];
+const COLOURS: [RGBColor; 3] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(127, 127, 127),
+];
 
 /// Writes the chart as SVG.
 pub fn write_svg(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
@@ -22,18 +26,43 @@ pub fn write_svg(report: &Report, path: &Path) -> Result<(), Box<dyn std::error:
     let names: Vec<String> = report
         .allocators
         .iter()
-        .map(|o| serde_json::to_value(o.allocator).map_or(String::new(), |v| v.as_str().unwrap_or("").to_owned()))
+        .map(|o| {
+            serde_json::to_value(o.allocator)
+                .map_or(String::new(), |v| v.as_str().unwrap_or("").to_owned())
+        })
         .collect();
-    let hit: Vec<f64> = report.allocators.iter().map(|o| o.deadline_hit_rate * 100.0).collect();
+    let hit: Vec<f64> = report
+        .allocators
+        .iter()
+        .map(|o| o.deadline_hit_rate * 100.0)
+        .collect();
     let cost: Vec<f64> = report.allocators.iter().map(|o| o.mean_cost).collect();
     let cold: Vec<f64> = report
         .allocators
         .iter()
         .map(|o| o.cold_base_loads as f64)
         .collect();
-    bars(&panels[0], "deadline hit rate (%) — higher is better", &names, &hit, |v| format!("{v:.1} %"))?;
-    bars(&panels[1], "mean cost per job — lower is better", &names, &cost, |v| format!("{v:.5}"))?;
-    bars(&panels[2], "cold base loads — lower is better", &names, &cold, |v| format!("{v:.0}"))?;
+    bars(
+        &panels[0],
+        "deadline hit rate (%) — higher is better",
+        &names,
+        &hit,
+        |v| format!("{v:.1} %"),
+    )?;
+    bars(
+        &panels[1],
+        "mean cost per job — lower is better",
+        &names,
+        &cost,
+        |v| format!("{v:.5}"),
+    )?;
+    bars(
+        &panels[2],
+        "cold base loads — lower is better",
+        &names,
+        &cold,
+        |v| format!("{v:.0}"),
+    )?;
     lines(&panels[3], report, &names)?;
     root.present()?;
     Ok(())
@@ -56,11 +85,7 @@ where
         .x_label_area_size(30)
         .y_label_area_size(60)
         .build_cartesian_2d(0f64..values.len() as f64, 0f64..top)?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(0)
-        .draw()?;
+    chart.configure_mesh().disable_x_mesh().x_labels(0).draw()?;
     for (i, v) in values.iter().enumerate() {
         let x = i as f64;
         chart.draw_series(std::iter::once(Rectangle::new(
@@ -102,7 +127,9 @@ where
                 colour.stroke_width(3),
             ))?
             .label(names[i].clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(3)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(3))
+            });
     }
     chart
         .configure_series_labels()

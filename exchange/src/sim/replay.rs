@@ -101,7 +101,7 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
     let mut agent_demand = vec![0u64; scenario.agents.len()];
     let mut out = Tally::default();
     let decile = scenario.arrivals.len().div_ceil(10).max(1);
-    let mut deciles = vec![(0u64, 0u64); 10];
+    let mut deciles = [(0u64, 0u64); 10];
 
     for (n, arrival) in scenario.arrivals.iter().enumerate() {
         let now = arrival.at_s;
@@ -132,7 +132,8 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
             let beta = s.holds(base_item);
             let alpha = s.holds(adapter_item);
             // Everything not used by this job is evictable, so it counts as available.
-            let in_use = if beta { job.base_bytes } else { 0 } + if alpha { job.adapter_bytes } else { 0 };
+            let in_use =
+                if beta { job.base_bytes } else { 0 } + if alpha { job.adapter_bytes } else { 0 };
             View {
                 price_per_s: b.price_per_hour / 3600.0,
                 memory_bytes: b.memory_bytes - in_use,
@@ -150,8 +151,9 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
         };
         // The baselines are not naive about queues: among capable bundles they prefer idle
         // ones, and only wait when every capable bundle is busy. What they ignore is residency.
-        let fits =
-            |i: usize| job.base_bytes + job.adapter_bytes + job.kv_bytes <= scenario.bundles[i].memory_bytes;
+        let fits = |i: usize| {
+            job.base_bytes + job.adapter_bytes + job.kv_bytes <= scenario.bundles[i].memory_bytes
+        };
         let idle = |i: usize| states[i].busy_until_s <= now;
         let any_idle = (0..scenario.bundles.len()).any(|i| fits(i) && idle(i));
         let capable = |i: usize| fits(i) && (idle(i) || !any_idle);
@@ -166,8 +168,11 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
                 .map(|(_, i)| i),
             Allocator::CheapestCapable => by_price.iter().copied().find(|i| capable(*i)),
             Allocator::RandomCapable => {
-                let all: Vec<usize> = (0..scenario.bundles.len()).filter(|i| capable(*i)).collect();
-                (!all.is_empty()).then(|| all[((arrival.pick * all.len() as f64) as usize).min(all.len() - 1)])
+                let all: Vec<usize> = (0..scenario.bundles.len())
+                    .filter(|i| capable(*i))
+                    .collect();
+                (!all.is_empty())
+                    .then(|| all[((arrival.pick * all.len() as f64) as usize).min(all.len() - 1)])
             }
         };
         let hit = match chosen {
@@ -178,8 +183,15 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
             Some(i) => {
                 let b = &scenario.bundles[i];
                 let v = view(i);
-                let load_bits = if v.base_resident { 0.0 } else { job.base_bytes as f64 * 8.0 }
-                    + if v.adapter_resident { 0.0 } else { job.adapter_bytes as f64 * 8.0 };
+                let load_bits = if v.base_resident {
+                    0.0
+                } else {
+                    job.base_bytes as f64 * 8.0
+                } + if v.adapter_resident {
+                    0.0
+                } else {
+                    job.adapter_bytes as f64 * 8.0
+                };
                 let load_s = load_bits / b.bandwidth_bps;
                 let compute_s = v.compute_s * arrival.compute_noise;
                 let start = now.max(states[i].busy_until_s);
@@ -195,17 +207,33 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
                     agent: &agent_demand,
                     states: &states,
                 };
-                let evicted = make_room(&states[i], &job, base_item, adapter_item, b, policy, discount, &values);
+                let evicted = make_room(
+                    &states[i],
+                    &job,
+                    base_item,
+                    adapter_item,
+                    b,
+                    policy,
+                    discount,
+                    &values,
+                );
                 let s = &mut states[i];
                 let mut k = 0;
                 s.residents.retain(|_| {
                     k += 1;
                     !evicted.contains(&(k - 1))
                 });
-                for (item, bytes) in [(base_item, job.base_bytes), (adapter_item, job.adapter_bytes)] {
+                for (item, bytes) in [
+                    (base_item, job.base_bytes),
+                    (adapter_item, job.adapter_bytes),
+                ] {
                     match s.residents.iter_mut().find(|r| r.item == item) {
                         Some(r) => r.last_used_s = now,
-                        None => s.residents.push(Resident { item, bytes, last_used_s: now }),
+                        None => s.residents.push(Resident {
+                            item,
+                            bytes,
+                            last_used_s: now,
+                        }),
                     }
                 }
                 s.busy_until_s = start + load_s + compute_s;
@@ -290,7 +318,8 @@ fn make_room(
             bytes: r.bytes,
             hit_rate_per_s: demand.rate_per_copy(r.item),
             // A hit saves reloading the bytes over this bundle's link, at its price.
-            saving_per_hit: r.bytes as f64 * 8.0 / bundle.bandwidth_bps * bundle.price_per_hour / 3600.0,
+            saving_per_hit: r.bytes as f64 * 8.0 / bundle.bandwidth_bps * bundle.price_per_hour
+                / 3600.0,
             // What this job runs on cannot be evicted to make room for it.
             pinned: r.item == base || r.item == adapter,
             last_used_s: r.last_used_s,
@@ -299,7 +328,10 @@ fn make_room(
     // First the adapter cache's own byte budget (the provider's residency cache), then the
     // device's memory for whatever must be loaded plus the KV cache.
     let is_adapter = |i: &usize| matches!(state.residents[*i].item, Item::Adapter(_));
-    let adapter_bytes: u64 = (0..occupants.len()).filter(is_adapter).map(|i| occupants[i].bytes).sum();
+    let adapter_bytes: u64 = (0..occupants.len())
+        .filter(is_adapter)
+        .map(|i| occupants[i].bytes)
+        .sum();
     let mut evicted = Vec::new();
     if !state.holds(adapter) {
         let adapters: Vec<usize> = (0..occupants.len()).filter(is_adapter).collect();
@@ -315,9 +347,15 @@ fn make_room(
         .sum();
     let free = bundle.memory_bytes.saturating_sub(used);
     let needed = if state.holds(base) { 0 } else { job.base_bytes }
-        + if state.holds(adapter) { 0 } else { job.adapter_bytes }
+        + if state.holds(adapter) {
+            0
+        } else {
+            job.adapter_bytes
+        }
         + job.kv_bytes;
-    let rest: Vec<usize> = (0..occupants.len()).filter(|i| !evicted.contains(i)).collect();
+    let rest: Vec<usize> = (0..occupants.len())
+        .filter(|i| !evicted.contains(i))
+        .collect();
     let subset: Vec<Occupant> = rest.iter().map(|i| occupants[*i].clone()).collect();
     // Capability checks guarantee the job fits once everything else is gone.
     if let Ok(plan) = plan_eviction(&subset, free, needed, policy, discount) {

@@ -119,14 +119,19 @@ impl Scenario {
     pub fn generate(config: &ScenarioConfig) -> Self {
         let mut rng = SplitMix64::new(config.seed);
         // bf16 weights: bytes = 2 × params.
-        let models: Vec<Model> = [("llama-1b", 1.2e9), ("llama-8b", 8.0e9), ("qwen-14b", 14.0e9), ("llama-70b", 70.0e9)]
-            .into_iter()
-            .map(|(id, params)| Model {
-                id: id.to_owned(),
-                bytes: (params * 2.0) as u64,
-                params,
-            })
-            .collect();
+        let models: Vec<Model> = [
+            ("llama-1b", 1.2e9),
+            ("llama-8b", 8.0e9),
+            ("qwen-14b", 14.0e9),
+            ("llama-70b", 70.0e9),
+        ]
+        .into_iter()
+        .map(|(id, params)| Model {
+            id: id.to_owned(),
+            bytes: (params * 2.0) as u64,
+            params,
+        })
+        .collect();
         // Devices: (memory GB, price $/h, TFLOP/s). Links are drawn separately, so that some
         // cheap devices sit behind slow links — where ranking by price goes wrong.
         let devices = [
