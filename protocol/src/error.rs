@@ -11,6 +11,9 @@ pub enum Error {
         /// What the value must be instead.
         reason: String,
     },
+    /// A post-quantum session handshake or frame was refused; nothing was accepted from it.
+    #[error("session refused: {0}")]
+    Session(String),
     /// The attested-execution tier exists in the registry, but no provider here can offer it.
     #[error(
         "{field}: tier `attested` (TEE) cannot be offered by any provider on this exchange; ask for T0–T3"
@@ -29,6 +32,7 @@ impl Error {
     pub fn field(&self) -> &str {
         match self {
             Error::InvalidField { field, .. } | Error::AttestedUnavailable { field } => field,
+            Error::Session(_) => "session",
         }
     }
 
@@ -42,6 +46,7 @@ impl Error {
             Error::AttestedUnavailable { field } => Error::AttestedUnavailable {
                 field: format!("{prefix}.{field}"),
             },
+            other @ Error::Session(_) => other,
         }
     }
 }

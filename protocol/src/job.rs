@@ -118,6 +118,9 @@ mod tests {
                 "determinism": "S", "tier": "T0", "deadline": 5}"#,
         )
         .unwrap_err();
-        assert!(err.to_string().contains("unknown field `deadline`"), "{err}");
+        assert!(
+            err.to_string().contains("unknown field `deadline`"),
+            "{err}"
+        );
     }
 }

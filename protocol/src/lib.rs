@@ -10,6 +10,7 @@
 //! - [`bundle`]: a provider bundle as it is registered: device, free memory, link, price,
 //!   capabilities and what is resident (SPEC §2).
 //! - [`id`]: content ids (SHA-256) for adapters and other artifacts.
+//! - [`pq`]: ML-DSA-65 identities and hybrid ML-KEM-768 + X25519 sessions.
 //!
 //! ```
 //! use cx_protocol::{DeterminismClass, Job, Tier};
@@ -29,6 +30,7 @@ pub mod class;
 pub mod error;
 pub mod id;
 pub mod job;
+pub mod pq;
 
 pub use bundle::Bundle;
 pub use class::{ClassSet, DeterminismClass, Tier, TierSet};
