@@ -1,0 +1,33 @@
+//! Pricing: the market maker and per-tenant preferences (SPEC §10).
+//!
+//! - [`hmm`]: the regime model over observed load — forward filter online, Baum–Welch offline.
+//! - [`leapfrog`]: price dynamics, a damped symplectic step in a regime-dependent anharmonic
+//!   potential over occupancy.
+//! - [`market`]: the market maker, one state per (model class × tier) market; deterministic
+//!   open quotes with `bid < ask` and no tier crossing; [`market::eligible`] turns providers'
+//!   asks into reservation prices.
+//! - [`tenant`]: one-bit sign deltas over a shared base quote table.
+//! - [`sim`]: a small regime-shift market to compare the market maker with a fixed price.
+//! - [`bench`]: [`bench::run_pricing_bench`], behind `cx bench pricing`.
+//! - [`rng`]: the seeded generator of synthetic traces (never used when quoting).
+//!
+//! ```
+//! use cx_exchange::pricing::hmm::Observation;
+//! use cx_exchange::pricing::market::{MarketMaker, MarketParams, eligible};
+//! use cx_protocol::Tier;
+//!
+//! let mut mm = MarketMaker::new(MarketParams::default()).unwrap();
+//! mm.open("llama-8b", 4.0).unwrap(); // reference: 4 price units per compute-hour
+//! mm.observe("llama-8b", Tier::T0, &Observation { offered_load: 1.3, occupancy: 1.4 }).unwrap();
+//! let quote = mm.quote("llama-8b", Tier::T0, 30.0, 2.0).unwrap();
+//! assert!(quote.bid_micro_per_hour < quote.ask_micro_per_hour);
+//! assert!(eligible(4.0, &quote)); // a bundle asking 4.0/h may take the job
+//! ```
+
+pub mod bench;
+pub mod hmm;
+pub mod leapfrog;
+pub mod market;
+pub mod rng;
+pub mod sim;
+pub mod tenant;
