@@ -54,7 +54,14 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
     let bases = 40usize;
     let adapters_per_base = 250usize;
     let base_bytes: Vec<u64> = (0..bases)
-        .map(|m| [2_400_000_000u64, 16_000_000_000, 28_000_000_000, 140_000_000_000][m % 4])
+        .map(|m| {
+            [
+                2_400_000_000u64,
+                16_000_000_000,
+                28_000_000_000,
+                140_000_000_000,
+            ][m % 4]
+        })
         .collect();
     let mut engine = Engine::new(Weights::default()).expect("default weights are valid");
     let all_classes = DeterminismClass::ALL;
@@ -67,7 +74,12 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
             resident_bases.push(format!("base-{}", rng.below(bases as u64)));
         }
         let resident_adapters = (0..rng.below(40))
-            .map(|_| format!("adapter-{first}-{}", zipf_index(&mut rng, adapters_per_base)))
+            .map(|_| {
+                format!(
+                    "adapter-{first}-{}",
+                    zipf_index(&mut rng, adapters_per_base)
+                )
+            })
             .collect();
         let bundle = Bundle {
             id: format!("bundle-{i:05}"),
@@ -107,7 +119,11 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
                 base_model: format!("base-{base}"),
                 adapter: (k % 5 != 0).then(|| format!("adapter-{base}-{adapter}")),
                 base_bytes: base_bytes[base],
-                adapter_bytes: if k % 5 != 0 { base_bytes[base] / 800 } else { 0 },
+                adapter_bytes: if k % 5 != 0 {
+                    base_bytes[base] / 800
+                } else {
+                    0
+                },
                 kv_bytes: u64::from(tokens) * 131_072,
                 context_tokens: tokens,
                 deadline_s: 2.0 + 60.0 * rng.next_f64(),

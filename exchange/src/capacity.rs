@@ -43,7 +43,10 @@ impl DType {
             "f32" | "float32" => Ok(Self::F32),
             "bf16" | "bfloat16" => Ok(Self::Bf16),
             "f16" | "float16" => Ok(Self::F16),
-            other => Err(invalid("dtype", format!("unknown `{other}`; use f32, bf16 or f16"))),
+            other => Err(invalid(
+                "dtype",
+                format!("unknown `{other}`; use f32, bf16 or f16"),
+            )),
         }
     }
 }
@@ -171,7 +174,10 @@ fn positive_bytes(field: &str, value: f64, unit: f64) -> Result<f64> {
     if value.is_finite() && value > 0.0 {
         Ok(value * unit)
     } else {
-        Err(invalid(field, format!("must be a finite number > 0, got {value}")))
+        Err(invalid(
+            field,
+            format!("must be a finite number > 0, got {value}"),
+        ))
     }
 }
 
@@ -268,7 +274,13 @@ mod tests {
     fn square_projection_formula() {
         // 2·16·32·4·4096 = 16 777 216 params, 33 554 432 bytes in bf16.
         let s = adapter_square(4096, 32, 4, 16, DType::Bf16).unwrap();
-        assert_eq!(s, AdapterSize { params: 16_777_216, bytes: 33_554_432 });
+        assert_eq!(
+            s,
+            AdapterSize {
+                params: 16_777_216,
+                bytes: 33_554_432
+            }
+        );
         assert!(adapter_square(4096, 0, 4, 16, DType::Bf16).is_err());
     }
 
@@ -283,8 +295,13 @@ mod tests {
             head_dim: None,
         };
         // q 8192r, k 5120r, v 5120r, o 8192r = 26 624·16 per layer, ×32 layers.
-        let s = adapter_for_config(&cfg, &["q_proj", "k_proj", "v_proj", "o_proj"], 16, DType::Bf16)
-            .unwrap();
+        let s = adapter_for_config(
+            &cfg,
+            &["q_proj", "k_proj", "v_proj", "o_proj"],
+            16,
+            DType::Bf16,
+        )
+        .unwrap();
         assert_eq!(s.params, 13_631_488);
         assert_eq!(s.bytes, 27_262_976);
         // MLP: gate/up 4096+14336, down 14336+4096, rank 8.

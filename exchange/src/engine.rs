@@ -263,22 +263,39 @@ impl Engine {
         let mut best: Option<Best> = None;
 
         // α = 1: whatever else they hold, these skip the adapter fetch.
-        self.walk(job, key_hash, adapter_list, (true, true), &mut best, |key, slot| {
-            Some((holds(base_list, key, slot), true))
-        });
+        self.walk(
+            job,
+            key_hash,
+            adapter_list,
+            (true, true),
+            &mut best,
+            |key, slot| Some((holds(base_list, key, slot), true)),
+        );
         // β = 1 and α = 0 (those with α = 1 were just seen).
-        self.walk(job, key_hash, base_list, (true, no_adapter_needed), &mut best, |key, slot| {
-            (!holds(adapter_list, key, slot)).then_some((true, false))
-        });
+        self.walk(
+            job,
+            key_hash,
+            base_list,
+            (true, no_adapter_needed),
+            &mut best,
+            |key, slot| (!holds(adapter_list, key, slot)).then_some((true, false)),
+        );
         // β = 0 and α = 0: usually cut at once by the μ1 in the bound.
         for ((classes, tiers), list) in &self.by_capability {
             let offers_class = classes & (1 << job.determinism as u8) != 0;
             let offers_tier = tiers & (1 << job.tier as u8) != 0;
             if offers_class && offers_tier {
-                self.walk(job, key_hash, Some(list), (false, no_adapter_needed), &mut best, |key, slot| {
-                    (!holds(base_list, key, slot) && !holds(adapter_list, key, slot))
-                        .then_some((false, false))
-                });
+                self.walk(
+                    job,
+                    key_hash,
+                    Some(list),
+                    (false, no_adapter_needed),
+                    &mut best,
+                    |key, slot| {
+                        (!holds(base_list, key, slot) && !holds(adapter_list, key, slot))
+                            .then_some((false, false))
+                    },
+                );
             }
         }
         Ok(best.map(|b| self.choice(b)))
@@ -362,7 +379,11 @@ impl Engine {
     /// Every live bundle with the job's (β, α), in slot order.
     fn resolved<'a>(&'a self, job: &Job) -> impl Iterator<Item = (Slot, &'a Entry, View)> + 'a {
         let base = self.names.get(&job.base_model).copied();
-        let adapter = job.adapter.as_ref().and_then(|a| self.names.get(a)).copied();
+        let adapter = job
+            .adapter
+            .as_ref()
+            .and_then(|a| self.names.get(a))
+            .copied();
         let job = job.clone();
         self.slots.iter().enumerate().filter_map(move |(slot, e)| {
             let e = e.as_ref()?;

@@ -36,7 +36,9 @@ pub enum Error {
     #[error("witness does not satisfy the predicate")]
     InvalidWitness,
     /// The eviction plan cannot free enough bytes without touching pinned occupants.
-    #[error("cannot free {needed_bytes} bytes: only {evictable_bytes} are evictable (the rest is pinned)")]
+    #[error(
+        "cannot free {needed_bytes} bytes: only {evictable_bytes} are evictable (the rest is pinned)"
+    )]
     NotEnoughEvictable {
         /// Bytes asked for.
         needed_bytes: u64,

@@ -73,7 +73,11 @@ pub fn adapter_present(job: &Job, view: &View) -> bool {
 
 /// Bytes the job needs free on the bundle: what is not resident, plus its KV cache.
 pub fn memory_needed_bytes(job: &Job, view: &View) -> u64 {
-    let base = if view.base_resident { 0 } else { job.base_bytes };
+    let base = if view.base_resident {
+        0
+    } else {
+        job.base_bytes
+    };
     let adapter = if adapter_present(job, view) {
         0
     } else {
@@ -150,16 +154,13 @@ pub fn violations(job: &Job, view: &View) -> Vec<Violation> {
 /// The binding constraint: a categorical one if any (no resource fixes it), else the largest
 /// factor.
 pub fn binding(violations: &[Violation]) -> Option<&Violation> {
-    violations
-        .iter()
-        .find(|v| v.factor.is_none())
-        .or_else(|| {
-            violations.iter().max_by(|a, b| {
-                a.factor
-                    .unwrap_or(f64::INFINITY)
-                    .total_cmp(&b.factor.unwrap_or(f64::INFINITY))
-            })
+    violations.iter().find(|v| v.factor.is_none()).or_else(|| {
+        violations.iter().max_by(|a, b| {
+            a.factor
+                .unwrap_or(f64::INFINITY)
+                .total_cmp(&b.factor.unwrap_or(f64::INFINITY))
         })
+    })
 }
 
 #[cfg(test)]
@@ -228,7 +229,10 @@ mod tests {
             ..view()
         };
         let v = violations(&job(), &small);
-        let mem = v.iter().find(|v| v.constraint == Constraint::Memory).unwrap();
+        let mem = v
+            .iter()
+            .find(|v| v.constraint == Constraint::Memory)
+            .unwrap();
         assert!((mem.factor.unwrap() - 17.02 / 2.0).abs() < 1e-9);
         let resident = View {
             base_resident: true,

@@ -169,9 +169,15 @@ mod tests {
 
     #[test]
     fn value_is_a_discounted_perpetuity() {
-        let d = Discount { rate_per_s: 0.0, horizon_s: 100.0 };
+        let d = Discount {
+            rate_per_s: 0.0,
+            horizon_s: 100.0,
+        };
         assert_eq!(expected_value(&occ("a", 1, 0.5, 0.0, false), d), 50.0);
-        let d = Discount { rate_per_s: 0.01, horizon_s: 100.0 };
+        let d = Discount {
+            rate_per_s: 0.01,
+            horizon_s: 100.0,
+        };
         let v = expected_value(&occ("a", 1, 0.5, 0.0, false), d);
         assert!((v - 0.5 * (1.0 - (-1f64).exp()) / 0.01).abs() < 1e-9);
     }
@@ -180,7 +186,7 @@ mod tests {
     fn evicts_least_value_per_byte_and_never_a_pin() {
         let d = Discount::default();
         let occupants = [
-            occ("hot-big", 100, 1.0, 0.0, false),  // 0.01 per byte
+            occ("hot-big", 100, 1.0, 0.0, false),    // 0.01 per byte
             occ("cold-small", 10, 0.01, 9.0, false), // 0.001 per byte
             occ("pinned", 100, 0.0, 0.0, true),
             occ("warm", 50, 0.2, 5.0, false), // 0.004 per byte
@@ -192,13 +198,19 @@ mod tests {
         let err = plan_eviction(&occupants, 0, 200, EvictionPolicy::ValuePerByte, d).unwrap_err();
         assert_eq!(
             err,
-            Error::NotEnoughEvictable { needed_bytes: 200, evictable_bytes: 160 }
+            Error::NotEnoughEvictable {
+                needed_bytes: 200,
+                evictable_bytes: 160
+            }
         );
     }
 
     #[test]
     fn shadow_price_is_the_value_given_up() {
-        let d = Discount { rate_per_s: 0.0, horizon_s: 10.0 };
+        let d = Discount {
+            rate_per_s: 0.0,
+            horizon_s: 10.0,
+        };
         let occupants = [occ("a", 10, 1.0, 0.0, false), occ("b", 10, 3.0, 0.0, false)];
         assert_eq!(shadow_price(&occupants, 5, 5, d).unwrap(), 0.0);
         assert_eq!(shadow_price(&occupants, 5, 10, d).unwrap(), 10.0);

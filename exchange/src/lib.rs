@@ -48,7 +48,7 @@ pub mod lifecycle;
 pub mod objective;
 pub mod pricing;
 pub mod ring;
-pub mod sim;
 pub mod routing;
+pub mod sim;
 
 pub use error::{Error, Result};

@@ -105,12 +105,9 @@ mod tests {
         let share = moved as f64 / keys.len() as f64;
         // Ideal is 1/10; every moved key must have moved to the newcomer.
         assert!((0.05..0.17).contains(&share), "moved {share}");
-        assert!(
-            keys.iter()
-                .zip(&before)
-                .all(|(k, b)| ring.owner(k).unwrap() == b.as_str()
-                    || ring.owner(k).unwrap() == "node-9")
-        );
+        assert!(keys.iter().zip(&before).all(
+            |(k, b)| ring.owner(k).unwrap() == b.as_str() || ring.owner(k).unwrap() == "node-9"
+        ));
     }
 
     #[test]

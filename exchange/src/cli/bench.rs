@@ -40,14 +40,23 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
             });
             let table = format!(
                 "clearing: {} bundles, {} intents (scan on {})\n  {:<22}{:>14.0}\n  {:<22}{:>14.2}\n  {:<22}{:>14.2}\n  {:<22}{:>14.0}\n  {:<22}{:>14.1}\n  {:<22}{:>14}\n  {:<22}{:>14}\n",
-                r.bundles, r.intents, r.scan_intents,
-                "intents_per_s", r.intents_per_s,
-                "p50_us", r.p50_us,
-                "p99_us", r.p99_us,
-                "scan_intents_per_s", r.scan_intents_per_s,
-                "speedup_vs_scan", r.speedup_vs_scan,
-                "disagreements", r.disagreements,
-                "unfilled", r.unfilled,
+                r.bundles,
+                r.intents,
+                r.scan_intents,
+                "intents_per_s",
+                r.intents_per_s,
+                "p50_us",
+                r.p50_us,
+                "p99_us",
+                r.p99_us,
+                "scan_intents_per_s",
+                r.scan_intents_per_s,
+                "speedup_vs_scan",
+                r.speedup_vs_scan,
+                "disagreements",
+                r.disagreements,
+                "unfilled",
+                r.unfilled,
             );
             super::emit(a.json, &table, &r)
         }

@@ -36,7 +36,11 @@ pub(crate) struct AdapterArgs {
     #[arg(long, conflicts_with_all = ["hidden", "layers", "targets"])]
     config: Option<PathBuf>,
     /// Target modules with --config, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "q_proj,k_proj,v_proj,o_proj")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "q_proj,k_proj,v_proj,o_proj"
+    )]
     modules: Vec<String>,
     /// Print one JSON object, last.
     #[arg(long)]
@@ -94,10 +98,20 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
             let d = capacity::duplication(a.agents, a.base_gb, a.adapter_mb, a.accelerator_gb)?;
             let table = format!(
                 "{:<12}{:>14}{:>14}{:>20}\n{:<12}{:>14.3}{:>14}{:>20}\n{:<12}{:>14.3}{:>14}{:>20}\nratio (memory) {:.2}×, accelerators packed {:.2}×\n",
-                "layout", "memory_gb", "accelerators", "accelerators_packed",
-                "per_process", d.per_process.memory_gb, d.per_process.accelerators, d.per_process.accelerators_packed,
-                "batched", d.batched.memory_gb, d.batched.accelerators, d.batched.accelerators_packed,
-                d.ratio, d.accelerators_ratio,
+                "layout",
+                "memory_gb",
+                "accelerators",
+                "accelerators_packed",
+                "per_process",
+                d.per_process.memory_gb,
+                d.per_process.accelerators,
+                d.per_process.accelerators_packed,
+                "batched",
+                d.batched.memory_gb,
+                d.batched.accelerators,
+                d.batched.accelerators_packed,
+                d.ratio,
+                d.accelerators_ratio,
             );
             super::emit(a.json, &table, &d)
         }

@@ -62,7 +62,8 @@ fn parse(text: &str) -> anyhow::Result<Input> {
     input.weights.validate()?;
     let mut ids = HashSet::new();
     for (i, b) in input.bundles.iter().enumerate() {
-        b.validate().map_err(|e| e.within(&format!("bundles[{i}]")))?;
+        b.validate()
+            .map_err(|e| e.within(&format!("bundles[{i}]")))?;
         if !ids.insert(b.id.as_str()) {
             bail!("bundles[{i}].id: duplicate id `{}`", b.id);
         }
@@ -86,18 +87,30 @@ fn table(input: &Input, d: &Decision) -> String {
     );
     match (&d.chosen, &d.terms) {
         (Some(id), Some(t)) => {
-            let _ = writeln!(out, "chosen: {id}  (total {:.6}, t̂ {:.3} s)", t.total, t.completion_s);
+            let _ = writeln!(
+                out,
+                "chosen: {id}  (total {:.6}, t̂ {:.3} s)",
+                t.total, t.completion_s
+            );
             let _ = writeln!(
                 out,
                 "  {:<14}{:>14}\n  {:<14}{:>14.6}\n  {:<14}{:>14.6}\n  {:<14}{:>14.6}\n  {:<14}{:>14.6}\n  {:<14}{:>14.6}\n  {:<14}{:>14.6}\n  {:<14}{:>14.6}",
-                "term", "cost",
-                "compute", t.compute,
-                "latency", t.latency,
-                "failure", t.failure,
-                "verification", t.verification,
-                "deadline_risk", t.deadline_risk,
-                "base_load", t.base_load,
-                "adapter_load", t.adapter_load,
+                "term",
+                "cost",
+                "compute",
+                t.compute,
+                "latency",
+                t.latency,
+                "failure",
+                t.failure,
+                "verification",
+                t.verification,
+                "deadline_risk",
+                t.deadline_risk,
+                "base_load",
+                t.base_load,
+                "adapter_load",
+                t.adapter_load,
             );
         }
         _ => {
@@ -108,12 +121,20 @@ fn table(input: &Input, d: &Decision) -> String {
         let _ = writeln!(out, "feasible ({}):", d.feasible.len());
         let _ = writeln!(out, "  {:<24}{:>14}{:>12}", "id", "total", "t̂ s");
         for f in &d.feasible {
-            let _ = writeln!(out, "  {:<24}{:>14.6}{:>12.3}", f.id, f.total, f.completion_s);
+            let _ = writeln!(
+                out,
+                "  {:<24}{:>14.6}{:>12.3}",
+                f.id, f.total, f.completion_s
+            );
         }
     }
     if !d.rejected.is_empty() {
         let _ = writeln!(out, "rejected ({}):", d.rejected.len());
-        let _ = writeln!(out, "  {:<24}{:<13}{:>9}  violations", "id", "binding", "factor");
+        let _ = writeln!(
+            out,
+            "  {:<24}{:<13}{:>9}  violations",
+            "id", "binding", "factor"
+        );
         for r in &d.rejected {
             let factor = r.factor.map_or("-".to_owned(), |f| format!("{f:.3}×"));
             let all: Vec<String> = r

@@ -47,7 +47,14 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     let _ = writeln!(
         t,
         "  {:<18}{:<16}{:>10}{:>12}{:>11}{:>13}{:>9}{:>8}",
-        "allocator", "eviction", "hit_rate", "mean_cost", "cold_base", "cold_adapter", "refused", "busy"
+        "allocator",
+        "eviction",
+        "hit_rate",
+        "mean_cost",
+        "cold_base",
+        "cold_adapter",
+        "refused",
+        "busy"
     );
     for o in report.allocators.iter().chain(&report.eviction) {
         let _ = writeln!(
@@ -68,7 +75,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         "residency_aware vs cheapest_capable: hit rate ×{:.2}, mean cost ×{:.2}; LRU cold loads ×{:.2} of value-per-byte",
         report.hit_rate_ratio, report.cost_ratio, report.lru_cold_loads_ratio
     );
-    let _ = writeln!(t, "wrote {} and {}", json_path.display(), svg_path.display());
+    let _ = writeln!(
+        t,
+        "wrote {} and {}",
+        json_path.display(),
+        svg_path.display()
+    );
     super::emit(args.json, &t, &report)
 }
 

@@ -128,7 +128,9 @@ impl Intent {
     /// The provider failed (or no bundle is feasible).
     pub fn fail(&mut self, reason: &str) -> Result<()> {
         match self.state {
-            IntentState::Submitted | IntentState::Cleared { .. } | IntentState::Dispatched { .. } => {
+            IntentState::Submitted
+            | IntentState::Cleared { .. }
+            | IntentState::Dispatched { .. } => {
                 self.state = IntentState::Failed {
                     reason: reason.to_owned(),
                 };
@@ -143,9 +145,9 @@ impl Intent {
     pub fn refund(&mut self, now_s: f64) -> Result<u128> {
         let allowed = match self.state {
             IntentState::Failed { .. } => true,
-            IntentState::Submitted | IntentState::Cleared { .. } | IntentState::Dispatched { .. } => {
-                now_s > self.deadline_at_s
-            }
+            IntentState::Submitted
+            | IntentState::Cleared { .. }
+            | IntentState::Dispatched { .. } => now_s > self.deadline_at_s,
             IntentState::Completed { .. } | IntentState::Refunded => false,
         };
         if !allowed {
@@ -173,13 +175,24 @@ mod tests {
     fn illegal_transitions_leave_state_unchanged() {
         let mut i = Intent::new("i1", 10.0, 500);
         let err = i.dispatch().unwrap_err();
-        assert!(matches!(err, Error::IllegalTransition { event: "dispatch", .. }));
+        assert!(matches!(
+            err,
+            Error::IllegalTransition {
+                event: "dispatch",
+                ..
+            }
+        ));
         assert_eq!(i.state, IntentState::Submitted);
         i.clear("b1").unwrap();
         assert!(i.clear("b2").is_err());
         assert!(i.complete(1.0, "x").is_err());
         assert!(i.refund(5.0).is_err(), "no refund before the deadline");
-        assert_eq!(i.state, IntentState::Cleared { bundle: "b1".into() });
+        assert_eq!(
+            i.state,
+            IntentState::Cleared {
+                bundle: "b1".into()
+            }
+        );
     }
 
     #[test]

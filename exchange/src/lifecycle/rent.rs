@@ -201,7 +201,11 @@ mod tests {
         let mut r = rent();
         assert_eq!(r.accrue(1800.0).unwrap(), 1_000);
         assert_eq!(r.accrue(1800.0).unwrap(), 0);
-        assert_eq!(r.accrue(99_999.0).unwrap(), 1_000, "capped at the term's end");
+        assert_eq!(
+            r.accrue(99_999.0).unwrap(),
+            1_000,
+            "capped at the term's end"
+        );
         assert_eq!(r.accrued_wei, 2_000);
     }
 
@@ -214,7 +218,10 @@ mod tests {
         r.observe(false).unwrap(); // 1 of 101 < 1 %
         assert_eq!(
             r.end(3600.0).unwrap(),
-            RentState::Ended { paid_wei: 2_000, rebate_wei: 0 }
+            RentState::Ended {
+                paid_wei: 2_000,
+                rebate_wei: 0
+            }
         );
     }
 
@@ -227,7 +234,10 @@ mod tests {
         assert!(r.end(100.0).is_err(), "term not over");
         assert_eq!(
             r.end(3600.0).unwrap(),
-            RentState::Ended { paid_wei: 2_000, rebate_wei: 400 }
+            RentState::Ended {
+                paid_wei: 2_000,
+                rebate_wei: 400
+            }
         );
         assert!(r.observe(true).is_err());
         assert!(r.accrue(4000.0).is_err());

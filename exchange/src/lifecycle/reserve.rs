@@ -64,7 +64,9 @@ impl Reserve {
                 spot: spot_wei_per_s as f64,
             });
         }
-        if !(window_start_s.is_finite() && window_end_s.is_finite() && window_end_s > window_start_s)
+        if !(window_start_s.is_finite()
+            && window_end_s.is_finite()
+            && window_end_s > window_start_s)
         {
             return Err(crate::error::invalid(
                 "window_end_s",
@@ -152,21 +154,33 @@ mod tests {
         let mut r = Reserve::new("r", 0.0, 100.0, 5_000, 80, 100).unwrap();
         assert_eq!(
             r.draw(1.0, 3_000).unwrap(),
-            Draw { from_reserve_ms: 3_000, from_spot_ms: 0 }
+            Draw {
+                from_reserve_ms: 3_000,
+                from_spot_ms: 0
+            }
         );
         assert_eq!(
             r.draw(2.0, 3_000).unwrap(),
-            Draw { from_reserve_ms: 2_000, from_spot_ms: 1_000 }
+            Draw {
+                from_reserve_ms: 2_000,
+                from_spot_ms: 1_000
+            }
         );
         assert_eq!(
             r.draw(150.0, 500).unwrap(),
-            Draw { from_reserve_ms: 0, from_spot_ms: 500 }
+            Draw {
+                from_reserve_ms: 0,
+                from_spot_ms: 500
+            }
         );
         assert!(r.close(50.0).is_err(), "window not over");
         // 5 s committed at 80 wei/s: 400 wei whatever was used.
         assert_eq!(
             r.close(100.0).unwrap(),
-            ReserveState::Closed { charge_wei: 400, unused_ms: 0 }
+            ReserveState::Closed {
+                charge_wei: 400,
+                unused_ms: 0
+            }
         );
         assert!(r.draw(101.0, 1).is_err());
     }
@@ -177,7 +191,10 @@ mod tests {
         r.draw(1.0, 1_000).unwrap();
         assert_eq!(
             r.close(10.0).unwrap(),
-            ReserveState::Closed { charge_wei: 500, unused_ms: 9_000 }
+            ReserveState::Closed {
+                charge_wei: 500,
+                unused_ms: 9_000
+            }
         );
     }
 }

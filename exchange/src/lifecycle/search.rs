@@ -178,12 +178,23 @@ mod tests {
         // ln(0.01)/ln(1 − 2⁻¹⁰) ≈ 4713.6 trials.
         assert_eq!(s.price_wei, 4714 * 3);
         let nonce = solve(b"cx-test", &target, 0, 1 << 20).unwrap();
-        let bad = (0..).find(|n| !is_witness(b"cx-test", *n, &target)).unwrap();
+        let bad = (0..)
+            .find(|n| !is_witness(b"cx-test", *n, &target))
+            .unwrap();
         assert_eq!(s.submit(1.0, "p1", bad), Err(Error::InvalidWitness));
         assert_eq!(s.state, SearchState::Open);
         s.submit(2.0, "p2", nonce).unwrap();
-        assert!(s.submit(3.0, "p3", nonce).is_err(), "second witness too late");
-        assert_eq!(s.state, SearchState::Solved { solver: "p2".into(), nonce });
+        assert!(
+            s.submit(3.0, "p3", nonce).is_err(),
+            "second witness too late"
+        );
+        assert_eq!(
+            s.state,
+            SearchState::Solved {
+                solver: "p2".into(),
+                nonce
+            }
+        );
         assert!(s.expire(100.0).is_err());
     }
 

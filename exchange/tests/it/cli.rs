@@ -102,19 +102,55 @@ fn bad_input_is_one_line_naming_the_field() {
     let cases: Vec<(String, &str)> = vec![
         ("{\"job\": ".to_owned(), "EOF"),
         ("[]".to_owned(), "invalid"),
-        (with(&["job", "deadline_s"], Value::from(0)), "job.deadline_s"),
-        (with(&["job", "deadline_s"], Value::from(-3.5)), "job.deadline_s"),
-        (with(&["job", "deadline_s"], Value::from("NaN")), "job.deadline_s"),
-        (with(&["job", "base_bytes"], Value::from(-1)), "job.base_bytes"),
+        (
+            with(&["job", "deadline_s"], Value::from(0)),
+            "job.deadline_s",
+        ),
+        (
+            with(&["job", "deadline_s"], Value::from(-3.5)),
+            "job.deadline_s",
+        ),
+        (
+            with(&["job", "deadline_s"], Value::from("NaN")),
+            "job.deadline_s",
+        ),
+        (
+            with(&["job", "base_bytes"], Value::from(-1)),
+            "job.base_bytes",
+        ),
         (with(&["job", "tier"], Value::from("T9")), "job.tier"),
-        (with(&["job", "determinism"], Value::from("Q")), "job.determinism"),
+        (
+            with(&["job", "determinism"], Value::from("Q")),
+            "job.determinism",
+        ),
         (with(&["job", "tier"], Value::from("attested")), "attested"),
-        (with(&["bundles", "1", "memory_bytes"], Value::from(0)), "bundles[1].memory_bytes"),
-        (with(&["bundles", "2", "bandwidth_bps"], Value::from(-1.0)), "bundles[2].bandwidth_bps"),
-        (with(&["bundles", "0", "tiers"], serde_json::json!(["T1", "attested"])), "bundles[0].tiers"),
-        (with(&["bundles", "0", "failure_rate"], Value::from(1.5)), "bundles[0].failure_rate"),
-        (with(&["bundles", "1", "id"], Value::from("cheap-slow-link")), "duplicate"),
-        (with(&["job", "deadline"], Value::from(3)), "unknown field `deadline`"),
+        (
+            with(&["bundles", "1", "memory_bytes"], Value::from(0)),
+            "bundles[1].memory_bytes",
+        ),
+        (
+            with(&["bundles", "2", "bandwidth_bps"], Value::from(-1.0)),
+            "bundles[2].bandwidth_bps",
+        ),
+        (
+            with(
+                &["bundles", "0", "tiers"],
+                serde_json::json!(["T1", "attested"]),
+            ),
+            "bundles[0].tiers",
+        ),
+        (
+            with(&["bundles", "0", "failure_rate"], Value::from(1.5)),
+            "bundles[0].failure_rate",
+        ),
+        (
+            with(&["bundles", "1", "id"], Value::from("cheap-slow-link")),
+            "duplicate",
+        ),
+        (
+            with(&["job", "deadline"], Value::from(3)),
+            "unknown field `deadline`",
+        ),
     ];
     for (input, expected) in cases {
         let err = error_line(&["clear"], Some(&input));
@@ -122,7 +158,10 @@ fn bad_input_is_one_line_naming_the_field() {
         assert!(err.contains(expected), "expected `{expected}` in: {err}");
     }
     let mut missing: Value = serde_json::from_str(FIXTURE).unwrap();
-    missing["job"].as_object_mut().unwrap().remove("context_tokens");
+    missing["job"]
+        .as_object_mut()
+        .unwrap()
+        .remove("context_tokens");
     let err = error_line(&["clear"], Some(&missing.to_string()));
     assert!(err.contains("context_tokens"), "{err}");
     let err = error_line(&["clear", "/nonexistent/clear.json"], None);
@@ -132,7 +171,19 @@ fn bad_input_is_one_line_naming_the_field() {
 #[test]
 fn capacity_commands_match_hand_computed_cases() {
     let square = last_json(&cx(
-        &["capacity", "adapter", "--hidden", "4096", "--layers", "32", "--targets", "4", "--rank", "16", "--json"],
+        &[
+            "capacity",
+            "adapter",
+            "--hidden",
+            "4096",
+            "--layers",
+            "32",
+            "--targets",
+            "4",
+            "--rank",
+            "16",
+            "--json",
+        ],
         None,
     ));
     assert_eq!(square["params"], 16_777_216);
@@ -149,20 +200,50 @@ fn capacity_commands_match_hand_computed_cases() {
     )
     .unwrap();
     let gqa = last_json(&cx(
-        &["capacity", "adapter", "--config", config.to_str().unwrap(), "--modules", "q_proj,k_proj,v_proj,o_proj", "--rank", "16", "--json"],
+        &[
+            "capacity",
+            "adapter",
+            "--config",
+            config.to_str().unwrap(),
+            "--modules",
+            "q_proj,k_proj,v_proj,o_proj",
+            "--rank",
+            "16",
+            "--json",
+        ],
         None,
     ));
     assert_eq!(gqa["params"], 13_631_488);
     std::fs::remove_dir_all(&dir).unwrap();
 
     let resident = last_json(&cx(
-        &["capacity", "resident", "--free-gb", "80", "--adapter-mb", "33", "--json"],
+        &[
+            "capacity",
+            "resident",
+            "--free-gb",
+            "80",
+            "--adapter-mb",
+            "33",
+            "--json",
+        ],
         None,
     ));
     assert_eq!(resident["resident"], 2424);
 
     let dup = last_json(&cx(
-        &["capacity", "duplication", "--agents", "100", "--base-gb", "16", "--adapter-mb", "32", "--accelerator-gb", "80", "--json"],
+        &[
+            "capacity",
+            "duplication",
+            "--agents",
+            "100",
+            "--base-gb",
+            "16",
+            "--adapter-mb",
+            "32",
+            "--accelerator-gb",
+            "80",
+            "--json",
+        ],
         None,
     ));
     assert_eq!(dup["per_process"]["accelerators"], 21);
@@ -170,11 +251,51 @@ fn capacity_commands_match_hand_computed_cases() {
     assert_eq!(dup["batched"]["accelerators"], 1);
     assert!((dup["ratio"].as_f64().unwrap() - 83.5).abs() < 1e-9);
 
-    let err = error_line(&["capacity", "resident", "--free-gb", "-1", "--adapter-mb", "33"], None);
+    let err = error_line(
+        &[
+            "capacity",
+            "resident",
+            "--free-gb",
+            "-1",
+            "--adapter-mb",
+            "33",
+        ],
+        None,
+    );
     assert!(err.contains("free_gb"), "{err}");
-    let err = error_line(&["capacity", "adapter", "--hidden", "0", "--layers", "1", "--targets", "1", "--rank", "1"], None);
+    let err = error_line(
+        &[
+            "capacity",
+            "adapter",
+            "--hidden",
+            "0",
+            "--layers",
+            "1",
+            "--targets",
+            "1",
+            "--rank",
+            "1",
+        ],
+        None,
+    );
     assert!(err.contains("hidden"), "{err}");
-    let err = error_line(&["capacity", "adapter", "--hidden", "8", "--layers", "1", "--targets", "1", "--rank", "1", "--dtype", "f8"], None);
+    let err = error_line(
+        &[
+            "capacity",
+            "adapter",
+            "--hidden",
+            "8",
+            "--layers",
+            "1",
+            "--targets",
+            "1",
+            "--rank",
+            "1",
+            "--dtype",
+            "f8",
+        ],
+        None,
+    );
     assert!(err.contains("dtype"), "{err}");
 }
 
@@ -182,7 +303,14 @@ fn capacity_commands_match_hand_computed_cases() {
 fn simulate_writes_report_and_chart_and_ours_wins() {
     let dir = std::env::temp_dir().join(format!("cx-sim-{}", std::process::id()));
     let report = last_json(&cx(
-        &["simulate", "--jobs", "1500", "--out", dir.to_str().unwrap(), "--json"],
+        &[
+            "simulate",
+            "--jobs",
+            "1500",
+            "--out",
+            dir.to_str().unwrap(),
+            "--json",
+        ],
         None,
     ));
     let ours = &report["allocators"][0];

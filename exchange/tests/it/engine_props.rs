@@ -16,7 +16,10 @@ fn bundle() -> impl Strategy<Value = Bundle> {
     (
         (0u32..6, 1u64..100, 1u64..8, 0u32..4),
         (1u32..4, 1u8..8, 1u8..16, 0u32..3),
-        (proptest::collection::vec(0usize..3, 0..3), proptest::collection::vec(0usize..4, 0..3)),
+        (
+            proptest::collection::vec(0usize..3, 0..3),
+            proptest::collection::vec(0usize..4, 0..3),
+        ),
     )
         .prop_map(
             |((price, mem_gb, bw, rtt), (flops, classes, tiers, fail), (bases, adapters))| Bundle {
@@ -44,14 +47,22 @@ fn bundle() -> impl Strategy<Value = Bundle> {
                     .collect::<TierSet>(),
                 failure_rate: f64::from(fail) * 0.01,
                 resident_bases: bases.into_iter().map(|i| MODELS[i].to_owned()).collect(),
-                resident_adapters: adapters.into_iter().map(|i| ADAPTERS[i].to_owned()).collect(),
+                resident_adapters: adapters
+                    .into_iter()
+                    .map(|i| ADAPTERS[i].to_owned())
+                    .collect(),
             },
         )
 }
 
 fn job() -> impl Strategy<Value = Job> {
     (
-        (0usize..3, proptest::option::of(0usize..4), 1u64..40, 0u64..5),
+        (
+            0usize..3,
+            proptest::option::of(0usize..4),
+            1u64..40,
+            0u64..5,
+        ),
         (1u32..16384, 1u32..60, 0usize..3, 0usize..4, 0u32..50),
         0u32..5,
     )
@@ -186,7 +197,9 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
         resident_adapters: vec![],
     };
     engine.upsert(mk("cheap", 0.5, 1e9, vec![])).unwrap();
-    engine.upsert(mk("dear", 10.0, 1e9, vec!["llama-70b".into()])).unwrap();
+    engine
+        .upsert(mk("dear", 10.0, 1e9, vec!["llama-70b".into()]))
+        .unwrap();
     let job = Job {
         agent: "a".into(),
         base_model: "llama-70b".into(),
