@@ -2,6 +2,7 @@
 //!
 //! Times are medians over `repeats` runs after one warm-up run, in seconds, wall clock.
 
+use std::cell::RefCell;
 use std::time::Instant;
 
 use crate::cpu::CpuConfig;
@@ -67,13 +68,36 @@ pub struct SgmvFigures {
 /// Median of `repeats` timed runs of `f` after one warm-up.
 pub fn median_seconds(repeats: usize, mut f: impl FnMut()) -> f64 {
     f();
-    let mut times: Vec<f64> = (0..repeats.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
+    let mut times: Vec<f64> = (0..repeats.max(1)).map(|_| seconds(&mut f)).collect();
+    median(&mut times)
+}
+
+/// Medians of `repeats` runs of `a` and `b`, alternating `a, b, a, b, …` after one warm-up of
+/// each, so that a change in machine load during the measurement hits both alike: the ratio
+/// of the two is what the figures report.
+pub fn interleaved_median_seconds(
+    repeats: usize,
+    mut a: impl FnMut(),
+    mut b: impl FnMut(),
+) -> (f64, f64) {
+    a();
+    b();
+    let mut times_a = Vec::with_capacity(repeats);
+    let mut times_b = Vec::with_capacity(repeats);
+    for _ in 0..repeats.max(1) {
+        times_a.push(seconds(&mut a));
+        times_b.push(seconds(&mut b));
+    }
+    (median(&mut times_a), median(&mut times_b))
+}
+
+fn seconds(f: &mut impl FnMut()) -> f64 {
+    let t = Instant::now();
+    f();
+    t.elapsed().as_secs_f64()
+}
+
+fn median(times: &mut [f64]) -> f64 {
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
 }
@@ -140,35 +164,32 @@ pub fn sgmv_overhead<T: Element>(
         .collect();
     let (adapters, segments) = random_batch::<T>(shape, 11);
     let table: Vec<&LoraAdapter<T>> = adapters.iter().collect();
-    let mut y = vec![0f32; shape.tokens * shape.d_out];
-    let mut error = None;
-    let base_s = median_seconds(repeats, || {
-        if let Err(e) = gemm_xwt(
-            &x,
-            &w,
-            &mut y,
-            shape.tokens,
-            shape.d_in,
-            shape.d_out,
-            config,
-        ) {
-            error = Some(e);
-        }
-    });
-    let sgmv_s = median_seconds(repeats, || {
-        if let Err(e) = sgmv(
-            &x,
-            &mut y,
-            shape.d_in,
-            shape.d_out,
-            &segments,
-            &table,
-            config,
-        ) {
-            error = Some(e);
-        }
-    });
-    if let Some(e) = error {
+    let mut y_base = vec![0f32; shape.tokens * shape.d_out];
+    let mut y_lora = vec![0f32; shape.tokens * shape.d_out];
+    let error = RefCell::new(None);
+    let (base_s, sgmv_s) = interleaved_median_seconds(
+        repeats,
+        || {
+            let (m, d_in, d_out) = (shape.tokens, shape.d_in, shape.d_out);
+            if let Err(e) = gemm_xwt(&x, &w, &mut y_base, m, d_in, d_out, config) {
+                *error.borrow_mut() = Some(e);
+            }
+        },
+        || {
+            if let Err(e) = sgmv(
+                &x,
+                &mut y_lora,
+                shape.d_in,
+                shape.d_out,
+                &segments,
+                &table,
+                config,
+            ) {
+                *error.borrow_mut() = Some(e);
+            }
+        },
+    );
+    if let Some(e) = error.into_inner() {
         return Err(e);
     }
     let base_bytes = (w.len() * std::mem::size_of::<T>()) as f64;
@@ -208,33 +229,28 @@ pub fn freivalds_overhead(
     let x = rng.vec_f32(m * d_in, 1.0);
     let w = rng.vec_f32(d_out * d_in, 0.02);
     let mut y = vec![0f32; m * d_out];
-    let mut error = None;
-    let gemm_s = median_seconds(repeats, || {
-        if let Err(e) = gemm_xwt(&x, &w, &mut y, m, d_in, d_out, config) {
-            error = Some(e);
-        }
-    });
+    gemm_xwt(&x, &w, &mut y, m, d_in, d_out, config)?;
+    let mut y_timed = vec![0f32; m * d_out];
+    let error = RefCell::new(None);
     let mut accepted = true;
     let mut seed = 0;
-    let check_s = median_seconds(repeats, || {
-        seed += 1;
-        match freivalds_check_xwt(
-            &x,
-            &w,
-            &y,
-            m,
-            d_in,
-            d_out,
-            rounds,
-            seed,
-            DEFAULT_REL_TOL,
-            config,
-        ) {
-            Ok(report) => accepted &= report.accepted,
-            Err(e) => error = Some(e),
-        }
-    });
-    if let Some(e) = error {
+    let (gemm_s, check_s) = interleaved_median_seconds(
+        repeats,
+        || {
+            if let Err(e) = gemm_xwt(&x, &w, &mut y_timed, m, d_in, d_out, config) {
+                *error.borrow_mut() = Some(e);
+            }
+        },
+        || {
+            seed += 1;
+            let tol = DEFAULT_REL_TOL;
+            match freivalds_check_xwt(&x, &w, &y, m, d_in, d_out, rounds, seed, tol, config) {
+                Ok(report) => accepted &= report.accepted,
+                Err(e) => *error.borrow_mut() = Some(e),
+            }
+        },
+    );
+    if let Some(e) = error.into_inner() {
         return Err(e);
     }
     Ok(FreivaldsFigures {

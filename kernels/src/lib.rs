@@ -11,7 +11,7 @@
 //! * [`freivalds_check`] / [`freivalds_check_xwt`] — is a claimed product right? `k` rounds,
 //!   soundness `2⁻ᵏ`, a few percent of the product's cost.
 //! * [`Device`] — CPU or (feature `cuda`) GPU, one interface; [`cuda`] holds the NVRTC kernels.
-//! * [`bench`] — the figures the provider's `bench` command prints (SGMV overhead, Freivalds
+//! * [`bench`](mod@bench) — the figures the provider's `bench` command prints (SGMV overhead, Freivalds
 //!   overhead), as functions returning numbers.
 //!
 //! Inputs are `f32` or `bf16` ([`Element`]); products are always accumulated in `f32`.
