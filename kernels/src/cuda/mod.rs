@@ -52,6 +52,29 @@ pub fn probe() -> Result<()> {
     Ok(())
 }
 
+/// Compiles `sgmv.cu` to PTX for `arch` (e.g. `"sm_90"`) with NVRTC. Needs only
+/// `libnvrtc`, no driver or GPU, so it also checks the kernel source on machines without one.
+pub fn compile_sgmv_ptx(arch: &'static str) -> Result<String> {
+    // SAFETY: only tries `dlopen` on NVRTC's candidate names; no symbol is called.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::CudaUnavailable(
+            "NVRTC (libnvrtc.so.13, from the CUDA toolkit or the nvidia-cuda-nvrtc package) \
+             could not be loaded"
+                .into(),
+        ));
+    }
+    let opts = cudarc::nvrtc::CompileOptions {
+        arch: Some(arch),
+        name: Some("sgmv.cu".into()),
+        ..Default::default()
+    };
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(SGMV_SOURCE, opts).map_err(|e| Error::Cuda {
+        context: "NVRTC compiling sgmv.cu",
+        message: e.to_string(),
+    })?;
+    Ok(ptx.to_src())
+}
+
 /// Device memory in the element type it was uploaded as (`bf16` kept as its 16 bits).
 #[derive(Debug)]
 pub enum DeviceBuffer {
@@ -158,16 +181,7 @@ impl CudaKernels {
             .compute_capability()
             .map_err(cuda_err("compute capability"))?;
         let arch: &'static str = Box::leak(format!("sm_{major}{minor}").into_boxed_str());
-        let opts = cudarc::nvrtc::CompileOptions {
-            arch: Some(arch),
-            name: Some("sgmv.cu".into()),
-            ..Default::default()
-        };
-        let ptx =
-            cudarc::nvrtc::compile_ptx_with_opts(SGMV_SOURCE, opts).map_err(|e| Error::Cuda {
-                context: "NVRTC compiling sgmv.cu",
-                message: e.to_string(),
-            })?;
+        let ptx = cudarc::nvrtc::Ptx::from_src(compile_sgmv_ptx(arch)?);
         let module = ctx
             .load_module(ptx)
             .map_err(cuda_err("loading the sgmv module"))?;

@@ -36,3 +36,30 @@ fn best_device_falls_back_to_cpu_with_a_reason() {
         Device::Cuda(_) => assert!(why.is_none()),
     }
 }
+
+/// NVRTC needs no GPU: where `libnvrtc` is installed (the CUDA toolkit, or the
+/// `nvidia-cuda-nvrtc` wheel's folder on LD_LIBRARY_PATH) this compiles `sgmv.cu` and checks
+/// that every kernel the host code launches is in the PTX.
+#[cfg(feature = "cuda")]
+#[test]
+fn nvrtc_compiles_every_sgmv_kernel() {
+    match cx_kernels::cuda::compile_sgmv_ptx("sm_90") {
+        Ok(ptx) => {
+            for kernel in [
+                "sgmv_shrink_f32_f32",
+                "sgmv_shrink_f32_bf16",
+                "sgmv_shrink_bf16_f32",
+                "sgmv_shrink_bf16_bf16",
+                "sgmv_expand_f32",
+                "sgmv_expand_bf16",
+            ] {
+                assert!(
+                    ptx.contains(&format!(".entry {kernel}")),
+                    "{kernel} missing from the PTX"
+                );
+            }
+        }
+        Err(e @ Error::CudaUnavailable(_)) => eprintln!("skipping: {e}"),
+        Err(e) => panic!("{e}"),
+    }
+}
