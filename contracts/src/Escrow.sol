@@ -38,8 +38,15 @@ abstract contract Escrow is ISettlement {
         uint64 nonce;
         uint32 keyEpoch;
         uint8 keyParity;
+        /// Always true: keeps the slot non-zero from deployment on, so no batch ever pays for
+        /// creating it (20,000 gas once, at deployment, instead of on the first batch).
+        bool live;
         uint128 totalSettled;
     }
+
+    /// @notice The balances root before any batch: a constant no leaf hashes to, so nothing can
+    /// be claimed, and non-zero so the first batch pays a storage update, not a creation.
+    bytes32 public constant NO_BALANCES_ROOT = keccak256("compute-exchange/settlement/no-balances");
 
     /// @notice The payment asset: address(0) for native ETH, else an ERC-20.
     address public immutable asset;
@@ -69,6 +76,8 @@ abstract contract Escrow is ISettlement {
     constructor(address asset_, uint64 gracePeriod_s_) {
         asset = asset_;
         gracePeriod_s = gracePeriod_s_;
+        balancesRoot = NO_BALANCES_ROOT;
+        batchState.live = true;
     }
 
     /// @notice Adds `amount` of the asset to the caller's free balance (send it as msg.value for
@@ -164,24 +173,62 @@ abstract contract Escrow is ISettlement {
     /// Each range packs `start << 64 | end` (job ids, end exclusive). Reverts with
     /// `EscrowNotOpen(id)` if any of them is already settled, reclaimed or was never opened.
     function _settleRanges(uint256[] calldata ranges) internal returns (uint256 settledAmount, uint256 jobCount) {
+        // Assembly for the hot path (a batch pays it once per range): mapping slots are computed
+        // as Solidity does (keccak256(key . slot)); Job slot 1 holds amount (low 128 bits) and
+        // openedBefore (high 128 bits).
+        uint256 bitsSlot;
+        uint256 jobsSlot;
+        assembly ("memory-safe") {
+            bitsSlot := openBits.slot
+            jobsSlot := _jobs.slot
+        }
         for (uint256 i = 0; i < ranges.length; ++i) {
             uint256 packed = ranges[i];
-            uint64 start = uint64(packed >> 64);
-            uint64 end = uint64(packed);
-            if (start >= end) revert InvalidRange(start, end);
-            unchecked {
-                for (uint256 w = start >> 8; w <= (uint256(end) - 1) >> 8; ++w) {
-                    uint256 lo = w << 8 > start ? w << 8 : start;
-                    uint256 hi = (w + 1) << 8 < end ? (w + 1) << 8 : end;
-                    // bits lo..hi-1 of this word (hi - lo in 1..256)
-                    uint256 width = hi - lo;
-                    uint256 mask = (width == 256 ? type(uint256).max : ((uint256(1) << width) - 1)) << (lo & 0xff);
-                    uint256 bits = openBits[w];
-                    if (bits & mask != mask) revert EscrowNotOpen(_firstClosed(bits, mask, w));
-                    openBits[w] = bits & ~mask;
+            uint256 start = uint64(packed >> 64);
+            uint256 end = uint64(packed);
+            if (start >= end) revert InvalidRange(uint64(start), uint64(end));
+            bool closed;
+            uint256 failWord;
+            uint256 failBits;
+            uint256 failMask;
+            uint256 amount;
+            assembly ("memory-safe") {
+                let w := shr(8, start)
+                let lastWord := shr(8, sub(end, 1))
+                let lo := and(start, 0xff)
+                for {} 1 {} {
+                    let hi := 256
+                    if eq(w, lastWord) { hi := add(and(sub(end, 1), 0xff), 1) }
+                    // bits lo..hi-1 (width 1..256)
+                    let mask := shl(lo, shr(sub(256, sub(hi, lo)), not(0)))
+                    mstore(0x00, w)
+                    mstore(0x20, bitsSlot)
+                    let slot := keccak256(0x00, 0x40)
+                    let bits := sload(slot)
+                    if iszero(eq(and(bits, mask), mask)) {
+                        closed := 1
+                        failWord := w
+                        failBits := bits
+                        failMask := mask
+                        break
+                    }
+                    sstore(slot, and(bits, not(mask)))
+                    if eq(w, lastWord) { break }
+                    w := add(w, 1)
+                    lo := 0
                 }
-                Job storage last = _jobs[end - 1];
-                settledAmount += uint256(last.openedBefore) + last.amount - _jobs[start].openedBefore;
+                if iszero(closed) {
+                    mstore(0x00, sub(end, 1))
+                    mstore(0x20, jobsSlot)
+                    let lastJob := sload(add(keccak256(0x00, 0x40), 1))
+                    mstore(0x00, start)
+                    let firstJob := sload(add(keccak256(0x00, 0x40), 1))
+                    amount := sub(add(shr(128, lastJob), and(lastJob, 0xffffffffffffffffffffffffffffffff)), shr(128, firstJob))
+                }
+            }
+            if (closed) revert EscrowNotOpen(_firstClosed(failBits, failMask, failWord));
+            unchecked {
+                settledAmount += amount;
                 jobCount += end - start;
             }
         }

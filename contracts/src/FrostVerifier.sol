@@ -68,29 +68,54 @@ library FrostVerifier {
 
     /// @notice True iff `sig` is a valid RFC 9591 FROST(secp256k1, SHA-256) signature of the
     /// 32-byte `message` under the group key (pkX, pkParity).
+    /// @dev One assembly block (this runs once per batch, and every gas unit here is paid by the
+    /// batch): range checks, challenge, then the ecrecover check. Scratch memory above the free
+    /// memory pointer is used and not reserved.
     function verify(uint256 pkX, uint8 pkParity, bytes32 message, Signature calldata sig)
         internal
         view
         returns (bool valid)
     {
-        uint256 z = sig.z;
-        uint256 rX = sig.rX;
-        uint256 rY = sig.rY;
-        if (z >= N || rX >= P || rY >= P) return false;
-        uint256 c = challenge(pkX, pkParity, rX, rY, message);
         assembly ("memory-safe") {
-            let ptr := mload(0x40)
-            mstore(ptr, mulmod(sub(N, z), pkX, N)) // e = −z·r
-            mstore(add(ptr, 32), add(27, and(pkParity, 1))) // v
-            mstore(add(ptr, 64), pkX) // r
-            mstore(add(ptr, 96), mulmod(sub(N, c), pkX, N)) // s = −c·r
-            mstore(0x00, 0)
-            let ok := staticcall(gas(), 0x01, ptr, 128, 0x00, 32)
-            let recovered := mload(0x00)
-            mstore(ptr, rX)
-            mstore(add(ptr, 32), rY)
-            let expected := and(keccak256(ptr, 64), 0xffffffffffffffffffffffffffffffffffffffff)
-            valid := and(ok, and(iszero(iszero(recovered)), eq(recovered, expected)))
+            let rX := calldataload(sig)
+            let rY := calldataload(add(sig, 0x20))
+            let z := calldataload(add(sig, 0x40))
+            // z must be a canonical scalar, R's coordinates field elements.
+            if and(lt(z, N), and(lt(rX, P), lt(rY, P))) {
+                let ptr := mload(0x40)
+                // challenge: see `challenge` for the layout of msg'.
+                mstore(ptr, 0)
+                mstore(add(ptr, 32), 0)
+                mstore8(add(ptr, 64), or(2, and(rY, 1)))
+                mstore(add(ptr, 65), rX)
+                mstore8(add(ptr, 97), or(2, and(pkParity, 1)))
+                mstore(add(ptr, 98), pkX)
+                mstore(add(ptr, 130), message)
+                mstore(add(ptr, 162), 0x00300046524f53542d736563703235366b312d5348413235362d76316368616c)
+                mstore8(add(ptr, 194), 0x1d)
+                let ok := staticcall(gas(), 0x02, ptr, 195, 0x00, 32)
+                let b0 := mload(0x00)
+                mstore(ptr, b0)
+                mstore(add(ptr, 32), 0x0146524f53542d736563703235366b312d5348413235362d76316368616c1d00)
+                ok := and(ok, staticcall(gas(), 0x02, ptr, 63, 0x00, 32))
+                let b1 := mload(0x00)
+                mstore(ptr, xor(b0, b1))
+                mstore(add(ptr, 32), 0x0246524f53542d736563703235366b312d5348413235362d76316368616c1d00)
+                ok := and(ok, staticcall(gas(), 0x02, ptr, 63, 0x00, 32))
+                let c := addmod(mulmod(b1, 0x100000000000000000000000000000000, N), shr(128, mload(0x00)), N)
+                // ecrecover(e = −z·r, v, r = PK.x, s = −c·r) = address(z·G − c·PK)
+                mstore(ptr, mulmod(sub(N, z), pkX, N))
+                mstore(add(ptr, 32), add(27, and(pkParity, 1)))
+                mstore(add(ptr, 64), pkX)
+                mstore(add(ptr, 96), mulmod(sub(N, c), pkX, N))
+                mstore(0x00, 0)
+                ok := and(ok, staticcall(gas(), 0x01, ptr, 128, 0x00, 32))
+                let recovered := mload(0x00)
+                mstore(ptr, rX)
+                mstore(add(ptr, 32), rY)
+                let expected := and(keccak256(ptr, 64), 0xffffffffffffffffffffffffffffffffffffffff)
+                valid := and(ok, and(iszero(iszero(recovered)), eq(recovered, expected)))
+            }
         }
     }
 

@@ -43,17 +43,31 @@ contract Settlement is Escrow {
         bytes32 newBalancesRoot,
         uint256[] calldata ranges
     ) public view returns (bytes32) {
-        return keccak256(
-            abi.encode(
-                BATCH_TAG,
-                block.chainid,
-                address(this),
-                nonce,
-                receiptsRoot,
-                newBalancesRoot,
-                keccak256(abi.encodePacked(ranges))
-            )
-        );
+        return _batchDigest(nonce, receiptsRoot, newBalancesRoot, ranges);
+    }
+
+    /// @dev keccak256(abi.encode(BATCH_TAG, chainid, this, nonce, receiptsRoot, balancesRoot,
+    /// keccak256(abi.encodePacked(ranges)))) in assembly: the same bytes without the allocations.
+    function _batchDigest(uint64 nonce, bytes32 receiptsRoot, bytes32 newBalancesRoot, uint256[] calldata ranges)
+        internal
+        view
+        returns (bytes32 digest)
+    {
+        bytes32 tag = BATCH_TAG;
+        assembly ("memory-safe") {
+            let ptr := mload(0x40)
+            let size := shl(5, ranges.length)
+            calldatacopy(ptr, ranges.offset, size)
+            let rangesHash := keccak256(ptr, size)
+            mstore(ptr, tag)
+            mstore(add(ptr, 0x20), chainid())
+            mstore(add(ptr, 0x40), address())
+            mstore(add(ptr, 0x60), nonce)
+            mstore(add(ptr, 0x80), receiptsRoot)
+            mstore(add(ptr, 0xa0), newBalancesRoot)
+            mstore(add(ptr, 0xc0), rangesHash)
+            digest := keccak256(ptr, 0xe0)
+        }
     }
 
     /// @notice The message a key rotation's signature covers: binds chain, contract, the current
@@ -71,16 +85,26 @@ contract Settlement is Escrow {
         uint256[] calldata ranges,
         FrostVerifier.Signature calldata signature
     ) external {
-        BatchState memory state = batchState;
-        if (nonce <= state.nonce) revert BatchNonceNotIncreasing(nonce, state.nonce);
-        bytes32 digest = batchDigest(nonce, receiptsRoot, newBalancesRoot, ranges);
-        if (!FrostVerifier.verify(groupKeyX, state.keyParity, digest, signature)) revert InvalidSignature();
-        (uint256 settledAmount, uint256 jobCount) = _settleRanges(ranges);
-        state.nonce = nonce;
-        state.totalSettled += uint128(settledAmount);
-        batchState = state;
+        // batchState is read and written as one word (layout of BatchState: nonce bits 0-63,
+        // keyEpoch 64-95, keyParity 96-103, live 104-111, totalSettled 112-239).
+        uint256 state;
+        assembly ("memory-safe") {
+            state := sload(batchState.slot)
+        }
+        uint64 lastNonce = uint64(state);
+        if (nonce <= lastNonce) revert BatchNonceNotIncreasing(nonce, lastNonce);
+        bytes32 digest = _batchDigest(nonce, receiptsRoot, newBalancesRoot, ranges);
+        if (!FrostVerifier.verify(groupKeyX, uint8(state >> 96), digest, signature)) revert InvalidSignature();
+        (uint256 settledAmount,) = _settleRanges(ranges);
+        // totalSettled <= totalOpened < 2^128 (every escrow is counted once), so it cannot overflow.
+        uint256 totalSettled = uint128(state >> 112) + settledAmount;
+        state = (state & ~(uint256(type(uint64).max) | (uint256(type(uint128).max) << 112))) | nonce
+            | (totalSettled << 112);
+        assembly ("memory-safe") {
+            sstore(batchState.slot, state)
+        }
         balancesRoot = newBalancesRoot;
-        emit BatchSettled(nonce, receiptsRoot, newBalancesRoot, settledAmount, jobCount);
+        emit BatchSettled(nonce, receiptsRoot, newBalancesRoot, settledAmount);
     }
 
     /// @notice Replaces the group key; only with a signature by the current key over

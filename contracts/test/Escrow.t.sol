@@ -221,6 +221,19 @@ contract EscrowTest is Deployment {
         vm.assertEq(settlement.claimed(PROVIDER), 0);
     }
 
+    /// Before any batch the root is a constant no leaf hashes to: nothing can be claimed.
+    function test_RevertWhen_ClaimBeforeAnyBatch() public {
+        depositAs(BUYER, 1000);
+        vm.prank(BUYER);
+        vm.expectRevert(IEscrow.InvalidProof.selector);
+        settlement.claim(0, new bytes32[](0));
+        vm.prank(BUYER);
+        vm.expectRevert(IEscrow.InvalidProof.selector);
+        settlement.claim(1000, new bytes32[](0));
+        vm.assertEq(settlement.totalClaimed(), 0);
+        vm.assertEq(token.balanceOf(address(settlement)), 1000);
+    }
+
     function test_RevertWhen_ClaimTwice() public {
         depositAs(BUYER, 1000);
         openAs(BUYER, 300, uint64(block.timestamp + 1000));

@@ -52,11 +52,10 @@ interface ISettlement is IEscrow {
     /// @notice The group key's x-coordinate is not a usable secp256k1 point (0 < x < n, on curve).
     error InvalidGroupKey(uint256 x);
 
-    /// @notice Batch `nonce` was accepted: receipts root, new cumulative balances root, the total
-    /// escrow it settled and how many jobs.
-    event BatchSettled(
-        uint64 indexed nonce, bytes32 receiptsRoot, bytes32 balancesRoot, uint256 settledAmount, uint256 jobCount
-    );
+    /// @notice Batch `nonce` was accepted: receipts root, new cumulative balances root and the
+    /// total escrow it settled. (Which escrows: the batch's ranges, in the transaction's calldata
+    /// and in the exchange's books; kept out of the log because every byte here is paid per batch.)
+    event BatchSettled(uint64 indexed nonce, bytes32 receiptsRoot, bytes32 balancesRoot, uint256 settledAmount);
     /// @notice The group key changed to (x, parity) at `epoch`.
     event GroupKeyRotated(uint32 indexed epoch, uint256 x, uint8 parity);
 }

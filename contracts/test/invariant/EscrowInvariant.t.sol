@@ -222,6 +222,6 @@ contract EscrowInvariantTest is Base {
     }
 
     function _totalSettled(Settlement s) internal view returns (uint128 total) {
-        (,,, total) = s.batchState();
+        (,,,, total) = s.batchState();
     }
 }

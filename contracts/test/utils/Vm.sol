@@ -12,6 +12,7 @@ interface Vm {
     }
 
     function warp(uint256 newTimestamp) external;
+    function cool(address target) external;
     function chainId(uint256 newChainId) external;
     function prank(address msgSender) external;
     function startPrank(address msgSender) external;

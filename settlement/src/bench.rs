@@ -1,0 +1,163 @@
+//! `cx-signer bench gas`: gas of settlement measured with real transactions on a fresh Anvil.
+//!
+//! - `frost_verify_gas`: one FROST verification alone, measured inside a transaction by the
+//!   `FrostGasProbe` contract (gasleft() around the library call; key in calldata).
+//! - `settle_gas_per_job`: a batch of 100 jobs (10 providers, 20 buyers, 5 escrows each, so the
+//!   ids form one contiguous range) settled with a real 3-of-5 FROST signature: the whole
+//!   transaction's gas used (receipt, after refunds) divided by 100.
+//! - `claim_gas`: one withdrawal with its Merkle proof (30 parties, 5 proof levels), whole
+//!   transaction. Reported for a provider that already claimed once and holds tokens (the steady
+//!   state: the storage slots exist); `claim_first_gas` is its first claim ever, which also pays
+//!   for creating its `claimed` slot and its first token balance.
+
+use alloy::primitives::{Address, B256, U256, keccak256};
+use alloy::signers::local::PrivateKeySigner;
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::SeedableRng;
+use serde::Serialize;
+
+use crate::batch::{BatchMessage, ranges_from_ids};
+use crate::client::{DeployParams, EvmClient};
+use crate::devnet::AnvilInstance;
+use crate::error::{Error, Result};
+use crate::frost::DealerCommittee;
+use crate::merkle::{BalancesTree, MerkleTree, receipt_leaf};
+
+/// Jobs in the measured batch.
+pub const BATCH_JOBS: u64 = 100;
+const PROVIDERS: usize = 10;
+const BUYERS: usize = 20;
+
+/// The measured figures.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct GasReport {
+    /// Gas of one FROST verification (target ≤ 5,000).
+    pub frost_verify_gas: u64,
+    /// Whole settle transaction gas / jobs (target ≤ 500).
+    pub settle_gas_per_job: u64,
+    /// Whole settle transaction gas.
+    pub settle_tx_gas: u64,
+    /// Jobs in the batch.
+    pub batch_jobs: u64,
+    /// A claim with its proof, steady state (target ≤ 60,000).
+    pub claim_gas: u64,
+    /// A party's first claim ever.
+    pub claim_first_gas: u64,
+}
+
+/// Runs the bench on a fresh Anvil (free port) and returns the report.
+pub async fn gas_bench() -> Result<GasReport> {
+    let anvil = AnvilInstance::spawn(31337, None, (PROVIDERS + BUYERS + 1) as u32)?;
+    let url = anvil.rpc_url();
+    let mut rng = ChaCha20Rng::from_seed([42u8; 32]);
+    let committee = DealerCommittee::generate(5, 3, &mut rng)?;
+    let group_key = committee.group_key()?;
+    let deployer = anvil.keys[0].clone();
+    let params = DeployParams {
+        group_key,
+        grace_period_s: 600,
+        min_stake: U256::from(1_000_000_000u64),
+        unbonding_delay_s: 86_400,
+        native: false,
+        with_probe: true,
+    };
+    let deployment = EvmClient::deploy(&url, deployer.clone(), params).await?;
+    let operator = EvmClient::connect(&url, deployer, deployment)?;
+
+    // FROST verification alone.
+    let message = keccak256(b"cx-signer bench gas");
+    let sig = committee.sign_evm(message.as_slice(), &mut rng)?;
+    let (valid, frost_verify_gas) = operator
+        .measure_frost_verify(group_key, message, &sig)
+        .await?;
+    if !valid {
+        return Err(Error::Rpc(
+            "the probe refused a valid FROST signature".into(),
+        ));
+    }
+
+    let providers: Vec<PrivateKeySigner> = anvil.keys[1..=PROVIDERS].to_vec();
+    let buyers: Vec<PrivateKeySigner> = anvil.keys[PROVIDERS + 1..=PROVIDERS + BUYERS].to_vec();
+    let price = 1_000_000u128; // 1 test USD per job
+    let now = anvil.now_s().await?;
+    let mut jobs: Vec<(u64, Address, Address, u128)> = Vec::new(); // (id, buyer, provider, amount)
+    for (b, key) in buyers.iter().enumerate() {
+        let buyer = EvmClient::connect(&url, key.clone(), deployment)?;
+        operator
+            .mint_test_tokens(buyer.account(), U256::from(1_000_000_000u64))
+            .await?;
+        buyer.approve_all().await?;
+        buyer.deposit(U256::from(price * 5)).await?;
+        for j in 0..5u64 {
+            let order = keccak256([buyer.account().as_slice(), &j.to_be_bytes()].concat());
+            let (id, _) = buyer.open_job(price, now + 3600, order).await?;
+            let provider = providers[(b * 5 + j as usize) % PROVIDERS].address();
+            jobs.push((id, buyer.account(), provider, price));
+        }
+    }
+
+    // Credits: 90% of each escrow to its provider, 10% back to its buyer (cumulative).
+    let mut credits: Vec<(Address, U256)> = Vec::new();
+    let mut credit = |who: Address, amount: u128| match credits.iter_mut().find(|(a, _)| *a == who)
+    {
+        Some((_, total)) => *total += U256::from(amount),
+        None => credits.push((who, U256::from(amount))),
+    };
+    let mut receipt_leaves = Vec::new();
+    for (id, buyer, provider, amount) in &jobs {
+        credit(*provider, amount * 9 / 10);
+        credit(*buyer, amount - amount * 9 / 10);
+        receipt_leaves.push(receipt_leaf(keccak256(
+            [&id.to_be_bytes()[..], provider.as_slice()].concat(),
+        )));
+    }
+    let balances = BalancesTree::new(credits)?;
+    let ids: Vec<u64> = jobs.iter().map(|j| j.0).collect();
+    let batch = BatchMessage {
+        chain_id: deployment.chain_id,
+        contract: deployment.settlement,
+        nonce: 1,
+        receipts_root: MerkleTree::new(receipt_leaves)?.root(),
+        balances_root: balances.root(),
+        ranges: ranges_from_ids(&ids),
+    };
+    let sig = committee.sign_evm(batch.digest().as_slice(), &mut rng)?;
+    let settled = operator.settle_batch(&batch, &sig).await?;
+
+    // First claim, then a second batch and the steady-state claim by the same provider.
+    let provider = EvmClient::connect(&url, providers[0].clone(), deployment)?;
+    let (amount, proof) = balances.proof_for(provider.account())?;
+    let first = provider.claim(amount, proof).await?;
+
+    let now = anvil.now_s().await?;
+    let buyer = EvmClient::connect(&url, buyers[0].clone(), deployment)?;
+    buyer.deposit(U256::from(price)).await?;
+    let (id, _) = buyer.open_job(price, now + 3600, B256::ZERO).await?;
+    let mut entries = balances.entries().to_vec();
+    for (who, total) in entries.iter_mut() {
+        if *who == provider.account() {
+            *total += U256::from(price);
+        }
+    }
+    let balances2 = BalancesTree::new(entries)?;
+    let batch2 = BatchMessage {
+        nonce: 2,
+        receipts_root: receipt_leaf(keccak256(id.to_be_bytes())),
+        balances_root: balances2.root(),
+        ranges: ranges_from_ids(&[id]),
+        ..batch
+    };
+    let sig2 = committee.sign_evm(batch2.digest().as_slice(), &mut rng)?;
+    operator.settle_batch(&batch2, &sig2).await?;
+    let (amount2, proof2) = balances2.proof_for(provider.account())?;
+    let steady = provider.claim(amount2, proof2).await?;
+
+    Ok(GasReport {
+        frost_verify_gas,
+        settle_gas_per_job: settled.gas_used / BATCH_JOBS,
+        settle_tx_gas: settled.gas_used,
+        batch_jobs: BATCH_JOBS,
+        claim_gas: steady.gas_used,
+        claim_first_gas: first.gas_used,
+    })
+}

@@ -1,0 +1,3 @@
+//! Integration tests of cx-settlement, one binary (link time on 2 cores).
+
+mod fixtures;
