@@ -297,65 +297,60 @@ fn expand_generic<T: crate::Element, const FMA: bool>(
 const TN_COLS: usize = 16;
 /// Rows of `r` (Freivalds rounds) produced together; `r` is padded to a multiple of this.
 pub(crate) const TN_ROUNDS: usize = 5;
-/// Rows of `w` per block: a `128 × 16` strip stays in L1 while the round groups pass over it.
+/// Rows of `w` per packed block (`128 × cols` floats, 128 KiB at 256 columns).
 const TN_ROWS: usize = 128;
 
+/// One packed block: `out[t][c] += Σ_{j<p} r[t*r_stride + j] · w[j*cols + c]`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn tn_generic<T: crate::Element, const FMA: bool>(
+fn tn_generic<const FMA: bool>(
     r: &[f32],
+    r_stride: usize,
     k: usize,
     p: usize,
-    w: &[T],
-    w_stride: usize,
+    w: &[f32],
     cols: usize,
     out: &mut [f32],
 ) {
     let full = cols / TN_COLS * TN_COLS;
-    let mut j0 = 0;
-    while j0 < p {
-        let j1 = p.min(j0 + TN_ROWS);
-        // Column chunk outside, round groups inside: the 128 × 16 strip of `w` and the
-        // rounds' block of `r` stay in L1 while every round group passes over them.
-        let mut c0 = 0;
-        while c0 < full {
-            let mut t0 = 0;
-            while t0 < k {
-                let rs: [&[f32]; TN_ROUNDS] =
-                    std::array::from_fn(|t| &r[(t0 + t) * p + j0..(t0 + t) * p + j1]);
-                let mut acc = [[0f32; TN_COLS]; TN_ROUNDS];
-                for (jj, j) in (j0..j1).enumerate() {
-                    let wv: &[T; TN_COLS] = w[j * w_stride + c0..j * w_stride + c0 + TN_COLS]
-                        .try_into()
-                        .expect("chunk");
-                    let wf: [f32; TN_COLS] = std::array::from_fn(|l| wv[l].to_f32());
-                    for t in 0..TN_ROUNDS {
-                        let rv = rs[t][jj];
-                        for l in 0..TN_COLS {
-                            acc[t][l] = madd::<FMA>(rv, wf[l], acc[t][l]);
-                        }
-                    }
-                }
-                for (t, acc_t) in acc.iter().enumerate() {
-                    let o = &mut out[(t0 + t) * cols + c0..(t0 + t) * cols + c0 + TN_COLS];
+    // Column chunk outside, round groups inside: the p × 16 strip of the packed block and the
+    // rounds' slice of `r` stay in L1 while every round group passes over them.
+    let mut c0 = 0;
+    while c0 < full {
+        let mut t0 = 0;
+        while t0 < k {
+            let rs: [&[f32]; TN_ROUNDS] =
+                std::array::from_fn(|t| &r[(t0 + t) * r_stride..(t0 + t) * r_stride + p]);
+            let mut acc = [[0f32; TN_COLS]; TN_ROUNDS];
+            for j in 0..p {
+                let wv: &[f32; TN_COLS] = w[j * cols + c0..j * cols + c0 + TN_COLS]
+                    .try_into()
+                    .expect("chunk");
+                for t in 0..TN_ROUNDS {
+                    let rv = rs[t][j];
                     for l in 0..TN_COLS {
-                        o[l] += acc_t[l];
+                        acc[t][l] = madd::<FMA>(rv, wv[l], acc[t][l]);
                     }
                 }
-                t0 += TN_ROUNDS;
             }
-            c0 += TN_COLS;
-        }
-        for c in full..cols {
-            for t in 0..k {
-                let mut acc = 0f32;
-                for j in j0..j1 {
-                    acc = madd::<FMA>(r[t * p + j], w[j * w_stride + c].to_f32(), acc);
+            for (t, acc_t) in acc.iter().enumerate() {
+                let o = &mut out[(t0 + t) * cols + c0..(t0 + t) * cols + c0 + TN_COLS];
+                for l in 0..TN_COLS {
+                    o[l] += acc_t[l];
                 }
-                out[t * cols + c] += acc;
             }
+            t0 += TN_ROUNDS;
         }
-        j0 = j1;
+        c0 += TN_COLS;
+    }
+    for c in full..cols {
+        for t in 0..k {
+            let mut acc = 0f32;
+            for j in 0..p {
+                acc = madd::<FMA>(r[t * r_stride + j], w[j * cols + c], acc);
+            }
+            out[t * cols + c] += acc;
+        }
     }
 }
 
@@ -434,31 +429,33 @@ mod x86 {
     /// # Safety
     /// The CPU must support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn tn_fma<T: crate::Element>(
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tn_fma(
         r: &[f32],
+        r_stride: usize,
         k: usize,
         p: usize,
-        w: &[T],
-        w_stride: usize,
+        w: &[f32],
         cols: usize,
         out: &mut [f32],
     ) {
-        super::tn_generic::<T, true>(r, k, p, w, w_stride, cols, out)
+        super::tn_generic::<true>(r, r_stride, k, p, w, cols, out)
     }
 
     /// # Safety
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn tn_nofma<T: crate::Element>(
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tn_nofma(
         r: &[f32],
+        r_stride: usize,
         k: usize,
         p: usize,
-        w: &[T],
-        w_stride: usize,
+        w: &[f32],
         cols: usize,
         out: &mut [f32],
     ) {
-        super::tn_generic::<T, false>(r, k, p, w, w_stride, cols, out)
+        super::tn_generic::<false>(r, r_stride, k, p, w, cols, out)
     }
 
     pub(super) fn has_avx2() -> bool {
@@ -557,7 +554,9 @@ pub(crate) fn expand_rows<T: crate::Element>(
 /// reduction runs down the rows of `w` (the Freivalds `Rᵀ·W`).
 ///
 /// Shapes: `r` is `k × p` with `k` a multiple of [`TN_ROUNDS`], `w` is `p × cols` with row
-/// stride `w_stride`, `out` is dense `k × cols`.
+/// stride `w_stride`, `out` is dense `k × cols`. Blocks of `w` are first packed (and widened)
+/// into contiguous `f32`: walking a strip of a wide matrix row by row would touch a new page
+/// per row and miss the TLB on every load.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tn_accumulate<T: crate::Element>(
     r: &[f32],
@@ -567,6 +566,7 @@ pub(crate) fn tn_accumulate<T: crate::Element>(
     w_stride: usize,
     cols: usize,
     out: &mut [f32],
+    packed: &mut Vec<f32>,
     mode: Mode,
 ) {
     assert!(k.is_multiple_of(TN_ROUNDS) && r.len() >= k * p && out.len() >= k * cols);
@@ -577,20 +577,47 @@ pub(crate) fn tn_accumulate<T: crate::Element>(
         w.len() >= (p - 1) * w_stride + cols,
         "tn_accumulate: w too short"
     );
+    let mut j0 = 0;
+    while j0 < p {
+        let rows = TN_ROWS.min(p - j0);
+        packed.clear();
+        for j in j0..j0 + rows {
+            packed.extend(
+                w[j * w_stride..j * w_stride + cols]
+                    .iter()
+                    .map(|v| v.to_f32()),
+            );
+        }
+        tn_block(&r[j0..], p, k, rows, packed, cols, out, mode);
+        j0 += rows;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn tn_block(
+    r: &[f32],
+    r_stride: usize,
+    k: usize,
+    p: usize,
+    w: &[f32],
+    cols: usize,
+    out: &mut [f32],
+    mode: Mode,
+) {
     #[cfg(target_arch = "x86_64")]
     {
         if mode == Mode::Fast && x86::has_fma() {
             // SAFETY: AVX2 and FMA were detected at run time.
-            return unsafe { x86::tn_fma(r, k, p, w, w_stride, cols, out) };
+            return unsafe { x86::tn_fma(r, r_stride, k, p, w, cols, out) };
         }
         if x86::has_avx2() {
             // SAFETY: AVX2 was detected at run time.
-            return unsafe { x86::tn_nofma(r, k, p, w, w_stride, cols, out) };
+            return unsafe { x86::tn_nofma(r, r_stride, k, p, w, cols, out) };
         }
     }
     if mode == Mode::Fast && cfg!(target_feature = "fma") {
-        tn_generic::<T, true>(r, k, p, w, w_stride, cols, out)
+        tn_generic::<true>(r, r_stride, k, p, w, cols, out)
     } else {
-        tn_generic::<T, false>(r, k, p, w, w_stride, cols, out)
+        tn_generic::<false>(r, r_stride, k, p, w, cols, out)
     }
 }

@@ -108,6 +108,78 @@ fn row_norms(x: &[f32], rows: usize, cols: usize, config: &CpuConfig) -> Vec<f64
     squares.iter().map(|&s| f64::from(s).sqrt()).collect()
 }
 
+/// The per-row half of a check in one pass over row blocks: `lhs = A·(B·R)`, `rhs = C·R`
+/// and the row norms of `A`, each block of `A` still in cache when its norms are taken.
+///
+/// Shapes: `a` is `m × n`, `br_t` is `k × n`, `c` is `m × p`, `rt` is `k × p`; returns
+/// `lhs` and `rhs` (`m × k`) and `‖Aᵢ‖₂` (`m`).
+#[allow(clippy::too_many_arguments)]
+fn row_pass(
+    a: &[f32],
+    n: usize,
+    br_t: &[f32],
+    c: &[f32],
+    p: usize,
+    rt: &[f32],
+    m: usize,
+    k: usize,
+    config: &CpuConfig,
+) -> (Vec<f32>, Vec<f32>, Vec<f64>) {
+    const ROWS: usize = 32;
+    let mut lhs = vec![0f32; m * k];
+    let mut rhs = vec![0f32; m * k];
+    let mut squares = vec![0f32; m];
+    let (lhs_out, rhs_out, sq_out) = (
+        SharedOut::new(&mut lhs),
+        SharedOut::new(&mut rhs),
+        SharedOut::new(&mut squares),
+    );
+    for_each_item(config.threads, m.div_ceil(ROWS), |item, _: &mut ()| {
+        let i0 = item * ROWS;
+        let rows = ROWS.min(m - i0);
+        // SAFETY: items write disjoint row blocks of the three outputs, borrowed for the loop.
+        let (l, r, sq) = unsafe {
+            (
+                lhs_out.part(i0 * k, rows * k),
+                rhs_out.part(i0 * k, rows * k),
+                sq_out.part(i0, rows),
+            )
+        };
+        let a_blk = &a[i0 * n..(i0 + rows) * n];
+        nt_accumulate(a_blk, n, rows, br_t, n, k, n, l, config.mode);
+        for (i, s) in sq.iter_mut().enumerate() {
+            let row = &a_blk[i * n..(i + 1) * n];
+            nt_accumulate(
+                row,
+                n,
+                1,
+                row,
+                n,
+                1,
+                n,
+                std::slice::from_mut(s),
+                config.mode,
+            );
+        }
+        nt_accumulate(
+            &c[i0 * p..(i0 + rows) * p],
+            p,
+            rows,
+            rt,
+            p,
+            k,
+            p,
+            r,
+            config.mode,
+        );
+    });
+    (
+        lhs,
+        rhs,
+        squares.iter().map(|&s| f64::from(s).sqrt()).collect(),
+    )
+}
+
 /// Compares `lhs = A·(B·R)` with `rhs = C·R` (both `m × k`) under the tolerance.
 fn judge(
     lhs: &[f32],
@@ -176,12 +248,11 @@ pub fn freivalds_check(
             br_t[t * n + d] = br[d * rounds + t];
         }
     }
-    let lhs = nt_parallel(a, m, &br_t, rounds, n, config);
-    let rhs = nt_parallel(c, m, &rt, rounds, p, config);
+    let (lhs, rhs, a_norms) = row_pass(a, n, &br_t, c, p, &rt, m, rounds, config);
     Ok(judge(
         &lhs,
         &rhs,
-        &row_norms(a, m, n, config),
+        &a_norms,
         &row_norms(&br_t, rounds, n, config),
         rounds,
         rel_tol,
@@ -225,9 +296,10 @@ pub fn freivalds_check_xwt<X: Element, W: Element>(
     for_each_item(
         config.threads,
         d_in.div_ceil(COLS),
-        |item, acc: &mut Vec<f32>| {
+        |item, scratch: &mut (Vec<f32>, Vec<f32>)| {
             let c0 = item * COLS;
             let cols = COLS.min(d_in - c0);
+            let (acc, packed) = scratch;
             acc.clear();
             acc.resize(padded * cols, 0.0);
             tn_accumulate(
@@ -238,6 +310,7 @@ pub fn freivalds_check_xwt<X: Element, W: Element>(
                 d_in,
                 cols,
                 acc,
+                packed,
                 config.mode,
             );
             for t in 0..rounds {
@@ -247,12 +320,11 @@ pub fn freivalds_check_xwt<X: Element, W: Element>(
             }
         },
     );
-    let lhs = nt_parallel(&x, m, &rtw, rounds, d_in, config);
-    let rhs = nt_parallel(y, m, &rt, rounds, d_out, config);
+    let (lhs, rhs, x_norms) = row_pass(&x, d_in, &rtw, y, d_out, &rt, m, rounds, config);
     Ok(judge(
         &lhs,
         &rhs,
-        &row_norms(&x, m, d_in, config),
+        &x_norms,
         &row_norms(&rtw, rounds, d_in, config),
         rounds,
         rel_tol,
