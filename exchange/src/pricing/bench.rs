@@ -97,6 +97,64 @@ pub struct PricingReport {
     pub mm_vs_fixed: MmVsFixed,
 }
 
+impl PricingReport {
+    /// The human table `cx bench pricing` prints (the JSON object follows it with `--json`).
+    pub fn table(&self) -> String {
+        let m = &self.mm_vs_fixed.market_maker;
+        let f = &self.mm_vs_fixed.fixed_price;
+        let r = &self.router;
+        let e = &self.tenant_reconstruction;
+        [
+            format!("quotes/s (one core)        {:>14.0}", self.quotes_per_s),
+            format!(
+                "tenant bytes               {:>14}   (f32 table {} bytes, {:.1}x smaller)",
+                self.tenant_bytes, self.tenant_f32_bytes, self.tenant_compression
+            ),
+            format!(
+                "tenant reconstruction      rmse {:.4}, {:.1}% of the delta, max {:.4}",
+                e.rmse,
+                100.0 * e.relative_to_delta,
+                e.max_abs
+            ),
+            format!(
+                "router regret / round      {:>14.4}   (bandit {:.4}, best fixed arm {} {:.4}, offline W {:.4}, oracle {:.4})",
+                self.router_regret,
+                r.bandit_mean_reward,
+                r.best_fixed_arm,
+                r.best_fixed_mean_reward,
+                r.offline_mean_reward,
+                r.oracle_mean_reward
+            ),
+            format!(
+                "{:<26} {:>12} {:>12} {:>12} {:>12}",
+                "regime-shift market", "utilisation", "on-time", "deadline hit", "taken"
+            ),
+            format!(
+                "{:<26} {:>11.1}% {:>11.1}% {:>11.1}% {:>11.1}%",
+                "  market maker",
+                100.0 * m.utilisation,
+                100.0 * m.on_time_utilisation,
+                100.0 * m.deadline_hit_rate,
+                100.0 * m.taken_share
+            ),
+            format!(
+                "{:<26} {:>11.1}% {:>11.1}% {:>11.1}% {:>11.1}%",
+                "  fixed price",
+                100.0 * f.utilisation,
+                100.0 * f.on_time_utilisation,
+                100.0 * f.deadline_hit_rate,
+                100.0 * f.taken_share
+            ),
+            format!(
+                "regime accuracy (filter)   {:>13.1}%   over {} periods",
+                100.0 * self.mm_vs_fixed.regime_accuracy,
+                self.mm_vs_fixed.periods
+            ),
+        ]
+        .join("\n")
+    }
+}
+
 fn time_quotes(config: &PricingBenchConfig) -> Result<(f64, u64)> {
     let mut rng = SplitMix64::new(config.seed);
     let mut mm = MarketMaker::new(MarketParams::default())?;

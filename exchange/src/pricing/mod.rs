@@ -6,7 +6,8 @@
 //! - [`market`]: the market maker, one state per (model class × tier) market; deterministic
 //!   open quotes with `bid < ask` and no tier crossing; [`market::eligible`] turns providers'
 //!   asks into reservation prices.
-//! - [`tenant`]: one-bit sign deltas over a shared base quote table.
+//! - [`tenant`]: one-bit sign deltas over a shared base quote table, applied to a quote by
+//!   [`market::with_preference`].
 //! - [`sim`]: a small regime-shift market to compare the market maker with a fixed price.
 //! - [`bench`]: [`bench::run_pricing_bench`], behind `cx bench pricing`.
 //! - [`rng`]: the seeded generator of synthetic traces (never used when quoting).

@@ -1,8 +1,10 @@
 //! Per-tenant preferences as a one-bit sign delta over a shared base quote table.
 //!
 //! The base table holds one f32 per cell, `layers × cells` (a layer is a regime, a cell a
-//! resource: model class × tier × deadline bucket); its values are log price multipliers. A
-//! tenant's own table is stored as
+//! resource: model class × deadline bucket); its values are log price multipliers that
+//! [`super::market::with_preference`] applies to a market quote. Tiers are deliberately not
+//! cells: one multiplier for every tier of a class keeps the tiers of a tenant's quotes from
+//! crossing. A tenant's own table is stored as
 //!
 //! `T[l][c] ≈ base[l][c] + scale[l]·sign[l][c] + bias[l]`,  `sign ∈ {−1, +1}`,
 //!
