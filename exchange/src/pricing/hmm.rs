@@ -403,7 +403,7 @@ impl Hmm {
 
     /// The same model with regimes ordered by mean offered load.
     fn relabelled(&self) -> Hmm {
-        let mut order = [0, 1, 2];
+        let mut order: [usize; REGIMES] = std::array::from_fn(|i| i);
         order.sort_by(|&a, &b| self.mean[a][0].total_cmp(&self.mean[b][0]));
         let mut out = self.clone();
         for (new, &old) in order.iter().enumerate() {

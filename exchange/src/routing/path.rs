@@ -16,7 +16,7 @@ use super::bandit::LinUcb;
 use super::features::{Classifier, Features, Request, context_tokens};
 use super::utility::{Arm, Ceilings, Scored, Utility, rank};
 use crate::catalog::Catalog;
-use crate::error::{Error, Result, invalid};
+use crate::error::{Result, invalid};
 use crate::ring::{Ring, hash64};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -231,8 +231,7 @@ pub fn plan(
                 placement,
             })
         })
-        .collect::<Result<Vec<_>>>()
-        .map_err(|e: Error| e)
+        .collect()
 }
 
 #[cfg(test)]
