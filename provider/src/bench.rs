@@ -1,0 +1,336 @@
+//! The figures of `cx-provider bench lora`: what batched multi-adapter serving costs.
+//!
+//! * `sgmv_overhead` — (base GEMM + SGMV) / base GEMM, 4096×4096, rank 16, 256 tokens from 32
+//!   adapters (cx-kernels' [`cx_kernels::bench::sgmv_overhead`]); target ≤ 1.10.
+//! * `sgmv_overhead_decode` — the same for 32 tokens from 32 adapters, beside
+//!   `sgmv_overhead_decode_floor`, the bound set by reading the adapters' bytes on top of the
+//!   base weights; target ≤ 1.1 × floor.
+//! * `hetero_vs_base` — decode tokens/s of 32 sequences with 32 distinct rank-16 adapters over
+//!   the same batch with no adapter, full model forward; target ≥ 0.85.
+//! * `batched_vs_sequential` — the same 32 adapted sequences in one batch vs one at a time;
+//!   target ≥ 8.
+//! * `resident_adapters` vs `resident_expected` — adapters a byte budget holds after a stream
+//!   of loads vs budget / adapter size (SPEC §5); target within 5 %.
+//! * `freivalds_overhead` — 20 rounds over the 256×4096×4096 product they check; target ≤ 1.5 %.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cx_kernels::CpuConfig;
+use cx_kernels::bench::{SgmvShape, freivalds_overhead, median_seconds, sgmv_overhead};
+use serde::Serialize;
+
+use crate::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
+use crate::error::Result;
+use crate::lora::{Adapter, Target, load_adapter, write_random_adapter};
+use crate::model::{GenModelOptions, KvCache, LlamaConfig, Model, SeqInput, generated_config, generated_tensors};
+
+/// How to run the benchmark.
+#[derive(Clone, Copy, Debug)]
+pub struct LoraBenchOptions {
+    /// Timed repeats per figure (median).
+    pub repeats: usize,
+    /// Kernel threads and mode.
+    pub cpu: CpuConfig,
+    /// Small shapes for a smoke run.
+    pub quick: bool,
+}
+
+/// The figures, as `--json` prints them.
+#[derive(Clone, Debug, Serialize)]
+pub struct LoraFigures {
+    /// Kernel threads.
+    pub threads: usize,
+    /// Kernel mode.
+    pub mode: String,
+    /// Whether this was a `--quick` run (not the reported shapes).
+    pub quick: bool,
+    /// (base GEMM + SGMV) / base GEMM at the prefill shape.
+    pub sgmv_overhead: f64,
+    /// Base GEMM GFLOP/s at the prefill shape.
+    pub base_gemm_gflops: f64,
+    /// The same at the decode shape.
+    pub sgmv_overhead_decode: f64,
+    /// (base bytes + adapter bytes) / base bytes at the decode shape.
+    pub sgmv_overhead_decode_floor: f64,
+    /// Decode tokens/s with 32 distinct adapters over no adapter.
+    pub hetero_vs_base: f64,
+    /// Decode tokens/s, 32 sequences, 32 distinct adapters.
+    pub hetero_tokens_per_s: f64,
+    /// Decode tokens/s, 32 sequences, no adapter.
+    pub base_tokens_per_s: f64,
+    /// One batch over one sequence at a time (same 32 adapted sequences).
+    pub batched_vs_sequential: f64,
+    /// Decode tokens/s one sequence at a time.
+    pub sequential_tokens_per_s: f64,
+    /// The model of the forward figures (hidden, intermediate, layers, heads, kv heads).
+    pub forward_model: [usize; 5],
+    /// Adapters resident after the load stream.
+    pub resident_adapters: usize,
+    /// Budget / adapter bytes.
+    pub resident_expected: f64,
+    /// `|resident − expected| / expected`.
+    pub residency_error: f64,
+    /// Freivalds (20 rounds) time over the product's time.
+    pub freivalds_overhead: f64,
+    /// The honest product passed every check.
+    pub freivalds_accepted: bool,
+}
+
+impl LoraFigures {
+    /// A human table.
+    pub fn table(&self) -> String {
+        let rows: Vec<(&str, String, &str)> = vec![
+            ("sgmv_overhead", format!("{:.4}", self.sgmv_overhead), "≤ 1.10"),
+            ("base_gemm_gflops", format!("{:.1}", self.base_gemm_gflops), ""),
+            (
+                "sgmv_overhead_decode",
+                format!("{:.4}", self.sgmv_overhead_decode),
+                "≤ 1.1 × floor",
+            ),
+            (
+                "sgmv_overhead_decode_floor",
+                format!("{:.4}", self.sgmv_overhead_decode_floor),
+                "",
+            ),
+            ("hetero_vs_base", format!("{:.4}", self.hetero_vs_base), "≥ 0.85"),
+            ("hetero_tokens_per_s", format!("{:.1}", self.hetero_tokens_per_s), ""),
+            ("base_tokens_per_s", format!("{:.1}", self.base_tokens_per_s), ""),
+            (
+                "batched_vs_sequential",
+                format!("{:.2}", self.batched_vs_sequential),
+                "≥ 8",
+            ),
+            (
+                "sequential_tokens_per_s",
+                format!("{:.1}", self.sequential_tokens_per_s),
+                "",
+            ),
+            ("resident_adapters", self.resident_adapters.to_string(), ""),
+            ("resident_expected", format!("{:.2}", self.resident_expected), "within 5 %"),
+            ("freivalds_overhead", format!("{:.4}", self.freivalds_overhead), "≤ 0.015"),
+        ];
+        let mut out = format!(
+            "cx-provider bench lora ({} threads, {}{})\n",
+            self.threads,
+            self.mode,
+            if self.quick { ", QUICK shapes" } else { "" }
+        );
+        out.push_str(&format!("{:<28} {:>12}  {}\n", "figure", "value", "target"));
+        for (name, value, target) in rows {
+            out.push_str(&format!("{name:<28} {value:>12}  {target}\n"));
+        }
+        out
+    }
+}
+
+/// A temp directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir = std::env::temp_dir().join(format!("cx-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| crate::Error::io(&dir, e))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Generated adapters for `config`, written to `dir` and loaded back (distinct seeds, so
+/// distinct ids).
+fn adapters(
+    dir: &std::path::Path,
+    config: &LlamaConfig,
+    count: usize,
+    rank: usize,
+    seed: u64,
+) -> Result<Vec<Arc<Adapter>>> {
+    (0..count)
+        .map(|i| {
+            let path = dir.join(format!("a{seed}-{i}"));
+            write_random_adapter(&path, config, rank, &Target::ALL, 0.5 / rank as f32, seed + i as u64)?;
+            Ok(Arc::new(load_adapter(&path, config, usize::MAX)?))
+        })
+        .collect()
+}
+
+/// Median seconds of `steps` decode steps over `groups` (each group one forward batch),
+/// starting every repeat from the same prefilled caches.
+fn decode_seconds(
+    model: &Model,
+    groups: &[Vec<(KvCache, Option<Arc<Adapter>>)>],
+    steps: usize,
+    repeats: usize,
+) -> Result<f64> {
+    let mut error = None;
+    let seconds = median_seconds(repeats, || {
+        for group in groups {
+            let mut caches: Vec<KvCache> = group.iter().map(|(c, _)| c.clone()).collect();
+            for step in 0..steps {
+                let token = [(65 + step % 26) as u32];
+                let mut inputs: Vec<SeqInput<'_>> = caches
+                    .iter_mut()
+                    .zip(group)
+                    .map(|(cache, (_, adapter))| SeqInput {
+                        tokens: &token,
+                        cache,
+                        adapter: adapter.as_deref(),
+                    })
+                    .collect();
+                if let Err(e) = model.forward(&mut inputs) {
+                    error = Some(e);
+                }
+            }
+        }
+    });
+    match error {
+        Some(e) => Err(e),
+        None => Ok(seconds),
+    }
+}
+
+/// Prefills `sequences` with a short prompt each; returns (cache, adapter) per sequence.
+fn prefill(
+    model: &Model,
+    adapters: &[Option<Arc<Adapter>>],
+) -> Result<Vec<(KvCache, Option<Arc<Adapter>>)>> {
+    let mut out = Vec::new();
+    for (i, adapter) in adapters.iter().enumerate() {
+        let mut cache = KvCache::default();
+        let prompt: Vec<u32> = (0..8).map(|k| (32 + (i * 7 + k) % 90) as u32).collect();
+        model.forward(&mut [SeqInput {
+            tokens: &prompt,
+            cache: &mut cache,
+            adapter: adapter.as_deref(),
+        }])?;
+        out.push((cache, adapter.clone()));
+    }
+    Ok(out)
+}
+
+/// Runs every figure.
+pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
+    let cpu = options.cpu;
+    let repeats = options.repeats.max(1);
+    let (prefill_shape, decode_shape) = if options.quick {
+        let small = SgmvShape {
+            d_in: 1024,
+            d_out: 1024,
+            ..SgmvShape::prefill()
+        };
+        (small, SgmvShape { tokens: 32, ..small })
+    } else {
+        (SgmvShape::prefill(), SgmvShape::decode())
+    };
+    let prefill_figures = sgmv_overhead::<f32>(&prefill_shape, repeats, &cpu)?;
+    let decode_figures = sgmv_overhead::<f32>(&decode_shape, repeats, &cpu)?;
+
+    // Full forward: a generated model wide enough that a 32-row decode step is compute-bound.
+    let options_model = if options.quick {
+        GenModelOptions {
+            hidden: 256,
+            layers: 2,
+            heads: 8,
+            kv_heads: 8,
+            intermediate: 704,
+            vocab: 512,
+            max_positions: 256,
+            tie: false,
+            dtype: candle_core::DType::F32,
+            seed: 5,
+        }
+    } else {
+        GenModelOptions {
+            hidden: 2048,
+            layers: 2,
+            heads: 16,
+            kv_heads: 16,
+            intermediate: 5632,
+            vocab: 1024,
+            max_positions: 256,
+            tie: false,
+            dtype: candle_core::DType::F32,
+            seed: 5,
+        }
+    };
+    let config = generated_config(&options_model)?;
+    let model = Model::from_tensors(config.clone(), generated_tensors(&config, 5), cpu)?;
+    let tmp = TempDir::new("bench-lora")?;
+    let batch_adapters = adapters(&tmp.0, &config, 32, 16, 100)?;
+    let with: Vec<Option<Arc<Adapter>>> = batch_adapters.iter().cloned().map(Some).collect();
+    let without: Vec<Option<Arc<Adapter>>> = vec![None; 32];
+    let steps = 4;
+    let hetero_group = prefill(&model, &with)?;
+    let base_group = prefill(&model, &without)?;
+    let hetero_s = decode_seconds(&model, std::slice::from_ref(&hetero_group), steps, repeats)?;
+    let base_s = decode_seconds(&model, std::slice::from_ref(&base_group), steps, repeats)?;
+    let singles: Vec<Vec<(KvCache, Option<Arc<Adapter>>)>> =
+        hetero_group.iter().map(|s| vec![s.clone()]).collect();
+    let sequential_s = decode_seconds(&model, &singles, steps, 1)?;
+    let tokens = (32 * steps) as f64;
+
+    // Residency: a budget of 20.5 adapters, a stream of 40 distinct loads.
+    let small = generated_config(&GenModelOptions {
+        hidden: 128,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+        intermediate: 256,
+        vocab: 300,
+        max_positions: 64,
+        tie: true,
+        dtype: candle_core::DType::F32,
+        seed: 1,
+    })?;
+    let stream = adapters(&tmp.0, &small, 40, 16, 1000)?;
+    let size = stream[0].bytes();
+    let budget = size * 41 / 2;
+    let mut cache = ResidencyCache::new(CacheConfig::new(budget, EvictionPolicy::ValuePerByte));
+    let t0 = Instant::now();
+    for adapter in &stream {
+        let now = t0.elapsed().as_secs_f64();
+        let _ = cache.lookup(adapter.id(), now);
+        cache.insert(adapter.clone(), false, now)?;
+    }
+    let resident = cache.stats().resident_adapters;
+    let expected = budget as f64 / size as f64;
+
+    let (m, d) = if options.quick { (64, 1024) } else { (256, 4096) };
+    let freivalds = freivalds_overhead(m, d, d, 20, repeats, &cpu)?;
+
+    Ok(LoraFigures {
+        threads: cpu.threads,
+        mode: format!("{:?}", cpu.mode),
+        quick: options.quick,
+        sgmv_overhead: prefill_figures.overhead,
+        base_gemm_gflops: prefill_figures.base_gflops,
+        sgmv_overhead_decode: decode_figures.overhead,
+        sgmv_overhead_decode_floor: decode_figures.bytes_floor,
+        hetero_vs_base: base_s / hetero_s,
+        hetero_tokens_per_s: tokens / hetero_s,
+        base_tokens_per_s: tokens / base_s,
+        batched_vs_sequential: sequential_s / hetero_s,
+        sequential_tokens_per_s: tokens / sequential_s,
+        forward_model: [
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_hidden_layers,
+            config.num_attention_heads,
+            config.kv_heads(),
+        ],
+        resident_adapters: resident,
+        resident_expected: expected,
+        residency_error: (resident as f64 - expected).abs() / expected,
+        freivalds_overhead: freivalds.overhead,
+        freivalds_accepted: freivalds.accepted,
+    })
+}

@@ -1,0 +1,88 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in `cx-provider`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A `config.json` / `adapter_config.json` / index file is not what Hugging Face or PEFT
+    /// writes.
+    #[error("{path}: malformed {what}: {reason}")]
+    Config {
+        /// The file.
+        path: PathBuf,
+        /// Which kind of file.
+        what: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A safetensors file could not be parsed, or holds a dtype we cannot read.
+    #[error("{path}: malformed safetensors: {reason}")]
+    Safetensors {
+        /// The file.
+        path: PathBuf,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// A base model tensor is missing or has the wrong shape.
+    #[error("base model: {0}")]
+    Model(String),
+    /// An adapter does not fit the base model (shape, target, layer) or breaks a limit.
+    #[error("adapter does not fit the base model: {0}")]
+    AdapterMismatch(String),
+    /// An adapter's rank is above the server's limit.
+    #[error("adapter rank {rank} is over the limit {max_rank} (raise --max-lora-rank)")]
+    RankOverLimit {
+        /// The adapter's rank.
+        rank: usize,
+        /// The server's limit.
+        max_rank: usize,
+    },
+    /// No adapter with this alias or id is known.
+    #[error("unknown adapter `{0}`: load it with POST /v1/load_lora_adapter or list /v1/models")]
+    UnknownAdapter(String),
+    /// The residency cache cannot make room: everything else is pinned or in use.
+    #[error(
+        "residency cache full: {needed_bytes} bytes needed, only {evictable_bytes} evictable \
+         (unpin adapters or raise --cache-bytes)"
+    )]
+    CacheFull {
+        /// Bytes that must be freed.
+        needed_bytes: u64,
+        /// Bytes held by evictable occupants.
+        evictable_bytes: u64,
+    },
+    /// A request does not fit the model (context length, token ids).
+    #[error("{0}")]
+    BadRequest(String),
+    /// A tokenizer could not be loaded or used.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The kernels refused a call (a shape bug in this crate if it happens).
+    #[error("kernel: {0}")]
+    Kernel(#[from] cx_kernels::Error),
+    /// candle refused a tensor operation.
+    #[error("candle: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+/// `Result` with this crate's [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An I/O error on `path`.
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

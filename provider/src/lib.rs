@@ -1,0 +1,64 @@
+//! cx-provider: a provider node of the compute exchange — one Llama base model serving many
+//! LoRA adapters in one batched forward pass (SPEC §6), with a byte-budgeted residency cache
+//! (SPEC §4) and an OpenAI-compatible API.
+//!
+//! # Parts, as a request flows through them
+//! * [`server`] — axum router ([`server::app`]): `/v1/completions`, `/v1/chat/completions`
+//!   (SSE streaming or not), `/v1/models`, vLLM's `/v1/load_lora_adapter` and
+//!   `/v1/unload_lora_adapter`, Prometheus `/metrics`. It resolves the adapter a request
+//!   names and hands the request to the engine.
+//! * [`engine`] — the batch scheduler on its own thread: continuous batching (sequences join
+//!   and leave at token boundaries, whatever their adapter), adapter loads on loader threads
+//!   beside the running batch, greedy or sampled decoding.
+//! * [`cache`] — the residency cache: byte budget, least-value-per-byte or LRU eviction, pins,
+//!   shadow price.
+//! * [`lora`] — PEFT adapters: parse, check against the base, content id; a seeded generator.
+//! * [`model`] — the Llama forward (candle loads the Hugging Face weights), base projections
+//!   by cx-kernels' GEMM and each sequence's delta by cx-kernels' SGMV, never merged.
+//! * [`tokenizer`] — bytes for generated models, `tokenizer.json` with `hf-tokenizer`.
+//! * [`bench`] — the figures of `cx-provider bench lora`.
+//!
+//! # Example: a tiny model, two adapters, one batch
+//! ```
+//! use std::sync::Arc;
+//! use cx_kernels::CpuConfig;
+//! use cx_provider::lora::{Target, load_adapter, write_random_adapter};
+//! use cx_provider::model::{GenModelOptions, KvCache, Model, SeqInput, write_generated_model};
+//!
+//! let dir = std::env::temp_dir().join(format!("cx-provider-doc-{}", std::process::id()));
+//! let options = GenModelOptions {
+//!     hidden: 32, layers: 2, heads: 4, kv_heads: 2, intermediate: 64, vocab: 300,
+//!     max_positions: 64, tie: false, dtype: candle_core::DType::F32, seed: 1,
+//! };
+//! let config = write_generated_model(&dir.join("model"), &options)?;
+//! write_random_adapter(&dir.join("a"), &config, 4, &[Target::Q, Target::V], 0.1, 2)?;
+//! let model = Model::load(&dir.join("model"), CpuConfig::deterministic())?;
+//! let adapter = load_adapter(&dir.join("a"), &config, 64)?;
+//! let (mut c1, mut c2) = (KvCache::default(), KvCache::default());
+//! let logits = model.forward(&mut [
+//!     SeqInput { tokens: &[256, 72, 105], cache: &mut c1, adapter: Some(&adapter) },
+//!     SeqInput { tokens: &[256, 33], cache: &mut c2, adapter: None },
+//! ])?;
+//! assert_eq!(logits.len(), 2);
+//! assert_eq!(logits[0].len(), 300);
+//! # std::fs::remove_dir_all(&dir).ok();
+//! # Ok::<(), cx_provider::Error>(())
+//! ```
+//!
+//! # Features
+//! * `cuda` — forwards to `cx-kernels/cuda`: SGMV on the GPU through NVRTC kernels (the
+//!   base projections and attention stay on the CPU in this crate).
+//! * `hf-tokenizer` — `tokenizer.json` support through the Hugging Face `tokenizers` crate
+//!   (off by default: it is a heavy build, and generated models use the byte tokenizer; a model
+//!   directory with `tokenizer.json` is refused without it, with a message naming the flag).
+
+pub mod bench;
+pub mod cache;
+pub mod engine;
+pub mod error;
+pub mod lora;
+pub mod model;
+pub mod server;
+pub mod tokenizer;
+
+pub use error::{Error, Result};

@@ -1,0 +1,532 @@
+//! LoRA adapters in PEFT format, checked against a base model and held as cx-kernels
+//! [`LoraAdapter`]s, one per adapted projection of each layer.
+//!
+//! A PEFT directory holds `adapter_config.json` (`r`, `lora_alpha`, `target_modules`,
+//! `use_rslora`) and `adapter_model.safetensors` with tensors named
+//! `base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight` (`r × d_in`) and
+//! `….lora_B.weight` (`d_out × r`). The scale is `alpha / r`, or `alpha / √r` with rsLoRA.
+//! An adapter's id is the SHA-256 of its two files (see [`adapter_id`]).
+//!
+//! # Example: an adapter's delta, shape-checked
+//! ```
+//! use cx_kernels::LoraAdapter;
+//! // A rank-2 adapter of a 4 → 3 projection: A is 2 × 4, B is 3 × 2, s = alpha / r = 1.
+//! let lora = LoraAdapter::from_peft(&[0.5f32; 8], &[1.0f32; 6], 2, 4, 3, 2.0)?;
+//! assert_eq!(lora.delta_dense().len(), 3 * 4); // s·B·A is d_out × d_in
+//! assert!(LoraAdapter::from_peft(&[0.5f32; 8], &[1.0f32; 5], 2, 4, 3, 2.0).is_err());
+//! # Ok::<(), cx_kernels::Error>(())
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use cx_kernels::{LoraAdapter, SplitMix64};
+use half::{bf16, f16};
+use safetensors::{Dtype, SafeTensors};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::model::LlamaConfig;
+
+/// A projection LoRA can adapt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// `self_attn.q_proj`.
+    Q,
+    /// `self_attn.k_proj`.
+    K,
+    /// `self_attn.v_proj`.
+    V,
+    /// `self_attn.o_proj`.
+    O,
+    /// `mlp.gate_proj`.
+    Gate,
+    /// `mlp.up_proj`.
+    Up,
+    /// `mlp.down_proj`.
+    Down,
+}
+
+impl Target {
+    /// Every target, in the order the model stores its projections.
+    pub const ALL: [Target; 7] = [
+        Target::Q,
+        Target::K,
+        Target::V,
+        Target::O,
+        Target::Gate,
+        Target::Up,
+        Target::Down,
+    ];
+
+    /// Position in [`Target::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// PEFT's `target_modules` name (`q_proj`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Q => "q_proj",
+            Target::K => "k_proj",
+            Target::V => "v_proj",
+            Target::O => "o_proj",
+            Target::Gate => "gate_proj",
+            Target::Up => "up_proj",
+            Target::Down => "down_proj",
+        }
+    }
+
+    /// Path inside a decoder layer (`self_attn.q_proj`, `mlp.gate_proj`, …).
+    pub fn module_path(self) -> String {
+        let parent = match self {
+            Target::Q | Target::K | Target::V | Target::O => "self_attn",
+            _ => "mlp",
+        };
+        format!("{parent}.{}", self.name())
+    }
+
+    /// The target named `name` (`q_proj`, …).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+}
+
+/// `adapter_config.json` as PEFT writes it (the fields we read, and the ones we refuse).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct AdapterConfig {
+    /// Rank `r`.
+    pub r: usize,
+    /// `alpha` of `s = alpha / r`.
+    pub lora_alpha: f64,
+    /// Adapted modules: a list of names (`q_proj`, …).
+    pub target_modules: TargetModules,
+    /// rsLoRA: `s = alpha / √r`.
+    #[serde(default)]
+    pub use_rslora: bool,
+    /// `LORA`.
+    #[serde(default)]
+    pub peft_type: Option<String>,
+    /// The base this was trained on (informational).
+    #[serde(default)]
+    pub base_model_name_or_path: Option<String>,
+    /// `CAUSAL_LM`.
+    #[serde(default)]
+    pub task_type: Option<String>,
+    /// Per-module ranks (not supported when non-empty).
+    #[serde(default)]
+    pub rank_pattern: BTreeMap<String, serde_json::Value>,
+    /// Per-module alphas (not supported when non-empty).
+    #[serde(default)]
+    pub alpha_pattern: BTreeMap<String, serde_json::Value>,
+    /// Dropout (training only).
+    #[serde(default)]
+    pub lora_dropout: f64,
+    /// `none` (bias training is not supported).
+    #[serde(default)]
+    pub bias: Option<String>,
+}
+
+/// `target_modules`: a list, or one name.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum TargetModules {
+    /// A list of module names.
+    List(Vec<String>),
+    /// One module name (PEFT also allows a regex here, which we refuse).
+    One(String),
+}
+
+/// An adapter checked against a base model, ready for the forward.
+#[derive(Clone, Debug)]
+pub struct Adapter {
+    id: String,
+    rank: usize,
+    scale: f32,
+    targets: BTreeSet<Target>,
+    /// Per layer, per target ([`Target::index`]).
+    layers: Vec<[Option<LoraAdapter<f32>>; 7]>,
+    bytes: u64,
+}
+
+impl Adapter {
+    /// Content id: SHA-256 of the files, hex.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// Rank `r`.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    /// The scale `s` every projection uses.
+    pub fn scale(&self) -> f32 {
+        self.scale
+    }
+    /// Adapted projections.
+    pub fn targets(&self) -> &BTreeSet<Target> {
+        &self.targets
+    }
+    /// Bytes of weights held (`Σ r·(d_in + d_out)` × 4).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// The adapter of projection `target` in layer `layer`, if adapted.
+    pub fn projection(&self, layer: usize, target: Target) -> Option<&LoraAdapter<f32>> {
+        self.layers.get(layer)?[target.index()].as_ref()
+    }
+}
+
+/// Names of an adapter directory's files.
+pub const ADAPTER_CONFIG: &str = "adapter_config.json";
+/// The weights file.
+pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
+
+/// The id of an adapter directory: SHA-256 over, for `adapter_config.json` then
+/// `adapter_model.safetensors`, the file name, a zero byte, the length as 8 bytes big-endian
+/// and the bytes. Two directories with the same files have the same id wherever they live.
+pub fn adapter_id(config_bytes: &[u8], weight_bytes: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    for (name, bytes) in [(ADAPTER_CONFIG, config_bytes), (ADAPTER_WEIGHTS, weight_bytes)] {
+        hasher.update(name.as_bytes());
+        hasher.update([0u8]);
+        hasher.update((bytes.len() as u64).to_be_bytes());
+        hasher.update(bytes);
+    }
+    hex::encode(hasher.finalize())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| Error::io(path, e))
+}
+
+/// Reads only the id of an adapter directory (hashes both files).
+pub fn read_adapter_id(dir: &Path) -> Result<String> {
+    Ok(adapter_id(
+        &read(&dir.join(ADAPTER_CONFIG))?,
+        &read(&dir.join(ADAPTER_WEIGHTS))?,
+    ))
+}
+
+/// Reads and checks `adapter_config.json` of `dir`.
+pub fn read_adapter_config(dir: &Path) -> Result<AdapterConfig> {
+    let path = dir.join(ADAPTER_CONFIG);
+    parse_adapter_config(&path, &read(&path)?)
+}
+
+fn parse_adapter_config(path: &Path, bytes: &[u8]) -> Result<AdapterConfig> {
+    let bad = |reason: String| Error::Config {
+        path: path.to_path_buf(),
+        what: "adapter_config.json",
+        reason,
+    };
+    let config: AdapterConfig =
+        serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+    if config.r == 0 {
+        return Err(bad("r must be positive".into()));
+    }
+    if !config.lora_alpha.is_finite() {
+        return Err(bad("lora_alpha must be finite".into()));
+    }
+    if let Some(peft_type) = &config.peft_type
+        && peft_type != "LORA"
+    {
+        return Err(bad(format!("peft_type {peft_type} is not LORA")));
+    }
+    if !config.rank_pattern.is_empty() || !config.alpha_pattern.is_empty() {
+        return Err(bad(
+            "rank_pattern/alpha_pattern (per-module ranks) are not supported".into(),
+        ));
+    }
+    if let Some(bias) = &config.bias
+        && bias != "none"
+    {
+        return Err(bad(format!("bias = {bias} is not supported (only none)")));
+    }
+    Ok(config)
+}
+
+/// The targets an adapter config names, checked.
+fn config_targets(path: &Path, config: &AdapterConfig) -> Result<BTreeSet<Target>> {
+    let names: Vec<String> = match &config.target_modules {
+        TargetModules::List(list) => list.clone(),
+        TargetModules::One(one) => vec![one.clone()],
+    };
+    let mut targets = BTreeSet::new();
+    for name in names {
+        let target = Target::from_name(&name).ok_or_else(|| {
+            Error::AdapterMismatch(format!(
+                "{}: target module `{name}` is not one of q_proj, k_proj, v_proj, o_proj, \
+                 gate_proj, up_proj, down_proj",
+                path.display()
+            ))
+        })?;
+        targets.insert(target);
+    }
+    if targets.is_empty() {
+        return Err(Error::AdapterMismatch(format!(
+            "{}: target_modules is empty",
+            path.display()
+        )));
+    }
+    Ok(targets)
+}
+
+/// Parses a PEFT tensor name into (layer, target, is_a).
+fn parse_name(name: &str) -> Option<(usize, Target, bool)> {
+    let rest = name.strip_prefix("base_model.model.model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (parent, rest) = rest.split_once('.')?;
+    let (module, rest) = rest.split_once('.')?;
+    let target = Target::from_name(module)?;
+    let expected_parent = match target {
+        Target::Q | Target::K | Target::V | Target::O => "self_attn",
+        _ => "mlp",
+    };
+    if parent != expected_parent {
+        return None;
+    }
+    // PEFT saves without the adapter name; older files may keep `.default`.
+    match rest {
+        "lora_A.weight" | "lora_A.default.weight" => Some((layer, target, true)),
+        "lora_B.weight" | "lora_B.default.weight" => Some((layer, target, false)),
+        _ => None,
+    }
+}
+
+fn to_f32(path: &Path, name: &str, dtype: Dtype, data: &[u8]) -> Result<Vec<f32>> {
+    let bad = |reason: String| Error::Safetensors {
+        path: path.to_path_buf(),
+        reason: format!("{name}: {reason}"),
+    };
+    Ok(match dtype {
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        Dtype::BF16 => data
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        Dtype::F16 => data
+            .chunks_exact(2)
+            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        other => return Err(bad(format!("dtype {other:?} (expected F32, BF16 or F16)"))),
+    })
+}
+
+/// Loads a PEFT adapter directory and checks it against `base`: every tensor name must be a
+/// LoRA weight of a listed target in an existing layer, with shapes `r × d_in` / `d_out × r`,
+/// A and B in pairs, values finite, and `r ≤ max_rank`. Nothing partial is returned.
+pub fn load_adapter(dir: &Path, base: &LlamaConfig, max_rank: usize) -> Result<Adapter> {
+    let config_path = dir.join(ADAPTER_CONFIG);
+    let weights_path = dir.join(ADAPTER_WEIGHTS);
+    let config_bytes = read(&config_path)?;
+    let weight_bytes = read(&weights_path)?;
+    let config = parse_adapter_config(&config_path, &config_bytes)?;
+    if config.r > max_rank {
+        return Err(Error::RankOverLimit {
+            rank: config.r,
+            max_rank,
+        });
+    }
+    let targets = config_targets(&config_path, &config)?;
+    let rank = config.r;
+    let alpha = config.lora_alpha as f32;
+    let scale = if config.use_rslora {
+        alpha / (rank as f32).sqrt()
+    } else {
+        alpha / rank as f32
+    };
+    let tensors = SafeTensors::deserialize(&weight_bytes).map_err(|e| Error::Safetensors {
+        path: weights_path.clone(),
+        reason: e.to_string(),
+    })?;
+    type Pair = (Option<Vec<f32>>, Option<Vec<f32>>);
+    let mut pairs: BTreeMap<(usize, Target), Pair> = BTreeMap::new();
+    for (name, view) in tensors.tensors() {
+        let (layer, target, is_a) = parse_name(&name).ok_or_else(|| {
+            Error::AdapterMismatch(format!(
+                "tensor `{name}` is not a PEFT LoRA weight of a Llama projection \
+                 (base_model.model.model.layers.{{i}}.self_attn|mlp.<proj>.lora_A|lora_B.weight)"
+            ))
+        })?;
+        if layer >= base.num_hidden_layers {
+            return Err(Error::AdapterMismatch(format!(
+                "tensor `{name}`: layer {layer} but the base has {} layers",
+                base.num_hidden_layers
+            )));
+        }
+        if !targets.contains(&target) {
+            return Err(Error::AdapterMismatch(format!(
+                "tensor `{name}`: {} is not in target_modules",
+                target.name()
+            )));
+        }
+        let (d_in, d_out) = base.projection_shape(target);
+        let expected = if is_a {
+            vec![rank, d_in]
+        } else {
+            vec![d_out, rank]
+        };
+        if view.shape() != expected.as_slice() {
+            return Err(Error::AdapterMismatch(format!(
+                "tensor `{name}` has shape {:?}; r = {rank} and the base's {} ({d_in} → {d_out}) \
+                 need {expected:?}",
+                view.shape(),
+                target.name()
+            )));
+        }
+        let data = to_f32(&weights_path, &name, view.dtype(), view.data())?;
+        if data.iter().any(|v| !v.is_finite()) {
+            return Err(Error::AdapterMismatch(format!(
+                "tensor `{name}` holds NaN or infinite values"
+            )));
+        }
+        let entry = pairs.entry((layer, target)).or_default();
+        let slot = if is_a { &mut entry.0 } else { &mut entry.1 };
+        if slot.replace(data).is_some() {
+            return Err(Error::AdapterMismatch(format!("tensor `{name}` appears twice")));
+        }
+    }
+    if pairs.is_empty() {
+        return Err(Error::AdapterMismatch(format!(
+            "{} holds no LoRA tensors",
+            weights_path.display()
+        )));
+    }
+    let mut layers: Vec<[Option<LoraAdapter<f32>>; 7]> =
+        (0..base.num_hidden_layers).map(|_| Default::default()).collect();
+    let mut bytes = 0u64;
+    for ((layer, target), pair) in pairs {
+        let (Some(a), Some(b)) = pair else {
+            return Err(Error::AdapterMismatch(format!(
+                "layer {layer} {}: lora_A and lora_B must both be present",
+                target.name()
+            )));
+        };
+        let (d_in, d_out) = base.projection_shape(target);
+        let lora = LoraAdapter::with_scale(&a, &b, rank, d_in, d_out, scale)?;
+        bytes += lora.weight_bytes() as u64;
+        layers[layer][target.index()] = Some(lora);
+    }
+    Ok(Adapter {
+        id: adapter_id(&config_bytes, &weight_bytes),
+        rank,
+        scale,
+        targets,
+        layers,
+        bytes,
+    })
+}
+
+/// Bytes an adapter of rank `rank` on `targets` takes in memory (`f32`), before loading it:
+/// `Σ_layers Σ_targets r·(d_in + d_out)·4` (SPEC §5).
+pub fn adapter_bytes(base: &LlamaConfig, rank: usize, targets: &BTreeSet<Target>) -> u64 {
+    let per_layer: usize = targets
+        .iter()
+        .map(|t| {
+            let (d_in, d_out) = base.projection_shape(*t);
+            rank * (d_in + d_out)
+        })
+        .sum();
+    (per_layer * base.num_hidden_layers * 4) as u64
+}
+
+/// Writes one PEFT adapter directory with seeded random weights (F32): `A` uniform in
+/// `±1/√d_in`, `B` uniform in `±b_scale` (PEFT starts `B` at zero; random `B` makes the
+/// delta visible), `alpha = 2r`.
+pub fn write_random_adapter(
+    dir: &Path,
+    base: &LlamaConfig,
+    rank: usize,
+    targets: &[Target],
+    b_scale: f32,
+    seed: u64,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let mut rng = SplitMix64::new(seed);
+    let mut tensors: BTreeMap<String, (Vec<usize>, Vec<u8>)> = BTreeMap::new();
+    for layer in 0..base.num_hidden_layers {
+        for &t in targets {
+            let (d_in, d_out) = base.projection_shape(t);
+            let prefix = format!("base_model.model.model.layers.{layer}.{}", t.module_path());
+            let a = rng.vec_f32(rank * d_in, 1.0 / (d_in as f32).sqrt());
+            let b = rng.vec_f32(d_out * rank, b_scale);
+            tensors.insert(format!("{prefix}.lora_A.weight"), (vec![rank, d_in], le_bytes(&a)));
+            tensors.insert(format!("{prefix}.lora_B.weight"), (vec![d_out, rank], le_bytes(&b)));
+        }
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
+        .iter()
+        .map(|(name, (shape, data))| {
+            let view = safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), data)
+                .expect("shape matches data by construction");
+            (name.clone(), view)
+        })
+        .collect();
+    let weights_path = dir.join(ADAPTER_WEIGHTS);
+    let mut metadata = std::collections::HashMap::new();
+    metadata.insert("format".to_string(), "pt".to_string());
+    safetensors::serialize_to_file(views, Some(metadata), &weights_path).map_err(|e| {
+        Error::Safetensors {
+            path: weights_path.clone(),
+            reason: e.to_string(),
+        }
+    })?;
+    let config = AdapterConfig {
+        r: rank,
+        lora_alpha: 2.0 * rank as f64,
+        target_modules: TargetModules::List(targets.iter().map(|t| t.name().into()).collect()),
+        use_rslora: false,
+        peft_type: Some("LORA".into()),
+        base_model_name_or_path: None,
+        task_type: Some("CAUSAL_LM".into()),
+        rank_pattern: BTreeMap::new(),
+        alpha_pattern: BTreeMap::new(),
+        lora_dropout: 0.0,
+        bias: Some("none".into()),
+    };
+    let config_path = dir.join(ADAPTER_CONFIG);
+    let text = serde_json::to_string_pretty(&config).expect("config serialises");
+    std::fs::write(&config_path, text).map_err(|e| Error::io(&config_path, e))
+}
+
+fn le_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Writes `count` adapters named `adapter-000`, `adapter-001`, … under `out`; adapter `i`
+/// gets rank `ranks[i % ranks.len()]`, targets `targets`, seed `seed + i`. Returns the
+/// directories.
+pub fn write_random_adapters(
+    out: &Path,
+    base: &LlamaConfig,
+    count: usize,
+    ranks: &[usize],
+    targets: &[Target],
+    seed: u64,
+) -> Result<Vec<PathBuf>> {
+    if ranks.is_empty() || ranks.contains(&0) {
+        return Err(Error::BadRequest("--ranks needs positive ranks".into()));
+    }
+    if targets.is_empty() {
+        return Err(Error::BadRequest("--targets needs at least one target".into()));
+    }
+    (0..count)
+        .map(|i| {
+            let dir = out.join(format!("adapter-{i:03}"));
+            write_random_adapter(
+                &dir,
+                base,
+                ranks[i % ranks.len()],
+                targets,
+                0.5 / (ranks[i % ranks.len()] as f32),
+                seed.wrapping_add(i as u64),
+            )?;
+            Ok(dir)
+        })
+        .collect()
+}

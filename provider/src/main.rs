@@ -1,0 +1,351 @@
+//! `cx-provider`: serve a Llama base with many LoRA adapters, generate test models and
+//! adapters, print logits, run the LoRA benchmarks.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use cx_kernels::{CpuConfig, Mode};
+use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
+use cx_provider::engine::{Engine, EngineConfig};
+use cx_provider::lora::{Target, load_adapter, write_random_adapters};
+use cx_provider::model::{GenModelOptions, KvCache, Model, SeqInput, read_config, write_generated_model};
+use cx_provider::server::{AppState, app};
+use cx_provider::tokenizer::Tokenizer;
+
+#[derive(Parser)]
+#[command(name = "cx-provider", version, about = "A compute-exchange provider node")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write a Hugging Face Llama directory with seeded random weights.
+    GenModel {
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Hidden size.
+        #[arg(long, default_value_t = 64)]
+        hidden: usize,
+        /// Decoder layers.
+        #[arg(long, default_value_t = 2)]
+        layers: usize,
+        /// Query heads.
+        #[arg(long, default_value_t = 4)]
+        heads: usize,
+        /// Key/value heads.
+        #[arg(long, default_value_t = 2)]
+        kv_heads: usize,
+        /// SwiGLU inner width.
+        #[arg(long, default_value_t = 128)]
+        intermediate: usize,
+        /// Vocabulary size (≥ 258: bytes, BOS, EOS).
+        #[arg(long, default_value_t = 512)]
+        vocab: usize,
+        /// Context length.
+        #[arg(long, default_value_t = 2048)]
+        max_positions: usize,
+        /// Tie lm_head to the embeddings.
+        #[arg(long)]
+        tie: bool,
+        /// Storage dtype: f32, bf16 or f16.
+        #[arg(long, default_value = "f32")]
+        dtype: String,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Write PEFT adapters with seeded random weights for a model directory.
+    GenAdapters {
+        /// The base model directory.
+        #[arg(long)]
+        model: PathBuf,
+        /// Output directory (adapter-000, adapter-001, …).
+        #[arg(long)]
+        out: PathBuf,
+        /// How many.
+        #[arg(long, default_value_t = 8)]
+        count: usize,
+        /// Ranks, cycled.
+        #[arg(long, default_value = "8,16", value_delimiter = ',')]
+        ranks: Vec<usize>,
+        /// Target modules.
+        #[arg(
+            long,
+            default_value = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+            value_delimiter = ','
+        )]
+        targets: Vec<String>,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Print the logits of the last position (f32).
+    Logits {
+        /// The model directory.
+        #[arg(long)]
+        model: PathBuf,
+        /// A PEFT adapter directory.
+        #[arg(long)]
+        adapter: Option<PathBuf>,
+        /// Token ids, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        tokens: Vec<u32>,
+        /// Print `{"logits": [...]}`.
+        #[arg(long)]
+        json: bool,
+        /// Worker threads.
+        #[arg(long)]
+        threads: Option<usize>,
+    },
+    /// Serve the OpenAI-compatible API.
+    Serve {
+        /// The model directory.
+        #[arg(long)]
+        model: PathBuf,
+        /// A directory of PEFT adapters (one sub-directory each, named by folder).
+        #[arg(long)]
+        adapters: Option<PathBuf>,
+        /// Port on 127.0.0.1.
+        #[arg(long, default_value_t = 9001, env = "CX_PROVIDER_PORT")]
+        port: u16,
+        /// Address to bind.
+        #[arg(long, default_value = "127.0.0.1", env = "CX_PROVIDER_HOST")]
+        host: String,
+        /// Name the base answers to (default: the model folder's name).
+        #[arg(long)]
+        served_model_name: Option<String>,
+        /// Byte budget of the adapter cache.
+        #[arg(long, default_value_t = 1_000_000_000, env = "CX_PROVIDER_CACHE_BYTES")]
+        cache_bytes: u64,
+        /// Eviction policy: value-per-byte or lru.
+        #[arg(long, default_value = "value-per-byte")]
+        eviction: EvictionPolicy,
+        /// Largest LoRA rank accepted.
+        #[arg(long, default_value_t = 64)]
+        max_lora_rank: usize,
+        /// Sequences per batch at most.
+        #[arg(long, default_value_t = 64)]
+        max_batch: usize,
+        /// Worker threads of the kernels.
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Use FMA where the CPU has it (faster; loses bit-equality across CPUs, class D∞).
+        #[arg(long)]
+        fast: bool,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// SGMV overhead, heterogeneous batching, residency and Freivalds figures.
+    Lora {
+        /// Print one JSON object as the last line.
+        #[arg(long)]
+        json: bool,
+        /// Timed repeats per figure (median).
+        #[arg(long, default_value_t = 5)]
+        repeats: usize,
+        /// Worker threads.
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Smaller shapes (a quick smoke run; the figures are not the reported ones).
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+fn cpu(threads: Option<usize>, fast: bool) -> CpuConfig {
+    let mut config = CpuConfig::deterministic();
+    if fast {
+        config.mode = Mode::Fast;
+    }
+    match threads {
+        Some(t) => config.with_threads(t),
+        None => config,
+    }
+}
+
+fn parse_dtype(s: &str) -> anyhow::Result<candle_core::DType> {
+    Ok(match s {
+        "f32" | "float32" => candle_core::DType::F32,
+        "bf16" | "bfloat16" => candle_core::DType::BF16,
+        "f16" | "float16" => candle_core::DType::F16,
+        other => bail!("unknown dtype {other} (f32, bf16, f16)"),
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::GenModel {
+            out,
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            intermediate,
+            vocab,
+            max_positions,
+            tie,
+            dtype,
+            seed,
+        } => {
+            let options = GenModelOptions {
+                hidden,
+                layers,
+                heads,
+                kv_heads,
+                intermediate,
+                vocab,
+                max_positions,
+                tie,
+                dtype: parse_dtype(&dtype)?,
+                seed,
+            };
+            write_generated_model(&out, &options)?;
+            println!("wrote {}", out.display());
+        }
+        Command::GenAdapters {
+            model,
+            out,
+            count,
+            ranks,
+            targets,
+            seed,
+        } => {
+            let config = read_config(&model)?;
+            let targets: Vec<Target> = targets
+                .iter()
+                .map(|t| Target::from_name(t).with_context(|| format!("unknown target {t}")))
+                .collect::<anyhow::Result<_>>()?;
+            let dirs = write_random_adapters(&out, &config, count, &ranks, &targets, seed)?;
+            for dir in dirs {
+                println!("{}", dir.display());
+            }
+        }
+        Command::Logits {
+            model,
+            adapter,
+            tokens,
+            json,
+            threads,
+        } => logits(&model, adapter.as_deref(), &tokens, json, cpu(threads, false))?,
+        Command::Serve {
+            model,
+            adapters,
+            port,
+            host,
+            served_model_name,
+            cache_bytes,
+            eviction,
+            max_lora_rank,
+            max_batch,
+            threads,
+            fast,
+        } => {
+            let cpu = cpu(threads, fast);
+            let loaded = Model::load(&model, cpu)
+                .with_context(|| format!("loading the model in {}", model.display()))?;
+            let tokenizer = Tokenizer::for_model(&model, loaded.config())?;
+            let name = served_model_name.unwrap_or_else(|| {
+                std::fs::canonicalize(&model)
+                    .ok()
+                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .unwrap_or_else(|| "base".into())
+            });
+            let engine = Engine::start(
+                Arc::new(loaded),
+                Arc::new(tokenizer),
+                ResidencyCache::new(CacheConfig::new(cache_bytes, eviction)),
+                EngineConfig {
+                    max_batch_seqs: max_batch,
+                    max_rank: max_lora_rank,
+                    ..EngineConfig::default()
+                },
+            );
+            let state = AppState::new(engine, name.clone(), max_lora_rank);
+            if let Some(dir) = adapters {
+                let aliases = state.register_dir(&dir)?;
+                eprintln!("registered {} adapters from {}", aliases.len(), dir.display());
+            }
+            let addr: SocketAddr = format!("{host}:{port}").parse().context("--host/--port")?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                    format!("binding {addr}: is another provider running? pick --port")
+                })?;
+                eprintln!(
+                    "cx-provider serving `{name}` on http://{addr} ({} threads, {:?})",
+                    cpu.threads, cpu.mode
+                );
+                axum::serve(listener, app(state)).await?;
+                anyhow::Ok(())
+            })?;
+        }
+        Command::Bench {
+            which:
+                BenchCommand::Lora {
+                    json,
+                    repeats,
+                    threads,
+                    quick,
+                },
+        } => {
+            let figures = cx_provider::bench::lora(&cx_provider::bench::LoraBenchOptions {
+                repeats,
+                cpu: cpu(threads, false),
+                quick,
+            })?;
+            print!("{}", figures.table());
+            if json {
+                println!("{}", serde_json::to_string(&figures)?);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn logits(
+    model_dir: &Path,
+    adapter: Option<&Path>,
+    tokens: &[u32],
+    json: bool,
+    cpu: CpuConfig,
+) -> anyhow::Result<()> {
+    let model = Model::load(model_dir, cpu)?;
+    let adapter = adapter
+        .map(|dir| load_adapter(dir, model.config(), usize::MAX))
+        .transpose()?;
+    let mut cache = KvCache::default();
+    let logits = model
+        .forward(&mut [SeqInput {
+            tokens,
+            cache: &mut cache,
+            adapter: adapter.as_ref(),
+        }])?
+        .remove(0);
+    if json {
+        println!("{}", serde_json::json!({ "logits": logits }));
+    } else {
+        let mut best: Vec<(usize, f32)> = logits.iter().copied().enumerate().collect();
+        best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        println!("{} logits; top 10:", logits.len());
+        for (id, v) in best.iter().take(10) {
+            println!("{id:>8} {v:>12.6}");
+        }
+    }
+    Ok(())
+}
