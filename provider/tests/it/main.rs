@@ -1,1 +1,7 @@
-mod x {}
+//! Integration tests of cx-provider, one binary (link time on 2 cores).
+
+mod cache;
+mod common;
+mod equivalence;
+mod http;
+mod model;

@@ -1,0 +1,1 @@
+//! HTTP tests (filled below).
