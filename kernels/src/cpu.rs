@@ -213,12 +213,13 @@ fn nt_generic<const FMA: bool>(
     n: usize,
     k: usize,
     out: &mut [f32],
+    kc: usize,
 ) {
     const MR: usize = 4;
     const NR: usize = 2;
     let mut k0 = 0;
     while k0 < k {
-        let kl = KC.min(k - k0);
+        let kl = kc.min(k - k0);
         let mut i = 0;
         while i < m {
             let mr = MR.min(m - i);
@@ -373,8 +374,9 @@ mod x86 {
         n: usize,
         k: usize,
         out: &mut [f32],
+        kc: usize,
     ) {
-        super::nt_generic::<true>(x, x_stride, m, w, w_stride, n, k, out)
+        super::nt_generic::<true>(x, x_stride, m, w, w_stride, n, k, out, kc)
     }
 
     /// # Safety
@@ -390,8 +392,9 @@ mod x86 {
         n: usize,
         k: usize,
         out: &mut [f32],
+        kc: usize,
     ) {
-        super::nt_generic::<false>(x, x_stride, m, w, w_stride, n, k, out)
+        super::nt_generic::<false>(x, x_stride, m, w, w_stride, n, k, out, kc)
     }
 
     /// # Safety
@@ -483,6 +486,25 @@ pub(crate) fn nt_accumulate(
     out: &mut [f32],
     mode: Mode,
 ) {
+    nt_accumulate_blocked(x, x_stride, m, w, w_stride, n, k_len, out, mode, KC)
+}
+
+/// [`nt_accumulate`] with reduction blocks of `kc` instead of [`KC`]: other bits, so only for
+/// products outside the determinism contract (the Freivalds check, whose thin `w` should stay
+/// in L1 with the block of `x`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn nt_accumulate_blocked(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k_len: usize,
+    out: &mut [f32],
+    mode: Mode,
+    kc: usize,
+) {
     if m == 0 || n == 0 || k_len == 0 {
         return;
     }
@@ -499,20 +521,20 @@ pub(crate) fn nt_accumulate(
     {
         if mode == Mode::Fast && x86::has_fma() {
             // SAFETY: AVX2 and FMA were detected at run time.
-            return unsafe { x86::nt_fma(x, x_stride, m, w, w_stride, n, k_len, out) };
+            return unsafe { x86::nt_fma(x, x_stride, m, w, w_stride, n, k_len, out, kc) };
         }
         if x86::has_avx2() {
             // SAFETY: AVX2 was detected at run time. Without FMA the arithmetic is exactly the
             // portable path's (Rust never contracts `a + b * c`), only wider.
-            return unsafe { x86::nt_nofma(x, x_stride, m, w, w_stride, n, k_len, out) };
+            return unsafe { x86::nt_nofma(x, x_stride, m, w, w_stride, n, k_len, out, kc) };
         }
     }
     // Portable path: fused multiply-add only where the target is known to have it in hardware
     // (a software `fmaf` would be slower than anything).
     if mode == Mode::Fast && cfg!(target_feature = "fma") {
-        nt_generic::<true>(x, x_stride, m, w, w_stride, n, k_len, out)
+        nt_generic::<true>(x, x_stride, m, w, w_stride, n, k_len, out, kc)
     } else {
-        nt_generic::<false>(x, x_stride, m, w, w_stride, n, k_len, out)
+        nt_generic::<false>(x, x_stride, m, w, w_stride, n, k_len, out, kc)
     }
 }
 

@@ -12,10 +12,17 @@
 //! product; honest `f32` rounding is about `√n·2⁻²⁴` of it). A corruption smaller than that
 //! tolerance is indistinguishable from rounding and is not detected.
 
-use crate::cpu::{CpuConfig, SharedOut, TN_ROUNDS, for_each_item, nt_accumulate, tn_accumulate};
+use crate::cpu::{
+    CpuConfig, SharedOut, TN_ROUNDS, for_each_item, nt_accumulate, nt_accumulate_blocked,
+    tn_accumulate,
+};
 use crate::element::{Element, as_f32};
 use crate::error::{Error, Result, check_len};
 use crate::rng::SplitMix64;
+
+/// Reduction block of the thin products: 20 rounds × 256 floats = 20 KiB of `R` stays in L1
+/// beside the block of the tall operand.
+const THIN_KC: usize = 256;
 
 /// Default relative tolerance for `f32` products (see the module docs).
 pub const DEFAULT_REL_TOL: f32 = 1e-4;
@@ -146,7 +153,7 @@ fn row_pass(
             )
         };
         let a_blk = &a[i0 * n..(i0 + rows) * n];
-        nt_accumulate(a_blk, n, rows, br_t, n, k, n, l, config.mode);
+        nt_accumulate_blocked(a_blk, n, rows, br_t, n, k, n, l, config.mode, THIN_KC);
         for (i, s) in sq.iter_mut().enumerate() {
             let row = &a_blk[i * n..(i + 1) * n];
             nt_accumulate(
@@ -161,17 +168,8 @@ fn row_pass(
                 config.mode,
             );
         }
-        nt_accumulate(
-            &c[i0 * p..(i0 + rows) * p],
-            p,
-            rows,
-            rt,
-            p,
-            k,
-            p,
-            r,
-            config.mode,
-        );
+        let c_blk = &c[i0 * p..(i0 + rows) * p];
+        nt_accumulate_blocked(c_blk, p, rows, rt, p, k, p, r, config.mode, THIN_KC);
     });
     (
         lhs,
