@@ -131,6 +131,7 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
                 tier: all_tiers[rng.below(4) as usize],
                 compute_flops: 2.0 * base_bytes[base] as f64 / 2.0 * f64::from(tokens),
                 value_wei: 0,
+                max_price_per_hour: None,
             }
         })
         .collect();
@@ -148,12 +149,12 @@ pub fn run_clearing(config: &ClearingBenchConfig) -> ClearingReport {
     let (engine, jobs) = market(config);
     // Warm caches and branch predictors, untimed.
     for job in jobs.iter().take(1000) {
-        black_box(engine.clear(job).ok());
+        black_box(engine.clear(job, None).ok());
     }
     let start = Instant::now();
     let mut unfilled = 0;
     for job in &jobs {
-        if matches!(black_box(engine.clear(job)), Ok(None)) {
+        if matches!(black_box(engine.clear(job, None)), Ok(None)) {
             unfilled += 1;
         }
     }
@@ -162,7 +163,7 @@ pub fn run_clearing(config: &ClearingBenchConfig) -> ClearingReport {
         .iter()
         .map(|job| {
             let t = Instant::now();
-            black_box(engine.clear(job).ok());
+            black_box(engine.clear(job, None).ok());
             t.elapsed().as_secs_f64() * 1e6
         })
         .collect();
@@ -174,7 +175,7 @@ pub fn run_clearing(config: &ClearingBenchConfig) -> ClearingReport {
     let scan_choices: Vec<Option<String>> = scanned
         .iter()
         .map(|j| {
-            black_box(engine.clear_by_scan(j))
+            black_box(engine.clear_by_scan(j, None))
                 .ok()
                 .flatten()
                 .map(|c| c.bundle_id)
@@ -184,7 +185,7 @@ pub fn run_clearing(config: &ClearingBenchConfig) -> ClearingReport {
     let disagreements = scanned
         .iter()
         .zip(&scan_choices)
-        .filter(|(j, s)| engine.clear(j).ok().flatten().map(|c| c.bundle_id) != **s)
+        .filter(|(j, s)| engine.clear(j, None).ok().flatten().map(|c| c.bundle_id) != **s)
         .count();
     let intents_per_s = jobs.len() as f64 / engine_s;
     let scan_intents_per_s = scanned.len() as f64 / scan_s;

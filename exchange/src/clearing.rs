@@ -55,14 +55,24 @@ pub fn rank(a: (f64, u64, &str), b: (f64, u64, &str)) -> Ordering {
         .then_with(|| a.2.cmp(b.2))
 }
 
-/// Evaluates every candidate. Candidates must be valid ([`Candidate::validate`]).
-pub fn explain(job: &Job, candidates: &[Candidate], weights: &Weights) -> Decision {
+/// Evaluates every candidate against the five constraints and the price ceiling
+/// ([`feasibility::price_ceiling`]). Candidates must be valid ([`Candidate::validate`]).
+pub fn explain(
+    job: &Job,
+    candidates: &[Candidate],
+    weights: &Weights,
+    price_ceiling: Option<u64>,
+) -> Decision {
     let key = hash64(job.affinity_key());
     let mut feasible: Vec<(Terms, u64, &Candidate)> = Vec::new();
     let mut rejected = Vec::new();
     for candidate in candidates {
         let view: View = candidate.view();
-        let violations = feasibility::violations(job, &view);
+        let mut violations = feasibility::violations(job, &view);
+        violations.extend(feasibility::price_violation(
+            candidate.price_per_hour,
+            price_ceiling,
+        ));
         match feasibility::binding(&violations) {
             None => feasible.push((
                 objective::evaluate(job, &view, weights),

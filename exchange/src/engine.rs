@@ -16,8 +16,11 @@
 use crate::candidate::{Candidate, View};
 use crate::clearing::{self, Decision, rank};
 use crate::error::{Error, Result};
-use crate::feasibility::{completion_s, is_feasible};
+use crate::feasibility::{
+    completion_s, is_feasible, micro_per_hour, price_ceiling, price_eligible,
+};
 use crate::objective::{Terms, Weights, lower_bound, terms};
+use crate::pricing::market::Quote;
 use crate::ring::{affinity_distance, hash64};
 use cx_protocol::{Bundle, ClassSet, Job, TierSet};
 use std::collections::HashMap;
@@ -55,6 +58,8 @@ struct Hot {
     rtt_s: f64,
     failure_rate: f64,
     memory_bytes: u64,
+    /// The bundle's ask in micro units per hour, as quotes are made.
+    ask_micro_per_hour: u64,
     context_max: u32,
     determinism: ClassSet,
     tiers: TierSet,
@@ -70,6 +75,7 @@ impl Hot {
             rtt_s: b.rtt_s,
             failure_rate: b.failure_rate,
             memory_bytes: b.memory_bytes,
+            ask_micro_per_hour: micro_per_hour(b.price_per_hour).unwrap_or(u64::MAX),
             context_max: b.context_max,
             determinism: b.determinism,
             tiers: b.tiers,
@@ -105,6 +111,14 @@ pub struct Engine {
     by_base: HashMap<u32, Ordered>,
     by_adapter: HashMap<u32, Ordered>,
     by_capability: HashMap<(u8, u8), Ordered>,
+}
+
+/// What one clear carries through its walks.
+struct Probe<'a> {
+    job: &'a Job,
+    key_hash: u64,
+    /// Price ceiling in micro units per hour, if any.
+    ceiling: Option<u64>,
 }
 
 struct Best {
@@ -247,8 +261,11 @@ impl Engine {
     }
 
     /// Clears one job: the feasible bundle of least cost, or `None` when nothing is feasible.
-    pub fn clear(&self, job: &Job) -> Result<Option<Choice>> {
+    /// With a market `quote`, bundles asking more than it are not eligible (nor those asking
+    /// more than the job's own `max_price_per_hour`).
+    pub fn clear(&self, job: &Job, quote: Option<&Quote>) -> Result<Option<Choice>> {
         job.validate()?;
+        let ceiling = price_ceiling(job, quote);
         let base_list = self
             .names
             .get(&job.base_model)
@@ -258,14 +275,17 @@ impl Engine {
             .as_ref()
             .and_then(|a| self.names.get(a))
             .and_then(|a| self.by_adapter.get(a));
-        let key_hash = hash64(job.affinity_key());
+        let probe = Probe {
+            job,
+            key_hash: hash64(job.affinity_key()),
+            ceiling,
+        };
         let no_adapter_needed = !job.needs_adapter();
         let mut best: Option<Best> = None;
 
         // α = 1: whatever else they hold, these skip the adapter fetch.
         self.walk(
-            job,
-            key_hash,
+            &probe,
             adapter_list,
             (true, true),
             &mut best,
@@ -273,8 +293,7 @@ impl Engine {
         );
         // β = 1 and α = 0 (those with α = 1 were just seen).
         self.walk(
-            job,
-            key_hash,
+            &probe,
             base_list,
             (true, no_adapter_needed),
             &mut best,
@@ -286,8 +305,7 @@ impl Engine {
             let offers_tier = tiers & (1 << job.tier as u8) != 0;
             if offers_class && offers_tier {
                 self.walk(
-                    job,
-                    key_hash,
+                    &probe,
                     Some(list),
                     (false, no_adapter_needed),
                     &mut best,
@@ -306,8 +324,7 @@ impl Engine {
     /// gives a member's (β, α), or `None` to skip a bundle an earlier walk already evaluated.
     fn walk(
         &self,
-        job: &Job,
-        key_hash: u64,
+        probe: &Probe<'_>,
         list: Option<&Ordered>,
         bound_residency: (bool, bool),
         best: &mut Option<Best>,
@@ -316,7 +333,7 @@ impl Engine {
         for &(key, slot) in list.map_or(&[][..], Vec::as_slice) {
             if let Some(b) = best {
                 let bound = lower_bound(
-                    job,
+                    probe.job,
                     &self.weights,
                     f64::from_bits(key),
                     bound_residency.0,
@@ -327,18 +344,31 @@ impl Engine {
                 }
             }
             if let Some((beta, alpha)) = residency(key, slot) {
-                let view = self.hot[slot as usize].view(job, beta, alpha);
-                self.consider(job, key_hash, slot, &view, best);
+                self.consider(probe, slot, beta, alpha, best);
             }
         }
     }
 
-    fn consider(&self, job: &Job, key_hash: u64, slot: Slot, view: &View, best: &mut Option<Best>) {
-        let t_hat = completion_s(job, view);
-        if !is_feasible(job, view, t_hat) {
+    fn consider(
+        &self,
+        probe: &Probe<'_>,
+        slot: Slot,
+        beta: bool,
+        alpha: bool,
+        best: &mut Option<Best>,
+    ) {
+        let hot = &self.hot[slot as usize];
+        if !price_eligible(hot.ask_micro_per_hour, probe.ceiling) {
             return;
         }
-        let cost = terms(job, view, &self.weights, t_hat);
+        let job = probe.job;
+        let view = hot.view(job, beta, alpha);
+        let t_hat = completion_s(job, &view);
+        if !is_feasible(job, &view, t_hat) {
+            return;
+        }
+        let cost = terms(job, &view, &self.weights, t_hat);
+        let key_hash = probe.key_hash;
         let better = match best {
             None => true,
             Some(b) if cost.total < b.terms.total => true,
@@ -394,12 +424,22 @@ impl Engine {
     }
 
     /// Clears by evaluating every bundle (no index): the baseline the benchmark compares with.
-    pub fn clear_by_scan(&self, job: &Job) -> Result<Option<Choice>> {
+    pub fn clear_by_scan(&self, job: &Job, quote: Option<&Quote>) -> Result<Option<Choice>> {
         job.validate()?;
-        let key_hash = hash64(job.affinity_key());
+        let probe = Probe {
+            job,
+            key_hash: hash64(job.affinity_key()),
+            ceiling: price_ceiling(job, quote),
+        };
         let mut best = None;
         for (slot, _, view) in self.resolved(job) {
-            self.consider(job, key_hash, slot, &view, &mut best);
+            self.consider(
+                &probe,
+                slot,
+                view.base_resident,
+                view.adapter_resident,
+                &mut best,
+            );
         }
         Ok(best.map(|b| self.choice(b)))
     }
@@ -425,9 +465,14 @@ impl Engine {
     }
 
     /// The full explanation over every bundle: what a refused buyer is shown.
-    pub fn explain(&self, job: &Job) -> Result<Decision> {
+    pub fn explain(&self, job: &Job, quote: Option<&Quote>) -> Result<Decision> {
         job.validate()?;
-        Ok(clearing::explain(job, &self.candidates(job), &self.weights))
+        Ok(clearing::explain(
+            job,
+            &self.candidates(job),
+            &self.weights,
+            price_ceiling(job, quote),
+        ))
     }
 }
 

@@ -10,6 +10,7 @@
 //! only *that* a bundle was refused but how far off it was.
 
 use crate::candidate::View;
+use crate::pricing::market::Quote;
 use cx_protocol::Job;
 use serde::Serialize;
 use std::fmt;
@@ -28,6 +29,8 @@ pub enum Constraint {
     Tier,
     /// Estimated completion time against the deadline.
     Deadline,
+    /// The bundle's ask against the price ceiling (the market's quote, the buyer's maximum).
+    Price,
 }
 
 impl fmt::Display for Constraint {
@@ -38,6 +41,7 @@ impl fmt::Display for Constraint {
             Self::Determinism => "determinism",
             Self::Tier => "tier",
             Self::Deadline => "deadline",
+            Self::Price => "price",
         })
     }
 }
@@ -93,6 +97,48 @@ pub fn is_feasible(job: &Job, view: &View, t_hat_s: f64) -> bool {
         && view.determinism.contains(job.determinism)
         && view.tiers.contains(job.tier)
         && t_hat_s <= job.deadline_s
+}
+
+/// A price in micro price units per hour, rounded up (what quotes are made in); `None` for a
+/// value that is not a finite non-negative price.
+pub fn micro_per_hour(price_per_hour: f64) -> Option<u64> {
+    crate::pricing::market::micro_per_hour(price_per_hour)
+}
+
+/// The ceiling a bundle's ask must not pass, micro units per hour: the lower of the buyer's
+/// maximum and the market's quoted ask. Providers' asks are reservation prices: a bundle is
+/// eligible only if its ask is at most the quote (SPEC §10).
+pub fn price_ceiling(job: &Job, quote: Option<&Quote>) -> Option<u64> {
+    let buyer = job.max_price_per_hour.and_then(micro_per_hour);
+    let market = quote.map(|q| q.ask_micro_per_hour);
+    match (buyer, market) {
+        (Some(b), Some(m)) => Some(b.min(m)),
+        (b, m) => b.or(m),
+    }
+}
+
+/// Whether an ask (micro units per hour) is within the ceiling.
+pub fn price_eligible(ask_micro_per_hour: u64, ceiling: Option<u64>) -> bool {
+    ceiling.is_none_or(|c| ask_micro_per_hour <= c)
+}
+
+/// The price violation of an ask over the ceiling, if any.
+pub fn price_violation(price_per_hour: f64, ceiling: Option<u64>) -> Option<Violation> {
+    let ask = micro_per_hour(price_per_hour).unwrap_or(u64::MAX);
+    let ceiling = ceiling?;
+    (!price_eligible(ask, Some(ceiling))).then(|| Violation {
+        constraint: Constraint::Price,
+        factor: Some(if ceiling == 0 {
+            f64::INFINITY
+        } else {
+            ask as f64 / ceiling as f64
+        }),
+        detail: format!(
+            "asks {:.6}/h over the ceiling {:.6}/h",
+            ask as f64 / 1e6,
+            ceiling as f64 / 1e6
+        ),
+    })
 }
 
 /// Every violated constraint, in the order of [`Constraint`]; empty when feasible.
@@ -182,6 +228,7 @@ mod tests {
             tier: Tier::T1,
             compute_flops: 0.0,
             value_wei: 0,
+            max_price_per_hour: None,
         }
     }
 
@@ -257,5 +304,24 @@ mod tests {
         let v = violations(&job(), &only_numeric);
         // context 4.0 beats deadline 1.4866
         assert_eq!(binding(&v).unwrap().constraint, Constraint::Context);
+    }
+
+    #[test]
+    fn price_ceiling_is_the_lower_of_buyer_and_market() {
+        let mut j = job();
+        assert_eq!(price_ceiling(&j, None), None);
+        j.max_price_per_hour = Some(3.0);
+        assert_eq!(price_ceiling(&j, None), Some(3_000_000));
+        let quote = Quote {
+            bid_micro_per_hour: 1_000_000,
+            ask_micro_per_hour: 2_500_000,
+            regime: crate::pricing::hmm::Regime::Busy,
+        };
+        assert_eq!(price_ceiling(&j, Some(&quote)), Some(2_500_000));
+        let over = price_violation(5.0, Some(2_500_000)).unwrap();
+        assert_eq!(over.constraint, Constraint::Price);
+        assert_eq!(over.factor, Some(2.0));
+        assert!(price_violation(2.5, Some(2_500_000)).is_none());
+        assert!(price_violation(99.0, None).is_none());
     }
 }

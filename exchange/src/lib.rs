@@ -11,6 +11,11 @@
 //! - [`inventory`]: shadow price of a residency slot, eviction by value per byte, the KV
 //!   keep-or-evict rule (SPEC §4), shared with providers.
 //! - [`capacity`]: the adapter arithmetic of SPEC §5.
+//! - [`pricing`]: the market maker (HMM regimes, leapfrog price dynamics, deterministic quotes
+//!   whose ask gates which bundles may clear) and per-tenant preference tables (SPEC §10).
+//! - [`routing`] and [`catalog`]: which model an intent maps to before clearing picks a bundle:
+//!   featuriser, utility over arm profiles, ridge fit, contextual bandit, fan-out, and the model
+//!   catalog with its route rungs.
 //! - [`sim`] and [`bench`]: the market simulation and the clearing benchmark behind `cx`.
 //!
 //! ```
@@ -30,7 +35,7 @@
 //!     "context_tokens": 4096, "deadline_s": 5, "determinism": "D", "tier": "T1",
 //!     "compute_flops": 6.5e13
 //! }"#).unwrap();
-//! let choice = engine.clear(&job).unwrap().unwrap();
+//! let choice = engine.clear(&job, None).unwrap().unwrap();
 //! assert_eq!(choice.bundle_id, "h200-a");
 //! assert_eq!(choice.terms.base_load, 0.0); // the base was resident
 //! ```

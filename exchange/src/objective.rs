@@ -196,6 +196,7 @@ mod tests {
             tier: Tier::T0,
             compute_flops: 0.0,
             value_wei: 0,
+            max_price_per_hour: None,
         };
         let w = Weights::default();
         assert!((w.mu_base_for(&job) / w.mu_adapter - 1000.0).abs() < 1e-9);

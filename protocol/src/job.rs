@@ -43,6 +43,10 @@ pub struct Job {
     /// V: value at risk, in wei.
     #[serde(default)]
     pub value_wei: u128,
+    /// The most the buyer pays per hour of accelerator time (an intent's `max_price`); bundles
+    /// asking more are not eligible.
+    #[serde(default)]
+    pub max_price_per_hour: Option<f64>,
 }
 
 impl Job {
@@ -55,6 +59,9 @@ impl Job {
         nonzero("context_tokens", u64::from(self.context_tokens))?;
         positive("deadline_s", self.deadline_s)?;
         non_negative("compute_flops", self.compute_flops)?;
+        if let Some(max) = self.max_price_per_hour {
+            non_negative("max_price_per_hour", max)?;
+        }
         if self.tier == Tier::Attested {
             return Err(Error::AttestedUnavailable {
                 field: "tier".to_owned(),

@@ -1,11 +1,25 @@
 //! `cx bench …`: benchmarks that print a table and, with `--json`, one JSON object last.
 
 use cx_exchange::bench::{ClearingBenchConfig, run_clearing};
+use cx_exchange::pricing::bench::{PricingBenchConfig, run_pricing_bench};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
     /// The indexed engine against a full scan, same fleet and intents, one core.
     Clearing(ClearingArgs),
+    /// Quotes per second, tenant tables, router regret, and the market maker against a fixed
+    /// price under regime shifts.
+    Pricing(PricingArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct PricingArgs {
+    /// Fixes every synthetic trace.
+    #[arg(long, default_value_t = PricingBenchConfig::default().seed)]
+    seed: u64,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -29,6 +43,13 @@ pub(crate) struct ClearingArgs {
 
 pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
+        Command::Pricing(a) => {
+            let report = run_pricing_bench(&PricingBenchConfig {
+                seed: a.seed,
+                ..PricingBenchConfig::default()
+            })?;
+            super::emit(a.json, &report.table(), &report)
+        }
         Command::Clearing(a) => {
             anyhow::ensure!(a.bundles > 0, "--bundles: must be > 0");
             anyhow::ensure!(a.intents > 0, "--intents: must be > 0");

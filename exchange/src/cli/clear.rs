@@ -3,6 +3,7 @@
 use anyhow::{Context, bail};
 use cx_exchange::candidate::Candidate;
 use cx_exchange::clearing::{Decision, explain};
+use cx_exchange::feasibility::price_ceiling;
 use cx_exchange::objective::Weights;
 use cx_protocol::Job;
 use serde::Deserialize;
@@ -42,7 +43,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let input = parse(&text)?;
-    let decision = explain(&input.job, &input.bundles, &input.weights);
+    let ceiling = price_ceiling(&input.job, None);
+    let decision = explain(&input.job, &input.bundles, &input.weights, ceiling);
     super::emit(args.json, &table(&input, &decision), &decision)
 }
 

@@ -42,6 +42,9 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
 /// Prints the human table, then (with `--json`) the report as one JSON line, last.
 fn emit<T: Serialize>(json: bool, table: &str, report: &T) -> anyhow::Result<()> {
     print!("{table}");
+    if !table.is_empty() && !table.ends_with('\n') {
+        println!();
+    }
     if json {
         println!("{}", serde_json::to_string(report)?);
     }

@@ -123,6 +123,7 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
             tier: Tier::T1,
             compute_flops: 2.0 * model.params * f64::from(arrival.tokens),
             value_wei: 0,
+            max_price_per_hour: None,
         };
         let base_item = Item::Base(agent.model);
         let adapter_item = Item::Adapter(arrival.agent);

@@ -327,3 +327,25 @@ fn simulate_writes_report_and_chart_and_ours_wins() {
     assert_eq!(saved["jobs"], 1500);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn bench_clearing_agrees_with_the_full_scan() {
+    let report = last_json(&cx(
+        &[
+            "bench",
+            "clearing",
+            "--bundles",
+            "400",
+            "--intents",
+            "3000",
+            "--scan-intents",
+            "300",
+            "--json",
+        ],
+        None,
+    ));
+    assert_eq!(report["bundles"], 400);
+    assert_eq!(report["disagreements"], 0);
+    assert!(report["intents_per_s"].as_f64().unwrap() > 0.0);
+    assert!(report["p99_us"].as_f64() >= report["p50_us"].as_f64());
+}

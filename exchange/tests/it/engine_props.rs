@@ -4,8 +4,10 @@
 use cx_exchange::candidate::Candidate;
 use cx_exchange::clearing::explain;
 use cx_exchange::engine::Engine;
-use cx_exchange::feasibility::{completion_s, memory_needed_bytes, violations};
+use cx_exchange::feasibility::{completion_s, memory_needed_bytes, price_ceiling, violations};
 use cx_exchange::objective::Weights;
+use cx_exchange::pricing::hmm::Regime;
+use cx_exchange::pricing::market::Quote;
 use cx_protocol::{Bundle, ClassSet, DeterminismClass, Job, Tier, TierSet};
 use proptest::prelude::*;
 
@@ -64,22 +66,25 @@ fn job() -> impl Strategy<Value = Job> {
             0u64..5,
         ),
         (1u32..16384, 1u32..60, 0usize..3, 0usize..4, 0u32..50),
-        0u32..5,
+        (0u32..5, proptest::option::of(0u32..5)),
     )
         .prop_map(
-            |((m, a, base_gb, kv_gb), (ctx, deadline, class, tier, flops), agent)| Job {
-                agent: format!("agent-{agent}"),
-                base_model: MODELS[m].to_owned(),
-                adapter: a.map(|i| ADAPTERS[i].to_owned()),
-                base_bytes: base_gb * 1_000_000_000,
-                adapter_bytes: if a.is_some() { 20_000_000 } else { 0 },
-                kv_bytes: kv_gb * 1_000_000_000,
-                context_tokens: ctx,
-                deadline_s: f64::from(deadline),
-                determinism: DeterminismClass::ALL[class],
-                tier: [Tier::T0, Tier::T1, Tier::T2, Tier::T3][tier],
-                compute_flops: f64::from(flops) * 1e14,
-                value_wei: 0,
+            |((m, a, base_gb, kv_gb), (ctx, deadline, class, tier, flops), (agent, max_price))| {
+                Job {
+                    agent: format!("agent-{agent}"),
+                    base_model: MODELS[m].to_owned(),
+                    adapter: a.map(|i| ADAPTERS[i].to_owned()),
+                    base_bytes: base_gb * 1_000_000_000,
+                    adapter_bytes: if a.is_some() { 20_000_000 } else { 0 },
+                    kv_bytes: kv_gb * 1_000_000_000,
+                    context_tokens: ctx,
+                    deadline_s: f64::from(deadline),
+                    determinism: DeterminismClass::ALL[class],
+                    tier: [Tier::T0, Tier::T1, Tier::T2, Tier::T3][tier],
+                    compute_flops: f64::from(flops) * 1e14,
+                    value_wei: 0,
+                    max_price_per_hour: max_price.map(f64::from),
+                }
             },
         )
 }
@@ -116,7 +121,14 @@ proptest! {
         fleet in proptest::collection::vec(bundle(), 1..40),
         jobs in proptest::collection::vec(job(), 1..8),
         removed in proptest::collection::vec(0usize..40, 0..5),
+        quoted_ask in proptest::option::of(0u64..6),
     ) {
+        // A market quote whose ask gates bundles, as the market maker's would.
+        let quote = quoted_ask.map(|ask| Quote {
+            bid_micro_per_hour: 0,
+            ask_micro_per_hour: ask * 1_000_000,
+            regime: Regime::Busy,
+        });
         let mut engine = Engine::new(Weights::default()).unwrap();
         let mut bundles: Vec<Bundle> = fleet
             .into_iter()
@@ -141,13 +153,14 @@ proptest! {
             first.resident_adapters.retain(|a| a != "a2");
         }
         for job in &jobs {
-            let reference = explain(job, &brute_candidates(&bundles, job), engine.weights());
-            let got = engine.clear(job).unwrap();
+            let ceiling = price_ceiling(job, quote.as_ref());
+            let reference = explain(job, &brute_candidates(&bundles, job), engine.weights(), ceiling);
+            let got = engine.clear(job, quote.as_ref()).unwrap();
             prop_assert_eq!(got.as_ref().map(|c| c.bundle_id.clone()), reference.chosen.clone());
             if let (Some(c), Some(t)) = (&got, &reference.terms) {
                 prop_assert_eq!(c.terms.total.to_bits(), t.total.to_bits());
             }
-            let scanned = engine.clear_by_scan(job).unwrap();
+            let scanned = engine.clear_by_scan(job, quote.as_ref()).unwrap();
             prop_assert_eq!(scanned.map(|c| c.bundle_id), reference.chosen);
         }
     }
@@ -213,9 +226,10 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
         tier: Tier::T1,
         compute_flops: 1e16,
         value_wei: 0,
+        max_price_per_hour: None,
     };
-    assert_eq!(engine.clear(&job).unwrap().unwrap().bundle_id, "dear");
-    let why = engine.explain(&job).unwrap();
+    assert_eq!(engine.clear(&job, None).unwrap().unwrap().bundle_id, "dear");
+    let why = engine.explain(&job, None).unwrap();
     let cheap = why.rejected.iter().find(|r| r.id == "cheap").unwrap();
     assert_eq!(cheap.binding.to_string(), "deadline");
     assert!(cheap.factor.unwrap() > 30.0);
