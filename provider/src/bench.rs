@@ -24,7 +24,12 @@ use serde::Serialize;
 use crate::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
 use crate::error::Result;
 use crate::lora::{Adapter, Target, load_adapter, write_random_adapter};
-use crate::model::{GenModelOptions, KvCache, LlamaConfig, Model, SeqInput, generated_config, generated_tensors};
+use crate::model::{
+    GenModelOptions, KvCache, LlamaConfig, Model, SeqInput, generated_config, generated_tensors,
+};
+
+/// A prefilled sequence and its adapter.
+type Sequence = (KvCache, Option<Arc<Adapter>>);
 
 /// How to run the benchmark.
 #[derive(Clone, Copy, Debug)]
@@ -82,8 +87,16 @@ impl LoraFigures {
     /// A human table.
     pub fn table(&self) -> String {
         let rows: Vec<(&str, String, &str)> = vec![
-            ("sgmv_overhead", format!("{:.4}", self.sgmv_overhead), "≤ 1.10"),
-            ("base_gemm_gflops", format!("{:.1}", self.base_gemm_gflops), ""),
+            (
+                "sgmv_overhead",
+                format!("{:.4}", self.sgmv_overhead),
+                "≤ 1.10",
+            ),
+            (
+                "base_gemm_gflops",
+                format!("{:.1}", self.base_gemm_gflops),
+                "",
+            ),
             (
                 "sgmv_overhead_decode",
                 format!("{:.4}", self.sgmv_overhead_decode),
@@ -94,9 +107,21 @@ impl LoraFigures {
                 format!("{:.4}", self.sgmv_overhead_decode_floor),
                 "",
             ),
-            ("hetero_vs_base", format!("{:.4}", self.hetero_vs_base), "≥ 0.85"),
-            ("hetero_tokens_per_s", format!("{:.1}", self.hetero_tokens_per_s), ""),
-            ("base_tokens_per_s", format!("{:.1}", self.base_tokens_per_s), ""),
+            (
+                "hetero_vs_base",
+                format!("{:.4}", self.hetero_vs_base),
+                "≥ 0.85",
+            ),
+            (
+                "hetero_tokens_per_s",
+                format!("{:.1}", self.hetero_tokens_per_s),
+                "",
+            ),
+            (
+                "base_tokens_per_s",
+                format!("{:.1}", self.base_tokens_per_s),
+                "",
+            ),
             (
                 "batched_vs_sequential",
                 format!("{:.2}", self.batched_vs_sequential),
@@ -108,8 +133,16 @@ impl LoraFigures {
                 "",
             ),
             ("resident_adapters", self.resident_adapters.to_string(), ""),
-            ("resident_expected", format!("{:.2}", self.resident_expected), "within 5 %"),
-            ("freivalds_overhead", format!("{:.4}", self.freivalds_overhead), "≤ 0.015"),
+            (
+                "resident_expected",
+                format!("{:.2}", self.resident_expected),
+                "within 5 %",
+            ),
+            (
+                "freivalds_overhead",
+                format!("{:.4}", self.freivalds_overhead),
+                "≤ 0.015",
+            ),
         ];
         let mut out = format!(
             "cx-provider bench lora ({} threads, {}{})\n",
@@ -157,7 +190,14 @@ fn adapters(
     (0..count)
         .map(|i| {
             let path = dir.join(format!("a{seed}-{i}"));
-            write_random_adapter(&path, config, rank, &Target::ALL, 0.5 / rank as f32, seed + i as u64)?;
+            write_random_adapter(
+                &path,
+                config,
+                rank,
+                &Target::ALL,
+                0.5 / rank as f32,
+                seed + i as u64,
+            )?;
             Ok(Arc::new(load_adapter(&path, config, usize::MAX)?))
         })
         .collect()
@@ -167,7 +207,7 @@ fn adapters(
 /// starting every repeat from the same prefilled caches.
 fn decode_seconds(
     model: &Model,
-    groups: &[Vec<(KvCache, Option<Arc<Adapter>>)>],
+    groups: &[Vec<Sequence>],
     steps: usize,
     repeats: usize,
 ) -> Result<f64> {
@@ -199,10 +239,7 @@ fn decode_seconds(
 }
 
 /// Prefills `sequences` with a short prompt each; returns (cache, adapter) per sequence.
-fn prefill(
-    model: &Model,
-    adapters: &[Option<Arc<Adapter>>],
-) -> Result<Vec<(KvCache, Option<Arc<Adapter>>)>> {
+fn prefill(model: &Model, adapters: &[Option<Arc<Adapter>>]) -> Result<Vec<Sequence>> {
     let mut out = Vec::new();
     for (i, adapter) in adapters.iter().enumerate() {
         let mut cache = KvCache::default();
@@ -227,7 +264,13 @@ pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
             d_out: 1024,
             ..SgmvShape::prefill()
         };
-        (small, SgmvShape { tokens: 32, ..small })
+        (
+            small,
+            SgmvShape {
+                tokens: 32,
+                ..small
+            },
+        )
     } else {
         (SgmvShape::prefill(), SgmvShape::decode())
     };
@@ -273,8 +316,7 @@ pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
     let base_group = prefill(&model, &without)?;
     let hetero_s = decode_seconds(&model, std::slice::from_ref(&hetero_group), steps, repeats)?;
     let base_s = decode_seconds(&model, std::slice::from_ref(&base_group), steps, repeats)?;
-    let singles: Vec<Vec<(KvCache, Option<Arc<Adapter>>)>> =
-        hetero_group.iter().map(|s| vec![s.clone()]).collect();
+    let singles: Vec<Vec<Sequence>> = hetero_group.iter().map(|s| vec![s.clone()]).collect();
     let sequential_s = decode_seconds(&model, &singles, steps, 1)?;
     let tokens = (32 * steps) as f64;
 
@@ -304,7 +346,11 @@ pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
     let resident = cache.stats().resident_adapters;
     let expected = budget as f64 / size as f64;
 
-    let (m, d) = if options.quick { (64, 1024) } else { (256, 4096) };
+    let (m, d) = if options.quick {
+        (64, 1024)
+    } else {
+        (256, 4096)
+    };
     let freivalds = freivalds_overhead(m, d, d, 20, repeats, &cpu)?;
 
     Ok(LoraFigures {

@@ -118,7 +118,8 @@ struct Usage {
 
 impl Usage {
     fn record(&mut self, now_s: f64, window_s: f64) {
-        self.decayed_uses = self.decayed_uses * (-(now_s - self.last_s).max(0.0) / window_s).exp() + 1.0;
+        self.decayed_uses =
+            self.decayed_uses * (-(now_s - self.last_s).max(0.0) / window_s).exp() + 1.0;
         self.last_s = now_s;
     }
     fn rate_per_s(&self, now_s: f64, window_s: f64) -> f64 {
@@ -382,12 +383,10 @@ impl ResidencyCache {
         let evict = self
             .plan_eviction(slot_bytes, EvictionPolicy::ValuePerByte, now_s)
             .ok()?;
-        Some(
-            evict
-                .iter()
-                .map(|id| self.value(id, self.entries[id].adapter.bytes(), now_s))
-                .sum(),
-        )
+        // A fold from +0 (an empty `sum` of floats is −0).
+        Some(evict.iter().fold(0.0, |total, id| {
+            total + self.value(id, self.entries[id].adapter.bytes(), now_s)
+        }))
     }
 
     /// Resident adapters, highest value per byte first.

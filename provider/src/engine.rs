@@ -273,7 +273,9 @@ struct Scheduler {
 }
 
 fn label(adapter: &Option<AdapterRef>) -> String {
-    adapter.as_ref().map_or_else(|| "base".to_string(), |a| a.alias.clone())
+    adapter
+        .as_ref()
+        .map_or_else(|| "base".to_string(), |a| a.alias.clone())
 }
 
 impl Scheduler {
@@ -327,7 +329,9 @@ impl Scheduler {
                 self.loading.remove(&id);
                 match result {
                     Ok(adapter) => {
-                        self.shared.cache().record_load_time(adapter.bytes(), seconds);
+                        self.shared
+                            .cache()
+                            .record_load_time(adapter.bytes(), seconds);
                         self.pending_insert.insert(id, adapter);
                         self.retry_pending_inserts();
                     }
@@ -433,20 +437,20 @@ impl Scheduler {
                 kept.push_back(w);
                 continue;
             }
-            let adapter = match &w.request.adapter {
-                None => None,
-                Some(a) => match {
-                    let acquired = self.shared.cache().acquire(&a.id);
-                    acquired
-                } {
-                    Some(adapter) => Some(adapter),
-                    None => {
-                        let a = a.clone();
-                        self.start_load(&a);
-                        kept.push_back(w);
-                        continue;
-                    }
-                },
+            let acquired = w
+                .request
+                .adapter
+                .as_ref()
+                .map(|a| self.shared.cache().acquire(&a.id));
+            let adapter = match (acquired, &w.request.adapter) {
+                (Some(Some(adapter)), _) => Some(adapter),
+                (Some(None), Some(a)) => {
+                    let a = a.clone();
+                    self.start_load(&a);
+                    kept.push_back(w);
+                    continue;
+                }
+                _ => None,
             };
             let len = w.request.prompt.len();
             if prefill_tokens > 0 && prefill_tokens + len > self.config.max_prefill_tokens {

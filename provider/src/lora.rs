@@ -187,7 +187,10 @@ pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
 /// and the bytes. Two directories with the same files have the same id wherever they live.
 pub fn adapter_id(config_bytes: &[u8], weight_bytes: &[u8]) -> String {
     let mut hasher = Sha256::new();
-    for (name, bytes) in [(ADAPTER_CONFIG, config_bytes), (ADAPTER_WEIGHTS, weight_bytes)] {
+    for (name, bytes) in [
+        (ADAPTER_CONFIG, config_bytes),
+        (ADAPTER_WEIGHTS, weight_bytes),
+    ] {
         hasher.update(name.as_bytes());
         hasher.update([0u8]);
         hasher.update((bytes.len() as u64).to_be_bytes());
@@ -220,8 +223,7 @@ fn parse_adapter_config(path: &Path, bytes: &[u8]) -> Result<AdapterConfig> {
         what: "adapter_config.json",
         reason,
     };
-    let config: AdapterConfig =
-        serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+    let config: AdapterConfig = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
     if config.r == 0 {
         return Err(bad("r must be positive".into()));
     }
@@ -388,7 +390,9 @@ pub fn load_adapter(dir: &Path, base: &LlamaConfig, max_rank: usize) -> Result<A
         let entry = pairs.entry((layer, target)).or_default();
         let slot = if is_a { &mut entry.0 } else { &mut entry.1 };
         if slot.replace(data).is_some() {
-            return Err(Error::AdapterMismatch(format!("tensor `{name}` appears twice")));
+            return Err(Error::AdapterMismatch(format!(
+                "tensor `{name}` appears twice"
+            )));
         }
     }
     if pairs.is_empty() {
@@ -397,8 +401,9 @@ pub fn load_adapter(dir: &Path, base: &LlamaConfig, max_rank: usize) -> Result<A
             weights_path.display()
         )));
     }
-    let mut layers: Vec<[Option<LoraAdapter<f32>>; 7]> =
-        (0..base.num_hidden_layers).map(|_| Default::default()).collect();
+    let mut layers: Vec<[Option<LoraAdapter<f32>>; 7]> = (0..base.num_hidden_layers)
+        .map(|_| Default::default())
+        .collect();
     let mut bytes = 0u64;
     for ((layer, target), pair) in pairs {
         let (Some(a), Some(b)) = pair else {
@@ -455,8 +460,14 @@ pub fn write_random_adapter(
             let prefix = format!("base_model.model.model.layers.{layer}.{}", t.module_path());
             let a = rng.vec_f32(rank * d_in, 1.0 / (d_in as f32).sqrt());
             let b = rng.vec_f32(d_out * rank, b_scale);
-            tensors.insert(format!("{prefix}.lora_A.weight"), (vec![rank, d_in], le_bytes(&a)));
-            tensors.insert(format!("{prefix}.lora_B.weight"), (vec![d_out, rank], le_bytes(&b)));
+            tensors.insert(
+                format!("{prefix}.lora_A.weight"),
+                (vec![rank, d_in], le_bytes(&a)),
+            );
+            tensors.insert(
+                format!("{prefix}.lora_B.weight"),
+                (vec![d_out, rank], le_bytes(&b)),
+            );
         }
     }
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = tensors
@@ -513,7 +524,9 @@ pub fn write_random_adapters(
         return Err(Error::BadRequest("--ranks needs positive ranks".into()));
     }
     if targets.is_empty() {
-        return Err(Error::BadRequest("--targets needs at least one target".into()));
+        return Err(Error::BadRequest(
+            "--targets needs at least one target".into(),
+        ));
     }
     (0..count)
         .map(|i| {

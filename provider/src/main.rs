@@ -11,12 +11,18 @@ use cx_kernels::{CpuConfig, Mode};
 use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
 use cx_provider::engine::{Engine, EngineConfig};
 use cx_provider::lora::{Target, load_adapter, write_random_adapters};
-use cx_provider::model::{GenModelOptions, KvCache, Model, SeqInput, read_config, write_generated_model};
+use cx_provider::model::{
+    GenModelOptions, KvCache, Model, SeqInput, read_config, write_generated_model,
+};
 use cx_provider::server::{AppState, app};
 use cx_provider::tokenizer::Tokenizer;
 
 #[derive(Parser)]
-#[command(name = "cx-provider", version, about = "A compute-exchange provider node")]
+#[command(
+    name = "cx-provider",
+    version,
+    about = "A compute-exchange provider node"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -240,7 +246,13 @@ fn main() -> anyhow::Result<()> {
             tokens,
             json,
             threads,
-        } => logits(&model, adapter.as_deref(), &tokens, json, cpu(threads, false))?,
+        } => logits(
+            &model,
+            adapter.as_deref(),
+            &tokens,
+            json,
+            cpu(threads, false),
+        )?,
         Command::Serve {
             model,
             adapters,
@@ -277,7 +289,11 @@ fn main() -> anyhow::Result<()> {
             let state = AppState::new(engine, name.clone(), max_lora_rank);
             if let Some(dir) = adapters {
                 let aliases = state.register_dir(&dir)?;
-                eprintln!("registered {} adapters from {}", aliases.len(), dir.display());
+                eprintln!(
+                    "registered {} adapters from {}",
+                    aliases.len(),
+                    dir.display()
+                );
             }
             let addr: SocketAddr = format!("{host}:{port}").parse().context("--host/--port")?;
             let runtime = tokio::runtime::Builder::new_multi_thread()

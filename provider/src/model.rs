@@ -232,6 +232,9 @@ impl LlamaConfig {
     }
 }
 
+/// Named `f32` tensors: name → (shape, data), as Hugging Face names them.
+pub type NamedTensors = HashMap<String, (Vec<usize>, Vec<f32>)>;
+
 /// Reads and checks `DIR/config.json`.
 pub fn read_config(dir: &Path) -> Result<LlamaConfig> {
     let path = dir.join("config.json");
@@ -277,15 +280,16 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Every tensor of a model directory, widened to `f32`: name → (shape, data).
-fn load_tensors(dir: &Path) -> Result<HashMap<String, (Vec<usize>, Vec<f32>)>> {
+fn load_tensors(dir: &Path) -> Result<NamedTensors> {
     let mut out = HashMap::new();
     for file in weight_files(dir)? {
-        let tensors = candle_core::safetensors::load(&file, &candle_core::Device::Cpu).map_err(
-            |e| Error::Safetensors {
-                path: file.clone(),
-                reason: e.to_string(),
-            },
-        )?;
+        let tensors =
+            candle_core::safetensors::load(&file, &candle_core::Device::Cpu).map_err(|e| {
+                Error::Safetensors {
+                    path: file.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
         for (name, tensor) in tensors {
             let shape = tensor.dims().to_vec();
             let data = tensor
@@ -325,7 +329,12 @@ impl KvCache {
     }
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.keys.iter().chain(&self.values).map(Vec::len).sum::<usize>() * 4
+        self.keys
+            .iter()
+            .chain(&self.values)
+            .map(Vec::len)
+            .sum::<usize>()
+            * 4
     }
 }
 
@@ -372,7 +381,7 @@ impl Model {
     /// Builds a model from named `f32` tensors (name → (shape, data)), checking every shape.
     pub fn from_tensors(
         config: LlamaConfig,
-        mut tensors: HashMap<String, (Vec<usize>, Vec<f32>)>,
+        mut tensors: NamedTensors,
         cpu: CpuConfig,
     ) -> Result<Self> {
         let mut take = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
@@ -390,22 +399,14 @@ impl Model {
         let embed = take("model.embed_tokens.weight", &[config.vocab_size, d])?;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
-            let proj = |t: Target, take: &mut dyn FnMut(&str, &[usize]) -> Result<Vec<f32>>| {
+            let mut projections: [Vec<f32>; 7] = Default::default();
+            for t in Target::ALL {
                 let (d_in, d_out) = config.projection_shape(t);
-                take(
+                projections[t.index()] = take(
                     &format!("model.layers.{i}.{}.weight", t.module_path()),
                     &[d_out, d_in],
-                )
-            };
-            let projections = [
-                proj(Target::Q, &mut take)?,
-                proj(Target::K, &mut take)?,
-                proj(Target::V, &mut take)?,
-                proj(Target::O, &mut take)?,
-                proj(Target::Gate, &mut take)?,
-                proj(Target::Up, &mut take)?,
-                proj(Target::Down, &mut take)?,
-            ];
+                )?;
+            }
             layers.push(Layer {
                 input_norm: take(&format!("model.layers.{i}.input_layernorm.weight"), &[d])?,
                 post_attention_norm: take(
@@ -562,7 +563,8 @@ impl Model {
 
         let mut x = vec![0f32; rows * d];
         for (r, &t) in tokens.iter().enumerate() {
-            x[r * d..(r + 1) * d].copy_from_slice(&self.embed[t as usize * d..(t as usize + 1) * d]);
+            x[r * d..(r + 1) * d]
+                .copy_from_slice(&self.embed[t as usize * d..(t as usize + 1) * d]);
         }
         // cos/sin per row: angle = position · inv_freq (f32, as Hugging Face computes it).
         let half = hd / 2;
@@ -583,7 +585,10 @@ impl Model {
             let mut k = self.project(&h, rows, l, Target::K, &distinct, &row_adapter)?;
             let v = self.project(&h, rows, l, Target::V, &distinct, &row_adapter)?;
             for r in 0..rows {
-                let (c, s) = (&cos[r * half..(r + 1) * half], &sin[r * half..(r + 1) * half]);
+                let (c, s) = (
+                    &cos[r * half..(r + 1) * half],
+                    &sin[r * half..(r + 1) * half],
+                );
                 for head in q[r * q_width..(r + 1) * q_width].chunks_mut(hd) {
                     rope(head, c, s);
                 }
@@ -809,16 +814,16 @@ pub fn generated_config(o: &GenModelOptions) -> Result<LlamaConfig> {
 ///
 /// Projections are uniform in `±1/√d_in` (unit-variance activations stay unit-variance),
 /// norms near 1, embeddings uniform in `±1`.
-pub fn generated_tensors(
-    config: &LlamaConfig,
-    seed: u64,
-) -> HashMap<String, (Vec<usize>, Vec<f32>)> {
+pub fn generated_tensors(config: &LlamaConfig, seed: u64) -> NamedTensors {
     let mut rng = cx_kernels::SplitMix64::new(seed);
     let mut out = HashMap::new();
     let d = config.hidden_size;
     out.insert(
         "model.embed_tokens.weight".to_string(),
-        (vec![config.vocab_size, d], rng.vec_f32(config.vocab_size * d, 1.0)),
+        (
+            vec![config.vocab_size, d],
+            rng.vec_f32(config.vocab_size * d, 1.0),
+        ),
     );
     let norm = |rng: &mut cx_kernels::SplitMix64| -> Vec<f32> {
         rng.vec_f32(d, 0.1).into_iter().map(|v| 1.0 + v).collect()

@@ -78,9 +78,11 @@ impl From<Error> for ApiError {
             | Error::Safetensors { .. }
             | Error::AdapterMismatch(_)
             | Error::RankOverLimit { .. }
-            | Error::Io { .. } => {
-                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_adapter", e.to_string())
-            }
+            | Error::Io { .. } => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_adapter",
+                e.to_string(),
+            ),
             Error::BadRequest(_) => Self::bad_request(e.to_string()),
             Error::CacheFull { .. } => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "cache_full", e.to_string())
@@ -158,8 +160,7 @@ impl AppState {
             alias: alias.to_string(),
             dir: dir.to_path_buf(),
         };
-        self.registry()
-            .insert(alias.to_string(), adapter.clone());
+        self.registry().insert(alias.to_string(), adapter.clone());
         Ok(adapter)
     }
 
@@ -197,7 +198,8 @@ pub fn app(state: AppState) -> Router {
 }
 
 fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
 }
 
 fn unix_now() -> u64 {
@@ -292,14 +294,15 @@ struct Prepared {
     stream: bool,
 }
 
-fn prepare(
-    state: &AppState,
-    prompt: Vec<u32>,
-    common: CommonParams,
-) -> Result<Prepared, ApiError> {
-    let name = common.adapter.clone().or(common.model.clone()).ok_or_else(|| {
-        ApiError::bad_request("`model` is required (the base model or an adapter)").field("model")
-    })?;
+fn prepare(state: &AppState, prompt: Vec<u32>, common: CommonParams) -> Result<Prepared, ApiError> {
+    let name = common
+        .adapter
+        .clone()
+        .or(common.model.clone())
+        .ok_or_else(|| {
+            ApiError::bad_request("`model` is required (the base model or an adapter)")
+                .field("model")
+        })?;
     let adapter = state.resolve(&name).map_err(|e| {
         if common.adapter.is_some() {
             e.field("adapter")
@@ -434,7 +437,11 @@ fn encode(state: &AppState, text: &str) -> Result<Vec<u32>, ApiError> {
 fn request_id(kind: Kind) -> String {
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let prefix = if kind == Kind::Chat { "chatcmpl" } else { "cmpl" };
+    let prefix = if kind == Kind::Chat {
+        "chatcmpl"
+    } else {
+        "cmpl"
+    };
     format!("{prefix}-{:x}{n:06x}", unix_now())
 }
 
@@ -542,7 +549,10 @@ async fn run(state: AppState, prepared: Prepared, kind: Kind) -> Result<Response
                 Event::Failed { message, .. } => json!({"error": {"message": message}}),
             };
             is_first = false;
-            if tx.send(Ok(SseEvent::default().data(data.to_string()))).is_err() {
+            if tx
+                .send(Ok(SseEvent::default().data(data.to_string())))
+                .is_err()
+            {
                 return; // the client left; dropping `events` cancels the sequence
             }
             next = events.recv().await;
@@ -564,7 +574,9 @@ struct LoadLora {
 async fn load_lora(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let request: LoadLora = parse(&body)?;
     if request.lora_name.is_empty() || request.lora_name == state.model_name {
-        return Err(ApiError::bad_request("lora_name must be a new, non-empty name").field("lora_name"));
+        return Err(
+            ApiError::bad_request("lora_name must be a new, non-empty name").field("lora_name"),
+        );
     }
     let engine = state.engine.clone();
     let max_rank = state.max_rank;
@@ -575,7 +587,13 @@ async fn load_lora(State(state): State<AppState>, body: Bytes) -> Result<Respons
         load_adapter(&dir, engine.model().config(), max_rank).map(|a| (a, t.elapsed()))
     })
     .await
-    .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "load task failed"))?;
+    .map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            "load task failed",
+        )
+    })?;
     let (adapter, took) = loaded.map_err(|e| ApiError::from(e).field("lora_path"))?;
     let adapter = Arc::new(adapter);
     let shared = state.engine.shared().clone();
@@ -625,7 +643,11 @@ async fn unload_lora(State(state): State<AppState>, body: Bytes) -> Result<Respo
 
 async fn metrics(State(state): State<AppState>) -> Response {
     let shared = state.engine.shared();
-    let stats = shared.stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let stats = shared
+        .stats
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let now = shared.now_s();
     let (cache_stats, resident, slot_bytes, shadow) = {
         let cache = shared.cache();
@@ -667,18 +689,56 @@ async fn metrics(State(state): State<AppState>) -> Response {
         "gauge",
         per_adapter(&stats.waiting),
     );
-    gauge("cx_provider_resident_adapters", "Adapters resident in memory.", "gauge", vec![(String::new(), cache_stats.resident_adapters as f64)]);
-    gauge("cx_provider_resident_adapter_bytes", "Bytes held by resident adapters.", "gauge", vec![(String::new(), cache_stats.resident_bytes as f64)]);
-    gauge("cx_provider_cache_budget_bytes", "Byte budget of the adapter cache.", "gauge", vec![(String::new(), cache_stats.budget_bytes as f64)]);
-    gauge("cx_provider_cache_hits_total", "Adapter lookups that found it resident.", "counter", vec![(String::new(), cache_stats.hits as f64)]);
-    gauge("cx_provider_cache_misses_total", "Adapter lookups that had to load from disk.", "counter", vec![(String::new(), cache_stats.misses as f64)]);
-    gauge("cx_provider_cache_evictions_total", "Adapters evicted to make room.", "counter", vec![(String::new(), cache_stats.evictions as f64)]);
-    gauge("cx_provider_cache_loads_total", "Adapters made resident.", "counter", vec![(String::new(), cache_stats.loads as f64)]);
+    gauge(
+        "cx_provider_resident_adapters",
+        "Adapters resident in memory.",
+        "gauge",
+        vec![(String::new(), cache_stats.resident_adapters as f64)],
+    );
+    gauge(
+        "cx_provider_resident_adapter_bytes",
+        "Bytes held by resident adapters.",
+        "gauge",
+        vec![(String::new(), cache_stats.resident_bytes as f64)],
+    );
+    gauge(
+        "cx_provider_cache_budget_bytes",
+        "Byte budget of the adapter cache.",
+        "gauge",
+        vec![(String::new(), cache_stats.budget_bytes as f64)],
+    );
+    gauge(
+        "cx_provider_cache_hits_total",
+        "Adapter lookups that found it resident.",
+        "counter",
+        vec![(String::new(), cache_stats.hits as f64)],
+    );
+    gauge(
+        "cx_provider_cache_misses_total",
+        "Adapter lookups that had to load from disk.",
+        "counter",
+        vec![(String::new(), cache_stats.misses as f64)],
+    );
+    gauge(
+        "cx_provider_cache_evictions_total",
+        "Adapters evicted to make room.",
+        "counter",
+        vec![(String::new(), cache_stats.evictions as f64)],
+    );
+    gauge(
+        "cx_provider_cache_loads_total",
+        "Adapters made resident.",
+        "counter",
+        vec![(String::new(), cache_stats.loads as f64)],
+    );
     gauge(
         "cx_provider_slot_shadow_price",
         "Expected discounted value (seconds of loading saved) given up to make room for a slot of slot_bytes (SPEC §4); +Inf when no room can be made.",
         "gauge",
-        vec![(format!("{{slot_bytes=\"{slot_bytes}\"}}"), shadow.unwrap_or(f64::INFINITY))],
+        vec![(
+            format!("{{slot_bytes=\"{slot_bytes}\"}}"),
+            shadow.unwrap_or(f64::INFINITY),
+        )],
     );
     gauge(
         "cx_provider_adapter_value_per_byte",
@@ -689,22 +749,41 @@ async fn metrics(State(state): State<AppState>) -> Response {
             .map(|r| {
                 let alias = aliases.get(&r.id).cloned().unwrap_or_default();
                 (
-                    format!("{{adapter=\"{}\",id=\"{}\",pinned=\"{}\"}}", escape(&alias), r.id, r.pinned),
+                    format!(
+                        "{{adapter=\"{}\",id=\"{}\",pinned=\"{}\"}}",
+                        escape(&alias),
+                        r.id,
+                        r.pinned
+                    ),
                     r.value_per_byte,
                 )
             })
             .collect(),
     );
-    gauge("cx_provider_batch_steps_total", "Forward steps run.", "counter", vec![(String::new(), stats.steps as f64)]);
-    gauge("cx_provider_generated_tokens_total", "Tokens generated.", "counter", vec![(String::new(), stats.generated_tokens as f64)]);
-    gauge("cx_provider_max_batch_sequences", "Largest batch seen, in sequences.", "gauge", vec![(String::new(), stats.max_batch_seen as f64)]);
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        out,
-    )
-        .into_response()
+    gauge(
+        "cx_provider_batch_steps_total",
+        "Forward steps run.",
+        "counter",
+        vec![(String::new(), stats.steps as f64)],
+    );
+    gauge(
+        "cx_provider_generated_tokens_total",
+        "Tokens generated.",
+        "counter",
+        vec![(String::new(), stats.generated_tokens as f64)],
+    );
+    gauge(
+        "cx_provider_max_batch_sequences",
+        "Largest batch seen, in sequences.",
+        "gauge",
+        vec![(String::new(), stats.max_batch_seen as f64)],
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
 fn escape(label: &str) -> String {
-    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

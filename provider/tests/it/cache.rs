@@ -30,7 +30,10 @@ fn scenario(policy: EvictionPolicy, a: &[Arc<Adapter>]) -> (Vec<String>, Residen
     assert!(a[3].bytes() <= max);
     let mut cache = ResidencyCache::new(CacheConfig::new(total, policy));
     for (t, x) in a[..3].iter().enumerate() {
-        assert!(cache.lookup(x.id(), t as f64).is_none(), "a first lookup misses");
+        assert!(
+            cache.lookup(x.id(), t as f64).is_none(),
+            "a first lookup misses"
+        );
         assert!(cache.insert(x.clone(), false, t as f64).unwrap().is_empty());
     }
     for k in 0..10 {
@@ -50,11 +53,27 @@ fn value_per_byte_keeps_the_hot_adapter_lru_does_not() {
     assert_eq!(evicted, vec![a[1].id().to_string()]);
     assert!(cache.contains(a[0].id()));
     let resident = cache.resident(10.0);
-    assert_eq!(resident[0].id, a[0].id(), "the hot adapter has the highest value per byte");
+    assert_eq!(
+        resident[0].id,
+        a[0].id(),
+        "the hot adapter has the highest value per byte"
+    );
     let (evicted, _) = scenario(EvictionPolicy::Lru, &a);
-    assert_eq!(evicted, vec![a[0].id().to_string()], "LRU throws out the oldest, however hot");
+    assert_eq!(
+        evicted,
+        vec![a[0].id().to_string()],
+        "LRU throws out the oldest, however hot"
+    );
     let stats = cache.stats();
-    assert_eq!((stats.hits, stats.misses, stats.evictions, stats.resident_adapters), (12, 3, 1, 3));
+    assert_eq!(
+        (
+            stats.hits,
+            stats.misses,
+            stats.evictions,
+            stats.resident_adapters
+        ),
+        (12, 3, 1, 3)
+    );
 }
 
 #[test]
@@ -68,15 +87,34 @@ fn pins_and_running_sequences_are_never_evicted() {
         cache.lookup(a[1].id(), k as f64 * 0.1).unwrap(); // far hotter than the pin
     }
     // The only evictable occupant goes, however hot.
-    assert_eq!(cache.insert(a[2].clone(), false, 3.0).unwrap(), vec![a[1].id().to_string()]);
+    assert_eq!(
+        cache.insert(a[2].clone(), false, 3.0).unwrap(),
+        vec![a[1].id().to_string()]
+    );
     // A running sequence holds a[2]: nothing can be evicted now.
     assert!(cache.acquire(a[2].id()).is_some());
     let err = cache.insert(a[3].clone(), false, 4.0).unwrap_err();
-    assert!(matches!(err, Error::CacheFull { evictable_bytes: 0, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::CacheFull {
+                evictable_bytes: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(cache.contains(a[0].id()) && cache.contains(a[2].id()) && !cache.contains(a[3].id()));
-    assert_eq!(cache.shadow_price(a[3].bytes(), 4.0), None, "no room can be made");
+    assert_eq!(
+        cache.shadow_price(a[3].bytes(), 4.0),
+        None,
+        "no room can be made"
+    );
     cache.release(a[2].id());
-    assert_eq!(cache.insert(a[3].clone(), false, 5.0).unwrap(), vec![a[2].id().to_string()]);
+    assert_eq!(
+        cache.insert(a[3].clone(), false, 5.0).unwrap(),
+        vec![a[2].id().to_string()]
+    );
     assert!(cache.contains(a[0].id()), "the pin survived every eviction");
 }
 
@@ -87,12 +125,19 @@ fn shadow_price_is_the_value_given_up() {
     let (_dir, a) = four_adapters();
     let bytes = a[0].bytes();
     let mut config = CacheConfig::new(bytes * 2, EvictionPolicy::ValuePerByte);
-    config.discount = Discount { rate_per_s: 0.0, horizon_s: 100.0 };
+    config.discount = Discount {
+        rate_per_s: 0.0,
+        horizon_s: 100.0,
+    };
     config.rate_window_s = 10.0;
     let mut cache = ResidencyCache::new(config);
     cache.lookup(a[0].id(), 0.0);
     cache.insert(a[0].clone(), false, 0.0).unwrap();
-    assert_eq!(cache.shadow_price(bytes, 0.0), Some(0.0), "one slot is still free");
+    assert_eq!(
+        cache.shadow_price(bytes, 0.0),
+        Some(0.0),
+        "one slot is still free"
+    );
     cache.insert(a[1].clone(), false, 0.0).unwrap();
     // a[1] has no uses: evicting it costs nothing; two slots cost a[0]'s value too.
     assert_eq!(cache.shadow_price(bytes, 0.0), Some(0.0));

@@ -67,14 +67,26 @@ pub(crate) fn target_sets() -> Vec<Vec<Target>> {
 
 /// Writes `count` adapters with ranks cycling through `ranks` and targets through
 /// [`target_sets`]; returns their directories.
-pub(crate) fn adapters(dir: &Path, config: &LlamaConfig, count: usize, ranks: &[usize]) -> Vec<PathBuf> {
+pub(crate) fn adapters(
+    dir: &Path,
+    config: &LlamaConfig,
+    count: usize,
+    ranks: &[usize],
+) -> Vec<PathBuf> {
     let sets = target_sets();
     (0..count)
         .map(|i| {
             let path = dir.join(format!("adapter-{i}"));
             let rank = ranks[i % ranks.len()];
-            write_random_adapter(&path, config, rank, &sets[i % sets.len()], 0.5 / rank as f32, 40 + i as u64)
-                .unwrap();
+            write_random_adapter(
+                &path,
+                config,
+                rank,
+                &sets[i % sets.len()],
+                0.5 / rank as f32,
+                40 + i as u64,
+            )
+            .unwrap();
             path
         })
         .collect()

@@ -69,7 +69,12 @@ fn run_batched(
 }
 
 /// One sequence alone: the prompt, then the given tokens one by one.
-fn run_alone(model: &Model, prompt: &[u32], fed: &[u32], adapter: Option<&Adapter>) -> Vec<Vec<f32>> {
+fn run_alone(
+    model: &Model,
+    prompt: &[u32],
+    fed: &[u32],
+    adapter: Option<&Adapter>,
+) -> Vec<Vec<f32>> {
     let mut cache = KvCache::default();
     let mut out = Vec::new();
     let step = |tokens: &[u32], cache: &mut KvCache| {
@@ -100,7 +105,10 @@ fn mixed_adapter_batch_equals_merged_weights() {
     let (model_dir, config) = tiny_model(dir.path(), 3);
     let model = Model::load(&model_dir, CpuConfig::deterministic().with_threads(2)).unwrap();
     let paths = adapters(dir.path(), &config, 9, &[4, 8, 16]);
-    let loaded: Vec<Adapter> = paths.iter().map(|p| load_adapter(p, &config, 64).unwrap()).collect();
+    let loaded: Vec<Adapter> = paths
+        .iter()
+        .map(|p| load_adapter(p, &config, 64).unwrap())
+        .collect();
     let ranks: std::collections::BTreeSet<usize> = loaded.iter().map(Adapter::rank).collect();
     assert_eq!(ranks.len(), 3, "the batch mixes ranks");
     let mut table: Vec<Option<&Adapter>> = loaded.iter().map(Some).collect();
@@ -132,7 +140,10 @@ fn mixed_adapter_batch_equals_merged_weights() {
             }
         }
         if adapter.is_some() {
-            assert!(moved > 1e-2, "sequence {i}: the adapter must change the logits (moved {moved})");
+            assert!(
+                moved > 1e-2,
+                "sequence {i}: the adapter must change the logits (moved {moved})"
+            );
         } else {
             assert_eq!(moved, 0.0, "the base-only sequence gets no delta");
         }
@@ -141,7 +152,9 @@ fn mixed_adapter_batch_equals_merged_weights() {
 }
 
 fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
-    v.iter().map(|l| l.iter().map(|x| x.to_bits()).collect()).collect()
+    v.iter()
+        .map(|l| l.iter().map(|x| x.to_bits()).collect())
+        .collect()
 }
 
 /// Class D: a sequence's logits are bit-identical whether it runs alone on one thread, in a
@@ -154,7 +167,10 @@ fn class_d_bits_do_not_depend_on_neighbours_or_threads() {
     let one = Model::load(&model_dir, CpuConfig::deterministic().with_threads(1)).unwrap();
     let four = Model::load(&model_dir, CpuConfig::deterministic().with_threads(4)).unwrap();
     let paths = adapters(dir.path(), &config, 6, &[8, 16, 4]);
-    let loaded: Vec<Adapter> = paths.iter().map(|p| load_adapter(p, &config, 64).unwrap()).collect();
+    let loaded: Vec<Adapter> = paths
+        .iter()
+        .map(|p| load_adapter(p, &config, 64).unwrap())
+        .collect();
     let prompts = prompts(6);
     let target = 2;
     // Alone, one thread.
@@ -169,13 +185,28 @@ fn class_d_bits_do_not_depend_on_neighbours_or_threads() {
     let mut others: Vec<KvCache> = vec![KvCache::default(); 3];
     let mut got = Vec::new();
     for step in 0..=4usize {
-        let tokens: Vec<u32> = if step == 0 { prompts[target].clone() } else { vec![fed[0][step - 1]] };
+        let tokens: Vec<u32> = if step == 0 {
+            prompts[target].clone()
+        } else {
+            vec![fed[0][step - 1]]
+        };
         let mut inputs = vec![];
         for (k, c) in others.iter_mut().enumerate().take(step.min(3)) {
-            inputs.push(SeqInput { tokens: &prompts[k + 3][..], cache: c, adapter: Some(&loaded[(k + 4) % 6]) });
+            inputs.push(SeqInput {
+                tokens: &prompts[k + 3][..],
+                cache: c,
+                adapter: Some(&loaded[(k + 4) % 6]),
+            });
         }
         let at = inputs.len() / 2;
-        inputs.insert(at, SeqInput { tokens: &tokens, cache: &mut cache, adapter: Some(&loaded[target]) });
+        inputs.insert(
+            at,
+            SeqInput {
+                tokens: &tokens,
+                cache: &mut cache,
+                adapter: Some(&loaded[target]),
+            },
+        );
         let out = four.forward(&mut inputs).unwrap();
         got.push(out[at].clone());
         // Others that prefilled are done (they leave the batch); fresh caches for the next join.
@@ -200,7 +231,11 @@ fn prefill_equals_token_by_token() {
     let mut last = Vec::new();
     for t in prompt {
         last = model
-            .forward(&mut [SeqInput { tokens: &[t], cache: &mut cache, adapter: Some(&adapter) }])
+            .forward(&mut [SeqInput {
+                tokens: &[t],
+                cache: &mut cache,
+                adapter: Some(&adapter),
+            }])
             .unwrap()
             .remove(0);
     }

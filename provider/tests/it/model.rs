@@ -12,7 +12,11 @@ use crate::common::{TempDir, tiny_model, tiny_options};
 fn last_logits(model: &Model, tokens: &[u32]) -> Vec<f32> {
     let mut cache = KvCache::default();
     model
-        .forward(&mut [SeqInput { tokens, cache: &mut cache, adapter: None }])
+        .forward(&mut [SeqInput {
+            tokens,
+            cache: &mut cache,
+            adapter: None,
+        }])
         .unwrap()
         .remove(0)
 }
@@ -22,7 +26,8 @@ fn last_logits(model: &Model, tokens: &[u32]) -> Vec<f32> {
 fn sharded_checkpoint_loads_the_same_model() {
     let dir = TempDir::new("shards");
     let (single, _) = tiny_model(dir.path(), 7);
-    let tensors = candle_core::safetensors::load(single.join("model.safetensors"), &Device::Cpu).unwrap();
+    let tensors =
+        candle_core::safetensors::load(single.join("model.safetensors"), &Device::Cpu).unwrap();
     let sharded = dir.path().join("sharded");
     std::fs::create_dir_all(&sharded).unwrap();
     std::fs::copy(single.join("config.json"), sharded.join("config.json")).unwrap();
@@ -36,7 +41,11 @@ fn sharded_checkpoint_loads_the_same_model() {
         weight_map.insert((*name).clone(), file.into());
     }
     for (i, shard) in shards.iter().enumerate() {
-        candle_core::safetensors::save(shard, sharded.join(format!("model-0000{}-of-00002.safetensors", i + 1))).unwrap();
+        candle_core::safetensors::save(
+            shard,
+            sharded.join(format!("model-0000{}-of-00002.safetensors", i + 1)),
+        )
+        .unwrap();
     }
     std::fs::write(
         sharded.join("model.safetensors.index.json"),
@@ -56,20 +65,55 @@ fn half_precision_and_tied_checkpoints_load() {
     let dir = TempDir::new("dtypes");
     let f32_dir = dir.path().join("f32");
     write_generated_model(&f32_dir, &tiny_options(8)).unwrap();
-    let reference = last_logits(&Model::load(&f32_dir, CpuConfig::deterministic()).unwrap(), &[256, 5, 6]);
+    let reference = last_logits(
+        &Model::load(&f32_dir, CpuConfig::deterministic()).unwrap(),
+        &[256, 5, 6],
+    );
     for dtype in [DType::BF16, DType::F16] {
         let path = dir.path().join(format!("{dtype:?}"));
-        let config = write_generated_model(&path, &GenModelOptions { dtype, ..tiny_options(8) }).unwrap();
+        let config = write_generated_model(
+            &path,
+            &GenModelOptions {
+                dtype,
+                ..tiny_options(8)
+            },
+        )
+        .unwrap();
         assert_ne!(config.torch_dtype.as_deref(), Some("float32"));
-        let logits = last_logits(&Model::load(&path, CpuConfig::deterministic()).unwrap(), &[256, 5, 6]);
-        let worst = logits.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(worst > 0.0 && worst < 0.1, "{dtype:?}: worst difference {worst}");
+        let logits = last_logits(
+            &Model::load(&path, CpuConfig::deterministic()).unwrap(),
+            &[256, 5, 6],
+        );
+        let worst = logits
+            .iter()
+            .zip(&reference)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst > 0.0 && worst < 0.1,
+            "{dtype:?}: worst difference {worst}"
+        );
     }
     let tied = dir.path().join("tied");
-    write_generated_model(&tied, &GenModelOptions { tie: true, ..tiny_options(9) }).unwrap();
-    let names = candle_core::safetensors::load(tied.join("model.safetensors"), &Device::Cpu).unwrap();
+    write_generated_model(
+        &tied,
+        &GenModelOptions {
+            tie: true,
+            ..tiny_options(9)
+        },
+    )
+    .unwrap();
+    let names =
+        candle_core::safetensors::load(tied.join("model.safetensors"), &Device::Cpu).unwrap();
     assert!(!names.contains_key("lm_head.weight"));
-    assert_eq!(last_logits(&Model::load(&tied, CpuConfig::deterministic()).unwrap(), &[256]).len(), 300);
+    assert_eq!(
+        last_logits(
+            &Model::load(&tied, CpuConfig::deterministic()).unwrap(),
+            &[256]
+        )
+        .len(),
+        300
+    );
 }
 
 /// Broken directories are refused with the reason.
@@ -78,22 +122,39 @@ fn malformed_model_directories_are_refused() {
     let dir = TempDir::new("bad-model");
     let (path, _) = tiny_model(dir.path(), 1);
     // A tensor of the wrong shape.
-    let mut tensors = candle_core::safetensors::load(path.join("model.safetensors"), &Device::Cpu).unwrap();
-    tensors.insert("model.norm.weight".into(), Tensor::zeros(7, DType::F32, &Device::Cpu).unwrap());
+    let mut tensors =
+        candle_core::safetensors::load(path.join("model.safetensors"), &Device::Cpu).unwrap();
+    tensors.insert(
+        "model.norm.weight".into(),
+        Tensor::zeros(7, DType::F32, &Device::Cpu).unwrap(),
+    );
     candle_core::safetensors::save(&tensors, path.join("model.safetensors")).unwrap();
     let err = Model::load(&path, CpuConfig::deterministic()).unwrap_err();
-    assert!(matches!(err, Error::Model(ref m) if m.contains("model.norm.weight")), "{err}");
+    assert!(
+        matches!(err, Error::Model(ref m) if m.contains("model.norm.weight")),
+        "{err}"
+    );
     // Heads that do not divide.
     std::fs::write(
         path.join("config.json"),
         r#"{"hidden_size":32,"intermediate_size":48,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":300}"#,
     )
     .unwrap();
-    assert!(matches!(Model::load(&path, CpuConfig::deterministic()), Err(Error::Config { .. })));
+    assert!(matches!(
+        Model::load(&path, CpuConfig::deterministic()),
+        Err(Error::Config { .. })
+    ));
     // Garbage weights.
-    std::fs::write(path.join("config.json"), serde_json::to_string(&tiny_model(dir.path(), 1).1).unwrap()).unwrap();
+    std::fs::write(
+        path.join("config.json"),
+        serde_json::to_string(&tiny_model(dir.path(), 1).1).unwrap(),
+    )
+    .unwrap();
     std::fs::write(path.join("model.safetensors"), b"not a safetensors file").unwrap();
-    assert!(matches!(Model::load(&path, CpuConfig::deterministic()), Err(Error::Safetensors { .. })));
+    assert!(matches!(
+        Model::load(&path, CpuConfig::deterministic()),
+        Err(Error::Safetensors { .. })
+    ));
 }
 
 /// `cx-provider logits --json` prints the library's last-position logits.
@@ -110,14 +171,27 @@ fn logits_command_prints_the_forward() {
         .args(["--tokens", "256,72,105", "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let parsed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let printed: Vec<f32> = parsed["logits"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+    let printed: Vec<f32> = parsed["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
     let model = Model::load(&path, CpuConfig::deterministic()).unwrap();
     let lora = cx_provider::lora::load_adapter(&adapter, &config, 64).unwrap();
     let mut cache = KvCache::default();
     let expected = model
-        .forward(&mut [SeqInput { tokens: &[256, 72, 105], cache: &mut cache, adapter: Some(&lora) }])
+        .forward(&mut [SeqInput {
+            tokens: &[256, 72, 105],
+            cache: &mut cache,
+            adapter: Some(&lora),
+        }])
         .unwrap()
         .remove(0);
     assert_eq!(printed, expected, "JSON round-trips f32 exactly");
