@@ -2,8 +2,8 @@
 //!
 //! `cx clear` reads candidates directly; the engine derives them from registered bundles.
 
-use cx_protocol::bundle::validate_capabilities;
-use cx_protocol::error::{non_negative, nonzero, positive};
+use cx_protocol::bundle::{Offer, validate_capabilities, validate_offer};
+use cx_protocol::error::non_negative;
 use cx_protocol::{ClassSet, TierSet};
 use serde::{Deserialize, Serialize};
 
@@ -41,18 +41,15 @@ pub struct Candidate {
 impl Candidate {
     /// Checks every field's domain; the error names the first bad field.
     pub fn validate(&self) -> cx_protocol::Result<()> {
-        if self.id.is_empty() {
-            return Err(cx_protocol::Error::InvalidField {
-                field: "id".to_owned(),
-                reason: "must not be empty".to_owned(),
-            });
-        }
-        non_negative("price_per_hour", self.price_per_hour)?;
-        nonzero("memory_bytes", self.memory_bytes)?;
-        positive("bandwidth_bps", self.bandwidth_bps)?;
-        non_negative("rtt_s", self.rtt_s)?;
+        validate_offer(&Offer {
+            id: &self.id,
+            price_per_hour: self.price_per_hour,
+            memory_bytes: self.memory_bytes,
+            bandwidth_bps: self.bandwidth_bps,
+            rtt_s: self.rtt_s,
+            context_max: self.context_max,
+        })?;
         non_negative("compute_s", self.compute_s)?;
-        nonzero("context_max", u64::from(self.context_max))?;
         validate_capabilities(self.determinism, self.tiers, self.failure_rate)
     }
 

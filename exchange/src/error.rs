@@ -35,16 +35,6 @@ pub enum Error {
     /// A search witness that does not satisfy the predicate.
     #[error("witness does not satisfy the predicate")]
     InvalidWitness,
-    /// The eviction plan cannot free enough bytes without touching pinned occupants.
-    #[error(
-        "cannot free {needed_bytes} bytes: only {evictable_bytes} are evictable (the rest is pinned)"
-    )]
-    NotEnoughEvictable {
-        /// Bytes asked for.
-        needed_bytes: u64,
-        /// Bytes that could be freed.
-        evictable_bytes: u64,
-    },
     /// A tier that no bundle on this exchange can offer.
     #[error("tier {0} cannot be offered here")]
     TierUnavailable(Tier),

@@ -8,8 +8,6 @@
 //!   resident adapter, resident base and capability, cleared by exact branch and bound;
 //!   [`ring`]: consistent hashing for affinity and tie-breaks.
 //! - [`lifecycle`]: intents, reserves, rent on state and search as explicit state machines.
-//! - [`inventory`]: shadow price of a residency slot, eviction by value per byte, the KV
-//!   keep-or-evict rule (SPEC §4), shared with providers.
 //! - [`capacity`]: the adapter arithmetic of SPEC §5.
 //! - [`pricing`]: the market maker (HMM regimes, leapfrog price dynamics, deterministic quotes
 //!   whose ask gates which bundles may clear) and per-tenant preference tables (SPEC §10).
@@ -48,7 +46,6 @@ pub mod clearing;
 pub mod engine;
 pub mod error;
 pub mod feasibility;
-pub mod inventory;
 pub mod lifecycle;
 pub mod objective;
 pub mod pricing;

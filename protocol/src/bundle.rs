@@ -49,20 +49,49 @@ pub struct Bundle {
 impl Bundle {
     /// Checks every field's domain; the error names the first bad field.
     pub fn validate(&self) -> Result<()> {
-        if self.id.is_empty() {
-            return Err(Error::InvalidField {
-                field: "id".to_owned(),
-                reason: "must not be empty".to_owned(),
-            });
-        }
-        non_negative("price_per_hour", self.price_per_hour)?;
-        nonzero("memory_bytes", self.memory_bytes)?;
-        positive("bandwidth_bps", self.bandwidth_bps)?;
-        non_negative("rtt_s", self.rtt_s)?;
+        validate_offer(&Offer {
+            id: &self.id,
+            price_per_hour: self.price_per_hour,
+            memory_bytes: self.memory_bytes,
+            bandwidth_bps: self.bandwidth_bps,
+            rtt_s: self.rtt_s,
+            context_max: self.context_max,
+        })?;
         positive("flops_per_s", self.flops_per_s)?;
-        nonzero("context_max", u64::from(self.context_max))?;
         validate_capabilities(self.determinism, self.tiers, self.failure_rate)
     }
+}
+
+/// The fields every form of a bundle shares (registered, or resolved for one job).
+#[derive(Debug, Clone, Copy)]
+pub struct Offer<'a> {
+    /// Bundle id.
+    pub id: &'a str,
+    /// p(b), price units per hour.
+    pub price_per_hour: f64,
+    /// M, bytes.
+    pub memory_bytes: u64,
+    /// B, bits per second.
+    pub bandwidth_bps: f64,
+    /// ℓ0, seconds.
+    pub rtt_s: f64,
+    /// c_max(d), tokens.
+    pub context_max: u32,
+}
+
+/// Checks the shared fields; the error names the first bad one.
+pub fn validate_offer(offer: &Offer<'_>) -> Result<()> {
+    if offer.id.is_empty() {
+        return Err(Error::InvalidField {
+            field: "id".to_owned(),
+            reason: "must not be empty".to_owned(),
+        });
+    }
+    non_negative("price_per_hour", offer.price_per_hour)?;
+    nonzero("memory_bytes", offer.memory_bytes)?;
+    positive("bandwidth_bps", offer.bandwidth_bps)?;
+    non_negative("rtt_s", offer.rtt_s)?;
+    nonzero("context_max", u64::from(offer.context_max))
 }
 
 /// Checks what every bundle form shares: some class, some tier, no attested tier, φ in [0, 1].

@@ -14,6 +14,16 @@ pub enum Error {
     /// A post-quantum session handshake or frame was refused; nothing was accepted from it.
     #[error("session refused: {0}")]
     Session(String),
+    /// Room cannot be made without evicting pinned occupants.
+    #[error(
+        "cannot free {needed_bytes} bytes: only {evictable_bytes} are evictable (the rest is pinned)"
+    )]
+    NotEnoughEvictable {
+        /// Bytes asked for.
+        needed_bytes: u64,
+        /// Bytes that could be freed.
+        evictable_bytes: u64,
+    },
     /// The attested-execution tier exists in the registry, but no provider here can offer it.
     #[error(
         "{field}: tier `attested` (TEE) cannot be offered by any provider on this exchange; ask for T0–T3"
@@ -33,6 +43,7 @@ impl Error {
         match self {
             Error::InvalidField { field, .. } | Error::AttestedUnavailable { field } => field,
             Error::Session(_) => "session",
+            Error::NotEnoughEvictable { .. } => "memory_bytes",
         }
     }
 
@@ -46,7 +57,7 @@ impl Error {
             Error::AttestedUnavailable { field } => Error::AttestedUnavailable {
                 field: format!("{prefix}.{field}"),
             },
-            other @ Error::Session(_) => other,
+            other @ (Error::Session(_) | Error::NotEnoughEvictable { .. }) => other,
         }
     }
 }

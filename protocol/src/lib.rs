@@ -10,6 +10,8 @@
 //! - [`bundle`]: a provider bundle as it is registered: device, free memory, link, price,
 //!   capabilities and what is resident (SPEC §2).
 //! - [`id`]: content ids (SHA-256) for adapters and other artifacts.
+//! - [`inventory`]: shadow price of a residency slot, eviction by value per byte (never a pin),
+//!   and the KV keep-or-evict rule — shared by providers' caches and the exchange.
 //! - [`pq`]: ML-DSA-65 identities and hybrid ML-KEM-768 + X25519 sessions.
 //!
 //! ```
@@ -29,6 +31,7 @@ pub mod bundle;
 pub mod class;
 pub mod error;
 pub mod id;
+pub mod inventory;
 pub mod job;
 pub mod pq;
 

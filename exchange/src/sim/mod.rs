@@ -16,7 +16,7 @@ pub mod scenario;
 pub use replay::{Allocator, Outcome, replay};
 pub use scenario::{Scenario, ScenarioConfig};
 
-use crate::inventory::EvictionPolicy;
+use cx_protocol::inventory::EvictionPolicy;
 use serde::Serialize;
 
 /// Everything `cx simulate` reports.

@@ -3,8 +3,8 @@
 use super::scenario::{Scenario, capabilities};
 use crate::candidate::View;
 use crate::feasibility::{completion_s, is_feasible};
-use crate::inventory::{Discount, EvictionPolicy, Occupant, plan_eviction};
 use crate::objective::{Weights, terms};
+use cx_protocol::inventory::{Discount, EvictionPolicy, Occupant, plan_eviction};
 use cx_protocol::{DeterminismClass, Job, Tier};
 use serde::Serialize;
 

@@ -1,5 +1,6 @@
 //! State as inventory (SPEC §4), shared by providers (their residency caches) and the exchange
-//! (routing continuations, pricing pins).
+//! (routing continuations, pricing pins, the simulation): one arithmetic on both sides, so what
+//! a provider reports as its shadow price is what the exchange would have computed.
 //!
 //! - The **shadow price** of a residency slot is the expected discounted value of what occupies
 //!   it: an occupant hit at rate `λ` per second, each hit saving `s` (the reload it avoids), is
@@ -9,7 +10,7 @@
 //! - A conversation prefix's KV cache is perishable: keep it one more turn iff `γ·s > h`.
 
 use crate::error::{Error, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Something resident in accelerator memory: a base, an adapter, a KV prefix.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -29,7 +30,7 @@ pub struct Occupant {
 }
 
 /// How a cache picks what to evict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EvictionPolicy {
     /// Least expected value per byte first (SPEC §4).
