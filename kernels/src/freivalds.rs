@@ -20,9 +20,9 @@ use crate::element::{Element, as_f32};
 use crate::error::{Error, Result, check_len};
 use crate::rng::SplitMix64;
 
-/// Reduction block of the thin products: 20 rounds × 256 floats = 20 KiB of `R` stays in L1
-/// beside the block of the tall operand.
-const THIN_KC: usize = 256;
+/// Reduction block of the thin products: long, so that the lane folds at block ends stay a
+/// small part of the work (the thin operand is re-read from L2 either way).
+const THIN_KC: usize = 1024;
 
 /// Default relative tolerance for `f32` products (see the module docs).
 pub const DEFAULT_REL_TOL: f32 = 1e-4;
@@ -259,6 +259,9 @@ pub fn freivalds_check(
 
 /// Checks `y = x·Wᵀ` (the layout of [`crate::gemm_xwt`]) with `rounds` Freivalds rounds.
 ///
+/// Builds a [`FreivaldsSketch`] of `W` and checks once; a verifier that checks many products
+/// against the same weights keeps the sketch instead (see there).
+///
 /// Shapes: `x` is `m × d_in`, `w` is `d_out × d_in`, `y` is `m × d_out`.
 #[allow(clippy::too_many_arguments)]
 pub fn freivalds_check_xwt<X: Element, W: Element>(
@@ -273,58 +276,117 @@ pub fn freivalds_check_xwt<X: Element, W: Element>(
     rel_tol: f32,
     config: &CpuConfig,
 ) -> Result<FreivaldsReport> {
-    check_len("x (m × d_in)", x.len(), m * d_in)?;
-    check_len("w (d_out × d_in)", w.len(), d_out * d_in)?;
-    check_len("y (m × d_out)", y.len(), m * d_out)?;
-    if rounds == 0 {
-        return Err(Error::Batch(
-            "freivalds: at least one round is needed".into(),
-        ));
+    FreivaldsSketch::new(w, d_in, d_out, rounds, seed, config)?.check(x, y, m, rel_tol, config)
+}
+
+/// The verifier's secret half of Freivalds checks against fixed weights `W` (`d_out × d_in`):
+/// `k` random 0/1 vectors `R` and `Wᵀ·R`.
+///
+/// `Wᵀ·R` costs `k·d_in·d_out`, as much as `k` passes over `W`, and does not depend on the
+/// product being checked; with it kept, checking `y = x·Wᵀ` costs only `k·m·(d_in + d_out)`
+/// (`x·(Wᵀ·R)` and `y·R`), about `2k/d` of the product instead of `k/m`. Soundness is
+/// unchanged as long as `R` stays secret from the party whose products are checked: keep the
+/// sketch with the verifier, never send it, and build a new one (new seed) after a check fails,
+/// since a rejected product tells its sender something about `R`.
+#[derive(Clone, Debug)]
+pub struct FreivaldsSketch {
+    rounds: usize,
+    d_in: usize,
+    d_out: usize,
+    /// `Rᵀ`, `rounds × d_out`.
+    rt: Vec<f32>,
+    /// `Rᵀ·W`, `rounds × d_in`.
+    rtw: Vec<f32>,
+    /// `‖(Rᵀ·W)_t‖₂` per round.
+    rtw_norms: Vec<f64>,
+}
+
+impl FreivaldsSketch {
+    /// Draws `rounds` vectors from `seed` and computes `Rᵀ·W`.
+    ///
+    /// Shapes: `w` is `d_out × d_in` row-major.
+    pub fn new<W: Element>(
+        w: &[W],
+        d_in: usize,
+        d_out: usize,
+        rounds: usize,
+        seed: u64,
+        config: &CpuConfig,
+    ) -> Result<Self> {
+        check_len("w (d_out × d_in)", w.len(), d_out * d_in)?;
+        if rounds == 0 {
+            return Err(Error::Batch(
+                "freivalds: at least one round is needed".into(),
+            ));
+        }
+        let rt = random_rt(d_out, rounds, seed); // k × d_out
+        // Rᵀ·W, k × d_in, split by columns of W; Rᵀ padded with zero rows to whole round
+        // groups of the kernel.
+        const COLS: usize = 256;
+        let padded = rounds.div_ceil(TN_ROUNDS) * TN_ROUNDS;
+        let mut rt_padded = rt.clone();
+        rt_padded.resize(padded * d_out, 0.0);
+        let mut rtw = vec![0f32; rounds * d_in];
+        let shared = SharedOut::new(&mut rtw);
+        for_each_item(
+            config.threads,
+            d_in.div_ceil(COLS),
+            |item, scratch: &mut (Vec<f32>, Vec<f32>)| {
+                let c0 = item * COLS;
+                let cols = COLS.min(d_in - c0);
+                let (acc, packed) = scratch;
+                acc.clear();
+                acc.resize(padded * cols, 0.0);
+                tn_accumulate(
+                    &rt_padded,
+                    padded,
+                    d_out,
+                    &w[c0..],
+                    d_in,
+                    cols,
+                    acc,
+                    packed,
+                    config.mode,
+                );
+                for t in 0..rounds {
+                    // SAFETY: items own disjoint column blocks of every row of `rtw`.
+                    let part = unsafe { shared.part(t * d_in + c0, cols) };
+                    part.copy_from_slice(&acc[t * cols..(t + 1) * cols]);
+                }
+            },
+        );
+        let rtw_norms = row_norms(&rtw, rounds, d_in, config);
+        Ok(Self {
+            rounds,
+            d_in,
+            d_out,
+            rt,
+            rtw,
+            rtw_norms,
+        })
     }
-    let x = as_f32(x);
-    let rt = random_rt(d_out, rounds, seed); // k × d_out
-    // (Wᵀ·R)ᵀ = Rᵀ·W, k × d_in, split by columns of W; Rᵀ padded with zero rows to whole
-    // round groups of the kernel.
-    const COLS: usize = 256;
-    let padded = rounds.div_ceil(TN_ROUNDS) * TN_ROUNDS;
-    let mut rt_padded = rt.clone();
-    rt_padded.resize(padded * d_out, 0.0);
-    let mut rtw = vec![0f32; rounds * d_in];
-    let shared = SharedOut::new(&mut rtw);
-    for_each_item(
-        config.threads,
-        d_in.div_ceil(COLS),
-        |item, scratch: &mut (Vec<f32>, Vec<f32>)| {
-            let c0 = item * COLS;
-            let cols = COLS.min(d_in - c0);
-            let (acc, packed) = scratch;
-            acc.clear();
-            acc.resize(padded * cols, 0.0);
-            tn_accumulate(
-                &rt_padded,
-                padded,
-                d_out,
-                &w[c0..],
-                d_in,
-                cols,
-                acc,
-                packed,
-                config.mode,
-            );
-            for t in 0..rounds {
-                // SAFETY: items own disjoint column blocks of every row of `rtw`.
-                let part = unsafe { shared.part(t * d_in + c0, cols) };
-                part.copy_from_slice(&acc[t * cols..(t + 1) * cols]);
-            }
-        },
-    );
-    let (lhs, rhs, x_norms) = row_pass(&x, d_in, &rtw, y, d_out, &rt, m, rounds, config);
-    Ok(judge(
-        &lhs,
-        &rhs,
-        &x_norms,
-        &row_norms(&rtw, rounds, d_in, config),
-        rounds,
-        rel_tol,
-    ))
+
+    /// Rounds `k`.
+    pub fn rounds(&self) -> usize {
+        self.rounds
+    }
+
+    /// Checks `y = x·Wᵀ` for the `W` this sketch was built from.
+    ///
+    /// Shapes: `x` is `m × d_in`, `y` is `m × d_out`.
+    pub fn check<X: Element>(
+        &self,
+        x: &[X],
+        y: &[f32],
+        m: usize,
+        rel_tol: f32,
+        config: &CpuConfig,
+    ) -> Result<FreivaldsReport> {
+        let (d_in, d_out, k) = (self.d_in, self.d_out, self.rounds);
+        check_len("x (m × d_in)", x.len(), m * d_in)?;
+        check_len("y (m × d_out)", y.len(), m * d_out)?;
+        let x = as_f32(x);
+        let (lhs, rhs, x_norms) = row_pass(&x, d_in, &self.rtw, y, d_out, &self.rt, m, k, config);
+        Ok(judge(&lhs, &rhs, &x_norms, &self.rtw_norms, k, rel_tol))
+    }
 }

@@ -64,7 +64,9 @@ pub use cpu::{CpuConfig, Mode, default_threads};
 pub use device::Device;
 pub use element::Element;
 pub use error::{Error, Result};
-pub use freivalds::{DEFAULT_REL_TOL, FreivaldsReport, freivalds_check, freivalds_check_xwt};
+pub use freivalds::{
+    DEFAULT_REL_TOL, FreivaldsReport, FreivaldsSketch, freivalds_check, freivalds_check_xwt,
+};
 pub use gemm::{gemm_xwt, gemm_xwt_reference};
 pub use half::bf16;
 pub use rng::SplitMix64;

@@ -141,3 +141,38 @@ fn freivalds_xwt_rejects_a_corrupted_output_and_nan() {
     .unwrap();
     assert!(!report.accepted, "{report:?}");
 }
+
+/// One sketch of `W` serves many products: honest ones pass, a corrupted one fails, and the
+/// one-shot function agrees with the sketch built from the same seed.
+#[test]
+fn freivalds_sketch_is_reused_across_products() {
+    let (d_in, d_out) = (520, 72);
+    let mut rng = SplitMix64::new(74);
+    let w: Vec<bf16> = random(&mut rng, d_out * d_in, 0.05);
+    let config = CpuConfig::default();
+    let sketch = cx_kernels::FreivaldsSketch::new(&w, d_in, d_out, 20, 99, &config).unwrap();
+    assert_eq!(sketch.rounds(), 20);
+    for (batch, m) in [1usize, 7, 33].into_iter().enumerate() {
+        let x = rng.vec_f32(m * d_in, 1.0);
+        let mut y = vec![0f32; m * d_out];
+        gemm_xwt(&x, &w, &mut y, m, d_in, d_out, &config).unwrap();
+        let report = sketch.check(&x, &y, m, DEFAULT_REL_TOL, &config).unwrap();
+        assert!(report.accepted, "batch {batch}: {report:?}");
+        let one_shot =
+            freivalds_check_xwt(&x, &w, &y, m, d_in, d_out, 20, 99, DEFAULT_REL_TOL, &config)
+                .unwrap();
+        assert_eq!(one_shot, report);
+        y[(m - 1) * d_out + 5] -= 0.05;
+        let report = sketch.check(&x, &y, m, DEFAULT_REL_TOL, &config).unwrap();
+        assert!(
+            !report.accepted,
+            "batch {batch}: corrupted product accepted: {report:?}"
+        );
+    }
+    // A sketch is for one shape of W.
+    assert!(
+        sketch
+            .check(&[0f32; 10], &[0f32; 72], 1, DEFAULT_REL_TOL, &config)
+            .is_err()
+    );
+}
