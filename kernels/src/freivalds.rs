@@ -5,7 +5,8 @@
 //! `C − A·B` is a nonzero vector `e`, and `e·r = 0` for at most half of all `r` (flip one
 //! coordinate where `e` is nonzero), so one round misses with probability ≤ ½ and `k`
 //! independent rounds with probability ≤ 2⁻ᵏ (Freivalds 1977). The `k` rounds are batched:
-//! `R` is `p × k`, and the products become thin GEMMs that read each matrix once.
+//! `R` is `p × k`, and the products become thin GEMMs that read each matrix once. For
+//! `y = x·Wᵀ` against fixed weights, [`FreivaldsSketch`] keeps `Wᵀ·R` between checks.
 //!
 //! Floats: `A·(B·r)` and `C·r` differ by rounding even for an honest `C`, so an entry
 //! passes when `|A·(B·r) − C·r|ᵢ ≤ rel_tol·‖Aᵢ‖₂·‖B·r‖₂` (Cauchy–Schwarz scale of the dot

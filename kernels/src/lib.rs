@@ -9,8 +9,9 @@
 //!   `s·(x·Aᵀ)·Bᵀ` to its rows. Ranks differ freely between adapters; the delta is never merged
 //!   into `W`. [`sgmv_shrink`] and [`sgmv_expand`] are the two halves on their own.
 //! * [`freivalds_check`] / [`freivalds_check_xwt`] — is a claimed product right? `k` rounds,
-//!   soundness `2⁻ᵏ`, about `3k/n` of an `n × n × n` product's arithmetic (1.5 % for 20
-//!   rounds at `n = 4096`).
+//!   soundness `2⁻ᵏ`. A verifier checking many products against the same weights keeps a
+//!   [`FreivaldsSketch`] (its secret `R` and `Wᵀ·R`); each check of `y = x·Wᵀ` then costs
+//!   `k·m·(d_in + d_out)`, about 1 % of the product for 20 rounds at `d = 4096`.
 //! * [`Device`] — CPU or (feature `cuda`) GPU, one interface; the `cuda` module holds the NVRTC kernels.
 //! * [`bench`](mod@bench) — the figures the provider's `bench` command prints (SGMV overhead, Freivalds
 //!   overhead), as functions returning numbers.
