@@ -144,6 +144,9 @@ enum Command {
         /// Use FMA where the CPU has it (faster; loses bit-equality across CPUs, class D∞).
         #[arg(long)]
         fast: bool,
+        /// Run SGMV on GPU 0 (needs a build with `--features cuda` and a CUDA driver).
+        #[arg(long)]
+        gpu: bool,
     },
     /// Benchmarks.
     Bench {
@@ -265,10 +268,16 @@ fn main() -> anyhow::Result<()> {
             max_batch,
             threads,
             fast,
+            gpu,
         } => {
             let cpu = cpu(threads, fast);
-            let loaded = Model::load(&model, cpu)
+            let mut loaded = Model::load(&model, cpu)
                 .with_context(|| format!("loading the model in {}", model.display()))?;
+            if gpu {
+                let device = cx_kernels::Device::cuda(0).context("--gpu")?;
+                eprintln!("SGMV on {}", device.name());
+                loaded.set_device(device);
+            }
             let tokenizer = Tokenizer::for_model(&model, loaded.config())?;
             let name = served_model_name.unwrap_or_else(|| {
                 std::fs::canonicalize(&model)

@@ -80,6 +80,15 @@ pub struct LlamaConfig {
     /// `"llama"`.
     #[serde(default)]
     pub model_type: Option<String>,
+    /// Biases on q/k/v/o (not supported: refused when true).
+    #[serde(default)]
+    pub attention_bias: bool,
+    /// Biases on the MLP (not supported: refused when true).
+    #[serde(default)]
+    pub mlp_bias: bool,
+    /// MLP activation; only `silu` (SwiGLU).
+    #[serde(default)]
+    pub hidden_act: Option<String>,
 }
 
 fn default_eps() -> f64 {
@@ -181,6 +190,16 @@ impl LlamaConfig {
                 "head_dim {} must be even and positive (RoPE rotates halves)",
                 self.head_dim()
             )));
+        }
+        if self.attention_bias || self.mlp_bias {
+            return Err(bad(
+                "attention_bias / mlp_bias are not supported (Llama has no biases)".into(),
+            ));
+        }
+        if let Some(act) = &self.hidden_act
+            && act != "silu"
+        {
+            return Err(bad(format!("hidden_act `{act}` is not supported (silu)")));
         }
         if let Some(scaling) = &self.rope_scaling
             && !matches!(scaling.rope_type.as_str(), "llama3" | "linear" | "default")
@@ -805,6 +824,9 @@ pub fn generated_config(o: &GenModelOptions) -> Result<LlamaConfig> {
         ),
         architectures: Some(vec!["LlamaForCausalLM".into()]),
         model_type: Some("llama".into()),
+        attention_bias: false,
+        mlp_bias: false,
+        hidden_act: Some("silu".into()),
     };
     config.validate(Path::new("<generated>"))?;
     Ok(config)
