@@ -27,6 +27,10 @@ struct Server {
 }
 
 fn server(tag: &str, max_rank: usize) -> Server {
+    server_with_budget(tag, max_rank, 10_000_000)
+}
+
+fn server_with_budget(tag: &str, max_rank: usize, budget_bytes: u64) -> Server {
     let dir = TempDir::new(tag);
     let (model_dir, config) = tiny_model(dir.path(), 11);
     let adapter_dir = dir.path().join("adapters");
@@ -36,7 +40,7 @@ fn server(tag: &str, max_rank: usize) -> Server {
     let engine = Engine::start(
         model.clone(),
         Arc::new(Tokenizer::generated()),
-        ResidencyCache::new(CacheConfig::new(10_000_000, EvictionPolicy::ValuePerByte)),
+        ResidencyCache::new(CacheConfig::new(budget_bytes, EvictionPolicy::ValuePerByte)),
         EngineConfig {
             max_rank,
             ..EngineConfig::default()
@@ -499,4 +503,122 @@ async fn load_unload_and_metrics() {
             .unwrap()
             .contains("cx_provider_resident_adapters 0")
     );
+}
+
+fn metric(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+        .parse()
+        .unwrap()
+}
+
+/// A budget of two rank-8 adapters: using four in turn loads on miss and evicts, a pinned one
+/// is never evicted, and requests keep succeeding; when everything resident is pinned, a
+/// request for another adapter is refused (503) instead of waiting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_budget_evicts_but_never_the_pin() {
+    let dir = TempDir::new("budget-probe");
+    let (_, config) = tiny_model(dir.path(), 11);
+    let one = cx_provider::lora::adapter_bytes(&config, 8, &Target::ALL.into_iter().collect());
+    let s = server_with_budget("budget", 64, 2 * one);
+    let root = s.dir.path().join("same-size");
+    for i in 0..4 {
+        write_random_adapter(
+            &root.join(format!("s{i}")),
+            &s.config,
+            8,
+            &Target::ALL,
+            0.1,
+            200 + i,
+        )
+        .unwrap();
+    }
+    let (status, body) = call_json(
+        &s.app,
+        "/v1/load_lora_adapter",
+        json!({"lora_name": "s0", "lora_path": root.join("s0"), "pin": true}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["bytes"].as_u64(),
+        Some(one),
+        "adapter_bytes predicts the resident size"
+    );
+    for i in 1..4 {
+        let (status, _) = call_json(
+            &s.app,
+            "/v1/load_lora_adapter",
+            json!({"lora_name": format!("s{i}"), "lora_path": root.join(format!("s{i}"))}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    for round in 0..2 {
+        for i in 0..4 {
+            let (status, body) = call_json(
+                &s.app,
+                "/v1/completions",
+                json!({"model": format!("s{i}"), "prompt": "p", "max_tokens": 2}),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "round {round} s{i}: {body}");
+        }
+    }
+    let (_, metrics) = call(&s.app, "GET", "/metrics", None).await;
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert!(
+        metric(&metrics, "cx_provider_cache_evictions_total") >= 4.0,
+        "{metrics}"
+    );
+    assert!(metric(&metrics, "cx_provider_cache_misses_total") >= 4.0);
+    assert!(metric(&metrics, "cx_provider_resident_adapter_bytes") <= (2 * one) as f64);
+    assert!(
+        metrics.contains("pinned=\"true\""),
+        "s0 is still resident and pinned"
+    );
+    // Pin the other resident one too: no room can be made for a third.
+    let resident: Vec<String> = {
+        let (_, bytes) = call(&s.app, "GET", "/v1/models", None).await;
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["resident"] == true)
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(resident.len(), 2);
+    assert!(resident.contains(&"s0".to_string()));
+    let other = resident.iter().find(|r| *r != "s0").unwrap().clone();
+    let (status, _) = call_json(
+        &s.app,
+        "/v1/load_lora_adapter",
+        json!({"lora_name": other, "lora_path": root.join(&other), "pin": true}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let absent = (0..4)
+        .map(|i| format!("s{i}"))
+        .find(|n| !resident.contains(n))
+        .unwrap();
+    let (status, body) = call_json(
+        &s.app,
+        "/v1/completions",
+        json!({"model": absent, "prompt": "p", "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_error_shape(&body, "unavailable");
+    // And the pinned ones still serve.
+    let (status, _) = call_json(
+        &s.app,
+        "/v1/completions",
+        json!({"model": "s0", "prompt": "p", "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
 }
