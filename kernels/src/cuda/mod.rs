@@ -24,6 +24,8 @@ pub const SGMV_SOURCE: &str = include_str!("sgmv.cu");
 
 /// Threads per block for both kernels (8 warps).
 const BLOCK: u32 = 256;
+/// Ranks one shrink block computes (`RANKS_PER_BLOCK` in sgmv.cu).
+const SHRINK_RANKS_PER_BLOCK: usize = 2;
 
 fn cuda_err(context: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
     move |e| Error::Cuda {
@@ -123,6 +125,7 @@ pub struct CudaBatch<'a> {
     ranks: CudaSlice<i32>,
     scales: CudaSlice<f32>,
     segment_rows: usize,
+    max_rank: usize,
     weights: &'static str,
     layout: ShrinkLayout,
     d_in: usize,
@@ -344,8 +347,14 @@ impl CudaKernels {
             }
             v
         };
+        let max_rank = segments
+            .iter()
+            .map(|s| adapters[s.adapter].rank)
+            .max()
+            .unwrap_or(0);
         Ok(CudaBatch {
             segment_rows: blk_seg.len(),
+            max_rank,
             blk_seg: up_i32(&pad_i32(blk_seg))?,
             blk_row: up_i32(&pad_i32(blk_row))?,
             seg_start: up_i32(&pad_i32(seg_start))?,
@@ -393,7 +402,14 @@ impl CudaKernels {
         let func = self.function(&format!("sgmv_shrink_{}_{}", x.suffix(), batch.weights))?;
         let d_in = to_i32(batch.d_in, "d_in")?;
         let cfg = LaunchConfig {
-            grid_dim: (to_i32(batch.segment_rows, "rows")? as u32, 1, 1),
+            grid_dim: (
+                to_i32(batch.segment_rows, "rows")? as u32,
+                to_i32(
+                    batch.max_rank.div_ceil(SHRINK_RANKS_PER_BLOCK),
+                    "rank blocks",
+                )? as u32,
+                1,
+            ),
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };

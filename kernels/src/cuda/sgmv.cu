@@ -17,13 +17,20 @@ typedef unsigned short bf16_bits;
 __device__ __forceinline__ float widen(float v) { return v; }
 __device__ __forceinline__ float widen(bf16_bits v) { return __uint_as_float(((unsigned int)v) << 16); }
 
-// v[row, k] = sum_d x[row, d] * A[k, d]; one block per batch row, one warp per rank index.
+// v[row, k] = sum_d x[row, d] * A[k, d].
+// Grid (batch rows, ceil(max rank / RANKS_PER_BLOCK)); a block of 256 threads is 8 warps:
+// RANKS_PER_BLOCK ranks, each split over SPLIT warps that take fixed quarters of d_in, the
+// quarters added in a fixed order. Splitting d_in keeps enough warps in flight for decode
+// batches (few rows), where one warp per rank would leave most of the GPU idle.
+#define RANKS_PER_BLOCK 2
+#define SPLIT 4
 template <typename X, typename W>
 __device__ void shrink(const X* __restrict__ x, int d_in, const int* __restrict__ blk_seg,
                        const int* __restrict__ blk_row, const int* __restrict__ seg_start,
                        const int* __restrict__ seg_adapter, const long long* __restrict__ v_off,
                        const unsigned long long* __restrict__ a_ptr, const int* __restrict__ ranks,
                        float* __restrict__ v) {
+    __shared__ float partial[RANKS_PER_BLOCK * SPLIT];
     const int b = blockIdx.x;
     const int s = blk_seg[b];
     const int row = blk_row[b];
@@ -33,14 +40,26 @@ __device__ void shrink(const X* __restrict__ x, int d_in, const int* __restrict_
     const X* xr = x + (long long)row * d_in;
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
-    const int warps = blockDim.x >> 5;
-    float* vr = v + v_off[s] + (long long)(row - seg_start[s]) * r;
-    for (int k = warp; k < r; k += warps) {
+    const int k = blockIdx.y * RANKS_PER_BLOCK + warp / SPLIT;
+    const int part = warp % SPLIT;
+    const int chunk = (d_in + SPLIT - 1) / SPLIT;
+    const int d0 = part * chunk;
+    const int d1 = min(d_in, d0 + chunk);
+    float acc = 0.f;
+    if (k < r) {
         const W* ak = A + (long long)k * d_in;
-        float acc = 0.f;
-        for (int d = lane; d < d_in; d += 32) acc = fmaf(widen(xr[d]), widen(ak[d]), acc);
+        for (int d = d0 + lane; d < d1; d += 32) acc = fmaf(widen(xr[d]), widen(ak[d]), acc);
         for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
-        if (lane == 0) vr[k] = acc;
+    }
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x < RANKS_PER_BLOCK) {
+        const int kk = blockIdx.y * RANKS_PER_BLOCK + threadIdx.x;
+        if (kk < r) {
+            const float* p = partial + threadIdx.x * SPLIT;
+            float* vr = v + v_off[s] + (long long)(row - seg_start[s]) * r;
+            vr[kk] = (p[0] + p[1]) + (p[2] + p[3]);  // the SPLIT (= 4) quarters, fixed order
+        }
     }
 }
 
