@@ -643,3 +643,80 @@ fn tn_block(
         tn_generic::<false>(r, r_stride, k, p, w, cols, out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SplitMix64;
+
+    /// Deterministic mode promises the same bits on every CPU: the AVX2 build of the kernels
+    /// (what `nt_accumulate` dispatches to here) must match the portable one bit for bit.
+    #[test]
+    fn deterministic_dispatch_matches_portable_kernels_bitwise() {
+        let mut rng = SplitMix64::new(81);
+        let (m, n, k) = (7, 5, 1300);
+        let x = rng.vec_f32(m * k, 1.0);
+        let w = rng.vec_f32(n * k, 1.0);
+        let mut dispatched = vec![0f32; m * n];
+        nt_accumulate(&x, k, m, &w, k, n, k, &mut dispatched, Mode::Deterministic);
+        let mut portable = vec![0f32; m * n];
+        nt_generic::<false>(&x, k, m, &w, k, n, k, &mut portable, KC);
+        assert_eq!(dispatched, portable);
+
+        let (rows, rank, d_out) = (3, 13, 77);
+        let v = rng.vec_f32(rows * rank, 1.0);
+        let bt: Vec<half::bf16> = rng
+            .vec_f32(rank * d_out, 1.0)
+            .into_iter()
+            .map(half::bf16::from_f32)
+            .collect();
+        let mut y_dispatched = rng.vec_f32(rows * d_out, 1.0);
+        let mut y_portable = y_dispatched.clone();
+        expand_rows(
+            &v,
+            &bt,
+            rank,
+            d_out,
+            0.7,
+            &mut y_dispatched,
+            rows,
+            Mode::Deterministic,
+        );
+        expand_generic::<half::bf16, false>(&v, &bt, rank, d_out, 0.7, &mut y_portable, rows);
+        assert_eq!(y_dispatched, y_portable);
+    }
+
+    #[test]
+    fn thin_transposed_product_matches_reference() {
+        let mut rng = SplitMix64::new(82);
+        let (k, p, cols, stride) = (10, 300, 37, 50);
+        let r: Vec<f32> = (0..k * p)
+            .map(|i| ((i * 7) % 3 == 0) as u8 as f32)
+            .collect();
+        let w = rng.vec_f32(p * stride, 1.0);
+        let mut out = vec![0f32; k * cols];
+        let mut packed = Vec::new();
+        tn_accumulate(
+            &r,
+            k,
+            p,
+            &w,
+            stride,
+            cols,
+            &mut out,
+            &mut packed,
+            Mode::Fast,
+        );
+        for t in 0..k {
+            for c in 0..cols {
+                let want: f64 = (0..p)
+                    .map(|j| f64::from(r[t * p + j]) * f64::from(w[j * stride + c]))
+                    .sum();
+                assert!(
+                    (f64::from(out[t * cols + c]) - want).abs() < 1e-4,
+                    "t {t} c {c}"
+                );
+            }
+        }
+    }
+}
