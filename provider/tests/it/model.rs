@@ -196,3 +196,29 @@ fn logits_command_prints_the_forward() {
         .remove(0);
     assert_eq!(printed, expected, "JSON round-trips f32 exactly");
 }
+
+const WORD_LEVEL_TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+"normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+"model":{"type":"WordLevel","vocab":{"hello":0,"world":1,"[UNK]":2},"unk_token":"[UNK]"}}"#;
+
+/// A model directory with `tokenizer.json` uses it with `hf-tokenizer`, and is refused with a
+/// message naming the feature without it.
+#[test]
+fn tokenizer_json_needs_the_feature() {
+    let dir = TempDir::new("tokenizer");
+    let (path, config) = tiny_model(dir.path(), 1);
+    std::fs::write(path.join("tokenizer.json"), WORD_LEVEL_TOKENIZER).unwrap();
+    let result = cx_provider::tokenizer::Tokenizer::for_model(&path, &config);
+    #[cfg(not(feature = "hf-tokenizer"))]
+    {
+        let err = result.unwrap_err().to_string();
+        assert!(err.contains("--features hf-tokenizer"), "{err}");
+    }
+    #[cfg(feature = "hf-tokenizer")]
+    {
+        let tokenizer = result.unwrap();
+        assert_eq!(tokenizer.name(), "tokenizer.json");
+        assert_eq!(tokenizer.encode("hello world hello").unwrap(), vec![0, 1, 0]);
+        assert_eq!(tokenizer.decode(&[1, 0]).unwrap(), "world hello");
+    }
+}
