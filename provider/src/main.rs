@@ -171,6 +171,9 @@ enum BenchCommand {
         /// Smaller shapes (a quick smoke run; the figures are not the reported ones).
         #[arg(long)]
         quick: bool,
+        /// Fast mode (FMA in the kernels, candle's matmul for the base projections; class D∞).
+        #[arg(long)]
+        fast: bool,
     },
 }
 
@@ -327,11 +330,12 @@ fn main() -> anyhow::Result<()> {
                     repeats,
                     threads,
                     quick,
+                    fast,
                 },
         } => {
             let figures = cx_provider::bench::lora(&cx_provider::bench::LoraBenchOptions {
                 repeats,
-                cpu: cpu(threads, false),
+                cpu: cpu(threads, fast),
                 quick,
             })?;
             print!("{}", figures.table());

@@ -15,17 +15,18 @@
 //!
 //! # Why every reduction is ours
 //! Determinism class D asks that a sequence's output bits do not depend on what else is in the
-//! batch or on the thread count. The projections go through [`cx_kernels::gemm_xwt`] and
-//! [`cx_kernels::Device::sgmv`], whose reductions have a fixed order per output element;
-//! RMSNorm, attention and softmax below are plain sequential loops over one row, one head, one
-//! sequence. Nothing reduces across rows, so a row is computed by the same operations whatever
-//! its neighbours are.
+//! batch or on the thread count. With [`cx_kernels::Mode::Deterministic`] the projections go
+//! through [`cx_kernels::gemm_xwt`] and [`cx_kernels::Device::sgmv`], whose reductions have a
+//! fixed order per output element; RMSNorm, attention and softmax below are plain sequential
+//! loops over one row, one head, one sequence. Nothing reduces across rows, so a row is computed
+//! by the same operations whatever its neighbours are. With [`cx_kernels::Mode::Fast`] the base
+//! projections use candle's matmul instead (faster; class D∞: equal up to rounding).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Tensor};
-use cx_kernels::{CpuConfig, Device, LoraAdapter, gemm_xwt, segments_from_row_adapters};
+use cx_kernels::{CpuConfig, Device, LoraAdapter, Mode, gemm_xwt, segments_from_row_adapters};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -321,12 +322,73 @@ fn load_tensors(dir: &Path) -> Result<NamedTensors> {
     Ok(out)
 }
 
+/// A `Linear` weight (`d_out × d_in`, `f32`, contiguous) held as a candle tensor.
+///
+/// Class D (`Mode::Deterministic`) multiplies with [`cx_kernels::gemm_xwt`] on the tensor's
+/// own buffer, whose reduction order is fixed per output element; `Mode::Fast` (class D∞)
+/// uses candle's matmul (the `gemm` crate), faster but with a blocking that depends on the
+/// batch shape, so a row's bits may change with its neighbours.
+#[derive(Clone, Debug)]
+struct Weight {
+    tensor: Tensor,
+    d_out: usize,
+    d_in: usize,
+}
+
+impl Weight {
+    fn new(data: Vec<f32>, d_out: usize, d_in: usize) -> Result<Self> {
+        Ok(Self {
+            tensor: Tensor::from_vec(data, (d_out, d_in), &candle_core::Device::Cpu)?,
+            d_out,
+            d_in,
+        })
+    }
+
+    /// Calls `f` with the weight's `d_out × d_in` row-major buffer.
+    fn with_slice<R>(&self, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+        let (storage, layout) = self.tensor.storage_and_layout();
+        match &*storage {
+            candle_core::Storage::Cpu(cpu) => {
+                let all = cpu.as_slice::<f32>()?;
+                let start = layout.start_offset();
+                f(&all[start..start + self.d_out * self.d_in])
+            }
+            _ => Err(Error::Model("weights must live in host memory".into())),
+        }
+    }
+
+    fn to_vec(&self) -> Result<Vec<f32>> {
+        self.with_slice(|w| Ok(w.to_vec()))
+    }
+
+    fn len(&self) -> usize {
+        self.d_out * self.d_in
+    }
+
+    /// `x·Wᵀ`. Shapes: `x` is `rows × d_in`; returns `rows × d_out`.
+    fn apply(&self, x: &[f32], rows: usize, cpu: &CpuConfig) -> Result<Vec<f32>> {
+        match cpu.mode {
+            Mode::Deterministic => self.with_slice(|w| {
+                let mut y = vec![0f32; rows * self.d_out];
+                gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?;
+                Ok(y)
+            }),
+            Mode::Fast => {
+                let x = Tensor::from_slice(x, (rows, self.d_in), &candle_core::Device::Cpu)?;
+                Ok(x.matmul(&self.tensor.t()?)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?)
+            }
+        }
+    }
+}
+
 /// One decoder layer's weights, `f32`, Hugging Face layouts (`d_out × d_in`).
 struct Layer {
     input_norm: Vec<f32>,
     post_attention_norm: Vec<f32>,
     /// q, k, v, o, gate, up, down in [`Target::ALL`] order.
-    projections: [Vec<f32>; 7],
+    projections: [Weight; 7],
 }
 
 /// A sequence's keys and values so far, per layer (`positions × kv_heads·head_dim`).
@@ -370,11 +432,11 @@ pub struct SeqInput<'a> {
 /// A Llama model ready to run.
 pub struct Model {
     config: LlamaConfig,
-    embed: Vec<f32>,
+    embed: Weight,
     layers: Vec<Layer>,
     norm: Vec<f32>,
     /// `None` when tied to `embed`.
-    lm_head: Option<Vec<f32>>,
+    lm_head: Option<Weight>,
     inv_freq: Vec<f32>,
     cpu: CpuConfig,
     device: Device,
@@ -415,17 +477,25 @@ impl Model {
             Ok(data)
         };
         let d = config.hidden_size;
-        let embed = take("model.embed_tokens.weight", &[config.vocab_size, d])?;
+        let embed = Weight::new(
+            take("model.embed_tokens.weight", &[config.vocab_size, d])?,
+            config.vocab_size,
+            d,
+        )?;
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
-            let mut projections: [Vec<f32>; 7] = Default::default();
+            let mut projections = Vec::with_capacity(7);
             for t in Target::ALL {
                 let (d_in, d_out) = config.projection_shape(t);
-                projections[t.index()] = take(
+                let data = take(
                     &format!("model.layers.{i}.{}.weight", t.module_path()),
                     &[d_out, d_in],
                 )?;
+                projections.push(Weight::new(data, d_out, d_in)?);
             }
+            let projections: [Weight; 7] = projections
+                .try_into()
+                .map_err(|_| Error::Model("seven projections per layer".into()))?;
             layers.push(Layer {
                 input_norm: take(&format!("model.layers.{i}.input_layernorm.weight"), &[d])?,
                 post_attention_norm: take(
@@ -439,7 +509,11 @@ impl Model {
         let lm_head = if config.tie_word_embeddings {
             None
         } else {
-            Some(take("lm_head.weight", &[config.vocab_size, d])?)
+            Some(Weight::new(
+                take("lm_head.weight", &[config.vocab_size, d])?,
+                config.vocab_size,
+                d,
+            )?)
         };
         Ok(Self {
             inv_freq: config.inv_freq(),
@@ -476,10 +550,12 @@ impl Model {
             let mut projections = layer.projections.clone();
             for t in Target::ALL {
                 if let Some(lora) = adapter.projection(i, t) {
-                    let delta = lora.delta_dense();
-                    for (w, d) in projections[t.index()].iter_mut().zip(delta) {
+                    let weight = &projections[t.index()];
+                    let mut merged = weight.to_vec()?;
+                    for (w, d) in merged.iter_mut().zip(lora.delta_dense()) {
                         *w += d;
                     }
+                    projections[t.index()] = Weight::new(merged, weight.d_out, weight.d_in)?;
                 }
             }
             layers.push(Layer {
@@ -508,10 +584,10 @@ impl Model {
             .map(|l| {
                 l.input_norm.len()
                     + l.post_attention_norm.len()
-                    + l.projections.iter().map(Vec::len).sum::<usize>()
+                    + l.projections.iter().map(Weight::len).sum::<usize>()
             })
             .sum();
-        (self.embed.len() + layers + self.norm.len() + self.lm_head.as_ref().map_or(0, Vec::len))
+        (self.embed.len() + layers + self.norm.len() + self.lm_head.as_ref().map_or(0, Weight::len))
             * 4
     }
 
@@ -581,10 +657,12 @@ impl Model {
         let row_adapter: Vec<Option<usize>> = row_seq.iter().map(|&s| seq_adapter[s]).collect();
 
         let mut x = vec![0f32; rows * d];
-        for (r, &t) in tokens.iter().enumerate() {
-            x[r * d..(r + 1) * d]
-                .copy_from_slice(&self.embed[t as usize * d..(t as usize + 1) * d]);
-        }
+        self.embed.with_slice(|embed| {
+            for (r, &t) in tokens.iter().enumerate() {
+                x[r * d..(r + 1) * d].copy_from_slice(&embed[t as usize * d..(t as usize + 1) * d]);
+            }
+            Ok(())
+        })?;
         // cos/sin per row: angle = position · inv_freq (f32, as Hugging Face computes it).
         let half = hd / 2;
         let mut cos = vec![0f32; rows * half];
@@ -686,10 +764,9 @@ impl Model {
         }
         let mut normed = vec![0f32; last.len()];
         rms_norm(&last, &self.norm, &mut normed, d, eps);
-        let head = self.lm_head.as_deref().unwrap_or(&self.embed);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let vocab = cfg.vocab_size;
-        let mut logits = vec![0f32; batch.len() * vocab];
-        gemm_xwt(&normed, head, &mut logits, batch.len(), d, vocab, &self.cpu)?;
+        let logits = head.apply(&normed, batch.len(), &self.cpu)?;
         Ok(logits.chunks(vocab).map(<[f32]>::to_vec).collect())
     }
 
@@ -706,9 +783,7 @@ impl Model {
         row_adapter: &[Option<usize>],
     ) -> Result<Vec<f32>> {
         let (d_in, d_out) = self.config.projection_shape(target);
-        let mut y = vec![0f32; rows * d_out];
-        let w = &self.layers[layer].projections[target.index()];
-        gemm_xwt(x, w, &mut y, rows, d_in, d_out, &self.cpu)?;
+        let mut y = self.layers[layer].projections[target.index()].apply(x, rows, &self.cpu)?;
         // The table holds the adapters that adapt this projection; rows of others get no delta.
         let mut table: Vec<&LoraAdapter<f32>> = Vec::new();
         let mut slot: Vec<Option<usize>> = Vec::with_capacity(distinct.len());

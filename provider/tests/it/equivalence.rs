@@ -242,3 +242,35 @@ fn prefill_equals_token_by_token() {
     assert_eq!(cache.len(), prompt.len());
     assert_eq!(bits(&[whole]), bits(&[last]));
 }
+
+/// Fast mode (candle's matmul for the base, FMA in the kernels) agrees with the deterministic
+/// forward up to rounding (class D∞), adapters included.
+#[test]
+fn fast_mode_agrees_with_deterministic_mode() {
+    let dir = TempDir::new("fast");
+    let (model_dir, config) = tiny_model(dir.path(), 6);
+    let exact = Model::load(&model_dir, CpuConfig::deterministic()).unwrap();
+    let fast_config = CpuConfig {
+        mode: cx_kernels::Mode::Fast,
+        ..CpuConfig::deterministic()
+    };
+    let fast = Model::load(&model_dir, fast_config).unwrap();
+    let paths = adapters(dir.path(), &config, 3, &[4, 16]);
+    let loaded: Vec<Adapter> = paths
+        .iter()
+        .map(|p| load_adapter(p, &config, 64).unwrap())
+        .collect();
+    let table: Vec<Option<&Adapter>> = loaded.iter().map(Some).chain([None]).collect();
+    let prompts = prompts(4);
+    let (a, fed_a) = run_batched(&exact, &prompts, &table, 2);
+    let (b, fed_b) = run_batched(&fast, &prompts, &table, 2);
+    assert_eq!(fed_a, fed_b, "greedy choices agree");
+    for (x, y) in a
+        .iter()
+        .flatten()
+        .flatten()
+        .zip(b.iter().flatten().flatten())
+    {
+        assert!((x - y).abs() <= 1e-4 * (1.0 + y.abs()), "{x} vs {y}");
+    }
+}

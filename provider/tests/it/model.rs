@@ -218,7 +218,10 @@ fn tokenizer_json_needs_the_feature() {
     {
         let tokenizer = result.unwrap();
         assert_eq!(tokenizer.name(), "tokenizer.json");
-        assert_eq!(tokenizer.encode("hello world hello").unwrap(), vec![0, 1, 0]);
+        assert_eq!(
+            tokenizer.encode("hello world hello").unwrap(),
+            vec![0, 1, 0]
+        );
         assert_eq!(tokenizer.decode(&[1, 0]).unwrap(), "world hello");
     }
 }
