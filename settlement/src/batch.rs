@@ -156,3 +156,74 @@ pub fn slash_digest(
             .abi_encode_params(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cover_ids_exactly() {
+        let ranges = ranges_from_ids(&[9, 3, 4, 5, 5, 11, 10, 0]);
+        assert_eq!(
+            ranges,
+            vec![
+                JobRange { start: 0, end: 1 },
+                JobRange { start: 3, end: 6 },
+                JobRange { start: 9, end: 12 }
+            ]
+        );
+        assert_eq!(ranges.iter().map(|r| r.len()).sum::<u64>(), 7);
+        assert!(ranges_from_ids(&[]).is_empty());
+    }
+
+    #[test]
+    fn packing_matches_the_contract() {
+        let r = JobRange {
+            start: 256,
+            end: 300,
+        };
+        assert_eq!(r.packed(), (U256::from(256u64) << 64) + U256::from(300u64));
+    }
+
+    #[test]
+    fn digest_binds_every_field() {
+        let base = BatchMessage {
+            chain_id: 31337,
+            contract: Address::repeat_byte(0xcc),
+            nonce: 1,
+            receipts_root: B256::repeat_byte(1),
+            balances_root: B256::repeat_byte(2),
+            ranges: vec![JobRange { start: 0, end: 10 }],
+        };
+        let d = base.digest();
+        let variants = [
+            BatchMessage {
+                chain_id: 31338,
+                ..base.clone()
+            },
+            BatchMessage {
+                contract: Address::repeat_byte(0xcd),
+                ..base.clone()
+            },
+            BatchMessage {
+                nonce: 2,
+                ..base.clone()
+            },
+            BatchMessage {
+                receipts_root: B256::repeat_byte(3),
+                ..base.clone()
+            },
+            BatchMessage {
+                balances_root: B256::repeat_byte(3),
+                ..base.clone()
+            },
+            BatchMessage {
+                ranges: vec![JobRange { start: 0, end: 11 }],
+                ..base.clone()
+            },
+        ];
+        for v in variants {
+            assert_ne!(v.digest(), d, "{v:?}");
+        }
+    }
+}

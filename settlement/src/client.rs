@@ -170,7 +170,13 @@ pub fn signing_provider(rpc_url: &str, signer: PrivateKeySigner) -> Result<DynPr
     let url = rpc_url
         .parse()
         .map_err(|e| Error::Rpc(format!("bad RPC URL {rpc_url}: {e}")))?;
+    // Simple (not cached) nonces: the cached manager counts a nonce when it fills one, so a call
+    // refused at gas estimation would leave a gap and every later transaction pending forever.
     Ok(ProviderBuilder::new()
+        .disable_recommended_fillers()
+        .with_gas_estimation()
+        .with_simple_nonce_management()
+        .fetch_chain_id()
         .wallet(EthereumWallet::from(signer))
         .connect_http(url)
         .erased())
@@ -442,6 +448,21 @@ impl EvmClient {
             },
             epoch: k.epoch,
         })
+    }
+
+    /// The digest the contract computes for `batch` (a signer can check its own encoding
+    /// against the contract before signing).
+    pub async fn batch_digest_on_chain(&self, batch: &BatchMessage) -> Result<B256> {
+        self.settlement()
+            .batchDigest(
+                batch.nonce,
+                batch.receipts_root,
+                batch.balances_root,
+                batch.packed_ranges(),
+            )
+            .call()
+            .await
+            .map_err(contract_error)
     }
 
     /// The current cumulative balances root.

@@ -146,3 +146,71 @@ impl BalancesTree {
         &self.entries
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaves(n: usize) -> Vec<B256> {
+        (0..n)
+            .map(|i| keccak256((i as u64).to_be_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn every_proof_verifies_for_every_size_and_index() {
+        for n in 1..=33 {
+            let tree = MerkleTree::new(leaves(n)).unwrap();
+            for i in 0..n {
+                let proof = tree.proof(i).unwrap();
+                assert!(
+                    MerkleTree::verify(tree.root(), leaves(n)[i], &proof),
+                    "n={n} i={i}"
+                );
+                // The proof of one leaf does not prove a neighbour.
+                if n > 1 {
+                    let other = leaves(n)[(i + 1) % n];
+                    assert!(
+                        !MerkleTree::verify(tree.root(), other, &proof),
+                        "n={n} i={i}"
+                    );
+                }
+            }
+            assert!(tree.proof(n).is_err());
+        }
+    }
+
+    #[test]
+    fn a_tampered_sibling_breaks_the_proof() {
+        let tree = MerkleTree::new(leaves(10)).unwrap();
+        let mut proof = tree.proof(3).unwrap();
+        proof[1] = B256::repeat_byte(0xee);
+        assert!(!MerkleTree::verify(tree.root(), leaves(10)[3], &proof));
+    }
+
+    #[test]
+    fn balances_tree_refuses_duplicates_and_proves_amounts() {
+        let a = Address::repeat_byte(1);
+        let b = Address::repeat_byte(2);
+        assert!(BalancesTree::new(vec![(a, U256::from(1)), (a, U256::from(2))]).is_err());
+        let tree = BalancesTree::new(vec![(a, U256::from(5)), (b, U256::from(7))]).unwrap();
+        let (amount, proof) = tree.proof_for(b).unwrap();
+        assert_eq!(amount, U256::from(7));
+        assert!(MerkleTree::verify(
+            tree.root(),
+            balance_leaf(b, amount),
+            &proof
+        ));
+        assert!(!MerkleTree::verify(
+            tree.root(),
+            balance_leaf(b, amount + U256::from(1)),
+            &proof
+        ));
+        assert!(tree.proof_for(Address::repeat_byte(3)).is_err());
+    }
+
+    #[test]
+    fn empty_tree_is_refused() {
+        assert!(MerkleTree::new(Vec::new()).is_err());
+    }
+}
