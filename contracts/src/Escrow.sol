@@ -84,9 +84,10 @@ abstract contract Escrow is ISettlement {
     /// native ETH; approve this contract first for an ERC-20).
     function deposit(uint256 amount) external payable {
         if (amount == 0) revert ZeroAmount();
-        AssetTransfers.pullIn(asset, amount);
         balanceOf[msg.sender] += amount;
         emit Deposited(msg.sender, amount);
+        // Effects before the transfer (checks-effects-interactions); a failed pull reverts both.
+        AssetTransfers.pullIn(asset, amount);
     }
 
     /// @notice Pays `amount` of the caller's free balance back to the caller.

@@ -65,9 +65,10 @@ contract ProviderRegistry is IProviderRegistry {
         Provider storage p = _providers[msg.sender];
         uint256 total = p.staked + amount;
         if (total < minStake) revert BelowMinimumStake(total, minStake);
-        AssetTransfers.pullIn(asset, amount);
         p.staked = total;
         emit Staked(msg.sender, amount, total);
+        // Effects before the transfer: a token that calls back cannot see a stale stake.
+        AssetTransfers.pullIn(asset, amount);
     }
 
     /// @notice Moves `amount` of stake to unbonding; what stays staked must be zero or at least

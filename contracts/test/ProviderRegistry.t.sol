@@ -5,6 +5,8 @@ import {Deployment} from "./utils/Deployment.sol";
 import {IProviderRegistry} from "../src/interfaces/IProviderRegistry.sol";
 import {FrostVerifier} from "../src/FrostVerifier.sol";
 import {ProviderRegistry} from "../src/ProviderRegistry.sol";
+import {Settlement} from "../src/Settlement.sol";
+import {AssetTransfers} from "../src/AssetTransfers.sol";
 
 /// @notice ProviderRegistry: metadata, stake, unbonding, withdrawal and threshold-signed slashing.
 contract ProviderRegistryTest is Deployment {
@@ -200,5 +202,40 @@ contract ProviderRegistryTest is Deployment {
         ProviderRegistry.Provider memory p = registry.providers(PROVIDER);
         vm.assertEq(p.staked + p.unbonding, stakeAmount);
         vm.assertEq(token.balanceOf(address(registry)), stakeAmount);
+    }
+}
+
+/// @notice The registry of a native-ETH deployment.
+contract NativeProviderRegistryTest is Deployment {
+    ProviderRegistry internal nativeRegistry;
+
+    function setUp() public override {
+        super.setUp();
+        Settlement native = new Settlement(address(0), GRACE_S, groupX, groupParity);
+        nativeRegistry = new ProviderRegistry(native, 1 ether, UNBONDING_S);
+        vm.deal(PROVIDER, 5 ether);
+    }
+
+    function test_NativeStakeUnbondWithdrawAndSlash() public {
+        vm.prank(PROVIDER);
+        nativeRegistry.stake{value: 3 ether}(3 ether);
+        vm.prank(PROVIDER);
+        nativeRegistry.unbond(1 ether);
+        bytes32 evidence = keccak256("native evidence");
+        bytes32 digest = nativeRegistry.slashDigest(PROVIDER, 1 ether, BUYER, evidence);
+        nativeRegistry.slash(PROVIDER, 1 ether, BUYER, evidence, schnorrSign(GROUP_SECRET, digest));
+        vm.assertEq(BUYER.balance, 1 ether);
+        vm.warp(block.timestamp + UNBONDING_S);
+        vm.prank(PROVIDER);
+        nativeRegistry.withdrawUnbonded();
+        vm.assertEq(PROVIDER.balance, 3 ether);
+        vm.assertEq(address(nativeRegistry).balance, 1 ether);
+    }
+
+    function test_RevertWhen_NativeStakeValueMismatch() public {
+        vm.prank(PROVIDER);
+        vm.expectRevert(abi.encodeWithSelector(AssetTransfers.AssetWrongMsgValue.selector, 2 ether, 1 ether));
+        nativeRegistry.stake{value: 1 ether}(2 ether);
+        vm.assertEq(PROVIDER.balance, 5 ether);
     }
 }
