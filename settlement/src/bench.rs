@@ -4,7 +4,10 @@
 //!   `FrostGasProbe` contract (gasleft() around the library call; key in calldata).
 //! - `settle_gas_per_job`: a batch of 100 jobs (10 providers, 20 buyers, 5 escrows each, so the
 //!   ids form one contiguous range) settled with a real 3-of-5 FROST signature: the whole
-//!   transaction's gas used (receipt, after refunds) divided by 100.
+//!   transaction's gas used (receipt, after refunds) divided by 100. Those 100 escrows are ids
+//!   0-99, all in bitmap word 0, so the batch clears that word to zero and earns the 4,800-gas
+//!   storage refund; `settle_gas_per_job_partial_word` is a second batch of 100 whose word keeps
+//!   other open escrows (no refund), the less favourable case.
 //! - `claim_gas`: one withdrawal with its Merkle proof (30 parties, 5 proof levels), whole
 //!   transaction. Reported for a provider that already claimed once and holds tokens (the steady
 //!   state: the storage slots exist); `claim_first_gas` is its first claim ever, which also pays
@@ -37,6 +40,8 @@ pub struct GasReport {
     pub settle_gas_per_job: u64,
     /// Whole settle transaction gas.
     pub settle_tx_gas: u64,
+    /// The same for 100 jobs whose bitmap word keeps other open escrows (no clearing refund).
+    pub settle_gas_per_job_partial_word: u64,
     /// Jobs in the batch.
     pub batch_jobs: u64,
     /// A claim with its proof, steady state (target ≤ 60,000).
@@ -129,26 +134,52 @@ pub async fn gas_bench() -> Result<GasReport> {
     let (amount, proof) = balances.proof_for(provider.account())?;
     let first = provider.claim(amount, proof).await?;
 
+    // Second batch: 100 jobs out of 200 newer ones, chosen so that their bitmap word keeps other
+    // open escrows (no refund for clearing a word), the less favourable case.
     let now = anvil.now_s().await?;
-    let buyer = EvmClient::connect(&url, buyers[0].clone(), deployment)?;
-    buyer.deposit(U256::from(price)).await?;
-    let (id, _) = buyer.open_job(price, now + 3600, B256::ZERO).await?;
-    let mut entries = balances.entries().to_vec();
-    for (who, total) in entries.iter_mut() {
-        if *who == provider.account() {
-            *total += U256::from(price);
+    let mut newer: Vec<(u64, Address, Address, u128)> = Vec::new();
+    for (b, key) in buyers.iter().enumerate() {
+        let buyer = EvmClient::connect(&url, key.clone(), deployment)?;
+        buyer.deposit(U256::from(price * 10)).await?;
+        for j in 0..10u64 {
+            let (id, _) = buyer
+                .open_job(price, now + 3600, B256::with_last_byte(j as u8))
+                .await?;
+            newer.push((
+                id,
+                buyer.account(),
+                providers[(b + j as usize) % PROVIDERS].address(),
+                price,
+            ));
         }
     }
+    newer.sort_by_key(|j| j.0);
+    let chosen = &newer[30..130];
+    let mut entries = balances.entries().to_vec();
+    let mut receipt_leaves = Vec::new();
+    for (id, buyer, provider, amount) in chosen {
+        for (who, total) in entries.iter_mut() {
+            if who == provider {
+                *total += U256::from(amount * 9 / 10);
+            } else if who == buyer {
+                *total += U256::from(amount - amount * 9 / 10);
+            }
+        }
+        receipt_leaves.push(receipt_leaf(keccak256(
+            [&id.to_be_bytes()[..], provider.as_slice()].concat(),
+        )));
+    }
     let balances2 = BalancesTree::new(entries)?;
+    let chosen_ids: Vec<u64> = chosen.iter().map(|j| j.0).collect();
     let batch2 = BatchMessage {
         nonce: 2,
-        receipts_root: receipt_leaf(keccak256(id.to_be_bytes())),
+        receipts_root: MerkleTree::new(receipt_leaves)?.root(),
         balances_root: balances2.root(),
-        ranges: ranges_from_ids(&[id]),
+        ranges: ranges_from_ids(&chosen_ids),
         ..batch
     };
     let sig2 = committee.sign_evm(batch2.digest().as_slice(), &mut rng)?;
-    operator.settle_batch(&batch2, &sig2).await?;
+    let partial = operator.settle_batch(&batch2, &sig2).await?;
     let (amount2, proof2) = balances2.proof_for(provider.account())?;
     let steady = provider.claim(amount2, proof2).await?;
 
@@ -156,6 +187,7 @@ pub async fn gas_bench() -> Result<GasReport> {
         frost_verify_gas,
         settle_gas_per_job: settled.gas_used / BATCH_JOBS,
         settle_tx_gas: settled.gas_used,
+        settle_gas_per_job_partial_word: partial.gas_used / chosen_ids.len() as u64,
         batch_jobs: BATCH_JOBS,
         claim_gas: steady.gas_used,
         claim_first_gas: first.gas_used,

@@ -93,6 +93,10 @@ async fn main() -> anyhow::Result<()> {
             );
             println!(
                 "{:<22} {:>10} {:>10}",
+                "settle_partial_word", report.settle_gas_per_job_partial_word, ""
+            );
+            println!(
+                "{:<22} {:>10} {:>10}",
                 "claim_gas", report.claim_gas, "<= 60000"
             );
             println!(
