@@ -477,49 +477,75 @@ impl Scheduler {
         self.waiting = kept;
     }
 
-    fn step(&mut self) {
+    /// One forward over the running sequences at `which` (sorted indices); a panic inside is
+    /// caught and reported as an error, so one bad batch cannot stop the scheduler.
+    fn forward(&mut self, which: &[usize]) -> Result<Vec<Vec<f32>>, String> {
         let last_tokens: Vec<[u32; 1]> = self
             .running
             .iter()
             .map(|r| [r.generated.last().copied().unwrap_or(0)])
             .collect();
-        let result = {
-            let mut inputs: Vec<SeqInput<'_>> = self
-                .running
-                .iter_mut()
-                .zip(&last_tokens)
-                .map(|(r, last)| SeqInput {
-                    tokens: if r.prefilled {
-                        &last[..]
-                    } else {
-                        &r.request.prompt[..]
-                    },
-                    cache: &mut r.cache,
-                    adapter: r.adapter.as_deref(),
-                })
-                .collect();
-            self.model.forward(&mut inputs)
-        };
+        let mut inputs: Vec<SeqInput<'_>> = self
+            .running
+            .iter_mut()
+            .zip(&last_tokens)
+            .enumerate()
+            .filter(|(i, _)| which.binary_search(i).is_ok())
+            .map(|(_, (r, last))| SeqInput {
+                tokens: if r.prefilled {
+                    &last[..]
+                } else {
+                    &r.request.prompt[..]
+                },
+                cache: &mut r.cache,
+                adapter: r.adapter.as_deref(),
+            })
+            .collect();
+        let model = &self.model;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| model.forward(&mut inputs)))
+        {
+            Ok(Ok(logits)) => Ok(logits),
+            Ok(Err(e)) => Err(format!("forward failed: {e}")),
+            Err(_) => Err("forward panicked (a bug; see the provider's log)".into()),
+        }
+    }
+
+    fn accept(&mut self, which: &[usize], logits: Vec<Vec<f32>>) {
+        for (&i, logits) in which.iter().zip(logits) {
+            let r = &mut self.running[i];
+            r.prefilled = true;
+            let token = choose(&logits, r.request.sampling, &mut r.rng);
+            self.stats.generated_tokens += 1;
+            advance(r, token, &self.model, &self.tokenizer);
+        }
+    }
+
+    fn fail(&mut self, i: usize, message: String) {
+        let r = &mut self.running[i];
+        let _ = r.request.events.send(Event::Failed {
+            status: 500,
+            message,
+        });
+        r.cancelled = true;
+    }
+
+    fn step(&mut self) {
         self.stats.steps += 1;
         self.stats.max_batch_seen = self.stats.max_batch_seen.max(self.running.len());
-        match result {
-            Ok(logits) => {
-                for (r, logits) in self.running.iter_mut().zip(logits) {
-                    r.prefilled = true;
-                    let token = choose(&logits, r.request.sampling, &mut r.rng);
-                    self.stats.generated_tokens += 1;
-                    advance(r, token, &self.model, &self.tokenizer);
+        let all: Vec<usize> = (0..self.running.len()).collect();
+        match self.forward(&all) {
+            Ok(logits) => self.accept(&all, logits),
+            Err(_) if all.len() > 1 => {
+                // Isolate the failing sequence: the others run alone this step (the same bits
+                // in class D) and carry on.
+                for i in all {
+                    match self.forward(&[i]) {
+                        Ok(logits) => self.accept(&[i], logits),
+                        Err(message) => self.fail(i, message),
+                    }
                 }
             }
-            Err(e) => {
-                for r in &mut self.running {
-                    let _ = r.request.events.send(Event::Failed {
-                        status: 500,
-                        message: format!("forward failed: {e}"),
-                    });
-                    r.cancelled = true;
-                }
-            }
+            Err(message) => self.fail(0, message),
         }
         let mut kept = Vec::with_capacity(self.running.len());
         for r in self.running.drain(..) {

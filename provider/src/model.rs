@@ -637,6 +637,10 @@ impl Model {
                 seq.cache.keys = vec![Vec::new(); cfg.num_hidden_layers];
                 seq.cache.values = vec![Vec::new(); cfg.num_hidden_layers];
             }
+            // A forward that failed halfway may have appended keys without counting them.
+            for layer in seq.cache.keys.iter_mut().chain(seq.cache.values.iter_mut()) {
+                layer.truncate(start * kv_width);
+            }
         }
         let rows = tokens.len();
 

@@ -622,3 +622,56 @@ async fn a_small_budget_evicts_but_never_the_pin() {
     .await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// A sequence whose forward fails (a token id outside the vocabulary, sent straight to the
+/// engine past the HTTP checks) gets an error; its batch neighbours finish with the same
+/// tokens as when they run alone, and the engine keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_sequence_does_not_take_the_batch_down() {
+    use cx_provider::engine::{Event, GenerateRequest, Sampling};
+    let dir = TempDir::new("isolate");
+    let (model_dir, _) = tiny_model(dir.path(), 12);
+    let model = Arc::new(Model::load(&model_dir, CpuConfig::deterministic()).unwrap());
+    let engine = Engine::start(
+        model.clone(),
+        Arc::new(Tokenizer::generated()),
+        ResidencyCache::new(CacheConfig::new(1_000_000, EvictionPolicy::Lru)),
+        EngineConfig::default(),
+    );
+    let submit = |prompt: Vec<u32>| {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        engine.submit(GenerateRequest {
+            prompt,
+            adapter: None,
+            max_tokens: 6,
+            stop: Vec::new(),
+            sampling: Sampling {
+                temperature: 0.0,
+                seed: 0,
+            },
+            events: tx,
+        });
+        rx
+    };
+    async fn drain(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> Result<Vec<u32>, u16> {
+        let mut tokens = Vec::new();
+        while let Some(event) = rx.recv().await {
+            match event {
+                Event::Text { token, .. } => tokens.push(token),
+                Event::Done { .. } => return Ok(tokens),
+                Event::Failed { status, .. } => return Err(status),
+            }
+        }
+        Err(0)
+    }
+    let good = submit(vec![256, 1, 2, 3]);
+    let bad = submit(vec![256, 5000]);
+    let good2 = submit(vec![256, 9]);
+    assert_eq!(drain(bad).await, Err(500));
+    let got = drain(good).await.unwrap();
+    let got2 = drain(good2).await.unwrap();
+    assert_eq!(got, greedy(&model, None, &[256, 1, 2, 3], 6));
+    assert_eq!(got2, greedy(&model, None, &[256, 9], 6));
+    // Still serving.
+    assert_eq!(drain(submit(vec![256, 1, 2, 3])).await.unwrap(), got);
+}
