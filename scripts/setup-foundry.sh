@@ -8,16 +8,20 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tools="$root/.tools"
+# Direct versions pinned in package.json, every transitive one (with integrity hashes) in
+# package-lock.json; `npm ci` installs exactly that.
 pins="$root/contracts/package.json"
+lock="$root/contracts/package-lock.json"
 stamp="$tools/.installed-pins"
 
 mkdir -p "$tools"
-if [[ ! -f "$stamp" ]] || ! cmp -s "$pins" "$stamp"; then
+if [[ ! -f "$stamp" ]] || ! cat "$pins" "$lock" | cmp -s - "$stamp"; then
   cp "$pins" "$tools/package.json"
+  cp "$lock" "$tools/package-lock.json"
   # The postinstall scripts of @foundry-rs/* only print hints; the binaries come from the
   # platform package, so --ignore-scripts keeps the install free of other downloads.
-  npm install --prefix "$tools" --no-audit --no-fund --ignore-scripts --no-package-lock >&2
-  cp "$pins" "$stamp"
+  npm ci --prefix "$tools" --no-audit --no-fund --ignore-scripts >&2
+  cat "$pins" "$lock" >"$stamp"
 fi
 
 # The native binaries, called directly (the node wrapper would add a process per call).
