@@ -643,7 +643,17 @@ fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &Tokenizer) {
     let stable = if finish.is_some() {
         visible
     } else {
-        stable_prefix(visible)
+        // Hold back a tail that may be the start of a stop string, so streamed text never
+        // shows what the non-streamed answer cuts.
+        let stable = stable_prefix(visible);
+        let held = r
+            .request
+            .stop
+            .iter()
+            .map(|stop| partial_stop_len(stable, stop))
+            .max()
+            .unwrap_or(0);
+        &stable[..stable.len() - held]
     };
     let delta = stable.get(r.emitted_bytes..).unwrap_or("").to_string();
     r.emitted_bytes = r.emitted_bytes.max(stable.len());
@@ -658,5 +668,27 @@ fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &Tokenizer) {
             completion_tokens: r.generated.len() + usize::from(eos),
         });
         r.finished = Some(reason);
+    }
+}
+
+/// Length of the longest proper prefix of `stop` that `text` ends with (0 if none).
+fn partial_stop_len(text: &str, stop: &str) -> usize {
+    (1..stop.len())
+        .rev()
+        .filter(|&k| stop.is_char_boundary(k))
+        .find(|&k| text.ends_with(&stop[..k]))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partial_stop_len;
+
+    #[test]
+    fn holds_back_a_possible_stop_prefix() {
+        assert_eq!(partial_stop_len("hello wo", "world"), 2);
+        assert_eq!(partial_stop_len("hello", "world"), 0);
+        assert_eq!(partial_stop_len("say ##", "###"), 2);
+        assert_eq!(partial_stop_len("é", "éx"), "é".len());
     }
 }

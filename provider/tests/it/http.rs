@@ -675,3 +675,52 @@ async fn a_failing_sequence_does_not_take_the_batch_down() {
     // Still serving.
     assert_eq!(drain(submit(vec![256, 1, 2, 3])).await.unwrap(), got);
 }
+
+/// A stop string cuts the answer before it, streamed or not, with finish_reason `stop`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_strings_cut_streamed_and_whole_answers_alike() {
+    let s = server("stop", 64);
+    let mut checked = 0;
+    for model in ["tiny", "adapter-0", "adapter-1", "adapter-2", "adapter-3"] {
+        let base = json!({"model": model, "prompt": "tell me", "max_tokens": 24});
+        let (_, whole) = call_json(&s.app, "/v1/completions", base.clone()).await;
+        let text = whole["choices"][0]["text"].as_str().unwrap().to_string();
+        let chars: Vec<char> = text.chars().collect();
+        // A stop string that first occurs after at least one other character.
+        let Some(k) =
+            (1..chars.len()).find(|&k| chars[k] != '\u{FFFD}' && !chars[..k].contains(&chars[k]))
+        else {
+            continue;
+        };
+        let stop = chars[k].to_string();
+        let expected: String = chars[..k].iter().collect();
+        let mut with_stop = base.clone();
+        with_stop["stop"] = json!([stop]);
+        let (status, cut) = call_json(&s.app, "/v1/completions", with_stop.clone()).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            cut["choices"][0]["text"],
+            expected.as_str(),
+            "{model}: stop {stop:?} in {text:?}"
+        );
+        assert_eq!(cut["choices"][0]["finish_reason"], "stop");
+        with_stop["stream"] = json!(true);
+        let (_, bytes) = call(&s.app, "POST", "/v1/completions", Some(with_stop)).await;
+        let data = sse_data(&bytes);
+        let streamed: String = data[..data.len() - 1]
+            .iter()
+            .map(|d| {
+                serde_json::from_str::<Value>(d).unwrap()["choices"][0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(streamed, expected, "{model}");
+        checked += 1;
+    }
+    assert!(
+        checked >= 2,
+        "at least two answers had a usable stop character"
+    );
+}
