@@ -1,0 +1,113 @@
+//! Configuration of signers and of the coordinator (JSON files), and the chain registry view
+//! both read.
+//!
+//! Public keys are pinned in configuration: a signer knows the coordinator's and every other
+//! signer's ML-DSA verification key before any session, so nothing is trusted on first use.
+
+use std::path::{Path, PathBuf};
+
+use cx_protocol::pq::PublicIdentity;
+use serde::{Deserialize, Serialize};
+
+use crate::devnet::ChainDeployment;
+use crate::error::{Error, Result};
+
+/// Byte strings as hex in JSON.
+pub mod hex_bytes {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    /// Serializes as lowercase hex.
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&hex::encode(bytes))
+    }
+
+    /// Parses hex, with or without `0x`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        hex::decode(text.strip_prefix("0x").unwrap_or(&text)).map_err(D::Error::custom)
+    }
+}
+
+/// One member of the signer committee, as everybody else knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// FROST identifier (1..=n).
+    pub index: u16,
+    /// `host:port` the signer listens on.
+    pub address: String,
+    /// Its ML-DSA-65 verification key.
+    #[serde(with = "hex_bytes")]
+    pub verification_key: Vec<u8>,
+    /// Operator running it (the diversity rule counts distinct ones).
+    pub operator: String,
+    /// Region it runs in.
+    pub region: String,
+}
+
+impl Member {
+    /// Its public identity.
+    pub fn public(&self) -> Result<PublicIdentity> {
+        Ok(PublicIdentity::from_bytes(&self.verification_key)?)
+    }
+}
+
+/// A signer's configuration (`cx-signer run --config …`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SignerConfig {
+    /// This signer's FROST identifier; its entry in `committee` gives address, operator, region.
+    pub index: u16,
+    /// Its ML-DSA identity seed file (0600; created on first start if missing).
+    pub identity_file: PathBuf,
+    /// Where key packages and the signer's own record of settled jobs live.
+    pub data_dir: PathBuf,
+    /// The coordinator's ML-DSA verification key.
+    #[serde(with = "hex_bytes")]
+    pub coordinator_key: Vec<u8>,
+    /// Every member, this signer included.
+    pub committee: Vec<Member>,
+    /// The chain registry with deployed addresses (`cx-signer devnet deploy` writes it); read
+    /// when a request names a chain, so signers can start before contracts are deployed.
+    pub deployments_file: PathBuf,
+}
+
+impl SignerConfig {
+    /// Reads a configuration file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let config: Self = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+        config.me()?;
+        Ok(config)
+    }
+
+    /// This signer's own committee entry.
+    pub fn me(&self) -> Result<&Member> {
+        self.committee
+            .iter()
+            .find(|m| m.index == self.index)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "index {} is not in the committee list; add this signer's entry",
+                    self.index
+                ))
+            })
+    }
+}
+
+/// The deployments file: the chain registry with every chain's contract addresses.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeploymentsFile {
+    /// One entry per chain.
+    pub chains: Vec<ChainDeployment>,
+}
+
+impl DeploymentsFile {
+    /// Reads it.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            Error::Config(format!(
+                "cannot read deployments {}: {e} (deploy the contracts first)",
+                path.display()
+            ))
+        })?;
+        Ok(serde_json::from_str(&text)?)
+    }
+}

@@ -1,0 +1,375 @@
+//! The coordinator's side of the committee: sessions to every signer, choosing any t available
+//! signers under the diversity rule, the two FROST rounds, aggregation, and the DKG trigger.
+//!
+//! Signer-agnostic: the coordinator holds no share and prefers no signer. Any t reachable signers
+//! whose operators number at least k make a signing set (SPEC §7: a committee that is not diverse
+//! silently collapses to one operator). A signer that drops out mid-round costs a new round with
+//! fresh nonces — never a reuse of a commitment.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use alloy::primitives::B256;
+use cx_protocol::pq::Identity;
+use frost_secp256k1 as frost;
+use tokio::sync::Mutex;
+use tokio::task::JoinSet;
+
+use crate::config::Member;
+use crate::error::{Error, Result};
+use crate::transport::{Channel, Limits};
+use crate::wire::{CommitRequest, DkgRequest, Request, Response};
+
+/// How many times a signing round is restarted when a chosen signer drops out.
+const ROUND_ATTEMPTS: usize = 3;
+
+/// Sessions to the committee.
+pub struct Committee {
+    identity: Arc<Identity>,
+    members: Vec<Member>,
+    threshold: u16,
+    min_operators: usize,
+    limits: Limits,
+    channels: Mutex<HashMap<u16, Channel>>,
+}
+
+impl std::fmt::Debug for Committee {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Committee({} of {}, ≥ {} operators)",
+            self.threshold,
+            self.members.len(),
+            self.min_operators
+        )
+    }
+}
+
+/// A signing set chosen under the diversity rule: t signers, at least k distinct operators.
+/// `None` when the available signers cannot form one.
+pub fn choose_signers(
+    available: &[Member],
+    threshold: u16,
+    min_operators: usize,
+) -> Option<Vec<u16>> {
+    let mut by_operator: BTreeMap<&str, Vec<u16>> = BTreeMap::new();
+    for m in available {
+        by_operator.entry(&m.operator).or_default().push(m.index);
+    }
+    if available.len() < threshold as usize || by_operator.len() < min_operators {
+        return None;
+    }
+    // One signer from each of k operators first, then the rest by index.
+    let mut chosen: BTreeSet<u16> = by_operator
+        .values()
+        .take(min_operators)
+        .map(|indices| indices[0])
+        .collect();
+    let mut rest: Vec<u16> = available.iter().map(|m| m.index).collect();
+    rest.sort_unstable();
+    for index in rest {
+        if chosen.len() == threshold as usize {
+            break;
+        }
+        chosen.insert(index);
+    }
+    Some(chosen.into_iter().collect())
+}
+
+impl Committee {
+    /// A committee of `members`, any `threshold` of whom sign, with at least `min_operators`
+    /// distinct operators per signing set. Refuses a rule no set could ever meet.
+    pub fn new(
+        identity: Arc<Identity>,
+        members: Vec<Member>,
+        threshold: u16,
+        min_operators: usize,
+    ) -> Result<Self> {
+        let operators: BTreeSet<&str> = members.iter().map(|m| m.operator.as_str()).collect();
+        if min_operators > threshold as usize || min_operators > operators.len() {
+            return Err(Error::Committee(format!(
+                "the diversity rule cannot be met: it asks for {min_operators} distinct operators \
+                 in a set of {threshold} signers, and the committee has {} operator(s) ({}); \
+                 lower the rule or add signers run by other operators",
+                operators.len(),
+                operators.into_iter().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        if threshold == 0 || threshold as usize > members.len() {
+            return Err(Error::Committee(format!(
+                "threshold {threshold} is impossible with {} members",
+                members.len()
+            )));
+        }
+        Ok(Self {
+            identity,
+            members,
+            threshold,
+            min_operators,
+            limits: Limits {
+                io_timeout: Duration::from_secs(5),
+                ..Limits::default()
+            },
+            channels: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The members.
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// Threshold t.
+    pub fn threshold(&self) -> u16 {
+        self.threshold
+    }
+
+    /// Sends one request to each named signer concurrently (sessions are reused, or opened when
+    /// missing; a failed one is dropped), with `timeout` per answer.
+    async fn call_many(
+        &self,
+        requests: Vec<(u16, Request)>,
+        timeout: Duration,
+    ) -> Vec<(u16, Result<Response>)> {
+        let mut tasks = JoinSet::new();
+        for (index, request) in requests {
+            let Some(member) = self.members.iter().find(|m| m.index == index).cloned() else {
+                continue;
+            };
+            let existing = self.channels.lock().await.remove(&index);
+            let identity = self.identity.clone();
+            let limits = self.limits;
+            tasks.spawn(async move {
+                let result = async {
+                    let mut channel = match existing {
+                        Some(c) => c,
+                        None => {
+                            Channel::connect(
+                                member.address.as_str(),
+                                &identity,
+                                member.public()?,
+                                limits,
+                            )
+                            .await?
+                        }
+                    };
+                    channel.set_io_timeout(timeout);
+                    let response: Response = channel.call(&request).await?;
+                    channel.set_io_timeout(limits.io_timeout);
+                    Ok::<_, Error>((channel, response))
+                }
+                .await;
+                (index, result)
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            let Ok((index, result)) = joined else { continue };
+            match result {
+                Ok((channel, response)) => {
+                    self.channels.lock().await.insert(index, channel);
+                    out.push((index, Ok(response)));
+                }
+                Err(e) => out.push((index, Err(e))),
+            }
+        }
+        out.sort_by_key(|(i, _)| *i);
+        out
+    }
+
+    /// Members that answer a ping now.
+    pub async fn available(&self) -> Vec<Member> {
+        let requests = self.members.iter().map(|m| (m.index, Request::Ping)).collect();
+        let answers = self.call_many(requests, self.limits.io_timeout).await;
+        answers
+            .into_iter()
+            .filter(|(_, r)| matches!(r, Ok(Response::Pong)))
+            .filter_map(|(i, _)| self.members.iter().find(|m| m.index == i).cloned())
+            .collect()
+    }
+
+    /// Drops every open session (the next call reconnects).
+    pub async fn disconnect(&self) {
+        self.channels.lock().await.clear();
+    }
+
+    /// Runs both FROST rounds for `message` with any t available signers satisfying the
+    /// diversity rule, aggregates and verifies. `sign_request` builds each signer's round-2
+    /// request (it carries what the signer checks: the batch, or the rotation).
+    pub async fn sign(
+        &self,
+        message: &[u8],
+        public: &frost::keys::PublicKeyPackage,
+        sign_request: impl Fn(B256, frost::SigningPackage) -> Request,
+    ) -> Result<frost::Signature> {
+        let mut last_gap = String::new();
+        for _ in 0..ROUND_ATTEMPTS {
+            let available = self.available().await;
+            let Some(chosen) = choose_signers(&available, self.threshold, self.min_operators)
+            else {
+                let operators: BTreeSet<&str> =
+                    available.iter().map(|m| m.operator.as_str()).collect();
+                return Err(Error::Committee(format!(
+                    "waiting for signers: {} of {} reachable ({} operator(s)), a signing set \
+                     needs {} signers from at least {} operators",
+                    available.len(),
+                    self.members.len(),
+                    operators.len(),
+                    self.threshold,
+                    self.min_operators
+                )));
+            };
+            let round_id = B256::from(crate::dkg::random_bytes());
+            let commits = chosen
+                .iter()
+                .map(|i| {
+                    (
+                        *i,
+                        Request::Commit(CommitRequest {
+                            round_id,
+                            group_key: *public.verifying_key(),
+                        }),
+                    )
+                })
+                .collect();
+            let mut commitments = BTreeMap::new();
+            let mut dropped = Vec::new();
+            for (index, answer) in self.call_many(commits, self.limits.io_timeout).await {
+                match answer {
+                    Ok(Response::Committed(c)) if c.round_id == round_id => {
+                        commitments.insert(crate::dkg::identifier(index)?, c.commitments);
+                    }
+                    Ok(Response::Refused { reason }) => {
+                        return Err(Error::Refused {
+                            signer: index,
+                            reason,
+                        });
+                    }
+                    Ok(other) => dropped.push(format!("{index}: unexpected {other:?}")),
+                    Err(e) => dropped.push(format!("{index}: {e}")),
+                }
+            }
+            if !dropped.is_empty() {
+                last_gap = dropped.join("; ");
+                continue;
+            }
+            let package = frost::SigningPackage::new(commitments, message);
+            let signs = chosen
+                .iter()
+                .map(|i| (*i, sign_request(round_id, package.clone())))
+                .collect();
+            let mut shares = BTreeMap::new();
+            let mut refusals = Vec::new();
+            for (index, answer) in self.call_many(signs, Duration::from_secs(30)).await {
+                match answer {
+                    Ok(Response::Share(s)) if s.round_id == round_id => {
+                        shares.insert(crate::dkg::identifier(index)?, s.share);
+                    }
+                    Ok(Response::Refused { reason }) => refusals.push((index, reason)),
+                    Ok(other) => dropped.push(format!("{index}: unexpected {other:?}")),
+                    Err(e) => dropped.push(format!("{index}: {e}")),
+                }
+            }
+            if let Some((signer, _)) = refusals.first() {
+                let reason = refusals
+                    .iter()
+                    .map(|(i, r)| format!("signer {i}: {r}"))
+                    .collect::<Vec<_>>()
+                    .join(" | ");
+                return Err(Error::Refused {
+                    signer: *signer,
+                    reason,
+                });
+            }
+            if !dropped.is_empty() {
+                last_gap = dropped.join("; ");
+                continue;
+            }
+            // aggregate() checks every share against its verifying share (naming a cheater) and
+            // the final signature against the group key (RFC 9591 §5.3).
+            let signature = frost::aggregate(&package, &shares, public)?;
+            public.verifying_key().verify(message, &signature)?;
+            return Ok(signature);
+        }
+        Err(Error::Committee(format!(
+            "signers kept dropping out of signing rounds: {last_gap}"
+        )))
+    }
+
+    /// Has every member run a DKG for key `epoch`; returns the group's public key package once
+    /// every member reports the same one.
+    pub async fn dkg(&self, epoch: u32) -> Result<frost::keys::PublicKeyPackage> {
+        let participants: Vec<u16> = self.members.iter().map(|m| m.index).collect();
+        let request = DkgRequest {
+            epoch,
+            min_signers: self.threshold,
+            participants: participants.clone(),
+        };
+        let requests = participants
+            .iter()
+            .map(|i| (*i, Request::Dkg(request.clone())))
+            .collect();
+        let mut agreed: Option<frost::keys::PublicKeyPackage> = None;
+        for (index, answer) in self.call_many(requests, Duration::from_secs(90)).await {
+            let done = match answer {
+                Ok(Response::DkgDone(done)) if done.epoch == epoch => done,
+                Ok(Response::Refused { reason }) => {
+                    return Err(Error::Dkg(format!("signer {index}: {reason}")));
+                }
+                Ok(other) => return Err(Error::Dkg(format!("signer {index}: {other:?}"))),
+                Err(e) => return Err(Error::Dkg(format!("signer {index}: {e}"))),
+            };
+            match &agreed {
+                None => agreed = Some(done.public_key_package),
+                Some(p) if *p == done.public_key_package => {}
+                Some(_) => {
+                    return Err(Error::Dkg(format!(
+                        "signer {index} reports a different group key: the DKG is void"
+                    )));
+                }
+            }
+        }
+        agreed.ok_or_else(|| Error::Dkg("no signer answered".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(index: u16, operator: &str) -> Member {
+        Member {
+            index,
+            address: String::new(),
+            verification_key: Vec::new(),
+            operator: operator.into(),
+            region: "r".into(),
+        }
+    }
+
+    #[test]
+    fn a_set_takes_distinct_operators_first() {
+        let all = [
+            member(1, "a"),
+            member(2, "a"),
+            member(3, "a"),
+            member(4, "b"),
+            member(5, "c"),
+        ];
+        // Index order alone would pick 1, 2, 3 — one operator.
+        assert_eq!(choose_signers(&all, 3, 3), Some(vec![1, 4, 5]));
+        assert_eq!(choose_signers(&all, 3, 2), Some(vec![1, 2, 4]));
+        assert_eq!(choose_signers(&all[..3], 3, 2), None);
+        assert_eq!(choose_signers(&all[3..], 3, 1), None);
+    }
+
+    #[test]
+    fn an_impossible_rule_is_refused_up_front() {
+        let members = vec![member(1, "a"), member(2, "a"), member(3, "b")];
+        let err = Committee::new(Arc::new(Identity::generate()), members, 2, 3)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot be met"), "{err}");
+    }
+}

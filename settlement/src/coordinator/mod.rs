@@ -1,0 +1,383 @@
+//! The coordinator: turns provider-signed receipts into batches signed by any t signers and
+//! posts each batch to every chain of the registry exactly once.
+//!
+//! One batch has one part per chain that holds escrows of its receipts (a chain's claims are
+//! paid from that chain's escrows, so each chain keeps its own cumulative balances). The steps,
+//! each recorded in the [`Store`] before the next begins (outbox pattern):
+//!
+//! 1. [`Coordinator::submit`] checks receipts' signatures and keeps them (idempotent by job id);
+//! 2. [`Coordinator::build`] reads each chain's next nonce, balances root and the receipts'
+//!    escrows, and assembles the parts with [`crate::ledger::assemble`] (`created`);
+//! 3. [`Coordinator::sign_pending`] has t signers commit and sign each part, each signer checking
+//!    it on its own ([`crate::signer`]), then aggregates and verifies (`signed`);
+//! 4. [`Coordinator::post_pending`] sends each signed part to its chain (`posted`), recognising
+//!    a part already on chain instead of sending it twice.
+//!
+//! [`Coordinator::resume`] runs 3 and 4 for whatever a previous process left unfinished, so a
+//! crash at any point is followed by the same outcome as no crash. The coordinator holds no key
+//! share: it is signer-agnostic and replaceable.
+//!
+//! Key rotation ([`Coordinator::rotate`]): a fresh DKG ([`Coordinator::dkg`]) gives a new key;
+//! the current key signs `Settlement.rotationDigest` for it on every chain (each signer checks it
+//! holds a share of the new key first), and later batches are signed under the new key.
+
+pub mod committee;
+pub mod postgres;
+pub mod store;
+
+use std::collections::{BTreeMap, HashMap};
+
+use alloy::primitives::{Address, B256, U256};
+use alloy::signers::local::PrivateKeySigner;
+use cx_protocol::receipt::SignedReceipt;
+use frost_secp256k1 as frost;
+
+pub use committee::{Committee, choose_signers};
+pub use postgres::PgStore;
+pub use store::{MemoryStore, PartStatus, Store, StoredPart};
+
+use crate::batch::rotation_digest;
+use crate::client::EvmClient;
+use crate::error::{Error, Result};
+use crate::frost::{EvmGroupKey, EvmSignature};
+use crate::ledger::{self, ChainBatch};
+use crate::onchain::ChainView;
+use crate::wire::{Request, SignBatchRequest, SignRotationRequest};
+
+/// The coordinator over a store `S`.
+pub struct Coordinator<S: Store> {
+    store: S,
+    committee: Committee,
+    chains: Vec<(ChainView, EvmClient)>,
+}
+
+impl<S: Store> std::fmt::Debug for Coordinator<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Coordinator({:?}, {} chains)",
+            self.committee,
+            self.chains.len()
+        )
+    }
+}
+
+impl<S: Store> Coordinator<S> {
+    /// A coordinator posting to `chains` from the account `poster` (it pays gas; it cannot move
+    /// funds: only the committee's signature settles).
+    pub fn new(
+        store: S,
+        committee: Committee,
+        chains: Vec<ChainView>,
+        poster: PrivateKeySigner,
+    ) -> Result<Self> {
+        let chains = chains
+            .into_iter()
+            .map(|view| {
+                let client = EvmClient::connect(&view.rpc_url, poster.clone(), view.deployment)?;
+                Ok((view, client))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            store,
+            committee,
+            chains,
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The committee.
+    pub fn committee(&self) -> &Committee {
+        &self.committee
+    }
+
+    fn chain(&self, chain_id: u64) -> Result<&(ChainView, EvmClient)> {
+        self.chains
+            .iter()
+            .find(|(v, _)| v.chain_id == chain_id)
+            .ok_or_else(|| Error::Config(format!("chain {chain_id} is not in the registry")))
+    }
+
+    /// Checks and keeps receipts; returns how many were new.
+    pub async fn submit(&self, receipts: &[SignedReceipt]) -> Result<usize> {
+        for r in receipts {
+            r.verify_self_contained()?;
+            self.chain(r.receipt.chain_id)?;
+        }
+        self.store.add_receipts(receipts).await
+    }
+
+    /// Runs a DKG among all signers for key `epoch` and records the group's public keys.
+    pub async fn dkg(&self, epoch: u32) -> Result<frost::keys::PublicKeyPackage> {
+        let package = self.committee.dkg(epoch).await?;
+        self.store.save_group_key(epoch, &package).await?;
+        Ok(package)
+    }
+
+    async fn current_key(&self, view: &ChainView) -> Result<frost::keys::PublicKeyPackage> {
+        let on_chain = view.group_key().await?;
+        for (_, package) in self.store.group_keys().await? {
+            if EvmGroupKey::from_verifying_key(package.verifying_key())? == on_chain.key {
+                return Ok(package);
+            }
+        }
+        Err(Error::Committee(format!(
+            "chain {}'s group key is not one of the committee's keys",
+            view.chain_id
+        )))
+    }
+
+    /// Builds the next batch from pending receipts; `None` when there is nothing to settle.
+    /// Refuses while an earlier batch is unfinished (nonces must land in order).
+    pub async fn build(&self) -> Result<Option<i64>> {
+        if let Some(part) = self.store.unfinished().await?.first() {
+            return Err(Error::InvalidBatch(format!(
+                "batch {} is not on every chain yet; resume it first",
+                part.batch_id
+            )));
+        }
+        let mut by_chain: BTreeMap<u64, Vec<SignedReceipt>> = BTreeMap::new();
+        for r in self.store.pending_receipts().await? {
+            by_chain.entry(r.receipt.chain_id).or_default().push(r);
+        }
+        let mut parts = Vec::new();
+        for (chain_id, mut receipts) in by_chain {
+            let Ok((view, _)) = self.chain(chain_id) else {
+                continue;
+            };
+            receipts.sort_by_key(|r| r.receipt.escrow_id);
+            let mut escrows = HashMap::new();
+            let mut settleable = Vec::new();
+            for r in receipts {
+                if let Some(e) = view.open_escrow(r.receipt.escrow_id).await? {
+                    escrows.insert(e.escrow_id, e);
+                    settleable.push(r);
+                }
+            }
+            if settleable.is_empty() {
+                continue;
+            }
+            let previous = match self.store.latest_part(chain_id).await? {
+                Some(p) => p.batch.new_balances,
+                None => Vec::new(),
+            };
+            let root = view.balances_root().await?;
+            if ledger::balances_root(&previous)? != root {
+                return Err(Error::InvalidBatch(format!(
+                    "chain {chain_id}'s balances root {root} is not the last batch's: another \
+                     coordinator posted to this contract"
+                )));
+            }
+            let nonce = view.batch_nonce().await? + 1;
+            parts.push(ledger::assemble(
+                chain_id,
+                view.deployment.settlement,
+                nonce,
+                settleable,
+                &escrows,
+                previous,
+            )?);
+        }
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        let id = self.store.create_batch(&parts).await?;
+        for p in &parts {
+            let detail = format!(
+                "nonce {}, {} receipts, {} wei settled, digest {}",
+                p.nonce,
+                p.receipts.len(),
+                p.settled_amount(),
+                p.digest()
+            );
+            self.store
+                .log_step(id, Some(p.chain_id), "built", &detail)
+                .await?;
+        }
+        Ok(Some(id))
+    }
+
+    /// Signs every `created` part. A refusal is recorded with its reasons and returned.
+    pub async fn sign_pending(&self) -> Result<()> {
+        for part in self.store.unfinished().await? {
+            if part.status != PartStatus::Created {
+                continue;
+            }
+            let (view, _) = self.chain(part.batch.chain_id)?;
+            let key = self.current_key(view).await?;
+            let digest = part.batch.digest();
+            let batch = part.batch.clone();
+            let signed = self
+                .committee
+                .sign(digest.as_slice(), &key, |round_id, signing_package| {
+                    Request::SignBatch(SignBatchRequest {
+                        round_id,
+                        batch: batch.clone(),
+                        signing_package,
+                    })
+                })
+                .await;
+            let signature = match signed {
+                Ok(s) => s,
+                Err(e) => {
+                    let step = match e {
+                        Error::Refused { .. } => "refused",
+                        _ => "waiting",
+                    };
+                    self.store
+                        .log_step(
+                            part.batch_id,
+                            Some(part.batch.chain_id),
+                            step,
+                            &e.to_string(),
+                        )
+                        .await?;
+                    return Err(e);
+                }
+            };
+            self.store
+                .record_signature(part.batch_id, part.batch.chain_id, &signature.serialize()?)
+                .await?;
+            self.store
+                .log_step(
+                    part.batch_id,
+                    Some(part.batch.chain_id),
+                    "signed",
+                    &format!("digest {digest}"),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Posts every `signed` part; returns how many reached their chain now (sent, or found there).
+    pub async fn post_pending(&self) -> Result<usize> {
+        let mut done = 0;
+        for part in self.store.unfinished().await? {
+            if part.status != PartStatus::Signed {
+                continue;
+            }
+            let b = &part.batch;
+            let (view, client) = self.chain(b.chain_id)?;
+            let bytes = part
+                .signature
+                .as_ref()
+                .ok_or_else(|| Error::Config("a signed part has no signature".into()))?;
+            let signature = EvmSignature::from_frost(&frost::Signature::deserialize(bytes)?)?;
+            let tx_hash = if view.batch_nonce().await? >= b.nonce {
+                None
+            } else {
+                match client.settle_batch(&b.message(), &signature).await {
+                    Ok(outcome) => Some(outcome.tx_hash),
+                    // The post may have gone through while the answer was lost, or another
+                    // process posted it: the chain says which.
+                    Err(e) if !view.batch_landed(b.nonce, b.balances_root).await? => return Err(e),
+                    Err(_) => None,
+                }
+            };
+            if tx_hash.is_none() && !view.batch_landed(b.nonce, b.balances_root).await? {
+                return Err(Error::InvalidBatch(format!(
+                    "chain {} accepted another batch at nonce {}",
+                    b.chain_id, b.nonce
+                )));
+            }
+            self.store
+                .record_posted(part.batch_id, b.chain_id, tx_hash)
+                .await?;
+            let detail = match tx_hash {
+                Some(h) => format!("tx {h}"),
+                None => "already on chain; not sent again".to_string(),
+            };
+            self.store
+                .log_step(part.batch_id, Some(b.chain_id), "posted", &detail)
+                .await?;
+            done += 1;
+        }
+        Ok(done)
+    }
+
+    /// Carries on whatever is unfinished: signs `created` parts, posts `signed` ones.
+    pub async fn resume(&self) -> Result<()> {
+        self.post_pending().await?;
+        self.sign_pending().await?;
+        self.post_pending().await?;
+        Ok(())
+    }
+
+    /// Finishes what is unfinished, then builds, signs and posts the next batch.
+    pub async fn run_once(&self) -> Result<Option<i64>> {
+        self.resume().await?;
+        let id = self.build().await?;
+        if id.is_some() {
+            self.resume().await?;
+        }
+        Ok(id)
+    }
+
+    /// `party`'s cumulative amount on `chain_id` and its Merkle proof against the chain's
+    /// current balances root (what `Escrow.claim` takes).
+    pub async fn claim_proof(&self, chain_id: u64, party: Address) -> Result<(U256, Vec<B256>)> {
+        let part = self.store.latest_part(chain_id).await?.ok_or_else(|| {
+            Error::Merkle(format!("no batch on chain {chain_id} yet"))
+        })?;
+        let balances = if part.status == PartStatus::Posted {
+            part.batch.new_balances
+        } else {
+            part.batch.previous_balances.clone()
+        };
+        let as_batch = ChainBatch {
+            new_balances: balances,
+            ..part.batch
+        };
+        as_batch.claim_proof(party)
+    }
+
+    /// Installs the key of DKG `new_epoch` on every chain with a signature by the current key.
+    /// Chains that already carry it are skipped, so a rotation interrupted halfway is finished by
+    /// running it again.
+    pub async fn rotate(&self, new_epoch: u32) -> Result<()> {
+        let new_package = self
+            .store
+            .group_keys()
+            .await?
+            .into_iter()
+            .find(|(e, _)| *e == new_epoch)
+            .map(|(_, p)| p)
+            .ok_or_else(|| Error::Committee(format!("no DKG of epoch {new_epoch} recorded")))?;
+        let new_key = EvmGroupKey::from_verifying_key(new_package.verifying_key())?;
+        for (view, client) in &self.chains {
+            let on_chain = view.group_key().await?;
+            if on_chain.key == new_key {
+                continue;
+            }
+            let current = self.current_key(view).await?;
+            let digest = rotation_digest(
+                view.chain_id,
+                view.deployment.settlement,
+                on_chain.epoch,
+                new_key.x,
+                new_key.parity,
+            );
+            let chain_id = view.chain_id;
+            let signature = self
+                .committee
+                .sign(digest.as_slice(), &current, |round_id, signing_package| {
+                    Request::SignRotation(SignRotationRequest {
+                        round_id,
+                        chain_id,
+                        new_epoch,
+                        signing_package,
+                    })
+                })
+                .await?;
+            client
+                .rotate_group_key(new_key, &EvmSignature::from_frost(&signature)?)
+                .await?;
+        }
+        Ok(())
+    }
+}

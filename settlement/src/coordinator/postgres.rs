@@ -1,0 +1,257 @@
+//! The coordinator's [`Store`] in PostgreSQL (runtime queries, so building needs no database;
+//! schema in the workspace's `migrations/`, embedded and applied by [`PgStore::connect`]).
+
+use alloy::primitives::B256;
+use cx_protocol::receipt::SignedReceipt;
+use frost_secp256k1 as frost;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Postgres, Row, Transaction};
+
+use super::store::{PartStatus, Store, StoredPart};
+use crate::error::{Error, Result};
+use crate::ledger::ChainBatch;
+
+/// The workspace's migrations, embedded at build time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// `DATABASE_URL`, else the devnet's local server.
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/cx".to_string())
+}
+
+/// The store on a PostgreSQL pool.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+fn to_i64(value: u64, what: &str) -> Result<i64> {
+    i64::try_from(value).map_err(|_| Error::Config(format!("{what} {value} exceeds i64")))
+}
+
+fn part_from_row(row: &sqlx::postgres::PgRow) -> Result<StoredPart> {
+    let body: String = row.try_get("body")?;
+    let tx: Option<Vec<u8>> = row.try_get("tx_hash")?;
+    Ok(StoredPart {
+        batch_id: row.try_get("batch_id")?,
+        batch: serde_json::from_str(&body)?,
+        status: PartStatus::parse(&row.try_get::<String, _>("status")?)?,
+        signature: row.try_get("signature")?,
+        tx_hash: tx.map(|t| B256::from_slice(&t)),
+    })
+}
+
+const PART_COLUMNS: &str = "batch_id, body::text AS body, status, signature, tx_hash";
+
+impl PgStore {
+    /// Connects to `url` and applies the migrations.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let pool = PgPoolOptions::new().max_connections(4).connect(url).await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// The pool (for tests and the explorer).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
+        Ok(self.pool.begin().await?)
+    }
+}
+
+impl Store for PgStore {
+    async fn add_receipts(&self, receipts: &[SignedReceipt]) -> Result<usize> {
+        let mut tx = self.begin().await?;
+        let mut added = 0;
+        for r in receipts {
+            let k = &r.receipt;
+            let done = sqlx::query(
+                "INSERT INTO settlement_receipts (job_id, chain_id, escrow_id, receipt) \
+                 VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT DO NOTHING",
+            )
+            .bind(k.job_id.to_vec())
+            .bind(to_i64(k.chain_id, "chain id")?)
+            .bind(to_i64(k.escrow_id, "escrow id")?)
+            .bind(serde_json::to_string(r)?)
+            .execute(&mut *tx)
+            .await?;
+            added += done.rows_affected() as usize;
+        }
+        tx.commit().await?;
+        Ok(added)
+    }
+
+    async fn pending_receipts(&self) -> Result<Vec<SignedReceipt>> {
+        let rows = sqlx::query(
+            "SELECT receipt::text AS receipt FROM settlement_receipts WHERE batch_id IS NULL \
+             ORDER BY received_at, job_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok(serde_json::from_str(&row.try_get::<String, _>("receipt")?)?))
+            .collect()
+    }
+
+    async fn create_batch(&self, parts: &[ChainBatch]) -> Result<i64> {
+        let mut tx = self.begin().await?;
+        let id: i64 = sqlx::query("INSERT INTO settlement_batches DEFAULT VALUES RETURNING id")
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get("id")?;
+        for p in parts {
+            sqlx::query(
+                "INSERT INTO settlement_batch_parts (batch_id, chain_id, nonce, digest, body, status) \
+                 VALUES ($1, $2, $3, $4, $5::jsonb, 'created')",
+            )
+            .bind(id)
+            .bind(to_i64(p.chain_id, "chain id")?)
+            .bind(to_i64(p.nonce, "nonce")?)
+            .bind(p.digest().to_vec())
+            .bind(serde_json::to_string(p)?)
+            .execute(&mut *tx)
+            .await?;
+            for r in &p.receipts {
+                sqlx::query(
+                    "UPDATE settlement_receipts SET batch_id = $1 WHERE job_id = $2 AND batch_id IS NULL",
+                )
+                .bind(id)
+                .bind(r.receipt.job_id.to_vec())
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    async fn record_signature(&self, batch_id: i64, chain_id: u64, signature: &[u8]) -> Result<()> {
+        sqlx::query(
+            "UPDATE settlement_batch_parts SET status = 'signed', signature = $3, updated_at = now() \
+             WHERE batch_id = $1 AND chain_id = $2 AND status = 'created'",
+        )
+        .bind(batch_id)
+        .bind(to_i64(chain_id, "chain id")?)
+        .bind(signature.to_vec())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn record_posted(&self, batch_id: i64, chain_id: u64, tx_hash: Option<B256>) -> Result<()> {
+        sqlx::query(
+            "UPDATE settlement_batch_parts SET status = 'posted', tx_hash = $3, updated_at = now() \
+             WHERE batch_id = $1 AND chain_id = $2",
+        )
+        .bind(batch_id)
+        .bind(to_i64(chain_id, "chain id")?)
+        .bind(tx_hash.map(|h| h.to_vec()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn unfinished(&self) -> Result<Vec<StoredPart>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {PART_COLUMNS} FROM settlement_batch_parts WHERE status <> 'posted' \
+             ORDER BY batch_id, chain_id"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(part_from_row).collect()
+    }
+
+    async fn latest_part(&self, chain_id: u64) -> Result<Option<StoredPart>> {
+        let row = sqlx::query(&format!(
+            "SELECT {PART_COLUMNS} FROM settlement_batch_parts WHERE chain_id = $1 \
+             ORDER BY nonce DESC LIMIT 1"
+        ))
+        .bind(to_i64(chain_id, "chain id")?)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(part_from_row).transpose()
+    }
+
+    async fn parts(&self, batch_id: i64) -> Result<Vec<StoredPart>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {PART_COLUMNS} FROM settlement_batch_parts WHERE batch_id = $1 ORDER BY chain_id"
+        ))
+        .bind(batch_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(part_from_row).collect()
+    }
+
+    async fn log_step(
+        &self,
+        batch_id: i64,
+        chain_id: Option<u64>,
+        step: &str,
+        detail: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO settlement_steps (batch_id, chain_id, step, detail) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(batch_id)
+        .bind(chain_id.map(|c| to_i64(c, "chain id")).transpose()?)
+        .bind(step)
+        .bind(detail)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn steps(&self, batch_id: i64) -> Result<Vec<(Option<u64>, String, String)>> {
+        let rows = sqlx::query(
+            "SELECT chain_id, step, detail FROM settlement_steps WHERE batch_id = $1 ORDER BY id",
+        )
+        .bind(batch_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let chain: Option<i64> = row.try_get("chain_id")?;
+                Ok((
+                    chain.map(|c| c as u64),
+                    row.try_get("step")?,
+                    row.try_get("detail")?,
+                ))
+            })
+            .collect()
+    }
+
+    async fn save_group_key(
+        &self,
+        epoch: u32,
+        package: &frost::keys::PublicKeyPackage,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO settlement_group_keys (epoch, verifying_key, public_key_package) \
+             VALUES ($1, $2, $3::jsonb) ON CONFLICT (epoch) DO NOTHING",
+        )
+        .bind(epoch as i32)
+        .bind(package.verifying_key().serialize()?)
+        .bind(serde_json::to_string(package)?)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn group_keys(&self) -> Result<Vec<(u32, frost::keys::PublicKeyPackage)>> {
+        let rows = sqlx::query(
+            "SELECT epoch, public_key_package::text AS package FROM settlement_group_keys ORDER BY epoch",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let epoch: i32 = row.try_get("epoch")?;
+                let package: String = row.try_get("package")?;
+                Ok((epoch as u32, serde_json::from_str(&package)?))
+            })
+            .collect()
+    }
+}

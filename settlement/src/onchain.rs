@@ -1,0 +1,123 @@
+//! Read-only views of one chain's deployment: what signers and the coordinator check a batch
+//! against (batch nonce, balances root, group key, open escrows, registered provider keys).
+//!
+//! Reads need no account: a signer that only checks never holds an Ethereum key.
+
+use alloy::primitives::{Address, B256};
+use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+
+use crate::client::{Deployment, OnChainGroupKey};
+use crate::contracts::{ProviderRegistry, Settlement};
+use crate::devnet::ChainDeployment;
+use crate::error::{Error, Result};
+use crate::frost::EvmGroupKey;
+use crate::ledger::Escrow;
+
+fn rpc(e: impl std::fmt::Display) -> Error {
+    Error::Rpc(e.to_string())
+}
+
+/// One chain's deployment, read-only.
+#[derive(Clone, Debug)]
+pub struct ChainView {
+    /// Chain id.
+    pub chain_id: u64,
+    /// JSON-RPC URL.
+    pub rpc_url: String,
+    /// Contract addresses.
+    pub deployment: Deployment,
+    provider: DynProvider,
+}
+
+impl ChainView {
+    /// A view of `entry` (no network traffic until the first read).
+    pub fn connect(entry: &ChainDeployment) -> Result<Self> {
+        let url = entry
+            .chain
+            .rpc_url
+            .parse()
+            .map_err(|e| Error::Rpc(format!("bad RPC URL {}: {e}", entry.chain.rpc_url)))?;
+        Ok(Self {
+            chain_id: entry.chain.chain_id,
+            rpc_url: entry.chain.rpc_url.clone(),
+            deployment: entry.deployment,
+            provider: ProviderBuilder::new().connect_http(url).erased(),
+        })
+    }
+
+    fn settlement(&self) -> Settlement::SettlementInstance<DynProvider> {
+        Settlement::new(self.deployment.settlement, self.provider.clone())
+    }
+
+    /// Nonce of the last accepted batch (0 before any).
+    pub async fn batch_nonce(&self) -> Result<u64> {
+        Ok(self
+            .settlement()
+            .batchState()
+            .call()
+            .await
+            .map_err(rpc)?
+            .nonce)
+    }
+
+    /// The current cumulative-balances root.
+    pub async fn balances_root(&self) -> Result<B256> {
+        self.settlement().balancesRoot().call().await.map_err(rpc)
+    }
+
+    /// The current group key and its epoch.
+    pub async fn group_key(&self) -> Result<OnChainGroupKey> {
+        let k = self.settlement().groupKey().call().await.map_err(rpc)?;
+        Ok(OnChainGroupKey {
+            key: EvmGroupKey {
+                x: k.x,
+                parity: k.parity,
+            },
+            epoch: k.epoch,
+        })
+    }
+
+    /// Escrow `id` while it is open; `None` once settled or reclaimed, or if never opened.
+    pub async fn open_escrow(&self, id: u64) -> Result<Option<Escrow>> {
+        let contract = self.settlement();
+        if !contract.isOpen(id).call().await.map_err(rpc)? {
+            return Ok(None);
+        }
+        let job = contract.jobs(id).call().await.map_err(rpc)?;
+        Ok(Some(Escrow {
+            escrow_id: id,
+            buyer: job.buyer,
+            amount: job.amount,
+        }))
+    }
+
+    /// The ML-DSA key hash `provider` registered (`ProviderRegistry.setMetadata`); zero if none.
+    pub async fn provider_key_hash(&self, provider: Address) -> Result<B256> {
+        let registry = ProviderRegistry::new(self.deployment.registry, self.provider.clone());
+        Ok(registry
+            .providers(provider)
+            .call()
+            .await
+            .map_err(rpc)?
+            .mlDsaKeyHash)
+    }
+
+    /// Whether a `BatchSettled` event with `nonce` and `balances_root` is on chain (how a
+    /// restarted coordinator learns that a post it did not record went through).
+    pub async fn batch_landed(&self, nonce: u64, balances_root: B256) -> Result<bool> {
+        let filter = alloy::rpc::types::Filter::new()
+            .address(self.deployment.settlement)
+            .event_signature(crate::client::EvmClient::batch_settled_topic())
+            .from_block(0);
+        let logs = self.provider.get_logs(&filter).await.map_err(rpc)?;
+        for log in logs {
+            if let Ok(event) = log.log_decode::<Settlement::BatchSettled>() {
+                let data = event.inner.data;
+                if data.nonce == nonce && data.balancesRoot == balances_root {
+                    return Ok(true);
+                }
+            }
+        }
+        Ok(false)
+    }
+}

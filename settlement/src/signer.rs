@@ -1,0 +1,627 @@
+//! The signer: holds one share of the committee's FROST key, answers the coordinator's
+//! commitment and signing requests, and signs a batch only after recomputing it on its own.
+//!
+//! Before a share leaves, the signer checks, against sources it reads itself:
+//! - the chain is in its registry and the batch names that chain's `Settlement` contract;
+//! - the nonce is the contract's last batch nonce + 1, and the contract's group key is the key of
+//!   this round;
+//! - every receipt carries a valid ML-DSA-65 signature under a key whose hash the provider
+//!   registered on that chain's `ProviderRegistry`;
+//! - every escrow is open on chain, with the receipt's buyer and at least the amount owed;
+//! - the previous balances hash to the contract's current balances root, and the proposed new
+//!   balances and both roots equal [`ledger::assemble`]'s result on those checked inputs;
+//! - no job or escrow was already settled by a batch this signer signed under another nonce (its
+//!   own append-only record, not the exchange's tables), and it never signs two different batches
+//!   at one nonce;
+//! - the FROST message is the digest of the recomputed batch.
+//!
+//! Otherwise it answers [`Response::Refused`] with the reasons. FROST nonces (RFC 9591 §5.1) live
+//! only in memory, keyed by the round that asked for them, and are removed when a sign request
+//! names that round, whatever the outcome: a nonce is used at most once, and a restart forgets
+//! every outstanding one rather than risk reusing it.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use alloy::primitives::{Address, B256};
+use cx_protocol::pq::{Identity, IdentityId};
+use frost_secp256k1 as frost;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::batch::rotation_digest;
+use crate::config::{DeploymentsFile, SignerConfig};
+use crate::dkg::{self, Inbox};
+use crate::error::{Error, Result};
+use crate::frost::EvmGroupKey;
+use crate::keyfile::{self, StoredKey};
+use crate::ledger::{self, ChainBatch};
+use crate::onchain::ChainView;
+use crate::transport::{Channel, Directory, Limits};
+use crate::wire::{
+    Committed, DkgDone, PeerMessage, Request, Response, Share, SignBatchRequest,
+    SignRotationRequest, SignerInfo,
+};
+
+/// Outstanding nonces a signer keeps at most (a coordinator that commits and never signs cannot
+/// grow its memory without bound).
+const MAX_PENDING_ROUNDS: usize = 1024;
+/// How long a DKG may take before it is abandoned.
+const DKG_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One line of the signer's own record: a batch it signed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct SignedEntry {
+    chain_id: u64,
+    nonce: u64,
+    digest: B256,
+    escrow_ids: Vec<u64>,
+    job_ids: Vec<B256>,
+}
+
+/// The signer's own record of what it signed (append-only JSON lines, fsync'd before a share
+/// is released).
+struct SignedLog {
+    path: PathBuf,
+    digests: HashMap<(u64, u64), B256>,
+    escrows: HashMap<(u64, u64), u64>,
+    jobs: HashMap<B256, (u64, u64)>,
+}
+
+impl SignedLog {
+    fn open(path: PathBuf) -> Result<Self> {
+        let mut log = Self {
+            path,
+            digests: HashMap::new(),
+            escrows: HashMap::new(),
+            jobs: HashMap::new(),
+        };
+        if log.path.exists() {
+            for line in std::fs::read_to_string(&log.path)?.lines() {
+                if !line.trim().is_empty() {
+                    log.index(serde_json::from_str(line)?);
+                }
+            }
+        }
+        Ok(log)
+    }
+
+    fn index(&mut self, e: SignedEntry) {
+        self.digests.insert((e.chain_id, e.nonce), e.digest);
+        for id in e.escrow_ids {
+            self.escrows.insert((e.chain_id, id), e.nonce);
+        }
+        for job in e.job_ids {
+            self.jobs.insert(job, (e.chain_id, e.nonce));
+        }
+    }
+
+    /// Reasons the log forbids signing `batch` (empty when it may).
+    fn conflicts(&self, batch: &ChainBatch, digest: B256) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(d) = self.digests.get(&(batch.chain_id, batch.nonce))
+            && *d != digest
+        {
+            out.push(format!(
+                "already signed a different batch at nonce {} on chain {}",
+                batch.nonce, batch.chain_id
+            ));
+        }
+        for r in &batch.receipts {
+            let r = &r.receipt;
+            if let Some(n) = self.escrows.get(&(batch.chain_id, r.escrow_id))
+                && *n != batch.nonce
+            {
+                out.push(format!(
+                    "escrow {} was already settled by batch {n}",
+                    r.escrow_id
+                ));
+            }
+            if let Some((c, n)) = self.jobs.get(&B256::from(r.job_id))
+                && (*c, *n) != (batch.chain_id, batch.nonce)
+            {
+                out.push(format!(
+                    "job {} was already settled by batch {n} on chain {c}",
+                    hex::encode(r.job_id)
+                ));
+            }
+        }
+        out
+    }
+
+    fn record(&mut self, batch: &ChainBatch, digest: B256) -> Result<()> {
+        if self.digests.get(&(batch.chain_id, batch.nonce)) == Some(&digest) {
+            return Ok(());
+        }
+        let entry = SignedEntry {
+            chain_id: batch.chain_id,
+            nonce: batch.nonce,
+            digest,
+            escrow_ids: batch.receipts.iter().map(|r| r.receipt.escrow_id).collect(),
+            job_ids: batch
+                .receipts
+                .iter()
+                .map(|r| B256::from(r.receipt.job_id))
+                .collect(),
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)?;
+        file.write_all(format!("{}\n", serde_json::to_string(&entry)?).as_bytes())?;
+        file.sync_all()?;
+        self.index(entry);
+        Ok(())
+    }
+}
+
+struct Pending {
+    nonces: frost::round1::SigningNonces,
+    commitments: frost::round1::SigningCommitments,
+    epoch: u32,
+}
+
+type InboxSlot = (
+    mpsc::UnboundedSender<(u16, crate::wire::PeerBody)>,
+    Option<Inbox>,
+);
+
+/// A running signer.
+pub struct Signer {
+    config: SignerConfig,
+    identity: Arc<Identity>,
+    directory: Directory,
+    coordinator: IdentityId,
+    members: HashMap<IdentityId, u16>,
+    keys: Mutex<Vec<StoredKey>>,
+    pending: Mutex<HashMap<B256, Pending>>,
+    inboxes: Mutex<HashMap<u32, InboxSlot>>,
+    log: Mutex<SignedLog>,
+    chains: Mutex<HashMap<u64, ChainView>>,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Signer({}, {})", self.config.index, self.identity.id())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind; keep serving.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn refused(reason: impl Into<String>) -> Response {
+    Response::Refused {
+        reason: reason.into(),
+    }
+}
+
+impl Signer {
+    /// Loads identity, key packages and the signer's own record from `config`'s files.
+    pub fn new(config: SignerConfig) -> Result<Self> {
+        let identity = Arc::new(keyfile::load_or_create_identity(&config.identity_file)?);
+        std::fs::create_dir_all(&config.data_dir)?;
+        let coordinator = cx_protocol::pq::PublicIdentity::from_bytes(&config.coordinator_key)?;
+        let mut directory: Directory = HashMap::new();
+        directory.insert(coordinator.id(), coordinator.clone());
+        let mut members = HashMap::new();
+        for m in &config.committee {
+            let public = m.public()?;
+            members.insert(public.id(), m.index);
+            directory.insert(public.id(), public);
+        }
+        if members.get(&identity.id()) != Some(&config.index) {
+            return Err(Error::Config(format!(
+                "the committee entry of signer {} does not carry this signer's key {}",
+                config.index,
+                identity.id()
+            )));
+        }
+        let keys = keyfile::read_keys(&config.data_dir)?;
+        let log = SignedLog::open(config.data_dir.join("signed.jsonl"))?;
+        Ok(Self {
+            identity,
+            directory,
+            coordinator: coordinator.id(),
+            members,
+            keys: Mutex::new(keys),
+            pending: Mutex::new(HashMap::new()),
+            inboxes: Mutex::new(HashMap::new()),
+            log: Mutex::new(log),
+            chains: Mutex::new(HashMap::new()),
+            limits: Limits::default(),
+            config,
+        })
+    }
+
+    /// This signer's public identity id.
+    pub fn id(&self) -> IdentityId {
+        self.identity.id()
+    }
+
+    /// Accepts sessions on `listener` until the task is dropped.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) -> Result<()> {
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let me = self.clone();
+            tokio::spawn(async move {
+                match Channel::accept(stream, &me.identity, &me.directory, me.limits).await {
+                    Ok(channel) => me.session(channel).await,
+                    // Log who/what was refused, never key material.
+                    Err(e) => eprintln!("signer {}: session refused: {e}", me.config.index),
+                }
+            });
+        }
+    }
+
+    async fn session(self: Arc<Self>, mut channel: Channel) {
+        let peer = channel.peer();
+        loop {
+            let request: Request = match channel.recv().await {
+                Ok(r) => r,
+                Err(Error::Transport(_)) => return,
+                Err(e) => {
+                    eprintln!(
+                        "signer {}: closing session with {peer}: {e}",
+                        self.config.index
+                    );
+                    return;
+                }
+            };
+            let response = self.clone().handle(peer, request).await;
+            if channel.send(&response).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    async fn handle(self: Arc<Self>, peer: IdentityId, request: Request) -> Response {
+        let from_coordinator = peer == self.coordinator;
+        match request {
+            Request::Ping => Response::Pong,
+            Request::Peer(message) => match self.members.get(&peer) {
+                Some(&index) if index == message.from => self.peer_message(message),
+                _ => refused("a DKG message must come from the member it names"),
+            },
+            _ if !from_coordinator => refused("only the coordinator may ask this"),
+            Request::Info => {
+                let me = self.config.me().cloned();
+                match me {
+                    Ok(me) => Response::Info(SignerInfo {
+                        index: me.index,
+                        operator: me.operator,
+                        region: me.region,
+                        epochs: lock(&self.keys).iter().map(|k| k.epoch).collect(),
+                    }),
+                    Err(e) => refused(e.to_string()),
+                }
+            }
+            Request::Dkg(request) => match self.dkg(request).await {
+                Ok(done) => Response::DkgDone(done),
+                Err(e) => refused(e.to_string()),
+            },
+            Request::Commit(request) => self.commit(request.round_id, &request.group_key),
+            Request::SignBatch(request) => {
+                let round = request.round_id;
+                match self.sign_batch(request).await {
+                    Ok(share) => Response::Share(Share {
+                        round_id: round,
+                        share,
+                    }),
+                    Err(reasons) => refused(reasons),
+                }
+            }
+            Request::SignRotation(request) => {
+                let round = request.round_id;
+                match self.sign_rotation(request).await {
+                    Ok(share) => Response::Share(Share {
+                        round_id: round,
+                        share,
+                    }),
+                    Err(reasons) => refused(reasons),
+                }
+            }
+        }
+    }
+
+    fn inbox_sender(&self, epoch: u32) -> mpsc::UnboundedSender<(u16, crate::wire::PeerBody)> {
+        let mut inboxes = lock(&self.inboxes);
+        inboxes
+            .entry(epoch)
+            .or_insert_with(|| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                (tx, Some(rx))
+            })
+            .0
+            .clone()
+    }
+
+    fn peer_message(&self, message: PeerMessage) -> Response {
+        if lock(&self.keys).iter().any(|k| k.epoch >= message.epoch) {
+            return refused(format!("key epoch {} is already generated", message.epoch));
+        }
+        match self
+            .inbox_sender(message.epoch)
+            .send((message.from, message.body))
+        {
+            Ok(()) => Response::Ack,
+            Err(_) => refused("that DKG is over"),
+        }
+    }
+
+    async fn dkg(&self, request: crate::wire::DkgRequest) -> Result<DkgDone> {
+        if lock(&self.keys).iter().any(|k| k.epoch >= request.epoch) {
+            return Err(Error::Dkg(format!(
+                "this signer already holds a key of epoch ≥ {}",
+                request.epoch
+            )));
+        }
+        self.inbox_sender(request.epoch);
+        let inbox = lock(&self.inboxes)
+            .get_mut(&request.epoch)
+            .and_then(|slot| slot.1.take())
+            .ok_or_else(|| Error::Dkg(format!("a DKG of epoch {} is running", request.epoch)))?;
+        let key = dkg::run(
+            self.identity.clone(),
+            self.config.index,
+            &self.config.committee,
+            &request,
+            inbox,
+            self.limits,
+            DKG_TIMEOUT,
+        )
+        .await;
+        lock(&self.inboxes).remove(&request.epoch);
+        let key = key?;
+        keyfile::write_key(&self.config.data_dir, &key)?;
+        let done = DkgDone {
+            epoch: key.epoch,
+            public_key_package: key.public_key_package.clone(),
+        };
+        lock(&self.keys).push(key);
+        Ok(done)
+    }
+
+    fn commit(&self, round_id: B256, group_key: &frost::VerifyingKey) -> Response {
+        let (share, epoch) = {
+            let keys = lock(&self.keys);
+            match keys
+                .iter()
+                .find(|k| k.public_key_package.verifying_key() == group_key)
+            {
+                Some(k) => (*k.key_package.signing_share(), k.epoch),
+                None => return refused("this signer holds no share of that group key"),
+            }
+        };
+        let mut pending = lock(&self.pending);
+        if pending.contains_key(&round_id) {
+            return refused("round id already used: nonces are single-use");
+        }
+        if pending.len() >= MAX_PENDING_ROUNDS {
+            return refused("too many open rounds; sign or abandon some first");
+        }
+        let (nonces, commitments) = frost::round1::commit(&share, &mut dkg::os_rng());
+        pending.insert(
+            round_id,
+            Pending {
+                nonces,
+                commitments,
+                epoch,
+            },
+        );
+        Response::Committed(Committed {
+            round_id,
+            commitments,
+        })
+    }
+
+    fn take_round(
+        &self,
+        round_id: B256,
+        package: &frost::SigningPackage,
+    ) -> std::result::Result<(Pending, StoredKey), String> {
+        // Removed first: whatever happens next, these nonces are never used again.
+        let pending = lock(&self.pending).remove(&round_id).ok_or(
+            "no commitment of this signer for that round (nonces are single-use; start a new round)",
+        )?;
+        let key = lock(&self.keys)
+            .iter()
+            .find(|k| k.epoch == pending.epoch)
+            .cloned()
+            .ok_or("the key of that round is gone")?;
+        if package.signing_commitment(key.key_package.identifier()) != Some(pending.commitments) {
+            return Err("the signing package does not carry this signer's commitment".into());
+        }
+        Ok((pending, key))
+    }
+
+    async fn chain(&self, chain_id: u64) -> std::result::Result<ChainView, String> {
+        if let Some(view) = lock(&self.chains).get(&chain_id) {
+            return Ok(view.clone());
+        }
+        let file =
+            DeploymentsFile::load(&self.config.deployments_file).map_err(|e| e.to_string())?;
+        let entry = file
+            .chains
+            .iter()
+            .find(|c| c.chain.chain_id == chain_id)
+            .ok_or_else(|| format!("chain {chain_id} is not in this signer's registry"))?;
+        let view = ChainView::connect(entry).map_err(|e| e.to_string())?;
+        lock(&self.chains).insert(chain_id, view.clone());
+        Ok(view)
+    }
+
+    async fn check_batch(
+        &self,
+        batch: &ChainBatch,
+        key: &StoredKey,
+    ) -> std::result::Result<ChainBatch, String> {
+        let chain = self.chain(batch.chain_id).await?;
+        let e = |e: Error| e.to_string();
+        if batch.contract != chain.deployment.settlement {
+            return Err(format!(
+                "contract {} is not chain {}'s Settlement ({})",
+                batch.contract, batch.chain_id, chain.deployment.settlement
+            ));
+        }
+        let last = chain.batch_nonce().await.map_err(e)?;
+        if batch.nonce != last + 1 {
+            return Err(format!(
+                "nonce {} is not the next one: chain {} is at {last}",
+                batch.nonce, batch.chain_id
+            ));
+        }
+        let on_chain = chain.group_key().await.map_err(e)?;
+        let ours =
+            EvmGroupKey::from_verifying_key(key.public_key_package.verifying_key()).map_err(e)?;
+        if on_chain.key != ours {
+            return Err(format!(
+                "chain {}'s group key is not the key of this round (epoch {})",
+                batch.chain_id, key.epoch
+            ));
+        }
+        let root = chain.balances_root().await.map_err(e)?;
+        if ledger::balances_root(&batch.previous_balances).map_err(e)? != root {
+            return Err(format!(
+                "previous balances do not hash to chain {}'s balances root {root}",
+                batch.chain_id
+            ));
+        }
+        let mut reasons = Vec::new();
+        let mut escrows = HashMap::new();
+        let mut registered: HashMap<Address, B256> = HashMap::new();
+        let mut seen = HashSet::new();
+        for signed in &batch.receipts {
+            let r = &signed.receipt;
+            let job = hex::encode(r.job_id);
+            if let Err(err) = signed.verify_self_contained() {
+                reasons.push(format!("receipt of job {job}: {err}"));
+                continue;
+            }
+            let provider = Address::from(r.provider);
+            let hash = match registered.get(&provider) {
+                Some(h) => *h,
+                None => {
+                    let h = chain.provider_key_hash(provider).await.map_err(e)?;
+                    registered.insert(provider, h);
+                    h
+                }
+            };
+            if hash != B256::from(r.provider_key) {
+                reasons.push(format!(
+                    "receipt of job {job}: provider {provider} has not registered key {}",
+                    hex::encode(r.provider_key)
+                ));
+            }
+            if seen.insert(r.escrow_id) {
+                match chain.open_escrow(r.escrow_id).await.map_err(e)? {
+                    Some(escrow) => {
+                        escrows.insert(r.escrow_id, escrow);
+                    }
+                    None => reasons.push(format!(
+                        "escrow {} is not open on chain {} (settled, reclaimed or never opened)",
+                        r.escrow_id, batch.chain_id
+                    )),
+                }
+            }
+        }
+        if !reasons.is_empty() {
+            return Err(reasons.join("; "));
+        }
+        let recomputed = ledger::assemble(
+            batch.chain_id,
+            chain.deployment.settlement,
+            batch.nonce,
+            batch.receipts.clone(),
+            &escrows,
+            batch.previous_balances.clone(),
+        )
+        .map_err(e)?;
+        let differences = ledger::differences(batch, &recomputed);
+        if !differences.is_empty() {
+            return Err(differences.join("; "));
+        }
+        Ok(recomputed)
+    }
+
+    async fn sign_batch(
+        &self,
+        request: SignBatchRequest,
+    ) -> std::result::Result<frost::round2::SignatureShare, String> {
+        let (pending, key) = self.take_round(request.round_id, &request.signing_package)?;
+        let batch = self.check_batch(&request.batch, &key).await?;
+        let digest = batch.digest();
+        if request.signing_package.message() != digest.as_slice() {
+            return Err(format!(
+                "the message to sign is not this batch's digest {digest}"
+            ));
+        }
+        {
+            let mut log = lock(&self.log);
+            let conflicts = log.conflicts(&batch, digest);
+            if !conflicts.is_empty() {
+                return Err(conflicts.join("; "));
+            }
+            // Recorded before the share leaves: a crash after this line cannot lead to signing
+            // another batch at this nonce or these jobs again.
+            log.record(&batch, digest).map_err(|e| e.to_string())?;
+        }
+        frost::round2::sign(&request.signing_package, &pending.nonces, &key.key_package)
+            .map_err(|e| format!("FROST round 2: {e}"))
+    }
+
+    async fn sign_rotation(
+        &self,
+        request: SignRotationRequest,
+    ) -> std::result::Result<frost::round2::SignatureShare, String> {
+        let (pending, key) = self.take_round(request.round_id, &request.signing_package)?;
+        let chain = self.chain(request.chain_id).await?;
+        let e = |e: Error| e.to_string();
+        let on_chain = chain.group_key().await.map_err(e)?;
+        let current =
+            EvmGroupKey::from_verifying_key(key.public_key_package.verifying_key()).map_err(e)?;
+        if on_chain.key != current {
+            return Err(format!(
+                "chain {}'s group key is not the key of this round",
+                request.chain_id
+            ));
+        }
+        if request.new_epoch <= key.epoch {
+            return Err(format!(
+                "new epoch {} must follow the current key's epoch {}",
+                request.new_epoch, key.epoch
+            ));
+        }
+        let new_key = lock(&self.keys)
+            .iter()
+            .find(|k| k.epoch == request.new_epoch)
+            .cloned()
+            .ok_or_else(|| {
+                format!(
+                    "this signer took part in no DKG of epoch {}: it will not install a key it \
+                     does not hold a share of",
+                    request.new_epoch
+                )
+            })?;
+        let new = EvmGroupKey::from_verifying_key(new_key.public_key_package.verifying_key())
+            .map_err(e)?;
+        let expected = rotation_digest(
+            request.chain_id,
+            chain.deployment.settlement,
+            on_chain.epoch,
+            new.x,
+            new.parity,
+        );
+        if request.signing_package.message() != expected.as_slice() {
+            return Err("the message is not the rotation to this signer's new key".into());
+        }
+        frost::round2::sign(&request.signing_package, &pending.nonces, &key.key_package)
+            .map_err(|e| format!("FROST round 2: {e}"))
+    }
+}
