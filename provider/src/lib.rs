@@ -16,7 +16,7 @@
 //! * [`model`] — the Llama forward (candle loads the Hugging Face weights), base projections
 //!   by cx-kernels' GEMM and each sequence's delta by cx-kernels' SGMV, never merged.
 //! * [`tokenizer`] — bytes for generated models, `tokenizer.json` with `hf-tokenizer`.
-//! * [`bench`] — the figures of `cx-provider bench lora`.
+//! * [`bench`](mod@bench) — the figures of `cx-provider bench lora`.
 //!
 //! # Example: a tiny model, two adapters, one batch
 //! ```
