@@ -13,6 +13,7 @@
 //! - [`inventory`]: shadow price of a residency slot, eviction by value per byte (never a pin),
 //!   and the KV keep-or-evict rule — shared by providers' caches and the exchange.
 //! - [`pq`]: ML-DSA-65 identities and hybrid ML-KEM-768 + X25519 sessions.
+//! - [`receipt`]: provider-signed (ML-DSA) receipts with a canonical byte encoding.
 //!
 //! ```
 //! use cx_protocol::{DeterminismClass, Job, Tier};
@@ -34,6 +35,7 @@ pub mod id;
 pub mod inventory;
 pub mod job;
 pub mod pq;
+pub mod receipt;
 
 pub use bundle::Bundle;
 pub use class::{ClassSet, DeterminismClass, Tier, TierSet};

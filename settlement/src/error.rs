@@ -32,6 +32,47 @@ pub enum Error {
     /// A JSON file did not parse.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
+    /// A secret key file is unusable (wrong permissions, wrong content).
+    #[error("key file {path}: {reason}")]
+    KeyFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong and how to fix it.
+        reason: String,
+    },
+    /// A post-quantum session or a signed value was refused (wrong identity, replayed, reordered
+    /// or altered frame, bad signature).
+    #[error("{0}")]
+    Protocol(#[from] cx_protocol::Error),
+    /// The framed transport failed: connection, timeout, oversized or malformed frame.
+    #[error("transport: {0}")]
+    Transport(String),
+    /// A signer refused to commit or sign, and said why.
+    #[error("signer {signer} refused: {reason}")]
+    Refused {
+        /// The refusing signer's FROST identifier (1-based index).
+        signer: u16,
+        /// Its reason.
+        reason: String,
+    },
+    /// The distributed key generation failed.
+    #[error("DKG: {0}")]
+    Dkg(String),
+    /// No set of available signers satisfies the threshold and the diversity rule.
+    #[error("committee: {0}")]
+    Committee(String),
+    /// The coordinator's PostgreSQL store failed.
+    #[error("database: {0} (is PostgreSQL running at DATABASE_URL?)")]
+    Database(#[from] sqlx::Error),
+    /// The embedded migrations could not be applied.
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A batch is inconsistent (wrong chain, duplicate job, overclaim, mismatched buyer).
+    #[error("batch refused: {0}")]
+    InvalidBatch(String),
+    /// A configuration file is inconsistent.
+    #[error("config: {0}")]
+    Config(String),
 }
 
 /// `Result` with this crate's [`Error`].

@@ -46,10 +46,19 @@
 pub mod batch;
 pub mod bench;
 pub mod client;
+pub mod config;
 pub mod contracts;
+pub mod coordinator;
 pub mod devnet;
+pub mod dkg;
 mod error;
 pub mod frost;
+pub mod keyfile;
+pub mod ledger;
 pub mod merkle;
+pub mod onchain;
+pub mod signer;
+pub mod transport;
+pub mod wire;
 
 pub use error::{Error, Result};
