@@ -87,6 +87,22 @@ mod hex_vec {
     }
 }
 
+/// Wei amounts as decimal strings in JSON: exact in every JSON reader (a double holds 53 bits),
+/// and accepted inside internally tagged enums, which cannot carry a u128 number.
+pub mod wei_string {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    /// Serializes as a decimal string.
+    pub fn serialize<S: Serializer>(value: &u128, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&value.to_string())
+    }
+
+    /// Parses a decimal string.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
+        String::deserialize(d)?.parse().map_err(D::Error::custom)
+    }
+}
+
 /// What a provider attests for one job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Receipt {
@@ -118,7 +134,8 @@ pub struct Receipt {
     /// SHA-256 of the provider's ML-DSA verification key (its `IdentityId`), as registered on chain.
     #[serde(with = "hex_array")]
     pub provider_key: [u8; 32],
-    /// What the provider is owed, in wei of the escrow's asset.
+    /// What the provider is owed, in wei of the escrow's asset (a decimal string in JSON).
+    #[serde(with = "wei_string")]
     pub amount_owed_wei: u128,
     /// The buyer whose escrow pays (and who is credited what the provider is not owed).
     #[serde(with = "hex_array")]

@@ -44,7 +44,8 @@ pub struct Escrow {
     pub escrow_id: u64,
     /// Who opened it.
     pub buyer: Address,
-    /// Locked amount (wei of the asset).
+    /// Locked amount (wei of the asset; a decimal string in JSON).
+    #[serde(with = "cx_protocol::receipt::wei_string")]
     pub amount: u128,
 }
 

@@ -46,6 +46,7 @@
 pub mod batch;
 pub mod bench;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod contracts;
 pub mod coordinator;
@@ -57,6 +58,8 @@ pub mod keyfile;
 pub mod ledger;
 pub mod merkle;
 pub mod onchain;
+pub mod scenario;
+pub mod sign_bench;
 pub mod signer;
 pub mod transport;
 pub mod wire;

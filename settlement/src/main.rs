@@ -29,10 +29,40 @@ enum Command {
         #[command(subcommand)]
         what: DevnetCommand,
     },
+    /// Runs a committee signer (answers DKG, commitment and signing requests over PQ sessions).
+    Run {
+        /// Signer configuration (JSON: index, identity file, data dir, committee, coordinator key).
+        #[arg(long, env = "CX_SIGNER_CONFIG")]
+        config: PathBuf,
+    },
+    /// Creates an ML-DSA-65 identity key file (0600) and prints its public key (hex).
+    Keygen {
+        /// Where to write the seed.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
 enum BenchKind {
+    /// Handshake, DKG and signing latency of a committee of real signer processes on loopback.
+    Sign {
+        /// Signers.
+        #[arg(long, default_value_t = 5)]
+        n: u16,
+        /// Threshold.
+        #[arg(long, default_value_t = 3)]
+        t: u16,
+        /// Signing rounds to measure.
+        #[arg(long, default_value_t = 50)]
+        rounds: usize,
+        /// Receipts in the signed batch.
+        #[arg(long, default_value_t = 8)]
+        receipts: usize,
+        /// Print one JSON object as the last line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Gas of FROST verification, settlement per job and a claim, on a fresh Anvil.
     Gas {
         /// Print one JSON object as the last line.
@@ -72,6 +102,49 @@ enum DevnetCommand {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run { config } => {
+            let config = cx_settlement::config::SignerConfig::load(&config)
+                .with_context(|| format!("reading {}", config.display()))?;
+            let address = config.me()?.address.clone();
+            let signer = std::sync::Arc::new(cx_settlement::signer::Signer::new(config)?);
+            let listener = tokio::net::TcpListener::bind(&address)
+                .await
+                .with_context(|| format!("listening on {address} (is the port in use?)"))?;
+            eprintln!("signer {} listening on {address}", signer.id());
+            signer.serve(listener).await?;
+        }
+        Command::Keygen { out } => {
+            let identity = cx_protocol::pq::Identity::generate();
+            cx_settlement::keyfile::write_identity(&out, &identity)?;
+            println!("{}", hex::encode(identity.public().to_bytes()));
+        }
+        Command::Bench {
+            what:
+                BenchKind::Sign {
+                    n,
+                    t,
+                    rounds,
+                    receipts,
+                    json,
+                },
+        } => {
+            let binary = std::env::current_exe().context("locating cx-signer")?;
+            let r = cx_settlement::sign_bench::sign_bench(&binary, n, t, rounds, receipts)
+                .await
+                .context("sign bench")?;
+            println!("{:<16} {:>10} {:>10}", "metric", "value", "target");
+            println!("{:<16} {:>10.3} {:>10}", "handshake_ms", r.handshake_ms, "<= 2");
+            println!("{:<16} {:>10.3} {:>10}", "dkg_ms", r.dkg_ms, "");
+            println!("{:<16} {:>10.3} {:>10}", "sign_p50_ms", r.sign_p50_ms, "<= 20");
+            println!("{:<16} {:>10.3} {:>10}", "sign_p99_ms", r.sign_p99_ms, "");
+            println!(
+                "({} of {} signers, {} receipts per batch, {} rounds, settled on chain: {})",
+                r.t, r.n, r.receipts, r.rounds, r.settled_on_chain
+            );
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            }
+        }
         Command::Bench {
             what: BenchKind::Gas { json },
         } => {

@@ -1,0 +1,118 @@
+//! A market on one Anvil chain for the bench and the tests: contracts deployed under the
+//! committee's key, a buyer with escrows, a provider registered with its ML-DSA key, and the
+//! receipts that provider signs.
+
+use alloy::primitives::{B256, U256};
+use cx_protocol::DeterminismClass;
+use cx_protocol::pq::Identity;
+use cx_protocol::receipt::{Receipt, SignedReceipt};
+use sha2::{Digest, Sha256};
+
+use crate::client::{Deployment, EvmClient};
+use crate::devnet::{AnvilInstance, ChainDeployment, devnet_params};
+use crate::error::Result;
+use crate::frost::EvmGroupKey;
+use crate::onchain::ChainView;
+
+/// One chain with a deployment and three parties.
+pub struct ScenarioChain {
+    /// The chain.
+    pub anvil: AnvilInstance,
+    /// Contract addresses.
+    pub deployment: Deployment,
+    /// Deployer (mints test tokens; also posts batches in the tests).
+    pub operator: EvmClient,
+    /// The buyer, with escrows.
+    pub buyer: EvmClient,
+    /// The provider's payout account.
+    pub provider: EvmClient,
+    /// The provider's ML-DSA identity (signs receipts; its hash is registered on chain).
+    pub provider_identity: Identity,
+}
+
+impl std::fmt::Debug for ScenarioChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ScenarioChain({})", self.anvil.chain_id)
+    }
+}
+
+impl ScenarioChain {
+    /// Starts Anvil with `chain_id`, deploys under `group_key`, funds the buyer (deposit of
+    /// 10^12) and registers the provider's ML-DSA key.
+    pub async fn start(chain_id: u64, group_key: EvmGroupKey) -> Result<Self> {
+        let anvil = AnvilInstance::spawn(chain_id, None, 4)?;
+        let url = anvil.rpc_url();
+        let deployment =
+            EvmClient::deploy(&url, anvil.keys[0].clone(), devnet_params(group_key)).await?;
+        let client = |i: usize| EvmClient::connect(&url, anvil.keys[i].clone(), deployment);
+        let (operator, buyer, provider) = (client(0)?, client(1)?, client(2)?);
+        let funds = U256::from(1_000_000_000_000u64);
+        operator.mint_test_tokens(buyer.account(), funds).await?;
+        buyer.approve_all().await?;
+        buyer.deposit(funds).await?;
+        let provider_identity = Identity::generate();
+        provider
+            .set_metadata("http://127.0.0.1:9001", B256::from(provider_identity.id().0))
+            .await?;
+        Ok(Self {
+            anvil,
+            deployment,
+            operator,
+            buyer,
+            provider,
+            provider_identity,
+        })
+    }
+
+    /// The registry entry with addresses.
+    pub fn entry(&self) -> ChainDeployment {
+        ChainDeployment {
+            chain: self.anvil.entry(),
+            deployment: self.deployment,
+        }
+    }
+
+    /// A read-only view.
+    pub fn view(&self) -> Result<ChainView> {
+        ChainView::connect(&self.entry())
+    }
+
+    /// Opens `count` escrows of `amount` each, due in an hour; returns their ids.
+    pub async fn open_jobs(&self, count: usize, amount: u128) -> Result<Vec<u64>> {
+        let deadline = self.anvil.now_s().await? + 3_600;
+        let mut ids = Vec::with_capacity(count);
+        for i in 0..count {
+            let reference = B256::from(<[u8; 32]>::from(Sha256::digest(i.to_be_bytes())));
+            ids.push(self.buyer.open_job(amount, deadline, reference).await?.0);
+        }
+        Ok(ids)
+    }
+
+    /// The provider's signed receipts for `escrow_ids`, each owing `owed` wei.
+    pub fn receipts(&self, escrow_ids: &[u64], owed: u128) -> Result<Vec<SignedReceipt>> {
+        escrow_ids
+            .iter()
+            .map(|&escrow_id| {
+                let mut job = Sha256::new();
+                job.update(self.anvil.chain_id.to_be_bytes());
+                job.update(escrow_id.to_be_bytes());
+                let receipt = Receipt {
+                    job_id: job.finalize().into(),
+                    chain_id: self.anvil.chain_id,
+                    escrow_id,
+                    input_hash: Sha256::digest(b"input").into(),
+                    output_hash: Sha256::digest(b"output").into(),
+                    adapter_hash: Sha256::digest(b"adapter").into(),
+                    tokens: 256,
+                    compute_ms: 12,
+                    class: DeterminismClass::D,
+                    provider: self.provider.account().into_array(),
+                    provider_key: self.provider_identity.id().0,
+                    amount_owed_wei: owed,
+                    buyer: self.buyer.account().into_array(),
+                };
+                Ok(SignedReceipt::sign(receipt, &self.provider_identity)?)
+            })
+            .collect()
+    }
+}
