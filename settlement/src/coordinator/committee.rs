@@ -142,18 +142,23 @@ impl Committee {
             let limits = self.limits;
             tasks.spawn(async move {
                 let result = async {
-                    let mut channel = match existing {
-                        Some(c) => c,
-                        None => {
-                            Channel::connect(
-                                member.address.as_str(),
-                                &identity,
-                                member.public()?,
-                                limits,
-                            )
-                            .await?
+                    if let Some(mut channel) = existing {
+                        channel.set_io_timeout(timeout);
+                        match channel.call(&request).await {
+                            Ok(response) => {
+                                channel.set_io_timeout(limits.io_timeout);
+                                return Ok((channel, response));
+                            }
+                            // A session cached from before the signer restarted fails on first
+                            // use. Only a ping is repeated on a fresh one: other requests may
+                            // have reached the signer and must not be sent twice.
+                            Err(e) if !matches!(request, Request::Ping) => return Err(e),
+                            Err(_) => {}
                         }
-                    };
+                    }
+                    let mut channel =
+                        Channel::connect(member.address.as_str(), &identity, member.public()?, limits)
+                            .await?;
                     channel.set_io_timeout(timeout);
                     let response: Response = channel.call(&request).await?;
                     channel.set_io_timeout(limits.io_timeout);
@@ -300,6 +305,15 @@ impl Committee {
     /// Has every member run a DKG for key `epoch`; returns the group's public key package once
     /// every member reports the same one.
     pub async fn dkg(&self, epoch: u32) -> Result<frost::keys::PublicKeyPackage> {
+        // Refreshes every session first, so none cached from before a restart fails the DKG.
+        let available = self.available().await;
+        if available.len() != self.members.len() {
+            return Err(Error::Dkg(format!(
+                "a DKG needs every member: only {} of {} answer",
+                available.len(),
+                self.members.len()
+            )));
+        }
         let participants: Vec<u16> = self.members.iter().map(|m| m.index).collect();
         let request = DkgRequest {
             epoch,

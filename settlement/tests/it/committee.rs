@@ -1,0 +1,441 @@
+//! The committee end to end: `cx-signer run` processes on free ports, a DKG over PQ sessions,
+//! real Anvil chains, the coordinator on a throwaway PostgreSQL database.
+//!
+//! Two scenarios, each with its own signers, chains and database (multi-process set-ups are the
+//! expensive part, so each test walks through several failures in order):
+//! - a batch settles on two chains; with 2 of 5 signers killed it still settles; with 3 killed it
+//!   waits and then lands exactly once when one returns; a diversity rule no set can meet is a
+//!   clear error; a rotated key signs the next batch;
+//! - a tampered batch is refused by honest signers with their reasons; a coordinator that dies
+//!   between aggregation and posting (or after posting, before recording) lands the batch once on
+//!   restart; a wrong identity key, an unknown peer, a replayed or an altered frame end the
+//!   session.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use alloy::primitives::U256;
+use cx_protocol::pq::Identity;
+use cx_settlement::Error;
+use cx_settlement::cluster::Cluster;
+use cx_settlement::coordinator::{Coordinator, PartStatus, PgStore, Store};
+use cx_settlement::devnet::write_deployments;
+use cx_settlement::frost::{EvmGroupKey, EvmSignature};
+use cx_settlement::ledger::{self, ChainBatch};
+use cx_settlement::merkle::BalancesTree;
+use cx_settlement::scenario::ScenarioChain;
+use cx_settlement::transport::{Channel, Limits};
+use cx_settlement::wire::{Request, Response, SignBatchRequest};
+use frost_secp256k1 as frost;
+use sqlx::Connection;
+
+fn signer_binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_cx-signer"))
+}
+
+/// A throwaway database, dropped (with its connections) when the test ends, pass or fail.
+struct TempDb {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl TempDb {
+    async fn create() -> TempDb {
+        let base = cx_settlement::coordinator::postgres::database_url();
+        let base = base.split('?').next().unwrap().to_string();
+        let (prefix, _) = base.rsplit_once('/').expect("database URL has a path");
+        let admin_url = format!("{prefix}/postgres");
+        let name = format!(
+            "cx_test_{}",
+            hex::encode(&cx_settlement::dkg::random_bytes()[..6])
+        );
+        let mut admin = sqlx::PgConnection::connect(&admin_url)
+            .await
+            .expect("PostgreSQL reachable (set DATABASE_URL)");
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .expect("create database");
+        TempDb {
+            url: format!("{prefix}/{name}"),
+            admin_url,
+            name,
+        }
+    }
+}
+
+impl Drop for TempDb {
+    fn drop(&mut self) {
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+async fn events(chain: &ScenarioChain) -> usize {
+    chain.operator.settled_batches(0).await.unwrap().len()
+}
+
+async fn nonce(chain: &ScenarioChain) -> u64 {
+    chain.view().unwrap().batch_nonce().await.unwrap()
+}
+
+async fn open_and_receipt(
+    chain: &ScenarioChain,
+    count: usize,
+    owed: u128,
+) -> Vec<cx_protocol::receipt::SignedReceipt> {
+    let ids = chain.open_jobs(count, 1_000).await.unwrap();
+    chain.receipts(&ids, owed).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
+    let mut cluster = Cluster::start(signer_binary(), &["a", "a", "b", "b", "c"]).unwrap();
+    // Four distinct operators can never sign when the committee has three: refused up front.
+    let err = cluster.committee(3, 4).unwrap_err().to_string();
+    assert!(err.contains("cannot be met"), "{err}");
+
+    let committee = cluster.committee(3, 2).unwrap();
+    let package = committee.dkg(0).await.unwrap();
+    let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
+    let chains = [
+        ScenarioChain::start(31337, key).await.unwrap(),
+        ScenarioChain::start(31338, key).await.unwrap(),
+    ];
+    write_deployments(
+        &cluster.deployments_file,
+        &[chains[0].entry(), chains[1].entry()],
+    )
+    .unwrap();
+    let db = TempDb::create().await;
+    let store = PgStore::connect(&db.url).await.unwrap();
+    store.save_group_key(0, &package).await.unwrap();
+    let views = chains.iter().map(|c| c.view().unwrap()).collect();
+    let poster = chains[0].anvil.keys[3].clone();
+    let coordinator = Coordinator::new(store, committee, views, poster.clone()).unwrap();
+
+    // 1. One batch, both chains.
+    let mut receipts = open_and_receipt(&chains[0], 3, 700).await;
+    receipts.extend(open_and_receipt(&chains[1], 2, 400).await);
+    assert_eq!(coordinator.submit(&receipts).await.unwrap(), 5);
+    assert_eq!(coordinator.submit(&receipts).await.unwrap(), 0, "idempotent");
+    let id = coordinator.run_once().await.unwrap().expect("a batch");
+    for (chain, (provider_total, buyer_total)) in chains.iter().zip([(2_100, 900), (800, 1_200)]) {
+        assert_eq!(nonce(chain).await, 1);
+        let provider = chain.provider.account();
+        let (amount, proof) = coordinator
+            .claim_proof(chain.anvil.chain_id, provider)
+            .await
+            .unwrap();
+        assert_eq!(amount, U256::from(provider_total));
+        let before = chain.operator.asset_balance(provider).await.unwrap();
+        chain.provider.claim(amount, proof).await.unwrap();
+        let after = chain.operator.asset_balance(provider).await.unwrap();
+        assert_eq!(after - before, U256::from(provider_total));
+        let (refund, _) = coordinator
+            .claim_proof(chain.anvil.chain_id, chain.buyer.account())
+            .await
+            .unwrap();
+        assert_eq!(refund, U256::from(buyer_total));
+    }
+    let steps: Vec<String> = coordinator
+        .store()
+        .steps(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, step, _)| step)
+        .collect();
+    assert_eq!(
+        steps.iter().filter(|s| *s == "posted").count(),
+        2,
+        "{steps:?}"
+    );
+
+    // 2. Two of five signers gone (one of operator a, one of b): any 3 still sign.
+    cluster.kill(1);
+    cluster.kill(3);
+    let receipts = open_and_receipt(&chains[0], 2, 500).await;
+    coordinator.submit(&receipts).await.unwrap();
+    coordinator.run_once().await.unwrap().expect("a batch");
+    assert_eq!(nonce(&chains[0]).await, 2);
+    assert_eq!(nonce(&chains[1]).await, 1, "no receipts for chain 2");
+
+    // 3. Three gone: the batch waits, recorded but unsigned, and nothing reaches the chain.
+    cluster.kill(5);
+    let receipts = open_and_receipt(&chains[1], 1, 300).await;
+    coordinator.submit(&receipts).await.unwrap();
+    for _ in 0..2 {
+        let err = coordinator.run_once().await.unwrap_err();
+        assert!(
+            matches!(&err, Error::Committee(m) if m.contains("waiting for signers")),
+            "{err}"
+        );
+    }
+    let unfinished = coordinator.store().unfinished().await.unwrap();
+    assert_eq!(unfinished.len(), 1);
+    assert_eq!(unfinished[0].status, PartStatus::Created);
+    assert_eq!(nonce(&chains[1]).await, 1);
+    // One returns: the same batch lands, once.
+    cluster.restart(1).unwrap();
+    assert_eq!(coordinator.run_once().await.unwrap(), None);
+    assert_eq!(nonce(&chains[1]).await, 2);
+    assert_eq!(events(&chains[1]).await, 2);
+    assert!(coordinator.store().unfinished().await.unwrap().is_empty());
+
+    // A rule the reachable signers cannot meet (operator c is down): a clear error, no round.
+    let strict = cluster.committee(3, 3).unwrap();
+    let err = strict
+        .sign(b"never signed", &package, |_, _| Request::Ping)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Committee(m) if m.contains("at least 3 operators")),
+        "{err}"
+    );
+
+    // 4. Rotation: a fresh DKG among all five, installed by a signature of the current key.
+    cluster.restart(3).unwrap();
+    cluster.restart(5).unwrap();
+    let new_package = coordinator.dkg(1).await.unwrap();
+    assert_ne!(new_package.verifying_key(), package.verifying_key());
+    coordinator.rotate(1).await.unwrap();
+    let new_key = EvmGroupKey::from_verifying_key(new_package.verifying_key()).unwrap();
+    for chain in &chains {
+        let on_chain = chain.view().unwrap().group_key().await.unwrap();
+        assert_eq!((on_chain.key, on_chain.epoch), (new_key, 1));
+    }
+    let receipts = open_and_receipt(&chains[0], 1, 100).await;
+    coordinator.submit(&receipts).await.unwrap();
+    coordinator.run_once().await.unwrap().expect("a batch");
+    assert_eq!(nonce(&chains[0]).await, 3);
+}
+
+fn sign_request(batch: &ChainBatch) -> impl Fn(alloy::primitives::B256, frost::SigningPackage) -> Request {
+    let batch = batch.clone();
+    move |round_id, signing_package| {
+        Request::SignBatch(SignBatchRequest {
+            round_id,
+            batch: batch.clone(),
+            signing_package,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tampering_crashes_and_session_attacks_are_refused() {
+    let cluster = Cluster::start(signer_binary(), &["a", "b", "c", "d", "e"]).unwrap();
+    let committee = cluster.committee(3, 1).unwrap();
+    let package = committee.dkg(0).await.unwrap();
+    let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
+    let chain = ScenarioChain::start(31337, key).await.unwrap();
+    write_deployments(&cluster.deployments_file, &[chain.entry()]).unwrap();
+    let view = chain.view().unwrap();
+
+    // 1. A tampered batch: honest signers refuse and say why; nothing is signed.
+    let receipts = open_and_receipt(&chain, 2, 600).await;
+    let mut escrows = HashMap::new();
+    for r in &receipts {
+        let e = view.open_escrow(r.receipt.escrow_id).await.unwrap().unwrap();
+        escrows.insert(e.escrow_id, e);
+    }
+    let honest = ledger::assemble(
+        31337,
+        chain.deployment.settlement,
+        1,
+        receipts.clone(),
+        &escrows,
+        Vec::new(),
+    )
+    .unwrap();
+    // The provider credited 100 more than the receipts say, with a root that matches the lie.
+    let mut inflated = honest.clone();
+    let provider = chain.provider.account();
+    for (party, amount) in &mut inflated.new_balances {
+        if *party == provider {
+            *amount += U256::from(100);
+        }
+    }
+    inflated.balances_root = BalancesTree::new(inflated.new_balances.clone())
+        .unwrap()
+        .root();
+    let err = committee
+        .sign(inflated.digest().as_slice(), &package, sign_request(&inflated))
+        .await
+        .unwrap_err();
+    match &err {
+        Error::Refused { reason, .. } => {
+            assert!(reason.contains("expected 1200"), "{reason}");
+            assert!(reason.contains("balances root"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other}"),
+    }
+    // A receipt whose amount was raised after the provider signed it.
+    let mut forged = honest.clone();
+    forged.receipts[0].receipt.amount_owed_wei = 1_000;
+    let err = committee
+        .sign(forged.digest().as_slice(), &package, sign_request(&forged))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { reason, .. } if reason.contains("does not verify")),
+        "{err}"
+    );
+    // A message that is not the batch's digest.
+    let err = committee
+        .sign(b"something else", &package, sign_request(&honest))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { reason, .. } if reason.contains("digest")),
+        "{err}"
+    );
+    assert_eq!(nonce(&chain).await, 0);
+
+    // 2. The coordinator dies between aggregation and posting.
+    let db = TempDb::create().await;
+    let poster = chain.anvil.keys[3].clone();
+    let make = || async {
+        let store = PgStore::connect(&db.url).await.unwrap();
+        store.save_group_key(0, &package).await.unwrap();
+        Coordinator::new(
+            store,
+            cluster.committee(3, 1).unwrap(),
+            vec![chain.view().unwrap()],
+            poster.clone(),
+        )
+        .unwrap()
+    };
+    let first = make().await;
+    first.submit(&receipts).await.unwrap();
+    let id = first.build().await.unwrap().expect("a batch");
+    first.sign_pending().await.unwrap();
+    assert_eq!(first.store().parts(id).await.unwrap()[0].status, PartStatus::Signed);
+    drop(first);
+    assert_eq!(nonce(&chain).await, 0);
+    let second = make().await;
+    second.resume().await.unwrap();
+    second.resume().await.unwrap();
+    assert_eq!(nonce(&chain).await, 1);
+    assert_eq!(events(&chain).await, 1);
+    let part = &second.store().parts(id).await.unwrap()[0];
+    assert_eq!(part.status, PartStatus::Posted);
+    assert!(part.tx_hash.is_some());
+    drop(second);
+
+    // 3. It dies after its transaction went out but before it recorded that.
+    let third = make().await;
+    third
+        .submit(&open_and_receipt(&chain, 1, 10).await)
+        .await
+        .unwrap();
+    let id = third.build().await.unwrap().expect("a batch");
+    third.sign_pending().await.unwrap();
+    let part = third.store().parts(id).await.unwrap().remove(0);
+    let signature = frost::Signature::deserialize(part.signature.as_ref().unwrap()).unwrap();
+    chain
+        .operator
+        .settle_batch(
+            &part.batch.message(),
+            &EvmSignature::from_frost(&signature).unwrap(),
+        )
+        .await
+        .unwrap();
+    drop(third);
+    let fourth = make().await;
+    fourth.resume().await.unwrap();
+    assert_eq!(nonce(&chain).await, 2);
+    assert_eq!(events(&chain).await, 2, "posted once, not twice");
+    let steps = fourth.store().steps(id).await.unwrap();
+    assert!(
+        steps
+            .iter()
+            .any(|(_, s, d)| s == "posted" && d.contains("already on chain")),
+        "{steps:?}"
+    );
+
+    // 4. Sessions with a real signer process.
+    let target = &cluster.members[0];
+    let limits = Limits::default();
+    // The peer presents another identity than the one pinned for it.
+    let err = Channel::connect(
+        target.address.as_str(),
+        &cluster.coordinator,
+        cluster.members[1].public().unwrap(),
+        limits,
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("expected"), "{err}");
+    // An identity the signer does not know.
+    let stranger = Identity::generate();
+    assert!(
+        Channel::connect(
+            target.address.as_str(),
+            &stranger,
+            target.public().unwrap(),
+            limits
+        )
+        .await
+        .is_err()
+    );
+    // A replayed frame, then an altered one: each ends its session.
+    let ping = serde_json::to_vec(&Request::Ping).unwrap();
+    let mut channel = Channel::connect(
+        target.address.as_str(),
+        &cluster.coordinator,
+        target.public().unwrap(),
+        limits,
+    )
+    .await
+    .unwrap();
+    let frame = channel.seal(&ping).unwrap();
+    channel.write_sealed(&frame).await.unwrap();
+    assert!(matches!(channel.recv::<Response>().await.unwrap(), Response::Pong));
+    channel.write_sealed(&frame).await.unwrap();
+    assert!(channel.recv::<Response>().await.is_err());
+    let mut channel = Channel::connect(
+        target.address.as_str(),
+        &cluster.coordinator,
+        target.public().unwrap(),
+        limits,
+    )
+    .await
+    .unwrap();
+    let mut frame = channel.seal(&ping).unwrap();
+    let last = frame.len() - 1;
+    frame[last] ^= 1;
+    channel.write_sealed(&frame).await.unwrap();
+    assert!(channel.recv::<Response>().await.is_err());
+    let log = cluster.log(1);
+    assert!(log.contains("out of order"), "{log}");
+    assert!(log.contains("fails authentication"), "{log}");
+    assert!(log.contains("is not a known identity"), "{log}");
+    // None of this cost the signer anything: it still answers.
+    let mut channel = Channel::connect(
+        target.address.as_str(),
+        &cluster.coordinator,
+        target.public().unwrap(),
+        limits,
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        channel.call::<_, Response>(&Request::Ping).await.unwrap(),
+        Response::Pong
+    ));
+}
