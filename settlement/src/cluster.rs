@@ -61,7 +61,12 @@ pub struct Cluster {
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Cluster({} signers in {})", self.members.len(), self.dir.path.display())
+        write!(
+            f,
+            "Cluster({} signers in {})",
+            self.members.len(),
+            self.dir.path.display()
+        )
     }
 }
 
@@ -139,9 +144,7 @@ impl Cluster {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .map_err(|e| {
-                Error::Config(format!("cannot start {}: {e}", self.binary.display()))
-            })?;
+            .map_err(|e| Error::Config(format!("cannot start {}: {e}", self.binary.display())))?;
         self.children[index as usize - 1] = Some(child);
         Ok(())
     }
@@ -158,8 +161,9 @@ impl Cluster {
             if let Some(child) = self.children[index as usize - 1].as_mut()
                 && let Some(status) = child.try_wait()?
             {
-                let log = std::fs::read_to_string(self.dir.path.join(format!("signer-{index}.log")))
-                    .unwrap_or_default();
+                let log =
+                    std::fs::read_to_string(self.dir.path.join(format!("signer-{index}.log")))
+                        .unwrap_or_default();
                 return Err(Error::Config(format!(
                     "signer {index} exited at start ({status}): {log}"
                 )));
@@ -204,7 +208,8 @@ impl Cluster {
 
     /// The log of signer `index` so far.
     pub fn log(&self, index: u16) -> String {
-        std::fs::read_to_string(self.dir.path.join(format!("signer-{index}.log"))).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path.join(format!("signer-{index}.log")))
+            .unwrap_or_default()
     }
 }
 

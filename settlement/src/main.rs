@@ -133,9 +133,15 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .context("sign bench")?;
             println!("{:<16} {:>10} {:>10}", "metric", "value", "target");
-            println!("{:<16} {:>10.3} {:>10}", "handshake_ms", r.handshake_ms, "<= 2");
+            println!(
+                "{:<16} {:>10.3} {:>10}",
+                "handshake_ms", r.handshake_ms, "<= 2"
+            );
             println!("{:<16} {:>10.3} {:>10}", "dkg_ms", r.dkg_ms, "");
-            println!("{:<16} {:>10.3} {:>10}", "sign_p50_ms", r.sign_p50_ms, "<= 20");
+            println!(
+                "{:<16} {:>10.3} {:>10}",
+                "sign_p50_ms", r.sign_p50_ms, "<= 20"
+            );
             println!("{:<16} {:>10.3} {:>10}", "sign_p99_ms", r.sign_p99_ms, "");
             println!(
                 "({} of {} signers, {} receipts per batch, {} rounds, settled on chain: {})",

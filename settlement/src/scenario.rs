@@ -52,7 +52,10 @@ impl ScenarioChain {
         buyer.deposit(funds).await?;
         let provider_identity = Identity::generate();
         provider
-            .set_metadata("http://127.0.0.1:9001", B256::from(provider_identity.id().0))
+            .set_metadata(
+                "http://127.0.0.1:9001",
+                B256::from(provider_identity.id().0),
+            )
             .await?;
         Ok(Self {
             anvil,

@@ -85,9 +85,11 @@ pub async fn sign_bench(
     let package = committee.dkg(0).await?;
     let dkg = start.elapsed();
 
-    let chain =
-        ScenarioChain::start(31337, EvmGroupKey::from_verifying_key(package.verifying_key())?)
-            .await?;
+    let chain = ScenarioChain::start(
+        31337,
+        EvmGroupKey::from_verifying_key(package.verifying_key())?,
+    )
+    .await?;
     write_deployments(&cluster.deployments_file, &[chain.entry()])?;
     let ids = chain.open_jobs(receipts, 1_000).await?;
     let signed = chain.receipts(&ids, 900)?;

@@ -156,9 +156,13 @@ impl Committee {
                             Err(_) => {}
                         }
                     }
-                    let mut channel =
-                        Channel::connect(member.address.as_str(), &identity, member.public()?, limits)
-                            .await?;
+                    let mut channel = Channel::connect(
+                        member.address.as_str(),
+                        &identity,
+                        member.public()?,
+                        limits,
+                    )
+                    .await?;
                     channel.set_io_timeout(timeout);
                     let response: Response = channel.call(&request).await?;
                     channel.set_io_timeout(limits.io_timeout);
@@ -170,7 +174,9 @@ impl Committee {
         }
         let mut out = Vec::new();
         while let Some(joined) = tasks.join_next().await {
-            let Ok((index, result)) = joined else { continue };
+            let Ok((index, result)) = joined else {
+                continue;
+            };
             match result {
                 Ok((channel, response)) => {
                     self.channels.lock().await.insert(index, channel);
@@ -185,7 +191,11 @@ impl Committee {
 
     /// Members that answer a ping now.
     pub async fn available(&self) -> Vec<Member> {
-        let requests = self.members.iter().map(|m| (m.index, Request::Ping)).collect();
+        let requests = self
+            .members
+            .iter()
+            .map(|m| (m.index, Request::Ping))
+            .collect();
         let answers = self.call_many(requests, self.limits.io_timeout).await;
         answers
             .into_iter()

@@ -321,9 +321,11 @@ impl<S: Store> Coordinator<S> {
     /// `party`'s cumulative amount on `chain_id` and its Merkle proof against the chain's
     /// current balances root (what `Escrow.claim` takes).
     pub async fn claim_proof(&self, chain_id: u64, party: Address) -> Result<(U256, Vec<B256>)> {
-        let part = self.store.latest_part(chain_id).await?.ok_or_else(|| {
-            Error::Merkle(format!("no batch on chain {chain_id} yet"))
-        })?;
+        let part = self
+            .store
+            .latest_part(chain_id)
+            .await?
+            .ok_or_else(|| Error::Merkle(format!("no batch on chain {chain_id} yet")))?;
         let balances = if part.status == PartStatus::Posted {
             part.batch.new_balances
         } else {

@@ -141,7 +141,12 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn record_posted(&self, batch_id: i64, chain_id: u64, tx_hash: Option<B256>) -> Result<()> {
+    async fn record_posted(
+        &self,
+        batch_id: i64,
+        chain_id: u64,
+        tx_hash: Option<B256>,
+    ) -> Result<()> {
         sqlx::query(
             "UPDATE settlement_batch_parts SET status = 'posted', tx_hash = $3, updated_at = now() \
              WHERE batch_id = $1 AND chain_id = $2",

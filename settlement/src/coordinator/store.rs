@@ -71,7 +71,10 @@ pub struct StoredPart {
 /// The coordinator's durable state. Every method is one transaction.
 pub trait Store: Send + Sync {
     /// Adds receipts not seen before (by job id); returns how many were new.
-    fn add_receipts(&self, receipts: &[SignedReceipt]) -> impl Future<Output = Result<usize>> + Send;
+    fn add_receipts(
+        &self,
+        receipts: &[SignedReceipt],
+    ) -> impl Future<Output = Result<usize>> + Send;
     /// Receipts in no batch yet, oldest first.
     fn pending_receipts(&self) -> impl Future<Output = Result<Vec<SignedReceipt>>> + Send;
     /// Records a new batch of `parts` (status `created`) and assigns their receipts to it.
@@ -93,7 +96,8 @@ pub trait Store: Send + Sync {
     /// Parts not yet posted, by batch id then chain id.
     fn unfinished(&self) -> impl Future<Output = Result<Vec<StoredPart>>> + Send;
     /// The latest part of `chain_id`, whatever its status.
-    fn latest_part(&self, chain_id: u64) -> impl Future<Output = Result<Option<StoredPart>>> + Send;
+    fn latest_part(&self, chain_id: u64)
+    -> impl Future<Output = Result<Option<StoredPart>>> + Send;
     /// Every part of a batch.
     fn parts(&self, batch_id: i64) -> impl Future<Output = Result<Vec<StoredPart>>> + Send;
     /// Appends a line to a batch's history.
@@ -233,7 +237,12 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn record_posted(&self, batch_id: i64, chain_id: u64, tx_hash: Option<B256>) -> Result<()> {
+    async fn record_posted(
+        &self,
+        batch_id: i64,
+        chain_id: u64,
+        tx_hash: Option<B256>,
+    ) -> Result<()> {
         self.with(|m| {
             let part = m
                 .parts

@@ -132,7 +132,11 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
     let mut receipts = open_and_receipt(&chains[0], 3, 700).await;
     receipts.extend(open_and_receipt(&chains[1], 2, 400).await);
     assert_eq!(coordinator.submit(&receipts).await.unwrap(), 5);
-    assert_eq!(coordinator.submit(&receipts).await.unwrap(), 0, "idempotent");
+    assert_eq!(
+        coordinator.submit(&receipts).await.unwrap(),
+        0,
+        "idempotent"
+    );
     let id = coordinator.run_once().await.unwrap().expect("a batch");
     for (chain, (provider_total, buyer_total)) in chains.iter().zip([(2_100, 900), (800, 1_200)]) {
         assert_eq!(nonce(chain).await, 1);
@@ -225,7 +229,9 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
     assert_eq!(nonce(&chains[0]).await, 3);
 }
 
-fn sign_request(batch: &ChainBatch) -> impl Fn(alloy::primitives::B256, frost::SigningPackage) -> Request {
+fn sign_request(
+    batch: &ChainBatch,
+) -> impl Fn(alloy::primitives::B256, frost::SigningPackage) -> Request {
     let batch = batch.clone();
     move |round_id, signing_package| {
         Request::SignBatch(SignBatchRequest {
@@ -250,7 +256,11 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     let receipts = open_and_receipt(&chain, 2, 600).await;
     let mut escrows = HashMap::new();
     for r in &receipts {
-        let e = view.open_escrow(r.receipt.escrow_id).await.unwrap().unwrap();
+        let e = view
+            .open_escrow(r.receipt.escrow_id)
+            .await
+            .unwrap()
+            .unwrap();
         escrows.insert(e.escrow_id, e);
     }
     let honest = ledger::assemble(
@@ -274,7 +284,11 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
         .unwrap()
         .root();
     let err = committee
-        .sign(inflated.digest().as_slice(), &package, sign_request(&inflated))
+        .sign(
+            inflated.digest().as_slice(),
+            &package,
+            sign_request(&inflated),
+        )
         .await
         .unwrap_err();
     match &err {
@@ -324,7 +338,10 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     first.submit(&receipts).await.unwrap();
     let id = first.build().await.unwrap().expect("a batch");
     first.sign_pending().await.unwrap();
-    assert_eq!(first.store().parts(id).await.unwrap()[0].status, PartStatus::Signed);
+    assert_eq!(
+        first.store().parts(id).await.unwrap()[0].status,
+        PartStatus::Signed
+    );
     drop(first);
     assert_eq!(nonce(&chain).await, 0);
     let second = make().await;
@@ -405,7 +422,10 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     .unwrap();
     let frame = channel.seal(&ping).unwrap();
     channel.write_sealed(&frame).await.unwrap();
-    assert!(matches!(channel.recv::<Response>().await.unwrap(), Response::Pong));
+    assert!(matches!(
+        channel.recv::<Response>().await.unwrap(),
+        Response::Pong
+    ));
     channel.write_sealed(&frame).await.unwrap();
     assert!(channel.recv::<Response>().await.is_err());
     let mut channel = Channel::connect(
