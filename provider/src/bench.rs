@@ -292,12 +292,15 @@ pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
             seed: 5,
         }
     } else {
+        // Llama-3-8B's layer shapes (d = 4096, GQA 32/8, SwiGLU 14336 → 11008 here to keep
+        // the bench's memory small), one layer: per-token adapter work is r·(d_in + d_out)
+        // against d_in·d_out, so the width is what sets the adapters' share.
         GenModelOptions {
-            hidden: 2048,
-            layers: 2,
-            heads: 16,
-            kv_heads: 16,
-            intermediate: 5632,
+            hidden: 4096,
+            layers: 1,
+            heads: 32,
+            kv_heads: 8,
+            intermediate: 11008,
             vocab: 1024,
             max_positions: 256,
             tie: false,

@@ -176,6 +176,9 @@ pub struct Engine {
     shared: Arc<Shared>,
     model: Arc<Model>,
     tokenizer: Arc<Tokenizer>,
+    /// The scheduler holds a `Weak` of this: when the last handle is gone and nothing is
+    /// left to run, the thread ends (its own sender for loader threads keeps the channel open).
+    _alive: Arc<()>,
 }
 
 impl Engine {
@@ -187,6 +190,7 @@ impl Engine {
         config: EngineConfig,
     ) -> Self {
         let (tx, rx) = std::sync::mpsc::channel();
+        let alive = Arc::new(());
         let shared = Arc::new(Shared {
             cache: Mutex::new(cache),
             stats: Mutex::new(EngineStats::default()),
@@ -203,6 +207,7 @@ impl Engine {
             loading: HashSet::new(),
             pending_insert: HashMap::new(),
             stats: EngineStats::default(),
+            handles: Arc::downgrade(&alive),
         };
         std::thread::Builder::new()
             .name("cx-scheduler".into())
@@ -213,6 +218,7 @@ impl Engine {
             shared,
             model,
             tokenizer,
+            _alive: alive,
         }
     }
 
@@ -270,6 +276,7 @@ struct Scheduler {
     /// Loaded adapters that did not fit yet (everything else pinned or in use).
     pending_insert: HashMap<String, Arc<Adapter>>,
     stats: EngineStats,
+    handles: std::sync::Weak<()>,
 }
 
 fn label(adapter: &Option<AdapterRef>) -> String {
@@ -284,19 +291,17 @@ impl Scheduler {
             // Block only when there is nothing to run; otherwise take what has arrived.
             let idle = self.running.is_empty();
             if idle {
+                if self.waiting.is_empty() && self.handles.strong_count() == 0 {
+                    return; // every Engine handle is gone and nothing is left to do
+                }
                 let wait = if self.waiting.is_empty() {
-                    Duration::from_secs(3600)
+                    Duration::from_secs(1)
                 } else {
                     Duration::from_millis(20)
                 };
                 match rx.recv_timeout(wait) {
                     Ok(command) => self.handle(command),
-                    Err(RecvTimeoutError::Timeout) => {}
-                    Err(RecvTimeoutError::Disconnected) => {
-                        if self.waiting.is_empty() {
-                            return;
-                        }
-                    }
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
                 }
             }
             while let Ok(command) = rx.try_recv() {
