@@ -14,6 +14,20 @@
 //! - [`devnet`]: starts Anvil chains from the project-local install, writes the chain registry and
 //!   deploys every contract; [`bench`] measures gas with real transactions.
 //!
+//! The committee (the off-chain half that produces the signatures):
+//! - [`transport`]: length-prefixed frames over TCP carrying `cx-protocol`'s hybrid
+//!   ML-KEM-768 + X25519 handshake (ML-DSA-65 authenticated, keys pinned) and then sealed
+//!   frames; [`wire`] is what those frames say; [`keyfile`] keeps secrets in 0600 files;
+//! - [`dkg`]: FROST key generation among the signers over those sessions (no dealer);
+//! - [`ledger`]: receipts + escrows + previous balances → one chain's batch, the function the
+//!   coordinator builds with and every signer re-checks with;
+//! - [`signer`]: the `cx-signer run` service — checks a batch against the chain ([`onchain`])
+//!   and its own record before it signs; [`config`] is its configuration;
+//! - [`coordinator`]: signer-agnostic batching, any-t-of-n signing under a diversity rule,
+//!   posting to every chain exactly once, every step in PostgreSQL (outbox);
+//! - [`cluster`], [`scenario`] and [`sign_bench`]: signer processes on loopback, a market on one
+//!   chain, and `cx-signer bench sign`.
+//!
 //! ```
 //! use alloy::primitives::{Address, B256, U256};
 //! use cx_settlement::batch::{BatchMessage, ranges_from_ids};

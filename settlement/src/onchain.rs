@@ -80,10 +80,12 @@ impl ChainView {
     /// Escrow `id` while it is open; `None` once settled or reclaimed, or if never opened.
     pub async fn open_escrow(&self, id: u64) -> Result<Option<Escrow>> {
         let contract = self.settlement();
-        if !contract.isOpen(id).call().await.map_err(rpc)? {
+        let (open, job) = (contract.isOpen(id), contract.jobs(id));
+        let (open, job) = tokio::join!(open.call(), job.call());
+        if !open.map_err(rpc)? {
             return Ok(None);
         }
-        let job = contract.jobs(id).call().await.map_err(rpc)?;
+        let job = job.map_err(rpc)?;
         Ok(Some(Escrow {
             escrow_id: id,
             buyer: job.buyer,

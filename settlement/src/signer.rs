@@ -50,6 +50,8 @@ use crate::wire::{
 /// Outstanding nonces a signer keeps at most (a coordinator that commits and never signs cannot
 /// grow its memory without bound).
 const MAX_PENDING_ROUNDS: usize = 1024;
+/// How long a session may wait for its next request.
+const SESSION_IDLE: Duration = Duration::from_secs(120);
 /// How long a DKG may take before it is abandoned.
 const DKG_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -262,6 +264,9 @@ impl Signer {
 
     async fn session(self: Arc<Self>, mut channel: Channel) {
         let peer = channel.peer();
+        // Between requests a session may idle (a DKG peer waits for the slowest member); a
+        // session idle for longer is closed and the other side opens a new one.
+        channel.set_io_timeout(SESSION_IDLE);
         loop {
             let request: Request = match channel.recv().await {
                 Ok(r) => r,
@@ -470,14 +475,36 @@ impl Signer {
                 batch.contract, batch.chain_id, chain.deployment.settlement
             ));
         }
-        let last = chain.batch_nonce().await.map_err(e)?;
+        // Every chain read of the check is issued at once: the reads are independent, and a
+        // signer's latency is what the coordinator waits for.
+        let mut providers: HashSet<Address> = HashSet::new();
+        let mut escrow_ids: HashSet<u64> = HashSet::new();
+        for signed in &batch.receipts {
+            providers.insert(Address::from(signed.receipt.provider));
+            escrow_ids.insert(signed.receipt.escrow_id);
+        }
+        let mut key_reads = tokio::task::JoinSet::new();
+        for provider in providers {
+            let chain = chain.clone();
+            key_reads.spawn(async move { (provider, chain.provider_key_hash(provider).await) });
+        }
+        let mut escrow_reads = tokio::task::JoinSet::new();
+        for id in escrow_ids {
+            let chain = chain.clone();
+            escrow_reads.spawn(async move { (id, chain.open_escrow(id).await) });
+        }
+        let (last, on_chain, root) = tokio::join!(
+            chain.batch_nonce(),
+            chain.group_key(),
+            chain.balances_root()
+        );
+        let (last, on_chain, root) = (last.map_err(e)?, on_chain.map_err(e)?, root.map_err(e)?);
         if batch.nonce != last + 1 {
             return Err(format!(
                 "nonce {} is not the next one: chain {} is at {last}",
                 batch.nonce, batch.chain_id
             ));
         }
-        let on_chain = chain.group_key().await.map_err(e)?;
         let ours =
             EvmGroupKey::from_verifying_key(key.public_key_package.verifying_key()).map_err(e)?;
         if on_chain.key != ours {
@@ -486,7 +513,6 @@ impl Signer {
                 batch.chain_id, key.epoch
             ));
         }
-        let root = chain.balances_root().await.map_err(e)?;
         if ledger::balances_root(&batch.previous_balances).map_err(e)? != root {
             return Err(format!(
                 "previous balances do not hash to chain {}'s balances root {root}",
@@ -494,41 +520,41 @@ impl Signer {
             ));
         }
         let mut reasons = Vec::new();
-        let mut escrows = HashMap::new();
-        let mut registered: HashMap<Address, B256> = HashMap::new();
-        let mut seen = HashSet::new();
         for signed in &batch.receipts {
-            let r = &signed.receipt;
-            let job = hex::encode(r.job_id);
             if let Err(err) = signed.verify_self_contained() {
-                reasons.push(format!("receipt of job {job}: {err}"));
-                continue;
-            }
-            let provider = Address::from(r.provider);
-            let hash = match registered.get(&provider) {
-                Some(h) => *h,
-                None => {
-                    let h = chain.provider_key_hash(provider).await.map_err(e)?;
-                    registered.insert(provider, h);
-                    h
-                }
-            };
-            if hash != B256::from(r.provider_key) {
                 reasons.push(format!(
-                    "receipt of job {job}: provider {provider} has not registered key {}",
-                    hex::encode(r.provider_key)
+                    "receipt of job {}: {err}",
+                    hex::encode(signed.receipt.job_id)
                 ));
             }
-            if seen.insert(r.escrow_id) {
-                match chain.open_escrow(r.escrow_id).await.map_err(e)? {
-                    Some(escrow) => {
-                        escrows.insert(r.escrow_id, escrow);
-                    }
-                    None => reasons.push(format!(
-                        "escrow {} is not open on chain {} (settled, reclaimed or never opened)",
-                        r.escrow_id, batch.chain_id
-                    )),
+        }
+        let mut registered: HashMap<Address, B256> = HashMap::new();
+        while let Some(joined) = key_reads.join_next().await {
+            let (provider, hash) = joined.map_err(|j| j.to_string())?;
+            registered.insert(provider, hash.map_err(e)?);
+        }
+        let mut escrows = HashMap::new();
+        while let Some(joined) = escrow_reads.join_next().await {
+            let (id, escrow) = joined.map_err(|j| j.to_string())?;
+            match escrow.map_err(e)? {
+                Some(escrow) => {
+                    escrows.insert(id, escrow);
                 }
+                None => reasons.push(format!(
+                    "escrow {id} is not open on chain {} (settled, reclaimed or never opened)",
+                    batch.chain_id
+                )),
+            }
+        }
+        for signed in &batch.receipts {
+            let r = &signed.receipt;
+            let provider = Address::from(r.provider);
+            if registered.get(&provider) != Some(&B256::from(r.provider_key)) {
+                reasons.push(format!(
+                    "receipt of job {}: provider {provider} has not registered key {}",
+                    hex::encode(r.job_id),
+                    hex::encode(r.provider_key)
+                ));
             }
         }
         if !reasons.is_empty() {
