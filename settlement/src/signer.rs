@@ -47,8 +47,8 @@ use crate::wire::{
     SignRotationRequest, SignerInfo,
 };
 
-/// Outstanding nonces a signer keeps at most (a coordinator that commits and never signs cannot
-/// grow its memory without bound).
+/// Outstanding rounds a signer keeps at most (a coordinator that commits and never signs cannot
+/// grow its memory without bound; the oldest is forgotten first).
 const MAX_PENDING_ROUNDS: usize = 1024;
 /// How long a session may wait for its next request.
 const SESSION_IDLE: Duration = Duration::from_secs(120);
@@ -165,6 +165,7 @@ struct Pending {
     nonces: frost::round1::SigningNonces,
     commitments: frost::round1::SigningCommitments,
     epoch: u32,
+    opened: std::time::Instant,
 }
 
 type InboxSlot = (
@@ -409,7 +410,15 @@ impl Signer {
             return refused("round id already used: nonces are single-use");
         }
         if pending.len() >= MAX_PENDING_ROUNDS {
-            return refused("too many open rounds; sign or abandon some first");
+            // Rounds a coordinator abandoned (a co-signer dropped out) are never signed: forget
+            // the oldest. Dropping unused nonces is always safe; reusing them never is.
+            if let Some(oldest) = pending
+                .iter()
+                .min_by_key(|(_, p)| p.opened)
+                .map(|(round, _)| *round)
+            {
+                pending.remove(&oldest);
+            }
         }
         let (nonces, commitments) = frost::round1::commit(&share, &mut dkg::os_rng());
         pending.insert(
@@ -418,6 +427,7 @@ impl Signer {
                 nonces,
                 commitments,
                 epoch,
+                opened: std::time::Instant::now(),
             },
         );
         Response::Committed(Committed {
