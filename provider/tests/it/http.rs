@@ -724,3 +724,39 @@ async fn stop_strings_cut_streamed_and_whole_answers_alike() {
         "at least two answers had a usable stop character"
     );
 }
+
+/// An adapter registered from `--adapters` but broken on disk fails its requests with 422 and
+/// the reason when first used (the load on miss), and the server keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_registered_adapter_fails_its_request_with_422() {
+    let s = server("broken-registered", 64);
+    std::fs::write(
+        s.dir
+            .path()
+            .join("adapters/adapter-3/adapter_model.safetensors"),
+        b"garbage",
+    )
+    .unwrap();
+    let (status, body) = call_json(
+        &s.app,
+        "/v1/completions",
+        json!({"model": "adapter-3", "prompt": "x"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_error_shape(&body, "invalid_adapter");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("safetensors"),
+        "{body}"
+    );
+    let (status, _) = call_json(
+        &s.app,
+        "/v1/completions",
+        json!({"model": "adapter-0", "prompt": "x", "max_tokens": 2}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+}
