@@ -39,6 +39,17 @@ pub enum EvictionPolicy {
     Lru,
 }
 
+impl std::str::FromStr for EvictionPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "value-per-byte" | "value_per_byte" | "vpb" => Ok(Self::ValuePerByte),
+            "lru" => Ok(Self::Lru),
+            other => Err(format!("unknown policy `{other}` (value-per-byte or lru)")),
+        }
+    }
+}
+
 /// Discounting of future hits.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Discount {
@@ -58,14 +69,19 @@ impl Default for Discount {
     }
 }
 
-/// Expected discounted value of an occupant: `λ·s·(1 − e^{−rH})/r` (`λ·s·H` when r = 0).
-pub fn expected_value(occupant: &Occupant, discount: Discount) -> f64 {
-    let flow = occupant.hit_rate_per_s.max(0.0) * occupant.saving_per_hit.max(0.0);
+/// Expected discounted value of a flow of hits: `λ·s·(1 − e^{−rH})/r` (`λ·s·H` when r = 0).
+pub fn discounted_value(hit_rate_per_s: f64, saving_per_hit: f64, discount: Discount) -> f64 {
+    let flow = hit_rate_per_s.max(0.0) * saving_per_hit.max(0.0);
     if discount.rate_per_s > 0.0 {
         flow * -(-discount.rate_per_s * discount.horizon_s).exp_m1() / discount.rate_per_s
     } else {
         flow * discount.horizon_s
     }
+}
+
+/// Expected discounted value of an occupant (see [`discounted_value`]).
+pub fn expected_value(occupant: &Occupant, discount: Discount) -> f64 {
+    discounted_value(occupant.hit_rate_per_s, occupant.saving_per_hit, discount)
 }
 
 /// Value per byte, the knapsack's density.

@@ -8,10 +8,11 @@
 //! * The **shadow price** of a slot is the expected discounted value given up to make room for
 //!   it ([`ResidencyCache::shadow_price`]); a provider reports it.
 //!
-//! The arithmetic is the exchange's (`exchange/src/inventory.rs`), kept identical in spirit
-//! without depending on the exchange: an occupant hit at rate `λ` per second, each hit saving
-//! `s` (the reload it avoids, in seconds of loading), is worth `λ·s·(1 − e^{−rH})/r` over a
-//! horizon `H` at discount rate `r`; density is that over its bytes.
+//! The arithmetic is the one the exchange uses too ([`cx_protocol::inventory`]): an occupant hit
+//! at rate `λ` per second, each hit saving `s` (the reload it avoids, in seconds of loading), is
+//! worth `λ·s·(1 − e^{−rH})/r` over a horizon `H` at discount rate `r`; density is that over its
+//! bytes. This module adds what only a provider knows: use counts, load times, pins and which
+//! adapters running sequences hold.
 //!
 //! Time is passed in (`now_s`, seconds on any monotonic clock), so the cache is pure and its
 //! tests need no sleeping.
@@ -25,56 +26,8 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::lora::Adapter;
-
-/// How the cache picks what to evict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EvictionPolicy {
-    /// Least expected value per byte first (SPEC §4).
-    ValuePerByte,
-    /// Least recently used first: the baseline.
-    Lru,
-}
-
-impl std::str::FromStr for EvictionPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "value-per-byte" | "value_per_byte" | "vpb" => Ok(Self::ValuePerByte),
-            "lru" => Ok(Self::Lru),
-            other => Err(format!("unknown policy `{other}` (value-per-byte or lru)")),
-        }
-    }
-}
-
-/// Discounting of future hits.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Discount {
-    /// `r`, per second.
-    pub rate_per_s: f64,
-    /// `H`, seconds.
-    pub horizon_s: f64,
-}
-
-impl Default for Discount {
-    fn default() -> Self {
-        // An hour's horizon discounted at ~10 % an hour, as the exchange's default.
-        Self {
-            rate_per_s: 0.1 / 3600.0,
-            horizon_s: 3600.0,
-        }
-    }
-}
-
-/// Expected discounted value of a flow `λ·s`: `λ·s·(1 − e^{−rH})/r` (`λ·s·H` when `r = 0`).
-pub fn expected_value(hit_rate_per_s: f64, saving_per_hit: f64, discount: Discount) -> f64 {
-    let flow = hit_rate_per_s.max(0.0) * saving_per_hit.max(0.0);
-    if discount.rate_per_s > 0.0 {
-        flow * -(-discount.rate_per_s * discount.horizon_s).exp_m1() / discount.rate_per_s
-    } else {
-        flow * discount.horizon_s
-    }
-}
+pub use cx_protocol::inventory::{Discount, EvictionPolicy};
+use cx_protocol::inventory::{Occupant, discounted_value, plan_eviction, shadow_price};
 
 /// Tuning of a [`ResidencyCache`].
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -287,15 +240,38 @@ impl ResidencyCache {
             .usage
             .get(id)
             .map_or(0.0, |u| u.rate_per_s(now_s, self.config.rate_window_s));
-        expected_value(rate, self.saving_per_hit(bytes), self.config.discount)
+        discounted_value(rate, self.saving_per_hit(bytes), self.config.discount)
     }
 
     fn value_per_byte(&self, id: &str, bytes: u64, now_s: f64) -> f64 {
         self.value(id, bytes, now_s) / bytes.max(1) as f64
     }
 
-    /// Ids to evict, in order, so that `needed_bytes` fit; pinned and in-use adapters are
-    /// never chosen.
+    /// Resident adapters as occupants, in id order (so plans do not depend on hash order);
+    /// pinned and in-use adapters count as pinned: neither may be evicted.
+    fn occupants(&self, now_s: f64) -> Vec<(&String, Occupant)> {
+        let mut ids: Vec<&String> = self.entries.keys().collect();
+        ids.sort();
+        ids.into_iter()
+            .map(|id| {
+                let entry = &self.entries[id];
+                let bytes = entry.adapter.bytes();
+                let usage = self.usage.get(id);
+                let occupant = Occupant {
+                    id: id.clone(),
+                    bytes,
+                    hit_rate_per_s: usage
+                        .map_or(0.0, |u| u.rate_per_s(now_s, self.config.rate_window_s)),
+                    saving_per_hit: self.saving_per_hit(bytes),
+                    pinned: entry.pinned || entry.in_use > 0,
+                    last_used_s: usage.map_or(0.0, |u| u.last_s),
+                };
+                (id, occupant)
+            })
+            .collect()
+    }
+
+    /// Ids to evict, in order, so that `needed_bytes` fit under the budget.
     fn plan_eviction(
         &self,
         needed_bytes: u64,
@@ -303,42 +279,11 @@ impl ResidencyCache {
         now_s: f64,
     ) -> Result<Vec<String>> {
         let free = self.config.budget_bytes.saturating_sub(self.resident_bytes);
-        if free >= needed_bytes {
-            return Ok(Vec::new());
-        }
-        let mut candidates: Vec<(&String, &Entry)> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| !e.pinned && e.in_use == 0)
-            .collect();
-        // Ties broken by id so the plan does not depend on hash order.
-        match policy {
-            EvictionPolicy::ValuePerByte => candidates.sort_by(|a, b| {
-                self.value_per_byte(a.0, a.1.adapter.bytes(), now_s)
-                    .total_cmp(&self.value_per_byte(b.0, b.1.adapter.bytes(), now_s))
-                    .then(a.0.cmp(b.0))
-            }),
-            EvictionPolicy::Lru => candidates.sort_by(|a, b| {
-                let last = |id: &str| self.usage.get(id).map_or(0.0, |u| u.last_s);
-                last(a.0).total_cmp(&last(b.0)).then(a.0.cmp(b.0))
-            }),
-        }
-        let mut freed = free;
-        let mut chosen = Vec::new();
-        for (id, entry) in &candidates {
-            if freed >= needed_bytes {
-                break;
-            }
-            freed = freed.saturating_add(entry.adapter.bytes());
-            chosen.push((*id).clone());
-        }
-        if freed < needed_bytes {
-            return Err(Error::CacheFull {
-                needed_bytes: needed_bytes - free,
-                evictable_bytes: candidates.iter().map(|(_, e)| e.adapter.bytes()).sum(),
-            });
-        }
-        Ok(chosen)
+        let named = self.occupants(now_s);
+        let occupants: Vec<Occupant> = named.iter().map(|(_, o)| o.clone()).collect();
+        let plan = plan_eviction(&occupants, free, needed_bytes, policy, self.config.discount)
+            .map_err(|e| cache_full(needed_bytes, e))?;
+        Ok(plan.into_iter().map(|i| named[i].0.clone()).collect())
     }
 
     /// Makes `adapter` resident, evicting by the configured policy; returns the evicted ids.
@@ -380,13 +325,9 @@ impl ResidencyCache {
     /// evicting least value per byte first (0 while it fits in what is free; `None` when it
     /// cannot be made at all). The unit is seconds of loading saved over the horizon.
     pub fn shadow_price(&self, slot_bytes: u64, now_s: f64) -> Option<f64> {
-        let evict = self
-            .plan_eviction(slot_bytes, EvictionPolicy::ValuePerByte, now_s)
-            .ok()?;
-        // A fold from +0 (an empty `sum` of floats is −0).
-        Some(evict.iter().fold(0.0, |total, id| {
-            total + self.value(id, self.entries[id].adapter.bytes(), now_s)
-        }))
+        let free = self.config.budget_bytes.saturating_sub(self.resident_bytes);
+        let occupants: Vec<Occupant> = self.occupants(now_s).into_iter().map(|(_, o)| o).collect();
+        shadow_price(&occupants, free, slot_bytes, self.config.discount).ok()
     }
 
     /// Resident adapters, highest value per byte first.
@@ -425,5 +366,22 @@ impl ResidencyCache {
             evictions: self.evictions,
             loads: self.loads,
         }
+    }
+}
+
+/// The cache's refusal, from the shared planner's: only `NotEnoughEvictable` can come back.
+fn cache_full(needed_bytes: u64, err: cx_protocol::Error) -> Error {
+    match err {
+        cx_protocol::Error::NotEnoughEvictable {
+            needed_bytes,
+            evictable_bytes,
+        } => Error::CacheFull {
+            needed_bytes,
+            evictable_bytes,
+        },
+        _ => Error::CacheFull {
+            needed_bytes,
+            evictable_bytes: 0,
+        },
     }
 }

@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
+use cx_protocol::inventory::discounted_value;
 use cx_provider::Error;
-use cx_provider::cache::{CacheConfig, Discount, EvictionPolicy, ResidencyCache, expected_value};
+use cx_provider::cache::{CacheConfig, Discount, EvictionPolicy, ResidencyCache};
 use cx_provider::lora::{Adapter, Target, load_adapter, write_random_adapter};
 
 use crate::common::{TempDir, tiny_model};
@@ -142,7 +143,7 @@ fn shadow_price_is_the_value_given_up() {
     // a[1] has no uses: evicting it costs nothing; two slots cost a[0]'s value too.
     assert_eq!(cache.shadow_price(bytes, 0.0), Some(0.0));
     let saving = config.load_overhead_s + bytes as f64 / config.load_bytes_per_s;
-    let a0 = expected_value(1.0 / 10.0, saving, config.discount);
+    let a0 = discounted_value(1.0 / 10.0, saving, config.discount);
     let two = cache.shadow_price(2 * bytes, 0.0).unwrap();
     assert!((two - a0).abs() < 1e-12, "{two} vs {a0}");
     assert!(two > 0.0);
