@@ -150,9 +150,12 @@ impl Committee {
                                 return Ok((channel, response));
                             }
                             // A session cached from before the signer restarted fails on first
-                            // use. Only a ping is repeated on a fresh one: other requests may
-                            // have reached the signer and must not be sent twice.
-                            Err(e) if !matches!(request, Request::Ping) => return Err(e),
+                            // use. Only a ping or an info request is repeated on a fresh one:
+                            // other requests may have reached the signer and must not be sent
+                            // twice.
+                            Err(e) if !matches!(request, Request::Ping | Request::Info) => {
+                                return Err(e);
+                            }
                             Err(_) => {}
                         }
                     }
@@ -189,18 +192,30 @@ impl Committee {
         out
     }
 
-    /// Members that answer a ping now.
+    /// Members that answer now and declare the operator and region they are configured with (a
+    /// signer whose declaration differs is left out: the diversity rule counts declarations).
     pub async fn available(&self) -> Vec<Member> {
         let requests = self
             .members
             .iter()
-            .map(|m| (m.index, Request::Ping))
+            .map(|m| (m.index, Request::Info))
             .collect();
         let answers = self.call_many(requests, self.limits.io_timeout).await;
         answers
             .into_iter()
-            .filter(|(_, r)| matches!(r, Ok(Response::Pong)))
-            .filter_map(|(i, _)| self.members.iter().find(|m| m.index == i).cloned())
+            .filter_map(|(index, answer)| {
+                let member = self.members.iter().find(|m| m.index == index)?;
+                match answer {
+                    Ok(Response::Info(info))
+                        if info.index == member.index
+                            && info.operator == member.operator
+                            && info.region == member.region =>
+                    {
+                        Some(member.clone())
+                    }
+                    _ => None,
+                }
+            })
             .collect()
     }
 
