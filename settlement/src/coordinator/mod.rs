@@ -318,6 +318,21 @@ impl<S: Store> Coordinator<S> {
         Ok(id)
     }
 
+    /// Gives up batch `batch_id` after the committee refused it (no part may be signed yet):
+    /// its receipts are pending again and its nonces free. Pair with [`Coordinator::reject`] for
+    /// the receipts the signers named, or the next batch is refused the same way.
+    pub async fn abandon(&self, batch_id: i64, reason: &str) -> Result<()> {
+        self.store.abandon_batch(batch_id).await?;
+        self.store
+            .log_step(batch_id, None, "abandoned", reason)
+            .await
+    }
+
+    /// Takes a pending receipt out of settlement, keeping it with `reason`.
+    pub async fn reject(&self, job_id: [u8; 32], reason: &str) -> Result<bool> {
+        self.store.reject_receipt(job_id, reason).await
+    }
+
     /// `party`'s cumulative amount on `chain_id` and its Merkle proof against the chain's
     /// current balances root (what `Escrow.claim` takes).
     pub async fn claim_proof(&self, chain_id: u64, party: Address) -> Result<(U256, Vec<B256>)> {

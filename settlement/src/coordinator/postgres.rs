@@ -228,6 +228,52 @@ impl Store for PgStore {
             .collect()
     }
 
+    async fn abandon_batch(&self, batch_id: i64) -> Result<()> {
+        let mut tx = self.begin().await?;
+        // Lock the parts so a concurrent signer of this batch cannot slip in between.
+        let signed: i64 = sqlx::query(
+            "SELECT count(*) AS signed FROM (SELECT status FROM settlement_batch_parts \
+             WHERE batch_id = $1 FOR UPDATE) parts WHERE status <> 'created'",
+        )
+        .bind(batch_id)
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get("signed")?;
+        if signed > 0 {
+            return Err(super::store::signed_already(batch_id));
+        }
+        sqlx::query("DELETE FROM settlement_batch_parts WHERE batch_id = $1")
+            .bind(batch_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE settlement_receipts SET batch_id = NULL WHERE batch_id = $1")
+            .bind(batch_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn reject_receipt(&self, job_id: [u8; 32], reason: &str) -> Result<bool> {
+        let mut tx = self.begin().await?;
+        let moved = sqlx::query(
+            "INSERT INTO settlement_rejected_receipts (job_id, receipt, reason) \
+             SELECT job_id, receipt, $2 FROM settlement_receipts \
+             WHERE job_id = $1 AND batch_id IS NULL",
+        )
+        .bind(job_id.to_vec())
+        .bind(reason)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        sqlx::query("DELETE FROM settlement_receipts WHERE job_id = $1 AND batch_id IS NULL")
+            .bind(job_id.to_vec())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(moved > 0)
+    }
+
     async fn save_group_key(
         &self,
         epoch: u32,

@@ -113,6 +113,15 @@ pub trait Store: Send + Sync {
         &self,
         batch_id: i64,
     ) -> impl Future<Output = Result<Vec<(Option<u64>, String, String)>>> + Send;
+    /// Gives up a batch none of whose parts is signed: its parts are deleted (their nonces are
+    /// free again) and its receipts are pending again. Refuses once any part is signed.
+    fn abandon_batch(&self, batch_id: i64) -> impl Future<Output = Result<()>> + Send;
+    /// Moves a pending receipt out of settlement with `reason`; false if no such pending receipt.
+    fn reject_receipt(
+        &self,
+        job_id: [u8; 32],
+        reason: &str,
+    ) -> impl Future<Output = Result<bool>> + Send;
     /// Records the public key package of a key epoch (from a DKG).
     fn save_group_key(
         &self,
@@ -132,6 +141,7 @@ struct Memory {
     next_batch: i64,
     steps: Vec<(i64, Option<u64>, String, String)>,
     keys: BTreeMap<u32, frost::keys::PublicKeyPackage>,
+    rejected: Vec<([u8; 32], String)>,
 }
 
 /// The store in memory (tests; a process restart loses it).
@@ -150,6 +160,13 @@ impl MemoryStore {
     fn with<T>(&self, f: impl FnOnce(&mut Memory) -> Result<T>) -> Result<T> {
         f(&mut self.inner.lock().unwrap_or_else(|p| p.into_inner()))
     }
+}
+
+/// The refusal of [`Store::abandon_batch`] once a part is signed.
+pub fn signed_already(batch_id: i64) -> Error {
+    Error::InvalidBatch(format!(
+        "batch {batch_id} has a signed part: it can only be posted, not abandoned"
+    ))
 }
 
 fn missing(batch_id: i64, chain_id: u64) -> Error {
@@ -305,6 +322,37 @@ impl Store for MemoryStore {
                 .filter(|s| s.0 == batch_id)
                 .map(|s| (s.1, s.2.clone(), s.3.clone()))
                 .collect())
+        })
+    }
+
+    async fn abandon_batch(&self, batch_id: i64) -> Result<()> {
+        self.with(|m| {
+            if m.parts
+                .values()
+                .any(|p| p.batch_id == batch_id && p.status != PartStatus::Created)
+            {
+                return Err(signed_already(batch_id));
+            }
+            m.parts.retain(|_, p| p.batch_id != batch_id);
+            for (_, b) in &mut m.receipts {
+                if *b == Some(batch_id) {
+                    *b = None;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    async fn reject_receipt(&self, job_id: [u8; 32], reason: &str) -> Result<bool> {
+        self.with(|m| {
+            let before = m.receipts.len();
+            m.receipts
+                .retain(|(r, b)| !(r.receipt.job_id == job_id && b.is_none()));
+            let found = m.receipts.len() != before;
+            if found {
+                m.rejected.push((job_id, reason.to_string()));
+            }
+            Ok(found)
         })
     }
 

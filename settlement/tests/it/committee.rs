@@ -385,7 +385,41 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
         "{steps:?}"
     );
 
-    // 4. Sessions with a real signer process.
+    // 4. A receipt from a provider that never registered its key: refused with that reason; the
+    // batch is abandoned, the receipt rejected, and the rest settles.
+    let outsider = Identity::generate();
+    let ids = chain.open_jobs(2, 1_000).await.unwrap();
+    let mut receipts = chain.receipts(&ids[..1], 100).unwrap();
+    let mut unregistered = chain.receipts(&ids[1..], 100).unwrap().remove(0).receipt;
+    unregistered.provider_key = outsider.id().0;
+    let unregistered = cx_protocol::receipt::SignedReceipt::sign(unregistered, &outsider).unwrap();
+    receipts.push(unregistered.clone());
+    fourth.submit(&receipts).await.unwrap();
+    let err = fourth.run_once().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { reason, .. } if reason.contains("has not registered key")),
+        "{err}"
+    );
+    let refused = fourth.store().unfinished().await.unwrap()[0].batch_id;
+    fourth.abandon(refused, &err.to_string()).await.unwrap();
+    assert!(
+        fourth
+            .reject(unregistered.receipt.job_id, "provider key not registered")
+            .await
+            .unwrap()
+    );
+    let id = fourth.run_once().await.unwrap().expect("a batch");
+    assert_ne!(id, refused);
+    assert_eq!(nonce(&chain).await, 3);
+    assert_eq!(
+        fourth.store().parts(id).await.unwrap()[0]
+            .batch
+            .receipts
+            .len(),
+        1
+    );
+
+    // 5. Sessions with a real signer process.
     let target = &cluster.members[0];
     let limits = Limits::default();
     // The peer presents another identity than the one pinned for it.
@@ -507,6 +541,15 @@ async fn exercise_store<S: Store>(store: &S) {
         vec![],
     )
     .unwrap();
+    let abandoned = store
+        .create_batch(std::slice::from_ref(&part))
+        .await
+        .unwrap();
+    assert!(store.pending_receipts().await.unwrap().is_empty());
+    // Abandoning frees the nonce and returns the receipts.
+    store.abandon_batch(abandoned).await.unwrap();
+    assert!(store.unfinished().await.unwrap().is_empty());
+    assert_eq!(store.pending_receipts().await.unwrap().len(), 2);
     let id = store
         .create_batch(std::slice::from_ref(&part))
         .await
@@ -524,6 +567,10 @@ async fn exercise_store<S: Store>(store: &S) {
     assert_eq!(unfinished[0].status, PartStatus::Created);
     store.record_signature(id, 1, &[7; 65]).await.unwrap();
     store.record_signature(id, 1, &[8; 65]).await.unwrap();
+    assert!(
+        store.abandon_batch(id).await.is_err(),
+        "a signed batch stays"
+    );
     let signed = store.latest_part(1).await.unwrap().unwrap();
     assert_eq!(signed.status, PartStatus::Signed);
     assert_eq!(
@@ -535,6 +582,11 @@ async fn exercise_store<S: Store>(store: &S) {
     assert!(store.unfinished().await.unwrap().is_empty());
     store.log_step(id, Some(1), "posted", "x").await.unwrap();
     assert_eq!(store.steps(id).await.unwrap().len(), 1);
+    // Rejection takes a pending receipt out, once.
+    store.add_receipts(&[receipt(2)]).await.unwrap();
+    assert!(store.reject_receipt([3; 32], "bad").await.unwrap());
+    assert!(!store.reject_receipt([3; 32], "bad").await.unwrap());
+    assert!(store.pending_receipts().await.unwrap().is_empty());
 }
 
 #[tokio::test]
