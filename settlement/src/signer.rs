@@ -256,6 +256,9 @@ impl Signer {
             tokio::spawn(async move {
                 match Channel::accept(stream, &me.identity, &me.directory, me.limits).await {
                     Ok(channel) => me.session(channel).await,
+                    // A connection that closes or stalls before a handshake (a port probe) is
+                    // not worth a line; a refused handshake is.
+                    Err(Error::Transport(_)) => {}
                     // Log who/what was refused, never key material.
                     Err(e) => eprintln!("signer {}: session refused: {e}", me.config.index),
                 }
