@@ -15,7 +15,10 @@
 //!   at one nonce;
 //! - the FROST message is the digest of the recomputed batch.
 //!
-//! Otherwise it answers [`Response::Refused`] with the reasons. FROST nonces (RFC 9591 §5.1) live
+//! Otherwise it answers [`Response::Refused`] with the reasons. The own record errs on the side
+//! of safety: a job in a batch this signer signed at nonce n is refused in any batch at another
+//! nonce, even if batch n never landed (the chain's open-escrow check alone would allow it); the
+//! other signers of the committee keep such a job settleable. FROST nonces (RFC 9591 §5.1) live
 //! only in memory, keyed by the round that asked for them, and are removed when a sign request
 //! names that round, whatever the outcome: a nonce is used at most once, and a restart forgets
 //! every outstanding one rather than risk reusing it.
@@ -210,6 +213,11 @@ impl Signer {
     pub fn new(config: SignerConfig) -> Result<Self> {
         let identity = Arc::new(keyfile::load_or_create_identity(&config.identity_file)?);
         std::fs::create_dir_all(&config.data_dir)?;
+        // Key packages live here: owner-only, like the files in it.
+        std::fs::set_permissions(
+            &config.data_dir,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )?;
         let coordinator = cx_protocol::pq::PublicIdentity::from_bytes(&config.coordinator_key)?;
         let mut directory: Directory = HashMap::new();
         directory.insert(coordinator.id(), coordinator.clone());
