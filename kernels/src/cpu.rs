@@ -356,119 +356,7 @@ fn tn_generic<const FMA: bool>(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
-    //! The same generic kernels compiled with AVX2 (and FMA for the fast mode). The bodies are
-    //! `#[inline(always)]` generics, so they are instantiated here with the wider instruction
-    //! set; the portable build stays baseline x86-64.
-
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn nt_fma(
-        x: &[f32],
-        x_stride: usize,
-        m: usize,
-        w: &[f32],
-        w_stride: usize,
-        n: usize,
-        k: usize,
-        out: &mut [f32],
-        kc: usize,
-    ) {
-        super::nt_generic::<true>(x, x_stride, m, w, w_stride, n, k, out, kc)
-    }
-
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn nt_nofma(
-        x: &[f32],
-        x_stride: usize,
-        m: usize,
-        w: &[f32],
-        w_stride: usize,
-        n: usize,
-        k: usize,
-        out: &mut [f32],
-        kc: usize,
-    ) {
-        super::nt_generic::<false>(x, x_stride, m, w, w_stride, n, k, out, kc)
-    }
-
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn expand_fma<T: crate::Element>(
-        v: &[f32],
-        bt: &[T],
-        rank: usize,
-        d_out: usize,
-        scale: f32,
-        y: &mut [f32],
-        rows: usize,
-    ) {
-        super::expand_generic::<T, true>(v, bt, rank, d_out, scale, y, rows)
-    }
-
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn expand_nofma<T: crate::Element>(
-        v: &[f32],
-        bt: &[T],
-        rank: usize,
-        d_out: usize,
-        scale: f32,
-        y: &mut [f32],
-        rows: usize,
-    ) {
-        super::expand_generic::<T, false>(v, bt, rank, d_out, scale, y, rows)
-    }
-
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn tn_fma(
-        r: &[f32],
-        r_stride: usize,
-        k: usize,
-        p: usize,
-        w: &[f32],
-        cols: usize,
-        out: &mut [f32],
-    ) {
-        super::tn_generic::<true>(r, r_stride, k, p, w, cols, out)
-    }
-
-    /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn tn_nofma(
-        r: &[f32],
-        r_stride: usize,
-        k: usize,
-        p: usize,
-        w: &[f32],
-        cols: usize,
-        out: &mut [f32],
-    ) {
-        super::tn_generic::<false>(r, r_stride, k, p, w, cols, out)
-    }
-
-    pub(super) fn has_avx2() -> bool {
-        std::arch::is_x86_feature_detected!("avx2")
-    }
-
-    pub(super) fn has_fma() -> bool {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-}
+mod x86;
 
 /// `out[i*n + j] += Σ_{k<k_len} x[i*x_stride + k] · w[j*w_stride + k]`.
 ///
@@ -654,14 +542,23 @@ mod tests {
     #[test]
     fn deterministic_dispatch_matches_portable_kernels_bitwise() {
         let mut rng = SplitMix64::new(81);
-        let (m, n, k) = (7, 5, 1300);
-        let x = rng.vec_f32(m * k, 1.0);
-        let w = rng.vec_f32(n * k, 1.0);
-        let mut dispatched = vec![0f32; m * n];
-        nt_accumulate(&x, k, m, &w, k, n, k, &mut dispatched, Mode::Deterministic);
-        let mut portable = vec![0f32; m * n];
-        nt_generic::<false>(&x, k, m, &w, k, n, k, &mut portable, KC);
-        assert_eq!(dispatched, portable);
+        // Every row-group and column-remainder shape of the AVX2 `nt` tiling, reductions of
+        // whole lanes, with a ragged tail, and over several blocks with a ragged last one.
+        for (m, n, k) in [
+            (7, 5, 1300),
+            (1, 9, 8),
+            (2, 7, 13),
+            (3, 3, 1024),
+            (9, 11, 517),
+        ] {
+            let x = rng.vec_f32(m * k, 1.0);
+            let w = rng.vec_f32(n * k, 1.0);
+            let mut dispatched = vec![0f32; m * n];
+            nt_accumulate(&x, k, m, &w, k, n, k, &mut dispatched, Mode::Deterministic);
+            let mut portable = vec![0f32; m * n];
+            nt_generic::<false>(&x, k, m, &w, k, n, k, &mut portable, KC);
+            assert_eq!(dispatched, portable, "m {m} n {n} k {k}");
+        }
 
         let (rows, rank, d_out) = (3, 13, 77);
         let v = rng.vec_f32(rows * rank, 1.0);
@@ -684,6 +581,26 @@ mod tests {
         );
         expand_generic::<half::bf16, false>(&v, &bt, rank, d_out, 0.7, &mut y_portable, rows);
         assert_eq!(y_dispatched, y_portable);
+    }
+
+    /// The fast mode's AVX2 `nt` kernel is hand-written too: with FMA on the CPU it must give
+    /// the portable fused kernel's bits (a fused multiply-add is exactly rounded everywhere).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fast_dispatch_matches_portable_fused_kernel_bitwise() {
+        if !x86::has_fma() {
+            return;
+        }
+        let mut rng = SplitMix64::new(83);
+        for (m, n, k) in [(7, 5, 1300), (1, 9, 8), (2, 7, 13), (4, 2, 600)] {
+            let x = rng.vec_f32(m * k, 1.0);
+            let w = rng.vec_f32(n * k, 1.0);
+            let mut dispatched = vec![0f32; m * n];
+            nt_accumulate(&x, k, m, &w, k, n, k, &mut dispatched, Mode::Fast);
+            let mut portable = vec![0f32; m * n];
+            nt_generic::<true>(&x, k, m, &w, k, n, k, &mut portable, KC);
+            assert_eq!(dispatched, portable, "m {m} n {n} k {k}");
+        }
     }
 
     #[test]

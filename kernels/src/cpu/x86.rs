@@ -1,0 +1,316 @@
+//! The kernels compiled with AVX2 (and FMA for the fast mode).
+//!
+//! `expand` and `tn` are the portable generic bodies instantiated here with the wider
+//! instruction set: they are `#[inline(always)]`, so LLVM vectorises them for AVX2, and the
+//! portable build stays baseline x86-64.
+//!
+//! `nt` (the base GEMM, the LoRA shrink, the Freivalds products) is written with intrinsics
+//! instead. LLVM's SLP vectoriser turned the generic `tile` into packed FMAs, but not its
+//! deterministic instantiation: the separate multiply and add stayed scalar `vmulss`/`vaddss`
+//! on accumulators spilled to the stack, which made [`super::Mode::Deterministic`] 10–17×
+//! slower than the fast mode and made a row cost as much in a 32-row call as alone. The
+//! intrinsics below do, lane for lane, what the generic body does: `acc + x·w` per lane
+//! (rounded twice without FMA, once with), the same [`super::fold`] tree, the blocks in the
+//! same order. Only the tiling over rows and columns differs, and tiling never changes one
+//! output element's sequence of operations, so the bits are the portable kernel's.
+
+use std::arch::x86_64::{
+    __m256, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehdup_ps, _mm_movehl_ps, _mm256_add_ps,
+    _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps,
+    _mm256_setzero_ps, _mm256_storeu_ps,
+};
+
+use super::{LANES, fold};
+
+/// `acc + x·w` in every lane: fused when `FMA`, otherwise a rounded product then a rounded
+/// sum, exactly the scalar `acc + a * b` of the portable kernel.
+///
+/// # Safety
+/// The CPU must support AVX2, and FMA when `FMA`.
+#[inline(always)]
+unsafe fn madd<const FMA: bool>(x: __m256, w: __m256, acc: __m256) -> __m256 {
+    // SAFETY: the features are the caller's contract.
+    unsafe {
+        if FMA {
+            _mm256_fmadd_ps(x, w, acc)
+        } else {
+            _mm256_add_ps(acc, _mm256_mul_ps(x, w))
+        }
+    }
+}
+
+/// [`fold`] of one register of lane sums, `((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7))`, with the
+/// same operands in the same order.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[inline(always)]
+unsafe fn fold_register(acc: __m256) -> f32 {
+    // SAFETY: AVX2 (which implies SSE3) is the caller's contract.
+    unsafe {
+        // [l0+l4, l1+l5, l2+l6, l3+l7]
+        let pairs = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+        // [(l0+l4)+(l2+l6), (l1+l5)+(l3+l7), …]
+        let quads = _mm_add_ps(pairs, _mm_movehl_ps(pairs, pairs));
+        _mm_cvtss_f32(_mm_add_ss(quads, _mm_movehdup_ps(quads)))
+    }
+}
+
+/// One `MR × NR` tile over one reduction block of length `k`: `out[i*out_stride + j] +=`
+/// the folded block sum of row `i` of `x` against row `j` of `w`.
+///
+/// # Safety
+/// The CPU must support AVX2, and FMA when `FMA`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const MR: usize, const NR: usize, const FMA: bool>(
+    x: &[f32],
+    x_stride: usize,
+    w: &[f32],
+    w_stride: usize,
+    k: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    // Bounds are checked here, once per tile; the loads below stay inside these slices.
+    let xs: [&[f32]; MR] = std::array::from_fn(|i| &x[i * x_stride..i * x_stride + k]);
+    let ws: [&[f32]; NR] = std::array::from_fn(|j| &w[j * w_stride..j * w_stride + k]);
+    let full = k / LANES * LANES;
+    // SAFETY: AVX2 (and FMA when `FMA`) is the caller's contract; every load reads
+    // `o..o + LANES` with `o + LANES <= full <= k`, inside a slice of length `k`.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); NR]; MR];
+        let mut o = 0;
+        while o < full {
+            let wv: [__m256; NR] = std::array::from_fn(|j| _mm256_loadu_ps(ws[j].as_ptr().add(o)));
+            for i in 0..MR {
+                let xv = _mm256_loadu_ps(xs[i].as_ptr().add(o));
+                for j in 0..NR {
+                    acc[i][j] = madd::<FMA>(xv, wv[j], acc[i][j]);
+                }
+            }
+            o += LANES;
+        }
+        if full == k {
+            for i in 0..MR {
+                for j in 0..NR {
+                    out[i * out_stride + j] += fold_register(acc[i][j]);
+                }
+            }
+            return;
+        }
+        // A block whose length is not a multiple of LANES (the last one, when the reduction
+        // length is): the leftover elements go to lanes 0, 1, … as in the portable kernel.
+        for i in 0..MR {
+            for j in 0..NR {
+                let mut lanes = [0f32; LANES];
+                _mm256_storeu_ps(lanes.as_mut_ptr(), acc[i][j]);
+                for t in full..k {
+                    lanes[t - full] = super::madd::<FMA>(xs[i][t], ws[j][t], lanes[t - full]);
+                }
+                out[i * out_stride + j] += fold(&lanes);
+            }
+        }
+    }
+}
+
+/// Rows `0..MR` of `x` against all `n` rows of `w`, `NR` at a time, over one block.
+///
+/// # Safety
+/// The CPU must support AVX2, and FMA when `FMA`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn row_group<const MR: usize, const NR: usize, const FMA: bool>(
+    x: &[f32],
+    x_stride: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+) {
+    let mut j = 0;
+    // SAFETY: the features are the caller's contract; `tile` checks its own bounds.
+    unsafe {
+        while j + NR <= n {
+            tile::<MR, NR, FMA>(
+                x,
+                x_stride,
+                &w[j * w_stride..],
+                w_stride,
+                k,
+                &mut out[j..],
+                n,
+            );
+            j += NR;
+        }
+        while j < n {
+            tile::<MR, 1, FMA>(
+                x,
+                x_stride,
+                &w[j * w_stride..],
+                w_stride,
+                k,
+                &mut out[j..],
+                n,
+            );
+            j += 1;
+        }
+    }
+}
+
+/// The AVX2 `nt` kernel: blocks of `kc` in ascending order, and within a block, groups of up
+/// to four rows of `x` each passing over the whole of `w`'s block.
+///
+/// Four rows by two columns (eight accumulators, two loads of `w` shared by four rows) when
+/// there are four rows; fewer rows take four columns so that enough independent sums are in
+/// flight to hide the add latency.
+///
+/// # Safety
+/// The CPU must support AVX2, and FMA when `FMA`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn nt<const FMA: bool>(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    kc: usize,
+) {
+    let mut k0 = 0;
+    while k0 < k {
+        let kl = kc.min(k - k0);
+        let wb = &w[k0..];
+        let mut i = 0;
+        while i < m {
+            let xb = &x[i * x_stride + k0..];
+            let ob = &mut out[i * n..];
+            let rows = (m - i).min(4);
+            // SAFETY: the features are the caller's contract.
+            unsafe {
+                match rows {
+                    4 => row_group::<4, 2, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                    3 => row_group::<3, 2, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                    2 => row_group::<2, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                    _ => row_group::<1, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                }
+            }
+            i += rows;
+        }
+        k0 += kl;
+    }
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn nt_fma(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    kc: usize,
+) {
+    // SAFETY: this function's own contract.
+    unsafe { nt::<true>(x, x_stride, m, w, w_stride, n, k, out, kc) }
+}
+
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn nt_nofma(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    kc: usize,
+) {
+    // SAFETY: this function's own contract.
+    unsafe { nt::<false>(x, x_stride, m, w, w_stride, n, k, out, kc) }
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn expand_fma<T: crate::Element>(
+    v: &[f32],
+    bt: &[T],
+    rank: usize,
+    d_out: usize,
+    scale: f32,
+    y: &mut [f32],
+    rows: usize,
+) {
+    super::expand_generic::<T, true>(v, bt, rank, d_out, scale, y, rows)
+}
+
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn expand_nofma<T: crate::Element>(
+    v: &[f32],
+    bt: &[T],
+    rank: usize,
+    d_out: usize,
+    scale: f32,
+    y: &mut [f32],
+    rows: usize,
+) {
+    super::expand_generic::<T, false>(v, bt, rank, d_out, scale, y, rows)
+}
+
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tn_fma(
+    r: &[f32],
+    r_stride: usize,
+    k: usize,
+    p: usize,
+    w: &[f32],
+    cols: usize,
+    out: &mut [f32],
+) {
+    super::tn_generic::<true>(r, r_stride, k, p, w, cols, out)
+}
+
+/// # Safety
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tn_nofma(
+    r: &[f32],
+    r_stride: usize,
+    k: usize,
+    p: usize,
+    w: &[f32],
+    cols: usize,
+    out: &mut [f32],
+) {
+    super::tn_generic::<false>(r, r_stride, k, p, w, cols, out)
+}
+
+pub(super) fn has_avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2")
+}
+
+pub(super) fn has_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
