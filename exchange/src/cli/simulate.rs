@@ -28,7 +28,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         jobs: args.jobs,
         ..ScenarioConfig::default()
     };
-    let report = sim::simulate(&config);
+    let report = sim::simulate(&config)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("cannot create {}", args.out.display()))?;
     let json_path = args.out.join("report.json");
@@ -74,6 +74,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         t,
         "residency_aware vs cheapest_capable: hit rate ×{:.2}, mean cost ×{:.2}; LRU cold loads ×{:.2} of value-per-byte",
         report.hit_rate_ratio, report.cost_ratio, report.lru_cold_loads_ratio
+    );
+    let (m, f) = (
+        &report.mm_vs_fixed.market_maker,
+        &report.mm_vs_fixed.fixed_price,
+    );
+    let _ = writeln!(
+        t,
+        "regime shifts ({} periods): market maker utilisation {:.3} (on time {:.3}), deadline hit {:.3}; fixed price utilisation {:.3} (on time {:.3}), deadline hit {:.3}",
+        report.mm_vs_fixed.periods,
+        m.utilisation,
+        m.on_time_utilisation,
+        m.deadline_hit_rate,
+        f.utilisation,
+        f.on_time_utilisation,
+        f.deadline_hit_rate
     );
     let _ = writeln!(
         t,

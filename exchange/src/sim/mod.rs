@@ -16,6 +16,8 @@ pub mod scenario;
 pub use replay::{Allocator, Outcome, replay};
 pub use scenario::{Scenario, ScenarioConfig};
 
+use crate::pricing::market::MarketParams;
+use crate::pricing::sim::{MmVsFixed, SimConfig, market_maker_vs_fixed};
 use cx_protocol::inventory::EvictionPolicy;
 use serde::Serialize;
 
@@ -38,10 +40,21 @@ pub struct Report {
     pub cost_ratio: f64,
     /// Cold base loads under LRU / under value-per-byte eviction.
     pub lru_cold_loads_ratio: f64,
+    /// The market maker against a fixed price on one regime-shifting market (same seed):
+    /// utilisation and deadline hit rate under each.
+    pub mm_vs_fixed: MmVsFixed,
 }
 
-/// Builds the scenario for `seed` and replays it through every allocator and eviction policy.
-pub fn simulate(config: &ScenarioConfig) -> Report {
+/// Builds the scenario for `seed` and replays it through every allocator and eviction policy,
+/// then runs the regime-shift market under the market maker and under a fixed price.
+pub fn simulate(config: &ScenarioConfig) -> crate::Result<Report> {
+    let mm_vs_fixed = market_maker_vs_fixed(
+        &SimConfig {
+            seed: config.seed,
+            ..SimConfig::default()
+        },
+        &MarketParams::default(),
+    )?;
     let scenario = Scenario::generate(config);
     let allocators: Vec<Outcome> = [
         Allocator::ResidencyAware,
@@ -57,7 +70,7 @@ pub fn simulate(config: &ScenarioConfig) -> Report {
         .collect();
     let ours = &allocators[0];
     let cheapest = &allocators[1];
-    Report {
+    Ok(Report {
         seed: config.seed,
         bundles: scenario.bundles.len(),
         jobs: scenario.arrivals.len(),
@@ -69,7 +82,8 @@ pub fn simulate(config: &ScenarioConfig) -> Report {
         ),
         allocators,
         eviction,
-    }
+        mm_vs_fixed,
+    })
 }
 
 fn ratio(a: f64, b: f64) -> f64 {

@@ -320,6 +320,11 @@ fn simulate_writes_report_and_chart_and_ours_wins() {
     assert!(ours["deadline_hit_rate"].as_f64() > cheapest["deadline_hit_rate"].as_f64());
     assert!(ours["mean_cost"].as_f64() <= cheapest["mean_cost"].as_f64());
     assert!(ours["cold_base_loads"].as_u64() < cheapest["cold_base_loads"].as_u64());
+    let mm = &report["mm_vs_fixed"];
+    assert!(
+        mm["market_maker"]["deadline_hit_rate"].as_f64()
+            > mm["fixed_price"]["deadline_hit_rate"].as_f64()
+    );
     let svg = std::fs::read_to_string(dir.join("simulation.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("residency_aware"));
     let saved: Value =
