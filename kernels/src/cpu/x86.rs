@@ -15,9 +15,9 @@
 //! output element's sequence of operations, so the bits are the portable kernel's.
 
 use std::arch::x86_64::{
-    __m256, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehdup_ps, _mm_movehl_ps, _mm256_add_ps,
-    _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_mul_ps,
-    _mm256_setzero_ps, _mm256_storeu_ps,
+    __m256, _MM_HINT_T0, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehdup_ps, _mm_movehl_ps,
+    _mm_prefetch, _mm256_add_ps, _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps,
+    _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
 };
 
 use super::{LANES, fold};
@@ -77,11 +77,23 @@ unsafe fn tile<const MR: usize, const NR: usize, const FMA: bool>(
     let ws: [&[f32]; NR] = std::array::from_fn(|j| &w[j * w_stride..j * w_stride + k]);
     let full = k / LANES * LANES;
     // SAFETY: AVX2 (and FMA when `FMA`) is the caller's contract; every load reads
-    // `o..o + LANES` with `o + LANES <= full <= k`, inside a slice of length `k`.
+    // `o..o + LANES` with `o + LANES <= full <= k`, inside a slice of length `k`. The prefetch
+    // addresses are computed with `wrapping_add` and never dereferenced.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); NR]; MR];
         let mut o = 0;
         while o < full {
+            // Fetch the same cache line of the next block of `w` while this one is computed:
+            // the first row group of a block otherwise waits on memory for every line of `w`
+            // (32 rows at a stride of `d_in` defeat the hardware prefetcher), which costs up to
+            // 2.7× at 4 rows and 25 % at 1 and 32 rows. Past the last block the address falls
+            // in the next row of `w` or outside it; a prefetch never faults and changes no
+            // arithmetic.
+            if o % 16 == 0 {
+                for wj in &ws {
+                    _mm_prefetch::<_MM_HINT_T0>(wj.as_ptr().wrapping_add(o + k).cast());
+                }
+            }
             let wv: [__m256; NR] = std::array::from_fn(|j| _mm256_loadu_ps(ws[j].as_ptr().add(o)));
             for i in 0..MR {
                 let xv = _mm256_loadu_ps(xs[i].as_ptr().add(o));
