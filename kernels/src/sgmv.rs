@@ -188,6 +188,23 @@ pub fn check_batch<T: Element>(
     segments: &[Segment],
     adapters: &[&LoraAdapter<T>],
 ) -> Result<ShrinkLayout> {
+    layout(rows, d_in, d_out, segments, adapters.len(), |i| {
+        let a = adapters[i];
+        (a.d_in, a.d_out, a.rank)
+    })
+}
+
+/// The checks of [`check_batch`] on shapes alone, so that every device's adapters (host or
+/// GPU-resident) go through one set of rules: `shape(i)` is adapter `i`'s
+/// `(d_in, d_out, rank)`, for `i < adapter_count`.
+pub(crate) fn layout(
+    rows: usize,
+    d_in: usize,
+    d_out: usize,
+    segments: &[Segment],
+    adapter_count: usize,
+    shape: impl Fn(usize) -> (usize, usize, usize),
+) -> Result<ShrinkLayout> {
     if d_in == 0 || d_out == 0 {
         return Err(Error::Batch("d_in and d_out must be positive".into()));
     }
@@ -210,19 +227,22 @@ pub fn check_batch<T: Element>(
             )));
         }
         next_free_row = seg.start + seg.len;
-        let adapter = adapters.get(seg.adapter).ok_or(Error::UnknownAdapter {
-            segment: s,
-            adapter: seg.adapter,
-            available: adapters.len(),
-        })?;
-        if adapter.d_in != d_in || adapter.d_out != d_out {
+        if seg.adapter >= adapter_count {
+            return Err(Error::UnknownAdapter {
+                segment: s,
+                adapter: seg.adapter,
+                available: adapter_count,
+            });
+        }
+        let (a_in, a_out, rank) = shape(seg.adapter);
+        if a_in != d_in || a_out != d_out {
             return Err(Error::Batch(format!(
-                "segment {s}: adapter {} is {}→{} but the layer is {d_in}→{d_out}",
-                seg.adapter, adapter.d_in, adapter.d_out
+                "segment {s}: adapter {} is {a_in}→{a_out} but the layer is {d_in}→{d_out}",
+                seg.adapter
             )));
         }
         offsets.push(total);
-        total += seg.len * adapter.rank;
+        total += seg.len * rank;
     }
     offsets.push(total);
     Ok(ShrinkLayout { offsets })

@@ -264,40 +264,20 @@ impl CudaKernels {
         segments: &[Segment],
         adapters: &[&'a CudaAdapter],
     ) -> Result<CudaBatch<'a>> {
-        // Reuse the CPU checks through shape-only host adapters would copy weights; check here.
-        let mut offsets = Vec::with_capacity(segments.len() + 1);
-        let mut total = 0usize;
-        let mut next_free_row = 0;
+        // The same rules as the CPU path, on shapes alone.
+        let offsets = crate::sgmv::layout(rows, d_in, d_out, segments, adapters.len(), |i| {
+            let a = adapters[i];
+            (a.d_in, a.d_out, a.rank)
+        })?
+        .offsets;
         let mut blk_seg = Vec::new();
         let mut blk_row = Vec::new();
         for (s, seg) in segments.iter().enumerate() {
-            if seg.start < next_free_row || seg.start + seg.len > rows {
-                return Err(Error::Batch(format!(
-                    "segment {s} ({}..{}) overlaps the previous one or leaves the {rows}-row batch",
-                    seg.start,
-                    seg.start + seg.len
-                )));
-            }
-            next_free_row = seg.start + seg.len;
-            let ad = adapters.get(seg.adapter).ok_or(Error::UnknownAdapter {
-                segment: s,
-                adapter: seg.adapter,
-                available: adapters.len(),
-            })?;
-            if ad.d_in != d_in || ad.d_out != d_out {
-                return Err(Error::Batch(format!(
-                    "segment {s}: adapter {} is {}→{} but the layer is {d_in}→{d_out}",
-                    seg.adapter, ad.d_in, ad.d_out
-                )));
-            }
-            offsets.push(total);
-            total += seg.len * ad.rank;
             for r in seg.start..seg.start + seg.len {
                 blk_seg.push(to_i32(s, "segment index")?);
                 blk_row.push(to_i32(r, "row")?);
             }
         }
-        offsets.push(total);
         let weights = match adapters.first() {
             Some(first) => first.a.suffix(),
             None => "f32",
