@@ -11,7 +11,9 @@
 //! `μ1·(1−β) + μ2·(1−α) + p·t_compute·(1 + λ_V·v(τ))` (every other term is ≥ 0), and along a
 //! list that bound only grows, so each walk stops at the first bundle whose bound exceeds the
 //! best cost found so far. Because μ1 ≫ μ2 ≫ the price terms, walks over the cold lists usually
-//! stop at once: this is branch and bound, exact by construction, not a heuristic.
+//! stop at once: this is branch and bound, exact by construction, not a heuristic. A bundle whose
+//! ask is above the price ceiling (the market's quote, the buyer's maximum) is skipped, which
+//! cannot invalidate a bound.
 
 use crate::candidate::{Candidate, View};
 use crate::clearing::{self, Decision, rank};
@@ -407,19 +409,21 @@ impl Engine {
     }
 
     /// Every live bundle with the job's (β, α), in slot order.
-    fn resolved<'a>(&'a self, job: &Job) -> impl Iterator<Item = (Slot, &'a Entry, View)> + 'a {
+    fn residency<'a>(
+        &'a self,
+        job: &'a Job,
+    ) -> impl Iterator<Item = (Slot, &'a Entry, bool, bool)> + 'a {
         let base = self.names.get(&job.base_model).copied();
         let adapter = job
             .adapter
             .as_ref()
             .and_then(|a| self.names.get(a))
             .copied();
-        let job = job.clone();
         self.slots.iter().enumerate().filter_map(move |(slot, e)| {
             let e = e.as_ref()?;
             let beta = base.is_some_and(|m| e.bases.contains(&m));
             let alpha = adapter.is_some_and(|a| e.adapters.contains(&a));
-            Some((slot as Slot, e, self.hot[slot].view(&job, beta, alpha)))
+            Some((slot as Slot, e, beta, alpha))
         })
     }
 
@@ -432,22 +436,17 @@ impl Engine {
             ceiling: price_ceiling(job, quote),
         };
         let mut best = None;
-        for (slot, _, view) in self.resolved(job) {
-            self.consider(
-                &probe,
-                slot,
-                view.base_resident,
-                view.adapter_resident,
-                &mut best,
-            );
+        for (slot, _, beta, alpha) in self.residency(job) {
+            self.consider(&probe, slot, beta, alpha, &mut best);
         }
         Ok(best.map(|b| self.choice(b)))
     }
 
     /// Every bundle as this job sees it (β, α, t_compute resolved), in registration-slot order.
     pub fn candidates(&self, job: &Job) -> Vec<Candidate> {
-        self.resolved(job)
-            .map(|(_, e, v)| Candidate {
+        self.residency(job)
+            .map(|(slot, e, beta, alpha)| (e, self.hot[slot as usize].view(job, beta, alpha)))
+            .map(|(e, v)| Candidate {
                 id: e.bundle.id.clone(),
                 price_per_hour: e.bundle.price_per_hour,
                 memory_bytes: v.memory_bytes,
