@@ -7,5 +7,5 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
-cargo build --release --locked -p cx-exchange --bin cx
+cargo build --release --locked -p cx-cli --bin cx
 exec target/release/cx simulate --out out/simulate "$@"

@@ -2,6 +2,7 @@
 
 mod bench;
 mod capacity;
+mod chart;
 mod clear;
 mod simulate;
 

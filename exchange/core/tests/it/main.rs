@@ -1,6 +1,5 @@
 //! Integration tests of cx-exchange, one binary to save link time.
 
-mod cli;
 mod engine_props;
 mod pricing;
 mod routing;

@@ -1,7 +1,8 @@
 //! `cx simulate`: the market simulation, its table, report and chart.
 
+use super::chart;
 use anyhow::Context;
-use cx_exchange::sim::{self, ScenarioConfig, chart};
+use cx_exchange::sim::{self, ScenarioConfig};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 

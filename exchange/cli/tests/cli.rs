@@ -40,7 +40,7 @@ fn error_line(args: &[&str], stdin: Option<&str>) -> String {
     err
 }
 
-const FIXTURE: &str = include_str!("../../fixtures/clear-deadline.json");
+const FIXTURE: &str = include_str!("../fixtures/clear-deadline.json");
 
 #[test]
 fn clear_rejects_the_cheapest_bundle_for_its_deadline() {

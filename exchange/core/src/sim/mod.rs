@@ -7,9 +7,9 @@
 //!   popularity) and their arrivals.
 //! - [`replay`] runs a trace through an [`Allocator`] with an [`EvictionPolicy`], keeping each
 //!   bundle's residency (what is loaded, what it evicted) and queue, and measures the outcome.
-//! - [`chart`] draws the comparison as SVG.
+//!
+//! Drawing the comparison (SVG) is the `cx` binary's job: this module only returns data.
 
-pub mod chart;
 pub mod replay;
 pub mod scenario;
 

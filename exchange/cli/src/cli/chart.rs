@@ -1,7 +1,7 @@
 //! The comparison as a picture: bars per allocator for deadline hit rate, mean cost and cold
 //! loads, and hit rate over the trace.
 
-use super::Report;
+use cx_exchange::sim::Report;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -12,7 +12,7 @@ const COLOURS: [RGBColor; 3] = [
 ];
 
 /// Writes the chart as SVG.
-pub fn write_svg(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+pub(crate) fn write_svg(report: &Report, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let root = SVGBackend::new(path, (1200, 800)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(

@@ -1,0 +1,93 @@
+//! [`AppJson`]: `axum::Json` with our error shape, and the JSON path of the field to blame.
+
+use super::ApiError;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// A JSON body in, or a JSON body out.
+///
+/// As an extractor it requires `content-type: application/json`, stays within the router's
+/// body limit, and reports a bad value with the JSON path of the field (through
+/// `serde_path_to_error`), so `{"max_price_wei": -1}` is a 400 naming `max_price_wei` — never
+/// axum's plain-text rejection.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AppJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for AppJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        if !is_json(&req) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(from_bytes_rejection)?;
+        parse(&bytes).map(AppJson)
+    }
+}
+
+impl<T: Serialize> IntoResponse for AppJson<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// `application/json`, or any `+json` type, parameters allowed.
+fn is_json(req: &Request) -> bool {
+    let Some(value) = req.headers().get(header::CONTENT_TYPE) else {
+        return false;
+    };
+    let Ok(value) = value.to_str() else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json") || subtype.to_ascii_lowercase().ends_with("+json"))
+}
+
+fn from_bytes_rejection(rejection: BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::PayloadTooLarge
+    } else {
+        ApiError::MalformedJson {
+            message: "the body could not be read".to_owned(),
+        }
+    }
+}
+
+/// Parses one JSON value (nothing after it), naming the field a value is wrong in.
+fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        if inner.is_data() {
+            ApiError::Invalid {
+                // `.` is serde_path_to_error's name for the root: no one field is to blame.
+                field: (path != ".").then_some(path),
+                message: inner.to_string(),
+            }
+        } else {
+            ApiError::MalformedJson {
+                message: inner.to_string(),
+            }
+        }
+    })?;
+    deserializer.end().map_err(|err| ApiError::MalformedJson {
+        message: err.to_string(),
+    })?;
+    Ok(value)
+}

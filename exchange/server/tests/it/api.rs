@@ -1,0 +1,205 @@
+//! The router and the error shape, driven with `oneshot` (no socket).
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Request, StatusCode, header};
+use axum::routing::post;
+use cx_exchange_server::api::{ApiError, AppJson, AppState, app};
+use http_body_util::BodyExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+async fn call(router: Router, request: Request<Body>) -> (StatusCode, Value) {
+    let response = router.oneshot(request).await.expect("router answers");
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+        panic!(
+            "the body is JSON, got {:?}",
+            String::from_utf8_lossy(&bytes)
+        )
+    });
+    (status, body)
+}
+
+fn post_json(path: &str, body: &str) -> Request<Body> {
+    Request::post(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_owned()))
+        .unwrap()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Order {
+    #[allow(dead_code)]
+    max_price_wei: u64,
+    #[allow(dead_code)]
+    inner: Inner,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Inner {
+    #[allow(dead_code)]
+    deadline_s: u32,
+}
+
+/// A router with one JSON route, to exercise the extractor as handlers will use it.
+fn echo() -> Router {
+    async fn take(AppJson(order): AppJson<Order>) -> AppJson<Value> {
+        AppJson(json!({ "max_price_wei": order.max_price_wei }))
+    }
+    async fn fail() -> Result<(), ApiError> {
+        Err(ApiError::Internal(
+            "connection to postgres://secret@db refused".into(),
+        ))
+    }
+    Router::new()
+        .route("/order", post(take))
+        .route("/fail", post(fail))
+        .layer(DefaultBodyLimit::max(256))
+}
+
+#[tokio::test]
+async fn healthz_answers_ok_with_the_version() {
+    let (status, body) = call(
+        app(AppState::new()),
+        Request::get("/healthz").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
+}
+
+#[tokio::test]
+async fn unknown_route_is_a_json_404_and_wrong_method_a_json_405() {
+    let (status, body) = call(
+        app(AppState::new()),
+        Request::get("/nope").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body["error"]["code"], "not_found");
+
+    let (status, body) = call(
+        app(AppState::new()),
+        Request::post("/healthz").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body["error"]["code"], "method_not_allowed");
+}
+
+#[tokio::test]
+async fn a_good_body_is_taken() {
+    let (status, body) = call(
+        echo(),
+        post_json(
+            "/order",
+            r#"{"max_price_wei": 7, "inner": {"deadline_s": 3}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["max_price_wei"], 7);
+}
+
+#[tokio::test]
+async fn a_wrong_value_names_its_field() {
+    let (status, body) = call(
+        echo(),
+        post_json(
+            "/order",
+            r#"{"max_price_wei": 7, "inner": {"deadline_s": -1}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["code"], "invalid_field");
+    assert_eq!(body["error"]["field"], "inner.deadline_s");
+
+    let (status, body) = call(
+        echo(),
+        post_json("/order", r#"{"inner": {"deadline_s": 1}}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_price_wei"),
+        "{body}"
+    );
+
+    let (status, body) = call(
+        echo(),
+        post_json(
+            "/order",
+            r#"{"max_price_wei": 7, "inner": {"deadline_s": 1}, "max_price_per_hour": 1.5}"#,
+        ),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "an unknown field is refused, never ignored"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_price_per_hour"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn malformed_bodies_get_our_shape_not_axums_text() {
+    for text in [
+        "{",
+        "not json",
+        r#"{"max_price_wei": 7, "inner": {"deadline_s": 3}} trailing"#,
+    ] {
+        let (status, body) = call(echo(), post_json("/order", text)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+        assert_eq!(body["error"]["code"], "malformed_json", "{text}");
+        assert!(body["error"]["field"].is_null());
+    }
+}
+
+#[tokio::test]
+async fn a_body_without_json_content_type_is_415() {
+    let request = Request::post("/order")
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from(r#"{"max_price_wei": 7}"#))
+        .unwrap();
+    let (status, body) = call(echo(), request).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(body["error"]["code"], "unsupported_media_type");
+}
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_413() {
+    let big = format!(r#"{{"max_price_wei": 7, "pad": "{}"}}"#, "x".repeat(1024));
+    let (status, body) = call(echo(), post_json("/order", &big)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(body["error"]["code"], "payload_too_large");
+}
+
+#[tokio::test]
+async fn an_internal_error_is_not_echoed() {
+    let (status, body) = call(echo(), post_json("/fail", "{}")).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(body["error"]["code"], "internal");
+    assert!(!body.to_string().contains("postgres"), "{body}");
+}

@@ -1,0 +1,3 @@
+//! Integration tests of cx-exchange-server, one binary to save link time.
+
+mod api;
