@@ -6,7 +6,8 @@
 //! cost much less in a 32-row call than alone (the weight panel is reused across rows).
 
 use cx_kernels::bench::{SgmvShape, freivalds_overhead, median_seconds, sgmv_overhead};
-use cx_kernels::{CpuConfig, Mode, SplitMix64, bf16, gemm_xwt};
+use cx_kernels::rng::{UniformVec, seeded};
+use cx_kernels::{CpuConfig, Mode, bf16, gemm_xwt};
 
 fn main() -> Result<(), cx_kernels::Error> {
     let mut args = std::env::args().skip(1);
@@ -71,7 +72,7 @@ fn mode_name(mode: Mode) -> &'static str {
 /// Base GEMM `4096 × 4096` (f32) for 1 to 256 rows: milliseconds per row in each mode.
 fn gemm_per_row(repeats: usize, modes: &[CpuConfig]) -> Result<(), cx_kernels::Error> {
     const D: usize = 4096;
-    let mut rng = SplitMix64::new(5);
+    let mut rng = seeded(5);
     let w = rng.vec_f32(D * D, 0.02);
     println!(
         "{:<12} {:<5} {:>10} {:>10} {:>10}",

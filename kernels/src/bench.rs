@@ -10,7 +10,7 @@ use crate::element::Element;
 use crate::error::Result;
 use crate::freivalds::{DEFAULT_REL_TOL, FreivaldsSketch};
 use crate::gemm::gemm_xwt;
-use crate::rng::SplitMix64;
+use crate::rng::{UniformVec, seeded};
 use crate::sgmv::{LoraAdapter, Segment, sgmv};
 
 /// Shape of an SGMV benchmark: one `d_in → d_out` projection, `tokens` rows spread evenly over
@@ -107,7 +107,7 @@ pub fn random_batch<T: Element>(
     shape: &SgmvShape,
     seed: u64,
 ) -> (Vec<LoraAdapter<T>>, Vec<Segment>) {
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = seeded(seed);
     let adapters: Vec<LoraAdapter<T>> = (0..shape.adapters)
         .map(|_| {
             let a: Vec<T> = rng
@@ -155,7 +155,7 @@ pub fn sgmv_overhead<T: Element>(
     repeats: usize,
     config: &CpuConfig,
 ) -> Result<SgmvFigures> {
-    let mut rng = SplitMix64::new(7);
+    let mut rng = seeded(7);
     let x = rng.vec_f32(shape.tokens * shape.d_in, 1.0);
     let w: Vec<T> = rng
         .vec_f32(shape.d_out * shape.d_in, 0.02)
@@ -234,7 +234,7 @@ pub fn freivalds_overhead(
     repeats: usize,
     config: &CpuConfig,
 ) -> Result<FreivaldsFigures> {
-    let mut rng = SplitMix64::new(3);
+    let mut rng = seeded(3);
     let x = rng.vec_f32(m * d_in, 1.0);
     let w = rng.vec_f32(d_out * d_in, 0.02);
     let mut y = vec![0f32; m * d_out];

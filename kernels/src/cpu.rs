@@ -535,13 +535,13 @@ fn tn_block(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::SplitMix64;
+    use crate::rng::{UniformVec, seeded};
 
     /// Deterministic mode promises the same bits on every CPU: the AVX2 build of the kernels
     /// (what `nt_accumulate` dispatches to here) must match the portable one bit for bit.
     #[test]
     fn deterministic_dispatch_matches_portable_kernels_bitwise() {
-        let mut rng = SplitMix64::new(81);
+        let mut rng = seeded(81);
         // Every row-group and column-remainder shape of the AVX2 `nt` tiling, reductions of
         // whole lanes, with a ragged tail, and over several blocks with a ragged last one.
         for (m, n, k) in [
@@ -591,7 +591,7 @@ mod tests {
         if !x86::has_fma() {
             return;
         }
-        let mut rng = SplitMix64::new(83);
+        let mut rng = seeded(83);
         for (m, n, k) in [(7, 5, 1300), (1, 9, 8), (2, 7, 13), (4, 2, 600)] {
             let x = rng.vec_f32(m * k, 1.0);
             let w = rng.vec_f32(n * k, 1.0);
@@ -605,7 +605,7 @@ mod tests {
 
     #[test]
     fn thin_transposed_product_matches_reference() {
-        let mut rng = SplitMix64::new(82);
+        let mut rng = seeded(82);
         let (k, p, cols, stride) = (10, 300, 37, 50);
         let r: Vec<f32> = (0..k * p)
             .map(|i| ((i * 7) % 3 == 0) as u8 as f32)

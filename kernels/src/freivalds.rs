@@ -19,7 +19,7 @@ use crate::cpu::{
 };
 use crate::element::{Element, as_f32};
 use crate::error::{Error, Result, check_len};
-use crate::rng::SplitMix64;
+use crate::rng::{RngCore, seeded};
 
 /// Reduction block of the thin products: long, so that the lane folds at block ends stay a
 /// small part of the work (the thin operand is re-read from L2 either way).
@@ -43,7 +43,7 @@ pub struct FreivaldsReport {
 
 /// `rounds` random 0/1 vectors of length `p`, as `Rᵀ` (`rounds × p`).
 fn random_rt(p: usize, rounds: usize, seed: u64) -> Vec<f32> {
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = seeded(seed);
     let mut rt = vec![0f32; rounds * p];
     for chunk in rt.chunks_mut(64) {
         let bits = rng.next_u64();

@@ -13,6 +13,7 @@
 //!   [`FreivaldsSketch`] (its secret `R` and `Wᵀ·R`); each check of `y = x·Wᵀ` then costs
 //!   `k·m·(d_in + d_out)`, about 1 % of the product for 20 rounds at `d = 4096`.
 //! * [`Device`] — CPU or (feature `cuda`) GPU, one interface; the `cuda` module holds the NVRTC kernels.
+//! * [`rng`] — seeded ChaCha20 (`rand_chacha`) for Freivalds vectors, benchmarks and test data.
 //! * [`bench`](mod@bench) — the figures the provider's `bench` command prints (SGMV overhead, Freivalds
 //!   overhead), as functions returning numbers.
 //!
@@ -58,7 +59,7 @@ mod element;
 mod error;
 mod freivalds;
 mod gemm;
-mod rng;
+pub mod rng;
 mod sgmv;
 
 pub use cpu::{CpuConfig, Mode, default_threads};
@@ -70,7 +71,6 @@ pub use freivalds::{
 };
 pub use gemm::{gemm_xwt, gemm_xwt_reference};
 pub use half::bf16;
-pub use rng::SplitMix64;
 pub use sgmv::{
     LoraAdapter, Segment, ShrinkLayout, check_batch, segments_from_row_adapters, sgmv, sgmv_expand,
     sgmv_reference, sgmv_shrink,

@@ -14,8 +14,9 @@ use std::time::Instant;
 use cudarc::driver::sys::CUevent_flags;
 use cx_kernels::bench::{SgmvShape, random_batch};
 use cx_kernels::cuda::{CudaAdapter, CudaBaseGemm, CudaKernels};
+use cx_kernels::rng::{ChaCha20Rng, Rng, UniformVec, seeded};
 use cx_kernels::{
-    CpuConfig, Element, Error, LoraAdapter, Segment, SplitMix64, bf16, gemm_xwt,
+    CpuConfig, Element, Error, LoraAdapter, Segment, bf16, gemm_xwt,
     segments_from_row_adapters, sgmv,
 };
 
@@ -53,7 +54,7 @@ fn options() -> Options {
 
 /// A mixed-rank batch: ranks 1..64, segments of 1..13 rows, some rows without an adapter.
 fn mixed_case<T: Element>(
-    rng: &mut SplitMix64,
+    rng: &mut ChaCha20Rng,
     d_in: usize,
     d_out: usize,
 ) -> (Vec<LoraAdapter<T>>, Vec<Segment>, usize) {
@@ -77,8 +78,8 @@ fn mixed_case<T: Element>(
         .collect();
     let mut rows: Vec<Option<usize>> = Vec::new();
     for _ in 0..24 {
-        let len = 1 + (rng.next_u64() % 13) as usize;
-        let pick = (rng.next_u64() % (RANKS.len() as u64 + 1)) as usize;
+        let len = rng.gen_range(1..=13);
+        let pick = rng.gen_range(0..=RANKS.len());
         let adapter = (pick < RANKS.len()).then_some(pick);
         rows.extend(std::iter::repeat_n(adapter, len));
     }
@@ -99,7 +100,7 @@ fn check_case<X: Element, T: Element>(
     seed: u64,
 ) -> Result<Option<CheckRow>, Error> {
     let (d_in, d_out) = (4096, 4096);
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = seeded(seed);
     let (adapters, segments, rows) = mixed_case::<T>(&mut rng, d_in, d_out);
     let table: Vec<&LoraAdapter<T>> = adapters.iter().collect();
     let x: Vec<X> = rng
@@ -190,7 +191,7 @@ fn time_case<T: Element>(
     iters: usize,
     seed: u64,
 ) -> Result<TimeRow, Error> {
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = seeded(seed);
     let x = rng.vec_f32(shape.tokens * shape.d_in, 1.0);
     let w = rng.vec_f32(shape.d_out * shape.d_in, 0.02);
     let (adapters, segments) = random_batch::<T>(&shape, seed ^ 0x5eed);
@@ -238,7 +239,7 @@ fn time_case<T: Element>(
 /// row-major ↔ column-major mapping the timing relies on.
 fn check_base_gemm(gpu: &CudaKernels, blas: &CudaBaseGemm, seed: u64) -> Result<f64, Error> {
     let (m, d_in, d_out) = (77, 1030, 390);
-    let mut rng = SplitMix64::new(seed ^ 0x6e44);
+    let mut rng = seeded(seed ^ 0x6e44);
     let x = rng.vec_f32(m * d_in, 1.0);
     let w = rng.vec_f32(d_out * d_in, 0.05);
     let mut cpu = vec![0f32; m * d_out];
@@ -258,7 +259,7 @@ fn check_base_gemm(gpu: &CudaKernels, blas: &CudaBaseGemm, seed: u64) -> Result<
 
 fn cpu_overhead(shape: SgmvShape) -> Result<(f64, f64), Error> {
     let config = CpuConfig::default();
-    let mut rng = SplitMix64::new(5);
+    let mut rng = seeded(5);
     let x = rng.vec_f32(shape.tokens * shape.d_in, 1.0);
     let w = rng.vec_f32(shape.d_out * shape.d_in, 0.02);
     let (adapters, segments) = random_batch::<bf16>(&shape, 6);

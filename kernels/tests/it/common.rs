@@ -1,11 +1,12 @@
 //! Test data: seeded random matrices and mixed-rank adapter batches.
 
-use cx_kernels::{Element, LoraAdapter, Segment, SplitMix64, segments_from_row_adapters};
+use cx_kernels::rng::{ChaCha20Rng, UniformVec, seeded};
+use cx_kernels::{Element, LoraAdapter, Segment, segments_from_row_adapters};
 
 /// Ranks of the mixed batch: ten adapters, all different, including 1, odd ranks and 64.
 pub(crate) const RANKS: [usize; 10] = [1, 2, 3, 4, 7, 8, 16, 24, 32, 64];
 
-pub(crate) fn random<T: Element>(rng: &mut SplitMix64, len: usize, scale: f32) -> Vec<T> {
+pub(crate) fn random<T: Element>(rng: &mut ChaCha20Rng, len: usize, scale: f32) -> Vec<T> {
     rng.vec_f32(len, scale)
         .into_iter()
         .map(T::from_f32)
@@ -13,7 +14,7 @@ pub(crate) fn random<T: Element>(rng: &mut SplitMix64, len: usize, scale: f32) -
 }
 
 pub(crate) fn adapters<T: Element>(seed: u64, d_in: usize, d_out: usize) -> Vec<LoraAdapter<T>> {
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = seeded(seed);
     RANKS
         .iter()
         .enumerate()

@@ -1,7 +1,8 @@
 //! Deterministic mode: a row's output bits depend on the row, its adapter and the weights only.
 
+use cx_kernels::rng::{UniformVec, seeded};
 use cx_kernels::{
-    CpuConfig, Device, LoraAdapter, Result, Segment, SplitMix64, bf16, gemm_xwt, sgmv,
+    CpuConfig, Device, LoraAdapter, Result, Segment, bf16, gemm_xwt, sgmv,
 };
 
 use crate::common::{adapters, mixed_segments, random};
@@ -29,7 +30,7 @@ fn probe_output(
 fn deterministic_bits_independent_of_batch_composition_and_threads() {
     let ads = adapters::<bf16>(31, D_IN, D_OUT);
     let table: Vec<&LoraAdapter<bf16>> = ads.iter().collect();
-    let mut rng = SplitMix64::new(32);
+    let mut rng = seeded(32);
     let w = random::<bf16>(&mut rng, D_OUT * D_IN, 0.05);
     let probe = rng.vec_f32(D_IN, 1.0);
     let probe_adapter = 8; // rank 32
@@ -107,7 +108,7 @@ fn fast_mode_agrees_with_deterministic_within_rounding() {
     let ads = adapters::<f32>(41, D_IN, D_OUT);
     let table: Vec<&LoraAdapter<f32>> = ads.iter().collect();
     let (rows, segments) = mixed_segments();
-    let mut rng = SplitMix64::new(42);
+    let mut rng = seeded(42);
     let x = rng.vec_f32(rows * D_IN, 1.0);
     let w = rng.vec_f32(D_OUT * D_IN, 0.05);
     let run = |config: CpuConfig| {
@@ -125,7 +126,7 @@ fn fast_mode_agrees_with_deterministic_within_rounding() {
 fn row_bits_independent_of_neighbours(device: &Device) -> Result<()> {
     let ads = adapters::<f32>(51, D_IN, D_OUT);
     let table: Vec<&LoraAdapter<f32>> = ads.iter().collect();
-    let mut rng = SplitMix64::new(52);
+    let mut rng = seeded(52);
     let probe = rng.vec_f32(D_IN, 1.0);
     let mut alone = vec![0f32; D_OUT];
     device.sgmv(

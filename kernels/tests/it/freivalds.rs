@@ -1,7 +1,8 @@
 //! Freivalds' check: honest products pass, corrupted ones fail with probability ≥ 1 − 2⁻ᵏ.
 
+use cx_kernels::rng::{UniformVec, seeded};
 use cx_kernels::{
-    CpuConfig, DEFAULT_REL_TOL, SplitMix64, bf16, freivalds_check, freivalds_check_xwt, gemm_xwt,
+    CpuConfig, DEFAULT_REL_TOL, bf16, freivalds_check, freivalds_check_xwt, gemm_xwt,
 };
 
 use crate::common::random;
@@ -20,7 +21,7 @@ fn matmul(a: &[f32], b: &[f32], m: usize, n: usize, p: usize) -> Vec<f32> {
 
 #[test]
 fn freivalds_accepts_honest_products() {
-    let mut rng = SplitMix64::new(71);
+    let mut rng = seeded(71);
     let config = CpuConfig::default();
     for &(m, n, p) in &[(1, 1, 1), (17, 33, 9), (64, 700, 80)] {
         let a = rng.vec_f32(m * n, 1.0);
@@ -65,7 +66,7 @@ fn freivalds_accepts_honest_products() {
 fn freivalds_rejects_corrupted_product_with_probability_at_least_1_minus_2_pow_minus_k() {
     const TRIALS: usize = 3000;
     let (m, n, p) = (12, 20, 16);
-    let mut rng = SplitMix64::new(72);
+    let mut rng = seeded(72);
     let a = rng.vec_f32(m * n, 1.0);
     let b = rng.vec_f32(n * p, 1.0);
     let honest = matmul(&a, &b, m, n, p);
@@ -100,7 +101,7 @@ fn freivalds_rejects_corrupted_product_with_probability_at_least_1_minus_2_pow_m
 #[test]
 fn freivalds_xwt_rejects_a_corrupted_output_and_nan() {
     let (m, d_in, d_out) = (16, 300, 48);
-    let mut rng = SplitMix64::new(73);
+    let mut rng = seeded(73);
     let x = rng.vec_f32(m * d_in, 1.0);
     let w = rng.vec_f32(d_out * d_in, 0.05);
     let config = CpuConfig::default();
@@ -147,7 +148,7 @@ fn freivalds_xwt_rejects_a_corrupted_output_and_nan() {
 #[test]
 fn freivalds_sketch_is_reused_across_products() {
     let (d_in, d_out) = (520, 72);
-    let mut rng = SplitMix64::new(74);
+    let mut rng = seeded(74);
     let w: Vec<bf16> = random(&mut rng, d_out * d_in, 0.05);
     let config = CpuConfig::default();
     let sketch = cx_kernels::FreivaldsSketch::new(&w, d_in, d_out, 20, 99, &config).unwrap();

@@ -1,7 +1,8 @@
 //! SGMV against references, on every device.
 
+use cx_kernels::rng::{UniformVec, seeded};
 use cx_kernels::{
-    CpuConfig, Device, Element, Error, LoraAdapter, Result, Segment, SplitMix64, bf16,
+    CpuConfig, Device, Element, Error, LoraAdapter, Result, Segment, bf16,
     gemm_xwt_reference, segments_from_row_adapters, sgmv, sgmv_expand, sgmv_reference, sgmv_shrink,
 };
 
@@ -16,7 +17,7 @@ fn mixed_batch_matches_reference<X: Element, T: Element>(device: &Device, seed: 
     let table: Vec<&LoraAdapter<T>> = ads.iter().collect();
     let (rows, segments) = mixed_segments();
     assert!(segments.len() >= 12 && ads.len() >= 8);
-    let mut rng = SplitMix64::new(seed + 1);
+    let mut rng = seeded(seed + 1);
     let x = random::<X>(&mut rng, rows * D_IN, 1.0);
     let y0 = rng.vec_f32(rows * D_OUT, 1.0);
     let mut got = y0.clone();
@@ -67,7 +68,7 @@ fn sgmv_equals_merged(device: &Device) -> Result<()> {
     let ads = adapters::<bf16>(9, D_IN, D_OUT);
     let table: Vec<&LoraAdapter<bf16>> = ads.iter().collect();
     let (rows, segments) = mixed_segments();
-    let mut rng = SplitMix64::new(10);
+    let mut rng = seeded(10);
     let x = rng.vec_f32(rows * D_IN, 1.0);
     let w = random::<bf16>(&mut rng, D_OUT * D_IN, 0.05);
     let mut got = gemm_xwt_reference(&x, &w, rows, D_IN, D_OUT);
@@ -119,7 +120,7 @@ fn shrink_then_expand_equals_fused_bits() {
     let ads = adapters::<f32>(21, D_IN, D_OUT);
     let table: Vec<&LoraAdapter<f32>> = ads.iter().collect();
     let (rows, segments) = mixed_segments();
-    let mut rng = SplitMix64::new(22);
+    let mut rng = seeded(22);
     let x = rng.vec_f32(rows * D_IN, 1.0);
     let config = CpuConfig::deterministic();
     let mut fused = vec![0f32; rows * D_OUT];
