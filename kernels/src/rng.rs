@@ -7,6 +7,7 @@
 //! benchmarks and tests use small fixed seeds for reproducible data, nothing more.
 
 use rand::distributions::Uniform;
+pub use rand::distributions::Standard;
 pub use rand::{Rng, RngCore, SeedableRng};
 pub use rand_chacha::ChaCha20Rng;
 

@@ -17,6 +17,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use cx_kernels::rng::{ChaCha20Rng, Rng, Standard, seeded};
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -259,7 +260,7 @@ struct Running {
     generated: Vec<u32>,
     emitted_bytes: usize,
     prefilled: bool,
-    rng: cx_kernels::SplitMix64,
+    rng: ChaCha20Rng,
     finished: Option<FinishReason>,
     cancelled: bool,
 }
@@ -474,7 +475,7 @@ impl Scheduler {
                 generated: Vec::new(),
                 emitted_bytes: 0,
                 prefilled: false,
-                rng: cx_kernels::SplitMix64::new(seed),
+                rng: seeded(seed),
                 finished: None,
                 cancelled: false,
             });
@@ -581,7 +582,7 @@ impl Scheduler {
 }
 
 /// Greedy: the lowest id among the largest logits. Sampling: softmax at the temperature.
-fn choose(logits: &[f32], sampling: Sampling, rng: &mut cx_kernels::SplitMix64) -> u32 {
+fn choose(logits: &[f32], sampling: Sampling, rng: &mut ChaCha20Rng) -> u32 {
     let mut best = 0;
     for (i, &v) in logits.iter().enumerate() {
         if v > logits[best] {
@@ -597,7 +598,8 @@ fn choose(logits: &[f32], sampling: Sampling, rng: &mut cx_kernels::SplitMix64) 
         .map(|&v| f64::from((v - max) / sampling.temperature).exp())
         .collect();
     let total: f64 = weights.iter().sum();
-    let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * total;
+    // Uniform in [0, 1) from 53 random bits (rand's `Standard` for f64).
+    let u: f64 = rng.sample::<f64, _>(Standard) * total;
     let mut acc = 0.0;
     for (i, w) in weights.iter().enumerate() {
         acc += w;

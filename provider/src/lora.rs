@@ -20,7 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use cx_kernels::{LoraAdapter, SplitMix64};
+use cx_kernels::LoraAdapter;
+use cx_kernels::rng::{UniformVec, seeded};
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
@@ -452,7 +453,7 @@ pub fn write_random_adapter(
     seed: u64,
 ) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let mut rng = SplitMix64::new(seed);
+    let mut rng = seeded(seed);
     let mut tensors: BTreeMap<String, (Vec<usize>, Vec<u8>)> = BTreeMap::new();
     for layer in 0..base.num_hidden_layers {
         for &t in targets {

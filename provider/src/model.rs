@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Tensor};
+use cx_kernels::rng::{ChaCha20Rng, UniformVec, seeded};
 use cx_kernels::{CpuConfig, Device, LoraAdapter, Mode, gemm_xwt, segments_from_row_adapters};
 use serde::{Deserialize, Serialize};
 
@@ -916,7 +917,7 @@ pub fn generated_config(o: &GenModelOptions) -> Result<LlamaConfig> {
 /// Projections are uniform in `±1/√d_in` (unit-variance activations stay unit-variance),
 /// norms near 1, embeddings uniform in `±1`.
 pub fn generated_tensors(config: &LlamaConfig, seed: u64) -> NamedTensors {
-    let mut rng = cx_kernels::SplitMix64::new(seed);
+    let mut rng = seeded(seed);
     let mut out = HashMap::new();
     let d = config.hidden_size;
     out.insert(
@@ -926,7 +927,7 @@ pub fn generated_tensors(config: &LlamaConfig, seed: u64) -> NamedTensors {
             rng.vec_f32(config.vocab_size * d, 1.0),
         ),
     );
-    let norm = |rng: &mut cx_kernels::SplitMix64| -> Vec<f32> {
+    let norm = |rng: &mut ChaCha20Rng| -> Vec<f32> {
         rng.vec_f32(d, 0.1).into_iter().map(|v| 1.0 + v).collect()
     };
     for i in 0..config.num_hidden_layers {
