@@ -7,6 +7,8 @@
 //! - [`class`]: determinism classes (D, D∞, S) and verification tiers (T0–T3, attested), with
 //!   compact sets of each that bundles advertise.
 //! - [`job`]: a job `j = (m, c, Δ, κ, τ, V)` as the exchange clears it (SPEC §2).
+//! - [`model_config`]: the Hugging Face `config.json` of a Llama-family base (the one parse of it),
+//!   weight dtypes and the projections a LoRA adapter targets.
 //! - [`bundle`]: a provider bundle as it is registered: device, free memory, link, price,
 //!   capabilities and what is resident (SPEC §2).
 //! - [`id`]: content ids (SHA-256) for adapters and other artifacts.
@@ -34,6 +36,7 @@ pub mod error;
 pub mod id;
 pub mod inventory;
 pub mod job;
+pub mod model_config;
 pub mod pq;
 pub mod receipt;
 

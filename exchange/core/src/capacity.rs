@@ -9,47 +9,13 @@
 //!   adapter selection costs one base plus N adapters.
 
 use crate::error::{Result, invalid};
-use serde::{Deserialize, Serialize};
+pub use cx_protocol::model_config::{DType, ModelConfig, Projection};
+use serde::Serialize;
 
 /// Bytes per decimal gigabyte.
 pub const GB: f64 = 1e9;
 /// Bytes per decimal megabyte.
 pub const MB: f64 = 1e6;
-
-/// Element type of adapter weights.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DType {
-    /// 4 bytes.
-    F32,
-    /// 2 bytes.
-    Bf16,
-    /// 2 bytes.
-    F16,
-}
-
-impl DType {
-    /// Bytes per element.
-    pub fn bytes(self) -> u64 {
-        match self {
-            Self::F32 => 4,
-            Self::Bf16 | Self::F16 => 2,
-        }
-    }
-
-    /// Parses `f32`, `bf16` or `f16`.
-    pub fn parse(text: &str) -> Result<Self> {
-        match text {
-            "f32" | "float32" => Ok(Self::F32),
-            "bf16" | "bfloat16" => Ok(Self::Bf16),
-            "f16" | "float16" => Ok(Self::F16),
-            other => Err(invalid(
-                "dtype",
-                format!("unknown `{other}`; use f32, bf16 or f16"),
-            )),
-        }
-    }
-}
 
 /// Parameters and bytes of an adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -96,62 +62,12 @@ fn sized(params: u64, dtype: DType) -> Result<AdapterSize> {
     })
 }
 
-/// The fields of a Hugging Face Llama-family `config.json` that size projections.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct HfConfig {
-    /// d, the model width.
-    pub hidden_size: u64,
-    /// L.
-    pub num_hidden_layers: u64,
-    /// Query heads.
-    pub num_attention_heads: u64,
-    /// Key/value heads (grouped-query attention); defaults to the query heads.
-    #[serde(default)]
-    pub num_key_value_heads: Option<u64>,
-    /// MLP width.
-    pub intermediate_size: u64,
-    /// Per-head width; defaults to hidden / heads.
-    #[serde(default)]
-    pub head_dim: Option<u64>,
-}
-
-impl HfConfig {
-    /// `(d_in, d_out)` of a projection, by its PEFT target-module name.
-    pub fn projection(&self, module: &str) -> Result<(u64, u64)> {
-        if self.num_attention_heads == 0 || self.hidden_size == 0 {
-            return Err(invalid(
-                "config.num_attention_heads",
-                "hidden_size and num_attention_heads must be > 0",
-            ));
-        }
-        let head_dim = self
-            .head_dim
-            .unwrap_or(self.hidden_size / self.num_attention_heads);
-        let q = self.num_attention_heads * head_dim;
-        let kv = self.num_key_value_heads.unwrap_or(self.num_attention_heads) * head_dim;
-        let d = self.hidden_size;
-        let i = self.intermediate_size;
-        Ok(match module {
-            "q_proj" => (d, q),
-            "k_proj" | "v_proj" => (d, kv),
-            "o_proj" => (q, d),
-            "gate_proj" | "up_proj" => (d, i),
-            "down_proj" => (i, d),
-            other => {
-                return Err(invalid(
-                    "modules",
-                    format!(
-                        "unknown module `{other}`; use q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"
-                    ),
-                ));
-            }
-        })
-    }
-}
-
 /// Adapter size for a real config: `L · Σ r·(d_in + d_out)` over the target modules.
+///
+/// `config` is the project's one parse of `config.json` ([`ModelConfig::from_json`]); modules
+/// are PEFT target-module names (`q_proj`, …).
 pub fn adapter_for_config(
-    config: &HfConfig,
+    config: &ModelConfig,
     modules: &[&str],
     rank: u64,
     dtype: DType,
@@ -162,12 +78,19 @@ pub fn adapter_for_config(
     if modules.is_empty() {
         return Err(invalid("modules", "name at least one module"));
     }
+    config.validate().map_err(|e| e.within("config"))?;
     let mut per_layer = 0u64;
     for m in modules {
-        let (d_in, d_out) = config.projection(m)?;
-        per_layer += rank * (d_in + d_out);
+        let projection = Projection::from_name(m).ok_or_else(|| {
+            invalid(
+                "modules",
+                format!("unknown module `{m}`; use {}", Projection::NAMES),
+            )
+        })?;
+        let (d_in, d_out) = config.projection_shape(projection);
+        per_layer += rank * (d_in + d_out) as u64;
     }
-    sized(per_layer * config.num_hidden_layers, dtype)
+    sized(per_layer * config.num_hidden_layers as u64, dtype)
 }
 
 fn positive_bytes(field: &str, value: f64, unit: f64) -> Result<f64> {
@@ -286,14 +209,11 @@ mod tests {
 
     #[test]
     fn llama3_8b_attention_adapter_counts_gqa_exactly() {
-        let cfg = HfConfig {
-            hidden_size: 4096,
-            num_hidden_layers: 32,
-            num_attention_heads: 32,
-            num_key_value_heads: Some(8),
-            intermediate_size: 14336,
-            head_dim: None,
-        };
+        let cfg = ModelConfig::from_json(
+            r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}"#,
+        )
+        .unwrap();
         // q 8192r, k 5120r, v 5120r, o 8192r = 26 624·16 per layer, ×32 layers.
         let s = adapter_for_config(
             &cfg,

@@ -1,7 +1,7 @@
 //! `cx capacity …`: the arithmetic of SPEC §5.
 
 use anyhow::Context;
-use cx_exchange::capacity::{self, DType, HfConfig};
+use cx_exchange::capacity::{self, DType, ModelConfig};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -124,7 +124,7 @@ fn adapter(a: AdapterArgs) -> anyhow::Result<()> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read {}", path.display()))?;
-            let config: HfConfig = serde_json::from_str(&text)
+            let config = ModelConfig::from_json(&text)
                 .with_context(|| format!("{}: not a Llama-family config.json", path.display()))?;
             let modules: Vec<&str> = a.modules.iter().map(String::as_str).collect();
             capacity::adapter_for_config(&config, &modules, a.rank, dtype)?
