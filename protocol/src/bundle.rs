@@ -19,8 +19,9 @@ pub struct Bundle {
     /// Device description, e.g. `H200`.
     #[serde(default)]
     pub device: String,
-    /// p(b): price per hour of accelerator time, in price units (converted to wei at the quote).
-    pub price_per_hour: f64,
+    /// p(b): the provider's ask, wei per compute-second ([`crate::price`]).
+    #[serde(with = "crate::price::wei_string")]
+    pub price_wei_per_s: u128,
     /// M: free accelerator memory in bytes.
     pub memory_bytes: u64,
     /// B: ingress bandwidth in bits per second.
@@ -49,49 +50,25 @@ pub struct Bundle {
 impl Bundle {
     /// Checks every field's domain; the error names the first bad field.
     pub fn validate(&self) -> Result<()> {
-        validate_offer(&Offer {
-            id: &self.id,
-            price_per_hour: self.price_per_hour,
-            memory_bytes: self.memory_bytes,
-            bandwidth_bps: self.bandwidth_bps,
-            rtt_s: self.rtt_s,
-            context_max: self.context_max,
-        })?;
+        if self.id.is_empty() {
+            return Err(Error::InvalidField {
+                field: "id".to_owned(),
+                reason: "must not be empty".to_owned(),
+            });
+        }
+        nonzero("memory_bytes", self.memory_bytes)?;
+        validate_link(self.bandwidth_bps, self.rtt_s, self.context_max)?;
         positive("flops_per_s", self.flops_per_s)?;
         validate_capabilities(self.determinism, self.tiers, self.failure_rate)
     }
 }
 
-/// The fields every form of a bundle shares (registered, or resolved for one job).
-#[derive(Debug, Clone, Copy)]
-pub struct Offer<'a> {
-    /// Bundle id.
-    pub id: &'a str,
-    /// p(b), price units per hour.
-    pub price_per_hour: f64,
-    /// M, bytes.
-    pub memory_bytes: u64,
-    /// B, bits per second.
-    pub bandwidth_bps: f64,
-    /// ℓ0, seconds.
-    pub rtt_s: f64,
-    /// c_max(d), tokens.
-    pub context_max: u32,
-}
-
-/// Checks the shared fields; the error names the first bad one.
-pub fn validate_offer(offer: &Offer<'_>) -> Result<()> {
-    if offer.id.is_empty() {
-        return Err(Error::InvalidField {
-            field: "id".to_owned(),
-            reason: "must not be empty".to_owned(),
-        });
-    }
-    non_negative("price_per_hour", offer.price_per_hour)?;
-    nonzero("memory_bytes", offer.memory_bytes)?;
-    positive("bandwidth_bps", offer.bandwidth_bps)?;
-    non_negative("rtt_s", offer.rtt_s)?;
-    nonzero("context_max", u64::from(offer.context_max))
+/// Checks the link and context a bundle offers in any form (registered, or resolved for one job):
+/// B > 0 bits/s, ℓ0 ≥ 0 s, c_max > 0 tokens.
+pub fn validate_link(bandwidth_bps: f64, rtt_s: f64, context_max: u32) -> Result<()> {
+    positive("bandwidth_bps", bandwidth_bps)?;
+    non_negative("rtt_s", rtt_s)?;
+    nonzero("context_max", u64::from(context_max))
 }
 
 /// Checks what every bundle form shares: some class, some tier, no attested tier, φ in [0, 1].

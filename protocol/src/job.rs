@@ -41,12 +41,12 @@ pub struct Job {
     #[serde(default)]
     pub compute_flops: f64,
     /// V: value at risk, in wei.
-    #[serde(default)]
+    #[serde(default, with = "crate::price::wei_string")]
     pub value_wei: u128,
-    /// The most the buyer pays per hour of accelerator time (an intent's `max_price`); bundles
-    /// asking more are not eligible.
-    #[serde(default)]
-    pub max_price_per_hour: Option<f64>,
+    /// The most the buyer pays for the whole job, in wei (an intent's `max_price_wei`); a bundle
+    /// whose charge for the job ([`crate::price::charge_wei`]) is more is not eligible.
+    #[serde(default, with = "crate::price::wei_string_opt")]
+    pub max_price_wei: Option<u128>,
 }
 
 impl Job {
@@ -59,8 +59,12 @@ impl Job {
         nonzero("context_tokens", u64::from(self.context_tokens))?;
         positive("deadline_s", self.deadline_s)?;
         non_negative("compute_flops", self.compute_flops)?;
-        if let Some(max) = self.max_price_per_hour {
-            non_negative("max_price_per_hour", max)?;
+        if self.max_price_wei == Some(0) {
+            return Err(Error::InvalidField {
+                field: "max_price_wei".to_owned(),
+                reason: "must be > 0 (a limit of zero buys nothing; omit it for no limit)"
+                    .to_owned(),
+            });
         }
         if self.tier == Tier::Attested {
             return Err(Error::AttestedUnavailable {
@@ -116,6 +120,9 @@ mod tests {
             j.validate(),
             Err(Error::AttestedUnavailable { .. })
         ));
+        let mut j = job();
+        j.max_price_wei = Some(0);
+        assert_eq!(j.validate().unwrap_err().field(), "max_price_wei");
     }
 
     #[test]

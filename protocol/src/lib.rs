@@ -14,6 +14,9 @@
 //! - [`id`]: content ids (SHA-256) for adapters and other artifacts.
 //! - [`inventory`]: shadow price of a residency slot, eviction by value per byte (never a pin),
 //!   and the KV keep-or-evict rule — shared by providers' caches and the exchange.
+//! - [`price`]: the one price unit — integers in the asset's smallest unit (wei per
+//!   compute-second for asks and quotes, a total in wei for a buyer's limit) and the one place
+//!   floats convert to it.
 //! - [`pq`]: ML-DSA-65 identities and hybrid ML-KEM-768 + X25519 sessions.
 //! - [`receipt`]: provider-signed (ML-DSA) receipts with a canonical byte encoding.
 //!
@@ -38,6 +41,7 @@ pub mod inventory;
 pub mod job;
 pub mod model_config;
 pub mod pq;
+pub mod price;
 pub mod receipt;
 
 pub use bundle::Bundle;

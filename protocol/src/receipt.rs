@@ -87,21 +87,7 @@ mod hex_vec {
     }
 }
 
-/// Wei amounts as decimal strings in JSON: exact in every JSON reader (a double holds 53 bits),
-/// and accepted inside internally tagged enums, which cannot carry a u128 number.
-pub mod wei_string {
-    use serde::{Deserialize, Deserializer, Serializer, de::Error};
-
-    /// Serializes as a decimal string.
-    pub fn serialize<S: Serializer>(value: &u128, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&value.to_string())
-    }
-
-    /// Parses a decimal string.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
-        String::deserialize(d)?.parse().map_err(D::Error::custom)
-    }
-}
+pub use crate::price::wei_string;
 
 /// What a provider attests for one job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

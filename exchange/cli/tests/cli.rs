@@ -73,6 +73,58 @@ fn clear_rejects_the_cheapest_bundle_for_its_deadline() {
 }
 
 #[test]
+fn the_buyers_limit_is_a_total_in_wei_compared_exactly() {
+    // holds-the-base asks 9.0/h = 2500 wei/s for 4 s of compute: a charge of exactly 10000 wei.
+    let fixture: Value = serde_json::from_str(FIXTURE).unwrap();
+    let chosen = fixture["bundles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["id"] == "holds-the-base")
+        .unwrap();
+    assert_eq!(chosen["price_per_hour"], 9.0);
+    assert_eq!(chosen["compute_s"], 4.0);
+    let at_limit = last_json(&cx(
+        &["clear", "--json"],
+        Some(&with(&["job", "max_price_wei"], Value::from("10000"))),
+    ));
+    assert_eq!(at_limit["chosen"], "holds-the-base");
+    let one_under = last_json(&cx(
+        &["clear", "--json"],
+        Some(&with(&["job", "max_price_wei"], Value::from(9_999))),
+    ));
+    assert_ne!(one_under["chosen"], "holds-the-base");
+    let refused = one_under["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "holds-the-base")
+        .unwrap();
+    assert_eq!(refused["binding"], "price");
+    assert!((refused["factor"].as_f64().unwrap() - 10_000.0 / 9_999.0).abs() < 1e-12);
+    // Every rejection's factor of a numeric constraint is a number, never null.
+    for r in one_under["rejected"].as_array().unwrap() {
+        for v in r["violations"].as_array().unwrap() {
+            if !matches!(v["constraint"].as_str(), Some("determinism" | "tier")) {
+                assert!(v["factor"].is_number(), "{v}");
+            }
+        }
+    }
+    // The same ask written as an integer gives the same decision.
+    let mut wei: Value =
+        serde_json::from_str(&with(&["job", "max_price_wei"], Value::from(9_999))).unwrap();
+    for b in wei["bundles"].as_array_mut().unwrap() {
+        let per_hour = b["price_per_hour"].as_f64().unwrap();
+        b.as_object_mut().unwrap().remove("price_per_hour");
+        b["price_wei_per_s"] = Value::from(((per_hour * 1e6) / 3600.0).ceil() as u64);
+    }
+    assert_eq!(
+        last_json(&cx(&["clear", "--json"], Some(&wei.to_string()))),
+        one_under
+    );
+}
+
+#[test]
 fn clear_reads_stdin_and_prints_a_table_without_json() {
     let out = cx(&["clear"], Some(FIXTURE));
     assert!(out.status.success());
@@ -150,6 +202,22 @@ fn bad_input_is_one_line_naming_the_field() {
         (
             with(&["job", "deadline"], Value::from(3)),
             "unknown field `deadline`",
+        ),
+        (
+            with(&["job", "max_price_wei"], Value::from(0)),
+            "job.max_price_wei",
+        ),
+        (
+            with(&["job", "max_price_wei"], Value::from(1.5)),
+            "job.max_price_wei",
+        ),
+        (
+            with(&["bundles", "0", "price_per_hour"], Value::from(-2.0)),
+            "bundles[0].price_per_hour",
+        ),
+        (
+            with(&["bundles", "0", "price_wei_per_s"], Value::from(7)),
+            "bundles[0].price_wei_per_s: give the ask once",
         ),
     ];
     for (input, expected) in cases {

@@ -85,7 +85,9 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
             id: format!("bundle-{i:05}"),
             provider: format!("operator-{}", i % 97),
             device: String::new(),
-            price_per_hour: 0.3 + memory_gb as f64 / 40.0 * (0.7 + 0.6 * rng.next_f64()),
+            price_wei_per_s: crate::sim::scenario::units_per_hour_as_ask(
+                0.3 + memory_gb as f64 / 40.0 * (0.7 + 0.6 * rng.next_f64()),
+            ),
             memory_bytes: memory_gb * 1_000_000_000 / 2,
             bandwidth_bps: [1e9, 10e9, 25e9, 100e9][rng.below(4) as usize],
             rtt_s: 0.005 + 0.1 * rng.next_f64(),
@@ -131,7 +133,7 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
                 tier: all_tiers[rng.below(4) as usize],
                 compute_flops: 2.0 * base_bytes[base] as f64 / 2.0 * f64::from(tokens),
                 value_wei: 0,
-                max_price_per_hour: None,
+                max_price_wei: None,
             }
         })
         .collect();

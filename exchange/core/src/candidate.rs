@@ -2,19 +2,25 @@
 //!
 //! `cx clear` reads candidates directly; the engine derives them from registered bundles.
 
-use cx_protocol::bundle::{Offer, validate_capabilities, validate_offer};
-use cx_protocol::error::non_negative;
-use cx_protocol::{ClassSet, TierSet};
-use serde::{Deserialize, Serialize};
+use cx_protocol::bundle::{validate_capabilities, validate_link};
+use cx_protocol::error::{non_negative, nonzero};
+use cx_protocol::{ClassSet, TierSet, price};
 
-/// A bundle with the job-dependent quantities already resolved.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// A bundle with the job-dependent quantities already resolved: its id and what clearing reads.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Candidate {
     /// Bundle id.
     pub id: String,
-    /// p(b) in price units per hour.
-    pub price_per_hour: f64,
+    /// The numbers feasibility and the objective read.
+    pub view: View,
+}
+
+/// What feasibility and the objective read of a bundle for one job: copyable, no strings, cheap
+/// to build on the clearing hot path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct View {
+    /// p(b): the ask, wei per compute-second.
+    pub price_wei_per_s: u128,
     /// M: free accelerator memory, bytes.
     pub memory_bytes: u64,
     /// B: ingress bandwidth, bits per second.
@@ -34,66 +40,20 @@ pub struct Candidate {
     /// T(b).
     pub tiers: TierSet,
     /// φ in [0, 1].
-    #[serde(default)]
     pub failure_rate: f64,
 }
 
-impl Candidate {
+impl View {
     /// Checks every field's domain; the error names the first bad field.
     pub fn validate(&self) -> cx_protocol::Result<()> {
-        validate_offer(&Offer {
-            id: &self.id,
-            price_per_hour: self.price_per_hour,
-            memory_bytes: self.memory_bytes,
-            bandwidth_bps: self.bandwidth_bps,
-            rtt_s: self.rtt_s,
-            context_max: self.context_max,
-        })?;
+        nonzero("memory_bytes", self.memory_bytes)?;
+        validate_link(self.bandwidth_bps, self.rtt_s, self.context_max)?;
         non_negative("compute_s", self.compute_s)?;
         validate_capabilities(self.determinism, self.tiers, self.failure_rate)
     }
 
-    /// The copyable numbers feasibility and the objective read.
-    pub fn view(&self) -> View {
-        View {
-            price_per_s: self.price_per_hour / 3600.0,
-            memory_bytes: self.memory_bytes,
-            bandwidth_bps: self.bandwidth_bps,
-            base_resident: self.base_resident,
-            adapter_resident: self.adapter_resident,
-            rtt_s: self.rtt_s,
-            compute_s: self.compute_s,
-            context_max: self.context_max,
-            determinism: self.determinism,
-            tiers: self.tiers,
-            failure_rate: self.failure_rate,
-        }
+    /// p(b) in whole units of the asset per compute-second: the objective's float unit.
+    pub fn price_units_per_s(&self) -> f64 {
+        price::to_units(self.price_wei_per_s)
     }
-}
-
-/// The numbers of a [`Candidate`] without its id, cheap to build on the clearing hot path.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct View {
-    /// p(b) per second of compute.
-    pub price_per_s: f64,
-    /// M, bytes.
-    pub memory_bytes: u64,
-    /// B, bits per second.
-    pub bandwidth_bps: f64,
-    /// β.
-    pub base_resident: bool,
-    /// α.
-    pub adapter_resident: bool,
-    /// ℓ0, seconds.
-    pub rtt_s: f64,
-    /// t_compute, seconds.
-    pub compute_s: f64,
-    /// c_max(d), tokens.
-    pub context_max: u32,
-    /// K(d).
-    pub determinism: ClassSet,
-    /// T(b).
-    pub tiers: TierSet,
-    /// φ.
-    pub failure_rate: f64,
 }

@@ -2,8 +2,8 @@
 //! bundle and its cost terms, the feasible ones ranked, and every rejected one with its binding
 //! constraint. This is what `cx clear` prints and the reference the engine must equal.
 
-use crate::candidate::{Candidate, View};
-use crate::feasibility::{self, Constraint, Violation};
+use crate::candidate::Candidate;
+use crate::feasibility::{self, Constraint, PriceCeiling, Violation};
 use crate::objective::{self, Terms, Weights};
 use crate::ring::{affinity_distance, hash64};
 use cx_protocol::Job;
@@ -56,26 +56,23 @@ pub fn rank(a: (f64, u64, &str), b: (f64, u64, &str)) -> Ordering {
 }
 
 /// Evaluates every candidate against the five constraints and the price ceiling
-/// ([`feasibility::price_ceiling`]). Candidates must be valid ([`Candidate::validate`]).
+/// ([`feasibility::price_ceiling`]). Candidates must be valid ([`crate::candidate::View::validate`]).
 pub fn explain(
     job: &Job,
     candidates: &[Candidate],
     weights: &Weights,
-    price_ceiling: Option<u64>,
+    price_ceiling: &PriceCeiling,
 ) -> Decision {
     let key = hash64(job.affinity_key());
     let mut feasible: Vec<(Terms, u64, &Candidate)> = Vec::new();
     let mut rejected = Vec::new();
     for candidate in candidates {
-        let view: View = candidate.view();
-        let mut violations = feasibility::violations(job, &view);
-        violations.extend(feasibility::price_violation(
-            candidate.price_per_hour,
-            price_ceiling,
-        ));
+        let view = &candidate.view;
+        let mut violations = feasibility::violations(job, view);
+        violations.extend(feasibility::price_violation(view, price_ceiling));
         match feasibility::binding(&violations) {
             None => feasible.push((
-                objective::evaluate(job, &view, weights),
+                objective::evaluate(job, view, weights),
                 affinity_distance(key, &candidate.id),
                 candidate,
             )),

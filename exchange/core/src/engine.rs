@@ -18,13 +18,11 @@
 use crate::candidate::{Candidate, View};
 use crate::clearing::{self, Decision, rank};
 use crate::error::{Error, Result};
-use crate::feasibility::{
-    completion_s, is_feasible, micro_per_hour, price_ceiling, price_eligible,
-};
+use crate::feasibility::{PriceCeiling, completion_s, is_feasible, price_ceiling, price_eligible};
 use crate::objective::{Terms, Weights, lower_bound, terms};
 use crate::pricing::market::Quote;
 use crate::ring::{affinity_distance, hash64};
-use cx_protocol::{Bundle, ClassSet, Job, TierSet};
+use cx_protocol::{Bundle, Job};
 use std::collections::HashMap;
 
 type Slot = u32;
@@ -51,52 +49,40 @@ struct Entry {
 }
 
 /// What a clear reads of a bundle, packed apart from its strings and lists so that walking a
-/// few hundred candidates stays in cache.
+/// few hundred candidates stays in cache: the job-independent part of its [`View`] (residency
+/// and t_compute are filled in per job) and the throughput that gives t_compute.
 #[derive(Debug, Clone, Copy)]
 struct Hot {
-    price_per_s: f64,
+    view: View,
     flops_per_s: f64,
-    bandwidth_bps: f64,
-    rtt_s: f64,
-    failure_rate: f64,
-    memory_bytes: u64,
-    /// The bundle's ask in micro units per hour, as quotes are made.
-    ask_micro_per_hour: u64,
-    context_max: u32,
-    determinism: ClassSet,
-    tiers: TierSet,
 }
 
 impl Hot {
     fn of(b: &Bundle) -> Self {
         Self {
-            // The same arithmetic as `Candidate::view`, so costs agree to the bit.
-            price_per_s: b.price_per_hour / 3600.0,
+            view: View {
+                price_wei_per_s: b.price_wei_per_s,
+                memory_bytes: b.memory_bytes,
+                bandwidth_bps: b.bandwidth_bps,
+                base_resident: false,
+                adapter_resident: false,
+                rtt_s: b.rtt_s,
+                compute_s: 0.0,
+                context_max: b.context_max,
+                determinism: b.determinism,
+                tiers: b.tiers,
+                failure_rate: b.failure_rate,
+            },
             flops_per_s: b.flops_per_s,
-            bandwidth_bps: b.bandwidth_bps,
-            rtt_s: b.rtt_s,
-            failure_rate: b.failure_rate,
-            memory_bytes: b.memory_bytes,
-            ask_micro_per_hour: micro_per_hour(b.price_per_hour).unwrap_or(u64::MAX),
-            context_max: b.context_max,
-            determinism: b.determinism,
-            tiers: b.tiers,
         }
     }
 
     fn view(&self, job: &Job, base_resident: bool, adapter_resident: bool) -> View {
         View {
-            price_per_s: self.price_per_s,
-            memory_bytes: self.memory_bytes,
-            bandwidth_bps: self.bandwidth_bps,
             base_resident,
             adapter_resident,
-            rtt_s: self.rtt_s,
             compute_s: job.compute_flops / self.flops_per_s,
-            context_max: self.context_max,
-            determinism: self.determinism,
-            tiers: self.tiers,
-            failure_rate: self.failure_rate,
+            ..self.view
         }
     }
 }
@@ -119,8 +105,8 @@ pub struct Engine {
 struct Probe<'a> {
     job: &'a Job,
     key_hash: u64,
-    /// Price ceiling in micro units per hour, if any.
-    ceiling: Option<u64>,
+    /// The price gates (quote, buyer's limit).
+    ceiling: PriceCeiling,
 }
 
 struct Best {
@@ -178,7 +164,7 @@ impl Engine {
             .iter()
             .map(|a| self.intern(a))
             .collect();
-        let key = (bundle.price_per_hour / 3600.0 / bundle.flops_per_s).to_bits();
+        let key = price_per_flop(&bundle).to_bits();
         let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {
@@ -264,7 +250,7 @@ impl Engine {
 
     /// Clears one job: the feasible bundle of least cost, or `None` when nothing is feasible.
     /// With a market `quote`, bundles asking more than it are not eligible (nor those asking
-    /// more than the job's own `max_price_per_hour`).
+    /// a charge for the job over its own `max_price_wei`).
     pub fn clear(&self, job: &Job, quote: Option<&Quote>) -> Result<Option<Choice>> {
         job.validate()?;
         let ceiling = price_ceiling(job, quote);
@@ -359,12 +345,11 @@ impl Engine {
         alpha: bool,
         best: &mut Option<Best>,
     ) {
-        let hot = &self.hot[slot as usize];
-        if !price_eligible(hot.ask_micro_per_hour, probe.ceiling) {
+        let job = probe.job;
+        let view = self.hot[slot as usize].view(job, beta, alpha);
+        if !price_eligible(&view, &probe.ceiling) {
             return;
         }
-        let job = probe.job;
-        let view = hot.view(job, beta, alpha);
         let t_hat = completion_s(job, &view);
         if !is_feasible(job, &view, t_hat) {
             return;
@@ -446,19 +431,9 @@ impl Engine {
     pub fn candidates(&self, job: &Job) -> Vec<Candidate> {
         self.residency(job)
             .map(|(slot, e, beta, alpha)| (e, self.hot[slot as usize].view(job, beta, alpha)))
-            .map(|(e, v)| Candidate {
+            .map(|(e, view)| Candidate {
                 id: e.bundle.id.clone(),
-                price_per_hour: e.bundle.price_per_hour,
-                memory_bytes: v.memory_bytes,
-                bandwidth_bps: v.bandwidth_bps,
-                base_resident: v.base_resident,
-                adapter_resident: v.adapter_resident,
-                rtt_s: v.rtt_s,
-                compute_s: v.compute_s,
-                context_max: v.context_max,
-                determinism: v.determinism,
-                tiers: v.tiers,
-                failure_rate: v.failure_rate,
+                view,
             })
             .collect()
     }
@@ -470,9 +445,16 @@ impl Engine {
             job,
             &self.candidates(job),
             &self.weights,
-            price_ceiling(job, quote),
+            &price_ceiling(job, quote),
         ))
     }
+}
+
+/// The ask per FLOP in the objective's float unit: the order of every index list, from which
+/// [`lower_bound`] bounds a bundle's cost. The same conversion as [`View::price_units_per_s`], so
+/// bound and cost agree.
+fn price_per_flop(bundle: &Bundle) -> f64 {
+    cx_protocol::price::to_units(bundle.price_wei_per_s) / bundle.flops_per_s
 }
 
 /// Whether `(key, slot)` is in an index list.

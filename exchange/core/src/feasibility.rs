@@ -11,7 +11,7 @@
 
 use crate::candidate::View;
 use crate::pricing::market::Quote;
-use cx_protocol::Job;
+use cx_protocol::{Job, price};
 use serde::Serialize;
 use std::fmt;
 
@@ -99,45 +99,57 @@ pub fn is_feasible(job: &Job, view: &View, t_hat_s: f64) -> bool {
         && t_hat_s <= job.deadline_s
 }
 
-/// A price in micro price units per hour, rounded up (what quotes are made in); `None` for a
-/// value that is not a finite non-negative price.
-pub fn micro_per_hour(price_per_hour: f64) -> Option<u64> {
-    crate::pricing::market::micro_per_hour(price_per_hour)
+/// The price gates of one job, integers in wei ([`cx_protocol::price`]): a bundle's ask must be at
+/// most the market's quoted ask (providers' asks are reservation prices, SPEC §10), and its charge
+/// for the job — ask × compute-seconds, rounded up — at most the buyer's limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PriceCeiling {
+    /// The quote's ask, wei per compute-second, when a market quote applies.
+    pub quote_ask_wei_per_s: Option<u128>,
+    /// The buyer's `max_price_wei` for the whole job.
+    pub max_price_wei: Option<u128>,
 }
 
-/// The ceiling a bundle's ask must not pass, micro units per hour: the lower of the buyer's
-/// maximum and the market's quoted ask. Providers' asks are reservation prices: a bundle is
-/// eligible only if its ask is at most the quote (SPEC §10).
-pub fn price_ceiling(job: &Job, quote: Option<&Quote>) -> Option<u64> {
-    let buyer = job.max_price_per_hour.and_then(micro_per_hour);
-    let market = quote.map(|q| q.ask_micro_per_hour);
-    match (buyer, market) {
-        (Some(b), Some(m)) => Some(b.min(m)),
-        (b, m) => b.or(m),
+/// The gates for `job` under an optional market `quote`.
+pub fn price_ceiling(job: &Job, quote: Option<&Quote>) -> PriceCeiling {
+    PriceCeiling {
+        quote_ask_wei_per_s: quote.map(|q| q.ask_wei_per_s),
+        max_price_wei: job.max_price_wei,
     }
 }
 
-/// Whether an ask (micro units per hour) is within the ceiling.
-pub fn price_eligible(ask_micro_per_hour: u64, ceiling: Option<u64>) -> bool {
-    ceiling.is_none_or(|c| ask_micro_per_hour <= c)
+/// Whether a view's ask passes both gates; exact integer comparisons, no allocation.
+pub fn price_eligible(view: &View, ceiling: &PriceCeiling) -> bool {
+    ceiling
+        .quote_ask_wei_per_s
+        .is_none_or(|q| view.price_wei_per_s <= q)
+        && ceiling
+            .max_price_wei
+            .is_none_or(|m| price::charge_wei(view.price_wei_per_s, view.compute_s) <= m)
 }
 
-/// The price violation of an ask over the ceiling, if any.
-pub fn price_violation(price_per_hour: f64, ceiling: Option<u64>) -> Option<Violation> {
-    let ask = micro_per_hour(price_per_hour).unwrap_or(u64::MAX);
-    let ceiling = ceiling?;
-    (!price_eligible(ask, Some(ceiling))).then(|| Violation {
+/// The price violation of a view over its gates, if any; the factor is the larger of
+/// ask / quote and charge / limit, always a finite number (the limit and the quote are ≥ 1 wei).
+pub fn price_violation(view: &View, ceiling: &PriceCeiling) -> Option<Violation> {
+    let ask = view.price_wei_per_s;
+    let mut factor = 0.0f64;
+    let mut details = Vec::new();
+    if let Some(quote) = ceiling.quote_ask_wei_per_s.filter(|q| ask > *q) {
+        factor = factor.max(ask as f64 / quote.max(1) as f64);
+        details.push(format!("asks {ask} wei/s over the quote {quote} wei/s"));
+    }
+    let charge = price::charge_wei(ask, view.compute_s);
+    if let Some(limit) = ceiling.max_price_wei.filter(|m| charge > *m) {
+        factor = factor.max(charge as f64 / limit.max(1) as f64);
+        details.push(format!(
+            "charges {charge} wei for {:.3} s over the limit {limit} wei",
+            view.compute_s
+        ));
+    }
+    (!details.is_empty()).then(|| Violation {
         constraint: Constraint::Price,
-        factor: Some(if ceiling == 0 {
-            f64::INFINITY
-        } else {
-            ask as f64 / ceiling as f64
-        }),
-        detail: format!(
-            "asks {:.6}/h over the ceiling {:.6}/h",
-            ask as f64 / 1e6,
-            ceiling as f64 / 1e6
-        ),
+        factor: Some(factor),
+        detail: details.join(", "),
     })
 }
 
@@ -228,13 +240,13 @@ mod tests {
             tier: Tier::T1,
             compute_flops: 0.0,
             value_wei: 0,
-            max_price_per_hour: None,
+            max_price_wei: None,
         }
     }
 
     fn view() -> View {
         View {
-            price_per_s: 0.001,
+            price_wei_per_s: 1_000,
             memory_bytes: 80_000_000_000,
             bandwidth_bps: 10e9,
             base_resident: false,
@@ -307,21 +319,42 @@ mod tests {
     }
 
     #[test]
-    fn price_ceiling_is_the_lower_of_buyer_and_market() {
+    fn price_gates_compare_integers_exactly() {
         let mut j = job();
-        assert_eq!(price_ceiling(&j, None), None);
-        j.max_price_per_hour = Some(3.0);
-        assert_eq!(price_ceiling(&j, None), Some(3_000_000));
+        let v = View {
+            compute_s: 2.0,
+            ..view()
+        };
+        assert_eq!(price_ceiling(&j, None), PriceCeiling::default());
+        assert!(price_eligible(&v, &price_ceiling(&j, None)));
+        // 1000 wei/s for 2 s is 2000 wei: a limit of 2000 admits it, 1999 does not.
+        j.max_price_wei = Some(2_000);
+        assert!(price_eligible(&v, &price_ceiling(&j, None)));
+        assert!(price_violation(&v, &price_ceiling(&j, None)).is_none());
+        j.max_price_wei = Some(1_999);
+        let over = price_violation(&v, &price_ceiling(&j, None)).unwrap();
+        assert!(!price_eligible(&v, &price_ceiling(&j, None)));
+        assert_eq!(over.constraint, Constraint::Price);
+        assert_eq!(over.factor, Some(2_000.0 / 1_999.0));
         let quote = Quote {
-            bid_micro_per_hour: 1_000_000,
-            ask_micro_per_hour: 2_500_000,
+            bid_wei_per_s: 400,
+            ask_wei_per_s: 500,
             regime: crate::pricing::hmm::Regime::Busy,
         };
-        assert_eq!(price_ceiling(&j, Some(&quote)), Some(2_500_000));
-        let over = price_violation(5.0, Some(2_500_000)).unwrap();
-        assert_eq!(over.constraint, Constraint::Price);
+        j.max_price_wei = None;
+        let gates = price_ceiling(&j, Some(&quote));
+        assert_eq!(gates.quote_ask_wei_per_s, Some(500));
+        let over = price_violation(&v, &gates).unwrap();
         assert_eq!(over.factor, Some(2.0));
-        assert!(price_violation(2.5, Some(2_500_000)).is_none());
-        assert!(price_violation(99.0, None).is_none());
+        let at_quote = View {
+            price_wei_per_s: 500,
+            ..v
+        };
+        assert!(price_eligible(&at_quote, &gates));
+        let one_over = View {
+            price_wei_per_s: 501,
+            ..v
+        };
+        assert!(!price_eligible(&one_over, &gates));
     }
 }

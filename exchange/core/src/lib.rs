@@ -1,7 +1,9 @@
 //! cx-exchange: the compute-exchange market.
 //!
-//! The pure core (no network, database or chain) prices residency and refuses what cannot meet
-//! a deadline:
+//! The pure core prices residency and refuses what cannot meet a deadline. It does no I/O at
+//! all — no network, database, chain, files or clock-driven behaviour — so it is tested and
+//! benchmarked in microseconds; the service (`cx-exchange-server`) and the `cx` binary
+//! (`exchange/cli`) sit around it. Prices are integers in wei ([`cx_protocol::price`]).
 //! - [`candidate`], [`feasibility`], [`objective`]: SPEC §2 — hard constraints with the factor
 //!   each was missed by, then the cost with every term reported.
 //! - [`clearing`]: one job against a list, explained; [`engine`]: live bundles indexed by
@@ -11,10 +13,11 @@
 //! - [`capacity`]: the adapter arithmetic of SPEC §5.
 //! - [`pricing`]: the market maker (HMM regimes, leapfrog price dynamics, deterministic quotes
 //!   whose ask gates which bundles may clear) and per-tenant preference tables (SPEC §10).
-//! - [`routing`] and [`catalog`]: which model an intent maps to before clearing picks a bundle:
-//!   featuriser, utility over arm profiles, ridge fit, contextual bandit, fan-out, and the model
-//!   catalog with its route rungs.
-//! - [`sim`] and [`bench`]: the market simulation and the clearing benchmark behind `cx`.
+//! - [`routing`]: which model an intent maps to before clearing picks a bundle: featuriser,
+//!   utility over arm profiles, ridge fit, contextual bandit, fan-out, and the model catalog
+//!   with its route rungs.
+//! - [`sim`] and [`bench`]: the market simulation and the clearing benchmark, pure functions
+//!   that return data (the `cx` binary prints, writes and draws it).
 //!
 //! ```
 //! use cx_exchange::engine::Engine;
@@ -23,7 +26,7 @@
 //!
 //! let mut engine = Engine::new(Weights::default()).unwrap();
 //! let bundle: Bundle = serde_json::from_str(r#"{
-//!     "id": "h200-a", "price_per_hour": 4.0, "memory_bytes": 60000000000,
+//!     "id": "h200-a", "price_wei_per_s": "1112", "memory_bytes": 60000000000,
 //!     "bandwidth_bps": 1e10, "rtt_s": 0.02, "flops_per_s": 4e14, "context_max": 32768,
 //!     "determinism": ["D", "S"], "tiers": ["T0", "T1"], "resident_bases": ["llama-8b"]
 //! }"#).unwrap();
@@ -41,7 +44,6 @@
 pub mod bench;
 pub mod candidate;
 pub mod capacity;
-pub mod catalog;
 pub mod clearing;
 pub mod engine;
 pub mod error;

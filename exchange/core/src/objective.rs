@@ -4,7 +4,9 @@
 //! cost = p(b)·t_compute + λ_L·ℓ + λ_F·φ + λ_V·v(τ) + λ_D·δ + μ1·(1−β) + μ2·(1−α)
 //! ```
 //!
-//! All terms are in price units and reported separately. Our definitions of the terms the
+//! All terms are floats in whole units of the settlement asset (the objective's price unit; the
+//! bundle's integer ask converts once, through [`cx_protocol::price::to_units`]) and are
+//! reported separately. Our definitions of the terms the
 //! SPEC leaves open:
 //! - ℓ (latency) is t̂, the estimated time until the result is back, in seconds.
 //! - φ is the bundle's observed failure rate.
@@ -118,7 +120,7 @@ pub struct Terms {
 
 /// The objective's terms for a (feasible) bundle.
 pub fn terms(job: &Job, view: &View, weights: &Weights, t_hat_s: f64) -> Terms {
-    let compute = view.price_per_s * view.compute_s;
+    let compute = view.price_units_per_s() * view.compute_s;
     let latency = weights.lambda_latency * t_hat_s;
     let failure = weights.lambda_failure * view.failure_rate;
     let verification = weights.lambda_verification * job.tier.verification_work() * compute;
@@ -196,7 +198,7 @@ mod tests {
             tier: Tier::T0,
             compute_flops: 0.0,
             value_wei: 0,
-            max_price_per_hour: None,
+            max_price_wei: None,
         };
         let w = Weights::default();
         assert!((w.mu_base_for(&job) / w.mu_adapter - 1000.0).abs() < 1e-9);

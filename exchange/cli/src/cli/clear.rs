@@ -1,11 +1,12 @@
 //! `cx clear`: one job against a list of bundles, explained.
 
 use anyhow::{Context, bail};
-use cx_exchange::candidate::Candidate;
+use cx_exchange::candidate::{Candidate, View};
 use cx_exchange::clearing::{Decision, explain};
 use cx_exchange::feasibility::price_ceiling;
 use cx_exchange::objective::Weights;
-use cx_protocol::Job;
+use cx_protocol::price::{self, Rounding};
+use cx_protocol::{ClassSet, Job, TierSet};
 use serde::Deserialize;
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -25,8 +26,73 @@ pub(crate) struct Args {
 #[serde(deny_unknown_fields)]
 struct Input {
     job: Job,
-    bundles: Vec<Candidate>,
+    bundles: Vec<CandidateInput>,
     #[serde(default)]
+    weights: Weights,
+}
+
+/// A bundle as `cx clear` reads it: β, α and t_compute already resolved for the job. The ask is
+/// `price_wei_per_s` (an integer, or a decimal string of one), or — as people write it and as
+/// the format always accepted — `price_per_hour` in whole units of the asset, converted once to
+/// wei per compute-second, rounded up ([`price::wei_per_s_from_units_per_hour`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CandidateInput {
+    id: String,
+    #[serde(default, with = "cx_protocol::price::wei_string_opt")]
+    price_wei_per_s: Option<u128>,
+    #[serde(default)]
+    price_per_hour: Option<f64>,
+    memory_bytes: u64,
+    bandwidth_bps: f64,
+    base_resident: bool,
+    adapter_resident: bool,
+    rtt_s: f64,
+    compute_s: f64,
+    context_max: u32,
+    determinism: ClassSet,
+    tiers: TierSet,
+    #[serde(default)]
+    failure_rate: f64,
+}
+
+impl CandidateInput {
+    /// The candidate, or what is wrong with its price fields, named under `within`.
+    fn into_candidate(self, within: &str) -> anyhow::Result<Candidate> {
+        let price_wei_per_s = match (self.price_wei_per_s, self.price_per_hour) {
+            (Some(wei), None) => wei,
+            (None, Some(per_hour)) => price::wei_per_s_from_units_per_hour(per_hour, Rounding::Up)
+                .with_context(|| {
+                    format!("{within}.price_per_hour: must be a finite number >= 0, got {per_hour}")
+                })?,
+            (Some(_), Some(_)) => bail!(
+                "{within}.price_wei_per_s: give the ask once, as price_wei_per_s or price_per_hour"
+            ),
+            (None, None) => bail!("{within}.price_wei_per_s: missing (or price_per_hour)"),
+        };
+        Ok(Candidate {
+            id: self.id,
+            view: View {
+                price_wei_per_s,
+                memory_bytes: self.memory_bytes,
+                bandwidth_bps: self.bandwidth_bps,
+                base_resident: self.base_resident,
+                adapter_resident: self.adapter_resident,
+                rtt_s: self.rtt_s,
+                compute_s: self.compute_s,
+                context_max: self.context_max,
+                determinism: self.determinism,
+                tiers: self.tiers,
+                failure_rate: self.failure_rate,
+            },
+        })
+    }
+}
+
+/// What `cx clear` clears: the job, its candidates, the weights.
+struct Clearing {
+    job: Job,
+    candidates: Vec<Candidate>,
     weights: Weights,
 }
 
@@ -44,12 +110,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     };
     let input = parse(&text)?;
     let ceiling = price_ceiling(&input.job, None);
-    let decision = explain(&input.job, &input.bundles, &input.weights, ceiling);
+    let decision = explain(&input.job, &input.candidates, &input.weights, &ceiling);
     super::emit(args.json, &table(&input, &decision), &decision)
 }
 
 /// Parses and validates; every error names the field (`bundles[2].rtt_s: …`).
-fn parse(text: &str) -> anyhow::Result<Input> {
+fn parse(text: &str) -> anyhow::Result<Clearing> {
     let de = &mut serde_json::Deserializer::from_str(text);
     let input: Input = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -63,17 +129,27 @@ fn parse(text: &str) -> anyhow::Result<Input> {
     input.job.validate().map_err(|e| e.within("job"))?;
     input.weights.validate()?;
     let mut ids = HashSet::new();
-    for (i, b) in input.bundles.iter().enumerate() {
-        b.validate()
-            .map_err(|e| e.within(&format!("bundles[{i}]")))?;
-        if !ids.insert(b.id.as_str()) {
-            bail!("bundles[{i}].id: duplicate id `{}`", b.id);
+    let mut candidates = Vec::with_capacity(input.bundles.len());
+    for (i, b) in input.bundles.into_iter().enumerate() {
+        let within = format!("bundles[{i}]");
+        let c = b.into_candidate(&within)?;
+        if c.id.is_empty() {
+            bail!("{within}.id: must not be empty");
         }
+        c.view.validate().map_err(|e| e.within(&within))?;
+        if !ids.insert(c.id.clone()) {
+            bail!("{within}.id: duplicate id `{}`", c.id);
+        }
+        candidates.push(c);
     }
-    Ok(input)
+    Ok(Clearing {
+        job: input.job,
+        candidates,
+        weights: input.weights,
+    })
 }
 
-fn table(input: &Input, d: &Decision) -> String {
+fn table(input: &Clearing, d: &Decision) -> String {
     let j = &input.job;
     let mut out = String::new();
     let _ = writeln!(

@@ -199,7 +199,7 @@ fn time_quotes(config: &PricingBenchConfig) -> Result<(f64, u64)> {
             black_box(deadline),
             compute,
         )?;
-        checksum ^= q.ask_micro_per_hour.rotate_left((i % 64) as u32);
+        checksum ^= (q.ask_wei_per_s as u64).rotate_left((i % 64) as u32);
     }
     let elapsed = start.elapsed().as_secs_f64().max(1e-9);
     Ok((config.quotes as f64 / elapsed, black_box(checksum)))
@@ -260,7 +260,7 @@ fn router(config: &PricingBenchConfig) -> Result<RouterFigures> {
                 name: format!("arm-{i}"),
                 quality,
                 latency_s: 0.2 + 5.0 * quality * quality,
-                cost_micro_per_mtok: (3_000_000.0 * quality * quality) as u64,
+                cost_wei_per_mtok: (3_000_000.0 * quality * quality) as u64,
                 code: rng.next_f64(),
                 vision: 0.0,
                 context_tokens: 131_072,

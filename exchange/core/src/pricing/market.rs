@@ -14,21 +14,20 @@
 //! - a higher tier never quotes below a lower one of the same model class, on either side:
 //!   the tier's own prices are raised to the running maximum over the tiers below it.
 //!
-//! Prices are integers in micro price units per compute-hour (`*_micro_per_hour`): floats live
-//! only inside the model and are rounded once, here (bid down, ask up, so rounding never
-//! narrows the spread).
+//! The model counts in whole units of the asset per compute-hour; quotes are integers in wei per
+//! compute-second (`*_wei_per_s`, [`cx_protocol::price`]), converted once, here (bid down, ask up,
+//! so rounding never narrows the spread).
 
 use super::hmm::{Hmm, Observation, REGIMES, Regime};
 use super::leapfrog::{Anharmonic, Blend, Phase, leapfrog};
 use crate::error::{Error, Result, invalid};
 use cx_protocol::Tier;
+use cx_protocol::price::{self, Rounding};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Tiers a market exists for (attested execution is offered by no provider here).
 pub const MARKET_TIERS: [Tier; 4] = [Tier::T0, Tier::T1, Tier::T2, Tier::T3];
-/// Micro price units per price unit.
-pub const MICRO: f64 = 1_000_000.0;
 
 /// Index of a tier in per-tier arrays, or the refusal for `attested`.
 pub fn tier_index(tier: Tier) -> Result<usize> {
@@ -202,11 +201,13 @@ impl MarketState {
 /// A quote for one job in one market.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Quote {
-    /// What the exchange pays a provider for an hour of compute, micro price units.
-    pub bid_micro_per_hour: u64,
-    /// What a buyer pays for an hour of compute, micro price units; providers whose own ask is
-    /// above it are not eligible for the job.
-    pub ask_micro_per_hour: u64,
+    /// What the exchange pays a provider per compute-second, wei.
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub bid_wei_per_s: u128,
+    /// What a buyer pays per compute-second, wei; providers whose own ask is above it are not
+    /// eligible for the job.
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub ask_wei_per_s: u128,
     /// The regime the quote was made in.
     pub regime: Regime,
 }
@@ -382,19 +383,23 @@ impl MarketMaker {
             .books
             .get(model_class)
             .ok_or_else(|| Error::UnknownMarket(format!("{model_class}/{tier}")))?;
-        let factor = self.deadline_factor(deadline_s, compute_s) * MICRO;
-        let mut bid = 0u64;
-        let mut ask = 0u64;
+        let factor = self.deadline_factor(deadline_s, compute_s);
+        let mut bid = 0u128;
+        let mut ask = 0u128;
         // Running maximum over the tiers at or below this one: tiers never cross.
         for state in &book.tiers[..=t] {
             let mid = state.mid_per_hour * factor;
-            // `as` saturates at the u64 range; the clamp on the premium keeps us far from it.
-            bid = bid.max((mid * (1.0 - state.half_spread)).floor() as u64);
-            ask = ask.max((mid * (1.0 + state.half_spread)).ceil() as u64);
+            // Finite and non-negative by construction (the premium is clamped); a `None` here
+            // would be a bug in the model, priced as the dearest quote rather than a free one.
+            let side = |units: f64, rounding| {
+                price::wei_per_s_from_units_per_hour(units, rounding).unwrap_or(u128::MAX)
+            };
+            bid = bid.max(side(mid * (1.0 - state.half_spread), Rounding::Down));
+            ask = ask.max(side(mid * (1.0 + state.half_spread), Rounding::Up));
         }
         Ok(Quote {
-            bid_micro_per_hour: bid,
-            ask_micro_per_hour: ask.max(bid + 1),
+            bid_wei_per_s: bid,
+            ask_wei_per_s: ask.max(bid.saturating_add(1)),
             regime: book.tiers[t].regime(),
         })
     }
@@ -413,27 +418,21 @@ pub fn with_preference(quote: &Quote, log_multiplier: f64) -> Result<Quote> {
         ));
     }
     let factor = log_multiplier.exp();
-    let bid = (quote.bid_micro_per_hour as f64 * factor).floor() as u64;
-    let ask = (quote.ask_micro_per_hour as f64 * factor).ceil() as u64;
+    // exp of a finite number is finite and > 0 unless it overflows to +∞, which saturates.
+    let bid = price::scale_wei(quote.bid_wei_per_s, factor, Rounding::Down).unwrap_or(u128::MAX);
+    let ask = price::scale_wei(quote.ask_wei_per_s, factor, Rounding::Up).unwrap_or(u128::MAX);
     Ok(Quote {
-        bid_micro_per_hour: bid,
-        ask_micro_per_hour: ask.max(bid.saturating_add(1)),
+        bid_wei_per_s: bid,
+        ask_wei_per_s: ask.max(bid.saturating_add(1)),
         regime: quote.regime,
     })
 }
 
-/// A price per hour in micro units, rounded up (a provider's ask never rounds in its favour
-/// against the quote); `None` for NaN, negative or out-of-range prices.
-pub fn micro_per_hour(price_per_hour: f64) -> Option<u64> {
-    let micro = (price_per_hour * MICRO).ceil();
-    (price_per_hour.is_finite() && price_per_hour >= 0.0 && micro < u64::MAX as f64)
-        .then_some(micro as u64)
-}
-
 /// A provider's ask is its reservation price: its bundle is eligible for a job only if that
-/// ask is at most the quote's ask (the most the buyer pays at this quote).
-pub fn eligible(provider_ask_per_hour: f64, quote: &Quote) -> bool {
-    micro_per_hour(provider_ask_per_hour).is_some_and(|ask| ask <= quote.ask_micro_per_hour)
+/// ask (wei per compute-second) is at most the quote's ask (the most the buyer pays at this
+/// quote). Integers, compared exactly.
+pub fn eligible(provider_ask_wei_per_s: u128, quote: &Quote) -> bool {
+    provider_ask_wei_per_s <= quote.ask_wei_per_s
 }
 
 #[cfg(test)]
@@ -462,14 +461,14 @@ mod tests {
         }
         let surge = mm.quote("llama-8b", Tier::T0, 60.0, 1.0).unwrap();
         assert_eq!(surge.regime, Regime::Surge);
-        assert!(surge.ask_micro_per_hour > before.ask_micro_per_hour);
+        assert!(surge.ask_wei_per_s > before.ask_wei_per_s);
         for _ in 0..80 {
             mm.observe("llama-8b", Tier::T0, &obs(0.3)).unwrap();
         }
         let calm = mm.quote("llama-8b", Tier::T0, 60.0, 1.0).unwrap();
         assert_eq!(calm.regime, Regime::Calm);
         assert!(
-            calm.ask_micro_per_hour < before.ask_micro_per_hour,
+            calm.ask_wei_per_s < before.ask_wei_per_s,
             "{calm:?} {before:?}"
         );
     }
@@ -479,8 +478,8 @@ mod tests {
         let mm = maker();
         let loose = mm.quote("llama-8b", Tier::T1, 100.0, 1.0).unwrap();
         let tight = mm.quote("llama-8b", Tier::T1, 1.2, 1.0).unwrap();
-        assert!(tight.bid_micro_per_hour > loose.bid_micro_per_hour);
-        assert!(tight.ask_micro_per_hour > loose.ask_micro_per_hour);
+        assert!(tight.bid_wei_per_s > loose.bid_wei_per_s);
+        assert!(tight.ask_wei_per_s > loose.ask_wei_per_s);
     }
 
     #[test]
@@ -519,14 +518,13 @@ mod tests {
     #[test]
     fn eligibility_is_ask_at_most_the_quote() {
         let q = Quote {
-            bid_micro_per_hour: 3_900_000,
-            ask_micro_per_hour: 4_100_000,
+            bid_wei_per_s: 1_083,
+            ask_wei_per_s: 1_139,
             regime: Regime::Busy,
         };
-        assert!(eligible(4.1, &q));
-        assert!(eligible(0.0, &q));
-        assert!(!eligible(4.100_001, &q));
-        assert!(!eligible(f64::NAN, &q));
-        assert!(!eligible(-1.0, &q));
+        assert!(eligible(1_139, &q));
+        assert!(eligible(0, &q));
+        // One wei over the quote is over it: no float rounding admits it.
+        assert!(!eligible(1_140, &q));
     }
 }

@@ -18,11 +18,11 @@
 //! use cx_protocol::Tier;
 //!
 //! let mut mm = MarketMaker::new(MarketParams::default()).unwrap();
-//! mm.open("llama-8b", 4.0).unwrap(); // reference: 4 price units per compute-hour
+//! mm.open("llama-8b", 4.0).unwrap(); // reference: 4 units of the asset per compute-hour
 //! mm.observe("llama-8b", Tier::T0, &Observation { offered_load: 1.3, occupancy: 1.4 }).unwrap();
 //! let quote = mm.quote("llama-8b", Tier::T0, 30.0, 2.0).unwrap();
-//! assert!(quote.bid_micro_per_hour < quote.ask_micro_per_hour);
-//! assert!(eligible(4.0, &quote)); // a bundle asking 4.0/h may take the job
+//! assert!(quote.bid_wei_per_s < quote.ask_wei_per_s); // integers, wei per compute-second
+//! assert!(eligible(1_111, &quote)); // a bundle asking 1111 wei/s (4.0/h) may take the job
 //! ```
 
 pub mod bench;

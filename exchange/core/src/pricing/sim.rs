@@ -16,7 +16,7 @@
 //! ≈ utilisation when there is no queue, above 1 when a backlog builds.
 
 use super::hmm::{Hmm, Observation, REGIMES, Regime, regime_accuracy};
-use super::market::{MICRO, MarketMaker, MarketParams};
+use super::market::{MarketMaker, MarketParams};
 use super::rng::SplitMix64;
 use crate::error::{Result, invalid};
 use cx_protocol::Tier;
@@ -211,9 +211,11 @@ fn run(
             let price = match &pricing {
                 Pricing::Fixed => config.reference_per_hour,
                 Pricing::Maker(mm) => {
-                    mm.quote(CLASS, Tier::T0, job.deadline_s, job.work_s)?
-                        .ask_micro_per_hour as f64
-                        / MICRO
+                    // Back to units per hour, the model's own unit for the buyers' values.
+                    let ask = mm
+                        .quote(CLASS, Tier::T0, job.deadline_s, job.work_s)?
+                        .ask_wei_per_s;
+                    cx_protocol::price::to_units(ask) * 3600.0
                 }
             };
             price_sum += price;

@@ -197,7 +197,7 @@ mod tests {
                 name: format!("arm-{i}"),
                 quality: 0.2 * i as f64,
                 latency_s: 1.0,
-                cost_micro_per_mtok: 1_000_000,
+                cost_wei_per_mtok: 1_000_000,
                 code: 1.0 - 0.3 * i as f64,
                 vision: 0.0,
                 context_tokens: 100_000,

@@ -15,9 +15,9 @@
 use super::bandit::LinUcb;
 use super::features::{Classifier, Features, Request, context_tokens};
 use super::utility::{Arm, Ceilings, Scored, Utility, rank};
-use crate::catalog::Catalog;
 use crate::error::{Result, invalid};
 use crate::ring::{Ring, hash64};
+use crate::routing::catalog::Catalog;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -43,8 +43,8 @@ pub fn classify(classifier: &impl Classifier, request: &Request) -> Classified {
 pub struct RequestLimits {
     /// Longest acceptable latency, seconds.
     pub max_latency_s: Option<f64>,
-    /// Dearest acceptable price per million tokens, micro units.
-    pub max_cost_micro_per_mtok: Option<u64>,
+    /// Dearest acceptable price per million tokens, wei.
+    pub max_cost_wei_per_mtok: Option<u64>,
     /// Lowest acceptable quality.
     pub min_quality: Option<f64>,
     /// Arms to dispatch to (1 = no fan-out).
@@ -79,10 +79,10 @@ pub fn policy(tenant: &Ceilings, limits: &RequestLimits) -> Result<Policy> {
             max_latency_s: limits
                 .max_latency_s
                 .map_or(tenant.max_latency_s, |v| v.min(tenant.max_latency_s)),
-            max_cost_micro_per_mtok: limits
-                .max_cost_micro_per_mtok
-                .map_or(tenant.max_cost_micro_per_mtok, |v| {
-                    v.min(tenant.max_cost_micro_per_mtok)
+            max_cost_wei_per_mtok: limits
+                .max_cost_wei_per_mtok
+                .map_or(tenant.max_cost_wei_per_mtok, |v| {
+                    v.min(tenant.max_cost_wei_per_mtok)
                 }),
             min_quality: limits
                 .min_quality
@@ -295,7 +295,7 @@ mod tests {
     fn request_limits_only_tighten_and_fan_out_takes_top_n() {
         let tenant = Ceilings {
             max_latency_s: 3.0,
-            max_cost_micro_per_mtok: 1_000_000,
+            max_cost_wei_per_mtok: 1_000_000,
             min_quality: 0.5,
         };
         let loosen = RequestLimits {

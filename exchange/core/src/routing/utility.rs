@@ -23,8 +23,8 @@ pub struct Arm {
     pub quality: f64,
     /// Typical time to a complete answer, seconds.
     pub latency_s: f64,
-    /// Retail price per million tokens (input and output averaged), micro price units.
-    pub cost_micro_per_mtok: u64,
+    /// Retail price per million tokens (input and output averaged), wei.
+    pub cost_wei_per_mtok: u64,
     /// Skill at code in [0, 1].
     pub code: f64,
     /// Skill with images in [0, 1] (0 = cannot take images).
@@ -40,7 +40,7 @@ impl Arm {
             1.0,
             self.quality,
             // 1 / (1 + price in units per Mtok): free arms are 1, dear ones approach 0.
-            1.0 / (1.0 + self.cost_micro_per_mtok as f64 / 1e6),
+            1.0 / (1.0 + cx_protocol::price::to_units(u128::from(self.cost_wei_per_mtok))),
             1.0 / (1.0 + self.latency_s),
             self.code,
             self.vision,
@@ -120,8 +120,8 @@ pub fn outer(x: &Features, p: &Profile) -> [f64; JOINT] {
 pub struct Ceilings {
     /// Longest acceptable latency, seconds.
     pub max_latency_s: f64,
-    /// Dearest acceptable price per million tokens, micro price units.
-    pub max_cost_micro_per_mtok: u64,
+    /// Dearest acceptable price per million tokens, wei.
+    pub max_cost_wei_per_mtok: u64,
     /// Lowest acceptable quality.
     pub min_quality: f64,
 }
@@ -130,7 +130,7 @@ impl Default for Ceilings {
     fn default() -> Self {
         Self {
             max_latency_s: f64::INFINITY,
-            max_cost_micro_per_mtok: u64::MAX,
+            max_cost_wei_per_mtok: u64::MAX,
             min_quality: 0.0,
         }
     }
@@ -140,7 +140,7 @@ impl Default for Ceilings {
 /// context must fit).
 pub fn admissible(arm: &Arm, ceilings: &Ceilings, x: &Features, context_tokens: u32) -> bool {
     arm.latency_s <= ceilings.max_latency_s
-        && arm.cost_micro_per_mtok <= ceilings.max_cost_micro_per_mtok
+        && arm.cost_wei_per_mtok <= ceilings.max_cost_wei_per_mtok
         && arm.quality >= ceilings.min_quality
         && (x[3] == 0.0 || arm.vision > 0.0)
         && context_tokens <= arm.context_tokens
@@ -196,7 +196,7 @@ mod tests {
             name: name.into(),
             quality,
             latency_s,
-            cost_micro_per_mtok: cost,
+            cost_wei_per_mtok: cost,
             code: 0.5,
             vision,
             context_tokens: 32_768,
@@ -224,7 +224,7 @@ mod tests {
         let x = [1.0, 0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
         let ceilings = Ceilings {
             max_latency_s: 5.0,
-            max_cost_micro_per_mtok: 10_000_000,
+            max_cost_wei_per_mtok: 10_000_000,
             min_quality: 0.55,
         };
         let ranked = rank(&arms, &ceilings, &Utility::default(), &x, 100);

@@ -94,8 +94,8 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
     let mut by_price: Vec<usize> = (0..scenario.bundles.len()).collect();
     by_price.sort_by(|a, b| {
         scenario.bundles[*a]
-            .price_per_hour
-            .total_cmp(&scenario.bundles[*b].price_per_hour)
+            .price_wei_per_s
+            .cmp(&scenario.bundles[*b].price_wei_per_s)
     });
     let mut model_demand = vec![0u64; scenario.models.len()];
     let mut agent_demand = vec![0u64; scenario.agents.len()];
@@ -123,7 +123,7 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
             tier: Tier::T1,
             compute_flops: 2.0 * model.params * f64::from(arrival.tokens),
             value_wei: 0,
-            max_price_per_hour: None,
+            max_price_wei: None,
         };
         let base_item = Item::Base(agent.model);
         let adapter_item = Item::Adapter(arrival.agent);
@@ -136,7 +136,7 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
             let in_use =
                 if beta { job.base_bytes } else { 0 } + if alpha { job.adapter_bytes } else { 0 };
             View {
-                price_per_s: b.price_per_hour / 3600.0,
+                price_wei_per_s: b.price_wei_per_s,
                 memory_bytes: b.memory_bytes - in_use,
                 bandwidth_bps: b.bandwidth_bps,
                 base_resident: beta,
@@ -197,7 +197,7 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
                 let compute_s = v.compute_s * arrival.compute_noise;
                 let start = now.max(states[i].busy_until_s);
                 let completion = (start - now) + b.rtt_s + load_s + compute_s;
-                out.cost += v.price_per_s * (load_s + compute_s);
+                out.cost += v.price_units_per_s() * (load_s + compute_s);
                 out.busy_s += load_s + compute_s;
                 out.placed += 1;
                 out.cold_base += u64::from(!v.base_resident);
@@ -319,8 +319,8 @@ fn make_room(
             bytes: r.bytes,
             hit_rate_per_s: demand.rate_per_copy(r.item),
             // A hit saves reloading the bytes over this bundle's link, at its price.
-            saving_per_hit: r.bytes as f64 * 8.0 / bundle.bandwidth_bps * bundle.price_per_hour
-                / 3600.0,
+            saving_per_hit: r.bytes as f64 * 8.0 / bundle.bandwidth_bps
+                * cx_protocol::price::to_units(bundle.price_wei_per_s),
             // What this job runs on cannot be evicted to make room for it.
             pinned: r.item == base || r.item == adapter,
             last_used_s: r.last_used_s,

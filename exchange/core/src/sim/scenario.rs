@@ -1,6 +1,7 @@
 //! A seeded fleet and arrival trace.
 
 use crate::pricing::rng::SplitMix64;
+use cx_protocol::price::Rounding;
 use cx_protocol::{ClassSet, DeterminismClass, Tier, TierSet};
 
 /// Knobs of the scenario.
@@ -53,8 +54,8 @@ pub struct SimBundle {
     pub memory_bytes: u64,
     /// Ingress, bits per second.
     pub bandwidth_bps: f64,
-    /// Price per hour.
-    pub price_per_hour: f64,
+    /// The ask, wei per compute-second.
+    pub price_wei_per_s: u128,
     /// FLOP/s.
     pub flops_per_s: f64,
     /// Round trip, seconds.
@@ -159,7 +160,7 @@ impl Scenario {
                     id: format!("b{i:03}"),
                     memory_bytes,
                     bandwidth_bps: links[rng.below(links.len() as u64) as usize],
-                    price_per_hour: price * (0.8 + 0.4 * rng.next_f64()),
+                    price_wei_per_s: units_per_hour_as_ask(price * (0.8 + 0.4 * rng.next_f64())),
                     // Decode-heavy serving reaches ~5 % of peak FLOP/s.
                     flops_per_s: tflops * 1e12 * 0.05,
                     rtt_s: 0.01 + 0.09 * rng.next_f64(),
@@ -219,4 +220,10 @@ fn pick_weighted(rng: &mut SplitMix64, weights: &[f64]) -> usize {
         x -= w;
     }
     weights.len() - 1
+}
+
+/// A generated price per hour (whole units) as an integer ask per compute-second.
+pub(crate) fn units_per_hour_as_ask(units_per_hour: f64) -> u128 {
+    cx_protocol::price::wei_per_s_from_units_per_hour(units_per_hour, Rounding::Up)
+        .expect("generated prices are finite and positive")
 }

@@ -1,7 +1,7 @@
 //! The engine's indexed branch and bound must equal a brute-force argmin over every bundle,
 //! and feasibility must be sound, on random fleets and jobs.
 
-use cx_exchange::candidate::Candidate;
+use cx_exchange::candidate::{Candidate, View};
 use cx_exchange::clearing::explain;
 use cx_exchange::engine::Engine;
 use cx_exchange::feasibility::{completion_s, memory_needed_bytes, price_ceiling, violations};
@@ -29,7 +29,7 @@ fn bundle() -> impl Strategy<Value = Bundle> {
                 provider: String::new(),
                 device: String::new(),
                 // Few distinct values on purpose: exact cost ties exercise the ring tie-break.
-                price_per_hour: f64::from(price),
+                price_wei_per_s: u128::from(price) * 300,
                 memory_bytes: mem_gb * 1_000_000_000,
                 bandwidth_bps: bw as f64 * 5e9,
                 rtt_s: f64::from(rtt) * 0.01,
@@ -83,7 +83,8 @@ fn job() -> impl Strategy<Value = Job> {
                     tier: [Tier::T0, Tier::T1, Tier::T2, Tier::T3][tier],
                     compute_flops: f64::from(flops) * 1e14,
                     value_wei: 0,
-                    max_price_per_hour: max_price.map(f64::from),
+                    // Limits that bind on some bundles and not on others (charges run to ~75k wei).
+                    max_price_wei: max_price.map(|m| u128::from(m + 1) * 5_000),
                 }
             },
         )
@@ -95,20 +96,22 @@ fn brute_candidates(bundles: &[Bundle], job: &Job) -> Vec<Candidate> {
         .iter()
         .map(|b| Candidate {
             id: b.id.clone(),
-            price_per_hour: b.price_per_hour,
-            memory_bytes: b.memory_bytes,
-            bandwidth_bps: b.bandwidth_bps,
-            base_resident: b.resident_bases.contains(&job.base_model),
-            adapter_resident: job
-                .adapter
-                .as_ref()
-                .is_some_and(|a| b.resident_adapters.contains(a)),
-            rtt_s: b.rtt_s,
-            compute_s: job.compute_flops / b.flops_per_s,
-            context_max: b.context_max,
-            determinism: b.determinism,
-            tiers: b.tiers,
-            failure_rate: b.failure_rate,
+            view: View {
+                price_wei_per_s: b.price_wei_per_s,
+                memory_bytes: b.memory_bytes,
+                bandwidth_bps: b.bandwidth_bps,
+                base_resident: b.resident_bases.contains(&job.base_model),
+                adapter_resident: job
+                    .adapter
+                    .as_ref()
+                    .is_some_and(|a| b.resident_adapters.contains(a)),
+                rtt_s: b.rtt_s,
+                compute_s: job.compute_flops / b.flops_per_s,
+                context_max: b.context_max,
+                determinism: b.determinism,
+                tiers: b.tiers,
+                failure_rate: b.failure_rate,
+            },
         })
         .collect()
 }
@@ -125,8 +128,8 @@ proptest! {
     ) {
         // A market quote whose ask gates bundles, as the market maker's would.
         let quote = quoted_ask.map(|ask| Quote {
-            bid_micro_per_hour: 0,
-            ask_micro_per_hour: ask * 1_000_000,
+            bid_wei_per_s: 0,
+            ask_wei_per_s: u128::from(ask) * 300,
             regime: Regime::Busy,
         });
         let mut engine = Engine::new(Weights::default()).unwrap();
@@ -154,7 +157,7 @@ proptest! {
         }
         for job in &jobs {
             let ceiling = price_ceiling(job, quote.as_ref());
-            let reference = explain(job, &brute_candidates(&bundles, job), engine.weights(), ceiling);
+            let reference = explain(job, &brute_candidates(&bundles, job), engine.weights(), &ceiling);
             let got = engine.clear(job, quote.as_ref()).unwrap();
             prop_assert_eq!(got.as_ref().map(|c| c.bundle_id.clone()), reference.chosen.clone());
             if let (Some(c), Some(t)) = (&got, &reference.terms) {
@@ -170,7 +173,7 @@ proptest! {
         for (i, c) in brute_candidates(&fleet, &job).into_iter().enumerate() {
             let mut c = c;
             c.id = format!("b{i}");
-            let view = c.view();
+            let view = c.view;
             let violated = violations(&job, &view);
             // No violation reported ⇔ every constraint, recomputed from scratch, holds.
             let holds = memory_needed_bytes(&job, &view) <= view.memory_bytes
@@ -193,11 +196,11 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
     // The cheapest bundle must pull 140 GB over 1 Gb/s (1120 s): outside the feasible set for a
     // 30 s deadline, whatever its price. The chosen one costs 20× more per hour.
     let mut engine = Engine::new(Weights::default()).unwrap();
-    let mk = |id: &str, price: f64, bw: f64, bases: Vec<String>| Bundle {
+    let mk = |id: &str, price_wei_per_s: u128, bw: f64, bases: Vec<String>| Bundle {
         id: id.into(),
         provider: String::new(),
         device: String::new(),
-        price_per_hour: price,
+        price_wei_per_s,
         memory_bytes: 200_000_000_000,
         bandwidth_bps: bw,
         rtt_s: 0.05,
@@ -209,9 +212,9 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
         resident_bases: bases,
         resident_adapters: vec![],
     };
-    engine.upsert(mk("cheap", 0.5, 1e9, vec![])).unwrap();
+    engine.upsert(mk("cheap", 139, 1e9, vec![])).unwrap();
     engine
-        .upsert(mk("dear", 10.0, 1e9, vec!["llama-70b".into()]))
+        .upsert(mk("dear", 2_778, 1e9, vec!["llama-70b".into()]))
         .unwrap();
     let job = Job {
         agent: "a".into(),
@@ -226,7 +229,7 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
         tier: Tier::T1,
         compute_flops: 1e16,
         value_wei: 0,
-        max_price_per_hour: None,
+        max_price_wei: None,
     };
     assert_eq!(engine.clear(&job, None).unwrap().unwrap().bundle_id, "dear");
     let why = engine.explain(&job, None).unwrap();

@@ -4,7 +4,7 @@
 use cx_exchange::pricing::hmm::{Hmm, Observation, REGIMES, regime_accuracy};
 use cx_exchange::pricing::leapfrog::{Anharmonic, Phase, energy, leapfrog};
 use cx_exchange::pricing::market::{
-    MARKET_TIERS, MarketMaker, MarketParams, Quote, eligible, micro_per_hour, with_preference,
+    MARKET_TIERS, MarketMaker, MarketParams, Quote, eligible, with_preference,
 };
 use cx_exchange::pricing::rng::SplitMix64;
 use proptest::prelude::*;
@@ -52,11 +52,11 @@ proptest! {
         let mm = maker(reference, &traces);
         let qs = quotes(&mm, deadline_s, deadline_s * compute_share);
         for q in &qs {
-            prop_assert!(q.bid_micro_per_hour < q.ask_micro_per_hour, "{q:?}");
+            prop_assert!(q.bid_wei_per_s < q.ask_wei_per_s, "{q:?}");
         }
         for pair in qs.windows(2) {
-            prop_assert!(pair[1].bid_micro_per_hour >= pair[0].bid_micro_per_hour, "{qs:?}");
-            prop_assert!(pair[1].ask_micro_per_hour >= pair[0].ask_micro_per_hour, "{qs:?}");
+            prop_assert!(pair[1].bid_wei_per_s >= pair[0].bid_wei_per_s, "{qs:?}");
+            prop_assert!(pair[1].ask_wei_per_s >= pair[0].ask_wei_per_s, "{qs:?}");
         }
     }
 
@@ -74,11 +74,11 @@ proptest! {
             .map(|q| with_preference(q, log_multiplier).unwrap())
             .collect();
         for q in &qs {
-            prop_assert!(q.bid_micro_per_hour < q.ask_micro_per_hour, "{q:?}");
+            prop_assert!(q.bid_wei_per_s < q.ask_wei_per_s, "{q:?}");
         }
         for pair in qs.windows(2) {
-            prop_assert!(pair[1].bid_micro_per_hour >= pair[0].bid_micro_per_hour, "{qs:?}");
-            prop_assert!(pair[1].ask_micro_per_hour >= pair[0].ask_micro_per_hour, "{qs:?}");
+            prop_assert!(pair[1].bid_wei_per_s >= pair[0].bid_wei_per_s, "{qs:?}");
+            prop_assert!(pair[1].ask_wei_per_s >= pair[0].ask_wei_per_s, "{qs:?}");
         }
         prop_assert!(with_preference(&qs[0], f64::NAN).is_err());
     }
@@ -114,9 +114,9 @@ proptest! {
     }
 
     #[test]
-    fn eligible_iff_the_ask_fits_under_the_quote(ask in 0.0..100.0f64, quoted in 0u64..100_000_000) {
-        let q = Quote { bid_micro_per_hour: 0, ask_micro_per_hour: quoted, regime: cx_exchange::pricing::hmm::Regime::Busy };
-        prop_assert_eq!(eligible(ask, &q), micro_per_hour(ask).unwrap() <= quoted);
+    fn eligible_iff_the_ask_fits_under_the_quote(ask in 0u128..100_000, quoted in 0u128..100_000) {
+        let q = Quote { bid_wei_per_s: 0, ask_wei_per_s: quoted, regime: cx_exchange::pricing::hmm::Regime::Busy };
+        prop_assert_eq!(eligible(ask, &q), ask <= quoted);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! weightless, invalid catalogs are refused with the rung named, placement is the ring's.
 
 use cx_exchange::Error;
-use cx_exchange::catalog::{Catalog, rules};
 use cx_exchange::ring::{Ring, hash64};
+use cx_exchange::routing::catalog::{Catalog, rules};
 use cx_exchange::routing::fanout::synthesise;
 use cx_exchange::routing::features::{Classifier, Heuristic, Request, Task};
 use cx_exchange::routing::path::{PathContext, RequestLimits, Scorer, plan, ring_stage};
@@ -25,7 +25,7 @@ fn arm() -> impl Strategy<Value = Arm> {
             name: String::new(),
             quality,
             latency_s,
-            cost_micro_per_mtok: cost,
+            cost_wei_per_mtok: cost,
             code,
             vision: if vision { 0.7 } else { 0.0 },
             context_tokens: ctx,
@@ -64,17 +64,17 @@ proptest! {
         max_cost in 0u64..6_000_000,
         min_quality in 0.0..1.0f64,
     ) {
-        let ceilings = Ceilings { max_latency_s, max_cost_micro_per_mtok: max_cost, min_quality };
+        let ceilings = Ceilings { max_latency_s, max_cost_wei_per_mtok: max_cost, min_quality };
         let x = Heuristic.features(&req);
         let ctx = cx_exchange::routing::features::context_tokens(&req);
         let ranked = rank(&arms, &ceilings, &Utility::default(), &x, ctx);
         for s in &ranked {
             let a = &arms[s.arm];
-            prop_assert!(a.latency_s <= max_latency_s && a.cost_micro_per_mtok <= max_cost && a.quality >= min_quality);
+            prop_assert!(a.latency_s <= max_latency_s && a.cost_wei_per_mtok <= max_cost && a.quality >= min_quality);
             prop_assert!(a.context_tokens >= ctx);
             prop_assert!(req.images == 0 || a.vision > 0.0);
         }
-        let admissible = arms.iter().filter(|a| a.latency_s <= max_latency_s && a.cost_micro_per_mtok <= max_cost
+        let admissible = arms.iter().filter(|a| a.latency_s <= max_latency_s && a.cost_wei_per_mtok <= max_cost
             && a.quality >= min_quality && a.context_tokens >= ctx && (req.images == 0 || a.vision > 0.0)).count();
         prop_assert_eq!(ranked.len(), admissible);
         for pair in ranked.windows(2) {
@@ -130,9 +130,9 @@ proptest! {
         retail_in in 0u64..100, retail_out in 0u64..100, cost_in in 0u64..100, cost_out in 0u64..100,
         known_provider in prop::bool::ANY, rung_index in 0usize..3,
     ) {
-        let good = "upstream = \"ok\"\nprovider = \"fleet\"\ncontext_limit_tokens = 100\nretail = { input_micro_per_mtok = 5, output_micro_per_mtok = 5 }\ncost = { input_micro_per_mtok = 1, output_micro_per_mtok = 1 }\n";
+        let good = "upstream = \"ok\"\nprovider = \"fleet\"\ncontext_limit_tokens = 100\nretail = { input_wei_per_mtok = 5, output_wei_per_mtok = 5 }\ncost = { input_wei_per_mtok = 1, output_wei_per_mtok = 1 }\n";
         let provider = if known_provider { "fleet" } else { "ghost" };
-        let candidate = format!("upstream = \"up\"\nprovider = \"{provider}\"\ncontext_limit_tokens = 100\nretail = {{ input_micro_per_mtok = {retail_in}, output_micro_per_mtok = {retail_out} }}\ncost = {{ input_micro_per_mtok = {cost_in}, output_micro_per_mtok = {cost_out} }}\n");
+        let candidate = format!("upstream = \"up\"\nprovider = \"{provider}\"\ncontext_limit_tokens = 100\nretail = {{ input_wei_per_mtok = {retail_in}, output_wei_per_mtok = {retail_out} }}\ncost = {{ input_wei_per_mtok = {cost_in}, output_wei_per_mtok = {cost_out} }}\n");
         let mut text = String::from("[[providers]]\nname = \"fleet\"\n[[models]]\nname = \"m\"\nquality = 0.5\nlatency_s = 1.0\n");
         for i in 0..3 {
             text.push_str("[[models.rungs]]\n");

@@ -3,7 +3,8 @@
 //! Each model lists **rungs** in order of preference; a rung is one way to serve it: an
 //! upstream (the model as a provider names it), the provider that serves it, the context limit
 //! there, and two price pairs per million tokens (input, output) — **retail** (what the buyer
-//! pays) and **cost** (what the upstream charges us). Prices are integers in micro price units.
+//! pays) and **cost** (what the upstream charges us). Prices are integers in wei (the settlement
+//! asset's smallest unit, [`cx_protocol::price`]).
 //!
 //! Rules, each checked at load with the rung (or model, or provider) named in the error:
 //! - a free rung (retail 0/0) routes only to a zero-priced upstream (cost 0/0): free must not
@@ -13,7 +14,7 @@
 //! - names and aliases resolve to one model only; a model has at least one rung; context
 //!   limits are positive; quality is in [0, 1] and latency positive and finite.
 //!
-//! The file format is TOML (see `exchange/catalog.example.toml`); unknown keys are refused so a
+//! The file format is TOML (see `exchange/core/catalog.example.toml`); unknown keys are refused so a
 //! typo is an error, not a silently ignored setting. Reading the file is the caller's job (this
 //! module is part of the pure core): `Catalog::from_toml_str(&std::fs::read_to_string(path)?)`.
 
@@ -22,27 +23,27 @@ use crate::routing::utility::Arm;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A price pair per million tokens, micro price units.
+/// A price pair per million tokens, wei.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PricePair {
     /// Per million input (prompt) tokens.
-    pub input_micro_per_mtok: u64,
+    pub input_wei_per_mtok: u64,
     /// Per million output (generated) tokens.
-    pub output_micro_per_mtok: u64,
+    pub output_wei_per_mtok: u64,
 }
 
 impl PricePair {
     /// Whether both prices are zero.
     pub fn is_zero(&self) -> bool {
-        self.input_micro_per_mtok == 0 && self.output_micro_per_mtok == 0
+        self.input_wei_per_mtok == 0 && self.output_wei_per_mtok == 0
     }
 
     /// Mean of input and output price (the router's single cost number).
-    pub fn mean_micro_per_mtok(&self) -> u64 {
-        self.input_micro_per_mtok / 2
-            + self.output_micro_per_mtok / 2
-            + (self.input_micro_per_mtok % 2 + self.output_micro_per_mtok % 2) / 2
+    pub fn mean_wei_per_mtok(&self) -> u64 {
+        self.input_wei_per_mtok / 2
+            + self.output_wei_per_mtok / 2
+            + (self.input_wei_per_mtok % 2 + self.output_wei_per_mtok % 2) / 2
     }
 }
 
@@ -119,10 +120,10 @@ impl Model {
             name: self.name.clone(),
             quality: self.quality,
             latency_s: self.latency_s,
-            cost_micro_per_mtok: self
+            cost_wei_per_mtok: self
                 .rungs
                 .first()
-                .map_or(0, |r| r.retail.mean_micro_per_mtok()),
+                .map_or(0, |r| r.retail.mean_wei_per_mtok()),
             code: self.code,
             vision: self.vision,
             context_tokens: self
@@ -299,28 +300,28 @@ impl Catalog {
                         at,
                         rules::FREE_IS_FREE,
                         format!(
-                            "retail is 0/0 but the upstream costs {}/{} micro per Mtok",
-                            rung.cost.input_micro_per_mtok, rung.cost.output_micro_per_mtok
+                            "retail is 0/0 but the upstream costs {}/{} wei per Mtok",
+                            rung.cost.input_wei_per_mtok, rung.cost.output_wei_per_mtok
                         ),
                     ));
                 }
                 for (side, retail, cost) in [
                     (
                         "input",
-                        rung.retail.input_micro_per_mtok,
-                        rung.cost.input_micro_per_mtok,
+                        rung.retail.input_wei_per_mtok,
+                        rung.cost.input_wei_per_mtok,
                     ),
                     (
                         "output",
-                        rung.retail.output_micro_per_mtok,
-                        rung.cost.output_micro_per_mtok,
+                        rung.retail.output_wei_per_mtok,
+                        rung.cost.output_wei_per_mtok,
                     ),
                 ] {
                     if retail < cost {
                         return Err(broken(
                             at,
                             rules::NOT_BELOW_COST,
-                            format!("{side} retail {retail} < cost {cost} micro per Mtok"),
+                            format!("{side} retail {retail} < cost {cost} wei per Mtok"),
                         ));
                     }
                 }
@@ -361,7 +362,7 @@ impl Catalog {
 mod tests {
     use super::*;
 
-    const EXAMPLE: &str = include_str!("../catalog.example.toml");
+    const EXAMPLE: &str = include_str!("../../catalog.example.toml");
 
     #[test]
     fn the_example_catalog_loads_and_resolves_aliases() {
@@ -399,8 +400,8 @@ latency_s = 1.0
             r#"upstream = "up"
 provider = "fleet"
 context_limit_tokens = 1000
-retail = { input_micro_per_mtok = 0, output_micro_per_mtok = 0 }
-cost = { input_micro_per_mtok = 5, output_micro_per_mtok = 0 }"#,
+retail = { input_wei_per_mtok = 0, output_wei_per_mtok = 0 }
+cost = { input_wei_per_mtok = 5, output_wei_per_mtok = 0 }"#,
         ));
         assert_eq!(rule, rules::FREE_IS_FREE);
         assert_eq!(at, "models[0] (m).rungs[0] (up via fleet)");
@@ -412,8 +413,8 @@ cost = { input_micro_per_mtok = 5, output_micro_per_mtok = 0 }"#,
             r#"upstream = "up"
 provider = "fleet"
 context_limit_tokens = 1000
-retail = { input_micro_per_mtok = 10, output_micro_per_mtok = 10 }
-cost = { input_micro_per_mtok = 5, output_micro_per_mtok = 11 }"#,
+retail = { input_wei_per_mtok = 10, output_wei_per_mtok = 10 }
+cost = { input_wei_per_mtok = 5, output_wei_per_mtok = 11 }"#,
         ));
         assert_eq!(rule, rules::NOT_BELOW_COST);
         assert!(at.ends_with("rungs[0] (up via fleet)"));
@@ -421,8 +422,8 @@ cost = { input_micro_per_mtok = 5, output_micro_per_mtok = 11 }"#,
             r#"upstream = "up"
 provider = "elsewhere"
 context_limit_tokens = 1000
-retail = { input_micro_per_mtok = 10, output_micro_per_mtok = 10 }
-cost = { input_micro_per_mtok = 5, output_micro_per_mtok = 5 }"#,
+retail = { input_wei_per_mtok = 10, output_wei_per_mtok = 10 }
+cost = { input_wei_per_mtok = 5, output_wei_per_mtok = 5 }"#,
         ));
         assert_eq!(rule, rules::KNOWN_PROVIDER);
     }
@@ -440,8 +441,8 @@ cost = { input_micro_per_mtok = 5, output_micro_per_mtok = 5 }"#,
                 r#"upstream = "up"
 provider = "fleet"
 context_limit_tokens = 1000
-retail = { input_micro_per_mtok = 0, output_micro_per_mtok = 0 }
-cost = { input_micro_per_mtok = 0, output_micro_per_mtok = 0 }"#
+retail = { input_wei_per_mtok = 0, output_wei_per_mtok = 0 }
+cost = { input_wei_per_mtok = 0, output_wei_per_mtok = 0 }"#
             )
         );
         let (at, rule) = rule_of(&dup);
