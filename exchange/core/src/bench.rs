@@ -3,7 +3,7 @@
 
 use crate::engine::Engine;
 use crate::objective::Weights;
-use crate::pricing::rng::SplitMix64;
+use crate::rng::TraceRng;
 use cx_protocol::{Bundle, DeterminismClass, Job, Tier};
 use serde::Serialize;
 use std::hint::black_box;
@@ -50,7 +50,7 @@ pub struct ClearingReport {
 /// A synthetic market: bases of several sizes, adapters per base, bundles holding one or two
 /// bases and a few dozen adapters, agents with Zipf popularity.
 pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
-    let mut rng = SplitMix64::new(config.seed);
+    let mut rng = TraceRng::new(config.seed);
     let bases = 40usize;
     let adapters_per_base = 250usize;
     let base_bytes: Vec<u64> = (0..bases)
@@ -140,7 +140,7 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
     (engine, jobs)
 }
 
-fn zipf_index(rng: &mut SplitMix64, n: usize) -> usize {
+fn zipf_index(rng: &mut TraceRng, n: usize) -> usize {
     // Inverse-CDF of a continuous power law with exponent ~1: cheap, skewed, in range.
     let u = rng.next_f64();
     (((n as f64 + 1.0).powf(u) - 1.0) as usize).min(n - 1)

@@ -16,6 +16,7 @@
 //! - [`routing`]: which model an intent maps to before clearing picks a bundle: featuriser,
 //!   utility over arm profiles, ridge fit, contextual bandit, fan-out, and the model catalog
 //!   with its route rungs.
+//! - [`rng`]: the seeded generator of synthetic traces (ChaCha20; never used to quote or clear).
 //! - [`sim`] and [`bench`]: the market simulation and the clearing benchmark, pure functions
 //!   that return data (the `cx` binary prints, writes and draws it).
 //!
@@ -52,6 +53,7 @@ pub mod lifecycle;
 pub mod objective;
 pub mod pricing;
 pub mod ring;
+pub mod rng;
 pub mod routing;
 pub mod sim;
 

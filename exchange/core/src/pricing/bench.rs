@@ -6,10 +6,10 @@
 
 use super::hmm::Observation;
 use super::market::{MARKET_TIERS, MarketMaker, MarketParams};
-use super::rng::SplitMix64;
 use super::sim::{MmVsFixed, SimConfig, market_maker_vs_fixed};
 use super::tenant::{BaseTable, ReconstructionError, TenantDelta, reconstruction_error};
 use crate::error::{Result, invalid};
+use crate::rng::TraceRng;
 use crate::routing::bandit::LinUcb;
 use crate::routing::features::FEATURES;
 use crate::routing::ridge::{Logged, fit_ridge};
@@ -156,7 +156,7 @@ impl PricingReport {
 }
 
 fn time_quotes(config: &PricingBenchConfig) -> Result<(f64, u64)> {
-    let mut rng = SplitMix64::new(config.seed);
+    let mut rng = TraceRng::new(config.seed);
     let mut mm = MarketMaker::new(MarketParams::default())?;
     let classes: Vec<String> = (0..config.model_classes.max(1))
         .map(|i| format!("class-{i}"))
@@ -207,7 +207,7 @@ fn time_quotes(config: &PricingBenchConfig) -> Result<(f64, u64)> {
 
 fn tenants(config: &PricingBenchConfig) -> Result<(usize, usize, ReconstructionError)> {
     let (layers, cells) = (config.tenant_layers, config.tenant_cells);
-    let mut rng = SplitMix64::new(config.seed ^ 0x7e4a);
+    let mut rng = TraceRng::new(config.seed ^ 0x7e4a);
     let base_values: Vec<f32> = (0..layers * cells)
         .map(|_| (0.3 * rng.normal()) as f32)
         .collect();
@@ -239,7 +239,7 @@ fn tenants(config: &PricingBenchConfig) -> Result<(usize, usize, ReconstructionE
     Ok((delta_bytes, base.f32_bytes(), sum))
 }
 
-fn random_x(rng: &mut SplitMix64) -> [f64; FEATURES] {
+fn random_x(rng: &mut TraceRng) -> [f64; FEATURES] {
     let mut x = [0.0; FEATURES];
     x[0] = 1.0;
     x[1] = rng.next_f64();
@@ -251,7 +251,7 @@ fn random_x(rng: &mut SplitMix64) -> [f64; FEATURES] {
 }
 
 fn router(config: &PricingBenchConfig) -> Result<RouterFigures> {
-    let mut rng = SplitMix64::new(config.seed ^ 0xb4d1);
+    let mut rng = TraceRng::new(config.seed ^ 0xb4d1);
     let arms: Vec<Arm> = (0..config.router_arms.max(2))
         .map(|i| {
             // Trade-offs, as real model menus have: quality costs money and time.

@@ -12,7 +12,7 @@
 //! folded into the belief: one bad report must not move every quote in a market.
 
 use crate::error::{Result, invalid};
-use crate::pricing::rng::SplitMix64;
+use crate::rng::TraceRng;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -248,8 +248,8 @@ impl Hmm {
     }
 
     /// Draws a synthetic trace of `periods` observations and the regimes that made them.
-    pub fn sample(&self, rng: &mut SplitMix64, periods: usize) -> (Vec<Regime>, Vec<Observation>) {
-        let pick = |rng: &mut SplitMix64, probs: &[f64; REGIMES]| {
+    pub fn sample(&self, rng: &mut TraceRng, periods: usize) -> (Vec<Regime>, Vec<Observation>) {
+        let pick = |rng: &mut TraceRng, probs: &[f64; REGIMES]| {
             let u = rng.next_f64();
             let mut acc = 0.0;
             for (i, p) in probs.iter().enumerate() {
@@ -267,7 +267,7 @@ impl Hmm {
             if t > 0 {
                 r = pick(rng, &self.transition[r]);
             }
-            let draw = |rng: &mut SplitMix64, d: usize| {
+            let draw = |rng: &mut TraceRng, d: usize| {
                 (self.mean[r][d] + self.std[r][d] * rng.normal()).clamp(0.0, MAX_OCCUPANCY)
             };
             let offered_load = draw(rng, 0);
@@ -438,7 +438,7 @@ mod tests {
     #[test]
     fn forward_filter_recovers_the_regimes_of_its_own_trace() {
         let hmm = Hmm::default();
-        let (truth, trace) = hmm.sample(&mut SplitMix64::new(11), 4000);
+        let (truth, trace) = hmm.sample(&mut TraceRng::new(11), 4000);
         let beliefs = hmm.filter(&trace).unwrap();
         let accuracy = regime_accuracy(&truth, &beliefs);
         assert!(accuracy > 0.9, "accuracy {accuracy}");
@@ -447,7 +447,7 @@ mod tests {
     #[test]
     fn baum_welch_from_a_wrong_start_finds_the_generating_means() {
         let truth_model = Hmm::default();
-        let (truth, trace) = truth_model.sample(&mut SplitMix64::new(5), 3000);
+        let (truth, trace) = truth_model.sample(&mut TraceRng::new(5), 3000);
         let start = Hmm {
             mean: [[0.2, 0.3], [1.0, 0.7], [1.8, 1.2]],
             std: [[0.4; 2]; REGIMES],

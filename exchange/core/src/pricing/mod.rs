@@ -10,7 +10,6 @@
 //!   [`market::with_preference`].
 //! - [`sim`]: a small regime-shift market to compare the market maker with a fixed price.
 //! - [`bench`]: [`bench::run_pricing_bench`], behind `cx bench pricing`.
-//! - [`rng`]: the seeded generator of synthetic traces (never used when quoting).
 //!
 //! ```
 //! use cx_exchange::pricing::hmm::Observation;
@@ -29,6 +28,5 @@ pub mod bench;
 pub mod hmm;
 pub mod leapfrog;
 pub mod market;
-pub mod rng;
 pub mod sim;
 pub mod tenant;

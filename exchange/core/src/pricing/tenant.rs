@@ -202,10 +202,10 @@ pub fn reconstruction_error(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pricing::rng::SplitMix64;
+    use crate::rng::TraceRng;
 
     fn tables(layers: usize, cells: usize) -> (BaseTable, Vec<f32>) {
-        let mut rng = SplitMix64::new(3);
+        let mut rng = TraceRng::new(3);
         let base: Vec<f32> = (0..layers * cells)
             .map(|_| rng.normal() as f32 * 0.3)
             .collect();

@@ -189,7 +189,7 @@ impl TenantBandits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pricing::rng::SplitMix64;
+    use crate::rng::TraceRng;
 
     fn arms() -> Vec<Arm> {
         (0..4)
@@ -215,7 +215,7 @@ mod tests {
         x[0] = 1.0;
         x[5] = 1.0;
         assert_eq!(bandit.choose(&arms, &Ceilings::default(), &x, 10), Some(0));
-        let mut rng = SplitMix64::new(1);
+        let mut rng = TraceRng::new(1);
         for _ in 0..300 {
             let arm = bandit.choose(&arms, &Ceilings::default(), &x, 10).unwrap();
             let reward = arms[arm].quality + 0.05 * rng.normal();

@@ -114,7 +114,7 @@ pub fn fit_ridge(logs: &[Logged], lambda: f64) -> Result<Utility> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pricing::rng::SplitMix64;
+    use crate::rng::TraceRng;
     use crate::routing::features::FEATURES;
     use crate::routing::utility::PROFILE;
 
@@ -130,7 +130,7 @@ mod tests {
 
     #[test]
     fn ridge_recovers_the_generating_weights() {
-        let mut rng = SplitMix64::new(9);
+        let mut rng = TraceRng::new(9);
         let mut truth = [0.0; JOINT];
         truth.iter_mut().for_each(|w| *w = rng.normal());
         let truth = Utility::from_flat(&truth);

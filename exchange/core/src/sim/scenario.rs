@@ -1,6 +1,6 @@
 //! A seeded fleet and arrival trace.
 
-use crate::pricing::rng::SplitMix64;
+use crate::rng::TraceRng;
 use cx_protocol::price::Rounding;
 use cx_protocol::{ClassSet, DeterminismClass, Tier, TierSet};
 
@@ -118,7 +118,7 @@ pub fn capabilities() -> (ClassSet, TierSet) {
 impl Scenario {
     /// The scenario a config and seed fix.
     pub fn generate(config: &ScenarioConfig) -> Self {
-        let mut rng = SplitMix64::new(config.seed);
+        let mut rng = TraceRng::new(config.seed);
         // bf16 weights: bytes = 2 × params.
         let models: Vec<Model> = [
             ("llama-1b", 1.2e9),
@@ -210,7 +210,7 @@ impl Scenario {
     }
 }
 
-fn pick_weighted(rng: &mut SplitMix64, weights: &[f64]) -> usize {
+fn pick_weighted(rng: &mut TraceRng, weights: &[f64]) -> usize {
     let total: f64 = weights.iter().sum();
     let mut x = rng.next_f64() * total;
     for (i, w) in weights.iter().enumerate() {

@@ -6,7 +6,7 @@ use cx_exchange::pricing::leapfrog::{Anharmonic, Phase, energy, leapfrog};
 use cx_exchange::pricing::market::{
     MARKET_TIERS, MarketMaker, MarketParams, Quote, eligible, with_preference,
 };
-use cx_exchange::pricing::rng::SplitMix64;
+use cx_exchange::rng::TraceRng;
 use proptest::prelude::*;
 
 fn load() -> impl Strategy<Value = Observation> {
@@ -158,7 +158,7 @@ proptest! {
     #[test]
     fn hmm_filter_recovers_synthetic_regimes(seed in any::<u64>()) {
         let hmm = Hmm::default();
-        let (truth, trace) = hmm.sample(&mut SplitMix64::new(seed), 2000);
+        let (truth, trace) = hmm.sample(&mut TraceRng::new(seed), 2000);
         let accuracy = regime_accuracy(&truth, &hmm.filter(&trace).unwrap());
         prop_assert!(accuracy >= 0.95, "accuracy {accuracy}");
     }
@@ -167,7 +167,7 @@ proptest! {
 #[test]
 fn baum_welch_fit_then_filter_recovers_the_regimes() {
     let truth_model = Hmm::default();
-    let (truth, trace) = truth_model.sample(&mut SplitMix64::new(77), 3000);
+    let (truth, trace) = truth_model.sample(&mut TraceRng::new(77), 3000);
     let start = Hmm {
         mean: [[0.1, 0.1], [1.2, 1.1], [2.5, 2.5]],
         ..Hmm::default()

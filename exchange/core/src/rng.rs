@@ -1,39 +1,41 @@
-//! SplitMix64: the one pseudo-random generator of the pricing and routing layers.
+//! The seeded generator of the synthetic traces: ChaCha20 (`rand_chacha`) through `rand`.
 //!
-//! It exists only to make *synthetic* traces (tests, the pricing bench, the regime-shift
-//! simulation) reproducible from a seed on every machine. Nothing on a quoting path draws from
-//! it: quotes are a pure function of the job and the market state.
+//! It exists only to make *synthetic* traces (tests, the benchmarks, the simulations) reproducible
+//! from a seed on every machine. Nothing on a quoting or clearing path draws from it: quotes and
+//! clears are pure functions of their inputs. The few distributions the traces need (normal,
+//! exponential, Poisson) are written on top of its uniform draws, so the streams depend on
+//! `rand_chacha`'s, whose output for a seed is fixed by the ChaCha20 specification.
 
-/// Steele, Lea and Flood's SplitMix64 (the seeder of `xoshiro`): 64 bits of state, passes
-/// BigCrush, and its output for a seed is fixed forever, unlike an external crate's.
+use rand::{Rng, RngCore, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+
+/// A seeded generator for synthetic traces.
 #[derive(Debug, Clone)]
-pub struct SplitMix64 {
-    state: u64,
+pub struct TraceRng {
+    inner: ChaCha20Rng,
 }
 
-impl SplitMix64 {
+impl TraceRng {
     /// A generator whose whole output is fixed by `seed`.
     pub fn new(seed: u64) -> Self {
-        Self { state: seed }
+        Self {
+            inner: ChaCha20Rng::seed_from_u64(seed),
+        }
     }
 
     /// Next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.inner.next_u64()
     }
 
     /// Uniform in [0, 1) with 53 bits of precision.
     pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        self.inner.r#gen()
     }
 
-    /// Uniform integer in `0..n` (`n > 0`); the modulo bias is below 2⁻³² for the sizes used.
+    /// Uniform integer in `0..n` (0 when `n` is 0), without modulo bias.
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
+        self.inner.gen_range(0..n.max(1))
     }
 
     /// Standard normal by Box–Muller (one of the pair; the other is dropped for simplicity).
@@ -75,10 +77,10 @@ mod tests {
 
     #[test]
     fn the_same_seed_gives_the_same_stream_and_moments_are_right() {
-        let mut a = SplitMix64::new(7);
-        let mut b = SplitMix64::new(7);
+        let mut a = TraceRng::new(7);
+        let mut b = TraceRng::new(7);
         assert!((0..100).all(|_| a.next_u64() == b.next_u64()));
-        let mut rng = SplitMix64::new(1);
+        let mut rng = TraceRng::new(1);
         let n = 50_000;
         let normals: Vec<f64> = (0..n).map(|_| rng.normal()).collect();
         let mean = normals.iter().sum::<f64>() / n as f64;
