@@ -1,4 +1,55 @@
-//! The books: the exchange's durable state in PostgreSQL (`migrations/` at the workspace root,
-//! run by the server at start). Every state change that must survive a crash is written here
-//! first; the matching engine's memory is a cache rebuilt from these tables. This module is the
-//! one door to the database: handlers and loops ask it, they never hold a connection themselves.
+//! The books: the exchange's durable state in PostgreSQL.
+//!
+//! The schema is the workspace's `migrations/` (embedded at build time, so building needs no
+//! database), applied by [`Books::open`] when the server starts: a fresh machine gets its
+//! database created and migrated, a running one only the migrations it lacks. Every state change
+//! that must survive a crash is written here first; the matching engine's memory is a cache
+//! rebuilt from these tables. This module is the one door to the database: handlers and loops ask
+//! it, they never open connections of their own (the settlement coordinator's outbox gets this
+//! pool, on the same migrated database).
+
+use crate::error::Result;
+use sqlx::Postgres;
+use sqlx::migrate::{MigrateDatabase, Migrator};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+/// The exchange's migrations (`migrations/` at the workspace root).
+pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
+
+/// `DATABASE_URL`, else the devnet's local server.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/cx";
+
+/// Connections the pool keeps at most: a small service on shared machines.
+const MAX_CONNECTIONS: u32 = 16;
+
+/// The exchange's database, migrated.
+#[derive(Clone, Debug)]
+pub struct Books {
+    pool: PgPool,
+}
+
+impl Books {
+    /// Connects to `database_url`, creating the database if it does not exist, and applies every
+    /// migration it lacks. Safe to run at every start, and from two processes at once (PostgreSQL's
+    /// advisory lock serialises the migrations; a database another process just created is used).
+    pub async fn open(database_url: &str) -> Result<Self> {
+        if !Postgres::database_exists(database_url).await?
+            && let Err(err) = Postgres::create_database(database_url).await
+            // Another process may have created it between our check and our create.
+            && !Postgres::database_exists(database_url).await?
+        {
+            return Err(err.into());
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .connect(database_url)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Self { pool })
+    }
+
+    /// The pool, for the settlement coordinator's store, which keeps its outbox in these books.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}

@@ -34,6 +34,9 @@ pub mod api;
 pub mod books;
 pub mod chain;
 pub mod dispatch;
+mod error;
 pub mod explorer;
 pub mod settlement;
 pub mod verification;
+
+pub use error::{Error, Result};

@@ -132,3 +132,10 @@ impl IntoResponse for ApiError {
         (self.status(), Json(body)).into_response()
     }
 }
+
+impl From<crate::Error> for ApiError {
+    /// A failure of the service's own parts is internal: logged, never echoed.
+    fn from(err: crate::Error) -> Self {
+        Self::Internal(Box::new(err))
+    }
+}

@@ -1,3 +1,4 @@
 //! Integration tests of cx-exchange-server, one binary to save link time.
 
 mod api;
+mod books;
