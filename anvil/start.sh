@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts the devnet chains of anvil/chains.json (31337 on 8545, 31338 on 8546) from the
 # project-local Anvil, with Anvil's deterministic accounts (the default test mnemonic), then
-# deploys every contract to every chain with `cx-signer devnet deploy`, which writes the
+# deploys every contract to every chain with `cx-devnet deploy` (this folder's crate), which writes the
 # addresses to runtime/deployments.json (git-ignored). Logs and pids go to runtime/anvil/.
 #   anvil/start.sh          start + deploy
 #   anvil/stop.sh           stop the chains started here
@@ -32,5 +32,5 @@ start_chain() {
 start_chain 31337 8545
 start_chain 31338 8546
 cd "$root"
-CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" cargo run -q -p cx-settlement --bin cx-signer -- \
-  devnet deploy --chains anvil/chains.json --out runtime/deployments.json
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}" cargo run -q -p cx-devnet --bin cx-devnet -- \
+  deploy --chains anvil/chains.json --out runtime/deployments.json

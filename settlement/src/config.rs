@@ -1,5 +1,5 @@
-//! Configuration of signers and of the coordinator (JSON files), and the chain registry view
-//! both read.
+//! Configuration of signers (JSON files). The chain registry with addresses both signers and
+//! the coordinator read is cx-contracts' [`cx_contracts::DeploymentsFile`].
 //!
 //! Public keys are pinned in configuration: a signer knows the coordinator's and every other
 //! signer's ML-DSA verification key before any session, so nothing is trusted on first use.
@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use cx_protocol::pq::PublicIdentity;
 use serde::{Deserialize, Serialize};
 
-use crate::devnet::ChainDeployment;
 use crate::error::{Error, Result};
 
 /// Byte strings as hex in JSON.
@@ -73,7 +72,11 @@ pub struct SignerConfig {
 impl SignerConfig {
     /// Reads a configuration file.
     pub fn load(path: &Path) -> Result<Self> {
-        let config: Self = serde_json::from_str(&std::fs::read_to_string(path)?)?;
+        let text = std::fs::read_to_string(path).map_err(Error::io(path))?;
+        let config: Self = serde_json::from_str(&text).map_err(|source| Error::JsonFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
         config.me()?;
         Ok(config)
     }
@@ -83,31 +86,6 @@ impl SignerConfig {
         self.committee
             .iter()
             .find(|m| m.index == self.index)
-            .ok_or_else(|| {
-                Error::Config(format!(
-                    "index {} is not in the committee list; add this signer's entry",
-                    self.index
-                ))
-            })
-    }
-}
-
-/// The deployments file: the chain registry with every chain's contract addresses.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DeploymentsFile {
-    /// One entry per chain.
-    pub chains: Vec<ChainDeployment>,
-}
-
-impl DeploymentsFile {
-    /// Reads it.
-    pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            Error::Config(format!(
-                "cannot read deployments {}: {e} (deploy the contracts first)",
-                path.display()
-            ))
-        })?;
-        Ok(serde_json::from_str(&text)?)
+            .ok_or(Error::NotInCommittee { index: self.index })
     }
 }

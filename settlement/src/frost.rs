@@ -33,10 +33,7 @@ impl EvmGroupKey {
     pub fn from_verifying_key(key: &frost::VerifyingKey) -> Result<Self> {
         let bytes = key.serialize()?;
         if bytes.len() != 33 || !(bytes[0] == 2 || bytes[0] == 3) {
-            return Err(Error::Encoding(format!(
-                "verifying key is not a compressed point: {} bytes",
-                bytes.len()
-            )));
+            return Err(Error::KeyEncoding { len: bytes.len() });
         }
         Ok(Self {
             x: U256::from_be_slice(&bytes[1..]),
@@ -61,20 +58,25 @@ impl EvmSignature {
     pub fn from_frost(signature: &frost::Signature) -> Result<Self> {
         let bytes = signature.serialize()?;
         if bytes.len() != 65 {
-            return Err(Error::Encoding(format!(
-                "signature has {} bytes, expected 65",
-                bytes.len()
-            )));
+            return Err(Error::SignatureLength { len: bytes.len() });
         }
-        let encoded = k256::EncodedPoint::from_bytes(&bytes[..33])
-            .map_err(|e| Error::Encoding(format!("R is not a SEC1 point: {e}")))?;
+        let encoded =
+            k256::EncodedPoint::from_bytes(&bytes[..33]).map_err(|_| Error::InvalidCommitment {
+                reason: "is not a SEC1 point",
+            })?;
         let point =
             Option::<k256::AffinePoint>::from(k256::AffinePoint::from_encoded_point(&encoded))
-                .ok_or_else(|| Error::Encoding("R is not on the curve".into()))?;
+                .ok_or(Error::InvalidCommitment {
+                    reason: "is not on the curve",
+                })?;
         let uncompressed = point.to_encoded_point(false);
         let (x, y) = match (uncompressed.x(), uncompressed.y()) {
             (Some(x), Some(y)) => (x, y),
-            _ => return Err(Error::Encoding("R is the identity".into())),
+            _ => {
+                return Err(Error::InvalidCommitment {
+                    reason: "is the identity",
+                });
+            }
         };
         Ok(Self {
             r_x: U256::from_be_slice(x),
@@ -157,7 +159,9 @@ impl DealerCommittee {
             let package = self
                 .key_packages
                 .get(id)
-                .ok_or_else(|| Error::Encoding(format!("unknown signer {id:?}")))?;
+                .ok_or_else(|| Error::UnknownSigner {
+                    identifier: hex::encode(id.serialize()),
+                })?;
             let (n, c) = frost::round1::commit(package.signing_share(), rng);
             nonces.insert(*id, n);
             commitments.insert(*id, c);

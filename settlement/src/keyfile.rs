@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 /// Writes `bytes` to `path` with mode 0600, atomically (temporary file, fsync, rename).
 pub fn write_secret(path: &Path, bytes: &[u8]) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     }
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
@@ -31,17 +31,21 @@ pub fn write_secret(path: &Path, bytes: &[u8]) -> Result<()> {
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
+        .open(&tmp)
+        .map_err(Error::io(&tmp))?;
+    file.write_all(bytes).map_err(Error::io(&tmp))?;
+    file.sync_all().map_err(Error::io(&tmp))?;
     drop(file);
-    std::fs::rename(&tmp, path)?;
+    std::fs::rename(&tmp, path).map_err(Error::io(path))?;
     Ok(())
 }
 
 /// Reads a secret file, refusing one whose mode lets group or others read or write it.
 pub fn read_secret(path: &Path) -> Result<Zeroizing<Vec<u8>>> {
-    let mode = std::fs::metadata(path)?.permissions().mode();
+    let mode = std::fs::metadata(path)
+        .map_err(Error::io(path))?
+        .permissions()
+        .mode();
     if mode & 0o077 != 0 {
         return Err(Error::KeyFile {
             path: path.to_path_buf(),
@@ -53,7 +57,9 @@ pub fn read_secret(path: &Path) -> Result<Zeroizing<Vec<u8>>> {
             ),
         });
     }
-    Ok(Zeroizing::new(std::fs::read(path)?))
+    Ok(Zeroizing::new(
+        std::fs::read(path).map_err(Error::io(path))?,
+    ))
 }
 
 /// Writes an ML-DSA identity's seed (hex) to `path`, 0600.
@@ -131,12 +137,17 @@ pub fn read_keys(dir: &Path) -> Result<Vec<StoredKey>> {
     if !dir.exists() {
         return Ok(keys);
     }
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
+    for entry in std::fs::read_dir(dir).map_err(Error::io(dir))? {
+        let path = entry.map_err(Error::io(dir))?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if name.starts_with("frost-key-epoch-") && name.ends_with(".json") {
             let bytes = read_secret(&path)?;
-            keys.push(serde_json::from_slice(&bytes)?);
+            keys.push(
+                serde_json::from_slice(&bytes).map_err(|source| Error::JsonFile {
+                    path: path.clone(),
+                    source,
+                })?,
+            );
         }
     }
     keys.sort_by_key(|k: &StoredKey| k.epoch);

@@ -42,7 +42,7 @@ impl MerkleTree {
     /// Builds the tree; refuses an empty leaf list (a batch always has at least one leaf).
     pub fn new(leaves: Vec<B256>) -> Result<Self> {
         if leaves.is_empty() {
-            return Err(Error::Merkle("a tree needs at least one leaf".into()));
+            return Err(Error::EmptyTree);
         }
         let mut levels = vec![leaves];
         while levels.last().map_or(0, Vec::len) > 1 {
@@ -80,7 +80,10 @@ impl MerkleTree {
     /// Sibling hashes from leaf `index` up to the root.
     pub fn proof(&self, mut index: usize) -> Result<Vec<B256>> {
         if index >= self.len() {
-            return Err(Error::Merkle(format!("leaf {index} out of {}", self.len())));
+            return Err(Error::LeafOutOfRange {
+                index,
+                len: self.len(),
+            });
         }
         let mut proof = Vec::new();
         for level in &self.levels[..self.levels.len() - 1] {
@@ -116,7 +119,7 @@ impl BalancesTree {
         let mut index = HashMap::with_capacity(entries.len());
         for (i, (party, _)) in entries.iter().enumerate() {
             if index.insert(*party, i).is_some() {
-                return Err(Error::Merkle(format!("party {party} appears twice")));
+                return Err(Error::DuplicateParty { party: *party });
             }
         }
         let tree = MerkleTree::new(entries.iter().map(|(p, a)| balance_leaf(*p, *a)).collect())?;
@@ -137,7 +140,7 @@ impl BalancesTree {
         let i = *self
             .index
             .get(&party)
-            .ok_or_else(|| Error::Merkle(format!("party {party} not in tree")))?;
+            .ok_or(Error::PartyNotInTree { party })?;
         Ok((self.entries[i].1, self.tree.proof(i)?))
     }
 

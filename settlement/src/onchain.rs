@@ -4,18 +4,13 @@
 //! Reads need no account: a signer that only checks never holds an Ethereum key.
 
 use alloy::primitives::{Address, B256};
-use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::providers::{DynProvider, Provider};
+use cx_contracts::{ChainDeployment, Deployment, ProviderRegistry, Settlement};
 
-use crate::client::{Deployment, OnChainGroupKey};
-use crate::contracts::{ProviderRegistry, Settlement};
-use crate::devnet::ChainDeployment;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::evm::{OnChainGroupKey, events::batch_settled_topic, read_provider};
 use crate::frost::EvmGroupKey;
 use crate::ledger::Escrow;
-
-fn rpc(e: impl std::fmt::Display) -> Error {
-    Error::Rpc(e.to_string())
-}
 
 /// One chain's deployment, read-only.
 #[derive(Clone, Debug)]
@@ -32,16 +27,11 @@ pub struct ChainView {
 impl ChainView {
     /// A view of `entry` (no network traffic until the first read).
     pub fn connect(entry: &ChainDeployment) -> Result<Self> {
-        let url = entry
-            .chain
-            .rpc_url
-            .parse()
-            .map_err(|e| Error::Rpc(format!("bad RPC URL {}: {e}", entry.chain.rpc_url)))?;
         Ok(Self {
             chain_id: entry.chain.chain_id,
             rpc_url: entry.chain.rpc_url.clone(),
             deployment: entry.deployment,
-            provider: ProviderBuilder::new().connect_http(url).erased(),
+            provider: read_provider(&entry.chain.rpc_url)?,
         })
     }
 
@@ -51,23 +41,17 @@ impl ChainView {
 
     /// Nonce of the last accepted batch (0 before any).
     pub async fn batch_nonce(&self) -> Result<u64> {
-        Ok(self
-            .settlement()
-            .batchState()
-            .call()
-            .await
-            .map_err(rpc)?
-            .nonce)
+        Ok(self.settlement().batchState().call().await?.nonce)
     }
 
     /// The current cumulative-balances root.
     pub async fn balances_root(&self) -> Result<B256> {
-        self.settlement().balancesRoot().call().await.map_err(rpc)
+        Ok(self.settlement().balancesRoot().call().await?)
     }
 
     /// The current group key and its epoch.
     pub async fn group_key(&self) -> Result<OnChainGroupKey> {
-        let k = self.settlement().groupKey().call().await.map_err(rpc)?;
+        let k = self.settlement().groupKey().call().await?;
         Ok(OnChainGroupKey {
             key: EvmGroupKey {
                 x: k.x,
@@ -82,10 +66,10 @@ impl ChainView {
         let contract = self.settlement();
         let (open, job) = (contract.isOpen(id), contract.jobs(id));
         let (open, job) = tokio::join!(open.call(), job.call());
-        if !open.map_err(rpc)? {
+        if !open? {
             return Ok(None);
         }
-        let job = job.map_err(rpc)?;
+        let job = job?;
         Ok(Some(Escrow {
             escrow_id: id,
             buyer: job.buyer,
@@ -96,12 +80,7 @@ impl ChainView {
     /// The ML-DSA key hash `provider` registered (`ProviderRegistry.setMetadata`); zero if none.
     pub async fn provider_key_hash(&self, provider: Address) -> Result<B256> {
         let registry = ProviderRegistry::new(self.deployment.registry, self.provider.clone());
-        Ok(registry
-            .providers(provider)
-            .call()
-            .await
-            .map_err(rpc)?
-            .mlDsaKeyHash)
+        Ok(registry.providers(provider).call().await?.mlDsaKeyHash)
     }
 
     /// Whether a `BatchSettled` event with `nonce` and `balances_root` is on chain (how a
@@ -109,9 +88,9 @@ impl ChainView {
     pub async fn batch_landed(&self, nonce: u64, balances_root: B256) -> Result<bool> {
         let filter = alloy::rpc::types::Filter::new()
             .address(self.deployment.settlement)
-            .event_signature(crate::client::EvmClient::batch_settled_topic())
+            .event_signature(batch_settled_topic())
             .from_block(0);
-        let logs = self.provider.get_logs(&filter).await.map_err(rpc)?;
+        let logs = self.provider.get_logs(&filter).await?;
         for log in logs {
             if let Ok(event) = log.log_decode::<Settlement::BatchSettled>() {
                 let data = event.inner.data;

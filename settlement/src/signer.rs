@@ -37,7 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::batch::rotation_digest;
-use crate::config::{DeploymentsFile, SignerConfig};
+use crate::config::SignerConfig;
 use crate::dkg::{self, Inbox};
 use crate::error::{Error, Result};
 use crate::frost::EvmGroupKey;
@@ -86,9 +86,15 @@ impl SignedLog {
             jobs: HashMap::new(),
         };
         if log.path.exists() {
-            for line in std::fs::read_to_string(&log.path)?.lines() {
+            let text = std::fs::read_to_string(&log.path).map_err(Error::io(&log.path))?;
+            for line in text.lines() {
                 if !line.trim().is_empty() {
-                    log.index(serde_json::from_str(line)?);
+                    log.index(
+                        serde_json::from_str(line).map_err(|source| Error::JsonFile {
+                            path: log.path.clone(),
+                            source,
+                        })?,
+                    );
                 }
             }
         }
@@ -156,9 +162,11 @@ impl SignedLog {
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&self.path)?;
-        file.write_all(format!("{}\n", serde_json::to_string(&entry)?).as_bytes())?;
-        file.sync_all()?;
+            .open(&self.path)
+            .map_err(Error::io(&self.path))?;
+        file.write_all(format!("{}\n", serde_json::to_string(&entry)?).as_bytes())
+            .map_err(Error::io(&self.path))?;
+        file.sync_all().map_err(Error::io(&self.path))?;
         self.index(entry);
         Ok(())
     }
@@ -212,12 +220,13 @@ impl Signer {
     /// Loads identity, key packages and the signer's own record from `config`'s files.
     pub fn new(config: SignerConfig) -> Result<Self> {
         let identity = Arc::new(keyfile::load_or_create_identity(&config.identity_file)?);
-        std::fs::create_dir_all(&config.data_dir)?;
+        std::fs::create_dir_all(&config.data_dir).map_err(Error::io(&config.data_dir))?;
         // Key packages live here: owner-only, like the files in it.
         std::fs::set_permissions(
             &config.data_dir,
             std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )?;
+        )
+        .map_err(Error::io(&config.data_dir))?;
         let coordinator = cx_protocol::pq::PublicIdentity::from_bytes(&config.coordinator_key)?;
         let mut directory: Directory = HashMap::new();
         directory.insert(coordinator.id(), coordinator.clone());
@@ -228,11 +237,10 @@ impl Signer {
             directory.insert(public.id(), public);
         }
         if members.get(&identity.id()) != Some(&config.index) {
-            return Err(Error::Config(format!(
-                "the committee entry of signer {} does not carry this signer's key {}",
-                config.index,
-                identity.id()
-            )));
+            return Err(Error::KeyMismatch {
+                index: config.index,
+                key: identity.id().to_string(),
+            });
         }
         let keys = keyfile::read_keys(&config.data_dir)?;
         let log = SignedLog::open(config.data_dir.join("signed.jsonl"))?;
@@ -259,7 +267,13 @@ impl Signer {
     /// Accepts sessions on `listener` until the task is dropped.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) -> Result<()> {
         loop {
-            let (stream, _) = listener.accept().await?;
+            let (stream, _) = listener.accept().await.map_err(|source| Error::Socket {
+                address: listener
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default(),
+                source,
+            })?;
             let me = self.clone();
             tokio::spawn(async move {
                 match Channel::accept(stream, &me.identity, &me.directory, me.limits).await {
@@ -471,12 +485,10 @@ impl Signer {
         if let Some(view) = lock(&self.chains).get(&chain_id) {
             return Ok(view.clone());
         }
-        let file =
-            DeploymentsFile::load(&self.config.deployments_file).map_err(|e| e.to_string())?;
+        let file = cx_contracts::DeploymentsFile::load(&self.config.deployments_file)
+            .map_err(|e| e.to_string())?;
         let entry = file
-            .chains
-            .iter()
-            .find(|c| c.chain.chain_id == chain_id)
+            .chain(chain_id)
             .ok_or_else(|| format!("chain {chain_id} is not in this signer's registry"))?;
         let view = ChainView::connect(entry).map_err(|e| e.to_string())?;
         lock(&self.chains).insert(chain_id, view.clone());

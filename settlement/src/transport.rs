@@ -122,7 +122,9 @@ impl Channel {
     ) -> Result<Self> {
         let mut stream = with_timeout(&limits, "connect", TcpStream::connect(address)).await?;
         // Requests are small and latency-bound: do not wait to coalesce them (Nagle).
-        stream.set_nodelay(true)?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Error::Transport(format!("TCP_NODELAY: {e}")))?;
         let handshake = Limits {
             max_frame_bytes: M2_BYTES,
             ..limits
@@ -147,7 +149,9 @@ impl Channel {
         directory: &Directory,
         limits: Limits,
     ) -> Result<Self> {
-        stream.set_nodelay(true)?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| Error::Transport(format!("TCP_NODELAY: {e}")))?;
         let handshake = Limits {
             max_frame_bytes: M1_BYTES.max(M3_BYTES),
             ..limits

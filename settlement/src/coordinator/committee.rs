@@ -77,6 +77,25 @@ pub fn choose_signers(
     Some(chosen.into_iter().collect())
 }
 
+/// Refuses a threshold or diversity rule no signing set of `members` could ever meet.
+pub(crate) fn check_rule(members: &[Member], threshold: u16, min_operators: usize) -> Result<()> {
+    let operators: BTreeSet<&str> = members.iter().map(|m| m.operator.as_str()).collect();
+    if min_operators > threshold as usize || min_operators > operators.len() {
+        return Err(Error::ImpossibleRule {
+            min_operators,
+            threshold,
+            operators: operators.into_iter().map(String::from).collect(),
+        });
+    }
+    if threshold == 0 || threshold as usize > members.len() {
+        return Err(Error::ImpossibleThreshold {
+            threshold,
+            members: members.len(),
+        });
+    }
+    Ok(())
+}
+
 impl Committee {
     /// A committee of `members`, any `threshold` of whom sign, with at least `min_operators`
     /// distinct operators per signing set. Refuses a rule no set could ever meet.
@@ -86,22 +105,7 @@ impl Committee {
         threshold: u16,
         min_operators: usize,
     ) -> Result<Self> {
-        let operators: BTreeSet<&str> = members.iter().map(|m| m.operator.as_str()).collect();
-        if min_operators > threshold as usize || min_operators > operators.len() {
-            return Err(Error::Committee(format!(
-                "the diversity rule cannot be met: it asks for {min_operators} distinct operators \
-                 in a set of {threshold} signers, and the committee has {} operator(s) ({}); \
-                 lower the rule or add signers run by other operators",
-                operators.len(),
-                operators.into_iter().collect::<Vec<_>>().join(", ")
-            )));
-        }
-        if threshold == 0 || threshold as usize > members.len() {
-            return Err(Error::Committee(format!(
-                "threshold {threshold} is impossible with {} members",
-                members.len()
-            )));
-        }
+        check_rule(&members, threshold, min_operators)?;
         Ok(Self {
             identity,
             members,
@@ -231,7 +235,7 @@ impl Committee {
         &self,
         message: &[u8],
         public: &frost::keys::PublicKeyPackage,
-        sign_request: impl Fn(B256, frost::SigningPackage) -> Request,
+        sign_request: impl Fn(B256, frost::SigningPackage) -> Request + Send + Sync,
     ) -> Result<frost::Signature> {
         let mut last_gap = String::new();
         for _ in 0..ROUND_ATTEMPTS {
@@ -240,15 +244,13 @@ impl Committee {
             else {
                 let operators: BTreeSet<&str> =
                     available.iter().map(|m| m.operator.as_str()).collect();
-                return Err(Error::Committee(format!(
-                    "waiting for signers: {} of {} reachable ({} operator(s)), a signing set \
-                     needs {} signers from at least {} operators",
-                    available.len(),
-                    self.members.len(),
-                    operators.len(),
-                    self.threshold,
-                    self.min_operators
-                )));
+                return Err(Error::WaitingForSigners {
+                    reachable: available.len(),
+                    members: self.members.len(),
+                    operators: operators.len(),
+                    threshold: self.threshold,
+                    min_operators: self.min_operators,
+                });
             };
             let round_id = B256::from(crate::dkg::random_bytes());
             let commits = chosen
@@ -322,9 +324,7 @@ impl Committee {
             public.verifying_key().verify(message, &signature)?;
             return Ok(signature);
         }
-        Err(Error::Committee(format!(
-            "signers kept dropping out of signing rounds: {last_gap}"
-        )))
+        Err(Error::SignersDropping { last_gap })
     }
 
     /// Has every member run a DKG for key `epoch`; returns the group's public key package once

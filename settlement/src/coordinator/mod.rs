@@ -17,41 +17,51 @@
 //! crash at any point is followed by the same outcome as no crash. The coordinator holds no key
 //! share: it is signer-agnostic and replaceable.
 //!
+//! The coordinator reaches the outside through three boundaries, each with an in-memory
+//! implementation its unit tests use: the [`Store`] (PostgreSQL's [`PgStore`], [`MemoryStore`]),
+//! each [`Chain`] ([`EvmChain`] over JSON-RPC, [`MemoryChain`]) and the [`ThresholdSigner`]
+//! (signer processes through [`Committee`], [`MemoryCommittee`]).
+//!
 //! Key rotation ([`Coordinator::rotate`]): a fresh DKG ([`Coordinator::dkg`]) gives a new key;
 //! the current key signs `Settlement.rotationDigest` for it on every chain (each signer checks it
 //! holds a share of the new key first), and later batches are signed under the new key.
 
+pub mod chain;
 pub mod committee;
 pub mod postgres;
+pub mod signers;
 pub mod store;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 
 use alloy::primitives::{Address, B256, U256};
-use alloy::signers::local::PrivateKeySigner;
 use cx_protocol::receipt::SignedReceipt;
 use frost_secp256k1 as frost;
 
+pub use chain::{Chain, EvmChain, MemoryChain};
 pub use committee::{Committee, choose_signers};
 pub use postgres::PgStore;
+pub use signers::{MemoryCommittee, ThresholdSigner};
 pub use store::{MemoryStore, PartStatus, Store, StoredPart};
 
 use crate::batch::rotation_digest;
-use crate::client::EvmClient;
 use crate::error::{Error, Result};
 use crate::frost::{EvmGroupKey, EvmSignature};
 use crate::ledger::{self, ChainBatch};
-use crate::onchain::ChainView;
 use crate::wire::{Request, SignBatchRequest, SignRotationRequest};
 
-/// The coordinator over a store `S`.
-pub struct Coordinator<S: Store> {
+/// The coordinator over a store `S`, chains `C` and a committee `K`.
+pub struct Coordinator<S: Store, C: Chain = EvmChain, K: ThresholdSigner = Committee> {
     store: S,
-    committee: Committee,
-    chains: Vec<(ChainView, EvmClient)>,
+    committee: K,
+    chains: Vec<C>,
 }
 
-impl<S: Store> std::fmt::Debug for Coordinator<S> {
+impl<S: Store, C: Chain, K: ThresholdSigner + std::fmt::Debug> std::fmt::Debug
+    for Coordinator<S, C, K>
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -62,27 +72,15 @@ impl<S: Store> std::fmt::Debug for Coordinator<S> {
     }
 }
 
-impl<S: Store> Coordinator<S> {
-    /// A coordinator posting to `chains` from the account `poster` (it pays gas; it cannot move
-    /// funds: only the committee's signature settles).
-    pub fn new(
-        store: S,
-        committee: Committee,
-        chains: Vec<ChainView>,
-        poster: PrivateKeySigner,
-    ) -> Result<Self> {
-        let chains = chains
-            .into_iter()
-            .map(|view| {
-                let client = EvmClient::connect(&view.rpc_url, poster.clone(), view.deployment)?;
-                Ok((view, client))
-            })
-            .collect::<Result<_>>()?;
-        Ok(Self {
+impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
+    /// A coordinator settling on `chains` (each posts from its own paying account; that
+    /// account cannot move funds: only the committee's signature settles).
+    pub fn new(store: S, committee: K, chains: Vec<C>) -> Self {
+        Self {
             store,
             committee,
             chains,
-        })
+        }
     }
 
     /// The store.
@@ -91,15 +89,20 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// The committee.
-    pub fn committee(&self) -> &Committee {
+    pub fn committee(&self) -> &K {
         &self.committee
     }
 
-    fn chain(&self, chain_id: u64) -> Result<&(ChainView, EvmClient)> {
+    /// The chains.
+    pub fn chains(&self) -> &[C] {
+        &self.chains
+    }
+
+    fn chain(&self, chain_id: u64) -> Result<&C> {
         self.chains
             .iter()
-            .find(|(v, _)| v.chain_id == chain_id)
-            .ok_or_else(|| Error::Config(format!("chain {chain_id} is not in the registry")))
+            .find(|c| c.chain_id() == chain_id)
+            .ok_or(Error::UnknownChain { chain_id })
     }
 
     /// Checks and keeps receipts; returns how many were new.
@@ -118,27 +121,25 @@ impl<S: Store> Coordinator<S> {
         Ok(package)
     }
 
-    async fn current_key(&self, view: &ChainView) -> Result<frost::keys::PublicKeyPackage> {
-        let on_chain = view.group_key().await?;
+    async fn current_key(&self, chain: &C) -> Result<frost::keys::PublicKeyPackage> {
+        let on_chain = chain.group_key().await?;
         for (_, package) in self.store.group_keys().await? {
             if EvmGroupKey::from_verifying_key(package.verifying_key())? == on_chain.key {
                 return Ok(package);
             }
         }
-        Err(Error::Committee(format!(
-            "chain {}'s group key is not one of the committee's keys",
-            view.chain_id
-        )))
+        Err(Error::ForeignGroupKey {
+            chain_id: chain.chain_id(),
+        })
     }
 
     /// Builds the next batch from pending receipts; `None` when there is nothing to settle.
     /// Refuses while an earlier batch is unfinished (nonces must land in order).
     pub async fn build(&self) -> Result<Option<i64>> {
         if let Some(part) = self.store.unfinished().await?.first() {
-            return Err(Error::InvalidBatch(format!(
-                "batch {} is not on every chain yet; resume it first",
-                part.batch_id
-            )));
+            return Err(Error::Unfinished {
+                batch_id: part.batch_id,
+            });
         }
         let mut by_chain: BTreeMap<u64, Vec<SignedReceipt>> = BTreeMap::new();
         for r in self.store.pending_receipts().await? {
@@ -146,14 +147,14 @@ impl<S: Store> Coordinator<S> {
         }
         let mut parts = Vec::new();
         for (chain_id, mut receipts) in by_chain {
-            let Ok((view, _)) = self.chain(chain_id) else {
+            let Ok(chain) = self.chain(chain_id) else {
                 continue;
             };
             receipts.sort_by_key(|r| r.receipt.escrow_id);
             let mut escrows = HashMap::new();
             let mut settleable = Vec::new();
             for r in receipts {
-                if let Some(e) = view.open_escrow(r.receipt.escrow_id).await? {
+                if let Some(e) = chain.open_escrow(r.receipt.escrow_id).await? {
                     escrows.insert(e.escrow_id, e);
                     settleable.push(r);
                 }
@@ -165,17 +166,14 @@ impl<S: Store> Coordinator<S> {
                 Some(p) => p.batch.new_balances,
                 None => Vec::new(),
             };
-            let root = view.balances_root().await?;
+            let root = chain.balances_root().await?;
             if ledger::balances_root(&previous)? != root {
-                return Err(Error::InvalidBatch(format!(
-                    "chain {chain_id}'s balances root {root} is not the last batch's: another \
-                     coordinator posted to this contract"
-                )));
+                return Err(Error::ForeignBalancesRoot { chain_id, root });
             }
-            let nonce = view.batch_nonce().await? + 1;
+            let nonce = chain.batch_nonce().await? + 1;
             parts.push(ledger::assemble(
                 chain_id,
-                view.deployment.settlement,
+                chain.settlement(),
                 nonce,
                 settleable,
                 &escrows,
@@ -207,8 +205,8 @@ impl<S: Store> Coordinator<S> {
             if part.status != PartStatus::Created {
                 continue;
             }
-            let (view, _) = self.chain(part.batch.chain_id)?;
-            let key = self.current_key(view).await?;
+            let chain = self.chain(part.batch.chain_id)?;
+            let key = self.current_key(chain).await?;
             let digest = part.batch.digest();
             let batch = part.batch.clone();
             let signed = self
@@ -262,28 +260,30 @@ impl<S: Store> Coordinator<S> {
                 continue;
             }
             let b = &part.batch;
-            let (view, client) = self.chain(b.chain_id)?;
-            let bytes = part
-                .signature
-                .as_ref()
-                .ok_or_else(|| Error::Config("a signed part has no signature".into()))?;
+            let chain = self.chain(b.chain_id)?;
+            let bytes = part.signature.as_ref().ok_or(Error::MissingSignature {
+                batch_id: part.batch_id,
+                chain_id: b.chain_id,
+            })?;
             let signature = EvmSignature::from_frost(&frost::Signature::deserialize(bytes)?)?;
-            let tx_hash = if view.batch_nonce().await? >= b.nonce {
+            let tx_hash = if chain.batch_nonce().await? >= b.nonce {
                 None
             } else {
-                match client.settle_batch(&b.message(), &signature).await {
-                    Ok(outcome) => Some(outcome.tx_hash),
+                match chain.post_batch(&b.message(), &signature).await {
+                    Ok(tx_hash) => Some(tx_hash),
                     // The post may have gone through while the answer was lost, or another
                     // process posted it: the chain says which.
-                    Err(e) if !view.batch_landed(b.nonce, b.balances_root).await? => return Err(e),
+                    Err(e) if !chain.batch_landed(b.nonce, b.balances_root).await? => {
+                        return Err(e);
+                    }
                     Err(_) => None,
                 }
             };
-            if tx_hash.is_none() && !view.batch_landed(b.nonce, b.balances_root).await? {
-                return Err(Error::InvalidBatch(format!(
-                    "chain {} accepted another batch at nonce {}",
-                    b.chain_id, b.nonce
-                )));
+            if tx_hash.is_none() && !chain.batch_landed(b.nonce, b.balances_root).await? {
+                return Err(Error::NonceTakenOnChain {
+                    chain_id: b.chain_id,
+                    nonce: b.nonce,
+                });
             }
             self.store
                 .record_posted(part.batch_id, b.chain_id, tx_hash)
@@ -340,7 +340,7 @@ impl<S: Store> Coordinator<S> {
             .store
             .latest_part(chain_id)
             .await?
-            .ok_or_else(|| Error::Merkle(format!("no batch on chain {chain_id} yet")))?;
+            .ok_or(Error::NoBatchYet { chain_id })?;
         let balances = if part.status == PartStatus::Posted {
             part.batch.new_balances
         } else {
@@ -364,22 +364,22 @@ impl<S: Store> Coordinator<S> {
             .into_iter()
             .find(|(e, _)| *e == new_epoch)
             .map(|(_, p)| p)
-            .ok_or_else(|| Error::Committee(format!("no DKG of epoch {new_epoch} recorded")))?;
+            .ok_or(Error::UnknownEpoch { epoch: new_epoch })?;
         let new_key = EvmGroupKey::from_verifying_key(new_package.verifying_key())?;
-        for (view, client) in &self.chains {
-            let on_chain = view.group_key().await?;
+        for chain in &self.chains {
+            let on_chain = chain.group_key().await?;
             if on_chain.key == new_key {
                 continue;
             }
-            let current = self.current_key(view).await?;
+            let current = self.current_key(chain).await?;
+            let chain_id = chain.chain_id();
             let digest = rotation_digest(
-                view.chain_id,
-                view.deployment.settlement,
+                chain_id,
+                chain.settlement(),
                 on_chain.epoch,
                 new_key.x,
                 new_key.parity,
             );
-            let chain_id = view.chain_id;
             let signature = self
                 .committee
                 .sign(digest.as_slice(), &current, |round_id, signing_package| {
@@ -391,7 +391,7 @@ impl<S: Store> Coordinator<S> {
                     })
                 })
                 .await?;
-            client
+            chain
                 .rotate_group_key(new_key, &EvmSignature::from_frost(&signature)?)
                 .await?;
         }

@@ -1,18 +1,18 @@
-//! The coordinator's [`Store`] in PostgreSQL (runtime queries, so building needs no database;
-//! schema in the workspace's `migrations/`, embedded and applied by [`PgStore::connect`]).
+//! The coordinator's [`Store`] in PostgreSQL (runtime queries, so building needs no database).
+//!
+//! The schema is the workspace's `migrations/`, which belong to the exchange's database: the
+//! exchange server applies them at start, tests apply them to their throwaway databases. This
+//! store only takes a pool on a database that is already migrated.
 
 use alloy::primitives::B256;
 use cx_protocol::receipt::SignedReceipt;
 use frost_secp256k1 as frost;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Row, Transaction};
 
 use super::store::{PartStatus, Store, StoredPart};
 use crate::error::{Error, Result};
 use crate::ledger::ChainBatch;
-
-/// The workspace's migrations, embedded at build time.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// `DATABASE_URL`, else the devnet's local server.
 pub fn database_url() -> String {
@@ -26,8 +26,8 @@ pub struct PgStore {
     pool: PgPool,
 }
 
-fn to_i64(value: u64, what: &str) -> Result<i64> {
-    i64::try_from(value).map_err(|_| Error::Config(format!("{what} {value} exceeds i64")))
+fn to_i64(value: u64, what: &'static str) -> Result<i64> {
+    i64::try_from(value).map_err(|_| Error::OutOfRange { what, value })
 }
 
 fn part_from_row(row: &sqlx::postgres::PgRow) -> Result<StoredPart> {
@@ -45,11 +45,9 @@ fn part_from_row(row: &sqlx::postgres::PgRow) -> Result<StoredPart> {
 const PART_COLUMNS: &str = "batch_id, body::text AS body, status, signature, tx_hash";
 
 impl PgStore {
-    /// Connects to `url` and applies the migrations.
-    pub async fn connect(url: &str) -> Result<Self> {
-        let pool = PgPoolOptions::new().max_connections(4).connect(url).await?;
-        MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+    /// The store on `pool`, whose database carries the schema of `migrations/`.
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
     }
 
     /// The pool (for tests and the explorer).
@@ -240,7 +238,7 @@ impl Store for PgStore {
         .await?
         .try_get("signed")?;
         if signed > 0 {
-            return Err(super::store::signed_already(batch_id));
+            return Err(Error::SignedAlready { batch_id });
         }
         sqlx::query("DELETE FROM settlement_batch_parts WHERE batch_id = $1")
             .bind(batch_id)

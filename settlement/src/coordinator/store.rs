@@ -48,7 +48,9 @@ impl PartStatus {
             "created" => Ok(Self::Created),
             "signed" => Ok(Self::Signed),
             "posted" => Ok(Self::Posted),
-            other => Err(Error::Config(format!("unknown batch status {other}"))),
+            other => Err(Error::UnknownStatus {
+                status: other.to_string(),
+            }),
         }
     }
 }
@@ -162,15 +164,8 @@ impl MemoryStore {
     }
 }
 
-/// The refusal of [`Store::abandon_batch`] once a part is signed.
-pub fn signed_already(batch_id: i64) -> Error {
-    Error::InvalidBatch(format!(
-        "batch {batch_id} has a signed part: it can only be posted, not abandoned"
-    ))
-}
-
 fn missing(batch_id: i64, chain_id: u64) -> Error {
-    Error::Config(format!("no part of batch {batch_id} for chain {chain_id}"))
+    Error::MissingPart { batch_id, chain_id }
 }
 
 impl Store for MemoryStore {
@@ -209,10 +204,10 @@ impl Store for MemoryStore {
                     .values()
                     .any(|q| q.batch.chain_id == p.chain_id && q.batch.nonce == p.nonce)
                 {
-                    return Err(Error::Config(format!(
-                        "chain {} already has a batch at nonce {}",
-                        p.chain_id, p.nonce
-                    )));
+                    return Err(Error::NonceInUse {
+                        chain_id: p.chain_id,
+                        nonce: p.nonce,
+                    });
                 }
             }
             m.next_batch += 1;
@@ -331,7 +326,7 @@ impl Store for MemoryStore {
                 .values()
                 .any(|p| p.batch_id == batch_id && p.status != PartStatus::Created)
             {
-                return Err(signed_already(batch_id));
+                return Err(Error::SignedAlready { batch_id });
             }
             m.parts.retain(|_, p| p.batch_id != batch_id);
             for (_, b) in &mut m.receipts {

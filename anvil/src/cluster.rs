@@ -1,49 +1,75 @@
 //! A committee of `cx-signer run` processes on loopback, for the bench, the devnet and the tests:
-//! fresh identities (key files 0600), one config per signer, free ports, children killed on drop.
+//! fresh identities (key files 0600), one config per signer, free ports, children supervised
+//! (killed on drop, logs kept beside the configs).
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use cx_protocol::pq::Identity;
+use cx_settlement::config::{Member, SignerConfig};
+use cx_settlement::coordinator::Committee;
+use cx_settlement::keyfile;
 
-use crate::config::{Member, SignerConfig};
-use crate::coordinator::Committee;
-use crate::devnet::free_port;
 use crate::error::{Error, Result};
-use crate::keyfile;
+use crate::supervise::{ScratchDir, Supervised, free_port};
 
-/// A folder removed on drop.
-#[derive(Debug)]
-pub struct ScratchDir {
-    /// Its path.
-    pub path: PathBuf,
-}
-
-impl ScratchDir {
-    /// A fresh folder under the system's temporary directory.
-    pub fn new(prefix: &str) -> Result<Self> {
-        let path = std::env::temp_dir().join(format!(
-            "{prefix}-{}-{}",
-            std::process::id(),
-            hex::encode(&crate::dkg::random_bytes()[..6])
-        ));
-        std::fs::create_dir_all(&path)?;
-        Ok(Self { path })
+/// The `cx-signer` binary to start.
+///
+/// `CX_SIGNER_BIN` when set. Otherwise, under Cargo (tests, `cargo run -p cx-devnet`), it is
+/// built with `cargo build -p cx-settlement --bin cx-signer` (same profile, same target dir)
+/// and the path Cargo reports is used: `CARGO_BIN_EXE_*` only exists for binaries of the test's
+/// own package, and a path guessed under `target/` could be a stale binary from before the
+/// last edit; asking Cargo costs a no-op build when it is current and is never stale. Outside
+/// Cargo (a copied `cx-devnet` binary), the `cx-signer` beside the running executable.
+pub fn signer_binary() -> Result<PathBuf> {
+    static BUILT: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    if let Some(path) = std::env::var_os("CX_SIGNER_BIN") {
+        return Ok(PathBuf::from(path));
     }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        // CX_KEEP_SCRATCH=1 keeps configs and signer logs for a post-mortem.
-        if std::env::var_os("CX_KEEP_SCRATCH").is_some() {
-            eprintln!("kept {}", self.path.display());
-            return;
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        return BUILT
+            .get_or_init(|| build_signer(Path::new(&cargo)))
+            .clone()
+            .map_err(Error::BuildSigner);
+    }
+    let exe = std::env::current_exe().map_err(Error::io("the running executable"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    // Test binaries live one level down, in target/<profile>/deps/.
+    for candidate in [dir.join("cx-signer"), dir.join("../cx-signer")] {
+        if candidate.exists() {
+            return Ok(candidate);
         }
-        let _ = std::fs::remove_dir_all(&self.path);
     }
+    Err(Error::BuildSigner(format!(
+        "no cx-signer beside {} and not run by Cargo; set CX_SIGNER_BIN",
+        exe.display()
+    )))
+}
+
+fn build_signer(cargo: &Path) -> std::result::Result<PathBuf, String> {
+    let mut command = Command::new(cargo);
+    command
+        .current_dir(crate::workspace_root())
+        .args(["build", "-q", "-p", "cx-settlement", "--bin", "cx-signer"])
+        .arg("--message-format=json");
+    if !cfg!(debug_assertions) {
+        command.arg("--release");
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["target"]["name"] == "cx-signer")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .ok_or_else(|| "cargo reported no cx-signer executable".to_string())
 }
 
 /// n signer processes and the coordinator identity they trust.
@@ -54,7 +80,7 @@ pub struct Cluster {
     pub coordinator: Arc<Identity>,
     /// Every member as the others know it.
     pub members: Vec<Member>,
-    children: Vec<Option<Child>>,
+    children: Vec<Option<Supervised>>,
     /// Where the signers read the chain registry and addresses (write it after deploying).
     pub deployments_file: PathBuf,
 }
@@ -99,10 +125,9 @@ impl Cluster {
                 committee: members.clone(),
                 deployments_file: deployments_file.clone(),
             };
-            std::fs::write(
-                Self::config_path(&dir.path, m.index),
-                serde_json::to_string_pretty(&config)?,
-            )?;
+            let path = Self::config_path(&dir.path, m.index);
+            let text = serde_json::to_string_pretty(&config).expect("plain data serialises");
+            std::fs::write(&path, text).map_err(Error::io(&path))?;
         }
         let mut cluster = Self {
             binary: binary.to_path_buf(),
@@ -130,61 +155,55 @@ impl Cluster {
         dir.join(format!("signer-{index}.json"))
     }
 
+    fn log_path(&self, index: u16) -> PathBuf {
+        self.dir.path.join(format!("signer-{index}.log"))
+    }
+
     /// The folder holding configs, keys and logs.
     pub fn dir(&self) -> &Path {
         &self.dir.path
     }
 
     fn spawn(&mut self, index: u16) -> Result<()> {
-        let log = std::fs::File::create(self.dir.path.join(format!("signer-{index}.log")))?;
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .arg("run")
             .arg("--config")
-            .arg(Self::config_path(&self.dir.path, index))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| Error::Config(format!("cannot start {}: {e}", self.binary.display())))?;
+            .arg(Self::config_path(&self.dir.path, index));
+        let child = Supervised::spawn(
+            format!("signer {index}"),
+            command,
+            Some(&self.log_path(index)),
+            " (build it: cargo build -p cx-settlement --bin cx-signer)",
+        )?;
         self.children[index as usize - 1] = Some(child);
         Ok(())
     }
 
     fn wait_ready(&mut self, index: u16) -> Result<()> {
-        // Readiness, not timing: poll until the port accepts; a generous bound turns a broken
-        // start into an error instead of a hang.
-        let address: SocketAddr = self.members[index as usize - 1]
-            .address
-            .parse()
-            .map_err(|e| Error::Config(format!("bad address: {e}")))?;
-        let start = Instant::now();
-        loop {
-            if let Some(child) = self.children[index as usize - 1].as_mut()
-                && let Some(status) = child.try_wait()?
-            {
-                let log =
-                    std::fs::read_to_string(self.dir.path.join(format!("signer-{index}.log")))
-                        .unwrap_or_default();
-                return Err(Error::Config(format!(
-                    "signer {index} exited at start ({status}): {log}"
-                )));
-            }
-            if TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_ok() {
-                return Ok(());
-            }
-            if start.elapsed() > Duration::from_secs(60) {
-                return Err(Error::Config(format!(
-                    "signer {index} did not listen within 60 s"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let address = &self.members[index as usize - 1].address;
+        let address: SocketAddr =
+            address
+                .parse()
+                .map_err(|e| cx_settlement::Error::BadAddress {
+                    address: address.clone(),
+                    reason: format!("{e}"),
+                })?;
+        match self.children[index as usize - 1].as_mut() {
+            Some(child) => child.wait_ready(
+                address,
+                Duration::from_secs(60),
+                Duration::from_millis(20),
+                || true,
+            ),
+            None => Ok(()),
         }
     }
 
     /// Kills signer `index` (SIGKILL: no chance to flush anything it did not already persist).
     pub fn kill(&mut self, index: u16) {
         if let Some(mut child) = self.children[index as usize - 1].take() {
-            let _ = child.kill();
-            let _ = child.wait();
+            child.kill();
         }
     }
 
@@ -198,25 +217,16 @@ impl Cluster {
     /// A committee client for the coordinator: threshold `t`, at least `min_operators` distinct
     /// operators per signing set.
     pub fn committee(&self, t: u16, min_operators: usize) -> Result<Committee> {
-        Committee::new(
+        Ok(Committee::new(
             self.coordinator.clone(),
             self.members.clone(),
             t,
             min_operators,
-        )
+        )?)
     }
 
     /// The log of signer `index` so far.
     pub fn log(&self, index: u16) -> String {
-        std::fs::read_to_string(self.dir.path.join(format!("signer-{index}.log")))
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for index in 1..=self.children.len() as u16 {
-            self.kill(index);
-        }
+        std::fs::read_to_string(self.log_path(index)).unwrap_or_default()
     }
 }

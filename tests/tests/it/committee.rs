@@ -1,6 +1,8 @@
 //! The committee end to end: `cx-signer run` processes on free ports, a DKG over PQ sessions,
 //! real Anvil chains, the coordinator on a throwaway PostgreSQL database.
 //!
+//! (Moved here from cx-settlement: these start processes, so they live with the harness.)
+//!
 //! Two scenarios, each with its own signers, chains and database (multi-process set-ups are the
 //! expensive part, so each test walks through several failures in order):
 //! - a batch settles on two chains; with 2 of 5 signers killed it still settles; with 3 killed it
@@ -12,77 +14,53 @@
 //!   session.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::PathBuf;
 
 use alloy::primitives::U256;
+use cx_contracts::{ChainDeployment, DeploymentsFile};
+use cx_devnet::db::TempDatabase;
+use cx_devnet::{Cluster, ScenarioChain};
 use cx_protocol::pq::Identity;
 use cx_settlement::Error;
-use cx_settlement::cluster::Cluster;
-use cx_settlement::coordinator::{Coordinator, PartStatus, PgStore, Store};
-use cx_settlement::devnet::write_deployments;
+use cx_settlement::coordinator::{Coordinator, EvmChain, PartStatus, PgStore, Store};
 use cx_settlement::frost::{EvmGroupKey, EvmSignature};
 use cx_settlement::ledger::{self, ChainBatch};
 use cx_settlement::merkle::BalancesTree;
-use cx_settlement::scenario::ScenarioChain;
+use cx_settlement::onchain::ChainView;
 use cx_settlement::transport::{Channel, Limits};
 use cx_settlement::wire::{Request, Response, SignBatchRequest};
 use frost_secp256k1 as frost;
-use sqlx::Connection;
 
-fn signer_binary() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_cx-signer"))
+/// `cx-signer`, built by Cargo for this test run (see [`cx_devnet::signer_binary`] for why not
+/// `CARGO_BIN_EXE_cx-signer`, which only exists inside cx-settlement's own tests).
+fn signer_binary() -> PathBuf {
+    cx_devnet::signer_binary().expect("cx-signer builds")
 }
 
-/// A throwaway database, dropped (with its connections) when the test ends, pass or fail.
-struct TempDb {
-    admin_url: String,
-    name: String,
-    url: String,
-}
-
-impl TempDb {
-    async fn create() -> TempDb {
-        let base = cx_settlement::coordinator::postgres::database_url();
-        let base = base.split('?').next().unwrap().to_string();
-        let (prefix, _) = base.rsplit_once('/').expect("database URL has a path");
-        let admin_url = format!("{prefix}/postgres");
-        let name = format!(
-            "cx_test_{}",
-            hex::encode(&cx_settlement::dkg::random_bytes()[..6])
-        );
-        let mut admin = sqlx::PgConnection::connect(&admin_url)
-            .await
-            .expect("PostgreSQL reachable (set DATABASE_URL)");
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .expect("create database");
-        TempDb {
-            url: format!("{prefix}/{name}"),
-            admin_url,
-            name,
-        }
+fn write_deployments(path: &std::path::Path, chains: &[ChainDeployment]) {
+    DeploymentsFile {
+        chains: chains.to_vec(),
     }
+    .write(path)
+    .unwrap();
 }
 
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async {
-                if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                        .execute(&mut admin)
-                        .await;
-                }
-            });
-        })
-        .join();
-    }
+async fn store(db: &TempDatabase) -> PgStore {
+    PgStore::new(
+        db.pool()
+            .await
+            .expect("PostgreSQL reachable (set DATABASE_URL)"),
+    )
+}
+
+fn evm_chains(
+    views: Vec<ChainView>,
+    poster: &alloy::signers::local::PrivateKeySigner,
+) -> Vec<EvmChain> {
+    views
+        .into_iter()
+        .map(|view| EvmChain::new(view, poster.clone()).unwrap())
+        .collect()
 }
 
 async fn events(chain: &ScenarioChain) -> usize {
@@ -104,7 +82,7 @@ async fn open_and_receipt(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
-    let mut cluster = Cluster::start(signer_binary(), &["a", "a", "b", "b", "c"]).unwrap();
+    let mut cluster = Cluster::start(&signer_binary(), &["a", "a", "b", "b", "c"]).unwrap();
     // Four distinct operators can never sign when the committee has three: refused up front.
     let err = cluster.committee(3, 4).unwrap_err().to_string();
     assert!(err.contains("cannot be met"), "{err}");
@@ -119,14 +97,13 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
     write_deployments(
         &cluster.deployments_file,
         &[chains[0].entry(), chains[1].entry()],
-    )
-    .unwrap();
-    let db = TempDb::create().await;
-    let store = PgStore::connect(&db.url).await.unwrap();
+    );
+    let db = TempDatabase::create().await.unwrap();
+    let store = store(&db).await;
     store.save_group_key(0, &package).await.unwrap();
     let views = chains.iter().map(|c| c.view().unwrap()).collect();
     let poster = chains[0].anvil.keys[3].clone();
-    let coordinator = Coordinator::new(store, committee, views, poster.clone()).unwrap();
+    let coordinator = Coordinator::new(store, committee, evm_chains(views, &poster));
 
     // 1. One batch, both chains.
     let mut receipts = open_and_receipt(&chains[0], 3, 700).await;
@@ -185,10 +162,7 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
     coordinator.submit(&receipts).await.unwrap();
     for _ in 0..2 {
         let err = coordinator.run_once().await.unwrap_err();
-        assert!(
-            matches!(&err, Error::Committee(m) if m.contains("waiting for signers")),
-            "{err}"
-        );
+        assert!(matches!(&err, Error::WaitingForSigners { .. }), "{err}");
     }
     let unfinished = coordinator.store().unfinished().await.unwrap();
     assert_eq!(unfinished.len(), 1);
@@ -208,7 +182,13 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, Error::Committee(m) if m.contains("at least 3 operators")),
+        matches!(
+            &err,
+            Error::WaitingForSigners {
+                min_operators: 3,
+                ..
+            }
+        ),
         "{err}"
     );
 
@@ -244,12 +224,12 @@ fn sign_request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tampering_crashes_and_session_attacks_are_refused() {
-    let cluster = Cluster::start(signer_binary(), &["a", "b", "c", "d", "e"]).unwrap();
+    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c", "d", "e"]).unwrap();
     let committee = cluster.committee(3, 1).unwrap();
     let package = committee.dkg(0).await.unwrap();
     let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
     let chain = ScenarioChain::start(31337, key).await.unwrap();
-    write_deployments(&cluster.deployments_file, &[chain.entry()]).unwrap();
+    write_deployments(&cluster.deployments_file, &[chain.entry()]);
     let view = chain.view().unwrap();
 
     // 1. A tampered batch: honest signers refuse and say why; nothing is signed.
@@ -321,18 +301,16 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     assert_eq!(nonce(&chain).await, 0);
 
     // 2. The coordinator dies between aggregation and posting.
-    let db = TempDb::create().await;
+    let db = TempDatabase::create().await.unwrap();
     let poster = chain.anvil.keys[3].clone();
     let make = || async {
-        let store = PgStore::connect(&db.url).await.unwrap();
+        let store = store(&db).await;
         store.save_group_key(0, &package).await.unwrap();
         Coordinator::new(
             store,
             cluster.committee(3, 1).unwrap(),
-            vec![chain.view().unwrap()],
-            poster.clone(),
+            evm_chains(vec![chain.view().unwrap()], &poster),
         )
-        .unwrap()
     };
     let first = make().await;
     first.submit(&receipts).await.unwrap();
@@ -492,106 +470,4 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
         channel.call::<_, Response>(&Request::Ping).await.unwrap(),
         Response::Pong
     ));
-}
-
-/// The outbox's transitions, the same for both stores: a part is unfinished until posted, a
-/// signature is kept once, receipts are batched once, and a nonce cannot be taken twice.
-async fn exercise_store<S: Store>(store: &S) {
-    let provider = Identity::from_seed([5; 32]);
-    let receipt = |escrow_id: u64| {
-        let r = cx_protocol::receipt::Receipt {
-            job_id: [escrow_id as u8 + 1; 32],
-            chain_id: 1,
-            escrow_id,
-            input_hash: [0; 32],
-            output_hash: [0; 32],
-            adapter_hash: [0; 32],
-            tokens: 1,
-            compute_ms: 1,
-            class: cx_protocol::DeterminismClass::S,
-            provider: [1; 20],
-            provider_key: provider.id().0,
-            amount_owed_wei: 5,
-            buyer: [2; 20],
-        };
-        cx_protocol::receipt::SignedReceipt::sign(r, &provider).unwrap()
-    };
-    let receipts = vec![receipt(0), receipt(1)];
-    assert_eq!(store.add_receipts(&receipts).await.unwrap(), 2);
-    assert_eq!(store.add_receipts(&receipts[..1]).await.unwrap(), 0);
-    assert_eq!(store.pending_receipts().await.unwrap().len(), 2);
-    let escrows = (0..2)
-        .map(|id| {
-            (
-                id,
-                ledger::Escrow {
-                    escrow_id: id,
-                    buyer: alloy::primitives::Address::repeat_byte(2),
-                    amount: 10,
-                },
-            )
-        })
-        .collect();
-    let part = ledger::assemble(
-        1,
-        alloy::primitives::Address::ZERO,
-        1,
-        receipts,
-        &escrows,
-        vec![],
-    )
-    .unwrap();
-    let abandoned = store
-        .create_batch(std::slice::from_ref(&part))
-        .await
-        .unwrap();
-    assert!(store.pending_receipts().await.unwrap().is_empty());
-    // Abandoning frees the nonce and returns the receipts.
-    store.abandon_batch(abandoned).await.unwrap();
-    assert!(store.unfinished().await.unwrap().is_empty());
-    assert_eq!(store.pending_receipts().await.unwrap().len(), 2);
-    let id = store
-        .create_batch(std::slice::from_ref(&part))
-        .await
-        .unwrap();
-    assert!(store.pending_receipts().await.unwrap().is_empty());
-    assert!(
-        store
-            .create_batch(std::slice::from_ref(&part))
-            .await
-            .is_err()
-    );
-    let unfinished = store.unfinished().await.unwrap();
-    assert_eq!(unfinished.len(), 1);
-    assert_eq!(unfinished[0].batch, part);
-    assert_eq!(unfinished[0].status, PartStatus::Created);
-    store.record_signature(id, 1, &[7; 65]).await.unwrap();
-    store.record_signature(id, 1, &[8; 65]).await.unwrap();
-    assert!(
-        store.abandon_batch(id).await.is_err(),
-        "a signed batch stays"
-    );
-    let signed = store.latest_part(1).await.unwrap().unwrap();
-    assert_eq!(signed.status, PartStatus::Signed);
-    assert_eq!(
-        signed.signature,
-        Some(vec![7; 65]),
-        "the first signature stays"
-    );
-    store.record_posted(id, 1, None).await.unwrap();
-    assert!(store.unfinished().await.unwrap().is_empty());
-    store.log_step(id, Some(1), "posted", "x").await.unwrap();
-    assert_eq!(store.steps(id).await.unwrap().len(), 1);
-    // Rejection takes a pending receipt out, once.
-    store.add_receipts(&[receipt(2)]).await.unwrap();
-    assert!(store.reject_receipt([3; 32], "bad").await.unwrap());
-    assert!(!store.reject_receipt([3; 32], "bad").await.unwrap());
-    assert!(store.pending_receipts().await.unwrap().is_empty());
-}
-
-#[tokio::test]
-async fn both_stores_keep_the_outbox_the_same_way() {
-    exercise_store(&cx_settlement::coordinator::MemoryStore::default()).await;
-    let db = TempDb::create().await;
-    exercise_store(&PgStore::connect(&db.url).await.unwrap()).await;
 }

@@ -1,4 +1,4 @@
-//! `cx-signer bench gas`: gas of settlement measured with real transactions on a fresh Anvil.
+//! `cx-devnet bench gas`: gas of settlement measured with real transactions on a fresh Anvil.
 //!
 //! - `frost_verify_gas`: one FROST verification alone, measured inside a transaction by the
 //!   `FrostGasProbe` contract (gasleft() around the library call; key in calldata).
@@ -19,12 +19,14 @@ use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::SeedableRng;
 use serde::Serialize;
 
-use crate::batch::{BatchMessage, ranges_from_ids};
-use crate::client::{DeployParams, EvmClient};
-use crate::devnet::AnvilInstance;
+use cx_settlement::batch::{BatchMessage, ranges_from_ids};
+use cx_settlement::evm::EvmClient;
+use cx_settlement::frost::DealerCommittee;
+use cx_settlement::merkle::{BalancesTree, MerkleTree, receipt_leaf};
+
+use crate::anvil::AnvilInstance;
+use crate::deploy::{DeployParams, deploy, measure_frost_verify, mint_test_tokens};
 use crate::error::{Error, Result};
-use crate::frost::DealerCommittee;
-use crate::merkle::{BalancesTree, MerkleTree, receipt_leaf};
 
 /// Jobs in the measured batch.
 pub const BATCH_JOBS: u64 = 100;
@@ -50,6 +52,29 @@ pub struct GasReport {
     pub claim_first_gas: u64,
 }
 
+impl GasReport {
+    /// The human table, each figure beside the target it is measured against.
+    pub fn table(&self) -> String {
+        let rows = [
+            ("frost_verify_gas", self.frost_verify_gas, "<= 5000"),
+            ("settle_gas_per_job", self.settle_gas_per_job, "<= 500"),
+            ("settle_tx_gas", self.settle_tx_gas, ""),
+            (
+                "settle_partial_word",
+                self.settle_gas_per_job_partial_word,
+                "",
+            ),
+            ("claim_gas", self.claim_gas, "<= 60000"),
+            ("claim_first_gas", self.claim_first_gas, ""),
+        ];
+        let mut out = format!("{:<22} {:>10} {:>10}\n", "metric", "gas", "target");
+        for (name, gas, target) in rows {
+            out += &format!("{name:<22} {gas:>10} {target:>10}\n");
+        }
+        out
+    }
+}
+
 /// Runs the bench on a fresh Anvil (free port) and returns the report.
 pub async fn gas_bench() -> Result<GasReport> {
     let anvil = AnvilInstance::spawn(31337, None, (PROVIDERS + BUYERS + 1) as u32)?;
@@ -66,19 +91,17 @@ pub async fn gas_bench() -> Result<GasReport> {
         native: false,
         with_probe: true,
     };
-    let deployment = EvmClient::deploy(&url, deployer.clone(), params).await?;
+    let deployment = deploy(&url, deployer.clone(), params).await?;
     let operator = EvmClient::connect(&url, deployer, deployment)?;
 
     // FROST verification alone.
+    // The message is fixed (its bytes are what the seeded committee signs, so the figures repeat).
     let message = keccak256(b"cx-signer bench gas");
     let sig = committee.sign_evm(message.as_slice(), &mut rng)?;
-    let (valid, frost_verify_gas) = operator
-        .measure_frost_verify(group_key, message, &sig)
-        .await?;
+    let (valid, frost_verify_gas) =
+        measure_frost_verify(&operator, group_key, message, &sig).await?;
     if !valid {
-        return Err(Error::Rpc(
-            "the probe refused a valid FROST signature".into(),
-        ));
+        return Err(Error::Bench("the probe refused a valid FROST signature"));
     }
 
     let providers: Vec<PrivateKeySigner> = anvil.keys[1..=PROVIDERS].to_vec();
@@ -88,9 +111,7 @@ pub async fn gas_bench() -> Result<GasReport> {
     let mut jobs: Vec<(u64, Address, Address, u128)> = Vec::new(); // (id, buyer, provider, amount)
     for (b, key) in buyers.iter().enumerate() {
         let buyer = EvmClient::connect(&url, key.clone(), deployment)?;
-        operator
-            .mint_test_tokens(buyer.account(), U256::from(1_000_000_000u64))
-            .await?;
+        mint_test_tokens(&operator, buyer.account(), U256::from(1_000_000_000u64)).await?;
         buyer.approve_all().await?;
         buyer.deposit(U256::from(price * 5)).await?;
         for j in 0..5u64 {

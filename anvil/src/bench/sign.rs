@@ -1,4 +1,4 @@
-//! `cx-signer bench sign`: the committee's latencies over real processes on loopback.
+//! `cx-devnet bench sign`: the committee's latencies over real processes on loopback.
 //!
 //! - `handshake_ms`: one hybrid ML-KEM-768 + X25519 session with ML-DSA-65 authentication, TCP
 //!   connect to first answered request (median of 21);
@@ -11,14 +11,15 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use cx_contracts::DeploymentsFile;
+use cx_settlement::frost::{EvmGroupKey, EvmSignature};
+use cx_settlement::ledger;
+use cx_settlement::transport::{Channel, Limits};
+use cx_settlement::wire::{Request, Response, SignBatchRequest};
+
 use crate::cluster::Cluster;
-use crate::devnet::write_deployments;
 use crate::error::Result;
-use crate::frost::{EvmGroupKey, EvmSignature};
-use crate::ledger;
 use crate::scenario::ScenarioChain;
-use crate::transport::{Channel, Limits};
-use crate::wire::{Request, Response, SignBatchRequest};
 
 /// Figures of one run.
 #[derive(Clone, Debug, Serialize)]
@@ -41,6 +42,26 @@ pub struct SignBenchReport {
     pub sign_p99_ms: f64,
     /// Whether the signed batch was then accepted by the contract.
     pub settled_on_chain: bool,
+}
+
+impl SignBenchReport {
+    /// The human table, each latency beside its target.
+    pub fn table(&self) -> String {
+        let mut out = format!("{:<16} {:>10} {:>10}\n", "metric", "value", "target");
+        for (name, value, target) in [
+            ("handshake_ms", self.handshake_ms, "<= 2"),
+            ("dkg_ms", self.dkg_ms, ""),
+            ("sign_p50_ms", self.sign_p50_ms, "<= 20"),
+            ("sign_p99_ms", self.sign_p99_ms, ""),
+        ] {
+            out += &format!("{name:<16} {value:>10.3} {target:>10}\n");
+        }
+        out += &format!(
+            "({} of {} signers, {} receipts per batch, {} rounds, settled on chain: {})\n",
+            self.t, self.n, self.receipts, self.rounds, self.settled_on_chain
+        );
+        out
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -76,7 +97,10 @@ pub async fn sign_bench(
             Limits::default(),
         )
         .await?;
-        let _: Response = channel.call(&Request::Ping).await?;
+        let _: Response = channel
+            .call(&Request::Ping)
+            .await
+            .map_err(crate::Error::from)?;
         handshakes.push(start.elapsed());
     }
     handshakes.sort();
@@ -90,7 +114,10 @@ pub async fn sign_bench(
         EvmGroupKey::from_verifying_key(package.verifying_key())?,
     )
     .await?;
-    write_deployments(&cluster.deployments_file, &[chain.entry()])?;
+    DeploymentsFile {
+        chains: vec![chain.entry()],
+    }
+    .write(&cluster.deployments_file)?;
     let ids = chain.open_jobs(receipts, 1_000).await?;
     let signed = chain.receipts(&ids, 900)?;
     let view = chain.view()?;

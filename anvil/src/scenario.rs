@@ -8,11 +8,14 @@ use cx_protocol::pq::Identity;
 use cx_protocol::receipt::{Receipt, SignedReceipt};
 use sha2::{Digest, Sha256};
 
-use crate::client::{Deployment, EvmClient};
-use crate::devnet::{AnvilInstance, ChainDeployment, devnet_params};
+use cx_contracts::{ChainDeployment, Deployment};
+use cx_settlement::evm::EvmClient;
+use cx_settlement::frost::EvmGroupKey;
+use cx_settlement::onchain::ChainView;
+
+use crate::anvil::AnvilInstance;
+use crate::deploy::{deploy, devnet_params, mint_test_tokens};
 use crate::error::Result;
-use crate::frost::EvmGroupKey;
-use crate::onchain::ChainView;
 
 /// One chain with a deployment and three parties.
 pub struct ScenarioChain {
@@ -42,12 +45,11 @@ impl ScenarioChain {
     pub async fn start(chain_id: u64, group_key: EvmGroupKey) -> Result<Self> {
         let anvil = AnvilInstance::spawn(chain_id, None, 4)?;
         let url = anvil.rpc_url();
-        let deployment =
-            EvmClient::deploy(&url, anvil.keys[0].clone(), devnet_params(group_key)).await?;
+        let deployment = deploy(&url, anvil.keys[0].clone(), devnet_params(group_key)).await?;
         let client = |i: usize| EvmClient::connect(&url, anvil.keys[i].clone(), deployment);
         let (operator, buyer, provider) = (client(0)?, client(1)?, client(2)?);
         let funds = U256::from(1_000_000_000_000u64);
-        operator.mint_test_tokens(buyer.account(), funds).await?;
+        mint_test_tokens(&operator, buyer.account(), funds).await?;
         buyer.approve_all().await?;
         buyer.deposit(funds).await?;
         let provider_identity = Identity::generate();
@@ -77,7 +79,7 @@ impl ScenarioChain {
 
     /// A read-only view.
     pub fn view(&self) -> Result<ChainView> {
-        ChainView::connect(&self.entry())
+        Ok(ChainView::connect(&self.entry())?)
     }
 
     /// Opens `count` escrows of `amount` each, due in an hour; returns their ids.
@@ -114,7 +116,8 @@ impl ScenarioChain {
                     amount_owed_wei: owed,
                     buyer: self.buyer.account().into_array(),
                 };
-                Ok(SignedReceipt::sign(receipt, &self.provider_identity)?)
+                SignedReceipt::sign(receipt, &self.provider_identity)
+                    .map_err(|e| cx_settlement::Error::from(e).into())
             })
             .collect()
     }

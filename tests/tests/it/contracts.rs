@@ -4,12 +4,13 @@
 //! unchanged.
 
 use alloy::primitives::{B256, U256, keccak256};
+use cx_devnet::AnvilInstance;
+use cx_devnet::deploy::{DeployParams, deploy, mint_test_tokens};
 use cx_settlement::Error;
 use cx_settlement::batch::{
     BatchMessage, JobRange, ranges_from_ids, rotation_digest, slash_digest,
 };
-use cx_settlement::client::{DeployParams, EvmClient};
-use cx_settlement::devnet::AnvilInstance;
+use cx_settlement::evm::EvmClient;
 use cx_settlement::frost::DealerCommittee;
 use cx_settlement::merkle::{BalancesTree, MerkleTree, receipt_leaf};
 use rand_chacha::ChaCha20Rng;
@@ -38,7 +39,7 @@ impl Chain {
             native,
             with_probe: false,
         };
-        let deployment = EvmClient::deploy(&url, anvil.keys[0].clone(), params)
+        let deployment = deploy(&url, anvil.keys[0].clone(), params)
             .await
             .expect("deploy");
         let client =
@@ -52,9 +53,7 @@ impl Chain {
         };
         if !native {
             for c in [&chain.buyer, &chain.provider, &chain.stranger] {
-                chain
-                    .operator
-                    .mint_test_tokens(c.account(), U256::from(10_000_000_000u64))
+                mint_test_tokens(&chain.operator, c.account(), U256::from(10_000_000_000u64))
                     .await
                     .expect("mint");
                 c.approve_all().await.expect("approve");

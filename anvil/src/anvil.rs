@@ -1,0 +1,173 @@
+//! Anvil chains started from the project-local install.
+//!
+//! Anvil comes from `.tools/` (installed by `scripts/setup-foundry.sh`; override with
+//! `CX_ANVIL`). Accounts are Anvil's deterministic ones (the default test mnemonic); their keys
+//! are read from the file Anvil writes with `--config-out`, not hard-coded here.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use alloy::providers::Provider;
+use alloy::signers::local::PrivateKeySigner;
+use cx_contracts::ChainEntry;
+use cx_settlement::evm::read_provider;
+
+use crate::error::{Error, Result};
+use crate::supervise::{ScratchDir, Supervised, free_port};
+
+/// The workspace root (the default place of `.tools/` and `runtime/`): this crate is `anvil/`,
+/// one level below it.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("anvil/ has a parent")
+        .to_path_buf()
+}
+
+/// The Anvil binary: `CX_ANVIL`, else `.tools/anvil` in the workspace.
+pub fn anvil_binary() -> PathBuf {
+    std::env::var_os("CX_ANVIL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".tools/anvil"))
+}
+
+/// A running Anvil process, killed on drop.
+pub struct AnvilInstance {
+    process: Supervised,
+    /// Chain id.
+    pub chain_id: u64,
+    /// Port on 127.0.0.1.
+    pub port: u16,
+    /// Deterministic funded accounts (Anvil's test mnemonic), in order.
+    pub keys: Vec<PrivateKeySigner>,
+    _config_dir: ScratchDir,
+}
+
+impl std::fmt::Debug for AnvilInstance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnvilInstance")
+            .field("chain_id", &self.chain_id)
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+fn read_keys(config: &Path) -> Result<Option<Vec<PrivateKeySigner>>> {
+    // The file appears in pieces: until it parses, it is not written yet.
+    let Ok(text) = std::fs::read_to_string(config) else {
+        return Ok(None);
+    };
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Ok(None);
+    };
+    let bad = |reason: String| Error::AnvilConfig {
+        path: config.to_path_buf(),
+        reason,
+    };
+    let keys = value["private_keys"]
+        .as_array()
+        .ok_or_else(|| bad("no private_keys".into()))?;
+    keys.iter()
+        .map(|k| {
+            k.as_str()
+                .unwrap_or_default()
+                .parse::<PrivateKeySigner>()
+                .map_err(|e| bad(format!("bad key: {e}")))
+        })
+        .collect::<Result<_>>()
+        .map(Some)
+}
+
+impl AnvilInstance {
+    /// Starts Anvil with `chain_id` on `port` (a free one when `None`) and `accounts` funded
+    /// accounts, and waits until it answers.
+    pub fn spawn(chain_id: u64, port: Option<u16>, accounts: u32) -> Result<Self> {
+        let port = match port {
+            Some(p) => p,
+            None => free_port()?,
+        };
+        let dir = ScratchDir::new("cx-anvil")?;
+        let config = dir.path.join("anvil.json");
+        let mut command = Command::new(anvil_binary());
+        command
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--chain-id", &chain_id.to_string()])
+            .args(["--accounts", &accounts.to_string(), "--balance", "1000000"])
+            .arg("--config-out")
+            .arg(&config);
+        let mut process = Supervised::spawn(
+            format!("anvil (chain {chain_id}, port {port})"),
+            command,
+            Some(&dir.path.join("anvil.log")),
+            " (run scripts/setup-foundry.sh to install Anvil into .tools/, or set CX_ANVIL)",
+        )?;
+        let mut keys = None;
+        let mut failure = None;
+        process.wait_ready(
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            Duration::from_secs(60),
+            Duration::from_millis(50),
+            || match read_keys(&config) {
+                Ok(Some(k)) => {
+                    keys = Some(k);
+                    true
+                }
+                Ok(None) => false,
+                Err(e) => {
+                    failure = Some(e);
+                    true
+                }
+            },
+        )?;
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok(Self {
+            process,
+            chain_id,
+            port,
+            keys: keys.unwrap_or_default(),
+            _config_dir: dir,
+        })
+    }
+
+    /// JSON-RPC URL.
+    pub fn rpc_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The registry entry of this chain.
+    pub fn entry(&self) -> ChainEntry {
+        ChainEntry {
+            chain_id: self.chain_id,
+            rpc_url: self.rpc_url(),
+        }
+    }
+
+    /// Whether the process still runs.
+    pub fn is_running(&mut self) -> bool {
+        self.process.is_running()
+    }
+
+    /// Moves the chain's clock forward by `seconds` and mines a block.
+    pub async fn advance_time(&self, seconds: u64) -> Result<()> {
+        let provider = read_provider(&self.rpc_url())?;
+        let _: serde_json::Value = provider
+            .raw_request("evm_increaseTime".into(), (seconds,))
+            .await?;
+        let _: serde_json::Value = provider.raw_request("evm_mine".into(), ()).await?;
+        Ok(())
+    }
+
+    /// The timestamp of the latest block.
+    pub async fn now_s(&self) -> Result<u64> {
+        let provider = read_provider(&self.rpc_url())?;
+        let block = provider
+            .get_block_by_number(alloy::eips::BlockNumberOrTag::Latest)
+            .await?
+            .ok_or_else(|| Error::Bench("the chain has no latest block"))?;
+        Ok(block.header.timestamp)
+    }
+}

@@ -1,0 +1,12 @@
+//! Benchmarks over real processes and a real chain, behind `cx-devnet bench …` (and any other
+//! binary that wants them: each returns its report, whose `table()` is the human form and whose
+//! serde form is the `--json` line).
+//!
+//! - [`gas`]: gas of FROST verification, settlement per job and a claim, on a fresh Anvil;
+//! - [`sign`]: handshake, DKG and signing latency of a committee of signer processes.
+
+pub mod gas;
+pub mod sign;
+
+pub use gas::{GasReport, gas_bench};
+pub use sign::{SignBenchReport, sign_bench};

@@ -1,0 +1,85 @@
+//! PostgreSQL for the devnet and the tests: the URL (`DATABASE_URL`, else the devnet's local
+//! server), the workspace's migrations, and throwaway databases that tests create and drop.
+
+use sqlx::Connection;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+use crate::error::Result;
+
+/// The workspace's migrations (`migrations/`, the exchange database's schema), embedded at
+/// build time. The exchange server runs them at start; the devnet and tests run them on the
+/// databases they create.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// `DATABASE_URL`, else the devnet's local server.
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/cx".to_string())
+}
+
+/// A migrated database of its own, dropped (with its connections) when this is dropped, pass
+/// or fail — so no test depends on rows another test or an earlier run left behind.
+#[derive(Debug)]
+pub struct TempDatabase {
+    admin_url: String,
+    name: String,
+    /// Its URL.
+    pub url: String,
+}
+
+impl TempDatabase {
+    /// Creates a fresh database on the server of [`database_url`] and migrates it.
+    pub async fn create() -> Result<Self> {
+        let base = database_url();
+        let base = base.split('?').next().unwrap_or_default().to_string();
+        let prefix = base.rsplit_once('/').map_or(base.as_str(), |(p, _)| p);
+        let admin_url = format!("{prefix}/postgres");
+        let name = format!(
+            "cx_test_{}",
+            hex::encode(&cx_settlement::dkg::random_bytes()[..6])
+        );
+        let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await?;
+        let db = Self {
+            url: format!("{prefix}/{name}"),
+            admin_url,
+            name,
+        };
+        MIGRATOR.run(&db.pool().await?).await?;
+        Ok(db)
+    }
+
+    /// A small pool on it.
+    pub async fn pool(&self) -> Result<PgPool> {
+        Ok(PgPoolOptions::new()
+            .max_connections(4)
+            .connect(&self.url)
+            .await?)
+    }
+}
+
+impl Drop for TempDatabase {
+    fn drop(&mut self) {
+        // Drop runs inside the test's runtime, which cannot be blocked on; a thread with its
+        // own runtime does the asynchronous DROP DATABASE and is joined.
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async {
+                if let Ok(mut admin) = sqlx::PgConnection::connect(&admin_url).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut admin)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}

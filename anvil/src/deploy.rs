@@ -1,0 +1,180 @@
+//! Deployment of every contract, and the devnet-only calls on them (minting the test
+//! stablecoin, the FROST gas probe). Production parties never deploy; they read the
+//! deployments file this writes.
+
+use alloy::primitives::{Address, B256, U256};
+use alloy::providers::Provider;
+use alloy::signers::local::PrivateKeySigner;
+use cx_contracts::{
+    ChainDeployment, ChainRegistry, Deployment, FrostGasProbe, ProviderRegistry, Settlement,
+    TestStablecoin,
+};
+use cx_settlement::evm::{EvmClient, TxOutcome, signing_provider};
+use cx_settlement::frost::{EvmGroupKey, EvmSignature};
+
+use crate::error::{Error, Result};
+
+/// Parameters of a deployment.
+#[derive(Clone, Copy, Debug)]
+pub struct DeployParams {
+    /// The committee's group key.
+    pub group_key: EvmGroupKey,
+    /// Seconds after a job's deadline before its buyer may reclaim.
+    pub grace_period_s: u64,
+    /// Smallest positive provider stake.
+    pub min_stake: U256,
+    /// Seconds between unbond and withdrawal.
+    pub unbonding_delay_s: u64,
+    /// Native ETH instead of a freshly deployed test stablecoin.
+    pub native: bool,
+    /// Also deploy the FROST gas probe.
+    pub with_probe: bool,
+}
+
+/// Devnet defaults for a deployment (grace 10 minutes, minimum stake 1,000 test USD, unbonding
+/// one day, the test stablecoin as asset).
+pub fn devnet_params(group_key: EvmGroupKey) -> DeployParams {
+    DeployParams {
+        group_key,
+        grace_period_s: 600,
+        min_stake: U256::from(1_000_000_000u64),
+        unbonding_delay_s: 86_400,
+        native: false,
+        with_probe: false,
+    }
+}
+
+fn settlement_error(e: impl Into<cx_settlement::Error>) -> Error {
+    Error::Settlement(e.into())
+}
+
+/// Deploys the asset (unless native), `Settlement`, `ProviderRegistry` and optionally the gas
+/// probe, from `signer`'s account.
+pub async fn deploy(
+    rpc_url: &str,
+    signer: PrivateKeySigner,
+    params: DeployParams,
+) -> Result<Deployment> {
+    let provider = signing_provider(rpc_url, signer)?;
+    let chain_id = provider.get_chain_id().await?;
+    let asset = if params.native {
+        Address::ZERO
+    } else {
+        *TestStablecoin::deploy(provider.clone())
+            .await
+            .map_err(settlement_error)?
+            .address()
+    };
+    let settlement = *Settlement::deploy(
+        provider.clone(),
+        asset,
+        params.grace_period_s,
+        params.group_key.x,
+        params.group_key.parity,
+    )
+    .await
+    .map_err(settlement_error)?
+    .address();
+    let registry = *ProviderRegistry::deploy(
+        provider.clone(),
+        settlement,
+        params.min_stake,
+        params.unbonding_delay_s,
+    )
+    .await
+    .map_err(settlement_error)?
+    .address();
+    let probe = if params.with_probe {
+        Some(
+            *FrostGasProbe::deploy(provider.clone())
+                .await
+                .map_err(settlement_error)?
+                .address(),
+        )
+    } else {
+        None
+    };
+    Ok(Deployment {
+        chain_id,
+        settlement,
+        registry,
+        asset,
+        probe,
+    })
+}
+
+/// Deploys every contract to every chain of `registry` from `deployer`, returning the addresses.
+pub async fn deploy_all(
+    registry: &ChainRegistry,
+    deployer: &PrivateKeySigner,
+    params: DeployParams,
+) -> Result<Vec<ChainDeployment>> {
+    let mut out = Vec::new();
+    for chain in &registry.chains {
+        let deployment = deploy(&chain.rpc_url, deployer.clone(), params).await?;
+        if deployment.chain_id != chain.chain_id {
+            return Err(Error::WrongChain {
+                expected: chain.chain_id,
+                rpc_url: chain.rpc_url.clone(),
+                actual: deployment.chain_id,
+            });
+        }
+        out.push(ChainDeployment {
+            chain: chain.clone(),
+            deployment,
+        });
+    }
+    Ok(out)
+}
+
+async fn mined(
+    call: impl std::future::Future<
+        Output = Result<
+            alloy::providers::PendingTransactionBuilder<alloy::network::Ethereum>,
+            alloy::contract::Error,
+        >,
+    >,
+) -> Result<alloy::rpc::types::TransactionReceipt> {
+    let receipt = call
+        .await
+        .map_err(settlement_error)?
+        .get_receipt()
+        .await
+        .map_err(settlement_error)?;
+    TxOutcome::try_from(&receipt)?;
+    Ok(receipt)
+}
+
+/// Mints test stablecoin to `to` from `client`'s account (the devnet asset lets anyone mint).
+pub async fn mint_test_tokens(client: &EvmClient, to: Address, amount: U256) -> Result<TxOutcome> {
+    let token = TestStablecoin::new(client.deployment().asset, client.provider().clone());
+    let receipt = mined(token.mint(to, amount).send()).await?;
+    Ok(TxOutcome::try_from(&receipt)?)
+}
+
+/// Sends one verification through the gas probe; returns (valid, gas of the verification).
+pub async fn measure_frost_verify(
+    client: &EvmClient,
+    key: EvmGroupKey,
+    message: B256,
+    sig: &EvmSignature,
+) -> Result<(bool, u64)> {
+    let probe = client.deployment().probe.ok_or(Error::Bench(
+        "no gas probe deployed (DeployParams::with_probe)",
+    ))?;
+    let probe = FrostGasProbe::new(probe, client.provider().clone());
+    let sig = cx_contracts::probe::FrostVerifier::Signature {
+        rX: sig.r_x,
+        rY: sig.r_y,
+        z: sig.z,
+    };
+    let receipt = mined(probe.measure(key.x, key.parity, message, sig).send()).await?;
+    let measured = receipt
+        .logs()
+        .iter()
+        .find_map(|log| log.log_decode::<FrostGasProbe::Measured>().ok())
+        .ok_or(Error::Bench("the probe's receipt has no Measured event"))?;
+    let gas = u64::try_from(measured.inner.data.gasUsed)
+        .map_err(|_| Error::Bench("the probe reports more than 2^64 gas"))?;
+    Ok((measured.inner.data.valid, gas))
+}

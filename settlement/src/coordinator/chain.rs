@@ -1,0 +1,317 @@
+//! What the coordinator needs of a chain, behind the [`Chain`] boundary: read the contract's
+//! state (nonce, balances root, group key, open escrows), post a signed batch or key rotation,
+//! and recognise a batch that is already there.
+//!
+//! Two implementations: [`EvmChain`] talks JSON-RPC to a deployed `Settlement` (a read-only
+//! [`ChainView`] plus an [`EvmClient`] for the account that pays gas); [`MemoryChain`] keeps the
+//! contract's rules in memory (nonces increase, the FROST signature must verify under the current
+//! key, an escrow settles once) so the coordinator's tests run in milliseconds without Anvil, and
+//! can lose a transaction's answer on purpose.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Mutex;
+
+use alloy::primitives::{Address, B256, keccak256};
+use alloy::signers::local::PrivateKeySigner;
+use frost_secp256k1 as frost;
+
+use crate::batch::{BatchMessage, rotation_digest};
+use crate::error::{Error, Result};
+use crate::evm::{EvmClient, OnChainGroupKey};
+use crate::frost::{EvmGroupKey, EvmSignature};
+use crate::ledger::{self, Escrow};
+use crate::onchain::ChainView;
+
+/// One chain's `Settlement` as the coordinator uses it.
+pub trait Chain: Send + Sync {
+    /// EIP-155 chain id.
+    fn chain_id(&self) -> u64;
+    /// Address of `Settlement` (batches and rotations are bound to it).
+    fn settlement(&self) -> Address;
+    /// Nonce of the last accepted batch (0 before any).
+    fn batch_nonce(&self) -> impl Future<Output = Result<u64>> + Send;
+    /// The current cumulative-balances root.
+    fn balances_root(&self) -> impl Future<Output = Result<B256>> + Send;
+    /// The current group key and its epoch.
+    fn group_key(&self) -> impl Future<Output = Result<OnChainGroupKey>> + Send;
+    /// Escrow `id` while it is open; `None` once settled or reclaimed, or if never opened.
+    fn open_escrow(&self, id: u64) -> impl Future<Output = Result<Option<Escrow>>> + Send;
+    /// Whether a batch with `nonce` and `balances_root` was accepted (its event is on chain).
+    fn batch_landed(
+        &self,
+        nonce: u64,
+        balances_root: B256,
+    ) -> impl Future<Output = Result<bool>> + Send;
+    /// Posts a signed batch; returns the transaction hash once it is mined.
+    fn post_batch(
+        &self,
+        batch: &BatchMessage,
+        signature: &EvmSignature,
+    ) -> impl Future<Output = Result<B256>> + Send;
+    /// Installs `new_key` with a signature by the current key; returns the transaction hash.
+    fn rotate_group_key(
+        &self,
+        new_key: EvmGroupKey,
+        signature: &EvmSignature,
+    ) -> impl Future<Output = Result<B256>> + Send;
+}
+
+/// A deployed `Settlement` over JSON-RPC: reads need no account, posts are paid by `poster`
+/// (it pays gas; it cannot move funds: only the committee's signature settles).
+#[derive(Clone, Debug)]
+pub struct EvmChain {
+    view: ChainView,
+    client: EvmClient,
+}
+
+impl EvmChain {
+    /// The chain of `view`, posting from `poster`.
+    pub fn new(view: ChainView, poster: PrivateKeySigner) -> Result<Self> {
+        let client = EvmClient::connect(&view.rpc_url, poster, view.deployment)?;
+        Ok(Self { view, client })
+    }
+
+    /// The read-only view.
+    pub fn view(&self) -> &ChainView {
+        &self.view
+    }
+}
+
+impl Chain for EvmChain {
+    fn chain_id(&self) -> u64 {
+        self.view.chain_id
+    }
+
+    fn settlement(&self) -> Address {
+        self.view.deployment.settlement
+    }
+
+    async fn batch_nonce(&self) -> Result<u64> {
+        self.view.batch_nonce().await
+    }
+
+    async fn balances_root(&self) -> Result<B256> {
+        self.view.balances_root().await
+    }
+
+    async fn group_key(&self) -> Result<OnChainGroupKey> {
+        self.view.group_key().await
+    }
+
+    async fn open_escrow(&self, id: u64) -> Result<Option<Escrow>> {
+        self.view.open_escrow(id).await
+    }
+
+    async fn batch_landed(&self, nonce: u64, balances_root: B256) -> Result<bool> {
+        self.view.batch_landed(nonce, balances_root).await
+    }
+
+    async fn post_batch(&self, batch: &BatchMessage, signature: &EvmSignature) -> Result<B256> {
+        Ok(self.client.settle_batch(batch, signature).await?.tx_hash)
+    }
+
+    async fn rotate_group_key(
+        &self,
+        new_key: EvmGroupKey,
+        signature: &EvmSignature,
+    ) -> Result<B256> {
+        Ok(self
+            .client
+            .rotate_group_key(new_key, signature)
+            .await?
+            .tx_hash)
+    }
+}
+
+#[derive(Debug)]
+struct Contract {
+    key: OnChainGroupKey,
+    nonce: u64,
+    balances_root: B256,
+    open: BTreeMap<u64, Escrow>,
+    next_escrow: u64,
+    landed: Vec<(u64, B256)>,
+    transactions: u64,
+    lose_answers: usize,
+}
+
+/// `Settlement`'s batch rules in memory, for tests.
+#[derive(Debug)]
+pub struct MemoryChain {
+    chain_id: u64,
+    settlement: Address,
+    state: Mutex<Contract>,
+}
+
+fn reverted(name: &str) -> Error {
+    Error::Reverted {
+        name: name.to_string(),
+        detail: String::new(),
+    }
+}
+
+/// Verifies a contract-form signature under a contract-form key, as `FrostVerifier` does
+/// (RFC 9591 Schnorr verification; the point encodings are the SEC1 compressed forms).
+fn verifies(key: EvmGroupKey, message: B256, signature: &EvmSignature) -> bool {
+    let mut key_bytes = vec![2 + key.parity];
+    key_bytes.extend_from_slice(&key.x.to_be_bytes::<32>());
+    let mut sig_bytes = vec![2 + u8::from(signature.r_y.bit(0))];
+    sig_bytes.extend_from_slice(&signature.r_x.to_be_bytes::<32>());
+    sig_bytes.extend_from_slice(&signature.z.to_be_bytes::<32>());
+    match (
+        frost::VerifyingKey::deserialize(&key_bytes),
+        frost::Signature::deserialize(&sig_bytes),
+    ) {
+        (Ok(key), Ok(sig)) => key.verify(message.as_slice(), &sig).is_ok(),
+        _ => false,
+    }
+}
+
+impl MemoryChain {
+    /// A fresh contract on `chain_id` under `key` (epoch 0, no batch yet).
+    pub fn new(chain_id: u64, key: EvmGroupKey) -> Self {
+        Self {
+            chain_id,
+            settlement: Address::from_word(keccak256(chain_id.to_be_bytes())),
+            state: Mutex::new(Contract {
+                key: OnChainGroupKey { key, epoch: 0 },
+                nonce: 0,
+                balances_root: ledger::no_balances_root(),
+                open: BTreeMap::new(),
+                next_escrow: 0,
+                landed: Vec::new(),
+                transactions: 0,
+                lose_answers: 0,
+            }),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Contract) -> T) -> T {
+        f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Opens an escrow of `amount` for `buyer`; returns its id.
+    pub fn open_job(&self, buyer: Address, amount: u128) -> u64 {
+        self.with(|c| {
+            let id = c.next_escrow;
+            c.next_escrow += 1;
+            c.open.insert(
+                id,
+                Escrow {
+                    escrow_id: id,
+                    buyer,
+                    amount,
+                },
+            );
+            id
+        })
+    }
+
+    /// The next `count` transactions go through but their answers are lost (the poster sees
+    /// an error), as when a connection drops after the node accepted a transaction.
+    pub fn lose_answers(&self, count: usize) {
+        self.with(|c| c.lose_answers = count);
+    }
+
+    /// Transactions accepted so far (batches and rotations).
+    pub fn transactions(&self) -> u64 {
+        self.with(|c| c.transactions)
+    }
+
+    /// Accepted batches as (nonce, balances root), in order.
+    pub fn landed(&self) -> Vec<(u64, B256)> {
+        self.with(|c| c.landed.clone())
+    }
+
+    fn answer(c: &mut Contract) -> Result<B256> {
+        c.transactions += 1;
+        let tx_hash = keccak256(c.transactions.to_be_bytes());
+        if c.lose_answers > 0 {
+            c.lose_answers -= 1;
+            return Err(Error::Transport(
+                "the answer to a transaction was lost".into(),
+            ));
+        }
+        Ok(tx_hash)
+    }
+}
+
+impl Chain for MemoryChain {
+    fn chain_id(&self) -> u64 {
+        self.chain_id
+    }
+
+    fn settlement(&self) -> Address {
+        self.settlement
+    }
+
+    async fn batch_nonce(&self) -> Result<u64> {
+        Ok(self.with(|c| c.nonce))
+    }
+
+    async fn balances_root(&self) -> Result<B256> {
+        Ok(self.with(|c| c.balances_root))
+    }
+
+    async fn group_key(&self) -> Result<OnChainGroupKey> {
+        Ok(self.with(|c| c.key))
+    }
+
+    async fn open_escrow(&self, id: u64) -> Result<Option<Escrow>> {
+        Ok(self.with(|c| c.open.get(&id).copied()))
+    }
+
+    async fn batch_landed(&self, nonce: u64, balances_root: B256) -> Result<bool> {
+        Ok(self.with(|c| c.landed.contains(&(nonce, balances_root))))
+    }
+
+    async fn post_batch(&self, batch: &BatchMessage, signature: &EvmSignature) -> Result<B256> {
+        self.with(|c| {
+            if batch.nonce <= c.nonce {
+                return Err(reverted("BatchNonceNotIncreasing"));
+            }
+            if batch.chain_id != self.chain_id
+                || batch.contract != self.settlement
+                || !verifies(c.key.key, batch.digest(), signature)
+            {
+                return Err(reverted("InvalidSignature"));
+            }
+            let ids: Vec<u64> = batch.ranges.iter().flat_map(|r| r.start..r.end).collect();
+            if ids.iter().any(|id| !c.open.contains_key(id)) {
+                return Err(reverted("EscrowNotOpen"));
+            }
+            for id in ids {
+                c.open.remove(&id);
+            }
+            c.nonce = batch.nonce;
+            c.balances_root = batch.balances_root;
+            c.landed.push((batch.nonce, batch.balances_root));
+            Self::answer(c)
+        })
+    }
+
+    async fn rotate_group_key(
+        &self,
+        new_key: EvmGroupKey,
+        signature: &EvmSignature,
+    ) -> Result<B256> {
+        self.with(|c| {
+            let digest = rotation_digest(
+                self.chain_id,
+                self.settlement,
+                c.key.epoch,
+                new_key.x,
+                new_key.parity,
+            );
+            if !verifies(c.key.key, digest, signature) {
+                return Err(reverted("InvalidSignature"));
+            }
+            c.key = OnChainGroupKey {
+                key: new_key,
+                epoch: c.key.epoch + 1,
+            };
+            Self::answer(c)
+        })
+    }
+}

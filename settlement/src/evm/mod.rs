@@ -1,0 +1,157 @@
+//! The EVM client: one account's typed calls to one deployment, by concern:
+//! [`escrow`] (the asset, deposits, per-job escrows, batches, claims, the group key),
+//! [`registry`] (provider stake and metadata, slashing) and [`events`] (what the explorer and a
+//! restarted coordinator read back). Deploying the contracts is the devnet's job (cx-devnet);
+//! production parties only call a deployment that exists.
+//!
+//! One [`EvmClient`] acts for one account on one chain (the account's key signs locally; the
+//! provider fills nonce, gas and chain id). Every state-changing call waits for its receipt and
+//! returns a [`TxOutcome`] with the gas used; a refusal comes back as [`Error::Reverted`] with
+//! the contract's custom error decoded.
+
+pub mod escrow;
+pub mod events;
+pub mod registry;
+
+use alloy::network::EthereumWallet;
+use alloy::primitives::{Address, B256};
+use alloy::providers::{DynProvider, Provider, ProviderBuilder};
+use alloy::rpc::types::TransactionReceipt;
+use alloy::signers::local::PrivateKeySigner;
+pub use cx_contracts::Deployment;
+
+use crate::error::{Error, Result};
+
+pub use escrow::OnChainGroupKey;
+pub use events::SettledBatch;
+
+/// The result of a mined transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxOutcome {
+    /// Transaction hash.
+    pub tx_hash: B256,
+    /// Gas used by the whole transaction (after refunds).
+    pub gas_used: u64,
+    /// Block it was mined in.
+    pub block_number: u64,
+}
+
+impl TryFrom<&TransactionReceipt> for TxOutcome {
+    type Error = Error;
+
+    fn try_from(receipt: &TransactionReceipt) -> Result<Self> {
+        if !receipt.status() {
+            return Err(Error::TxFailed {
+                tx_hash: receipt.transaction_hash,
+            });
+        }
+        Ok(Self {
+            tx_hash: receipt.transaction_hash,
+            gas_used: receipt.gas_used,
+            block_number: receipt.block_number.unwrap_or_default(),
+        })
+    }
+}
+
+/// Sends a contract call, waits for its receipt, and returns `(outcome, receipt)`.
+macro_rules! send {
+    ($call:expr) => {{
+        let receipt = $call.send().await?.get_receipt().await?;
+        ($crate::evm::TxOutcome::try_from(&receipt)?, receipt)
+    }};
+}
+pub(crate) use send;
+
+/// The FROST signature in the form a binding's `FrostVerifier.Signature` takes (each binding
+/// module declares its own copy of the struct).
+macro_rules! frost_signature {
+    ($module:ident, $sig:expr) => {{
+        let sig: &$crate::frost::EvmSignature = $sig;
+        cx_contracts::$module::FrostVerifier::Signature {
+            rX: sig.r_x,
+            rY: sig.r_y,
+            z: sig.z,
+        }
+    }};
+}
+pub(crate) use frost_signature;
+
+/// Parses an RPC URL.
+pub fn rpc_url(url: &str) -> Result<alloy::transports::http::reqwest::Url> {
+    url.parse().map_err(|e| Error::RpcUrl {
+        url: url.to_string(),
+        reason: format!("{e}"),
+    })
+}
+
+/// A read-only provider for `url` (reads need no account).
+pub fn read_provider(url: &str) -> Result<DynProvider> {
+    Ok(ProviderBuilder::new().connect_http(rpc_url(url)?).erased())
+}
+
+/// Builds a signing provider for `signer` at `url`.
+pub fn signing_provider(url: &str, signer: PrivateKeySigner) -> Result<DynProvider> {
+    // Simple (not cached) nonces: the cached manager counts a nonce when it fills one, so a call
+    // refused at gas estimation would leave a gap and every later transaction pending forever.
+    Ok(ProviderBuilder::new()
+        .disable_recommended_fillers()
+        .with_gas_estimation()
+        .with_simple_nonce_management()
+        .fetch_chain_id()
+        .wallet(EthereumWallet::from(signer))
+        .connect_http(rpc_url(url)?)
+        .erased())
+}
+
+/// One account's view of one deployment.
+#[derive(Clone, Debug)]
+pub struct EvmClient {
+    provider: DynProvider,
+    account: Address,
+    deployment: Deployment,
+}
+
+impl EvmClient {
+    /// A client acting as `signer` on the deployment at `rpc_url`.
+    pub fn connect(
+        rpc_url: &str,
+        signer: PrivateKeySigner,
+        deployment: Deployment,
+    ) -> Result<Self> {
+        let account = signer.address();
+        Ok(Self {
+            provider: signing_provider(rpc_url, signer)?,
+            account,
+            deployment,
+        })
+    }
+
+    /// The account this client signs for.
+    pub fn account(&self) -> Address {
+        self.account
+    }
+
+    /// The deployment.
+    pub fn deployment(&self) -> Deployment {
+        self.deployment
+    }
+
+    /// The underlying provider (for raw RPC such as Anvil's time travel, or contracts outside
+    /// this client such as the devnet's test stablecoin and gas probe).
+    pub fn provider(&self) -> &DynProvider {
+        &self.provider
+    }
+
+    fn settlement(&self) -> cx_contracts::Settlement::SettlementInstance<DynProvider> {
+        cx_contracts::Settlement::new(self.deployment.settlement, self.provider.clone())
+    }
+
+    fn registry(&self) -> cx_contracts::ProviderRegistry::ProviderRegistryInstance<DynProvider> {
+        cx_contracts::ProviderRegistry::new(self.deployment.registry, self.provider.clone())
+    }
+
+    /// Current block number.
+    pub async fn block_number(&self) -> Result<u64> {
+        Ok(self.provider.get_block_number().await?)
+    }
+}

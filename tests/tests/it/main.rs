@@ -1,0 +1,5 @@
+//! Cross-process tests, one binary (link time on 2 cores); see the crate overview.
+
+mod committee;
+mod contracts;
+mod store;
