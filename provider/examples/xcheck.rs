@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::llama::{Cache, Llama, LlamaConfig as CtConfig};
 use cx_kernels::CpuConfig;
+use cx_provider::model::DType as StorageDType;
 use cx_provider::model::{GenModelOptions, KvCache, Model, SeqInput, write_generated_model};
 
 fn main() -> anyhow::Result<()> {
@@ -21,7 +22,7 @@ fn main() -> anyhow::Result<()> {
         vocab: 400,
         max_positions: 128,
         tie: false,
-        dtype: DType::F32,
+        dtype: StorageDType::F32,
         seed: 9,
     };
     write_generated_model(&dir, &options)?;

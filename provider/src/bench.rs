@@ -23,9 +23,10 @@ use serde::Serialize;
 
 use crate::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
 use crate::error::Result;
-use crate::lora::{Adapter, Target, load_adapter, write_random_adapter};
+use crate::lora::{Adapter, load_adapter, write_random_adapter};
 use crate::model::{
-    GenModelOptions, KvCache, LlamaConfig, Model, SeqInput, generated_config, generated_tensors,
+    DType, GenModelOptions, KvCache, Model, ModelConfig, Projection, SeqInput, generated_config,
+    generated_tensors,
 };
 
 /// A prefilled sequence and its adapter.
@@ -182,7 +183,7 @@ impl Drop for TempDir {
 /// distinct ids).
 fn adapters(
     dir: &std::path::Path,
-    config: &LlamaConfig,
+    config: &ModelConfig,
     count: usize,
     rank: usize,
     seed: u64,
@@ -194,7 +195,7 @@ fn adapters(
                 &path,
                 config,
                 rank,
-                &Target::ALL,
+                &Projection::ALL,
                 0.5 / rank as f32,
                 seed + i as u64,
             )?;
@@ -288,7 +289,7 @@ pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
             vocab: 512,
             max_positions: 256,
             tie: false,
-            dtype: candle_core::DType::F32,
+            dtype: DType::F32,
             seed: 5,
         }
     } else {
@@ -304,12 +305,12 @@ pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
             vocab: 1024,
             max_positions: 256,
             tie: false,
-            dtype: candle_core::DType::F32,
+            dtype: DType::F32,
             seed: 5,
         }
     };
     let config = generated_config(&options_model)?;
-    let model = Model::from_tensors(config.clone(), generated_tensors(&config, 5), cpu)?;
+    let model = Model::new(config.clone(), generated_tensors(&config, 5), cpu)?;
     let tmp = TempDir::new("bench-lora")?;
     let batch_adapters = adapters(&tmp.0, &config, 32, 16, 100)?;
     let with: Vec<Option<Arc<Adapter>>> = batch_adapters.iter().cloned().map(Some).collect();
@@ -333,7 +334,7 @@ pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
         vocab: 300,
         max_positions: 64,
         tie: true,
-        dtype: candle_core::DType::F32,
+        dtype: DType::F32,
         seed: 1,
     })?;
     let stream = adapters(&tmp.0, &small, 40, 16, 1000)?;

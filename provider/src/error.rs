@@ -60,6 +60,43 @@ pub enum Error {
         /// Bytes held by evictable occupants.
         evictable_bytes: u64,
     },
+    /// Registered adapter files changed on disk since they were hashed: the id no longer names
+    /// them.
+    #[error(
+        "adapter files in {dir} changed since `{alias}` was registered (id {registered_id} now \
+         {found_id}); load it again"
+    )]
+    AdapterChanged {
+        /// The name it was registered under.
+        alias: String,
+        /// Its directory.
+        dir: PathBuf,
+        /// The id it was registered with.
+        registered_id: String,
+        /// The id of the files now.
+        found_id: String,
+    },
+    /// An adapter a waiting request needs was loaded but cannot be made resident (everything
+    /// else is pinned or in use): the request is refused rather than left waiting.
+    #[error("{0}")]
+    NotAdmitted(Box<Error>),
+    /// The scheduler thread has stopped; no request can run.
+    #[error("the scheduler has stopped")]
+    SchedulerStopped,
+    /// A sequence's forward or the decoding of its tokens failed; its batch neighbours carry on.
+    #[error("{stage} failed: {source}")]
+    Generation {
+        /// `forward` or `decoding`.
+        stage: &'static str,
+        /// Why.
+        source: Box<Error>,
+    },
+    /// A forward panicked (a bug); the scheduler caught it and carries on.
+    #[error("forward panicked (a bug; see the provider's log)")]
+    ForwardPanicked,
+    /// An adapter load task panicked (a bug).
+    #[error("load task failed")]
+    LoadPanicked,
     /// A request does not fit the model (context length, token ids).
     #[error("{0}")]
     BadRequest(String),

@@ -5,33 +5,46 @@
 //! # Parts, as a request flows through them
 //! * [`server`] — axum router ([`server::app`]): `/v1/completions`, `/v1/chat/completions`
 //!   (SSE streaming or not), `/v1/models`, vLLM's `/v1/load_lora_adapter` and
-//!   `/v1/unload_lora_adapter`, Prometheus `/metrics`. It resolves the adapter a request
-//!   names and hands the request to the engine.
-//! * [`engine`] — the batch scheduler on its own thread: continuous batching (sequences join
-//!   and leave at token boundaries, whatever their adapter), adapter loads on loader threads
-//!   beside the running batch, greedy or sampled decoding.
+//!   `/v1/unload_lora_adapter`, Prometheus `/metrics`. It checks a request, asks the engine,
+//!   and alone turns the crate's [`Error`] into a status ([`server::ApiError`]).
+//! * [`engine`] — the one door to the residency cache and the alias registry
+//!   ([`engine::Engine::load_adapter`], `resolve`, `unload_adapter`), and the batch scheduler
+//!   on its own thread: continuous batching (sequences join and leave at token boundaries,
+//!   whatever their adapter), adapter loads on loader threads beside the running batch, greedy
+//!   or sampled decoding.
 //! * [`cache`] — the residency cache: byte budget, least-value-per-byte or LRU eviction, pins,
 //!   shadow price.
-//! * [`lora`] — PEFT adapters: parse, check against the base, content id; a seeded generator.
-//! * [`model`] — the Llama forward (candle loads the Hugging Face weights), base projections
-//!   by cx-kernels' GEMM and each sequence's delta by cx-kernels' SGMV, never merged.
+//! * [`lora`] — PEFT adapters: parse, check against the base's shapes, content id; a seeded
+//!   generator.
+//! * [`model`] — the Llama forward by blocks (`config`, `weights`, attention, MLP, decoder
+//!   layer, rotary embedding; the seeded checkpoint generator in [`model::generate`]): base
+//!   projections by cx-kernels' GEMM and each sequence's delta by cx-kernels' SGMV, never
+//!   merged. Its `config.json` type is cx-protocol's
+//!   [`ModelConfig`](cx_protocol::model_config::ModelConfig), the one parse of it in the
+//!   project (`cx capacity` uses it too).
 //! * [`tokenizer`] — bytes for generated models, `tokenizer.json` with `hf-tokenizer`.
 //! * [`bench`](mod@bench) — the figures of `cx-provider bench lora`.
+//!
+//! Dependencies inside the crate run one way: `server` → `engine` → `model` → `lora` →
+//! cx-protocol's config (an adapter is checked against the base's shapes, never against the
+//! forward).
 //!
 //! # Example: a tiny model, two adapters, one batch
 //! ```
 //! use std::sync::Arc;
 //! use cx_kernels::CpuConfig;
-//! use cx_provider::lora::{Target, load_adapter, write_random_adapter};
-//! use cx_provider::model::{GenModelOptions, KvCache, Model, SeqInput, write_generated_model};
+//! use cx_provider::lora::{load_adapter, write_random_adapter};
+//! use cx_provider::model::{
+//!     DType, GenModelOptions, KvCache, Model, Projection, SeqInput, write_generated_model,
+//! };
 //!
 //! let dir = std::env::temp_dir().join(format!("cx-provider-doc-{}", std::process::id()));
 //! let options = GenModelOptions {
 //!     hidden: 32, layers: 2, heads: 4, kv_heads: 2, intermediate: 64, vocab: 300,
-//!     max_positions: 64, tie: false, dtype: candle_core::DType::F32, seed: 1,
+//!     max_positions: 64, tie: false, dtype: DType::F32, seed: 1,
 //! };
 //! let config = write_generated_model(&dir.join("model"), &options)?;
-//! write_random_adapter(&dir.join("a"), &config, 4, &[Target::Q, Target::V], 0.1, 2)?;
+//! write_random_adapter(&dir.join("a"), &config, 4, &[Projection::Q, Projection::V], 0.1, 2)?;
 //! let model = Model::load(&dir.join("model"), CpuConfig::deterministic())?;
 //! let adapter = load_adapter(&dir.join("a"), &config, 64)?;
 //! let (mut c1, mut c2) = (KvCache::default(), KvCache::default());

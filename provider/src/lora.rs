@@ -22,77 +22,15 @@ use std::path::{Path, PathBuf};
 
 use cx_kernels::LoraAdapter;
 use cx_kernels::rng::{UniformVec, seeded};
+// The base model's shapes come from the shared config type, not from `model`: the forward
+// uses adapters, so adapters must not use the forward.
+use cx_protocol::model_config::{ModelConfig, Projection};
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
-use crate::model::LlamaConfig;
-
-/// A projection LoRA can adapt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Target {
-    /// `self_attn.q_proj`.
-    Q,
-    /// `self_attn.k_proj`.
-    K,
-    /// `self_attn.v_proj`.
-    V,
-    /// `self_attn.o_proj`.
-    O,
-    /// `mlp.gate_proj`.
-    Gate,
-    /// `mlp.up_proj`.
-    Up,
-    /// `mlp.down_proj`.
-    Down,
-}
-
-impl Target {
-    /// Every target, in the order the model stores its projections.
-    pub const ALL: [Target; 7] = [
-        Target::Q,
-        Target::K,
-        Target::V,
-        Target::O,
-        Target::Gate,
-        Target::Up,
-        Target::Down,
-    ];
-
-    /// Position in [`Target::ALL`].
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// PEFT's `target_modules` name (`q_proj`, …).
-    pub fn name(self) -> &'static str {
-        match self {
-            Target::Q => "q_proj",
-            Target::K => "k_proj",
-            Target::V => "v_proj",
-            Target::O => "o_proj",
-            Target::Gate => "gate_proj",
-            Target::Up => "up_proj",
-            Target::Down => "down_proj",
-        }
-    }
-
-    /// Path inside a decoder layer (`self_attn.q_proj`, `mlp.gate_proj`, …).
-    pub fn module_path(self) -> String {
-        let parent = match self {
-            Target::Q | Target::K | Target::V | Target::O => "self_attn",
-            _ => "mlp",
-        };
-        format!("{parent}.{}", self.name())
-    }
-
-    /// The target named `name` (`q_proj`, …).
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.name() == name)
-    }
-}
 
 /// `adapter_config.json` as PEFT writes it (the fields we read, and the ones we refuse).
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -145,8 +83,8 @@ pub struct Adapter {
     id: String,
     rank: usize,
     scale: f32,
-    targets: BTreeSet<Target>,
-    /// Per layer, per target ([`Target::index`]).
+    targets: BTreeSet<Projection>,
+    /// Per layer, per target ([`Projection::index`]).
     layers: Vec<[Option<LoraAdapter<f32>>; 7]>,
     bytes: u64,
 }
@@ -165,7 +103,7 @@ impl Adapter {
         self.scale
     }
     /// Adapted projections.
-    pub fn targets(&self) -> &BTreeSet<Target> {
+    pub fn targets(&self) -> &BTreeSet<Projection> {
         &self.targets
     }
     /// Bytes of weights held (`Σ r·(d_in + d_out)` × 4).
@@ -173,7 +111,7 @@ impl Adapter {
         self.bytes
     }
     /// The adapter of projection `target` in layer `layer`, if adapted.
-    pub fn projection(&self, layer: usize, target: Target) -> Option<&LoraAdapter<f32>> {
+    pub fn projection(&self, layer: usize, target: Projection) -> Option<&LoraAdapter<f32>> {
         self.layers.get(layer)?[target.index()].as_ref()
     }
 }
@@ -250,18 +188,18 @@ fn parse_adapter_config(path: &Path, bytes: &[u8]) -> Result<AdapterConfig> {
 }
 
 /// The targets an adapter config names, checked.
-fn config_targets(path: &Path, config: &AdapterConfig) -> Result<BTreeSet<Target>> {
+fn config_targets(path: &Path, config: &AdapterConfig) -> Result<BTreeSet<Projection>> {
     let names: Vec<String> = match &config.target_modules {
         TargetModules::List(list) => list.clone(),
         TargetModules::One(one) => vec![one.clone()],
     };
     let mut targets = BTreeSet::new();
     for name in names {
-        let target = Target::from_name(&name).ok_or_else(|| {
+        let target = Projection::from_name(&name).ok_or_else(|| {
             Error::AdapterMismatch(format!(
-                "{}: target module `{name}` is not one of q_proj, k_proj, v_proj, o_proj, \
-                 gate_proj, up_proj, down_proj",
-                path.display()
+                "{}: target module `{name}` is not one of {}",
+                path.display(),
+                Projection::NAMES
             ))
         })?;
         targets.insert(target);
@@ -276,18 +214,14 @@ fn config_targets(path: &Path, config: &AdapterConfig) -> Result<BTreeSet<Target
 }
 
 /// Parses a PEFT tensor name into (layer, target, is_a).
-fn parse_name(name: &str) -> Option<(usize, Target, bool)> {
+fn parse_name(name: &str) -> Option<(usize, Projection, bool)> {
     let rest = name.strip_prefix("base_model.model.model.layers.")?;
     let (layer, rest) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (parent, rest) = rest.split_once('.')?;
     let (module, rest) = rest.split_once('.')?;
-    let target = Target::from_name(module)?;
-    let expected_parent = match target {
-        Target::Q | Target::K | Target::V | Target::O => "self_attn",
-        _ => "mlp",
-    };
-    if parent != expected_parent {
+    let target = Projection::from_name(module)?;
+    if parent != target.parent() {
         return None;
     }
     // PEFT saves without the adapter name; older files may keep `.default`.
@@ -323,7 +257,7 @@ fn to_f32(path: &Path, name: &str, dtype: Dtype, data: &[u8]) -> Result<Vec<f32>
 /// Loads a PEFT adapter directory and checks it against `base`: every tensor name must be a
 /// LoRA weight of a listed target in an existing layer, with shapes `r × d_in` / `d_out × r`,
 /// A and B in pairs, values finite, and `r ≤ max_rank`. Nothing partial is returned.
-pub fn load_adapter(dir: &Path, base: &LlamaConfig, max_rank: usize) -> Result<Adapter> {
+pub fn load_adapter(dir: &Path, base: &ModelConfig, max_rank: usize) -> Result<Adapter> {
     let config_path = dir.join(ADAPTER_CONFIG);
     let weights_path = dir.join(ADAPTER_WEIGHTS);
     let config_bytes = read(&config_path)?;
@@ -348,7 +282,7 @@ pub fn load_adapter(dir: &Path, base: &LlamaConfig, max_rank: usize) -> Result<A
         reason: e.to_string(),
     })?;
     type Pair = (Option<Vec<f32>>, Option<Vec<f32>>);
-    let mut pairs: BTreeMap<(usize, Target), Pair> = BTreeMap::new();
+    let mut pairs: BTreeMap<(usize, Projection), Pair> = BTreeMap::new();
     for (name, view) in tensors.tensors() {
         let (layer, target, is_a) = parse_name(&name).ok_or_else(|| {
             Error::AdapterMismatch(format!(
@@ -430,7 +364,7 @@ pub fn load_adapter(dir: &Path, base: &LlamaConfig, max_rank: usize) -> Result<A
 
 /// Bytes an adapter of rank `rank` on `targets` takes in memory (`f32`), before loading it:
 /// `Σ_layers Σ_targets r·(d_in + d_out)·4` (SPEC §5).
-pub fn adapter_bytes(base: &LlamaConfig, rank: usize, targets: &BTreeSet<Target>) -> u64 {
+pub fn adapter_bytes(base: &ModelConfig, rank: usize, targets: &BTreeSet<Projection>) -> u64 {
     let per_layer: usize = targets
         .iter()
         .map(|t| {
@@ -446,9 +380,9 @@ pub fn adapter_bytes(base: &LlamaConfig, rank: usize, targets: &BTreeSet<Target>
 /// delta visible), `alpha = 2r`.
 pub fn write_random_adapter(
     dir: &Path,
-    base: &LlamaConfig,
+    base: &ModelConfig,
     rank: usize,
-    targets: &[Target],
+    targets: &[Projection],
     b_scale: f32,
     seed: u64,
 ) -> Result<()> {
@@ -515,10 +449,10 @@ fn le_bytes(values: &[f32]) -> Vec<u8> {
 /// directories.
 pub fn write_random_adapters(
     out: &Path,
-    base: &LlamaConfig,
+    base: &ModelConfig,
     count: usize,
     ranks: &[usize],
-    targets: &[Target],
+    targets: &[Projection],
     seed: u64,
 ) -> Result<Vec<PathBuf>> {
     if ranks.is_empty() || ranks.contains(&0) {

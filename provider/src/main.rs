@@ -5,14 +5,15 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cx_kernels::{CpuConfig, Mode};
 use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
 use cx_provider::engine::{Engine, EngineConfig};
-use cx_provider::lora::{Target, load_adapter, write_random_adapters};
+use cx_provider::lora::{load_adapter, write_random_adapters};
 use cx_provider::model::{
-    GenModelOptions, KvCache, Model, SeqInput, read_config, write_generated_model,
+    DType, GenModelOptions, KvCache, Model, Projection, SeqInput, read_config,
+    write_generated_model,
 };
 use cx_provider::server::{AppState, app};
 use cx_provider::tokenizer::Tokenizer;
@@ -188,15 +189,6 @@ fn cpu(threads: Option<usize>, fast: bool) -> CpuConfig {
     }
 }
 
-fn parse_dtype(s: &str) -> anyhow::Result<candle_core::DType> {
-    Ok(match s {
-        "f32" | "float32" => candle_core::DType::F32,
-        "bf16" | "bfloat16" => candle_core::DType::BF16,
-        "f16" | "float16" => candle_core::DType::F16,
-        other => bail!("unknown dtype {other} (f32, bf16, f16)"),
-    })
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -222,7 +214,7 @@ fn main() -> anyhow::Result<()> {
                 vocab,
                 max_positions,
                 tie,
-                dtype: parse_dtype(&dtype)?,
+                dtype: DType::parse(&dtype)?,
                 seed,
             };
             write_generated_model(&out, &options)?;
@@ -237,9 +229,9 @@ fn main() -> anyhow::Result<()> {
             seed,
         } => {
             let config = read_config(&model)?;
-            let targets: Vec<Target> = targets
+            let targets: Vec<Projection> = targets
                 .iter()
-                .map(|t| Target::from_name(t).with_context(|| format!("unknown target {t}")))
+                .map(|t| Projection::from_name(t).with_context(|| format!("unknown target {t}")))
                 .collect::<anyhow::Result<_>>()?;
             let dirs = write_random_adapters(&out, &config, count, &ranks, &targets, seed)?;
             for dir in dirs {
@@ -298,15 +290,15 @@ fn main() -> anyhow::Result<()> {
                     ..EngineConfig::default()
                 },
             );
-            let state = AppState::new(engine, name.clone(), max_lora_rank);
             if let Some(dir) = adapters {
-                let aliases = state.register_dir(&dir)?;
+                let aliases = engine.register_dir(&dir)?;
                 eprintln!(
                     "registered {} adapters from {}",
                     aliases.len(),
                     dir.display()
                 );
             }
+            let state = AppState::new(engine, name.clone());
             let addr: SocketAddr = format!("{host}:{port}").parse().context("--host/--port")?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::model::{GENERATED_BOS, LlamaConfig};
+use crate::model::{GENERATED_BOS, ModelConfig};
 
 /// A tokenizer.
 pub enum Tokenizer {
@@ -28,7 +28,7 @@ impl std::fmt::Debug for Tokenizer {
 impl Tokenizer {
     /// The tokenizer of a model directory: `tokenizer.json` if present, else bytes (which only
     /// makes sense for a vocabulary of at least 256).
-    pub fn for_model(dir: &Path, config: &LlamaConfig) -> Result<Self> {
+    pub fn for_model(dir: &Path, config: &ModelConfig) -> Result<Self> {
         let path = dir.join("tokenizer.json");
         if path.exists() {
             #[cfg(feature = "hf-tokenizer")]

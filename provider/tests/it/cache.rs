@@ -5,7 +5,8 @@ use std::sync::Arc;
 use cx_protocol::inventory::discounted_value;
 use cx_provider::Error;
 use cx_provider::cache::{CacheConfig, Discount, EvictionPolicy, ResidencyCache};
-use cx_provider::lora::{Adapter, Target, load_adapter, write_random_adapter};
+use cx_provider::lora::{Adapter, load_adapter, write_random_adapter};
+use cx_provider::model::Projection;
 
 use crate::common::{TempDir, tiny_model};
 
@@ -16,7 +17,7 @@ fn four_adapters() -> (TempDir, Vec<Arc<Adapter>>) {
     let loaded = (0..4)
         .map(|i| {
             let path = dir.path().join(format!("a{i}"));
-            write_random_adapter(&path, &config, 8, &Target::ALL, 0.05, i).unwrap();
+            write_random_adapter(&path, &config, 8, &Projection::ALL, 0.05, i).unwrap();
             Arc::new(load_adapter(&path, &config, 64).unwrap())
         })
         .collect();

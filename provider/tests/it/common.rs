@@ -3,9 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use candle_core::DType;
-use cx_provider::lora::{Target, write_random_adapter};
-use cx_provider::model::{GenModelOptions, LlamaConfig, write_generated_model};
+use cx_provider::lora::write_random_adapter;
+use cx_provider::model::{DType, GenModelOptions, ModelConfig, Projection, write_generated_model};
 
 /// A directory removed when dropped.
 pub(crate) struct TempDir(pub(crate) PathBuf);
@@ -49,19 +48,19 @@ pub(crate) fn tiny_options(seed: u64) -> GenModelOptions {
 }
 
 /// Writes the tiny model into `dir/model`.
-pub(crate) fn tiny_model(dir: &Path, seed: u64) -> (PathBuf, LlamaConfig) {
+pub(crate) fn tiny_model(dir: &Path, seed: u64) -> (PathBuf, ModelConfig) {
     let path = dir.join("model");
     let config = write_generated_model(&path, &tiny_options(seed)).unwrap();
     (path, config)
 }
 
 /// Target sets that the mixed batches cycle through.
-pub(crate) fn target_sets() -> Vec<Vec<Target>> {
+pub(crate) fn target_sets() -> Vec<Vec<Projection>> {
     vec![
-        Target::ALL.to_vec(),
-        vec![Target::Q, Target::V],
-        vec![Target::K, Target::O, Target::Down],
-        vec![Target::Gate, Target::Up],
+        Projection::ALL.to_vec(),
+        vec![Projection::Q, Projection::V],
+        vec![Projection::K, Projection::O, Projection::Down],
+        vec![Projection::Gate, Projection::Up],
     ]
 }
 
@@ -69,7 +68,7 @@ pub(crate) fn target_sets() -> Vec<Vec<Target>> {
 /// [`target_sets`]; returns their directories.
 pub(crate) fn adapters(
     dir: &Path,
-    config: &LlamaConfig,
+    config: &ModelConfig,
     count: usize,
     ranks: &[usize],
 ) -> Vec<PathBuf> {

@@ -9,9 +9,11 @@ use axum::http::{Request, StatusCode};
 use cx_kernels::CpuConfig;
 use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
 use cx_provider::engine::{Engine, EngineConfig};
-use cx_provider::lora::{Target, write_random_adapter};
-use cx_provider::model::{GenModelOptions, KvCache, Model, SeqInput, write_generated_model};
-use cx_provider::server::{AppState, app};
+use cx_provider::lora::write_random_adapter;
+use cx_provider::model::{
+    GenModelOptions, KvCache, Model, Projection, SeqInput, write_generated_model,
+};
+use cx_provider::server::{ApiError, AppState, app};
 use cx_provider::tokenizer::Tokenizer;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -23,7 +25,7 @@ struct Server {
     app: Router,
     dir: TempDir,
     model: Arc<Model>,
-    config: cx_provider::model::LlamaConfig,
+    config: cx_provider::model::ModelConfig,
 }
 
 fn server(tag: &str, max_rank: usize) -> Server {
@@ -46,10 +48,9 @@ fn server_with_budget(tag: &str, max_rank: usize, budget_bytes: u64) -> Server {
             ..EngineConfig::default()
         },
     );
-    let state = AppState::new(engine, "tiny", max_rank);
-    assert_eq!(state.register_dir(&adapter_dir).unwrap().len(), 4);
+    assert_eq!(engine.register_dir(&adapter_dir).unwrap().len(), 4);
     Server {
-        app: app(state),
+        app: app(AppState::new(engine, "tiny")),
         dir,
         model,
         config,
@@ -155,25 +156,57 @@ async fn bad_adapters_are_422_and_nothing_is_loaded() {
         },
     )
     .unwrap();
-    write_random_adapter(&root.join("wrong-shape"), &other, 4, &[Target::Q], 0.1, 1).unwrap();
+    write_random_adapter(
+        &root.join("wrong-shape"),
+        &other,
+        4,
+        &[Projection::Q],
+        0.1,
+        1,
+    )
+    .unwrap();
     // Rank over the server's limit (16).
-    write_random_adapter(&root.join("rank-32"), &s.config, 32, &[Target::V], 0.1, 2).unwrap();
+    write_random_adapter(
+        &root.join("rank-32"),
+        &s.config,
+        32,
+        &[Projection::V],
+        0.1,
+        2,
+    )
+    .unwrap();
     // Malformed safetensors.
-    write_random_adapter(&root.join("garbage"), &s.config, 4, &[Target::Q], 0.1, 3).unwrap();
+    write_random_adapter(
+        &root.join("garbage"),
+        &s.config,
+        4,
+        &[Projection::Q],
+        0.1,
+        3,
+    )
+    .unwrap();
     std::fs::write(
         root.join("garbage/adapter_model.safetensors"),
         b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}",
     )
     .unwrap();
     // Malformed config (no r).
-    write_random_adapter(&root.join("no-r"), &s.config, 4, &[Target::Q], 0.1, 4).unwrap();
+    write_random_adapter(&root.join("no-r"), &s.config, 4, &[Projection::Q], 0.1, 4).unwrap();
     std::fs::write(
         root.join("no-r/adapter_config.json"),
         r#"{"lora_alpha": 8, "target_modules": ["q_proj"]}"#,
     )
     .unwrap();
     // A target the base has no projection for.
-    write_random_adapter(&root.join("lm-head"), &s.config, 4, &[Target::Q], 0.1, 5).unwrap();
+    write_random_adapter(
+        &root.join("lm-head"),
+        &s.config,
+        4,
+        &[Projection::Q],
+        0.1,
+        5,
+    )
+    .unwrap();
     std::fs::write(
         root.join("lm-head/adapter_config.json"),
         r#"{"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "lm_head"]}"#,
@@ -188,7 +221,7 @@ async fn bad_adapters_are_422_and_nothing_is_loaded() {
         },
     )
     .unwrap();
-    write_random_adapter(&root.join("layer-2"), &deeper, 4, &[Target::Q], 0.1, 6).unwrap();
+    write_random_adapter(&root.join("layer-2"), &deeper, 4, &[Projection::Q], 0.1, 6).unwrap();
     for (name, needle) in [
         ("wrong-shape", "shape"),
         ("rank-32", "rank 32"),
@@ -452,7 +485,15 @@ async fn streaming_matches_non_streaming_and_chat_works() {
 async fn load_unload_and_metrics() {
     let s = server("load", 64);
     let extra = s.dir.path().join("extra");
-    write_random_adapter(&extra, &s.config, 8, &[Target::Q, Target::Down], 0.1, 77).unwrap();
+    write_random_adapter(
+        &extra,
+        &s.config,
+        8,
+        &[Projection::Q, Projection::Down],
+        0.1,
+        77,
+    )
+    .unwrap();
     let (status, body) = call_json(
         &s.app,
         "/v1/load_lora_adapter",
@@ -521,7 +562,7 @@ fn metric(metrics: &str, name: &str) -> f64 {
 async fn a_small_budget_evicts_but_never_the_pin() {
     let dir = TempDir::new("budget-probe");
     let (_, config) = tiny_model(dir.path(), 11);
-    let one = cx_provider::lora::adapter_bytes(&config, 8, &Target::ALL.into_iter().collect());
+    let one = cx_provider::lora::adapter_bytes(&config, 8, &Projection::ALL.into_iter().collect());
     let s = server_with_budget("budget", 64, 2 * one);
     let root = s.dir.path().join("same-size");
     for i in 0..4 {
@@ -529,7 +570,7 @@ async fn a_small_budget_evicts_but_never_the_pin() {
             &root.join(format!("s{i}")),
             &s.config,
             8,
-            &Target::ALL,
+            &Projection::ALL,
             0.1,
             200 + i,
         )
@@ -659,7 +700,8 @@ async fn a_failing_sequence_does_not_take_the_batch_down() {
             match event {
                 Event::Text { token, .. } => tokens.push(token),
                 Event::Done { .. } => return Ok(tokens),
-                Event::Failed { status, .. } => return Err(status),
+                // The status the HTTP layer would answer with.
+                Event::Failed(error) => return Err(ApiError::from(error.as_ref()).status.as_u16()),
             }
         }
         Err(0)

@@ -2,10 +2,10 @@
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use cx_kernels::CpuConfig;
 use cx_provider::Error;
-use cx_provider::model::{GenModelOptions, KvCache, Model, SeqInput, write_generated_model};
+use cx_provider::model::{DType, GenModelOptions, KvCache, Model, SeqInput, write_generated_model};
 
 use crate::common::{TempDir, tiny_model, tiny_options};
 
@@ -69,7 +69,7 @@ fn half_precision_and_tied_checkpoints_load() {
         &Model::load(&f32_dir, CpuConfig::deterministic()).unwrap(),
         &[256, 5, 6],
     );
-    for dtype in [DType::BF16, DType::F16] {
+    for dtype in [DType::Bf16, DType::F16] {
         let path = dir.path().join(format!("{dtype:?}"));
         let config = write_generated_model(
             &path,
@@ -126,7 +126,7 @@ fn malformed_model_directories_are_refused() {
         candle_core::safetensors::load(path.join("model.safetensors"), &Device::Cpu).unwrap();
     tensors.insert(
         "model.norm.weight".into(),
-        Tensor::zeros(7, DType::F32, &Device::Cpu).unwrap(),
+        Tensor::zeros(7, candle_core::DType::F32, &Device::Cpu).unwrap(),
     );
     candle_core::safetensors::save(&tensors, path.join("model.safetensors")).unwrap();
     let err = Model::load(&path, CpuConfig::deterministic()).unwrap_err();

@@ -1,0 +1,418 @@
+//! The engine: one [`Model`], the residency cache, the alias registry and the batch scheduler,
+//! behind one handle ([`Engine`]). It is the only door to the cache and the registry: the HTTP
+//! layer asks it to resolve, load and unload adapters and for its counters, and never locks
+//! either itself.
+//!
+//! * `scheduler` — continuous batching on its own thread: requests arrive on a channel; each
+//!   step admits waiting sequences whose adapter is resident (up to a batch size and a
+//!   prefill-token budget), runs **one** forward over every running sequence — a new
+//!   sequence's whole prompt, one token for the others — and drops finished sequences. An
+//!   adapter that is not resident is loaded on a loader thread while the batch keeps running.
+//! * `decode` — the next token (greedy or sampled) and the text streamed for it (stop strings
+//!   held back until they cannot match).
+//!
+//! Failures reach a request as [`Event::Failed`] carrying the crate's [`Error`]; the HTTP layer
+//! alone turns an error into a status.
+
+mod decode;
+mod scheduler;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use serde::Serialize;
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::cache::{CacheStats, ResidencyCache, ResidentInfo};
+use crate::error::{Error, Result};
+use crate::lora::{ADAPTER_CONFIG, load_adapter, read_adapter_id};
+use crate::model::Model;
+use crate::tokenizer::Tokenizer;
+use scheduler::{Command, Scheduler};
+
+/// Which adapter a request uses, as the engine's registry resolved it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterRef {
+    /// Content id (SHA-256).
+    pub id: String,
+    /// The name it was asked for by (for metrics).
+    pub alias: String,
+    /// Where to load it from on a miss.
+    pub dir: PathBuf,
+}
+
+/// How the next token is chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    /// 0: greedy (argmax, lowest id on ties; determinism class D). Otherwise softmax at this
+    /// temperature, sampled from a ChaCha20 generator seeded with `seed`.
+    pub temperature: f32,
+    /// Seed of the sampler.
+    pub seed: u64,
+}
+
+/// One generation request.
+#[derive(Debug)]
+pub struct GenerateRequest {
+    /// Prompt token ids (non-empty).
+    pub prompt: Vec<u32>,
+    /// Its adapter, if any.
+    pub adapter: Option<AdapterRef>,
+    /// Tokens to generate at most.
+    pub max_tokens: usize,
+    /// Stop strings: generation ends before the first one.
+    pub stop: Vec<String>,
+    /// Next-token choice.
+    pub sampling: Sampling,
+    /// Where the events go; a closed receiver cancels the sequence.
+    pub events: UnboundedSender<Event>,
+}
+
+/// Why a sequence ended (OpenAI's `finish_reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// EOS or a stop string.
+    Stop,
+    /// `max_tokens` or the context limit.
+    Length,
+}
+
+/// What a request hears back.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// New text (may be empty when a token completes nothing printable yet).
+    Text {
+        /// The new text.
+        delta: String,
+        /// The token just chosen.
+        token: u32,
+    },
+    /// The sequence ended.
+    Done {
+        /// Why.
+        finish_reason: FinishReason,
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Generated tokens.
+        completion_tokens: usize,
+    },
+    /// The request failed (adapter load, residency, forward, decoding, a stopped scheduler).
+    /// Shared: one failed load fails every request waiting on that adapter.
+    Failed(Arc<Error>),
+}
+
+/// Limits of the scheduler.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineConfig {
+    /// Sequences in one batch at most.
+    pub max_batch_seqs: usize,
+    /// Prompt tokens admitted per step at most (a longer prompt is admitted alone).
+    pub max_prefill_tokens: usize,
+    /// Largest LoRA rank accepted.
+    pub max_rank: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            max_batch_seqs: 64,
+            max_prefill_tokens: 2048,
+            max_rank: 64,
+        }
+    }
+}
+
+/// Running and waiting sequences by adapter, for `/metrics`.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct EngineStats {
+    /// Running sequences per adapter alias (`base` for none).
+    pub running: BTreeMap<String, usize>,
+    /// Waiting sequences per adapter alias.
+    pub waiting: BTreeMap<String, usize>,
+    /// Forward steps run.
+    pub steps: u64,
+    /// Tokens generated.
+    pub generated_tokens: u64,
+    /// Largest batch seen (sequences).
+    pub max_batch_seen: usize,
+}
+
+/// A registered adapter, as `/v1/models` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterListing {
+    /// The name it answers to.
+    pub alias: String,
+    /// Content id.
+    pub id: String,
+    /// Whether it is in the residency cache now.
+    pub resident: bool,
+}
+
+/// What [`Engine::load_adapter`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadedAdapter {
+    /// Content id.
+    pub id: String,
+    /// Rank `r`.
+    pub rank: usize,
+    /// Bytes held.
+    pub bytes: u64,
+    /// Pinned (rent on state).
+    pub pinned: bool,
+    /// Ids evicted to make room, in order.
+    pub evicted: Vec<String>,
+}
+
+/// The engine's counters at one instant, for `/metrics`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineMetrics {
+    /// The scheduler's counters.
+    pub stats: EngineStats,
+    /// The cache's counters.
+    pub cache: CacheStats,
+    /// Resident adapters, highest value per byte first.
+    pub resident: Vec<ResidentInfo>,
+    /// The slot the shadow price is quoted for: the mean resident adapter (0 when none).
+    pub slot_bytes: u64,
+    /// Shadow price of room for `slot_bytes` (SPEC §4); `None` when no room can be made.
+    pub slot_shadow_price: Option<f64>,
+    /// Alias of each registered id (the last registered name wins).
+    pub aliases: BTreeMap<String, String>,
+}
+
+/// State the scheduler thread and the handles share; only this module locks it.
+#[derive(Debug)]
+struct Shared {
+    cache: Mutex<ResidencyCache>,
+    /// Alias → adapter, loaded on first use.
+    registry: Mutex<BTreeMap<String, AdapterRef>>,
+    stats: Mutex<EngineStats>,
+    start: Instant,
+}
+
+/// A lock whose holder panicked still guards consistent data here: every update is a short
+/// sequence of assignments that cannot panic halfway in practice.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    /// Seconds since the engine started (the cache's clock).
+    fn now_s(&self) -> f64 {
+        self.start.elapsed().as_secs_f64()
+    }
+    fn cache(&self) -> MutexGuard<'_, ResidencyCache> {
+        lock(&self.cache)
+    }
+    fn registry(&self) -> MutexGuard<'_, BTreeMap<String, AdapterRef>> {
+        lock(&self.registry)
+    }
+}
+
+/// Handle to the engine (cheap to clone).
+#[derive(Clone, Debug)]
+pub struct Engine {
+    tx: std::sync::mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+    model: Arc<Model>,
+    tokenizer: Arc<Tokenizer>,
+    config: EngineConfig,
+    /// The scheduler holds a `Weak` of this: when the last handle is gone and nothing is
+    /// left to run, the thread ends (its own sender for loader threads keeps the channel open).
+    _alive: Arc<()>,
+}
+
+impl Engine {
+    /// Starts the scheduler thread over `model`.
+    pub fn start(
+        model: Arc<Model>,
+        tokenizer: Arc<Tokenizer>,
+        cache: ResidencyCache,
+        config: EngineConfig,
+    ) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let alive = Arc::new(());
+        let shared = Arc::new(Shared {
+            cache: Mutex::new(cache),
+            registry: Mutex::new(BTreeMap::new()),
+            stats: Mutex::new(EngineStats::default()),
+            start: Instant::now(),
+        });
+        let scheduler = Scheduler::new(
+            model.clone(),
+            tokenizer.clone(),
+            shared.clone(),
+            config,
+            tx.clone(),
+            Arc::downgrade(&alive),
+        );
+        std::thread::Builder::new()
+            .name("cx-scheduler".into())
+            .spawn(move || scheduler.run(rx))
+            .expect("spawning the scheduler thread");
+        Self {
+            tx,
+            shared,
+            model,
+            tokenizer,
+            config,
+            _alive: alive,
+        }
+    }
+
+    /// Queues a request; events arrive on its channel.
+    pub fn submit(&self, request: GenerateRequest) {
+        if let Err(std::sync::mpsc::SendError(Command::Generate(request))) =
+            self.tx.send(Command::Generate(request))
+        {
+            let _ = request
+                .events
+                .send(Event::Failed(Arc::new(Error::SchedulerStopped)));
+        }
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Arc<Tokenizer> {
+        &self.tokenizer
+    }
+
+    /// Registers every sub-directory of `dir` holding an `adapter_config.json` under its
+    /// folder name (loaded on first use). Returns the aliases.
+    pub fn register_dir(&self, dir: &Path) -> Result<Vec<String>> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join(ADAPTER_CONFIG).exists())
+            .collect();
+        entries.sort();
+        let mut aliases = Vec::new();
+        for path in entries {
+            let alias = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            self.register(&alias, &path)?;
+            aliases.push(alias);
+        }
+        Ok(aliases)
+    }
+
+    /// Registers one adapter directory under `alias` (hashing its files for the id; the
+    /// weights are loaded on first use).
+    pub fn register(&self, alias: &str, dir: &Path) -> Result<AdapterRef> {
+        let adapter = AdapterRef {
+            id: read_adapter_id(dir)?,
+            alias: alias.to_string(),
+            dir: dir.to_path_buf(),
+        };
+        self.shared
+            .registry()
+            .insert(alias.to_string(), adapter.clone());
+        Ok(adapter)
+    }
+
+    /// The adapter registered as `name`, an alias or an id.
+    pub fn resolve(&self, name: &str) -> Result<AdapterRef> {
+        let registry = self.shared.registry();
+        registry
+            .get(name)
+            .or_else(|| registry.values().find(|a| a.id == name))
+            .cloned()
+            .ok_or_else(|| Error::UnknownAdapter(name.to_string()))
+    }
+
+    /// Loads the PEFT adapter in `dir` now (parse, check against the base, make resident,
+    /// pinned if `pin`) and registers it as `name`. Blocking: file reads and checks; call it
+    /// off async workers. Nothing is registered or resident on error.
+    pub fn load_adapter(&self, name: &str, dir: &Path, pin: bool) -> Result<LoadedAdapter> {
+        let t = Instant::now();
+        let adapter = Arc::new(load_adapter(
+            dir,
+            self.model.config(),
+            self.config.max_rank,
+        )?);
+        let took = t.elapsed();
+        let evicted = {
+            let mut cache = self.shared.cache();
+            cache.record_load_time(adapter.bytes(), took.as_secs_f64());
+            cache.insert(adapter.clone(), pin, self.shared.now_s())?
+        };
+        self.shared.registry().insert(
+            name.to_string(),
+            AdapterRef {
+                id: adapter.id().to_string(),
+                alias: name.to_string(),
+                dir: dir.to_path_buf(),
+            },
+        );
+        Ok(LoadedAdapter {
+            id: adapter.id().to_string(),
+            rank: adapter.rank(),
+            bytes: adapter.bytes(),
+            pinned: pin,
+            evicted,
+        })
+    }
+
+    /// Forgets the alias `name`; the adapter leaves the cache when no other alias names it
+    /// (running sequences keep their copy until they finish).
+    pub fn unload_adapter(&self, name: &str) -> Result<()> {
+        let removed = self.shared.registry().remove(name);
+        let Some(adapter) = removed else {
+            return Err(Error::UnknownAdapter(name.to_string()));
+        };
+        let still_named = self.shared.registry().values().any(|a| a.id == adapter.id);
+        if !still_named {
+            self.shared.cache().remove(&adapter.id);
+        }
+        Ok(())
+    }
+
+    /// Registered adapters in alias order, and whether each is resident.
+    pub fn adapters(&self) -> Vec<AdapterListing> {
+        let registered: Vec<AdapterRef> = self.shared.registry().values().cloned().collect();
+        let cache = self.shared.cache();
+        registered
+            .into_iter()
+            .map(|a| AdapterListing {
+                resident: cache.contains(&a.id),
+                alias: a.alias,
+                id: a.id,
+            })
+            .collect()
+    }
+
+    /// The scheduler's and the cache's counters now.
+    pub fn metrics(&self) -> EngineMetrics {
+        let stats = lock(&self.shared.stats).clone();
+        let aliases = self
+            .shared
+            .registry()
+            .values()
+            .map(|a| (a.id.clone(), a.alias.clone()))
+            .collect();
+        let now = self.shared.now_s();
+        let cache = self.shared.cache();
+        let resident = cache.resident(now);
+        let slot_bytes = if resident.is_empty() {
+            0
+        } else {
+            resident.iter().map(|r| r.bytes).sum::<u64>() / resident.len() as u64
+        };
+        EngineMetrics {
+            stats,
+            cache: cache.stats(),
+            slot_shadow_price: cache.shadow_price(slot_bytes, now),
+            slot_bytes,
+            resident,
+            aliases,
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Grouped-query self-attention (Ainslie et al. 2023), as Hugging Face's `LlamaAttention`:
+//! q/k/v projections, rotary embeddings on q and k, causal softmax attention over the
+//! sequence's cache, the o projection. Every LoRA delta rides on its projection ([`Linear`]).
+//!
+//! Scores, softmax and the weighted sum are plain sequential loops over one row and one head,
+//! so a row's bits do not depend on the other rows of the batch (class D).
+
+use super::config::{ModelConfig, Projection};
+use super::linear::Linear;
+use super::rotary::RotaryTables;
+use super::{SeqInput, Step};
+use crate::error::Result;
+
+/// One layer's attention block.
+#[derive(Clone, Debug)]
+pub(super) struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    layer: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    /// `projections` are q, k, v, o in [`Projection::ALL`] order.
+    pub(super) fn new(config: &ModelConfig, layer: usize, projections: [Linear; 4]) -> Self {
+        let [q_proj, k_proj, v_proj, o_proj] = projections;
+        Self {
+            q_proj,
+            k_proj,
+            v_proj,
+            o_proj,
+            layer,
+            heads: config.num_attention_heads,
+            kv_heads: config.kv_heads(),
+            head_dim: config.head_dim(),
+        }
+    }
+
+    /// The projections, in [`Projection::ALL`] order.
+    pub(super) fn projections(&self) -> [&Linear; 4] {
+        [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj]
+    }
+
+    /// This block with `adapter` merged into its projections.
+    pub(super) fn merged(&self, adapter: &crate::lora::Adapter) -> Result<Self> {
+        Ok(Self {
+            q_proj: self.q_proj.merged(adapter)?,
+            k_proj: self.k_proj.merged(adapter)?,
+            v_proj: self.v_proj.merged(adapter)?,
+            o_proj: self.o_proj.merged(adapter)?,
+            ..self.clone()
+        })
+    }
+
+    /// Appends each row's key and value to its sequence's cache, then attends.
+    ///
+    /// Shapes: `h` is `step.rows × hidden`; returns `step.rows × hidden`.
+    pub(super) fn forward(
+        &self,
+        h: &[f32],
+        step: &Step<'_>,
+        rope: &RotaryTables,
+        batch: &mut [SeqInput<'_>],
+    ) -> Result<Vec<f32>> {
+        let (l, hd) = (self.layer, self.head_dim);
+        let group = self.heads / self.kv_heads;
+        let kv_width = self.kv_heads * hd;
+        let q_width = self.heads * hd;
+        let mut q = self.q_proj.forward(h, step)?;
+        let mut k = self.k_proj.forward(h, step)?;
+        let v = self.v_proj.forward(h, step)?;
+        for r in 0..step.rows {
+            rope.apply(r, &mut q[r * q_width..(r + 1) * q_width]);
+            rope.apply(r, &mut k[r * kv_width..(r + 1) * kv_width]);
+        }
+        // Append every new key/value before attending, so a prompt's rows see each other.
+        for r in 0..step.rows {
+            let seq = &mut batch[step.row_seq[r]];
+            seq.cache.keys[l].extend_from_slice(&k[r * kv_width..(r + 1) * kv_width]);
+            seq.cache.values[l].extend_from_slice(&v[r * kv_width..(r + 1) * kv_width]);
+        }
+        let mut attn = vec![0f32; step.rows * q_width];
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut scores = Vec::new();
+        for r in 0..step.rows {
+            let cache = &batch[step.row_seq[r]].cache;
+            let (keys, values) = (&cache.keys[l], &cache.values[l]);
+            let visible = step.row_pos[r] + 1;
+            for head in 0..self.heads {
+                let kvh = head / group;
+                let qh = &q[r * q_width + head * hd..][..hd];
+                scores.clear();
+                let mut max = f32::NEG_INFINITY;
+                for p in 0..visible {
+                    let kp = &keys[p * kv_width + kvh * hd..][..hd];
+                    let mut dot = 0f32;
+                    for i in 0..hd {
+                        dot += qh[i] * kp[i];
+                    }
+                    let score = dot * scale;
+                    max = max.max(score);
+                    scores.push(score);
+                }
+                let mut sum = 0f32;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                let out = &mut attn[r * q_width + head * hd..][..hd];
+                for (p, s) in scores.iter().enumerate() {
+                    let weight = s / sum;
+                    let vp = &values[p * kv_width + kvh * hd..][..hd];
+                    for i in 0..hd {
+                        out[i] += weight * vp[i];
+                    }
+                }
+            }
+        }
+        self.o_proj.forward(&attn, step)
+    }
+}
+
+/// The attention projections of a layer, for [`Attention::new`].
+pub(super) const PROJECTIONS: [Projection; 4] =
+    [Projection::Q, Projection::K, Projection::V, Projection::O];

@@ -1,0 +1,102 @@
+//! A decoder layer, as Hugging Face's `LlamaDecoderLayer`: pre-norm residual blocks,
+//! `x += attention(rms_norm(x))`, then `x += mlp(rms_norm(x))`.
+
+use super::attention::Attention;
+use super::mlp::Mlp;
+use super::rotary::RotaryTables;
+use super::{SeqInput, Step};
+use crate::error::Result;
+use crate::lora::Adapter;
+
+/// RMSNorm (Zhang & Sennrich 2019), as Hugging Face's `LlamaRMSNorm`.
+#[derive(Clone, Debug)]
+pub(super) struct RmsNorm {
+    weight: Vec<f32>,
+    eps: f32,
+}
+
+impl RmsNorm {
+    pub(super) fn new(weight: Vec<f32>, eps: f64) -> Self {
+        Self {
+            weight,
+            eps: eps as f32,
+        }
+    }
+
+    /// Elements of the weight.
+    pub(super) fn len(&self) -> usize {
+        self.weight.len()
+    }
+
+    /// `w ⊙ x / sqrt(mean(x²) + eps)` per row, one sequential sum per row.
+    ///
+    /// Shapes: `x` is `rows × d` with `d` the weight's length; returns the same shape.
+    pub(super) fn forward(&self, x: &[f32]) -> Vec<f32> {
+        let d = self.weight.len();
+        let mut out = vec![0f32; x.len()];
+        for (row, o) in x.chunks(d).zip(out.chunks_mut(d)) {
+            let mut sum = 0f32;
+            for v in row {
+                sum += v * v;
+            }
+            let inv = 1.0 / (sum / d as f32 + self.eps).sqrt();
+            for ((o, v), w) in o.iter_mut().zip(row).zip(&self.weight) {
+                *o = w * (v * inv);
+            }
+        }
+        out
+    }
+}
+
+/// One decoder layer.
+#[derive(Clone, Debug)]
+pub(super) struct DecoderLayer {
+    pub(super) input_layernorm: RmsNorm,
+    pub(super) self_attn: Attention,
+    pub(super) post_attention_layernorm: RmsNorm,
+    pub(super) mlp: Mlp,
+}
+
+impl DecoderLayer {
+    /// Elements of all its weights.
+    pub(super) fn len(&self) -> usize {
+        let projections: usize = self
+            .self_attn
+            .projections()
+            .iter()
+            .map(|p| p.len())
+            .chain(self.mlp.projections().iter().map(|p| p.len()))
+            .sum();
+        self.input_layernorm.len() + self.post_attention_layernorm.len() + projections
+    }
+
+    /// This layer with `adapter` merged into its projections.
+    pub(super) fn merged(&self, adapter: &Adapter) -> Result<Self> {
+        Ok(Self {
+            self_attn: self.self_attn.merged(adapter)?,
+            mlp: self.mlp.merged(adapter)?,
+            ..self.clone()
+        })
+    }
+
+    /// Updates the residual stream `x` (`step.rows × hidden`) in place.
+    pub(super) fn forward(
+        &self,
+        x: &mut [f32],
+        step: &Step<'_>,
+        rope: &RotaryTables,
+        batch: &mut [SeqInput<'_>],
+    ) -> Result<()> {
+        let h = self.input_layernorm.forward(x);
+        let o = self.self_attn.forward(&h, step, rope, batch)?;
+        for (xi, oi) in x.iter_mut().zip(&o) {
+            *xi += oi;
+        }
+        let h = self.post_attention_layernorm.forward(x);
+        let down = self.mlp.forward(&h, step)?;
+        for (xi, di) in x.iter_mut().zip(&down) {
+            *xi += di;
+        }
+        Ok(())
+    }
+}

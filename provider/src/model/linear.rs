@@ -1,0 +1,142 @@
+//! A projection of a decoder layer: the frozen base weight `W` and, for the rows whose adapter
+//! adapts it, the LoRA delta `s·(x·Aᵀ)·Bᵀ` by cx-kernels' SGMV. The delta is never merged.
+//!
+//! # Why every reduction is ours
+//! Class D (`Mode::Deterministic`) multiplies with [`cx_kernels::gemm_xwt`] on the tensor's own
+//! buffer and [`cx_kernels::Device::sgmv`], whose reductions have a fixed order per output
+//! element; `Mode::Fast` (class D∞) uses candle's matmul (the `gemm` crate), faster but with a
+//! blocking that depends on the batch shape, so a row's bits may change with its neighbours.
+
+use candle_core::Tensor;
+use cx_kernels::{CpuConfig, LoraAdapter, Mode, gemm_xwt, segments_from_row_adapters};
+
+use super::Step;
+use super::config::Projection;
+use crate::error::{Error, Result};
+use crate::lora::Adapter;
+
+/// A `Linear` weight (`d_out × d_in`, `f32`, contiguous) held as a candle tensor.
+#[derive(Clone, Debug)]
+pub(super) struct Weight {
+    tensor: Tensor,
+    pub(super) d_out: usize,
+    pub(super) d_in: usize,
+}
+
+impl Weight {
+    pub(super) fn new(data: Vec<f32>, d_out: usize, d_in: usize) -> Result<Self> {
+        Ok(Self {
+            tensor: Tensor::from_vec(data, (d_out, d_in), &candle_core::Device::Cpu)?,
+            d_out,
+            d_in,
+        })
+    }
+
+    /// Calls `f` with the weight's `d_out × d_in` row-major buffer.
+    pub(super) fn with_slice<R>(&self, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+        let (storage, layout) = self.tensor.storage_and_layout();
+        match &*storage {
+            candle_core::Storage::Cpu(cpu) => {
+                let all = cpu.as_slice::<f32>()?;
+                let start = layout.start_offset();
+                f(&all[start..start + self.d_out * self.d_in])
+            }
+            _ => Err(Error::Model("weights must live in host memory".into())),
+        }
+    }
+
+    fn to_vec(&self) -> Result<Vec<f32>> {
+        self.with_slice(|w| Ok(w.to_vec()))
+    }
+
+    /// Elements held.
+    pub(super) fn len(&self) -> usize {
+        self.d_out * self.d_in
+    }
+
+    /// `x·Wᵀ`. Shapes: `x` is `rows × d_in`; returns `rows × d_out`.
+    pub(super) fn apply(&self, x: &[f32], rows: usize, cpu: &CpuConfig) -> Result<Vec<f32>> {
+        match cpu.mode {
+            Mode::Deterministic => self.with_slice(|w| {
+                let mut y = vec![0f32; rows * self.d_out];
+                gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?;
+                Ok(y)
+            }),
+            Mode::Fast => {
+                let x = Tensor::from_slice(x, (rows, self.d_in), &candle_core::Device::Cpu)?;
+                Ok(x.matmul(&self.tensor.t()?)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?)
+            }
+        }
+    }
+}
+
+/// Projection `projection` of decoder layer `layer`: base weight plus the batch's LoRA deltas.
+#[derive(Clone, Debug)]
+pub(super) struct Linear {
+    weight: Weight,
+    layer: usize,
+    projection: Projection,
+}
+
+impl Linear {
+    pub(super) fn new(weight: Weight, layer: usize, projection: Projection) -> Self {
+        Self {
+            weight,
+            layer,
+            projection,
+        }
+    }
+
+    /// Elements of the base weight.
+    pub(super) fn len(&self) -> usize {
+        self.weight.len()
+    }
+
+    /// `y = x·Wᵀ + Σ_segments s·(x·Aᵀ)·Bᵀ`, each row's delta from its own adapter (none for
+    /// rows whose adapter does not adapt this projection).
+    ///
+    /// Shapes: `x` is `step.rows × d_in`; returns `step.rows × d_out`.
+    pub(super) fn forward(&self, x: &[f32], step: &Step<'_>) -> Result<Vec<f32>> {
+        let (d_in, d_out) = (self.weight.d_in, self.weight.d_out);
+        let mut y = self.weight.apply(x, step.rows, step.cpu)?;
+        // The table holds the adapters that adapt this projection; rows of others get no delta.
+        let mut table: Vec<&LoraAdapter<f32>> = Vec::new();
+        let mut slot: Vec<Option<usize>> = Vec::with_capacity(step.adapters.len());
+        for adapter in &step.adapters {
+            slot.push(adapter.projection(self.layer, self.projection).map(|lora| {
+                table.push(lora);
+                table.len() - 1
+            }));
+        }
+        if table.is_empty() {
+            return Ok(y);
+        }
+        let rows_to_table: Vec<Option<usize>> = step
+            .row_adapter
+            .iter()
+            .map(|a| a.and_then(|a| slot[a]))
+            .collect();
+        let segments = segments_from_row_adapters(&rows_to_table);
+        step.device
+            .sgmv(x, &mut y, d_in, d_out, &segments, &table)?;
+        Ok(y)
+    }
+
+    /// This projection with `W + s·B·A` of `adapter` folded in (unchanged when the adapter
+    /// does not adapt it).
+    pub(super) fn merged(&self, adapter: &Adapter) -> Result<Self> {
+        let Some(lora) = adapter.projection(self.layer, self.projection) else {
+            return Ok(self.clone());
+        };
+        let mut merged = self.weight.to_vec()?;
+        for (w, d) in merged.iter_mut().zip(lora.delta_dense()) {
+            *w += d;
+        }
+        Ok(Self {
+            weight: Weight::new(merged, self.weight.d_out, self.weight.d_in)?,
+            ..self.clone()
+        })
+    }
+}

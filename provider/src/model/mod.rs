@@ -1,0 +1,355 @@
+//! The Llama architecture (Touvron et al. 2023, "LLaMA: Open and Efficient Foundation Language
+//! Models"; grouped-query attention from Ainslie et al. 2023), mirroring Hugging Face
+//! `transformers/models/llama/modeling_llama.py` block by block, as candle's
+//! `candle-transformers/src/models/mistral.rs` lays a model out:
+//!
+//! * [`config`] — the `config.json` type (cx-protocol's [`ModelConfig`], the project's one parse)
+//!   and what this forward refuses;
+//! * `weights` — safetensors loading, widened to `f32`;
+//! * `linear` — a projection: base `x·Wᵀ` plus each row's LoRA delta (SGMV), never merged;
+//! * `rotary`, `attention`, `mlp`, `layer` — `RotaryEmbedding`, `Attention`, `Mlp`,
+//!   `DecoderLayer` with `RmsNorm`, each with its own `forward`;
+//! * here — [`Model`]: embeddings, the layers, the final norm and `lm_head` (tied or not);
+//! * [`generate`] — seeded random checkpoints for tests and benchmarks.
+//!
+//! The forward runs a whole batch of sequences at once — each with its own new tokens, its own
+//! [`KvCache`] and its own adapter (or none) — and applies every sequence's LoRA delta with
+//! cx-kernels' SGMV on the activations (SPEC §6).
+//!
+//! # Why every reduction is ours
+//! Determinism class D asks that a sequence's output bits do not depend on what else is in the
+//! batch or on the thread count. With [`cx_kernels::Mode::Deterministic`] the projections go
+//! through [`cx_kernels::gemm_xwt`] and [`cx_kernels::Device::sgmv`], whose reductions have a
+//! fixed order per output element; RMSNorm, attention and softmax are plain sequential loops
+//! over one row, one head, one sequence. Nothing reduces across rows, so a row is computed by
+//! the same operations whatever its neighbours are. With [`cx_kernels::Mode::Fast`] the base
+//! projections use candle's matmul instead (faster; class D∞: equal up to rounding).
+
+mod attention;
+pub mod config;
+pub mod generate;
+mod layer;
+mod linear;
+mod mlp;
+mod rotary;
+mod weights;
+
+use std::path::Path;
+
+use cx_kernels::{CpuConfig, Device};
+
+pub use config::{DType, ModelConfig, Projection, read_config};
+pub use generate::{
+    GENERATED_BOS, GENERATED_EOS, GenModelOptions, generated_config, generated_tensors,
+    write_generated_model,
+};
+pub use weights::NamedTensors;
+
+use crate::error::{Error, Result};
+use crate::lora::Adapter;
+use attention::Attention;
+use layer::{DecoderLayer, RmsNorm};
+use linear::{Linear, Weight};
+use mlp::Mlp;
+use rotary::RotaryEmbedding;
+use weights::TensorStore;
+
+/// A sequence's keys and values so far, per layer (`positions × kv_heads·head_dim`).
+#[derive(Clone, Debug, Default)]
+pub struct KvCache {
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Nothing held yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.keys
+            .iter()
+            .chain(&self.values)
+            .map(Vec::len)
+            .sum::<usize>()
+            * 4
+    }
+    /// Forgets every position (the next forward starts the sequence again).
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
+}
+
+/// One sequence's part of a batch.
+pub struct SeqInput<'a> {
+    /// The tokens to append (the whole prompt on the first step, one token after).
+    pub tokens: &'a [u32],
+    /// The sequence's cache; extended by `tokens.len()` positions.
+    pub cache: &'a mut KvCache,
+    /// Its adapter, if any.
+    pub adapter: Option<&'a Adapter>,
+}
+
+/// The layout of one forward step, shared by every block: the batch's new tokens as rows
+/// (sequence by sequence), each row's sequence and position, and which adapter adapts it.
+struct Step<'a> {
+    rows: usize,
+    tokens: Vec<u32>,
+    row_seq: Vec<usize>,
+    row_pos: Vec<usize>,
+    /// Distinct adapters of the batch.
+    adapters: Vec<&'a Adapter>,
+    /// Each row's index into `adapters`.
+    row_adapter: Vec<Option<usize>>,
+    cpu: &'a CpuConfig,
+    device: &'a Device,
+}
+
+impl<'a> Step<'a> {
+    /// Checks the batch against `config` and readies each sequence's cache for its new rows.
+    fn new<'b: 'a>(
+        config: &ModelConfig,
+        batch: &mut [SeqInput<'b>],
+        cpu: &'a CpuConfig,
+        device: &'a Device,
+    ) -> Result<Self> {
+        let kv_width = config.kv_heads() * config.head_dim();
+        let mut row_seq = Vec::new();
+        let mut row_pos = Vec::new();
+        let mut tokens = Vec::new();
+        for (s, seq) in batch.iter_mut().enumerate() {
+            if seq.tokens.is_empty() {
+                return Err(Error::BadRequest(format!("sequence {s} has no tokens")));
+            }
+            let start = seq.cache.len;
+            if start + seq.tokens.len() > config.max_position_embeddings {
+                return Err(Error::BadRequest(format!(
+                    "sequence of {} tokens is over the context limit {}",
+                    start + seq.tokens.len(),
+                    config.max_position_embeddings
+                )));
+            }
+            for (k, &t) in seq.tokens.iter().enumerate() {
+                if t as usize >= config.vocab_size {
+                    return Err(Error::BadRequest(format!(
+                        "token id {t} is outside the vocabulary (size {})",
+                        config.vocab_size
+                    )));
+                }
+                row_seq.push(s);
+                row_pos.push(start + k);
+                tokens.push(t);
+            }
+            if seq.cache.keys.is_empty() {
+                seq.cache.keys = vec![Vec::new(); config.num_hidden_layers];
+                seq.cache.values = vec![Vec::new(); config.num_hidden_layers];
+            }
+            // A forward that failed halfway may have appended keys without counting them.
+            for layer in seq.cache.keys.iter_mut().chain(seq.cache.values.iter_mut()) {
+                layer.truncate(start * kv_width);
+            }
+        }
+        let mut adapters: Vec<&'a Adapter> = Vec::new();
+        let mut seq_adapter: Vec<Option<usize>> = Vec::with_capacity(batch.len());
+        for seq in batch.iter() {
+            seq_adapter.push(seq.adapter.map(|a| {
+                match adapters.iter().position(|known| std::ptr::eq(*known, a)) {
+                    Some(i) => i,
+                    None => {
+                        adapters.push(a);
+                        adapters.len() - 1
+                    }
+                }
+            }));
+        }
+        let row_adapter = row_seq.iter().map(|&s| seq_adapter[s]).collect();
+        Ok(Self {
+            rows: tokens.len(),
+            tokens,
+            row_seq,
+            row_pos,
+            adapters,
+            row_adapter,
+            cpu,
+            device,
+        })
+    }
+}
+
+/// A Llama model ready to run.
+#[derive(Clone)]
+pub struct Model {
+    config: ModelConfig,
+    embed_tokens: Weight,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    /// `None` when tied to `embed_tokens`.
+    lm_head: Option<Weight>,
+    rotary: RotaryEmbedding,
+    cpu: CpuConfig,
+    device: Device,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("config", &self.config)
+            .field("cpu", &self.cpu)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Model {
+    /// Loads a Hugging Face directory; the forward runs on the CPU with `cpu`.
+    pub fn load(dir: &Path, cpu: CpuConfig) -> Result<Self> {
+        let config = read_config(dir)?;
+        let tensors = weights::load_tensors(dir)?;
+        Self::new(config, tensors, cpu)
+    }
+
+    /// Builds a model from named `f32` tensors (name → (shape, data)), checking every shape.
+    pub fn new(config: ModelConfig, tensors: NamedTensors, cpu: CpuConfig) -> Result<Self> {
+        let mut store = TensorStore(tensors);
+        let d = config.hidden_size;
+        let vocab = config.vocab_size;
+        let embed_tokens = Weight::new(
+            store.take("model.embed_tokens.weight", &[vocab, d])?,
+            vocab,
+            d,
+        )?;
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for i in 0..config.num_hidden_layers {
+            let mut linear = |p: Projection| -> Result<Linear> {
+                let (d_in, d_out) = config.projection_shape(p);
+                let name = format!("model.layers.{i}.{}.weight", p.module_path());
+                let data = store.take(&name, &[d_out, d_in])?;
+                Ok(Linear::new(Weight::new(data, d_out, d_in)?, i, p))
+            };
+            let [q, k, v, o] = attention::PROJECTIONS;
+            let self_attn =
+                Attention::new(&config, i, [linear(q)?, linear(k)?, linear(v)?, linear(o)?]);
+            let [gate, up, down] = mlp::PROJECTIONS;
+            let mlp = Mlp::new([linear(gate)?, linear(up)?, linear(down)?]);
+            let mut norm = |name: &str| -> Result<RmsNorm> {
+                let weight = store.take(&format!("model.layers.{i}.{name}.weight"), &[d])?;
+                Ok(RmsNorm::new(weight, config.rms_norm_eps))
+            };
+            layers.push(DecoderLayer {
+                input_layernorm: norm("input_layernorm")?,
+                self_attn,
+                post_attention_layernorm: norm("post_attention_layernorm")?,
+                mlp,
+            });
+        }
+        let norm = RmsNorm::new(store.take("model.norm.weight", &[d])?, config.rms_norm_eps);
+        let lm_head = if config.tie_word_embeddings {
+            None
+        } else {
+            Some(Weight::new(
+                store.take("lm_head.weight", &[vocab, d])?,
+                vocab,
+                d,
+            )?)
+        };
+        Ok(Self {
+            rotary: RotaryEmbedding::new(&config),
+            config,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            cpu,
+            device: Device::cpu(cpu),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// How the CPU kernels run.
+    pub fn cpu_config(&self) -> CpuConfig {
+        self.cpu
+    }
+
+    /// Runs SGMV on `device` instead of the CPU (the base projections stay on the CPU).
+    pub fn set_device(&mut self, device: Device) {
+        self.device = device;
+    }
+
+    /// A fresh cache for one sequence (the same as [`KvCache::default`]; the first forward
+    /// sizes it).
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::default()
+    }
+
+    /// A copy of this model with every adapted projection replaced by `W + s·B·A` (the
+    /// merged-weight reference the tests compare the unmerged forward with).
+    pub fn merged_with(&self, adapter: &Adapter) -> Result<Self> {
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| layer.merged(adapter))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            layers,
+            ..self.clone()
+        })
+    }
+
+    /// Bytes of weights (as held, `f32`).
+    pub fn weight_bytes(&self) -> usize {
+        let layers: usize = self.layers.iter().map(DecoderLayer::len).sum();
+        (self.embed_tokens.len()
+            + layers
+            + self.norm.len()
+            + self.lm_head.as_ref().map_or(0, Weight::len))
+            * 4
+    }
+
+    /// Runs one step for a batch of sequences and returns, per sequence, the logits
+    /// (`vocab_size`) of its last new token.
+    ///
+    /// Each sequence's `tokens` are appended to its cache; a sequence with no tokens is an
+    /// error. Sequences may mix prefill and decode, adapters and ranks freely.
+    pub fn forward(&self, batch: &mut [SeqInput<'_>]) -> Result<Vec<Vec<f32>>> {
+        let d = self.config.hidden_size;
+        let step = Step::new(&self.config, batch, &self.cpu, &self.device)?;
+        let mut x = vec![0f32; step.rows * d];
+        self.embed_tokens.with_slice(|embed| {
+            for (r, &t) in step.tokens.iter().enumerate() {
+                let t = t as usize;
+                x[r * d..(r + 1) * d].copy_from_slice(&embed[t * d..(t + 1) * d]);
+            }
+            Ok(())
+        })?;
+        let rope = self.rotary.tables(&step.row_pos);
+        for layer in &self.layers {
+            layer.forward(&mut x, &step, &rope, batch)?;
+        }
+        for seq in batch.iter_mut() {
+            seq.cache.len += seq.tokens.len();
+        }
+        // Logits of each sequence's last row only.
+        let mut last = Vec::with_capacity(batch.len() * d);
+        let mut end = 0;
+        for seq in batch.iter() {
+            end += seq.tokens.len();
+            last.extend_from_slice(&x[(end - 1) * d..end * d]);
+        }
+        let normed = self.norm.forward(&last);
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        let logits = head.apply(&normed, batch.len(), &self.cpu)?;
+        Ok(logits
+            .chunks(self.config.vocab_size)
+            .map(<[f32]>::to_vec)
+            .collect())
+    }
+}

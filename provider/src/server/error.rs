@@ -1,0 +1,115 @@
+//! The HTTP layer's error: OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`,
+//! plus the house's `field`. [`ApiError::from`] on the crate's [`Error`] is the one place a
+//! failure becomes a status; the engine and the model never pick one.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::error::Error;
+
+/// An HTTP error in OpenAI's shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    /// Status.
+    pub status: StatusCode,
+    /// OpenAI `type` (`invalid_request_error`, `not_found_error`, …).
+    pub kind: &'static str,
+    /// Machine-readable code.
+    pub code: &'static str,
+    /// What went wrong and what to do.
+    pub message: String,
+    /// The request field at fault.
+    pub field: Option<&'static str>,
+}
+
+impl ApiError {
+    pub(super) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        let kind = match status {
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::UNPROCESSABLE_ENTITY => "unprocessable_entity_error",
+            s if s.is_server_error() => "server_error",
+            _ => "invalid_request_error",
+        };
+        Self {
+            status,
+            kind,
+            code,
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// Names the request field at fault.
+    pub(super) fn field(mut self, field: &'static str) -> Self {
+        self.field = Some(field);
+        self
+    }
+
+    /// A 400 for input the HTTP layer itself refuses (malformed or out-of-range fields).
+    pub(super) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+}
+
+impl From<&Error> for ApiError {
+    fn from(e: &Error) -> Self {
+        let message = e.to_string();
+        match e {
+            Error::UnknownAdapter(_) => {
+                Self::new(StatusCode::NOT_FOUND, "model_not_found", message).field("model")
+            }
+            Error::Config { .. }
+            | Error::Safetensors { .. }
+            | Error::AdapterMismatch(_)
+            | Error::RankOverLimit { .. }
+            | Error::AdapterChanged { .. }
+            | Error::Io { .. } => {
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_adapter", message)
+            }
+            // The only tokenizer work a request triggers is encoding its prompt.
+            Error::BadRequest(_) | Error::Tokenizer(_) => Self::bad_request(message),
+            Error::CacheFull { .. } => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "cache_full", message)
+            }
+            Error::NotAdmitted(_) | Error::SchedulerStopped => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+            }
+            Error::Generation { .. } | Error::ForwardPanicked => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "generation_failed",
+                message,
+            ),
+            Error::LoadPanicked => {
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
+            }
+            // Internal text is not echoed.
+            Error::Model(_) | Error::Kernel(_) | Error::Candle(_) => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "internal error; see the provider's log",
+            ),
+        }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        Self::from(&e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.field,
+                "code": self.code,
+                "field": self.field,
+            }
+        });
+        (self.status, axum::Json(body)).into_response()
+    }
+}
