@@ -6,8 +6,8 @@
 //! against products fixed before the vectors are drawn). A public seed makes them public: the
 //! benchmarks and tests use small fixed seeds for reproducible data, nothing more.
 
-use rand::distributions::Uniform;
 pub use rand::distributions::Standard;
+use rand::distributions::Uniform;
 pub use rand::{Rng, RngCore, SeedableRng};
 pub use rand_chacha::ChaCha20Rng;
 

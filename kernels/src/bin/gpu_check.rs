@@ -16,8 +16,8 @@ use cx_kernels::bench::{SgmvShape, random_batch};
 use cx_kernels::cuda::{CudaAdapter, CudaBaseGemm, CudaKernels};
 use cx_kernels::rng::{ChaCha20Rng, Rng, UniformVec, seeded};
 use cx_kernels::{
-    CpuConfig, Element, Error, LoraAdapter, Segment, bf16, gemm_xwt,
-    segments_from_row_adapters, sgmv,
+    CpuConfig, Element, Error, LoraAdapter, Segment, bf16, gemm_xwt, segments_from_row_adapters,
+    sgmv,
 };
 
 /// Largest accepted `max |cuda − cpu| / max |cpu delta|`: both accumulate in f32, in different

@@ -1,9 +1,7 @@
 //! Deterministic mode: a row's output bits depend on the row, its adapter and the weights only.
 
 use cx_kernels::rng::{UniformVec, seeded};
-use cx_kernels::{
-    CpuConfig, Device, LoraAdapter, Result, Segment, bf16, gemm_xwt, sgmv,
-};
+use cx_kernels::{CpuConfig, Device, LoraAdapter, Result, Segment, bf16, gemm_xwt, sgmv};
 
 use crate::common::{adapters, mixed_segments, random};
 

@@ -2,8 +2,8 @@
 
 use cx_kernels::rng::{UniformVec, seeded};
 use cx_kernels::{
-    CpuConfig, Device, Element, Error, LoraAdapter, Result, Segment, bf16,
-    gemm_xwt_reference, segments_from_row_adapters, sgmv, sgmv_expand, sgmv_reference, sgmv_shrink,
+    CpuConfig, Device, Element, Error, LoraAdapter, Result, Segment, bf16, gemm_xwt_reference,
+    segments_from_row_adapters, sgmv, sgmv_expand, sgmv_reference, sgmv_shrink,
 };
 
 use crate::common::{adapters, assert_close, mixed_segments, random, row_adapters};
