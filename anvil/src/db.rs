@@ -1,21 +1,12 @@
 //! PostgreSQL for the devnet and the tests: the URL (`DATABASE_URL`, else the devnet's local
-//! server), the workspace's migrations, and throwaway databases that tests create and drop.
+//! server) and the exchange's migrations, both from the exchange's books, and throwaway databases
+//! that tests create and drop.
 
+use cx_exchange_server::books::{MIGRATOR, database_url};
 use sqlx::Connection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::error::Result;
-
-/// The workspace's migrations (`migrations/`, the exchange database's schema), embedded at
-/// build time. The exchange server runs them at start; the devnet and tests run them on the
-/// databases they create.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
-
-/// `DATABASE_URL`, else the devnet's local server.
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/cx".to_string())
-}
 
 /// A migrated database of its own, dropped (with its connections) when this is dropped, pass
 /// or fail — so no test depends on rows another test or an earlier run left behind.

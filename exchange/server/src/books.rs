@@ -16,8 +16,13 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 /// The exchange's migrations (`migrations/` at the workspace root).
 pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
 
-/// `DATABASE_URL`, else the devnet's local server.
+/// The devnet's database on the local server, where `DATABASE_URL` is not set.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/cx";
+
+/// `DATABASE_URL`, else [`DEFAULT_DATABASE_URL`].
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned())
+}
 
 /// Connections the pool keeps at most: a small service on shared machines.
 const MAX_CONNECTIONS: u32 = 16;

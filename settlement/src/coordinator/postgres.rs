@@ -14,12 +14,6 @@ use super::store::{PartStatus, Store, StoredPart};
 use crate::error::{Error, Result};
 use crate::ledger::ChainBatch;
 
-/// `DATABASE_URL`, else the devnet's local server.
-pub fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/cx".to_string())
-}
-
 /// The store on a PostgreSQL pool.
 #[derive(Clone, Debug)]
 pub struct PgStore {

@@ -1,7 +1,7 @@
 //! The books on a real PostgreSQL: a database that does not exist is created and migrated, and
 //! opening it again changes nothing. Each run uses its own throwaway database.
 
-use cx_exchange_server::books::{Books, DEFAULT_DATABASE_URL};
+use cx_exchange_server::books::{Books, database_url};
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
@@ -13,7 +13,7 @@ fn with_database(url: &str, name: &str) -> String {
 
 #[tokio::test]
 async fn open_creates_and_migrates_a_missing_database_and_is_idempotent() {
-    let base = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned());
+    let base = database_url();
     let name = format!(
         "cx_books_test_{}_{}",
         std::process::id(),
