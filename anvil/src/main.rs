@@ -1,5 +1,6 @@
 //! `cx-devnet`: the local devnet's command line — deploy the contracts to the chains of a
-//! registry, and the benchmarks that need real processes and a chain (`bench gas`, `bench sign`).
+//! registry (`anvil/start.sh`). The benchmarks over real processes and chains are `cx bench gas`
+//! and `cx bench sign`.
 
 use std::path::PathBuf;
 
@@ -43,72 +44,11 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         dealer_seed: u8,
     },
-    /// Benchmarks over real processes and a fresh Anvil.
-    Bench {
-        #[command(subcommand)]
-        what: BenchKind,
-    },
-}
-
-#[derive(Subcommand)]
-enum BenchKind {
-    /// Handshake, DKG and signing latency of a committee of real signer processes on loopback.
-    Sign {
-        /// Signers.
-        #[arg(long, default_value_t = 5)]
-        n: u16,
-        /// Threshold.
-        #[arg(long, default_value_t = 3)]
-        t: u16,
-        /// Signing rounds to measure.
-        #[arg(long, default_value_t = 50)]
-        rounds: usize,
-        /// Receipts in the signed batch.
-        #[arg(long, default_value_t = 8)]
-        receipts: usize,
-        /// Print one JSON object as the last line.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Gas of FROST verification, settlement per job and a claim, on a fresh Anvil.
-    Gas {
-        /// Print one JSON object as the last line.
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Bench {
-            what:
-                BenchKind::Sign {
-                    n,
-                    t,
-                    rounds,
-                    receipts,
-                    json,
-                },
-        } => {
-            let binary = cx_devnet::signer_binary()?;
-            let report = cx_devnet::bench::sign_bench(&binary, n, t, rounds, receipts)
-                .await
-                .context("sign bench")?;
-            print!("{}", report.table());
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            }
-        }
-        Command::Bench {
-            what: BenchKind::Gas { json },
-        } => {
-            let report = cx_devnet::bench::gas_bench().await.context("gas bench")?;
-            print!("{}", report.table());
-            if json {
-                println!("{}", serde_json::to_string(&report)?);
-            }
-        }
         Command::Deploy {
             chains,
             out,

@@ -1,5 +1,6 @@
 //! `cx bench …`: benchmarks that print a table and, with `--json`, one JSON object last.
 
+use anyhow::Context;
 use cx_exchange::bench::{ClearingBenchConfig, run_clearing};
 use cx_exchange::pricing::bench::{PricingBenchConfig, run_pricing_bench};
 
@@ -10,6 +11,38 @@ pub(crate) enum Command {
     /// Quotes per second, tenant tables, router regret, and the market maker against a fixed
     /// price under regime shifts.
     Pricing(PricingArgs),
+    /// Gas of FROST verification, settlement per job and a claim, with real transactions on a
+    /// fresh Anvil.
+    Gas(GasArgs),
+    /// Handshake, DKG and signing latency of a committee of real `cx-signer` processes on
+    /// loopback, the batch posted to a fresh Anvil.
+    Sign(SignArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct GasArgs {
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SignArgs {
+    /// Signers.
+    #[arg(long, default_value_t = 5)]
+    n: u16,
+    /// Threshold.
+    #[arg(long, default_value_t = 3)]
+    t: u16,
+    /// Signing rounds to measure.
+    #[arg(long, default_value_t = 50)]
+    rounds: usize,
+    /// Receipts in the signed batch.
+    #[arg(long, default_value_t = 8)]
+    receipts: usize,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -43,6 +76,23 @@ pub(crate) struct ClearingArgs {
 
 pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
+        Command::Gas(a) => {
+            let report = runtime()?
+                .block_on(cx_devnet::bench::gas_bench())
+                .context("gas bench")?;
+            super::emit(a.json, &report.table(), &report)
+        }
+        Command::Sign(a) => {
+            anyhow::ensure!(a.t >= 1 && a.t <= a.n, "--t: must be within 1..=--n");
+            anyhow::ensure!(a.rounds > 0, "--rounds: must be > 0");
+            let binary = cx_devnet::signer_binary()?;
+            let report = runtime()?
+                .block_on(cx_devnet::bench::sign_bench(
+                    &binary, a.n, a.t, a.rounds, a.receipts,
+                ))
+                .context("sign bench")?;
+            super::emit(a.json, &report.table(), &report)
+        }
         Command::Pricing(a) => {
             let report = run_pricing_bench(&PricingBenchConfig {
                 seed: a.seed,
@@ -82,4 +132,13 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
             super::emit(a.json, &table, &r)
         }
     }
+}
+
+/// The benches over real processes and chains are asynchronous; the rest of `cx` is not, so
+/// they get a runtime of their own.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }
