@@ -2,6 +2,10 @@
 //! escrows, batches signed by a real 3-of-5 FROST committee, claims with Merkle proofs, refunds
 //! after the deadline, replay, slashing, key rotation, and refusals that must leave every balance
 //! unchanged.
+//!
+//! One file of ~700 lines on purpose: each test is one scenario that crosses Escrow, Settlement
+//! and ProviderRegistry and reads top to bottom, and all of them share the fixtures below;
+//! split by contract, a scenario would be cut in pieces.
 
 use alloy::primitives::{B256, U256, keccak256};
 use cx_devnet::AnvilInstance;
