@@ -20,8 +20,8 @@ pub struct Bundle {
     #[serde(default)]
     pub device: String,
     /// p(b): the provider's ask, wei per compute-second ([`crate::price`]).
-    #[serde(with = "crate::price::wei_string")]
-    pub price_wei_per_s: u128,
+    #[serde(with = "crate::price::rate_string")]
+    pub price_wei_per_s: u64,
     /// M: free accelerator memory in bytes.
     pub memory_bytes: u64,
     /// B: ingress bandwidth in bits per second.

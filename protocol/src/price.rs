@@ -2,10 +2,12 @@
 //!
 //! Every price is an integer in the settlement asset's smallest unit, called *wei* whatever the
 //! asset's decimals:
-//! - a provider's **ask** and the market's **quote**: wei per compute-second (`*_wei_per_s`);
-//! - a buyer's **limit**: a total in wei for the whole job (`max_price_wei`);
+//! - a provider's **ask** and the market's **quote**: wei per compute-second (`*_wei_per_s`,
+//!   `u64`: 2⁶⁴ wei/s is 18 whole units per second even of an 18-decimal asset, and a rate that
+//!   fits in a register keeps the clearing hot path in cache);
+//! - a buyer's **limit**: a total in wei for the whole job (`max_price_wei`, `u128`);
 //! - a job's **charge** on a bundle: the ask times the job's compute-seconds, rounded up to the
-//!   wei ([`charge_wei`]), so a gate `charge ≤ limit` compares two integers exactly.
+//!   wei ([`charge_wei`], `u128`), so a gate `charge ≤ limit` compares two integers exactly.
 //!
 //! Floats live only inside the objective and the market maker, which count in whole units of the
 //! asset; they convert here, once, and nowhere else ([`to_units`], [`to_wei`], [`wei_per_s_from_units_per_hour`], [`scale_wei`]).
@@ -29,12 +31,12 @@ use serde::{Deserialize, Deserializer, Serializer};
 pub const ASSET_DECIMALS: u32 = 6;
 
 /// Wei in one whole unit of the asset.
-pub const WEI_PER_UNIT: u128 = 10u128.pow(ASSET_DECIMALS);
+pub const WEI_PER_UNIT: u64 = 10u64.pow(ASSET_DECIMALS);
 
-const MICROS_PER_S: u128 = 1_000_000;
+const MICROS_PER_S: u64 = 1_000_000;
 
-/// Wei as whole units of the asset, for the objective and the market maker.
-pub fn to_units(wei: u128) -> f64 {
+/// A rate in wei as whole units of the asset, for the objective and the market maker.
+pub fn to_units(wei: u64) -> f64 {
     wei as f64 / WEI_PER_UNIT as f64
 }
 
@@ -50,25 +52,29 @@ pub enum Rounding {
 
 /// A price per hour in whole units (what people, older inputs and the market maker's model
 /// write) as wei per compute-second; `None` unless finite and not negative.
-pub fn wei_per_s_from_units_per_hour(units_per_hour: f64, rounding: Rounding) -> Option<u128> {
+/// A price per hour in whole units (what people, older inputs and the market maker's model
+/// write) as wei per compute-second; `None` unless finite and not negative. Rates beyond `u64`
+/// saturate.
+pub fn wei_per_s_from_units_per_hour(units_per_hour: f64, rounding: Rounding) -> Option<u64> {
     // Scale before dividing: 3.6 units/h is 3 600 000 wei/h exactly, then 1000 wei/s, where
     // dividing first would leave 1000.000…1 and round up to 1001.
     let wei_per_s = finite_non_negative(units_per_hour)? * WEI_PER_UNIT as f64 / 3600.0;
-    Some(saturating_wei(round(wei_per_s, rounding)))
+    // `as` saturates at the integer's range.
+    Some(round(wei_per_s, rounding) as u64)
 }
 
-/// `wei × factor`, rounded once the stated way (a tenant's preference applied to a quote);
-/// `None` unless `factor` is finite and not negative.
-pub fn scale_wei(wei: u128, factor: f64, rounding: Rounding) -> Option<u128> {
+/// A rate × `factor`, rounded once the stated way (a tenant's preference applied to a quote);
+/// `None` unless `factor` is finite and not negative. Rates beyond `u64` saturate.
+pub fn scale_wei(wei: u64, factor: f64, rounding: Rounding) -> Option<u64> {
     let factor = finite_non_negative(factor)?;
-    Some(saturating_wei(round(wei as f64 * factor, rounding)))
+    Some(round(wei as f64 * factor, rounding) as u64)
 }
 
-/// Whole units as wei, rounded the stated way; `None` unless finite and not negative. Values
-/// beyond `u128` saturate.
+/// Whole units as a total in wei, rounded the stated way; `None` unless finite and not negative.
+/// Values beyond `u128` saturate.
 pub fn to_wei(units: f64, rounding: Rounding) -> Option<u128> {
     let wei = finite_non_negative(units)? * WEI_PER_UNIT as f64;
-    Some(saturating_wei(round(wei, rounding)))
+    Some(round(wei, rounding) as u128)
 }
 
 fn round(value: f64, rounding: Rounding) -> f64 {
@@ -79,26 +85,19 @@ fn round(value: f64, rounding: Rounding) -> f64 {
 }
 
 /// What a job costs at `price_wei_per_s` for `compute_s` seconds: the time rounded up to the
-/// microsecond, the product rounded up to the wei, in integers (saturating). A `compute_s` that
-/// is not finite and non-negative costs `u128::MAX`, which no limit admits.
-pub fn charge_wei(price_wei_per_s: u128, compute_s: f64) -> u128 {
+/// microsecond (saturating at `u64`), the product rounded up to the wei — exact in `u128`,
+/// since two `u64`s never overflow it. A `compute_s` that is not finite and non-negative costs
+/// `u128::MAX`, which no limit admits.
+pub fn charge_wei(price_wei_per_s: u64, compute_s: f64) -> u128 {
     let Some(seconds) = finite_non_negative(compute_s) else {
         return u128::MAX;
     };
-    let micros = saturating_wei((seconds * MICROS_PER_S as f64).ceil());
-    match price_wei_per_s.checked_mul(micros) {
-        Some(product) => product.div_ceil(MICROS_PER_S),
-        None => u128::MAX,
-    }
+    let micros = (seconds * MICROS_PER_S as f64).ceil() as u64;
+    (u128::from(price_wei_per_s) * u128::from(micros)).div_ceil(u128::from(MICROS_PER_S))
 }
 
 fn finite_non_negative(value: f64) -> Option<f64> {
     (value.is_finite() && value >= 0.0).then_some(value)
-}
-
-/// A non-negative, finite, integral f64 as u128 (`as` saturates at `u128::MAX`).
-fn saturating_wei(value: f64) -> u128 {
-    value as u128
 }
 
 /// Wei amounts in JSON: written as decimal strings, exact in every JSON reader (a double holds 53
@@ -115,6 +114,27 @@ pub mod wei_string {
     /// Parses a decimal string or a non-negative integer.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
         d.deserialize_any(WeiVisitor)
+    }
+}
+
+/// Rates (`u64` wei per compute-second) in JSON, like [`wei_string`]: written as decimal strings,
+/// read from a decimal string or a non-negative integer, refused beyond 64 bits.
+pub mod rate_string {
+    use super::*;
+
+    /// Serializes as a decimal string.
+    pub fn serialize<S: Serializer>(value: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&value.to_string())
+    }
+
+    /// Parses a decimal string or a non-negative integer below 2⁶⁴.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let wei = d.deserialize_any(WeiVisitor)?;
+        u64::try_from(wei).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "a rate in wei per compute-second must be below 2^64, got {wei}"
+            ))
+        })
     }
 }
 
@@ -188,7 +208,11 @@ mod tests {
         // 1 µs at 1 wei/s is a millionth of a wei: still one wei.
         assert_eq!(charge_wei(1, 0.000_001), 1);
         assert_eq!(charge_wei(3, 0.5), 2);
-        assert_eq!(charge_wei(u128::MAX, 2.0), u128::MAX);
+        assert_eq!(
+            charge_wei(u64::MAX, 2.0),
+            u128::from(u64::MAX) * 2,
+            "exact, never saturated"
+        );
         assert_eq!(charge_wei(1, f64::NAN), u128::MAX);
         assert_eq!(charge_wei(1, -1.0), u128::MAX);
     }

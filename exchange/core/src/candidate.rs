@@ -20,7 +20,7 @@ pub struct Candidate {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct View {
     /// p(b): the ask, wei per compute-second.
-    pub price_wei_per_s: u128,
+    pub price_wei_per_s: u64,
     /// M: free accelerator memory, bytes.
     pub memory_bytes: u64,
     /// B: ingress bandwidth, bits per second.

@@ -22,12 +22,12 @@ pub enum Error {
         event: &'static str,
     },
     /// A reserve priced at or above spot is not a reserve.
-    #[error("reserve price {reserve} must be below spot {spot}")]
+    #[error("reserve price {reserve_wei_per_s} wei/s must be below spot {spot_wei_per_s} wei/s")]
     ReserveNotBelowSpot {
-        /// Offered reserve price per compute-second.
-        reserve: f64,
-        /// Spot price per compute-second.
-        spot: f64,
+        /// Offered reserve price, wei per compute-second.
+        reserve_wei_per_s: u64,
+        /// Spot price, wei per compute-second.
+        spot_wei_per_s: u64,
     },
     /// A draw on a reserve larger than what is left of it, or outside its window.
     #[error("reserve cannot cover the draw: {0}")]

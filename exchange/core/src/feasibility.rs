@@ -105,7 +105,7 @@ pub fn is_feasible(job: &Job, view: &View, t_hat_s: f64) -> bool {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PriceCeiling {
     /// The quote's ask, wei per compute-second, when a market quote applies.
-    pub quote_ask_wei_per_s: Option<u128>,
+    pub quote_ask_wei_per_s: Option<u64>,
     /// The buyer's `max_price_wei` for the whole job.
     pub max_price_wei: Option<u128>,
 }

@@ -60,7 +60,9 @@ impl CandidateInput {
     /// The candidate, or what is wrong with its price fields, named under `within`.
     fn into_candidate(self, within: &str) -> anyhow::Result<Candidate> {
         let price_wei_per_s = match (self.price_wei_per_s, self.price_per_hour) {
-            (Some(wei), None) => wei,
+            (Some(wei), None) => u64::try_from(wei).with_context(|| {
+                format!("{within}.price_wei_per_s: a rate must be below 2^64 wei/s, got {wei}")
+            })?,
             (None, Some(per_hour)) => price::wei_per_s_from_units_per_hour(per_hour, Rounding::Up)
                 .with_context(|| {
                     format!("{within}.price_per_hour: must be a finite number >= 0, got {per_hour}")

@@ -41,7 +41,7 @@ pub struct Reserve {
     /// Committed compute, milliseconds.
     pub committed_ms: u64,
     /// Price per compute-second, wei (below spot).
-    pub price_wei_per_s: u128,
+    pub price_wei_per_s: u64,
     /// Drawn so far, milliseconds.
     pub used_ms: u64,
     /// Current state.
@@ -55,13 +55,13 @@ impl Reserve {
         window_start_s: f64,
         window_end_s: f64,
         committed_ms: u64,
-        price_wei_per_s: u128,
-        spot_wei_per_s: u128,
+        price_wei_per_s: u64,
+        spot_wei_per_s: u64,
     ) -> Result<Self> {
         if price_wei_per_s >= spot_wei_per_s {
             return Err(Error::ReserveNotBelowSpot {
-                reserve: price_wei_per_s as f64,
-                spot: spot_wei_per_s as f64,
+                reserve_wei_per_s: price_wei_per_s,
+                spot_wei_per_s,
             });
         }
         if !(window_start_s.is_finite()
@@ -129,7 +129,11 @@ impl Reserve {
             });
         }
         self.state = ReserveState::Closed {
-            charge_wei: pro_rata(self.price_wei_per_s, u128::from(self.committed_ms), 1000),
+            charge_wei: pro_rata(
+                u128::from(self.price_wei_per_s),
+                u128::from(self.committed_ms),
+                1000,
+            ),
             unused_ms: self.remaining_ms(),
         };
         Ok(self.state)

@@ -199,7 +199,7 @@ fn time_quotes(config: &PricingBenchConfig) -> Result<(f64, u64)> {
             black_box(deadline),
             compute,
         )?;
-        checksum ^= (q.ask_wei_per_s as u64).rotate_left((i % 64) as u32);
+        checksum ^= q.ask_wei_per_s.rotate_left((i % 64) as u32);
     }
     let elapsed = start.elapsed().as_secs_f64().max(1e-9);
     Ok((config.quotes as f64 / elapsed, black_box(checksum)))

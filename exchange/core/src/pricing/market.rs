@@ -202,12 +202,12 @@ impl MarketState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Quote {
     /// What the exchange pays a provider per compute-second, wei.
-    #[serde(with = "cx_protocol::price::wei_string")]
-    pub bid_wei_per_s: u128,
+    #[serde(with = "cx_protocol::price::rate_string")]
+    pub bid_wei_per_s: u64,
     /// What a buyer pays per compute-second, wei; providers whose own ask is above it are not
     /// eligible for the job.
-    #[serde(with = "cx_protocol::price::wei_string")]
-    pub ask_wei_per_s: u128,
+    #[serde(with = "cx_protocol::price::rate_string")]
+    pub ask_wei_per_s: u64,
     /// The regime the quote was made in.
     pub regime: Regime,
 }
@@ -384,15 +384,15 @@ impl MarketMaker {
             .get(model_class)
             .ok_or_else(|| Error::UnknownMarket(format!("{model_class}/{tier}")))?;
         let factor = self.deadline_factor(deadline_s, compute_s);
-        let mut bid = 0u128;
-        let mut ask = 0u128;
+        let mut bid = 0u64;
+        let mut ask = 0u64;
         // Running maximum over the tiers at or below this one: tiers never cross.
         for state in &book.tiers[..=t] {
             let mid = state.mid_per_hour * factor;
             // Finite and non-negative by construction (the premium is clamped); a `None` here
             // would be a bug in the model, priced as the dearest quote rather than a free one.
             let side = |units: f64, rounding| {
-                price::wei_per_s_from_units_per_hour(units, rounding).unwrap_or(u128::MAX)
+                price::wei_per_s_from_units_per_hour(units, rounding).unwrap_or(u64::MAX)
             };
             bid = bid.max(side(mid * (1.0 - state.half_spread), Rounding::Down));
             ask = ask.max(side(mid * (1.0 + state.half_spread), Rounding::Up));
@@ -419,8 +419,8 @@ pub fn with_preference(quote: &Quote, log_multiplier: f64) -> Result<Quote> {
     }
     let factor = log_multiplier.exp();
     // exp of a finite number is finite and > 0 unless it overflows to +∞, which saturates.
-    let bid = price::scale_wei(quote.bid_wei_per_s, factor, Rounding::Down).unwrap_or(u128::MAX);
-    let ask = price::scale_wei(quote.ask_wei_per_s, factor, Rounding::Up).unwrap_or(u128::MAX);
+    let bid = price::scale_wei(quote.bid_wei_per_s, factor, Rounding::Down).unwrap_or(u64::MAX);
+    let ask = price::scale_wei(quote.ask_wei_per_s, factor, Rounding::Up).unwrap_or(u64::MAX);
     Ok(Quote {
         bid_wei_per_s: bid,
         ask_wei_per_s: ask.max(bid.saturating_add(1)),
@@ -431,7 +431,7 @@ pub fn with_preference(quote: &Quote, log_multiplier: f64) -> Result<Quote> {
 /// A provider's ask is its reservation price: its bundle is eligible for a job only if that
 /// ask (wei per compute-second) is at most the quote's ask (the most the buyer pays at this
 /// quote). Integers, compared exactly.
-pub fn eligible(provider_ask_wei_per_s: u128, quote: &Quote) -> bool {
+pub fn eligible(provider_ask_wei_per_s: u64, quote: &Quote) -> bool {
     provider_ask_wei_per_s <= quote.ask_wei_per_s
 }
 

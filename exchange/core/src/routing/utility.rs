@@ -40,7 +40,7 @@ impl Arm {
             1.0,
             self.quality,
             // 1 / (1 + price in units per Mtok): free arms are 1, dear ones approach 0.
-            1.0 / (1.0 + cx_protocol::price::to_units(u128::from(self.cost_wei_per_mtok))),
+            1.0 / (1.0 + cx_protocol::price::to_units(self.cost_wei_per_mtok)),
             1.0 / (1.0 + self.latency_s),
             self.code,
             self.vision,

@@ -55,7 +55,7 @@ pub struct SimBundle {
     /// Ingress, bits per second.
     pub bandwidth_bps: f64,
     /// The ask, wei per compute-second.
-    pub price_wei_per_s: u128,
+    pub price_wei_per_s: u64,
     /// FLOP/s.
     pub flops_per_s: f64,
     /// Round trip, seconds.
@@ -223,7 +223,7 @@ fn pick_weighted(rng: &mut TraceRng, weights: &[f64]) -> usize {
 }
 
 /// A generated price per hour (whole units) as an integer ask per compute-second.
-pub(crate) fn units_per_hour_as_ask(units_per_hour: f64) -> u128 {
+pub(crate) fn units_per_hour_as_ask(units_per_hour: f64) -> u64 {
     cx_protocol::price::wei_per_s_from_units_per_hour(units_per_hour, Rounding::Up)
         .expect("generated prices are finite and positive")
 }

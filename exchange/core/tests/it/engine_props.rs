@@ -29,7 +29,7 @@ fn bundle() -> impl Strategy<Value = Bundle> {
                 provider: String::new(),
                 device: String::new(),
                 // Few distinct values on purpose: exact cost ties exercise the ring tie-break.
-                price_wei_per_s: u128::from(price) * 300,
+                price_wei_per_s: u64::from(price) * 300,
                 memory_bytes: mem_gb * 1_000_000_000,
                 bandwidth_bps: bw as f64 * 5e9,
                 rtt_s: f64::from(rtt) * 0.01,
@@ -129,7 +129,7 @@ proptest! {
         // A market quote whose ask gates bundles, as the market maker's would.
         let quote = quoted_ask.map(|ask| Quote {
             bid_wei_per_s: 0,
-            ask_wei_per_s: u128::from(ask) * 300,
+            ask_wei_per_s: ask * 300,
             regime: Regime::Busy,
         });
         let mut engine = Engine::new(Weights::default()).unwrap();
@@ -196,7 +196,7 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
     // The cheapest bundle must pull 140 GB over 1 Gb/s (1120 s): outside the feasible set for a
     // 30 s deadline, whatever its price. The chosen one costs 20× more per hour.
     let mut engine = Engine::new(Weights::default()).unwrap();
-    let mk = |id: &str, price_wei_per_s: u128, bw: f64, bases: Vec<String>| Bundle {
+    let mk = |id: &str, price_wei_per_s: u64, bw: f64, bases: Vec<String>| Bundle {
         id: id.into(),
         provider: String::new(),
         device: String::new(),

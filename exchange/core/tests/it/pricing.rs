@@ -114,7 +114,7 @@ proptest! {
     }
 
     #[test]
-    fn eligible_iff_the_ask_fits_under_the_quote(ask in 0u128..100_000, quoted in 0u128..100_000) {
+    fn eligible_iff_the_ask_fits_under_the_quote(ask in 0u64..100_000, quoted in 0u64..100_000) {
         let q = Quote { bid_wei_per_s: 0, ask_wei_per_s: quoted, regime: cx_exchange::pricing::hmm::Regime::Busy };
         prop_assert_eq!(eligible(ask, &q), ask <= quoted);
     }
