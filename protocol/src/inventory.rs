@@ -21,7 +21,7 @@ pub struct Occupant {
     pub bytes: u64,
     /// Expected hits per second (an estimate from recent arrivals).
     pub hit_rate_per_s: f64,
-    /// Saving per hit: the reload cost a hit avoids, in price units.
+    /// Saving per hit: the reload cost a hit avoids, in whole units of the asset.
     pub saving_per_hit: f64,
     /// Pinned by a rent-on-state order: never evicted.
     pub pinned: bool,

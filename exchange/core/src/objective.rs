@@ -30,13 +30,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Weights {
-    /// λ_L: price units per second of latency.
+    /// λ_L: units of the asset per second of latency.
     pub lambda_latency: f64,
-    /// λ_F: price units per unit of failure rate.
+    /// λ_F: units of the asset per unit of failure rate.
     pub lambda_failure: f64,
     /// λ_V: weight of the verification work.
     pub lambda_verification: f64,
-    /// λ_D: price units per unit of deadline risk.
+    /// λ_D: units of the asset per unit of deadline risk.
     pub lambda_deadline: f64,
     /// μ1 (`mu_base`): cost of a cold base load; `None` means μ2·|base|/|adapter|.
     pub mu_base: Option<f64>,
@@ -95,7 +95,7 @@ impl Weights {
     }
 }
 
-/// Each term of the objective, in price units, and their sum.
+/// Each term of the objective, in whole units of the asset, and their sum.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Terms {
     /// p(b)·t_compute.

@@ -126,4 +126,3 @@ impl SignedLog {
         Ok(())
     }
 }
-

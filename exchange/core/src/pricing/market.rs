@@ -185,7 +185,7 @@ pub struct MarketState {
     pub belief: [f64; REGIMES],
     /// Observations folded in so far.
     pub observations: u64,
-    /// Mid price per compute-hour before the deadline factor, price units.
+    /// Mid price per compute-hour before the deadline factor, whole units of the asset.
     pub mid_per_hour: f64,
     /// Half spread as a fraction of mid.
     pub half_spread: f64,

@@ -41,7 +41,7 @@ pub struct SimConfig {
     pub regime_loads: [f64; REGIMES],
     /// Probability of staying in a regime from one period to the next.
     pub regime_stay: f64,
-    /// Reference (and fixed) price per hour, price units.
+    /// Reference (and fixed) price per hour, whole units of the asset.
     pub reference_per_hour: f64,
     /// σ of the log-normal willingness to pay.
     pub value_sigma: f64,
@@ -163,9 +163,9 @@ pub struct PolicyOutcome {
     pub taken_share: f64,
     /// Jobs that arrived.
     pub arrivals: u64,
-    /// Revenue of jobs that met their deadline, price units (a missed deadline is refunded).
+    /// Revenue of jobs that met their deadline, whole units of the asset (a missed deadline is refunded).
     pub revenue: f64,
-    /// Mean price asked per hour, price units.
+    /// Mean price asked per hour, whole units of the asset.
     pub mean_price_per_hour: f64,
 }
 

@@ -31,7 +31,7 @@ pub struct Outcome {
     pub eviction: EvictionPolicy,
     /// Share of arrivals whose result came back by their deadline.
     pub deadline_hit_rate: f64,
-    /// Mean price paid per placed job (accelerator time: loads plus compute), price units.
+    /// Mean price paid per placed job (accelerator time: loads plus compute), whole units of the asset.
     pub mean_cost: f64,
     /// Base models loaded onto a bundle that did not hold them.
     pub cold_base_loads: u64,
