@@ -69,7 +69,7 @@ library FrostVerifier {
     /// @notice True iff `sig` is a valid RFC 9591 FROST(secp256k1, SHA-256) signature of the
     /// 32-byte `message` under the group key (pkX, pkParity).
     /// @dev One assembly block (this runs once per batch, and every gas unit here is paid by the
-    /// batch): range checks, challenge, then the ecrecover check. Scratch memory above the free
+    /// batch): range and curve checks, challenge, then the ecrecover check. Scratch memory above the free
     /// memory pointer is used and not reserved.
     function verify(uint256 pkX, uint8 pkParity, bytes32 message, Signature calldata sig)
         internal
@@ -80,8 +80,12 @@ library FrostVerifier {
             let rX := calldataload(sig)
             let rY := calldataload(add(sig, 0x20))
             let z := calldataload(add(sig, 0x40))
-            // z must be a canonical scalar, R's coordinates field elements.
-            if and(lt(z, N), and(lt(rX, P), lt(rY, P))) {
+            // z must be a canonical scalar and R a point of the curve: field elements with
+            // rY² = rX³ + 7 (mod p), as RFC 9591 §4 requires of a decoded element. Without the
+            // curve equation rY would be free (the challenge reads only its parity), and the
+            // address comparison below a ~2^80 birthday search that needs no key.
+            let onCurve := eq(mulmod(rY, rY, P), addmod(mulmod(mulmod(rX, rX, P), rX, P), 7, P))
+            if and(and(lt(z, N), onCurve), and(lt(rX, P), lt(rY, P))) {
                 let ptr := mload(0x40)
                 // challenge: see `challenge` for the layout of msg'.
                 mstore(ptr, 0)
@@ -117,6 +121,12 @@ library FrostVerifier {
                 valid := and(ok, and(iszero(iszero(recovered)), eq(recovered, expected)))
             }
         }
+    }
+
+    /// @notice True iff (x, y) is an affine secp256k1 point: x, y < p and y² = x³ + 7 (mod p).
+    /// (The identity has no affine form, so it is never "on the curve" here.)
+    function isOnCurve(uint256 x, uint256 y) internal pure returns (bool) {
+        return x < P && y < P && mulmod(y, y, P) == addmod(mulmod(mulmod(x, x, P), x, P), 7, P);
     }
 
     /// @notice True iff x is the x-coordinate of a secp256k1 point usable as a group key here:

@@ -107,11 +107,49 @@ contract FrostVerifierTest is Base {
         vm.assertFalse(harness.verify(x, parity, bytes32("m"), sig));
     }
 
-    function test_RNotOnCurveFails() public {
+    /// A commitment R that differs from the signer's in y alone (same x, same parity, so the same
+    /// challenge) is not the signer's point: the address check refuses it.
+    function test_RWithOtherYFails() public {
         (uint256 x, uint8 parity) = keyOf(7);
         FrostVerifier.Signature memory sig = schnorrSign(7, bytes32("m"));
-        sig.rY = addmod(sig.rY, 1, FrostVerifier.P);
+        sig.rY = addmod(sig.rY, 2, FrostVerifier.P);
         vm.assertFalse(harness.verify(x, parity, bytes32("m"), sig));
+    }
+
+    /// What broke: R's coordinates were range-checked but never checked against y² = x³ + 7, so an
+    /// attacker could pick rY freely (the challenge reads only its parity) and turn the address
+    /// comparison into a ~2^80 birthday search with no key. The mock stands in for the search's
+    /// success: ecrecover returns exactly address(rX ‖ rY) for an off-curve rY, and every other
+    /// check passes, so only the curve equation can refuse it.
+    function test_ROffCurveRefusedEvenWhenAddressMatches() public {
+        (uint256 x, uint8 parity) = keyOf(7);
+        FrostVerifier.Signature memory sig = schnorrSign(7, bytes32("m"));
+        // Same parity, same x: the challenge is unchanged; (rX, rY + 2) is off the curve since the
+        // only points with x = rX have y = rY or p − rY (other parity).
+        sig.rY = addmod(sig.rY, 2, FrostVerifier.P);
+        vm.assertFalse(FrostVerifier.isOnCurve(sig.rX, sig.rY), "chosen R is on the curve");
+        address forged = address(uint160(uint256(keccak256(abi.encode(sig.rX, sig.rY)))));
+        vm.mockCall(address(1), "", abi.encode(forged));
+        vm.assertFalse(harness.verify(x, parity, bytes32("m"), sig), "off-curve R accepted");
+        // Control: with the mock answering for an on-curve R, the same path accepts, so the refusal
+        // above is the curve check's and nothing else's.
+        FrostVerifier.Signature memory honest = schnorrSign(7, bytes32("m"));
+        vm.mockCall(
+            address(1), "", abi.encode(address(uint160(uint256(keccak256(abi.encode(honest.rX, honest.rY))))))
+        );
+        vm.assertTrue(harness.verify(x, parity, bytes32("m"), honest), "control refused");
+        vm.clearMockedCalls();
+    }
+
+    /// (0, 0) — what an encoding of the identity could decode to — is not on the curve.
+    function test_RZeroRefused() public {
+        (uint256 x, uint8 parity) = keyOf(7);
+        FrostVerifier.Signature memory sig = schnorrSign(7, bytes32("m"));
+        sig.rX = 0;
+        sig.rY = 0;
+        vm.mockCall(address(1), "", abi.encode(address(uint160(uint256(keccak256(abi.encode(0, 0)))))));
+        vm.assertFalse(harness.verify(x, parity, bytes32("m"), sig));
+        vm.clearMockedCalls();
     }
 
     function test_IsValidKeyX() public {

@@ -18,6 +18,8 @@ interface Vm {
     function startPrank(address msgSender) external;
     function stopPrank() external;
     function deal(address account, uint256 newBalance) external;
+    function mockCall(address callee, bytes calldata data, bytes calldata returnData) external;
+    function clearMockedCalls() external;
     function expectRevert(bytes calldata revertData) external;
     function expectRevert(bytes4 revertData) external;
     function expectRevert() external;
