@@ -1,5 +1,8 @@
-//! The crate's error: what the service's parts (books, chain watcher, loops) can fail with.
-//! The HTTP layer turns it into an [`crate::api::ApiError`]; nothing here picks a status.
+//! The crate's error: what the service's parts (books, chain watcher, intake) can fail with.
+//! The HTTP layer turns it into an [`crate::api::ApiError`] in one place; nothing here picks a
+//! status.
+
+use alloy::primitives::Address;
 
 /// An error of the exchange service.
 #[derive(Debug, thiserror::Error)]
@@ -10,6 +13,75 @@ pub enum Error {
     /// A migration in `migrations/` failed or does not match what the database recorded.
     #[error("migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A JSON column or body did not (de)serialize.
+    #[error("json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A row holds what this code never writes (a bug or a hand edit).
+    #[error("the books hold an invalid {what}: {value:?}")]
+    Corrupt {
+        /// What kind of value.
+        what: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// A number does not fit the column.
+    #[error("{what} {value} is out of range")]
+    OutOfRange {
+        /// What kind of number.
+        what: &'static str,
+        /// The number.
+        value: u64,
+    },
+    /// The account is bound to another ML-DSA key already.
+    #[error("account {0} is already bound to another ML-DSA key")]
+    AccountAlreadyBound(Address),
+    /// The ML-DSA key is bound to another account already.
+    #[error("this ML-DSA key is already bound to another account")]
+    KeyAlreadyBound,
+    /// No such tab (or not the signer's: the answer is the same).
+    #[error("no tab {escrow_id} on chain {chain_id} for this account (open it on chain first)")]
+    UnknownTab {
+        /// The chain.
+        chain_id: u64,
+        /// The escrow id.
+        escrow_id: u64,
+    },
+    /// The tab was reclaimed on chain.
+    #[error("tab {escrow_id} on chain {chain_id} is closed (reclaimed on chain)")]
+    TabClosed {
+        /// The chain.
+        chain_id: u64,
+        /// The escrow id.
+        escrow_id: u64,
+    },
+    /// The tab may be reclaimed before the job could be paid.
+    #[error(
+        "the tab can be reclaimed at {tab_deadline_s}, before this job could settle \
+         ({needed_until_s}); open a tab with a later deadline"
+    )]
+    TabEndsTooSoon {
+        /// When the buyer may reclaim the tab, unix seconds.
+        tab_deadline_s: u64,
+        /// When the job needs it until, unix seconds.
+        needed_until_s: u64,
+    },
+    /// The tab has less left than the job needs.
+    #[error("the tab has {available_wei} wei left; this job needs {needed_wei}")]
+    TabOverspent {
+        /// What is left, wei.
+        available_wei: u128,
+        /// What the job would hold, wei.
+        needed_wei: u128,
+    },
+    /// The account already used this nonce on this chain.
+    #[error("nonce {nonce} was already used by this account on this chain (a replay?)")]
+    NonceReused {
+        /// The nonce.
+        nonce: u64,
+    },
+    /// This exact order was accepted before.
+    #[error("this order was already accepted")]
+    OrderExists,
 }
 
 /// The crate's result.

@@ -1,15 +1,13 @@
-//! The books on a real PostgreSQL: a database that does not exist is created and migrated, and
-//! opening it again changes nothing. Each run uses its own throwaway database.
+//! The books on a real PostgreSQL, each test on its own throwaway database: creation and
+//! migration, tabs that concurrent intents cannot overspend, replays refused with nothing written,
+//! the chain watcher's writes idempotent.
 
-use cx_exchange_server::books::{Books, database_url};
+use crate::common::{TestDb, with_database};
+use alloy::primitives::{Address, B256};
+use cx_exchange_server::Error;
+use cx_exchange_server::books::{Books, NewJob, NewOrder, StoredBinding, TabEvent, database_url};
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
-
-/// The server's URL with the database name replaced.
-fn with_database(url: &str, name: &str) -> String {
-    let (server, _) = url.rsplit_once('/').expect("a database URL ends in /NAME");
-    format!("{server}/{name}")
-}
 
 #[tokio::test]
 async fn open_creates_and_migrates_a_missing_database_and_is_idempotent() {
@@ -60,4 +58,212 @@ async fn open_creates_and_migrates_a_missing_database_and_is_idempotent() {
         .execute(&mut admin)
         .await
         .unwrap();
+}
+
+const CHAIN: u64 = 31337;
+
+fn buyer() -> Address {
+    Address::repeat_byte(0xb1)
+}
+
+async fn open_tab(books: &Books, escrow_id: u64, amount_wei: u128, deadline_s: u64) {
+    books
+        .apply_chain(
+            CHAIN,
+            &[TabEvent::Opened {
+                escrow_id,
+                buyer: buyer(),
+                amount_wei,
+                deadline_s,
+                reference: B256::repeat_byte(7),
+                block: 3,
+            }],
+            &[],
+            4,
+        )
+        .await
+        .unwrap();
+}
+
+fn order(nonce: u64, digest_byte: u64) -> NewOrder {
+    let mut digest = [0u8; 32];
+    digest[..8].copy_from_slice(&digest_byte.to_be_bytes());
+    NewOrder {
+        digest: B256::from(digest),
+        kind: "intent",
+        account: buyer(),
+        chain_id: CHAIN,
+        nonce,
+        body: serde_json::json!({"nonce": nonce}),
+    }
+}
+
+fn job(order: &NewOrder, escrow_id: u64, held_wei: u128) -> NewJob {
+    NewJob {
+        id: order.digest,
+        escrow_id,
+        model: "m".into(),
+        status: "assigned",
+        bundle_id: Some("b1".into()),
+        held_wei,
+        needed_until_s: 100,
+        decision: serde_json::json!({"chosen": "b1"}),
+    }
+}
+
+async fn count(books: &Books, table: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+        .fetch_one(books.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn concurrent_intents_never_hold_more_than_the_tab() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    open_tab(&books, 1, 1_000, 1_000).await;
+    // 50 intents of 30 wei race for 1000 wei: exactly 33 fit.
+    let tasks: Vec<_> = (0..50u64)
+        .map(|i| {
+            let books = books.clone();
+            tokio::spawn(async move {
+                let o = order(i, i);
+                books.accept(&o, &job(&o, 1, 30)).await
+            })
+        })
+        .collect();
+    let mut accepted = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(()) => accepted += 1,
+            Err(Error::TabOverspent { needed_wei, .. }) => assert_eq!(needed_wei, 30),
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert_eq!(accepted, 33);
+    let tab = books.tab(CHAIN, 1).await.unwrap().unwrap();
+    assert_eq!(tab.held_wei, 990);
+    assert_eq!(count(&books, "exchange_jobs").await, 33);
+    // A refused order leaves no row behind: its nonce is still free.
+    assert_eq!(count(&books, "exchange_orders").await, 33);
+}
+
+#[tokio::test]
+async fn a_replayed_nonce_or_a_closed_tab_writes_nothing() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    open_tab(&books, 1, 1_000, 1_000).await;
+    let first = order(7, 1);
+    books.accept(&first, &job(&first, 1, 10)).await.unwrap();
+    let replay = order(7, 2);
+    let err = books
+        .accept(&replay, &job(&replay, 1, 10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NonceReused { nonce: 7 }), "{err}");
+    let again = books.accept(&first, &job(&first, 1, 10)).await.unwrap_err();
+    assert!(matches!(again, Error::OrderExists), "{again}");
+
+    let unknown = order(8, 3);
+    let err = books
+        .accept(&unknown, &job(&unknown, 9, 10))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::UnknownTab { escrow_id: 9, .. }),
+        "{err}"
+    );
+    let late = order(9, 4);
+    let mut late_job = job(&late, 1, 10);
+    late_job.needed_until_s = 5_000;
+    let err = books.accept(&late, &late_job).await.unwrap_err();
+    assert!(matches!(err, Error::TabEndsTooSoon { .. }), "{err}");
+
+    books
+        .apply_chain(CHAIN, &[TabEvent::Reclaimed { escrow_id: 1 }], &[], 9)
+        .await
+        .unwrap();
+    let closed = order(10, 5);
+    let err = books
+        .accept(&closed, &job(&closed, 1, 10))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::TabClosed { .. }), "{err}");
+
+    assert_eq!(count(&books, "exchange_orders").await, 1);
+    assert_eq!(count(&books, "exchange_jobs").await, 1);
+    assert_eq!(books.tab(CHAIN, 1).await.unwrap().unwrap().held_wei, 10);
+    let stored = books.job(first.digest).await.unwrap().unwrap();
+    assert_eq!(stored.status, "assigned");
+    assert_eq!(stored.events.len(), 1);
+    assert_eq!(
+        books
+            .jobs(buyer(), Some("assigned"), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        books
+            .jobs(buyer(), Some("done"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn the_watchers_writes_are_idempotent_and_its_cursor_only_moves_forward() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    assert_eq!(books.chain_cursor(CHAIN).await.unwrap(), 0);
+    open_tab(&books, 1, 500, 1_000).await;
+    open_tab(&books, 1, 500, 1_000).await;
+    assert_eq!(count(&books, "exchange_tabs").await, 1);
+    assert_eq!(books.chain_cursor(CHAIN).await.unwrap(), 4);
+    books.apply_chain(CHAIN, &[], &[], 2).await.unwrap();
+    assert_eq!(
+        books.chain_cursor(CHAIN).await.unwrap(),
+        4,
+        "never backwards"
+    );
+    let tab = books.tab(CHAIN, 1).await.unwrap().unwrap();
+    assert_eq!(
+        (tab.amount_wei, tab.available_wei(), tab.buyer),
+        (500, 500, buyer())
+    );
+}
+
+#[tokio::test]
+async fn a_key_binds_one_account_and_an_account_one_key() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    let binding = |account: Address, key: u8| StoredBinding {
+        account,
+        chain_id: CHAIN,
+        mldsa_key: vec![key; 8],
+        mldsa_key_hash: B256::repeat_byte(key),
+        binding: serde_json::json!({}),
+    };
+    books.bind(&binding(buyer(), 1)).await.unwrap();
+    books.bind(&binding(buyer(), 1)).await.unwrap();
+    assert!(matches!(
+        books.bind(&binding(buyer(), 2)).await,
+        Err(Error::AccountAlreadyBound(_))
+    ));
+    assert!(matches!(
+        books.bind(&binding(Address::repeat_byte(9), 1)).await,
+        Err(Error::KeyAlreadyBound)
+    ));
+    assert_eq!(
+        books
+            .binding(buyer())
+            .await
+            .unwrap()
+            .unwrap()
+            .mldsa_key_hash,
+        B256::repeat_byte(1)
+    );
 }

@@ -8,6 +8,17 @@
 //! it, they never open connections of their own (the settlement coordinator's outbox gets this
 //! pool, on the same migrated database).
 
+mod bindings;
+mod bundles;
+mod chain;
+mod jobs;
+mod tabs;
+
+pub use bindings::StoredBinding;
+pub use chain::{SeenBatch, TabEvent};
+pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder};
+pub use tabs::Tab;
+
 use crate::error::Result;
 use sqlx::Postgres;
 use sqlx::migrate::{MigrateDatabase, Migrator};
@@ -57,4 +68,22 @@ impl Books {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+/// A `u128` amount as PostgreSQL `NUMERIC` text (sqlx has no `u128`; the SQL casts `::numeric`).
+fn wei_text(wei: u128) -> String {
+    wei.to_string()
+}
+
+/// A `NUMERIC` read back as text (`::text` in the SQL) into a `u128`.
+fn parse_wei(text: &str) -> Result<u128> {
+    text.parse().map_err(|_| crate::Error::Corrupt {
+        what: "a wei amount",
+        value: text.to_owned(),
+    })
+}
+
+/// A chain id or block number as the `BIGINT` PostgreSQL stores.
+fn to_i64(value: u64, what: &'static str) -> Result<i64> {
+    i64::try_from(value).map_err(|_| crate::Error::OutOfRange { what, value })
 }
