@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cx_protocol::pq::Identity;
-use cx_settlement::config::{Member, SignerConfig};
+use cx_settlement::config::{CommitteeRule, Member, SignerConfig};
 use cx_settlement::coordinator::Committee;
 use cx_settlement::keyfile;
 
@@ -98,8 +98,9 @@ impl std::fmt::Debug for Cluster {
 
 impl Cluster {
     /// Starts one signer per entry of `operators` (its operator name; regions are `region-i`)
-    /// from `binary` and waits until each accepts connections.
-    pub fn start(binary: &Path, operators: &[&str]) -> Result<Self> {
+    /// from `binary`, each with `rule` pinned in its config, and waits until each accepts
+    /// connections.
+    pub fn start(binary: &Path, operators: &[&str], rule: CommitteeRule) -> Result<Self> {
         let dir = ScratchDir::new("cx-committee")?;
         let deployments_file = dir.path.join("deployments.json");
         let mut members = Vec::new();
@@ -123,6 +124,7 @@ impl Cluster {
                 data_dir: dir.path.join(format!("signer-{}", m.index)),
                 coordinator_key: coordinator.public().to_bytes().to_vec(),
                 committee: members.clone(),
+                rule,
                 deployments_file: deployments_file.clone(),
             };
             let path = Self::config_path(&dir.path, m.index);
@@ -148,6 +150,11 @@ impl Cluster {
 
     fn identity_path(dir: &Path, index: u16) -> PathBuf {
         dir.join(format!("signer-{index}.identity"))
+    }
+
+    /// The data folder of signer `index` (key packages, its own record).
+    pub fn data_dir(&self, index: u16) -> PathBuf {
+        self.dir.path.join(format!("signer-{index}"))
     }
 
     /// The config file of signer `index`.

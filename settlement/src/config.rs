@@ -50,6 +50,23 @@ impl Member {
     }
 }
 
+/// The committee's signing rule as each signer's operator pins it: any `threshold` (t) members
+/// sign, and every signing set spans at least `min_operators` distinct operators.
+///
+/// Why it is the signer's own: a DKG request names t and the participants, and a rotation names
+/// a key; if a signer took either from the coordinator, a hostile coordinator could run a DKG at
+/// 2-of-n, or among members it controls, and rotate the chains to that key with a signature of
+/// the honest current key. With the rule pinned here, a signer refuses a DKG whose threshold or
+/// participants differ from its config, a rotation to a key whose threshold or shareholders
+/// differ, and a signing set that does not meet the diversity rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitteeRule {
+    /// t: signatures need this many members (and a DKG is at exactly this threshold).
+    pub threshold: u16,
+    /// k: distinct operators a signing set must span (SPEC §7's diversity rule).
+    pub min_operators: usize,
+}
+
 /// A signer's configuration (`cx-signer run --config …`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SignerConfig {
@@ -62,8 +79,10 @@ pub struct SignerConfig {
     /// The coordinator's ML-DSA verification key.
     #[serde(with = "hex_bytes")]
     pub coordinator_key: Vec<u8>,
-    /// Every member, this signer included.
+    /// Every member, this signer included: the participants of every DKG, exactly.
     pub committee: Vec<Member>,
+    /// The signing rule of the committee (see [`CommitteeRule`]).
+    pub rule: CommitteeRule,
     /// The chain registry with deployed addresses (`cx-signer devnet deploy` writes it); read
     /// when a request names a chain, so signers can start before contracts are deployed.
     pub deployments_file: PathBuf,
@@ -78,7 +97,57 @@ impl SignerConfig {
             source,
         })?;
         config.me()?;
+        config.check()?;
         Ok(config)
+    }
+
+    /// Refuses a configuration whose committee has duplicate indices or whose rule no signing
+    /// set could meet (the same check the coordinator makes).
+    pub fn check(&self) -> Result<()> {
+        let indices: std::collections::BTreeSet<u16> =
+            self.committee.iter().map(|m| m.index).collect();
+        if indices.len() != self.committee.len() {
+            return Err(Error::DuplicateMember);
+        }
+        crate::coordinator::check_rule(
+            &self.committee,
+            self.rule.threshold,
+            self.rule.min_operators,
+        )
+    }
+
+    /// The pinned committee's indices, ascending.
+    pub fn member_indices(&self) -> Vec<u16> {
+        let mut indices: Vec<u16> = self.committee.iter().map(|m| m.index).collect();
+        indices.sort_unstable();
+        indices
+    }
+
+    /// Why a set of signers (by index) may not sign under the pinned rule, or `None` when it
+    /// may: fewer than t, someone outside the committee, or fewer than k operators.
+    pub fn signing_set_gap(&self, signers: &[u16]) -> Option<String> {
+        let mut operators = std::collections::BTreeSet::new();
+        for index in signers {
+            match self.committee.iter().find(|m| m.index == *index) {
+                Some(m) => operators.insert(m.operator.as_str()),
+                None => return Some(format!("signer {index} is not in this signer's committee")),
+            };
+        }
+        if signers.len() < self.rule.threshold as usize {
+            return Some(format!(
+                "{} signers is fewer than the committee's threshold {}",
+                signers.len(),
+                self.rule.threshold
+            ));
+        }
+        if operators.len() < self.rule.min_operators {
+            return Some(format!(
+                "the signing set spans {} operators; the committee's rule asks for {}",
+                operators.len(),
+                self.rule.min_operators
+            ));
+        }
+        None
     }
 
     /// This signer's own committee entry.

@@ -323,6 +323,9 @@ pub enum Error {
         /// The index.
         index: u16,
     },
+    /// Two committee entries share one index.
+    #[error("the committee list has two entries with one index; give each member its own")]
+    DuplicateMember,
     /// A signer's committee entry pins another key than the signer's identity file holds.
     #[error("the committee entry of signer {index} does not carry this signer's key {key}")]
     KeyMismatch {

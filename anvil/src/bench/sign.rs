@@ -83,7 +83,11 @@ pub async fn sign_bench(
 ) -> Result<SignBenchReport> {
     let operators: Vec<String> = (1..=n).map(|i| format!("operator-{i}")).collect();
     let operators: Vec<&str> = operators.iter().map(String::as_str).collect();
-    let cluster = Cluster::start(binary, &operators)?;
+    let rule = cx_settlement::config::CommitteeRule {
+        threshold: t,
+        min_operators: 1,
+    };
+    let cluster = Cluster::start(binary, &operators, rule)?;
     let committee = cluster.committee(t, 1)?;
 
     let first = &cluster.members[0];

@@ -41,6 +41,7 @@ use cx_protocol::receipt::SignedReceipt;
 use frost_secp256k1 as frost;
 
 pub use chain::{Chain, EvmChain, MemoryChain};
+pub(crate) use committee::check_rule;
 pub use committee::{Committee, choose_signers};
 pub use postgres::PgStore;
 pub use signers::{MemoryCommittee, ThresholdSigner};

@@ -13,7 +13,12 @@
 //! - no job or escrow was already settled by a batch this signer signed under another nonce (its
 //!   own append-only record, not the exchange's tables), and it never signs two different batches
 //!   at one nonce;
-//! - the FROST message is the digest of the recomputed batch.
+//! - the FROST message is the digest of the recomputed batch;
+//! - the signing set meets the committee rule pinned in its own config (t signers, k operators).
+//!
+//! The committee itself (members, t, the diversity rule) is the signer's configuration, not the
+//! coordinator's request: a DKG whose participants or threshold differ is refused, and so is a
+//! rotation to a key made by any other committee ([`crate::config::CommitteeRule`]).
 //!
 //! Otherwise it answers [`Response::Refused`] with the reasons. The own record errs on the side
 //! of safety: a job in a batch this signer signed at nonce n is refused in any batch at another
@@ -273,7 +278,90 @@ impl Signer {
         }
     }
 
+    /// Refuses a DKG whose threshold or participants are not the committee this signer's
+    /// operator pinned (see [`crate::config::CommitteeRule`]).
+    fn check_dkg_request(&self, request: &crate::wire::DkgRequest) -> Result<()> {
+        let pinned = self.config.member_indices();
+        let mut asked = request.participants.clone();
+        asked.sort_unstable();
+        if asked != pinned {
+            return Err(Error::Dkg(format!(
+                "participants {:?} are not this signer's pinned committee {pinned:?}",
+                request.participants
+            )));
+        }
+        if request.min_signers != self.config.rule.threshold {
+            return Err(Error::Dkg(format!(
+                "threshold {} is not this signer's pinned threshold {}",
+                request.min_signers, self.config.rule.threshold
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses a key that was not made by the pinned committee at the pinned threshold: a key
+    /// this signer holds a share of is not enough to rotate to (its shareholders or t could be
+    /// a coordinator's choice from a DKG this signer's operator never agreed to).
+    fn check_key_rule(&self, key: &StoredKey) -> std::result::Result<(), String> {
+        let threshold = *key.key_package.min_signers();
+        if threshold != self.config.rule.threshold
+            || key
+                .public_key_package
+                .min_signers()
+                .is_some_and(|t| t != threshold)
+        {
+            return Err(format!(
+                "the key of epoch {} has threshold {threshold}; this signer's pinned threshold is {}",
+                key.epoch, self.config.rule.threshold
+            ));
+        }
+        let mut holders = Vec::new();
+        for index in self.config.member_indices() {
+            holders.push(dkg::identifier(index).map_err(|e| e.to_string())?);
+        }
+        let shares: Vec<_> = key
+            .public_key_package
+            .verifying_shares()
+            .keys()
+            .copied()
+            .collect();
+        if shares != holders {
+            return Err(format!(
+                "the key of epoch {} is shared among {} holders that are not this signer's pinned \
+                 committee of {}",
+                key.epoch,
+                shares.len(),
+                holders.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The committee indices of a signing package's signers, refused unless they meet the
+    /// pinned rule (t signers, k operators): the diversity rule is the signer's to enforce too.
+    fn check_signing_set(
+        &self,
+        package: &frost::SigningPackage,
+    ) -> std::result::Result<(), String> {
+        let mut signers = Vec::new();
+        for id in package.signing_commitments().keys() {
+            let index = self
+                .config
+                .committee
+                .iter()
+                .map(|m| m.index)
+                .find(|i| dkg::identifier(*i).is_ok_and(|mine| mine == *id))
+                .ok_or("the signing package names a signer outside this signer's committee")?;
+            signers.push(index);
+        }
+        match self.config.signing_set_gap(&signers) {
+            Some(gap) => Err(format!("signing set {signers:?} refused: {gap}")),
+            None => Ok(()),
+        }
+    }
+
     async fn dkg(&self, request: crate::wire::DkgRequest) -> Result<DkgDone> {
+        self.check_dkg_request(&request)?;
         if lock(&self.keys).iter().any(|k| k.epoch >= request.epoch) {
             return Err(Error::Dkg(format!(
                 "this signer already holds a key of epoch ≥ {}",
@@ -365,6 +453,7 @@ impl Signer {
         if package.signing_commitment(key.key_package.identifier()) != Some(pending.commitments) {
             return Err("the signing package does not carry this signer's commitment".into());
         }
+        self.check_signing_set(package)?;
         Ok((pending, key))
     }
 
@@ -527,17 +616,6 @@ impl Signer {
         request: SignRotationRequest,
     ) -> std::result::Result<frost::round2::SignatureShare, String> {
         let (pending, key) = self.take_round(request.round_id, &request.signing_package)?;
-        let chain = self.chain(request.chain_id).await?;
-        let e = |e: Error| e.to_string();
-        let on_chain = chain.group_key().await.map_err(e)?;
-        let current =
-            EvmGroupKey::from_verifying_key(key.public_key_package.verifying_key()).map_err(e)?;
-        if on_chain.key != current {
-            return Err(format!(
-                "chain {}'s group key is not the key of this round",
-                request.chain_id
-            ));
-        }
         if request.new_epoch <= key.epoch {
             return Err(format!(
                 "new epoch {} must follow the current key's epoch {}",
@@ -555,6 +633,18 @@ impl Signer {
                     request.new_epoch
                 )
             })?;
+        self.check_key_rule(&new_key)?;
+        let chain = self.chain(request.chain_id).await?;
+        let e = |e: Error| e.to_string();
+        let on_chain = chain.group_key().await.map_err(e)?;
+        let current =
+            EvmGroupKey::from_verifying_key(key.public_key_package.verifying_key()).map_err(e)?;
+        if on_chain.key != current {
+            return Err(format!(
+                "chain {}'s group key is not the key of this round",
+                request.chain_id
+            ));
+        }
         let new = EvmGroupKey::from_verifying_key(new_key.public_key_package.verifying_key())
             .map_err(e)?;
         let expected = rotation_digest(

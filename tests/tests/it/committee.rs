@@ -22,6 +22,7 @@ use cx_devnet::db::TempDatabase;
 use cx_devnet::{Cluster, ScenarioChain};
 use cx_protocol::pq::Identity;
 use cx_settlement::Error;
+use cx_settlement::config::CommitteeRule;
 use cx_settlement::coordinator::{Coordinator, EvmChain, PartStatus, PgStore, Store};
 use cx_settlement::frost::{EvmGroupKey, EvmSignature};
 use cx_settlement::ledger::{self, ChainBatch};
@@ -35,6 +36,13 @@ use frost_secp256k1 as frost;
 /// `CARGO_BIN_EXE_cx-signer`, which only exists inside cx-settlement's own tests).
 fn signer_binary() -> PathBuf {
     cx_devnet::signer_binary().expect("cx-signer builds")
+}
+
+fn rule(threshold: u16, min_operators: usize) -> CommitteeRule {
+    CommitteeRule {
+        threshold,
+        min_operators,
+    }
 }
 
 fn write_deployments(path: &std::path::Path, chains: &[ChainDeployment]) {
@@ -82,7 +90,8 @@ async fn open_and_receipt(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
-    let mut cluster = Cluster::start(&signer_binary(), &["a", "a", "b", "b", "c"]).unwrap();
+    let mut cluster =
+        Cluster::start(&signer_binary(), &["a", "a", "b", "b", "c"], rule(3, 2)).unwrap();
     // Four distinct operators can never sign when the committee has three: refused up front.
     let err = cluster.committee(3, 4).unwrap_err().to_string();
     assert!(err.contains("cannot be met"), "{err}");
@@ -224,7 +233,7 @@ fn sign_request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tampering_crashes_and_session_attacks_are_refused() {
-    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c", "d", "e"]).unwrap();
+    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c", "d", "e"], rule(3, 1)).unwrap();
     let committee = cluster.committee(3, 1).unwrap();
     let package = committee.dkg(0).await.unwrap();
     let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
@@ -470,4 +479,122 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
         channel.call::<_, Response>(&Request::Ping).await.unwrap(),
         Response::Pong
     ));
+}
+
+/// What broke: a signer took the threshold and the participants of a DKG from the coordinator,
+/// and approved a rotation to any key it held a share of, so a hostile coordinator could move
+/// the chains to a 2-of-n key. Each signer now holds the committee rule in its own config: a
+/// weaker DKG, a signing set below the diversity rule and a rotation to a key made under another
+/// rule are refused by every honest signer, each for its own reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_asking_for_a_weaker_threshold_is_refused_by_every_honest_signer() {
+    use cx_settlement::keyfile::{self, StoredKey};
+    use cx_settlement::wire::{DkgRequest, SignRotationRequest};
+
+    let mut cluster =
+        Cluster::start(&signer_binary(), &["a", "a", "a", "b", "c"], rule(3, 2)).unwrap();
+    let everyone: Vec<u16> = (1..=5).collect();
+    let ask = |request: Request| {
+        let cluster = &cluster;
+        async move {
+            let mut answers = Vec::new();
+            for member in &cluster.members {
+                let mut channel = Channel::connect(
+                    member.address.as_str(),
+                    &cluster.coordinator,
+                    member.public().unwrap(),
+                    Limits::default(),
+                )
+                .await
+                .unwrap();
+                answers.push(channel.call::<_, Response>(&request).await.unwrap());
+            }
+            answers
+        }
+    };
+    // 1. A DKG at 2-of-5, and one among four of the five: refused by all five.
+    for (request, why) in [
+        (
+            DkgRequest {
+                epoch: 0,
+                min_signers: 2,
+                participants: everyone.clone(),
+            },
+            "pinned threshold 3",
+        ),
+        (
+            DkgRequest {
+                epoch: 0,
+                min_signers: 3,
+                participants: vec![1, 2, 3, 4],
+            },
+            "pinned committee",
+        ),
+    ] {
+        for (i, answer) in ask(Request::Dkg(request)).await.into_iter().enumerate() {
+            match answer {
+                Response::Refused { reason } => assert!(reason.contains(why), "{i}: {reason}"),
+                other => panic!("signer {} accepted a weaker DKG: {other:?}", i + 1),
+            }
+        }
+    }
+    // The honest DKG still runs.
+    let package = cluster.committee(3, 2).unwrap().dkg(0).await.unwrap();
+
+    // 2. A signing set of one operator (the coordinator claims k = 1): each chosen signer
+    // refuses at round 2, after its nonces were consumed.
+    let lax = cluster.committee(3, 1).unwrap();
+    let rotation = |round_id, signing_package| {
+        Request::SignRotation(SignRotationRequest {
+            round_id,
+            chain_id: 31337,
+            new_epoch: 1,
+            signing_package,
+        })
+    };
+    let err = lax.sign(b"anything", &package, rotation).await.unwrap_err();
+    match &err {
+        Error::Refused { reason, .. } => {
+            for index in 1..=3 {
+                assert!(reason.contains(&format!("signer {index}: ")), "{reason}");
+            }
+            assert_eq!(reason.matches("spans 1 operators").count(), 3, "{reason}");
+        }
+        other => panic!("expected refusals, got {other}"),
+    }
+
+    // 3. A key made at 2-of-5 (here by a dealer standing in for a DKG run some other way),
+    // planted as epoch 1 in every signer's folder: a rotation to it is refused by all five,
+    // though each holds a share of it.
+    let (shares, public) = frost::keys::generate_with_dealer(
+        5,
+        2,
+        frost::keys::IdentifierList::Default,
+        cx_settlement::dkg::os_rng(),
+    )
+    .unwrap();
+    for index in 1..=5u16 {
+        let id = cx_settlement::dkg::identifier(index).unwrap();
+        let key = StoredKey {
+            epoch: 1,
+            key_package: frost::keys::KeyPackage::try_from(shares[&id].clone()).unwrap(),
+            public_key_package: public.clone(),
+        };
+        keyfile::write_key(&cluster.data_dir(index), &key).unwrap();
+        cluster.restart(index).unwrap();
+    }
+    let all = cluster.committee(5, 2).unwrap();
+    let err = all.sign(b"anything", &package, rotation).await.unwrap_err();
+    match &err {
+        Error::Refused { reason, .. } => {
+            assert_eq!(
+                reason
+                    .matches("has threshold 2; this signer's pinned threshold is 3")
+                    .count(),
+                5,
+                "{reason}"
+            );
+        }
+        other => panic!("expected refusals, got {other}"),
+    }
 }
