@@ -79,6 +79,12 @@ pub enum Error {
         /// The nonce.
         nonce: u64,
     },
+    /// A chain's JSON-RPC URL does not parse.
+    #[error("invalid JSON-RPC URL {0:?}")]
+    BadRpcUrl(String),
+    /// A chain's node refused or failed a call.
+    #[error("chain: {0}")]
+    Chain(String),
     /// This exact order was accepted before.
     #[error("this order was already accepted")]
     OrderExists,

@@ -3,3 +3,4 @@
 mod committee;
 mod contracts;
 mod store;
+mod watcher;
