@@ -1,0 +1,232 @@
+//! Orders and the jobs they create: accepted in one transaction with the tab hold, so an order
+//! is either wholly in the books (nonce spent, tab held, job and its first event written) or not
+//! at all.
+
+use super::{Books, parse_wei, to_i64, wei_text};
+use crate::error::{Error, Result};
+use alloy::primitives::{Address, B256};
+use serde::Serialize;
+
+/// A signed order as it is stored.
+#[derive(Debug, Clone)]
+pub struct NewOrder {
+    /// The EIP-712 digest both signatures cover (the order's id).
+    pub digest: B256,
+    /// `intent`, `reserve`, `rent` or `search`.
+    pub kind: &'static str,
+    /// The account that signed it.
+    pub account: Address,
+    /// The chain whose domain it was signed under.
+    pub chain_id: u64,
+    /// Its nonce (unique per account and chain).
+    pub nonce: u64,
+    /// The whole request as received (order, both signatures, the request body).
+    pub body: serde_json::Value,
+}
+
+/// The job an order creates.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// The job id.
+    pub id: B256,
+    /// The escrow on `order.chain_id` it draws on.
+    pub escrow_id: u64,
+    /// The model it runs.
+    pub model: String,
+    /// `assigned` once cleared onto a bundle.
+    pub status: &'static str,
+    /// The bundle it was cleared onto.
+    pub bundle_id: Option<String>,
+    /// What it holds on the tab, wei.
+    pub held_wei: u128,
+    /// The tab must stay open (not reclaimable) until then, unix seconds.
+    pub needed_until_s: u64,
+    /// The clearing decision, with every term and every rejection.
+    pub decision: serde_json::Value,
+}
+
+/// A job as the API reports it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobRecord {
+    /// The job id (hex).
+    pub id: B256,
+    /// The account that ordered it.
+    pub account: Address,
+    /// The tab's chain.
+    pub chain_id: u64,
+    /// The tab's escrow id.
+    pub escrow_id: u64,
+    /// The model.
+    pub model: String,
+    /// Lifecycle state.
+    pub status: String,
+    /// The bundle it was cleared onto.
+    pub bundle_id: Option<String>,
+    /// What it holds on its tab, wei.
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub held_wei: u128,
+    /// The clearing decision.
+    pub decision: serde_json::Value,
+    /// Every state it went through, in order.
+    pub events: Vec<JobEvent>,
+}
+
+/// One state transition.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobEvent {
+    /// The state entered.
+    pub status: String,
+    /// What came with it.
+    pub detail: serde_json::Value,
+    /// When, unix milliseconds.
+    pub at_ms: i64,
+}
+
+impl Books {
+    /// Accepts an order and its job atomically: the nonce is spent, the tab held and the job
+    /// written, or nothing is (a replayed nonce, an overspent tab, …: the error says which).
+    pub async fn accept(&self, order: &NewOrder, job: &NewJob) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body) \
+             VALUES ($1, $2, $3, $4, $5::numeric, $6::jsonb)",
+        )
+        .bind(order.digest.as_slice())
+        .bind(order.kind)
+        .bind(order.account.as_slice())
+        .bind(to_i64(order.chain_id, "chain id")?)
+        .bind(order.nonce.to_string())
+        .bind(order.body.to_string())
+        .execute(&mut *tx)
+        .await;
+        if let Err(err) = inserted {
+            return Err(match constraint(&err) {
+                Some("exchange_orders_nonce_unique") => Error::NonceReused { nonce: order.nonce },
+                Some("exchange_orders_pkey") => Error::OrderExists,
+                _ => err.into(),
+            });
+        }
+        Books::hold(
+            &mut tx,
+            (order.chain_id, job.escrow_id),
+            order.account,
+            job.held_wei,
+            job.needed_until_s,
+        )
+        .await?;
+        sqlx::query(
+            "INSERT INTO exchange_jobs \
+             (id, order_digest, account, chain_id, escrow_id, model, status, bundle_id, held_wei, decision) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::jsonb)",
+        )
+        .bind(job.id.as_slice())
+        .bind(order.digest.as_slice())
+        .bind(order.account.as_slice())
+        .bind(to_i64(order.chain_id, "chain id")?)
+        .bind(to_i64(job.escrow_id, "escrow id")?)
+        .bind(&job.model)
+        .bind(job.status)
+        .bind(job.bundle_id.as_deref())
+        .bind(wei_text(job.held_wei))
+        .bind(job.decision.to_string())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("INSERT INTO exchange_job_events (job_id, seq, status) VALUES ($1, 0, $2)")
+            .bind(job.id.as_slice())
+            .bind(job.status)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// One job with its events.
+    pub async fn job(&self, id: B256) -> Result<Option<JobRecord>> {
+        let row: Option<JobRow> = sqlx::query_as(&format!("{JOB_SELECT} WHERE id = $1"))
+            .bind(id.as_slice())
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let events: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT status, detail::text, (extract(epoch FROM at) * 1000)::bigint \
+             FROM exchange_job_events WHERE job_id = $1 ORDER BY seq",
+        )
+        .bind(id.as_slice())
+        .fetch_all(&self.pool)
+        .await?;
+        let mut job = row.into_record()?;
+        job.events = events
+            .into_iter()
+            .map(|(status, detail, at_ms)| {
+                Ok(JobEvent {
+                    status,
+                    detail: serde_json::from_str(&detail)?,
+                    at_ms,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Some(job))
+    }
+
+    /// An account's jobs, newest first, optionally of one status; at most `limit`.
+    pub async fn jobs(
+        &self,
+        account: Address,
+        status: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<JobRecord>> {
+        let rows: Vec<JobRow> = sqlx::query_as(&format!(
+            "{JOB_SELECT} WHERE account = $1 AND ($2::text IS NULL OR status = $2) \
+             ORDER BY created_at DESC LIMIT $3"
+        ))
+        .bind(account.as_slice())
+        .bind(status)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(JobRow::into_record).collect()
+    }
+}
+
+const JOB_SELECT: &str = "SELECT id, account, chain_id, escrow_id, model, status, bundle_id, \
+                          held_wei::text, decision::text FROM exchange_jobs";
+
+#[derive(sqlx::FromRow)]
+struct JobRow {
+    id: Vec<u8>,
+    account: Vec<u8>,
+    chain_id: i64,
+    escrow_id: i64,
+    model: String,
+    status: String,
+    bundle_id: Option<String>,
+    held_wei: String,
+    decision: String,
+}
+
+impl JobRow {
+    fn into_record(self) -> Result<JobRecord> {
+        let corrupt = |what| Error::Corrupt {
+            what,
+            value: String::new(),
+        };
+        Ok(JobRecord {
+            id: B256::try_from(self.id.as_slice()).map_err(|_| corrupt("a job id"))?,
+            account: Address::try_from(self.account.as_slice())
+                .map_err(|_| corrupt("an address"))?,
+            chain_id: self.chain_id as u64,
+            escrow_id: self.escrow_id as u64,
+            model: self.model,
+            status: self.status,
+            bundle_id: self.bundle_id,
+            held_wei: parse_wei(&self.held_wei)?,
+            decision: serde_json::from_str(&self.decision)?,
+            events: Vec::new(),
+        })
+    }
+}
+
+/// The name of the constraint a database error violated, if it is one.
+pub(super) fn constraint(err: &sqlx::Error) -> Option<&str> {
+    err.as_database_error().and_then(|e| e.constraint())
+}

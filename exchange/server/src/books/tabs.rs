@@ -1,0 +1,149 @@
+//! Tabs: on-chain escrows mirrored by the chain watcher, and what jobs hold of each.
+
+use super::{Books, parse_wei, to_i64, wei_text};
+use crate::error::{Error, Result};
+use alloy::primitives::{Address, B256};
+use serde::Serialize;
+
+/// A tab as the books see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tab {
+    /// EIP-155 chain id.
+    pub chain_id: u64,
+    /// The escrow's id on that chain's Settlement contract.
+    pub escrow_id: u64,
+    /// Who opened it (and alone may draw on it).
+    pub buyer: Address,
+    /// What the escrow holds, wei.
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub amount_wei: u128,
+    /// What jobs hold of it, wei (never more than `amount_wei`).
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub held_wei: u128,
+    /// After this time (unix seconds) the buyer may reclaim the escrow on chain.
+    pub deadline_s: u64,
+    /// The escrow's `ref`: the hash of the buyer's signed tab terms.
+    pub reference: B256,
+    /// `open` or `reclaimed`.
+    pub status: String,
+}
+
+impl Tab {
+    /// What is left to hold, wei.
+    pub fn available_wei(&self) -> u128 {
+        self.amount_wei.saturating_sub(self.held_wei)
+    }
+}
+
+impl Books {
+    /// The tab `(chain_id, escrow_id)`, if the watcher has seen it.
+    pub async fn tab(&self, chain_id: u64, escrow_id: u64) -> Result<Option<Tab>> {
+        let row: Option<TabRow> = sqlx::query_as(TAB_SELECT)
+            .bind(to_i64(chain_id, "chain id")?)
+            .bind(to_i64(escrow_id, "escrow id")?)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| r.into_tab(chain_id, escrow_id)).transpose()
+    }
+
+    /// Holds `amount_wei` of a tab for a job, inside the intake transaction: one conditional
+    /// UPDATE, so concurrent holds serialise on the row and can never take more than the tab
+    /// holds (PostgreSQL re-checks the condition against the committed row). Refused, with the
+    /// reason, when the tab is unknown, not the buyer's, reclaimed, ends before `needed_until_s`,
+    /// or has less than `amount_wei` left.
+    pub(super) async fn hold(
+        tx: &mut sqlx::PgConnection,
+        tab: (u64, u64),
+        buyer: Address,
+        amount_wei: u128,
+        needed_until_s: u64,
+    ) -> Result<()> {
+        let (chain_id, escrow_id) = (to_i64(tab.0, "chain id")?, to_i64(tab.1, "escrow id")?);
+        let done = sqlx::query(
+            "UPDATE exchange_tabs SET held_wei = held_wei + $3::numeric, updated_at = now() \
+             WHERE chain_id = $1 AND escrow_id = $2 AND buyer = $4 AND status = 'open' \
+               AND deadline_s >= $5 AND held_wei + $3::numeric <= amount_wei",
+        )
+        .bind(chain_id)
+        .bind(escrow_id)
+        .bind(wei_text(amount_wei))
+        .bind(buyer.as_slice())
+        .bind(to_i64(needed_until_s, "deadline")?)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 1 {
+            return Ok(());
+        }
+        // Why not: read the row as it is now (inside the same transaction).
+        let row: Option<TabRow> = sqlx::query_as(TAB_SELECT)
+            .bind(chain_id)
+            .bind(escrow_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(current) = row.map(|r| r.into_tab(tab.0, tab.1)).transpose()? else {
+            return Err(Error::UnknownTab {
+                chain_id: tab.0,
+                escrow_id: tab.1,
+            });
+        };
+        if current.buyer != buyer {
+            // Whose it is stays private: the same answer as a tab that does not exist.
+            return Err(Error::UnknownTab {
+                chain_id: tab.0,
+                escrow_id: tab.1,
+            });
+        }
+        if current.status != "open" {
+            return Err(Error::TabClosed {
+                chain_id: tab.0,
+                escrow_id: tab.1,
+            });
+        }
+        if current.deadline_s < needed_until_s {
+            return Err(Error::TabEndsTooSoon {
+                tab_deadline_s: current.deadline_s,
+                needed_until_s,
+            });
+        }
+        Err(Error::TabOverspent {
+            available_wei: current.available_wei(),
+            needed_wei: amount_wei,
+        })
+    }
+}
+
+const TAB_SELECT: &str = "SELECT buyer, amount_wei::text AS amount_wei, held_wei::text AS held_wei, \
+                          deadline_s, ref, status FROM exchange_tabs \
+                          WHERE chain_id = $1 AND escrow_id = $2";
+
+#[derive(sqlx::FromRow)]
+struct TabRow {
+    buyer: Vec<u8>,
+    amount_wei: String,
+    held_wei: String,
+    deadline_s: i64,
+    #[sqlx(rename = "ref")]
+    reference: Vec<u8>,
+    status: String,
+}
+
+impl TabRow {
+    fn into_tab(self, chain_id: u64, escrow_id: u64) -> Result<Tab> {
+        Ok(Tab {
+            chain_id,
+            escrow_id,
+            buyer: Address::try_from(self.buyer.as_slice()).map_err(|_| Error::Corrupt {
+                what: "an address",
+                value: hex::encode(&self.buyer),
+            })?,
+            amount_wei: parse_wei(&self.amount_wei)?,
+            held_wei: parse_wei(&self.held_wei)?,
+            deadline_s: self.deadline_s as u64,
+            reference: B256::try_from(self.reference.as_slice()).map_err(|_| Error::Corrupt {
+                what: "a tab ref",
+                value: hex::encode(&self.reference),
+            })?,
+            status: self.status,
+        })
+    }
+}

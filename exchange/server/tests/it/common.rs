@@ -1,0 +1,56 @@
+//! What the tests share: throwaway databases.
+
+use cx_exchange_server::books::{Books, database_url};
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+
+/// The server's URL with the database name replaced.
+pub(crate) fn with_database(url: &str, name: &str) -> String {
+    let (server, _) = url.rsplit_once('/').expect("a database URL ends in /NAME");
+    format!("{server}/{name}")
+}
+
+/// A database of its own, created and migrated by [`Books::open`], dropped on drop.
+pub(crate) struct TestDb {
+    name: String,
+    url: String,
+}
+
+impl TestDb {
+    pub(crate) async fn new() -> Self {
+        let mut tag = [0u8; 6];
+        getrandom::fill(&mut tag).expect("system randomness");
+        let name = format!("cx_server_test_{}", hex::encode(tag));
+        Self {
+            url: with_database(&database_url(), &name),
+            name,
+        }
+    }
+
+    pub(crate) async fn books(&self) -> Books {
+        Books::open(&self.url).await.expect("throwaway database")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let (url, name) = (database_url(), self.name.clone());
+        // Drop cannot await inside the test's runtime; a thread with its own runtime can.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                if let Ok(mut admin) = PgConnection::connect(&with_database(&url, "postgres")).await
+                {
+                    let _ =
+                        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                            .execute(&mut admin)
+                            .await;
+                }
+            });
+        })
+        .join();
+    }
+}
