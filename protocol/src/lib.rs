@@ -19,6 +19,9 @@
 //!   floats convert to it.
 //! - [`pq`]: ML-DSA-65 identities and hybrid ML-KEM-768 + X25519 sessions.
 //! - [`receipt`]: provider-signed (ML-DSA) receipts with a canonical byte encoding.
+//! - [`order`]: signed orders — EIP-712 typed data (alloy `sol!`) for intents, reserves, rents,
+//!   searches, tab terms, session grants and key bindings, each signed by the account
+//!   (secp256k1) and co-signed by its bound ML-DSA-65 key; the wallet JSON for each kind.
 //!
 //! ```
 //! use cx_protocol::{DeterminismClass, Job, Tier};
@@ -40,6 +43,7 @@ pub mod id;
 pub mod inventory;
 pub mod job;
 pub mod model_config;
+pub mod order;
 pub mod pq;
 pub mod price;
 pub mod receipt;

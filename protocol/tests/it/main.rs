@@ -1,0 +1,3 @@
+//! cx-protocol's integration tests, one binary (link time on 2 cores).
+
+mod order;
