@@ -552,6 +552,11 @@ impl SessionGrant {
         use sha2::{Digest, Sha256};
         B256::from(<[u8; 32]>::from(Sha256::digest(secret)))
     }
+
+    /// Whether `secret` is this grant's bearer secret (its SHA-256 is `bearer_hash`).
+    pub fn bearer_matches(&self, secret: &[u8]) -> bool {
+        Self::bearer_hash_of(secret) == self.bearer_hash
+    }
 }
 
 impl Order for SessionGrant {

@@ -1,3 +1,4 @@
 //! cx-protocol's integration tests, one binary (link time on 2 cores).
 
+mod eip712_python;
 mod order;

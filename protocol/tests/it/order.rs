@@ -549,6 +549,18 @@ fn binding_missing_halves_are_refused() {
 }
 
 #[test]
+fn session_grant_names_its_bearer_by_hash() {
+    let grant = session_grant();
+    assert!(grant.bearer_matches(b"cx-session-secret"));
+    assert!(!grant.bearer_matches(b"cx-session-secreT"));
+    // A grant past its expiry is refused like an expired order.
+    let signed = order::sign(grant.clone(), &chain(), &account_key(), &pq()).unwrap();
+    signed.verify(&chain(), NOW_S, bound).unwrap();
+    let err = signed.verify(&chain(), grant.expiry_s, bound).unwrap_err();
+    assert_eq!(err.code(), "expired");
+}
+
+#[test]
 fn tab_ref_binds_chain_and_contract() {
     let terms = tab_terms();
     let here = terms.tab_ref(&chain());
