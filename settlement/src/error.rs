@@ -270,6 +270,14 @@ pub enum Error {
         /// The chain.
         chain_id: u64,
     },
+    /// A part already on chain cannot be replaced.
+    #[error("part of batch {batch_id} for chain {chain_id} is on chain already; it stays")]
+    PostedAlready {
+        /// The batch.
+        batch_id: i64,
+        /// The chain.
+        chain_id: u64,
+    },
     /// A chain already has a recorded batch at this nonce.
     #[error("chain {chain_id} already has a batch at nonce {nonce}")]
     NonceInUse {

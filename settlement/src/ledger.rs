@@ -47,6 +47,16 @@ pub struct Escrow {
     /// Locked amount (wei of the asset; a decimal string in JSON).
     #[serde(with = "cx_protocol::receipt::wei_string")]
     pub amount: u128,
+    /// Chain time (unix seconds) after which its buyer may reclaim it: `deadline +
+    /// gracePeriod_s`. A batch that names it must land before then, or it reverts forever; so
+    /// the coordinator and the signers leave out escrows this close to it (see
+    /// [`crate::coordinator::BUILD_RECLAIM_MARGIN_S`] and [`crate::signer::SIGN_RECLAIM_MARGIN_S`]).
+    #[serde(default = "never")]
+    pub reclaimable_at_s: u64,
+}
+
+fn never() -> u64 {
+    u64::MAX
 }
 
 /// One chain's part of a batch: everything a signer needs to recompute it.
@@ -262,6 +272,7 @@ mod tests {
                         escrow_id: id,
                         buyer: Address::repeat_byte(0xbb),
                         amount,
+                        reclaimable_at_s: u64::MAX,
                     },
                 )
             })

@@ -22,6 +22,8 @@ pub struct ChainView {
     /// Contract addresses.
     pub deployment: Deployment,
     provider: DynProvider,
+    /// `gracePeriod_s` (immutable in the contract: read once).
+    grace_period_s: std::sync::Arc<tokio::sync::OnceCell<u64>>,
 }
 
 impl ChainView {
@@ -32,6 +34,7 @@ impl ChainView {
             rpc_url: entry.chain.rpc_url.clone(),
             deployment: entry.deployment,
             provider: read_provider(&entry.chain.rpc_url)?,
+            grace_period_s: Default::default(),
         })
     }
 
@@ -61,11 +64,32 @@ impl ChainView {
         })
     }
 
+    /// Seconds after a deadline before a buyer may reclaim (`gracePeriod_s`, immutable).
+    pub async fn grace_period_s(&self) -> Result<u64> {
+        let contract = self.settlement();
+        Ok(*self
+            .grace_period_s
+            .get_or_try_init(|| async { contract.gracePeriod_s().call().await })
+            .await?)
+    }
+
+    /// The timestamp of the latest block: the clock reclaim times are measured on.
+    pub async fn now_s(&self) -> Result<u64> {
+        let block = self
+            .provider
+            .get_block_by_number(alloy::eips::BlockNumberOrTag::Latest)
+            .await?
+            .ok_or(crate::Error::Transport(
+                "the chain has no latest block".into(),
+            ))?;
+        Ok(block.header.timestamp)
+    }
+
     /// Escrow `id` while it is open; `None` once settled or reclaimed, or if never opened.
     pub async fn open_escrow(&self, id: u64) -> Result<Option<Escrow>> {
         let contract = self.settlement();
         let (open, job) = (contract.isOpen(id), contract.jobs(id));
-        let (open, job) = tokio::join!(open.call(), job.call());
+        let (open, job, grace) = tokio::join!(open.call(), job.call(), self.grace_period_s());
         if !open? {
             return Ok(None);
         }
@@ -74,7 +98,22 @@ impl ChainView {
             escrow_id: id,
             buyer: job.buyer,
             amount: job.amount,
+            reclaimable_at_s: job.deadline.saturating_add(grace?),
         }))
+    }
+
+    /// Whether escrow `id` was reclaimed by its buyer: its `JobReclaimed` event is on chain.
+    /// A reclaimed escrow is closed for good (its bit never sets again), so any batch naming it
+    /// can never land: the evidence that lets signers sign a replacement at that nonce.
+    pub async fn reclaimed(&self, id: u64) -> Result<bool> {
+        let logs = self
+            .settlement()
+            .JobReclaimed_filter()
+            .topic1(alloy::primitives::U256::from(id))
+            .from_block(0)
+            .query()
+            .await?;
+        Ok(logs.iter().any(|(event, _)| event.jobId == id))
     }
 
     /// The ML-DSA key hash `provider` registered (`ProviderRegistry.setMetadata`); zero if none.

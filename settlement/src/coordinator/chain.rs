@@ -37,6 +37,10 @@ pub trait Chain: Send + Sync {
     fn group_key(&self) -> impl Future<Output = Result<OnChainGroupKey>> + Send;
     /// Escrow `id` while it is open; `None` once settled or reclaimed, or if never opened.
     fn open_escrow(&self, id: u64) -> impl Future<Output = Result<Option<Escrow>>> + Send;
+    /// The chain's clock: the latest block's timestamp (reclaim times are on it).
+    fn now_s(&self) -> impl Future<Output = Result<u64>> + Send;
+    /// Whether escrow `id` was reclaimed by its buyer (`JobReclaimed` is on chain).
+    fn reclaimed(&self, id: u64) -> impl Future<Output = Result<bool>> + Send;
     /// Whether a batch with `nonce` and `balances_root` was accepted (its event is on chain).
     fn batch_landed(
         &self,
@@ -103,6 +107,14 @@ impl Chain for EvmChain {
         self.view.open_escrow(id).await
     }
 
+    async fn now_s(&self) -> Result<u64> {
+        self.view.now_s().await
+    }
+
+    async fn reclaimed(&self, id: u64) -> Result<bool> {
+        self.view.reclaimed(id).await
+    }
+
     async fn batch_landed(&self, nonce: u64, balances_root: B256) -> Result<bool> {
         self.view.batch_landed(nonce, balances_root).await
     }
@@ -130,6 +142,8 @@ struct Contract {
     nonce: u64,
     balances_root: B256,
     open: BTreeMap<u64, Escrow>,
+    reclaimed: Vec<u64>,
+    now_s: u64,
     next_escrow: u64,
     landed: Vec<(u64, B256)>,
     transactions: u64,
@@ -179,6 +193,8 @@ impl MemoryChain {
                 nonce: 0,
                 balances_root: ledger::no_balances_root(),
                 open: BTreeMap::new(),
+                reclaimed: Vec::new(),
+                now_s: 1_000_000,
                 next_escrow: 0,
                 landed: Vec::new(),
                 transactions: 0,
@@ -191,8 +207,13 @@ impl MemoryChain {
         f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Opens an escrow of `amount` for `buyer`; returns its id.
+    /// Opens an escrow of `amount` for `buyer` that is never reclaimable; returns its id.
     pub fn open_job(&self, buyer: Address, amount: u128) -> u64 {
+        self.open_job_until(buyer, amount, u64::MAX)
+    }
+
+    /// Opens an escrow its buyer may reclaim once the clock passes `reclaimable_at_s`.
+    pub fn open_job_until(&self, buyer: Address, amount: u128, reclaimable_at_s: u64) -> u64 {
         self.with(|c| {
             let id = c.next_escrow;
             c.next_escrow += 1;
@@ -202,9 +223,33 @@ impl MemoryChain {
                     escrow_id: id,
                     buyer,
                     amount,
+                    reclaimable_at_s,
                 },
             );
             id
+        })
+    }
+
+    /// The chain's clock (unix seconds).
+    pub fn clock_s(&self) -> u64 {
+        self.with(|c| c.now_s)
+    }
+
+    /// Moves the clock forward.
+    pub fn advance_s(&self, seconds: u64) {
+        self.with(|c| c.now_s += seconds);
+    }
+
+    /// The buyer reclaims escrow `id` (`Escrow.reclaim`): only open, only after its time.
+    pub fn reclaim(&self, id: u64) -> Result<()> {
+        self.with(|c| match c.open.get(&id) {
+            Some(e) if c.now_s > e.reclaimable_at_s => {
+                c.open.remove(&id);
+                c.reclaimed.push(id);
+                Ok(())
+            }
+            Some(_) => Err(reverted("ReclaimTooEarly")),
+            None => Err(reverted("EscrowNotOpen")),
         })
     }
 
@@ -260,6 +305,14 @@ impl Chain for MemoryChain {
 
     async fn open_escrow(&self, id: u64) -> Result<Option<Escrow>> {
         Ok(self.with(|c| c.open.get(&id).copied()))
+    }
+
+    async fn now_s(&self) -> Result<u64> {
+        Ok(self.with(|c| c.now_s))
+    }
+
+    async fn reclaimed(&self, id: u64) -> Result<bool> {
+        Ok(self.with(|c| c.reclaimed.contains(&id)))
     }
 
     async fn batch_landed(&self, nonce: u64, balances_root: B256) -> Result<bool> {

@@ -53,6 +53,14 @@ use crate::frost::{EvmGroupKey, EvmSignature};
 use crate::ledger::{self, ChainBatch};
 use crate::wire::{Request, SignBatchRequest, SignRotationRequest};
 
+/// How close to its reclaim time (`deadline + gracePeriod_s`, chain time) an escrow may be for
+/// the coordinator to put it in a batch. A batch naming an escrow that its buyer reclaims before
+/// the batch is mined reverts, and can never land; the margin leaves signing, posting and mining
+/// that much time. It is larger than the signers' own [`crate::signer::SIGN_RECLAIM_MARGIN_S`],
+/// so a batch built at the edge is still signed a few minutes later. A receipt whose escrow is
+/// inside it is rejected with that reason (its buyer may take the escrow back at any moment).
+pub const BUILD_RECLAIM_MARGIN_S: u64 = 900;
+
 /// The coordinator over a store `S`, chains `C` and a committee `K`.
 pub struct Coordinator<S: Store, C: Chain = EvmChain, K: ThresholdSigner = Committee> {
     store: S,
@@ -152,14 +160,7 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 continue;
             };
             receipts.sort_by_key(|r| r.receipt.escrow_id);
-            let mut escrows = HashMap::new();
-            let mut settleable = Vec::new();
-            for r in receipts {
-                if let Some(e) = chain.open_escrow(r.receipt.escrow_id).await? {
-                    escrows.insert(e.escrow_id, e);
-                    settleable.push(r);
-                }
-            }
+            let (settleable, escrows) = self.settleable(chain, receipts).await?;
             if settleable.is_empty() {
                 continue;
             }
@@ -200,56 +201,169 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
         Ok(Some(id))
     }
 
-    /// Signs every `created` part. A refusal is recorded with its reasons and returned.
+    /// The receipts whose escrows are open and outside [`BUILD_RECLAIM_MARGIN_S`] of their
+    /// reclaim time, with those escrows; receipts inside the margin are rejected (the others,
+    /// whose escrows are closed, stay as they are).
+    async fn settleable(
+        &self,
+        chain: &C,
+        receipts: Vec<SignedReceipt>,
+    ) -> Result<(Vec<SignedReceipt>, HashMap<u64, ledger::Escrow>)> {
+        let now = chain.now_s().await?;
+        let mut escrows = HashMap::new();
+        let mut settleable = Vec::new();
+        for r in receipts {
+            let Some(e) = chain.open_escrow(r.receipt.escrow_id).await? else {
+                continue;
+            };
+            if e.reclaimable_at_s <= now.saturating_add(BUILD_RECLAIM_MARGIN_S) {
+                let reason = format!(
+                    "escrow {} becomes reclaimable at {} (chain time {now}): inside the {} s \
+                     safety margin, a batch naming it could be reverted by a reclaim",
+                    e.escrow_id, e.reclaimable_at_s, BUILD_RECLAIM_MARGIN_S
+                );
+                self.store.reject_receipt(r.receipt.job_id, &reason).await?;
+                continue;
+            }
+            escrows.insert(e.escrow_id, e);
+            settleable.push(r);
+        }
+        Ok((settleable, escrows))
+    }
+
+    /// If an escrow of `part` was reclaimed by its buyer (its `JobReclaimed` event is on
+    /// chain), the part can never land: `Settlement.settleBatch` reverts on a closed escrow and
+    /// a closed escrow never opens again. It is replaced at the same nonce by the rest of its
+    /// receipts that are still settleable (signers sign the replacement on the same evidence,
+    /// [`crate::signer`]); the receipts left out are rejected. Returns whether it replaced.
+    async fn replace_if_dead(&self, part: &StoredPart) -> Result<bool> {
+        let b = &part.batch;
+        let chain = self.chain(b.chain_id)?;
+        let mut reclaimed = Vec::new();
+        for e in &b.escrows {
+            if chain.reclaimed(e.escrow_id).await? {
+                reclaimed.push(e.escrow_id);
+            }
+        }
+        if reclaimed.is_empty() {
+            return Ok(false);
+        }
+        let (keep, escrows) = self.settleable(chain, b.receipts.clone()).await?;
+        let replacement = match keep.is_empty() {
+            true => None,
+            false => Some(ledger::assemble(
+                b.chain_id,
+                b.contract,
+                b.nonce,
+                keep,
+                &escrows,
+                b.previous_balances.clone(),
+            )?),
+        };
+        self.store
+            .replace_part(part.batch_id, b.chain_id, replacement.as_ref())
+            .await?;
+        for r in &b.receipts {
+            if reclaimed.contains(&r.receipt.escrow_id) {
+                let reason = format!(
+                    "escrow {} was reclaimed by its buyer before batch {} landed",
+                    r.receipt.escrow_id, b.nonce
+                );
+                self.store.reject_receipt(r.receipt.job_id, &reason).await?;
+            }
+        }
+        let detail = match &replacement {
+            Some(n) => format!(
+                "nonce {}: escrows {reclaimed:?} were reclaimed, so digest {} can never land; \
+                 replaced by digest {} with {} receipts",
+                b.nonce,
+                b.digest(),
+                n.digest(),
+                n.receipts.len()
+            ),
+            None => format!(
+                "nonce {}: escrows {reclaimed:?} were reclaimed, so digest {} can never land; \
+                 nothing else to settle, the nonce is free again",
+                b.nonce,
+                b.digest()
+            ),
+        };
+        self.store
+            .log_step(part.batch_id, Some(b.chain_id), "replaced", &detail)
+            .await?;
+        Ok(true)
+    }
+
+    /// Signs every `created` part. A refusal is recorded with its reasons and returned, unless
+    /// the part can never land (a reclaim): then it is replaced and the replacement signed.
     pub async fn sign_pending(&self) -> Result<()> {
         for part in self.store.unfinished().await? {
             if part.status != PartStatus::Created {
                 continue;
             }
-            let chain = self.chain(part.batch.chain_id)?;
-            let key = self.current_key(chain).await?;
-            let digest = part.batch.digest();
-            let batch = part.batch.clone();
-            let signed = self
-                .committee
-                .sign(digest.as_slice(), &key, |round_id, signing_package| {
-                    Request::SignBatch(SignBatchRequest {
-                        round_id,
-                        batch: batch.clone(),
-                        signing_package,
-                    })
-                })
-                .await;
-            let signature = match signed {
-                Ok(s) => s,
-                Err(e) => {
-                    let step = match e {
-                        Error::Refused { .. } => "refused",
-                        _ => "waiting",
-                    };
-                    self.store
-                        .log_step(
-                            part.batch_id,
-                            Some(part.batch.chain_id),
-                            step,
-                            &e.to_string(),
-                        )
-                        .await?;
-                    return Err(e);
+            match self.sign_part(&part).await {
+                Err(e @ Error::Refused { .. }) => {
+                    if !self.replace_if_dead(&part).await? {
+                        return Err(e);
+                    }
+                    let replaced = self.store.parts(part.batch_id).await?;
+                    if let Some(new) = replaced
+                        .into_iter()
+                        .find(|p| p.batch.chain_id == part.batch.chain_id)
+                    {
+                        self.sign_part(&new).await?;
+                    }
                 }
-            };
-            self.store
-                .record_signature(part.batch_id, part.batch.chain_id, &signature.serialize()?)
-                .await?;
-            self.store
-                .log_step(
-                    part.batch_id,
-                    Some(part.batch.chain_id),
-                    "signed",
-                    &format!("digest {digest}"),
-                )
-                .await?;
+                other => other?,
+            }
         }
+        Ok(())
+    }
+
+    async fn sign_part(&self, part: &StoredPart) -> Result<()> {
+        let chain = self.chain(part.batch.chain_id)?;
+        let key = self.current_key(chain).await?;
+        let digest = part.batch.digest();
+        let batch = part.batch.clone();
+        let signed = self
+            .committee
+            .sign(digest.as_slice(), &key, |round_id, signing_package| {
+                Request::SignBatch(SignBatchRequest {
+                    round_id,
+                    batch: batch.clone(),
+                    signing_package,
+                })
+            })
+            .await;
+        let signature = match signed {
+            Ok(s) => s,
+            Err(e) => {
+                let step = match e {
+                    Error::Refused { .. } => "refused",
+                    _ => "waiting",
+                };
+                self.store
+                    .log_step(
+                        part.batch_id,
+                        Some(part.batch.chain_id),
+                        step,
+                        &e.to_string(),
+                    )
+                    .await?;
+                return Err(e);
+            }
+        };
+        self.store
+            .record_signature(part.batch_id, part.batch.chain_id, &signature.serialize()?)
+            .await?;
+        self.store
+            .log_step(
+                part.batch_id,
+                Some(part.batch.chain_id),
+                "signed",
+                &format!("digest {digest}"),
+            )
+            .await?;
         Ok(())
     }
 
@@ -275,6 +389,11 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                     // The post may have gone through while the answer was lost, or another
                     // process posted it: the chain says which.
                     Err(e) if !chain.batch_landed(b.nonce, b.balances_root).await? => {
+                        // A buyer reclaimed an escrow between signing and mining: this digest
+                        // can never land; the rest of the part is re-signed at this nonce.
+                        if self.replace_if_dead(&part).await? {
+                            continue;
+                        }
                         return Err(e);
                     }
                     Err(_) => None,

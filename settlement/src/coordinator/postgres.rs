@@ -246,6 +246,75 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn replace_part(
+        &self,
+        batch_id: i64,
+        chain_id: u64,
+        replacement: Option<&ChainBatch>,
+    ) -> Result<()> {
+        let chain = to_i64(chain_id, "chain id")?;
+        let mut tx = self.begin().await?;
+        // Locked, so a concurrent post of this part cannot slip in between.
+        let status: Option<String> = sqlx::query(
+            "SELECT status FROM settlement_batch_parts WHERE batch_id = $1 AND chain_id = $2 \
+             FOR UPDATE",
+        )
+        .bind(batch_id)
+        .bind(chain)
+        .fetch_optional(&mut *tx)
+        .await?
+        .map(|row| row.try_get("status"))
+        .transpose()?;
+        match status.as_deref() {
+            None => return Err(Error::MissingPart { batch_id, chain_id }),
+            Some("posted") => return Err(Error::PostedAlready { batch_id, chain_id }),
+            Some(_) => {}
+        }
+        sqlx::query(
+            "UPDATE settlement_receipts SET batch_id = NULL WHERE batch_id = $1 AND chain_id = $2",
+        )
+        .bind(batch_id)
+        .bind(chain)
+        .execute(&mut *tx)
+        .await?;
+        match replacement {
+            Some(p) => {
+                sqlx::query(
+                    "UPDATE settlement_batch_parts SET digest = $3, body = $4::jsonb, \
+                     status = 'created', signature = NULL, tx_hash = NULL, updated_at = now() \
+                     WHERE batch_id = $1 AND chain_id = $2",
+                )
+                .bind(batch_id)
+                .bind(chain)
+                .bind(p.digest().to_vec())
+                .bind(serde_json::to_string(p)?)
+                .execute(&mut *tx)
+                .await?;
+                for r in &p.receipts {
+                    sqlx::query(
+                        "UPDATE settlement_receipts SET batch_id = $1 WHERE job_id = $2 \
+                         AND batch_id IS NULL",
+                    )
+                    .bind(batch_id)
+                    .bind(r.receipt.job_id.to_vec())
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
+            None => {
+                sqlx::query(
+                    "DELETE FROM settlement_batch_parts WHERE batch_id = $1 AND chain_id = $2",
+                )
+                .bind(batch_id)
+                .bind(chain)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn reject_receipt(&self, job_id: [u8; 32], reason: &str) -> Result<bool> {
         let mut tx = self.begin().await?;
         let moved = sqlx::query(

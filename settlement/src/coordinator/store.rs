@@ -118,6 +118,16 @@ pub trait Store: Send + Sync {
     /// Gives up a batch none of whose parts is signed: its parts are deleted (their nonces are
     /// free again) and its receipts are pending again. Refuses once any part is signed.
     fn abandon_batch(&self, batch_id: i64) -> impl Future<Output = Result<()>> + Send;
+    /// Replaces an unposted part that can never land (an escrow it names was reclaimed) with
+    /// `replacement` at the same chain and nonce, `created` and unsigned; the old part's receipts
+    /// that the replacement leaves out are pending again. `None` deletes the part (its nonce is
+    /// free again). Refuses a posted part.
+    fn replace_part(
+        &self,
+        batch_id: i64,
+        chain_id: u64,
+        replacement: Option<&ChainBatch>,
+    ) -> impl Future<Output = Result<()>> + Send;
     /// Moves a pending receipt out of settlement with `reason`; false if no such pending receipt.
     fn reject_receipt(
         &self,
@@ -332,6 +342,61 @@ impl Store for MemoryStore {
             for (_, b) in &mut m.receipts {
                 if *b == Some(batch_id) {
                     *b = None;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    async fn replace_part(
+        &self,
+        batch_id: i64,
+        chain_id: u64,
+        replacement: Option<&ChainBatch>,
+    ) -> Result<()> {
+        self.with(|m| {
+            let part = m
+                .parts
+                .get(&(batch_id, chain_id))
+                .ok_or_else(|| missing(batch_id, chain_id))?;
+            if part.status == PartStatus::Posted {
+                return Err(Error::PostedAlready { batch_id, chain_id });
+            }
+            let old: Vec<[u8; 32]> = part
+                .batch
+                .receipts
+                .iter()
+                .map(|r| r.receipt.job_id)
+                .collect();
+            for (r, b) in &mut m.receipts {
+                if *b == Some(batch_id) && old.contains(&r.receipt.job_id) {
+                    *b = None;
+                }
+            }
+            match replacement {
+                Some(batch) => {
+                    for (r, b) in &mut m.receipts {
+                        if batch
+                            .receipts
+                            .iter()
+                            .any(|n| n.receipt.job_id == r.receipt.job_id)
+                        {
+                            *b = Some(batch_id);
+                        }
+                    }
+                    m.parts.insert(
+                        (batch_id, chain_id),
+                        StoredPart {
+                            batch_id,
+                            batch: batch.clone(),
+                            status: PartStatus::Created,
+                            signature: None,
+                            tx_hash: None,
+                        },
+                    );
+                }
+                None => {
+                    m.parts.remove(&(batch_id, chain_id));
                 }
             }
             Ok(())

@@ -57,9 +57,22 @@ impl Market {
     /// Opens `count` escrows of 1,000 on `chain_id` and returns the provider's receipts for
     /// them, each owing `owed`.
     fn jobs(&self, chain_id: u64, count: usize, owed: u128) -> Vec<SignedReceipt> {
+        self.jobs_until(chain_id, count, owed, u64::MAX)
+    }
+
+    /// As [`Market::jobs`], with escrows their buyer may reclaim after `reclaimable_at_s`.
+    fn jobs_until(
+        &self,
+        chain_id: u64,
+        count: usize,
+        owed: u128,
+        reclaimable_at_s: u64,
+    ) -> Vec<SignedReceipt> {
         (0..count)
             .map(|_| {
-                let escrow_id = self.chain(chain_id).open_job(BUYER, 1_000);
+                let escrow_id =
+                    self.chain(chain_id)
+                        .open_job_until(BUYER, 1_000, reclaimable_at_s);
                 let mut job_id = [0u8; 32];
                 job_id[..8].copy_from_slice(&chain_id.to_be_bytes());
                 job_id[8..16].copy_from_slice(&escrow_id.to_be_bytes());
@@ -380,4 +393,52 @@ async fn the_memory_store_keeps_the_outbox() {
     );
     store.record_posted(id, 1, None).await.unwrap();
     assert!(store.unfinished().await.unwrap().is_empty());
+}
+
+/// What broke: a buyer who reclaimed an escrow between signing and mining made the signed
+/// batch revert forever, and with it every later batch on that chain. Now the coordinator sees
+/// the reclaim on chain, replaces the part at the same nonce with the rest of its receipts, and
+/// that lands; an escrow inside the safety margin is never put in a batch at all.
+#[tokio::test]
+async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
+    let market = Market::new(&[1]).await;
+    let c = &market.coordinator;
+    let chain = market.chain(1);
+    let now = chain.clock_s();
+    // Inside the margin from the start: rejected at build, never signed.
+    let close = market.jobs_until(1, 1, 100, now + BUILD_RECLAIM_MARGIN_S);
+    let soon = market.jobs_until(1, 1, 100, now + BUILD_RECLAIM_MARGIN_S + 60);
+    let later = market.jobs_until(1, 2, 100, now + 100_000);
+    c.submit(&close).await.unwrap();
+    c.submit(&soon).await.unwrap();
+    c.submit(&later).await.unwrap();
+    let id = c.build().await.unwrap().expect("a batch");
+    c.sign_pending().await.unwrap();
+    let signed = c.store().parts(id).await.unwrap().remove(0);
+    assert_eq!(signed.status, PartStatus::Signed);
+    assert_eq!(signed.batch.receipts.len(), 3, "the escrow inside the margin is left out");
+    assert!(c.store().pending_receipts().await.unwrap().is_empty(), "it was rejected");
+
+    // The coordinator stalls; time passes; the buyer reclaims the `soon` escrow.
+    chain.advance_s(BUILD_RECLAIM_MARGIN_S + 61);
+    chain.reclaim(soon[0].receipt.escrow_id).unwrap();
+    c.resume().await.unwrap();
+    assert_eq!(chain.landed().len(), 1);
+    assert_eq!(chain.landed()[0].0, 1, "the same nonce");
+    let part = c.store().parts(id).await.unwrap().remove(0);
+    assert_eq!(part.status, PartStatus::Posted);
+    assert_eq!(part.batch.nonce, 1);
+    assert_eq!(part.batch.receipts.len(), 2);
+    assert_ne!(part.batch.digest(), signed.batch.digest());
+    assert_eq!(
+        c.claim_proof(1, PROVIDER).await.unwrap().0,
+        U256::from(200)
+    );
+    let steps = market.steps(id).await;
+    assert!(steps.contains(&"replaced".to_string()), "{steps:?}");
+    assert!(c.store().pending_receipts().await.unwrap().is_empty());
+    // The chain carries on.
+    c.submit(&market.jobs(1, 1, 10)).await.unwrap();
+    c.run_once().await.unwrap().expect("a batch");
+    assert_eq!(chain.landed().last().unwrap().0, 2);
 }

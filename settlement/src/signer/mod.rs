@@ -10,9 +10,13 @@
 //! - every escrow is open on chain, with the receipt's buyer and at least the amount owed;
 //! - the previous balances hash to the contract's current balances root, and the proposed new
 //!   balances and both roots equal [`ledger::assemble`]'s result on those checked inputs;
+//! - every escrow is at least [`SIGN_RECLAIM_MARGIN_S`] from its reclaim time on the chain's
+//!   clock (a reclaim between signing and mining would revert the batch forever);
 //! - no job or escrow was already settled by a batch this signer signed under another nonce (its
 //!   own append-only record, not the exchange's tables), and it never signs two different batches
-//!   at one nonce;
+//!   at one nonce unless each earlier one can never land: an escrow it names was reclaimed
+//!   (`JobReclaimed` on chain). Then the replacement is signed at that nonce, and what only the
+//!   dead digest named is free again;
 //! - the FROST message is the digest of the recomputed batch;
 //! - the signing set meets the committee rule pinned in its own config (t signers, k operators).
 //!
@@ -55,6 +59,12 @@ use crate::wire::{
     Committed, DkgDone, PeerMessage, Request, Response, Share, SignBatchRequest,
     SignRotationRequest, SignerInfo,
 };
+
+/// How close to its reclaim time (`deadline + gracePeriod_s`, on the chain's clock) an escrow may
+/// be for this signer to sign a batch naming it. Inside it, the buyer could reclaim before the
+/// batch is mined, and the batch would revert forever. Smaller than the coordinator's
+/// [`crate::coordinator::BUILD_RECLAIM_MARGIN_S`], so a batch built at the edge is still signed.
+pub const SIGN_RECLAIM_MARGIN_S: u64 = 300;
 
 /// Outstanding rounds a signer keeps at most (a coordinator that commits and never signs cannot
 /// grow its memory without bound; the oldest is forgotten first).
@@ -502,12 +512,18 @@ impl Signer {
             let chain = chain.clone();
             escrow_reads.spawn(async move { (id, chain.open_escrow(id).await) });
         }
-        let (last, on_chain, root) = tokio::join!(
+        let (last, on_chain, root, now) = tokio::join!(
             chain.batch_nonce(),
             chain.group_key(),
-            chain.balances_root()
+            chain.balances_root(),
+            chain.now_s()
         );
-        let (last, on_chain, root) = (last.map_err(e)?, on_chain.map_err(e)?, root.map_err(e)?);
+        let (last, on_chain, root, now) = (
+            last.map_err(e)?,
+            on_chain.map_err(e)?,
+            root.map_err(e)?,
+            now.map_err(e)?,
+        );
         if batch.nonce != last + 1 {
             return Err(format!(
                 "nonce {} is not the next one: chain {} is at {last}",
@@ -546,6 +562,13 @@ impl Signer {
         while let Some(joined) = escrow_reads.join_next().await {
             let (id, escrow) = joined.map_err(|j| j.to_string())?;
             match escrow.map_err(e)? {
+                Some(escrow) if escrow.reclaimable_at_s <= now.saturating_add(SIGN_RECLAIM_MARGIN_S) => {
+                    reasons.push(format!(
+                        "escrow {id} becomes reclaimable at {} (chain time {now}): inside this \
+                         signer's {SIGN_RECLAIM_MARGIN_S} s margin, a reclaim could revert the batch",
+                        escrow.reclaimable_at_s
+                    ))
+                }
                 Some(escrow) => {
                     escrows.insert(id, escrow);
                 }
@@ -597,15 +620,33 @@ impl Signer {
                 "the message to sign is not this batch's digest {digest}"
             ));
         }
+        // Another digest signed at this nonce must be dead before this one is signed: one of its
+        // escrows was reclaimed (the `JobReclaimed` event is on chain), and a closed escrow never
+        // opens again, so `settleBatch` can never accept it. Only then is a replacement signed —
+        // never two digests at one nonce that could both land.
+        let rivals = lock(&self.log).rivals(&batch, digest);
+        let mut dead = Vec::new();
+        if !rivals.is_empty() {
+            let chain = self.chain(batch.chain_id).await?;
+            for (rival, escrow_ids) in rivals {
+                for id in escrow_ids {
+                    if chain.reclaimed(id).await.map_err(|e| e.to_string())? {
+                        dead.push(rival);
+                        break;
+                    }
+                }
+            }
+        }
         {
             let mut log = lock(&self.log);
-            let conflicts = log.conflicts(&batch, digest);
+            let conflicts = log.conflicts(&batch, digest, &dead);
             if !conflicts.is_empty() {
                 return Err(conflicts.join("; "));
             }
             // Recorded before the share leaves: a crash after this line cannot lead to signing
             // another batch at this nonce or these jobs again.
-            log.record(&batch, digest).map_err(|e| e.to_string())?;
+            log.record(&batch, digest, dead)
+                .map_err(|e| e.to_string())?;
         }
         frost::round2::sign(&request.signing_package, &pending.nonces, &key.key_package)
             .map_err(|e| format!("FROST round 2: {e}"))

@@ -21,13 +21,19 @@ struct SignedEntry {
     digest: B256,
     escrow_ids: Vec<u64>,
     job_ids: Vec<B256>,
+    /// Digests signed earlier at this nonce that can never land (an escrow each names was
+    /// reclaimed, `JobReclaimed` on chain): this entry replaces them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    replaces: Vec<B256>,
 }
 
 /// The signer's own record of what it signed (append-only JSON lines, fsync'd before a share
 /// is released).
 pub(super) struct SignedLog {
     path: PathBuf,
-    digests: HashMap<(u64, u64), B256>,
+    /// Every digest signed at (chain, nonce), oldest first; all but the last were shown dead
+    /// before the next was signed.
+    signed: HashMap<(u64, u64), Vec<SignedEntry>>,
     escrows: HashMap<(u64, u64), u64>,
     jobs: HashMap<B256, (u64, u64)>,
 }
@@ -36,7 +42,7 @@ impl SignedLog {
     pub(super) fn open(path: PathBuf) -> Result<Self> {
         let mut log = Self {
             path,
-            digests: HashMap::new(),
+            signed: HashMap::new(),
             escrows: HashMap::new(),
             jobs: HashMap::new(),
         };
@@ -57,25 +63,59 @@ impl SignedLog {
     }
 
     fn index(&mut self, e: SignedEntry) {
-        self.digests.insert((e.chain_id, e.nonce), e.digest);
-        for id in e.escrow_ids {
-            self.escrows.insert((e.chain_id, id), e.nonce);
+        let at = (e.chain_id, e.nonce);
+        // A replacement releases the jobs and escrows of the digests it replaces: those can
+        // never land, so what only they named is free to settle in a later batch.
+        for old in self.signed.get(&at).into_iter().flatten() {
+            for id in &old.escrow_ids {
+                if self.escrows.get(&(e.chain_id, *id)) == Some(&e.nonce) {
+                    self.escrows.remove(&(e.chain_id, *id));
+                }
+            }
+            for job in &old.job_ids {
+                if self.jobs.get(job) == Some(&at) {
+                    self.jobs.remove(job);
+                }
+            }
         }
-        for job in e.job_ids {
-            self.jobs.insert(job, (e.chain_id, e.nonce));
+        for id in &e.escrow_ids {
+            self.escrows.insert((e.chain_id, *id), e.nonce);
         }
+        for job in &e.job_ids {
+            self.jobs.insert(*job, at);
+        }
+        self.signed.entry(at).or_default().push(e);
     }
 
-    /// Reasons the log forbids signing `batch` (empty when it may).
-    pub(super) fn conflicts(&self, batch: &ChainBatch, digest: B256) -> Vec<String> {
+    /// Digests other than `digest` this signer signed at `batch`'s nonce, with the escrows
+    /// each names: each must be shown dead before another digest is signed there.
+    pub(super) fn rivals(&self, batch: &ChainBatch, digest: B256) -> Vec<(B256, Vec<u64>)> {
+        self.signed
+            .get(&(batch.chain_id, batch.nonce))
+            .into_iter()
+            .flatten()
+            .filter(|e| e.digest != digest)
+            .map(|e| (e.digest, e.escrow_ids.clone()))
+            .collect()
+    }
+
+    /// Reasons the log forbids signing `batch` (empty when it may). `dead` are rival digests
+    /// at its nonce shown never to land.
+    pub(super) fn conflicts(&self, batch: &ChainBatch, digest: B256, dead: &[B256]) -> Vec<String> {
         let mut out = Vec::new();
-        if let Some(d) = self.digests.get(&(batch.chain_id, batch.nonce))
-            && *d != digest
+        for e in self
+            .signed
+            .get(&(batch.chain_id, batch.nonce))
+            .into_iter()
+            .flatten()
         {
-            out.push(format!(
-                "already signed a different batch at nonce {} on chain {}",
-                batch.nonce, batch.chain_id
-            ));
+            if e.digest != digest && !dead.contains(&e.digest) {
+                out.push(format!(
+                    "already signed a different batch at nonce {} on chain {} ({}), and no \
+                     escrow of it was reclaimed: it can still land",
+                    batch.nonce, batch.chain_id, e.digest
+                ));
+            }
         }
         for r in &batch.receipts {
             let r = &r.receipt;
@@ -99,8 +139,20 @@ impl SignedLog {
         out
     }
 
-    pub(super) fn record(&mut self, batch: &ChainBatch, digest: B256) -> Result<()> {
-        if self.digests.get(&(batch.chain_id, batch.nonce)) == Some(&digest) {
+    /// Appends `batch` (replacing the dead digests `replaces` at its nonce) and fsyncs.
+    pub(super) fn record(
+        &mut self,
+        batch: &ChainBatch,
+        digest: B256,
+        replaces: Vec<B256>,
+    ) -> Result<()> {
+        let at = (batch.chain_id, batch.nonce);
+        if self
+            .signed
+            .get(&at)
+            .and_then(|entries| entries.last())
+            .is_some_and(|e| e.digest == digest)
+        {
             return Ok(());
         }
         let entry = SignedEntry {
@@ -113,6 +165,7 @@ impl SignedLog {
                 .iter()
                 .map(|r| B256::from(r.receipt.job_id))
                 .collect(),
+            replaces,
         };
         let mut file = std::fs::OpenOptions::new()
             .create(true)

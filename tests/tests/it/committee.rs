@@ -598,3 +598,156 @@ async fn a_coordinator_asking_for_a_weaker_threshold_is_refused_by_every_honest_
         other => panic!("expected refusals, got {other}"),
     }
 }
+
+/// What broke: a buyer who reclaimed an escrow (deadline + grace passed) between signing and
+/// mining made the signed batch revert forever; the signers refused any other digest at that
+/// nonce, and settlement on that chain stopped for good. Now escrows near their reclaim time are
+/// left out (coordinator and signers each by their own margin), and once `JobReclaimed` is on
+/// chain the signers sign a replacement at the same nonce, which lands — while a replacement of
+/// a digest that can still land is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
+    use cx_settlement::coordinator::BUILD_RECLAIM_MARGIN_S;
+    use cx_settlement::signer::SIGN_RECLAIM_MARGIN_S;
+
+    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 1)).unwrap();
+    let committee = cluster.committee(2, 1).unwrap();
+    let package = committee.dkg(0).await.unwrap();
+    let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
+    let chain = ScenarioChain::start(31337, key).await.unwrap();
+    write_deployments(&cluster.deployments_file, &[chain.entry()]);
+    let db = TempDatabase::create().await.unwrap();
+    let store = store(&db).await;
+    store.save_group_key(0, &package).await.unwrap();
+    let poster = chain.anvil.keys[3].clone();
+    let coordinator = Coordinator::new(
+        store,
+        cluster.committee(2, 1).unwrap(),
+        evm_chains(vec![chain.view().unwrap()], &poster),
+    );
+    let grace = chain.view().unwrap().grace_period_s().await.unwrap();
+
+    // One escrow reclaimable just outside the coordinator's margin, two due in an hour.
+    let now = chain.anvil.now_s().await.unwrap();
+    let soon_deadline = now + BUILD_RECLAIM_MARGIN_S + 120 - grace;
+    let (soon, _) = chain
+        .buyer
+        .open_job(1_000, soon_deadline, Default::default())
+        .await
+        .unwrap();
+    let mut receipts = chain.receipts(&[soon], 600).unwrap();
+    let later = chain.open_jobs(2, 1_000).await.unwrap();
+    receipts.extend(chain.receipts(&later, 600).unwrap());
+    coordinator.submit(&receipts).await.unwrap();
+    let id = coordinator.build().await.unwrap().expect("a batch");
+    coordinator.sign_pending().await.unwrap();
+    let signed = coordinator.store().parts(id).await.unwrap().remove(0);
+    assert_eq!(signed.status, PartStatus::Signed);
+    assert_eq!(signed.batch.receipts.len(), 3);
+
+    // 1. While the signed digest can still land, another at its nonce is refused.
+    let view = chain.view().unwrap();
+    let mut escrows = HashMap::new();
+    for id in &later {
+        escrows.insert(*id, view.open_escrow(*id).await.unwrap().unwrap());
+    }
+    let rival = ledger::assemble(
+        31337,
+        chain.deployment.settlement,
+        1,
+        receipts[1..].to_vec(),
+        &escrows,
+        Vec::new(),
+    )
+    .unwrap();
+    let err = committee
+        .sign(rival.digest().as_slice(), &package, sign_request(&rival))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { reason, .. } if reason.contains("it can still land")),
+        "{err}"
+    );
+
+    // 2. The coordinator stalls past the reclaim time; the buyer takes the escrow back.
+    chain
+        .anvil
+        .advance_time(BUILD_RECLAIM_MARGIN_S + 121)
+        .await
+        .unwrap();
+    chain.buyer.reclaim(soon).await.unwrap();
+    assert!(
+        chain
+            .operator
+            .settle_batch(
+                &signed.batch.message(),
+                &EvmSignature::from_frost(
+                    &frost::Signature::deserialize(signed.signature.as_ref().unwrap()).unwrap()
+                )
+                .unwrap()
+            )
+            .await
+            .is_err(),
+        "the signed batch can never land now"
+    );
+
+    // 3. The coordinator sees the reclaim, the signers accept the replacement, it lands at
+    // the same nonce with the other two escrows.
+    coordinator.resume().await.unwrap();
+    assert_eq!(nonce(&chain).await, 1);
+    assert_eq!(events(&chain).await, 1);
+    let part = coordinator.store().parts(id).await.unwrap().remove(0);
+    assert_eq!(part.status, PartStatus::Posted);
+    assert_eq!(part.batch.receipts.len(), 2);
+    let steps = coordinator.store().steps(id).await.unwrap();
+    assert!(
+        steps
+            .iter()
+            .any(|(_, s, d)| s == "replaced" && d.contains("reclaimed")),
+        "{steps:?}"
+    );
+    for id in &later {
+        assert!(!chain.operator.is_open(*id).await.unwrap());
+    }
+    let (amount, proof) = coordinator
+        .claim_proof(31337, chain.provider.account())
+        .await
+        .unwrap();
+    assert_eq!(amount, U256::from(1_200));
+    chain.provider.claim(amount, proof).await.unwrap();
+
+    // 4. An escrow inside the signers' own margin is refused by each of them, whoever built
+    // the batch.
+    let now = chain.anvil.now_s().await.unwrap();
+    let (close, _) = chain
+        .buyer
+        .open_job(1_000, now + 100, Default::default())
+        .await
+        .unwrap();
+    // Reclaimable at now + 100 + grace; move the clock to within the signers' margin of it.
+    chain
+        .anvil
+        .advance_time(100 + grace - SIGN_RECLAIM_MARGIN_S + 60)
+        .await
+        .unwrap();
+    let close_receipts = chain.receipts(&[close], 10).unwrap();
+    let mut escrows = HashMap::new();
+    escrows.insert(close, view.open_escrow(close).await.unwrap().unwrap());
+    let edge = ledger::assemble(
+        31337,
+        chain.deployment.settlement,
+        2,
+        close_receipts,
+        &escrows,
+        part.batch.new_balances.clone(),
+    )
+    .unwrap();
+    let err = committee
+        .sign(edge.digest().as_slice(), &package, sign_request(&edge))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { reason, .. } if reason.contains("inside this signer's")),
+        "{err}"
+    );
+}

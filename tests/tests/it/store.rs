@@ -40,6 +40,7 @@ async fn exercise_store<S: Store>(store: &S) {
                     escrow_id: id,
                     buyer: alloy::primitives::Address::repeat_byte(2),
                     amount: 10,
+                    reclaimable_at_s: u64::MAX,
                 },
             )
         })
