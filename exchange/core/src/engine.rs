@@ -148,6 +148,11 @@ impl Engine {
             .map(|e| &e.bundle)
     }
 
+    /// Every live bundle, in slot order.
+    pub fn bundles(&self) -> impl Iterator<Item = &Bundle> {
+        self.slots.iter().flatten().map(|e| &e.bundle)
+    }
+
     /// Adds a bundle, or replaces the one with the same id. Invalid bundles change nothing.
     pub fn upsert(&mut self, bundle: Bundle) -> Result<()> {
         bundle.validate().map_err(|e| e.within("bundle"))?;

@@ -13,6 +13,12 @@ pub enum Error {
     /// A migration in `migrations/` failed or does not match what the database recorded.
     #[error("migrations: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The market core refused (an invalid bundle, job or weight).
+    #[error(transparent)]
+    Market(#[from] cx_exchange::Error),
+    /// An order, binding or wire value is invalid or does not verify; names its field.
+    #[error(transparent)]
+    Protocol(#[from] cx_protocol::Error),
     /// A JSON column or body did not (de)serialize.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
@@ -85,6 +91,39 @@ pub enum Error {
     /// A chain's node refused or failed a call.
     #[error("chain: {0}")]
     Chain(String),
+    /// The order names a chain this exchange does not serve.
+    #[error("chain {0} is not served by this exchange (see GET /v1/chains)")]
+    UnknownChain(u64),
+    /// The request does not hash to the signed `request_hash`.
+    #[error(
+        "request does not match the signed request_hash (SHA-256 of the request's canonical JSON: \
+         keys sorted, no whitespace)"
+    )]
+    RequestHashMismatch,
+    /// The prompt is longer than the exchange accepts.
+    #[error("request.prompt is longer than {limit_bytes} bytes")]
+    PromptTooLong {
+        /// The limit.
+        limit_bytes: usize,
+    },
+    /// The adapter id names no adapter the exchange holds.
+    #[error("intent.order.adapter_id names no adapter this exchange holds")]
+    UnknownAdapter,
+    /// The model (or task) is not in the catalog.
+    #[error("unknown model {0:?} (see GET /v1/models)")]
+    UnknownModel(String),
+    /// The model is in the catalog but has no shape to clear it by.
+    #[error("model {0:?} has no shape in the catalog; the exchange cannot clear it on its fleet")]
+    NotClearable(String),
+    /// Prompt tokens plus `max_tokens` overflow.
+    #[error("request: prompt tokens + max_tokens overflow the context arithmetic")]
+    ContextTooLarge,
+    /// No bundle can take the job; the nearest and what it missed by.
+    #[error("no bundle can take this job within its constraints; {detail}")]
+    NoMatch {
+        /// The nearest bundle's binding constraint and factor.
+        detail: String,
+    },
     /// This exact order was accepted before.
     #[error("this order was already accepted")]
     OrderExists,

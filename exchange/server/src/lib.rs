@@ -36,6 +36,8 @@ pub mod chain;
 pub mod dispatch;
 mod error;
 pub mod explorer;
+pub mod intake;
+pub mod market;
 pub mod settlement;
 pub mod verification;
 

@@ -103,6 +103,22 @@ pub struct Model {
     /// Rungs in order of preference (missing = none, which validation refuses by name).
     #[serde(default)]
     pub rungs: Vec<Rung>,
+    /// The model's size and work, which clearing on the exchange's own fleet needs (SPEC §2:
+    /// |w_m| and t_compute); a model without it can be routed but not cleared.
+    #[serde(default)]
+    pub shape: Option<Shape>,
+}
+
+/// A model's size and work as the feasibility test and t_compute see them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shape {
+    /// |w_m|: bytes of the base weights as served.
+    pub base_bytes: u64,
+    /// Parameters: a token of context costs 2 × parameters FLOPs.
+    pub parameters: u64,
+    /// KV cache bytes per token of context.
+    pub kv_bytes_per_token: u64,
 }
 
 impl Model {
@@ -170,6 +186,8 @@ pub mod rules {
     pub const NAMED: &str = "names are not empty";
     /// At least one rung.
     pub const HAS_RUNG: &str = "a model has at least one rung";
+    /// A model's shape has weights and parameters.
+    pub const SHAPE: &str = "a model's shape has base_bytes and parameters > 0";
     /// Known providers.
     pub const KNOWN_PROVIDER: &str = "every arm names a known provider";
     /// Free rungs are free upstream too.
@@ -262,6 +280,18 @@ impl Catalog {
                     format!(
                         "quality {}, code {}, vision {}, latency_s {}",
                         model.quality, model.code, model.vision, model.latency_s
+                    ),
+                ));
+            }
+            if let Some(shape) = model.shape
+                && (shape.base_bytes == 0 || shape.parameters == 0)
+            {
+                return Err(broken(
+                    at_model,
+                    rules::SHAPE,
+                    format!(
+                        "shape.base_bytes {} and shape.parameters {} must be > 0",
+                        shape.base_bytes, shape.parameters
                     ),
                 ));
             }

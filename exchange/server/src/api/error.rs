@@ -54,6 +54,19 @@ pub enum ApiError {
         /// Which credential failed and why.
         message: String,
     },
+    /// The service refused the request for a reason of its own (a signature, a tab, a nonce,
+    /// no match, …): status and code chosen from the crate's error in `From<crate::Error>`.
+    #[error("{message}")]
+    Refused {
+        /// The status.
+        status: StatusCode,
+        /// The machine-readable code.
+        code: &'static str,
+        /// What is wrong and what to do.
+        message: String,
+        /// The field to blame, if one is.
+        field: Option<String>,
+    },
     /// Something failed inside the server (500); the cause is logged, not returned.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -78,6 +91,7 @@ impl ApiError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            Self::Refused { status, .. } => *status,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -93,13 +107,16 @@ impl ApiError {
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Conflict { .. } => "conflict",
             Self::Unauthorized { .. } => "unauthorized",
+            Self::Refused { code, .. } => code,
             Self::Internal(_) => "internal",
         }
     }
 
     fn field(&self) -> Option<&str> {
         match self {
-            Self::Invalid { field, .. } | Self::Conflict { field, .. } => field.as_deref(),
+            Self::Invalid { field, .. }
+            | Self::Conflict { field, .. }
+            | Self::Refused { field, .. } => field.as_deref(),
             _ => None,
         }
     }
@@ -134,8 +151,128 @@ impl IntoResponse for ApiError {
 }
 
 impl From<crate::Error> for ApiError {
-    /// A failure of the service's own parts is internal: logged, never echoed.
+    /// The one place a service error becomes a status. Failures of the service's own parts
+    /// (database, chain, corrupt rows) are internal: logged, never echoed.
     fn from(err: crate::Error) -> Self {
-        Self::Internal(Box::new(err))
+        use crate::Error as E;
+        let refuse = |status, code, field: Option<&str>, err: &E| Self::Refused {
+            status,
+            code,
+            message: err.to_string(),
+            field: field.map(str::to_owned),
+        };
+        match &err {
+            E::Protocol(p) => {
+                let status = match p {
+                    cx_protocol::Error::SignatureMissing { .. }
+                    | cx_protocol::Error::SignatureMalformed { .. }
+                    | cx_protocol::Error::SignerMismatch { .. }
+                    | cx_protocol::Error::WrongDomain { .. }
+                    | cx_protocol::Error::CosignatureMissing { .. }
+                    | cx_protocol::Error::CosignatureInvalid { .. }
+                    | cx_protocol::Error::Unbound { .. } => StatusCode::UNAUTHORIZED,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                let field = p.field();
+                refuse(status, p.code(), (!field.is_empty()).then_some(field), &err)
+            }
+            E::Market(cx_exchange::Error::Invalid(p)) => {
+                let field = p.field();
+                refuse(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_field",
+                    (!field.is_empty()).then_some(field),
+                    &err,
+                )
+            }
+            E::AccountAlreadyBound(_) => {
+                refuse(StatusCode::CONFLICT, "account_bound", Some("account"), &err)
+            }
+            E::KeyAlreadyBound => {
+                refuse(StatusCode::CONFLICT, "key_bound", Some("mldsa_key"), &err)
+            }
+            E::UnknownTab { .. } => refuse(
+                StatusCode::NOT_FOUND,
+                "unknown_tab",
+                Some("intent.order.tab_id"),
+                &err,
+            ),
+            E::TabClosed { .. } => refuse(
+                StatusCode::CONFLICT,
+                "tab_closed",
+                Some("intent.order.tab_id"),
+                &err,
+            ),
+            E::TabEndsTooSoon { .. } => refuse(
+                StatusCode::CONFLICT,
+                "tab_ends_too_soon",
+                Some("intent.order.deadline_s"),
+                &err,
+            ),
+            E::TabOverspent { .. } => refuse(
+                StatusCode::PAYMENT_REQUIRED,
+                "tab_overspent",
+                Some("intent.order.tab_id"),
+                &err,
+            ),
+            E::NonceReused { .. } => refuse(
+                StatusCode::CONFLICT,
+                "nonce_reused",
+                Some("intent.order.nonce"),
+                &err,
+            ),
+            E::OrderExists => refuse(StatusCode::CONFLICT, "order_exists", None, &err),
+            E::UnknownChain(_) => refuse(
+                StatusCode::BAD_REQUEST,
+                "unknown_chain",
+                Some("intent.chain_id"),
+                &err,
+            ),
+            E::RequestHashMismatch => refuse(
+                StatusCode::BAD_REQUEST,
+                "request_hash_mismatch",
+                Some("request"),
+                &err,
+            ),
+            E::PromptTooLong { .. } => refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "prompt_too_long",
+                Some("request.prompt"),
+                &err,
+            ),
+            E::UnknownAdapter => refuse(
+                StatusCode::NOT_FOUND,
+                "unknown_adapter",
+                Some("intent.order.adapter_id"),
+                &err,
+            ),
+            E::UnknownModel(_) => refuse(
+                StatusCode::NOT_FOUND,
+                "unknown_model",
+                Some("intent.order.want"),
+                &err,
+            ),
+            E::NotClearable(_) => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "model_not_clearable",
+                Some("intent.order.want"),
+                &err,
+            ),
+            E::ContextTooLarge => refuse(
+                StatusCode::BAD_REQUEST,
+                "context_too_large",
+                Some("request.max_tokens"),
+                &err,
+            ),
+            E::NoMatch { .. } => refuse(StatusCode::UNPROCESSABLE_ENTITY, "no_match", None, &err),
+            E::Database(_)
+            | E::Migrate(_)
+            | E::Json(_)
+            | E::Corrupt { .. }
+            | E::OutOfRange { .. }
+            | E::Market(_)
+            | E::BadRpcUrl(_)
+            | E::Chain(_) => Self::Internal(Box::new(err)),
+        }
     }
 }

@@ -7,12 +7,17 @@
 mod error;
 mod extract;
 mod health;
+mod jobs;
+mod market;
+mod orders;
 
 pub use error::ApiError;
 pub use extract::AppJson;
 
+use crate::intake::Intake;
 use axum::Router;
-use axum::routing::get;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -25,16 +30,39 @@ pub struct AppState {
 #[derive(Debug)]
 struct Inner {
     started_at: Instant,
+    intake: Option<Intake>,
 }
 
 impl AppState {
-    /// A fresh state; the service's uptime counts from here.
+    /// A state that answers health checks only (no books, no market): every market route
+    /// answers 503 until [`AppState::with_intake`] gives it one. The uptime counts from here.
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
                 started_at: Instant::now(),
+                intake: None,
             }),
         }
+    }
+
+    /// The state of a serving exchange: its books, market and chains.
+    pub fn with_intake(intake: Intake) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                started_at: Instant::now(),
+                intake: Some(intake),
+            }),
+        }
+    }
+
+    /// The intake path, or the 503 a server without books answers.
+    fn intake(&self) -> Result<&Intake, ApiError> {
+        self.inner.intake.as_ref().ok_or_else(|| ApiError::Refused {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "not_serving",
+            message: "this server has no books or market configured".to_owned(),
+            field: None,
+        })
     }
 
     /// Seconds since [`AppState::new`].
@@ -53,6 +81,14 @@ impl Default for AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
+        .route("/v1/intents", post(orders::submit_intent))
+        .route("/v1/jobs", get(jobs::list_jobs))
+        .route("/v1/jobs/{id}", get(jobs::job))
+        .route("/v1/tabs/{chain_id}/{escrow_id}", get(jobs::tab))
+        .route("/v1/chains", get(market::chains))
+        .route("/v1/eip712/{kind}", get(market::eip712))
+        .route("/v1/models", get(market::models))
+        .route("/v1/providers", get(market::providers))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

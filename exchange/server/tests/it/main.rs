@@ -3,3 +3,4 @@
 mod api;
 mod books;
 mod common;
+mod intents;

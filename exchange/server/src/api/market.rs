@@ -1,0 +1,74 @@
+//! Market data: the chains served (`/v1/chains`), the EIP-712 typed data a wallet signs
+//! (`/v1/eip712/{kind}?chain_id=`), the catalog (`/v1/models`), the bundles (`/v1/providers`).
+
+use super::{ApiError, AppJson, AppState};
+use axum::extract::{Path, Query, State};
+use cx_exchange::routing::catalog::Model;
+use cx_protocol::Bundle;
+use cx_protocol::order::Kind;
+use serde::{Deserialize, Serialize};
+
+/// A chain this exchange serves and the contract orders on it are signed for.
+#[derive(Debug, Serialize)]
+pub(super) struct ChainInfo {
+    chain_id: u64,
+    verifying_contract: String,
+}
+
+pub(super) async fn chains(
+    State(state): State<AppState>,
+) -> Result<AppJson<Vec<ChainInfo>>, ApiError> {
+    let intake = state.intake()?;
+    let mut chains: Vec<ChainInfo> = intake
+        .chain_ids()
+        .filter_map(|id| {
+            let domain = intake.domain(id)?;
+            Some(ChainInfo {
+                chain_id: id,
+                verifying_contract: domain.verifying_contract?.to_string(),
+            })
+        })
+        .collect();
+    chains.sort_by_key(|c| c.chain_id);
+    Ok(AppJson(chains))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Eip712Query {
+    chain_id: u64,
+}
+
+/// Exactly what `eth_signTypedData_v4` takes, less the message: `{types, primaryType, domain}`.
+pub(super) async fn eip712(
+    State(state): State<AppState>,
+    Path(kind): Path<String>,
+    query: Result<Query<Eip712Query>, axum::extract::rejection::QueryRejection>,
+) -> Result<AppJson<serde_json::Value>, ApiError> {
+    let Query(query) = query.map_err(|_| {
+        ApiError::invalid("chain_id", "required: the chain whose domain to sign under")
+    })?;
+    let kind: Kind = kind.parse().map_err(|_| {
+        let known: Vec<&str> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+        ApiError::invalid("kind", format!("one of {}", known.join(", ")))
+    })?;
+    let domain = state
+        .intake()?
+        .domain(query.chain_id)
+        .ok_or_else(|| ApiError::invalid("chain_id", "not a chain this exchange serves"))?;
+    Ok(AppJson(cx_protocol::order::wallet_typed_data(
+        kind, domain, None,
+    )))
+}
+
+pub(super) async fn models(State(state): State<AppState>) -> Result<AppJson<Vec<Model>>, ApiError> {
+    Ok(AppJson(
+        state.intake()?.market().catalog().models().to_vec(),
+    ))
+}
+
+pub(super) async fn providers(
+    State(state): State<AppState>,
+) -> Result<AppJson<Vec<Bundle>>, ApiError> {
+    Ok(AppJson(state.intake()?.market().bundles()))
+}

@@ -1,0 +1,306 @@
+//! Orders in: verify, clear, commit — the path every signed order takes before it is
+//! acknowledged, apart from HTTP so that it can be tested and benchmarked on its own.
+//!
+//! For an intent, cheapest check first:
+//! 1. the domain is one of this exchange's chains (its Settlement contract);
+//! 2. the order's fields, both signatures present, expiry and deadline against the clock;
+//! 3. the EIP-712 signature recovers the account, and the ML-DSA co-signature verifies under the
+//!    key bound to that account in the books;
+//! 4. the request hashes to the signed `request_hash` ([`request_hash`]);
+//! 5. the model is in the catalog with a shape, the job it makes is cleared (feasibility first,
+//!    then the cost with the residency terms), and a bundle was chosen within the buyer's limit;
+//! 6. one transaction spends the nonce, holds the bundle's charge on the tab and writes the job.
+//!
+//! Nothing is written unless every step passed, so a refused order leaves no row and spends no
+//! nonce.
+
+use crate::books::{Books, NewJob, NewOrder};
+use crate::error::{Error, Result};
+use crate::market::Market;
+use alloy::primitives::{Address, B256};
+use cx_exchange::clearing::Decision;
+use cx_exchange::routing::features::estimate_tokens;
+use cx_protocol::Job;
+use cx_protocol::order::{self, Eip712Domain, Intent, Order, Signed};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+
+/// Seconds a tab must stay open after a job's deadline, for its receipt to be verified and
+/// settled before the buyer may reclaim the escrow.
+pub const DEFAULT_SETTLE_MARGIN_S: u64 = 600;
+
+/// Longest prompt accepted, bytes (the body limit bounds it too; this bounds the token estimate).
+pub const MAX_PROMPT_BYTES: usize = 1 << 20;
+
+/// The inference an intent asks for, as the agent sends it beside the signed order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InferenceRequest {
+    /// The prompt.
+    pub prompt: String,
+    /// Most tokens to generate.
+    pub max_tokens: u32,
+}
+
+/// `POST /v1/intents`: the signed intent and the request it commits to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntentSubmission {
+    /// The intent with both signatures.
+    pub intent: Signed<Intent>,
+    /// The request; its [`request_hash`] must equal the intent's `request_hash`.
+    pub request: InferenceRequest,
+}
+
+/// What an accepted intent became.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Accepted {
+    /// The job id (the order's EIP-712 digest).
+    pub job_id: B256,
+    /// Its state.
+    pub status: &'static str,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// What it holds on the tab, wei (the bundle's charge, at most the buyer's limit).
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub held_wei: u128,
+    /// The clearing decision, with every cost term and every rejected bundle.
+    pub decision: Decision,
+}
+
+/// What the intake path needs: the books, the market and the domains of the chains it serves.
+#[derive(Debug)]
+pub struct Intake {
+    books: Books,
+    market: Market,
+    domains: HashMap<u64, Eip712Domain>,
+    settle_margin_s: u64,
+}
+
+/// SHA-256 of the request's canonical JSON: object keys sorted by byte order, no whitespace,
+/// strings and numbers as serde_json writes them. What an intent's `request_hash` commits to.
+pub fn request_hash(request: &InferenceRequest) -> B256 {
+    let value = serde_json::to_value(request).expect("a request always serializes");
+    let mut text = String::new();
+    canonical(&value, &mut text);
+    B256::from(<[u8; 32]>::from(Sha256::digest(text.as_bytes())))
+}
+
+fn canonical(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+impl Intake {
+    /// The intake over `books` and `market`, serving the chains whose Settlement contracts are
+    /// given as `(chain_id, settlement)`.
+    pub fn new(
+        books: Books,
+        market: Market,
+        chains: impl IntoIterator<Item = (u64, Address)>,
+        settle_margin_s: u64,
+    ) -> Self {
+        Self {
+            books,
+            market,
+            domains: chains
+                .into_iter()
+                .map(|(id, settlement)| (id, order::domain(id, settlement)))
+                .collect(),
+            settle_margin_s,
+        }
+    }
+
+    /// The books.
+    pub fn books(&self) -> &Books {
+        &self.books
+    }
+
+    /// The market.
+    pub fn market(&self) -> &Market {
+        &self.market
+    }
+
+    /// The chains this exchange serves.
+    pub fn chain_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.domains.keys().copied()
+    }
+
+    /// The EIP-712 domain of `chain_id`, if this exchange serves it.
+    pub fn domain(&self, chain_id: u64) -> Option<&Eip712Domain> {
+        self.domains.get(&chain_id)
+    }
+
+    /// Verifies, clears and commits one intent at `now_s` (unix seconds).
+    pub async fn submit_intent(
+        &self,
+        submission: &IntentSubmission,
+        now_s: u64,
+    ) -> Result<Accepted> {
+        let signed = &submission.intent;
+        let domain = self
+            .domain(signed.chain_id)
+            .ok_or(Error::UnknownChain(signed.chain_id))?;
+        // Shape, domain, times, then the EIP-712 signature; the ML-DSA key is looked up after.
+        signed
+            .order
+            .check_times(now_s)
+            .map_err(|e| e.within("intent.order"))?;
+        let verified = signed.recover(domain).map_err(|e| e.within("intent"))?;
+        let binding =
+            self.books
+                .binding(verified.account)
+                .await?
+                .ok_or(cx_protocol::Error::Unbound {
+                    account: verified.account.to_string(),
+                })?;
+        let key = cx_protocol::pq::PublicIdentity::from_bytes(&binding.mldsa_key)?;
+        signed
+            .check_cosignature(&verified, &key)
+            .map_err(|e| e.within("intent"))?;
+
+        let intent = &signed.order;
+        if request_hash(&submission.request) != intent.request_hash {
+            return Err(Error::RequestHashMismatch);
+        }
+        if submission.request.prompt.len() > MAX_PROMPT_BYTES {
+            return Err(Error::PromptTooLong {
+                limit_bytes: MAX_PROMPT_BYTES,
+            });
+        }
+        if intent.adapter_id.is_some() {
+            // Adapters by content id arrive with the adapter store; until then none is known.
+            return Err(Error::UnknownAdapter);
+        }
+        let job = self.job(intent, &submission.request, verified.account, now_s)?;
+        let (decision, charge) = self.market.clear(&job)?;
+        let (Some(bundle_id), Some(held_wei)) = (decision.chosen.clone(), charge) else {
+            return Err(no_match(&decision));
+        };
+        let order = NewOrder {
+            digest: verified.digest,
+            kind: "intent",
+            account: verified.account,
+            chain_id: signed.chain_id,
+            nonce: intent.nonce,
+            body: serde_json::json!({
+                "intent": signed,
+                "request": submission.request,
+            }),
+        };
+        let new_job = NewJob {
+            id: verified.digest,
+            escrow_id: intent.tab_id,
+            model: job.base_model.clone(),
+            status: "assigned",
+            bundle_id: Some(bundle_id.clone()),
+            held_wei,
+            needed_until_s: intent.deadline_s.saturating_add(self.settle_margin_s),
+            decision: serde_json::to_value(&decision)?,
+        };
+        self.books.accept(&order, &new_job).await?;
+        Ok(Accepted {
+            job_id: verified.digest,
+            status: "assigned",
+            bundle_id,
+            held_wei,
+            decision,
+        })
+    }
+
+    /// The job an intent describes: the model's shape from the catalog, the context from the
+    /// request, the deadline from now.
+    fn job(
+        &self,
+        intent: &Intent,
+        request: &InferenceRequest,
+        account: Address,
+        now_s: u64,
+    ) -> Result<Job> {
+        let model = self
+            .market
+            .catalog()
+            .resolve(&intent.want)
+            .map_err(|_| Error::UnknownModel(intent.want.clone()))?;
+        let shape = model
+            .shape
+            .ok_or_else(|| Error::NotClearable(model.name.clone()))?;
+        let context_tokens = estimate_tokens(&request.prompt)
+            .checked_add(request.max_tokens)
+            .ok_or(Error::ContextTooLarge)?;
+        let kv_bytes = shape
+            .kv_bytes_per_token
+            .checked_mul(u64::from(context_tokens))
+            .ok_or(Error::ContextTooLarge)?;
+        Ok(Job {
+            agent: account.to_string(),
+            base_model: model.name.clone(),
+            adapter: None,
+            base_bytes: shape.base_bytes,
+            adapter_bytes: 0,
+            kv_bytes,
+            context_tokens,
+            // check_times made sure the deadline is after now.
+            deadline_s: (intent.deadline_s - now_s) as f64,
+            determinism: intent.determinism,
+            tier: intent.min_tier,
+            compute_flops: 2.0 * shape.parameters as f64 * f64::from(context_tokens),
+            value_wei: intent.max_price_wei,
+            max_price_wei: Some(intent.max_price_wei),
+        })
+    }
+}
+
+/// No bundle can take the job: say which came nearest and what it missed by.
+fn no_match(decision: &Decision) -> Error {
+    let nearest = decision.rejected.iter().min_by(|a, b| {
+        a.factor
+            .unwrap_or(f64::INFINITY)
+            .total_cmp(&b.factor.unwrap_or(f64::INFINITY))
+    });
+    match nearest {
+        None => Error::NoMatch {
+            detail: "no provider bundle is registered for this market".to_owned(),
+        },
+        Some(r) => Error::NoMatch {
+            detail: format!(
+                "nearest: bundle {} misses {}{} ({})",
+                r.id,
+                r.binding,
+                r.factor.map_or(String::new(), |f| format!(" by {f:.3}×")),
+                r.violations
+                    .iter()
+                    .map(|v| v.detail.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        },
+    }
+}

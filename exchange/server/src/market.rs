@@ -1,0 +1,85 @@
+//! The market the service clears on: the model catalog and the matching engine, whose memory is a
+//! cache of the books' bundles (rebuilt at start, written through on every registration).
+
+use crate::books::Books;
+use crate::error::Result;
+use cx_exchange::clearing::Decision;
+use cx_exchange::engine::Engine;
+use cx_exchange::objective::Weights;
+use cx_exchange::routing::catalog::Catalog;
+use cx_protocol::{Bundle, Job};
+use std::sync::RwLock;
+
+/// The catalog and the engine.
+#[derive(Debug)]
+pub struct Market {
+    catalog: Catalog,
+    engine: RwLock<Engine>,
+}
+
+impl Market {
+    /// A market over `catalog` with no bundles yet.
+    pub fn new(catalog: Catalog, weights: Weights) -> Result<Self> {
+        Ok(Self {
+            catalog,
+            engine: RwLock::new(Engine::new(weights)?),
+        })
+    }
+
+    /// The engine rebuilt from every bundle the books hold (at start: the books are the truth).
+    pub async fn load(&self, books: &Books) -> Result<usize> {
+        let bundles = books.bundles().await?;
+        let mut engine = Engine::new(*self.engine_read().weights())?;
+        for bundle in bundles {
+            engine.upsert(bundle)?;
+        }
+        let count = engine.len();
+        *self.engine.write().unwrap_or_else(|e| e.into_inner()) = engine;
+        Ok(count)
+    }
+
+    /// Registers a bundle: validated, written to the books first, then to the engine.
+    pub async fn register(&self, books: &Books, bundle: Bundle) -> Result<()> {
+        bundle.validate().map_err(|e| e.within("bundle"))?;
+        books.upsert_bundle(&bundle).await?;
+        self.engine
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .upsert(bundle)?;
+        Ok(())
+    }
+
+    /// The catalog.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Every live bundle, by id.
+    pub fn bundles(&self) -> Vec<Bundle> {
+        let engine = self.engine_read();
+        let mut out: Vec<Bundle> = engine.bundles().cloned().collect();
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out
+    }
+
+    /// The full clearing decision for `job` (chosen bundle, every term, every rejection), and
+    /// what the chosen bundle would charge for it, wei.
+    pub fn clear(&self, job: &Job) -> Result<(Decision, Option<u128>)> {
+        let engine = self.engine_read();
+        let decision = engine.explain(job, None)?;
+        let charge = decision
+            .chosen
+            .as_deref()
+            .and_then(|id| engine.bundle(id))
+            .map(|b| {
+                cx_protocol::price::charge_wei(b.price_wei_per_s, job.compute_flops / b.flops_per_s)
+            });
+        Ok((decision, charge))
+    }
+
+    fn engine_read(&self) -> std::sync::RwLockReadGuard<'_, Engine> {
+        // A panic while holding the lock cannot leave the engine half-written: every mutation is
+        // one `upsert`, which validates before it changes anything.
+        self.engine.read().unwrap_or_else(|e| e.into_inner())
+    }
+}

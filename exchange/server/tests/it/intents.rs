@@ -1,0 +1,428 @@
+//! `POST /v1/intents` end to end on a real PostgreSQL, signed with the protocol's signer: a good
+//! intent is cleared onto the bundle that holds its base and held on its tab; every bad input is
+//! refused with our JSON error, the right status and no row written.
+
+use crate::common::TestDb;
+use alloy::primitives::{Address, B256};
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use cx_exchange::objective::Weights;
+use cx_exchange::routing::catalog::Catalog;
+use cx_exchange_server::api::{AppState, app};
+use cx_exchange_server::books::{Books, StoredBinding, TabEvent};
+use cx_exchange_server::intake::{InferenceRequest, Intake, request_hash};
+use cx_exchange_server::market::Market;
+use cx_protocol::order::{self, Intent, SigningKey};
+use cx_protocol::pq::Identity;
+use cx_protocol::{Bundle, DeterminismClass, Tier};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const CHAIN: u64 = 31337;
+const CATALOG: &str = include_str!("../../../core/catalog.example.toml");
+
+fn settlement() -> Address {
+    Address::repeat_byte(0x5e)
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+struct World {
+    _db: TestDb,
+    books: Books,
+    router: Router,
+    key: SigningKey,
+    pq: Identity,
+}
+
+fn bundle(id: &str, price_wei_per_s: u64, resident: bool) -> Bundle {
+    serde_json::from_value(json!({
+        "id": id, "provider": "op-a", "price_wei_per_s": price_wei_per_s,
+        "memory_bytes": 80_000_000_000u64, "bandwidth_bps": 1e9, "rtt_s": 0.01,
+        "flops_per_s": 4e14, "context_max": 32768, "determinism": ["D", "S"],
+        "tiers": ["T0", "T1"],
+        "resident_bases": if resident { vec!["llama-3.1-8b-instruct"] } else { vec![] },
+    }))
+    .unwrap()
+}
+
+async fn world() -> World {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    let market = Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
+    // A cheap bundle that would have to pull 16 GB over 1 Gb/s (128 s), and a dearer one that
+    // holds the base.
+    market
+        .register(&books, bundle("cold-cheap", 100_000, false))
+        .await
+        .unwrap();
+    market
+        .register(&books, bundle("warm", 1_000_000, true))
+        .await
+        .unwrap();
+    let key = SigningKey::from_slice(&[7; 32]).unwrap();
+    let pq = Identity::from_seed([9; 32]);
+    let account = order::account_of(&key);
+    books
+        .bind(&StoredBinding {
+            account,
+            chain_id: CHAIN,
+            mldsa_key: pq.public().to_bytes().to_vec(),
+            mldsa_key_hash: B256::from(pq.public().id().0),
+            binding: json!({}),
+        })
+        .await
+        .unwrap();
+    books
+        .apply_chain(
+            CHAIN,
+            &[TabEvent::Opened {
+                escrow_id: 3,
+                buyer: account,
+                amount_wei: 3_000,
+                deadline_s: now_s() + 3_600,
+                reference: B256::repeat_byte(1),
+                block: 1,
+            }],
+            &[],
+            2,
+        )
+        .await
+        .unwrap();
+    let intake = Intake::new(books.clone(), market, [(CHAIN, settlement())], 60);
+    World {
+        _db: db,
+        books,
+        router: app(AppState::with_intake(intake)),
+        key,
+        pq,
+    }
+}
+
+fn request() -> InferenceRequest {
+    InferenceRequest {
+        prompt: "Say hello in one word.".into(),
+        max_tokens: 16,
+    }
+}
+
+fn intent(nonce: u64) -> Intent {
+    Intent {
+        want: "llama-8b".into(),
+        adapter_id: None,
+        request_hash: request_hash(&request()),
+        deadline_s: now_s() + 30,
+        max_price_wei: 100_000,
+        min_tier: Tier::T1,
+        determinism: DeterminismClass::D,
+        tab_id: 3,
+        nonce,
+        expiry_s: now_s() + 60,
+    }
+}
+
+impl World {
+    fn body(&self, intent: Intent) -> Value {
+        let signed = order::sign(
+            intent,
+            &order::domain(CHAIN, settlement()),
+            &self.key,
+            &self.pq,
+        )
+        .unwrap();
+        json!({ "intent": signed, "request": request() })
+    }
+
+    async fn post(&self, body: &Value) -> (StatusCode, Value) {
+        self.call(
+            Request::post("/v1/intents")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_string()))
+                .unwrap(),
+        )
+        .await
+    }
+
+    async fn call(&self, request: Request<Body>) -> (StatusCode, Value) {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn rows(&self) -> (i64, i64, String) {
+        let count = |t: &'static str| async move {
+            sqlx::query_scalar::<_, i64>(&format!("SELECT count(*) FROM {t}"))
+                .fetch_one(self.books.pool())
+                .await
+                .unwrap()
+        };
+        let held = self.books.tab(CHAIN, 3).await.unwrap().unwrap().held_wei;
+        (
+            count("exchange_orders").await,
+            count("exchange_jobs").await,
+            held.to_string(),
+        )
+    }
+}
+
+#[tokio::test]
+async fn a_signed_intent_is_cleared_onto_the_bundle_that_holds_its_base_and_held_on_its_tab() {
+    let w = world().await;
+    let (status, body) = w.post(&w.body(intent(1))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["bundle_id"], "warm");
+    assert_eq!(body["status"], "assigned");
+    let cold = body["decision"]["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "cold-cheap")
+        .expect("the cheap bundle is explained");
+    assert_eq!(cold["binding"], "deadline");
+    let held: u128 = body["held_wei"].as_str().unwrap().parse().unwrap();
+    assert!(held > 0 && held <= 100_000);
+
+    let id = body["job_id"].as_str().unwrap();
+    let (status, job) = w
+        .call(
+            Request::get(format!("/v1/jobs/{id}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["status"], "assigned");
+    assert_eq!(job["decision"]["chosen"], "warm");
+    assert!(job["decision"]["terms"]["base_load"].is_number());
+    let account = order::account_of(&w.key);
+    let (status, list) = w
+        .call(
+            Request::get(format!("/v1/jobs?account={account}&status=assigned"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let (_, tab) = w
+        .call(
+            Request::get(format!("/v1/tabs/{CHAIN}/3"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(tab["held_wei"], held.to_string());
+
+    let (status, typed) = w
+        .call(
+            Request::get(format!("/v1/eip712/intent?chain_id={CHAIN}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(typed["primaryType"], "Intent");
+    assert_eq!(typed["domain"]["chainId"], CHAIN);
+}
+
+#[tokio::test]
+async fn every_bad_intent_is_refused_with_its_code_and_writes_nothing() {
+    let w = world().await;
+    let first = w.body(intent(1));
+    let (status, _) = w.post(&first).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let before = w.rows().await;
+
+    let mut cases: Vec<(&str, Value, StatusCode, &str)> = Vec::new();
+    let mut same_nonce = intent(1);
+    same_nonce.max_price_wei = 99_999;
+    cases.push((
+        "another order, same nonce",
+        w.body(same_nonce),
+        StatusCode::CONFLICT,
+        "nonce_reused",
+    ));
+    cases.push((
+        "the same order again",
+        first.clone(),
+        StatusCode::CONFLICT,
+        "order_exists",
+    ));
+    let mut wrong_domain = w.body(intent(2));
+    wrong_domain["intent"]["chain_id"] = json!(1);
+    cases.push((
+        "other chain",
+        wrong_domain,
+        StatusCode::BAD_REQUEST,
+        "unknown_chain",
+    ));
+    let other_contract = {
+        let signed = order::sign(
+            intent(2),
+            &order::domain(CHAIN, Address::repeat_byte(1)),
+            &w.key,
+            &w.pq,
+        )
+        .unwrap();
+        json!({ "intent": signed, "request": request() })
+    };
+    cases.push((
+        "other contract",
+        other_contract,
+        StatusCode::UNAUTHORIZED,
+        "wrong_domain",
+    ));
+    let mut no_cosig = w.body(intent(2));
+    no_cosig["intent"]["mldsa_signature"] = json!("0x");
+    cases.push((
+        "no co-signature",
+        no_cosig,
+        StatusCode::UNAUTHORIZED,
+        "cosignature_missing",
+    ));
+    let mut no_sig = w.body(intent(2));
+    no_sig["intent"]["signature"] = json!("0x");
+    cases.push((
+        "no signature",
+        no_sig,
+        StatusCode::UNAUTHORIZED,
+        "signature_missing",
+    ));
+    let mut tampered = w.body(intent(2));
+    tampered["intent"]["order"]["max_price_wei"] = json!("99999999");
+    cases.push(("tampered order", tampered, StatusCode::UNAUTHORIZED, ""));
+    let mut expired = intent(2);
+    expired.expiry_s = now_s() - 1;
+    cases.push((
+        "expired",
+        w.body(expired),
+        StatusCode::BAD_REQUEST,
+        "expired",
+    ));
+    let mut late = intent(2);
+    late.deadline_s = now_s() - 1;
+    cases.push((
+        "deadline passed",
+        w.body(late),
+        StatusCode::BAD_REQUEST,
+        "deadline_passed",
+    ));
+    let mut unknown_tab = intent(2);
+    unknown_tab.tab_id = 99;
+    cases.push((
+        "unknown tab",
+        w.body(unknown_tab),
+        StatusCode::NOT_FOUND,
+        "unknown_tab",
+    ));
+    let mut dear = intent(2);
+    dear.max_price_wei = 1;
+    cases.push((
+        "limit below every ask",
+        w.body(dear),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "no_match",
+    ));
+    let mut zero = intent(2);
+    zero.max_price_wei = 0;
+    cases.push(("zero limit", w.body(zero), StatusCode::BAD_REQUEST, ""));
+    let mut model = intent(2);
+    model.want = "gpt-nothing".into();
+    cases.push((
+        "unknown model",
+        w.body(model),
+        StatusCode::NOT_FOUND,
+        "unknown_model",
+    ));
+    let mut tier = intent(2);
+    tier.min_tier = Tier::T3;
+    cases.push((
+        "tier no one offers",
+        w.body(tier),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "no_match",
+    ));
+    let mut hash = w.body(intent(2));
+    hash["request"]["max_tokens"] = json!(17);
+    cases.push((
+        "request not the signed one",
+        hash,
+        StatusCode::BAD_REQUEST,
+        "request_hash_mismatch",
+    ));
+    let mut unknown_field = w.body(intent(2));
+    unknown_field["priority"] = json!(1);
+    cases.push((
+        "unknown field",
+        unknown_field,
+        StatusCode::BAD_REQUEST,
+        "invalid_field",
+    ));
+    let unbound = {
+        let stranger = SigningKey::from_slice(&[8; 32]).unwrap();
+        let signed = order::sign(
+            intent(2),
+            &order::domain(CHAIN, settlement()),
+            &stranger,
+            &w.pq,
+        )
+        .unwrap();
+        json!({ "intent": signed, "request": request() })
+    };
+    cases.push((
+        "unbound account",
+        unbound,
+        StatusCode::UNAUTHORIZED,
+        "cosignature_unbound",
+    ));
+
+    for (what, body, status, code) in cases {
+        let (got, err) = w.post(&body).await;
+        assert_eq!(got, status, "{what}: {err}");
+        assert!(err["error"]["message"].is_string(), "{what}: {err}");
+        if !code.is_empty() {
+            assert_eq!(err["error"]["code"], code, "{what}: {err}");
+        }
+        assert_eq!(w.rows().await, before, "{what} wrote something");
+    }
+    let (status, err) = w.post(&json!("not an object")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+
+    // Overspending the tab: 3 000 wei at ~900 per job.
+    let mut accepted = 1;
+    for nonce in 10..30 {
+        let (status, err) = w.post(&w.body(intent(nonce))).await;
+        match status {
+            StatusCode::ACCEPTED => accepted += 1,
+            StatusCode::PAYMENT_REQUIRED => assert_eq!(err["error"]["code"], "tab_overspent"),
+            other => panic!("{other}: {err}"),
+        }
+    }
+    let tab = w.books.tab(CHAIN, 3).await.unwrap().unwrap();
+    assert!(tab.held_wei <= tab.amount_wei);
+    assert!(accepted > 1 && accepted < 21, "{accepted}");
+    assert!(
+        tab.available_wei() < tab.held_wei / accepted,
+        "the tab is spent to within one job"
+    );
+}
+
+#[tokio::test]
+async fn a_server_without_books_says_so() {
+    let response = app(AppState::new())
+        .oneshot(Request::get("/v1/models").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
