@@ -4,6 +4,7 @@
 //! status ([`ApiError`]); malformed bodies get the same shape because [`AppJson`] rejects with
 //! it, and unknown paths because the router's fallback answers with it.
 
+mod bindings;
 mod error;
 mod extract;
 mod health;
@@ -81,6 +82,7 @@ impl Default for AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
+        .route("/v1/bindings", post(bindings::bind))
         .route("/v1/intents", post(orders::submit_intent))
         .route("/v1/jobs", get(jobs::list_jobs))
         .route("/v1/jobs/{id}", get(jobs::job))

@@ -10,10 +10,10 @@ use axum::http::{Request, StatusCode, header};
 use cx_exchange::objective::Weights;
 use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::api::{AppState, app};
-use cx_exchange_server::books::{Books, StoredBinding, TabEvent};
+use cx_exchange_server::books::{Books, TabEvent};
 use cx_exchange_server::intake::{InferenceRequest, Intake, request_hash};
 use cx_exchange_server::market::Market;
-use cx_protocol::order::{self, Intent, SigningKey};
+use cx_protocol::order::{self, Binding, Intent, SigningKey};
 use cx_protocol::pq::Identity;
 use cx_protocol::{Bundle, DeterminismClass, Tier};
 use http_body_util::BodyExt;
@@ -71,16 +71,6 @@ async fn world() -> World {
     let pq = Identity::from_seed([9; 32]);
     let account = order::account_of(&key);
     books
-        .bind(&StoredBinding {
-            account,
-            chain_id: CHAIN,
-            mldsa_key: pq.public().to_bytes().to_vec(),
-            mldsa_key_hash: B256::from(pq.public().id().0),
-            binding: json!({}),
-        })
-        .await
-        .unwrap();
-    books
         .apply_chain(
             CHAIN,
             &[TabEvent::Opened {
@@ -97,13 +87,23 @@ async fn world() -> World {
         .await
         .unwrap();
     let intake = Intake::new(books.clone(), market, [(CHAIN, settlement())], 60);
-    World {
+    let w = World {
         _db: db,
         books,
         router: app(AppState::with_intake(intake)),
         key,
         pq,
-    }
+    };
+    let binding = Binding::sign(&w.key, &w.pq, &order::domain(CHAIN, settlement()), 0).unwrap();
+    let (status, body) = w
+        .send("/v1/bindings", &serde_json::to_value(&binding).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(
+        body["mldsa_key_hash"],
+        B256::from(w.pq.public().id().0).to_string()
+    );
+    w
 }
 
 fn request() -> InferenceRequest {
@@ -141,8 +141,12 @@ impl World {
     }
 
     async fn post(&self, body: &Value) -> (StatusCode, Value) {
+        self.send("/v1/intents", body).await
+    }
+
+    async fn send(&self, path: &str, body: &Value) -> (StatusCode, Value) {
         self.call(
-            Request::post("/v1/intents")
+            Request::post(path)
                 .header(header::CONTENT_TYPE, "application/json")
                 .body(Body::from(body.to_string()))
                 .unwrap(),
@@ -416,6 +420,37 @@ async fn every_bad_intent_is_refused_with_its_code_and_writes_nothing() {
         tab.available_wei() < tab.held_wei / accepted,
         "the tab is spent to within one job"
     );
+}
+
+#[tokio::test]
+async fn a_binding_must_verify_both_ways_and_a_key_binds_one_account() {
+    let w = world().await;
+    let domain = order::domain(CHAIN, settlement());
+    // Binding the same key again is a no-op.
+    let again = Binding::sign(&w.key, &w.pq, &domain, 1).unwrap();
+    let (status, _) = w
+        .send("/v1/bindings", &serde_json::to_value(&again).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    // Another account claiming the same key: the key's half names the first account.
+    let stranger = SigningKey::from_slice(&[8; 32]).unwrap();
+    let mut stolen =
+        serde_json::to_value(Binding::sign(&stranger, &w.pq, &domain, 0).unwrap()).unwrap();
+    let (status, err) = w.send("/v1/bindings", &stolen).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    assert_eq!(err["error"]["code"], "key_bound");
+    // A binding whose account was swapped after signing verifies for no one.
+    stolen["account"] = json!(order::account_of(&w.key));
+    let (status, err) = w.send("/v1/bindings", &stolen).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{err}");
+    // The account's key is still the first one.
+    let other = Identity::from_seed([3; 32]);
+    let swap = Binding::sign(&w.key, &other, &domain, 2).unwrap();
+    let (status, err) = w
+        .send("/v1/bindings", &serde_json::to_value(&swap).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    assert_eq!(err["error"]["code"], "account_bound");
 }
 
 #[tokio::test]

@@ -1,0 +1,47 @@
+//! `POST /v1/bindings`: an account binds its ML-DSA-65 key, once. Both halves are checked (the
+//! account's EIP-712 signature over `PqBinding`, the key's signature over the account) before the
+//! books keep it; binding the same key again is a no-op, another key is a conflict.
+
+use super::{ApiError, AppJson, AppState};
+use crate::books::StoredBinding;
+use alloy::primitives::{Address, B256};
+use axum::extract::State;
+use axum::http::StatusCode;
+use cx_protocol::order::Binding;
+use serde::Serialize;
+
+/// What a stored binding says.
+#[derive(Debug, Serialize)]
+pub(super) struct Bound {
+    account: Address,
+    mldsa_key_hash: B256,
+}
+
+pub(super) async fn bind(
+    State(state): State<AppState>,
+    AppJson(binding): AppJson<Binding>,
+) -> Result<(StatusCode, AppJson<Bound>), ApiError> {
+    let intake = state.intake()?;
+    let domain = intake
+        .domain(binding.chain_id)
+        .ok_or_else(|| ApiError::invalid("chain_id", "not a chain this exchange serves"))?;
+    let bound = binding.verify(domain).map_err(crate::Error::from)?;
+    let mldsa_key_hash = B256::from(bound.key_id.0);
+    intake
+        .books()
+        .bind(&StoredBinding {
+            account: bound.account,
+            chain_id: binding.chain_id,
+            mldsa_key: bound.key.to_bytes().to_vec(),
+            mldsa_key_hash,
+            binding: serde_json::to_value(&binding).map_err(crate::Error::from)?,
+        })
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        AppJson(Bound {
+            account: bound.account,
+            mldsa_key_hash,
+        }),
+    ))
+}
