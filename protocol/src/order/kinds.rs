@@ -517,6 +517,9 @@ impl Order for TabTerms {
     fn deadline(&self) -> Option<(&'static str, u64)> {
         Some(("deadline_s", self.deadline_s))
     }
+    fn named_signer(&self) -> Option<(&'static str, Address)> {
+        Some(("buyer", self.buyer))
+    }
 }
 
 /// A session key (SPEC §3): lets a bearer of the secret whose SHA-256 is `bearer_hash` spend
@@ -660,5 +663,8 @@ impl Order for PqBinding {
     }
     fn deadline(&self) -> Option<(&'static str, u64)> {
         None
+    }
+    fn named_signer(&self) -> Option<(&'static str, Address)> {
+        Some(("account", self.account))
     }
 }

@@ -201,6 +201,11 @@ pub trait Order:
     fn expiry_s(&self) -> Option<u64>;
     /// The field and unix-seconds value that must lie in the future when the order arrives.
     fn deadline(&self) -> Option<(&'static str, u64)>;
+    /// The field and account the order itself names as its signer, if it names one (a tab's
+    /// `buyer`, a binding's `account`): the signature must recover exactly that account.
+    fn named_signer(&self) -> Option<(&'static str, Address)> {
+        None
+    }
 
     /// The EIP-712 signing hash `keccak256(0x19 ‖ 0x01 ‖ domainSeparator ‖ hashStruct(order))`.
     fn signing_hash(&self, domain: &Eip712Domain) -> B256 {

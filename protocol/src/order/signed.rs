@@ -272,6 +272,15 @@ impl<T: Order> Signed<T> {
                 recovered: recovered.to_string(),
             });
         }
+        if let Some((field, named)) = self.order.named_signer()
+            && named != recovered
+        {
+            return Err(Error::SignerMismatch {
+                field: format!("order.{field}"),
+                claimed: named.to_string(),
+                recovered: recovered.to_string(),
+            });
+        }
         Ok(Verified {
             account: recovered,
             digest,

@@ -561,6 +561,30 @@ fn session_grant_names_its_bearer_by_hash() {
 }
 
 #[test]
+fn tab_terms_must_be_signed_by_their_buyer() {
+    // Terms naming someone else as buyer, signed by our account, are refused: a tab's ref must
+    // commit to terms its buyer signed.
+    let mut terms = tab_terms();
+    terms.buyer = Address::repeat_byte(0xbb);
+    let signed = order::sign(terms, &chain(), &account_key(), &pq()).unwrap();
+    let err = signed.verify(&chain(), NOW_S, bound).unwrap_err();
+    assert_eq!(
+        (err.code(), err.field()),
+        ("signature_wrong", "order.buyer")
+    );
+    let mut binding = pq_binding();
+    binding.account = Address::repeat_byte(0xbb);
+    let signed = order::sign(binding, &chain(), &account_key(), &pq()).unwrap();
+    assert_eq!(
+        signed
+            .verify_signatures(&chain(), bound)
+            .unwrap_err()
+            .field(),
+        "order.account"
+    );
+}
+
+#[test]
 fn tab_ref_binds_chain_and_contract() {
     let terms = tab_terms();
     let here = terms.tab_ref(&chain());
