@@ -10,6 +10,7 @@ mod extract;
 mod health;
 mod jobs;
 mod market;
+mod metrics;
 mod orders;
 
 pub use error::ApiError;
@@ -32,6 +33,7 @@ pub struct AppState {
 struct Inner {
     started_at: Instant,
     intake: Option<Intake>,
+    metrics: metrics::Metrics,
 }
 
 impl AppState {
@@ -42,6 +44,7 @@ impl AppState {
             inner: Arc::new(Inner {
                 started_at: Instant::now(),
                 intake: None,
+                metrics: metrics::Metrics::default(),
             }),
         }
     }
@@ -52,8 +55,13 @@ impl AppState {
             inner: Arc::new(Inner {
                 started_at: Instant::now(),
                 intake: Some(intake),
+                metrics: metrics::Metrics::default(),
             }),
         }
+    }
+
+    fn metrics(&self) -> &metrics::Metrics {
+        &self.inner.metrics
     }
 
     /// The intake path, or the 503 a server without books answers.
@@ -82,6 +90,7 @@ impl Default for AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
+        .route("/metrics", get(metrics::metrics))
         .route("/v1/bindings", post(bindings::bind))
         .route("/v1/intents", post(orders::submit_intent))
         .route("/v1/jobs", get(jobs::list_jobs))

@@ -9,8 +9,20 @@ pub(super) async fn submit_intent(
     State(state): State<AppState>,
     AppJson(submission): AppJson<IntentSubmission>,
 ) -> Result<(StatusCode, AppJson<Accepted>), ApiError> {
-    let accepted = state.intake()?.submit_intent(&submission, now_s()).await?;
-    Ok((StatusCode::ACCEPTED, AppJson(accepted)))
+    let started = std::time::Instant::now();
+    let result = async { Ok(state.intake()?.submit_intent(&submission, now_s()).await?) }.await;
+    let micros = started.elapsed().as_micros() as u64;
+    match result {
+        Ok(accepted) => {
+            state.metrics().accepted(micros);
+            Ok((StatusCode::ACCEPTED, AppJson(accepted)))
+        }
+        Err(err) => {
+            let err: ApiError = err;
+            state.metrics().refused(err.code(), micros);
+            Err(err)
+        }
+    }
 }
 
 /// The exchange's clock, unix seconds: expiries and deadlines are judged against it.

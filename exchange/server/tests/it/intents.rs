@@ -402,6 +402,23 @@ async fn every_bad_intent_is_refused_with_its_code_and_writes_nothing() {
     }
     let (status, err) = w.post(&json!("not an object")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+    let metrics = w
+        .router
+        .clone()
+        .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+        .await
+        .unwrap()
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes();
+    let text = String::from_utf8_lossy(&metrics);
+    assert!(text.contains("cx_intents_accepted_total 1\n"), "{text}");
+    assert!(
+        text.contains("cx_intents_refused_total{code=\"nonce_reused\"} 1\n"),
+        "{text}"
+    );
 
     // Overspending the tab: 3 000 wei at ~900 per job.
     let mut accepted = 1;
