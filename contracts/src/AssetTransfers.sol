@@ -15,13 +15,24 @@ library AssetTransfers {
     /// @notice Raised when a native transfer is refused.
     error AssetNativeTransferFailed(address to, uint256 amount);
 
-    /// @notice Takes `amount` from msg.sender into this contract.
+    /// @notice Raised when a token delivers less than the amount transferred (a fee-on-transfer or
+    /// rebasing token): crediting `amount` would promise funds the contract does not hold.
+    error AssetTransferShortfall(uint256 expected, uint256 received);
+
+    /// @notice Takes exactly `amount` from msg.sender into this contract.
+    /// @dev The caller credits `amount` before calling (checks-effects-interactions), so the
+    /// token must deliver all of it: the balance delta is checked, and a token that delivers less
+    /// is refused rather than credited at face value. (A balance that grows during the transfer
+    /// by more than `amount` is refused too: only an exact delta is known to be this deposit.)
     function pullIn(address asset, uint256 amount) internal {
         if (asset == address(0)) {
             if (msg.value != amount) revert AssetWrongMsgValue(amount, msg.value);
         } else {
             if (msg.value != 0) revert AssetWrongMsgValue(0, msg.value);
+            uint256 before = IERC20(asset).balanceOf(address(this));
             IERC20(asset).safeTransferFrom(msg.sender, address(this), amount);
+            uint256 received = IERC20(asset).balanceOf(address(this)) - before;
+            if (received != amount) revert AssetTransferShortfall(amount, received);
         }
     }
 

@@ -6,6 +6,8 @@ import {IEscrow} from "../src/interfaces/IEscrow.sol";
 import {Escrow} from "../src/Escrow.sol";
 import {Settlement} from "../src/Settlement.sol";
 import {AssetTransfers} from "../src/AssetTransfers.sol";
+import {ProviderRegistry} from "../src/ProviderRegistry.sol";
+import {FeeOnTransferToken} from "./mocks/FeeOnTransferToken.sol";
 
 /// @notice Escrow: deposits, withdrawals, per-job escrows, reclaims and claims, each function and
 /// each refusal (every refusal also checks that balances did not move).
@@ -355,5 +357,52 @@ contract Refuser {
 
     receive() external payable {
         if (refuse) revert("no");
+    }
+}
+
+/// @notice A deployment whose asset charges a fee on transfer.
+/// What broke: `deposit(amount)` credited `amount` whatever arrived, so with a fee-on-transfer
+/// token every deposit promised more than the contract held, and the last withdrawals would
+/// fail (or be paid from other parties' funds).
+contract FeeOnTransferEscrowTest is Deployment {
+    FeeOnTransferToken internal feeToken;
+    Settlement internal feeSettlement;
+    ProviderRegistry internal feeRegistry;
+
+    function setUp() public override {
+        super.setUp();
+        feeToken = new FeeOnTransferToken();
+        feeSettlement = new Settlement(address(feeToken), GRACE_S, groupX, groupParity);
+        feeRegistry = new ProviderRegistry(feeSettlement, MIN_STAKE, UNBONDING_S);
+        feeToken.mint(BUYER, 1_000_000e6);
+        vm.prank(BUYER);
+        feeToken.approve(address(feeSettlement), type(uint256).max);
+        vm.prank(BUYER);
+        feeToken.approve(address(feeRegistry), type(uint256).max);
+    }
+
+    function test_RevertWhen_DepositOfFeeOnTransferTokenDeliversLess() public {
+        vm.prank(BUYER);
+        vm.expectRevert(abi.encodeWithSelector(AssetTransfers.AssetTransferShortfall.selector, 1_000e6, 990e6));
+        feeSettlement.deposit(1_000e6);
+        vm.assertEq(feeSettlement.balanceOf(BUYER), 0);
+        vm.assertEq(feeToken.balanceOf(address(feeSettlement)), 0);
+    }
+
+    function test_RevertWhen_StakeOfFeeOnTransferTokenDeliversLess() public {
+        vm.prank(BUYER);
+        vm.expectRevert(
+            abi.encodeWithSelector(AssetTransfers.AssetTransferShortfall.selector, MIN_STAKE, MIN_STAKE * 99 / 100)
+        );
+        feeRegistry.stake(MIN_STAKE);
+        vm.assertEq(feeToken.balanceOf(address(feeRegistry)), 0);
+    }
+
+    /// The credited balance always equals what the contract received.
+    function testFuzz_DepositCreditsWhatArrived(uint256 amount) public {
+        amount = bound(amount, 1, 1_000_000e6);
+        uint256 before = token.balanceOf(address(settlement));
+        depositAs(BUYER, amount);
+        vm.assertEq(settlement.balanceOf(BUYER), token.balanceOf(address(settlement)) - before);
     }
 }
