@@ -467,8 +467,17 @@ impl Signer {
         Ok((pending, key))
     }
 
-    async fn chain(&self, chain_id: u64) -> std::result::Result<ChainView, String> {
-        if let Some(view) = lock(&self.chains).get(&chain_id) {
+    /// The view of `chain_id` from the registry file. With `contract`, a cached view of another
+    /// `Settlement` is read again from the file first: after a redeploy, the registry names the
+    /// new contract and this signer follows it (what it signed stays bound to the old one).
+    async fn chain(
+        &self,
+        chain_id: u64,
+        contract: Option<Address>,
+    ) -> std::result::Result<ChainView, String> {
+        if let Some(view) = lock(&self.chains).get(&chain_id)
+            && contract.is_none_or(|c| c == view.deployment.settlement)
+        {
             return Ok(view.clone());
         }
         let file = cx_contracts::DeploymentsFile::load(&self.config.deployments_file)
@@ -486,7 +495,7 @@ impl Signer {
         batch: &ChainBatch,
         key: &StoredKey,
     ) -> std::result::Result<ChainBatch, String> {
-        let chain = self.chain(batch.chain_id).await?;
+        let chain = self.chain(batch.chain_id, Some(batch.contract)).await?;
         let e = |e: Error| e.to_string();
         if batch.contract != chain.deployment.settlement {
             return Err(format!(
@@ -627,7 +636,7 @@ impl Signer {
         let rivals = lock(&self.log).rivals(&batch, digest);
         let mut dead = Vec::new();
         if !rivals.is_empty() {
-            let chain = self.chain(batch.chain_id).await?;
+            let chain = self.chain(batch.chain_id, Some(batch.contract)).await?;
             for (rival, escrow_ids) in rivals {
                 for id in escrow_ids {
                     if chain.reclaimed(id).await.map_err(|e| e.to_string())? {
@@ -675,7 +684,7 @@ impl Signer {
                 )
             })?;
         self.check_key_rule(&new_key)?;
-        let chain = self.chain(request.chain_id).await?;
+        let chain = self.chain(request.chain_id, None).await?;
         let e = |e: Error| e.to_string();
         let on_chain = chain.group_key().await.map_err(e)?;
         let current =
