@@ -9,14 +9,16 @@ import {FrostVerifier} from "./FrostVerifier.sol";
 /// once, only with a FROST(secp256k1, SHA-256) signature (RFC 9591) by the signer committee's
 /// group key over a domain-separated batch message.
 /// @dev The batch message is `batchDigest(...)`: keccak256 of the ABI encoding of
-/// (BATCH_TAG, chain id, this contract, nonce, receiptsRoot, balancesRoot, keccak256 of the packed
-/// settled ranges). Chain id and address keep a signature from being replayed on another chain or
-/// deployment; the strictly increasing nonce keeps it from being replayed here. The 32-byte digest
+/// (BATCH_TAG, chain id, this contract, key epoch, nonce, receiptsRoot, balancesRoot, keccak256 of
+/// the packed settled ranges). Chain id and address keep a signature from being replayed on
+/// another chain or deployment; the strictly increasing nonce keeps it from being replayed here;
+/// the key epoch keeps a batch signed under one key epoch from landing under another (a key
+/// rotated away and back, or a signature a retired committee made and held back). The 32-byte digest
 /// is the FROST message. A batch moves no funds: it posts the cumulative-balances root, closes the
 /// settled escrows and adds their amount to `totalSettled`.
 contract Settlement is Escrow {
     /// @notice Domain tag of batch messages.
-    bytes32 public constant BATCH_TAG = keccak256("compute-exchange/settlement/batch/v1");
+    bytes32 public constant BATCH_TAG = keccak256("compute-exchange/settlement/batch/v2");
     /// @notice Domain tag of group-key rotation messages.
     bytes32 public constant ROTATE_TAG = keccak256("compute-exchange/settlement/rotate-key/v1");
 
@@ -36,23 +38,28 @@ contract Settlement is Escrow {
         emit GroupKeyRotated(0, groupKeyX_, groupKeyParity_);
     }
 
-    /// @notice The message a batch's signature covers (see the contract's notes).
+    /// @notice The message a batch's signature covers under key epoch `keyEpoch` (see the
+    /// contract's notes); `settleBatch` checks it with the current epoch.
     function batchDigest(
+        uint32 keyEpoch,
         uint64 nonce,
         bytes32 receiptsRoot,
         bytes32 newBalancesRoot,
         uint256[] calldata ranges
     ) public view returns (bytes32) {
-        return _batchDigest(nonce, receiptsRoot, newBalancesRoot, ranges);
+        return _batchDigest(keyEpoch, nonce, receiptsRoot, newBalancesRoot, ranges);
     }
 
-    /// @dev keccak256(abi.encode(BATCH_TAG, chainid, this, nonce, receiptsRoot, balancesRoot,
-    /// keccak256(abi.encodePacked(ranges)))) in assembly: the same bytes without the allocations.
-    function _batchDigest(uint64 nonce, bytes32 receiptsRoot, bytes32 newBalancesRoot, uint256[] calldata ranges)
-        internal
-        view
-        returns (bytes32 digest)
-    {
+    /// @dev keccak256(abi.encode(BATCH_TAG, chainid, this, keyEpoch, nonce, receiptsRoot,
+    /// balancesRoot, keccak256(abi.encodePacked(ranges)))) in assembly: the same bytes without the
+    /// allocations.
+    function _batchDigest(
+        uint256 keyEpoch,
+        uint64 nonce,
+        bytes32 receiptsRoot,
+        bytes32 newBalancesRoot,
+        uint256[] calldata ranges
+    ) internal view returns (bytes32 digest) {
         bytes32 tag = BATCH_TAG;
         assembly ("memory-safe") {
             let ptr := mload(0x40)
@@ -62,11 +69,12 @@ contract Settlement is Escrow {
             mstore(ptr, tag)
             mstore(add(ptr, 0x20), chainid())
             mstore(add(ptr, 0x40), address())
-            mstore(add(ptr, 0x60), nonce)
-            mstore(add(ptr, 0x80), receiptsRoot)
-            mstore(add(ptr, 0xa0), newBalancesRoot)
-            mstore(add(ptr, 0xc0), rangesHash)
-            digest := keccak256(ptr, 0xe0)
+            mstore(add(ptr, 0x60), keyEpoch)
+            mstore(add(ptr, 0x80), nonce)
+            mstore(add(ptr, 0xa0), receiptsRoot)
+            mstore(add(ptr, 0xc0), newBalancesRoot)
+            mstore(add(ptr, 0xe0), rangesHash)
+            digest := keccak256(ptr, 0x100)
         }
     }
 
@@ -93,7 +101,7 @@ contract Settlement is Escrow {
         }
         uint64 lastNonce = uint64(state);
         if (nonce <= lastNonce) revert BatchNonceNotIncreasing(nonce, lastNonce);
-        bytes32 digest = _batchDigest(nonce, receiptsRoot, newBalancesRoot, ranges);
+        bytes32 digest = _batchDigest(uint32(state >> 64), nonce, receiptsRoot, newBalancesRoot, ranges);
         if (!FrostVerifier.verify(groupKeyX, uint8(state >> 96), digest, signature)) revert InvalidSignature();
         (uint256 settledAmount,) = _settleRanges(ranges);
         // totalSettled <= totalOpened < 2^128 (every escrow is counted once), so it cannot overflow.

@@ -314,7 +314,7 @@ contract NativeEscrowTest is Deployment {
         leaves[1] = leafOf(BUYER, 0.1 ether);
         bytes32 root = merkleRoot(leaves);
         uint256[] memory ranges = one(range(0, 1));
-        bytes32 digest = native.batchDigest(1, bytes32("r"), root, ranges);
+        bytes32 digest = native.batchDigest(0, 1, bytes32("r"), root, ranges);
         native.settleBatch(1, bytes32("r"), root, ranges, schnorrSign(GROUP_SECRET, digest));
         vm.prank(PROVIDER);
         native.claim(0.3 ether, merkleProof(leaves, 0));

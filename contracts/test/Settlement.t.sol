@@ -64,7 +64,7 @@ contract SettlementTest is Deployment {
     function test_RevertWhen_SignatureByOtherKey() public {
         _openMany(1);
         uint256[] memory ranges = one(range(0, 1));
-        bytes32 digest = settlement.batchDigest(1, bytes32("r"), bytes32("b"), ranges);
+        bytes32 digest = settlement.batchDigest(0, 1, bytes32("r"), bytes32("b"), ranges);
         FrostVerifier.Signature memory sig = schnorrSign(GROUP_SECRET + 1, digest);
         vm.expectRevert(ISettlement.InvalidSignature.selector);
         settlement.settleBatch(1, bytes32("r"), bytes32("b"), ranges, sig);
@@ -141,7 +141,9 @@ contract SettlementTest is Deployment {
         start = bound(start, 0, count - 1);
         len = bound(len, 1, count - start);
         uint256 expected = 0;
-        for (uint256 i = start; i < start + len; ++i) expected += amounts[i];
+        for (uint256 i = start; i < start + len; ++i) {
+            expected += amounts[i];
+        }
         settle(1, bytes32("b"), one(range(uint64(start), uint64(start + len))));
         (,,,, uint128 totalSettled) = settlement.batchState();
         vm.assertEq(totalSettled, expected);
@@ -157,7 +159,7 @@ contract SettlementTest is Deployment {
         // The old key no longer settles; the new one does.
         _openMany(2);
         uint256[] memory ranges = one(range(0, 1));
-        bytes32 digest = settlement.batchDigest(1, bytes32("r"), bytes32("b"), ranges);
+        bytes32 digest = settlement.batchDigest(1, 1, bytes32("r"), bytes32("b"), ranges);
         FrostVerifier.Signature memory old = schnorrSign(GROUP_SECRET, digest);
         vm.expectRevert(ISettlement.InvalidSignature.selector);
         settlement.settleBatch(1, bytes32("r"), bytes32("b"), ranges, old);
@@ -183,11 +185,9 @@ contract SettlementTest is Deployment {
 
     function test_RevertWhen_RotationReplayed() public {
         (uint256 newX, uint8 newParity) = keyOf(0xBEEF);
-        FrostVerifier.Signature memory toNew =
-            schnorrSign(GROUP_SECRET, settlement.rotationDigest(0, newX, newParity));
+        FrostVerifier.Signature memory toNew = schnorrSign(GROUP_SECRET, settlement.rotationDigest(0, newX, newParity));
         settlement.rotateGroupKey(newX, newParity, toNew);
-        FrostVerifier.Signature memory back =
-            schnorrSign(0xBEEF, settlement.rotationDigest(1, groupX, groupParity));
+        FrostVerifier.Signature memory back = schnorrSign(0xBEEF, settlement.rotationDigest(1, groupX, groupParity));
         settlement.rotateGroupKey(groupX, groupParity, back);
         // Back at the first key, epoch 2: the epoch-0 message is stale.
         vm.expectRevert(ISettlement.InvalidSignature.selector);
@@ -195,6 +195,29 @@ contract SettlementTest is Deployment {
         (uint256 x,, uint32 epoch) = settlement.groupKey();
         vm.assertEq(x, groupX);
         vm.assertEq(epoch, 2);
+    }
+
+    /// What broke: the batch digest did not name the key epoch, so a batch the committee
+    /// signed and someone held back stayed valid under a later epoch of the same key (a key
+    /// rotated away and back). Now the digest binds the epoch it was signed under.
+    function test_RevertWhen_BatchSignedUnderAnotherKeyEpoch() public {
+        _openMany(1);
+        uint256[] memory ranges = one(range(0, 1));
+        FrostVerifier.Signature memory held = signBatch(1, bytes32("r"), bytes32("b"), ranges);
+        (uint256 newX, uint8 newParity) = keyOf(0xBEEF);
+        settlement.rotateGroupKey(
+            newX, newParity, schnorrSign(GROUP_SECRET, settlement.rotationDigest(0, newX, newParity))
+        );
+        settlement.rotateGroupKey(
+            groupX, groupParity, schnorrSign(0xBEEF, settlement.rotationDigest(1, groupX, groupParity))
+        );
+        // The same key is back (epoch 2); the batch it signed at epoch 0 does not land.
+        vm.expectRevert(ISettlement.InvalidSignature.selector);
+        settlement.settleBatch(1, bytes32("r"), bytes32("b"), ranges, held);
+        vm.assertTrue(settlement.isOpen(0));
+        // Signed again under epoch 2, it does.
+        settlement.settleBatch(1, bytes32("r"), bytes32("b"), ranges, signBatch(1, bytes32("r"), bytes32("b"), ranges));
+        vm.assertFalse(settlement.isOpen(0));
     }
 
     function test_RevertWhen_RotationToInvalidKey() public {

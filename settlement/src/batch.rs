@@ -1,17 +1,18 @@
 //! The batch message: what the committee signs and `Settlement.settleBatch` checks.
 //!
-//! The digest is keccak256 of the ABI encoding of (BATCH_TAG, chain id, contract address, nonce,
-//! receipts root, balances root, keccak256 of the packed settled ranges), byte for byte what
-//! `Settlement.batchDigest` computes; the 32-byte digest is the FROST message. Binding chain id and
-//! contract stops cross-chain and cross-deployment replay; the strictly increasing nonce stops
-//! replay on the same contract.
+//! The digest is keccak256 of the ABI encoding of (BATCH_TAG, chain id, contract address, key
+//! epoch, nonce, receipts root, balances root, keccak256 of the packed settled ranges), byte for
+//! byte what `Settlement.batchDigest` computes; the 32-byte digest is the FROST message. Binding
+//! chain id and contract stops cross-chain and cross-deployment replay; the strictly increasing
+//! nonce stops replay on the same contract; the key epoch stops a batch signed under one epoch
+//! from landing under another (a key rotated away and back).
 
 use alloy::primitives::{Address, B256, U256, keccak256};
 use alloy::sol_types::SolValue;
 
 /// Domain tag of batch messages (`Settlement.BATCH_TAG`).
 pub fn batch_tag() -> B256 {
-    keccak256(b"compute-exchange/settlement/batch/v1")
+    keccak256(b"compute-exchange/settlement/batch/v2")
 }
 
 /// Domain tag of group-key rotations (`Settlement.ROTATE_TAG`).
@@ -75,6 +76,8 @@ pub struct BatchMessage {
     pub chain_id: u64,
     /// The `Settlement` contract.
     pub contract: Address,
+    /// The contract's group-key epoch the batch is signed under (`groupKey().epoch`).
+    pub key_epoch: u32,
     /// Strictly increasing batch nonce.
     pub nonce: u64,
     /// Merkle root of the batch's receipts.
@@ -103,6 +106,7 @@ impl BatchMessage {
                 batch_tag(),
                 U256::from(self.chain_id),
                 self.contract,
+                U256::from(self.key_epoch),
                 self.nonce,
                 self.receipts_root,
                 self.balances_root,
@@ -190,6 +194,7 @@ mod tests {
         let base = BatchMessage {
             chain_id: 31337,
             contract: Address::repeat_byte(0xcc),
+            key_epoch: 0,
             nonce: 1,
             receipts_root: B256::repeat_byte(1),
             balances_root: B256::repeat_byte(2),
@@ -203,6 +208,10 @@ mod tests {
             },
             BatchMessage {
                 contract: Address::repeat_byte(0xcd),
+                ..base.clone()
+            },
+            BatchMessage {
+                key_epoch: 1,
                 ..base.clone()
             },
             BatchMessage {

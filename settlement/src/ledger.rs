@@ -66,6 +66,9 @@ pub struct ChainBatch {
     pub chain_id: u64,
     /// The chain's `Settlement` contract.
     pub contract: Address,
+    /// The contract's group-key epoch the batch is signed under (part of the digest).
+    #[serde(default)]
+    pub key_epoch: u32,
     /// Batch nonce on that contract.
     pub nonce: u64,
     /// The provider-signed receipts, in leaf order.
@@ -89,6 +92,7 @@ impl ChainBatch {
         BatchMessage {
             chain_id: self.chain_id,
             contract: self.contract,
+            key_epoch: self.key_epoch,
             nonce: self.nonce,
             receipts_root: self.receipts_root,
             balances_root: self.balances_root,
@@ -124,6 +128,7 @@ fn refuse(reason: String) -> Error {
 pub fn assemble(
     chain_id: u64,
     contract: Address,
+    key_epoch: u32,
     nonce: u64,
     receipts: Vec<SignedReceipt>,
     escrows: &HashMap<u64, Escrow>,
@@ -189,6 +194,7 @@ pub fn assemble(
     Ok(ChainBatch {
         chain_id,
         contract,
+        key_epoch,
         nonce,
         receipts,
         escrows: ordered,
@@ -203,6 +209,12 @@ pub fn assemble(
 /// reasons a signer can give (empty when they agree).
 pub fn differences(proposed: &ChainBatch, recomputed: &ChainBatch) -> Vec<String> {
     let mut out = Vec::new();
+    if proposed.key_epoch != recomputed.key_epoch {
+        out.push(format!(
+            "key epoch {} is not the contract's current epoch {}",
+            proposed.key_epoch, recomputed.key_epoch
+        ));
+    }
     if proposed.escrows != recomputed.escrows {
         out.push("escrows differ from what the chain reports".to_string());
     }
@@ -285,6 +297,7 @@ mod tests {
         let first = assemble(
             7,
             Address::ZERO,
+            0,
             1,
             vec![signed(&p, 0, 60), signed(&p, 1, 100)],
             &escrows(100, &[0, 1]),
@@ -304,6 +317,7 @@ mod tests {
         let second = assemble(
             7,
             Address::ZERO,
+            0,
             2,
             vec![signed(&p, 2, 10)],
             &escrows(100, &[2]),
@@ -321,7 +335,7 @@ mod tests {
     fn overclaims_duplicates_and_wrong_buyers_are_refused() {
         let p = Identity::from_seed([3; 32]);
         let e = escrows(100, &[0, 1]);
-        let err = assemble(7, Address::ZERO, 1, vec![signed(&p, 0, 101)], &e, vec![]);
+        let err = assemble(7, Address::ZERO, 0, 1, vec![signed(&p, 0, 101)], &e, vec![]);
         assert!(
             err.unwrap_err()
                 .to_string()
@@ -330,6 +344,7 @@ mod tests {
         let err = assemble(
             7,
             Address::ZERO,
+            0,
             1,
             vec![signed(&p, 0, 1), signed(&p, 0, 1)],
             &e,
@@ -338,9 +353,17 @@ mod tests {
         assert!(err.unwrap_err().to_string().contains("twice"));
         let mut other = e.clone();
         other.get_mut(&0).unwrap().buyer = Address::repeat_byte(1);
-        let err = assemble(7, Address::ZERO, 1, vec![signed(&p, 0, 1)], &other, vec![]);
+        let err = assemble(
+            7,
+            Address::ZERO,
+            0,
+            1,
+            vec![signed(&p, 0, 1)],
+            &other,
+            vec![],
+        );
         assert!(err.unwrap_err().to_string().contains("names buyer"));
-        let err = assemble(8, Address::ZERO, 1, vec![signed(&p, 0, 1)], &e, vec![]);
+        let err = assemble(8, Address::ZERO, 0, 1, vec![signed(&p, 0, 1)], &e, vec![]);
         assert!(err.unwrap_err().to_string().contains("not 8"));
     }
 
@@ -348,7 +371,7 @@ mod tests {
     fn a_tampered_balance_is_named() {
         let p = Identity::from_seed([3; 32]);
         let e = escrows(100, &[0]);
-        let honest = assemble(7, Address::ZERO, 1, vec![signed(&p, 0, 60)], &e, vec![]).unwrap();
+        let honest = assemble(7, Address::ZERO, 0, 1, vec![signed(&p, 0, 60)], &e, vec![]).unwrap();
         let mut tampered = honest.clone();
         tampered.new_balances[0].1 += U256::from(1);
         tampered.balances_root = BalancesTree::new(tampered.new_balances.clone())

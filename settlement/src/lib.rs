@@ -6,7 +6,8 @@
 //! - [`merkle`]: the receipts of a batch and every party's cumulative credits become two Merkle
 //!   roots (same hashing as `contracts/src/Escrow.sol`, so a [`merkle::BalancesTree`] proof is
 //!   what `Escrow.claim` accepts);
-//! - [`batch`]: the roots, the settled escrow ranges, chain id, contract and nonce become the
+//! - [`batch`]: the roots, the settled escrow ranges, chain id, contract, key epoch and nonce
+//!   become the
 //!   batch digest (`Settlement.batchDigest`, byte for byte);
 //! - [`frost`]: the committee signs the digest with FROST(secp256k1, SHA-256) (RFC 9591, the
 //!   `frost-secp256k1` crate) and the signature is converted to the contract's form;
@@ -40,6 +41,7 @@
 //! let batch = BatchMessage {
 //!     chain_id: 31337,
 //!     contract: Address::repeat_byte(0xcc),
+//!     key_epoch: 0,
 //!     nonce: 1,
 //!     receipts_root: B256::repeat_byte(0xaa),
 //!     balances_root: balances.root(),

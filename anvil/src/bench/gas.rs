@@ -142,6 +142,7 @@ pub async fn gas_bench() -> Result<GasReport> {
     let batch = BatchMessage {
         chain_id: deployment.chain_id,
         contract: deployment.settlement,
+        key_epoch: 0,
         nonce: 1,
         receipts_root: MerkleTree::new(receipt_leaves)?.root(),
         balances_root: balances.root(),

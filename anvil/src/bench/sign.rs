@@ -134,6 +134,7 @@ pub async fn sign_bench(
     let batch = ledger::assemble(
         chain.anvil.chain_id,
         chain.deployment.settlement,
+        view.group_key().await?.epoch,
         view.batch_nonce().await? + 1,
         signed,
         &escrows,

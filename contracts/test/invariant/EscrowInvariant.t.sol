@@ -106,7 +106,7 @@ contract EscrowHandler is Base {
         }
         bytes32 root = _root();
         uint64 next = nonce + 1;
-        bytes32 digest = settlement.batchDigest(next, bytes32(uint256(next)), root, ranges);
+        bytes32 digest = settlement.batchDigest(0, next, bytes32(uint256(next)), root, ranges);
         FrostVerifier.Signature memory sig = schnorrSign(SECRET, digest);
         try settlement.settleBatch(next, bytes32(uint256(next)), root, ranges, sig) {
             nonce = next;

@@ -65,7 +65,8 @@ abstract contract Deployment is Base {
         view
         returns (bytes32)
     {
-        return settlement.batchDigest(nonce, receiptsRoot, balancesRoot, ranges);
+        (,, uint32 epoch) = settlement.groupKey();
+        return settlement.batchDigest(epoch, nonce, receiptsRoot, balancesRoot, ranges);
     }
 
     function settle(uint64 nonce, bytes32 balancesRoot, uint256[] memory ranges) internal {

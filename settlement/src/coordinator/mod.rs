@@ -173,9 +173,11 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 return Err(Error::ForeignBalancesRoot { chain_id, root });
             }
             let nonce = chain.batch_nonce().await? + 1;
+            let key_epoch = chain.group_key().await?.epoch;
             parts.push(ledger::assemble(
                 chain_id,
                 chain.settlement(),
+                key_epoch,
                 nonce,
                 settleable,
                 &escrows,
@@ -254,6 +256,7 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
             false => Some(ledger::assemble(
                 b.chain_id,
                 b.contract,
+                b.key_epoch,
                 b.nonce,
                 keep,
                 &escrows,

@@ -70,9 +70,9 @@ impl Market {
     ) -> Vec<SignedReceipt> {
         (0..count)
             .map(|_| {
-                let escrow_id =
-                    self.chain(chain_id)
-                        .open_job_until(BUYER, 1_000, reclaimable_at_s);
+                let escrow_id = self
+                    .chain(chain_id)
+                    .open_job_until(BUYER, 1_000, reclaimable_at_s);
                 let mut job_id = [0u8; 32];
                 job_id[..8].copy_from_slice(&chain_id.to_be_bytes());
                 job_id[8..16].copy_from_slice(&escrow_id.to_be_bytes());
@@ -368,7 +368,7 @@ async fn the_memory_store_keeps_the_outbox() {
         let escrow = market.chain(1).open_escrow(id).await.unwrap().unwrap();
         escrows.insert(id, escrow);
     }
-    let part = ledger::assemble(1, Address::ZERO, 1, receipts, &escrows, vec![]).unwrap();
+    let part = ledger::assemble(1, Address::ZERO, 0, 1, receipts, &escrows, vec![]).unwrap();
     let id = store
         .create_batch(std::slice::from_ref(&part))
         .await
@@ -416,8 +416,15 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
     c.sign_pending().await.unwrap();
     let signed = c.store().parts(id).await.unwrap().remove(0);
     assert_eq!(signed.status, PartStatus::Signed);
-    assert_eq!(signed.batch.receipts.len(), 3, "the escrow inside the margin is left out");
-    assert!(c.store().pending_receipts().await.unwrap().is_empty(), "it was rejected");
+    assert_eq!(
+        signed.batch.receipts.len(),
+        3,
+        "the escrow inside the margin is left out"
+    );
+    assert!(
+        c.store().pending_receipts().await.unwrap().is_empty(),
+        "it was rejected"
+    );
 
     // The coordinator stalls; time passes; the buyer reclaims the `soon` escrow.
     chain.advance_s(BUILD_RECLAIM_MARGIN_S + 61);
@@ -430,10 +437,7 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
     assert_eq!(part.batch.nonce, 1);
     assert_eq!(part.batch.receipts.len(), 2);
     assert_ne!(part.batch.digest(), signed.batch.digest());
-    assert_eq!(
-        c.claim_proof(1, PROVIDER).await.unwrap().0,
-        U256::from(200)
-    );
+    assert_eq!(c.claim_proof(1, PROVIDER).await.unwrap().0, U256::from(200));
     let steps = market.steps(id).await;
     assert!(steps.contains(&"replaced".to_string()), "{steps:?}");
     assert!(c.store().pending_receipts().await.unwrap().is_empty());

@@ -164,6 +164,7 @@ impl EvmClient {
         Ok(self
             .settlement()
             .batchDigest(
+                batch.key_epoch,
                 batch.nonce,
                 batch.receipts_root,
                 batch.balances_root,

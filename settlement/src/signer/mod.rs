@@ -604,6 +604,7 @@ impl Signer {
         let recomputed = ledger::assemble(
             batch.chain_id,
             chain.deployment.settlement,
+            on_chain.epoch,
             batch.nonce,
             batch.receipts.clone(),
             &escrows,

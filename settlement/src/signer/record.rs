@@ -298,6 +298,7 @@ mod tests {
         ledger::assemble(
             7,
             Address::repeat_byte(contract),
+            0,
             nonce,
             receipts,
             &escrows,

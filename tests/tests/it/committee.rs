@@ -255,6 +255,7 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     let honest = ledger::assemble(
         31337,
         chain.deployment.settlement,
+        0,
         1,
         receipts.clone(),
         &escrows,
@@ -654,6 +655,7 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
     let rival = ledger::assemble(
         31337,
         chain.deployment.settlement,
+        0,
         1,
         receipts[1..].to_vec(),
         &escrows,
@@ -736,6 +738,7 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
     let edge = ledger::assemble(
         31337,
         chain.deployment.settlement,
+        0,
         2,
         close_receipts,
         &escrows,

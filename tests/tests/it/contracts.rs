@@ -103,6 +103,7 @@ impl Chain {
         BatchMessage {
             chain_id: self.anvil.chain_id,
             contract: self.operator.deployment().settlement,
+            key_epoch: 0,
             nonce,
             receipts_root: MerkleTree::new(leaves).expect("receipts").root(),
             balances_root: balances.root(),
@@ -678,6 +679,15 @@ async fn refusals_keep_every_balance() {
         "InvalidSignature",
     );
     assert_eq!(chain.balances().await, before);
+    // The new key signs under the new epoch (the digest binds it).
+    let batch2 = BatchMessage {
+        key_epoch: 1,
+        ..batch2
+    };
+    assert_eq!(
+        chain.operator.batch_digest_on_chain(&batch2).await.unwrap(),
+        batch2.digest()
+    );
     let sig_new = next_committee
         .sign_evm(batch2.digest().as_slice(), &mut rng)
         .unwrap();

@@ -48,6 +48,7 @@ async fn exercise_store<S: Store>(store: &S) {
     let part = ledger::assemble(
         1,
         alloy::primitives::Address::ZERO,
+        0,
         1,
         receipts,
         &escrows,
