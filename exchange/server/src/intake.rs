@@ -53,6 +53,10 @@ pub struct IntentSubmission {
     pub request: InferenceRequest,
 }
 
+/// Feasible and rejected bundles a stored decision keeps: the nearest ones explain a choice; a
+/// fleet of ten thousand would otherwise write ten thousand rows of JSON per intent.
+pub const DECISION_KEEPS: usize = 32;
+
 /// What an accepted intent became.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Accepted {
@@ -65,8 +69,55 @@ pub struct Accepted {
     /// What it holds on the tab, wei (the bundle's charge, at most the buyer's limit).
     #[serde(with = "cx_protocol::price::wei_string")]
     pub held_wei: u128,
-    /// The clearing decision, with every cost term and every rejected bundle.
-    pub decision: Decision,
+    /// The chosen bundle's cost terms (the whole decision is at `GET /v1/jobs/{id}`).
+    pub terms: cx_exchange::objective::Terms,
+}
+
+/// The clearing decision as the books keep it: the choice and every cost term, the cheapest
+/// feasible bundles and the nearest refused ones (each with its binding constraint and factor),
+/// and how many of each there were.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DecisionRecord {
+    /// The chosen bundle.
+    pub chosen: Option<String>,
+    /// Its cost terms.
+    pub terms: Option<cx_exchange::objective::Terms>,
+    /// Feasible bundles, cheapest first (at most [`DECISION_KEEPS`]).
+    pub feasible: Vec<cx_exchange::clearing::Ranked>,
+    /// How many bundles were feasible.
+    pub feasible_total: usize,
+    /// Refused bundles, nearest first (smallest factor; categorical last), at most
+    /// [`DECISION_KEEPS`], each with its binding constraint and factor.
+    pub rejected: Vec<cx_exchange::clearing::Rejection>,
+    /// How many bundles were refused.
+    pub rejected_total: usize,
+}
+
+impl DecisionRecord {
+    fn of(decision: Decision) -> Self {
+        let Decision {
+            chosen,
+            terms,
+            mut feasible,
+            mut rejected,
+        } = decision;
+        let (feasible_total, rejected_total) = (feasible.len(), rejected.len());
+        feasible.truncate(DECISION_KEEPS);
+        rejected.sort_by(|a, b| {
+            a.factor
+                .unwrap_or(f64::INFINITY)
+                .total_cmp(&b.factor.unwrap_or(f64::INFINITY))
+        });
+        rejected.truncate(DECISION_KEEPS);
+        Self {
+            chosen,
+            terms,
+            feasible,
+            feasible_total,
+            rejected,
+            rejected_total,
+        }
+    }
 }
 
 /// What the intake path needs: the books, the market and the domains of the chains it serves.
@@ -201,9 +252,12 @@ impl Intake {
         }
         let job = self.job(intent, &submission.request, verified.account, now_s)?;
         let (decision, charge) = self.market.clear(&job)?;
-        let (Some(bundle_id), Some(held_wei)) = (decision.chosen.clone(), charge) else {
+        let (Some(bundle_id), Some(terms), Some(held_wei)) =
+            (decision.chosen.clone(), decision.terms, charge)
+        else {
             return Err(no_match(&decision));
         };
+        let decision = DecisionRecord::of(decision);
         let order = NewOrder {
             digest: verified.digest,
             kind: "intent",
@@ -231,7 +285,7 @@ impl Intake {
             status: "assigned",
             bundle_id,
             held_wei,
-            decision,
+            terms,
         })
     }
 
