@@ -2,7 +2,15 @@
 //! against (batch nonce, balances root, group key, open escrows, registered provider keys).
 //!
 //! Reads need no account: a signer that only checks never holds an Ethereum key.
+//!
+//! A signer checks a batch on one state of the chain: [`ChainView::pinned`] fixes the latest
+//! block (number and hash, EIP-1898, canonical required) and every read of that view is made at
+//! it, the reclaim clock included. Separate "latest" reads could straddle a block, and a lagging
+//! or load-balanced node could answer the nonce after batch n and the balances root before it,
+//! so that a batch n+1 over stale balances would pass. At a pinned hash a node that does not
+//! have the block fails the read instead of answering from another one.
 
+use alloy::eips::{BlockId, RpcBlockHash};
 use alloy::primitives::{Address, B256};
 use alloy::providers::{DynProvider, Provider};
 use cx_contracts::{ChainDeployment, Deployment, ProviderRegistry, Settlement};
@@ -24,6 +32,19 @@ pub struct ChainView {
     provider: DynProvider,
     /// `gracePeriod_s` (immutable in the contract: read once).
     grace_period_s: std::sync::Arc<tokio::sync::OnceCell<u64>>,
+    /// The block every read is made at; `None`: the latest at each read.
+    at: Option<PinnedBlock>,
+}
+
+/// A block a view reads at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PinnedBlock {
+    /// Block number.
+    pub number: u64,
+    /// Block hash (what reads name, so no other block can answer).
+    pub hash: B256,
+    /// Its timestamp: the chain's clock for this view.
+    pub timestamp_s: u64,
 }
 
 impl ChainView {
@@ -35,7 +56,42 @@ impl ChainView {
             deployment: entry.deployment,
             provider: read_provider(&entry.chain.rpc_url)?,
             grace_period_s: Default::default(),
+            at: None,
         })
+    }
+
+    /// This view fixed at the latest block: every read of the returned view is made at it.
+    pub async fn pinned(&self) -> Result<Self> {
+        let block = self
+            .provider
+            .get_block_by_number(alloy::eips::BlockNumberOrTag::Latest)
+            .await?
+            .ok_or(crate::Error::Transport(
+                "the chain has no latest block".into(),
+            ))?;
+        Ok(Self {
+            at: Some(PinnedBlock {
+                number: block.header.number,
+                hash: block.header.hash,
+                timestamp_s: block.header.timestamp,
+            }),
+            ..self.clone()
+        })
+    }
+
+    /// The block this view reads at, if pinned.
+    pub fn block(&self) -> Option<PinnedBlock> {
+        self.at
+    }
+
+    fn block_id(&self) -> BlockId {
+        match self.at {
+            Some(b) => BlockId::Hash(RpcBlockHash {
+                block_hash: b.hash,
+                require_canonical: Some(true),
+            }),
+            None => BlockId::latest(),
+        }
     }
 
     fn settlement(&self) -> Settlement::SettlementInstance<DynProvider> {
@@ -44,17 +100,33 @@ impl ChainView {
 
     /// Nonce of the last accepted batch (0 before any).
     pub async fn batch_nonce(&self) -> Result<u64> {
-        Ok(self.settlement().batchState().call().await?.nonce)
+        Ok(self
+            .settlement()
+            .batchState()
+            .block(self.block_id())
+            .call()
+            .await?
+            .nonce)
     }
 
     /// The current cumulative-balances root.
     pub async fn balances_root(&self) -> Result<B256> {
-        Ok(self.settlement().balancesRoot().call().await?)
+        Ok(self
+            .settlement()
+            .balancesRoot()
+            .block(self.block_id())
+            .call()
+            .await?)
     }
 
     /// The current group key and its epoch.
     pub async fn group_key(&self) -> Result<OnChainGroupKey> {
-        let k = self.settlement().groupKey().call().await?;
+        let k = self
+            .settlement()
+            .groupKey()
+            .block(self.block_id())
+            .call()
+            .await?;
         Ok(OnChainGroupKey {
             key: EvmGroupKey {
                 x: k.x,
@@ -73,8 +145,11 @@ impl ChainView {
             .await?)
     }
 
-    /// The timestamp of the latest block: the clock reclaim times are measured on.
+    /// The chain's clock: the pinned block's timestamp, or the latest block's.
     pub async fn now_s(&self) -> Result<u64> {
+        if let Some(b) = self.at {
+            return Ok(b.timestamp_s);
+        }
         let block = self
             .provider
             .get_block_by_number(alloy::eips::BlockNumberOrTag::Latest)
@@ -88,7 +163,11 @@ impl ChainView {
     /// Escrow `id` while it is open; `None` once settled or reclaimed, or if never opened.
     pub async fn open_escrow(&self, id: u64) -> Result<Option<Escrow>> {
         let contract = self.settlement();
-        let (open, job) = (contract.isOpen(id), contract.jobs(id));
+        let block = self.block_id();
+        let (open, job) = (
+            contract.isOpen(id).block(block),
+            contract.jobs(id).block(block),
+        );
         let (open, job, grace) = tokio::join!(open.call(), job.call(), self.grace_period_s());
         if !open? {
             return Ok(None);
@@ -111,6 +190,10 @@ impl ChainView {
             .JobReclaimed_filter()
             .topic1(alloy::primitives::U256::from(id))
             .from_block(0)
+            .to_block(
+                self.at
+                    .map_or(alloy::eips::BlockNumberOrTag::Latest, |b| b.number.into()),
+            )
             .query()
             .await?;
         Ok(logs.iter().any(|(event, _)| event.jobId == id))
@@ -119,7 +202,12 @@ impl ChainView {
     /// The ML-DSA key hash `provider` registered (`ProviderRegistry.setMetadata`); zero if none.
     pub async fn provider_key_hash(&self, provider: Address) -> Result<B256> {
         let registry = ProviderRegistry::new(self.deployment.registry, self.provider.clone());
-        Ok(registry.providers(provider).call().await?.mlDsaKeyHash)
+        Ok(registry
+            .providers(provider)
+            .block(self.block_id())
+            .call()
+            .await?
+            .mlDsaKeyHash)
     }
 
     /// Whether a `BatchSettled` event with `nonce` and `balances_root` is on chain (how a

@@ -1,7 +1,8 @@
 //! The signer: holds one share of the committee's FROST key, answers the coordinator's
 //! commitment and signing requests, and signs a batch only after recomputing it on its own.
 //!
-//! Before a share leaves, the signer checks, against sources it reads itself:
+//! Before a share leaves, the signer checks, against sources it reads itself (every chain read of
+//! one check at one block, number and hash: [`ChainView::pinned`]):
 //! - the chain is in its registry and the batch names that chain's `Settlement` contract;
 //! - the nonce is the contract's last batch nonce + 1, and the contract's group key is the key of
 //!   this round;
@@ -497,6 +498,8 @@ impl Signer {
     ) -> std::result::Result<ChainBatch, String> {
         let chain = self.chain(batch.chain_id, Some(batch.contract)).await?;
         let e = |e: Error| e.to_string();
+        // Every read below is made at this one block (see `crate::onchain`).
+        let chain = chain.pinned().await.map_err(e)?;
         if batch.contract != chain.deployment.settlement {
             return Err(format!(
                 "contract {} is not chain {}'s Settlement ({})",
@@ -685,8 +688,13 @@ impl Signer {
                 )
             })?;
         self.check_key_rule(&new_key)?;
-        let chain = self.chain(request.chain_id, None).await?;
         let e = |e: Error| e.to_string();
+        let chain = self
+            .chain(request.chain_id, None)
+            .await?
+            .pinned()
+            .await
+            .map_err(e)?;
         let on_chain = chain.group_key().await.map_err(e)?;
         let current =
             EvmGroupKey::from_verifying_key(key.public_key_package.verifying_key()).map_err(e)?;

@@ -737,3 +737,52 @@ async fn claim_beyond_settled_funds_is_refused() {
     );
     assert_eq!(chain.balances().await, before);
 }
+
+/// What broke: a signer read the nonce, the balances root and the escrows in separate "latest"
+/// calls, so answers could come from different blocks (a lagging or load-balanced node), and a
+/// batch n+1 could be checked against the balances from before batch n. A pinned view reads
+/// every value at one block, by hash, whatever the chain does meanwhile.
+#[tokio::test(flavor = "current_thread")]
+async fn a_pinned_view_reads_nonce_root_and_escrows_at_one_block() {
+    use cx_contracts::{ChainDeployment, Deployment};
+    use cx_settlement::onchain::ChainView;
+
+    let committee = dealer(11);
+    let mut rng = rng();
+    let chain = Chain::start(31337, &committee, false).await;
+    chain.buyer.deposit(U256::from(1_000)).await.unwrap();
+    let (job, _) = chain
+        .buyer
+        .open_job(600, chain.deadline_in(3600).await, B256::ZERO)
+        .await
+        .unwrap();
+    let deployment: Deployment = chain.operator.deployment();
+    let view = ChainView::connect(&ChainDeployment {
+        chain: chain.anvil.entry(),
+        deployment,
+    })
+    .unwrap();
+    let before = view.pinned().await.unwrap();
+    let root_before = before.balances_root().await.unwrap();
+
+    let balances = BalancesTree::new(vec![(chain.provider.account(), U256::from(600))]).unwrap();
+    let batch = chain.batch(1, &balances, &[job]);
+    let sig = committee
+        .sign_evm(batch.digest().as_slice(), &mut rng)
+        .unwrap();
+    chain.operator.settle_batch(&batch, &sig).await.unwrap();
+    chain.anvil.advance_time(60).await.unwrap();
+
+    // The chain moved on; the pinned view did not.
+    assert_eq!(view.batch_nonce().await.unwrap(), 1);
+    assert_eq!(before.batch_nonce().await.unwrap(), 0);
+    assert_eq!(before.balances_root().await.unwrap(), root_before);
+    assert!(before.open_escrow(job).await.unwrap().is_some());
+    assert!(view.open_escrow(job).await.unwrap().is_none());
+    let pinned = before.block().unwrap();
+    assert_eq!(before.now_s().await.unwrap(), pinned.timestamp_s);
+    assert!(view.now_s().await.unwrap() >= pinned.timestamp_s + 60);
+    let after = view.pinned().await.unwrap();
+    assert!(after.block().unwrap().number > pinned.number);
+    assert_eq!(after.balances_root().await.unwrap(), balances.root());
+}
