@@ -125,6 +125,7 @@ impl Cluster {
                 coordinator_key: coordinator.public().to_bytes().to_vec(),
                 committee: members.clone(),
                 rule,
+                limits: Default::default(),
                 deployments_file: deployments_file.clone(),
             };
             let path = Self::config_path(&dir.path, m.index);

@@ -67,6 +67,42 @@ pub struct CommitteeRule {
     pub min_operators: usize,
 }
 
+/// Bounds on what peers may cost a signer (all have defaults; see each field).
+///
+/// A signer listens on the open network: before a handshake a connection is anyone's, and the
+/// handshake itself (ML-KEM-768 + X25519, an ML-DSA-65 signature and verification) costs
+/// milliseconds of CPU. So connections are counted and handshakes rate-limited before any
+/// cryptography runs; after it, each authenticated peer has its own share; DKG messages are
+/// accepted only for a few epochs ahead of the newest key, a bounded number per peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PeerLimits {
+    /// Connections open at once, authenticated or not; more are closed on accept.
+    pub max_connections: usize,
+    /// Sessions one authenticated peer may hold at once.
+    pub max_sessions_per_peer: usize,
+    /// Handshakes started per second (fixed one-second windows); more are closed on accept.
+    pub max_handshakes_per_s: u32,
+    /// How far past the newest key's epoch a DKG may be (a DKG or peer message for epoch
+    /// `u32::MAX` must not end all future DKGs, nor open unbounded inboxes).
+    pub max_epoch_gap: u32,
+    /// DKG messages one peer may send per epoch (an honest one sends three: round 1, the echo,
+    /// round 2).
+    pub max_peer_messages_per_epoch: u32,
+}
+
+impl Default for PeerLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 256,
+            max_sessions_per_peer: 16,
+            max_handshakes_per_s: 32,
+            max_epoch_gap: 16,
+            max_peer_messages_per_epoch: 3,
+        }
+    }
+}
+
 /// A signer's configuration (`cx-signer run --config …`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SignerConfig {
@@ -83,6 +119,9 @@ pub struct SignerConfig {
     pub committee: Vec<Member>,
     /// The signing rule of the committee (see [`CommitteeRule`]).
     pub rule: CommitteeRule,
+    /// Bounds on connections, handshakes and DKG messages (defaults when absent).
+    #[serde(default)]
+    pub limits: PeerLimits,
     /// The chain registry with deployed addresses (`cx-signer devnet deploy` writes it); read
     /// when a request names a chain, so signers can start before contracts are deployed.
     pub deployments_file: PathBuf,

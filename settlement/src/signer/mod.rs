@@ -82,10 +82,50 @@ struct Pending {
     opened: std::time::Instant,
 }
 
-type InboxSlot = (
-    mpsc::UnboundedSender<(u16, crate::wire::PeerBody)>,
-    Option<Inbox>,
-);
+/// The inbox of one DKG epoch: its sending half, the receiving half until the DKG takes it, and
+/// how many messages each peer sent to it.
+struct InboxSlot {
+    sender: mpsc::UnboundedSender<(u16, crate::wire::PeerBody)>,
+    inbox: Option<Inbox>,
+    sent: HashMap<u16, u32>,
+}
+
+/// Whether a DKG (or a peer message of one) for `epoch` is admissible when this signer holds
+/// keys of `held` epochs: after the newest, at most `gap` ahead (from 0 with no key). Without
+/// the upper bound a DKG at `u32::MAX` would end all future ones, and peer messages could open
+/// an inbox per epoch without limit.
+fn epoch_admissible(held: &[u32], epoch: u32, gap: u32) -> std::result::Result<(), String> {
+    let (low, high) = match held.iter().max() {
+        Some(&newest) => (newest.checked_add(1), newest.saturating_add(gap)),
+        None => (Some(0), gap.saturating_sub(1)),
+    };
+    match low {
+        Some(low) if (low..=high).contains(&epoch) => Ok(()),
+        Some(low) => Err(format!(
+            "key epoch {epoch} is outside the admissible {low}..={high} (the newest key's epoch \
+             + 1, at most {gap} ahead)"
+        )),
+        None => Err("no key epoch follows the newest one".into()),
+    }
+}
+
+/// One authenticated session of a peer, counted while it lives.
+struct SessionSlot {
+    signer: Arc<Signer>,
+    peer: IdentityId,
+}
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        let mut sessions = lock(&self.signer.sessions);
+        if let Some(count) = sessions.get_mut(&self.peer) {
+            *count -= 1;
+            if *count == 0 {
+                sessions.remove(&self.peer);
+            }
+        }
+    }
+}
 
 /// A running signer.
 pub struct Signer {
@@ -97,6 +137,12 @@ pub struct Signer {
     keys: Mutex<Vec<StoredKey>>,
     pending: Mutex<HashMap<B256, Pending>>,
     inboxes: Mutex<HashMap<u32, InboxSlot>>,
+    /// Connections open now (a permit each, authenticated or not).
+    connections: Arc<tokio::sync::Semaphore>,
+    /// Handshakes started in the current one-second window: (window start, count).
+    handshakes: Mutex<(std::time::Instant, u32)>,
+    /// Sessions open per authenticated peer.
+    sessions: Mutex<HashMap<IdentityId, usize>>,
     log: Mutex<SignedLog>,
     chains: Mutex<HashMap<u64, ChainView>>,
     limits: Limits,
@@ -155,6 +201,9 @@ impl Signer {
             keys: Mutex::new(keys),
             pending: Mutex::new(HashMap::new()),
             inboxes: Mutex::new(HashMap::new()),
+            connections: Arc::new(tokio::sync::Semaphore::new(config.limits.max_connections)),
+            handshakes: Mutex::new((std::time::Instant::now(), 0)),
+            sessions: Mutex::new(HashMap::new()),
             log: Mutex::new(log),
             chains: Mutex::new(HashMap::new()),
             limits: Limits::default(),
@@ -177,10 +226,28 @@ impl Signer {
                     .unwrap_or_default(),
                 source,
             })?;
+            // Admission before any cryptography: a connection over the limit, or a handshake
+            // over this second's budget, is closed at once (dropping the stream).
+            let Ok(permit) = self.connections.clone().try_acquire_owned() else {
+                continue;
+            };
+            if !self.handshake_admitted() {
+                continue;
+            }
             let me = self.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 match Channel::accept(stream, &me.identity, &me.directory, me.limits).await {
-                    Ok(channel) => me.session(channel).await,
+                    Ok(channel) => {
+                        let peer = channel.peer();
+                        match me.clone().session_slot(peer) {
+                            Some(_slot) => me.session(channel).await,
+                            None => eprintln!(
+                                "signer {}: {peer} already holds {} sessions; closing a new one",
+                                me.config.index, me.config.limits.max_sessions_per_peer
+                            ),
+                        }
+                    }
                     // A connection that closes or stalls before a handshake (a port probe) is
                     // not worth a line; a refused handshake is.
                     Err(Error::Transport(_)) => {}
@@ -189,6 +256,33 @@ impl Signer {
                 }
             });
         }
+    }
+
+    /// Counts a handshake against the current one-second window; false when over budget.
+    fn handshake_admitted(&self) -> bool {
+        let mut window = lock(&self.handshakes);
+        let now = std::time::Instant::now();
+        if now.duration_since(window.0) >= Duration::from_secs(1) {
+            *window = (now, 0);
+        }
+        if window.1 >= self.config.limits.max_handshakes_per_s {
+            return false;
+        }
+        window.1 += 1;
+        true
+    }
+
+    /// A session slot for `peer`, or `None` when it holds its share already.
+    fn session_slot(self: Arc<Self>, peer: IdentityId) -> Option<SessionSlot> {
+        {
+            let mut sessions = lock(&self.sessions);
+            let count = sessions.entry(peer).or_default();
+            if *count >= self.config.limits.max_sessions_per_peer {
+                return None;
+            }
+            *count += 1;
+        }
+        Some(SessionSlot { signer: self, peer })
     }
 
     async fn session(self: Arc<Self>, mut channel: Channel) {
@@ -264,26 +358,39 @@ impl Signer {
         }
     }
 
-    fn inbox_sender(&self, epoch: u32) -> mpsc::UnboundedSender<(u16, crate::wire::PeerBody)> {
-        let mut inboxes = lock(&self.inboxes);
-        inboxes
-            .entry(epoch)
-            .or_insert_with(|| {
-                let (tx, rx) = mpsc::unbounded_channel();
-                (tx, Some(rx))
-            })
-            .0
-            .clone()
+    fn held_epochs(&self) -> Vec<u32> {
+        lock(&self.keys).iter().map(|k| k.epoch).collect()
+    }
+
+    fn open_inbox(inboxes: &mut HashMap<u32, InboxSlot>, epoch: u32) -> &mut InboxSlot {
+        inboxes.entry(epoch).or_insert_with(|| {
+            let (sender, inbox) = mpsc::unbounded_channel();
+            InboxSlot {
+                sender,
+                inbox: Some(inbox),
+                sent: HashMap::new(),
+            }
+        })
     }
 
     fn peer_message(&self, message: PeerMessage) -> Response {
-        if lock(&self.keys).iter().any(|k| k.epoch >= message.epoch) {
-            return refused(format!("key epoch {} is already generated", message.epoch));
-        }
-        match self
-            .inbox_sender(message.epoch)
-            .send((message.from, message.body))
+        let limits = self.config.limits;
+        if let Err(reason) =
+            epoch_admissible(&self.held_epochs(), message.epoch, limits.max_epoch_gap)
         {
+            return refused(reason);
+        }
+        let mut inboxes = lock(&self.inboxes);
+        let slot = Self::open_inbox(&mut inboxes, message.epoch);
+        let sent = slot.sent.entry(message.from).or_default();
+        if *sent >= limits.max_peer_messages_per_epoch {
+            return refused(format!(
+                "signer {} already sent {} messages for key epoch {}",
+                message.from, sent, message.epoch
+            ));
+        }
+        *sent += 1;
+        match slot.sender.send((message.from, message.body)) {
             Ok(()) => Response::Ack,
             Err(_) => refused("that DKG is over"),
         }
@@ -373,16 +480,15 @@ impl Signer {
 
     async fn dkg(&self, request: crate::wire::DkgRequest) -> Result<DkgDone> {
         self.check_dkg_request(&request)?;
-        if lock(&self.keys).iter().any(|k| k.epoch >= request.epoch) {
-            return Err(Error::Dkg(format!(
-                "this signer already holds a key of epoch ≥ {}",
-                request.epoch
-            )));
-        }
-        self.inbox_sender(request.epoch);
-        let inbox = lock(&self.inboxes)
-            .get_mut(&request.epoch)
-            .and_then(|slot| slot.1.take())
+        epoch_admissible(
+            &self.held_epochs(),
+            request.epoch,
+            self.config.limits.max_epoch_gap,
+        )
+        .map_err(Error::Dkg)?;
+        let inbox = Self::open_inbox(&mut lock(&self.inboxes), request.epoch)
+            .inbox
+            .take()
             .ok_or_else(|| Error::Dkg(format!("a DKG of epoch {} is running", request.epoch)))?;
         let key = dkg::run(
             self.identity.clone(),
@@ -718,5 +824,26 @@ impl Signer {
         }
         frost::round2::sign(&request.signing_package, &pending.nonces, &key.key_package)
             .map_err(|e| format!("FROST round 2: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::epoch_admissible;
+
+    /// What broke: a DKG at epoch `u32::MAX` left a key no later epoch could follow, and peer
+    /// messages could open an inbox for every epoch. Epochs are admissible only just ahead of
+    /// the newest key.
+    #[test]
+    fn key_epochs_are_admissible_only_just_ahead_of_the_newest() {
+        assert!(epoch_admissible(&[], 0, 16).is_ok());
+        assert!(epoch_admissible(&[], 15, 16).is_ok());
+        assert!(epoch_admissible(&[], 16, 16).is_err());
+        assert!(epoch_admissible(&[], u32::MAX, 16).is_err());
+        assert!(epoch_admissible(&[0, 3], 3, 16).is_err(), "not again");
+        assert!(epoch_admissible(&[0, 3], 4, 16).is_ok());
+        assert!(epoch_admissible(&[0, 3], 19, 16).is_ok());
+        assert!(epoch_admissible(&[0, 3], 20, 16).is_err());
+        assert!(epoch_admissible(&[u32::MAX], 0, 16).is_err());
     }
 }

@@ -754,3 +754,136 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
         "{err}"
     );
 }
+
+/// What broke: a signer accepted any number of connections and handshakes (each handshake costs
+/// ML-KEM and ML-DSA work before the peer is known), any number of sessions per peer, DKG
+/// messages for any epoch without limit, and a DKG at epoch `u32::MAX` — after which no DKG
+/// could ever follow. Each is bounded now (`PeerLimits`, defaults here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signer_bounds_handshakes_sessions_and_dkg_epochs() {
+    use cx_settlement::config::PeerLimits;
+    use cx_settlement::wire::{DkgRequest, PeerBody, PeerMessage};
+    use std::time::Duration;
+    use tokio::io::AsyncReadExt;
+
+    let limits = PeerLimits::default();
+    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 1)).unwrap();
+    let target = cluster.members[0].clone();
+    let connect = |identity| open_session(&target, identity);
+
+    // 1. A DKG far ahead (u32::MAX) is refused by every signer, and so are peer messages for it;
+    // a peer gets three messages per epoch, no more.
+    for member in &cluster.members {
+        let mut channel = Channel::connect(
+            member.address.as_str(),
+            &cluster.coordinator,
+            member.public().unwrap(),
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+        let answer: Response = channel
+            .call(&Request::Dkg(DkgRequest {
+                epoch: u32::MAX,
+                min_signers: 2,
+                participants: vec![1, 2, 3],
+            }))
+            .await
+            .unwrap();
+        assert!(
+            matches!(&answer, Response::Refused { reason } if reason.contains("outside the admissible")),
+            "{answer:?}"
+        );
+    }
+    let second =
+        cx_settlement::keyfile::read_identity(&cluster.dir().join("signer-2.identity")).unwrap();
+    let mut peer = connect(&second).await.unwrap();
+    let message = |epoch| {
+        Request::Peer(PeerMessage {
+            epoch,
+            from: 2,
+            body: PeerBody::Echo(alloy::primitives::B256::ZERO),
+        })
+    };
+    let answer: Response = peer.call(&message(u32::MAX)).await.unwrap();
+    assert!(matches!(answer, Response::Refused { .. }), "{answer:?}");
+    for _ in 0..limits.max_peer_messages_per_epoch {
+        let answer: Response = peer.call(&message(7)).await.unwrap();
+        assert!(matches!(answer, Response::Ack), "{answer:?}");
+    }
+    let answer: Response = peer.call(&message(7)).await.unwrap();
+    assert!(
+        matches!(&answer, Response::Refused { reason } if reason.contains("already sent 3")),
+        "{answer:?}"
+    );
+    drop(peer);
+    // None of it stops the honest DKG.
+    let committee = cluster.committee(2, 1).unwrap();
+    committee.dkg(0).await.unwrap();
+    drop(committee);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+
+    // 2. Sessions per peer: the coordinator holds its share; one more is closed after its
+    // handshake.
+    let mut held = Vec::new();
+    for _ in 0..limits.max_sessions_per_peer {
+        let mut channel = connect(&cluster.coordinator).await.unwrap();
+        let pong: Response = channel.call(&Request::Ping).await.unwrap();
+        assert!(matches!(pong, Response::Pong));
+        held.push(channel);
+    }
+    let mut extra = connect(&cluster.coordinator).await.unwrap();
+    assert!(extra.call::<_, Response>(&Request::Ping).await.is_err());
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+
+    // 3. Handshakes per second: of a burst of raw connections, those over the budget are
+    // closed at once, before any cryptography.
+    let burst = 2 * limits.max_handshakes_per_s as usize;
+    let mut raw = Vec::new();
+    for _ in 0..burst {
+        raw.push(
+            tokio::net::TcpStream::connect(target.address.as_str())
+                .await
+                .unwrap(),
+        );
+    }
+    let mut reads = tokio::task::JoinSet::new();
+    for mut stream in raw {
+        reads.spawn(async move {
+            let mut byte = [0u8; 1];
+            let read = tokio::time::timeout(Duration::from_millis(500), stream.read(&mut byte));
+            (matches!(read.await, Ok(Ok(0)) | Ok(Err(_))), stream)
+        });
+    }
+    let mut closed = 0;
+    let mut raw = Vec::new();
+    while let Some(joined) = reads.join_next().await {
+        let (was_closed, stream) = joined.unwrap();
+        closed += usize::from(was_closed);
+        raw.push(stream);
+    }
+    assert!(
+        closed >= burst - limits.max_handshakes_per_s as usize,
+        "{closed} of {burst} closed"
+    );
+    drop(raw);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // The signer still serves.
+    let mut channel = connect(&cluster.coordinator).await.unwrap();
+    let pong: Response = channel.call(&Request::Ping).await.unwrap();
+    assert!(matches!(pong, Response::Pong));
+}
+
+async fn open_session(
+    target: &cx_settlement::config::Member,
+    identity: &Identity,
+) -> cx_settlement::Result<Channel> {
+    Channel::connect(
+        target.address.as_str(),
+        identity,
+        target.public()?,
+        Limits::default(),
+    )
+    .await
+}
