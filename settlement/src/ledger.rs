@@ -24,6 +24,17 @@ use crate::batch::{BatchMessage, ranges_from_ids};
 use crate::error::{Error, Result};
 use crate::merkle::{BalancesTree, MerkleTree, receipt_leaf};
 
+/// Receipts one chain's part of a batch holds at most. A signed receipt is ~9 KB of JSON (the
+/// ML-DSA-65 signature and key, hex), and a part travels whole in one sign request, which must fit
+/// one frame ([`crate::transport::Limits::max_frame_bytes`], 16 MiB): 1,000 receipts are ~9 MB,
+/// leaving room for the two cumulative-balances lists (previous and new, ~110 bytes a party
+/// each): with 25,000 parties on the chain a full part is 14.7 MB. Past that many parties a
+/// full part no longer fits (the lists grow with history; sending balance changes instead is the
+/// next step). More pending receipts settle in more batches (the coordinator takes the oldest
+/// first); a signer refuses a part over this size. The test `a_full_part_fits_one_frame` holds
+/// these figures to the real encoding.
+pub const MAX_RECEIPTS_PER_BATCH: usize = 1_000;
+
 /// `Escrow.NO_BALANCES_ROOT`: the balances root before any batch.
 pub fn no_balances_root() -> B256 {
     keccak256(b"compute-exchange/settlement/no-balances")
@@ -136,6 +147,12 @@ pub fn assemble(
 ) -> Result<ChainBatch> {
     if receipts.is_empty() {
         return Err(refuse("a batch needs at least one receipt".into()));
+    }
+    if receipts.len() > MAX_RECEIPTS_PER_BATCH {
+        return Err(refuse(format!(
+            "{} receipts is over the {MAX_RECEIPTS_PER_BATCH} a batch part may hold",
+            receipts.len()
+        )));
     }
     let mut jobs = HashSet::new();
     let mut escrow_ids = HashSet::new();
@@ -365,6 +382,52 @@ mod tests {
         assert!(err.unwrap_err().to_string().contains("names buyer"));
         let err = assemble(8, Address::ZERO, 0, 1, vec![signed(&p, 0, 1)], &e, vec![]);
         assert!(err.unwrap_err().to_string().contains("not 8"));
+    }
+
+    /// What broke: a batch took every pending receipt, and past ~1,500 of them each sign
+    /// request was over the 16 MiB frame: refused by the transport, every time, forever. A part
+    /// holds at most `MAX_RECEIPTS_PER_BATCH`, and a full one — with 25,000 parties' balances
+    /// — still fits one frame.
+    #[test]
+    fn a_full_part_fits_one_frame() {
+        let p = Identity::from_seed([3; 32]);
+        let one = signed(&p, 0, 1);
+        let receipts: Vec<SignedReceipt> = (0..MAX_RECEIPTS_PER_BATCH as u64)
+            .map(|id| {
+                // Same encoded size as a real signature over this receipt (not checked here).
+                let mut r = one.clone();
+                r.receipt.escrow_id = id;
+                r.receipt.job_id[..8].copy_from_slice(&id.to_be_bytes());
+                r
+            })
+            .collect();
+        let ids: Vec<u64> = (0..MAX_RECEIPTS_PER_BATCH as u64).collect();
+        let previous: Vec<(Address, U256)> = (0..25_000u64)
+            .map(|i| {
+                let mut a = [0xffu8; 20];
+                a[..8].copy_from_slice(&i.to_be_bytes());
+                (Address::from(a), U256::from(u64::MAX - i))
+            })
+            .collect();
+        let batch = assemble(
+            7,
+            Address::ZERO,
+            0,
+            1,
+            receipts.clone(),
+            &escrows(100, &ids),
+            previous,
+        )
+        .unwrap();
+        let bytes = serde_json::to_vec(&batch).unwrap().len();
+        // The request around it (signing package of up to 16 signers, the envelope) and the
+        // frame's AEAD tag are a few KB.
+        let limit = crate::transport::Limits::default().max_frame_bytes;
+        assert!(bytes + 64 * 1024 < limit, "{bytes} bytes of {limit}");
+        let mut over = receipts;
+        over.push(signed(&p, 5_000, 1));
+        let err = assemble(7, Address::ZERO, 0, 1, over, &escrows(100, &[]), vec![]).unwrap_err();
+        assert!(err.to_string().contains("over the 1000"), "{err}");
     }
 
     #[test]

@@ -58,6 +58,16 @@
 //! # Ok::<(), cx_settlement::Error>(())
 //! ```
 //!
+//! Limits that follow from the encoding (each held by a test):
+//! - one chain's part of a batch holds at most [`ledger::MAX_RECEIPTS_PER_BATCH`] (1,000)
+//!   receipts; more pending receipts settle in more batches, oldest first;
+//! - a sign request carries the part whole, in one frame of at most 16 MiB
+//!   ([`transport::Limits`]): a full part with 25,000 parties' cumulative balances is 14.7 MB, so
+//!   a chain's parties are bounded by ~25,000 until balance changes replace the full lists;
+//! - a signer accepts 256 connections, 32 handshakes a second, 16 sessions per peer, DKGs at
+//!   most 16 epochs past its newest key and 3 DKG messages per peer and epoch
+//!   ([`config::PeerLimits`], all configurable).
+//!
 //! No feature flags: the EVM client is always built (alloy with HTTP transport only).
 
 pub mod batch;

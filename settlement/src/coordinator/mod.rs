@@ -159,6 +159,8 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
             let Ok(chain) = self.chain(chain_id) else {
                 continue;
             };
+            // The oldest first, at most a part's worth: the rest wait for the next batch.
+            receipts.truncate(ledger::MAX_RECEIPTS_PER_BATCH);
             receipts.sort_by_key(|r| r.receipt.escrow_id);
             let (settleable, escrows) = self.settleable(chain, receipts).await?;
             if settleable.is_empty() {

@@ -446,3 +446,36 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
     c.run_once().await.unwrap().expect("a batch");
     assert_eq!(chain.landed().last().unwrap().0, 2);
 }
+
+/// What broke: a batch took every pending receipt, so past ~1,500 each sign request was over
+/// the frame limit and settlement stopped for good. 5,000 pending receipts now settle in parts of
+/// at most `MAX_RECEIPTS_PER_BATCH`, oldest first, each at the next nonce.
+#[tokio::test]
+async fn five_thousand_pending_receipts_settle_in_bounded_batches() {
+    let market = Market::new(&[1]).await;
+    let c = &market.coordinator;
+    let chain = market.chain(1);
+    let template = market.jobs(1, 1, 10).remove(0);
+    let mut receipts = vec![template.clone()];
+    for _ in 1..5_000 {
+        let escrow_id = chain.open_job(BUYER, 1_000);
+        let mut r = template.clone();
+        r.receipt.escrow_id = escrow_id;
+        r.receipt.job_id[8..16].copy_from_slice(&escrow_id.to_be_bytes());
+        receipts.push(r);
+    }
+    // Straight into the store: the in-memory committee does not check provider signatures, and
+    // signing 5,000 receipts would be the test's whole cost.
+    assert_eq!(c.store().add_receipts(&receipts).await.unwrap(), 5_000);
+    let mut sizes = Vec::new();
+    while let Some(id) = c.run_once().await.unwrap() {
+        sizes.push(c.store().parts(id).await.unwrap()[0].batch.receipts.len());
+    }
+    assert_eq!(sizes, vec![ledger::MAX_RECEIPTS_PER_BATCH; 5]);
+    let nonces: Vec<u64> = chain.landed().iter().map(|(n, _)| *n).collect();
+    assert_eq!(nonces, vec![1, 2, 3, 4, 5]);
+    assert_eq!(
+        c.claim_proof(1, PROVIDER).await.unwrap().0,
+        U256::from(50_000)
+    );
+}

@@ -602,6 +602,13 @@ impl Signer {
         batch: &ChainBatch,
         key: &StoredKey,
     ) -> std::result::Result<ChainBatch, String> {
+        if batch.receipts.len() > ledger::MAX_RECEIPTS_PER_BATCH {
+            return Err(format!(
+                "{} receipts is over the {} a batch part may hold",
+                batch.receipts.len(),
+                ledger::MAX_RECEIPTS_PER_BATCH
+            ));
+        }
         let chain = self.chain(batch.chain_id, Some(batch.contract)).await?;
         let e = |e: Error| e.to_string();
         // Every read below is made at this one block (see `crate::onchain`).
