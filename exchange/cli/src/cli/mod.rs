@@ -1,5 +1,6 @@
 //! Command-line parsing and the dispatch to each command.
 
+mod agent;
 mod bench;
 mod capacity;
 mod chart;
@@ -29,6 +30,8 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::Command),
+    /// What an agent does: keys, binding, tabs on chain, signed intents, jobs.
+    Agent(agent::Args),
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
@@ -37,6 +40,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Capacity(cmd) => capacity::run(cmd),
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Agent(args) => agent::run(args),
     }
 }
 

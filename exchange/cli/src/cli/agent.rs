@@ -1,0 +1,600 @@
+//! `cx agent …`: what an agent (a buyer) does, from its own key file.
+//!
+//! Composition only: the HTTPS client, the key file and the request hash are cx-client's, the
+//! signatures cx-protocol's, the on-chain calls cx-settlement's `EvmClient` acting with the
+//! agent's own secp256k1 key. Each command prints a few lines for people and, with `--json`, one
+//! JSON object as its last line; errors are one line (with the exchange's code and field when it
+//! refused) and a non-zero exit.
+
+use anyhow::{Context, anyhow, bail};
+use cx_client::types::{ChainInfo, JobsQuery};
+use cx_client::{AgentKeys, Client, InferenceRequest, request_hash};
+use cx_contracts::DeploymentsFile;
+use cx_protocol::order::{self, Intent, TabTerms, U256};
+use cx_protocol::pq::Identity;
+use cx_protocol::{DeterminismClass, Tier};
+use cx_settlement::evm::EvmClient;
+use serde_json::json;
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+/// The development CA's certificate, trusted by default when it exists (what `cx serve` makes).
+const DEV_CA_PEM: &str = "runtime/ca/ca.pem";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The exchange's base URL (https://; http:// only for a server behind --insecure-http).
+    #[arg(
+        long,
+        global = true,
+        env = "CX_EXCHANGE",
+        value_name = "URL",
+        default_value = "https://127.0.0.1:8443"
+    )]
+    exchange: String,
+    /// CA certificate(s) to trust for the exchange (PEM) [default: runtime/ca/ca.pem if it
+    /// exists, else the public roots].
+    #[arg(long, global = true, env = "CX_CA", value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// The agent's key file (made by `cx agent keygen`).
+    #[arg(long, global = true, env = "CX_AGENT_KEYS", value_name = "FILE")]
+    keys: Option<PathBuf>,
+    /// The chain to sign for and pay on [default: the only one the exchange serves (the first,
+    /// for `bind`) or the deployments file holds].
+    #[arg(long, global = true, env = "CX_CHAIN", value_name = "ID")]
+    chain: Option<u64>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Make a key file: a secp256k1 account key and an ML-DSA-65 identity (mode 0600).
+    Keygen(KeygenArgs),
+    /// Bind the ML-DSA-65 key to the account at the exchange (both keys sign; once per account).
+    Bind(BindArgs),
+    /// Open a tab on chain: sign its terms, deposit, and open an escrow whose ref is their hash.
+    OpenTab(OpenTabArgs),
+    /// Sign an intent for a request, submit it, and print the job the exchange cleared.
+    Intent(IntentArgs),
+    /// List this agent's jobs.
+    Jobs(JobsArgs),
+    /// Show a tab as the exchange's books mirror it.
+    Tab(TabArgs),
+    /// Reclaim a tab's escrow on chain after its deadline (and the contract's grace period).
+    CloseTab(CloseTabArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct KeygenArgs {
+    /// Where to write the key file [default: --keys].
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Replace an existing key file (its keys are lost).
+    #[arg(long)]
+    force: bool,
+    /// Use an existing secp256k1 secret (32 bytes of hex) read from standard input, instead of
+    /// a fresh one (a funded wallet's, say); the ML-DSA-65 identity is always fresh.
+    #[arg(long)]
+    import_secp256k1: bool,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct BindArgs {
+    /// The binding's nonce (a rotation binds with a higher one).
+    #[arg(long, default_value_t = 0)]
+    nonce: u64,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Where the chain is: the deployments file, and optionally another RPC URL.
+#[derive(Debug, clap::Args)]
+struct ChainArgs {
+    /// JSON-RPC URL of the chain [default: the deployments file's].
+    #[arg(long, env = "CX_RPC", value_name = "URL")]
+    rpc: Option<String>,
+    /// The deployments file (contract addresses per chain).
+    #[arg(long, value_name = "FILE", default_value = "runtime/deployments.json")]
+    deployments: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+struct OpenTabArgs {
+    /// What the tab holds, wei.
+    #[arg(long, value_name = "WEI")]
+    amount: u128,
+    /// Seconds from now until the buyer alone may reclaim the escrow (intents' deadlines must
+    /// end before it, with the exchange's settlement margin).
+    #[arg(long, value_name = "S")]
+    deadline_in: u64,
+    /// The terms' nonce [default: the current time in microseconds].
+    #[arg(long)]
+    nonce: Option<u64>,
+    #[command(flatten)]
+    chain: ChainArgs,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct IntentArgs {
+    /// The catalog model (or a task the router maps to one).
+    #[arg(long)]
+    model: String,
+    /// The prompt.
+    #[arg(long)]
+    prompt: String,
+    /// Most tokens to generate.
+    #[arg(long, value_name = "N")]
+    max_tokens: u32,
+    /// The most the job may cost, wei.
+    #[arg(long, value_name = "WEI")]
+    max_price_wei: u128,
+    /// The tab (escrow id) that pays.
+    #[arg(long, value_name = "ID")]
+    tab: u64,
+    /// Seconds from now until the result must be ready.
+    #[arg(long, value_name = "S", default_value_t = 60)]
+    deadline_in: u64,
+    /// Seconds from now after which the signed intent is refused [default: the deadline's].
+    #[arg(long, value_name = "S")]
+    expiry_in: Option<u64>,
+    /// The lowest verification tier accepted: T0, T1, T2 or T3.
+    #[arg(long, default_value = "T1", value_parser = parse_tier)]
+    tier: Tier,
+    /// The determinism class: D, D_inf or S.
+    #[arg(long, default_value = "D", value_parser = parse_class)]
+    class: DeterminismClass,
+    /// The intent's nonce [default: the current time in microseconds].
+    #[arg(long)]
+    nonce: Option<u64>,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct JobsArgs {
+    /// Only jobs in this state (assigned, …).
+    #[arg(long)]
+    status: Option<String>,
+    /// At most this many.
+    #[arg(long)]
+    limit: Option<u32>,
+    /// Also print the list as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct TabArgs {
+    /// The tab's escrow id.
+    id: u64,
+    /// Also print the tab as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct CloseTabArgs {
+    /// The tab's escrow id.
+    id: u64,
+    #[command(flatten)]
+    chain: ChainArgs,
+    /// Also withdraw the free deposit (the reclaimed escrow included) to the account.
+    #[arg(long)]
+    withdraw: bool,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_tier(text: &str) -> Result<Tier, String> {
+    serde_json::from_value(json!(text)).map_err(|_| "one of T0, T1, T2, T3".to_owned())
+}
+
+fn parse_class(text: &str) -> Result<DeterminismClass, String> {
+    serde_json::from_value(json!(text)).map_err(|_| "one of D, D_inf, S".to_owned())
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    if let Command::Keygen(keygen) = &args.command {
+        // No network, no runtime.
+        return run_keygen(&args, keygen);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(run_async(args))
+}
+
+async fn run_async(args: Args) -> anyhow::Result<()> {
+    match &args.command {
+        Command::Keygen(_) => unreachable!("handled before the runtime"),
+        Command::Bind(bind) => run_bind(&args, bind).await,
+        Command::OpenTab(open) => run_open_tab(&args, open).await,
+        Command::Intent(intent) => run_intent(&args, intent).await,
+        Command::Jobs(jobs) => run_jobs(&args, jobs).await,
+        Command::Tab(tab) => run_tab(&args, tab).await,
+        Command::CloseTab(close) => run_close_tab(&args, close).await,
+    }
+}
+
+// ---- inputs ---------------------------------------------------------------------------------
+
+impl Args {
+    fn key_path(&self) -> anyhow::Result<&Path> {
+        self.keys.as_deref().ok_or_else(|| {
+            anyhow!(
+                "no key file: pass --keys FILE or set CX_AGENT_KEYS (make one with `cx agent keygen --out FILE`)"
+            )
+        })
+    }
+
+    fn load_keys(&self) -> anyhow::Result<AgentKeys> {
+        Ok(AgentKeys::load(self.key_path()?)?)
+    }
+
+    fn client(&self) -> anyhow::Result<Client> {
+        let ca = match &self.ca {
+            Some(path) => Some(path.clone()),
+            None => Some(PathBuf::from(DEV_CA_PEM)).filter(|p| p.exists()),
+        };
+        Client::new(&self.exchange, ca.as_deref()).context("--exchange/--ca")
+    }
+}
+
+/// The chain to sign for: `--chain` if the exchange serves it, else its only chain (or, for a
+/// binding, which any served chain can carry, the first).
+async fn pick_chain(client: &Client, chain: Option<u64>, any: bool) -> anyhow::Result<ChainInfo> {
+    let chains = client
+        .chains()
+        .await
+        .context("reading the exchange's chains")?;
+    let ids = || {
+        chains
+            .iter()
+            .map(|c| c.chain_id.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match chain {
+        Some(id) => chains
+            .iter()
+            .find(|c| c.chain_id == id)
+            .cloned()
+            .ok_or_else(|| anyhow!("--chain {id}: the exchange serves chains {}", ids())),
+        None if chains.len() == 1 || (any && !chains.is_empty()) => Ok(chains[0].clone()),
+        None if chains.is_empty() => bail!("the exchange serves no chain yet"),
+        None => bail!("the exchange serves chains {}: pass --chain", ids()),
+    }
+}
+
+/// The chain's deployment, its RPC URL and its EIP-712 domain, and an `EvmClient` acting with
+/// the agent's own key.
+fn evm(
+    keys: &AgentKeys,
+    args: &ChainArgs,
+    chain: Option<u64>,
+) -> anyhow::Result<(EvmClient, u64, String)> {
+    let file = DeploymentsFile::load(&args.deployments).context("--deployments")?;
+    let entry = match chain {
+        Some(id) => file.chain(id).ok_or_else(|| {
+            anyhow!(
+                "--chain {id}: not in {} (it has {})",
+                args.deployments.display(),
+                file.chains
+                    .iter()
+                    .map(|c| c.chain.chain_id.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })?,
+        None => match file.chains.as_slice() {
+            [only] => only,
+            [] => bail!("{}: no chain deployed", args.deployments.display()),
+            _ => bail!(
+                "{}: several chains deployed: pass --chain",
+                args.deployments.display()
+            ),
+        },
+    };
+    let rpc = args
+        .rpc
+        .clone()
+        .unwrap_or_else(|| entry.chain.rpc_url.clone());
+    let secret = keys.secp256k1_secret();
+    let signer = alloy::signers::local::PrivateKeySigner::from_bytes(&(*secret).into())
+        .context("the key file's secp256k1 secret")?;
+    let client = EvmClient::connect(&rpc, signer, entry.deployment)
+        .with_context(|| format!("chain {} at {rpc}", entry.chain.chain_id))?;
+    Ok((client, entry.chain.chain_id, rpc))
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A fresh nonce: the current time in microseconds (unique per account for any agent that does
+/// not sign two orders in one microsecond; pass --nonce to choose).
+fn fresh_nonce() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+// ---- commands -------------------------------------------------------------------------------
+
+fn run_keygen(args: &Args, keygen: &KeygenArgs) -> anyhow::Result<()> {
+    let out = keygen
+        .out
+        .as_deref()
+        .or(args.keys.as_deref())
+        .ok_or_else(|| {
+            anyhow!("no output file: pass --out FILE (or --keys FILE / CX_AGENT_KEYS)")
+        })?;
+    let keys = if keygen.import_secp256k1 {
+        let mut text = zeroize::Zeroizing::new(String::new());
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("reading the secp256k1 secret from standard input")?;
+        let secret = cx_client::keys::parse_secret(&text)
+            .map_err(|reason| anyhow!("the secp256k1 secret on standard input: {reason}"))?;
+        AgentKeys::from_secrets(&secret, Identity::generate())?
+    } else {
+        AgentKeys::generate()
+    };
+    keys.write(out, keygen.force)?;
+    let table = format!(
+        "account          {}\nmldsa_key_hash   {}\nkey file         {} (0600)\n",
+        keys.account(),
+        keys.mldsa_key_hash(),
+        out.display()
+    );
+    let report = json!({
+        "account": keys.account(),
+        "mldsa_key_hash": keys.mldsa_key_hash(),
+        "path": out,
+    });
+    super::emit(keygen.json, &table, &report)
+}
+
+async fn run_bind(args: &Args, bind: &BindArgs) -> anyhow::Result<()> {
+    let keys = args.load_keys()?;
+    let client = args.client()?;
+    let chain = pick_chain(&client, args.chain, true).await?;
+    let binding = keys.binding(&chain.domain(), bind.nonce)?;
+    let bound = client
+        .bind(&binding)
+        .await
+        .context("binding the ML-DSA-65 key")?;
+    let table = format!(
+        "account          {}\nmldsa_key_hash   {}\nbound on         chain {} (Settlement {})\n",
+        bound.account, bound.mldsa_key_hash, chain.chain_id, chain.verifying_contract
+    );
+    super::emit(
+        bind.json,
+        &table,
+        &json!({
+            "account": bound.account,
+            "mldsa_key_hash": bound.mldsa_key_hash,
+            "chain_id": chain.chain_id,
+            "verifying_contract": chain.verifying_contract,
+        }),
+    )
+}
+
+async fn run_open_tab(args: &Args, open: &OpenTabArgs) -> anyhow::Result<()> {
+    if open.amount == 0 {
+        bail!("--amount: must be > 0 wei");
+    }
+    let keys = args.load_keys()?;
+    let (evm, chain_id, rpc) = evm(&keys, &open.chain, args.chain)?;
+    let domain = order::domain(chain_id, evm.deployment().settlement);
+    let terms = TabTerms {
+        buyer: keys.account(),
+        amount_wei: open.amount,
+        deadline_s: now_s().saturating_add(open.deadline_in),
+        nonce: open.nonce.unwrap_or_else(fresh_nonce),
+    };
+    // The escrow's ref commits to the signed terms: the EIP-712 hash of TabTerms under this
+    // chain's domain, so the ref names the buyer, amount, deadline and nonce on this deployment.
+    let signed = keys.sign(terms.clone(), &domain)?;
+    let reference = terms.tab_ref(&domain);
+    let at = format!("on chain {chain_id} ({rpc})");
+    evm.approve_all()
+        .await
+        .with_context(|| format!("approving the Settlement contract {at}"))?;
+    let free = evm
+        .escrow_balance(keys.account())
+        .await
+        .with_context(|| format!("reading the free deposit {at}"))?;
+    let amount = U256::from(open.amount);
+    let deposit_tx = if free < amount {
+        Some(
+            evm.deposit(amount - free)
+                .await
+                .with_context(|| format!("depositing {at}"))?
+                .tx_hash,
+        )
+    } else {
+        None
+    };
+    let (escrow_id, opened) = evm
+        .open_job(open.amount, terms.deadline_s, reference)
+        .await
+        .with_context(|| format!("opening the escrow {at}"))?;
+    let table = format!(
+        "tab              {escrow_id} on chain {chain_id}\namount_wei       {}\ndeadline_s       {}\nref              {reference}\ntx               {}\n",
+        open.amount, terms.deadline_s, opened.tx_hash
+    );
+    super::emit(
+        open.json,
+        &table,
+        &json!({
+            "chain_id": chain_id,
+            "escrow_id": escrow_id,
+            "amount_wei": open.amount.to_string(),
+            "deadline_s": terms.deadline_s,
+            "ref": reference,
+            "deposit_tx": deposit_tx,
+            "open_tx": opened.tx_hash,
+            "terms": signed,
+        }),
+    )
+}
+
+async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
+    let keys = args.load_keys()?;
+    let client = args.client()?;
+    let chain = pick_chain(&client, args.chain, false).await?;
+    let domain = chain.domain();
+    let request = InferenceRequest {
+        prompt: cmd.prompt.clone(),
+        max_tokens: cmd.max_tokens,
+    };
+    let now = now_s();
+    let intent = Intent {
+        want: cmd.model.clone(),
+        adapter_id: None,
+        request_hash: request_hash(&request),
+        deadline_s: now.saturating_add(cmd.deadline_in),
+        max_price_wei: cmd.max_price_wei,
+        min_tier: cmd.tier,
+        determinism: cmd.class,
+        tab_id: cmd.tab,
+        nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
+        expiry_s: now.saturating_add(cmd.expiry_in.unwrap_or(cmd.deadline_in)),
+    };
+    let signed = keys.sign(intent, &domain)?;
+    let accepted = client
+        .submit_intent(&signed, &request)
+        .await
+        .context("submitting the intent")?;
+    let t = &accepted.terms;
+    let mut table = format!(
+        "job              {}\nstatus           {}\nbundle           {}\nheld_wei         {}\n",
+        accepted.job_id, accepted.status, accepted.bundle_id, accepted.held_wei
+    );
+    let _ = writeln!(
+        table,
+        "terms            total {:.6} = compute {:.6} + latency {:.6} + failure {:.6} + verification {:.6} + deadline_risk {:.6} + base_load {:.6} + adapter_load {:.6}\ncompletion_s     {:.3}",
+        t.total,
+        t.compute,
+        t.latency,
+        t.failure,
+        t.verification,
+        t.deadline_risk,
+        t.base_load,
+        t.adapter_load,
+        t.completion_s
+    );
+    let mut report = serde_json::to_value(&accepted)?;
+    report["chain_id"] = json!(chain.chain_id);
+    report["nonce"] = json!(signed.order.nonce);
+    super::emit(cmd.json, &table, &report)
+}
+
+async fn run_jobs(args: &Args, cmd: &JobsArgs) -> anyhow::Result<()> {
+    let keys = args.load_keys()?;
+    let client = args.client()?;
+    let jobs = client
+        .jobs(&JobsQuery {
+            account: keys.account(),
+            status: cmd.status.clone(),
+            limit: cmd.limit,
+        })
+        .await
+        .context("listing jobs")?;
+    let mut table = format!(
+        "{:<66}  {:<10}  {:<24}  {:>10}  {:<16}  {:>12}\n",
+        "job", "status", "model", "tab", "bundle", "held_wei"
+    );
+    for job in &jobs {
+        let _ = writeln!(
+            table,
+            "{:<66}  {:<10}  {:<24}  {:>10}  {:<16}  {:>12}",
+            job.id.to_string(),
+            job.status,
+            job.model,
+            format!("{}/{}", job.chain_id, job.escrow_id),
+            job.bundle_id.as_deref().unwrap_or("-"),
+            job.held_wei
+        );
+    }
+    if jobs.is_empty() {
+        table.push_str("(no jobs)\n");
+    }
+    super::emit(cmd.json, &table, &jobs)
+}
+
+async fn run_tab(args: &Args, cmd: &TabArgs) -> anyhow::Result<()> {
+    let client = args.client()?;
+    let chain = pick_chain(&client, args.chain, false).await?;
+    let tab = client
+        .tab(chain.chain_id, cmd.id)
+        .await
+        .with_context(|| format!("reading tab {} on chain {}", cmd.id, chain.chain_id))?;
+    let table = format!(
+        "tab              {} on chain {}\nbuyer            {}\nstatus           {}\namount_wei       {}\nheld_wei         {}\navailable_wei    {}\ndeadline_s       {}\nref              {}\n",
+        tab.escrow_id,
+        tab.chain_id,
+        tab.buyer,
+        tab.status,
+        tab.amount_wei,
+        tab.held_wei,
+        tab.available_wei(),
+        tab.deadline_s,
+        tab.reference
+    );
+    super::emit(cmd.json, &table, &tab)
+}
+
+async fn run_close_tab(args: &Args, cmd: &CloseTabArgs) -> anyhow::Result<()> {
+    let keys = args.load_keys()?;
+    let (evm, chain_id, rpc) = evm(&keys, &cmd.chain, args.chain)?;
+    let at = format!("on chain {chain_id} ({rpc})");
+    let reclaimed = evm
+        .reclaim(cmd.id)
+        .await
+        .with_context(|| format!("reclaiming tab {} {at}", cmd.id))?;
+    let free = evm
+        .escrow_balance(keys.account())
+        .await
+        .with_context(|| format!("reading the free deposit {at}"))?;
+    let mut table = format!(
+        "tab              {} on chain {chain_id} reclaimed\ntx               {}\nfree_deposit_wei {free}\n",
+        cmd.id, reclaimed.tx_hash
+    );
+    let mut withdraw_tx = None;
+    if cmd.withdraw && free > U256::ZERO {
+        let out = evm
+            .withdraw(free)
+            .await
+            .with_context(|| format!("withdrawing the free deposit {at}"))?;
+        let _ = writeln!(table, "withdrawn_wei    {free} (tx {})", out.tx_hash);
+        withdraw_tx = Some(out.tx_hash);
+    }
+    super::emit(
+        cmd.json,
+        &table,
+        &json!({
+            "chain_id": chain_id,
+            "escrow_id": cmd.id,
+            "reclaim_tx": reclaimed.tx_hash,
+            "free_deposit_wei": free.to_string(),
+            "withdraw_tx": withdraw_tx,
+        }),
+    )
+}

@@ -1,0 +1,451 @@
+//! `cx agent` as users run it: key files (0600, never silently replaced), one-line errors that
+//! name the file, the server's refusal code in the line.
+
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn cx(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cx"))
+        .args(args)
+        // The tests say what they mean; the environment of whoever runs them does not leak in.
+        .env_remove("CX_AGENT_KEYS")
+        .env_remove("CX_EXCHANGE")
+        .env_remove("CX_CA")
+        .env_remove("CX_CHAIN")
+        .env_remove("CX_RPC")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cx runs");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    input.write_all(stdin.as_bytes()).expect("stdin accepts");
+    drop(input);
+    child.wait_with_output().expect("cx exits")
+}
+
+fn last_json(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "cx failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().expect("some output")).expect("last line is JSON")
+}
+
+/// Runs `cx` expecting failure; returns its single stderr line.
+fn error_line(args: &[&str]) -> String {
+    let out = cx(args, "");
+    assert!(!out.status.success(), "expected failure for {args:?}");
+    let err = String::from_utf8_lossy(&out.stderr).trim_end().to_owned();
+    assert_eq!(err.lines().count(), 1, "one line, got: {err}");
+    assert!(out.stdout.is_empty(), "nothing on stdout on error");
+    err
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "cx-agent-test-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn keygen_writes_a_0600_key_file_refuses_to_overwrite_it_and_replaces_it_with_force() {
+    let dir = TempDir::new("keygen");
+    let path = dir.0.join("agent.json");
+    let file = path.to_str().unwrap();
+
+    let first = last_json(&cx(&["agent", "keygen", "--out", file, "--json"], ""));
+    assert_eq!(mode(&path), 0o600);
+    let account = first["account"].as_str().unwrap().to_owned();
+    assert!(
+        account.starts_with("0x") && account.len() == 42,
+        "{account}"
+    );
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(stored["kind"], "cx-agent-keys");
+    assert_eq!(stored["account"].as_str().unwrap(), account);
+
+    let before = std::fs::read(&path).unwrap();
+    let err = error_line(&["agent", "keygen", "--out", file]);
+    assert!(err.contains(file), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the old keys are kept"
+    );
+
+    let second = last_json(&cx(
+        &["agent", "keygen", "--out", file, "--force", "--json"],
+        "",
+    ));
+    assert_ne!(second["account"], first["account"]);
+    assert_eq!(mode(&path), 0o600);
+    // Nothing but the key file in the directory: no temporary file left behind.
+    assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 1);
+}
+
+#[test]
+fn keygen_imports_a_wallet_secret_from_stdin() {
+    let dir = TempDir::new("import");
+    let path = dir.0.join("agent.json");
+    // Anvil's first deterministic account.
+    let secret = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80\n";
+    let out = cx(
+        &[
+            "agent",
+            "keygen",
+            "--out",
+            path.to_str().unwrap(),
+            "--import-secp256k1",
+            "--json",
+        ],
+        secret,
+    );
+    let report = last_json(&out);
+    assert_eq!(
+        report["account"].as_str().unwrap().to_lowercase(),
+        "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266"
+    );
+}
+
+#[test]
+fn a_key_file_others_can_read_is_refused_naming_the_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("perm");
+    let path = dir.0.join("agent.json");
+    let file = path.to_str().unwrap();
+    last_json(&cx(&["agent", "keygen", "--out", file, "--json"], ""));
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = error_line(&["agent", "--keys", file, "jobs"]);
+    assert!(err.contains(file) && err.contains("chmod 600"), "{err}");
+}
+
+#[test]
+fn commands_that_need_keys_say_how_to_get_them() {
+    let err = error_line(&["agent", "jobs"]);
+    assert!(
+        err.contains("--keys") && err.contains("cx agent keygen"),
+        "{err}"
+    );
+    let err = error_line(&["agent", "keygen"]);
+    assert!(err.contains("--out"), "{err}");
+}
+
+#[test]
+fn an_unreachable_exchange_is_one_line_naming_the_url() {
+    let dir = TempDir::new("unreachable");
+    let path = dir.0.join("agent.json");
+    let file = path.to_str().unwrap();
+    last_json(&cx(&["agent", "keygen", "--out", file, "--json"], ""));
+    let err = error_line(&[
+        "agent",
+        "--keys",
+        file,
+        "--exchange",
+        "http://127.0.0.1:9",
+        "bind",
+    ]);
+    assert!(err.contains("http://127.0.0.1:9/v1/chains"), "{err}");
+}
+
+// ---- the whole agent path: Anvil, a real exchange over HTTPS, the `cx agent` commands ----------
+
+mod devnet {
+    use super::{TempDir, error_line, last_json};
+    use alloy::primitives::{Address, B256, U256};
+    use cx_contracts::{ChainDeployment, DeploymentsFile};
+    use cx_devnet::AnvilInstance;
+    use cx_devnet::db::TempDatabase;
+    use cx_devnet::deploy::{DeployParams, deploy};
+    use cx_exchange::objective::Weights;
+    use cx_exchange::routing::catalog::Catalog;
+    use cx_exchange_server::api::{AppState, app};
+    use cx_exchange_server::books::Books;
+    use cx_exchange_server::chain::Watcher;
+    use cx_exchange_server::intake::Intake;
+    use cx_exchange_server::market::Market;
+    use cx_exchange_server::tls::{self, DevCa, Limits};
+    use cx_protocol::Bundle;
+    use cx_settlement::frost::EvmGroupKey;
+    use serde_json::{Value, json};
+    use std::process::Output;
+
+    const CATALOG: &str = include_str!("../../core/catalog.example.toml");
+
+    /// `cx` on a blocking thread, so that the exchange in this process keeps serving.
+    async fn cx(args: Vec<String>, stdin: String) -> Output {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            super::cx(&args, &stdin)
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn cx_error(args: Vec<String>) -> String {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            error_line(&args)
+        })
+        .await
+        .unwrap()
+    }
+
+    fn bundle(id: &str, price_wei_per_s: u64, resident: bool) -> Bundle {
+        serde_json::from_value(json!({
+            "id": id, "provider": "op-a", "price_wei_per_s": price_wei_per_s,
+            "memory_bytes": 80_000_000_000u64, "bandwidth_bps": 1e9, "rtt_s": 0.01,
+            "flops_per_s": 4e14, "context_max": 32768, "determinism": ["D", "S"],
+            "tiers": ["T0", "T1"],
+            "resident_bases": if resident { vec!["llama-3.1-8b-instruct"] } else { vec![] },
+        }))
+        .unwrap()
+    }
+
+    /// The secp256k1 generator as a group key: the contract only needs a point; no batch is
+    /// signed here.
+    fn group_key() -> EvmGroupKey {
+        EvmGroupKey {
+            x: "0x79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798"
+                .parse::<U256>()
+                .unwrap(),
+            parity: 0,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_agent_opens_a_tab_on_chain_binds_submits_lists_and_closes_it() {
+        let anvil = AnvilInstance::spawn(31337, None, 2).expect("anvil (scripts/setup-foundry.sh)");
+        let rpc = anvil.rpc_url();
+        let params = DeployParams {
+            group_key: group_key(),
+            grace_period_s: 1,
+            min_stake: U256::from(1u64),
+            unbonding_delay_s: 60,
+            native: true,
+            with_probe: false,
+        };
+        let deployment = deploy(&rpc, anvil.keys[0].clone(), params).await.unwrap();
+        let chain = ChainDeployment {
+            chain: anvil.entry(),
+            deployment,
+        };
+        let dir = TempDir::new("devnet");
+        let deployments = dir.0.join("deployments.json");
+        DeploymentsFile {
+            chains: vec![chain.clone()],
+        }
+        .write(&deployments)
+        .unwrap();
+
+        // The exchange: books, market, the chain's domain, HTTPS with a dev CA.
+        let db = TempDatabase::create().await.unwrap();
+        let books = Books::open(&db.url).await.unwrap();
+        let market =
+            Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
+        market
+            .register(&books, bundle("warm", 1_000_000, true))
+            .await
+            .unwrap();
+        let intake = Intake::new(
+            books.clone(),
+            market,
+            [(chain.chain.chain_id, deployment.settlement)],
+            60,
+        );
+        let ca = DevCa::open_or_create(dir.0.join("ca")).unwrap();
+        let config = tls::server_config(ca.server_identity().unwrap()).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}", listener.local_addr().unwrap());
+        let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(tls::serve_https(
+            listener,
+            config,
+            app(AppState::with_intake(intake)),
+            Limits::default(),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+
+        // The agent: Anvil's second account, imported.
+        let keys = dir.0.join("agent.json");
+        let secret = format!("{}\n", B256::from(anvil.keys[1].to_bytes()));
+        let account = anvil.keys[1].address();
+        let made = last_json(
+            &cx(
+                strings(&[
+                    "agent",
+                    "keygen",
+                    "--out",
+                    path(&keys),
+                    "--import-secp256k1",
+                    "--json",
+                ]),
+                secret,
+            )
+            .await,
+        );
+        assert_eq!(
+            made["account"]
+                .as_str()
+                .unwrap()
+                .parse::<Address>()
+                .unwrap(),
+            account
+        );
+        let agent = |rest: &[&str]| {
+            let mut args = strings(&[
+                "agent",
+                "--exchange",
+                &url,
+                "--ca",
+                path(&ca.cert_path()),
+                "--keys",
+                path(&keys),
+            ]);
+            args.extend(strings(rest));
+            args
+        };
+        let chain_flags = ["--deployments", path(&deployments)];
+
+        // open-tab: signed terms, deposit and openJob on chain; the watcher mirrors it.
+        let mut open = vec![
+            "open-tab",
+            "--amount",
+            "5000000",
+            "--deadline-in",
+            "3600",
+            "--json",
+        ];
+        open.extend(chain_flags);
+        let tab = last_json(&cx(agent(&open), String::new()).await);
+        let escrow_id = tab["escrow_id"].as_u64().unwrap();
+        let deadline_s = tab["deadline_s"].as_u64().unwrap();
+        assert_eq!(
+            tab["terms"]["order"]["buyer"]
+                .as_str()
+                .unwrap()
+                .parse::<Address>()
+                .unwrap(),
+            account
+        );
+        Watcher::new(books.clone(), chain.clone(), 0)
+            .unwrap()
+            .poll_once()
+            .await
+            .unwrap();
+
+        let bound = last_json(&cx(agent(&["bind", "--json"]), String::new()).await);
+        assert_eq!(bound["chain_id"], 31337);
+        assert_eq!(
+            bound["account"]
+                .as_str()
+                .unwrap()
+                .parse::<Address>()
+                .unwrap(),
+            account
+        );
+
+        let id = escrow_id.to_string();
+        let intent = |price: &str, nonce: &str| {
+            agent(&[
+                "intent",
+                "--model",
+                "llama-8b",
+                "--prompt",
+                "Say hello in one word.",
+                "--max-tokens",
+                "16",
+                "--max-price-wei",
+                price,
+                "--tab",
+                &id,
+                "--nonce",
+                nonce,
+                "--json",
+            ])
+        };
+        let out = cx(intent("100000", "7"), String::new()).await;
+        let accepted = last_json(&out);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("bundle           warm"), "{text}");
+        assert!(text.contains("base_load 0.000000"), "{text}");
+        assert_eq!(accepted["bundle_id"], "warm");
+        assert_eq!(accepted["status"], "assigned");
+        assert!(accepted["terms"]["total"].as_f64().unwrap() > 0.0);
+        let held = accepted["held_wei"].as_str().unwrap().to_owned();
+
+        // The same nonce again: one line with the server's code and field.
+        let err = cx_error(intent("90000", "7")).await;
+        assert!(
+            err.contains("nonce_reused") && err.contains("intent.order.nonce"),
+            "{err}"
+        );
+        // A limit below every ask: no match, said so.
+        let err = cx_error(intent("1", "8")).await;
+        assert!(err.contains("no_match (HTTP 422)"), "{err}");
+
+        let jobs = last_json(
+            &cx(
+                agent(&["jobs", "--status", "assigned", "--json"]),
+                String::new(),
+            )
+            .await,
+        );
+        assert_eq!(jobs.as_array().unwrap().len(), 1);
+        assert_eq!(jobs[0]["id"], accepted["job_id"]);
+        let shown = last_json(&cx(agent(&["tab", &id, "--json"]), String::new()).await);
+        assert_eq!(shown["amount_wei"], "5000000");
+        assert_eq!(shown["held_wei"], Value::String(held));
+        assert_eq!(shown["deadline_s"].as_u64().unwrap(), deadline_s);
+
+        // close-tab before the deadline: the contract's refusal, on one line.
+        let mut close = vec!["close-tab", id.as_str(), "--withdraw", "--json"];
+        close.extend(chain_flags);
+        let err = cx_error(agent(&close)).await;
+        assert!(err.contains("ReclaimTooEarly"), "{err}");
+        // After the deadline and the grace period: reclaimed and withdrawn.
+        let now = anvil.now_s().await.unwrap();
+        anvil.advance_time(deadline_s + 5 - now).await.unwrap();
+        let closed = last_json(&cx(agent(&close), String::new()).await);
+        assert_eq!(closed["escrow_id"].as_u64().unwrap(), escrow_id);
+        assert_eq!(closed["free_deposit_wei"], "5000000");
+        assert!(closed["withdraw_tx"].is_string());
+    }
+
+    fn strings(args: &[&str]) -> Vec<String> {
+        args.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn path(p: &std::path::Path) -> &str {
+        p.to_str().unwrap()
+    }
+}

@@ -1,0 +1,424 @@
+//! [`Client`]: one typed method per exchange endpoint, over one keep-alive connection pool.
+
+use crate::error::{Error, Result};
+use crate::tls::{self, Connector, TlsInfo};
+use crate::types::{
+    Accepted, Bound, ChainInfo, ErrorBody, Health, InferenceRequest, IntentSubmission, JobRecord,
+    JobsQuery, ModelInfo, Tab,
+};
+use bytes::Bytes;
+use cx_protocol::Bundle;
+use cx_protocol::order::{B256, Binding, Intent, Kind, Signed};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Method, Request, Uri, header};
+use hyper_util::client::legacy;
+use hyper_util::rt::TokioExecutor;
+use rustls::ClientConfig;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a request may take, connect and answer together, unless [`Client::with_timeout`]
+/// says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Largest answer body read, bytes (a job list of 500 decisions fits many times over).
+const MAX_BODY_BYTES: usize = 32 << 20;
+
+/// A client of one exchange. Cheap to clone: clones share the connection pool, so many tasks can
+/// submit over the same few keep-alive connections.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    http: legacy::Client<Connector, Full<Bytes>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("base", &self.base)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client of the exchange at `base_url` (`https://host:port`, optionally with a path
+    /// prefix). With `ca_pem_path`, exactly the CA certificates in that PEM file are trusted (the
+    /// devnet's `runtime/ca/ca.pem`); without it, Mozilla's public roots. Plain `http://` is used
+    /// only when the URL says so.
+    pub fn new(base_url: &str, ca_pem_path: Option<&Path>) -> Result<Self> {
+        let (base, https) = parse_base(base_url)?;
+        let config = match (https, ca_pem_path) {
+            (false, _) => None,
+            (true, Some(path)) => Some(tls::client_config(tls::roots_from_pem_file(path)?)?),
+            (true, None) => Some(tls::client_config(tls::public_roots())?),
+        };
+        Ok(Self::build(base, config))
+    }
+
+    /// A client with a TLS configuration of the caller's (its own roots, a client certificate);
+    /// use [`tls::client_config`] to keep the post-quantum key exchange first.
+    pub fn with_tls_config(base_url: &str, config: Arc<ClientConfig>) -> Result<Self> {
+        let (base, _) = parse_base(base_url)?;
+        Ok(Self::build(base, Some(config)))
+    }
+
+    fn build(base: String, config: Option<Arc<ClientConfig>>) -> Self {
+        let http = legacy::Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(64)
+            .build(Connector::new(config, Duration::from_secs(10)));
+        Self {
+            base,
+            http,
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
+    /// The same client with another per-request timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The exchange's base URL, without a trailing slash.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    // ---- identity and orders ------------------------------------------------------------------
+
+    /// `POST /v1/bindings`: binds the account to its ML-DSA-65 key (both halves signed; see
+    /// [`Binding::sign`] or [`crate::AgentKeys::binding`]). Binding the same key again is a no-op.
+    pub async fn bind(&self, binding: &Binding) -> Result<Bound> {
+        self.send(Method::POST, "/v1/bindings", Some(binding)).await
+    }
+
+    /// `POST /v1/intents`: submits a signed intent and the request its `request_hash` commits
+    /// to; the exchange verifies, clears and holds the charge on the tab before it answers.
+    pub async fn submit_intent(
+        &self,
+        intent: &Signed<Intent>,
+        request: &InferenceRequest,
+    ) -> Result<Accepted> {
+        let body = IntentSubmission { intent, request };
+        self.send(Method::POST, "/v1/intents", Some(&body)).await
+    }
+
+    // ---- jobs and tabs ------------------------------------------------------------------------
+
+    /// `GET /v1/jobs/{id}`.
+    pub async fn job(&self, id: B256) -> Result<JobRecord> {
+        self.get(&format!("/v1/jobs/{id}")).await
+    }
+
+    /// `GET /v1/jobs?account=&status=&limit=`: an account's jobs, newest first.
+    pub async fn jobs(&self, query: &JobsQuery) -> Result<Vec<JobRecord>> {
+        let mut path = format!("/v1/jobs?account={}", query.account);
+        if let Some(status) = &query.status {
+            path.push_str("&status=");
+            path.push_str(&percent_encode(status));
+        }
+        if let Some(limit) = query.limit {
+            path.push_str(&format!("&limit={limit}"));
+        }
+        self.get(&path).await
+    }
+
+    /// `GET /v1/tabs/{chain_id}/{escrow_id}`: the tab as the books see it (once the chain
+    /// watcher has mirrored the escrow's `JobOpened`).
+    pub async fn tab(&self, chain_id: u64, escrow_id: u64) -> Result<Tab> {
+        self.get(&format!("/v1/tabs/{chain_id}/{escrow_id}")).await
+    }
+
+    // ---- market data --------------------------------------------------------------------------
+
+    /// `GET /v1/chains`: the chains served and their Settlement contracts (the EIP-712 domains).
+    pub async fn chains(&self) -> Result<Vec<ChainInfo>> {
+        self.get("/v1/chains").await
+    }
+
+    /// `GET /v1/eip712/{kind}?chain_id=`: the `{types, primaryType, domain}` a wallet's
+    /// `eth_signTypedData_v4` takes for `kind` on `chain_id`.
+    pub async fn eip712(&self, kind: Kind, chain_id: u64) -> Result<serde_json::Value> {
+        self.get(&format!("/v1/eip712/{kind}?chain_id={chain_id}"))
+            .await
+    }
+
+    /// `GET /v1/models`: the catalog.
+    pub async fn models(&self) -> Result<Vec<ModelInfo>> {
+        self.get("/v1/models").await
+    }
+
+    /// `GET /v1/providers`: the registered bundles.
+    pub async fn providers(&self) -> Result<Vec<Bundle>> {
+        self.get("/v1/providers").await
+    }
+
+    // ---- operations ---------------------------------------------------------------------------
+
+    /// `GET /healthz`.
+    pub async fn health(&self) -> Result<Health> {
+        self.get("/healthz").await
+    }
+
+    /// `GET /metrics`: Prometheus text.
+    pub async fn metrics(&self) -> Result<String> {
+        let (_, bytes, _) = self.call(Method::GET, "/metrics", None).await?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// What the pooled connection negotiated, read off a `GET /healthz`: `None` over plain
+    /// HTTP, else the TLS key exchange group (`X25519MLKEM768` against our exchange), version,
+    /// cipher suite and ALPN.
+    pub async fn connection_info(&self) -> Result<Option<TlsInfo>> {
+        let (_, _, tls) = self.call(Method::GET, "/healthz", None).await?;
+        Ok(tls)
+    }
+
+    // ---- plumbing -----------------------------------------------------------------------------
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.send::<T, ()>(Method::GET, path, None).await
+    }
+
+    async fn send<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T> {
+        let body = body
+            .map(|b| serde_json::to_vec(b).map(Bytes::from))
+            .transpose()
+            .expect("request bodies are plain data and always serialize");
+        let method_name = method_name(&method);
+        let (_, bytes, _) = self.call(method, path, body).await?;
+        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
+            method: method_name,
+            path: strip_query(path).to_owned(),
+            source,
+        })
+    }
+
+    /// One request: its status, body and the connection's TLS details, or the server's error.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Result<(u16, Bytes, Option<TlsInfo>)> {
+        let url = format!("{}{path}", self.base);
+        let method_name = method_name(&method);
+        let uri: Uri = url.parse().map_err(|e| Error::InvalidUrl {
+            url: url.clone(),
+            reason: format!("{e}"),
+        })?;
+        let mut request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::ACCEPT, "application/json")
+            .header(
+                header::USER_AGENT,
+                concat!("cx-client/", env!("CARGO_PKG_VERSION")),
+            );
+        if body.is_some() {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(body.unwrap_or_default()))
+            .map_err(|e| Error::InvalidUrl {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?;
+        let transport = |reason: String| Error::Transport {
+            method: method_name,
+            url: url.clone(),
+            reason,
+        };
+        let exchange = async {
+            let response = self
+                .http
+                .request(request)
+                .await
+                .map_err(|e| transport(causes(&e)))?;
+            let status = response.status().as_u16();
+            let tls = response.extensions().get::<TlsInfo>().cloned();
+            let bytes = Limited::new(response.into_body(), MAX_BODY_BYTES)
+                .collect()
+                .await
+                .map_err(|e| transport(format!("reading the answer: {}", causes(&*e))))?
+                .to_bytes();
+            Ok::<_, Error>((status, bytes, tls))
+        };
+        let (status, bytes, tls) = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| Error::Timeout {
+                method: method_name,
+                url: url.clone(),
+                timeout_s: self.timeout.as_secs(),
+            })??;
+        if (200..300).contains(&status) {
+            return Ok((status, bytes, tls));
+        }
+        Err(match serde_json::from_slice::<ErrorBody>(&bytes) {
+            Ok(ErrorBody { error }) => Error::Api {
+                status,
+                code: error.code,
+                message: error.message,
+                field: error.field,
+            },
+            Err(_) => Error::UnexpectedStatus {
+                method: method_name,
+                path: strip_query(path).to_owned(),
+                status,
+                body: String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).replace('\n', " "),
+            },
+        })
+    }
+}
+
+/// Checks the base URL: `http` or `https`, a host, no query; returns it without a trailing slash
+/// and whether it is `https`.
+fn parse_base(base_url: &str) -> Result<(String, bool)> {
+    let invalid = |reason: &str| Error::InvalidUrl {
+        url: base_url.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let uri: Uri = base_url
+        .parse()
+        .map_err(|e| invalid(&format!("not a URL ({e})")))?;
+    let https = match uri.scheme_str() {
+        Some("https") => true,
+        Some("http") => false,
+        Some(other) => {
+            return Err(invalid(&format!(
+                "scheme `{other}`: use https:// (or http:// for an exchange behind --insecure-http)"
+            )));
+        }
+        None => return Err(invalid("no scheme: write https://HOST:PORT")),
+    };
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(invalid("no host"));
+    }
+    if uri.query().is_some() {
+        return Err(invalid("a base URL takes no query"));
+    }
+    Ok((base_url.trim_end_matches('/').to_owned(), https))
+}
+
+fn method_name(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        _ => "request",
+    }
+}
+
+fn strip_query(path: &str) -> &str {
+    path.split_once('?').map_or(path, |(p, _)| p)
+}
+
+/// An error and its causes, outermost first, on one line (hyper's own message is terse; the
+/// cause — refused, certificate unknown — is in the chain).
+fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![err.to_string()];
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    parts.join(": ")
+}
+
+/// Percent-encodes a query value (RFC 3986 unreserved characters pass as they are).
+fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_urls_need_a_scheme_and_a_host_and_lose_their_trailing_slash() {
+        assert_eq!(
+            parse_base("https://127.0.0.1:8443/").unwrap(),
+            ("https://127.0.0.1:8443".to_owned(), true)
+        );
+        assert_eq!(
+            parse_base("http://localhost:8080/cx").unwrap(),
+            ("http://localhost:8080/cx".to_owned(), false)
+        );
+        for bad in ["127.0.0.1:8443", "ftp://x", "https://x/?a=1", "not a url"] {
+            let err = parse_base(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidUrl { .. }), "{bad}: {err}");
+            assert!(err.to_string().contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(percent_encode("assigned"), "assigned");
+        assert_eq!(percent_encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
+    }
+
+    #[test]
+    fn a_missing_ca_file_is_named() {
+        let err = Client::new(
+            "https://127.0.0.1:1",
+            Some(Path::new("/nonexistent/cx-ca.pem")),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("/nonexistent/cx-ca.pem: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn api_errors_carry_code_field_and_status_on_one_line() {
+        let err = Error::Api {
+            status: 402,
+            code: "tab_overspent".into(),
+            message: "the tab holds 10 wei".into(),
+            field: Some("intent.order.tab_id".into()),
+        };
+        assert_eq!(err.code(), Some("tab_overspent"));
+        assert_eq!(err.field(), Some("intent.order.tab_id"));
+        assert_eq!(err.status(), Some(402));
+        assert_eq!(
+            err.to_string(),
+            "tab_overspent (HTTP 402) at intent.order.tab_id: the tab holds 10 wei"
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_a_transport_error_naming_the_url() {
+        // Port 9 (discard) on loopback: nothing of ours listens there.
+        let client = Client::new("http://127.0.0.1:9", None).unwrap();
+        let err = client.health().await.unwrap_err();
+        assert!(matches!(err, Error::Transport { .. }), "{err}");
+        assert!(
+            err.to_string().contains("http://127.0.0.1:9/healthz"),
+            "{err}"
+        );
+    }
+}

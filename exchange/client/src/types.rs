@@ -1,0 +1,384 @@
+//! The exchange's JSON bodies as the client reads and writes them.
+//!
+//! These are the client's own structs, not the server's: a client must build without the server,
+//! and reading is lenient (unknown fields are ignored) so that a newer exchange that adds a field
+//! does not break an older agent. Money is integer wei, written as decimal strings.
+
+use cx_protocol::order::{Address, B256, Eip712Domain, Intent, Signed};
+use cx_protocol::price::wei_string;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The inference an intent asks for, sent beside the signed order; the intent's `request_hash`
+/// commits to it ([`request_hash`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InferenceRequest {
+    /// The prompt.
+    pub prompt: String,
+    /// Most tokens to generate.
+    pub max_tokens: u32,
+}
+
+/// SHA-256 of the request's canonical JSON — object keys sorted by byte order, no whitespace,
+/// strings and numbers as serde_json writes them — which is what the exchange computes and
+/// compares with the intent's signed `request_hash`.
+pub fn request_hash(request: &InferenceRequest) -> B256 {
+    let value = serde_json::to_value(request).expect("a request always serializes");
+    B256::from(<[u8; 32]>::from(Sha256::digest(
+        canonical_json(&value).as_bytes(),
+    )))
+}
+
+/// The canonical text of a JSON value: keys sorted, no whitespace.
+pub fn canonical_json(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+/// `POST /v1/intents`: the signed intent and the request it commits to.
+#[derive(Clone, Debug, Serialize)]
+pub struct IntentSubmission<'a> {
+    /// The intent with both signatures.
+    pub intent: &'a Signed<Intent>,
+    /// The request.
+    pub request: &'a InferenceRequest,
+}
+
+/// `GET /healthz`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// `ok`.
+    pub status: String,
+    /// The server's version.
+    pub version: String,
+    /// Seconds since it started.
+    pub uptime_s: u64,
+}
+
+/// One entry of `GET /v1/chains`: a chain the exchange serves and the contract its orders are
+/// signed for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainInfo {
+    /// EIP-155 chain id.
+    pub chain_id: u64,
+    /// The chain's Settlement contract, the EIP-712 domain's verifying contract.
+    pub verifying_contract: Address,
+}
+
+impl ChainInfo {
+    /// The EIP-712 domain orders on this chain are signed under.
+    pub fn domain(&self) -> Eip712Domain {
+        cx_protocol::order::domain(self.chain_id, self.verifying_contract)
+    }
+}
+
+/// The answer to `POST /v1/bindings`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bound {
+    /// The account.
+    pub account: Address,
+    /// SHA-256 of the ML-DSA-65 key now bound to it.
+    pub mldsa_key_hash: B256,
+}
+
+/// The answer to `POST /v1/intents` (202): what the intent became.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Accepted {
+    /// The job id (the intent's EIP-712 digest).
+    pub job_id: B256,
+    /// Its state (`assigned`).
+    pub status: String,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// What it holds on the tab, wei (the bundle's charge, at most the intent's limit).
+    #[serde(with = "wei_string")]
+    pub held_wei: u128,
+    /// The chosen bundle's cost terms (the whole decision is at [`crate::Client::job`]).
+    pub terms: Terms,
+}
+
+/// A clearing decision as the books keep it: the chosen bundle and its cost terms, the cheapest
+/// feasible bundles and the nearest rejected ones with their binding constraints (SPEC §2), and
+/// how many of each there were.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// The chosen bundle, `None` when nothing was feasible.
+    #[serde(default)]
+    pub chosen: Option<String>,
+    /// The chosen bundle's cost terms.
+    #[serde(default)]
+    pub terms: Option<Terms>,
+    /// Feasible bundles, cheapest first (the server keeps the first few).
+    #[serde(default)]
+    pub feasible: Vec<Ranked>,
+    /// How many bundles were feasible.
+    #[serde(default)]
+    pub feasible_total: usize,
+    /// Rejected bundles, nearest first (the server keeps the first few), each with why.
+    #[serde(default)]
+    pub rejected: Vec<Rejection>,
+    /// How many bundles were rejected.
+    #[serde(default)]
+    pub rejected_total: usize,
+}
+
+/// Each term of the objective, in whole units of the asset, and their sum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Terms {
+    /// p(b)·t_compute.
+    pub compute: f64,
+    /// λ_L·ℓ.
+    pub latency: f64,
+    /// λ_F·φ.
+    pub failure: f64,
+    /// λ_V·v(τ).
+    pub verification: f64,
+    /// λ_D·δ.
+    pub deadline_risk: f64,
+    /// μ1·(1−β): the base model is not resident.
+    pub base_load: f64,
+    /// μ2·(1−α): the adapter is not resident.
+    pub adapter_load: f64,
+    /// The sum clearing minimises.
+    pub total: f64,
+    /// t̂, seconds (not a cost).
+    pub completion_s: f64,
+}
+
+/// A feasible bundle and its objective value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ranked {
+    /// Bundle id.
+    pub id: String,
+    /// Objective value.
+    pub total: f64,
+    /// t̂, seconds.
+    pub completion_s: f64,
+}
+
+/// A bundle that could not take the job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rejection {
+    /// Bundle id.
+    pub id: String,
+    /// The binding constraint (`memory`, `context`, `determinism`, `tier`, `deadline`, `price`).
+    pub binding: String,
+    /// By what factor it was missed (`None` for a categorical constraint).
+    #[serde(default)]
+    pub factor: Option<f64>,
+    /// Every violated constraint.
+    #[serde(default)]
+    pub violations: Vec<Violation>,
+}
+
+/// One violated constraint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Violation {
+    /// Which constraint.
+    pub constraint: String,
+    /// needed / available, or t̂ / Δ; `None` when categorical.
+    #[serde(default)]
+    pub factor: Option<f64>,
+    /// In words, with units.
+    pub detail: String,
+}
+
+/// `GET /v1/jobs/{id}` and each entry of `GET /v1/jobs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The job id.
+    pub id: B256,
+    /// The account that ordered it.
+    pub account: Address,
+    /// The tab's chain.
+    pub chain_id: u64,
+    /// The tab's escrow id.
+    pub escrow_id: u64,
+    /// The model.
+    pub model: String,
+    /// Lifecycle state.
+    pub status: String,
+    /// The bundle it was cleared onto.
+    #[serde(default)]
+    pub bundle_id: Option<String>,
+    /// What it holds on its tab, wei.
+    #[serde(with = "wei_string")]
+    pub held_wei: u128,
+    /// The clearing decision.
+    #[serde(default)]
+    pub decision: Decision,
+    /// Every state it went through, in order.
+    #[serde(default)]
+    pub events: Vec<JobEvent>,
+}
+
+/// One state transition of a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobEvent {
+    /// The state entered.
+    pub status: String,
+    /// What came with it.
+    #[serde(default)]
+    pub detail: serde_json::Value,
+    /// When, unix milliseconds.
+    pub at_ms: i64,
+}
+
+/// Which jobs `GET /v1/jobs` lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobsQuery {
+    /// Whose jobs (required by the server).
+    pub account: Address,
+    /// Only jobs in this state.
+    pub status: Option<String>,
+    /// At most this many (the server's default is 100, its limit 500).
+    pub limit: Option<u32>,
+}
+
+/// `GET /v1/tabs/{chain_id}/{escrow_id}`: a tab as the exchange's books mirror it from chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tab {
+    /// EIP-155 chain id.
+    pub chain_id: u64,
+    /// The escrow id on that chain's Settlement contract.
+    pub escrow_id: u64,
+    /// Who opened it.
+    pub buyer: Address,
+    /// What the escrow holds, wei.
+    #[serde(with = "wei_string")]
+    pub amount_wei: u128,
+    /// What jobs hold of it, wei.
+    #[serde(with = "wei_string")]
+    pub held_wei: u128,
+    /// After this (unix seconds) the buyer may reclaim it on chain.
+    pub deadline_s: u64,
+    /// The escrow's `ref`: the hash of the buyer's signed tab terms.
+    pub reference: B256,
+    /// `open` or `reclaimed`.
+    pub status: String,
+}
+
+impl Tab {
+    /// What is left to hold, wei.
+    pub fn available_wei(&self) -> u128 {
+        self.amount_wei.saturating_sub(self.held_wei)
+    }
+}
+
+/// One model of `GET /v1/models` (the catalog): its names and, if it can be cleared, its shape.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    /// Canonical name.
+    pub name: String,
+    /// Other names that resolve to it.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Its size and work, when the exchange can clear it.
+    #[serde(default)]
+    pub shape: Option<ModelShape>,
+    /// The router's profile and rungs, as the server sends them.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A model's size and work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelShape {
+    /// |w_m|: bytes of the base weights.
+    pub base_bytes: u64,
+    /// Parameters.
+    pub parameters: u64,
+    /// KV cache bytes per token of context.
+    pub kv_bytes_per_token: u64,
+}
+
+/// The error body every refusal carries.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ErrorBody {
+    pub(crate) error: ErrorDetail,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ErrorDetail {
+    pub(crate) code: String,
+    #[serde(default)]
+    pub(crate) message: String,
+    #[serde(default)]
+    pub(crate) field: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_hash_is_sha256_of_sorted_compact_json() {
+        let request = InferenceRequest {
+            prompt: "Say \"hi\"\n".into(),
+            max_tokens: 16,
+        };
+        // Keys sorted (max_tokens < prompt), no whitespace, JSON string escapes.
+        let text = r#"{"max_tokens":16,"prompt":"Say \"hi\"\n"}"#;
+        assert_eq!(
+            canonical_json(&serde_json::to_value(&request).unwrap()),
+            text
+        );
+        assert_eq!(
+            request_hash(&request),
+            B256::from(<[u8; 32]>::from(Sha256::digest(text.as_bytes())))
+        );
+    }
+
+    #[test]
+    fn canonical_json_sorts_nested_keys_and_keeps_array_order() {
+        let value = serde_json::json!({"b": [3, {"z": 1, "a": null}], "a": "x"});
+        assert_eq!(
+            canonical_json(&value),
+            r#"{"a":"x","b":[3,{"a":null,"z":1}]}"#
+        );
+    }
+
+    #[test]
+    fn answers_with_fields_the_client_does_not_know_still_parse() {
+        let tab: Tab = serde_json::from_value(serde_json::json!({
+            "chain_id": 31337, "escrow_id": 3, "buyer": Address::repeat_byte(1),
+            "amount_wei": "3000", "held_wei": "1000", "deadline_s": 10,
+            "reference": B256::repeat_byte(2), "status": "open", "added_later": true,
+        }))
+        .unwrap();
+        assert_eq!(tab.available_wei(), 2_000);
+    }
+}
