@@ -28,9 +28,9 @@ use crate::merkle::{BalancesTree, MerkleTree, receipt_leaf};
 /// ML-DSA-65 signature and key, hex), and a part travels whole in one sign request, which must fit
 /// one frame ([`crate::transport::Limits::max_frame_bytes`], 16 MiB): 1,000 receipts are ~9 MB,
 /// leaving room for the two cumulative-balances lists (previous and new, ~110 bytes a party
-/// each): with 25,000 parties on the chain a full part is 14.7 MB. Past that many parties a
-/// full part no longer fits (the lists grow with history; sending balance changes instead is the
-/// next step). More pending receipts settle in more batches (the coordinator takes the oldest
+/// each) when they travel: with 25,000 parties on the chain a full part with its lists is
+/// 14.7 MB. (Usually they do not: the coordinator sends the root and each signer keeps its own
+/// lists; the full lists go only to a signer that lacks them.) More pending receipts settle in more batches (the coordinator takes the oldest
 /// first); a signer refuses a part over this size. The test `a_full_part_fits_one_frame` holds
 /// these figures to the real encoding.
 pub const MAX_RECEIPTS_PER_BATCH: usize = 1_000;

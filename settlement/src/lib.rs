@@ -61,9 +61,11 @@
 //! Limits that follow from the encoding (each held by a test):
 //! - one chain's part of a batch holds at most [`ledger::MAX_RECEIPTS_PER_BATCH`] (1,000)
 //!   receipts; more pending receipts settle in more batches, oldest first;
-//! - a sign request carries the part whole, in one frame of at most 16 MiB
-//!   ([`transport::Limits`]): a full part with 25,000 parties' cumulative balances is 14.7 MB, so
-//!   a chain's parties are bounded by ~25,000 until balance changes replace the full lists;
+//! - a sign request fits one frame of at most 16 MiB ([`transport::Limits`]). It carries the
+//!   part's receipts and the balances root it builds on, not the balance lists: each signer keeps
+//!   its own ([`signer`]), so a full part (~9 MB) fits whatever the history. A signer that lacks
+//!   the previous list gets it once in full; that request fits up to ~25,000 parties on the
+//!   chain (14.7 MB with a full part);
 //! - a signer accepts 256 connections, 32 handshakes a second, 16 sessions per peer, DKGs at
 //!   most 16 epochs past its newest key and 3 DKG messages per peer and epoch
 //!   ([`config::PeerLimits`], all configurable).

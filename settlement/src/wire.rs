@@ -109,8 +109,14 @@ pub struct Committed {
 pub struct SignBatchRequest {
     /// The round whose nonces to use (they are consumed whatever the outcome).
     pub round_id: B256,
-    /// The batch, with everything needed to recompute it.
+    /// The batch, with everything needed to recompute it — except, when `previous_root` is set,
+    /// the two balance lists (left empty: the signer holds its own copy).
     pub batch: ChainBatch,
+    /// The balances root the batch builds on, when the batch travels without its balance lists
+    /// (the usual case: the request then grows with the receipts, not with history). A signer
+    /// that does not hold that list answers [`crate::signer::UNKNOWN_BALANCES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_root: Option<B256>,
     /// Commitments of every signer of the round and the message (the batch digest).
     pub signing_package: frost::SigningPackage,
 }

@@ -150,6 +150,7 @@ pub async fn sign_bench(
                 Request::SignBatch(SignBatchRequest {
                     round_id,
                     batch: batch.clone(),
+                    previous_root: None,
                     signing_package,
                 })
             })

@@ -325,21 +325,43 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
         Ok(())
     }
 
+    /// Signs one part. The request carries the receipts and the balances root the part builds
+    /// on, not the balance lists (each signer keeps its own, [`crate::signer`]); only when a
+    /// signer does not hold that root is the part sent again with the full previous list.
     async fn sign_part(&self, part: &StoredPart) -> Result<()> {
         let chain = self.chain(part.batch.chain_id)?;
         let key = self.current_key(chain).await?;
         let digest = part.batch.digest();
-        let batch = part.batch.clone();
-        let signed = self
-            .committee
-            .sign(digest.as_slice(), &key, |round_id, signing_package| {
+        let previous_root = ledger::balances_root(&part.batch.previous_balances)?;
+        let slim = ChainBatch {
+            previous_balances: Vec::new(),
+            new_balances: Vec::new(),
+            ..part.batch.clone()
+        };
+        let request = |batch: ChainBatch, previous_root: Option<B256>| {
+            move |round_id, signing_package| {
                 Request::SignBatch(SignBatchRequest {
                     round_id,
                     batch: batch.clone(),
+                    previous_root,
                     signing_package,
                 })
-            })
+            }
+        };
+        let mut how = "balance changes";
+        let mut signed = self
+            .committee
+            .sign(digest.as_slice(), &key, request(slim, Some(previous_root)))
             .await;
+        if let Err(Error::Refused { reason, .. }) = &signed
+            && reason.contains(crate::signer::UNKNOWN_BALANCES)
+        {
+            how = "the full balances list (a signer did not hold the previous one)";
+            signed = self
+                .committee
+                .sign(digest.as_slice(), &key, request(part.batch.clone(), None))
+                .await;
+        }
         let signature = match signed {
             Ok(s) => s,
             Err(e) => {
@@ -366,7 +388,7 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 part.batch_id,
                 Some(part.batch.chain_id),
                 "signed",
-                &format!("digest {digest}"),
+                &format!("digest {digest}, sent with {how}"),
             )
             .await?;
         Ok(())

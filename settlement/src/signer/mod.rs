@@ -9,7 +9,9 @@
 //! - every receipt carries a valid ML-DSA-65 signature under a key whose hash the provider
 //!   registered on that chain's `ProviderRegistry`;
 //! - every escrow is open on chain, with the receipt's buyer and at least the amount owed;
-//! - the previous balances hash to the contract's current balances root, and the proposed new
+//! - the previous balances — its own copy when the request names only their root
+//!   (its balance book, `balances.json`, kept per deployment) — hash to the contract's current balances root,
+//!   and the proposed new
 //!   balances and both roots equal [`ledger::assemble`]'s result on those checked inputs;
 //! - every escrow is at least [`SIGN_RECLAIM_MARGIN_S`] from its reclaim time on the chain's
 //!   clock (a reclaim between signing and mining would revert the batch forever);
@@ -52,8 +54,11 @@ use crate::keyfile::{self, StoredKey};
 use crate::ledger::{self, ChainBatch};
 use crate::onchain::ChainView;
 use crate::transport::{Channel, Directory, Limits};
+mod balances;
 mod record;
 
+use balances::BalanceBook;
+pub use balances::UNKNOWN_BALANCES;
 use record::SignedLog;
 
 use crate::wire::{
@@ -144,6 +149,7 @@ pub struct Signer {
     /// Sessions open per authenticated peer.
     sessions: Mutex<HashMap<IdentityId, usize>>,
     log: Mutex<SignedLog>,
+    balances: Mutex<BalanceBook>,
     chains: Mutex<HashMap<u64, ChainView>>,
     limits: Limits,
 }
@@ -193,6 +199,7 @@ impl Signer {
         }
         let keys = keyfile::read_keys(&config.data_dir)?;
         let log = SignedLog::open(config.data_dir.join("signed.jsonl"))?;
+        let balances = BalanceBook::open(config.data_dir.join("balances.json"))?;
         Ok(Self {
             identity,
             directory,
@@ -205,6 +212,7 @@ impl Signer {
             handshakes: Mutex::new((std::time::Instant::now(), 0)),
             sessions: Mutex::new(HashMap::new()),
             log: Mutex::new(log),
+            balances: Mutex::new(balances),
             chains: Mutex::new(HashMap::new()),
             limits: Limits::default(),
             config,
@@ -597,10 +605,14 @@ impl Signer {
         Ok(view)
     }
 
+    /// Checks `batch` against the chain and recomputes it. With `slim`, the request carried no
+    /// balance lists: the previous list is this signer's own (already in `batch`), and the new
+    /// list is what it recomputes (only the root is signed, and it is compared).
     async fn check_batch(
         &self,
         batch: &ChainBatch,
         key: &StoredKey,
+        slim: bool,
     ) -> std::result::Result<ChainBatch, String> {
         if batch.receipts.len() > ledger::MAX_RECEIPTS_PER_BATCH {
             return Err(format!(
@@ -727,7 +739,15 @@ impl Signer {
             batch.previous_balances.clone(),
         )
         .map_err(e)?;
-        let differences = ledger::differences(batch, &recomputed);
+        let differences = if slim {
+            let proposed = ChainBatch {
+                new_balances: recomputed.new_balances.clone(),
+                ..batch.clone()
+            };
+            ledger::differences(&proposed, &recomputed)
+        } else {
+            ledger::differences(batch, &recomputed)
+        };
         if !differences.is_empty() {
             return Err(differences.join("; "));
         }
@@ -739,7 +759,29 @@ impl Signer {
         request: SignBatchRequest,
     ) -> std::result::Result<frost::round2::SignatureShare, String> {
         let (pending, key) = self.take_round(request.round_id, &request.signing_package)?;
-        let batch = self.check_batch(&request.batch, &key).await?;
+        let mut proposed = request.batch;
+        let slim = request.previous_root.is_some();
+        if let Some(root) = request.previous_root {
+            proposed.previous_balances = lock(&self.balances)
+                .get(proposed.chain_id, proposed.contract, root)
+                .ok_or_else(|| {
+                    format!(
+                        "{UNKNOWN_BALANCES} {root} on chain {}: send the full list",
+                        proposed.chain_id
+                    )
+                })?;
+        }
+        let batch = self.check_batch(&proposed, &key, slim).await?;
+        if !slim {
+            // A full list that hashes to the chain's root (checked above): worth keeping.
+            lock(&self.balances)
+                .insert(
+                    batch.chain_id,
+                    batch.contract,
+                    batch.previous_balances.clone(),
+                )
+                .map_err(|e| e.to_string())?;
+        }
         let digest = batch.digest();
         if request.signing_package.message() != digest.as_slice() {
             return Err(format!(
@@ -774,6 +816,10 @@ impl Signer {
             log.record(&batch, digest, dead)
                 .map_err(|e| e.to_string())?;
         }
+        // The list this batch leads to, for the next request (which names its root).
+        lock(&self.balances)
+            .insert(batch.chain_id, batch.contract, batch.new_balances.clone())
+            .map_err(|e| e.to_string())?;
         frost::round2::sign(&request.signing_package, &pending.nonces, &key.key_package)
             .map_err(|e| format!("FROST round 2: {e}"))
     }

@@ -226,6 +226,7 @@ fn sign_request(
         Request::SignBatch(SignBatchRequest {
             round_id,
             batch: batch.clone(),
+            previous_root: None,
             signing_package,
         })
     }
@@ -886,4 +887,56 @@ async fn open_session(
         Limits::default(),
     )
     .await
+}
+
+/// What broke: every sign request carried the full list of cumulative balances, so requests grew
+/// with history until they no longer fit a frame. Requests now carry the receipts and the root
+/// they build on; each signer keeps its own lists (checked against the chain, kept across
+/// restarts), and only a signer that lacks one costs a full list, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_requests_carry_balance_changes_and_signers_keep_their_own_balances() {
+    let mut cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 1)).unwrap();
+    let package = cluster.committee(2, 1).unwrap().dkg(0).await.unwrap();
+    let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
+    let chain = ScenarioChain::start(31337, key).await.unwrap();
+    write_deployments(&cluster.deployments_file, &[chain.entry()]);
+    let db = TempDatabase::create().await.unwrap();
+    let store = store(&db).await;
+    store.save_group_key(0, &package).await.unwrap();
+    let poster = chain.anvil.keys[3].clone();
+    let coordinator = Coordinator::new(
+        store,
+        cluster.committee(2, 1).unwrap(),
+        evm_chains(vec![chain.view().unwrap()], &poster),
+    );
+    let mut how = Vec::new();
+    let settle = async |coordinator: &Coordinator<PgStore>| {
+        let receipts = open_and_receipt(&chain, 2, 100).await;
+        coordinator.submit(&receipts).await.unwrap();
+        let id = coordinator.run_once().await.unwrap().expect("a batch");
+        let steps = coordinator.store().steps(id).await.unwrap();
+        let (_, _, detail) = steps.iter().find(|(_, s, _)| s == "signed").unwrap();
+        detail.contains("balance changes")
+    };
+    // Signers 1 and 2 sign (one per operator first, then by index) and follow the balances.
+    how.push(settle(&coordinator).await);
+    how.push(settle(&coordinator).await);
+    // Signer 3 steps in without the latest list: it gets the full one, once.
+    cluster.kill(1);
+    how.push(settle(&coordinator).await);
+    // Signer 1 is back, behind by one batch: a full list again, then changes only.
+    cluster.restart(1).unwrap();
+    how.push(settle(&coordinator).await);
+    how.push(settle(&coordinator).await);
+    // Restarts lose nothing: the lists are in the signers' own files.
+    cluster.restart(1).unwrap();
+    cluster.restart(2).unwrap();
+    how.push(settle(&coordinator).await);
+    assert_eq!(how, [true, true, false, false, true, true]);
+    assert_eq!(nonce(&chain).await, 6);
+    let (amount, _) = coordinator
+        .claim_proof(31337, chain.provider.account())
+        .await
+        .unwrap();
+    assert_eq!(amount, U256::from(1_200));
 }
