@@ -39,6 +39,7 @@ pub mod explorer;
 pub mod intake;
 pub mod market;
 pub mod settlement;
+pub mod tls;
 pub mod verification;
 
 pub use error::{Error, Result};

@@ -5,6 +5,7 @@ mod bench;
 mod capacity;
 mod chart;
 mod clear;
+mod serve;
 mod simulate;
 
 use clap::{Parser, Subcommand};
@@ -30,6 +31,8 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::Command),
+    /// Serve the exchange over HTTPS (a development CA unless --tls-cert is given).
+    Serve(serve::Args),
     /// What an agent does: keys, binding, tabs on chain, signed intents, jobs.
     Agent(agent::Args),
 }
@@ -40,6 +43,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Capacity(cmd) => capacity::run(cmd),
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Serve(args) => serve::run(args),
         Command::Agent(args) => agent::run(args),
     }
 }

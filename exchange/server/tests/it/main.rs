@@ -4,3 +4,4 @@ mod api;
 mod books;
 mod common;
 mod intents;
+mod tls;

@@ -1,0 +1,189 @@
+//! `cx serve`: the exchange over HTTPS.
+//!
+//! Composition only: the books (`Books::open`, which creates and migrates the database), the
+//! router (`api::app`) and the HTTPS edge (`tls`) are the server crate's; this file reads flags,
+//! wires them together, prints where to look and stops on Ctrl-C (or SIGTERM).
+
+use anyhow::{Context, anyhow};
+use cx_exchange_server::api::{AppState, app};
+use cx_exchange_server::books::{self, Books};
+use cx_exchange_server::tls::{self, DevCa, Identity, Limits};
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use tokio::net::TcpListener;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Address to listen on.
+    #[arg(
+        long,
+        env = "CX_LISTEN",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8443"
+    )]
+    listen: SocketAddr,
+    /// Certificate chain to serve (PEM, leaf first); without it a development CA signs one.
+    #[arg(long, env = "CX_TLS_CERT", value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Private key of --tls-cert (PEM).
+    #[arg(long, env = "CX_TLS_KEY", value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Where the development CA lives (made on first start, reused after): ca.pem is the file to
+    /// trust.
+    #[arg(long, env = "CX_CA_DIR", value_name = "DIR", default_value = tls::DEFAULT_CA_DIR)]
+    ca_dir: PathBuf,
+    /// Serve plain HTTP, unencrypted (behind a TLS-terminating proxy only).
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    insecure_http: bool,
+    /// The exchange's PostgreSQL database, created and migrated if missing
+    /// [default: postgres://postgres@127.0.0.1:5432/cx].
+    #[arg(long, env = "DATABASE_URL", value_name = "URL", hide_env_values = true)]
+    database_url: Option<String>,
+}
+
+/// How the server will speak, decided before anything binds.
+enum Edge {
+    Dev(DevCa),
+    Files(PathBuf),
+    Insecure,
+}
+
+pub(crate) fn run(args: Args) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(serve(args))
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    // Certificates first (cheap, and a bad file should not wait on the database), then the
+    // port, then the books: the URL is printed only once all three are ready.
+    let (edge, config) = match (&args.tls_cert, &args.tls_key, args.insecure_http) {
+        (_, _, true) => (Edge::Insecure, None),
+        (Some(cert), Some(key), false) => {
+            let identity = Identity::from_pem_files(cert, key).context("--tls-cert/--tls-key")?;
+            let config = tls::server_config(identity).context("--tls-cert/--tls-key")?;
+            (Edge::Files(cert.clone()), Some(config))
+        }
+        _ => {
+            let ca = DevCa::open_or_create(&args.ca_dir).context("development CA (--ca-dir)")?;
+            let config = tls::server_config(ca.server_identity().context("--ca-dir")?)?;
+            (Edge::Dev(ca), Some(config))
+        }
+    };
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|err| bind_error(args.listen, &err))?;
+    let addr = listener.local_addr().context("the listener's address")?;
+
+    let database_url = args.database_url.unwrap_or_else(books::database_url);
+    let books = Books::open(&database_url)
+        .await
+        .context("opening the books (--database-url or DATABASE_URL)")?;
+
+    let scheme = if matches!(edge, Edge::Insecure) {
+        "http"
+    } else {
+        "https"
+    };
+    let url = format!("{scheme}://{addr}");
+    println!("cx serve: the exchange is listening");
+    println!("  url        {url}");
+    match &edge {
+        Edge::Dev(ca) => {
+            println!("  ca         {}", ca.cert_path().display());
+            println!("  ca sha256  {}", ca.fingerprint_sha256());
+            println!(
+                "  try        curl --cacert {} {url}/healthz",
+                ca.cert_path().display()
+            );
+        }
+        Edge::Files(cert) => println!("  cert       {}", cert.display()),
+        Edge::Insecure => {
+            eprintln!(
+                "warning: --insecure-http: plain HTTP, nothing is encrypted or authenticated"
+            );
+        }
+    }
+    println!("  database   {} (migrated)", redact_password(&database_url));
+    println!("Ctrl-C stops it.");
+
+    let router = app(AppState::new());
+    let limits = Limits::default();
+    match config {
+        Some(config) => tls::serve_https(listener, config, router, limits, stop_signal()).await,
+        None => tls::serve_insecure_http(listener, router, limits, stop_signal()).await,
+    }
+    books.pool().close().await;
+    println!("cx serve: stopped");
+    Ok(())
+}
+
+/// A port in use names the flag that changes it; any other failure says which address.
+fn bind_error(addr: SocketAddr, err: &io::Error) -> anyhow::Error {
+    match err.kind() {
+        io::ErrorKind::AddrInUse => anyhow!(
+            "{addr} is already in use (another cx serve?); choose another address with --listen or CX_LISTEN"
+        ),
+        io::ErrorKind::PermissionDenied => anyhow!(
+            "may not listen on {addr} ({err}); ports below 1024 need privileges, choose another with --listen"
+        ),
+        _ => anyhow!("cannot listen on {addr} (--listen): {err}"),
+    }
+}
+
+/// Ctrl-C, or SIGTERM where there is one (how service managers and containers stop a process).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`, for printing.
+fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_password;
+
+    #[test]
+    fn passwords_are_not_printed() {
+        assert_eq!(
+            redact_password("postgres://cx:hunter2@db:5432/cx"),
+            "postgres://cx:***@db:5432/cx"
+        );
+        assert_eq!(
+            redact_password("postgres://postgres@127.0.0.1:5432/cx"),
+            "postgres://postgres@127.0.0.1:5432/cx"
+        );
+    }
+}

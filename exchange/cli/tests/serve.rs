@@ -1,0 +1,215 @@
+//! `cx serve` as a person runs it: it makes a development CA, opens the books on PostgreSQL,
+//! prints the URL and the CA to trust, answers `/healthz` over HTTPS with the hybrid
+//! post-quantum key exchange, and stops cleanly on Ctrl-C (SIGINT).
+
+use cx_devnet::db::TempDatabase;
+use cx_devnet::{ScratchDir, free_port};
+use cx_exchange_server::tls;
+use rustls::NamedGroup;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+/// A `cx serve` child, killed on drop if the test did not stop it.
+struct Serve {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Serve {
+    fn start(args: &[&str], database_url: &str) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cx"))
+            .arg("serve")
+            .args(args)
+            .env("DATABASE_URL", database_url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cx runs");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The value of the first printed line `  <key>  <value>`, waiting for it.
+    fn field(&mut self, key: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(value) = self.seen.iter().find_map(|line| {
+                line.trim_start()
+                    .strip_prefix(key)
+                    .filter(|rest| rest.starts_with(' '))
+                    .map(|rest| rest.trim().to_owned())
+            }) {
+                return value;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(_) => panic!(
+                    "cx serve printed no `{key}` line; exit {:?}; stdout so far: {:?}",
+                    self.child.try_wait(),
+                    self.seen
+                ),
+            }
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn cx_serve_answers_healthz_over_https_with_the_printed_ca_and_stops_on_ctrl_c() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let database = runtime
+        .block_on(TempDatabase::create())
+        .expect("a throwaway database on the local PostgreSQL (DATABASE_URL)");
+    let scratch = ScratchDir::new("cx-serve-test").unwrap();
+    let ca_dir = scratch.path.join("ca");
+    let port = free_port().unwrap();
+    let listen = format!("127.0.0.1:{port}");
+
+    let mut serve = Serve::start(
+        &["--listen", &listen, "--ca-dir", ca_dir.to_str().unwrap()],
+        &database.url,
+    );
+    let url = serve.field("url");
+    assert_eq!(url, format!("https://{listen}"));
+    let ca_path = serve.field("ca");
+    let fingerprint = serve.field("ca sha256");
+    assert_eq!(std::path::Path::new(&ca_path), ca_dir.join("ca.pem"));
+
+    // Trust exactly the printed CA, as `curl --cacert` would.
+    let ca = CertificateDer::from_pem_file(&ca_path).expect("the printed CA is a PEM certificate");
+    assert_eq!(tls::fingerprint_sha256(&ca), fingerprint);
+    let (status, body, group) = runtime.block_on(async {
+        let tcp = TcpStream::connect(&listen).await.unwrap();
+        let config = tls::client_config([&ca]).unwrap();
+        let mut stream = TlsConnector::from(config)
+            .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+            .await
+            .expect("the handshake succeeds with the printed CA");
+        let group = stream
+            .get_ref()
+            .1
+            .negotiated_key_exchange_group()
+            .unwrap()
+            .name();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = Vec::new();
+        if let Err(err) = stream.read_to_end(&mut response).await {
+            assert!(!response.is_empty(), "reading the response: {err}");
+        }
+        let text = String::from_utf8(response).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().to_owned();
+        (status, body.to_owned(), group)
+    });
+    assert_eq!(status, "200", "{body}");
+    assert_eq!(group, NamedGroup::X25519MLKEM768);
+    let health: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(health["status"], "ok");
+
+    // Ctrl-C: the process stops by itself, says so, and exits 0.
+    let pid = serve.child.id().to_string();
+    let killed = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = serve.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "cx serve did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "cx serve exited with {status}");
+    // The reader thread ends at the child's end of output: the rest of what it printed.
+    while let Ok(line) = serve.lines.recv_timeout(Duration::from_secs(5)) {
+        serve.seen.push(line);
+    }
+    assert!(
+        serve.seen.iter().any(|line| line == "cx serve: stopped"),
+        "{:?}",
+        serve.seen
+    );
+
+    // The CA is reused on the next start: same fingerprint.
+    drop(serve);
+    let mut again = Serve::start(
+        &["--listen", &listen, "--ca-dir", ca_dir.to_str().unwrap()],
+        &database.url,
+    );
+    assert_eq!(again.field("ca sha256"), fingerprint);
+    drop(again);
+    drop(database);
+}
+
+#[test]
+fn a_port_in_use_names_the_flag_to_change() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = taken.local_addr().unwrap().to_string();
+    let scratch = ScratchDir::new("cx-serve-test").unwrap();
+    let ca_dir = scratch.path.join("ca");
+    let out = Command::new(env!("CARGO_BIN_EXE_cx"))
+        .args(["serve", "--listen", &listen, "--ca-dir"])
+        .arg(&ca_dir)
+        // Never reached: the port is checked before the database is opened.
+        .env("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr).trim_end().to_owned();
+    assert_eq!(err.lines().count(), 1, "one line, got: {err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains(&listen) && err.contains("--listen"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing on stdout on error");
+}
+
+#[test]
+fn insecure_http_cannot_be_combined_with_a_certificate() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cx"))
+        .args([
+            "serve",
+            "--insecure-http",
+            "--tls-cert",
+            "a.pem",
+            "--tls-key",
+            "a.key",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--insecure-http"), "{err}");
+}
