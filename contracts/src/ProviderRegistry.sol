@@ -14,7 +14,7 @@ import {Settlement} from "./Settlement.sol";
 /// slashable until withdrawn, so unbonding cannot dodge a slash for earlier misbehaviour.
 contract ProviderRegistry is IProviderRegistry {
     /// @notice Domain tag of slash messages.
-    bytes32 public constant SLASH_TAG = keccak256("compute-exchange/registry/slash/v1");
+    bytes32 public constant SLASH_TAG = keccak256("compute-exchange/registry/slash/v2");
 
     /// @notice One provider's record.
     struct Provider {
@@ -98,29 +98,36 @@ contract ProviderRegistry is IProviderRegistry {
         AssetTransfers.pushOut(asset, msg.sender, amount);
     }
 
-    /// @notice The message a slash signature covers.
-    function slashDigest(address provider, uint256 amount, address recipient, bytes32 evidenceHash)
+    /// @notice The message a slash signature covers. `expiresAt` (unix seconds) bounds how long
+    /// the signature is good for: evidence the committee checked today is not a standing licence
+    /// to slash whenever a holder of the signature likes (the stake and the provider may have
+    /// moved on, and evidence may turn out to be stale).
+    function slashDigest(address provider, uint256 amount, address recipient, bytes32 evidenceHash, uint64 expiresAt)
         public
         view
         returns (bytes32)
     {
-        return keccak256(abi.encode(SLASH_TAG, block.chainid, address(this), provider, amount, recipient, evidenceHash));
+        return keccak256(
+            abi.encode(SLASH_TAG, block.chainid, address(this), provider, amount, recipient, evidenceHash, expiresAt)
+        );
     }
 
     /// @notice Slashes up to `amount` of `provider`'s stake (staked first, then unbonding) and
     /// pays it to `recipient`; only with the committee's signature over `slashDigest(...)`, once
-    /// per evidence hash. Anyone may submit it.
+    /// per evidence hash, until `expiresAt`. Anyone may submit it.
     function slash(
         address provider,
         uint256 amount,
         address recipient,
         bytes32 evidenceHash,
+        uint64 expiresAt,
         FrostVerifier.Signature calldata signature
     ) external {
         if (amount == 0) revert ZeroAmount();
         if (recipient == address(0)) revert ZeroRecipient();
+        if (block.timestamp > expiresAt) revert SlashExpired(expiresAt);
         if (evidenceUsed[evidenceHash]) revert EvidenceAlreadyUsed(evidenceHash);
-        bytes32 digest = slashDigest(provider, amount, recipient, evidenceHash);
+        bytes32 digest = slashDigest(provider, amount, recipient, evidenceHash, expiresAt);
         if (!settlement.verifyGroupSignature(digest, signature)) revert InvalidSignature();
         Provider storage p = _providers[provider];
         uint256 staked = p.staked;

@@ -21,7 +21,27 @@ contract ProviderRegistryTest is Deployment {
         internal
         returns (FrostVerifier.Signature memory)
     {
-        return schnorrSign(GROUP_SECRET, registry.slashDigest(provider, amount, recipient, evidence));
+        return schnorrSign(GROUP_SECRET, registry.slashDigest(provider, amount, recipient, evidence, SLASH_EXPIRY));
+    }
+
+    /// What broke: a slash signature was good forever, so evidence the committee checked once
+    /// stayed a licence to slash long after (a stale signature could be held back and used when
+    /// the provider had restaked). The expiry is inside the signed digest and enforced.
+    function test_RevertWhen_SlashAfterItsExpiry() public {
+        _stake(PROVIDER, 2 * MIN_STAKE);
+        uint64 expiresAt = uint64(block.timestamp + 1 hours);
+        FrostVerifier.Signature memory sig =
+            schnorrSign(GROUP_SECRET, registry.slashDigest(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, expiresAt));
+        // Another expiry than the signed one breaks the signature.
+        vm.expectRevert(IProviderRegistry.InvalidSignature.selector);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, expiresAt + 1, sig);
+        vm.warp(expiresAt + 1);
+        vm.expectRevert(abi.encodeWithSelector(IProviderRegistry.SlashExpired.selector, expiresAt));
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, expiresAt, sig);
+        vm.assertEq(registry.providers(PROVIDER).staked, 2 * MIN_STAKE);
+        vm.warp(expiresAt);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, expiresAt, sig);
+        vm.assertEq(registry.providers(PROVIDER).staked, MIN_STAKE);
     }
 
     function test_SetMetadata() public {
@@ -107,9 +127,7 @@ contract ProviderRegistryTest is Deployment {
         registry.unbond(MIN_STAKE);
         vm.warp(block.timestamp + UNBONDING_S - 1);
         vm.prank(PROVIDER);
-        vm.expectRevert(
-            abi.encodeWithSelector(IProviderRegistry.UnbondingNotFinished.selector, block.timestamp + 1)
-        );
+        vm.expectRevert(abi.encodeWithSelector(IProviderRegistry.UnbondingNotFinished.selector, block.timestamp + 1));
         registry.withdrawUnbonded();
         vm.assertEq(token.balanceOf(address(registry)), MIN_STAKE);
     }
@@ -128,7 +146,7 @@ contract ProviderRegistryTest is Deployment {
         vm.expectEmit(address(registry));
         emit IProviderRegistry.Slashed(PROVIDER, EVIDENCE, MIN_STAKE, BUYER);
         vm.prank(STRANGER);
-        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, sig);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, SLASH_EXPIRY, sig);
         vm.assertEq(registry.providers(PROVIDER).staked, MIN_STAKE);
         vm.assertEq(token.balanceOf(BUYER), before + MIN_STAKE);
         vm.assertTrue(registry.evidenceUsed(EVIDENCE));
@@ -139,7 +157,9 @@ contract ProviderRegistryTest is Deployment {
         _stake(PROVIDER, 2 * MIN_STAKE);
         vm.prank(PROVIDER);
         registry.unbond(MIN_STAKE);
-        registry.slash(PROVIDER, 5 * MIN_STAKE, BUYER, EVIDENCE, _slashSig(PROVIDER, 5 * MIN_STAKE, BUYER, EVIDENCE));
+        registry.slash(
+            PROVIDER, 5 * MIN_STAKE, BUYER, EVIDENCE, SLASH_EXPIRY, _slashSig(PROVIDER, 5 * MIN_STAKE, BUYER, EVIDENCE)
+        );
         vm.assertEq(registry.providers(PROVIDER).staked, 0);
         vm.assertEq(registry.providers(PROVIDER).unbonding, 0);
         vm.assertEq(token.balanceOf(address(registry)), 0);
@@ -147,16 +167,16 @@ contract ProviderRegistryTest is Deployment {
 
     function test_RevertWhen_SlashWithoutValidSignature() public {
         _stake(PROVIDER, MIN_STAKE);
-        bytes32 digest = registry.slashDigest(PROVIDER, MIN_STAKE, BUYER, EVIDENCE);
+        bytes32 digest = registry.slashDigest(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, SLASH_EXPIRY);
         FrostVerifier.Signature memory bad = schnorrSign(GROUP_SECRET + 1, digest);
         vm.expectRevert(IProviderRegistry.InvalidSignature.selector);
-        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, bad);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, SLASH_EXPIRY, bad);
         // A valid signature for other terms does not fit these.
         FrostVerifier.Signature memory forLess = _slashSig(PROVIDER, 1, BUYER, EVIDENCE);
         vm.expectRevert(IProviderRegistry.InvalidSignature.selector);
-        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, forLess);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, SLASH_EXPIRY, forLess);
         vm.expectRevert(IProviderRegistry.InvalidSignature.selector);
-        registry.slash(PROVIDER, 1, STRANGER, EVIDENCE, forLess);
+        registry.slash(PROVIDER, 1, STRANGER, EVIDENCE, SLASH_EXPIRY, forLess);
         vm.assertEq(registry.providers(PROVIDER).staked, MIN_STAKE);
         vm.assertFalse(registry.evidenceUsed(EVIDENCE));
     }
@@ -164,26 +184,26 @@ contract ProviderRegistryTest is Deployment {
     function test_RevertWhen_EvidenceReused() public {
         _stake(PROVIDER, 3 * MIN_STAKE);
         FrostVerifier.Signature memory sig = _slashSig(PROVIDER, MIN_STAKE, BUYER, EVIDENCE);
-        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, sig);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, SLASH_EXPIRY, sig);
         vm.expectRevert(abi.encodeWithSelector(IProviderRegistry.EvidenceAlreadyUsed.selector, EVIDENCE));
-        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, sig);
+        registry.slash(PROVIDER, MIN_STAKE, BUYER, EVIDENCE, SLASH_EXPIRY, sig);
         vm.assertEq(registry.providers(PROVIDER).staked, 2 * MIN_STAKE);
     }
 
     function test_RevertWhen_SlashNothingStaked() public {
         FrostVerifier.Signature memory sig = _slashSig(PROVIDER2, MIN_STAKE, BUYER, EVIDENCE);
         vm.expectRevert(abi.encodeWithSelector(IProviderRegistry.NothingToSlash.selector, PROVIDER2));
-        registry.slash(PROVIDER2, MIN_STAKE, BUYER, EVIDENCE, sig);
+        registry.slash(PROVIDER2, MIN_STAKE, BUYER, EVIDENCE, SLASH_EXPIRY, sig);
     }
 
     function test_RevertWhen_SlashZeroOrToNobody() public {
         _stake(PROVIDER, MIN_STAKE);
         FrostVerifier.Signature memory sig = _slashSig(PROVIDER, 0, BUYER, EVIDENCE);
         vm.expectRevert(IProviderRegistry.ZeroAmount.selector);
-        registry.slash(PROVIDER, 0, BUYER, EVIDENCE, sig);
+        registry.slash(PROVIDER, 0, BUYER, EVIDENCE, SLASH_EXPIRY, sig);
         sig = _slashSig(PROVIDER, 1, address(0), EVIDENCE);
         vm.expectRevert(IProviderRegistry.ZeroRecipient.selector);
-        registry.slash(PROVIDER, 1, address(0), EVIDENCE, sig);
+        registry.slash(PROVIDER, 1, address(0), EVIDENCE, SLASH_EXPIRY, sig);
         vm.assertEq(registry.providers(PROVIDER).staked, MIN_STAKE);
     }
 
@@ -222,8 +242,8 @@ contract NativeProviderRegistryTest is Deployment {
         vm.prank(PROVIDER);
         nativeRegistry.unbond(1 ether);
         bytes32 evidence = keccak256("native evidence");
-        bytes32 digest = nativeRegistry.slashDigest(PROVIDER, 1 ether, BUYER, evidence);
-        nativeRegistry.slash(PROVIDER, 1 ether, BUYER, evidence, schnorrSign(GROUP_SECRET, digest));
+        bytes32 digest = nativeRegistry.slashDigest(PROVIDER, 1 ether, BUYER, evidence, SLASH_EXPIRY);
+        nativeRegistry.slash(PROVIDER, 1 ether, BUYER, evidence, SLASH_EXPIRY, schnorrSign(GROUP_SECRET, digest));
         vm.assertEq(BUYER.balance, 1 ether);
         vm.warp(block.timestamp + UNBONDING_S);
         vm.prank(PROVIDER);

@@ -22,7 +22,7 @@ pub fn rotate_tag() -> B256 {
 
 /// Domain tag of slash messages (`ProviderRegistry.SLASH_TAG`).
 pub fn slash_tag() -> B256 {
-    keccak256(b"compute-exchange/registry/slash/v1")
+    keccak256(b"compute-exchange/registry/slash/v2")
 }
 
 /// A contiguous range of escrow ids `[start, end)` settled by a batch.
@@ -138,7 +138,9 @@ pub fn rotation_digest(
     )
 }
 
-/// The message a slash signs (`ProviderRegistry.slashDigest`).
+/// The message a slash signs (`ProviderRegistry.slashDigest`): it binds the chain, the
+/// registry, the terms, the evidence and an expiry (unix seconds) after which the contract
+/// refuses it.
 pub fn slash_digest(
     chain_id: u64,
     registry: Address,
@@ -146,6 +148,7 @@ pub fn slash_digest(
     amount: U256,
     recipient: Address,
     evidence_hash: B256,
+    expires_at_s: u64,
 ) -> B256 {
     keccak256(
         (
@@ -156,6 +159,7 @@ pub fn slash_digest(
             amount,
             recipient,
             evidence_hash,
+            U256::from(expires_at_s),
         )
             .abi_encode_params(),
     )

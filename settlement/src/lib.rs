@@ -24,6 +24,8 @@
 //!   coordinator builds with and every signer re-checks with;
 //! - [`signer`]: the `cx-signer run` service — checks a batch against the chain ([`onchain`])
 //!   and its own record before it signs; [`config`] is its configuration;
+//! - [`slash`]: evidence against a provider (two conflicting class-D receipts) that every signer
+//!   checks before it signs a slash with an expiry;
 //! - [`coordinator`]: signer-agnostic batching, any-t-of-n signing under a diversity rule,
 //!   posting to every chain exactly once, every step in PostgreSQL (outbox). It reaches the
 //!   world through three boundaries with in-memory twins for tests: the
@@ -84,6 +86,7 @@ pub mod ledger;
 pub mod merkle;
 pub mod onchain;
 pub mod signer;
+pub mod slash;
 pub mod transport;
 pub mod wire;
 

@@ -210,6 +210,16 @@ impl ChainView {
             .mlDsaKeyHash)
     }
 
+    /// Whether `ProviderRegistry` already slashed with `evidence_hash` (each is used once).
+    pub async fn evidence_used(&self, evidence_hash: B256) -> Result<bool> {
+        let registry = ProviderRegistry::new(self.deployment.registry, self.provider.clone());
+        Ok(registry
+            .evidenceUsed(evidence_hash)
+            .block(self.block_id())
+            .call()
+            .await?)
+    }
+
     /// Whether a `BatchSettled` event with `nonce` and `balances_root` is on chain (how a
     /// restarted coordinator learns that a post it did not record went through).
     pub async fn batch_landed(&self, nonce: u64, balances_root: B256) -> Result<bool> {

@@ -26,6 +26,8 @@ pub enum Request {
     SignBatch(SignBatchRequest),
     /// Round 2 for a key rotation: check the new key and sign the rotation message.
     SignRotation(SignRotationRequest),
+    /// Round 2 for a slash: check the evidence and sign `ProviderRegistry.slashDigest`.
+    SignSlash(Box<SignSlashRequest>),
     /// A DKG message from another signer.
     Peer(PeerMessage),
 }
@@ -131,6 +133,25 @@ pub struct SignRotationRequest {
     /// Epoch of the new key (the signer must hold a key package of it from its own DKG).
     pub new_epoch: u32,
     /// Commitments and the message (`Settlement.rotationDigest`).
+    pub signing_package: frost::SigningPackage,
+}
+
+/// Round 2 for a slash.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SignSlashRequest {
+    /// The round whose nonces to use.
+    pub round_id: B256,
+    /// Chain whose `ProviderRegistry` slashes.
+    pub chain_id: u64,
+    /// What the provider did (every signer checks it on its own).
+    pub evidence: crate::slash::SlashEvidence,
+    /// Stake to take (wei of the asset).
+    pub amount: alloy::primitives::U256,
+    /// Who receives it.
+    pub recipient: alloy::primitives::Address,
+    /// Chain time after which the signature is void.
+    pub expires_at_s: u64,
+    /// Commitments and the message (`ProviderRegistry.slashDigest`).
     pub signing_package: frost::SigningPackage,
 }
 

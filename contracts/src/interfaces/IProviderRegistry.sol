@@ -22,6 +22,8 @@ interface IProviderRegistry {
     error NothingToSlash(address provider);
     /// @notice The slash recipient must not be the zero address.
     error ZeroRecipient();
+    /// @notice The slash signature's validity ended at `expiresAt` (unix seconds).
+    error SlashExpired(uint64 expiresAt);
 
     /// @notice `provider` added `amount`; its stake is now `totalStake`.
     event Staked(address indexed provider, uint256 amount, uint256 totalStake);

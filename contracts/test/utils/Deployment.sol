@@ -14,6 +14,8 @@ abstract contract Deployment is Base {
     uint64 internal constant GRACE_S = 600;
     uint256 internal constant MIN_STAKE = 1_000e6;
     uint64 internal constant UNBONDING_S = 7 days;
+    /// Slash signatures in the tests are good until then (the tests start at 1_700_000_000).
+    uint64 internal constant SLASH_EXPIRY = 1_800_000_000;
 
     TestStablecoin internal token;
     Settlement internal settlement;

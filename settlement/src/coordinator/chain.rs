@@ -29,6 +29,8 @@ pub trait Chain: Send + Sync {
     fn chain_id(&self) -> u64;
     /// Address of `Settlement` (batches and rotations are bound to it).
     fn settlement(&self) -> Address;
+    /// Address of `ProviderRegistry` (slashes are bound to it).
+    fn registry(&self) -> Address;
     /// Nonce of the last accepted batch (0 before any).
     fn batch_nonce(&self) -> impl Future<Output = Result<u64>> + Send;
     /// The current cumulative-balances root.
@@ -53,12 +55,33 @@ pub trait Chain: Send + Sync {
         batch: &BatchMessage,
         signature: &EvmSignature,
     ) -> impl Future<Output = Result<B256>> + Send;
+    /// Posts a committee-signed slash; returns the transaction hash.
+    fn post_slash(
+        &self,
+        slash: &SlashTerms,
+        signature: &EvmSignature,
+    ) -> impl Future<Output = Result<B256>> + Send;
     /// Installs `new_key` with a signature by the current key; returns the transaction hash.
     fn rotate_group_key(
         &self,
         new_key: EvmGroupKey,
         signature: &EvmSignature,
     ) -> impl Future<Output = Result<B256>> + Send;
+}
+
+/// The terms of one slash, as `ProviderRegistry.slash` takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlashTerms {
+    /// The provider slashed.
+    pub provider: Address,
+    /// Stake to take.
+    pub amount: alloy::primitives::U256,
+    /// Who receives it.
+    pub recipient: Address,
+    /// The evidence's hash (used once).
+    pub evidence_hash: B256,
+    /// Chain time after which the signature is void.
+    pub expires_at_s: u64,
 }
 
 /// A deployed `Settlement` over JSON-RPC: reads need no account, posts are paid by `poster`
@@ -89,6 +112,25 @@ impl Chain for EvmChain {
 
     fn settlement(&self) -> Address {
         self.view.deployment.settlement
+    }
+
+    fn registry(&self) -> Address {
+        self.view.deployment.registry
+    }
+
+    async fn post_slash(&self, slash: &SlashTerms, signature: &EvmSignature) -> Result<B256> {
+        Ok(self
+            .client
+            .slash(
+                slash.provider,
+                slash.amount,
+                slash.recipient,
+                slash.evidence_hash,
+                slash.expires_at_s,
+                signature,
+            )
+            .await?
+            .tx_hash)
     }
 
     async fn batch_nonce(&self) -> Result<u64> {
@@ -143,6 +185,7 @@ struct Contract {
     balances_root: B256,
     open: BTreeMap<u64, Escrow>,
     reclaimed: Vec<u64>,
+    evidence_used: Vec<B256>,
     now_s: u64,
     next_escrow: u64,
     landed: Vec<(u64, B256)>,
@@ -194,6 +237,7 @@ impl MemoryChain {
                 balances_root: ledger::no_balances_root(),
                 open: BTreeMap::new(),
                 reclaimed: Vec::new(),
+                evidence_used: Vec::new(),
                 now_s: 1_000_000,
                 next_escrow: 0,
                 landed: Vec::new(),
@@ -289,6 +333,35 @@ impl Chain for MemoryChain {
 
     fn settlement(&self) -> Address {
         self.settlement
+    }
+
+    fn registry(&self) -> Address {
+        Address::from_word(keccak256(self.settlement.as_slice()))
+    }
+
+    async fn post_slash(&self, slash: &SlashTerms, signature: &EvmSignature) -> Result<B256> {
+        let digest = crate::batch::slash_digest(
+            self.chain_id,
+            self.registry(),
+            slash.provider,
+            slash.amount,
+            slash.recipient,
+            slash.evidence_hash,
+            slash.expires_at_s,
+        );
+        self.with(|c| {
+            if c.now_s > slash.expires_at_s {
+                return Err(reverted("SlashExpired"));
+            }
+            if c.evidence_used.contains(&slash.evidence_hash) {
+                return Err(reverted("EvidenceAlreadyUsed"));
+            }
+            if !verifies(c.key.key, digest, signature) {
+                return Err(reverted("InvalidSignature"));
+            }
+            c.evidence_used.push(slash.evidence_hash);
+            Self::answer(c)
+        })
     }
 
     async fn batch_nonce(&self) -> Result<u64> {

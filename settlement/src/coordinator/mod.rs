@@ -40,7 +40,7 @@ use alloy::primitives::{Address, B256, U256};
 use cx_protocol::receipt::SignedReceipt;
 use frost_secp256k1 as frost;
 
-pub use chain::{Chain, EvmChain, MemoryChain};
+pub use chain::{Chain, EvmChain, MemoryChain, SlashTerms};
 pub(crate) use committee::check_rule;
 pub use committee::{Committee, choose_signers};
 pub use postgres::PgStore;
@@ -498,6 +498,55 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
             ..part.batch
         };
         as_batch.claim_proof(party)
+    }
+
+    /// Has the committee sign a slash of the provider `evidence` is against, valid for
+    /// `validity_s` seconds of chain time, and posts it. Every signer checks the evidence on its
+    /// own ([`crate::slash`]); returns the terms and the transaction hash.
+    pub async fn slash(
+        &self,
+        evidence: &crate::slash::SlashEvidence,
+        amount: U256,
+        recipient: Address,
+        validity_s: u64,
+    ) -> Result<(SlashTerms, B256)> {
+        let chain_id = evidence.chain_id();
+        let chain = self.chain(chain_id)?;
+        let key = self.current_key(chain).await?;
+        let terms = SlashTerms {
+            provider: evidence.provider(),
+            amount,
+            recipient,
+            evidence_hash: evidence.hash(),
+            expires_at_s: chain.now_s().await? + validity_s,
+        };
+        let digest = crate::batch::slash_digest(
+            chain_id,
+            chain.registry(),
+            terms.provider,
+            terms.amount,
+            terms.recipient,
+            terms.evidence_hash,
+            terms.expires_at_s,
+        );
+        let signature = self
+            .committee
+            .sign(digest.as_slice(), &key, |round_id, signing_package| {
+                Request::SignSlash(Box::new(crate::wire::SignSlashRequest {
+                    round_id,
+                    chain_id,
+                    evidence: evidence.clone(),
+                    amount,
+                    recipient,
+                    expires_at_s: terms.expires_at_s,
+                    signing_package,
+                }))
+            })
+            .await?;
+        let tx = chain
+            .post_slash(&terms, &EvmSignature::from_frost(&signature)?)
+            .await?;
+        Ok((terms, tx))
     }
 
     /// Installs the key of DKG `new_epoch` on every chain with a signature by the current key.

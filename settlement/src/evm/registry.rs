@@ -46,6 +46,7 @@ impl EvmClient {
         amount: U256,
         recipient: Address,
         evidence_hash: B256,
+        expires_at_s: u64,
         sig: &EvmSignature,
     ) -> Result<TxOutcome> {
         let contract = self.registry();
@@ -54,6 +55,7 @@ impl EvmClient {
             amount,
             recipient,
             evidence_hash,
+            expires_at_s,
             frost_signature!(registry, sig)
         ))
         .0)

@@ -353,6 +353,16 @@ impl Signer {
                     Err(reasons) => refused(reasons),
                 }
             }
+            Request::SignSlash(request) => {
+                let round = request.round_id;
+                match self.sign_slash(*request).await {
+                    Ok(share) => Response::Share(Share {
+                        round_id: round,
+                        share,
+                    }),
+                    Err(reasons) => refused(reasons),
+                }
+            }
             Request::SignRotation(request) => {
                 let round = request.round_id;
                 match self.sign_rotation(request).await {
@@ -820,6 +830,87 @@ impl Signer {
         lock(&self.balances)
             .insert(batch.chain_id, batch.contract, batch.new_balances.clone())
             .map_err(|e| e.to_string())?;
+        frost::round2::sign(&request.signing_package, &pending.nonces, &key.key_package)
+            .map_err(|e| format!("FROST round 2: {e}"))
+    }
+
+    /// Signs a slash only on evidence it checked itself (see [`crate::slash`]): the pair of
+    /// receipts, the provider's key as registered on chain, evidence not used yet, and an expiry
+    /// ahead of the chain's clock by at most [`crate::slash::MAX_SLASH_VALIDITY_S`].
+    async fn sign_slash(
+        &self,
+        request: crate::wire::SignSlashRequest,
+    ) -> std::result::Result<frost::round2::SignatureShare, String> {
+        let (pending, key) = self.take_round(request.round_id, &request.signing_package)?;
+        let e = |e: Error| e.to_string();
+        let evidence = &request.evidence;
+        evidence.check()?;
+        if evidence.chain_id() != request.chain_id {
+            return Err(format!(
+                "the evidence is about chain {}, the slash is for chain {}",
+                evidence.chain_id(),
+                request.chain_id
+            ));
+        }
+        if request.amount.is_zero() || request.recipient.is_zero() {
+            return Err("a slash needs an amount and a recipient".into());
+        }
+        let chain = self
+            .chain(request.chain_id, None)
+            .await?
+            .pinned()
+            .await
+            .map_err(e)?;
+        let hash = evidence.hash();
+        let (now, registered, used, on_chain) = tokio::join!(
+            chain.now_s(),
+            chain.provider_key_hash(evidence.provider()),
+            chain.evidence_used(hash),
+            chain.group_key()
+        );
+        let now = now.map_err(e)?;
+        if request.expires_at_s <= now {
+            return Err(format!(
+                "the slash expired at {} (chain time {now}): stale",
+                request.expires_at_s
+            ));
+        }
+        if request.expires_at_s > now + crate::slash::MAX_SLASH_VALIDITY_S {
+            return Err(format!(
+                "the slash would stay valid until {}, more than {} s past chain time {now}",
+                request.expires_at_s,
+                crate::slash::MAX_SLASH_VALIDITY_S
+            ));
+        }
+        if registered.map_err(e)? != evidence.provider_key() {
+            return Err(format!(
+                "provider {} has not registered the key that signed the evidence",
+                evidence.provider()
+            ));
+        }
+        if used.map_err(e)? {
+            return Err(format!("evidence {hash} was already used for a slash"));
+        }
+        let current =
+            EvmGroupKey::from_verifying_key(key.public_key_package.verifying_key()).map_err(e)?;
+        if on_chain.map_err(e)?.key != current {
+            return Err(format!(
+                "chain {}'s group key is not the key of this round",
+                request.chain_id
+            ));
+        }
+        let digest = crate::batch::slash_digest(
+            request.chain_id,
+            chain.deployment.registry,
+            evidence.provider(),
+            request.amount,
+            request.recipient,
+            hash,
+            request.expires_at_s,
+        );
+        if request.signing_package.message() != digest.as_slice() {
+            return Err("the message is not the slash digest of this evidence and terms".into());
+        }
         frost::round2::sign(&request.signing_package, &pending.nonces, &key.key_package)
             .map_err(|e| format!("FROST round 2: {e}"))
     }

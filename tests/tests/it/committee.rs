@@ -940,3 +940,165 @@ async fn sign_requests_carry_balance_changes_and_signers_keep_their_own_balances
         .unwrap();
     assert_eq!(amount, U256::from(1_200));
 }
+
+/// What broke: the committee had no slash request at all, so the registry's slashing could never
+/// be signed. Now a slash names its evidence (two receipts by one provider for one class-D job
+/// with different outputs), every signer checks it on its own, and the signed digest carries an
+/// expiry: valid evidence lands once; reused, stale, or not-conflicting evidence does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not() {
+    use cx_protocol::receipt::SignedReceipt;
+    use cx_settlement::slash::SlashEvidence;
+    use cx_settlement::wire::SignSlashRequest;
+
+    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 1)).unwrap();
+    let committee = cluster.committee(2, 1).unwrap();
+    let package = committee.dkg(0).await.unwrap();
+    let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
+    let chain = ScenarioChain::start(31337, key).await.unwrap();
+    write_deployments(&cluster.deployments_file, &[chain.entry()]);
+    let db = TempDatabase::create().await.unwrap();
+    let store = store(&db).await;
+    store.save_group_key(0, &package).await.unwrap();
+    let poster = chain.anvil.keys[3].clone();
+    let coordinator = Coordinator::new(
+        store,
+        cluster.committee(2, 1).unwrap(),
+        evm_chains(vec![chain.view().unwrap()], &poster),
+    );
+    let stake = U256::from(3_000_000_000u64);
+    cx_devnet::deploy::mint_test_tokens(&chain.operator, chain.provider.account(), stake)
+        .await
+        .unwrap();
+    chain.provider.approve_all().await.unwrap();
+    chain.provider.stake(stake).await.unwrap();
+
+    // Two outputs for one deterministic job, both signed by the provider.
+    let conflicting = |escrow_id: u64| {
+        let first = chain.receipts(&[escrow_id], 100).unwrap().remove(0);
+        let mut other = first.receipt.clone();
+        other.output_hash = [0xee; 32];
+        let second = SignedReceipt::sign(other, &chain.provider_identity).unwrap();
+        SlashEvidence::ConflictingReceipts { first, second }
+    };
+    let ids = chain.open_jobs(3, 1_000).await.unwrap();
+    let evidence = conflicting(ids[0]);
+    let amount = U256::from(1_000_000_000u64);
+    let recipient = chain.buyer.account();
+    let staked = async || {
+        chain
+            .operator
+            .provider_stake(chain.provider.account())
+            .await
+            .unwrap()
+            .0
+    };
+
+    // 1. Valid evidence: it lands, and the recipient is paid.
+    let before = chain.operator.asset_balance(recipient).await.unwrap();
+    coordinator
+        .slash(&evidence, amount, recipient, 3_600)
+        .await
+        .unwrap();
+    assert_eq!(staked().await, stake - amount);
+    assert_eq!(
+        chain.operator.asset_balance(recipient).await.unwrap(),
+        before + amount
+    );
+
+    // 2. The same evidence again (either order): every signer refuses.
+    let swapped = match evidence.clone() {
+        SlashEvidence::ConflictingReceipts { first, second } => {
+            SlashEvidence::ConflictingReceipts {
+                first: second,
+                second: first,
+            }
+        }
+    };
+    let err = coordinator
+        .slash(&swapped, amount, recipient, 3_600)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { reason, .. } if reason.contains("already used")),
+        "{err}"
+    );
+
+    // 3. Not evidence: the same output twice, or another class.
+    let honest = chain.receipts(&[ids[1]], 100).unwrap().remove(0);
+    let same = SlashEvidence::ConflictingReceipts {
+        first: honest.clone(),
+        second: honest.clone(),
+    };
+    let err = coordinator
+        .slash(&same, amount, recipient, 3_600)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { reason, .. } if reason.contains("nothing conflicts")),
+        "{err}"
+    );
+
+    // 4. Stale: an expiry already passed is refused by the signers; one that passes before the
+    // signature is posted is refused by the contract.
+    let fresh = conflicting(ids[2]);
+    let now = chain.anvil.now_s().await.unwrap();
+    let registry = chain.deployment.registry;
+    let digest_at = |expires_at_s| {
+        cx_settlement::batch::slash_digest(
+            31337,
+            registry,
+            fresh.provider(),
+            amount,
+            recipient,
+            fresh.hash(),
+            expires_at_s,
+        )
+    };
+    let request = |expires_at_s| {
+        let evidence = fresh.clone();
+        move |round_id, signing_package| {
+            Request::SignSlash(Box::new(SignSlashRequest {
+                round_id,
+                chain_id: 31337,
+                evidence: evidence.clone(),
+                amount,
+                recipient,
+                expires_at_s,
+                signing_package,
+            }))
+        }
+    };
+    let err = committee
+        .sign(digest_at(now - 1).as_slice(), &package, request(now - 1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { reason, .. } if reason.contains("stale")),
+        "{err}"
+    );
+    let expires_at = now + 60;
+    let signature = committee
+        .sign(
+            digest_at(expires_at).as_slice(),
+            &package,
+            request(expires_at),
+        )
+        .await
+        .unwrap();
+    chain.anvil.advance_time(120).await.unwrap();
+    let err = chain
+        .operator
+        .slash(
+            fresh.provider(),
+            amount,
+            recipient,
+            fresh.hash(),
+            expires_at,
+            &EvmSignature::from_frost(&signature).unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("SlashExpired"), "{err}");
+    assert_eq!(staked().await, stake - amount, "nothing more was taken");
+}

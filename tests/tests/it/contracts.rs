@@ -436,6 +436,7 @@ async fn slashing_needs_the_committee_signature() {
     let evidence = keccak256(b"receipt 17: output hash differs from the re-execution");
     let amount = U256::from(MIN_STAKE);
     let recipient = chain.buyer.account();
+    let expires_at = chain.deadline_in(3600).await;
     let digest = slash_digest(
         chain.anvil.chain_id,
         registry,
@@ -443,6 +444,7 @@ async fn slashing_needs_the_committee_signature() {
         amount,
         recipient,
         evidence,
+        expires_at,
     );
 
     let before = chain.balances().await;
@@ -450,7 +452,14 @@ async fn slashing_needs_the_committee_signature() {
     assert_reverted(
         chain
             .stranger
-            .slash(chain.provider.account(), amount, recipient, evidence, &bad)
+            .slash(
+                chain.provider.account(),
+                amount,
+                recipient,
+                evidence,
+                expires_at,
+                &bad,
+            )
             .await,
         "InvalidSignature",
     );
@@ -464,6 +473,7 @@ async fn slashing_needs_the_committee_signature() {
                 amount * U256::from(2),
                 recipient,
                 evidence,
+                expires_at,
                 &good,
             )
             .await,
@@ -483,7 +493,14 @@ async fn slashing_needs_the_committee_signature() {
     let buyer_before = chain.operator.asset_balance(recipient).await.unwrap();
     chain
         .stranger
-        .slash(chain.provider.account(), amount, recipient, evidence, &good)
+        .slash(
+            chain.provider.account(),
+            amount,
+            recipient,
+            evidence,
+            expires_at,
+            &good,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -507,7 +524,14 @@ async fn slashing_needs_the_committee_signature() {
     assert_reverted(
         chain
             .stranger
-            .slash(chain.provider.account(), amount, recipient, evidence, &good)
+            .slash(
+                chain.provider.account(),
+                amount,
+                recipient,
+                evidence,
+                expires_at,
+                &good,
+            )
             .await,
         "EvidenceAlreadyUsed",
     );
