@@ -74,6 +74,9 @@ pub enum Error {
     /// A measurement came out wrong (the bench's own check).
     #[error("bench: {0}")]
     Bench(&'static str),
+    /// A benchmark over real processes could not run (what failed, in words).
+    #[error("bench: {0}")]
+    BenchFailed(String),
     /// `cargo build` of the signer binary failed.
     #[error("building cx-signer failed ({0}); run `cargo build -p cx-settlement --bin cx-signer`")]
     BuildSigner(String),

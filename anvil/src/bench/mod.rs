@@ -3,10 +3,13 @@
 //! serde form is the `--json` line).
 //!
 //! - [`gas`]: gas of FROST verification, settlement per job and a claim, on a fresh Anvil;
+//! - [`intake`]: signed intents over HTTPS through verify → persist → clear, with its bounds;
 //! - [`sign`]: handshake, DKG and signing latency of a committee of signer processes.
 
 pub mod gas;
+pub mod intake;
 pub mod sign;
 
 pub use gas::{GasReport, gas_bench};
+pub use intake::{IntakeBenchConfig, IntakeReport, intake_bench};
 pub use sign::{SignBenchReport, sign_bench};

@@ -17,6 +17,25 @@ pub(crate) enum Command {
     /// Handshake, DKG and signing latency of a committee of real `cx-signer` processes on
     /// loopback, the batch posted to a fresh Anvil.
     Sign(SignArgs),
+    /// Signed intents over HTTPS through verify → persist → clear on a throwaway database,
+    /// beside the signature and database bounds.
+    Intake(IntakeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct IntakeArgs {
+    /// Intents posted over HTTPS.
+    #[arg(long, default_value_t = 4_000)]
+    intents: usize,
+    /// Concurrent clients, each on its own keep-alive connection.
+    #[arg(long, default_value_t = 32)]
+    clients: usize,
+    /// Bundles in the market.
+    #[arg(long, default_value_t = 200)]
+    bundles: usize,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -76,6 +95,30 @@ pub(crate) struct ClearingArgs {
 
 pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
+        Command::Intake(a) => {
+            anyhow::ensure!(
+                (1..=1_000_000).contains(&a.intents),
+                "--intents: must be within 1..=1000000"
+            );
+            anyhow::ensure!(
+                (1..=512).contains(&a.clients),
+                "--clients: must be within 1..=512"
+            );
+            anyhow::ensure!(
+                (1..=100_000).contains(&a.bundles),
+                "--bundles: must be within 1..=100000"
+            );
+            let report = multi_thread_runtime()?
+                .block_on(cx_devnet::bench::intake_bench(
+                    cx_devnet::bench::IntakeBenchConfig {
+                        intents: a.intents,
+                        clients: a.clients,
+                        bundles: a.bundles,
+                    },
+                ))
+                .context("intake bench")?;
+            super::emit(a.json, &report.table(), &report)
+        }
         Command::Gas(a) => {
             let report = runtime()?
                 .block_on(cx_devnet::bench::gas_bench())
@@ -138,6 +181,14 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
 /// they get a runtime of their own.
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// The intake bench runs a server and its load generator: it wants every core.
+fn multi_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")

@@ -1,0 +1,430 @@
+//! `cx bench intake`: signed intents accepted over HTTPS through verify → persist → clear,
+//! against a throwaway database, with the two bounds it is measured against in the same run.
+//!
+//! - `intents_per_s`, `p50_ms`, `p99_ms`: `clients` tasks, each on its own keep-alive HTTPS
+//!   connection (TLS 1.3, X25519MLKEM768), post intents signed ahead of time; every answer must be
+//!   202. Latency is per request, as the client sees it.
+//! - `verify_only_per_s`: recovering the EIP-712 signer and checking the ML-DSA co-signature of
+//!   the same intents, serially on one core — the cryptographic bound of one intake core.
+//! - `commit_per_s`: the intake transaction alone (nonce, tab hold, job and its event) from
+//!   `clients` tasks, no HTTP, no signatures — the database's bound.
+//!
+//! The server, the database and the load generator share this machine's cores, so the ratios
+//! to the bounds are what to read, not the absolute rates.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alloy::primitives::{Address, B256};
+use bytes::Bytes;
+use cx_exchange::objective::Weights;
+use cx_exchange::routing::catalog::Catalog;
+use cx_exchange_server::api::{AppState, app};
+use cx_exchange_server::books::{Books, NewJob, NewOrder, StoredBinding, TabEvent};
+use cx_exchange_server::intake::{InferenceRequest, Intake, IntentSubmission, request_hash};
+use cx_exchange_server::market::Market;
+use cx_exchange_server::tls::{self, DevCa, Limits};
+use cx_protocol::order::{self, Intent, Order, SigningKey};
+use cx_protocol::pq::Identity;
+use cx_protocol::{Bundle, DeterminismClass, Tier};
+use http_body_util::{BodyExt, Full};
+use serde::Serialize;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::db::TempDatabase;
+use crate::error::{Error, Result};
+use crate::supervise::ScratchDir;
+
+const CHAIN: u64 = 31337;
+const CATALOG: &str = include_str!("../../../exchange/core/catalog.example.toml");
+
+/// What to run.
+#[derive(Clone, Copy, Debug)]
+pub struct IntakeBenchConfig {
+    /// Intents posted over HTTPS.
+    pub intents: usize,
+    /// Concurrent client tasks (one connection and one account each).
+    pub clients: usize,
+    /// Bundles registered in the market.
+    pub bundles: usize,
+}
+
+impl Default for IntakeBenchConfig {
+    fn default() -> Self {
+        Self {
+            intents: 4_000,
+            clients: 32,
+            bundles: 200,
+        }
+    }
+}
+
+/// Figures of one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct IntakeReport {
+    /// Intents posted.
+    pub intents: usize,
+    /// Client tasks.
+    pub clients: usize,
+    /// Bundles in the market.
+    pub bundles: usize,
+    /// Accepted over HTTPS per second, end to end.
+    pub intents_per_s: f64,
+    /// Median request latency, ms.
+    pub p50_ms: f64,
+    /// 99th percentile request latency, ms.
+    pub p99_ms: f64,
+    /// Both signatures checked per second, one core.
+    pub verify_only_per_s: f64,
+    /// Intake transactions committed per second, the database alone.
+    pub commit_per_s: f64,
+    /// `intents_per_s / verify_only_per_s`.
+    pub share_of_verify_bound: f64,
+    /// `intents_per_s / commit_per_s`.
+    pub share_of_commit_bound: f64,
+}
+
+impl IntakeReport {
+    /// The human table, each figure beside its target or bound.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "intake: {} intents from {} clients over HTTPS, {} bundles\n",
+            self.intents, self.clients, self.bundles
+        );
+        for (name, value, note) in [
+            ("intents_per_s", self.intents_per_s, ">= 5000".to_owned()),
+            ("p50_ms", self.p50_ms, String::new()),
+            ("p99_ms", self.p99_ms, "<= 50".to_owned()),
+            (
+                "verify_only_per_s",
+                self.verify_only_per_s,
+                format!("bound; {:.2} of it reached", self.share_of_verify_bound),
+            ),
+            (
+                "commit_per_s",
+                self.commit_per_s,
+                format!("bound; {:.2} of it reached", self.share_of_commit_bound),
+            ),
+        ] {
+            out += &format!("  {name:<20}{value:>12.1}  {note}\n");
+        }
+        out
+    }
+}
+
+struct Agent {
+    key: SigningKey,
+    pq: Identity,
+    account: Address,
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn bundle(i: usize) -> Result<Bundle> {
+    // Every fourth bundle holds the base: the rest are cheaper but too slow to fetch it in time,
+    // so clearing has both feasible and refused bundles to explain.
+    let holds = i.is_multiple_of(4);
+    serde_json::from_value(serde_json::json!({
+        "id": format!("bundle-{i:04}"), "provider": format!("op-{}", i % 7),
+        "price_wei_per_s": if holds { 1_000 + i as u64 } else { 100 + i as u64 },
+        "memory_bytes": 80_000_000_000u64, "bandwidth_bps": 1e9, "rtt_s": 0.01,
+        "flops_per_s": 4e14, "context_max": 32768, "determinism": ["D", "S"],
+        "tiers": ["T0", "T1"],
+        "resident_bases": if holds { vec!["llama-3.1-8b-instruct"] } else { vec![] },
+    }))
+    .map_err(|e| Error::BenchFailed(format!("bundle fixture: {e}")))
+}
+
+fn request() -> InferenceRequest {
+    InferenceRequest {
+        prompt: "Summarise the residency rule in one sentence.".into(),
+        max_tokens: 32,
+    }
+}
+
+/// Runs the benchmark: server, database and load generator on this machine.
+pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
+    if config.intents == 0 || config.clients == 0 || config.bundles == 0 {
+        return Err(Error::BenchFailed(
+            "--intents, --clients and --bundles must be > 0".into(),
+        ));
+    }
+    let db = TempDatabase::create().await?;
+    let books = Books::open(&db.url).await.map_err(bench_err)?;
+    let catalog = Catalog::from_toml_str(CATALOG).map_err(bench_err)?;
+    let market = Market::new(catalog, Weights::default()).map_err(bench_err)?;
+    for i in 0..config.bundles {
+        market
+            .register(&books, bundle(i)?)
+            .await
+            .map_err(bench_err)?;
+    }
+    let settlement = Address::repeat_byte(0x5e);
+    let domain = order::domain(CHAIN, settlement);
+
+    // One account, binding and tab per client, for the HTTPS phase; as many again for the
+    // commit-only phase, so the two never contend for one tab row.
+    let agents: Vec<Agent> = (0..2 * config.clients)
+        .map(|i| {
+            let mut seed = [0u8; 32];
+            seed[..8].copy_from_slice(&(i as u64 + 1).to_be_bytes());
+            let key = SigningKey::from_slice(&seed).expect("a small nonzero scalar is a key");
+            Agent {
+                account: order::account_of(&key),
+                pq: Identity::from_seed(seed),
+                key,
+            }
+        })
+        .collect();
+    let deadline = now_s() + 3_600;
+    let mut events = Vec::new();
+    for (i, agent) in agents.iter().enumerate() {
+        books
+            .bind(&StoredBinding {
+                account: agent.account,
+                chain_id: CHAIN,
+                mldsa_key: agent.pq.public().to_bytes().to_vec(),
+                mldsa_key_hash: B256::from(agent.pq.public().id().0),
+                binding: serde_json::json!({}),
+            })
+            .await
+            .map_err(bench_err)?;
+        events.push(TabEvent::Opened {
+            escrow_id: i as u64,
+            buyer: agent.account,
+            amount_wei: u128::MAX / 4,
+            deadline_s: deadline + 86_400,
+            reference: B256::repeat_byte(1),
+            block: 1,
+        });
+    }
+    books
+        .apply_chain(CHAIN, &events, &[], 2)
+        .await
+        .map_err(bench_err)?;
+
+    // Signed ahead: the load generator only sends.
+    let hash = request_hash(&request());
+    let signed: Vec<(usize, IntentSubmission)> = (0..config.intents)
+        .map(|n| {
+            let client = n % config.clients;
+            let agent = &agents[client];
+            let intent = Intent {
+                want: "llama-8b".into(),
+                adapter_id: None,
+                request_hash: hash,
+                deadline_s: deadline,
+                max_price_wei: 10_000_000,
+                min_tier: Tier::T1,
+                determinism: DeterminismClass::D,
+                tab_id: client as u64,
+                nonce: (n / config.clients) as u64,
+                expiry_s: deadline,
+            };
+            let signed = order::sign(intent, &domain, &agent.key, &agent.pq).map_err(bench_err)?;
+            Ok((
+                client,
+                IntentSubmission {
+                    intent: signed,
+                    request: request(),
+                },
+            ))
+        })
+        .collect::<Result<_>>()?;
+
+    let verify_only_per_s = verify_bound(&signed, &domain, &agents)?;
+    let commit_per_s = commit_bound(&books, &agents[config.clients..], config).await?;
+
+    // The server on loopback, HTTPS with a development CA.
+    let scratch = ScratchDir::new("cx-bench-intake")?;
+    let ca = DevCa::open_or_create(scratch.path.join("ca")).map_err(bench_err)?;
+    let server_config =
+        tls::server_config(ca.server_identity().map_err(bench_err)?).map_err(bench_err)?;
+    let client_config = tls::client_config([ca.cert()]).map_err(bench_err)?;
+    let intake = Intake::new(books.clone(), market, [(CHAIN, settlement)], 60);
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| Error::BenchFailed(format!("bind: {e}")))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| Error::BenchFailed(format!("local address: {e}")))?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(tls::serve_https(
+        listener,
+        server_config,
+        app(AppState::with_intake(intake)),
+        Limits::default(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+
+    let mut per_client: Vec<Vec<Bytes>> = vec![Vec::new(); config.clients];
+    for (client, submission) in &signed {
+        let body = serde_json::json!({"intent": submission.intent, "request": submission.request});
+        per_client[*client].push(Bytes::from(body.to_string()));
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = per_client
+        .into_iter()
+        .map(|bodies| {
+            let client_config = client_config.clone();
+            tokio::spawn(async move { post_all(address, client_config, bodies).await })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(config.intents);
+    for task in tasks {
+        latencies.extend(
+            task.await
+                .map_err(|e| Error::BenchFailed(format!("client task: {e}")))??,
+        );
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let _ = stop.send(());
+    let _ = server.await;
+
+    latencies.sort_by(f64::total_cmp);
+    let quantile = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let intents_per_s = config.intents as f64 / elapsed;
+    Ok(IntakeReport {
+        intents: config.intents,
+        clients: config.clients,
+        bundles: config.bundles,
+        intents_per_s,
+        p50_ms: quantile(0.5),
+        p99_ms: quantile(0.99),
+        verify_only_per_s,
+        commit_per_s,
+        share_of_verify_bound: intents_per_s / verify_only_per_s,
+        share_of_commit_bound: intents_per_s / commit_per_s,
+    })
+}
+
+/// Both signatures of (up to 2 000 of) the intents, serially on this core.
+fn verify_bound(
+    signed: &[(usize, IntentSubmission)],
+    domain: &order::Eip712Domain,
+    agents: &[Agent],
+) -> Result<f64> {
+    let sample = &signed[..signed.len().min(2_000)];
+    let keys: Vec<_> = agents.iter().map(|a| a.pq.public()).collect();
+    let started = Instant::now();
+    for (client, submission) in sample {
+        let verified = submission.intent.recover(domain).map_err(bench_err)?;
+        submission
+            .intent
+            .check_cosignature(&verified, &keys[*client])
+            .map_err(bench_err)?;
+        submission
+            .intent
+            .order
+            .check_times(now_s())
+            .map_err(bench_err)?;
+    }
+    Ok(sample.len() as f64 / started.elapsed().as_secs_f64())
+}
+
+/// The intake transaction alone, from `clients` tasks on their own tabs.
+async fn commit_bound(books: &Books, agents: &[Agent], config: IntakeBenchConfig) -> Result<f64> {
+    let per_client = (config.intents / config.clients).clamp(1, 200);
+    let started = Instant::now();
+    let tasks: Vec<_> = agents
+        .iter()
+        .enumerate()
+        .map(|(i, agent)| {
+            let books = books.clone();
+            let account = agent.account;
+            let escrow_id = (config.clients + i) as u64;
+            tokio::spawn(async move {
+                for n in 0..per_client {
+                    let mut digest = [0xc0u8; 32];
+                    digest[..8].copy_from_slice(&escrow_id.to_be_bytes());
+                    digest[8..16].copy_from_slice(&(n as u64).to_be_bytes());
+                    let order = NewOrder {
+                        digest: B256::from(digest),
+                        kind: "intent",
+                        account,
+                        chain_id: CHAIN,
+                        nonce: n as u64,
+                        body: serde_json::json!({"n": n}),
+                    };
+                    let job = NewJob {
+                        id: order.digest,
+                        escrow_id,
+                        model: "llama-3.1-8b-instruct".into(),
+                        status: "assigned",
+                        bundle_id: Some("bundle-0000".into()),
+                        held_wei: 1_000,
+                        needed_until_s: 0,
+                        decision: serde_json::json!({"chosen": "bundle-0000"}),
+                    };
+                    books.accept(&order, &job).await.map_err(bench_err)?;
+                }
+                Ok::<_, Error>(())
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await
+            .map_err(|e| Error::BenchFailed(format!("commit task: {e}")))??;
+    }
+    Ok((per_client * agents.len()) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Posts `bodies` in order on one keep-alive HTTPS connection; the latency of each, ms.
+async fn post_all(
+    address: std::net::SocketAddr,
+    client_config: Arc<rustls::ClientConfig>,
+    bodies: Vec<Bytes>,
+) -> Result<Vec<f64>> {
+    let io = |e: std::io::Error| Error::BenchFailed(format!("connection: {e}"));
+    let tcp = TcpStream::connect(address).await.map_err(io)?;
+    tcp.set_nodelay(true).map_err(io)?;
+    let name = rustls::pki_types::ServerName::try_from("localhost")
+        .map_err(|e| Error::BenchFailed(format!("server name: {e}")))?;
+    let stream = tokio_rustls::TlsConnector::from(client_config)
+        .connect(name, tcp)
+        .await
+        .map_err(io)?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| Error::BenchFailed(format!("http handshake: {e}")))?;
+    tokio::spawn(connection);
+    let mut latencies = Vec::with_capacity(bodies.len());
+    for body in bodies {
+        let request = hyper::Request::post("/v1/intents")
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(Full::new(body))
+            .map_err(|e| Error::BenchFailed(format!("request: {e}")))?;
+        let started = Instant::now();
+        let response = tokio::time::timeout(Duration::from_secs(30), sender.send_request(request))
+            .await
+            .map_err(|_| Error::BenchFailed("a request took over 30 s".into()))?
+            .map_err(|e| Error::BenchFailed(format!("request: {e}")))?;
+        let status = response.status();
+        let answer = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| Error::BenchFailed(format!("response: {e}")))?
+            .to_bytes();
+        latencies.push(started.elapsed().as_secs_f64() * 1e3);
+        if status != hyper::StatusCode::ACCEPTED {
+            return Err(Error::BenchFailed(format!(
+                "an intent was refused ({status}): {}",
+                String::from_utf8_lossy(&answer)
+            )));
+        }
+    }
+    Ok(latencies)
+}
+
+fn bench_err(err: impl std::fmt::Display) -> Error {
+    Error::BenchFailed(err.to_string())
+}
