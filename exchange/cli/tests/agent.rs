@@ -177,27 +177,22 @@ fn an_unreachable_exchange_is_one_line_naming_the_url() {
 
 // ---- the whole agent path: Anvil, a real exchange over HTTPS, the `cx agent` commands ----------
 
+mod common;
+
 mod devnet {
+    use super::common::Serve;
     use super::{TempDir, error_line, last_json};
     use alloy::primitives::{Address, B256, U256};
     use cx_contracts::{ChainDeployment, DeploymentsFile};
     use cx_devnet::AnvilInstance;
     use cx_devnet::db::TempDatabase;
     use cx_devnet::deploy::{DeployParams, deploy};
-    use cx_exchange::objective::Weights;
-    use cx_exchange::routing::catalog::Catalog;
-    use cx_exchange_server::api::{AppState, app};
-    use cx_exchange_server::books::Books;
-    use cx_exchange_server::chain::Watcher;
-    use cx_exchange_server::intake::Intake;
-    use cx_exchange_server::market::Market;
-    use cx_exchange_server::tls::{self, DevCa, Limits};
+    use cx_devnet::free_port;
     use cx_protocol::Bundle;
     use cx_settlement::frost::EvmGroupKey;
     use serde_json::{Value, json};
     use std::process::Output;
-
-    const CATALOG: &str = include_str!("../../core/catalog.example.toml");
+    use std::time::{Duration, Instant};
 
     /// `cx` on a blocking thread, so that the exchange in this process keeps serving.
     async fn cx(args: Vec<String>, stdin: String) -> Output {
@@ -265,35 +260,46 @@ mod devnet {
         .write(&deployments)
         .unwrap();
 
-        // The exchange: books, market, the chain's domain, HTTPS with a dev CA.
+        // The exchange, as a person starts it: `cx serve` on the chain the devnet deployed, a
+        // bundle fixture, a fresh database and development CA.
         let db = TempDatabase::create().await.unwrap();
-        let books = Books::open(&db.url).await.unwrap();
-        let market =
-            Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
-        market
-            .register(&books, bundle("warm", 1_000_000, true))
-            .await
-            .unwrap();
-        let intake = Intake::new(
-            books.clone(),
-            market,
-            [(chain.chain.chain_id, deployment.settlement)],
-            60,
-        );
-        let ca = DevCa::open_or_create(dir.0.join("ca")).unwrap();
-        let config = tls::server_config(ca.server_identity().unwrap()).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("https://{}", listener.local_addr().unwrap());
-        let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(tls::serve_https(
-            listener,
-            config,
-            app(AppState::with_intake(intake)),
-            Limits::default(),
-            async move {
-                let _ = stopped.await;
-            },
-        ));
+        let bundles = dir.0.join("bundles.json");
+        std::fs::write(
+            &bundles,
+            serde_json::to_string(&[bundle("warm", 1_000_000, true)]).unwrap(),
+        )
+        .unwrap();
+        let listen = format!("127.0.0.1:{}", free_port().unwrap());
+        let serve_args = [
+            "--listen".to_owned(),
+            listen,
+            "--ca-dir".to_owned(),
+            path(&dir.0.join("ca")).to_owned(),
+            "--deployments".to_owned(),
+            path(&deployments).to_owned(),
+            "--bundles".to_owned(),
+            path(&bundles).to_owned(),
+            "--settle-margin-s".to_owned(),
+            "60".to_owned(),
+        ];
+        let db_url = db.url.clone();
+        let mut serve = tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
+            Serve::start(&args, &db_url)
+        })
+        .await
+        .unwrap();
+        let (url, ca_path, fields) = tokio::task::spawn_blocking(move || {
+            let url = serve.field("url");
+            let ca = serve.field("ca");
+            let bundles = serve.field("bundles");
+            (url, ca, (bundles, serve))
+        })
+        .await
+        .unwrap();
+        let (bundles_line, _serve) = fields;
+        assert!(bundles_line.starts_with('1'), "{bundles_line}");
+        let ca_cert = std::path::PathBuf::from(ca_path);
 
         // The agent: Anvil's second account, imported.
         let keys = dir.0.join("agent.json");
@@ -327,7 +333,7 @@ mod devnet {
                 "--exchange",
                 &url,
                 "--ca",
-                path(&ca.cert_path()),
+                path(&ca_cert),
                 "--keys",
                 path(&keys),
             ]);
@@ -357,11 +363,21 @@ mod devnet {
                 .unwrap(),
             account
         );
-        Watcher::new(books.clone(), chain.clone(), 0)
-            .unwrap()
-            .poll_once()
-            .await
-            .unwrap();
+        // The server's own chain watcher mirrors the tab (it polls every second).
+        let id = escrow_id.to_string();
+        let waited = Instant::now();
+        loop {
+            let out = cx(agent(&["tab", &id, "--json"]), String::new()).await;
+            if out.status.success() {
+                break;
+            }
+            assert!(
+                waited.elapsed() < Duration::from_secs(30),
+                "the watcher never mirrored tab {id}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
 
         let bound = last_json(&cx(agent(&["bind", "--json"]), String::new()).await);
         assert_eq!(bound["chain_id"], 31337);
@@ -374,7 +390,6 @@ mod devnet {
             account
         );
 
-        let id = escrow_id.to_string();
         let intent = |price: &str, nonce: &str| {
             agent(&[
                 "intent",

@@ -2,86 +2,20 @@
 //! prints the URL and the CA to trust, answers `/healthz` over HTTPS with the hybrid
 //! post-quantum key exchange, and stops cleanly on Ctrl-C (SIGINT).
 
+mod common;
+
+use common::Serve;
 use cx_devnet::db::TempDatabase;
 use cx_devnet::{ScratchDir, free_port};
 use cx_exchange_server::tls;
 use rustls::NamedGroup;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
-
-/// A `cx serve` child, killed on drop if the test did not stop it.
-struct Serve {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Vec<String>,
-}
-
-impl Serve {
-    fn start(args: &[&str], database_url: &str) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cx"))
-            .arg("serve")
-            .args(args)
-            .env("DATABASE_URL", database_url)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cx runs");
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            child,
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// The value of the first printed line `  <key>  <value>`, waiting for it.
-    fn field(&mut self, key: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Some(value) = self.seen.iter().find_map(|line| {
-                line.trim_start()
-                    .strip_prefix(key)
-                    .filter(|rest| rest.starts_with(' '))
-                    .map(|rest| rest.trim().to_owned())
-            }) {
-                return value;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => self.seen.push(line),
-                Err(_) => panic!(
-                    "cx serve printed no `{key}` line; exit {:?}; stdout so far: {:?}",
-                    self.child.try_wait(),
-                    self.seen
-                ),
-            }
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 #[test]
 fn cx_serve_answers_healthz_over_https_with_the_printed_ca_and_stops_on_ctrl_c() {

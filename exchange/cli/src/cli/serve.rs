@@ -1,17 +1,31 @@
 //! `cx serve`: the exchange over HTTPS.
 //!
 //! Composition only: the books (`Books::open`, which creates and migrates the database), the
-//! router (`api::app`) and the HTTPS edge (`tls`) are the server crate's; this file reads flags,
-//! wires them together, prints where to look and stops on Ctrl-C (or SIGTERM).
+//! market (catalog + engine rebuilt from the books), a chain watcher per served chain, the
+//! intake, the router (`api::app`) and the HTTPS edge (`tls`) are the server crate's; this file
+//! reads flags, wires them together, prints where to look and stops on Ctrl-C (or SIGTERM).
 
 use anyhow::{Context, anyhow};
+use cx_contracts::DeploymentsFile;
+use cx_exchange::objective::Weights;
+use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::api::{AppState, app};
 use cx_exchange_server::books::{self, Books};
+use cx_exchange_server::chain::Watcher;
+use cx_exchange_server::intake::{DEFAULT_SETTLE_MARGIN_S, Intake};
+use cx_exchange_server::market::Market;
 use cx_exchange_server::tls::{self, DevCa, Identity, Limits};
+use cx_protocol::Bundle;
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 use tokio::net::TcpListener;
+
+/// The catalog `cx serve` uses without `--catalog`: the example shipped with the market core.
+const DEFAULT_CATALOG: &str = include_str!("../../../core/catalog.example.toml");
+/// Where the devnet writes the chains and their contracts.
+const DEFAULT_DEPLOYMENTS: &str = "runtime/deployments.json";
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -40,6 +54,23 @@ pub(crate) struct Args {
     /// [default: postgres://postgres@127.0.0.1:5432/cx].
     #[arg(long, env = "DATABASE_URL", value_name = "URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// The model catalog (TOML) [default: the example catalog shipped with cx].
+    #[arg(long, env = "CX_CATALOG", value_name = "TOML")]
+    catalog: Option<PathBuf>,
+    /// The chains served and their contracts (what `anvil/start.sh` writes) [default:
+    /// runtime/deployments.json, if present].
+    #[arg(long, env = "CX_DEPLOYMENTS", value_name = "JSON")]
+    deployments: Option<PathBuf>,
+    /// Bundles to register at start (a JSON array of bundles, as `GET /v1/providers` shows
+    /// them): a fixture until providers register themselves.
+    #[arg(long, env = "CX_BUNDLES", value_name = "JSON")]
+    bundles: Option<PathBuf>,
+    /// Blocks a chain event must be under before the watcher believes it (0 on the devnet).
+    #[arg(long, env = "CX_CONFIRMATIONS", default_value_t = 0)]
+    confirmations: u64,
+    /// Seconds a tab must stay open after a job's deadline, for its settlement.
+    #[arg(long, env = "CX_SETTLE_MARGIN_S", default_value_t = DEFAULT_SETTLE_MARGIN_S)]
+    settle_margin_s: u64,
 }
 
 /// How the server will speak, decided before anything binds.
@@ -78,10 +109,66 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .map_err(|err| bind_error(args.listen, &err))?;
     let addr = listener.local_addr().context("the listener's address")?;
 
-    let database_url = args.database_url.unwrap_or_else(books::database_url);
+    let database_url = args
+        .database_url
+        .clone()
+        .unwrap_or_else(books::database_url);
     let books = Books::open(&database_url)
         .await
         .context("opening the books (--database-url or DATABASE_URL)")?;
+    let catalog = match &args.catalog {
+        Some(path) => Catalog::from_toml_str(
+            &std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --catalog {}", path.display()))?,
+        )
+        .with_context(|| format!("--catalog {}", path.display()))?,
+        None => Catalog::from_toml_str(DEFAULT_CATALOG).context("the built-in catalog")?,
+    };
+    let market = Market::new(catalog, Weights::default())?;
+    let rebuilt = market.load(&books).await.context("rebuilding the engine")?;
+    if let Some(path) = &args.bundles {
+        for bundle in read_bundles(path)? {
+            let id = bundle.id.clone();
+            market
+                .register(&books, bundle)
+                .await
+                .with_context(|| format!("--bundles {}: bundle {id}", path.display()))?;
+        }
+    }
+    let chains = match (&args.deployments, Path::new(DEFAULT_DEPLOYMENTS).exists()) {
+        (Some(path), _) => {
+            DeploymentsFile::load(path)
+                .with_context(|| format!("--deployments {}", path.display()))?
+                .chains
+        }
+        (None, true) => {
+            DeploymentsFile::load(Path::new(DEFAULT_DEPLOYMENTS))
+                .with_context(|| format!("{DEFAULT_DEPLOYMENTS} (or pass --deployments)"))?
+                .chains
+        }
+        (None, false) => Vec::new(),
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut watchers = Vec::new();
+    for chain in &chains {
+        let watcher = Watcher::new(books.clone(), chain.clone(), args.confirmations)?;
+        let mut stopped = stopped.clone();
+        watchers.push(tokio::spawn(watcher.run(
+            Duration::from_secs(1),
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        )));
+    }
+    let bundles = market.bundles().len();
+    let intake = Intake::new(
+        books.clone(),
+        market,
+        chains
+            .iter()
+            .map(|c| (c.chain.chain_id, c.deployment.settlement)),
+        args.settle_margin_s,
+    );
 
     let scheme = if matches!(edge, Edge::Insecure) {
         "http"
@@ -108,17 +195,48 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
     }
     println!("  database   {} (migrated)", redact_password(&database_url));
+    println!("  bundles    {bundles} ({rebuilt} from the books)");
+    if chains.is_empty() {
+        println!(
+            "  chains     none: intents are refused until --deployments names some (anvil/start.sh writes {DEFAULT_DEPLOYMENTS})"
+        );
+    }
+    for chain in &chains {
+        println!(
+            "  chain      {} at {} (Settlement {}), watched at {} confirmations",
+            chain.chain.chain_id,
+            chain.chain.rpc_url,
+            chain.deployment.settlement,
+            args.confirmations
+        );
+    }
     println!("Ctrl-C stops it.");
 
-    let router = app(AppState::new());
+    let router = app(AppState::with_intake(intake));
     let limits = Limits::default();
+    let shutdown = async move {
+        stop_signal().await;
+        let _ = stop.send(true);
+    };
     match config {
-        Some(config) => tls::serve_https(listener, config, router, limits, stop_signal()).await,
-        None => tls::serve_insecure_http(listener, router, limits, stop_signal()).await,
+        Some(config) => tls::serve_https(listener, config, router, limits, shutdown).await,
+        None => tls::serve_insecure_http(listener, router, limits, shutdown).await,
+    }
+    for watcher in watchers {
+        let _ = watcher.await;
     }
     books.pool().close().await;
     println!("cx serve: stopped");
     Ok(())
+}
+
+/// The `--bundles` fixture: a JSON array of bundles, every field checked, unknown ones refused.
+fn read_bundles(path: &Path) -> anyhow::Result<Vec<Bundle>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --bundles {}", path.display()))?;
+    let de = &mut serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(de)
+        .map_err(|e| anyhow!("--bundles {}: {}: {}", path.display(), e.path(), e.inner()))
 }
 
 /// A port in use names the flag that changes it; any other failure says which address.
