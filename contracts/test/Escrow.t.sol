@@ -325,6 +325,33 @@ contract NativeEscrowTest is Deployment {
         vm.assertEq(address(native).balance, 0.1 ether);
     }
 
+    /// What it guards: native payouts call the recipient, which may call back. Claims and
+    /// withdrawals update the books before they pay (checks-effects-interactions), so a reentrant
+    /// claim or withdrawal finds nothing more to take, and the attacker is paid exactly once.
+    function test_NativeClaimAndWithdrawResistReentrancy() public {
+        Reenterer attacker = new Reenterer(native);
+        vm.deal(address(attacker), 1 ether);
+        attacker.depositAndOpen(1 ether, 0.5 ether);
+        bytes32[] memory leaves = new bytes32[](2);
+        leaves[0] = leafOf(address(attacker), 0.5 ether);
+        leaves[1] = leafOf(BUYER, 0);
+        bytes32 root = merkleRoot(leaves);
+        uint256[] memory ranges = one(range(0, 1));
+        bytes32 digest = native.batchDigest(0, 1, bytes32("r"), root, ranges);
+        native.settleBatch(1, bytes32("r"), root, ranges, schnorrSign(GROUP_SECRET, digest));
+
+        attacker.claimTwice(0.5 ether, merkleProof(leaves, 0));
+        vm.assertEq(address(attacker).balance, 0.5 ether, "claim paid once");
+        vm.assertTrue(attacker.reentered() && !attacker.reentrySucceeded(), "reentrant claim refused");
+        vm.assertEq(native.claimed(address(attacker)), 0.5 ether);
+
+        attacker.withdrawTwice(0.5 ether);
+        vm.assertEq(address(attacker).balance, 1 ether, "withdrawal paid once");
+        vm.assertFalse(attacker.reentrySucceeded(), "reentrant withdrawal refused");
+        vm.assertEq(native.balanceOf(address(attacker)), 0);
+        vm.assertEq(address(native).balance, 0);
+    }
+
     function test_RevertWhen_NativeDepositValueMismatch() public {
         vm.prank(BUYER);
         vm.expectRevert(abi.encodeWithSelector(AssetTransfers.AssetWrongMsgValue.selector, 2 ether, 1 ether));
@@ -404,5 +431,43 @@ contract FeeOnTransferEscrowTest is Deployment {
         uint256 before = token.balanceOf(address(settlement));
         depositAs(BUYER, amount);
         vm.assertEq(settlement.balanceOf(BUYER), token.balanceOf(address(settlement)) - before);
+    }
+}
+
+/// @notice Calls back into the escrow from its receive hook: once per payout, the same call again.
+contract Reenterer {
+    Settlement internal immutable target;
+    bytes internal again;
+    bool public reentered;
+    bool public reentrySucceeded;
+
+    constructor(Settlement target_) {
+        target = target_;
+    }
+
+    function depositAndOpen(uint256 amount, uint128 escrow) external {
+        target.deposit{value: amount}(amount);
+        target.openJob(escrow, uint64(block.timestamp + 100), bytes32(0));
+    }
+
+    function claimTwice(uint256 cumulative, bytes32[] calldata proof) external {
+        again = abi.encodeCall(Escrow.claim, (cumulative, proof));
+        target.claim(cumulative, proof);
+        delete again;
+    }
+
+    function withdrawTwice(uint256 amount) external {
+        again = abi.encodeCall(Escrow.withdraw, (amount));
+        target.withdraw(amount);
+        delete again;
+    }
+
+    receive() external payable {
+        if (again.length == 0) return;
+        bytes memory call = again;
+        delete again;
+        reentered = true;
+        (bool ok,) = address(target).call(call);
+        if (ok) reentrySucceeded = true;
     }
 }

@@ -114,6 +114,53 @@ contract SettlementTest is Deployment {
         vm.assertEq(settlement.balanceOf(BUYER), 10);
     }
 
+    /// Reclaim versus settle, in either order within one block after the reclaim time: whichever
+    /// comes first closes the escrow, and the other reverts without moving anything.
+    function test_ReclaimAndSettleInOneBlockOnlyTheFirstWins() public {
+        _openMany(2);
+        vm.warp(block.timestamp + 1000 + GRACE_S + 1);
+        // Settle first: the reclaim of that escrow reverts.
+        settle(1, bytes32("b1"), one(range(0, 1)));
+        vm.prank(BUYER);
+        vm.expectRevert(abi.encodeWithSelector(IEscrow.EscrowNotOpen.selector, 0));
+        settlement.reclaim(0);
+        // Reclaim first: the batch naming that escrow reverts, whole.
+        vm.prank(BUYER);
+        settlement.reclaim(1);
+        uint256[] memory ranges = one(range(1, 2));
+        FrostVerifier.Signature memory sig = signBatch(2, bytes32("r"), bytes32("b2"), ranges);
+        vm.expectRevert(abi.encodeWithSelector(IEscrow.EscrowNotOpen.selector, 1));
+        settlement.settleBatch(2, bytes32("r"), bytes32("b2"), ranges, sig);
+        vm.assertEq(settlement.balanceOf(BUYER), 10, "the reclaimed escrow, once");
+        (uint64 nonce,,,, uint128 settled) = settlement.batchState();
+        vm.assertEq(nonce, 1);
+        vm.assertEq(settled, 10, "only the settled escrow");
+    }
+
+    /// A reclaim between signing and mining (the race the signers' replacement rule answers):
+    /// the signed batch reverts whole and can never land, and a replacement at the same nonce
+    /// without the reclaimed escrow settles the rest.
+    function test_ReplacementAtTheSameNonceSettlesTheRestAfterAReclaim() public {
+        depositAs(BUYER, 30);
+        openAs(BUYER, 10, uint64(block.timestamp + 100));
+        openAs(BUYER, 10, uint64(block.timestamp + 5000));
+        openAs(BUYER, 10, uint64(block.timestamp + 5000));
+        uint256[] memory all = one(range(0, 3));
+        FrostVerifier.Signature memory signed = signBatch(1, bytes32("r"), bytes32("b"), all);
+        vm.warp(block.timestamp + 100 + GRACE_S + 1);
+        vm.prank(BUYER);
+        settlement.reclaim(0);
+        vm.expectRevert(abi.encodeWithSelector(IEscrow.EscrowNotOpen.selector, 0));
+        settlement.settleBatch(1, bytes32("r"), bytes32("b"), all, signed);
+        vm.assertTrue(settlement.isOpen(1) && settlement.isOpen(2), "nothing of it settled");
+        uint256[] memory rest = one(range(1, 3));
+        settlement.settleBatch(1, bytes32("r2"), bytes32("b2"), rest, signBatch(1, bytes32("r2"), bytes32("b2"), rest));
+        vm.assertFalse(settlement.isOpen(1) || settlement.isOpen(2));
+        // The first digest stays dead: its nonce is taken, and its escrow closed for good.
+        vm.expectRevert(abi.encodeWithSelector(ISettlement.BatchNonceNotIncreasing.selector, 1, 1));
+        settlement.settleBatch(1, bytes32("r"), bytes32("b"), all, signed);
+    }
+
     function test_RevertWhen_JobNeverOpened() public {
         _openMany(1);
         uint256[] memory ranges = one(range(0, 2));
