@@ -8,10 +8,11 @@ use alloy::primitives::Address;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// PostgreSQL refused or failed a query or a connection.
-    #[error("database: {0} (is PostgreSQL running at DATABASE_URL?)")]
+    // The cause is the source, not in the message: `{:#}` chains print it once.
+    #[error("database (is PostgreSQL running at DATABASE_URL?)")]
     Database(#[from] sqlx::Error),
     /// A migration in `migrations/` failed or does not match what the database recorded.
-    #[error("migrations: {0}")]
+    #[error("applying migrations/")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// The market core refused (an invalid bundle, job or weight).
     #[error(transparent)]

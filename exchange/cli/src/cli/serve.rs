@@ -89,6 +89,12 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    // The service's own warnings (a failed watcher pass, a request that failed inside) go to
+    // stderr; stdout stays the few lines a person reads.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(std::io::stderr)
+        .try_init();
     // Certificates first (cheap, and a bad file should not wait on the database), then the
     // port, then the books: the URL is printed only once all three are ready.
     let (edge, config) = match (&args.tls_cert, &args.tls_key, args.insecure_http) {

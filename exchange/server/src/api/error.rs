@@ -137,7 +137,15 @@ struct Detail<'a> {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let Self::Internal(cause) = &self {
-            tracing::error!(error = %cause, "request failed inside the server");
+            // The whole chain of causes, for the operator; the client sees none of it.
+            let mut chain = cause.to_string();
+            let mut source = cause.source();
+            while let Some(inner) = source {
+                chain.push_str(": ");
+                chain.push_str(&inner.to_string());
+                source = inner.source();
+            }
+            tracing::error!(error = %chain, "request failed inside the server");
         }
         let body = Body {
             error: Detail {
