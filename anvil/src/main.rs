@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use alloy::providers::Provider;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cx_contracts::{ChainRegistry, DeploymentsFile};
@@ -11,6 +12,10 @@ use cx_devnet::deploy::{deploy_all, devnet_params};
 use cx_settlement::frost::DealerCommittee;
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::SeedableRng;
+
+/// Test asset minted to each of the devnet's other accounts: a million units of a 6-decimal
+/// stablecoin.
+const TEST_FUNDS: u64 = 1_000_000_000_000;
 
 #[derive(Parser)]
 #[command(name = "cx-devnet", about = "compute-exchange local devnet")]
@@ -61,6 +66,31 @@ async fn main() -> anyhow::Result<()> {
             let committee = DealerCommittee::generate(5, 3, &mut rng)?;
             let deployed =
                 deploy_all(&registry, &deployer, devnet_params(committee.group_key()?)).await?;
+            // Fund the chain's other unlocked accounts (Anvil's test accounts) with the test
+            // asset, so agents on the devnet can deposit and open tabs at once.
+            for chain in &deployed {
+                if chain.deployment.is_native() {
+                    continue;
+                }
+                let operator = cx_settlement::evm::EvmClient::connect(
+                    &chain.chain.rpc_url,
+                    deployer.clone(),
+                    chain.deployment,
+                )?;
+                let accounts = operator
+                    .provider()
+                    .get_accounts()
+                    .await
+                    .context("listing the chain's test accounts")?;
+                for account in accounts.into_iter().filter(|a| *a != deployer.address()) {
+                    cx_devnet::deploy::mint_test_tokens(
+                        &operator,
+                        account,
+                        alloy::primitives::U256::from(TEST_FUNDS),
+                    )
+                    .await?;
+                }
+            }
             let file = DeploymentsFile { chains: deployed };
             file.write(&out)?;
             for d in &file.chains {
