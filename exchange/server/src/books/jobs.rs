@@ -85,59 +85,66 @@ pub struct JobEvent {
 impl Books {
     /// Accepts an order and its job atomically: the nonce is spent, the tab held and the job
     /// written, or nothing is (a replayed nonce, an overspent tab, …: the error says which).
+    ///
+    /// One statement, one round trip: the tab hold is a conditional UPDATE (concurrent holds
+    /// serialise on the row and PostgreSQL re-checks the condition against the committed row, so
+    /// no two can take more than the tab holds); the order, the job and its first event are
+    /// inserted only if the hold took; a reused nonce fails the whole statement, hold included.
     pub async fn accept(&self, order: &NewOrder, job: &NewJob) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        let inserted = sqlx::query(
-            "INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body) \
-             VALUES ($1, $2, $3, $4, $5::numeric, $6::jsonb)",
+        let chain_id = to_i64(order.chain_id, "chain id")?;
+        let escrow_id = to_i64(job.escrow_id, "escrow id")?;
+        let done: Result<(i64, i64), sqlx::Error> = sqlx::query_as(
+            "WITH hold AS ( \
+                 UPDATE exchange_tabs SET held_wei = held_wei + $9::numeric, updated_at = now() \
+                 WHERE chain_id = $4 AND escrow_id = $7 AND buyer = $3 AND status = 'open' \
+                   AND deadline_s >= $12 AND held_wei + $9::numeric <= amount_wei \
+                 RETURNING 1), \
+             ord AS ( \
+                 INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body) \
+                 SELECT $1, $2, $3, $4, $5::numeric, $6::jsonb WHERE EXISTS (SELECT 1 FROM hold) \
+                 RETURNING digest), \
+             job AS ( \
+                 INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
+                                            status, bundle_id, held_wei, decision) \
+                 SELECT $13, digest, $3, $4, $7, $8, $10, $11, $9::numeric, $14::jsonb FROM ord \
+                 RETURNING id), \
+             event AS ( \
+                 INSERT INTO exchange_job_events (job_id, seq, status) SELECT id, 0, $10 FROM job \
+                 RETURNING 1) \
+             SELECT (SELECT count(*) FROM hold), (SELECT count(*) FROM event)",
         )
         .bind(order.digest.as_slice())
         .bind(order.kind)
         .bind(order.account.as_slice())
-        .bind(to_i64(order.chain_id, "chain id")?)
+        .bind(chain_id)
         .bind(order.nonce.to_string())
         .bind(order.body.to_string())
-        .execute(&mut *tx)
-        .await;
-        if let Err(err) = inserted {
-            return Err(match constraint(&err) {
-                Some("exchange_orders_nonce_unique") => Error::NonceReused { nonce: order.nonce },
-                Some("exchange_orders_pkey") => Error::OrderExists,
-                _ => err.into(),
-            });
-        }
-        Books::hold(
-            &mut tx,
-            (order.chain_id, job.escrow_id),
-            order.account,
-            job.held_wei,
-            job.needed_until_s,
-        )
-        .await?;
-        sqlx::query(
-            "INSERT INTO exchange_jobs \
-             (id, order_digest, account, chain_id, escrow_id, model, status, bundle_id, held_wei, decision) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::jsonb)",
-        )
-        .bind(job.id.as_slice())
-        .bind(order.digest.as_slice())
-        .bind(order.account.as_slice())
-        .bind(to_i64(order.chain_id, "chain id")?)
-        .bind(to_i64(job.escrow_id, "escrow id")?)
+        .bind(escrow_id)
         .bind(&job.model)
+        .bind(wei_text(job.held_wei))
         .bind(job.status)
         .bind(job.bundle_id.as_deref())
-        .bind(wei_text(job.held_wei))
+        .bind(to_i64(job.needed_until_s, "deadline")?)
+        .bind(job.id.as_slice())
         .bind(job.decision.to_string())
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("INSERT INTO exchange_job_events (job_id, seq, status) VALUES ($1, 0, $2)")
-            .bind(job.id.as_slice())
-            .bind(job.status)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        .fetch_one(&self.pool)
+        .await;
+        match done {
+            Ok((1, 1)) => Ok(()),
+            Ok(_) => Err(self
+                .why_not_held(
+                    (order.chain_id, job.escrow_id),
+                    order.account,
+                    job.held_wei,
+                    job.needed_until_s,
+                )
+                .await?),
+            Err(err) => Err(match constraint(&err) {
+                Some("exchange_orders_nonce_unique") => Error::NonceReused { nonce: order.nonce },
+                Some("exchange_orders_pkey") | Some("exchange_jobs_pkey") => Error::OrderExists,
+                _ => err.into(),
+            }),
+        }
     }
 
     /// One job with its events.

@@ -1,6 +1,6 @@
 //! Tabs: on-chain escrows mirrored by the chain watcher, and what jobs hold of each.
 
-use super::{Books, parse_wei, to_i64, wei_text};
+use super::{Books, parse_wei, to_i64};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use serde::Serialize;
@@ -46,68 +46,46 @@ impl Books {
         row.map(|r| r.into_tab(chain_id, escrow_id)).transpose()
     }
 
-    /// Holds `amount_wei` of a tab for a job, inside the intake transaction: one conditional
-    /// UPDATE, so concurrent holds serialise on the row and can never take more than the tab
-    /// holds (PostgreSQL re-checks the condition against the committed row). Refused, with the
-    /// reason, when the tab is unknown, not the buyer's, reclaimed, ends before `needed_until_s`,
-    /// or has less than `amount_wei` left.
-    pub(super) async fn hold(
-        tx: &mut sqlx::PgConnection,
+    /// Why a hold of `amount_wei` on `tab` for `buyer`, needed until `needed_until_s`, did not
+    /// take: the tab is unknown (or not the buyer's — the same answer, so whose it is stays
+    /// private), reclaimed, ends too soon, or has less left.
+    pub(super) async fn why_not_held(
+        &self,
         tab: (u64, u64),
         buyer: Address,
         amount_wei: u128,
         needed_until_s: u64,
-    ) -> Result<()> {
+    ) -> Result<Error> {
         let (chain_id, escrow_id) = (to_i64(tab.0, "chain id")?, to_i64(tab.1, "escrow id")?);
-        let done = sqlx::query(
-            "UPDATE exchange_tabs SET held_wei = held_wei + $3::numeric, updated_at = now() \
-             WHERE chain_id = $1 AND escrow_id = $2 AND buyer = $4 AND status = 'open' \
-               AND deadline_s >= $5 AND held_wei + $3::numeric <= amount_wei",
-        )
-        .bind(chain_id)
-        .bind(escrow_id)
-        .bind(wei_text(amount_wei))
-        .bind(buyer.as_slice())
-        .bind(to_i64(needed_until_s, "deadline")?)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 1 {
-            return Ok(());
-        }
-        // Why not: read the row as it is now (inside the same transaction).
         let row: Option<TabRow> = sqlx::query_as(TAB_SELECT)
             .bind(chain_id)
             .bind(escrow_id)
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&self.pool)
             .await?;
-        let Some(current) = row.map(|r| r.into_tab(tab.0, tab.1)).transpose()? else {
-            return Err(Error::UnknownTab {
-                chain_id: tab.0,
-                escrow_id: tab.1,
-            });
+        let unknown = Error::UnknownTab {
+            chain_id: tab.0,
+            escrow_id: tab.1,
         };
-        if current.buyer != buyer {
-            // Whose it is stays private: the same answer as a tab that does not exist.
-            return Err(Error::UnknownTab {
+        let Some(current) = row.map(|r| r.into_tab(tab.0, tab.1)).transpose()? else {
+            return Ok(unknown);
+        };
+        Ok(if current.buyer != buyer {
+            unknown
+        } else if current.status != "open" {
+            Error::TabClosed {
                 chain_id: tab.0,
                 escrow_id: tab.1,
-            });
-        }
-        if current.status != "open" {
-            return Err(Error::TabClosed {
-                chain_id: tab.0,
-                escrow_id: tab.1,
-            });
-        }
-        if current.deadline_s < needed_until_s {
-            return Err(Error::TabEndsTooSoon {
+            }
+        } else if current.deadline_s < needed_until_s {
+            Error::TabEndsTooSoon {
                 tab_deadline_s: current.deadline_s,
                 needed_until_s,
-            });
-        }
-        Err(Error::TabOverspent {
-            available_wei: current.available_wei(),
-            needed_wei: amount_wei,
+            }
+        } else {
+            Error::TabOverspent {
+                available_wei: current.available_wei(),
+                needed_wei: amount_wei,
+            }
         })
     }
 }
