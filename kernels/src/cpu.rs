@@ -14,6 +14,9 @@
 //! ascending order. Work is split across threads by output rows/columns only, never along the
 //! reduction. [`Mode::Deterministic`] additionally forbids fused multiply-add, whose
 //! availability differs between CPUs, so the bits are the same on any machine.
+//!
+//! Long (~640 lines) because the blocked GEMM and its reproducibility argument above must be read
+//! together: the tiling, the fixed reduction order and the scalar fallback are one design.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

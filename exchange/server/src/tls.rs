@@ -43,6 +43,10 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! One file (~700 lines) because the edge is one unit a reader checks as a whole: the crypto
+//! provider and its groups, the development CA that signs the server's certificate, the configs
+//! built from both, and the accept loop that applies them; about a third of it is the CA.
 
 use axum::Router;
 use hyper::server::conn::http1;

@@ -1,5 +1,8 @@
 //! Signed orders: round trips, every bad input that belongs to protocol, and alloy's dynamic
 //! EIP-712 implementation over the wallet JSON agreeing with `sol!` + `SolStruct`.
+//!
+//! Long (~650 lines) because it lists every bad input of issue 12 that protocol checks, each a test
+//! named for it, over one shared signing fixture.
 
 use cx_protocol::order::{
     self, Address, B256, Binding, Bytes, Intent, Kind, Order, PqBinding, Rent, RentTarget, Reserve,

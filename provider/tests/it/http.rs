@@ -1,5 +1,8 @@
 //! The HTTP API driven without a socket (`tower::ServiceExt::oneshot`): error shapes, adapter
 //! load/unload, streaming, and batching determinism through the scheduler.
+//!
+//! Long (~800 lines) because every HTTP test shares one engine and scheduler fixture (a generated
+//! model and adapters) and each endpoint's cases sit together; one binary saves link time.
 
 use std::sync::Arc;
 

@@ -34,6 +34,12 @@
 //! only in memory, keyed by the round that asked for them, and are removed when a sign request
 //! names that round, whatever the outcome: a nonce is used at most once, and a restart forgets
 //! every outstanding one rather than risk reusing it.
+//!
+//! Why this file is long (~1,000 lines): the checks above are one ordered procedure over one
+//! signer's state (its share, its pending FROST nonces, its record), and each request's handler is
+//! a few of those steps in order; the parts that stand alone live beside it (`record`: what it
+//! signed; `balances`: its own copy of the balances). Splitting the handlers from the state they
+//! guard would make a reader jump between files to follow one request.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -12,6 +12,10 @@
 //!   between aggregation and posting (or after posting, before recording) lands the batch once on
 //!   restart; a wrong identity key, an unknown peer, a replayed or an altered frame end the
 //!   session.
+//!
+//! One file (~1,100 lines) on purpose: every test drives the same multi-process committee fixture
+//! (signer processes, chains, the coordinator's store) defined at the top, and each scenario reads top
+//! to bottom; split, the fixture would be written twice or hidden in a module of its own.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
