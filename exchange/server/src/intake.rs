@@ -23,7 +23,6 @@ use cx_exchange::routing::features::estimate_tokens;
 use cx_protocol::Job;
 use cx_protocol::order::{self, Eip712Domain, Intent, Order, Signed};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
 /// Seconds a tab must stay open after a job's deadline, for its receipt to be verified and
@@ -33,15 +32,7 @@ pub const DEFAULT_SETTLE_MARGIN_S: u64 = 600;
 /// Longest prompt accepted, bytes (the body limit bounds it too; this bounds the token estimate).
 pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 
-/// The inference an intent asks for, as the agent sends it beside the signed order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InferenceRequest {
-    /// The prompt.
-    pub prompt: String,
-    /// Most tokens to generate.
-    pub max_tokens: u32,
-}
+pub use cx_protocol::order::{InferenceRequest, request_hash};
 
 /// `POST /v1/intents`: the signed intent and the request it commits to.
 #[derive(Debug, Clone, Deserialize)]
@@ -127,46 +118,6 @@ pub struct Intake {
     market: Market,
     domains: HashMap<u64, Eip712Domain>,
     settle_margin_s: u64,
-}
-
-/// SHA-256 of the request's canonical JSON: object keys sorted by byte order, no whitespace,
-/// strings and numbers as serde_json writes them. What an intent's `request_hash` commits to.
-pub fn request_hash(request: &InferenceRequest) -> B256 {
-    let value = serde_json::to_value(request).expect("a request always serializes");
-    let mut text = String::new();
-    canonical(&value, &mut text);
-    B256::from(<[u8; 32]>::from(Sha256::digest(text.as_bytes())))
-}
-
-fn canonical(value: &serde_json::Value, out: &mut String) {
-    use serde_json::Value;
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                canonical(&map[key], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
 }
 
 impl Intake {

@@ -15,6 +15,8 @@
 //!   agent's [`sign`].
 //! - [`binding`]: [`Binding`], who an agent is — its account and its ML-DSA key, each signing for
 //!   the other.
+//! - [`request`]: the inference request an intent's `request_hash` commits to, and that hash
+//!   (SHA-256 of the request's canonical JSON).
 //! - [`wallet`]: [`wallet_typed_data`], the exact `{types, primaryType, domain, message}` JSON a
 //!   wallet takes, generated from the `sol!` types.
 //!
@@ -45,6 +47,7 @@
 
 pub mod binding;
 pub mod kinds;
+pub mod request;
 pub mod signed;
 pub mod typed;
 pub mod wallet;
@@ -59,6 +62,7 @@ pub use k256::ecdsa::SigningKey;
 
 pub use binding::{BINDING_CONTEXT, Binding, BoundKey};
 pub use kinds::{Intent, PqBinding, Rent, RentTarget, Reserve, Search, SessionGrant, TabTerms};
+pub use request::{InferenceRequest, canonical_json, request_hash};
 pub use signed::{ORDER_CONTEXT, Signed, Verified, account_of, recover_signer, sign, sign_digest};
 pub use wallet::{eip712_message, wallet_typed_data};
 
