@@ -28,7 +28,6 @@ use cx_protocol::model_config::{ModelConfig, Projection};
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
 
@@ -121,21 +120,14 @@ pub const ADAPTER_CONFIG: &str = "adapter_config.json";
 /// The weights file.
 pub const ADAPTER_WEIGHTS: &str = "adapter_model.safetensors";
 
-/// The id of an adapter directory: SHA-256 over, for `adapter_config.json` then
-/// `adapter_model.safetensors`, the file name, a zero byte, the length as 8 bytes big-endian
-/// and the bytes. Two directories with the same files have the same id wherever they live.
+/// The id of an adapter directory: the protocol's content id ([`cx_protocol::content_id`]) of its
+/// two files, so the exchange's adapter store, the provider and anyone else name the same bytes
+/// the same way, wherever they live.
 pub fn adapter_id(config_bytes: &[u8], weight_bytes: &[u8]) -> String {
-    let mut hasher = Sha256::new();
-    for (name, bytes) in [
+    cx_protocol::content_id(&[
         (ADAPTER_CONFIG, config_bytes),
         (ADAPTER_WEIGHTS, weight_bytes),
-    ] {
-        hasher.update(name.as_bytes());
-        hasher.update([0u8]);
-        hasher.update((bytes.len() as u64).to_be_bytes());
-        hasher.update(bytes);
-    }
-    hex::encode(hasher.finalize())
+    ])
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
