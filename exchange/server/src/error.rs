@@ -108,7 +108,9 @@ pub enum Error {
         limit_bytes: usize,
     },
     /// The adapter id names no adapter the exchange holds.
-    #[error("intent.order.adapter_id names no adapter this exchange holds")]
+    #[error(
+        "intent.order.adapter_id names no adapter this exchange holds (store it with PUT /v1/adapters)"
+    )]
     UnknownAdapter,
     /// The model (or task) is not in the catalog.
     #[error("unknown model {0:?} (see GET /v1/models)")]

@@ -197,11 +197,24 @@ impl Intake {
                 limit_bytes: MAX_PROMPT_BYTES,
             });
         }
-        if intent.adapter_id.is_some() {
-            // Adapters by content id arrive with the adapter store; until then none is known.
-            return Err(Error::UnknownAdapter);
+        // The adapter's size is |a| of the feasibility test; an id the store lacks is refused.
+        let adapter = match intent.adapter_id {
+            None => None,
+            Some(id) => {
+                let id = hex::encode(id);
+                let bytes = self
+                    .books
+                    .adapter_bytes(&id)
+                    .await?
+                    .ok_or(Error::UnknownAdapter)?;
+                Some((id, bytes))
+            }
+        };
+        let mut job = self.job(intent, &submission.request, verified.account, now_s)?;
+        if let Some((id, bytes)) = adapter {
+            job.adapter = Some(id);
+            job.adapter_bytes = bytes;
         }
-        let job = self.job(intent, &submission.request, verified.account, now_s)?;
         let (decision, charge) = self.market.clear(&job)?;
         let (Some(bundle_id), Some(terms), Some(held_wei)) =
             (decision.chosen.clone(), decision.terms, charge)

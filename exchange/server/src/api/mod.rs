@@ -4,6 +4,7 @@
 //! status ([`ApiError`]); malformed bodies get the same shape because [`AppJson`] rejects with
 //! it, and unknown paths because the router's fallback answers with it.
 
+mod adapters;
 mod bindings;
 mod error;
 mod extract;
@@ -91,6 +92,13 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(metrics::metrics))
+        .route(
+            "/v1/adapters",
+            axum::routing::put(adapters::put).layer(axum::extract::DefaultBodyLimit::max(
+                adapters::BODY_LIMIT_BYTES,
+            )),
+        )
+        .route("/v1/adapters/{id}", get(adapters::get))
         .route("/v1/bindings", post(bindings::bind))
         .route("/v1/intents", post(orders::submit_intent))
         .route("/v1/jobs", get(jobs::list_jobs))

@@ -8,12 +8,14 @@
 //! it, they never open connections of their own (the settlement coordinator's outbox gets this
 //! pool, on the same migrated database).
 
+mod adapters;
 mod bindings;
 mod bundles;
 mod chain;
 mod jobs;
 mod tabs;
 
+pub use adapters::StoredAdapter;
 pub use bindings::StoredBinding;
 pub use chain::{SeenBatch, TabEvent};
 pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder};

@@ -469,6 +469,108 @@ async fn a_binding_must_verify_both_ways_and_a_key_binds_one_account() {
     assert_eq!(err["error"]["code"], "account_bound");
 }
 
+fn put(path: &str, body: &Value) -> Request<Body> {
+    Request::put(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn adapters_are_stored_by_content_served_back_and_priced_by_their_bytes() {
+    use base64::Engine as _;
+    let w = world().await;
+    let data: Vec<u8> = (0..64u8).collect();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 4], &data).unwrap();
+    let weights = safetensors::serialize(
+        [(
+            "base_model.model.layers.0.self_attn.q_proj.lora_A.weight",
+            view,
+        )],
+        None,
+    )
+    .unwrap();
+    let config = r#"{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]}"#;
+    let files = json!({
+        "adapter_config": config,
+        "adapter_model_safetensors_base64": base64::engine::general_purpose::STANDARD.encode(&weights),
+    });
+    let (status, stored) = w.call(put("/v1/adapters", &files)).await;
+    assert_eq!(status, StatusCode::CREATED, "{stored}");
+    let id = stored["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        id,
+        cx_protocol::content_id(&[
+            ("adapter_config.json", config.as_bytes()),
+            ("adapter_model.safetensors", &weights)
+        ])
+    );
+    assert_eq!(stored["bytes"], config.len() + weights.len());
+    let (status, again) = w.call(put("/v1/adapters", &files)).await;
+    assert_eq!(
+        (status, again["created"].clone()),
+        (StatusCode::OK, json!(false))
+    );
+
+    // An id names exactly the bytes it hashes; broken files are refused by name.
+    let mut wrong = files.clone();
+    wrong["id"] = json!("00".repeat(32));
+    let mut not_base64 = files.clone();
+    not_base64["adapter_model_safetensors_base64"] = json!("%%%");
+    let mut not_safetensors = files.clone();
+    not_safetensors["adapter_model_safetensors_base64"] = json!("aGVsbG8=");
+    let mut not_json = files.clone();
+    not_json["adapter_config"] = json!("{peft");
+    for (body, field) in [
+        (wrong, "id"),
+        (not_base64, "adapter_model_safetensors_base64"),
+        (not_safetensors, "adapter_model_safetensors_base64"),
+        (not_json, "adapter_config"),
+    ] {
+        let (status, err) = w.call(put("/v1/adapters", &body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+        assert_eq!(err["error"]["field"], field, "{err}");
+    }
+
+    let (status, back) = w
+        .call(
+            Request::get(format!("/v1/adapters/{id}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(back["adapter_config"], config);
+    assert_eq!(
+        back["adapter_model_safetensors_base64"],
+        files["adapter_model_safetensors_base64"]
+    );
+    let (status, _) = w
+        .call(
+            Request::get(format!("/v1/adapters/{}", "ab".repeat(32)))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // An intent naming the adapter: no bundle holds it, so clearing prices its load (μ2).
+    let mut with_adapter = intent(1);
+    with_adapter.adapter_id = Some(id.parse().unwrap());
+    let (status, body) = w.post(&w.body(with_adapter)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(
+        body["terms"]["adapter_load"].as_f64().unwrap() > 0.0,
+        "{body}"
+    );
+    let mut unknown = intent(2);
+    unknown.adapter_id = Some(B256::repeat_byte(0xab));
+    let (status, err) = w.post(&w.body(unknown)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
+    assert_eq!(err["error"]["code"], "unknown_adapter");
+}
+
 #[tokio::test]
 async fn a_server_without_books_says_so() {
     let response = app(AppState::new())

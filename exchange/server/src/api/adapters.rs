@@ -1,0 +1,147 @@
+//! Adapters by content: `PUT /v1/adapters` stores PEFT's two files under their content id
+//! (checked, size-limited); `GET /v1/adapters/{id}` serves them to providers.
+//!
+//! The id is [`cx_protocol::content_id`] of `adapter_config.json` and
+//! `adapter_model.safetensors` — what `cx-provider` computes for the same files — so an intent's
+//! `adapter_id` names exactly these bytes, and their size is the |a| clearing prices.
+
+use super::{ApiError, AppJson, AppState};
+use crate::books::StoredAdapter;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde::{Deserialize, Serialize};
+
+/// The largest request body `PUT /v1/adapters` takes (base64 weights are 4/3 of their size).
+pub(super) const BODY_LIMIT_BYTES: usize = 160 << 20;
+/// The largest adapter (both files) the store keeps.
+pub(super) const MAX_ADAPTER_BYTES: usize = 96 << 20;
+/// The largest `adapter_config.json`.
+const MAX_CONFIG_BYTES: usize = 64 << 10;
+
+/// An adapter as it travels: the config file's text and the weights file in base64.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AdapterFiles {
+    /// The content id the sender expects (checked when given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    /// `adapter_config.json`, as text.
+    adapter_config: String,
+    /// `adapter_model.safetensors`, base64 (standard alphabet, padded).
+    adapter_model_safetensors_base64: String,
+}
+
+/// What the store says of an adapter.
+#[derive(Debug, Serialize)]
+pub(super) struct Stored {
+    id: String,
+    bytes: u64,
+    created: bool,
+}
+
+pub(super) async fn put(
+    State(state): State<AppState>,
+    AppJson(files): AppJson<AdapterFiles>,
+) -> Result<(StatusCode, AppJson<Stored>), ApiError> {
+    let intake = state.intake()?;
+    if files.adapter_config.len() > MAX_CONFIG_BYTES {
+        return Err(ApiError::invalid(
+            "adapter_config",
+            format!("longer than {MAX_CONFIG_BYTES} bytes"),
+        ));
+    }
+    let config: serde_json::Value = serde_json::from_str(&files.adapter_config)
+        .map_err(|e| ApiError::invalid("adapter_config", format!("not JSON: {e}")))?;
+    if !config.is_object() {
+        return Err(ApiError::invalid(
+            "adapter_config",
+            "must be a JSON object (PEFT's config)",
+        ));
+    }
+    let weights = BASE64
+        .decode(files.adapter_model_safetensors_base64.as_bytes())
+        .map_err(|e| {
+            ApiError::invalid(
+                "adapter_model_safetensors_base64",
+                format!("not base64: {e}"),
+            )
+        })?;
+    let total = weights.len() + files.adapter_config.len();
+    if total > MAX_ADAPTER_BYTES {
+        return Err(ApiError::invalid(
+            "adapter_model_safetensors_base64",
+            format!(
+                "the adapter is {total} bytes; this exchange stores at most {MAX_ADAPTER_BYTES}"
+            ),
+        ));
+    }
+    safetensors::SafeTensors::deserialize(&weights).map_err(|e| {
+        ApiError::invalid(
+            "adapter_model_safetensors_base64",
+            format!("not a safetensors file: {e}"),
+        )
+    })?;
+    let id = cx_protocol::content_id(&[
+        ("adapter_config.json", files.adapter_config.as_bytes()),
+        ("adapter_model.safetensors", &weights),
+    ]);
+    if let Some(expected) = files.id.as_deref()
+        && expected.trim_start_matches("0x") != id
+    {
+        return Err(ApiError::invalid(
+            "id",
+            format!(
+                "the files hash to {id}, not {expected}: an id names exactly the bytes it hashes"
+            ),
+        ));
+    }
+    let created = intake
+        .books()
+        .put_adapter(
+            &id,
+            &StoredAdapter {
+                config: files.adapter_config.into_bytes(),
+                weights,
+            },
+        )
+        .await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        AppJson(Stored {
+            id,
+            bytes: total as u64,
+            created,
+        }),
+    ))
+}
+
+pub(super) async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<AppJson<AdapterFiles>, ApiError> {
+    let id = id.trim_start_matches("0x").to_ascii_lowercase();
+    if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ApiError::invalid("id", "an adapter id is 32 bytes of hex"));
+    }
+    let adapter = state
+        .intake()?
+        .books()
+        .adapter(&id)
+        .await?
+        .ok_or(ApiError::NotFound {
+            what: "adapter".into(),
+        })?;
+    let config = String::from_utf8(adapter.config).map_err(|e| ApiError::Internal(Box::new(e)))?;
+    Ok(AppJson(AdapterFiles {
+        id: Some(id),
+        adapter_config: config,
+        adapter_model_safetensors_base64: BASE64.encode(&adapter.weights),
+    }))
+}
