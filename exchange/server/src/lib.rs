@@ -1,11 +1,17 @@
 //! cx-exchange-server: the compute-exchange as a service.
 //!
 //! An order moves through the modules in this order (ARCHITECTURE.md, "How an order flows"):
-//! - [`api`]: the HTTPS door — the router ([`api::app`]), the JSON error every failure becomes
+//! - [`tls`]: the HTTPS edge — rustls on aws-lc-rs, TLS 1.3, X25519MLKEM768 first, a development
+//!   CA, the accept loop with its limits;
+//! - [`api`]: the door — the router ([`api::app`]), the JSON error every failure becomes
 //!   ([`api::ApiError`]) and the JSON extractor whose rejection is that error ([`api::AppJson`]);
-//! - [`books`]: the exchange's durable state in PostgreSQL (orders, tabs, assignments, receipts),
-//!   the only module that writes it;
-//! - [`chain`]: the chain watcher — tabs opened and reclaimed, stakes, batches landed;
+//! - [`intake`]: an order in — both signatures against the bound key, the request hash, the job
+//!   from the catalog model's shape, clearing, and one transaction that spends the nonce, holds the
+//!   charge on the tab and writes the job;
+//! - [`market`]: the catalog and the matching engine, a cache of the books' bundles;
+//! - [`books`]: the exchange's durable state in PostgreSQL (bindings, tabs, orders, jobs and their
+//!   events, bundles, adapters, the watcher's cursor), the only module that writes it;
+//! - [`chain`]: the chain watcher — tabs opened and reclaimed, batches landed;
 //! - [`dispatch`]: assignments handed to providers over their own outbound connections;
 //! - [`verification`]: receipts checked by tier (T1 byte equality, T2 Freivalds, T3 majority);
 //! - [`settlement`]: the loop that hands verified receipts to the committee's coordinator;
