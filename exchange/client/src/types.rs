@@ -68,6 +68,10 @@ pub struct Accepted {
     /// What it holds on the tab, wei (the bundle's charge, at most the intent's limit).
     #[serde(with = "wei_string")]
     pub held_wei: u128,
+    /// The tier it will be verified at: the intent's `min_tier`, or the first stronger one a
+    /// bundle offers (absent from older exchanges).
+    #[serde(default)]
+    pub tier: Option<cx_protocol::Tier>,
     /// The chosen bundle's cost terms (the whole decision is at [`crate::Client::job`]).
     pub terms: Terms,
 }

@@ -20,8 +20,8 @@ use crate::market::Market;
 use alloy::primitives::{Address, B256};
 use cx_exchange::clearing::Decision;
 use cx_exchange::routing::features::estimate_tokens;
-use cx_protocol::Job;
 use cx_protocol::order::{self, Eip712Domain, Intent, Order, Signed};
+use cx_protocol::{Job, Tier};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -60,6 +60,9 @@ pub struct Accepted {
     /// What it holds on the tab, wei (the bundle's charge, at most the buyer's limit).
     #[serde(with = "cx_protocol::price::wei_string")]
     pub held_wei: u128,
+    /// The tier the job is verified at (the intent's `min_tier`, or the first stronger one a
+    /// bundle offers).
+    pub tier: Tier,
     /// The chosen bundle's cost terms (the whole decision is at `GET /v1/jobs/{id}`).
     pub terms: cx_exchange::objective::Terms,
 }
@@ -69,6 +72,8 @@ pub struct Accepted {
 /// and how many of each there were.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DecisionRecord {
+    /// The tier the job was cleared (and will be verified) at.
+    pub tier: Tier,
     /// The chosen bundle.
     pub chosen: Option<String>,
     /// Its cost terms.
@@ -85,7 +90,7 @@ pub struct DecisionRecord {
 }
 
 impl DecisionRecord {
-    fn of(decision: Decision) -> Self {
+    fn of(decision: Decision, tier: Tier) -> Self {
         let Decision {
             chosen,
             terms,
@@ -101,6 +106,7 @@ impl DecisionRecord {
         });
         rejected.truncate(DECISION_KEEPS);
         Self {
+            tier,
             chosen,
             terms,
             feasible,
@@ -215,13 +221,40 @@ impl Intake {
             job.adapter = Some(id);
             job.adapter_bytes = bytes;
         }
+        // `min_tier` is the lowest tier the buyer accepts: cleared at it first, and only when no
+        // bundle takes the job there at each stronger tier in turn (dearer to verify, never
+        // weaker than asked). The refusal explains the buyer's own tier.
         let (decision, charge) = self.market.clear(&job)?;
+        let (decision, charge) = if decision.chosen.is_some() {
+            (decision, charge)
+        } else {
+            let mut found = None;
+            for tier in [Tier::T1, Tier::T2, Tier::T3]
+                .into_iter()
+                .filter(|t| *t > job.tier)
+            {
+                let stronger = Job {
+                    tier,
+                    ..job.clone()
+                };
+                let (d, c) = self.market.clear(&stronger)?;
+                if d.chosen.is_some() {
+                    job = stronger;
+                    found = Some((d, c));
+                    break;
+                }
+            }
+            match found {
+                Some(cleared) => cleared,
+                None => return Err(no_match(&decision)),
+            }
+        };
         let (Some(bundle_id), Some(terms), Some(held_wei)) =
             (decision.chosen.clone(), decision.terms, charge)
         else {
             return Err(no_match(&decision));
         };
-        let decision = DecisionRecord::of(decision);
+        let decision = DecisionRecord::of(decision, job.tier);
         let order = NewOrder {
             digest: verified.digest,
             kind: "intent",
@@ -249,6 +282,7 @@ impl Intake {
             status: "assigned",
             bundle_id,
             held_wei,
+            tier: job.tier,
             terms,
         })
     }

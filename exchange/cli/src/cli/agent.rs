@@ -487,6 +487,9 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
         "job              {}\nstatus           {}\nbundle           {}\nheld_wei         {}\n",
         accepted.job_id, accepted.status, accepted.bundle_id, accepted.held_wei
     );
+    if let Some(tier) = accepted.tier {
+        let _ = writeln!(table, "tier             {tier}");
+    }
     let _ = writeln!(
         table,
         "terms            total {:.6} = compute {:.6} + latency {:.6} + failure {:.6} + verification {:.6} + deadline_risk {:.6} + base_load {:.6} + adapter_load {:.6}\ncompletion_s     {:.3}",

@@ -67,43 +67,50 @@ async fn world() -> World {
         .register(&books, bundle("warm", 1_000_000, true))
         .await
         .unwrap();
-    let key = SigningKey::from_slice(&[7; 32]).unwrap();
-    let pq = Identity::from_seed([9; 32]);
-    let account = order::account_of(&key);
-    books
-        .apply_chain(
-            CHAIN,
-            &[TabEvent::Opened {
-                escrow_id: 3,
-                buyer: account,
-                amount_wei: 3_000,
-                deadline_s: now_s() + 3_600,
-                reference: B256::repeat_byte(1),
-                block: 1,
-            }],
-            &[],
-            2,
-        )
-        .await
-        .unwrap();
-    let intake = Intake::new(books.clone(), market, [(CHAIN, settlement())], 60);
-    let w = World {
-        _db: db,
-        books,
-        router: app(AppState::with_intake(intake)),
-        key,
-        pq,
-    };
-    let binding = Binding::sign(&w.key, &w.pq, &order::domain(CHAIN, settlement()), 0).unwrap();
-    let (status, body) = w
-        .send("/v1/bindings", &serde_json::to_value(&binding).unwrap())
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(
-        body["mldsa_key_hash"],
-        B256::from(w.pq.public().id().0).to_string()
-    );
-    w
+    World::new(db, books, market).await
+}
+
+impl World {
+    /// The exchange over `market`, an agent bound over the API and its tab open on chain.
+    async fn new(db: TestDb, books: Books, market: Market) -> World {
+        let key = SigningKey::from_slice(&[7; 32]).unwrap();
+        let pq = Identity::from_seed([9; 32]);
+        let account = order::account_of(&key);
+        books
+            .apply_chain(
+                CHAIN,
+                &[TabEvent::Opened {
+                    escrow_id: 3,
+                    buyer: account,
+                    amount_wei: 3_000,
+                    deadline_s: now_s() + 3_600,
+                    reference: B256::repeat_byte(1),
+                    block: 1,
+                }],
+                &[],
+                2,
+            )
+            .await
+            .unwrap();
+        let intake = Intake::new(books.clone(), market, [(CHAIN, settlement())], 60);
+        let w = World {
+            _db: db,
+            books,
+            router: app(AppState::with_intake(intake)),
+            key,
+            pq,
+        };
+        let binding = Binding::sign(&w.key, &w.pq, &order::domain(CHAIN, settlement()), 0).unwrap();
+        let (status, body) = w
+            .send("/v1/bindings", &serde_json::to_value(&binding).unwrap())
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(
+            body["mldsa_key_hash"],
+            B256::from(w.pq.public().id().0).to_string()
+        );
+        w
+    }
 }
 
 fn request() -> InferenceRequest {
@@ -569,6 +576,46 @@ async fn adapters_are_stored_by_content_served_back_and_priced_by_their_bytes() 
     let (status, err) = w.post(&w.body(unknown)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
     assert_eq!(err["error"]["code"], "unknown_adapter");
+}
+
+#[tokio::test]
+async fn min_tier_is_the_weakest_accepted_a_stronger_one_clears_when_none_offers_it() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    let market = Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
+    let mut strong = bundle("t3-only", 1_000_000, true);
+    strong.tiers = [Tier::T3].into_iter().collect();
+    market.register(&books, strong).await.unwrap();
+    market
+        .register(&books, bundle("t1", 1_000_000, true))
+        .await
+        .unwrap();
+    let w = World::new(db, books, market).await;
+    // T1 is offered: cleared at T1, on the T1 bundle.
+    let (status, body) = w.post(&w.body(intent(1))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(
+        (body["tier"].clone(), body["bundle_id"].clone()),
+        (json!("T1"), json!("t1"))
+    );
+    // No bundle offers T2: the first stronger tier someone offers, T3.
+    let mut t2 = intent(2);
+    t2.min_tier = Tier::T2;
+    let (status, body) = w.post(&w.body(t2)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(
+        (body["tier"].clone(), body["bundle_id"].clone()),
+        (json!("T3"), json!("t3-only"))
+    );
+    let id = body["job_id"].as_str().unwrap();
+    let (_, job) = w
+        .call(
+            Request::get(format!("/v1/jobs/{id}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(job["decision"]["tier"], "T3");
 }
 
 #[tokio::test]
