@@ -2,7 +2,7 @@
 //! server) and the exchange's migrations, both from the exchange's books, and throwaway databases
 //! that tests create and drop.
 
-use cx_exchange_server::books::{MIGRATOR, database_url};
+use cx_exchange_server::books::{Books, database_url};
 use sqlx::Connection;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -29,16 +29,13 @@ impl TempDatabase {
             "cx_test_{}",
             hex::encode(&cx_settlement::dkg::random_bytes()[..6])
         );
-        let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await?;
         let db = Self {
             url: format!("{prefix}/{name}"),
             admin_url,
             name,
         };
-        MIGRATOR.run(&db.pool().await?).await?;
+        // The exchange's own door creates and migrates it, as `cx serve` does at start.
+        Books::open(&db.url).await?.pool().close().await;
         Ok(db)
     }
 

@@ -83,9 +83,9 @@ pub enum Error {
     /// The throwaway database could not be created or migrated.
     #[error("database: {0} (is PostgreSQL running at DATABASE_URL?)")]
     Database(#[from] sqlx::Error),
-    /// The migrations could not be applied.
-    #[error("migrations: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The exchange's books could not create or migrate the throwaway database.
+    #[error("the exchange's books")]
+    Books(#[from] cx_exchange_server::Error),
 }
 
 impl Error {

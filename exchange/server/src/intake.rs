@@ -99,11 +99,7 @@ impl DecisionRecord {
         } = decision;
         let (feasible_total, rejected_total) = (feasible.len(), rejected.len());
         feasible.truncate(DECISION_KEEPS);
-        rejected.sort_by(|a, b| {
-            a.factor
-                .unwrap_or(f64::INFINITY)
-                .total_cmp(&b.factor.unwrap_or(f64::INFINITY))
-        });
+        rejected.sort_by(nearest_first);
         rejected.truncate(DECISION_KEEPS);
         Self {
             tier,
@@ -330,13 +326,20 @@ impl Intake {
     }
 }
 
+/// Refused bundles by how near they came: the smallest binding factor first, categorical
+/// refusals (no factor: no amount of a resource fixes them) last.
+fn nearest_first(
+    a: &cx_exchange::clearing::Rejection,
+    b: &cx_exchange::clearing::Rejection,
+) -> std::cmp::Ordering {
+    a.factor
+        .unwrap_or(f64::INFINITY)
+        .total_cmp(&b.factor.unwrap_or(f64::INFINITY))
+}
+
 /// No bundle can take the job: say which came nearest and what it missed by.
 fn no_match(decision: &Decision) -> Error {
-    let nearest = decision.rejected.iter().min_by(|a, b| {
-        a.factor
-            .unwrap_or(f64::INFINITY)
-            .total_cmp(&b.factor.unwrap_or(f64::INFINITY))
-    });
+    let nearest = decision.rejected.iter().min_by(|a, b| nearest_first(a, b));
     match nearest {
         None => Error::NoMatch {
             detail: "no provider bundle is registered for this market".to_owned(),
