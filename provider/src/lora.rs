@@ -148,35 +148,133 @@ pub fn read_adapter_config(dir: &Path) -> Result<AdapterConfig> {
     parse_adapter_config(&path, &read(&path)?)
 }
 
+/// Keys of PEFT 0.21's `LoraConfig` that never change what a loaded adapter computes: metadata,
+/// training-only settings, initialisation recipes (the weights file already holds the result),
+/// and layer selections that the tensor names already say.
+const HARMLESS_KEYS: [&str; 24] = [
+    "lora_ga_config",
+    "megatron_core",
+    "runtime_config",
+    "auto_mapping",
+    "base_model_name_or_path",
+    "corda_config",
+    "ensure_weight_tying",
+    "eva_config",
+    "exclude_modules",
+    "inference_mode",
+    "init_lora_weights",
+    "layers_pattern",
+    "layers_to_transform",
+    "loftq_config",
+    "lora_dropout",
+    "peft_version",
+    "revision",
+    "task_type",
+    "qalora_group_size",
+    "r",
+    "lora_alpha",
+    "target_modules",
+    "use_rslora",
+    "peft_type",
+];
+
+/// Keys PEFT writes that change the computation when set, and are not implemented here: with a
+/// value other than "off" (null, false, empty) the adapter is refused, naming the key.
+/// `alora_invocation_tokens` (activated LoRA) applies the delta only from the invocation tokens
+/// on; applying it everywhere would give different output, so it is refused rather than
+/// approximated.
+const REFUSED_WHEN_SET: [&str; 12] = [
+    "alora_invocation_tokens",
+    "use_dora",
+    "fan_in_fan_out",
+    "lora_bias",
+    "modules_to_save",
+    "layer_replication",
+    "target_parameters",
+    "trainable_token_indices",
+    "use_qalora",
+    "megatron_config",
+    "arrow_config",
+    "rank_pattern",
+];
+
+/// "Off" as PEFT writes a disabled option: null, false, an empty list, object or string.
+fn is_off(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Null | Value::Bool(false) => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::String(s) => s.is_empty(),
+        Value::Number(_) | Value::Bool(true) => false,
+    }
+}
+
 fn parse_adapter_config(path: &Path, bytes: &[u8]) -> Result<AdapterConfig> {
     let bad = |reason: String| Error::Config {
         path: path.to_path_buf(),
         what: "adapter_config.json",
         reason,
     };
+    let raw: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+    // A key this server does not know may change what the adapter computes (a newer PEFT's
+    // variant): it passes only when it is off. Known harmless keys pass whatever they hold.
+    for (key, value) in &raw {
+        let known = HARMLESS_KEYS.contains(&key.as_str())
+            || matches!(key.as_str(), "alpha_pattern" | "bias");
+        if known || is_off(value) {
+            continue;
+        }
+        let why = if REFUSED_WHEN_SET.contains(&key.as_str()) {
+            "is not supported by this server"
+        } else {
+            "is not a LoRA setting this server knows, and it is set"
+        };
+        return Err(bad(format!("`{key}` = {value} {why}")));
+    }
     let config: AdapterConfig = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
     if config.r == 0 {
-        return Err(bad("r must be positive".into()));
+        return Err(bad("`r` must be positive".into()));
     }
     if !config.lora_alpha.is_finite() {
-        return Err(bad("lora_alpha must be finite".into()));
+        return Err(bad("`lora_alpha` must be finite".into()));
     }
     if let Some(peft_type) = &config.peft_type
         && peft_type != "LORA"
     {
-        return Err(bad(format!("peft_type {peft_type} is not LORA")));
+        return Err(bad(format!("`peft_type` {peft_type} is not LORA")));
     }
     if !config.rank_pattern.is_empty() || !config.alpha_pattern.is_empty() {
         return Err(bad(
-            "rank_pattern/alpha_pattern (per-module ranks) are not supported".into(),
+            "`rank_pattern`/`alpha_pattern` (per-module ranks) are not supported".into(),
         ));
     }
     if let Some(bias) = &config.bias
         && bias != "none"
     {
-        return Err(bad(format!("bias = {bias} is not supported (only none)")));
+        return Err(bad(format!("`bias` = {bias} is not supported (only none)")));
     }
     Ok(config)
+}
+
+/// Inputs to a projection are RMS-normed activations or products of them; this bounds their
+/// magnitude generously. An adapter whose delta could overflow `f32` for such inputs would
+/// serve NaN or ±inf, so it is refused at load.
+const INPUT_MAGNITUDE_BOUND: f64 = 1e4;
+
+/// The largest `|(s·B·A·x)_j|` over `‖x‖∞ ≤ 1`: `|s| · max_j Σ_k |B_jk| · max_k Σ_i |A_ki|`,
+/// in `f64` so the bound itself cannot overflow.
+fn delta_gain(a: &[f32], b: &[f32], rank: usize, d_in: usize, scale: f64) -> f64 {
+    let a_rows = a
+        .chunks(d_in.max(1))
+        .map(|row| row.iter().map(|v| f64::from(v.abs())).sum::<f64>())
+        .fold(0.0, f64::max);
+    let b_rows = b
+        .chunks(rank.max(1))
+        .map(|row| row.iter().map(|v| f64::from(v.abs())).sum::<f64>())
+        .fold(0.0, f64::max);
+    scale.abs() * b_rows * a_rows
 }
 
 /// The targets an adapter config names, checked.
@@ -263,12 +361,18 @@ pub fn load_adapter(dir: &Path, base: &ModelConfig, max_rank: usize) -> Result<A
     }
     let targets = config_targets(&config_path, &config)?;
     let rank = config.r;
-    let alpha = config.lora_alpha as f32;
-    let scale = if config.use_rslora {
-        alpha / (rank as f32).sqrt()
+    let scale_f64 = if config.use_rslora {
+        config.lora_alpha / (rank as f64).sqrt()
     } else {
-        alpha / rank as f32
+        config.lora_alpha / rank as f64
     };
+    let scale = scale_f64 as f32;
+    if !scale.is_finite() {
+        return Err(Error::AdapterMismatch(format!(
+            "the scale lora_alpha / r = {scale_f64:e} does not fit f32; outputs would not be \
+             finite"
+        )));
+    }
     let tensors = SafeTensors::deserialize(&weight_bytes).map_err(|e| Error::Safetensors {
         path: weights_path.clone(),
         reason: e.to_string(),
@@ -340,6 +444,17 @@ pub fn load_adapter(dir: &Path, base: &ModelConfig, max_rank: usize) -> Result<A
             )));
         };
         let (d_in, d_out) = base.projection_shape(target);
+        let gain = delta_gain(&a, &b, rank, d_in, scale_f64);
+        let overflows = (gain * INPUT_MAGNITUDE_BOUND).is_nan()
+            || gain * INPUT_MAGNITUDE_BOUND >= f64::from(f32::MAX);
+        if overflows {
+            return Err(Error::AdapterMismatch(format!(
+                "layer {layer} {}: the delta s·B·A can reach {gain:e} × |x| (lora_alpha = {}); \
+                 outputs would not be finite",
+                target.name(),
+                config.lora_alpha
+            )));
+        }
         let lora = LoraAdapter::with_scale(&a, &b, rank, d_in, d_out, scale)?;
         bytes += lora.weight_bytes() as u64;
         layers[layer][target.index()] = Some(lora);

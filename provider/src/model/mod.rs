@@ -257,6 +257,7 @@ impl Model {
                 d,
             )?)
         };
+        store.finish()?;
         Ok(Self {
             rotary: RotaryEmbedding::new(&config),
             config,

@@ -85,4 +85,24 @@ impl TensorStore {
         }
         Ok(data)
     }
+
+    /// Refuses what is left: a tensor the forward does not use (a bias, a norm of another
+    /// architecture, …) changes the computation, so it is an error, never silently dropped.
+    /// Old checkpoints store RoPE's `inv_freq` buffers; the config recomputes them.
+    pub(super) fn finish(self) -> Result<()> {
+        let mut left: Vec<&String> = self
+            .0
+            .keys()
+            .filter(|name| !name.ends_with("rotary_emb.inv_freq"))
+            .collect();
+        left.sort();
+        match left.first() {
+            None => Ok(()),
+            Some(first) => Err(Error::Model(format!(
+                "tensor {first} (and {} more) is not part of a Llama forward; this \
+                 architecture is not supported",
+                left.len() - 1
+            ))),
+        }
+    }
 }

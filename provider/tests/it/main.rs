@@ -3,5 +3,6 @@
 mod cache;
 mod common;
 mod equivalence;
+mod hf_fixtures;
 mod http;
 mod model;
