@@ -231,6 +231,7 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
                 IntentSubmission {
                     intent: signed,
                     request: request(),
+                    wait: false,
                 },
             ))
         })
@@ -361,6 +362,9 @@ async fn commit_bound(books: &Books, agents: &[Agent], config: IntakeBenchConfig
                         held_wei: 1_000,
                         needed_until_s: 0,
                         decision: serde_json::json!({"chosen": "bundle-0000"}),
+                        deadline_s: u64::from(u32::MAX),
+                        adapter: None,
+                        request: serde_json::json!({"prompt": "p", "max_tokens": 16}),
                     };
                     books.accept(&order, &job).await.map_err(bench_err)?;
                 }

@@ -127,6 +127,42 @@ pub enum Error {
         /// The nearest bundle's binding constraint and factor.
         detail: String,
     },
+    /// No session has this bearer token or id.
+    #[error("no session has this key (make one with `cx agent session`)")]
+    UnknownSession,
+    /// The session was revoked.
+    #[error("this session key was revoked")]
+    SessionRevoked,
+    /// The session's grant expired.
+    #[error("this session key expired at {expiry_s} (unix seconds)")]
+    SessionExpired {
+        /// When, unix seconds.
+        expiry_s: u64,
+    },
+    /// The call would take the session past its spend cap.
+    #[error(
+        "this session key has {left_wei} wei left of its spend cap; this call needs {needed_wei}"
+    )]
+    SessionCapReached {
+        /// What is left under the cap, wei.
+        left_wei: u128,
+        /// What the call would hold, wei.
+        needed_wei: u128,
+    },
+    /// Another session already uses this bearer secret.
+    #[error("another session already uses this bearer secret; make a new one")]
+    BearerReused,
+    /// No provider returned a result by the job's deadline; its hold was released.
+    #[error("no provider returned a result by the deadline ({deadline_s}); nothing was charged")]
+    DeadlineMissed {
+        /// The job.
+        job_id: alloy::primitives::B256,
+        /// Its deadline, unix seconds.
+        deadline_s: u64,
+    },
+    /// `max_tokens` is zero: there is nothing to generate or to charge.
+    #[error("max_tokens must be at least 1")]
+    ZeroMaxTokens,
     /// This exact order was accepted before.
     #[error("this order was already accepted")]
     OrderExists,

@@ -14,13 +14,14 @@
 //! Nothing is written unless every step passed, so a refused order leaves no row and spends no
 //! nonce.
 
-use crate::books::{Books, NewJob, NewOrder};
+use crate::books::{Books, JobRecord, NewJob, NewOrder, Session};
+use crate::dispatch::Waiters;
 use crate::error::{Error, Result};
 use crate::market::Market;
 use alloy::primitives::{Address, B256};
 use cx_exchange::clearing::Decision;
 use cx_exchange::routing::features::estimate_tokens;
-use cx_protocol::order::{self, Eip712Domain, Intent, Order, Signed};
+use cx_protocol::order::{self, Eip712Domain, Intent, Order, SessionGrant, Signed, Verified};
 use cx_protocol::{Job, Tier};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -42,6 +43,9 @@ pub struct IntentSubmission {
     pub intent: Signed<Intent>,
     /// The request; its [`request_hash`] must equal the intent's `request_hash`.
     pub request: InferenceRequest,
+    /// Answer when the job is done (or its deadline passed) instead of at once with 202.
+    #[serde(default)]
+    pub wait: bool,
 }
 
 /// Feasible and rejected bundles a stored decision keeps: the nearest ones explain a choice; a
@@ -120,6 +124,7 @@ pub struct Intake {
     market: Market,
     domains: HashMap<u64, Eip712Domain>,
     settle_margin_s: u64,
+    waiters: Waiters,
 }
 
 impl Intake {
@@ -139,6 +144,7 @@ impl Intake {
                 .map(|(id, settlement)| (id, order::domain(id, settlement)))
                 .collect(),
             settle_margin_s,
+            waiters: Waiters::default(),
         }
     }
 
@@ -162,22 +168,28 @@ impl Intake {
         self.domains.get(&chain_id)
     }
 
-    /// Verifies, clears and commits one intent at `now_s` (unix seconds).
-    pub async fn submit_intent(
+    /// Who waits on which job.
+    pub fn waiters(&self) -> &Waiters {
+        &self.waiters
+    }
+
+    /// Checks a signed order at `now_s`, cheapest first: its domain is one of ours, its times,
+    /// the EIP-712 signature (recovering the account), then the ML-DSA co-signature under the key
+    /// the books bound to that account. `within` prefixes the error's field path.
+    pub async fn verify<T: Order>(
         &self,
-        submission: &IntentSubmission,
+        signed: &Signed<T>,
         now_s: u64,
-    ) -> Result<Accepted> {
-        let signed = &submission.intent;
+        within: &str,
+    ) -> Result<Verified> {
         let domain = self
             .domain(signed.chain_id)
             .ok_or(Error::UnknownChain(signed.chain_id))?;
-        // Shape, domain, times, then the EIP-712 signature; the ML-DSA key is looked up after.
         signed
             .order
             .check_times(now_s)
-            .map_err(|e| e.within("intent.order"))?;
-        let verified = signed.recover(domain).map_err(|e| e.within("intent"))?;
+            .map_err(|e| e.within(&format!("{within}.order")))?;
+        let verified = signed.recover(domain).map_err(|e| e.within(within))?;
         let binding =
             self.books
                 .binding(verified.account)
@@ -188,19 +200,166 @@ impl Intake {
         let key = cx_protocol::pq::PublicIdentity::from_bytes(&binding.mldsa_key)?;
         signed
             .check_cosignature(&verified, &key)
-            .map_err(|e| e.within("intent"))?;
+            .map_err(|e| e.within(within))?;
+        Ok(verified)
+    }
 
+    /// Verifies, clears and commits one intent at `now_s` (unix seconds).
+    pub async fn submit_intent(
+        &self,
+        submission: &IntentSubmission,
+        now_s: u64,
+    ) -> Result<Accepted> {
+        let signed = &submission.intent;
+        let verified = self.verify(signed, now_s, "intent").await?;
         let intent = &signed.order;
         if request_hash(&submission.request) != intent.request_hash {
             return Err(Error::RequestHashMismatch);
         }
-        if submission.request.prompt.len() > MAX_PROMPT_BYTES {
+        let want = Want {
+            model: intent.want.clone(),
+            adapter_id: intent.adapter_id,
+            deadline_s: intent.deadline_s,
+            max_price_wei: intent.max_price_wei,
+            min_tier: intent.min_tier,
+            determinism: intent.determinism,
+        };
+        let placed = self
+            .place(&want, &submission.request, verified.account, now_s)
+            .await?;
+        let order = NewOrder {
+            digest: verified.digest,
+            kind: "intent",
+            account: verified.account,
+            chain_id: signed.chain_id,
+            nonce: intent.nonce,
+            body: serde_json::json!({
+                "intent": signed,
+                "request": submission.request,
+            }),
+        };
+        let new_job = placed.new_job(
+            verified.digest,
+            intent.tab_id,
+            &submission.request,
+            self.settle_margin_s,
+        )?;
+        self.books.accept(&order, &new_job).await?;
+        Ok(placed.accepted(verified.digest))
+    }
+
+    /// Verifies and stores a session grant at `now_s`: the bearer of its secret may then spend
+    /// from its tab within its cap, until its expiry.
+    pub async fn open_session(
+        &self,
+        signed: &Signed<SessionGrant>,
+        now_s: u64,
+    ) -> Result<SessionOpened> {
+        let verified = self.verify(signed, now_s, "grant").await?;
+        let grant = &signed.order;
+        let order = NewOrder {
+            digest: verified.digest,
+            kind: "session_grant",
+            account: verified.account,
+            chain_id: signed.chain_id,
+            nonce: grant.nonce,
+            body: serde_json::json!({ "grant": signed }),
+        };
+        self.books.open_session(&order, grant).await?;
+        Ok(SessionOpened {
+            session_id: verified.digest,
+            account: verified.account,
+            chain_id: signed.chain_id,
+            tab_id: grant.tab_id,
+            spend_cap_wei: grant.spend_cap_wei,
+            expiry_s: grant.expiry_s,
+        })
+    }
+
+    /// The live session whose bearer secret is `bearer` at `now_s`: unknown, revoked and expired
+    /// keys are refused (the same answer for a key that never existed and one of another
+    /// exchange, so a probe learns nothing).
+    pub async fn authorize(&self, bearer: &str, now_s: u64) -> Result<Session> {
+        let hash = SessionGrant::bearer_hash_of(bearer.as_bytes());
+        let session = self
+            .books
+            .session_by_bearer(hash)
+            .await?
+            .ok_or(Error::UnknownSession)?;
+        if session.revoked {
+            return Err(Error::SessionRevoked);
+        }
+        if session.grant.expiry_s <= now_s {
+            return Err(Error::SessionExpired {
+                expiry_s: session.grant.expiry_s,
+            });
+        }
+        Ok(session)
+    }
+
+    /// One call of a session at `now_s`: `want` (the grant's defaults with the call's overrides)
+    /// cleared like any intent, held on the session's tab and counted against its cap.
+    pub async fn submit_call(
+        &self,
+        session: &Session,
+        want: &Want,
+        request: &InferenceRequest,
+        now_s: u64,
+    ) -> Result<Accepted> {
+        let placed = self.place(want, request, session.account, now_s).await?;
+        let mut id = [0u8; 32];
+        getrandom::fill(&mut id).map_err(|e| Error::Chain(format!("no randomness: {e}")))?;
+        let id = B256::from(id);
+        let new_job = placed.new_job(id, session.grant.tab_id, request, self.settle_margin_s)?;
+        self.books.accept_call(session.id, now_s, &new_job).await?;
+        Ok(placed.accepted(id))
+    }
+
+    /// Waits until job `id` reaches a state it never leaves, or until `until` passes; returns
+    /// the job as the books then hold it (`None` if there is no such job).
+    pub async fn wait(&self, id: B256, until: tokio::time::Instant) -> Result<Option<JobRecord>> {
+        let mut changed = self.waiters.subscribe(id);
+        loop {
+            let Some(job) = self.books.job(id).await? else {
+                return Ok(None);
+            };
+            if crate::dispatch::is_terminal(&job.status) || tokio::time::Instant::now() >= until {
+                return Ok(Some(job));
+            }
+            // A notification, or a poll every few seconds in case one was lost with a lagging
+            // receiver (the books are read again either way).
+            let poll = (tokio::time::Instant::now() + POLL).min(until);
+            let _ = tokio::time::timeout_at(poll, changed.recv()).await;
+        }
+    }
+
+    /// Where a job goes: the adapter's size from the store, the job from the catalog, and the
+    /// clearing (at `min_tier`, else at the first stronger tier a bundle offers).
+    async fn place(
+        &self,
+        want: &Want,
+        request: &InferenceRequest,
+        account: Address,
+        now_s: u64,
+    ) -> Result<Placed> {
+        if request.max_tokens == 0 {
+            return Err(Error::ZeroMaxTokens);
+        }
+        if request.prompt.len() > MAX_PROMPT_BYTES {
             return Err(Error::PromptTooLong {
                 limit_bytes: MAX_PROMPT_BYTES,
             });
         }
+        if want.deadline_s <= now_s {
+            return Err(cx_protocol::Error::DeadlinePassed {
+                field: "deadline_s".to_owned(),
+                deadline_s: want.deadline_s,
+                now_s,
+            }
+            .into());
+        }
         // The adapter's size is |a| of the feasibility test; an id the store lacks is refused.
-        let adapter = match intent.adapter_id {
+        let adapter = match want.adapter_id {
             None => None,
             Some(id) => {
                 let id = hex::encode(id);
@@ -212,7 +371,7 @@ impl Intake {
                 Some((id, bytes))
             }
         };
-        let mut job = self.job(intent, &submission.request, verified.account, now_s)?;
+        let mut job = self.job(want, request, account, now_s)?;
         if let Some((id, bytes)) = adapter {
             job.adapter = Some(id);
             job.adapter_bytes = bytes;
@@ -250,44 +409,21 @@ impl Intake {
         else {
             return Err(no_match(&decision));
         };
-        let decision = DecisionRecord::of(decision, job.tier);
-        let order = NewOrder {
-            digest: verified.digest,
-            kind: "intent",
-            account: verified.account,
-            chain_id: signed.chain_id,
-            nonce: intent.nonce,
-            body: serde_json::json!({
-                "intent": signed,
-                "request": submission.request,
-            }),
-        };
-        let new_job = NewJob {
-            id: verified.digest,
-            escrow_id: intent.tab_id,
-            model: job.base_model.clone(),
-            status: "assigned",
-            bundle_id: Some(bundle_id.clone()),
-            held_wei,
-            needed_until_s: intent.deadline_s.saturating_add(self.settle_margin_s),
-            decision: serde_json::to_value(&decision)?,
-        };
-        self.books.accept(&order, &new_job).await?;
-        Ok(Accepted {
-            job_id: verified.digest,
-            status: "assigned",
+        Ok(Placed {
+            decision: DecisionRecord::of(decision, job.tier),
+            job,
             bundle_id,
-            held_wei,
-            tier: job.tier,
             terms,
+            held_wei,
+            deadline_s: want.deadline_s,
         })
     }
 
-    /// The job an intent describes: the model's shape from the catalog, the context from the
+    /// The job a want describes: the model's shape from the catalog, the context from the
     /// request, the deadline from now.
     fn job(
         &self,
-        intent: &Intent,
+        want: &Want,
         request: &InferenceRequest,
         account: Address,
         now_s: u64,
@@ -295,8 +431,8 @@ impl Intake {
         let model = self
             .market
             .catalog()
-            .resolve(&intent.want)
-            .map_err(|_| Error::UnknownModel(intent.want.clone()))?;
+            .resolve(&want.model)
+            .map_err(|_| Error::UnknownModel(want.model.clone()))?;
         let shape = model
             .shape
             .ok_or_else(|| Error::NotClearable(model.name.clone()))?;
@@ -315,15 +451,106 @@ impl Intake {
             adapter_bytes: 0,
             kv_bytes,
             context_tokens,
-            // check_times made sure the deadline is after now.
-            deadline_s: (intent.deadline_s - now_s) as f64,
-            determinism: intent.determinism,
-            tier: intent.min_tier,
+            // `place` made sure the deadline is after now.
+            deadline_s: (want.deadline_s - now_s) as f64,
+            determinism: want.determinism,
+            tier: want.min_tier,
             compute_flops: 2.0 * shape.parameters as f64 * f64::from(context_tokens),
-            value_wei: intent.max_price_wei,
-            max_price_wei: Some(intent.max_price_wei),
+            value_wei: want.max_price_wei,
+            max_price_wei: Some(want.max_price_wei),
         })
     }
+}
+
+/// How long a waiter sleeps at most between reads of the books.
+const POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What a job asks of the market, whoever signed for it: an intent's own fields, or a session
+/// grant's defaults with a call's overrides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Want {
+    /// A catalog model (name or alias).
+    pub model: String,
+    /// The adapter, by content id.
+    pub adapter_id: Option<B256>,
+    /// When the result must be back, unix seconds.
+    pub deadline_s: u64,
+    /// The most the buyer pays, wei.
+    pub max_price_wei: u128,
+    /// The weakest verification tier accepted.
+    pub min_tier: Tier,
+    /// The determinism class.
+    pub determinism: cx_protocol::DeterminismClass,
+}
+
+/// A cleared job before it is committed.
+struct Placed {
+    job: Job,
+    bundle_id: String,
+    terms: cx_exchange::objective::Terms,
+    held_wei: u128,
+    deadline_s: u64,
+    decision: DecisionRecord,
+}
+
+impl Placed {
+    fn new_job(
+        &self,
+        id: B256,
+        tab_id: u64,
+        request: &InferenceRequest,
+        settle_margin_s: u64,
+    ) -> Result<NewJob> {
+        Ok(NewJob {
+            id,
+            escrow_id: tab_id,
+            model: self.job.base_model.clone(),
+            status: "assigned",
+            bundle_id: Some(self.bundle_id.clone()),
+            held_wei: self.held_wei,
+            needed_until_s: self.deadline_s.saturating_add(settle_margin_s),
+            decision: serde_json::to_value(&self.decision)?,
+            deadline_s: self.deadline_s,
+            adapter: self.job.adapter.clone(),
+            request: serde_json::to_value(request)?,
+        })
+    }
+
+    fn accepted(self, job_id: B256) -> Accepted {
+        Accepted {
+            job_id,
+            status: "assigned",
+            bundle_id: self.bundle_id,
+            held_wei: self.held_wei,
+            tier: self.job.tier,
+            terms: self.terms,
+        }
+    }
+}
+
+/// What a stored session grant allows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionOpened {
+    /// The session's id (the grant's EIP-712 digest).
+    pub session_id: B256,
+    /// The account that signed it.
+    pub account: Address,
+    /// The chain of its tab.
+    pub chain_id: u64,
+    /// The tab it spends from.
+    pub tab_id: u64,
+    /// What all its calls together may spend, wei.
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub spend_cap_wei: u128,
+    /// When the bearer token stops working, unix seconds.
+    pub expiry_s: u64,
+}
+
+/// The exchange's clock, unix seconds: expiries and deadlines are judged against it.
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Refused bundles by how near they came: the smallest binding factor first, categorical

@@ -16,6 +16,23 @@ pub struct InferenceRequest {
     pub max_tokens: u32,
 }
 
+/// The prompt a chat becomes: `<|role|>\ncontent\n` per message, then `<|assistant|>\n` — the
+/// one fixed, role-tagged template of the exchange's OpenAI-compatible door and of the provider's
+/// own chat endpoint (no Jinja chat templates), so a chat priced by the exchange is the prompt the
+/// provider runs.
+pub fn chat_prompt<'a>(messages: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut text = String::new();
+    for (role, content) in messages {
+        text.push_str("<|");
+        text.push_str(role);
+        text.push_str("|>\n");
+        text.push_str(content);
+        text.push('\n');
+    }
+    text.push_str("<|assistant|>\n");
+    text
+}
+
 /// SHA-256 of the request's canonical JSON — object keys sorted by byte order, no whitespace,
 /// strings and numbers as serde_json writes them — which is what the exchange computes and
 /// compares with the intent's signed `request_hash`.

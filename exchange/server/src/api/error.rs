@@ -112,6 +112,19 @@ impl ApiError {
         }
     }
 
+    /// The same error with its field renamed by `rename` (a door whose fields are named
+    /// otherwise than the intake's, such as the OpenAI-compatible one).
+    pub fn map_field(mut self, rename: impl FnOnce(&str) -> String) -> Self {
+        if let Self::Invalid { field, .. }
+        | Self::Conflict { field, .. }
+        | Self::Refused { field, .. } = &mut self
+            && let Some(f) = field
+        {
+            *f = rename(f);
+        }
+        self
+    }
+
     fn field(&self) -> Option<&str> {
         match self {
             Self::Invalid { field, .. }
@@ -273,6 +286,33 @@ impl From<crate::Error> for ApiError {
                 &err,
             ),
             E::NoMatch { .. } => refuse(StatusCode::UNPROCESSABLE_ENTITY, "no_match", None, &err),
+            E::ZeroMaxTokens => refuse(
+                StatusCode::BAD_REQUEST,
+                "invalid_field",
+                Some("request.max_tokens"),
+                &err,
+            ),
+            // OpenAI's clients know `invalid_api_key`; the message says which case it is.
+            E::UnknownSession => refuse(StatusCode::UNAUTHORIZED, "invalid_api_key", None, &err),
+            E::SessionRevoked => refuse(StatusCode::UNAUTHORIZED, "session_revoked", None, &err),
+            E::SessionExpired { .. } => {
+                refuse(StatusCode::UNAUTHORIZED, "session_expired", None, &err)
+            }
+            E::SessionCapReached { .. } => refuse(
+                StatusCode::PAYMENT_REQUIRED,
+                "session_cap_reached",
+                None,
+                &err,
+            ),
+            E::BearerReused => refuse(
+                StatusCode::CONFLICT,
+                "bearer_reused",
+                Some("grant.order.bearer_hash"),
+                &err,
+            ),
+            E::DeadlineMissed { .. } => {
+                refuse(StatusCode::GATEWAY_TIMEOUT, "deadline_missed", None, &err)
+            }
             E::Database(_)
             | E::Migrate(_)
             | E::Json(_)

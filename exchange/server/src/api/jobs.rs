@@ -5,18 +5,24 @@ use super::{ApiError, AppJson, AppState};
 use crate::books::{JobRecord, Tab};
 use alloy::primitives::{Address, B256};
 use axum::extract::{Path, Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
+use std::convert::Infallible;
 
 /// Most jobs one list returns.
 const MAX_LIMIT: u32 = 500;
+
+fn job_id(id: &str) -> Result<B256, ApiError> {
+    id.parse()
+        .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))
+}
 
 pub(super) async fn job(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<AppJson<JobRecord>, ApiError> {
-    let id: B256 = id
-        .parse()
-        .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))?;
+    let id = job_id(&id)?;
     state
         .intake()?
         .books()
@@ -74,4 +80,58 @@ pub(super) async fn tab(
         .await?
         .map(AppJson)
         .ok_or(ApiError::NotFound { what: "tab".into() })
+}
+
+/// How long an events stream waits at most between reads of the books.
+const EVENTS_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /v1/jobs/{id}/events`: the job's state transitions as server-sent events (`event:` the
+/// state, `data:` the event's JSON), those already past first, then each as it happens; the
+/// stream ends after a state the job never leaves.
+pub(super) async fn events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = job_id(&id)?;
+    let intake = state.intake()?;
+    // Subscribe before the first read, so no change between the two is missed.
+    let mut changed = intake.waiters().subscribe(id);
+    let Some(mut job) = intake.books().job(id).await? else {
+        return Err(ApiError::NotFound { what: "job".into() });
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(16);
+    tokio::spawn(async move {
+        let mut sent = 0;
+        loop {
+            for event in &job.events[sent..] {
+                let data = serde_json::json!({
+                    "job_id": id,
+                    "status": event.status,
+                    "detail": event.detail,
+                    "at_ms": event.at_ms,
+                });
+                let event = Event::default().event(&event.status).data(data.to_string());
+                if tx.send(Ok(event)).await.is_err() {
+                    return;
+                }
+            }
+            sent = job.events.len();
+            if crate::dispatch::is_terminal(&job.status) {
+                return;
+            }
+            let _ = tokio::time::timeout(EVENTS_POLL, changed.recv()).await;
+            let Ok(intake) = state.intake() else { return };
+            match intake.books().job(id).await {
+                Ok(Some(next)) => job = next,
+                Ok(None) => return,
+                Err(err) => {
+                    tracing::warn!(error = %err, "events stream: reading the job failed");
+                    return;
+                }
+            }
+        }
+    });
+    Ok(Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }

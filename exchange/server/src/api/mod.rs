@@ -12,7 +12,9 @@ mod health;
 mod jobs;
 mod market;
 mod metrics;
+mod openai;
 mod orders;
+mod sessions;
 
 pub use error::ApiError;
 pub use extract::AppJson;
@@ -103,6 +105,14 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/intents", post(orders::submit_intent))
         .route("/v1/jobs", get(jobs::list_jobs))
         .route("/v1/jobs/{id}", get(jobs::job))
+        .route("/v1/jobs/{id}/events", get(jobs::events))
+        .route("/v1/sessions", post(sessions::open))
+        .route(
+            "/v1/sessions/{id}",
+            get(sessions::show).delete(sessions::revoke),
+        )
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/completions", post(openai::completions))
         .route("/v1/tabs/{chain_id}/{escrow_id}", get(jobs::tab))
         .route("/v1/chains", get(market::chains))
         .route("/v1/eip712/{kind}", get(market::eip712))

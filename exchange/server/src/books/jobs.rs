@@ -43,6 +43,12 @@ pub struct NewJob {
     pub needed_until_s: u64,
     /// The clearing decision, with every term and every rejection.
     pub decision: serde_json::Value,
+    /// When a result must be back, unix seconds; past it the job expires and its hold returns.
+    pub deadline_s: u64,
+    /// The adapter it runs with (content id), if any.
+    pub adapter: Option<String>,
+    /// The inference request the provider runs.
+    pub request: serde_json::Value,
 }
 
 /// A job as the API reports it.
@@ -67,6 +73,14 @@ pub struct JobRecord {
     pub held_wei: u128,
     /// The clearing decision.
     pub decision: serde_json::Value,
+    /// When a result must be back, unix seconds.
+    pub deadline_s: u64,
+    /// The adapter it runs with (content id), if any.
+    pub adapter: Option<String>,
+    /// The session whose call made it, if one did (its order is that session's grant).
+    pub session_id: Option<B256>,
+    /// What the provider returned, once it has.
+    pub result: Option<serde_json::Value>,
     /// Every state it went through, in order.
     pub events: Vec<JobEvent>,
 }
@@ -105,8 +119,10 @@ impl Books {
                  RETURNING digest), \
              job AS ( \
                  INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
-                                            status, bundle_id, held_wei, decision) \
-                 SELECT $13, digest, $3, $4, $7, $8, $10, $11, $9::numeric, $14::jsonb FROM ord \
+                                            status, bundle_id, held_wei, decision, deadline_s, \
+                                            adapter, request) \
+                 SELECT $13, digest, $3, $4, $7, $8, $10, $11, $9::numeric, $14::jsonb, $15, $16, \
+                        $17::jsonb FROM ord \
                  RETURNING id), \
              event AS ( \
                  INSERT INTO exchange_job_events (job_id, seq, status) SELECT id, 0, $10 FROM job \
@@ -127,6 +143,9 @@ impl Books {
         .bind(to_i64(job.needed_until_s, "deadline")?)
         .bind(job.id.as_slice())
         .bind(job.decision.to_string())
+        .bind(to_i64(job.deadline_s, "deadline")?)
+        .bind(job.adapter.as_deref())
+        .bind(job.request.to_string())
         .fetch_one(&self.pool)
         .await;
         match done {
@@ -145,6 +164,58 @@ impl Books {
                 _ => err.into(),
             }),
         }
+    }
+
+    /// Expires every unfinished job whose deadline passed before `now_s`: its hold returns to its
+    /// tab (and to its session's cap), it is never charged, and an `expired` event says what was
+    /// released. One statement, so each job is either expired with its hold released or
+    /// untouched, whatever crashes. Returns the ids it expired.
+    pub async fn expire_due(&self, now_s: u64) -> Result<Vec<B256>> {
+        let rows: Vec<(Vec<u8>,)> = sqlx::query_as(
+            "WITH due AS ( \
+                 UPDATE exchange_jobs SET status = 'expired', updated_at = now() \
+                 WHERE status IN ('assigned', 'running') AND deadline_s < $1 \
+                 RETURNING id, chain_id, escrow_id, session_id, held_wei), \
+             tabs AS ( \
+                 UPDATE exchange_tabs t SET held_wei = t.held_wei - d.released, updated_at = now() \
+                 FROM (SELECT chain_id, escrow_id, sum(held_wei) AS released FROM due \
+                       GROUP BY chain_id, escrow_id) d \
+                 WHERE t.chain_id = d.chain_id AND t.escrow_id = d.escrow_id RETURNING 1), \
+             sessions AS ( \
+                 UPDATE exchange_sessions s SET spent_wei = s.spent_wei - d.released \
+                 FROM (SELECT session_id, sum(held_wei) AS released FROM due \
+                       WHERE session_id IS NOT NULL GROUP BY session_id) d \
+                 WHERE s.id = d.session_id RETURNING 1), \
+             events AS ( \
+                 INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+                 SELECT due.id, (SELECT coalesce(max(e.seq), -1) + 1 FROM exchange_job_events e \
+                                 WHERE e.job_id = due.id), 'expired', \
+                        jsonb_build_object('released_wei', due.held_wei::text, \
+                                           'reason', 'no result by the deadline') \
+                 FROM due RETURNING 1) \
+             SELECT id FROM due",
+        )
+        .bind(to_i64(now_s, "time")?)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(id,)| {
+                B256::try_from(id.as_slice()).map_err(|_| Error::Corrupt {
+                    what: "a job id",
+                    value: hex::encode(&id),
+                })
+            })
+            .collect()
+    }
+
+    /// A job's status, if it exists (what waiters poll between notifications).
+    pub async fn job_status(&self, id: B256) -> Result<Option<String>> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT status FROM exchange_jobs WHERE id = $1")
+                .bind(id.as_slice())
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|(s,)| s))
     }
 
     /// One job with its events.
@@ -196,7 +267,8 @@ impl Books {
 }
 
 const JOB_SELECT: &str = "SELECT id, account, chain_id, escrow_id, model, status, bundle_id, \
-                          held_wei::text, decision::text FROM exchange_jobs";
+                          held_wei::text, decision::text, deadline_s, adapter, session_id, \
+                          result::text FROM exchange_jobs";
 
 #[derive(sqlx::FromRow)]
 struct JobRow {
@@ -209,6 +281,10 @@ struct JobRow {
     bundle_id: Option<String>,
     held_wei: String,
     decision: String,
+    deadline_s: i64,
+    adapter: Option<String>,
+    session_id: Option<Vec<u8>>,
+    result: Option<String>,
 }
 
 impl JobRow {
@@ -228,6 +304,13 @@ impl JobRow {
             bundle_id: self.bundle_id,
             held_wei: parse_wei(&self.held_wei)?,
             decision: serde_json::from_str(&self.decision)?,
+            deadline_s: self.deadline_s as u64,
+            adapter: self.adapter,
+            session_id: self
+                .session_id
+                .map(|id| B256::try_from(id.as_slice()).map_err(|_| corrupt("a session id")))
+                .transpose()?,
+            result: self.result.map(|r| serde_json::from_str(&r)).transpose()?,
             events: Vec::new(),
         })
     }

@@ -13,12 +13,14 @@ mod bindings;
 mod bundles;
 mod chain;
 mod jobs;
+mod sessions;
 mod tabs;
 
 pub use adapters::StoredAdapter;
 pub use bindings::StoredBinding;
 pub use chain::{SeenBatch, TabEvent};
 pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder};
+pub use sessions::Session;
 pub use tabs::Tab;
 
 use crate::error::Result;

@@ -108,6 +108,9 @@ fn job(order: &NewOrder, escrow_id: u64, held_wei: u128) -> NewJob {
         held_wei,
         needed_until_s: 100,
         decision: serde_json::json!({"chosen": "b1"}),
+        deadline_s: 90,
+        adapter: None,
+        request: serde_json::json!({"prompt": "p", "max_tokens": 4}),
     }
 }
 

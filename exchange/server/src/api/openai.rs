@@ -1,0 +1,615 @@
+//! The OpenAI-compatible door: `POST /v1/chat/completions` and `POST /v1/completions`, streaming
+//! or not, for agents written against the OpenAI API (the official clients with only `base_url`
+//! and `api_key` set).
+//!
+//! The API key is a **session key**: the bearer secret of a `SessionGrant` the agent signed
+//! ([`super::sessions`]). Each call becomes a job cleared like any intent — the grant's defaults
+//! (deadline, tier, class, price limit) unless the call's `cx` object overrides them — held on
+//! the grant's tab within its spend cap, and answered when a provider's result is in (or with a
+//! 504 at the deadline, when the hold is released and nothing is charged).
+//!
+//! `model` is a catalog model, or an adapter's content id (as vLLM serves adapters under their
+//! names; the adapter's `base_model_name_or_path` must then be a catalog model). Decoding is
+//! greedy (classes D and S are reproducible): a `temperature` above 0, `top_p` below 1, `n` above
+//! 1, `stop`, `logprobs`, tools and every other field that would change the output are refused by
+//! name, never ignored.
+
+use super::sessions::bearer;
+use super::{ApiError, AppJson, AppState};
+use crate::books::Session;
+use crate::dispatch::{Output, SWEEP_PERIOD};
+use crate::intake::{Accepted, Intake, Want, now_s};
+use alloy::primitives::B256;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use cx_protocol::order::{InferenceRequest, chat_prompt};
+use cx_protocol::{DeterminismClass, Tier};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::time::Duration;
+
+/// `max_tokens` when a call names none (the job is priced by its context, so it needs a bound).
+pub(super) const DEFAULT_MAX_TOKENS: u32 = 256;
+
+/// Longest deadline a call may ask for, seconds.
+const MAX_DEADLINE_S: u64 = 24 * 3600;
+
+/// Both routes' body: OpenAI's fields this door implements, and `cx`. Unknown fields are refused
+/// by name.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DoorRequest {
+    model: String,
+    #[serde(default)]
+    messages: Option<Vec<Message>>,
+    #[serde(default)]
+    prompt: Option<Prompt>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    n: Option<u32>,
+    #[serde(default)]
+    stop: Option<Value>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    /// Irrelevant to greedy decoding; accepted so clients that always send it work.
+    #[serde(default)]
+    #[allow(dead_code)]
+    seed: Option<i64>,
+    /// An end-user id for the caller's own bookkeeping; changes nothing.
+    #[serde(default)]
+    #[allow(dead_code)]
+    user: Option<String>,
+    #[serde(default)]
+    cx: Option<CxFields>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Message {
+    role: String,
+    content: Content,
+    /// A participant name; changes nothing in the fixed template.
+    #[serde(default)]
+    #[allow(dead_code)]
+    name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum Part {
+    Text { text: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Prompt {
+    One(String),
+    Batch(Vec<String>),
+}
+
+/// The exchange's own fields: what a call overrides of its session's defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CxFields {
+    /// Seconds after arrival by which the result must be back.
+    #[serde(default)]
+    deadline_in_s: Option<u64>,
+    #[serde(default)]
+    tier: Option<Tier>,
+    #[serde(default)]
+    determinism: Option<DeterminismClass>,
+    #[serde(default, with = "cx_protocol::price::wei_string_opt")]
+    max_price_wei: Option<u128>,
+    /// The adapter, by content id, when `model` names the base.
+    #[serde(default)]
+    adapter_id: Option<B256>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Chat,
+    Completion,
+}
+
+pub(super) async fn chat_completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    AppJson(request): AppJson<DoorRequest>,
+) -> Result<Response, ApiError> {
+    door(state, headers, request, Kind::Chat).await
+}
+
+pub(super) async fn completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    AppJson(request): AppJson<DoorRequest>,
+) -> Result<Response, ApiError> {
+    door(state, headers, request, Kind::Completion).await
+}
+
+async fn door(
+    state: AppState,
+    headers: HeaderMap,
+    request: DoorRequest,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
+    let intake = state.intake()?;
+    let now = now_s();
+    let session = intake.authorize(bearer(&headers)?, now).await?;
+    let call = Call::of(&request, kind)?;
+    let want = want(intake, &session, &request, now).await?;
+    let accepted = intake
+        .submit_call(&session, &want, &call.request, now)
+        .await
+        .map_err(|e| ApiError::from(e).map_field(door_field));
+    let accepted = match accepted {
+        Ok(a) => {
+            state
+                .metrics()
+                .accepted(started.elapsed().as_micros() as u64);
+            a
+        }
+        Err(err) => {
+            state
+                .metrics()
+                .refused(err.code(), started.elapsed().as_micros() as u64);
+            return Err(err);
+        }
+    };
+    // The sweep expires the job within a period of its deadline; wait a little past both.
+    let until = tokio::time::Instant::now()
+        + Duration::from_secs(want.deadline_s.saturating_sub(now))
+        + 2 * SWEEP_PERIOD;
+    let reply = Reply {
+        kind,
+        model: request.model.clone(),
+        created: now,
+        accepted,
+        include_usage: call.include_usage,
+    };
+    if call.stream {
+        return Ok(stream(state, reply, until));
+    }
+    let output = outcome(intake, reply.accepted.job_id, until).await?;
+    Ok(AppJson(reply.whole(&output)).into_response())
+}
+
+/// What one call asks for, checked.
+struct Call {
+    request: InferenceRequest,
+    stream: bool,
+    include_usage: bool,
+}
+
+impl Call {
+    fn of(r: &DoorRequest, kind: Kind) -> Result<Self, ApiError> {
+        if let Some(t) = r.temperature
+            && t != 0.0
+        {
+            return Err(ApiError::invalid(
+                "temperature",
+                "the exchange decodes greedily (reproducible classes D and S): temperature must \
+                 be 0 or absent",
+            ));
+        }
+        if let Some(p) = r.top_p
+            && p != 1.0
+        {
+            return Err(ApiError::invalid(
+                "top_p",
+                "greedy decoding only: top_p must be 1 or absent",
+            ));
+        }
+        if let Some(n) = r.n
+            && n != 1
+        {
+            return Err(ApiError::invalid("n", "one choice per call: n must be 1"));
+        }
+        let stop_empty = match &r.stop {
+            None | Some(Value::Null) => true,
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(_) => false,
+        };
+        if !stop_empty {
+            return Err(ApiError::invalid(
+                "stop",
+                "stop sequences are not supported by the exchange yet",
+            ));
+        }
+        let stream = r.stream.unwrap_or(false);
+        if r.stream_options.is_some() && !stream {
+            return Err(ApiError::invalid(
+                "stream_options",
+                "only allowed with stream: true",
+            ));
+        }
+        let max_tokens = match (r.max_completion_tokens, r.max_tokens) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ApiError::invalid(
+                    "max_completion_tokens",
+                    "differs from max_tokens: send one",
+                ));
+            }
+            (Some(n), _) | (None, Some(n)) => n,
+            (None, None) => DEFAULT_MAX_TOKENS,
+        };
+        if max_tokens == 0 {
+            return Err(ApiError::invalid("max_tokens", "must be at least 1"));
+        }
+        let prompt = match kind {
+            Kind::Chat => {
+                if r.prompt.is_some() {
+                    return Err(ApiError::invalid(
+                        "prompt",
+                        "chat completions take `messages`; `prompt` is for /v1/completions",
+                    ));
+                }
+                chat_text(r.messages.as_deref().unwrap_or_default())?
+            }
+            Kind::Completion => {
+                if r.messages.is_some() {
+                    return Err(ApiError::invalid(
+                        "messages",
+                        "completions take `prompt`; `messages` is for /v1/chat/completions",
+                    ));
+                }
+                match &r.prompt {
+                    Some(Prompt::One(p)) => p.clone(),
+                    Some(Prompt::Batch(b)) if b.len() == 1 => b[0].clone(),
+                    Some(Prompt::Batch(_)) => {
+                        return Err(ApiError::invalid(
+                            "prompt",
+                            "one prompt per call (send a list of one, or a string)",
+                        ));
+                    }
+                    None => return Err(ApiError::invalid("prompt", "required")),
+                }
+            }
+        };
+        if prompt.is_empty() {
+            return Err(ApiError::invalid(
+                if kind == Kind::Chat {
+                    "messages"
+                } else {
+                    "prompt"
+                },
+                "is empty",
+            ));
+        }
+        Ok(Self {
+            request: InferenceRequest { prompt, max_tokens },
+            stream,
+            include_usage: r.stream_options.as_ref().is_some_and(|o| o.include_usage),
+        })
+    }
+}
+
+/// The chat as one prompt ([`chat_prompt`]); roles the template has no place for are refused.
+fn chat_text(messages: &[Message]) -> Result<String, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "must hold at least one message",
+        ));
+    }
+    let mut texts = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        if !matches!(
+            m.role.as_str(),
+            "system" | "developer" | "user" | "assistant"
+        ) {
+            return Err(ApiError::invalid(
+                format!("messages[{i}].role"),
+                format!(
+                    "role `{}` is not supported: system, developer, user or assistant",
+                    m.role
+                ),
+            ));
+        }
+        let text = match &m.content {
+            Content::Text(t) => t.clone(),
+            Content::Parts(parts) => parts
+                .iter()
+                .map(|Part::Text { text }| text.as_str())
+                .collect(),
+        };
+        texts.push((m.role.as_str(), text));
+    }
+    Ok(chat_prompt(texts.iter().map(|(r, t)| (*r, t.as_str()))))
+}
+
+/// What the call wants: its session's defaults, with the call's `cx` overrides.
+async fn want(
+    intake: &Intake,
+    session: &Session,
+    request: &DoorRequest,
+    now: u64,
+) -> Result<Want, ApiError> {
+    let grant = &session.grant;
+    let cx = request.cx.as_ref();
+    let in_s = cx
+        .and_then(|c| c.deadline_in_s)
+        .unwrap_or(grant.default_deadline_s);
+    if in_s == 0 || in_s > MAX_DEADLINE_S {
+        return Err(ApiError::invalid(
+            "cx.deadline_in_s",
+            format!("must be within 1..={MAX_DEADLINE_S} seconds"),
+        ));
+    }
+    let max_price_wei = cx
+        .and_then(|c| c.max_price_wei)
+        .unwrap_or(grant.default_max_price_wei);
+    if max_price_wei == 0 {
+        return Err(ApiError::invalid("cx.max_price_wei", "must be above zero"));
+    }
+    let min_tier = cx.and_then(|c| c.tier).unwrap_or(grant.default_tier);
+    if min_tier == Tier::Attested {
+        return Err(ApiError::invalid(
+            "cx.tier",
+            "the attested tier is not offered: T0 to T3",
+        ));
+    }
+    let (model, adapter_id) = model_and_adapter(intake, &request.model, cx).await?;
+    Ok(Want {
+        model,
+        adapter_id,
+        deadline_s: now + in_s,
+        max_price_wei,
+        min_tier,
+        determinism: cx
+            .and_then(|c| c.determinism)
+            .unwrap_or(grant.default_determinism),
+    })
+}
+
+/// `model` as a catalog model, or as an adapter id whose base (its config's
+/// `base_model_name_or_path`) is a catalog model.
+async fn model_and_adapter(
+    intake: &Intake,
+    model: &str,
+    cx: Option<&CxFields>,
+) -> Result<(String, Option<B256>), ApiError> {
+    let explicit = cx.and_then(|c| c.adapter_id);
+    let Some(adapter) = adapter_id(model) else {
+        return Ok((model.to_owned(), explicit));
+    };
+    if explicit.is_some_and(|e| e != adapter) {
+        return Err(ApiError::invalid(
+            "cx.adapter_id",
+            "names another adapter than `model`",
+        ));
+    }
+    let stored = intake
+        .books()
+        .adapter(&hex::encode(adapter))
+        .await?
+        .ok_or_else(|| {
+            ApiError::from(crate::Error::UnknownAdapter).map_field(|_| "model".to_owned())
+        })?;
+    let base = serde_json::from_slice::<Value>(&stored.config)
+        .ok()
+        .and_then(|c| {
+            c.get("base_model_name_or_path")?
+                .as_str()
+                .map(str::to_owned)
+        })
+        .filter(|b| intake.market().catalog().resolve(b).is_ok())
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "model",
+                "this adapter's base_model_name_or_path is not a catalog model: name the base \
+                 model in `model` and the adapter in `cx.adapter_id`",
+            )
+        })?;
+    Ok((base, Some(adapter)))
+}
+
+/// A 64-hex-digit content id (with or without `0x`), as an adapter is named.
+fn adapter_id(model: &str) -> Option<B256> {
+    let digits = model.strip_prefix("0x").unwrap_or(model);
+    (digits.len() == 64 && digits.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// An intake error's field, renamed to the door's fields.
+fn door_field(field: &str) -> String {
+    match field {
+        "intent.order.want" | "intent.order.adapter_id" => "model",
+        "intent.order.deadline_s" | "deadline_s" => "cx.deadline_in_s",
+        "request.max_tokens" => "max_tokens",
+        "request.prompt" | "request" => "messages",
+        "intent.order.tab_id" => "api_key",
+        other => other,
+    }
+    .to_owned()
+}
+
+/// The job's output once a provider returned it, or why there is none.
+async fn outcome(
+    intake: &Intake,
+    job_id: B256,
+    until: tokio::time::Instant,
+) -> Result<Output, ApiError> {
+    let job = intake
+        .wait(job_id, until)
+        .await?
+        .ok_or(ApiError::NotFound { what: "job".into() })?;
+    match (job.status.as_str(), job.result) {
+        ("done" | "settled", Some(result)) => Ok(serde_json::from_value(result)
+            .map_err(|e| ApiError::Internal(Box::new(crate::Error::Json(e))))?),
+        _ => Err(crate::Error::DeadlineMissed {
+            job_id,
+            deadline_s: job.deadline_s,
+        }
+        .into()),
+    }
+}
+
+/// What an answer says besides the output.
+struct Reply {
+    kind: Kind,
+    model: String,
+    created: u64,
+    accepted: Accepted,
+    include_usage: bool,
+}
+
+impl Reply {
+    fn id(&self) -> String {
+        let prefix = match self.kind {
+            Kind::Chat => "chatcmpl",
+            Kind::Completion => "cmpl",
+        };
+        format!("{prefix}-{}", hex::encode(self.accepted.job_id))
+    }
+
+    fn usage(output: &Output) -> Value {
+        json!({
+            "prompt_tokens": output.prompt_tokens,
+            "completion_tokens": output.completion_tokens,
+            "total_tokens": output.prompt_tokens + output.completion_tokens,
+        })
+    }
+
+    /// What the exchange adds: the job and what it holds.
+    fn cx(&self) -> Value {
+        json!({
+            "job_id": self.accepted.job_id,
+            "bundle_id": self.accepted.bundle_id,
+            "held_wei": self.accepted.held_wei.to_string(),
+            "tier": self.accepted.tier,
+        })
+    }
+
+    fn whole(&self, output: &Output) -> Value {
+        let choice = match self.kind {
+            Kind::Chat => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": output.text},
+                "finish_reason": output.finish_reason,
+                "logprobs": null,
+            }),
+            Kind::Completion => json!({
+                "index": 0,
+                "text": output.text,
+                "finish_reason": output.finish_reason,
+                "logprobs": null,
+            }),
+        };
+        json!({
+            "id": self.id(),
+            "object": match self.kind { Kind::Chat => "chat.completion", Kind::Completion => "text_completion" },
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": Self::usage(output),
+            "cx": self.cx(),
+        })
+    }
+
+    fn chunk(&self, choices: Value, usage: Option<Value>) -> Value {
+        let mut chunk = json!({
+            "id": self.id(),
+            "object": match self.kind { Kind::Chat => "chat.completion.chunk", Kind::Completion => "text_completion" },
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        });
+        if let Some(usage) = usage {
+            chunk["usage"] = usage;
+        }
+        chunk
+    }
+
+    /// The stream's events for a whole output: the text, the finish, the usage if asked for.
+    fn chunks(&self, output: &Output) -> Vec<Value> {
+        let mut out = Vec::new();
+        match self.kind {
+            Kind::Chat => {
+                out.push(self.chunk(
+                    json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+                    None,
+                ));
+                out.push(self.chunk(
+                    json!([{"index": 0, "delta": {"content": output.text}, "finish_reason": null}]),
+                    None,
+                ));
+                out.push(self.chunk(
+                    json!([{"index": 0, "delta": {}, "finish_reason": output.finish_reason}]),
+                    None,
+                ));
+            }
+            Kind::Completion => {
+                out.push(self.chunk(
+                    json!([{"index": 0, "text": output.text, "finish_reason": null}]),
+                    None,
+                ));
+                out.push(self.chunk(
+                    json!([{"index": 0, "text": "", "finish_reason": output.finish_reason}]),
+                    None,
+                ));
+            }
+        }
+        if self.include_usage {
+            out.push(self.chunk(json!([]), Some(Self::usage(output))));
+        }
+        out
+    }
+}
+
+/// The SSE answer: keep-alives while the job runs, then its output as OpenAI chunks (or an
+/// `error` event, as OpenAI's own streams end on one), then `[DONE]`.
+fn stream(state: AppState, reply: Reply, until: tokio::time::Instant) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(8);
+    tokio::spawn(async move {
+        let Ok(intake) = state.intake() else { return };
+        let events = match outcome(intake, reply.accepted.job_id, until).await {
+            Ok(output) => reply.chunks(&output),
+            Err(err) => vec![json!({"error": {
+                "code": err.code(),
+                "message": err.to_string(),
+            }})],
+        };
+        for event in events {
+            if tx
+                .send(Ok(Event::default().data(event.to_string())))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
+    });
+    Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}

@@ -1,0 +1,112 @@
+//! Session keys: `POST /v1/sessions` stores an agent's signed `SessionGrant`; the bearer of its
+//! secret then calls the OpenAI-compatible door, and `GET`/`DELETE /v1/sessions/{id}` (with that
+//! bearer) show and revoke it.
+
+use super::{ApiError, AppJson, AppState};
+use crate::books::Session;
+use crate::intake::{SessionOpened, now_s};
+use alloy::primitives::B256;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use cx_protocol::order::{SessionGrant, Signed};
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/sessions`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct OpenSession {
+    /// The grant with both signatures.
+    grant: Signed<SessionGrant>,
+}
+
+pub(super) async fn open(
+    State(state): State<AppState>,
+    AppJson(body): AppJson<OpenSession>,
+) -> Result<(StatusCode, AppJson<SessionOpened>), ApiError> {
+    let opened = state
+        .intake()?
+        .open_session(&body.grant, now_s())
+        .await
+        .map_err(|e| ApiError::from(e).map_field(|f| f.replacen("intent.", "grant.", 1)))?;
+    Ok((StatusCode::CREATED, AppJson(opened)))
+}
+
+/// A session as its bearer sees it.
+#[derive(Debug, Serialize)]
+pub(super) struct SessionView {
+    #[serde(flatten)]
+    session: Session,
+    #[serde(with = "cx_protocol::price::wei_string")]
+    left_wei: u128,
+}
+
+pub(super) async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<AppJson<SessionView>, ApiError> {
+    let session = own_session(&state, &id, &headers).await?;
+    let left_wei = session
+        .grant
+        .spend_cap_wei
+        .saturating_sub(session.spent_wei);
+    Ok(AppJson(SessionView { session, left_wei }))
+}
+
+/// What a revocation did.
+#[derive(Debug, Serialize)]
+pub(super) struct Revoked {
+    session_id: B256,
+    revoked: bool,
+}
+
+pub(super) async fn revoke(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<AppJson<Revoked>, ApiError> {
+    let session = own_session(&state, &id, &headers).await?;
+    state.intake()?.books().revoke_session(session.id).await?;
+    Ok(AppJson(Revoked {
+        session_id: session.id,
+        revoked: true,
+    }))
+}
+
+/// The session `id`, revoked and expired ones included, if the request's bearer token is its key
+/// (else the same 401 as an unknown key: a token never learns of other sessions).
+async fn own_session(state: &AppState, id: &str, headers: &HeaderMap) -> Result<Session, ApiError> {
+    let id: B256 = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id", "a session id is 32 bytes of 0x-hex"))?;
+    let token = bearer(headers)?;
+    let session = state
+        .intake()?
+        .books()
+        .session_by_bearer(SessionGrant::bearer_hash_of(token.as_bytes()))
+        .await?
+        .ok_or(crate::Error::UnknownSession)?;
+    if session.id != id {
+        return Err(crate::Error::UnknownSession.into());
+    }
+    Ok(session)
+}
+
+/// The token of `Authorization: Bearer <token>`.
+pub(super) fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let missing = || ApiError::Unauthorized {
+        message: "send the session key as `Authorization: Bearer <key>` (make one with `cx agent \
+                  session`)"
+            .to_owned(),
+    };
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(missing)?
+        .to_str()
+        .map_err(|_| missing())?;
+    let (scheme, token) = value.split_once(' ').ok_or_else(missing)?;
+    if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+        return Err(missing());
+    }
+    Ok(token.trim())
+}
