@@ -6,12 +6,13 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
+    // Not a `source`: the message already holds it, and `{:#}` would print it twice.
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
         /// What the OS said.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A `config.json` / `adapter_config.json` / index file is not what Hugging Face or PEFT
     /// writes.
@@ -46,6 +47,21 @@ pub enum Error {
         /// The server's limit.
         max_rank: usize,
     },
+    /// A requested adapter path is not a directory inside the configured roots (or loading by
+    /// path is off). Says nothing about what exists outside the roots.
+    #[error("{0}")]
+    AdapterPath(String),
+    /// An adapter file is not a regular file, or is larger than any accepted adapter can be.
+    #[error("{path}: {reason}")]
+    AdapterFile {
+        /// The file.
+        path: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// A name would make an id or an alias name other bytes than it names now.
+    #[error("{0}")]
+    AdapterConflict(String),
     /// No adapter with this alias or id is known.
     #[error("unknown adapter `{0}`: load it with POST /v1/load_lora_adapter or list /v1/models")]
     UnknownAdapter(String),
@@ -84,12 +100,12 @@ pub enum Error {
     #[error("the scheduler has stopped")]
     SchedulerStopped,
     /// A sequence's forward or the decoding of its tokens failed; its batch neighbours carry on.
-    #[error("{stage} failed: {source}")]
+    #[error("{stage} failed: {cause}")]
     Generation {
         /// `forward` or `decoding`.
         stage: &'static str,
         /// Why.
-        source: Box<Error>,
+        cause: Box<Error>,
     },
     /// A forward panicked (a bug); the scheduler caught it and carries on.
     #[error("forward panicked (a bug; see the provider's log)")]
@@ -119,7 +135,7 @@ impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Self::Io {
             path: path.into(),
-            source,
+            error: source,
         }
     }
 }

@@ -14,6 +14,8 @@
 //!   or sampled decoding.
 //! * [`cache`] — the residency cache: byte budget, least-value-per-byte or LRU eviction, pins,
 //!   shadow price.
+//! * [`adapter_files`] — where adapters may be read from (the configured roots) and how
+//!   (regular files, bounded sizes).
 //! * [`lora`] — PEFT adapters: parse, check against the base's shapes, content id; a seeded
 //!   generator.
 //! * [`model`] — the Llama forward by blocks (`config`, `weights`, attention, MLP, decoder
@@ -65,6 +67,7 @@
 //!   (off by default: it is a heavy build, and generated models use the byte tokenizer; a model
 //!   directory with `tokenizer.json` is refused without it, with a message naming the flag).
 
+pub mod adapter_files;
 pub mod bench;
 pub mod cache;
 pub mod engine;

@@ -29,6 +29,7 @@ use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
 
+use crate::adapter_files::read_regular_file;
 use crate::error::{Error, Result};
 
 /// `adapter_config.json` as PEFT writes it (the fields we read, and the ones we refuse).
@@ -130,22 +131,48 @@ pub fn adapter_id(config_bytes: &[u8], weight_bytes: &[u8]) -> String {
     ])
 }
 
-fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| Error::io(path, e))
+/// The most bytes an adapter's files may hold, so a load never reads without bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdapterLimits {
+    /// `adapter_config.json` (PEFT writes about 1 KB).
+    pub config_bytes: u64,
+    /// `adapter_model.safetensors`: every projection at the largest accepted rank in `f32`,
+    /// plus room for the JSON header.
+    pub weight_bytes: u64,
+}
+
+impl AdapterLimits {
+    /// The limits for adapters of `base` up to rank `max_rank`.
+    pub fn new(base: &ModelConfig, max_rank: usize) -> Self {
+        let all: BTreeSet<Projection> = Projection::ALL.into_iter().collect();
+        let tensors = (base.num_hidden_layers as u64).saturating_mul(2 * 7);
+        // A header entry is a name (~70 bytes), a dtype, a shape and offsets.
+        let header = tensors.saturating_mul(256).saturating_add(64 * 1024);
+        Self {
+            config_bytes: 1 << 20,
+            weight_bytes: adapter_bytes(base, max_rank, &all).saturating_add(header),
+        }
+    }
+}
+
+/// Both files of an adapter directory, each a regular file within `limits`.
+fn read_files(dir: &Path, limits: AdapterLimits) -> Result<(Vec<u8>, Vec<u8>)> {
+    Ok((
+        read_regular_file(&dir.join(ADAPTER_CONFIG), limits.config_bytes)?,
+        read_regular_file(&dir.join(ADAPTER_WEIGHTS), limits.weight_bytes)?,
+    ))
 }
 
 /// Reads only the id of an adapter directory (hashes both files).
-pub fn read_adapter_id(dir: &Path) -> Result<String> {
-    Ok(adapter_id(
-        &read(&dir.join(ADAPTER_CONFIG))?,
-        &read(&dir.join(ADAPTER_WEIGHTS))?,
-    ))
+pub fn read_adapter_id(dir: &Path, limits: AdapterLimits) -> Result<String> {
+    let (config, weights) = read_files(dir, limits)?;
+    Ok(adapter_id(&config, &weights))
 }
 
 /// Reads and checks `adapter_config.json` of `dir`.
 pub fn read_adapter_config(dir: &Path) -> Result<AdapterConfig> {
     let path = dir.join(ADAPTER_CONFIG);
-    parse_adapter_config(&path, &read(&path)?)
+    parse_adapter_config(&path, &read_regular_file(&path, 1 << 20)?)
 }
 
 /// Keys of PEFT 0.21's `LoraConfig` that never change what a loaded adapter computes: metadata,
@@ -350,8 +377,7 @@ fn to_f32(path: &Path, name: &str, dtype: Dtype, data: &[u8]) -> Result<Vec<f32>
 pub fn load_adapter(dir: &Path, base: &ModelConfig, max_rank: usize) -> Result<Adapter> {
     let config_path = dir.join(ADAPTER_CONFIG);
     let weights_path = dir.join(ADAPTER_WEIGHTS);
-    let config_bytes = read(&config_path)?;
-    let weight_bytes = read(&weights_path)?;
+    let (config_bytes, weight_bytes) = read_files(dir, AdapterLimits::new(base, max_rank))?;
     let config = parse_adapter_config(&config_path, &config_bytes)?;
     if config.r > max_rank {
         return Err(Error::RankOverLimit {
@@ -470,16 +496,17 @@ pub fn load_adapter(dir: &Path, base: &ModelConfig, max_rank: usize) -> Result<A
 }
 
 /// Bytes an adapter of rank `rank` on `targets` takes in memory (`f32`), before loading it:
-/// `Σ_layers Σ_targets r·(d_in + d_out)·4` (SPEC §5).
+/// `Σ_layers Σ_targets r·(d_in + d_out)·4` (SPEC §5), saturating at `u64::MAX` (a rank limit
+/// of `usize::MAX` means "no limit").
 pub fn adapter_bytes(base: &ModelConfig, rank: usize, targets: &BTreeSet<Projection>) -> u64 {
-    let per_layer: usize = targets
-        .iter()
-        .map(|t| {
-            let (d_in, d_out) = base.projection_shape(*t);
-            rank * (d_in + d_out)
-        })
-        .sum();
-    (per_layer * base.num_hidden_layers * 4) as u64
+    let per_layer = targets.iter().fold(0u64, |sum, t| {
+        let (d_in, d_out) = base.projection_shape(*t);
+        let width = (d_in as u64).saturating_add(d_out as u64);
+        sum.saturating_add((rank as u64).saturating_mul(width))
+    });
+    per_layer
+        .saturating_mul(base.num_hidden_layers as u64)
+        .saturating_mul(4)
 }
 
 /// Writes one PEFT adapter directory with seeded random weights (F32): `A` uniform in
@@ -551,6 +578,9 @@ fn le_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// The largest adapter [`write_random_adapters`] builds (it holds one in memory at a time).
+pub const MAX_GENERATED_ADAPTER_BYTES: u64 = 4 << 30;
+
 /// Writes `count` adapters named `adapter-000`, `adapter-001`, … under `out`; adapter `i`
 /// gets rank `ranks[i % ranks.len()]`, targets `targets`, seed `seed + i`. Returns the
 /// directories.
@@ -569,6 +599,19 @@ pub fn write_random_adapters(
         return Err(Error::BadRequest(
             "--targets needs at least one target".into(),
         ));
+    }
+    // Each adapter is built in memory before it is written: refuse sizes no machine holds
+    // rather than abort on a failed allocation.
+    let targets_set: BTreeSet<Projection> = targets.iter().copied().collect();
+    for &rank in ranks {
+        let bytes = adapter_bytes(base, rank, &targets_set);
+        if bytes > MAX_GENERATED_ADAPTER_BYTES {
+            return Err(Error::BadRequest(format!(
+                "--ranks {rank}: one adapter would take {bytes} bytes (over {} GiB); use a \
+                 smaller rank",
+                MAX_GENERATED_ADAPTER_BYTES >> 30
+            )));
+        }
     }
     (0..count)
         .map(|i| {

@@ -37,25 +37,25 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
         /// Hidden size.
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 64, value_parser = positive(65536))]
         hidden: usize,
         /// Decoder layers.
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, value_parser = positive(1024))]
         layers: usize,
         /// Query heads.
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = positive(1024))]
         heads: usize,
         /// Key/value heads.
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, value_parser = positive(1024))]
         kv_heads: usize,
         /// SwiGLU inner width.
-        #[arg(long, default_value_t = 128)]
+        #[arg(long, default_value_t = 128, value_parser = positive(262144))]
         intermediate: usize,
         /// Vocabulary size (≥ 258: bytes, BOS, EOS).
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, default_value_t = 512, value_parser = positive(1048576))]
         vocab: usize,
         /// Context length.
-        #[arg(long, default_value_t = 2048)]
+        #[arg(long, default_value_t = 2048, value_parser = positive(1048576))]
         max_positions: usize,
         /// Tie lm_head to the embeddings.
         #[arg(long)]
@@ -75,11 +75,11 @@ enum Command {
         /// Output directory (adapter-000, adapter-001, …).
         #[arg(long)]
         out: PathBuf,
-        /// How many.
-        #[arg(long, default_value_t = 8)]
+        /// How many (1 to 10000).
+        #[arg(long, default_value_t = 8, value_parser = positive(10_000))]
         count: usize,
-        /// Ranks, cycled.
-        #[arg(long, default_value = "8,16", value_delimiter = ',')]
+        /// Ranks, cycled (each 1 to 65536; the adapter's bytes must also fit in memory).
+        #[arg(long, default_value = "8,16", value_delimiter = ',', value_parser = positive(65_536))]
         ranks: Vec<usize>,
         /// Target modules.
         #[arg(
@@ -106,8 +106,8 @@ enum Command {
         /// Print `{"logits": [...]}`.
         #[arg(long)]
         json: bool,
-        /// Worker threads.
-        #[arg(long)]
+        /// Worker threads (1 to 1024).
+        #[arg(long, value_parser = positive(1024))]
         threads: Option<usize>,
     },
     /// Serve the OpenAI-compatible API.
@@ -127,20 +127,25 @@ enum Command {
         /// Name the base answers to (default: the model folder's name).
         #[arg(long)]
         served_model_name: Option<String>,
-        /// Byte budget of the adapter cache.
-        #[arg(long, default_value_t = 1_000_000_000, env = "CX_PROVIDER_CACHE_BYTES")]
+        /// Directories `POST /v1/load_lora_adapter` may load from (besides `--adapters`);
+        /// repeat or comma-separate. Without any, loading by path is off.
+        #[arg(long, value_delimiter = ',', env = "CX_PROVIDER_ADAPTER_ROOTS")]
+        adapter_root: Vec<PathBuf>,
+        /// Byte budget of the adapter cache (at least 1).
+        #[arg(long, default_value_t = 1_000_000_000, env = "CX_PROVIDER_CACHE_BYTES",
+              value_parser = clap::value_parser!(u64).range(1..))]
         cache_bytes: u64,
         /// Eviction policy: value-per-byte or lru.
         #[arg(long, default_value = "value-per-byte")]
         eviction: EvictionPolicy,
-        /// Largest LoRA rank accepted.
-        #[arg(long, default_value_t = 64)]
+        /// Largest LoRA rank accepted (1 to 65536).
+        #[arg(long, default_value_t = 64, value_parser = positive(65_536))]
         max_lora_rank: usize,
-        /// Sequences per batch at most.
-        #[arg(long, default_value_t = 64)]
+        /// Sequences per batch at most (1 to 4096).
+        #[arg(long, default_value_t = 64, value_parser = positive(4096))]
         max_batch: usize,
-        /// Worker threads of the kernels.
-        #[arg(long)]
+        /// Worker threads of the kernels (1 to 1024).
+        #[arg(long, value_parser = positive(1024))]
         threads: Option<usize>,
         /// Use FMA where the CPU has it (faster; loses bit-equality across CPUs, class D∞).
         #[arg(long)]
@@ -163,11 +168,11 @@ enum BenchCommand {
         /// Print one JSON object as the last line.
         #[arg(long)]
         json: bool,
-        /// Timed repeats per figure (median).
-        #[arg(long, default_value_t = 5)]
+        /// Timed repeats per figure (median; 1 to 1000).
+        #[arg(long, default_value_t = 5, value_parser = positive(1000))]
         repeats: usize,
-        /// Worker threads.
-        #[arg(long)]
+        /// Worker threads (1 to 1024).
+        #[arg(long, value_parser = positive(1024))]
         threads: Option<usize>,
         /// Smaller shapes (a quick smoke run; the figures are not the reported ones).
         #[arg(long)]
@@ -176,6 +181,12 @@ enum BenchCommand {
         #[arg(long)]
         fast: bool,
     },
+}
+
+/// A parser of integers in `1..=max`: zero and absurd values are startup errors that name the
+/// flag (clap's message), not a server that accepts nothing or allocates without bound.
+fn positive(max: u64) -> impl clap::builder::TypedValueParser<Value = usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=max)
 }
 
 fn cpu(threads: Option<usize>, fast: bool) -> CpuConfig {
@@ -189,7 +200,19 @@ fn cpu(threads: Option<usize>, fast: bool) -> CpuConfig {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors print on one line with their causes (`{:#}`), as the README promises, not as
+/// anyhow's multi-line `Debug` report.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::GenModel {
@@ -257,6 +280,7 @@ fn main() -> anyhow::Result<()> {
             port,
             host,
             served_model_name,
+            adapter_root,
             cache_bytes,
             eviction,
             max_lora_rank,
@@ -290,8 +314,13 @@ fn main() -> anyhow::Result<()> {
                     ..EngineConfig::default()
                 },
             );
+            engine
+                .add_adapter_roots(&adapter_root)
+                .context("--adapter-root")?;
             if let Some(dir) = adapters {
-                let aliases = engine.register_dir(&dir)?;
+                let aliases = engine
+                    .register_dir(&dir)
+                    .with_context(|| format!("--adapters {}", dir.display()))?;
                 eprintln!(
                     "registered {} adapters from {}",
                     aliases.len(),

@@ -55,7 +55,7 @@ pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &To
                 .events
                 .send(Event::Failed(Arc::new(Error::Generation {
                     stage: "decoding",
-                    source: Box::new(e),
+                    cause: Box::new(e),
                 })));
             r.cancelled = true;
             return;
@@ -63,17 +63,24 @@ pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &To
     };
     let mut finish = eos.then_some(FinishReason::Stop);
     let mut visible = text.as_str();
+    // Only the new text, and the longest stop's length before it, can hold a first match:
+    // what came before was searched at earlier tokens. Searching the whole text at every
+    // token cost each step O(text × stops) on the batch thread, which every other request
+    // waits for.
+    let longest = r.request.stop.iter().map(String::len).max().unwrap_or(0);
+    let from = floor_char_boundary(&text, r.stop_scanned_bytes.saturating_sub(longest));
     if let Some(cut) = r
         .request
         .stop
         .iter()
         .filter(|s| !s.is_empty())
-        .filter_map(|s| text.find(s.as_str()))
+        .filter_map(|s| text[from..].find(s.as_str()).map(|at| from + at))
         .min()
     {
         visible = &text[..cut];
         finish = Some(FinishReason::Stop);
     }
+    r.stop_scanned_bytes = stable_prefix(&text).len();
     if finish.is_none()
         && (r.generated.len() >= r.request.max_tokens
             || r.cache.len() + 1 >= config.max_position_embeddings)
@@ -109,6 +116,15 @@ pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &To
         });
         r.finished = Some(reason);
     }
+}
+
+/// The largest char boundary of `text` at or below `at`.
+fn floor_char_boundary(text: &str, at: usize) -> usize {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
 }
 
 /// Length of the longest proper prefix of `stop` that `text` ends with (0 if none).

@@ -25,9 +25,10 @@ use std::time::Instant;
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::adapter_files::AdapterRoots;
 use crate::cache::{CacheStats, ResidencyCache, ResidentInfo};
 use crate::error::{Error, Result};
-use crate::lora::{ADAPTER_CONFIG, load_adapter, read_adapter_id};
+use crate::lora::{ADAPTER_CONFIG, AdapterLimits, load_adapter, read_adapter_id};
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 use scheduler::{Command, Scheduler};
@@ -189,6 +190,8 @@ struct Shared {
     cache: Mutex<ResidencyCache>,
     /// Alias → adapter, loaded on first use.
     registry: Mutex<BTreeMap<String, AdapterRef>>,
+    /// Where adapters may be loaded from.
+    roots: Mutex<AdapterRoots>,
     stats: Mutex<EngineStats>,
     start: Instant,
 }
@@ -210,6 +213,33 @@ impl Shared {
     fn registry(&self) -> MutexGuard<'_, BTreeMap<String, AdapterRef>> {
         lock(&self.registry)
     }
+}
+
+/// Whether `name` has the form of a content id (64 hex digits, as [`cx_protocol::content_id`]
+/// writes them).
+fn looks_like_id(name: &str) -> bool {
+    name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// An id names exactly the bytes it hashes, and an alias keeps naming the bytes it was given:
+/// `name` may register adapter `id` only if it is not some other content's id and does not
+/// already name other bytes. Without this a request for id X could run adapter Y.
+fn check_name(registry: &BTreeMap<String, AdapterRef>, name: &str, id: &str) -> Result<()> {
+    if looks_like_id(name) && !name.eq_ignore_ascii_case(id) {
+        return Err(Error::AdapterConflict(format!(
+            "lora_name `{name}` has the form of a content id, but these files' id is `{id}`: \
+             an id names only its own bytes; pick another name"
+        )));
+    }
+    if let Some(existing) = registry.get(name)
+        && existing.id != id
+    {
+        return Err(Error::AdapterConflict(format!(
+            "lora_name `{name}` already names adapter `{}`; unload it first or pick another name",
+            existing.id
+        )));
+    }
+    Ok(())
 }
 
 /// Handle to the engine (cheap to clone).
@@ -238,6 +268,7 @@ impl Engine {
         let shared = Arc::new(Shared {
             cache: Mutex::new(cache),
             registry: Mutex::new(BTreeMap::new()),
+            roots: Mutex::new(AdapterRoots::default()),
             stats: Mutex::new(EngineStats::default()),
             start: Instant::now(),
         });
@@ -283,9 +314,22 @@ impl Engine {
         &self.tokenizer
     }
 
+    /// Lets adapters be loaded by path from `dirs` (and their sub-directories), besides the
+    /// roots already allowed.
+    pub fn add_adapter_roots(&self, dirs: &[PathBuf]) -> Result<()> {
+        let added = AdapterRoots::new(dirs)?;
+        lock(&self.shared.roots).extend(added);
+        Ok(())
+    }
+
+    fn limits(&self) -> AdapterLimits {
+        AdapterLimits::new(self.model.config(), self.config.max_rank)
+    }
+
     /// Registers every sub-directory of `dir` holding an `adapter_config.json` under its
-    /// folder name (loaded on first use). Returns the aliases.
+    /// folder name (loaded on first use), and makes `dir` an adapter root. Returns the aliases.
     pub fn register_dir(&self, dir: &Path) -> Result<Vec<String>> {
+        self.add_adapter_roots(&[dir.to_path_buf()])?;
         let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(|e| Error::io(dir, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -304,17 +348,19 @@ impl Engine {
         Ok(aliases)
     }
 
-    /// Registers one adapter directory under `alias` (hashing its files for the id; the
-    /// weights are loaded on first use).
+    /// Registers one adapter directory (inside a root) under `alias`, hashing its files for the
+    /// id; the weights are loaded on first use. Refused when `alias` would shadow an id or
+    /// rename other bytes ([`Error::AdapterConflict`]).
     pub fn register(&self, alias: &str, dir: &Path) -> Result<AdapterRef> {
+        let dir = lock(&self.shared.roots).resolve(dir)?;
         let adapter = AdapterRef {
-            id: read_adapter_id(dir)?,
+            id: read_adapter_id(&dir, self.limits())?,
             alias: alias.to_string(),
-            dir: dir.to_path_buf(),
+            dir,
         };
-        self.shared
-            .registry()
-            .insert(alias.to_string(), adapter.clone());
+        let mut registry = self.shared.registry();
+        check_name(&registry, alias, &adapter.id)?;
+        registry.insert(alias.to_string(), adapter.clone());
         Ok(adapter)
     }
 
@@ -328,28 +374,34 @@ impl Engine {
             .ok_or_else(|| Error::UnknownAdapter(name.to_string()))
     }
 
-    /// Loads the PEFT adapter in `dir` now (parse, check against the base, make resident,
-    /// pinned if `pin`) and registers it as `name`. Blocking: file reads and checks; call it
-    /// off async workers. Nothing is registered or resident on error.
+    /// Loads the PEFT adapter in `dir` (which must lie inside an adapter root) now: parse,
+    /// check against the base, make resident (pinned if `pin`), register as `name`. Blocking:
+    /// file reads and checks; call it off async workers. Nothing is registered or resident on
+    /// error. Loading the same bytes under the same name again is a no-op that succeeds; a name
+    /// that is another adapter's id, or already names other bytes, is refused.
     pub fn load_adapter(&self, name: &str, dir: &Path, pin: bool) -> Result<LoadedAdapter> {
+        let dir = lock(&self.shared.roots).resolve(dir)?;
         let t = Instant::now();
         let adapter = Arc::new(load_adapter(
-            dir,
+            &dir,
             self.model.config(),
             self.config.max_rank,
         )?);
         let took = t.elapsed();
+        // One lock over the check and both inserts: two loads of one name cannot interleave.
+        let mut registry = self.shared.registry();
+        check_name(&registry, name, adapter.id())?;
         let evicted = {
             let mut cache = self.shared.cache();
             cache.record_load_time(adapter.bytes(), took.as_secs_f64());
             cache.insert(adapter.clone(), pin, self.shared.now_s())?
         };
-        self.shared.registry().insert(
+        registry.insert(
             name.to_string(),
             AdapterRef {
                 id: adapter.id().to_string(),
                 alias: name.to_string(),
-                dir: dir.to_path_buf(),
+                dir,
             },
         );
         Ok(LoadedAdapter {

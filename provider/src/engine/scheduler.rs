@@ -47,6 +47,8 @@ pub(super) struct Running {
     pub(super) cache: KvCache,
     pub(super) generated: Vec<u32>,
     pub(super) emitted_bytes: usize,
+    /// Bytes of the text already searched for stop strings (see `decode::advance`).
+    pub(super) stop_scanned_bytes: usize,
     prefilled: bool,
     rng: ChaCha20Rng,
     pub(super) finished: Option<FinishReason>,
@@ -280,6 +282,7 @@ impl Scheduler {
                 cache: KvCache::default(),
                 generated: Vec::new(),
                 emitted_bytes: 0,
+                stop_scanned_bytes: 0,
                 prefilled: false,
                 rng: seeded(seed),
                 finished: None,
@@ -319,7 +322,7 @@ impl Scheduler {
             Ok(Ok(logits)) => Ok(logits),
             Ok(Err(e)) => Err(Error::Generation {
                 stage: "forward",
-                source: Box::new(e),
+                cause: Box::new(e),
             }),
             Err(_) => Err(Error::ForwardPanicked),
         }

@@ -7,10 +7,10 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ApiError, AppState, parse, unix_now};
+use super::body::Body;
+use super::{ApiError, AppState, unix_now};
 use crate::error::Error;
 
 pub(super) async fn models(State(state): State<AppState>) -> axum::Json<Value> {
@@ -31,31 +31,27 @@ pub(super) async fn models(State(state): State<AppState>) -> axum::Json<Value> {
     axum::Json(json!({ "object": "list", "data": data }))
 }
 
-#[derive(Deserialize)]
-struct LoadLora {
-    lora_name: String,
-    lora_path: PathBuf,
-    /// Rent on state: never evicted while pinned.
-    #[serde(default)]
-    pin: bool,
-}
-
 pub(super) async fn load_lora(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request: LoadLora = parse(&body)?;
-    if request.lora_name.is_empty() || request.lora_name == state.model_name {
+    let body = Body::parse(&body)?;
+    body.refuse_unknown(&["lora_name", "lora_path", "pin"])?;
+    let lora_name: String = body
+        .get("lora_name")?
+        .ok_or_else(|| ApiError::bad_request("`lora_name` is required").field("lora_name"))?;
+    let lora_path: PathBuf = body
+        .get("lora_path")?
+        .ok_or_else(|| ApiError::bad_request("`lora_path` is required").field("lora_path"))?;
+    // Rent on state: never evicted while pinned.
+    let pin: bool = body.get("pin")?.unwrap_or(false);
+    if lora_name.is_empty() || lora_name == state.model_name {
         return Err(
             ApiError::bad_request("lora_name must be a new, non-empty name").field("lora_name"),
         );
     }
     let engine = state.engine.clone();
-    let (name, dir, pin) = (
-        request.lora_name.clone(),
-        request.lora_path.clone(),
-        request.pin,
-    );
+    let (name, dir) = (lora_name.clone(), lora_path);
     // Parsing and checking run off the async workers (and off the batch thread).
     let loaded = tokio::task::spawn_blocking(move || engine.load_adapter(&name, &dir, pin))
         .await
@@ -71,27 +67,26 @@ pub(super) async fn load_lora(
         })?;
     Ok(axum::Json(json!({
         "status": "ok",
-        "message": format!("Success: LoRA adapter '{}' added successfully.", request.lora_name),
-        "lora_name": request.lora_name, "id": loaded.id, "rank": loaded.rank,
+        "message": format!("Success: LoRA adapter '{lora_name}' added successfully."),
+        "lora_name": lora_name, "id": loaded.id, "rank": loaded.rank,
         "bytes": loaded.bytes, "pinned": loaded.pinned, "evicted": loaded.evicted,
     }))
     .into_response())
-}
-
-#[derive(Deserialize)]
-struct UnloadLora {
-    lora_name: String,
 }
 
 pub(super) async fn unload_lora(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request: UnloadLora = parse(&body)?;
-    state.engine.unload_adapter(&request.lora_name)?;
+    let body = Body::parse(&body)?;
+    body.refuse_unknown(&["lora_name"])?;
+    let lora_name: String = body
+        .get("lora_name")?
+        .ok_or_else(|| ApiError::bad_request("`lora_name` is required").field("lora_name"))?;
+    state.engine.unload_adapter(&lora_name)?;
     Ok(axum::Json(json!({
         "status": "ok",
-        "message": format!("Success: LoRA adapter '{}' removed successfully.", request.lora_name),
+        "message": format!("Success: LoRA adapter '{lora_name}' removed successfully."),
     }))
     .into_response())
 }

@@ -64,8 +64,15 @@ impl From<&Error> for ApiError {
             | Error::AdapterMismatch(_)
             | Error::RankOverLimit { .. }
             | Error::AdapterChanged { .. }
+            | Error::AdapterFile { .. }
             | Error::Io { .. } => {
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_adapter", message)
+            }
+            Error::AdapterPath(_) => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_lora_path", message).field("lora_path")
+            }
+            Error::AdapterConflict(_) => {
+                Self::new(StatusCode::CONFLICT, "adapter_conflict", message).field("lora_name")
             }
             // The only tokenizer work a request triggers is encoding its prompt.
             Error::BadRequest(_) | Error::Tokenizer(_) => Self::bad_request(message),

@@ -22,7 +22,7 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let mut gauge = |name: &str, help: &str, kind: &str, rows: Vec<(String, f64)>| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
         for (labels, value) in rows {
-            out.push_str(&format!("{name}{labels} {value}\n"));
+            out.push_str(&format!("{name}{labels} {}\n", sample(value)));
         }
     };
     let per_adapter = |m: &BTreeMap<String, usize>| {
@@ -134,9 +134,34 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
+/// A sample value as the Prometheus text format spells it: Rust prints `inf`, which
+/// Prometheus does not parse; it wants `+Inf`, `-Inf`, `NaN`.
+fn sample(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".into()
+    } else if value == f64::INFINITY {
+        "+Inf".into()
+    } else if value == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else {
+        value.to_string()
+    }
+}
+
 fn escape(label: &str) -> String {
     label
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn infinities_are_spelled_as_prometheus_parses_them() {
+        assert_eq!(super::sample(f64::INFINITY), "+Inf");
+        assert_eq!(super::sample(f64::NEG_INFINITY), "-Inf");
+        assert_eq!(super::sample(f64::NAN), "NaN");
+        assert_eq!(super::sample(2.5), "2.5");
+    }
 }

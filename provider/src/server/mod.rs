@@ -11,6 +11,7 @@
 //! base model's name means no adapter) or by an explicit `adapter` field, which wins.
 
 mod adapters;
+mod body;
 mod error;
 mod metrics;
 mod openai;
@@ -18,9 +19,10 @@ mod openai;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
 
 use crate::engine::{AdapterRef, Engine};
 pub use error::ApiError;
@@ -55,6 +57,9 @@ impl AppState {
     }
 }
 
+/// Request bodies at most (axum's default, named here so the 413 can say it).
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
 /// The router.
 pub fn app(state: AppState) -> Router {
     Router::new()
@@ -65,12 +70,48 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/unload_lora_adapter", post(adapters::unload_lora))
         .route("/metrics", get(metrics::metrics))
         .route("/health", get(|| async { "ok" }))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such route: the API is /v1/models, /v1/completions, /v1/chat/completions, \
+                 /v1/load_lora_adapter, /v1/unload_lora_adapter, /metrics, /health",
+            )
+        })
         .with_state(state)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::map_response(json_errors))
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(body: &Bytes) -> Result<T, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
+/// Errors that axum itself answers (a wrong method, a body over the limit, …) come as plain
+/// text; every error of this API has the JSON shape, so they are rewritten here, in one place.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (code, message) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => (
+            "method_not_allowed",
+            "method not allowed on this route (the /v1 endpoints take POST, except GET \
+             /v1/models)"
+                .to_string(),
+        ),
+        StatusCode::PAYLOAD_TOO_LARGE => (
+            "payload_too_large",
+            format!("the request body is over {MAX_BODY_BYTES} bytes"),
+        ),
+        StatusCode::NOT_FOUND => ("not_found", "no such route".to_string()),
+        other => (
+            "http_error",
+            other.canonical_reason().unwrap_or("error").to_string(),
+        ),
+    };
+    ApiError::new(status, code, message).into_response()
 }
 
 fn unix_now() -> u64 {

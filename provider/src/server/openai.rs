@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc::unbounded_channel;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::{ApiError, AppState, parse, unix_now};
+use super::body::Body;
+use super::{ApiError, AppState, unix_now};
 use crate::engine::{Event, FinishReason, GenerateRequest, Sampling};
 use crate::error::Error;
 
@@ -23,6 +24,7 @@ enum Prompt {
     Text(String),
     Texts(Vec<String>),
     Tokens(Vec<u32>),
+    TokenBatches(Vec<Vec<u32>>),
 }
 
 #[derive(Deserialize)]
@@ -33,41 +35,179 @@ enum Stop {
 }
 
 #[derive(Deserialize)]
-struct CommonParams {
-    model: Option<String>,
-    adapter: Option<String>,
-    max_tokens: Option<usize>,
-    max_completion_tokens: Option<usize>,
-    #[serde(default)]
-    temperature: Option<f32>,
-    seed: Option<u64>,
-    stop: Option<Stop>,
-    #[serde(default)]
-    stream: bool,
-}
-
-#[derive(Deserialize)]
-struct CompletionRequest {
-    prompt: Prompt,
-    #[serde(flatten)]
-    common: CommonParams,
-}
-
-#[derive(Deserialize)]
 struct ChatMessage {
     role: String,
     content: Value,
 }
 
-#[derive(Deserialize)]
-struct ChatRequest {
-    messages: Vec<ChatMessage>,
-    #[serde(flatten)]
-    common: CommonParams,
+/// Default `max_tokens` when a request names none.
+const DEFAULT_MAX_TOKENS: u64 = 16;
+
+/// Stop sequences per request at most (OpenAI's limit).
+pub(super) const MAX_STOP_SEQUENCES: usize = 4;
+
+/// Bytes of one stop sequence at most. The scheduler checks every running sequence's stops
+/// after each token on the one batch thread, so their size bounds what one request can cost
+/// all the others.
+pub(super) const MAX_STOP_BYTES: usize = 512;
+
+/// Refuses every field of `body` that is neither read (`read`) nor an unimplemented one at
+/// its neutral value: a parameter the server does not implement is never silently ignored.
+fn refuse_unsupported(body: &Body, read: &[&str]) -> Result<(), ApiError> {
+    {
+        for (key, value) in &body.0 {
+            if read.contains(&key.as_str()) || value.is_null() {
+                continue;
+            }
+            let Some(&(name, neutral)) = NEUTRAL.iter().find(|(n, _)| n == key) else {
+                return Err(leaked_field(
+                    key,
+                    format!(
+                        "unknown parameter `{key}`; this server implements {}",
+                        read.join(", ")
+                    ),
+                ));
+            };
+            if !neutral(value) {
+                return Err(leaked_field(
+                    name,
+                    format!(
+                        "`{name}` = {value} is not implemented by this server (only its default)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Default `max_tokens` when a request names none.
-const DEFAULT_MAX_TOKENS: usize = 16;
+/// A 400 naming a field given by the client (its name is not `'static`, so it is matched
+/// against the known names or quoted in the message only).
+fn leaked_field(key: &str, message: String) -> ApiError {
+    let known = NEUTRAL.iter().map(|(n, _)| *n).find(|n| *n == key);
+    let error = ApiError::new(StatusCode::BAD_REQUEST, "unsupported_parameter", message);
+    match known {
+        Some(name) => error.field(name),
+        None => error,
+    }
+}
+
+type Neutral = fn(&Value) -> bool;
+
+/// Parameters of the OpenAI and vLLM APIs this server does not implement, each with the test
+/// for its neutral value (the one that changes nothing). Anything else is refused.
+const NEUTRAL: &[(&str, Neutral)] = &[
+    ("n", |v| v.as_u64() == Some(1)),
+    ("best_of", |v| v.as_u64() == Some(1)),
+    ("logprobs", |v| v == &Value::Bool(false)),
+    ("top_logprobs", |v| v.as_u64() == Some(0)),
+    ("echo", |v| v == &Value::Bool(false)),
+    ("top_p", |v| v.as_f64() == Some(1.0)),
+    ("top_k", |v| matches!(v.as_i64(), Some(-1 | 0))),
+    ("min_p", |v| v.as_f64() == Some(0.0)),
+    ("presence_penalty", |v| v.as_f64() == Some(0.0)),
+    ("frequency_penalty", |v| v.as_f64() == Some(0.0)),
+    ("repetition_penalty", |v| v.as_f64() == Some(1.0)),
+    ("logit_bias", |v| {
+        v.as_object().is_some_and(|o| o.is_empty())
+    }),
+    ("suffix", |v| v.as_str() == Some("")),
+    ("min_tokens", |v| v.as_u64() == Some(0)),
+    ("ignore_eos", |v| v == &Value::Bool(false)),
+    ("stop_token_ids", |v| {
+        v.as_array().is_some_and(|a| a.is_empty())
+    }),
+    ("tools", |v| v.as_array().is_some_and(|a| a.is_empty())),
+    ("tool_choice", |v| v.as_str() == Some("none")),
+    ("response_format", |v| {
+        v.get("type").and_then(Value::as_str) == Some("text")
+    }),
+    ("stream_options", |v| {
+        v.get("include_usage")
+            .is_none_or(|u| u == &Value::Bool(false))
+    }),
+    // Informational: they change nothing the server computes.
+    ("user", |_| true),
+    ("parallel_tool_calls", |_| true),
+    ("skip_special_tokens", |v| v == &Value::Bool(true)),
+];
+
+/// The fields both endpoints read.
+const COMMON_FIELDS: [&str; 8] = [
+    "model",
+    "adapter",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "seed",
+    "stop",
+    "stream",
+];
+
+struct CommonParams {
+    model: Option<String>,
+    adapter: Option<String>,
+    max_tokens: u64,
+    max_tokens_field: &'static str,
+    temperature: f32,
+    seed: Option<u64>,
+    stop: Vec<String>,
+    stream: bool,
+}
+
+impl CommonParams {
+    fn read(body: &Body, own_fields: &[&str]) -> Result<Self, ApiError> {
+        let mut read: Vec<&str> = COMMON_FIELDS.to_vec();
+        read.extend_from_slice(own_fields);
+        refuse_unsupported(body, &read)?;
+        let (max_tokens, max_tokens_field) = match body.get::<u64>("max_completion_tokens")? {
+            Some(n) => (n, "max_completion_tokens"),
+            None => (
+                body.get::<u64>("max_tokens")?.unwrap_or(DEFAULT_MAX_TOKENS),
+                "max_tokens",
+            ),
+        };
+        if max_tokens == 0 {
+            return Err(ApiError::bad_request(format!(
+                "{max_tokens_field} must be at least 1, got 0"
+            ))
+            .field(max_tokens_field));
+        }
+        let temperature = body.get::<f32>("temperature")?.unwrap_or(0.0);
+        if !temperature.is_finite() || temperature < 0.0 {
+            return Err(ApiError::bad_request("temperature must be ≥ 0").field("temperature"));
+        }
+        let stop = match body.get::<Stop>("stop")? {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s],
+            Some(Stop::Many(v)) => v,
+        };
+        if stop.len() > MAX_STOP_SEQUENCES {
+            return Err(ApiError::bad_request(format!(
+                "at most {MAX_STOP_SEQUENCES} stop sequences, got {}",
+                stop.len()
+            ))
+            .field("stop"));
+        }
+        if let Some(long) = stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+            return Err(ApiError::bad_request(format!(
+                "a stop sequence is at most {MAX_STOP_BYTES} bytes, got {}",
+                long.len()
+            ))
+            .field("stop"));
+        }
+        Ok(Self {
+            model: body.get("model")?,
+            adapter: body.get("adapter")?,
+            max_tokens,
+            max_tokens_field,
+            temperature,
+            seed: body.get("seed")?,
+            stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
+            stream: body.get("stream")?.unwrap_or(false),
+        })
+    }
+}
 
 struct Prepared {
     request: GenerateRequest,
@@ -93,11 +233,7 @@ fn prepare(state: &AppState, prompt: Vec<u32>, common: CommonParams) -> Result<P
         }
     })?;
     let config = state.engine.model().config();
-    let max_tokens = common
-        .max_completion_tokens
-        .or(common.max_tokens)
-        .unwrap_or(DEFAULT_MAX_TOKENS);
-    let limit = config.max_position_embeddings;
+    let limit = config.max_position_embeddings as u64;
     if prompt.is_empty() {
         return Err(ApiError::bad_request("the prompt is empty").field("prompt"));
     }
@@ -108,27 +244,28 @@ fn prepare(state: &AppState, prompt: Vec<u32>, common: CommonParams) -> Result<P
         ))
         .field("prompt"));
     }
-    if prompt.len() >= limit || prompt.len() + max_tokens > limit {
+    // Checked: a `max_tokens` near 2⁶⁴ must not wrap past the context check.
+    let prompt_len = prompt.len() as u64;
+    let total = prompt_len.checked_add(common.max_tokens);
+    if prompt_len >= limit || total.is_none_or(|t| t > limit) {
+        let field = if prompt_len >= limit {
+            "prompt"
+        } else {
+            common.max_tokens_field
+        };
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             "context_length_exceeded",
             format!(
-                "this model's maximum context length is {limit} tokens; the prompt has {} \
-                 tokens and max_tokens is {max_tokens}; shorten the prompt or lower max_tokens",
-                prompt.len()
+                "this model's maximum context length is {limit} tokens; the prompt has \
+                 {prompt_len} tokens and {} is {}; shorten the prompt or lower {}",
+                common.max_tokens_field, common.max_tokens, common.max_tokens_field
             ),
         )
-        .field("prompt"));
+        .field(field));
     }
-    let temperature = common.temperature.unwrap_or(0.0);
-    if !temperature.is_finite() || temperature < 0.0 {
-        return Err(ApiError::bad_request("temperature must be ≥ 0").field("temperature"));
-    }
-    let stop = match common.stop {
-        None => Vec::new(),
-        Some(Stop::One(s)) => vec![s],
-        Some(Stop::Many(v)) => v,
-    };
+    // Fits in usize: it is below the context length.
+    let max_tokens = common.max_tokens as usize;
     let (tx, rx) = unbounded_channel();
     let model = adapter
         .as_ref()
@@ -138,9 +275,9 @@ fn prepare(state: &AppState, prompt: Vec<u32>, common: CommonParams) -> Result<P
             prompt,
             adapter,
             max_tokens,
-            stop,
+            stop: common.stop,
             sampling: Sampling {
-                temperature,
+                temperature: common.temperature,
                 seed: common.seed.unwrap_or_else(unix_now),
             },
             events: tx,
@@ -161,19 +298,24 @@ pub(super) async fn completions(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request: CompletionRequest = parse(&body)?;
-    let prompt = match request.prompt {
-        Prompt::Text(text) => encode(&state, &text)?,
-        Prompt::Texts(texts) if texts.len() == 1 => encode(&state, &texts[0])?,
-        Prompt::Texts(_) => {
-            return Err(ApiError::bad_request(
-                "send one prompt per request (batched prompts are not supported)",
-            )
-            .field("prompt"));
-        }
-        Prompt::Tokens(tokens) => tokens,
+    let body = Body::parse(&body)?;
+    let common = CommonParams::read(&body, &["prompt"])?;
+    let one_prompt = || {
+        ApiError::bad_request(
+            "send one prompt per request (batched prompts are not supported; send each as \
+             its own request, they are batched by the server)",
+        )
+        .field("prompt")
     };
-    let prepared = prepare(&state, prompt, request.common)?;
+    let prompt = match body.get::<Prompt>("prompt")? {
+        None => return Err(ApiError::bad_request("`prompt` is required").field("prompt")),
+        Some(Prompt::Text(text)) => encode(&state, &text)?,
+        Some(Prompt::Texts(texts)) if texts.len() == 1 => encode(&state, &texts[0])?,
+        Some(Prompt::TokenBatches(mut batches)) if batches.len() == 1 => batches.remove(0),
+        Some(Prompt::Texts(_) | Prompt::TokenBatches(_)) => return Err(one_prompt()),
+        Some(Prompt::Tokens(tokens)) => tokens,
+    };
+    let prepared = prepare(&state, prompt, common)?;
     run(state, prepared, Kind::Completion).await
 }
 
@@ -181,14 +323,18 @@ pub(super) async fn chat_completions(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let request: ChatRequest = parse(&body)?;
-    if request.messages.is_empty() {
+    let body = Body::parse(&body)?;
+    let common = CommonParams::read(&body, &["messages"])?;
+    let messages: Vec<ChatMessage> = body
+        .get("messages")?
+        .ok_or_else(|| ApiError::bad_request("`messages` is required").field("messages"))?;
+    if messages.is_empty() {
         return Err(ApiError::bad_request("messages is empty").field("messages"));
     }
     // A fixed role-tagged template (no Jinja chat templates): `<|role|>\ncontent\n` per
     // message, then `<|assistant|>\n`.
     let mut text = String::new();
-    for m in &request.messages {
+    for m in &messages {
         let content = match &m.content {
             Value::String(s) => s.clone(),
             Value::Array(parts) => parts
@@ -207,7 +353,7 @@ pub(super) async fn chat_completions(
     }
     text.push_str("<|assistant|>\n");
     let prompt = encode(&state, &text)?;
-    let prepared = prepare(&state, prompt, request.common)?;
+    let prepared = prepare(&state, prompt, common)?;
     run(state, prepared, Kind::Chat).await
 }
 

@@ -24,14 +24,14 @@ use tower::ServiceExt;
 
 use crate::common::{TempDir, adapters, tiny_model, tiny_options};
 
-struct Server {
-    app: Router,
-    dir: TempDir,
+pub(crate) struct Server {
+    pub(crate) app: Router,
+    pub(crate) dir: TempDir,
     model: Arc<Model>,
-    config: cx_provider::model::ModelConfig,
+    pub(crate) config: cx_provider::model::ModelConfig,
 }
 
-fn server(tag: &str, max_rank: usize) -> Server {
+pub(crate) fn server(tag: &str, max_rank: usize) -> Server {
     server_with_budget(tag, max_rank, 10_000_000)
 }
 
@@ -52,6 +52,10 @@ fn server_with_budget(tag: &str, max_rank: usize, budget_bytes: u64) -> Server {
         },
     );
     assert_eq!(engine.register_dir(&adapter_dir).unwrap().len(), 4);
+    // The test's own directory is the root `load_lora_adapter` may read from.
+    engine
+        .add_adapter_roots(&[dir.path().to_path_buf()])
+        .unwrap();
     Server {
         app: app(AppState::new(engine, "tiny")),
         dir,
@@ -60,7 +64,12 @@ fn server_with_budget(tag: &str, max_rank: usize, budget_bytes: u64) -> Server {
     }
 }
 
-async fn call(app: &Router, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Vec<u8>) {
+pub(crate) async fn call(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+) -> (StatusCode, Vec<u8>) {
     let request = Request::builder()
         .method(method)
         .uri(uri)
@@ -79,7 +88,7 @@ async fn call(app: &Router, method: &str, uri: &str, body: Option<Value>) -> (St
     (status, bytes)
 }
 
-async fn call_json(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
+pub(crate) async fn call_json(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
     let (status, bytes) = call(app, "POST", uri, Some(body)).await;
     (
         status,
@@ -88,7 +97,7 @@ async fn call_json(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) 
     )
 }
 
-fn assert_error_shape(body: &Value, code: &str) {
+pub(crate) fn assert_error_shape(body: &Value, code: &str) {
     let error = &body["error"];
     assert_eq!(error["code"], code, "{body}");
     assert!(
@@ -98,7 +107,7 @@ fn assert_error_shape(body: &Value, code: &str) {
     assert!(error["type"].is_string(), "{body}");
 }
 
-async fn model_ids(app: &Router) -> Vec<String> {
+pub(crate) async fn model_ids(app: &Router) -> Vec<String> {
     let (status, bytes) = call(app, "GET", "/v1/models", None).await;
     assert_eq!(status, StatusCode::OK);
     let v: Value = serde_json::from_slice(&bytes).unwrap();
@@ -549,7 +558,7 @@ async fn load_unload_and_metrics() {
     );
 }
 
-fn metric(metrics: &str, name: &str) -> f64 {
+pub(crate) fn metric(metrics: &str, name: &str) -> f64 {
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))

@@ -5,4 +5,5 @@ mod common;
 mod equivalence;
 mod hf_fixtures;
 mod http;
+mod http_safety;
 mod model;
