@@ -43,6 +43,7 @@ pub mod id;
 pub mod inventory;
 pub mod job;
 pub mod model_config;
+pub mod offer;
 pub mod order;
 pub mod pq;
 pub mod price;

@@ -74,7 +74,7 @@ mod hex_array {
 }
 
 /// Byte strings as lowercase hex in JSON.
-mod hex_vec {
+pub(crate) mod hex_vec {
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
 
     pub(crate) fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {

@@ -4,11 +4,15 @@ use crate::error::{Error, Result};
 use crate::tls::{self, Connector, TlsInfo};
 use crate::types::{
     Accepted, Bound, ChainInfo, ErrorBody, Health, InferenceRequest, IntentSubmission, JobRecord,
-    JobsQuery, ModelInfo, Tab,
+    JobsQuery, ModelInfo, OpenSession, Output, Pulled, Registered, ResultSubmission, SessionInfo,
+    SessionOpened, Tab,
 };
+use crate::types::{Assignment, Completed};
 use bytes::Bytes;
 use cx_protocol::Bundle;
-use cx_protocol::order::{B256, Binding, Intent, Kind, Signed};
+use cx_protocol::offer::SignedOffer;
+use cx_protocol::order::{B256, Binding, Intent, Kind, SessionGrant, Signed};
+use cx_protocol::receipt::SignedReceipt;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request, Uri, header};
 use hyper_util::client::legacy;
@@ -109,6 +113,91 @@ impl Client {
         self.send(Method::POST, "/v1/intents", Some(&body)).await
     }
 
+    // ---- session keys and the OpenAI-compatible door -----------------------------------------
+
+    /// `POST /v1/sessions`: stores a signed session grant; the bearer of the secret whose SHA-256
+    /// is its `bearer_hash` may then spend from its tab within its cap.
+    pub async fn open_session(&self, grant: &Signed<SessionGrant>) -> Result<SessionOpened> {
+        self.send(Method::POST, "/v1/sessions", Some(&OpenSession { grant }))
+            .await
+    }
+
+    /// `GET /v1/sessions/{id}` with the session's bearer key.
+    pub async fn session(&self, id: B256, bearer: &str) -> Result<SessionInfo> {
+        self.send_as::<_, ()>(
+            Method::GET,
+            &format!("/v1/sessions/{id}"),
+            None,
+            Some(bearer),
+        )
+        .await
+    }
+
+    /// `DELETE /v1/sessions/{id}` with the session's bearer key: later calls are refused.
+    pub async fn revoke_session(&self, id: B256, bearer: &str) -> Result<serde_json::Value> {
+        self.send_as::<_, ()>(
+            Method::DELETE,
+            &format!("/v1/sessions/{id}"),
+            None,
+            Some(bearer),
+        )
+        .await
+    }
+
+    /// `POST /v1/chat/completions` with a session key: an OpenAI chat completion request (not
+    /// streamed) in, the completion out. The answer comes when a provider's result is in, so
+    /// give the client a timeout past the call's deadline ([`Client::with_timeout`]).
+    pub async fn chat(&self, bearer: &str, body: &serde_json::Value) -> Result<serde_json::Value> {
+        self.send_as(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(body),
+            Some(bearer),
+        )
+        .await
+    }
+
+    // ---- providers ----------------------------------------------------------------------------
+
+    /// `POST /v1/providers/register`: registers a provider's signed offer of bundles.
+    pub async fn register_provider(&self, offer: &SignedOffer) -> Result<Registered> {
+        self.send(Method::POST, "/v1/providers/register", Some(offer))
+            .await
+    }
+
+    /// `POST /v1/providers/jobs` with the provider's dispatch token: up to `max_jobs` assigned
+    /// jobs, waiting up to `wait_s` seconds for one (give the client a longer timeout).
+    pub async fn pull_jobs(
+        &self,
+        token: &str,
+        max_jobs: u32,
+        wait_s: u32,
+    ) -> Result<Vec<Assignment>> {
+        let body = serde_json::json!({"max_jobs": max_jobs, "wait_s": wait_s});
+        let pulled: Pulled = self
+            .send_as(Method::POST, "/v1/providers/jobs", Some(&body), Some(token))
+            .await?;
+        Ok(pulled.jobs)
+    }
+
+    /// `POST /v1/jobs/{id}/result` with the provider's dispatch token: the output and its signed
+    /// receipt ([`crate::provider::sign_receipt`]).
+    pub async fn submit_result(
+        &self,
+        token: &str,
+        job_id: B256,
+        output: &Output,
+        receipt: &SignedReceipt,
+    ) -> Result<Completed> {
+        self.send_as(
+            Method::POST,
+            &format!("/v1/jobs/{job_id}/result"),
+            Some(&ResultSubmission { output, receipt }),
+            Some(token),
+        )
+        .await
+    }
+
     // ---- jobs and tabs ------------------------------------------------------------------------
 
     /// `GET /v1/jobs/{id}`.
@@ -168,7 +257,7 @@ impl Client {
 
     /// `GET /metrics`: Prometheus text.
     pub async fn metrics(&self) -> Result<String> {
-        let (_, bytes, _) = self.call(Method::GET, "/metrics", None).await?;
+        let (_, bytes, _) = self.call(Method::GET, "/metrics", None, None).await?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
@@ -176,7 +265,7 @@ impl Client {
     /// HTTP, else the TLS key exchange group (`X25519MLKEM768` against our exchange), version,
     /// cipher suite and ALPN.
     pub async fn connection_info(&self) -> Result<Option<TlsInfo>> {
-        let (_, _, tls) = self.call(Method::GET, "/healthz", None).await?;
+        let (_, _, tls) = self.call(Method::GET, "/healthz", None, None).await?;
         Ok(tls)
     }
 
@@ -192,12 +281,23 @@ impl Client {
         path: &str,
         body: Option<&B>,
     ) -> Result<T> {
+        self.send_as(method, path, body, None).await
+    }
+
+    /// [`Client::send`] with `Authorization: Bearer` when `bearer` is given.
+    async fn send_as<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        bearer: Option<&str>,
+    ) -> Result<T> {
         let body = body
             .map(|b| serde_json::to_vec(b).map(Bytes::from))
             .transpose()
             .expect("request bodies are plain data and always serialize");
         let method_name = method_name(&method);
-        let (_, bytes, _) = self.call(method, path, body).await?;
+        let (_, bytes, _) = self.call(method, path, body, bearer).await?;
         serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
             method: method_name,
             path: strip_query(path).to_owned(),
@@ -211,6 +311,7 @@ impl Client {
         method: Method,
         path: &str,
         body: Option<Bytes>,
+        bearer: Option<&str>,
     ) -> Result<(u16, Bytes, Option<TlsInfo>)> {
         let url = format!("{}{path}", self.base);
         let method_name = method_name(&method);
@@ -228,6 +329,9 @@ impl Client {
             );
         if body.is_some() {
             request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        if let Some(token) = bearer {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
         }
         let request = request
             .body(Full::new(body.unwrap_or_default()))

@@ -2,7 +2,8 @@
 //! hash an intent commits to, and the agent's key file.
 //!
 //! - [`Client`] ([`client`]): one method per endpoint — [`Client::bind`],
-//!   [`Client::submit_intent`], [`Client::job`], [`Client::jobs`], [`Client::tab`],
+//!   [`Client::submit_intent`], [`Client::open_session`], [`Client::session`],
+//!   [`Client::revoke_session`], [`Client::chat`], [`Client::job`], [`Client::jobs`], [`Client::tab`],
 //!   [`Client::chains`], [`Client::eip712`], [`Client::models`], [`Client::providers`],
 //!   [`Client::health`], [`Client::metrics`] — returning the server's JSON as this crate's
 //!   [`types`], or an [`Error`] that carries the server's `code`, `message`, `field` and the HTTP
@@ -12,6 +13,9 @@
 //!   roots from a CA file (the devnet's `runtime/ca/ca.pem`) or Mozilla's. Each response knows
 //!   what its connection negotiated ([`Client::connection_info`]). Plain `http://` only when the
 //!   URL says so.
+//! - [`provider`]: the provider's side of dispatch — [`Client::register_provider`],
+//!   [`Client::pull_jobs`], [`Client::submit_result`] and the receipt a result is signed with
+//!   ([`provider::sign_receipt`]).
 //! - [`keys`]: [`AgentKeys`], the secp256k1 account key and the ML-DSA-65 identity; it signs
 //!   bindings and orders (via `cx_protocol::order`) and lives in a 0600 JSON file written
 //!   atomically.
@@ -72,6 +76,7 @@
 pub mod client;
 pub mod error;
 pub mod keys;
+pub mod provider;
 pub mod tls;
 pub mod types;
 
@@ -81,5 +86,5 @@ pub use keys::AgentKeys;
 pub use tls::TlsInfo;
 pub use types::{
     Accepted, Bound, ChainInfo, Decision, Health, InferenceRequest, JobRecord, JobsQuery,
-    ModelInfo, Tab, Terms, request_hash,
+    ModelInfo, SessionInfo, SessionOpened, Tab, Terms, request_hash,
 };

@@ -4,7 +4,7 @@
 //! and reading is lenient (unknown fields are ignored) so that a newer exchange that adds a field
 //! does not break an older agent. Money is integer wei, written as decimal strings.
 
-use cx_protocol::order::{Address, B256, Eip712Domain, Intent, Signed};
+use cx_protocol::order::{Address, B256, Eip712Domain, Intent, SessionGrant, Signed};
 use cx_protocol::price::wei_string;
 use serde::{Deserialize, Serialize};
 
@@ -187,6 +187,18 @@ pub struct JobRecord {
     /// The clearing decision.
     #[serde(default)]
     pub decision: Decision,
+    /// When a result must be back, unix seconds.
+    #[serde(default)]
+    pub deadline_s: u64,
+    /// The adapter it runs with (content id), if any.
+    #[serde(default)]
+    pub adapter: Option<String>,
+    /// The session whose call made it, if one did.
+    #[serde(default)]
+    pub session_id: Option<B256>,
+    /// What the provider returned, once it has.
+    #[serde(default)]
+    pub result: Option<serde_json::Value>,
     /// Every state it went through, in order.
     #[serde(default)]
     pub events: Vec<JobEvent>,
@@ -301,4 +313,130 @@ mod tests {
         .unwrap();
         assert_eq!(tab.available_wei(), 2_000);
     }
+}
+
+/// `POST /v1/sessions`.
+#[derive(Clone, Debug, Serialize)]
+pub struct OpenSession<'a> {
+    /// The grant with both signatures.
+    pub grant: &'a Signed<SessionGrant>,
+}
+
+/// A stored session grant: `POST /v1/sessions`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionOpened {
+    /// The session's id (the grant's EIP-712 digest).
+    pub session_id: B256,
+    /// The account that signed it.
+    pub account: Address,
+    /// The chain of its tab.
+    pub chain_id: u64,
+    /// The tab it spends from.
+    pub tab_id: u64,
+    /// What all its calls together may spend, wei.
+    #[serde(with = "wei_string")]
+    pub spend_cap_wei: u128,
+    /// When the bearer token stops working, unix seconds.
+    pub expiry_s: u64,
+}
+
+/// A session as its bearer sees it: `GET /v1/sessions/{id}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// The session's id.
+    pub id: B256,
+    /// The account that signed its grant.
+    pub account: Address,
+    /// The chain of its tab.
+    pub chain_id: u64,
+    /// The signed grant's terms.
+    pub grant: SessionGrant,
+    /// What its calls hold or were charged, wei.
+    #[serde(with = "wei_string")]
+    pub spent_wei: u128,
+    /// What is left under the cap, wei.
+    #[serde(with = "wei_string")]
+    pub left_wei: u128,
+    /// Whether it was revoked.
+    pub revoked: bool,
+}
+
+/// `POST /v1/providers/register`: what the exchange registered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registered {
+    /// The provider's name from now on: SHA-256 of its ML-DSA-65 key.
+    pub key_hash: B256,
+    /// Its operator.
+    pub operator: String,
+    /// The account its receipts pay.
+    pub payout: Address,
+    /// The bundles registered.
+    pub bundles: Vec<String>,
+}
+
+/// A job handed to a provider by `POST /v1/providers/jobs`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// The job id (the receipt's `job_id`).
+    pub job_id: B256,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// The buyer (the receipt's `buyer`).
+    pub buyer: Address,
+    /// The tab's chain.
+    pub chain_id: u64,
+    /// The tab.
+    pub escrow_id: u64,
+    /// The catalog model.
+    pub model: String,
+    /// The adapter by content id, if any.
+    #[serde(default)]
+    pub adapter: Option<String>,
+    /// The inference request.
+    pub request: InferenceRequest,
+    /// The most the receipt may claim, wei.
+    #[serde(with = "wei_string")]
+    pub price_wei: u128,
+    /// When the result must be in, unix seconds.
+    pub deadline_s: u64,
+}
+
+/// `POST /v1/providers/jobs`' answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pulled {
+    /// The jobs handed out (none when the wait ran out).
+    pub jobs: Vec<Assignment>,
+}
+
+/// What a job produced, as a provider returns it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Output {
+    /// The generated text.
+    pub text: String,
+    /// `stop` or `length`.
+    pub finish_reason: String,
+    /// Tokens of the prompt.
+    pub prompt_tokens: u32,
+    /// Tokens generated.
+    pub completion_tokens: u32,
+}
+
+/// `POST /v1/jobs/{id}/result`: the output and its signed receipt.
+#[derive(Clone, Debug, Serialize)]
+pub struct ResultSubmission<'a> {
+    /// The output.
+    pub output: &'a Output,
+    /// The receipt.
+    pub receipt: &'a cx_protocol::receipt::SignedReceipt,
+}
+
+/// What the exchange did with a result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completed {
+    /// What the job is charged, wei.
+    #[serde(with = "wei_string")]
+    pub charged_wei: u128,
+    /// What went back to the buyer's tab, wei.
+    #[serde(with = "wei_string")]
+    pub released_wei: u128,
 }

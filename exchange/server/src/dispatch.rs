@@ -28,13 +28,25 @@ pub fn is_terminal(status: &str) -> bool {
 /// which is all a notification asks of it).
 const QUEUE: usize = 16;
 
-/// Who waits on which job. Cheap to clone.
+/// Who waits on which job, and the providers waiting for work. Cheap to clone.
 #[derive(Clone, Debug, Default)]
 pub struct Waiters {
     inner: Arc<Mutex<HashMap<B256, broadcast::Sender<()>>>>,
+    work: Arc<tokio::sync::Notify>,
 }
 
 impl Waiters {
+    /// Wakes every provider waiting in a pull (a job was committed).
+    pub fn work_added(&self) {
+        self.work.notify_waiters();
+    }
+
+    /// Resolves at the next [`Waiters::work_added`] (create it before looking for work, so a job
+    /// committed in between is not missed).
+    pub fn work(&self) -> tokio::sync::futures::Notified<'_> {
+        self.work.notified()
+    }
+
     /// A receiver woken at each change of job `id` (subscribe before reading the books).
     pub fn subscribe(&self, id: B256) -> broadcast::Receiver<()> {
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
@@ -108,4 +120,192 @@ pub struct Output {
     pub prompt_tokens: u32,
     /// Tokens generated.
     pub completion_tokens: u32,
+}
+
+/// Most jobs one pull hands out.
+pub const MAX_PULL_JOBS: u32 = 32;
+
+/// Longest a pull waits for work, seconds.
+pub const MAX_PULL_WAIT_S: u32 = 30;
+
+/// Longest output text a result may carry, bytes.
+pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
+
+/// A provider's result: the output and its signed receipt.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResultSubmission {
+    /// What the job produced.
+    pub output: Output,
+    /// The provider's ML-DSA-signed receipt for it.
+    pub receipt: cx_protocol::receipt::SignedReceipt,
+}
+
+impl crate::intake::Intake {
+    /// Registers a provider's signed offer at `now_s`: the signature under the key it carries,
+    /// the offer's age and fields, then the provider and its bundles (a bundle id another key
+    /// holds is refused). The key's hash names the provider from then on.
+    pub async fn register_offer(
+        &self,
+        signed: &cx_protocol::offer::SignedOffer,
+        now_s: u64,
+    ) -> crate::Result<crate::books::Provider> {
+        let key = signed.verify(now_s)?;
+        let offer = &signed.offer;
+        let provider = crate::books::Provider {
+            key_hash: B256::from(key.id().0),
+            mldsa_key: signed.verification_key.clone(),
+            operator: offer.operator.clone(),
+            payout: offer.payout,
+        };
+        self.market()
+            .register_offer(
+                self.books(),
+                &provider,
+                offer.token_hash,
+                &serde_json::to_value(signed)?,
+                offer.bundles.clone(),
+            )
+            .await?;
+        Ok(provider)
+    }
+
+    /// The provider whose dispatch token is `token`.
+    pub async fn provider(&self, token: &str) -> crate::Result<crate::books::Provider> {
+        self.books()
+            .provider_by_token(cx_protocol::offer::Offer::token_hash_of(token.as_bytes()))
+            .await?
+            .ok_or(crate::Error::UnknownProvider)
+    }
+
+    /// Up to `max_jobs` of the provider's assigned jobs, waiting up to `wait` for one when none
+    /// is there yet (a long poll: providers connect out, the exchange never connects in).
+    pub async fn pull(
+        &self,
+        provider: &crate::books::Provider,
+        max_jobs: u32,
+        wait: Duration,
+    ) -> crate::Result<Vec<crate::books::Assignment>> {
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            let work = self.waiters().work();
+            tokio::pin!(work);
+            work.as_mut().enable();
+            let jobs = self
+                .books()
+                .claim_jobs(provider.key_hash, max_jobs, crate::intake::now_s())
+                .await?;
+            if !jobs.is_empty() {
+                for job in &jobs {
+                    self.waiters().notify(job.job_id);
+                }
+                return Ok(jobs);
+            }
+            if tokio::time::timeout_at(until, work).await.is_err() {
+                return Ok(Vec::new());
+            }
+        }
+    }
+
+    /// Accepts the provider's result for job `job_id` at `now_s` after checking that the
+    /// receipt is signed by the provider's registered key and describes exactly this job and
+    /// this output: job, chain, tab, buyer, input (the request's hash), output (the text's
+    /// SHA-256), adapter, payout account, and an amount within the job's price.
+    pub async fn accept_result(
+        &self,
+        provider: &crate::books::Provider,
+        job_id: B256,
+        submission: &ResultSubmission,
+        now_s: u64,
+    ) -> crate::Result<crate::books::Completed> {
+        use crate::Error;
+        use sha2::{Digest, Sha256};
+        if submission.output.text.len() > MAX_OUTPUT_BYTES {
+            return Err(Error::ReceiptMismatch {
+                field: "output_hash",
+                reason: format!("covers an output longer than {MAX_OUTPUT_BYTES} bytes"),
+            });
+        }
+        let key = cx_protocol::pq::PublicIdentity::from_bytes(&provider.mldsa_key)?;
+        let signed = &submission.receipt;
+        signed.verify(&key).map_err(|e| e.within("receipt"))?;
+        let job = self
+            .books()
+            .assignment(job_id, provider.key_hash)
+            .await?
+            .ok_or(Error::UnknownJob)?;
+        let receipt = &signed.receipt;
+        let request: cx_protocol::order::InferenceRequest =
+            serde_json::from_value(job.request.clone())?;
+        let adapter_hash = match &job.adapter {
+            Some(id) => {
+                let mut bytes = [0u8; 32];
+                hex::decode_to_slice(id, &mut bytes).map_err(|_| Error::Corrupt {
+                    what: "an adapter id",
+                    value: id.clone(),
+                })?;
+                bytes
+            }
+            None => [0u8; 32],
+        };
+        let output_hash: [u8; 32] = Sha256::digest(submission.output.text.as_bytes()).into();
+        let checks: [(&'static str, bool, String); 8] = [
+            (
+                "job_id",
+                receipt.job_id == job_id.0,
+                "is not this job".into(),
+            ),
+            (
+                "chain_id",
+                receipt.chain_id == job.chain_id,
+                format!("is not the tab's chain {}", job.chain_id),
+            ),
+            (
+                "escrow_id",
+                receipt.escrow_id == job.escrow_id,
+                format!("is not the job's tab {}", job.escrow_id),
+            ),
+            (
+                "buyer",
+                receipt.buyer == job.buyer.0.0,
+                format!("is not the job's buyer {}", job.buyer),
+            ),
+            (
+                "input_hash",
+                receipt.input_hash == cx_protocol::order::request_hash(&request).0,
+                "is not the SHA-256 of the job's request (canonical JSON)".into(),
+            ),
+            (
+                "output_hash",
+                receipt.output_hash == output_hash,
+                "is not the SHA-256 of output.text".into(),
+            ),
+            (
+                "adapter_hash",
+                receipt.adapter_hash == adapter_hash,
+                "is not the job's adapter id (zero for none)".into(),
+            ),
+            (
+                "provider",
+                receipt.provider == provider.payout.0.0,
+                format!("is not the registered payout account {}", provider.payout),
+            ),
+        ];
+        if let Some((field, _, reason)) = checks.into_iter().find(|(_, ok, _)| !ok) {
+            return Err(Error::ReceiptMismatch { field, reason });
+        }
+        let completed = self
+            .books()
+            .complete_job(
+                job_id,
+                provider.key_hash,
+                now_s,
+                &serde_json::to_value(&submission.output)?,
+                &serde_json::to_value(signed)?,
+                receipt.amount_owed_wei,
+            )
+            .await?;
+        self.waiters().notify(job_id);
+        Ok(completed)
+    }
 }

@@ -163,6 +163,51 @@ pub enum Error {
     /// `max_tokens` is zero: there is nothing to generate or to charge.
     #[error("max_tokens must be at least 1")]
     ZeroMaxTokens,
+    /// The bundle id is registered by another provider key.
+    #[error("bundle {0:?} is registered by another provider key")]
+    BundleOwned(String),
+    /// The key registered before under another operator.
+    #[error(
+        "this provider key is registered for operator {registered:?}; an offer cannot change it"
+    )]
+    OperatorChanged {
+        /// The operator it registered with.
+        registered: String,
+    },
+    /// No provider has this dispatch token.
+    #[error("no provider has this dispatch token (register with POST /v1/providers/register)")]
+    UnknownProvider,
+    /// No such job among the provider's.
+    #[error("no such job among this provider's")]
+    UnknownJob,
+    /// The job is not running (already done, expired, or never pulled).
+    #[error("the job is {status}, not running: its result is not taken")]
+    JobNotRunning {
+        /// Its state.
+        status: String,
+    },
+    /// The result came after the job's deadline.
+    #[error("the result came after the job's deadline ({deadline_s})")]
+    ResultLate {
+        /// The deadline, unix seconds.
+        deadline_s: u64,
+    },
+    /// The receipt claims more than the job's assigned price.
+    #[error("the receipt claims {charged_wei} wei; the job's price is at most {price_wei}")]
+    OverCharged {
+        /// What the receipt claims, wei.
+        charged_wei: u128,
+        /// What the job holds, wei.
+        price_wei: u128,
+    },
+    /// The receipt does not describe this job or this result.
+    #[error("the receipt's {field} {reason}")]
+    ReceiptMismatch {
+        /// The receipt's field.
+        field: &'static str,
+        /// How it differs.
+        reason: String,
+    },
     /// This exact order was accepted before.
     #[error("this order was already accepted")]
     OrderExists,

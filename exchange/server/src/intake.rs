@@ -245,6 +245,7 @@ impl Intake {
             self.settle_margin_s,
         )?;
         self.books.accept(&order, &new_job).await?;
+        self.waiters.work_added();
         Ok(placed.accepted(verified.digest))
     }
 
@@ -312,6 +313,7 @@ impl Intake {
         let id = B256::from(id);
         let new_job = placed.new_job(id, session.grant.tab_id, request, self.settle_margin_s)?;
         self.books.accept_call(session.id, now_s, &new_job).await?;
+        self.waiters.work_added();
         Ok(placed.accepted(id))
     }
 

@@ -1,8 +1,9 @@
 //! The market the service clears on: the model catalog and the matching engine, whose memory is a
 //! cache of the books' bundles (rebuilt at start, written through on every registration).
 
-use crate::books::Books;
+use crate::books::{Books, Provider};
 use crate::error::Result;
+use alloy::primitives::B256;
 use cx_exchange::clearing::Decision;
 use cx_exchange::engine::Engine;
 use cx_exchange::objective::Weights;
@@ -46,6 +47,31 @@ impl Market {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .upsert(bundle)?;
+        Ok(())
+    }
+
+    /// Registers a provider's offered bundles: validated, written to the books with the provider
+    /// in one transaction, then to the engine.
+    pub async fn register_offer(
+        &self,
+        books: &Books,
+        provider: &Provider,
+        token_hash: B256,
+        offer: &serde_json::Value,
+        bundles: Vec<Bundle>,
+    ) -> Result<()> {
+        for (i, bundle) in bundles.iter().enumerate() {
+            bundle
+                .validate()
+                .map_err(|e| e.within(&format!("offer.bundles[{i}]")))?;
+        }
+        books
+            .register_provider(provider, token_hash, offer, &bundles)
+            .await?;
+        let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
+        for bundle in bundles {
+            engine.upsert(bundle)?;
+        }
         Ok(())
     }
 

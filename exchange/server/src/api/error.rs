@@ -310,6 +310,34 @@ impl From<crate::Error> for ApiError {
                 Some("grant.order.bearer_hash"),
                 &err,
             ),
+            E::BundleOwned(_) => refuse(
+                StatusCode::CONFLICT,
+                "bundle_owned",
+                Some("offer.bundles"),
+                &err,
+            ),
+            E::OperatorChanged { .. } => refuse(
+                StatusCode::CONFLICT,
+                "operator_changed",
+                Some("offer.operator"),
+                &err,
+            ),
+            E::UnknownProvider => refuse(StatusCode::UNAUTHORIZED, "unknown_provider", None, &err),
+            E::UnknownJob => refuse(StatusCode::NOT_FOUND, "unknown_job", None, &err),
+            E::JobNotRunning { .. } => refuse(StatusCode::CONFLICT, "job_not_running", None, &err),
+            E::ResultLate { .. } => refuse(StatusCode::CONFLICT, "result_late", None, &err),
+            E::OverCharged { .. } => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "over_charged",
+                Some("receipt.receipt.amount_owed_wei"),
+                &err,
+            ),
+            E::ReceiptMismatch { field, .. } => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "receipt_mismatch",
+                Some(&format!("receipt.receipt.{field}")),
+                &err,
+            ),
             E::DeadlineMissed { .. } => {
                 refuse(StatusCode::GATEWAY_TIMEOUT, "deadline_missed", None, &err)
             }

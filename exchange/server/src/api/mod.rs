@@ -14,6 +14,7 @@ mod market;
 mod metrics;
 mod openai;
 mod orders;
+mod providers;
 mod sessions;
 
 pub use error::ApiError;
@@ -106,6 +107,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/jobs", get(jobs::list_jobs))
         .route("/v1/jobs/{id}", get(jobs::job))
         .route("/v1/jobs/{id}/events", get(jobs::events))
+        .route("/v1/jobs/{id}/result", post(providers::result))
+        .route("/v1/providers/register", post(providers::register))
+        .route("/v1/providers/jobs", post(providers::pull))
         .route("/v1/sessions", post(sessions::open))
         .route(
             "/v1/sessions/{id}",

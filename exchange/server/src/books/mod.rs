@@ -13,6 +13,7 @@ mod bindings;
 mod bundles;
 mod chain;
 mod jobs;
+mod providers;
 mod sessions;
 mod tabs;
 
@@ -20,6 +21,7 @@ pub use adapters::StoredAdapter;
 pub use bindings::StoredBinding;
 pub use chain::{SeenBatch, TabEvent};
 pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder};
+pub use providers::{Assignment, Completed, Provider};
 pub use sessions::Session;
 pub use tabs::Tab;
 

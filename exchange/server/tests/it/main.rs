@@ -3,5 +3,6 @@
 mod api;
 mod books;
 mod common;
+mod door;
 mod intents;
 mod tls;

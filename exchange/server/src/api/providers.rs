@@ -1,0 +1,109 @@
+//! The providers' door: `POST /v1/providers/register` (an ML-DSA-signed offer of bundles),
+//! `POST /v1/providers/jobs` (a long poll for assigned jobs) and `POST /v1/jobs/{id}/result` (the
+//! output with its signed receipt). Providers connect out to the exchange; the last two carry the
+//! provider's dispatch token as `Authorization: Bearer`.
+
+use super::sessions::bearer;
+use super::{ApiError, AppJson, AppState};
+use crate::books::{Assignment, Completed};
+use crate::dispatch::{MAX_PULL_JOBS, MAX_PULL_WAIT_S, ResultSubmission};
+use crate::intake::now_s;
+use alloy::primitives::{Address, B256};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use cx_protocol::offer::SignedOffer;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// A registered provider.
+#[derive(Debug, Serialize)]
+pub(super) struct Registered {
+    key_hash: B256,
+    operator: String,
+    payout: Address,
+    bundles: Vec<String>,
+}
+
+pub(super) async fn register(
+    State(state): State<AppState>,
+    AppJson(signed): AppJson<SignedOffer>,
+) -> Result<(StatusCode, AppJson<Registered>), ApiError> {
+    let provider = state.intake()?.register_offer(&signed, now_s()).await?;
+    Ok((
+        StatusCode::CREATED,
+        AppJson(Registered {
+            key_hash: provider.key_hash,
+            operator: provider.operator,
+            payout: provider.payout,
+            bundles: signed.offer.bundles.iter().map(|b| b.id.clone()).collect(),
+        }),
+    ))
+}
+
+/// `POST /v1/providers/jobs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Pull {
+    /// Most jobs to take (1 to 32).
+    #[serde(default = "one")]
+    max_jobs: u32,
+    /// Seconds to wait for one when none is assigned (0 to 30).
+    #[serde(default)]
+    wait_s: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The jobs handed out.
+#[derive(Debug, Serialize)]
+pub(super) struct Pulled {
+    jobs: Vec<Assignment>,
+}
+
+pub(super) async fn pull(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    AppJson(pull): AppJson<Pull>,
+) -> Result<AppJson<Pulled>, ApiError> {
+    if pull.max_jobs == 0 || pull.max_jobs > MAX_PULL_JOBS {
+        return Err(ApiError::invalid(
+            "max_jobs",
+            format!("must be within 1..={MAX_PULL_JOBS}"),
+        ));
+    }
+    if pull.wait_s > MAX_PULL_WAIT_S {
+        return Err(ApiError::invalid(
+            "wait_s",
+            format!("must be within 0..={MAX_PULL_WAIT_S}"),
+        ));
+    }
+    let intake = state.intake()?;
+    let provider = intake.provider(bearer(&headers)?).await?;
+    let jobs = intake
+        .pull(
+            &provider,
+            pull.max_jobs,
+            Duration::from_secs(pull.wait_s.into()),
+        )
+        .await?;
+    Ok(AppJson(Pulled { jobs }))
+}
+
+pub(super) async fn result(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    AppJson(submission): AppJson<ResultSubmission>,
+) -> Result<AppJson<Completed>, ApiError> {
+    let id: B256 = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))?;
+    let intake = state.intake()?;
+    let provider = intake.provider(bearer(&headers)?).await?;
+    let completed = intake
+        .accept_result(&provider, id, &submission, now_s())
+        .await?;
+    Ok(AppJson(completed))
+}

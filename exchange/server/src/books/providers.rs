@@ -1,0 +1,327 @@
+//! Providers and dispatch: who offered which bundles, the jobs a provider pulls, and the one
+//! transaction a result is accepted in (job done, receipt kept, the unspent hold returned).
+
+use super::jobs::constraint;
+use super::{Books, parse_wei, to_i64, wei_text};
+use crate::error::{Error, Result};
+use alloy::primitives::{Address, B256};
+use cx_protocol::Bundle;
+use serde::Serialize;
+
+/// A registered provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provider {
+    /// SHA-256 of its ML-DSA-65 verification key.
+    pub key_hash: B256,
+    /// The encoded verification key.
+    pub mldsa_key: Vec<u8>,
+    /// Its operator.
+    pub operator: String,
+    /// The account its receipts pay.
+    pub payout: Address,
+}
+
+/// A job handed to a provider: what to run, for whom, by when, and at most for how much.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Assignment {
+    /// The job id (the receipt's `job_id`).
+    pub job_id: B256,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// The buyer (the receipt's `buyer`).
+    pub buyer: Address,
+    /// The tab's chain (the receipt's `chain_id`).
+    pub chain_id: u64,
+    /// The tab (the receipt's `escrow_id`).
+    pub escrow_id: u64,
+    /// The catalog model.
+    pub model: String,
+    /// The adapter by content id (fetch it from `GET /v1/adapters/{id}`), if any.
+    pub adapter: Option<String>,
+    /// The inference request; its SHA-256 (canonical JSON) is the receipt's `input_hash`.
+    pub request: serde_json::Value,
+    /// The most the receipt may claim, wei (what the job holds on the tab).
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub price_wei: u128,
+    /// When the result must be in, unix seconds.
+    pub deadline_s: u64,
+}
+
+/// What accepting a result did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Completed {
+    /// What the job is charged, wei (the receipt's amount).
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub charged_wei: u128,
+    /// What went back to the tab (and the session's cap), wei.
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub released_wei: u128,
+}
+
+impl Books {
+    /// Registers (or re-registers) a provider and its bundles in one transaction. A bundle id
+    /// another key registered is refused, and so is an operator other than the key's first.
+    pub async fn register_provider(
+        &self,
+        provider: &Provider,
+        token_hash: B256,
+        offer: &serde_json::Value,
+        bundles: &[Bundle],
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let operator: Result<(String,), sqlx::Error> = sqlx::query_as(
+            "INSERT INTO exchange_providers (key_hash, mldsa_key, operator, payout, token_hash, offer) \
+             VALUES ($1, $2, $3, $4, $5, $6::jsonb) \
+             ON CONFLICT (key_hash) DO UPDATE SET payout = EXCLUDED.payout, \
+                 token_hash = EXCLUDED.token_hash, offer = EXCLUDED.offer, seen_at = now() \
+             RETURNING operator",
+        )
+        .bind(provider.key_hash.as_slice())
+        .bind(&provider.mldsa_key)
+        .bind(&provider.operator)
+        .bind(provider.payout.as_slice())
+        .bind(token_hash.as_slice())
+        .bind(offer.to_string())
+        .fetch_one(&mut *tx)
+        .await;
+        let (operator,) = operator.map_err(|err| match constraint(&err) {
+            Some("exchange_providers_token_unique") => Error::BearerReused,
+            _ => err.into(),
+        })?;
+        if operator != provider.operator {
+            return Err(Error::OperatorChanged {
+                registered: operator,
+            });
+        }
+        for bundle in bundles {
+            let done = sqlx::query(
+                "INSERT INTO exchange_bundles (id, body, provider_key_hash) VALUES ($1, $2::jsonb, $3) \
+                 ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, updated_at = now() \
+                 WHERE exchange_bundles.provider_key_hash = EXCLUDED.provider_key_hash",
+            )
+            .bind(&bundle.id)
+            .bind(serde_json::to_string(bundle)?)
+            .bind(provider.key_hash.as_slice())
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() != 1 {
+                return Err(Error::BundleOwned(bundle.id.clone()));
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The provider whose dispatch token hashes to `token_hash`.
+    pub async fn provider_by_token(&self, token_hash: B256) -> Result<Option<Provider>> {
+        let row: Option<(Vec<u8>, Vec<u8>, String, Vec<u8>)> = sqlx::query_as(
+            "SELECT key_hash, mldsa_key, operator, payout FROM exchange_providers \
+             WHERE token_hash = $1",
+        )
+        .bind(token_hash.as_slice())
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some((key_hash, mldsa_key, operator, payout)) = row else {
+            return Ok(None);
+        };
+        let corrupt = |what, bytes: &[u8]| Error::Corrupt {
+            what,
+            value: hex::encode(bytes),
+        };
+        Ok(Some(Provider {
+            key_hash: B256::try_from(key_hash.as_slice())
+                .map_err(|_| corrupt("a key hash", &key_hash))?,
+            mldsa_key,
+            operator,
+            payout: Address::try_from(payout.as_slice())
+                .map_err(|_| corrupt("an address", &payout))?,
+        }))
+    }
+
+    /// Hands up to `limit` of the provider's assigned jobs, oldest first and not past their
+    /// deadline at `now_s`, to it: each becomes `running` with an event naming the provider.
+    /// Concurrent pulls never take the same job (`SKIP LOCKED`).
+    pub async fn claim_jobs(
+        &self,
+        key_hash: B256,
+        limit: u32,
+        now_s: u64,
+    ) -> Result<Vec<Assignment>> {
+        let rows: Vec<AssignmentRow> = sqlx::query_as(
+            "WITH picked AS ( \
+                 SELECT j.id FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
+                 WHERE b.provider_key_hash = $1 AND j.status = 'assigned' AND j.deadline_s >= $3 \
+                 ORDER BY j.created_at LIMIT $2 FOR UPDATE OF j SKIP LOCKED), \
+             claimed AS ( \
+                 UPDATE exchange_jobs j SET status = 'running', updated_at = now() FROM picked \
+                 WHERE j.id = picked.id \
+                 RETURNING j.id, j.bundle_id, j.account, j.chain_id, j.escrow_id, j.model, \
+                           j.adapter, j.request::text AS request, j.held_wei::text AS held_wei, \
+                           j.deadline_s), \
+             events AS ( \
+                 INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+                 SELECT c.id, (SELECT coalesce(max(e.seq), -1) + 1 FROM exchange_job_events e \
+                               WHERE e.job_id = c.id), 'running', \
+                        jsonb_build_object('provider_key_hash', '0x' || encode($1, 'hex')) \
+                 FROM claimed c RETURNING 1) \
+             SELECT * FROM claimed",
+        )
+        .bind(key_hash.as_slice())
+        .bind(i64::from(limit))
+        .bind(to_i64(now_s, "time")?)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(AssignmentRow::into_assignment)
+            .collect()
+    }
+
+    /// The job `job_id` as it was handed to the provider `key_hash`, if it is one of its jobs.
+    pub async fn assignment(&self, job_id: B256, key_hash: B256) -> Result<Option<Assignment>> {
+        let row: Option<AssignmentRow> = sqlx::query_as(
+            "SELECT j.id, j.bundle_id, j.account, j.chain_id, j.escrow_id, j.model, j.adapter,                     j.request::text AS request, j.held_wei::text AS held_wei, j.deadline_s              FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id              WHERE j.id = $1 AND b.provider_key_hash = $2",
+        )
+        .bind(job_id.as_slice())
+        .bind(key_hash.as_slice())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(AssignmentRow::into_assignment).transpose()
+    }
+
+    /// Accepts a provider's result for a job it runs, at `now_s`, in one transaction: the job is
+    /// `done` with its output, charged `charged_wei` (at most what it holds), the rest of its
+    /// hold goes back to its tab and session, and the receipt is kept. A job that is not this
+    /// provider's, not running or past its deadline is refused and nothing changes.
+    pub async fn complete_job(
+        &self,
+        job_id: B256,
+        key_hash: B256,
+        now_s: u64,
+        output: &serde_json::Value,
+        receipt: &serde_json::Value,
+        charged_wei: u128,
+    ) -> Result<Completed> {
+        let mut tx = self.pool.begin().await?;
+        let row: Option<(String, String, Option<Vec<u8>>, i64, i64, i64)> = sqlx::query_as(
+            "SELECT j.status, j.held_wei::text, j.session_id, j.chain_id, j.escrow_id, j.deadline_s \
+             FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
+             WHERE j.id = $1 AND b.provider_key_hash = $2 FOR UPDATE OF j",
+        )
+        .bind(job_id.as_slice())
+        .bind(key_hash.as_slice())
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((status, held, session_id, chain_id, escrow_id, deadline_s)) = row else {
+            return Err(Error::UnknownJob);
+        };
+        if status != "running" {
+            return Err(Error::JobNotRunning { status });
+        }
+        if (deadline_s as u64) < now_s {
+            return Err(Error::ResultLate {
+                deadline_s: deadline_s as u64,
+            });
+        }
+        let held_wei = parse_wei(&held)?;
+        if charged_wei > held_wei {
+            return Err(Error::OverCharged {
+                charged_wei,
+                price_wei: held_wei,
+            });
+        }
+        let released_wei = held_wei - charged_wei;
+        sqlx::query(
+            "UPDATE exchange_jobs SET status = 'done', result = $2::jsonb, \
+                 held_wei = $3::numeric, updated_at = now() WHERE id = $1",
+        )
+        .bind(job_id.as_slice())
+        .bind(output.to_string())
+        .bind(wei_text(charged_wei))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE exchange_tabs SET held_wei = held_wei - $3::numeric, updated_at = now() \
+             WHERE chain_id = $1 AND escrow_id = $2",
+        )
+        .bind(chain_id)
+        .bind(escrow_id)
+        .bind(wei_text(released_wei))
+        .execute(&mut *tx)
+        .await?;
+        if let Some(session) = &session_id {
+            sqlx::query(
+                "UPDATE exchange_sessions SET spent_wei = spent_wei - $2::numeric WHERE id = $1",
+            )
+            .bind(session.as_slice())
+            .bind(wei_text(released_wei))
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "INSERT INTO exchange_receipts (job_id, provider_key_hash, amount_owed_wei, receipt) \
+             VALUES ($1, $2, $3::numeric, $4::jsonb)",
+        )
+        .bind(job_id.as_slice())
+        .bind(key_hash.as_slice())
+        .bind(wei_text(charged_wei))
+        .bind(receipt.to_string())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+             SELECT $1, coalesce(max(seq), -1) + 1, 'done', \
+                    jsonb_build_object('charged_wei', $2::text, 'released_wei', $3::text) \
+             FROM exchange_job_events WHERE job_id = $1",
+        )
+        .bind(job_id.as_slice())
+        .bind(charged_wei.to_string())
+        .bind(released_wei.to_string())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Completed {
+            charged_wei,
+            released_wei,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct AssignmentRow {
+    id: Vec<u8>,
+    bundle_id: Option<String>,
+    account: Vec<u8>,
+    chain_id: i64,
+    escrow_id: i64,
+    model: String,
+    adapter: Option<String>,
+    request: Option<String>,
+    held_wei: String,
+    deadline_s: i64,
+}
+
+impl AssignmentRow {
+    fn into_assignment(self) -> Result<Assignment> {
+        let corrupt = |what, bytes: &[u8]| Error::Corrupt {
+            what,
+            value: hex::encode(bytes),
+        };
+        Ok(Assignment {
+            job_id: B256::try_from(self.id.as_slice())
+                .map_err(|_| corrupt("a job id", &self.id))?,
+            bundle_id: self.bundle_id.unwrap_or_default(),
+            buyer: Address::try_from(self.account.as_slice())
+                .map_err(|_| corrupt("an address", &self.account))?,
+            chain_id: self.chain_id as u64,
+            escrow_id: self.escrow_id as u64,
+            model: self.model,
+            adapter: self.adapter,
+            request: match self.request {
+                Some(r) => serde_json::from_str(&r)?,
+                None => serde_json::Value::Null,
+            },
+            price_wei: parse_wei(&self.held_wei)?,
+            deadline_s: self.deadline_s as u64,
+        })
+    }
+}

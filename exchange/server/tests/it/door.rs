@@ -1,0 +1,637 @@
+//! Session keys, the OpenAI-compatible door and dispatch, end to end on a real PostgreSQL: a
+//! provider registers a signed offer, an agent's session key buys a chat completion, the provider
+//! pulls the job and returns it with an ML-DSA-signed receipt, and the answer, the tab and the
+//! session's cap agree. Every refusal is our JSON error and changes nothing.
+
+use crate::common::TestDb;
+use alloy::primitives::{Address, B256};
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use cx_exchange::objective::Weights;
+use cx_exchange::routing::catalog::Catalog;
+use cx_exchange_server::api::{AppState, app};
+use cx_exchange_server::books::{Books, TabEvent};
+use cx_exchange_server::intake::{InferenceRequest, Intake, request_hash};
+use cx_exchange_server::market::Market;
+use cx_protocol::offer::{Offer, SignedOffer};
+use cx_protocol::order::{self, Binding, SessionGrant, SigningKey};
+use cx_protocol::pq::Identity;
+use cx_protocol::receipt::{Receipt, SignedReceipt};
+use cx_protocol::{Bundle, DeterminismClass, Tier};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tower::ServiceExt;
+
+const CHAIN: u64 = 31337;
+const CATALOG: &str = include_str!("../../../core/catalog.example.toml");
+const TAB_WEI: u128 = 3_000_000;
+const PAYOUT: Address = Address::repeat_byte(0x77);
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn domain() -> order::Eip712Domain {
+    order::domain(CHAIN, Address::repeat_byte(0x5e))
+}
+
+struct Door {
+    _db: TestDb,
+    books: Books,
+    router: Router,
+    key: SigningKey,
+    pq: Identity,
+}
+
+fn bundle(id: &str) -> Bundle {
+    serde_json::from_value(json!({
+        "id": id, "provider": "op-a", "price_wei_per_s": "1000000",
+        "memory_bytes": 80_000_000_000u64, "bandwidth_bps": 1e10, "rtt_s": 0.01,
+        "flops_per_s": 4e14, "context_max": 32768, "determinism": ["D", "S"],
+        "tiers": ["T0", "T1"], "resident_bases": ["llama-3.1-8b-instruct"],
+    }))
+    .unwrap()
+}
+
+/// A provider's identity and dispatch token.
+struct Prov {
+    id: Identity,
+    token: String,
+}
+
+impl Prov {
+    fn new(seed: u8) -> Self {
+        Self {
+            id: Identity::from_seed([seed; 32]),
+            token: format!("provider-token-{seed}"),
+        }
+    }
+
+    fn offer(&self, bundles: Vec<Bundle>) -> Value {
+        let offer = Offer {
+            operator: "op-a".into(),
+            payout: PAYOUT,
+            bundles,
+            token_hash: Offer::token_hash_of(self.token.as_bytes()),
+            issued_at_s: now_s(),
+        };
+        serde_json::to_value(SignedOffer::sign(offer, &self.id).unwrap()).unwrap()
+    }
+}
+
+impl Door {
+    async fn new() -> Self {
+        let db = TestDb::new().await;
+        let books = db.books().await;
+        let market =
+            Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
+        let key = SigningKey::from_slice(&[7; 32]).unwrap();
+        let pq = Identity::from_seed([9; 32]);
+        books
+            .apply_chain(
+                CHAIN,
+                &[TabEvent::Opened {
+                    escrow_id: 3,
+                    buyer: order::account_of(&key),
+                    amount_wei: TAB_WEI,
+                    deadline_s: now_s() + 3_600,
+                    reference: B256::repeat_byte(1),
+                    block: 1,
+                }],
+                &[],
+                2,
+            )
+            .await
+            .unwrap();
+        let intake = Intake::new(
+            books.clone(),
+            market,
+            [(CHAIN, Address::repeat_byte(0x5e))],
+            60,
+        );
+        let door = Door {
+            _db: db,
+            books,
+            router: app(AppState::with_intake(intake)),
+            key,
+            pq,
+        };
+        let binding = Binding::sign(&door.key, &door.pq, &domain(), 0).unwrap();
+        let (status, body) = door
+            .post(
+                "/v1/bindings",
+                None,
+                &serde_json::to_value(&binding).unwrap(),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        door
+    }
+
+    /// Signs and stores a grant whose bearer secret is `secret`.
+    async fn session(&self, secret: &str, cap_wei: u128, nonce: u64) -> (StatusCode, Value) {
+        let grant = SessionGrant {
+            tab_id: 3,
+            spend_cap_wei: cap_wei,
+            expiry_s: now_s() + 600,
+            default_deadline_s: 20,
+            default_tier: Tier::T1,
+            default_determinism: DeterminismClass::D,
+            default_max_price_wei: 1_000_000,
+            bearer_hash: SessionGrant::bearer_hash_of(secret.as_bytes()),
+            nonce,
+        };
+        let signed = order::sign(grant, &domain(), &self.key, &self.pq).unwrap();
+        self.post("/v1/sessions", None, &json!({ "grant": signed }))
+            .await
+    }
+
+    async fn post(&self, path: &str, bearer: Option<&str>, body: &Value) -> (StatusCode, Value) {
+        let mut request = Request::post(path).header(header::CONTENT_TYPE, "application/json");
+        if let Some(token) = bearer {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        self.call(request.body(Body::from(body.to_string())).unwrap())
+            .await
+    }
+
+    async fn call(&self, request: Request<Body>) -> (StatusCode, Value) {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    async fn count(&self, table: &str) -> i64 {
+        sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(self.books.pool())
+            .await
+            .unwrap()
+    }
+
+    async fn held(&self) -> u128 {
+        self.books.tab(CHAIN, 3).await.unwrap().unwrap().held_wei
+    }
+}
+
+fn chat(extra: Value) -> Value {
+    let mut body = json!({
+        "model": "llama-8b",
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 8,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+/// The receipt a provider signs for `job` and `text`.
+fn receipt(prov: &Prov, job: &Value, text: &str, amount_owed_wei: u128) -> SignedReceipt {
+    let request: InferenceRequest = serde_json::from_value(job["request"].clone()).unwrap();
+    let buyer: Address = job["buyer"].as_str().unwrap().parse().unwrap();
+    let job_id: B256 = job["job_id"].as_str().unwrap().parse().unwrap();
+    SignedReceipt::sign(
+        Receipt {
+            job_id: job_id.0,
+            chain_id: job["chain_id"].as_u64().unwrap(),
+            escrow_id: job["escrow_id"].as_u64().unwrap(),
+            input_hash: request_hash(&request).0,
+            output_hash: Sha256::digest(text.as_bytes()).into(),
+            adapter_hash: [0; 32],
+            tokens: 10,
+            compute_ms: 5,
+            class: DeterminismClass::D,
+            provider: PAYOUT.0.0,
+            provider_key: prov.id.id().0,
+            amount_owed_wei,
+            buyer: buyer.0.0,
+        },
+        &prov.id,
+    )
+    .unwrap()
+}
+
+fn output(text: &str) -> Value {
+    json!({"text": text, "finish_reason": "length", "prompt_tokens": 6, "completion_tokens": 8})
+}
+
+#[tokio::test]
+async fn a_session_key_buys_a_chat_completion_a_provider_returns_with_a_signed_receipt() {
+    let door = Door::new().await;
+    let prov = Prov::new(4);
+    let (status, body) = door
+        .post(
+            "/v1/providers/register",
+            None,
+            &prov.offer(vec![bundle("warm")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["key_hash"], B256::from(prov.id.id().0).to_string());
+    let (status, opened) = door.session("cxs_secret", 1_000_000, 1).await;
+    assert_eq!(status, StatusCode::CREATED, "{opened}");
+
+    // The call waits for the provider; the provider pulls, runs and answers meanwhile.
+    let agent = async {
+        door.post(
+            "/v1/chat/completions",
+            Some("cxs_secret"),
+            &chat(json!({"cx": {"deadline_in_s": 20}})),
+        )
+        .await
+    };
+    let provider = async {
+        let (status, pulled) = door
+            .post(
+                "/v1/providers/jobs",
+                Some(&prov.token),
+                &json!({"max_jobs": 4, "wait_s": 10}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{pulled}");
+        let job = pulled["jobs"][0].clone();
+        assert_eq!(pulled["jobs"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            job["request"]["prompt"],
+            "<|user|>\nSay hello.\n<|assistant|>\n"
+        );
+        assert_eq!(job["request"]["max_tokens"], 8);
+        let price: u128 = job["price_wei"].as_str().unwrap().parse().unwrap();
+        let text = "Hello there, agent.";
+        let signed = receipt(&prov, &job, text, price / 2);
+        let id = job["job_id"].as_str().unwrap();
+        let (status, done) = door
+            .post(
+                &format!("/v1/jobs/{id}/result"),
+                Some(&prov.token),
+                &json!({"output": output(text), "receipt": signed}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{done}");
+        assert_eq!(done["charged_wei"], (price / 2).to_string());
+        price
+    };
+    let ((status, completion), price) = tokio::join!(agent, provider);
+    assert_eq!(status, StatusCode::OK, "{completion}");
+    assert_eq!(completion["object"], "chat.completion");
+    assert_eq!(
+        completion["choices"][0]["message"]["content"],
+        "Hello there, agent."
+    );
+    assert_eq!(completion["choices"][0]["finish_reason"], "length");
+    assert_eq!(completion["usage"]["total_tokens"], 14);
+    assert_eq!(completion["cx"]["bundle_id"], "warm");
+
+    // The tab and the session's cap hold what the receipt charged; the rest went back.
+    assert_eq!(door.held().await, price / 2);
+    let session_id = opened["session_id"].as_str().unwrap();
+    let (status, session) = door
+        .call(
+            Request::get(format!("/v1/sessions/{session_id}"))
+                .header(header::AUTHORIZATION, "Bearer cxs_secret")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{session}");
+    assert_eq!(session["spent_wei"], (price / 2).to_string());
+    let job_id = completion["cx"]["job_id"].as_str().unwrap();
+    let (_, job) = door
+        .call(
+            Request::get(format!("/v1/jobs/{job_id}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    let states: Vec<&str> = job["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["assigned", "running", "done"]);
+    assert_eq!(job["result"]["text"], "Hello there, agent.");
+    assert_eq!(door.count("exchange_receipts").await, 1);
+}
+
+#[tokio::test]
+async fn the_door_refuses_what_it_cannot_honour_and_writes_nothing() {
+    let door = Door::new().await;
+    let prov = Prov::new(4);
+    door.post(
+        "/v1/providers/register",
+        None,
+        &prov.offer(vec![bundle("warm")]),
+    )
+    .await;
+    let (status, _) = door.session("cxs_small", 1, 1).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _) = door.session("cxs_key", 1_000_000, 2).await;
+    assert_eq!(status, StatusCode::CREATED);
+    // The same bearer secret twice, and a replayed grant nonce.
+    let (status, body) = door.session("cxs_key", 1_000_000, 3).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("bearer_reused"))
+    );
+    let (status, body) = door.session("cxs_other", 1_000_000, 2).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("nonce_reused"))
+    );
+
+    let cases: Vec<(Option<&str>, Value, StatusCode, &str, Option<&str>)> = vec![
+        (
+            None,
+            chat(json!({})),
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            None,
+        ),
+        (
+            Some("cxs_nope"),
+            chat(json!({})),
+            StatusCode::UNAUTHORIZED,
+            "invalid_api_key",
+            None,
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"temperature": 0.7})),
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            Some("temperature"),
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"tools": []})),
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            None,
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"n": 2})),
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            Some("n"),
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"stop": ["\n"]})),
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            Some("stop"),
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"max_tokens": 0})),
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            Some("max_tokens"),
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"model": "no-such-model"})),
+            StatusCode::NOT_FOUND,
+            "unknown_model",
+            Some("model"),
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"model": format!("{:064x}", 7)})),
+            StatusCode::NOT_FOUND,
+            "unknown_adapter",
+            Some("model"),
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"messages": [{"role": "tool", "content": "x"}]})),
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            Some("messages[0].role"),
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"cx": {"tier": "T3"}})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "no_match",
+            None,
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"cx": {"max_price_wei": "1"}})),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "no_match",
+            None,
+        ),
+        (
+            Some("cxs_small"),
+            chat(json!({})),
+            StatusCode::PAYMENT_REQUIRED,
+            "session_cap_reached",
+            None,
+        ),
+    ];
+    for (bearer, body, status, code, field) in cases {
+        let (got, answer) = door.post("/v1/chat/completions", bearer, &body).await;
+        assert_eq!(got, status, "{body} → {answer}");
+        assert_eq!(answer["error"]["code"], code, "{body} → {answer}");
+        if let Some(field) = field {
+            assert_eq!(answer["error"]["field"], field, "{body} → {answer}");
+        }
+        if body.get("tools").is_some() {
+            assert!(
+                answer["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("tools"),
+                "the unknown field is named: {answer}"
+            );
+        }
+    }
+    assert_eq!(
+        door.count("exchange_jobs").await,
+        0,
+        "no refused call made a job"
+    );
+    assert_eq!(door.held().await, 0);
+
+    // Revoked: refused from then on.
+    let (_, session) = door.session("cxs_gone", 1_000_000, 9).await;
+    let id = session["session_id"].as_str().unwrap();
+    let (status, _) = door
+        .call(
+            Request::delete(format!("/v1/sessions/{id}"))
+                .header(header::AUTHORIZATION, "Bearer cxs_key")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "another session's key revokes nothing"
+    );
+    let (status, _) = door
+        .call(
+            Request::delete(format!("/v1/sessions/{id}"))
+                .header(header::AUTHORIZATION, "Bearer cxs_gone")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = door
+        .post("/v1/chat/completions", Some("cxs_gone"), &chat(json!({})))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("session_revoked"))
+    );
+    assert_eq!(door.count("exchange_jobs").await, 0);
+}
+
+#[tokio::test]
+async fn a_job_no_provider_finishes_expires_and_its_hold_returns() {
+    let door = Door::new().await;
+    let prov = Prov::new(4);
+    door.post(
+        "/v1/providers/register",
+        None,
+        &prov.offer(vec![bundle("warm")]),
+    )
+    .await;
+    door.session("cxs_key", 1_000_000, 1).await;
+    let (status, body) = door
+        .post(
+            "/v1/chat/completions",
+            Some("cxs_key"),
+            &chat(json!({"cx": {"deadline_in_s": 1}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+    assert_eq!(body["error"]["code"], "deadline_missed");
+    assert!(door.held().await > 0, "held until the sweep");
+    let expired = door.books.expire_due(now_s() + 2).await.unwrap();
+    assert_eq!(expired.len(), 1);
+    assert_eq!(door.held().await, 0, "the hold went back to the tab");
+    let job = door.books.job(expired[0]).await.unwrap().unwrap();
+    assert_eq!(job.status, "expired");
+    // A late result is refused.
+    let (status, pulled) = door
+        .post(
+            "/v1/providers/jobs",
+            Some(&prov.token),
+            &json!({"wait_s": 0}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        pulled["jobs"].as_array().unwrap().is_empty(),
+        "expired jobs are not handed out"
+    );
+}
+
+#[tokio::test]
+async fn a_provider_cannot_take_another_providers_bundle_or_claim_more_than_the_price() {
+    let door = Door::new().await;
+    let prov = Prov::new(4);
+    let (status, _) = door
+        .post(
+            "/v1/providers/register",
+            None,
+            &prov.offer(vec![bundle("warm")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let thief = Prov::new(5);
+    let (status, body) = door
+        .post(
+            "/v1/providers/register",
+            None,
+            &thief.offer(vec![bundle("warm")]),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("bundle_owned"))
+    );
+    // A tampered offer does not verify.
+    let mut tampered = prov.offer(vec![bundle("warm")]);
+    tampered["offer"]["payout"] = json!(Address::repeat_byte(0x66));
+    let (status, body) = door.post("/v1/providers/register", None, &tampered).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+
+    door.session("cxs_key", 1_000_000, 1).await;
+    let body = chat(json!({"cx": {"deadline_in_s": 4}}));
+    let call = door.post("/v1/chat/completions", Some("cxs_key"), &body);
+    let provider = async {
+        let (status, _) = door
+            .post(
+                "/v1/providers/jobs",
+                Some(&thief.token),
+                &json!({"wait_s": 0}),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "the thief's token was never registered"
+        );
+        let (_, pulled) = door
+            .post(
+                "/v1/providers/jobs",
+                Some(&prov.token),
+                &json!({"wait_s": 3}),
+            )
+            .await;
+        let job = pulled["jobs"][0].clone();
+        let price: u128 = job["price_wei"].as_str().unwrap().parse().unwrap();
+        let id = job["job_id"].as_str().unwrap().to_owned();
+        let path = format!("/v1/jobs/{id}/result");
+        let bad = [
+            // More than the price.
+            (
+                receipt(&prov, &job, "hi", price + 1),
+                output("hi"),
+                "over_charged",
+            ),
+            // A receipt over other bytes than the output.
+            (
+                receipt(&prov, &job, "hi", 1),
+                output("bye"),
+                "receipt_mismatch",
+            ),
+            // Signed by a key that is not the job's provider.
+            (
+                receipt(&thief, &job, "hi", 1),
+                output("hi"),
+                "invalid_field",
+            ),
+        ];
+        for (signed, out, code) in bad {
+            let (status, body) = door
+                .post(
+                    &path,
+                    Some(&prov.token),
+                    &json!({"output": out, "receipt": signed}),
+                )
+                .await;
+            assert_eq!(body["error"]["code"], code, "{status} {body}");
+        }
+        assert_eq!(door.count("exchange_receipts").await, 0);
+        assert_eq!(door.held().await, price, "nothing was charged or released");
+    };
+    let ((status, _), ()) = tokio::join!(call, provider);
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+}

@@ -1,0 +1,163 @@
+//! Provider offers: how a provider registers its bundles at an exchange, signed by its ML-DSA-65
+//! identity, and the token it then pulls jobs with.
+//!
+//! The provider chooses a secret dispatch token and signs only its SHA-256 (`token_hash`), so a
+//! copy of the signed offer, replayed, registers nothing its replayer could use. The signature is
+//! over the offer's canonical JSON ([`crate::order::canonical_json`]) with the FIPS 204 context
+//! `cx-offer-v1`, so it never verifies as a receipt, an order or a session transcript.
+//!
+//! ```
+//! use cx_protocol::offer::{Offer, SignedOffer};
+//! use cx_protocol::pq::Identity;
+//!
+//! let provider = Identity::from_seed([3; 32]);
+//! let offer = Offer {
+//!     operator: "op-a".into(),
+//!     payout: cx_protocol::order::Address::repeat_byte(0x11),
+//!     bundles: vec![],
+//!     token_hash: Offer::token_hash_of(b"secret"),
+//!     issued_at_s: 1_000,
+//! };
+//! let signed = SignedOffer::sign(offer, &provider).unwrap();
+//! assert_eq!(signed.verify(1_010).unwrap().id(), provider.id());
+//! assert!(signed.verify(1_000 + 3_600).is_err(), "too old");
+//! ```
+
+use crate::bundle::Bundle;
+use crate::error::{Error, Result};
+use crate::order::{Address, B256, canonical_json};
+use crate::pq::{Identity, PublicIdentity};
+use crate::receipt::hex_vec;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// FIPS 204 context of offer signatures.
+pub const OFFER_CONTEXT: &[u8] = b"cx-offer-v1";
+
+/// How old an offer may be when it arrives, seconds (and how far ahead of the exchange's clock).
+pub const MAX_OFFER_AGE_S: u64 = 300;
+
+/// Most bundles one offer registers.
+pub const MAX_OFFER_BUNDLES: usize = 64;
+
+/// What a provider offers: its bundles, who runs them, where it is paid.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offer {
+    /// The operator (every bundle's `provider` must name it; T3 committees are diverse in it).
+    pub operator: String,
+    /// The EVM account the provider's receipts are paid to.
+    pub payout: Address,
+    /// The bundles it serves (at most [`MAX_OFFER_BUNDLES`]).
+    pub bundles: Vec<Bundle>,
+    /// SHA-256 of the secret the provider pulls jobs and returns results with (`Authorization:
+    /// Bearer`).
+    pub token_hash: B256,
+    /// When it was signed, unix seconds.
+    pub issued_at_s: u64,
+}
+
+impl Offer {
+    /// The `token_hash` of a dispatch token: SHA-256 of its bytes.
+    pub fn token_hash_of(token: &[u8]) -> B256 {
+        B256::from(<[u8; 32]>::from(Sha256::digest(token)))
+    }
+
+    /// The bytes signed: the offer's canonical JSON.
+    pub fn signing_bytes(&self) -> Result<Vec<u8>> {
+        let value = serde_json::to_value(self).map_err(|e| Error::InvalidField {
+            field: "offer".into(),
+            reason: e.to_string(),
+        })?;
+        Ok(canonical_json(&value).into_bytes())
+    }
+
+    /// Checks the offer's own fields: an operator, a bounded list of valid bundles all run by it,
+    /// no id twice.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |field: String, reason: String| Error::InvalidField { field, reason };
+        if self.operator.trim().is_empty() {
+            return Err(invalid("offer.operator".into(), "is empty".into()));
+        }
+        if self.bundles.len() > MAX_OFFER_BUNDLES {
+            return Err(invalid(
+                "offer.bundles".into(),
+                format!("at most {MAX_OFFER_BUNDLES} bundles per offer"),
+            ));
+        }
+        for (i, bundle) in self.bundles.iter().enumerate() {
+            bundle
+                .validate()
+                .map_err(|e| e.within(&format!("offer.bundles[{i}]")))?;
+            if bundle.provider != self.operator {
+                return Err(invalid(
+                    format!("offer.bundles[{i}].provider"),
+                    format!("must be the offer's operator `{}`", self.operator),
+                ));
+            }
+            if self.bundles[..i].iter().any(|b| b.id == bundle.id) {
+                return Err(invalid(
+                    format!("offer.bundles[{i}].id"),
+                    format!("`{}` appears twice", bundle.id),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An offer with the provider's ML-DSA-65 verification key and signature.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignedOffer {
+    /// The offer.
+    pub offer: Offer,
+    /// The provider's encoded ML-DSA-65 verification key.
+    #[serde(with = "hex_vec")]
+    pub verification_key: Vec<u8>,
+    /// ML-DSA-65 signature over [`Offer::signing_bytes`], context `cx-offer-v1`.
+    #[serde(with = "hex_vec")]
+    pub signature: Vec<u8>,
+}
+
+impl SignedOffer {
+    /// Signs `offer` as `provider`.
+    pub fn sign(offer: Offer, provider: &Identity) -> Result<Self> {
+        let signature = provider
+            .sign(OFFER_CONTEXT, &offer.signing_bytes()?)?
+            .to_vec();
+        Ok(Self {
+            offer,
+            verification_key: provider.public().to_bytes().to_vec(),
+            signature,
+        })
+    }
+
+    /// Checks the offer's fields, its age at `now_s` and its signature under the key it carries;
+    /// returns that key (whoever calls this decides whether the key may serve: stake, pins).
+    pub fn verify(&self, now_s: u64) -> Result<PublicIdentity> {
+        self.offer.validate()?;
+        let issued = self.offer.issued_at_s;
+        if issued.saturating_add(MAX_OFFER_AGE_S) < now_s
+            || issued > now_s.saturating_add(MAX_OFFER_AGE_S)
+        {
+            return Err(Error::InvalidField {
+                field: "offer.issued_at_s".into(),
+                reason: format!(
+                    "{issued} is more than {MAX_OFFER_AGE_S} s from the exchange's clock ({now_s}); sign a fresh offer"
+                ),
+            });
+        }
+        let key = PublicIdentity::from_bytes(&self.verification_key)
+            .map_err(|e| e.within("verification_key"))?;
+        key.verify(OFFER_CONTEXT, &self.offer.signing_bytes()?, &self.signature)
+            .map_err(|e| Error::SignatureMalformed {
+                field: "signature".into(),
+                reason: match e {
+                    Error::InvalidField { reason, .. } => reason,
+                    other => other.to_string(),
+                },
+            })?;
+        Ok(key)
+    }
+}
