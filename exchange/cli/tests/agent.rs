@@ -235,160 +235,195 @@ mod devnet {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_agent_opens_a_tab_on_chain_binds_submits_lists_and_closes_it() {
-        let anvil = AnvilInstance::spawn(31337, None, 2).expect("anvil (scripts/setup-foundry.sh)");
-        let rpc = anvil.rpc_url();
-        let params = DeployParams {
-            group_key: group_key(),
-            grace_period_s: 1,
-            min_stake: U256::from(1u64),
-            unbonding_delay_s: 60,
-            native: true,
-            with_probe: false,
-        };
-        let deployment = deploy(&rpc, anvil.keys[0].clone(), params).await.unwrap();
-        let chain = ChainDeployment {
-            chain: anvil.entry(),
-            deployment,
-        };
-        let dir = TempDir::new("devnet");
-        let deployments = dir.0.join("deployments.json");
-        DeploymentsFile {
-            chains: vec![chain.clone()],
+    /// Anvil with the contracts deployed, `cx serve` on it (a fresh database, its own CA, the
+    /// `bundles` fixture), and an agent key file importing Anvil's second account.
+    struct Env {
+        anvil: AnvilInstance,
+        dir: TempDir,
+        deployments: std::path::PathBuf,
+        _db: TempDatabase,
+        _serve: Serve,
+        url: String,
+        ca: std::path::PathBuf,
+        keys: std::path::PathBuf,
+        account: Address,
+    }
+
+    impl Env {
+        async fn start(tag: &str, bundles: &[Bundle]) -> Env {
+            let anvil =
+                AnvilInstance::spawn(31337, None, 2).expect("anvil (scripts/setup-foundry.sh)");
+            let rpc = anvil.rpc_url();
+            let params = DeployParams {
+                group_key: group_key(),
+                grace_period_s: 1,
+                min_stake: U256::from(1u64),
+                unbonding_delay_s: 60,
+                native: true,
+                with_probe: false,
+            };
+            let deployment = deploy(&rpc, anvil.keys[0].clone(), params).await.unwrap();
+            let chain = ChainDeployment {
+                chain: anvil.entry(),
+                deployment,
+            };
+            let dir = TempDir::new(tag);
+            let deployments = dir.0.join("deployments.json");
+            DeploymentsFile {
+                chains: vec![chain.clone()],
+            }
+            .write(&deployments)
+            .unwrap();
+
+            // The exchange, as a person starts it: `cx serve` on the chain the devnet deployed,
+            // a bundle fixture, a fresh database and development CA.
+            let db = TempDatabase::create().await.unwrap();
+            let bundles_file = dir.0.join("bundles.json");
+            std::fs::write(&bundles_file, serde_json::to_string(bundles).unwrap()).unwrap();
+            let listen = format!("127.0.0.1:{}", free_port().unwrap());
+            let serve_args = [
+                "--listen".to_owned(),
+                listen,
+                "--ca-dir".to_owned(),
+                path(&dir.0.join("ca")).to_owned(),
+                "--deployments".to_owned(),
+                path(&deployments).to_owned(),
+                "--bundles".to_owned(),
+                path(&bundles_file).to_owned(),
+                "--settle-margin-s".to_owned(),
+                "60".to_owned(),
+            ];
+            let db_url = db.url.clone();
+            let count = bundles.len();
+            let (url, ca, serve) = tokio::task::spawn_blocking(move || {
+                let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
+                let mut serve = Serve::start(&args, &db_url);
+                let url = serve.field("url");
+                let ca = serve.field("ca");
+                let registered = serve.field("bundles");
+                assert!(registered.starts_with(&count.to_string()), "{registered}");
+                (url, ca, serve)
+            })
+            .await
+            .unwrap();
+
+            // The agent: Anvil's second account, imported.
+            let keys = dir.0.join("agent.json");
+            let secret = format!("{}\n", B256::from(anvil.keys[1].to_bytes()));
+            let account = anvil.keys[1].address();
+            let made = last_json(
+                &cx(
+                    strings(&[
+                        "agent",
+                        "keygen",
+                        "--out",
+                        path(&keys),
+                        "--import-secp256k1",
+                        "--json",
+                    ]),
+                    secret,
+                )
+                .await,
+            );
+            assert_eq!(
+                made["account"]
+                    .as_str()
+                    .unwrap()
+                    .parse::<Address>()
+                    .unwrap(),
+                account
+            );
+            Env {
+                anvil,
+                dir,
+                deployments,
+                _db: db,
+                _serve: serve,
+                url,
+                ca: std::path::PathBuf::from(ca),
+                keys,
+                account,
+            }
         }
-        .write(&deployments)
-        .unwrap();
 
-        // The exchange, as a person starts it: `cx serve` on the chain the devnet deployed, a
-        // bundle fixture, a fresh database and development CA.
-        let db = TempDatabase::create().await.unwrap();
-        let bundles = dir.0.join("bundles.json");
-        std::fs::write(
-            &bundles,
-            serde_json::to_string(&[bundle("warm", 1_000_000, true)]).unwrap(),
-        )
-        .unwrap();
-        let listen = format!("127.0.0.1:{}", free_port().unwrap());
-        let serve_args = [
-            "--listen".to_owned(),
-            listen,
-            "--ca-dir".to_owned(),
-            path(&dir.0.join("ca")).to_owned(),
-            "--deployments".to_owned(),
-            path(&deployments).to_owned(),
-            "--bundles".to_owned(),
-            path(&bundles).to_owned(),
-            "--settle-margin-s".to_owned(),
-            "60".to_owned(),
-        ];
-        let db_url = db.url.clone();
-        let mut serve = tokio::task::spawn_blocking(move || {
-            let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
-            Serve::start(&args, &db_url)
-        })
-        .await
-        .unwrap();
-        let (url, ca_path, fields) = tokio::task::spawn_blocking(move || {
-            let url = serve.field("url");
-            let ca = serve.field("ca");
-            let bundles = serve.field("bundles");
-            (url, ca, (bundles, serve))
-        })
-        .await
-        .unwrap();
-        let (bundles_line, _serve) = fields;
-        assert!(bundles_line.starts_with('1'), "{bundles_line}");
-        let ca_cert = std::path::PathBuf::from(ca_path);
-
-        // The agent: Anvil's second account, imported.
-        let keys = dir.0.join("agent.json");
-        let secret = format!("{}\n", B256::from(anvil.keys[1].to_bytes()));
-        let account = anvil.keys[1].address();
-        let made = last_json(
-            &cx(
-                strings(&[
-                    "agent",
-                    "keygen",
-                    "--out",
-                    path(&keys),
-                    "--import-secp256k1",
-                    "--json",
-                ]),
-                secret,
-            )
-            .await,
-        );
-        assert_eq!(
-            made["account"]
-                .as_str()
-                .unwrap()
-                .parse::<Address>()
-                .unwrap(),
-            account
-        );
-        let agent = |rest: &[&str]| {
+        /// `cx agent` with this exchange, CA and key file, then `rest`.
+        fn agent(&self, rest: &[&str]) -> Vec<String> {
             let mut args = strings(&[
                 "agent",
                 "--exchange",
-                &url,
+                &self.url,
                 "--ca",
-                path(&ca_cert),
+                path(&self.ca),
                 "--keys",
-                path(&keys),
+                path(&self.keys),
             ]);
             args.extend(strings(rest));
             args
-        };
-        let chain_flags = ["--deployments", path(&deployments)];
-
-        // open-tab: signed terms, deposit and openJob on chain; the watcher mirrors it.
-        let mut open = vec![
-            "open-tab",
-            "--amount",
-            "5000000",
-            "--deadline-in",
-            "3600",
-            "--json",
-        ];
-        open.extend(chain_flags);
-        let tab = last_json(&cx(agent(&open), String::new()).await);
-        let escrow_id = tab["escrow_id"].as_u64().unwrap();
-        let deadline_s = tab["deadline_s"].as_u64().unwrap();
-        assert_eq!(
-            tab["terms"]["order"]["buyer"]
-                .as_str()
-                .unwrap()
-                .parse::<Address>()
-                .unwrap(),
-            account
-        );
-        // The server's own chain watcher mirrors the tab (it polls every second).
-        let id = escrow_id.to_string();
-        let waited = Instant::now();
-        loop {
-            let out = cx(agent(&["tab", &id, "--json"]), String::new()).await;
-            if out.status.success() {
-                break;
-            }
-            assert!(
-                waited.elapsed() < Duration::from_secs(30),
-                "the watcher never mirrored tab {id}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
         }
 
-        let bound = last_json(&cx(agent(&["bind", "--json"]), String::new()).await);
-        assert_eq!(bound["chain_id"], 31337);
-        assert_eq!(
-            bound["account"]
-                .as_str()
-                .unwrap()
-                .parse::<Address>()
-                .unwrap(),
-            account
-        );
+        fn chain_flags(&self) -> [&str; 2] {
+            ["--deployments", path(&self.deployments)]
+        }
+
+        /// `open-tab` (signed terms, deposit and openJob on chain), waiting until the server's
+        /// chain watcher mirrors it; then `bind`. Returns the tab as `open-tab` printed it.
+        async fn open_tab_and_bind(&self, amount: &str) -> Value {
+            let mut open = vec![
+                "open-tab",
+                "--amount",
+                amount,
+                "--deadline-in",
+                "3600",
+                "--json",
+            ];
+            open.extend(self.chain_flags());
+            let tab = last_json(&cx(self.agent(&open), String::new()).await);
+            assert_eq!(
+                tab["terms"]["order"]["buyer"]
+                    .as_str()
+                    .unwrap()
+                    .parse::<Address>()
+                    .unwrap(),
+                self.account
+            );
+            let id = tab["escrow_id"].as_u64().unwrap().to_string();
+            let waited = Instant::now();
+            loop {
+                let out = cx(self.agent(&["tab", &id, "--json"]), String::new()).await;
+                if out.status.success() {
+                    break;
+                }
+                assert!(
+                    waited.elapsed() < Duration::from_secs(30),
+                    "the watcher never mirrored tab {id}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            let bound = last_json(&cx(self.agent(&["bind", "--json"]), String::new()).await);
+            assert_eq!(bound["chain_id"], 31337);
+            assert_eq!(
+                bound["account"]
+                    .as_str()
+                    .unwrap()
+                    .parse::<Address>()
+                    .unwrap(),
+                self.account
+            );
+            tab
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_agent_opens_a_tab_on_chain_binds_submits_lists_and_closes_it() {
+        let env = Env::start("devnet", &[bundle("warm", 1_000_000, true)]).await;
+        let tab = env.open_tab_and_bind("5000000").await;
+        let escrow_id = tab["escrow_id"].as_u64().unwrap();
+        let deadline_s = tab["deadline_s"].as_u64().unwrap();
+        let id = escrow_id.to_string();
+        let agent = |rest: &[&str]| env.agent(rest);
+        let chain_flags = env.chain_flags();
+        let anvil = &env.anvil;
 
         let intent = |price: &str, nonce: &str| {
             agent(&[
@@ -454,6 +489,182 @@ mod devnet {
         assert_eq!(closed["escrow_id"].as_u64().unwrap(), escrow_id);
         assert_eq!(closed["free_deposit_wei"], "5000000");
         assert!(closed["withdraw_tx"].is_string());
+    }
+
+    /// A provider that answers every job it pulls with `answer`, signing each receipt for
+    /// half the job's price, until `jobs` are done; returns what it charged.
+    async fn provider(url: String, ca: std::path::PathBuf, jobs: usize, answer: &str) -> u128 {
+        use cx_client::Client;
+        use cx_client::types::Output;
+        use cx_protocol::offer::{Offer, SignedOffer};
+        use cx_protocol::pq::Identity;
+        let client = Client::new(&url, Some(&ca))
+            .unwrap()
+            .with_timeout(Duration::from_secs(40));
+        let identity = Identity::generate();
+        let token = "provider-dispatch-token";
+        let payout = Address::repeat_byte(0x77);
+        let offer = Offer {
+            operator: "op-a".into(),
+            payout,
+            bundles: vec![bundle("warm", 1_000_000, true)],
+            token_hash: Offer::token_hash_of(token.as_bytes()),
+            issued_at_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+        };
+        let registered = client
+            .register_provider(&SignedOffer::sign(offer, &identity).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(registered.bundles, ["warm"]);
+        let (mut done, mut charged) = (0, 0);
+        while done < jobs {
+            for job in client.pull_jobs(token, 4, 30).await.unwrap() {
+                let output = Output {
+                    text: answer.to_owned(),
+                    finish_reason: "length".into(),
+                    prompt_tokens: 5,
+                    completion_tokens: job.request.max_tokens,
+                };
+                let receipt = cx_client::provider::sign_receipt(
+                    &job,
+                    &output,
+                    &identity,
+                    payout,
+                    job.price_wei / 2,
+                    3,
+                    cx_protocol::DeterminismClass::D,
+                )
+                .unwrap();
+                let completed = client
+                    .submit_result(token, job.job_id, &output, &receipt)
+                    .await
+                    .unwrap();
+                charged += completed.charged_wei;
+                done += 1;
+            }
+        }
+        charged
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_openai_client_buys_completions_with_a_session_key() {
+        let env = Env::start("openai", &[]).await;
+        let tab = env.open_tab_and_bind("5000000").await;
+        let id = tab["escrow_id"].as_u64().unwrap().to_string();
+        let answer = "Hello from the market.";
+        // Three calls from the openai client, one from `cx agent chat`.
+        let provider = tokio::spawn(provider(env.url.clone(), env.ca.clone(), 4, answer));
+
+        let key_file = env.dir.0.join("session.key");
+        let session = last_json(
+            &cx(
+                env.agent(&[
+                    "session",
+                    "--tab",
+                    &id,
+                    "--cap-wei",
+                    "4000000",
+                    "--max-price-wei",
+                    "1000000",
+                    "--deadline-in",
+                    "30",
+                    "--out",
+                    path(&key_file),
+                    "--json",
+                ]),
+                String::new(),
+            )
+            .await,
+        );
+        let api_key = session["api_key"].as_str().unwrap().to_owned();
+        assert!(api_key.starts_with("cxs_"));
+        assert_eq!(
+            std::fs::read_to_string(&key_file).unwrap().trim(),
+            api_key,
+            "--out writes the key"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&key_file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+
+        // The official client, given only base_url and api_key (and the dev CA, as any private
+        // CA is trusted: SSL_CERT_FILE).
+        let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.tools/py/bin/python");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_door.py");
+        let base_url = format!("{}/v1", env.url);
+        let ca = env.ca.clone();
+        let key = api_key.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(python)
+                .args([script, &base_url, &key, "llama-8b"])
+                .env("SSL_CERT_FILE", &ca)
+                .output()
+                .expect("the project's virtualenv (scripts/setup.sh)")
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "openai_door.py: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(report["chat"]["content"], answer, "{report}");
+        assert_eq!(report["chat"]["finish_reason"], "length");
+        assert_eq!(report["chat"]["total_tokens"], 13);
+        assert_eq!(report["stream"]["content"], answer, "{report}");
+        assert_eq!(report["stream"]["total_tokens"], 13);
+        assert_eq!(report["completion"]["text"], answer);
+        assert_eq!(
+            report["temperature"]["class"], "BadRequestError",
+            "{report}"
+        );
+        assert_eq!(
+            report["bad_key"]["class"], "AuthenticationError",
+            "{report}"
+        );
+        assert_eq!(
+            report["unknown_model"]["class"], "NotFoundError",
+            "{report}"
+        );
+
+        let out = tokio::task::spawn_blocking({
+            let (url, ca, key) = (env.url.clone(), env.ca.clone(), api_key.clone());
+            move || {
+                std::process::Command::new(env!("CARGO_BIN_EXE_cx"))
+                    .args(["agent", "--exchange", &url, "--ca", path(&ca), "chat"])
+                    .args(["--model", "llama-8b", "--max-tokens", "4", "Say hello."])
+                    .env("CX_API_KEY", &key)
+                    .output()
+                    .unwrap()
+            }
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with(answer));
+
+        let charged = provider.await.unwrap();
+        // The tab holds exactly what the receipts charged; the session counted the same.
+        let shown = last_json(&cx(env.agent(&["tab", &id, "--json"]), String::new()).await);
+        assert_eq!(shown["held_wei"], charged.to_string());
+        let done = last_json(
+            &cx(
+                env.agent(&["jobs", "--status", "done", "--json"]),
+                String::new(),
+            )
+            .await,
+        );
+        assert_eq!(done.as_array().unwrap().len(), 4);
     }
 
     fn strings(args: &[&str]) -> Vec<String> {

@@ -114,14 +114,20 @@ impl Books {
 
     /// The provider whose dispatch token hashes to `token_hash`.
     pub async fn provider_by_token(&self, token_hash: B256) -> Result<Option<Provider>> {
-        let row: Option<(Vec<u8>, Vec<u8>, String, Vec<u8>)> = sqlx::query_as(
+        let row: Option<ProviderRow> = sqlx::query_as(
             "SELECT key_hash, mldsa_key, operator, payout FROM exchange_providers \
              WHERE token_hash = $1",
         )
         .bind(token_hash.as_slice())
         .fetch_optional(&self.pool)
         .await?;
-        let Some((key_hash, mldsa_key, operator, payout)) = row else {
+        let Some(ProviderRow {
+            key_hash,
+            mldsa_key,
+            operator,
+            payout,
+        }) = row
+        else {
             return Ok(None);
         };
         let corrupt = |what, bytes: &[u8]| Error::Corrupt {
@@ -202,8 +208,9 @@ impl Books {
         charged_wei: u128,
     ) -> Result<Completed> {
         let mut tx = self.pool.begin().await?;
-        let row: Option<(String, String, Option<Vec<u8>>, i64, i64, i64)> = sqlx::query_as(
-            "SELECT j.status, j.held_wei::text, j.session_id, j.chain_id, j.escrow_id, j.deadline_s \
+        let row: Option<RunningRow> = sqlx::query_as(
+            "SELECT j.status, j.held_wei::text AS held_wei, j.session_id, j.chain_id, j.escrow_id, \
+                    j.deadline_s \
              FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
              WHERE j.id = $1 AND b.provider_key_hash = $2 FOR UPDATE OF j",
         )
@@ -211,7 +218,15 @@ impl Books {
         .bind(key_hash.as_slice())
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((status, held, session_id, chain_id, escrow_id, deadline_s)) = row else {
+        let Some(RunningRow {
+            status,
+            held_wei: held,
+            session_id,
+            chain_id,
+            escrow_id,
+            deadline_s,
+        }) = row
+        else {
             return Err(Error::UnknownJob);
         };
         if status != "running" {
@@ -284,6 +299,25 @@ impl Books {
             released_wei,
         })
     }
+}
+
+#[derive(sqlx::FromRow)]
+struct ProviderRow {
+    key_hash: Vec<u8>,
+    mldsa_key: Vec<u8>,
+    operator: String,
+    payout: Vec<u8>,
+}
+
+/// A job as a result finds it.
+#[derive(sqlx::FromRow)]
+struct RunningRow {
+    status: String,
+    held_wei: String,
+    session_id: Option<Vec<u8>>,
+    chain_id: i64,
+    escrow_id: i64,
+    deadline_s: i64,
 }
 
 #[derive(sqlx::FromRow)]

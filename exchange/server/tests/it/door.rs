@@ -349,7 +349,9 @@ async fn the_door_refuses_what_it_cannot_honour_and_writes_nothing() {
         (StatusCode::CONFLICT, Some("nonce_reused"))
     );
 
-    let cases: Vec<(Option<&str>, Value, StatusCode, &str, Option<&str>)> = vec![
+    // (bearer key, body, status, code, field)
+    type Case<'a> = (Option<&'a str>, Value, StatusCode, &'a str, Option<&'a str>);
+    let cases: Vec<Case> = vec![
         (
             None,
             chat(json!({})),
