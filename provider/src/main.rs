@@ -203,7 +203,25 @@ fn cpu(threads: Option<usize>, fast: bool) -> CpuConfig {
 /// Errors print on one line with their causes (`{:#}`), as the README promises, not as
 /// anyhow's multi-line `Debug` report.
 fn main() -> std::process::ExitCode {
-    match run() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print(); // --help, --version
+            return std::process::ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // clap's first paragraph (it may list the missing arguments below its first line).
+            let text = e.render().to_string();
+            let first: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{} (see --help)", first.join(" "));
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -212,8 +230,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::GenModel {
             out,

@@ -20,24 +20,67 @@ use zeroize::Zeroizing;
 
 use crate::error::{Error, Result};
 
-/// Writes `bytes` to `path` with mode 0600, atomically (temporary file, fsync, rename).
+/// Writes `bytes` to `path` with mode 0600, atomically (temporary file, fsync, rename),
+/// replacing what was there.
 pub fn write_secret(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_secret_with(path, bytes, Replace::Yes)
+}
+
+/// Like [`write_secret`], but refuses when `path` exists: the final step is a hard link, which
+/// fails atomically on an existing file, so two writers cannot both win.
+pub fn create_secret(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_secret_with(path, bytes, Replace::No)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Replace {
+    Yes,
+    No,
+}
+
+fn write_secret_with(path: &Path, bytes: &[u8], replace: Replace) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(Error::io(dir))?;
     }
+    if replace == Replace::No && std::fs::symlink_metadata(path).is_ok() {
+        return Err(exists(path));
+    }
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
+    let written = write_temporary(&tmp, bytes).and_then(|()| match replace {
+        Replace::Yes => std::fs::rename(&tmp, path).map_err(Error::io(path)),
+        Replace::No => std::fs::hard_link(&tmp, path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                exists(path)
+            } else {
+                Error::io(path)(e)
+            }
+        }),
+    });
+    // The temporary file never outlives the call, whatever failed (after a rename it is gone
+    // already; after a link or an error it is removed here).
+    let _ = std::fs::remove_file(&tmp);
+    written
+}
+
+fn write_temporary(tmp: &Path, bytes: &[u8]) -> Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
-        .open(&tmp)
-        .map_err(Error::io(&tmp))?;
-    file.write_all(bytes).map_err(Error::io(&tmp))?;
-    file.sync_all().map_err(Error::io(&tmp))?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(Error::io(path))?;
-    Ok(())
+        .open(tmp)
+        .map_err(Error::io(tmp))?;
+    file.write_all(bytes).map_err(Error::io(tmp))?;
+    file.sync_all().map_err(Error::io(tmp))
+}
+
+fn exists(path: &Path) -> Error {
+    Error::KeyFile {
+        path: path.to_path_buf(),
+        reason: "already exists; refusing to overwrite a key (pass --force to replace it, and \
+                 the old key is lost)"
+            .into(),
+    }
 }
 
 /// Reads a secret file, refusing one whose mode lets group or others read or write it.
@@ -62,10 +105,17 @@ pub fn read_secret(path: &Path) -> Result<Zeroizing<Vec<u8>>> {
     ))
 }
 
-/// Writes an ML-DSA identity's seed (hex) to `path`, 0600.
+/// Writes an ML-DSA identity's seed (hex) to `path`, 0600, replacing what was there.
 pub fn write_identity(path: &Path, identity: &Identity) -> Result<()> {
     let text = Zeroizing::new(hex::encode(identity.seed()));
     write_secret(path, text.as_bytes())
+}
+
+/// Writes an ML-DSA identity's seed (hex) to a new file `path`, 0600; refuses an existing one
+/// (an identity overwritten by mistake is a signer lost).
+pub fn create_identity(path: &Path, identity: &Identity) -> Result<()> {
+    let text = Zeroizing::new(hex::encode(identity.seed()));
+    create_secret(path, text.as_bytes())
 }
 
 /// Reads the identity a seed file holds.
@@ -173,6 +223,38 @@ mod tests {
         // Debug output names the public id, never the seed.
         let debug = format!("{identity:?}");
         assert!(!debug.contains(&hex::encode(identity.seed())));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Guards `cx-signer keygen` overwriting an identity without `--force`.
+    #[test]
+    fn create_identity_refuses_an_existing_file_and_leaves_no_temporary() {
+        let dir = std::env::temp_dir().join(format!("cx-keyfile-new-{}", std::process::id()));
+        let path = dir.join("identity.key");
+        let first = Identity::generate();
+        create_identity(&path, &first).unwrap();
+        let err = create_identity(&path, &Identity::generate())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("already exists") && err.contains("identity.key"),
+            "{err}"
+        );
+        assert_eq!(read_identity(&path).unwrap().id(), first.id());
+        // A directory in the way fails naming the path, and no temporary file is left.
+        let blocked = dir.join("blocked");
+        std::fs::create_dir_all(&blocked).unwrap();
+        assert!(
+            write_identity(&blocked, &first)
+                .unwrap_err()
+                .to_string()
+                .contains("blocked")
+        );
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.contains("tmp")), "{names:?}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

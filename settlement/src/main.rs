@@ -26,12 +26,68 @@ enum Command {
         /// Where to write the seed.
         #[arg(long)]
         out: PathBuf,
+        /// Replace an existing identity at `--out` (its key is lost).
+        #[arg(long)]
+        force: bool,
     },
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// Errors print on one line (`{:#}`, as README promises), each cause once: a cause whose text
+/// its parent's message already ends with is not repeated.
+fn main() -> std::process::ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return std::process::ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // clap's first paragraph (it may list the missing arguments below its first line).
+            let text = e.render().to_string();
+            let first: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{} (see --help)", first.join(" "));
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn one_line(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out.replace('\n', " ")
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Run { config } => {
             let config = cx_settlement::config::SignerConfig::load(&config)?;
@@ -43,9 +99,14 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("signer {} listening on {address}", signer.id());
             signer.serve(listener).await?;
         }
-        Command::Keygen { out } => {
+        Command::Keygen { out, force } => {
             let identity = cx_protocol::pq::Identity::generate();
-            cx_settlement::keyfile::write_identity(&out, &identity)?;
+            let written = if force {
+                cx_settlement::keyfile::write_identity(&out, &identity)
+            } else {
+                cx_settlement::keyfile::create_identity(&out, &identity)
+            };
+            written.with_context(|| format!("keygen --out {}", out.display()))?;
             println!("{}", hex::encode(identity.public().to_bytes()));
         }
     }

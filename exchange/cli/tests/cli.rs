@@ -422,3 +422,63 @@ fn bench_clearing_agrees_with_the_full_scan() {
     assert!(report["intents_per_s"].as_f64().unwrap() > 0.0);
     assert!(report["p99_us"].as_f64() >= report["p50_us"].as_f64());
 }
+
+/// Guards panics, aborts and wrapped products on huge values: each is a one-line error.
+#[test]
+fn huge_values_are_one_line_errors() {
+    let max = u64::MAX.to_string();
+    let err = error_line(&["simulate", "--jobs", &max], None);
+    assert!(err.contains("--jobs"), "{err}");
+    let err = error_line(&["bench", "clearing", "--intents", &max], None);
+    assert!(err.contains("--intents"), "{err}");
+    let err = error_line(&["bench", "clearing", "--bundles", &max], None);
+    assert!(err.contains("--bundles"), "{err}");
+    let dir = std::env::temp_dir().join(format!("cx-capacity-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(
+        &config,
+        r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "intermediate_size": 14336, "vocab_size": 128256}"#,
+    )
+    .unwrap();
+    let rank = (u64::MAX / 1000).to_string();
+    let err = error_line(
+        &[
+            "capacity",
+            "adapter",
+            "--config",
+            config.to_str().unwrap(),
+            "--rank",
+            &rank,
+        ],
+        None,
+    );
+    assert!(err.contains("overflows"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The seeds' headline case, refused before: a 70B bf16 base (140 GB) on 80 GB accelerators
+/// is served tensor-parallel over two whole accelerators per process.
+#[test]
+fn duplication_spans_accelerators_for_a_base_larger_than_one() {
+    let dup = last_json(&cx(
+        &[
+            "capacity",
+            "duplication",
+            "--agents",
+            "100",
+            "--base-gb",
+            "140",
+            "--adapter-mb",
+            "320",
+            "--accelerator-gb",
+            "80",
+            "--json",
+        ],
+        None,
+    ));
+    assert_eq!(dup["per_process"]["accelerators_per_process"], 2);
+    assert_eq!(dup["per_process"]["accelerators_packed"], 200);
+    assert_eq!(dup["batched"]["accelerators_packed"], 4);
+}

@@ -88,9 +88,18 @@ pub fn adapter_for_config(
             )
         })?;
         let (d_in, d_out) = config.projection_shape(projection);
-        per_layer += rank * (d_in + d_out) as u64;
+        // Checked: a config's sizes and a rank come from users, and a wrapped product would
+        // print a small, wrong size.
+        per_layer = (d_in as u64)
+            .checked_add(d_out as u64)
+            .and_then(|width| width.checked_mul(rank))
+            .and_then(|params| params.checked_add(per_layer))
+            .ok_or_else(|| invalid("rank", "the parameter count overflows 64 bits"))?;
     }
-    sized(per_layer * config.num_hidden_layers as u64, dtype)
+    let params = per_layer
+        .checked_mul(config.num_hidden_layers as u64)
+        .ok_or_else(|| invalid("rank", "the parameter count overflows 64 bits"))?;
+    sized(params, dtype)
 }
 
 fn positive_bytes(field: &str, value: f64, unit: f64) -> Result<f64> {
@@ -120,6 +129,9 @@ pub struct Layout {
     pub accelerators: u64,
     /// Accelerators when each process (and each base copy) is placed whole.
     pub accelerators_packed: u64,
+    /// Whole accelerators one process spans (tensor-parallel): 1 when a base and an adapter
+    /// fit on one, ⌈(base + adapter) / accelerator⌉ otherwise.
+    pub accelerators_per_process: u64,
 }
 
 /// One process per adapter against per-sequence adapter selection.
@@ -150,35 +162,32 @@ pub fn duplication(
     let accel = positive_bytes("accelerator_gb", accelerator_gb, GB)?;
     let n = agents as f64;
     let process = base + adapter;
-    if process > accel {
-        return Err(invalid(
-            "accelerator_gb",
-            format!(
-                "one base plus one adapter ({:.3} GB) does not fit on one accelerator",
-                process / GB
-            ),
-        ));
-    }
+    // A base larger than one accelerator is served tensor-parallel across whole accelerators:
+    // the fewest that hold a base and one adapter (⌈base / accelerator⌉, one more only when
+    // the base fills them exactly). A 70B bf16 base on 80 GB accelerators spans two.
+    let span = (process / accel).ceil().max(1.0);
+    let group = span * accel;
     let per_process_memory = n * process;
-    let processes_per_accel = (accel / process).floor();
+    let per_process_packed = if span > 1.0 {
+        n * span
+    } else {
+        (n / (accel / process).floor()).ceil()
+    };
     let per_process = Layout {
         memory_gb: per_process_memory / GB,
         accelerators: (per_process_memory / accel).ceil() as u64,
-        accelerators_packed: (n / processes_per_accel).ceil() as u64,
+        accelerators_packed: per_process_packed as u64,
+        accelerators_per_process: span as u64,
     };
     let batched_memory = base + n * adapter;
-    let adapters_per_accel = ((accel - base) / adapter).floor();
+    // Adapters beside the base in one group of `span` accelerators; more agents take more
+    // groups, each with its own copy of the base.
+    let adapters_per_group = ((group - base) / adapter).floor();
     let batched = Layout {
         memory_gb: batched_memory / GB,
         accelerators: (batched_memory / accel).ceil() as u64,
-        accelerators_packed: if adapters_per_accel >= 1.0 {
-            (n / adapters_per_accel).ceil() as u64
-        } else {
-            return Err(invalid(
-                "accelerator_gb",
-                "no adapter fits beside the base on one accelerator",
-            ));
-        },
+        accelerators_packed: ((n / adapters_per_group).ceil() * span) as u64,
+        accelerators_per_process: span as u64,
     };
     Ok(Duplication {
         per_process,
@@ -229,6 +238,9 @@ mod tests {
             .unwrap();
         assert_eq!(m.params, 3 * 18_432 * 8 * 32);
         assert!(adapter_for_config(&cfg, &["qkv"], 8, DType::F32).is_err());
+        // A rank whose product wraps 64 bits is refused, not printed small.
+        let err = adapter_for_config(&cfg, &["q_proj"], u64::MAX / 4, DType::Bf16).unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
     }
 
     #[test]
@@ -249,6 +261,26 @@ mod tests {
         assert_eq!(d.batched.accelerators, 1);
         assert_eq!(d.batched.accelerators_packed, 1);
         assert!((d.ratio - 83.5).abs() < 1e-9);
-        assert!(duplication(1, 100.0, 32.0, 80.0).is_err());
+        assert_eq!(d.per_process.accelerators_per_process, 1);
+    }
+
+    /// Guards the refusal of the seeds' own headline case: a 70B bf16 base (140 GB) on 80 GB
+    /// accelerators spans two of them, tensor-parallel.
+    #[test]
+    fn a_base_larger_than_one_accelerator_spans_whole_accelerators() {
+        let d = duplication(100, 140.0, 320.0, 80.0).unwrap();
+        assert_eq!(d.per_process.accelerators_per_process, 2);
+        assert_eq!(d.per_process.accelerators_packed, 200);
+        // One group of two holds the base and floor(19.68 GB / 0.32 GB) = 61 adapters.
+        assert_eq!(d.batched.accelerators_packed, 4);
+        assert!((d.batched.memory_gb - 172.0).abs() < 1e-9);
+        // A base that fills its accelerators exactly needs one more for an adapter.
+        assert_eq!(
+            duplication(1, 160.0, 32.0, 80.0)
+                .unwrap()
+                .batched
+                .accelerators_per_process,
+            3
+        );
     }
 }

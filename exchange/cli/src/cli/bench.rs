@@ -144,8 +144,21 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
             super::emit(a.json, &report.table(), &report)
         }
         Command::Clearing(a) => {
-            anyhow::ensure!(a.bundles > 0, "--bundles: must be > 0");
-            anyhow::ensure!(a.intents > 0, "--intents: must be > 0");
+            // Bounded so a huge value is a one-line error, not an allocation that aborts: the
+            // bench holds the fleet, every intent and every latency in memory.
+            anyhow::ensure!(
+                (1..=1_000_000).contains(&a.bundles),
+                "--bundles: must be within 1..=1000000"
+            );
+            anyhow::ensure!(
+                (1..=10_000_000).contains(&a.intents),
+                "--intents: must be within 1..=10000000"
+            );
+            anyhow::ensure!(
+                a.scan_intents <= a.intents,
+                "--scan-intents: must be at most --intents ({})",
+                a.intents
+            );
             let r = run_clearing(&ClearingBenchConfig {
                 bundles: a.bundles,
                 intents: a.intents,

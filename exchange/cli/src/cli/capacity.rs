@@ -96,7 +96,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
         }
         Command::Duplication(a) => {
             let d = capacity::duplication(a.agents, a.base_gb, a.adapter_mb, a.accelerator_gb)?;
-            let table = format!(
+            let mut table = format!(
                 "{:<12}{:>14}{:>14}{:>20}\n{:<12}{:>14.3}{:>14}{:>20}\n{:<12}{:>14.3}{:>14}{:>20}\nratio (memory) {:.2}×, accelerators packed {:.2}×\n",
                 "layout",
                 "memory_gb",
@@ -113,6 +113,13 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
                 d.ratio,
                 d.accelerators_ratio,
             );
+            if d.per_process.accelerators_per_process > 1 {
+                table.push_str(&format!(
+                    "the base does not fit on one accelerator: each process spans {} \
+                     (tensor-parallel)\n",
+                    d.per_process.accelerators_per_process
+                ));
+            }
             super::emit(a.json, &table, &d)
         }
     }

@@ -22,8 +22,16 @@ pub(crate) struct Args {
     json: bool,
 }
 
+/// Arrivals `cx simulate` replays at most.
+const MAX_JOBS: usize = 1_000_000;
+
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
-    anyhow::ensure!(args.jobs > 0, "--jobs: must be > 0");
+    // Every arrival is generated up front and replayed five times: a huge value must be a
+    // one-line error, not an allocation that aborts.
+    anyhow::ensure!(
+        (1..=MAX_JOBS).contains(&args.jobs),
+        "--jobs: must be within 1..={MAX_JOBS}"
+    );
     let config = ScenarioConfig {
         seed: args.seed,
         jobs: args.jobs,
