@@ -14,8 +14,11 @@
 //! - [`pricing`]: the market maker (HMM regimes, leapfrog price dynamics, deterministic quotes
 //!   whose ask gates which bundles may clear) and per-tenant preference tables (SPEC §10).
 //! - [`routing`]: which model an intent maps to before clearing picks a bundle: featuriser,
-//!   utility over arm profiles, ridge fit, contextual bandit, fan-out, and the model catalog
+//!   utility over arm profiles, ridge fit, contextual bandit, expected-free-energy routing over
+//!   the market maker's regime belief, fan-out, and the model catalog
 //!   with its route rungs.
+//! - [`meter`]: one record per routed request (arm, cost in wei, outcome, regime belief): what
+//!   the EFE router learns from and what `cx bench pricing` and `cx simulate` report.
 //! - [`rng`]: the seeded generator of synthetic traces (ChaCha20; never used to quote or clear).
 //! - [`sim`] and [`bench`]: the market simulation and the clearing benchmark, pure functions
 //!   that return data (the `cx` binary prints, writes and draws it).
@@ -50,6 +53,7 @@ pub mod engine;
 pub mod error;
 pub mod feasibility;
 pub mod lifecycle;
+pub mod meter;
 pub mod objective;
 pub mod pricing;
 pub mod ring;

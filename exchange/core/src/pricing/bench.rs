@@ -1,18 +1,25 @@
 //! `cx bench pricing`: throughput of quoting, size of tenant preferences, regret of the router's
-//! bandit, and the market maker against a fixed price.
+//! bandit, expected-free-energy routing against that bandit on a regime-shifting replay, and the
+//! market maker against a fixed price.
 //!
-//! Only the quote throughput is timed (with `std::time::Instant`, here and nowhere in the
-//! quoting path); every other figure is a deterministic function of the seed.
+//! Only the quote and EFE routing throughputs are timed (with `std::time::Instant`, here and
+//! nowhere in the quoting or routing path); every other figure is a deterministic function of
+//! the seed. The routing figures come from each policy's [`crate::meter::Meter`].
 
 use super::hmm::Observation;
 use super::market::{MARKET_TIERS, MarketMaker, MarketParams};
 use super::sim::{MmVsFixed, SimConfig, market_maker_vs_fixed};
 use super::tenant::{BaseTable, ReconstructionError, TenantDelta, reconstruction_error};
 use crate::error::{Result, invalid};
+use crate::meter::{Meter, MeterRecord};
+use crate::pricing::hmm::REGIMES;
 use crate::rng::TraceRng;
 use crate::routing::bandit::LinUcb;
+use crate::routing::efe::{EfeConfig, EfeRouter};
 use crate::routing::features::FEATURES;
+use crate::routing::outcome::{OrderTerms, Preferences};
 use crate::routing::ridge::{Logged, fit_ridge};
+use crate::routing::shift::{ShiftConfig, ShiftReplay, shift_replay};
 use crate::routing::utility::{Arm, Ceilings, JOINT, Utility};
 use serde::Serialize;
 use std::hint::black_box;
@@ -39,6 +46,10 @@ pub struct PricingBenchConfig {
     pub router_arms: usize,
     /// The regime-shift simulation.
     pub sim: SimConfig,
+    /// The regime-shifting routing replay (EFE, LinUCB, best fixed arm).
+    pub shift: ShiftConfig,
+    /// EFE routing decisions timed (over `router_arms` arms).
+    pub efe_routes: u64,
 }
 
 impl Default for PricingBenchConfig {
@@ -53,6 +64,8 @@ impl Default for PricingBenchConfig {
             router_rounds: 20_000,
             router_arms: 8,
             sim: SimConfig::default(),
+            shift: ShiftConfig::default(),
+            efe_routes: 200_000,
         }
     }
 }
@@ -62,6 +75,8 @@ impl Default for PricingBenchConfig {
 pub struct RouterFigures {
     /// Rounds replayed.
     pub rounds: usize,
+    /// Arms routed over.
+    pub arms: usize,
     /// Index of the best fixed arm in hindsight.
     pub best_fixed_arm: usize,
     /// Mean expected reward per round of the best fixed arm.
@@ -93,6 +108,21 @@ pub struct PricingReport {
     pub router_regret: f64,
     /// Details of the router replay.
     pub router: RouterFigures,
+    /// EFE routing decisions (G of every arm, then the argmin) per second on one core.
+    pub efe_routes_per_s: f64,
+    /// Mean per-round regret of expected-free-energy routing against the best fixed arm, on the
+    /// regime-shifting replay (the same definition as `router_regret`; negative: it beat it).
+    pub efe_regret: f64,
+    /// Share of EFE-routed requests answered by their deadline, from its meter.
+    pub efe_deadline_hit: f64,
+    /// LinUCB's regret against the best fixed arm on the same regime-shifting replay.
+    pub linucb_shift_regret: f64,
+    /// EFE's oracle regret ÷ LinUCB's on that replay (below 1: EFE regrets less).
+    pub efe_to_linucb_regret: f64,
+    /// EFE's mean adaptation rounds after a shift ÷ LinUCB's (below 1: EFE adapts faster).
+    pub efe_to_linucb_adaptation: f64,
+    /// Everything the regime-shifting routing replay measured.
+    pub regime_routing: ShiftReplay,
     /// The regime-shift simulation.
     pub mm_vs_fixed: MmVsFixed,
 }
@@ -126,6 +156,28 @@ impl PricingReport {
                 r.oracle_mean_reward
             ),
             format!(
+                "EFE routes/s (one core)    {:>14.0}   ({} arms, G = risk + ambiguity − information gain each)",
+                self.efe_routes_per_s, self.router.arms
+            ),
+            format!(
+                "{:<26} {:>12} {:>12} {:>12} {:>12} {:>12}",
+                "regime-shift routing", "regret/fixed", "oracle", "adapt rounds", "deadline hit", "cost/req wei"
+            ),
+            shift_row("  expected free energy", &self.regime_routing.efe),
+            shift_row("  LinUCB", &self.regime_routing.linucb),
+            shift_row(
+                &format!("  fixed ({})", self.regime_routing.best_fixed_arm),
+                &self.regime_routing.fixed,
+            ),
+            format!(
+                "EFE / LinUCB               regret ×{:.3}, adaptation ×{:.3}   ({} rounds, {} shifts, belief right {:.1}%)",
+                self.efe_to_linucb_regret,
+                self.efe_to_linucb_adaptation,
+                self.regime_routing.rounds,
+                self.regime_routing.shifts,
+                100.0 * self.regime_routing.belief_accuracy
+            ),
+            format!(
                 "{:<26} {:>12} {:>12} {:>12} {:>12}",
                 "regime-shift market", "utilisation", "on-time", "deadline hit", "taken"
             ),
@@ -153,6 +205,89 @@ impl PricingReport {
         ]
         .join("\n")
     }
+}
+
+fn shift_row(name: &str, p: &crate::routing::shift::ShiftPolicy) -> String {
+    format!(
+        "{:<26} {:>12.4} {:>12.4} {:>12.1} {:>11.1}% {:>12.0}",
+        name,
+        p.regret_vs_fixed,
+        p.oracle_regret,
+        p.adaptation_rounds,
+        100.0 * p.deadline_hit,
+        p.mean_cost_wei
+    )
+}
+
+/// Times EFE routing over `router_arms` arms whose outcome models have seen a few metered answers,
+/// under beliefs drawn before the clock starts.
+fn time_efe(config: &PricingBenchConfig) -> Result<f64> {
+    let mut rng = TraceRng::new(config.seed ^ 0xefe);
+    let arms: Vec<Arm> = (0..config.router_arms.max(2))
+        .map(|i| Arm {
+            name: format!("arm-{i}"),
+            quality: 0.5,
+            latency_s: 1.0,
+            cost_wei_per_mtok: 100_000,
+            code: 0.5,
+            vision: 0.0,
+            context_tokens: 131_072,
+        })
+        .collect();
+    let order = OrderTerms {
+        deadline_s: 4.0,
+        tier: cx_protocol::Tier::T1,
+        max_cost_wei: Some(1_000),
+    };
+    let prefs = Preferences::from_order(&order)?;
+    let mut meter = Meter::new();
+    for (k, arm) in arms.iter().enumerate() {
+        for j in 0..50u64 {
+            let r = rng.next_f64();
+            meter.record(MeterRecord {
+                request: (k as u64) * 50 + j,
+                tenant: "bench".into(),
+                arm: arm.name.clone(),
+                cost_wei: rng.below(2_000).into(),
+                latency_s: 8.0 * rng.next_f64(),
+                quality: rng.next_f64(),
+                deadline_s: order.deadline_s,
+                max_cost_wei: order.max_cost_wei,
+                tier: order.tier,
+                belief: [r, (1.0 - r) / 2.0, (1.0 - r) / 2.0],
+            })?;
+        }
+    }
+    let mut router = EfeRouter::new(EfeConfig::default())?;
+    router.learn(&meter);
+    let beliefs: Vec<[f64; REGIMES]> = (0..1024)
+        .map(|_| {
+            let b = [rng.next_f64(), rng.next_f64(), rng.next_f64()];
+            let sum: f64 = b.iter().sum::<f64>().max(1e-9);
+            b.map(|v| v / sum)
+        })
+        .collect();
+    let x = random_x(&mut rng);
+    let ceilings = Ceilings::default();
+    let mut checksum = 0usize;
+    let n = config.efe_routes.max(1);
+    let start = Instant::now();
+    for i in 0..n {
+        let belief = &beliefs[(i % beliefs.len() as u64) as usize];
+        checksum ^= router
+            .choose(
+                &arms,
+                &ceilings,
+                black_box(&x),
+                100,
+                black_box(belief),
+                &prefs,
+            )
+            .unwrap_or(0);
+    }
+    let elapsed = start.elapsed().as_secs_f64().max(1e-9);
+    black_box(checksum);
+    Ok(n as f64 / elapsed)
 }
 
 fn time_quotes(config: &PricingBenchConfig) -> Result<(f64, u64)> {
@@ -327,6 +462,7 @@ fn router(config: &PricingBenchConfig) -> Result<RouterFigures> {
     debug_assert_eq!(JOINT, FEATURES * crate::routing::utility::PROFILE);
     Ok(RouterFigures {
         rounds,
+        arms: arms.len(),
         best_fixed_arm,
         best_fixed_mean_reward: best_total / n,
         bandit_mean_reward: bandit_total / n,
@@ -346,6 +482,11 @@ pub fn run_pricing_bench(config: &PricingBenchConfig) -> Result<PricingReport> {
     let (quotes_per_s, quote_checksum) = time_quotes(config)?;
     let (tenant_bytes, tenant_f32_bytes, tenant_reconstruction) = tenants(config)?;
     let router = router(config)?;
+    let efe_routes_per_s = time_efe(config)?;
+    let regime_routing = shift_replay(&ShiftConfig {
+        seed: config.seed,
+        ..config.shift.clone()
+    })?;
     let mm_vs_fixed = market_maker_vs_fixed(&config.sim, &MarketParams::default())?;
     Ok(PricingReport {
         quotes_per_s,
@@ -356,6 +497,13 @@ pub fn run_pricing_bench(config: &PricingBenchConfig) -> Result<PricingReport> {
         tenant_reconstruction,
         router_regret: router.best_fixed_mean_reward - router.bandit_mean_reward,
         router,
+        efe_routes_per_s,
+        efe_regret: regime_routing.efe.regret_vs_fixed,
+        efe_deadline_hit: regime_routing.efe.deadline_hit,
+        linucb_shift_regret: regime_routing.linucb.regret_vs_fixed,
+        efe_to_linucb_regret: regime_routing.efe_to_linucb_regret,
+        efe_to_linucb_adaptation: regime_routing.efe_to_linucb_adaptation,
+        regime_routing,
         mm_vs_fixed,
     })
 }

@@ -9,7 +9,9 @@
 //! - [`tenant`]: one-bit sign deltas over a shared base quote table, applied to a quote by
 //!   [`market::with_preference`].
 //! - [`sim`]: a small regime-shift market to compare the market maker with a fixed price.
-//! - [`bench`]: [`bench::run_pricing_bench`], behind `cx bench pricing`.
+//! - [`bench`]: [`bench::run_pricing_bench`], behind `cx bench pricing` (with the
+//!   expected-free-energy routing replay of [`crate::routing::shift`], which routes under this
+//!   maker's regime belief).
 //!
 //! ```
 //! use cx_exchange::pricing::hmm::Observation;

@@ -4,7 +4,8 @@
 //! 1. [`classify`]: the request's features and the context it needs.
 //! 2. [`policy`]: the tenant's ceilings, tightened (never loosened) by the request's own
 //!    limits, and how many arms to fan out to.
-//! 3. [`route`]: admissible arms ranked by utility (the offline W, or a tenant's bandit), top N.
+//! 3. [`route`]: admissible arms ranked by utility (the offline W, or a tenant's bandit), or by
+//!    expected free energy over the market maker's regime belief; top N.
 //! 4. [`replica`]: for each chosen model, the first catalog rung whose context fits.
 //! 5. [`ring_stage`]: the node of that rung's provider that owns the request's affinity key on
 //!    the consistent-hash ring of [`crate::ring`] — the same hashing the clearing engine uses
@@ -13,9 +14,12 @@
 //! Each stage is a function of its inputs only; [`plan`] runs them in order.
 
 use super::bandit::LinUcb;
+use super::efe::EfeRouter;
 use super::features::{Classifier, Features, Request, context_tokens};
+use super::outcome::Preferences;
 use super::utility::{Arm, Ceilings, Scored, Utility, rank};
 use crate::error::{Result, invalid};
+use crate::pricing::hmm::REGIMES;
 use crate::ring::{Ring, hash64};
 use crate::routing::catalog::Catalog;
 use serde::{Deserialize, Serialize};
@@ -99,6 +103,16 @@ pub enum Scorer<'a> {
     Offline(&'a Utility),
     /// A tenant's bandit (optimistic scores).
     Bandit(&'a LinUcb),
+    /// Expected free energy under the market maker's regime belief and the order's
+    /// preferences; the score is `−G`, so the smallest G ranks first.
+    Efe {
+        /// The outcome models, learned from the meter.
+        router: &'a EfeRouter,
+        /// The market maker's filtered regime belief.
+        belief: &'a [f64; REGIMES],
+        /// The buyer's preferences from the order.
+        preferences: &'a Preferences,
+    },
 }
 
 /// Stage 3: admissible arms by score, the top `fan_out` of them.
@@ -122,6 +136,25 @@ pub fn route(
             &classified.features,
             classified.context_tokens,
         ),
+        Scorer::Efe {
+            router,
+            belief,
+            preferences,
+        } => router
+            .rank(
+                arms,
+                &policy.ceilings,
+                &classified.features,
+                classified.context_tokens,
+                belief,
+                preferences,
+            )
+            .into_iter()
+            .map(|s| Scored {
+                arm: s.arm,
+                utility: -s.efe.total,
+            })
+            .collect(),
     };
     ranked.truncate(policy.fan_out);
     ranked
@@ -355,6 +388,53 @@ mod tests {
         for d in &plan {
             let arm = &arms[d.scored.arm];
             assert!(arm.latency_s <= 3.0 && arm.quality >= 0.5);
+        }
+    }
+
+    #[test]
+    fn the_path_fans_out_to_the_arms_of_smallest_expected_free_energy() {
+        use crate::routing::efe::EfeConfig;
+        use crate::routing::outcome::OrderTerms;
+        let (catalog, arms, rings) = context_parts();
+        let tenant = Ceilings {
+            max_latency_s: 3.0,
+            ..Ceilings::default()
+        };
+        let ctx = PathContext {
+            catalog: &catalog,
+            arms: &arms,
+            rings: &rings,
+            tenant_ceilings: &tenant,
+        };
+        let router = EfeRouter::new(EfeConfig::default()).unwrap();
+        let preferences = Preferences::from_order(&OrderTerms {
+            deadline_s: 5.0,
+            tier: cx_protocol::Tier::T1,
+            max_cost_wei: None,
+        })
+        .unwrap();
+        let belief = [0.2, 0.5, 0.3];
+        let request = Request {
+            text: "hello".into(),
+            ..Request::default()
+        };
+        let limits = RequestLimits {
+            fan_out: Some(2),
+            ..RequestLimits::default()
+        };
+        let scorer = Scorer::Efe {
+            router: &router,
+            belief: &belief,
+            preferences: &preferences,
+        };
+        let p = plan(&ctx, &Heuristic, scorer, &request, &limits, "k").unwrap();
+        assert_eq!(p.len(), 2);
+        assert!(p[0].scored.utility >= p[1].scored.utility);
+        for d in &p {
+            assert!(
+                arms[d.scored.arm].latency_s <= 3.0,
+                "the ceilings still gate"
+            );
         }
     }
 

@@ -18,6 +18,7 @@ pub use scenario::{Scenario, ScenarioConfig};
 
 use crate::pricing::market::MarketParams;
 use crate::pricing::sim::{MmVsFixed, SimConfig, market_maker_vs_fixed};
+use crate::routing::shift::{ShiftConfig, ShiftReplay, shift_replay};
 use cx_protocol::inventory::EvictionPolicy;
 use serde::Serialize;
 
@@ -43,7 +44,14 @@ pub struct Report {
     /// The market maker against a fixed price on one regime-shifting market (same seed):
     /// utilisation and deadline hit rate under each.
     pub mm_vs_fixed: MmVsFixed,
+    /// Routing by expected free energy against LinUCB and the best fixed arm on a
+    /// regime-shifting replay (same seed), every figure read from each policy's meter.
+    pub routing: ShiftReplay,
 }
+
+/// Routed requests in the simulation's routing replay at most: its meters keep every record,
+/// so a huge `jobs` must not make them huge.
+pub const MAX_ROUTED: usize = 20_000;
 
 /// Builds the scenario for `seed` and replays it through every allocator and eviction policy,
 /// then runs the regime-shift market under the market maker and under a fixed price.
@@ -55,6 +63,13 @@ pub fn simulate(config: &ScenarioConfig) -> crate::Result<Report> {
         },
         &MarketParams::default(),
     )?;
+    // As many routed requests as arrivals (up to MAX_ROUTED), in periods of the replay's size.
+    let shift = ShiftConfig {
+        seed: config.seed,
+        ..ShiftConfig::default()
+    };
+    let periods = (config.jobs.min(MAX_ROUTED) / shift.requests_per_period).max(2);
+    let routing = shift_replay(&ShiftConfig { periods, ..shift })?;
     let scenario = Scenario::generate(config);
     let allocators: Vec<Outcome> = [
         Allocator::ResidencyAware,
@@ -83,6 +98,7 @@ pub fn simulate(config: &ScenarioConfig) -> crate::Result<Report> {
         allocators,
         eviction,
         mm_vs_fixed,
+        routing,
     })
 }
 
