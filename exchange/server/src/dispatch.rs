@@ -104,6 +104,11 @@ pub async fn run_deadlines(books: Books, waiters: Waiters) {
             }
             Err(err) => tracing::warn!(error = %format!("{err:#}"), "deadline sweep failed"),
         }
+        match books.expire_standing(crate::intake::now_s()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(orders = n, "standing orders ended unfilled; holds released"),
+            Err(err) => tracing::warn!(error = %format!("{err:#}"), "standing-order sweep failed"),
+        }
         waiters.prune();
     }
 }

@@ -208,6 +208,14 @@ pub enum Error {
         /// How it differs.
         reason: String,
     },
+    /// A value the exchange does not implement, named, never ignored.
+    #[error("{field}: {reason}")]
+    Unsupported {
+        /// The field.
+        field: &'static str,
+        /// Why, and what is supported.
+        reason: &'static str,
+    },
     /// This exact order was accepted before.
     #[error("this order was already accepted")]
     OrderExists,

@@ -338,6 +338,12 @@ impl From<crate::Error> for ApiError {
                 Some(&format!("receipt.receipt.{field}")),
                 &err,
             ),
+            E::Unsupported { field, .. } => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unsupported",
+                Some(field),
+                &err,
+            ),
             E::DeadlineMissed { .. } => {
                 refuse(StatusCode::GATEWAY_TIMEOUT, "deadline_missed", None, &err)
             }

@@ -2,8 +2,13 @@
 //! once it is done or its deadline passed), or the reason it was refused.
 
 use super::{ApiError, AppJson, AppState};
-use crate::intake::IntentSubmission;
+use crate::books::StandingOrder;
 use crate::intake::now_s;
+use crate::intake::{
+    IntentSubmission, RentSubmission, ReserveSubmission, SearchSubmission, StandingAccepted,
+};
+use alloy::primitives::B256;
+use axum::extract::Path;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -40,4 +45,71 @@ pub(super) async fn submit_intent(
             Err(err)
         }
     }
+}
+
+/// An intake error of a standing order, its intent-named fields renamed to the order's kind.
+fn standing_error(kind: &'static str) -> impl Fn(crate::Error) -> ApiError {
+    move |err| {
+        ApiError::from(err).map_field(|f| match f {
+            "intent.order.want" => format!("{kind}.order.model"),
+            "intent.order.adapter_id" => format!("{kind}.order.target"),
+            "intent.order.deadline_s" => format!("{kind}.order"),
+            other => other.replacen("intent.", &format!("{kind}."), 1),
+        })
+    }
+}
+
+pub(super) async fn submit_reserve(
+    State(state): State<AppState>,
+    AppJson(body): AppJson<ReserveSubmission>,
+) -> Result<(StatusCode, AppJson<StandingAccepted>), ApiError> {
+    let accepted = state
+        .intake()?
+        .submit_reserve(&body.reserve, now_s())
+        .await
+        .map_err(standing_error("reserve"))?;
+    Ok((StatusCode::ACCEPTED, AppJson(accepted)))
+}
+
+pub(super) async fn submit_rent(
+    State(state): State<AppState>,
+    AppJson(body): AppJson<RentSubmission>,
+) -> Result<(StatusCode, AppJson<StandingAccepted>), ApiError> {
+    let accepted = state
+        .intake()?
+        .submit_rent(&body.rent, now_s())
+        .await
+        .map_err(standing_error("rent"))?;
+    Ok((StatusCode::ACCEPTED, AppJson(accepted)))
+}
+
+pub(super) async fn submit_search(
+    State(state): State<AppState>,
+    AppJson(body): AppJson<SearchSubmission>,
+) -> Result<(StatusCode, AppJson<StandingAccepted>), ApiError> {
+    let accepted = state
+        .intake()?
+        .submit_search(&body.search, now_s())
+        .await
+        .map_err(standing_error("search"))?;
+    Ok((StatusCode::ACCEPTED, AppJson(accepted)))
+}
+
+/// `GET /v1/orders/{id}`: a standing order and its state.
+pub(super) async fn standing_order(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<AppJson<StandingOrder>, ApiError> {
+    let id: B256 = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id", "an order id is 32 bytes of 0x-hex"))?;
+    state
+        .intake()?
+        .books()
+        .standing_order(id)
+        .await?
+        .map(AppJson)
+        .ok_or(ApiError::NotFound {
+            what: "order".into(),
+        })
 }

@@ -15,6 +15,7 @@ mod chain;
 mod jobs;
 mod providers;
 mod sessions;
+mod standing;
 mod tabs;
 
 pub use adapters::StoredAdapter;
@@ -23,6 +24,7 @@ pub use chain::{SeenBatch, TabEvent};
 pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder};
 pub use providers::{Assignment, Completed, Provider};
 pub use sessions::Session;
+pub use standing::StandingOrder;
 pub use tabs::Tab;
 
 use crate::error::Result;

@@ -29,23 +29,23 @@ const CATALOG: &str = include_str!("../../../core/catalog.example.toml");
 const TAB_WEI: u128 = 3_000_000;
 const PAYOUT: Address = Address::repeat_byte(0x77);
 
-fn now_s() -> u64 {
+pub(crate) fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs()
 }
 
-fn domain() -> order::Eip712Domain {
+pub(crate) fn domain() -> order::Eip712Domain {
     order::domain(CHAIN, Address::repeat_byte(0x5e))
 }
 
-struct Door {
+pub(crate) struct Door {
     _db: TestDb,
-    books: Books,
+    pub(crate) books: Books,
     router: Router,
-    key: SigningKey,
-    pq: Identity,
+    pub(crate) key: SigningKey,
+    pub(crate) pq: Identity,
 }
 
 fn bundle(id: &str) -> Bundle {
@@ -85,7 +85,7 @@ impl Prov {
 }
 
 impl Door {
-    async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         let db = TestDb::new().await;
         let books = db.books().await;
         let market =
@@ -151,7 +151,12 @@ impl Door {
             .await
     }
 
-    async fn post(&self, path: &str, bearer: Option<&str>, body: &Value) -> (StatusCode, Value) {
+    pub(crate) async fn post(
+        &self,
+        path: &str,
+        bearer: Option<&str>,
+        body: &Value,
+    ) -> (StatusCode, Value) {
         let mut request = Request::post(path).header(header::CONTENT_TYPE, "application/json");
         if let Some(token) = bearer {
             request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
@@ -160,7 +165,7 @@ impl Door {
             .await
     }
 
-    async fn call(&self, request: Request<Body>) -> (StatusCode, Value) {
+    pub(crate) async fn call(&self, request: Request<Body>) -> (StatusCode, Value) {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -170,14 +175,14 @@ impl Door {
         )
     }
 
-    async fn count(&self, table: &str) -> i64 {
+    pub(crate) async fn count(&self, table: &str) -> i64 {
         sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
             .fetch_one(self.books.pool())
             .await
             .unwrap()
     }
 
-    async fn held(&self) -> u128 {
+    pub(crate) async fn held(&self) -> u128 {
         self.books.tab(CHAIN, 3).await.unwrap().unwrap().held_wei
     }
 }

@@ -5,4 +5,5 @@ mod books;
 mod common;
 mod door;
 mod intents;
+mod standing;
 mod tls;

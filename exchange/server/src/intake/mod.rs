@@ -14,6 +14,13 @@
 //! Nothing is written unless every step passed, so a refused order leaves no row and spends no
 //! nonce.
 
+mod standing;
+
+pub use standing::{
+    MAX_RENT_TERM_S, MAX_SEARCH_PREFIX_BYTES, RentSubmission, ReserveSubmission, SearchSubmission,
+    StandingAccepted,
+};
+
 use crate::books::{Books, JobRecord, NewJob, NewOrder, Session};
 use crate::dispatch::Waiters;
 use crate::error::{Error, Result};

@@ -1,0 +1,165 @@
+//! Standing orders in: reserves, rents on state and searches. Each is checked as an intent is
+//! (domain, times, both signatures against the bound key, then its own fields) and accepted with
+//! the most it can cost held on its tab; providers fill them (the providers' issue), and one that
+//! ends unfilled returns its hold at the sweep.
+
+use super::Intake;
+use crate::books::NewOrder;
+use crate::error::{Error, Result};
+use alloy::primitives::B256;
+use cx_protocol::order::{Order, Rent, RentTarget, Reserve, Search, Signed, Verified};
+use serde::{Deserialize, Serialize};
+
+/// Longest search prefix accepted, bytes.
+pub const MAX_SEARCH_PREFIX_BYTES: usize = 1024;
+
+/// Longest rent term accepted, seconds (30 days).
+pub const MAX_RENT_TERM_S: u64 = 30 * 24 * 3600;
+
+/// `POST /v1/reserves`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveSubmission {
+    /// The reserve with both signatures.
+    pub reserve: Signed<Reserve>,
+}
+
+/// `POST /v1/rents`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RentSubmission {
+    /// The rent with both signatures.
+    pub rent: Signed<Rent>,
+}
+
+/// `POST /v1/searches`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSubmission {
+    /// The search with both signatures.
+    pub search: Signed<Search>,
+}
+
+/// What an accepted standing order became.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StandingAccepted {
+    /// The order's id (its EIP-712 digest): `GET /v1/orders/{id}`.
+    pub order_id: B256,
+    /// `reserve`, `rent` or `search`.
+    pub kind: &'static str,
+    /// `open` until a provider fills it.
+    pub status: &'static str,
+    /// What it holds on the tab, wei: the most it can cost.
+    #[serde(with = "cx_protocol::price::wei_string")]
+    pub held_wei: u128,
+    /// When it ends, unix seconds.
+    pub ends_s: u64,
+}
+
+impl Intake {
+    /// A reserve: capacity for a catalog model over a window, take-or-pay, so the whole
+    /// `compute_ms × max_price_wei_per_s` is held.
+    pub async fn submit_reserve(
+        &self,
+        signed: &Signed<Reserve>,
+        now_s: u64,
+    ) -> Result<StandingAccepted> {
+        let verified = self.verify(signed, now_s, "reserve").await?;
+        let reserve = &signed.order;
+        self.market()
+            .catalog()
+            .resolve(&reserve.model)
+            .map_err(|_| Error::UnknownModel(reserve.model.clone()))?;
+        let held_wei = (u128::from(reserve.compute_ms) * u128::from(reserve.max_price_wei_per_s))
+            .div_ceil(1000);
+        self.standing(&verified, signed, held_wei, reserve.window_end_s)
+            .await
+    }
+
+    /// A rent: an adapter kept resident for a term at most `max_rent_wei`. Rents on a base or a
+    /// conversation prefix are refused by name (no provider reports those residencies yet).
+    pub async fn submit_rent(&self, signed: &Signed<Rent>, now_s: u64) -> Result<StandingAccepted> {
+        let verified = self.verify(signed, now_s, "rent").await?;
+        let rent = &signed.order;
+        if rent.target_kind != RentTarget::Adapter {
+            return Err(Error::Unsupported {
+                field: "rent.order.target_kind",
+                reason: "only adapters can be rented: providers do not report base or prefix \
+                         residency by content id yet",
+            });
+        }
+        if rent.term_s > MAX_RENT_TERM_S {
+            return Err(cx_protocol::Error::InvalidField {
+                field: "rent.order.term_s".into(),
+                reason: format!("at most {MAX_RENT_TERM_S} seconds"),
+            }
+            .into());
+        }
+        self.books()
+            .adapter_bytes(&hex::encode(rent.target))
+            .await?
+            .ok_or(Error::UnknownAdapter)?;
+        self.standing(&verified, signed, rent.max_rent_wei, now_s + rent.term_s)
+            .await
+    }
+
+    /// A search: a SHA-256 preimage search paying at most `max_price_wei` for a witness found
+    /// by its deadline.
+    pub async fn submit_search(
+        &self,
+        signed: &Signed<Search>,
+        now_s: u64,
+    ) -> Result<StandingAccepted> {
+        let verified = self.verify(signed, now_s, "search").await?;
+        let search = &signed.order;
+        if search.prefix.len() > MAX_SEARCH_PREFIX_BYTES {
+            return Err(cx_protocol::Error::InvalidField {
+                field: "search.order.prefix".into(),
+                reason: format!("at most {MAX_SEARCH_PREFIX_BYTES} bytes"),
+            }
+            .into());
+        }
+        self.standing(&verified, signed, search.max_price_wei, search.deadline_s)
+            .await
+    }
+
+    /// Commits a verified standing order with its hold; the tab must stay open until it ends
+    /// plus the settlement margin.
+    async fn standing<T: Order>(
+        &self,
+        verified: &Verified,
+        signed: &Signed<T>,
+        held_wei: u128,
+        ends_s: u64,
+    ) -> Result<StandingAccepted> {
+        let kind = T::KIND.as_str();
+        let escrow_id = signed.order.tab_id().ok_or(Error::Corrupt {
+            what: "a standing order without a tab",
+            value: kind.to_owned(),
+        })?;
+        let order = NewOrder {
+            digest: verified.digest,
+            kind,
+            account: verified.account,
+            chain_id: signed.chain_id,
+            nonce: signed.order.nonce(),
+            body: serde_json::json!({ kind: signed }),
+        };
+        self.books()
+            .accept_standing(
+                &order,
+                escrow_id,
+                held_wei,
+                ends_s,
+                ends_s.saturating_add(self.settle_margin_s),
+            )
+            .await?;
+        Ok(StandingAccepted {
+            order_id: verified.digest,
+            kind,
+            status: "open",
+            held_wei,
+            ends_s,
+        })
+    }
+}
