@@ -7,15 +7,39 @@ use alloy::primitives::B256;
 use cx_exchange::clearing::Decision;
 use cx_exchange::engine::Engine;
 use cx_exchange::objective::Weights;
+use cx_exchange::pricing::market::{MarketMaker, MarketParams, Quote};
 use cx_exchange::routing::catalog::Catalog;
-use cx_protocol::{Bundle, Job};
+use cx_protocol::{Bundle, Job, Tier};
+use serde::Serialize;
 use std::sync::RwLock;
 
-/// The catalog and the engine.
+/// The catalog, the engine and the market maker.
 #[derive(Debug)]
 pub struct Market {
     catalog: Catalog,
     engine: RwLock<Engine>,
+    maker: RwLock<MarketMaker>,
+}
+
+/// One market's open quote, as `GET /v1/market` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MarketQuote {
+    /// The catalog model (the market's class).
+    pub model: String,
+    /// The verification tier.
+    pub tier: Tier,
+    /// The open quote (no deadline pressure): what a provider is paid and a buyer pays, wei per
+    /// compute-second, and the regime it was made in.
+    #[serde(flatten)]
+    pub quote: Quote,
+    /// The regime belief (calm, busy, surge).
+    pub belief: [f64; 3],
+    /// Load reports folded in so far.
+    pub observations: u64,
+    /// The reference the market opened at: the median ask of the live bundles, wei per
+    /// compute-second.
+    #[serde(with = "cx_protocol::price::rate_string")]
+    pub reference_wei_per_s: u64,
 }
 
 impl Market {
@@ -24,6 +48,7 @@ impl Market {
         Ok(Self {
             catalog,
             engine: RwLock::new(Engine::new(weights)?),
+            maker: RwLock::new(MarketMaker::new(MarketParams::default())?),
         })
     }
 
@@ -36,6 +61,7 @@ impl Market {
         }
         let count = engine.len();
         *self.engine.write().unwrap_or_else(|e| e.into_inner()) = engine;
+        self.reopen()?;
         Ok(count)
     }
 
@@ -47,7 +73,7 @@ impl Market {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .upsert(bundle)?;
-        Ok(())
+        self.reopen()
     }
 
     /// Registers a provider's offered bundles: validated, written to the books with the provider
@@ -68,11 +94,58 @@ impl Market {
         books
             .register_provider(provider, token_hash, offer, &bundles)
             .await?;
-        let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
-        for bundle in bundles {
-            engine.upsert(bundle)?;
+        {
+            let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
+            for bundle in bundles {
+                engine.upsert(bundle)?;
+            }
+        }
+        self.reopen()
+    }
+
+    /// The median ask of the live bundles, wei per compute-second (none: no market).
+    fn reference_wei_per_s(&self) -> Option<u64> {
+        let mut asks: Vec<u64> = self
+            .engine_read()
+            .bundles()
+            .map(|b| b.price_wei_per_s)
+            .collect();
+        asks.sort_unstable();
+        asks.get(asks.len() / 2).copied()
+    }
+
+    /// Opens (or re-references) every catalog model's markets at the fleet's median ask, so
+    /// quotes follow what providers ask; the maker's state (phase, belief) carries over.
+    fn reopen(&self) -> Result<()> {
+        let Some(reference) = self.reference_wei_per_s().filter(|r| *r > 0) else {
+            return Ok(());
+        };
+        let per_hour = cx_protocol::price::to_units(reference) * 3600.0;
+        let mut maker = self.maker.write().unwrap_or_else(|e| e.into_inner());
+        for model in self.catalog.models() {
+            maker.open(&model.name, per_hour)?;
         }
         Ok(())
+    }
+
+    /// Every open market's quote with no deadline pressure, by model then tier.
+    pub fn quotes(&self) -> Result<Vec<MarketQuote>> {
+        let Some(reference_wei_per_s) = self.reference_wei_per_s() else {
+            return Ok(Vec::new());
+        };
+        let maker = self.maker.read().unwrap_or_else(|e| e.into_inner());
+        let mut out = Vec::new();
+        for (model, tier, state) in maker.markets() {
+            out.push(MarketQuote {
+                model: model.to_owned(),
+                tier,
+                quote: maker.quote(model, tier, 3600.0, 0.0)?,
+                belief: state.belief,
+                observations: state.observations,
+                reference_wei_per_s,
+            });
+        }
+        Ok(out)
     }
 
     /// The catalog.

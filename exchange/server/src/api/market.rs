@@ -1,5 +1,6 @@
 //! Market data: the chains served (`/v1/chains`), the EIP-712 typed data a wallet signs
-//! (`/v1/eip712/{kind}?chain_id=`), the catalog (`/v1/models`), the bundles (`/v1/providers`).
+//! (`/v1/eip712/{kind}?chain_id=`), the catalog (`/v1/models`), the bundles (`/v1/providers`),
+//! the market maker's quotes (`/v1/market`).
 
 use super::{ApiError, AppJson, AppState};
 use axum::extract::{Path, Query, State};
@@ -71,4 +72,12 @@ pub(super) async fn providers(
     State(state): State<AppState>,
 ) -> Result<AppJson<Vec<Bundle>>, ApiError> {
     Ok(AppJson(state.intake()?.market().bundles()))
+}
+
+/// `GET /v1/market`: the market maker's open quote in every market (model × tier): bid, ask,
+/// regime and its belief.
+pub(super) async fn quotes(
+    State(state): State<AppState>,
+) -> Result<AppJson<Vec<crate::market::MarketQuote>>, ApiError> {
+    Ok(AppJson(state.intake()?.market().quotes()?))
 }

@@ -242,6 +242,24 @@ async fn a_session_key_buys_a_chat_completion_a_provider_returns_with_a_signed_r
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     assert_eq!(body["key_hash"], B256::from(prov.id.id().0).to_string());
+    // The market maker quotes every model × tier off the fleet's asks.
+    let (status, market) = door
+        .call(Request::get("/v1/market").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let quote = market
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["model"] == "llama-3.1-8b-instruct" && q["tier"] == "T1")
+        .expect("a T1 market for the catalog model");
+    let (bid, ask): (u64, u64) = (
+        quote["bid_wei_per_s"].as_str().unwrap().parse().unwrap(),
+        quote["ask_wei_per_s"].as_str().unwrap().parse().unwrap(),
+    );
+    assert!(0 < bid && bid < ask, "{quote}");
+    assert_eq!(quote["reference_wei_per_s"], "1000000");
+    assert!(quote["regime"].is_string());
     let (status, opened) = door.session("cxs_secret", 1_000_000, 1).await;
     assert_eq!(status, StatusCode::CREATED, "{opened}");
 
