@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::DType;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
@@ -46,26 +45,119 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Every tensor of a model directory, widened to `f32`: name → (shape, data).
+///
+/// Read tensor by tensor, in bounded chunks, straight into the `f32` buffers the model keeps:
+/// reading a whole file first (or a candle tensor per weight, then its `f32` copy) held two to
+/// three copies of the weights at the peak. Now the peak is the steady state plus one chunk.
 pub(super) fn load_tensors(dir: &Path) -> Result<NamedTensors> {
     let mut out = HashMap::new();
     for file in weight_files(dir)? {
-        let tensors =
-            candle_core::safetensors::load(&file, &candle_core::Device::Cpu).map_err(|e| {
-                Error::Safetensors {
-                    path: file.clone(),
-                    reason: e.to_string(),
-                }
-            })?;
-        for (name, tensor) in tensors {
-            let shape = tensor.dims().to_vec();
-            let data = tensor
-                .to_dtype(DType::F32)?
-                .flatten_all()?
-                .to_vec1::<f32>()?;
-            out.insert(name, (shape, data));
-        }
+        read_safetensors(&file, &mut out)?;
     }
     Ok(out)
+}
+
+/// Bytes read from the file at a time.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// The header of a safetensors file: `u64` little-endian length, then JSON `name → {dtype,
+/// shape, data_offsets}` (offsets relative to the end of the header), and `__metadata__`.
+#[derive(Deserialize)]
+struct HeaderEntry {
+    dtype: String,
+    shape: Vec<usize>,
+    data_offsets: [u64; 2],
+}
+
+fn read_safetensors(path: &Path, out: &mut NamedTensors) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let bad = |reason: String| Error::Safetensors {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len).map_err(|e| Error::io(path, e))?;
+    let header_len = u64::from_le_bytes(len);
+    // safetensors' own limit on the header (100 MB).
+    if header_len > 100_000_000 || header_len.saturating_add(8) > file_len {
+        return Err(bad(format!(
+            "header length {header_len} does not fit the file"
+        )));
+    }
+    let mut header = vec![0u8; header_len as usize];
+    file.read_exact(&mut header)
+        .map_err(|e| Error::io(path, e))?;
+    let mut entries: HashMap<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("header: {e}")))?;
+    entries.remove("__metadata__");
+    let data_start = 8 + header_len;
+    let mut sorted: Vec<(String, HeaderEntry)> = entries
+        .into_iter()
+        .map(|(name, v)| {
+            serde_json::from_value::<HeaderEntry>(v)
+                .map(|e| (name.clone(), e))
+                .map_err(|e| bad(format!("{name}: {e}")))
+        })
+        .collect::<Result<_>>()?;
+    // In file order: one forward pass over the file.
+    sorted.sort_by_key(|(_, e)| e.data_offsets[0]);
+    let mut chunk = vec![0u8; CHUNK_BYTES];
+    for (name, entry) in sorted {
+        let element = match entry.dtype.as_str() {
+            "F32" => 4,
+            "BF16" | "F16" => 2,
+            other => {
+                return Err(bad(format!(
+                    "{name}: dtype {other} (expected F32, BF16 or F16)"
+                )));
+            }
+        };
+        let [start, end] = entry.data_offsets;
+        let elements = entry
+            .shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| bad(format!("{name}: shape {:?} overflows", entry.shape)))?;
+        let bytes = (elements as u64).checked_mul(element);
+        if end < start || bytes != Some(end - start) || data_start.saturating_add(end) > file_len {
+            return Err(bad(format!(
+                "{name}: offsets {start}..{end} do not match shape {:?} × {element} bytes in a \
+                 file of {file_len} bytes",
+                entry.shape
+            )));
+        }
+        file.seek(SeekFrom::Start(data_start + start))
+            .map_err(|e| Error::io(path, e))?;
+        let mut data: Vec<f32> = Vec::with_capacity(elements);
+        let mut left = (end - start) as usize;
+        while left > 0 {
+            // Whole elements per chunk (CHUNK_BYTES is a multiple of 4).
+            let take = left.min(CHUNK_BYTES);
+            let buf = &mut chunk[..take];
+            file.read_exact(buf).map_err(|e| Error::io(path, e))?;
+            match entry.dtype.as_str() {
+                "F32" => data.extend(
+                    buf.chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                ),
+                "BF16" => data.extend(
+                    buf.chunks_exact(2)
+                        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+                ),
+                _ => data.extend(
+                    buf.chunks_exact(2)
+                        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
+                ),
+            }
+            left -= take;
+        }
+        if out.insert(name.clone(), (entry.shape, data)).is_some() {
+            return Err(bad(format!("{name} appears in two files")));
+        }
+    }
+    Ok(())
 }
 
 /// Tensors handed out by name, each once, with the shape the config implies checked.
