@@ -5,6 +5,7 @@ use std::fmt;
 
 /// How reproducible a job's output is, which decides how it can be checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum DeterminismClass {
     /// Bit-reproducible: byte equality of output hashes.
     #[serde(rename = "D")]
@@ -38,6 +39,7 @@ impl fmt::Display for DeterminismClass {
 
 /// Verification tier a buyer requires and a bundle offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Tier {
     /// Stake only.
     T0,

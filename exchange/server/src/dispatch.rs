@@ -116,6 +116,7 @@ pub async fn run_deadlines(books: Books, waiters: Waiters) {
 /// What a provider returned for an inference job, as the books keep it in the job's `result`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 pub struct Output {
     /// The generated text.
     pub text: String,
@@ -139,10 +140,12 @@ pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 /// A provider's result: the output and its signed receipt.
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 pub struct ResultSubmission {
     /// What the job produced.
     pub output: Output,
     /// The provider's ML-DSA-signed receipt for it.
+    #[schema(value_type = Object)]
     pub receipt: cx_protocol::receipt::SignedReceipt,
 }
 

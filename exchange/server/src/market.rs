@@ -7,7 +7,8 @@ use alloy::primitives::B256;
 use cx_exchange::clearing::Decision;
 use cx_exchange::engine::Engine;
 use cx_exchange::objective::Weights;
-use cx_exchange::pricing::market::{MarketMaker, MarketParams, Quote};
+use cx_exchange::pricing::hmm::Regime;
+use cx_exchange::pricing::market::{MarketMaker, MarketParams};
 use cx_exchange::routing::catalog::Catalog;
 use cx_protocol::{Bundle, Job, Tier};
 use serde::Serialize;
@@ -22,16 +23,24 @@ pub struct Market {
 }
 
 /// One market's open quote, as `GET /v1/market` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct MarketQuote {
     /// The catalog model (the market's class).
     pub model: String,
     /// The verification tier.
     pub tier: Tier,
-    /// The open quote (no deadline pressure): what a provider is paid and a buyer pays, wei per
-    /// compute-second, and the regime it was made in.
-    #[serde(flatten)]
-    pub quote: Quote,
+    /// What the exchange pays a provider, wei per compute-second (the open quote: no deadline
+    /// pressure).
+    #[serde(with = "cx_protocol::price::rate_string")]
+    #[schema(value_type = String)]
+    pub bid_wei_per_s: u64,
+    /// What a buyer pays, wei per compute-second; a bundle asking more is not eligible.
+    #[serde(with = "cx_protocol::price::rate_string")]
+    #[schema(value_type = String)]
+    pub ask_wei_per_s: u64,
+    /// The regime the quote was made in: `calm`, `busy` or `surge`.
+    #[schema(value_type = String)]
+    pub regime: Regime,
     /// The regime belief (calm, busy, surge).
     pub belief: [f64; 3],
     /// Load reports folded in so far.
@@ -39,6 +48,7 @@ pub struct MarketQuote {
     /// The reference the market opened at: the median ask of the live bundles, wei per
     /// compute-second.
     #[serde(with = "cx_protocol::price::rate_string")]
+    #[schema(value_type = String)]
     pub reference_wei_per_s: u64,
 }
 
@@ -136,10 +146,13 @@ impl Market {
         let maker = self.maker.read().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         for (model, tier, state) in maker.markets() {
+            let quote = maker.quote(model, tier, 3600.0, 0.0)?;
             out.push(MarketQuote {
                 model: model.to_owned(),
                 tier,
-                quote: maker.quote(model, tier, 3600.0, 0.0)?,
+                bid_wei_per_s: quote.bid_wei_per_s,
+                ask_wei_per_s: quote.ask_wei_per_s,
+                regime: quote.regime,
                 belief: state.belief,
                 observations: state.observations,
                 reference_wei_per_s,

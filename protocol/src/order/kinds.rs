@@ -102,18 +102,22 @@ fn nonzero(field: &str, value: u64) -> Result<()> {
 /// An intent: the buyer says what it wants, not what to buy (SPEC §3). The exchange solves §2.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Intent {
     /// A catalog model, or a task the router maps to a model.
     pub want: String,
     /// Content id of the buyer's adapter, if any (signed as the zero word when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub adapter_id: Option<B256>,
     /// SHA-256 of the request body the job runs on.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub request_hash: B256,
     /// When the result must be ready, unix seconds.
     pub deadline_s: u64,
     /// The most the buyer pays for the job, in wei (a decimal string in JSON).
     #[serde(with = "wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub max_price_wei: u128,
     /// The lowest verification tier accepted.
     pub min_tier: Tier,
@@ -186,6 +190,7 @@ impl Order for Intent {
 /// Capacity over a time window, priced below spot; take-or-pay (SPEC §3).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Reserve {
     /// The catalog model the capacity serves.
     pub model: String,
@@ -199,6 +204,7 @@ pub struct Reserve {
     pub compute_ms: u64,
     /// The most the buyer pays per compute-second, wei (a decimal string in JSON).
     #[serde(with = "rate_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub max_price_wei_per_s: u64,
     /// The tab that pays.
     pub tab_id: u64,
@@ -272,6 +278,7 @@ impl Order for Reserve {
 /// What a rent keeps resident.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum RentTarget {
     /// An adapter, by content id (signed as 0).
     Adapter,
@@ -308,15 +315,18 @@ impl RentTarget {
 /// Rent on state: `α = 1` with probability ≥ 1 − ε over the term (SPEC §3).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Rent {
     /// What kind of state is pinned.
     pub target_kind: RentTarget,
     /// Its content id (adapter, base) or hash (prefix).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub target: B256,
     /// The term, seconds.
     pub term_s: u64,
     /// The most the buyer pays for the whole term, wei (a decimal string in JSON).
     #[serde(with = "wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub max_rent_wei: u128,
     /// ε: the miss probability the buyer tolerates, parts per million (below 10⁶).
     pub epsilon_ppm: u32,
@@ -388,15 +398,19 @@ impl Order for Rent {
 /// (256-bit big-endian), the predicate `cx_exchange::lifecycle::search` checks (SPEC §3).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Search {
     /// The bytes every candidate is prefixed with (0x-hex in JSON).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub prefix: Bytes,
     /// The target, 256-bit big-endian; above zero.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub target: B256,
     /// When a witness must be found, unix seconds (refunded if none by then).
     pub deadline_s: u64,
     /// The most the buyer pays, wei (a decimal string in JSON).
     #[serde(with = "wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub max_price_wei: u128,
     /// The tab that pays.
     pub tab_id: u64,
@@ -529,11 +543,13 @@ impl Order for TabTerms {
 /// from a tab, within a cap, until an expiry; each call is an intent with these defaults.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionGrant {
     /// The tab it spends from.
     pub tab_id: u64,
     /// The most all its calls together may spend, wei (a decimal string in JSON).
     #[serde(with = "wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub spend_cap_wei: u128,
     /// After this (unix seconds) the bearer token is refused.
     pub expiry_s: u64,
@@ -545,8 +561,10 @@ pub struct SessionGrant {
     pub default_determinism: DeterminismClass,
     /// A call's price limit unless it says otherwise, wei (a decimal string in JSON).
     #[serde(with = "wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub default_max_price_wei: u128,
     /// SHA-256 of the bearer secret (the secret itself is never signed or stored).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub bearer_hash: B256,
     /// Per-account replay guard.
     pub nonce: u64,

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 /// commits to it ([`request_hash`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InferenceRequest {
     /// The prompt.
     pub prompt: String,

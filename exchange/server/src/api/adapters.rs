@@ -23,6 +23,7 @@ const MAX_CONFIG_BYTES: usize = 64 << 10;
 /// An adapter as it travels: the config file's text and the weights file in base64.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 pub(super) struct AdapterFiles {
     /// The content id the sender expects (checked when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -34,13 +35,14 @@ pub(super) struct AdapterFiles {
 }
 
 /// What the store says of an adapter.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Stored {
     id: String,
     bytes: u64,
     created: bool,
 }
 
+#[utoipa::path(put, path = "/v1/adapters", tag = "adapters", request_body = AdapterFiles, responses((status = 201, body = Stored), (status = 200, description = "already stored", body = Stored), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn put(
     State(state): State<AppState>,
     AppJson(files): AppJson<AdapterFiles>,
@@ -122,6 +124,7 @@ pub(super) async fn put(
     ))
 }
 
+#[utoipa::path(get, path = "/v1/adapters/{id}", tag = "adapters", params(("id" = String, Path, description = "content id, 64 hex digits")), responses((status = 200, body = AdapterFiles), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,

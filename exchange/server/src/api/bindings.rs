@@ -11,12 +11,15 @@ use cx_protocol::order::Binding;
 use serde::Serialize;
 
 /// What a stored binding says.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Bound {
+    #[schema(value_type = String)]
     account: Address,
+    #[schema(value_type = String)]
     mldsa_key_hash: B256,
 }
 
+#[utoipa::path(post, path = "/v1/bindings", tag = "agents", request_body(content = Object, description = "a `Binding`: the account's EIP-712 PqBinding and the ML-DSA key's signature over the account"), responses((status = 201, body = Bound), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn bind(
     State(state): State<AppState>,
     AppJson(binding): AppJson<Binding>,

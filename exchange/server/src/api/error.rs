@@ -135,13 +135,15 @@ impl ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
-    error: Detail<'a>,
+/// Every refusal's body.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
 }
 
-#[derive(Serialize)]
-struct Detail<'a> {
+/// What was refused and why.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorDetail<'a> {
     code: &'static str,
     message: String,
     field: Option<&'a str>,
@@ -160,8 +162,8 @@ impl IntoResponse for ApiError {
             }
             tracing::error!(error = %chain, "request failed inside the server");
         }
-        let body = Body {
-            error: Detail {
+        let body = ErrorBody {
+            error: ErrorDetail {
                 code: self.code(),
                 message: self.to_string(),
                 field: self.field(),

@@ -6,13 +6,14 @@ use axum::extract::State;
 use serde::Serialize;
 
 /// The body of `GET /healthz`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Health {
     status: &'static str,
     version: &'static str,
     uptime_s: u64,
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "service", responses((status = 200, body = Health)))]
 pub(super) async fn healthz(State(state): State<AppState>) -> Json<Health> {
     Json(Health {
         status: "ok",

@@ -10,12 +10,13 @@ use cx_protocol::order::Kind;
 use serde::{Deserialize, Serialize};
 
 /// A chain this exchange serves and the contract orders on it are signed for.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct ChainInfo {
     chain_id: u64,
     verifying_contract: String,
 }
 
+#[utoipa::path(get, path = "/v1/chains", tag = "market", responses((status = 200, body = Vec<ChainInfo>)))]
 pub(super) async fn chains(
     State(state): State<AppState>,
 ) -> Result<AppJson<Vec<ChainInfo>>, ApiError> {
@@ -41,6 +42,7 @@ pub(super) struct Eip712Query {
 }
 
 /// Exactly what `eth_signTypedData_v4` takes, less the message: `{types, primaryType, domain}`.
+#[utoipa::path(get, path = "/v1/eip712/{kind}", tag = "market", params(("kind" = String, Path, description = "intent, reserve, rent, search, tab_terms, session_grant or pq_binding"), ("chain_id" = u64, Query)), responses((status = 200, description = "`{types, primaryType, domain}` for eth_signTypedData_v4", body = Object), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn eip712(
     State(state): State<AppState>,
     Path(kind): Path<String>,
@@ -62,12 +64,14 @@ pub(super) async fn eip712(
     )))
 }
 
+#[utoipa::path(get, path = "/v1/models", tag = "market", responses((status = 200, description = "the catalog", body = Vec<Object>)))]
 pub(super) async fn models(State(state): State<AppState>) -> Result<AppJson<Vec<Model>>, ApiError> {
     Ok(AppJson(
         state.intake()?.market().catalog().models().to_vec(),
     ))
 }
 
+#[utoipa::path(get, path = "/v1/providers", tag = "market", responses((status = 200, description = "live bundles", body = Vec<Object>)))]
 pub(super) async fn providers(
     State(state): State<AppState>,
 ) -> Result<AppJson<Vec<Bundle>>, ApiError> {
@@ -76,6 +80,7 @@ pub(super) async fn providers(
 
 /// `GET /v1/market`: the market maker's open quote in every market (model × tier): bid, ask,
 /// regime and its belief.
+#[utoipa::path(get, path = "/v1/market", tag = "market", responses((status = 200, body = Vec<crate::market::MarketQuote>)))]
 pub(super) async fn quotes(
     State(state): State<AppState>,
 ) -> Result<AppJson<Vec<crate::market::MarketQuote>>, ApiError> {

@@ -35,6 +35,7 @@ impl Metrics {
     }
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "service", responses((status = 200, description = "Prometheus text exposition", content_type = "text/plain")))]
 pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     let m = state.metrics();
     let mut out = String::new();

@@ -13,6 +13,7 @@ mod jobs;
 mod market;
 mod metrics;
 mod openai;
+mod openapi;
 mod orders;
 mod providers;
 mod sessions;
@@ -95,6 +96,7 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(metrics::metrics))
+        .route("/openapi.json", get(openapi::document))
         .route(
             "/v1/adapters",
             axum::routing::put(adapters::put).layer(axum::extract::DefaultBodyLimit::max(

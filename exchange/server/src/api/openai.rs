@@ -41,6 +41,7 @@ const MAX_DEADLINE_S: u64 = 24 * 3600;
 /// by name.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 pub(super) struct DoorRequest {
     model: String,
     #[serde(default)]
@@ -58,6 +59,7 @@ pub(super) struct DoorRequest {
     #[serde(default)]
     n: Option<u32>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     stop: Option<Value>,
     #[serde(default)]
     stream: Option<bool>,
@@ -77,6 +79,7 @@ pub(super) struct DoorRequest {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 struct StreamOptions {
     #[serde(default)]
     include_usage: bool,
@@ -84,6 +87,7 @@ struct StreamOptions {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 struct Message {
     role: String,
     content: Content,
@@ -95,6 +99,7 @@ struct Message {
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
+#[derive(utoipa::ToSchema)]
 enum Content {
     Text(String),
     Parts(Vec<Part>),
@@ -102,12 +107,14 @@ enum Content {
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 enum Part {
     Text { text: String },
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
+#[derive(utoipa::ToSchema)]
 enum Prompt {
     One(String),
     Batch(Vec<String>),
@@ -116,6 +123,7 @@ enum Prompt {
 /// The exchange's own fields: what a call overrides of its session's defaults.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 struct CxFields {
     /// Seconds after arrival by which the result must be back.
     #[serde(default)]
@@ -125,9 +133,11 @@ struct CxFields {
     #[serde(default)]
     determinism: Option<DeterminismClass>,
     #[serde(default, with = "cx_protocol::price::wei_string_opt")]
+    #[schema(value_type = Option<String>)]
     max_price_wei: Option<u128>,
     /// The adapter, by content id, when `model` names the base.
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     adapter_id: Option<B256>,
 }
 
@@ -137,6 +147,7 @@ enum Kind {
     Completion,
 }
 
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "openai", request_body = DoorRequest, security(("session_key" = [])), responses((status = 200, description = "an OpenAI `chat.completion` (or, with `stream: true`, `chat.completion.chunk` server-sent events) with a `cx` object naming the job", body = Object), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn chat_completions(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -145,6 +156,7 @@ pub(super) async fn chat_completions(
     door(state, headers, request, Kind::Chat).await
 }
 
+#[utoipa::path(post, path = "/v1/completions", tag = "openai", request_body = DoorRequest, security(("session_key" = [])), responses((status = 200, description = "an OpenAI `text_completion`", body = Object), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn completions(
     State(state): State<AppState>,
     headers: HeaderMap,

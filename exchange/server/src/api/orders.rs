@@ -13,6 +13,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+#[utoipa::path(post, path = "/v1/intents", tag = "orders", request_body = crate::intake::IntentSubmission, responses((status = 202, body = crate::intake::Accepted), (status = 200, description = "with `wait: true`: the job when done or at its deadline", body = crate::books::JobRecord), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn submit_intent(
     State(state): State<AppState>,
     AppJson(submission): AppJson<IntentSubmission>,
@@ -59,6 +60,7 @@ fn standing_error(kind: &'static str) -> impl Fn(crate::Error) -> ApiError {
     }
 }
 
+#[utoipa::path(post, path = "/v1/reserves", tag = "orders", request_body = crate::intake::ReserveSubmission, responses((status = 202, body = crate::intake::StandingAccepted), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn submit_reserve(
     State(state): State<AppState>,
     AppJson(body): AppJson<ReserveSubmission>,
@@ -71,6 +73,7 @@ pub(super) async fn submit_reserve(
     Ok((StatusCode::ACCEPTED, AppJson(accepted)))
 }
 
+#[utoipa::path(post, path = "/v1/rents", tag = "orders", request_body = crate::intake::RentSubmission, responses((status = 202, body = crate::intake::StandingAccepted), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn submit_rent(
     State(state): State<AppState>,
     AppJson(body): AppJson<RentSubmission>,
@@ -83,6 +86,7 @@ pub(super) async fn submit_rent(
     Ok((StatusCode::ACCEPTED, AppJson(accepted)))
 }
 
+#[utoipa::path(post, path = "/v1/searches", tag = "orders", request_body = crate::intake::SearchSubmission, responses((status = 202, body = crate::intake::StandingAccepted), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn submit_search(
     State(state): State<AppState>,
     AppJson(body): AppJson<SearchSubmission>,
@@ -96,6 +100,7 @@ pub(super) async fn submit_search(
 }
 
 /// `GET /v1/orders/{id}`: a standing order and its state.
+#[utoipa::path(get, path = "/v1/orders/{id}", tag = "orders", params(("id" = String, Path, description = "the order's EIP-712 digest")), responses((status = 200, body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn standing_order(
     State(state): State<AppState>,
     Path(id): Path<String>,

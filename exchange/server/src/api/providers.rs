@@ -16,14 +16,17 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// A registered provider.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Registered {
+    #[schema(value_type = String)]
     key_hash: B256,
     operator: String,
+    #[schema(value_type = String)]
     payout: Address,
     bundles: Vec<String>,
 }
 
+#[utoipa::path(post, path = "/v1/providers/register", tag = "providers", request_body(content = Object, description = "a `SignedOffer`: the offer, the ML-DSA-65 key and its signature (context `cx-offer-v1`)"), responses((status = 201, body = Registered), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn register(
     State(state): State<AppState>,
     AppJson(signed): AppJson<SignedOffer>,
@@ -43,6 +46,7 @@ pub(super) async fn register(
 /// `POST /v1/providers/jobs`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 pub(super) struct Pull {
     /// Most jobs to take (1 to 32).
     #[serde(default = "one")]
@@ -57,11 +61,12 @@ fn one() -> u32 {
 }
 
 /// The jobs handed out.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Pulled {
     jobs: Vec<Assignment>,
 }
 
+#[utoipa::path(post, path = "/v1/providers/jobs", tag = "providers", request_body = Pull, security(("provider_token" = [])), responses((status = 200, body = Pulled), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn pull(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -91,6 +96,7 @@ pub(super) async fn pull(
     Ok(AppJson(Pulled { jobs }))
 }
 
+#[utoipa::path(post, path = "/v1/jobs/{id}/result", tag = "providers", params(("id" = String, Path)), request_body = crate::dispatch::ResultSubmission, security(("provider_token" = [])), responses((status = 200, body = crate::books::Completed), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn result(
     State(state): State<AppState>,
     Path(id): Path<String>,

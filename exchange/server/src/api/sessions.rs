@@ -14,11 +14,13 @@ use serde::{Deserialize, Serialize};
 /// `POST /v1/sessions`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 pub(super) struct OpenSession {
     /// The grant with both signatures.
     grant: Signed<SessionGrant>,
 }
 
+#[utoipa::path(post, path = "/v1/sessions", tag = "sessions", request_body = OpenSession, responses((status = 201, body = crate::intake::SessionOpened), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn open(
     State(state): State<AppState>,
     AppJson(body): AppJson<OpenSession>,
@@ -32,14 +34,16 @@ pub(super) async fn open(
 }
 
 /// A session as its bearer sees it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct SessionView {
     #[serde(flatten)]
     session: Session,
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     left_wei: u128,
 }
 
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)), security(("session_key" = [])), responses((status = 200, body = SessionView), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -54,12 +58,14 @@ pub(super) async fn show(
 }
 
 /// What a revocation did.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Revoked {
+    #[schema(value_type = String)]
     session_id: B256,
     revoked: bool,
 }
 
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)), security(("session_key" = [])), responses((status = 200, body = Revoked), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn revoke(
     State(state): State<AppState>,
     Path(id): Path<String>,

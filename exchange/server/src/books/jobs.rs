@@ -52,11 +52,13 @@ pub struct NewJob {
 }
 
 /// A job as the API reports it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct JobRecord {
     /// The job id (hex).
+    #[schema(value_type = String)]
     pub id: B256,
     /// The account that ordered it.
+    #[schema(value_type = String)]
     pub account: Address,
     /// The tab's chain.
     pub chain_id: u64,
@@ -70,27 +72,32 @@ pub struct JobRecord {
     pub bundle_id: Option<String>,
     /// What it holds on its tab, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub held_wei: u128,
     /// The clearing decision.
+    #[schema(value_type = Object)]
     pub decision: serde_json::Value,
     /// When a result must be back, unix seconds.
     pub deadline_s: u64,
     /// The adapter it runs with (content id), if any.
     pub adapter: Option<String>,
     /// The session whose call made it, if one did (its order is that session's grant).
+    #[schema(value_type = Option<String>)]
     pub session_id: Option<B256>,
     /// What the provider returned, once it has.
+    #[schema(value_type = Option<Object>)]
     pub result: Option<serde_json::Value>,
     /// Every state it went through, in order.
     pub events: Vec<JobEvent>,
 }
 
 /// One state transition.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct JobEvent {
     /// The state entered.
     pub status: String,
     /// What came with it.
+    #[schema(value_type = Object)]
     pub detail: serde_json::Value,
     /// When, unix milliseconds.
     pub at_ms: i64,

@@ -22,13 +22,15 @@ pub struct Provider {
 }
 
 /// A job handed to a provider: what to run, for whom, by when, and at most for how much.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Assignment {
     /// The job id (the receipt's `job_id`).
+    #[schema(value_type = String)]
     pub job_id: B256,
     /// The bundle it was cleared onto.
     pub bundle_id: String,
     /// The buyer (the receipt's `buyer`).
+    #[schema(value_type = String)]
     pub buyer: Address,
     /// The tab's chain (the receipt's `chain_id`).
     pub chain_id: u64,
@@ -39,22 +41,26 @@ pub struct Assignment {
     /// The adapter by content id (fetch it from `GET /v1/adapters/{id}`), if any.
     pub adapter: Option<String>,
     /// The inference request; its SHA-256 (canonical JSON) is the receipt's `input_hash`.
+    #[schema(value_type = Object)]
     pub request: serde_json::Value,
     /// The most the receipt may claim, wei (what the job holds on the tab).
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub price_wei: u128,
     /// When the result must be in, unix seconds.
     pub deadline_s: u64,
 }
 
 /// What accepting a result did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Completed {
     /// What the job is charged, wei (the receipt's amount).
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub charged_wei: u128,
     /// What went back to the tab (and the session's cap), wei.
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub released_wei: u128,
 }
 

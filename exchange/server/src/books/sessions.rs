@@ -9,11 +9,13 @@ use cx_protocol::order::SessionGrant;
 use serde::Serialize;
 
 /// A session as the books keep it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Session {
     /// The grant's EIP-712 digest (the session's id).
+    #[schema(value_type = String)]
     pub id: B256,
     /// The account that signed the grant.
+    #[schema(value_type = String)]
     pub account: Address,
     /// The chain of its tab (and of the grant's domain).
     pub chain_id: u64,
@@ -21,6 +23,7 @@ pub struct Session {
     pub grant: SessionGrant,
     /// What its calls hold or were charged, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub spent_wei: u128,
     /// Whether the bearer revoked it.
     pub revoked: bool,

@@ -8,13 +8,15 @@ use alloy::primitives::{Address, B256};
 use serde::Serialize;
 
 /// A standing order as the API reports it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct StandingOrder {
     /// The order's EIP-712 digest (its id).
+    #[schema(value_type = String)]
     pub id: B256,
     /// `reserve`, `rent` or `search`.
     pub kind: String,
     /// The account that signed it.
+    #[schema(value_type = String)]
     pub account: Address,
     /// The tab's chain.
     pub chain_id: u64,
@@ -24,10 +26,12 @@ pub struct StandingOrder {
     pub status: String,
     /// What it holds on the tab, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub held_wei: u128,
     /// When it ends, unix seconds.
     pub ends_s: u64,
     /// The order as signed and received.
+    #[schema(value_type = Object)]
     pub order: serde_json::Value,
 }
 

@@ -6,23 +6,27 @@ use alloy::primitives::{Address, B256};
 use serde::Serialize;
 
 /// A tab as the books see it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Tab {
     /// EIP-155 chain id.
     pub chain_id: u64,
     /// The escrow's id on that chain's Settlement contract.
     pub escrow_id: u64,
     /// Who opened it (and alone may draw on it).
+    #[schema(value_type = String)]
     pub buyer: Address,
     /// What the escrow holds, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub amount_wei: u128,
     /// What jobs hold of it, wei (never more than `amount_wei`).
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub held_wei: u128,
     /// After this time (unix seconds) the buyer may reclaim the escrow on chain.
     pub deadline_s: u64,
     /// The escrow's `ref`: the hash of the buyer's signed tab terms.
+    #[schema(value_type = String)]
     pub reference: B256,
     /// `open` or `reclaimed`.
     pub status: String,

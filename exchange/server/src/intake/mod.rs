@@ -45,6 +45,7 @@ pub use cx_protocol::order::{InferenceRequest, request_hash};
 /// `POST /v1/intents`: the signed intent and the request it commits to.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 pub struct IntentSubmission {
     /// The intent with both signatures.
     pub intent: Signed<Intent>,
@@ -60,9 +61,10 @@ pub struct IntentSubmission {
 pub const DECISION_KEEPS: usize = 32;
 
 /// What an accepted intent became.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Accepted {
     /// The job id (the order's EIP-712 digest).
+    #[schema(value_type = String)]
     pub job_id: B256,
     /// Its state.
     pub status: &'static str,
@@ -70,31 +72,36 @@ pub struct Accepted {
     pub bundle_id: String,
     /// What it holds on the tab, wei (the bundle's charge, at most the buyer's limit).
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub held_wei: u128,
     /// The tier the job is verified at (the intent's `min_tier`, or the first stronger one a
     /// bundle offers).
     pub tier: Tier,
     /// The chosen bundle's cost terms (the whole decision is at `GET /v1/jobs/{id}`).
+    #[schema(value_type = Object)]
     pub terms: cx_exchange::objective::Terms,
 }
 
 /// The clearing decision as the books keep it: the choice and every cost term, the cheapest
 /// feasible bundles and the nearest refused ones (each with its binding constraint and factor),
 /// and how many of each there were.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct DecisionRecord {
     /// The tier the job was cleared (and will be verified) at.
     pub tier: Tier,
     /// The chosen bundle.
     pub chosen: Option<String>,
     /// Its cost terms.
+    #[schema(value_type = Option<Object>)]
     pub terms: Option<cx_exchange::objective::Terms>,
     /// Feasible bundles, cheapest first (at most [`DECISION_KEEPS`]).
+    #[schema(value_type = Vec<Object>)]
     pub feasible: Vec<cx_exchange::clearing::Ranked>,
     /// How many bundles were feasible.
     pub feasible_total: usize,
     /// Refused bundles, nearest first (smallest factor; categorical last), at most
     /// [`DECISION_KEEPS`], each with its binding constraint and factor.
+    #[schema(value_type = Vec<Object>)]
     pub rejected: Vec<cx_exchange::clearing::Rejection>,
     /// How many bundles were refused.
     pub rejected_total: usize,
@@ -538,11 +545,13 @@ impl Placed {
 }
 
 /// What a stored session grant allows.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SessionOpened {
     /// The session's id (the grant's EIP-712 digest).
+    #[schema(value_type = String)]
     pub session_id: B256,
     /// The account that signed it.
+    #[schema(value_type = String)]
     pub account: Address,
     /// The chain of its tab.
     pub chain_id: u64,
@@ -550,6 +559,7 @@ pub struct SessionOpened {
     pub tab_id: u64,
     /// What all its calls together may spend, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub spend_cap_wei: u128,
     /// When the bearer token stops working, unix seconds.
     pub expiry_s: u64,

@@ -19,6 +19,7 @@ pub const MAX_RENT_TERM_S: u64 = 30 * 24 * 3600;
 /// `POST /v1/reserves`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 pub struct ReserveSubmission {
     /// The reserve with both signatures.
     pub reserve: Signed<Reserve>,
@@ -27,6 +28,7 @@ pub struct ReserveSubmission {
 /// `POST /v1/rents`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 pub struct RentSubmission {
     /// The rent with both signatures.
     pub rent: Signed<Rent>,
@@ -35,15 +37,17 @@ pub struct RentSubmission {
 /// `POST /v1/searches`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::ToSchema)]
 pub struct SearchSubmission {
     /// The search with both signatures.
     pub search: Signed<Search>,
 }
 
 /// What an accepted standing order became.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct StandingAccepted {
     /// The order's id (its EIP-712 digest): `GET /v1/orders/{id}`.
+    #[schema(value_type = String)]
     pub order_id: B256,
     /// `reserve`, `rent` or `search`.
     pub kind: &'static str,
@@ -51,6 +55,7 @@ pub struct StandingAccepted {
     pub status: &'static str,
     /// What it holds on the tab, wei: the most it can cost.
     #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
     pub held_wei: u128,
     /// When it ends, unix seconds.
     pub ends_s: u64,

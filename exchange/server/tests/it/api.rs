@@ -203,3 +203,79 @@ async fn an_internal_error_is_not_echoed() {
     assert_eq!(body["error"]["code"], "internal");
     assert!(!body.to_string().contains("postgres"), "{body}");
 }
+
+#[tokio::test]
+async fn the_openapi_document_names_every_route_and_its_types() {
+    let (status, doc) = call(
+        app(AppState::new()),
+        Request::get("/openapi.json").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let routes = [
+        ("/healthz", "get"),
+        ("/metrics", "get"),
+        ("/openapi.json", "get"),
+        ("/v1/adapters", "put"),
+        ("/v1/adapters/{id}", "get"),
+        ("/v1/bindings", "post"),
+        ("/v1/intents", "post"),
+        ("/v1/reserves", "post"),
+        ("/v1/rents", "post"),
+        ("/v1/searches", "post"),
+        ("/v1/orders/{id}", "get"),
+        ("/v1/jobs", "get"),
+        ("/v1/jobs/{id}", "get"),
+        ("/v1/jobs/{id}/events", "get"),
+        ("/v1/jobs/{id}/result", "post"),
+        ("/v1/sessions", "post"),
+        ("/v1/sessions/{id}", "get"),
+        ("/v1/sessions/{id}", "delete"),
+        ("/v1/chat/completions", "post"),
+        ("/v1/completions", "post"),
+        ("/v1/providers/register", "post"),
+        ("/v1/providers/jobs", "post"),
+        ("/v1/tabs/{chain_id}/{escrow_id}", "get"),
+        ("/v1/chains", "get"),
+        ("/v1/eip712/{kind}", "get"),
+        ("/v1/market", "get"),
+        ("/v1/models", "get"),
+        ("/v1/providers", "get"),
+    ];
+    for (path, method) in routes {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} is not in /openapi.json"
+        );
+    }
+    assert_eq!(
+        doc["paths"].as_object().unwrap().len(),
+        routes
+            .iter()
+            .map(|(p, _)| p)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        "every documented path is a route above"
+    );
+    // The signed intent's schema comes from the protocol's own type: its fields, with wei as
+    // strings.
+    let schemas = &doc["components"]["schemas"];
+    let signed = &schemas["Signed_Intent"]["properties"];
+    assert_eq!(signed["signature"]["type"], "string");
+    let intent = &signed["order"]["properties"];
+    for field in [
+        "want",
+        "request_hash",
+        "deadline_s",
+        "max_price_wei",
+        "min_tier",
+        "tab_id",
+    ] {
+        assert!(intent[field].is_object(), "Intent.{field}: {intent}");
+    }
+    assert_eq!(intent["max_price_wei"]["type"], "string");
+    assert!(schemas["IntentSubmission"].is_object());
+    assert!(schemas["ErrorBody"].is_object());
+    assert!(doc["components"]["securitySchemes"]["session_key"].is_object());
+}

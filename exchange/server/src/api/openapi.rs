@@ -1,0 +1,87 @@
+//! `GET /openapi.json`: the API's OpenAPI 3.1 document, generated from the handlers'
+//! `#[utoipa::path]` annotations and the request and response types (`utoipa::ToSchema`), so it
+//! cannot drift from what the server parses and writes.
+
+use super::{
+    adapters, bindings, health, jobs, market, metrics, openai, orders, providers, sessions,
+};
+use axum::Json;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "compute-exchange",
+        description = "Agents buy inference from providers; residency is priced. Orders are \
+                       EIP-712 typed data with an ML-DSA-65 co-signature (see /v1/eip712/{kind}); \
+                       money is integer wei as decimal strings."
+    ),
+    paths(
+        health::healthz,
+        metrics::metrics,
+        adapters::put,
+        adapters::get,
+        bindings::bind,
+        orders::submit_intent,
+        orders::submit_reserve,
+        orders::submit_rent,
+        orders::submit_search,
+        orders::standing_order,
+        jobs::job,
+        jobs::list_jobs,
+        jobs::events,
+        jobs::tab,
+        sessions::open,
+        sessions::show,
+        sessions::revoke,
+        openai::chat_completions,
+        openai::completions,
+        providers::register,
+        providers::pull,
+        providers::result,
+        market::chains,
+        market::eip712,
+        market::models,
+        market::providers,
+        market::quotes,
+        document,
+    ),
+    modifiers(&Security)
+)]
+struct ApiDoc;
+
+/// The two bearer credentials: an agent's session key and a provider's dispatch token.
+struct Security;
+
+impl utoipa::Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        for (name, what) in [
+            (
+                "session_key",
+                "the bearer secret of a signed SessionGrant (`cx agent session`)",
+            ),
+            (
+                "provider_token",
+                "the secret whose SHA-256 is the provider's signed offer's token_hash",
+            ),
+        ] {
+            components.add_security_scheme(
+                name,
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .description(Some(what))
+                        .build(),
+                ),
+            );
+        }
+    }
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "service", responses((status = 200, description = "this OpenAPI document", body = Object)))]
+pub(super) async fn document() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
