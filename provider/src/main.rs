@@ -193,6 +193,13 @@ fn cpu(threads: Option<usize>, fast: bool) -> CpuConfig {
     let mut config = CpuConfig::deterministic();
     if fast {
         config.mode = Mode::Fast;
+        // Fast mode's few-row products run on candle's matmul, which sizes its thread pool
+        // from RAYON_NUM_THREADS (else every core): `--threads` must reach it too.
+        if let Some(t) = threads {
+            // SAFETY: called from `main` before the runtime, the scheduler or any other
+            // thread exists, so nothing reads the environment concurrently.
+            unsafe { std::env::set_var("RAYON_NUM_THREADS", t.to_string()) };
+        }
     }
     match threads {
         Some(t) => config.with_threads(t),

@@ -15,6 +15,10 @@ use super::config::Projection;
 use crate::error::{Error, Result};
 use crate::lora::Adapter;
 
+/// Below this many rows, fast mode multiplies with candle's matmul; from it on, with
+/// cx-kernels' GEMM in FMA mode.
+const FAST_MATMUL_MAX_ROWS: usize = 4;
+
 /// A `Linear` weight (`d_out × d_in`, `f32`, contiguous) held as a candle tensor.
 #[derive(Clone, Debug)]
 pub(super) struct Weight {
@@ -55,19 +59,24 @@ impl Weight {
     }
 
     /// `x·Wᵀ`. Shapes: `x` is `rows × d_in`; returns `rows × d_out`.
+    ///
+    /// Fast mode takes whichever path is faster at this row count (measured with `bench lora
+    /// --fast`): candle's matmul for a few rows (its GEMV runs on a persistent thread pool),
+    /// cx-kernels' GEMM with FMA for a batch (candle's blocking for thin `x·Wᵀ` was 0.5–0.75×
+    /// the deterministic kernel on batched decode).
     pub(super) fn apply(&self, x: &[f32], rows: usize, cpu: &CpuConfig) -> Result<Vec<f32>> {
         match cpu.mode {
-            Mode::Deterministic => self.with_slice(|w| {
-                let mut y = vec![0f32; rows * self.d_out];
-                gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?;
-                Ok(y)
-            }),
-            Mode::Fast => {
+            Mode::Fast if rows < FAST_MATMUL_MAX_ROWS => {
                 let x = Tensor::from_slice(x, (rows, self.d_in), &candle_core::Device::Cpu)?;
                 Ok(x.matmul(&self.tensor.t()?)?
                     .flatten_all()?
                     .to_vec1::<f32>()?)
             }
+            Mode::Deterministic | Mode::Fast => self.with_slice(|w| {
+                let mut y = vec![0f32; rows * self.d_out];
+                gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?;
+                Ok(y)
+            }),
         }
     }
 }
