@@ -111,7 +111,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/searches", post(orders::submit_search))
         .route("/v1/orders/{id}", get(orders::standing_order))
         .route("/v1/jobs", get(jobs::list_jobs))
-        .route("/v1/jobs/{id}", get(jobs::job))
+        .route("/v1/jobs/{id}", get(jobs::job).delete(sessions::cancel_job))
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/jobs/{id}/result", post(providers::result))
         .route("/v1/providers/register", post(providers::register))

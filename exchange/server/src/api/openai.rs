@@ -477,6 +477,10 @@ async fn outcome(
     match (job.status.as_str(), job.result) {
         ("done" | "settled", Some(result)) => Ok(serde_json::from_value(result)
             .map_err(|e| ApiError::Internal(Box::new(crate::Error::Json(e))))?),
+        ("cancelled", _) => Err(ApiError::Conflict {
+            field: None,
+            message: "the job was cancelled (DELETE /v1/jobs/{id}); nothing was charged".into(),
+        }),
         _ => Err(crate::Error::DeadlineMissed {
             job_id,
             deadline_s: job.deadline_s,

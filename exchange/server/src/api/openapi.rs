@@ -35,6 +35,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         sessions::open,
         sessions::show,
         sessions::revoke,
+        sessions::cancel_job,
         openai::chat_completions,
         openai::completions,
         providers::register,

@@ -116,3 +116,48 @@ pub(super) fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
     }
     Ok(token.trim())
 }
+
+/// What a cancellation did.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct Cancelled {
+    #[schema(value_type = String)]
+    job_id: B256,
+    status: &'static str,
+}
+
+/// `DELETE /v1/jobs/{id}` with the session key whose call made the job: cancels it while no
+/// provider has taken it (its hold returns; nothing is charged). A running or ended job is a
+/// 409; another session's job is a 404, as if it did not exist.
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "sessions", params(("id" = String, Path)), security(("session_key" = [])), responses((status = 200, body = Cancelled), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody)))]
+pub(super) async fn cancel_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<AppJson<Cancelled>, ApiError> {
+    let job_id: B256 = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))?;
+    let intake = state.intake()?;
+    let session = intake
+        .books()
+        .session_by_bearer(SessionGrant::bearer_hash_of(bearer(&headers)?.as_bytes()))
+        .await?
+        .ok_or(crate::Error::UnknownSession)?;
+    if intake.books().cancel_job(job_id, session.id).await? {
+        intake.waiters().notify(job_id);
+        return Ok(AppJson(Cancelled {
+            job_id,
+            status: "cancelled",
+        }));
+    }
+    match intake.books().job(job_id).await? {
+        Some(job) if job.session_id == Some(session.id) => Err(ApiError::Conflict {
+            field: None,
+            message: format!(
+                "the job is {}: only a job no provider has taken (assigned) can be cancelled",
+                job.status
+            ),
+        }),
+        _ => Err(ApiError::NotFound { what: "job".into() }),
+    }
+}

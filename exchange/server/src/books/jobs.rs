@@ -178,51 +178,31 @@ impl Books {
     /// released. One statement, so each job is either expired with its hold released or
     /// untouched, whatever crashes. Returns the ids it expired.
     pub async fn expire_due(&self, now_s: u64) -> Result<Vec<B256>> {
-        let rows: Vec<(Vec<u8>,)> = sqlx::query_as(
-            "WITH due AS ( \
-                 UPDATE exchange_jobs SET status = 'expired', updated_at = now() \
-                 WHERE status IN ('assigned', 'running') AND deadline_s < $1 \
-                 RETURNING id, chain_id, escrow_id, session_id, held_wei), \
-             tabs AS ( \
-                 UPDATE exchange_tabs t SET held_wei = t.held_wei - d.released, updated_at = now() \
-                 FROM (SELECT chain_id, escrow_id, sum(held_wei) AS released FROM due \
-                       GROUP BY chain_id, escrow_id) d \
-                 WHERE t.chain_id = d.chain_id AND t.escrow_id = d.escrow_id RETURNING 1), \
-             sessions AS ( \
-                 UPDATE exchange_sessions s SET spent_wei = s.spent_wei - d.released \
-                 FROM (SELECT session_id, sum(held_wei) AS released FROM due \
-                       WHERE session_id IS NOT NULL GROUP BY session_id) d \
-                 WHERE s.id = d.session_id RETURNING 1), \
-             events AS ( \
-                 INSERT INTO exchange_job_events (job_id, seq, status, detail) \
-                 SELECT due.id, (SELECT coalesce(max(e.seq), -1) + 1 FROM exchange_job_events e \
-                                 WHERE e.job_id = due.id), 'expired', \
-                        jsonb_build_object('released_wei', due.held_wei::text, \
-                                           'reason', 'no result by the deadline') \
-                 FROM due RETURNING 1) \
-             SELECT id FROM due",
-        )
+        let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&release_sql(
+            "status IN ('assigned', 'running') AND deadline_s < $1",
+            "expired",
+            "no result by the deadline",
+        ))
         .bind(to_i64(now_s, "time")?)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter()
-            .map(|(id,)| {
-                B256::try_from(id.as_slice()).map_err(|_| Error::Corrupt {
-                    what: "a job id",
-                    value: hex::encode(&id),
-                })
-            })
-            .collect()
+        ids(rows)
     }
 
-    /// A job's status, if it exists (what waiters poll between notifications).
-    pub async fn job_status(&self, id: B256) -> Result<Option<String>> {
-        let row: Option<(String,)> =
-            sqlx::query_as("SELECT status FROM exchange_jobs WHERE id = $1")
-                .bind(id.as_slice())
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(row.map(|(s,)| s))
+    /// Cancels a job of session `session_id` that no provider has taken yet: its hold returns
+    /// to the tab and the session's cap, nothing is charged. Returns whether it was cancelled
+    /// (false: not this session's, or already running or ended).
+    pub async fn cancel_job(&self, id: B256, session_id: B256) -> Result<bool> {
+        let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&release_sql(
+            "id = $1 AND session_id = $2 AND status = 'assigned'",
+            "cancelled",
+            "cancelled by the buyer before a provider took it",
+        ))
+        .bind(id.as_slice())
+        .bind(session_id.as_slice())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids(rows)?.len() == 1)
     }
 
     /// One job with its events.
@@ -321,6 +301,47 @@ impl JobRow {
             events: Vec::new(),
         })
     }
+}
+
+/// The statement that ends every unfinished job matching `condition` in state `status`: its
+/// hold returns to its tab (and its session's cap), nothing is charged, and an event records
+/// what was released and why. One statement, so a job is either ended with its hold released
+/// or untouched. Returns the ended jobs' ids.
+fn release_sql(condition: &str, status: &str, reason: &str) -> String {
+    format!(
+        "WITH ended AS ( \
+             UPDATE exchange_jobs SET status = '{status}', updated_at = now() WHERE {condition} \
+             RETURNING id, chain_id, escrow_id, session_id, held_wei), \
+         tabs AS ( \
+             UPDATE exchange_tabs t SET held_wei = t.held_wei - d.released, updated_at = now() \
+             FROM (SELECT chain_id, escrow_id, sum(held_wei) AS released FROM ended \
+                   GROUP BY chain_id, escrow_id) d \
+             WHERE t.chain_id = d.chain_id AND t.escrow_id = d.escrow_id RETURNING 1), \
+         sessions AS ( \
+             UPDATE exchange_sessions s SET spent_wei = s.spent_wei - d.released \
+             FROM (SELECT session_id, sum(held_wei) AS released FROM ended \
+                   WHERE session_id IS NOT NULL GROUP BY session_id) d \
+             WHERE s.id = d.session_id RETURNING 1), \
+         events AS ( \
+             INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+             SELECT ended.id, (SELECT coalesce(max(e.seq), -1) + 1 FROM exchange_job_events e \
+                               WHERE e.job_id = ended.id), '{status}', \
+                    jsonb_build_object('released_wei', ended.held_wei::text, 'reason', '{reason}') \
+             FROM ended RETURNING 1) \
+         SELECT id FROM ended"
+    )
+}
+
+/// Job ids as the database returns them.
+fn ids(rows: Vec<(Vec<u8>,)>) -> Result<Vec<B256>> {
+    rows.into_iter()
+        .map(|(id,)| {
+            B256::try_from(id.as_slice()).map_err(|_| Error::Corrupt {
+                what: "a job id",
+                value: hex::encode(&id),
+            })
+        })
+        .collect()
 }
 
 /// The name of the constraint a database error violated, if it is one.

@@ -227,6 +227,7 @@ async fn the_openapi_document_names_every_route_and_its_types() {
         ("/v1/orders/{id}", "get"),
         ("/v1/jobs", "get"),
         ("/v1/jobs/{id}", "get"),
+        ("/v1/jobs/{id}", "delete"),
         ("/v1/jobs/{id}/events", "get"),
         ("/v1/jobs/{id}/result", "post"),
         ("/v1/sessions", "post"),

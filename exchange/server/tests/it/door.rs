@@ -547,6 +547,25 @@ async fn a_job_no_provider_finishes_expires_and_its_hold_returns() {
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
     assert_eq!(body["error"]["code"], "deadline_missed");
     assert!(door.held().await > 0, "held until the sweep");
+    // Another session's key cannot cancel it (nor learn that it exists).
+    door.session("cxs_other", 1_000_000, 2).await;
+    let (_, jobs) = door
+        .call(
+            Request::get(format!("/v1/jobs?account={}", order::account_of(&door.key)))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    let first = jobs[0]["id"].as_str().unwrap().to_owned();
+    let (status, _) = door
+        .call(
+            Request::delete(format!("/v1/jobs/{first}"))
+                .header(header::AUTHORIZATION, "Bearer cxs_other")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     let expired = door.books.expire_due(now_s() + 2).await.unwrap();
     assert_eq!(expired.len(), 1);
     assert_eq!(door.held().await, 0, "the hold went back to the tab");
