@@ -249,6 +249,9 @@ impl Model {
         }
         let norm = RmsNorm::new(store.take("model.norm.weight", &[d])?, config.rms_norm_eps);
         let lm_head = if config.tie_word_embeddings {
+            // Some tied checkpoints also store the head; tied means it is the embedding, as
+            // transformers reads it, so the copy is not an unused tensor.
+            store.0.remove("lm_head.weight");
             None
         } else {
             Some(Weight::new(
