@@ -29,9 +29,11 @@ use alloy::primitives::{Address, B256};
 use cx_exchange::clearing::Decision;
 use cx_exchange::routing::features::estimate_tokens;
 use cx_protocol::order::{self, Eip712Domain, Intent, Order, SessionGrant, Signed, Verified};
+use cx_protocol::pq::PublicIdentity;
 use cx_protocol::{Job, Tier};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::RwLock;
 
 /// Seconds a tab must stay open after a job's deadline, for its receipt to be verified and
 /// settled before the buyer may reclaim the escrow.
@@ -139,7 +141,11 @@ pub struct Intake {
     domains: HashMap<u64, Eip712Domain>,
     settle_margin_s: u64,
     waiters: Waiters,
+    bound: RwLock<HashMap<Address, PublicIdentity>>,
 }
+
+/// Bound ML-DSA keys kept in memory at most (each ~2 KB).
+const BOUND_KEYS_CACHED: usize = 100_000;
 
 impl Intake {
     /// The intake over `books` and `market`, serving the chains whose Settlement contracts are
@@ -159,6 +165,7 @@ impl Intake {
                 .collect(),
             settle_margin_s,
             waiters: Waiters::default(),
+            bound: RwLock::new(HashMap::new()),
         }
     }
 
@@ -204,18 +211,39 @@ impl Intake {
             .check_times(now_s)
             .map_err(|e| e.within(&format!("{within}.order")))?;
         let verified = signed.recover(domain).map_err(|e| e.within(within))?;
-        let binding =
-            self.books
-                .binding(verified.account)
-                .await?
-                .ok_or(cx_protocol::Error::Unbound {
-                    account: verified.account.to_string(),
-                })?;
-        let key = cx_protocol::pq::PublicIdentity::from_bytes(&binding.mldsa_key)?;
+        let key = self.bound_key(verified.account).await?;
         signed
             .check_cosignature(&verified, &key)
             .map_err(|e| e.within(within))?;
         Ok(verified)
+    }
+
+    /// The ML-DSA key bound to `account`, from memory when seen before (a binding never changes:
+    /// another key for a bound account is refused), else from the books.
+    async fn bound_key(&self, account: Address) -> Result<PublicIdentity> {
+        if let Some(key) = self
+            .bound
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&account)
+        {
+            return Ok(key.clone());
+        }
+        let binding = self
+            .books
+            .binding(account)
+            .await?
+            .ok_or(cx_protocol::Error::Unbound {
+                account: account.to_string(),
+            })?;
+        let key = PublicIdentity::from_bytes(&binding.mldsa_key)?;
+        let mut bound = self.bound.write().unwrap_or_else(|e| e.into_inner());
+        if bound.len() >= BOUND_KEYS_CACHED {
+            // Bounded memory: start over rather than track recency; the books have them all.
+            bound.clear();
+        }
+        bound.insert(account, key.clone());
+        Ok(key)
     }
 
     /// Verifies, clears and commits one intent at `now_s` (unix seconds).
