@@ -42,6 +42,7 @@ use sha2::{Digest, Sha256};
 
 use crate::class::DeterminismClass;
 use crate::error::{Error, Result};
+use crate::order::{Address, B256, InferenceRequest, request_hash};
 use crate::pq::{Identity, PublicIdentity};
 
 /// FIPS 204 context of receipt signatures.
@@ -128,7 +129,75 @@ pub struct Receipt {
     pub buyer: [u8; 20],
 }
 
+/// The job a receipt answers, as the exchange's assignment names it.
+#[derive(Clone, Copy, Debug)]
+pub struct JobTerms<'a> {
+    /// The exchange's job id.
+    pub job_id: B256,
+    /// EIP-155 id of the tab's chain.
+    pub chain_id: u64,
+    /// The tab (escrow) on that chain.
+    pub escrow_id: u64,
+    /// The buyer whose tab pays.
+    pub buyer: Address,
+    /// The request as assigned (its canonical hash is the receipt's `input_hash`).
+    pub request: &'a InferenceRequest,
+    /// The adapter by content id (64 hex digits), if the job names one.
+    pub adapter: Option<&'a str>,
+}
+
+/// What the provider did for a job and what it claims.
+#[derive(Clone, Copy, Debug)]
+pub struct Work<'a> {
+    /// The generated text (its UTF-8 bytes' SHA-256 is the receipt's `output_hash`).
+    pub output_text: &'a str,
+    /// Tokens processed, prompt and generated.
+    pub tokens: u64,
+    /// Compute time, milliseconds.
+    pub compute_ms: u64,
+    /// The determinism class the work was done in.
+    pub class: DeterminismClass,
+    /// What the provider claims, wei (the exchange refuses more than the job's price).
+    pub amount_owed_wei: u128,
+}
+
 impl Receipt {
+    /// The receipt for `work` on `job`, by the provider paid at `payout` whose ML-DSA key id is
+    /// `provider_key`. This is the one way the hashes are taken — the request's canonical JSON
+    /// ([`request_hash`]), the output text's bytes, the adapter's content id (32 zero bytes for
+    /// none) — which is what the exchange recomputes and compares field by field.
+    pub fn for_output(
+        job: &JobTerms<'_>,
+        work: &Work<'_>,
+        payout: Address,
+        provider_key: [u8; 32],
+    ) -> Result<Self> {
+        let mut adapter_hash = [0u8; 32];
+        if let Some(id) = job.adapter {
+            hex::decode_to_slice(id.strip_prefix("0x").unwrap_or(id), &mut adapter_hash).map_err(
+                |_| Error::InvalidField {
+                    field: "adapter".into(),
+                    reason: format!("{id:?} is not a 64-hex-digit content id"),
+                },
+            )?;
+        }
+        Ok(Self {
+            job_id: job.job_id.0,
+            chain_id: job.chain_id,
+            escrow_id: job.escrow_id,
+            input_hash: request_hash(job.request).0,
+            output_hash: Sha256::digest(work.output_text.as_bytes()).into(),
+            adapter_hash,
+            tokens: work.tokens,
+            compute_ms: work.compute_ms,
+            class: work.class,
+            provider: payout.0.0,
+            provider_key,
+            amount_owed_wei: work.amount_owed_wei,
+            buyer: job.buyer.0.0,
+        })
+    }
+
     /// The canonical encoding (see the module notes).
     pub fn canonical_bytes(&self) -> [u8; RECEIPT_BYTES] {
         let class = match self.class {
@@ -263,6 +332,47 @@ mod tests {
         let back: SignedReceipt = serde_json::from_str(&json).unwrap();
         assert_eq!(back, signed);
         back.verify_self_contained().unwrap();
+    }
+
+    #[test]
+    fn for_output_hashes_the_request_the_text_and_the_adapter() {
+        let request = InferenceRequest {
+            prompt: "hi".into(),
+            max_tokens: 4,
+        };
+        let adapter = "ab".repeat(32);
+        let job = JobTerms {
+            job_id: B256::repeat_byte(1),
+            chain_id: 31337,
+            escrow_id: 2,
+            buyer: Address::repeat_byte(3),
+            request: &request,
+            adapter: Some(&adapter),
+        };
+        let work = Work {
+            output_text: "out",
+            tokens: 7,
+            compute_ms: 5,
+            class: DeterminismClass::D,
+            amount_owed_wei: 9,
+        };
+        let r = Receipt::for_output(&job, &work, Address::repeat_byte(4), [5; 32]).unwrap();
+        assert_eq!(r.input_hash, request_hash(&request).0);
+        assert_eq!(r.output_hash, <[u8; 32]>::from(Sha256::digest(b"out")));
+        assert_eq!(r.adapter_hash, [0xab; 32]);
+        assert_eq!((r.provider, r.buyer), ([4; 20], [3; 20]));
+        let none = JobTerms {
+            adapter: None,
+            ..job
+        };
+        let r = Receipt::for_output(&none, &work, Address::ZERO, [5; 32]).unwrap();
+        assert_eq!(r.adapter_hash, [0; 32]);
+        let bad = JobTerms {
+            adapter: Some("xyz"),
+            ..job
+        };
+        let err = Receipt::for_output(&bad, &work, Address::ZERO, [5; 32]).unwrap_err();
+        assert!(err.to_string().contains("adapter"), "{err}");
     }
 
     #[test]

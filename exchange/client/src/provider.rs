@@ -4,14 +4,14 @@
 use crate::error::Result;
 use crate::types::{Assignment, Output};
 use cx_protocol::DeterminismClass;
-use cx_protocol::order::{Address, request_hash};
+use cx_protocol::order::Address;
 use cx_protocol::pq::Identity;
-use cx_protocol::receipt::{Receipt, SignedReceipt};
-use sha2::{Digest, Sha256};
+use cx_protocol::receipt::{JobTerms, Receipt, SignedReceipt, Work};
 
 /// Signs the receipt for `output` of `job` as `identity`, paid to `payout`: it names the job,
 /// its tab and buyer, the request's hash as input, the output text's SHA-256, the adapter and
-/// what the provider claims (at most the job's price, or the exchange refuses it).
+/// what the provider claims (at most the job's price, or the exchange refuses it). The receipt is
+/// built by [`Receipt::for_output`], the one construction `cx-provider` uses too.
 pub fn sign_receipt(
     job: &Assignment,
     output: &Output,
@@ -21,29 +21,21 @@ pub fn sign_receipt(
     compute_ms: u64,
     class: DeterminismClass,
 ) -> Result<SignedReceipt> {
-    let mut adapter_hash = [0u8; 32];
-    if let Some(id) = &job.adapter {
-        hex::decode_to_slice(id, &mut adapter_hash).map_err(|_| {
-            crate::Error::Protocol(cx_protocol::Error::InvalidField {
-                field: "adapter".into(),
-                reason: format!("{id:?} is not a 64-hex-digit content id"),
-            })
-        })?;
-    }
-    let receipt = Receipt {
-        job_id: job.job_id.0,
+    let terms = JobTerms {
+        job_id: job.job_id,
         chain_id: job.chain_id,
         escrow_id: job.escrow_id,
-        input_hash: request_hash(&job.request).0,
-        output_hash: Sha256::digest(output.text.as_bytes()).into(),
-        adapter_hash,
+        buyer: job.buyer,
+        request: &job.request,
+        adapter: job.adapter.as_deref(),
+    };
+    let work = Work {
+        output_text: &output.text,
         tokens: u64::from(output.prompt_tokens) + u64::from(output.completion_tokens),
         compute_ms,
         class,
-        provider: payout.0.0,
-        provider_key: identity.id().0,
         amount_owed_wei,
-        buyer: job.buyer.0.0,
     };
+    let receipt = Receipt::for_output(&terms, &work, payout, identity.id().0)?;
     Ok(SignedReceipt::sign(receipt, identity)?)
 }
