@@ -114,9 +114,8 @@ pub async fn run_deadlines(books: Books, waiters: Waiters) {
 }
 
 /// What a provider returned for an inference job, as the books keep it in the job's `result`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 pub struct Output {
     /// The generated text.
     pub text: String,
@@ -138,9 +137,8 @@ pub const MAX_PULL_WAIT_S: u32 = 30;
 pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 
 /// A provider's result: the output and its signed receipt.
-#[derive(Debug, Clone, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 pub struct ResultSubmission {
     /// What the job produced.
     pub output: Output,

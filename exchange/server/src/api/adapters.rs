@@ -21,9 +21,8 @@ pub(super) const MAX_ADAPTER_BYTES: usize = 96 << 20;
 const MAX_CONFIG_BYTES: usize = 64 << 10;
 
 /// An adapter as it travels: the config file's text and the weights file in base64.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 pub(super) struct AdapterFiles {
     /// The content id the sender expects (checked when given).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -39,9 +39,8 @@ const MAX_DEADLINE_S: u64 = 24 * 3600;
 
 /// Both routes' body: OpenAI's fields this door implements, and `cx`. Unknown fields are refused
 /// by name.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 pub(super) struct DoorRequest {
     model: String,
     #[serde(default)]
@@ -77,17 +76,15 @@ pub(super) struct DoorRequest {
     cx: Option<CxFields>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 struct StreamOptions {
     #[serde(default)]
     include_usage: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 struct Message {
     role: String,
     content: Content,
@@ -97,33 +94,29 @@ struct Message {
     name: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
-#[derive(utoipa::ToSchema)]
 enum Content {
     Text(String),
     Parts(Vec<Part>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 enum Part {
     Text { text: String },
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
-#[derive(utoipa::ToSchema)]
 enum Prompt {
     One(String),
     Batch(Vec<String>),
 }
 
 /// The exchange's own fields: what a call overrides of its session's defaults.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 struct CxFields {
     /// Seconds after arrival by which the result must be back.
     #[serde(default)]

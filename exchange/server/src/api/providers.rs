@@ -44,9 +44,8 @@ pub(super) async fn register(
 }
 
 /// `POST /v1/providers/jobs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 pub(super) struct Pull {
     /// Most jobs to take (1 to 32).
     #[serde(default = "one")]

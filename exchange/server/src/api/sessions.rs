@@ -12,9 +12,8 @@ use cx_protocol::order::{SessionGrant, Signed};
 use serde::{Deserialize, Serialize};
 
 /// `POST /v1/sessions`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 pub(super) struct OpenSession {
     /// The grant with both signatures.
     grant: Signed<SessionGrant>,

@@ -29,6 +29,21 @@ pub struct Session {
     pub revoked: bool,
 }
 
+impl Session {
+    /// Refuses a revoked session, or one whose grant expired by `now_s`.
+    pub fn check_live(&self, now_s: u64) -> Result<()> {
+        if self.revoked {
+            return Err(Error::SessionRevoked);
+        }
+        if self.grant.expiry_s <= now_s {
+            return Err(Error::SessionExpired {
+                expiry_s: self.grant.expiry_s,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Books {
     /// Stores a verified grant: its order (nonce spent) and the session, in one statement, only
     /// if the tab it names is the signer's and open; otherwise nothing, and the error says why.
@@ -115,14 +130,7 @@ impl Books {
             .map(SessionRow::into_session)
             .transpose()?
             .ok_or(Error::UnknownSession)?;
-        if session.revoked {
-            return Err(Error::SessionRevoked);
-        }
-        if session.grant.expiry_s <= now_s {
-            return Err(Error::SessionExpired {
-                expiry_s: session.grant.expiry_s,
-            });
-        }
+        session.check_live(now_s)?;
         let left = session
             .grant
             .spend_cap_wei

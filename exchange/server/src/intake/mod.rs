@@ -45,9 +45,8 @@ pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 pub use cx_protocol::order::{InferenceRequest, request_hash};
 
 /// `POST /v1/intents`: the signed intent and the request it commits to.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 pub struct IntentSubmission {
     /// The intent with both signatures.
     pub intent: Signed<Intent>,
@@ -329,14 +328,7 @@ impl Intake {
             .session_by_bearer(hash)
             .await?
             .ok_or(Error::UnknownSession)?;
-        if session.revoked {
-            return Err(Error::SessionRevoked);
-        }
-        if session.grant.expiry_s <= now_s {
-            return Err(Error::SessionExpired {
-                expiry_s: session.grant.expiry_s,
-            });
-        }
+        session.check_live(now_s)?;
         Ok(session)
     }
 

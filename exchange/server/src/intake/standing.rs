@@ -17,27 +17,24 @@ pub const MAX_SEARCH_PREFIX_BYTES: usize = 1024;
 pub const MAX_RENT_TERM_S: u64 = 30 * 24 * 3600;
 
 /// `POST /v1/reserves`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 pub struct ReserveSubmission {
     /// The reserve with both signatures.
     pub reserve: Signed<Reserve>,
 }
 
 /// `POST /v1/rents`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 pub struct RentSubmission {
     /// The rent with both signatures.
     pub rent: Signed<Rent>,
 }
 
 /// `POST /v1/searches`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::ToSchema)]
 pub struct SearchSubmission {
     /// The search with both signatures.
     pub search: Signed<Search>,
