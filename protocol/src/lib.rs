@@ -36,6 +36,7 @@
 //! assert_eq!(job.tier, Tier::T1);
 //! ```
 
+pub mod assignment;
 pub mod bundle;
 pub mod class;
 pub mod error;

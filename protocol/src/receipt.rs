@@ -52,7 +52,7 @@ const MAGIC: &[u8; 4] = b"CXR1";
 pub const RECEIPT_BYTES: usize = 4 + 32 + 8 + 8 + 32 * 3 + 8 + 8 + 1 + 20 + 32 + 16 + 20;
 
 /// Fixed-size byte arrays as lowercase hex in JSON.
-mod hex_array {
+pub(crate) mod hex_array {
     use serde::{Deserialize, Deserializer, Serializer, de::Error};
 
     pub(crate) fn serialize<S: Serializer, const N: usize>(

@@ -197,11 +197,14 @@ impl crate::intake::Intake {
             let work = self.waiters().work();
             tokio::pin!(work);
             work.as_mut().enable();
-            let jobs = self
+            let mut jobs = self
                 .books()
                 .claim_jobs(provider.key_hash, max_jobs, crate::intake::now_s())
                 .await?;
             if !jobs.is_empty() {
+                for job in &mut jobs {
+                    job.signed = Some(self.sign_assignment(provider, job)?);
+                }
                 for job in &jobs {
                     self.waiters().notify(job.job_id);
                 }
@@ -211,6 +214,39 @@ impl crate::intake::Intake {
                 return Ok(Vec::new());
             }
         }
+    }
+
+    /// The exchange's signed word that `job` goes to `provider` at most at its price by its
+    /// deadline: what the provider, and later the committee, check a receipt's claim against.
+    fn sign_assignment(
+        &self,
+        provider: &crate::books::Provider,
+        job: &crate::books::Assignment,
+    ) -> crate::Result<cx_protocol::assignment::SignedAssignment> {
+        let request: cx_protocol::order::InferenceRequest =
+            serde_json::from_value(job.request.clone())?;
+        let mut adapter_hash = [0u8; 32];
+        if let Some(id) = &job.adapter {
+            hex::decode_to_slice(id, &mut adapter_hash).map_err(|_| crate::Error::Corrupt {
+                what: "an adapter id",
+                value: id.clone(),
+            })?;
+        }
+        let terms = cx_protocol::assignment::Assignment {
+            job_id: job.job_id.0,
+            chain_id: job.chain_id,
+            escrow_id: job.escrow_id,
+            buyer: job.buyer.0.0,
+            provider_key: provider.key_hash.0,
+            price_wei: job.price_wei,
+            deadline_s: job.deadline_s,
+            input_hash: cx_protocol::order::request_hash(&request).0,
+            adapter_hash,
+        };
+        Ok(cx_protocol::assignment::SignedAssignment::sign(
+            terms,
+            self.identity(),
+        )?)
     }
 
     /// Accepts the provider's result for job `job_id` at `now_s` after checking that the

@@ -69,6 +69,15 @@ pub(crate) struct Args {
     /// Blocks a chain event must be under before the watcher believes it (0 on the devnet).
     #[arg(long, env = "CX_CONFIRMATIONS", default_value_t = 0)]
     confirmations: u64,
+    /// The exchange's ML-DSA-65 identity (a 0600 seed file, made on first start): it signs the
+    /// assignments providers and signers check.
+    #[arg(
+        long,
+        env = "CX_IDENTITY",
+        value_name = "FILE",
+        default_value = "runtime/exchange-identity.key"
+    )]
+    identity: PathBuf,
     /// Seconds a tab must stay open after a job's deadline, for its settlement.
     #[arg(long, env = "CX_SETTLE_MARGIN_S", default_value_t = DEFAULT_SETTLE_MARGIN_S)]
     settle_margin_s: u64,
@@ -167,6 +176,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             },
         )));
     }
+    if let Some(dir) = args.identity.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--identity: cannot create {}", dir.display()))?;
+    }
+    let identity = cx_settlement::keyfile::load_or_create_identity(&args.identity)
+        .with_context(|| format!("--identity {}", args.identity.display()))?;
+    let identity_hash = identity.id();
     let bundles = market.bundles().len();
     let intake = Intake::new(
         books.clone(),
@@ -175,7 +191,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .iter()
             .map(|c| (c.chain.chain_id, c.deployment.settlement)),
         args.settle_margin_s,
-    );
+    )
+    .with_identity(identity);
 
     let scheme = if matches!(edge, Edge::Insecure) {
         "http"
@@ -203,6 +220,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     println!("  database   {} (migrated)", redact_password(&database_url));
     println!("  bundles    {bundles} ({rebuilt} from the books)");
+    println!(
+        "  identity   {identity_hash} ({}; signs assignments)",
+        args.identity.display()
+    );
     if chains.is_empty() {
         println!(
             "  chains     none: intents are refused until --deployments names some (anvil/start.sh writes {DEFAULT_DEPLOYMENTS})"

@@ -16,10 +16,21 @@ pub struct Serve {
 
 impl Serve {
     pub fn start(args: &[&str], database_url: &str) -> Self {
+        // The exchange's identity in a scratch file, not in the package's runtime/ (unless the
+        // test names one).
+        let identity = std::env::temp_dir().join(format!(
+            "cx-serve-identity-{}-{}.key",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
         let mut child = Command::new(env!("CARGO_BIN_EXE_cx"))
             .arg("serve")
             .args(args)
             .env("DATABASE_URL", database_url)
+            .env("CX_IDENTITY", &identity)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -86,3 +86,27 @@ pub(super) async fn quotes(
 ) -> Result<AppJson<Vec<crate::market::MarketQuote>>, ApiError> {
     Ok(AppJson(state.intake()?.market().quotes()?))
 }
+
+/// The exchange's own identity: the ML-DSA-65 key its assignments are signed with, for providers
+/// and signers to pin.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ExchangeInfo {
+    /// SHA-256 of the key (0x-hex).
+    mldsa_key_hash: String,
+    /// The encoded ML-DSA-65 verification key (hex).
+    mldsa_key: String,
+    /// The FIPS 204 context of assignment signatures.
+    assignment_context: &'static str,
+}
+
+#[utoipa::path(get, path = "/v1/exchange", tag = "market", responses((status = 200, body = ExchangeInfo)))]
+pub(super) async fn exchange(
+    State(state): State<AppState>,
+) -> Result<AppJson<ExchangeInfo>, ApiError> {
+    let public = state.intake()?.identity().public();
+    Ok(AppJson(ExchangeInfo {
+        mldsa_key_hash: format!("0x{}", hex::encode(public.id().0)),
+        mldsa_key: hex::encode(public.to_bytes()),
+        assignment_context: "cx-assignment-v1",
+    }))
+}

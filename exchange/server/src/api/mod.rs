@@ -127,6 +127,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chains", get(market::chains))
         .route("/v1/eip712/{kind}", get(market::eip712))
         .route("/v1/market", get(market::quotes))
+        .route("/v1/exchange", get(market::exchange))
         .route("/v1/models", get(market::models))
         .route("/v1/providers", get(market::providers))
         .fallback(not_found)

@@ -46,6 +46,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         market::models,
         market::providers,
         market::quotes,
+        market::exchange,
         document,
     ),
     modifiers(&Security)

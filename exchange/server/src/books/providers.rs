@@ -49,6 +49,9 @@ pub struct Assignment {
     pub price_wei: u128,
     /// When the result must be in, unix seconds.
     pub deadline_s: u64,
+    /// The exchange's signature on these terms for this provider (set when it is handed out).
+    #[schema(value_type = Option<Object>)]
+    pub signed: Option<cx_protocol::assignment::SignedAssignment>,
 }
 
 /// What accepting a result did.
@@ -362,6 +365,7 @@ impl AssignmentRow {
             },
             price_wei: parse_wei(&self.held_wei)?,
             deadline_s: self.deadline_s as u64,
+            signed: None,
         })
     }
 }

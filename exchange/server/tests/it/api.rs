@@ -241,6 +241,7 @@ async fn the_openapi_document_names_every_route_and_its_types() {
         ("/v1/chains", "get"),
         ("/v1/eip712/{kind}", "get"),
         ("/v1/market", "get"),
+        ("/v1/exchange", "get"),
         ("/v1/models", "get"),
         ("/v1/providers", "get"),
     ];

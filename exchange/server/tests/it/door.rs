@@ -288,6 +288,22 @@ async fn a_session_key_buys_a_chat_completion_a_provider_returns_with_a_signed_r
             "<|user|>\nSay hello.\n<|assistant|>\n"
         );
         assert_eq!(job["request"]["max_tokens"], 8);
+        // The exchange signed the terms for this provider's key, under the key it publishes.
+        let (_, exchange) = door
+            .call(Request::get("/v1/exchange").body(Body::empty()).unwrap())
+            .await;
+        let key = cx_protocol::pq::PublicIdentity::from_bytes(
+            &hex::decode(exchange["mldsa_key"].as_str().unwrap()).unwrap(),
+        )
+        .unwrap();
+        let signed: cx_protocol::assignment::SignedAssignment =
+            serde_json::from_value(job["signed"].clone()).unwrap();
+        signed.verify(&key).unwrap();
+        assert_eq!(signed.assignment.provider_key, prov.id.id().0);
+        assert_eq!(
+            signed.assignment.price_wei.to_string(),
+            job["price_wei"].as_str().unwrap()
+        );
         let price: u128 = job["price_wei"].as_str().unwrap().parse().unwrap();
         let text = "Hello there, agent.";
         let signed = receipt(&prov, &job, text, price / 2);
