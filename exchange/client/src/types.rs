@@ -399,6 +399,10 @@ pub struct Assignment {
     pub price_wei: u128,
     /// When the result must be in, unix seconds.
     pub deadline_s: u64,
+    /// The exchange's ML-DSA-65 signature on these terms for this provider (check it under the
+    /// key `GET /v1/exchange` publishes, pinned).
+    #[serde(default)]
+    pub signed: Option<cx_protocol::assignment::SignedAssignment>,
 }
 
 /// `POST /v1/providers/jobs`' answer.
