@@ -122,6 +122,20 @@ pub enum Error {
     /// The kernels refused a call (a shape bug in this crate if it happens).
     #[error("kernel: {0}")]
     Kernel(#[from] cx_kernels::Error),
+    /// The exchange could not be reached, refused a request, or answered what it should not.
+    #[error("exchange: {0}")]
+    Exchange(String),
+    /// The identity file is missing, unreadable by its owner only, malformed, or exists.
+    #[error("{path}: {reason}")]
+    KeyFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+    /// A protocol object could not be built or signed (an offer, a receipt).
+    #[error("{0}")]
+    Protocol(#[from] cx_protocol::Error),
     /// candle refused a tensor operation.
     #[error("candle: {0}")]
     Candle(#[from] candle_core::Error),

@@ -24,6 +24,9 @@
 //!   merged. Its `config.json` type is cx-protocol's
 //!   [`ModelConfig`](cx_protocol::model_config::ModelConfig), the one parse of it in the
 //!   project (`cx capacity` uses it too).
+//! * [`exchange_link`] — the provider on an exchange's market: HTTPS out, a signed offer of
+//!   one bundle, long-polled jobs run on the engine, results with signed receipts, adapters
+//!   fetched by content id.
 //! * [`tokenizer`] — bytes for generated models, `tokenizer.json` with `hf-tokenizer`.
 //! * [`bench`](mod@bench) — the figures of `cx-provider bench lora`.
 //!
@@ -72,6 +75,7 @@ pub mod bench;
 pub mod cache;
 pub mod engine;
 pub mod error;
+pub mod exchange_link;
 pub mod lora;
 pub mod model;
 pub mod server;

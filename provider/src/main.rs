@@ -10,6 +10,8 @@ use clap::{Parser, Subcommand};
 use cx_kernels::{CpuConfig, Mode};
 use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
 use cx_provider::engine::{Engine, EngineConfig};
+use cx_provider::exchange_link::key_file::{read_identity, write_identity};
+use cx_provider::exchange_link::{Link, LinkConfig};
 use cx_provider::lora::{load_adapter, write_random_adapters};
 use cx_provider::model::{
     DType, GenModelOptions, KvCache, Model, Projection, SeqInput, read_config,
@@ -153,12 +155,70 @@ enum Command {
         /// Run SGMV on GPU 0 (needs a build with `--features cuda` and a CUDA driver).
         #[arg(long)]
         gpu: bool,
+        // Boxed: the market flags would make every other command's variant as large.
+        #[command(flatten)]
+        market: Box<MarketArgs>,
+    },
+    /// Write a new ML-DSA-65 provider identity (mode 0600); prints its key hash.
+    Keygen {
+        /// The identity file to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Replace an existing file.
+        #[arg(long)]
+        force: bool,
     },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
         which: BenchCommand,
     },
+}
+
+/// `serve --exchange …`: the provider on an exchange's market.
+#[derive(clap::Args)]
+struct MarketArgs {
+    /// The exchange to register at and pull jobs from (https://…; http:// only if it says so).
+    #[arg(long, env = "CX_EXCHANGE", value_name = "URL",
+          requires_all = ["identity", "payout", "operator", "ask_wei_per_s", "bundle_id", "model_name"])]
+    exchange: Option<String>,
+    /// Trust exactly the CA certificates in this PEM file [default: Mozilla's roots].
+    #[arg(
+        long,
+        env = "CX_EXCHANGE_CA",
+        value_name = "PEM",
+        requires = "exchange"
+    )]
+    exchange_ca: Option<PathBuf>,
+    /// The provider's ML-DSA-65 identity (`cx-provider keygen --out FILE`; mode 0600).
+    #[arg(
+        long,
+        env = "CX_PROVIDER_IDENTITY",
+        value_name = "FILE",
+        requires = "exchange"
+    )]
+    identity: Option<PathBuf>,
+    /// The EVM account receipts are paid to (0x…, 20 bytes).
+    #[arg(long, value_name = "0xADDRESS", requires = "exchange")]
+    payout: Option<cx_protocol::order::Address>,
+    /// The operator's name (T3 committees are diverse in it).
+    #[arg(long, value_name = "NAME", requires = "exchange")]
+    operator: Option<String>,
+    /// The ask, integer wei per compute-second.
+    #[arg(long, value_name = "N", requires = "exchange")]
+    ask_wei_per_s: Option<u64>,
+    /// The bundle's id on the exchange.
+    #[arg(long, value_name = "ID", requires = "exchange")]
+    bundle_id: Option<String>,
+    /// The catalog model the loaded weights are registered as (the resident base).
+    #[arg(long, value_name = "NAME", requires = "exchange")]
+    model_name: Option<String>,
+    /// Ingress bandwidth stated in the offer, bits per second.
+    #[arg(long, default_value_t = 1e9, value_name = "BPS")]
+    bandwidth_bps: f64,
+    /// Where adapters fetched from the exchange are kept [default: a folder in the temp dir].
+    #[arg(long, value_name = "DIR")]
+    fetched_adapters: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -312,6 +372,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             fast,
             gpu,
+            market,
         } => {
             let cpu = cpu(threads, fast);
             let mut loaded = Model::load(&model, cpu)
@@ -351,6 +412,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     dir.display()
                 );
             }
+            // The exchange link is prepared before the port binds: a bad identity, CA or URL
+            // stops the start with its one-line error.
+            let link = match market.exchange.clone() {
+                None => None,
+                Some(exchange) => Some(link(exchange, *market, &engine, cache_bytes)?),
+            };
             let state = AppState::new(engine, name.clone());
             let addr: SocketAddr = format!("{host}:{port}").parse().context("--host/--port")?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -364,9 +431,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     "cx-provider serving `{name}` on http://{addr} ({} threads, {:?})",
                     cpu.threads, cpu.mode
                 );
-                axum::serve(listener, app(state)).await?;
+                let serve = axum::serve(listener, app(state));
+                match link {
+                    None => serve.await?,
+                    Some(link) => tokio::select! {
+                        served = serve => served?,
+                        linked = link.run() => linked.context("--exchange")?,
+                    },
+                }
                 anyhow::Ok(())
             })?;
+        }
+        Command::Keygen { out, force } => {
+            let identity = cx_protocol::pq::Identity::generate();
+            write_identity(&out, &identity, force)?;
+            println!("wrote {} (key {})", out.display(), identity.id());
         }
         Command::Bench {
             which:
@@ -390,6 +469,42 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The exchange link of `serve --exchange`, its flags checked (clap made the others required).
+fn link(
+    exchange: String,
+    market: MarketArgs,
+    engine: &Engine,
+    cache_bytes: u64,
+) -> anyhow::Result<Link> {
+    let required = |name: &str| anyhow::anyhow!("--exchange needs {name}");
+    let identity_path = market.identity.ok_or_else(|| required("--identity"))?;
+    let identity = read_identity(&identity_path).context("--identity")?;
+    if !(market.bandwidth_bps.is_finite() && market.bandwidth_bps > 0.0) {
+        anyhow::bail!("--bandwidth-bps must be a positive number");
+    }
+    let config = LinkConfig {
+        exchange,
+        exchange_ca: market.exchange_ca,
+        operator: market.operator.ok_or_else(|| required("--operator"))?,
+        payout: market.payout.ok_or_else(|| required("--payout"))?,
+        ask_wei_per_s: market
+            .ask_wei_per_s
+            .ok_or_else(|| required("--ask-wei-per-s"))?,
+        bundle_id: market.bundle_id.ok_or_else(|| required("--bundle-id"))?,
+        model_name: market.model_name.ok_or_else(|| required("--model-name"))?,
+        memory_bytes: cache_bytes,
+        bandwidth_bps: market.bandwidth_bps,
+        // Stated, not measured: a provider beside its buyers' exchange.
+        rtt_s: 0.005,
+        fetched_adapters: market.fetched_adapters.unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("cx-provider-{}-fetched", std::process::id()))
+        }),
+    };
+    let link = Link::new(config, identity, engine.clone())?;
+    eprintln!("self-benchmark: {:.3e} FLOP/s", link.flops_per_s());
+    Ok(link)
 }
 
 fn logits(

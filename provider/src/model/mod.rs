@@ -288,6 +288,11 @@ impl Model {
         self.device = device;
     }
 
+    /// The device SGMV runs on, by name (what an offer states as the bundle's device).
+    pub fn device_name(&self) -> String {
+        self.device.name()
+    }
+
     /// A fresh cache for one sequence (the same as [`KvCache::default`]; the first forward
     /// sizes it).
     pub fn new_cache(&self) -> KvCache {

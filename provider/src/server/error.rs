@@ -90,8 +90,13 @@ impl From<&Error> for ApiError {
             Error::LoadPanicked => {
                 Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", message)
             }
-            // Internal text is not echoed.
-            Error::Model(_) | Error::Kernel(_) | Error::Candle(_) => Self::new(
+            // Internal text is not echoed. The exchange link's errors never reach this API.
+            Error::Model(_)
+            | Error::Kernel(_)
+            | Error::Candle(_)
+            | Error::Exchange(_)
+            | Error::KeyFile { .. }
+            | Error::Protocol(_) => Self::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
                 "internal error; see the provider's log",

@@ -1,0 +1,387 @@
+//! A real `cx-provider` on the market, each party its own process: Anvil with the contracts,
+//! `cx serve` with a catalog holding a tiny model and no fixture bundles, `cx-provider serve
+//! --exchange …` on a generated model of that shape (it registers its own signed offer, pulls
+//! jobs over HTTPS and signs receipts), and an agent that opens a tab, binds, makes a session and
+//! calls the OpenAI door. The completion must be what the provider's own endpoint answers for the
+//! same chat, greedily; the job `done`; the tab holding what the receipt charged.
+//!
+//! The `cx-provider` binary is the workspace's `target/debug/cx-provider`: `cargo test
+//! --workspace` (what `scripts/test.sh` runs) builds it before any test runs; alone, run `cargo
+//! build -p cx-provider` first.
+
+mod common;
+
+use alloy::primitives::{Address, B256, U256};
+use common::Serve;
+use cx_contracts::{ChainDeployment, DeploymentsFile};
+use cx_devnet::AnvilInstance;
+use cx_devnet::db::TempDatabase;
+use cx_devnet::deploy::{DeployParams, deploy};
+use cx_devnet::free_port;
+use cx_settlement::frost::EvmGroupKey;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const MODEL: &str = "tiny-llama";
+
+/// A catalog with one model whose shape is the generated checkpoint's (hidden 64, 2 layers,
+/// vocabulary 512: about 0.13 M parameters in f32).
+const CATALOG: &str = r#"
+[[providers]]
+name = "cx-fleet"
+description = "providers on this exchange"
+
+[[models]]
+name = "tiny-llama"
+aliases = ["tiny"]
+quality = 0.3
+latency_s = 0.5
+code = 0.1
+vision = 0.0
+shape = { base_bytes = 540000, parameters = 135000, kv_bytes_per_token = 1024 }
+
+[[models.rungs]]
+upstream = "cx/tiny-llama"
+provider = "cx-fleet"
+context_limit_tokens = 2048
+retail = { input_wei_per_mtok = 60000, output_wei_per_mtok = 80000 }
+cost = { input_wei_per_mtok = 40000, output_wei_per_mtok = 50000 }
+"#;
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "cx-provider-test-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process killed on drop.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn provider_bin() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
+        PathBuf::from,
+    );
+    let bin = target.join("debug/cx-provider");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p cx-provider` (cargo test --workspace builds it)",
+        bin.display()
+    );
+    bin
+}
+
+fn run(program: &Path, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .env_remove("CX_AGENT_KEYS")
+        .env_remove("CX_EXCHANGE")
+        .env_remove("CX_CA")
+        .env_remove("CX_CHAIN")
+        .env_remove("CX_RPC")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the program runs");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// `cx args…` on a blocking thread; its last stdout line as JSON.
+async fn cx_json(args: Vec<String>, stdin: String) -> Value {
+    let out = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(Path::new(env!("CARGO_BIN_EXE_cx")), &args, &stdin)
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "cx failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().expect("some output")).expect("last line is JSON")
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The secp256k1 generator as a group key: the contract only needs a point; no batch is signed.
+fn group_key() -> EvmGroupKey {
+    EvmGroupKey {
+        x: "0x79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798"
+            .parse::<U256>()
+            .unwrap(),
+        parity: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_receipt() {
+    let bin = provider_bin();
+    let dir = TempDir::new("market");
+
+    // The chain and its contracts.
+    let anvil = AnvilInstance::spawn(31337, None, 2).expect("anvil (scripts/setup-foundry.sh)");
+    let params = DeployParams {
+        group_key: group_key(),
+        grace_period_s: 1,
+        min_stake: U256::from(1u64),
+        unbonding_delay_s: 60,
+        native: true,
+        with_probe: false,
+    };
+    let deployment = deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params)
+        .await
+        .unwrap();
+    let deployments = dir.0.join("deployments.json");
+    DeploymentsFile {
+        chains: vec![ChainDeployment {
+            chain: anvil.entry(),
+            deployment,
+        }],
+    }
+    .write(&deployments)
+    .unwrap();
+
+    // The exchange: the tiny catalog, no bundles but those providers register.
+    let db = TempDatabase::create().await.unwrap();
+    let catalog = dir.0.join("catalog.toml");
+    std::fs::write(&catalog, CATALOG).unwrap();
+    let serve_args = strings(&[
+        "--listen",
+        &format!("127.0.0.1:{}", free_port().unwrap()),
+        "--ca-dir",
+        path(&dir.0.join("ca")),
+        "--deployments",
+        path(&deployments),
+        "--catalog",
+        path(&catalog),
+        "--settle-margin-s",
+        "60",
+    ]);
+    let db_url = db.url.clone();
+    let (url, ca, _serve) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
+        let mut serve = Serve::start(&args, &db_url);
+        let url = serve.field("url");
+        let ca = PathBuf::from(serve.field("ca"));
+        assert!(serve.field("bundles").starts_with('0'));
+        (url, ca, serve)
+    })
+    .await
+    .unwrap();
+
+    // The provider: a generated model, its own identity, `serve --exchange`.
+    let model_dir = dir.0.join("model");
+    let identity = dir.0.join("provider.key");
+    for args in [
+        vec![
+            "gen-model",
+            "--out",
+            path(&model_dir),
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--seed",
+            "5",
+        ],
+        vec!["keygen", "--out", path(&identity)],
+    ] {
+        let out = run(&bin, &args, "");
+        assert!(
+            out.status.success(),
+            "cx-provider {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let provider_port = free_port().unwrap();
+    let payout = Address::repeat_byte(0x55);
+    let _provider = Killed(
+        Command::new(&bin)
+            .args(["serve", "--model", path(&model_dir)])
+            .args(["--port", &provider_port.to_string()])
+            .args(["--served-model-name", MODEL, "--threads", "1"])
+            .args(["--exchange", &url, "--exchange-ca", path(&ca)])
+            .args(["--identity", path(&identity)])
+            .args(["--payout", &payout.to_string(), "--operator", "op-test"])
+            .args(["--ask-wei-per-s", "1000000", "--bundle-id", "tiny-cpu-0"])
+            .args(["--model-name", MODEL])
+            .args(["--fetched-adapters", path(&dir.0.join("fetched"))])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cx-provider runs"),
+    );
+
+    // The exchange lists the provider's bundle once its offer is registered.
+    let client = cx_client::Client::new(&url, Some(&ca))
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    let waited = Instant::now();
+    let bundle = loop {
+        if let Ok(bundles) = client.providers().await
+            && let Some(b) = bundles.into_iter().find(|b| b.id == "tiny-cpu-0")
+        {
+            break b;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the provider never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert_eq!(bundle.provider, "op-test");
+    assert_eq!(bundle.resident_bases, [MODEL]);
+    assert_eq!(bundle.context_max, 2048);
+    assert!(bundle.flops_per_s > 0.0, "{bundle:?}");
+
+    // The agent: Anvil's second account, a tab on chain, bound, a session key.
+    let keys = dir.0.join("agent.json");
+    let secret = format!("{}\n", B256::from(anvil.keys[1].to_bytes()));
+    cx_json(
+        strings(&[
+            "agent",
+            "keygen",
+            "--out",
+            path(&keys),
+            "--import-secp256k1",
+            "--json",
+        ]),
+        secret,
+    )
+    .await;
+    let agent = |rest: &[&str]| {
+        let mut args = strings(&[
+            "agent",
+            "--exchange",
+            &url,
+            "--ca",
+            path(&ca),
+            "--keys",
+            path(&keys),
+        ]);
+        args.extend(strings(rest));
+        args
+    };
+    let tab = cx_json(
+        agent(&[
+            "open-tab",
+            "--amount",
+            "5000000",
+            "--deadline-in",
+            "3600",
+            "--json",
+            "--deployments",
+            path(&deployments),
+        ]),
+        String::new(),
+    )
+    .await;
+    let escrow_id = tab["escrow_id"].as_u64().unwrap();
+    let waited = Instant::now();
+    while client.tab(31337, escrow_id).await.is_err() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the watcher never mirrored the tab"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    cx_json(agent(&["bind", "--json"]), String::new()).await;
+    let session = cx_json(
+        agent(&[
+            "session",
+            "--tab",
+            &escrow_id.to_string(),
+            "--cap-wei",
+            "4000000",
+            "--max-price-wei",
+            "1000000",
+            "--deadline-in",
+            "60",
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    let api_key = session["api_key"].as_str().unwrap().to_owned();
+
+    // The OpenAI door, answered by the provider's inference.
+    let chat = json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 12,
+    });
+    let bought = client.chat(&api_key, &chat).await.unwrap();
+    let text = bought["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{bought}"))
+        .to_owned();
+
+    // The provider's own endpoint, greedily, on the same chat.
+    let direct = cx_client::Client::new(&format!("http://127.0.0.1:{provider_port}"), None)
+        .unwrap()
+        .chat("unused", &chat)
+        .await
+        .unwrap();
+    assert_eq!(
+        direct["choices"][0]["message"]["content"], text,
+        "the market's completion is the provider's greedy one: {bought} vs {direct}"
+    );
+    assert_eq!(
+        bought["usage"]["completion_tokens"],
+        direct["usage"]["completion_tokens"]
+    );
+
+    // The job is done with the provider's output; the tab holds what its receipt charged.
+    let done = cx_json(
+        agent(&["jobs", "--status", "done", "--json"]),
+        String::new(),
+    )
+    .await;
+    let jobs = done.as_array().unwrap();
+    assert_eq!(jobs.len(), 1, "{done}");
+    assert_eq!(jobs[0]["bundle_id"], "tiny-cpu-0");
+    let shown = client.tab(31337, escrow_id).await.unwrap();
+    let held: u128 = jobs[0]["held_wei"].as_str().unwrap().parse().unwrap();
+    assert!(held > 0, "the receipt claimed the job's price: {done}");
+    assert_eq!(shown.held_wei, held, "the tab holds what was charged");
+}

@@ -1,0 +1,327 @@
+//! HTTPS out to the exchange: hyper's pooled HTTP/1.1 client over rustls on aws-lc-rs.
+//!
+//! - **Key exchange**: `X25519MLKEM768` first (the X25519 + ML-KEM-768 hybrid, FIPS 203,
+//!   draft-ietf-tls-ecdhe-mlkem), then `X25519` (RFC 7748), TLS 1.3 only: the exchange's edge
+//!   takes the client's order, so listing the hybrid first makes the session keys
+//!   post-quantum. The same choice as the agents' client (`cx-client`), written again here
+//!   because a provider must not depend on the exchange's crates.
+//! - **Roots**: exactly the certificates of `--exchange-ca` (a devnet's CA), or Mozilla's roots
+//!   (`webpki-roots`) for an exchange with a public certificate; never both.
+//! - `http://` only when the URL says so; such a client refuses to dial `https`.
+
+use std::future::Future;
+use std::io;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Uri;
+use hyper::rt::{Read, ReadBufCursor, Write};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::crypto::CryptoProvider;
+use rustls::crypto::aws_lc_rs::{self, kx_group};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use crate::error::{Error, Result};
+
+/// A JSON client of one exchange.
+#[derive(Clone)]
+pub(crate) struct Https {
+    base: String,
+    client: Client<Connector, Full<Bytes>>,
+}
+
+impl Https {
+    /// A client of `url` (`https://…`, or `http://…` when the URL says so), trusting exactly the
+    /// CA certificates in `ca` (PEM) or else Mozilla's roots.
+    pub(crate) fn new(url: &str, ca: Option<&Path>) -> Result<Self> {
+        let base = url.trim_end_matches('/').to_owned();
+        let uri: Uri = base
+            .parse()
+            .map_err(|e| Error::Exchange(format!("--exchange {url}: not a URL: {e}")))?;
+        let tls = match uri.scheme_str() {
+            Some("https") => {
+                let roots = match ca {
+                    Some(path) => roots_from_pem_file(path)?,
+                    None => RootCertStore {
+                        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+                    },
+                };
+                Some(client_config(roots)?)
+            }
+            Some("http") => None,
+            _ => {
+                return Err(Error::Exchange(format!(
+                    "--exchange {url}: the URL must start with https:// (or http://)"
+                )));
+            }
+        };
+        let connector = Connector::new(tls, Duration::from_secs(10));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(50))
+            .build(connector);
+        Ok(Self { base, client })
+    }
+
+    /// The exchange's base URL.
+    pub(crate) fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// `POST path` with a JSON body (and a bearer token), the answer's JSON; a non-2xx answer
+    /// becomes an error with the exchange's code and message.
+    pub(crate) async fn post<B: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        bearer: Option<&str>,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<R> {
+        let body = serde_json::to_vec(body).map_err(|e| Error::Exchange(e.to_string()))?;
+        self.send(hyper::Method::POST, path, bearer, body, timeout)
+            .await
+    }
+
+    /// `GET path`, the answer's JSON.
+    pub(crate) async fn get<R: DeserializeOwned>(
+        &self,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<R> {
+        self.send(hyper::Method::GET, path, None, Vec::new(), timeout)
+            .await
+    }
+
+    async fn send<R: DeserializeOwned>(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        bearer: Option<&str>,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<R> {
+        let url = format!("{}{path}", self.base);
+        let failed = |reason: String| Error::Exchange(format!("{method} {url}: {reason}"));
+        let mut request = hyper::Request::builder()
+            .method(method.clone())
+            .uri(&url)
+            .header(hyper::header::ACCEPT, "application/json");
+        if !body.is_empty() {
+            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        if let Some(token) = bearer {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| failed(e.to_string()))?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| {
+                // hyper-util's error says "client error (Connect)"; the cause says why.
+                let cause =
+                    std::error::Error::source(&e).map_or(String::new(), |c| format!(": {c}"));
+                failed(format!("{e}{cause}"))
+            })?;
+            let status = response.status();
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| failed(e.to_string()))?
+                .to_bytes();
+            Ok::<_, Error>((status, bytes))
+        };
+        let (status, bytes) = tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| failed(format!("no answer within {} s", timeout.as_secs())))??;
+        if !status.is_success() {
+            let parsed: Option<serde_json::Value> = serde_json::from_slice(&bytes).ok();
+            let error = parsed.as_ref().and_then(|v| v.get("error"));
+            let text = |key: &str| {
+                error
+                    .and_then(|e| e.get(key))
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            let field = text("field");
+            let field = if field.is_empty() {
+                String::new()
+            } else {
+                format!(" (field {field})")
+            };
+            return Err(failed(format!(
+                "{} (HTTP {}): {}{field}",
+                text("code"),
+                status.as_u16(),
+                text("message")
+            )));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| failed(format!("unexpected answer: {e}")))
+    }
+}
+
+/// The aws-lc-rs provider narrowed to `X25519MLKEM768`, then `X25519`.
+fn client_config(roots: RootCertStore) -> Result<Arc<ClientConfig>> {
+    let provider = Arc::new(CryptoProvider {
+        kx_groups: vec![kx_group::X25519MLKEM768, kx_group::X25519],
+        ..aws_lc_rs::default_provider()
+    });
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| Error::Exchange(format!("TLS configuration: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The CA certificates of a PEM file, and only they.
+fn roots_from_pem_file(path: &Path) -> Result<RootCertStore> {
+    let bad =
+        |reason: String| Error::Exchange(format!("--exchange-ca {}: {reason}", path.display()));
+    let pem = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad(format!("not a PEM certificate file: {e}")))?;
+    if certs.is_empty() {
+        return Err(bad("no CERTIFICATE block".to_owned()));
+    }
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots
+            .add(cert)
+            .map_err(|e| bad(format!("not a usable CA certificate: {e}")))?;
+    }
+    Ok(roots)
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Dials TCP, then TLS for `https` URIs.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    http: HttpConnector,
+    tls: Option<TlsConnector>,
+}
+
+impl Connector {
+    fn new(tls: Option<Arc<ClientConfig>>, connect_timeout: Duration) -> Self {
+        let mut http = HttpConnector::new();
+        // The scheme is checked below: https goes through TLS.
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_keepalive(Some(Duration::from_secs(60)));
+        http.set_connect_timeout(Some(connect_timeout));
+        Self {
+            http,
+            tls: tls.map(TlsConnector::from),
+        }
+    }
+}
+
+impl tower::Service<Uri> for Connector {
+    type Response = Stream;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = std::result::Result<Stream, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), BoxError>> {
+        self.http.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let mut http = self.http.clone();
+        let tls = self.tls.clone();
+        Box::pin(async move {
+            let https = match uri.scheme_str() {
+                Some("https") => true,
+                Some("http") => false,
+                other => return Err(format!("unsupported scheme {other:?}").into()),
+            };
+            let host = uri
+                .host()
+                .ok_or("the URL has no host")?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned();
+            let tcp = http.call(uri).await?;
+            if !https {
+                return Ok(Stream::Plain(tcp));
+            }
+            let tls = tls.ok_or("a client made for an http:// exchange does not dial https")?;
+            let stream = tls
+                .connect(ServerName::try_from(host)?, tcp.into_inner())
+                .await?;
+            Ok(Stream::Tls(Box::new(TokioIo::new(stream))))
+        })
+    }
+}
+
+/// A connection: plain TCP (an `http://` exchange only) or TLS over TCP.
+pub(crate) enum Stream {
+    Plain(TokioIo<TcpStream>),
+    // Boxed: a rustls connection is ~1 KB, and the pool moves streams around.
+    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
+}
+
+impl Connection for Stream {
+    fn connected(&self) -> Connected {
+        match self {
+            Self::Plain(tcp) => tcp.connected(),
+            Self::Tls(tls) => tls.inner().get_ref().0.connected(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: ReadBufCursor<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}

@@ -1,0 +1,473 @@
+//! The provider on an exchange's market, as any third-party provider: it connects out over
+//! HTTPS, registers an ML-DSA-signed offer, long-polls for jobs, runs them on the same engine the
+//! OpenAI endpoints use (so they batch with other requests), and returns each output with a
+//! signed receipt.
+//!
+//! * `https` — the HTTPS client (rustls on aws-lc-rs, X25519MLKEM768 first).
+//! * `key_file` — the provider's ML-DSA-65 identity in a 0600 file (`cx-provider keygen`).
+//! * `wire` — the exchange's JSON bodies as the provider reads and writes them.
+//!
+//! The flow ([`Link::run`]): measure FLOP/s with a short self-benchmark, sign and register the
+//! offer (one bundle: the loaded base as resident, the resident adapters by id, the ask), then
+//! loop on `POST /v1/providers/jobs`. Each job runs in its own task: a named adapter that is not
+//! registered is fetched from the exchange (`GET /v1/adapters/{id}`), its content id checked
+//! against the id asked for, and loaded through [`Engine::load_adapter`]; the prompt runs
+//! greedily; the receipt ([`Receipt::for_output`]) claims the job's whole assigned price (the
+//! exchange's quote for the job as cleared; it refuses more). A job that fails is logged and left
+//! unanswered: the exchange's deadline sweep refunds its tab. The offer is re-signed and
+//! registered every [`REREGISTER_EVERY`] (offers expire after
+//! [`cx_protocol::offer::MAX_OFFER_AGE_S`]) and whenever the resident adapters change.
+//!
+//! The dispatch token is 32 random bytes chosen here; only its SHA-256 is signed into the offer,
+//! and neither the token nor the identity's seed is ever logged.
+
+mod https;
+pub mod key_file;
+mod wire;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use cx_protocol::class::{ClassSet, Tier, TierSet};
+use cx_protocol::offer::{Offer, SignedOffer};
+use cx_protocol::order::Address;
+use cx_protocol::pq::Identity;
+use cx_protocol::receipt::{JobTerms, Receipt, SignedReceipt, Work};
+use cx_protocol::{Bundle, DeterminismClass};
+use tokio::sync::Notify;
+use tokio::sync::mpsc::unbounded_channel;
+use zeroize::Zeroizing;
+
+use crate::engine::{Engine, Event, FinishReason, GenerateRequest, Sampling};
+use crate::error::{Error, Result};
+use crate::lora::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_id};
+use crate::model::{KvCache, SeqInput};
+use https::Https;
+use wire::{AdapterFiles, Assignment, Completed, Output, Pull, Pulled, Registered, ResultBody};
+
+/// How often the offer is re-signed and registered (offers expire after 300 s).
+pub const REREGISTER_EVERY: Duration = Duration::from_secs(120);
+/// Seconds one long poll waits on the exchange for a job (its limit is 30).
+const PULL_WAIT_S: u32 = 25;
+/// Jobs taken per poll at most (the exchange's limit is 32).
+const PULL_MAX_JOBS: u32 = 8;
+/// How long the self-benchmark runs at most.
+const BENCH_BUDGET: Duration = Duration::from_millis(800);
+
+/// Who the provider is on the market and what it asks.
+#[derive(Clone, Debug)]
+pub struct LinkConfig {
+    /// The exchange's URL (`https://…`; `http://…` only when it says so).
+    pub exchange: String,
+    /// The CA certificates to trust (PEM), instead of Mozilla's roots.
+    pub exchange_ca: Option<PathBuf>,
+    /// The operator name (T3 committees are diverse in it).
+    pub operator: String,
+    /// Where receipts are paid.
+    pub payout: Address,
+    /// The ask, wei per compute-second.
+    pub ask_wei_per_s: u64,
+    /// The bundle's id.
+    pub bundle_id: String,
+    /// The catalog model the loaded weights are registered as (its resident base).
+    pub model_name: String,
+    /// Free memory offered beside what is resident (the adapter cache's budget).
+    pub memory_bytes: u64,
+    /// Ingress bandwidth, bits per second (stated, not measured).
+    pub bandwidth_bps: f64,
+    /// Network round trip to buyers, seconds (stated).
+    pub rtt_s: f64,
+    /// Where adapters fetched from the exchange are written (one folder per content id).
+    pub fetched_adapters: PathBuf,
+}
+
+/// A provider registered at an exchange.
+pub struct Link {
+    config: LinkConfig,
+    identity: Arc<Identity>,
+    https: Https,
+    engine: Engine,
+    /// The dispatch token: a secret, never logged.
+    token: Arc<Zeroizing<String>>,
+    flops_per_s: f64,
+    /// Rung when the resident adapters change, so the offer says so now, not in two minutes.
+    residency_changed: Arc<Notify>,
+    /// One cold fetch at a time: two jobs naming one adapter fetch and load it once.
+    fetching: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("exchange", &self.config.exchange)
+            .field("bundle_id", &self.config.bundle_id)
+            .field("key", &self.identity.id())
+            .finish_non_exhaustive()
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl Link {
+    /// Prepares the link (TLS, the fetched-adapters folder as an adapter root, the dispatch
+    /// token) and measures FLOP/s; nothing is sent yet. Blocking for up to about a second.
+    pub fn new(config: LinkConfig, identity: Identity, engine: Engine) -> Result<Self> {
+        let https = Https::new(&config.exchange, config.exchange_ca.as_deref())?;
+        std::fs::create_dir_all(&config.fetched_adapters)
+            .map_err(|e| Error::io(&config.fetched_adapters, e))?;
+        engine.add_adapter_roots(std::slice::from_ref(&config.fetched_adapters))?;
+        let mut secret = Zeroizing::new([0u8; 32]);
+        getrandom::fill(secret.as_mut()).expect("the operating system's random source");
+        let token = Zeroizing::new(hex::encode(secret.as_ref()));
+        let flops_per_s = measure_flops(&engine)?;
+        Ok(Self {
+            config,
+            identity: Arc::new(identity),
+            https,
+            engine,
+            token: Arc::new(token),
+            flops_per_s,
+            residency_changed: Arc::new(Notify::new()),
+            fetching: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    }
+
+    /// The FLOP/s the self-benchmark measured (what the offer states).
+    pub fn flops_per_s(&self) -> f64 {
+        self.flops_per_s
+    }
+
+    /// The bundle as offered now.
+    pub fn bundle(&self) -> Bundle {
+        let mut determinism = ClassSet::EMPTY;
+        // Greedy decoding on the deterministic kernels: bit-equal across runs (class D).
+        determinism.insert(DeterminismClass::D);
+        let tiers: TierSet = [Tier::T0, Tier::T1].into_iter().collect();
+        let resident_adapters = self
+            .engine
+            .adapters()
+            .into_iter()
+            .filter(|a| a.resident)
+            .map(|a| a.id)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        Bundle {
+            id: self.config.bundle_id.clone(),
+            provider: self.config.operator.clone(),
+            device: self.engine.model().device_name(),
+            price_wei_per_s: self.config.ask_wei_per_s,
+            memory_bytes: self.config.memory_bytes,
+            bandwidth_bps: self.config.bandwidth_bps,
+            rtt_s: self.config.rtt_s,
+            flops_per_s: self.flops_per_s,
+            context_max: u32::try_from(self.engine.model().config().max_position_embeddings)
+                .unwrap_or(u32::MAX),
+            determinism,
+            tiers,
+            failure_rate: 0.0,
+            resident_bases: vec![self.config.model_name.clone()],
+            resident_adapters,
+        }
+    }
+
+    /// Signs the offer now and registers it.
+    pub async fn register(&self) -> Result<()> {
+        let offer = Offer {
+            operator: self.config.operator.clone(),
+            payout: self.config.payout,
+            bundles: vec![self.bundle()],
+            token_hash: Offer::token_hash_of(self.token.as_bytes()),
+            issued_at_s: unix_now(),
+        };
+        let signed = SignedOffer::sign(offer, &self.identity)?;
+        let registered: Registered = self
+            .https
+            .post(
+                "/v1/providers/register",
+                None,
+                &signed,
+                Duration::from_secs(20),
+            )
+            .await?;
+        if registered.key_hash.0 != self.identity.id().0 {
+            return Err(Error::Exchange(format!(
+                "{} registered key {} for an offer signed by {}",
+                self.https.base(),
+                registered.key_hash,
+                self.identity.id()
+            )));
+        }
+        eprintln!(
+            "registered at {}: bundles {:?}, key {}, {:.3e} FLOP/s",
+            self.https.base(),
+            registered.bundles,
+            self.identity.id(),
+            self.flops_per_s
+        );
+        Ok(())
+    }
+
+    /// Registers, then serves the exchange's jobs until the process ends. Returns only if the
+    /// first registration fails (a wrong URL, CA, payout or operator should stop the start).
+    pub async fn run(self) -> Result<()> {
+        self.register().await?;
+        let link = Arc::new(self);
+        let reregister = link.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep(REREGISTER_EVERY) => {}
+                    () = reregister.residency_changed.notified() => {}
+                }
+                if let Err(e) = reregister.register().await {
+                    eprintln!("re-registering the offer failed (retrying): {e}");
+                }
+            }
+        });
+        loop {
+            let pulled: Result<Pulled> = link
+                .https
+                .post(
+                    "/v1/providers/jobs",
+                    Some(link.token.as_str()),
+                    &Pull {
+                        max_jobs: PULL_MAX_JOBS,
+                        wait_s: PULL_WAIT_S,
+                    },
+                    Duration::from_secs(u64::from(PULL_WAIT_S) + 20),
+                )
+                .await;
+            match pulled {
+                Ok(pulled) => {
+                    for job in pulled.jobs {
+                        let link = link.clone();
+                        tokio::spawn(async move {
+                            let id = job.job_id;
+                            match link.serve_job(job).await {
+                                Ok(done) => eprintln!(
+                                    "job {id}: done, charged {} wei, released {} wei",
+                                    done.charged_wei, done.released_wei
+                                ),
+                                Err(e) => eprintln!("job {id} failed (left to the deadline): {e}"),
+                            }
+                        });
+                    }
+                }
+                Err(e) => {
+                    eprintln!("pulling jobs failed (retrying in 2 s): {e}");
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+            }
+        }
+    }
+
+    /// Runs one job and returns its result to the exchange.
+    async fn serve_job(&self, job: Assignment) -> Result<Completed> {
+        if job.model != self.config.model_name {
+            return Err(Error::BadRequest(format!(
+                "the job is for model `{}`, this provider serves `{}`",
+                job.model, self.config.model_name
+            )));
+        }
+        if job.deadline_s <= unix_now() {
+            return Err(Error::BadRequest("its deadline has passed".into()));
+        }
+        let adapter = match &job.adapter {
+            Some(id) => Some(self.ensure_adapter(id).await?),
+            None => None,
+        };
+        let started = Instant::now();
+        let output = self.generate(&job, adapter).await?;
+        let compute_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let terms = JobTerms {
+            job_id: job.job_id,
+            chain_id: job.chain_id,
+            escrow_id: job.escrow_id,
+            buyer: job.buyer,
+            request: &job.request,
+            adapter: job.adapter.as_deref(),
+        };
+        let work = Work {
+            output_text: &output.text,
+            tokens: u64::from(output.prompt_tokens) + u64::from(output.completion_tokens),
+            compute_ms,
+            class: DeterminismClass::D,
+            amount_owed_wei: job.price_wei,
+        };
+        let receipt = SignedReceipt::sign(
+            Receipt::for_output(&terms, &work, self.config.payout, self.identity.id().0)?,
+            &self.identity,
+        )?;
+        self.https
+            .post(
+                &format!("/v1/jobs/{}/result", job.job_id),
+                Some(self.token.as_str()),
+                &ResultBody {
+                    output: &output,
+                    receipt: &receipt,
+                },
+                Duration::from_secs(30),
+            )
+            .await
+    }
+
+    /// Greedy generation through the engine's scheduler, as `/v1/completions` runs it.
+    async fn generate(
+        &self,
+        job: &Assignment,
+        adapter: Option<crate::engine::AdapterRef>,
+    ) -> Result<Output> {
+        let prompt = self.engine.tokenizer().encode(&job.request.prompt)?;
+        let limit = self.engine.model().config().max_position_embeddings;
+        let max_tokens = job.request.max_tokens as usize;
+        if prompt.is_empty() || max_tokens == 0 || prompt.len() + max_tokens > limit {
+            return Err(Error::BadRequest(format!(
+                "a prompt of {} tokens and max_tokens {max_tokens} do not fit the context of \
+                 {limit}",
+                prompt.len()
+            )));
+        }
+        let (tx, mut events) = unbounded_channel();
+        self.engine.submit(GenerateRequest {
+            prompt,
+            adapter,
+            max_tokens,
+            stop: Vec::new(),
+            sampling: Sampling {
+                temperature: 0.0,
+                seed: 0,
+            },
+            events: tx,
+        });
+        let mut text = String::new();
+        loop {
+            match events.recv().await {
+                Some(Event::Text { delta, .. }) => text.push_str(&delta),
+                Some(Event::Done {
+                    finish_reason,
+                    prompt_tokens,
+                    completion_tokens,
+                }) => {
+                    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+                    return Ok(Output {
+                        text,
+                        finish_reason: match finish_reason {
+                            FinishReason::Stop => "stop",
+                            FinishReason::Length => "length",
+                        },
+                        prompt_tokens: count(prompt_tokens),
+                        completion_tokens: count(completion_tokens),
+                    });
+                }
+                Some(Event::Failed(error)) => {
+                    return Err(Error::BadRequest(format!("generation: {error}")));
+                }
+                None => return Err(Error::SchedulerStopped),
+            }
+        }
+    }
+
+    /// The adapter `id`, fetched from the exchange and loaded if this provider does not know it.
+    async fn ensure_adapter(&self, id: &str) -> Result<crate::engine::AdapterRef> {
+        if !is_content_id(id) {
+            return Err(Error::BadRequest(format!(
+                "adapter `{id}` is not a 64-hex-digit content id"
+            )));
+        }
+        let id = id.to_ascii_lowercase();
+        if let Ok(known) = self.engine.resolve(&id) {
+            return Ok(known);
+        }
+        let _one_at_a_time = self.fetching.lock().await;
+        if let Ok(known) = self.engine.resolve(&id) {
+            return Ok(known);
+        }
+        let started = Instant::now();
+        let files: AdapterFiles = self
+            .https
+            .get(&format!("/v1/adapters/{id}"), Duration::from_secs(120))
+            .await?;
+        let weights = BASE64
+            .decode(files.adapter_model_safetensors_base64.as_bytes())
+            .map_err(|e| Error::Exchange(format!("adapter {id}: weights are not base64: {e}")))?;
+        let got = adapter_id(files.adapter_config.as_bytes(), &weights);
+        if got != id {
+            return Err(Error::Exchange(format!(
+                "adapter {id}: the exchange served files whose content id is {got}"
+            )));
+        }
+        let dir = self.config.fetched_adapters.join(&id);
+        let engine = self.engine.clone();
+        let name = id.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            write_adapter(&dir, files.adapter_config.as_bytes(), &weights)?;
+            engine.load_adapter(&name, &dir, false)
+        })
+        .await
+        .unwrap_or(Err(Error::LoadPanicked))?;
+        eprintln!(
+            "adapter {id}: fetched and loaded in {} ms ({} bytes, rank {}, evicted {})",
+            started.elapsed().as_millis(),
+            loaded.bytes,
+            loaded.rank,
+            loaded.evicted.len()
+        );
+        self.residency_changed.notify_one();
+        self.engine.resolve(&id)
+    }
+}
+
+fn is_content_id(id: &str) -> bool {
+    id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Writes an adapter's two files into `dir` (each through a temporary name, so a crash never
+/// leaves a half-written file under the real one).
+fn write_adapter(dir: &Path, config: &[u8], weights: &[u8]) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    for (name, bytes) in [(ADAPTER_CONFIG, config), (ADAPTER_WEIGHTS, weights)] {
+        let path = dir.join(name);
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    }
+    Ok(())
+}
+
+/// FLOP/s of the loaded model on this machine: prefill forwards of a short prompt, timed for at
+/// most [`BENCH_BUDGET`] (at least one), counted as 2 FLOPs per weight per token — the same
+/// count the exchange's catalog uses (`2 · parameters` per token) to turn a job into seconds.
+fn measure_flops(engine: &Engine) -> Result<f64> {
+    let model = engine.model();
+    let config = model.config();
+    let tokens: Vec<u32> = (0..16
+        .min(config.max_position_embeddings.saturating_sub(1))
+        .max(1))
+        .map(|i| (i % config.vocab_size) as u32)
+        .collect();
+    let parameters = (model.weight_bytes() / 4) as f64;
+    let started = Instant::now();
+    let mut best = f64::INFINITY;
+    while best.is_infinite() || started.elapsed() < BENCH_BUDGET {
+        let mut cache = KvCache::default();
+        let t = Instant::now();
+        model.forward(&mut [SeqInput {
+            tokens: &tokens,
+            cache: &mut cache,
+            adapter: None,
+        }])?;
+        best = best.min(t.elapsed().as_secs_f64());
+        if started.elapsed() >= BENCH_BUDGET {
+            break;
+        }
+    }
+    Ok(2.0 * parameters * tokens.len() as f64 / best.max(1e-9))
+}
