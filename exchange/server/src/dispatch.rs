@@ -3,13 +3,13 @@
 //! Providers will take signed assignments over their own outbound connections (the exchange
 //! never reaches into a provider's network; the providers' issue). What every caller already
 //! needs is here: [`Waiters`], which wakes the tasks waiting on a job (`"wait": true`, the
-//! events stream, the OpenAI-compatible door) when its state changes, and [`run_deadlines`], the
-//! sweep that expires jobs no one finished by their deadline and returns their holds.
+//! events stream, the OpenAI-compatible door) when its state changes, and [`run_sweeps`], which
+//! expires jobs no one finished by their deadline (returning their holds) and takes silent
+//! providers' bundles out of the engine.
 //!
 //! The books are the truth: a waiter subscribes first, then reads the job from the books, and a
 //! notification only tells it to read again, so a change between the two is never missed.
 
-use crate::books::Books;
 use alloy::primitives::B256;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -84,32 +84,52 @@ impl Waiters {
     }
 }
 
-/// How often the deadline sweep runs: a job's hold returns at most this long after its deadline.
+/// How often the sweeps run: a job's hold returns at most this long after its deadline.
 pub const SWEEP_PERIOD: Duration = Duration::from_secs(1);
 
-/// Expires, every [`SWEEP_PERIOD`], the jobs whose deadline passed with no result (their holds
-/// return to their tabs and sessions; nothing is charged) and wakes their waiters. Runs until
-/// the task is dropped; a failed sweep is logged and retried at the next tick.
-pub async fn run_deadlines(books: Books, waiters: Waiters) {
+/// A provider that has not re-registered its offer for this long leaves the engine (offers are
+/// re-signed every couple of minutes; an offer is refused when older than five).
+pub const PROVIDER_SILENCE_S: u64 = 360;
+
+/// Runs, every [`SWEEP_PERIOD`], until the task is dropped: expires the jobs whose deadline
+/// passed with no result (their holds return to their tabs and sessions; nothing is charged)
+/// and wakes their waiters; returns the holds of standing orders that ended unfilled; and takes
+/// the bundles of providers silent for [`PROVIDER_SILENCE_S`] out of the engine. A failed sweep
+/// is logged and retried at the next tick.
+pub async fn run_sweeps(intake: &crate::intake::Intake) {
     let mut tick = tokio::time::interval(SWEEP_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match books.expire_due(crate::intake::now_s()).await {
+        let now = crate::intake::now_s();
+        let books = intake.books();
+        match books.expire_due(now).await {
             Ok(expired) => {
                 for id in expired {
                     tracing::info!(job = %id, "expired: no result by the deadline; hold released");
-                    waiters.notify(id);
+                    intake.waiters().notify(id);
                 }
             }
             Err(err) => tracing::warn!(error = %format!("{err:#}"), "deadline sweep failed"),
         }
-        match books.expire_standing(crate::intake::now_s()).await {
+        match books.expire_standing(now).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(orders = n, "standing orders ended unfilled; holds released"),
             Err(err) => tracing::warn!(error = %format!("{err:#}"), "standing-order sweep failed"),
         }
-        waiters.prune();
+        let silent = match books.silent_bundles(now, PROVIDER_SILENCE_S).await {
+            Ok(ids) => intake.market().drop_bundles(&ids),
+            Err(err) => Err(err),
+        };
+        match silent {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                bundles = n,
+                "providers went silent; bundles left the engine"
+            ),
+            Err(err) => tracing::warn!(error = %format!("{err:#}"), "provider sweep failed"),
+        }
+        intake.waiters().prune();
     }
 }
 

@@ -113,6 +113,25 @@ impl Market {
         self.reopen()
     }
 
+    /// Takes the bundles `ids` out of the engine (their provider went silent); the books keep
+    /// them, and the provider's next offer puts them back. Returns how many were live.
+    pub fn drop_bundles(&self, ids: &[String]) -> Result<usize> {
+        let mut dropped = 0;
+        {
+            let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
+            for id in ids {
+                if engine.bundle(id).is_some() {
+                    engine.remove(id)?;
+                    dropped += 1;
+                }
+            }
+        }
+        if dropped > 0 {
+            self.reopen()?;
+        }
+        Ok(dropped)
+    }
+
     /// The median ask of the live bundles, wei per compute-second (none: no market).
     fn reference_wei_per_s(&self) -> Option<u64> {
         let mut asks: Vec<u64> = self

@@ -12,7 +12,6 @@ use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::api::{AppState, app};
 use cx_exchange_server::books::{self, Books};
 use cx_exchange_server::chain::Watcher;
-use cx_exchange_server::dispatch;
 use cx_exchange_server::intake::{DEFAULT_SETTLE_MARGIN_S, Intake};
 use cx_exchange_server::market::Market;
 use cx_exchange_server::tls::{self, DevCa, Identity, Limits};
@@ -240,12 +239,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     println!("Ctrl-C stops it.");
 
-    // Jobs no provider finished by their deadline are expired and their holds returned.
-    let deadlines = tokio::spawn(dispatch::run_deadlines(
-        books.clone(),
-        intake.waiters().clone(),
-    ));
-    let router = app(AppState::with_intake(intake));
+    // Jobs no provider finished by their deadline are expired and their holds returned; silent
+    // providers leave the engine.
+    let state = AppState::with_intake(intake);
+    let sweeps = tokio::spawn(state.clone().run_sweeps());
+    let router = app(state);
     let limits = Limits::default();
     let shutdown = async move {
         stop_signal().await;
@@ -255,7 +253,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         Some(config) => tls::serve_https(listener, config, router, limits, shutdown).await,
         None => tls::serve_insecure_http(listener, router, limits, shutdown).await,
     }
-    deadlines.abort();
+    sweeps.abort();
     for watcher in watchers {
         let _ = watcher.await;
     }

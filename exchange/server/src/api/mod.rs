@@ -65,6 +65,15 @@ impl AppState {
         }
     }
 
+    /// The background sweeps of a serving exchange ([`crate::dispatch::run_sweeps`]); pending
+    /// forever on a state without books.
+    pub async fn run_sweeps(self) {
+        match &self.inner.intake {
+            Some(intake) => crate::dispatch::run_sweeps(intake).await,
+            None => std::future::pending().await,
+        }
+    }
+
     fn metrics(&self) -> &metrics::Metrics {
         &self.inner.metrics
     }

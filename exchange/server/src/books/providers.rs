@@ -121,6 +121,19 @@ impl Books {
         Ok(())
     }
 
+    /// The bundles whose provider has not re-registered for `silent_s` seconds before `now_s`.
+    pub async fn silent_bundles(&self, now_s: u64, silent_s: u64) -> Result<Vec<String>> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT b.id FROM exchange_bundles b \
+             JOIN exchange_providers p ON p.key_hash = b.provider_key_hash \
+             WHERE p.seen_at < to_timestamp($1)",
+        )
+        .bind(now_s.saturating_sub(silent_s) as f64)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
     /// The provider whose dispatch token hashes to `token_hash`.
     pub async fn provider_by_token(&self, token_hash: B256) -> Result<Option<Provider>> {
         let row: Option<ProviderRow> = sqlx::query_as(

@@ -626,6 +626,30 @@ async fn a_provider_cannot_take_another_providers_bundle_or_claim_more_than_the_
         (status, body["error"]["code"].as_str()),
         (StatusCode::CONFLICT, Some("bundle_owned"))
     );
+    // A provider that stops re-registering goes silent; its next offer brings it back.
+    sqlx::query("UPDATE exchange_providers SET seen_at = now() - interval '1 hour'")
+        .execute(door.books.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        door.books.silent_bundles(now_s(), 360).await.unwrap(),
+        ["warm"]
+    );
+    let (status, _) = door
+        .post(
+            "/v1/providers/register",
+            None,
+            &prov.offer(vec![bundle("warm")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert!(
+        door.books
+            .silent_bundles(now_s(), 360)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // A tampered offer does not verify.
     let mut tampered = prov.offer(vec![bundle("warm")]);
     tampered["offer"]["payout"] = json!(Address::repeat_byte(0x66));
