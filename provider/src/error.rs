@@ -123,7 +123,8 @@ pub enum Error {
     #[error("kernel: {0}")]
     Kernel(#[from] cx_kernels::Error),
     /// The exchange could not be reached, refused a request, or answered what it should not.
-    #[error("exchange: {0}")]
+    // The message names the URL or flag itself.
+    #[error("{0}")]
     Exchange(String),
     /// The identity file is missing, unreadable by its owner only, malformed, or exists.
     #[error("{path}: {reason}")]

@@ -427,6 +427,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
                     format!("binding {addr}: is another provider running? pick --port")
                 })?;
+                // The address bound (`--port 0` picks a free one).
+                let addr = listener.local_addr().unwrap_or(addr);
                 eprintln!(
                     "cx-provider serving `{name}` on http://{addr} ({} threads, {:?})",
                     cpu.threads, cpu.mode
@@ -436,7 +438,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     None => serve.await?,
                     Some(link) => tokio::select! {
                         served = serve => served?,
-                        linked = link.run() => linked.context("--exchange")?,
+                        linked = link.run() => linked?,
                     },
                 }
                 anyhow::Ok(())

@@ -371,17 +371,128 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
         direct["usage"]["completion_tokens"]
     );
 
-    // The job is done with the provider's output; the tab holds what its receipt charged.
+    // An adapter the provider has never seen: stored at the exchange, named by the call; the
+    // provider fetches it by content id, checks it, loads it and runs the job with it.
+    let adapters = dir.0.join("adapters");
+    let out = run(
+        &bin,
+        &[
+            "gen-adapters",
+            "--model",
+            path(&model_dir),
+            "--out",
+            path(&adapters),
+            "--count",
+            "1",
+            "--ranks",
+            "4",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored = put_adapter(&url, &ca, &adapters.join("adapter-000")).await;
+    let adapter_id = stored["id"].as_str().unwrap().to_owned();
+    let adapted_chat = json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 12,
+        "cx": {"adapter_id": format!("0x{adapter_id}")},
+    });
+    let bought_adapted = client.chat(&api_key, &adapted_chat).await.unwrap();
+    let adapted_text = bought_adapted["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{bought_adapted}"))
+        .to_owned();
+    let direct_adapted = cx_client::Client::new(&format!("http://127.0.0.1:{provider_port}"), None)
+        .unwrap()
+        .chat(
+            "unused",
+            &json!({
+                "model": adapter_id,
+                "messages": [{"role": "user", "content": "Say hello."}],
+                "max_tokens": 12,
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        direct_adapted["choices"][0]["message"]["content"], adapted_text,
+        "the adapted completion is the provider's own with that adapter"
+    );
+    assert_ne!(adapted_text, text, "the adapter changed the output");
+    // The provider re-registers at once with the adapter resident.
+    let waited = Instant::now();
+    loop {
+        let bundles = client.providers().await.unwrap();
+        let bundle = bundles.iter().find(|b| b.id == "tiny-cpu-0").unwrap();
+        if bundle.resident_adapters.contains(&adapter_id) {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the offer never named the fetched adapter: {bundle:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // Both jobs are done with the provider's output; the tab holds what the receipts charged.
     let done = cx_json(
         agent(&["jobs", "--status", "done", "--json"]),
         String::new(),
     )
     .await;
     let jobs = done.as_array().unwrap();
-    assert_eq!(jobs.len(), 1, "{done}");
-    assert_eq!(jobs[0]["bundle_id"], "tiny-cpu-0");
+    assert_eq!(jobs.len(), 2, "{done}");
+    let mut held = 0u128;
+    for job in jobs {
+        assert_eq!(job["bundle_id"], "tiny-cpu-0");
+        let charged: u128 = job["held_wei"].as_str().unwrap().parse().unwrap();
+        assert!(charged > 0, "the receipt claimed the job's price: {done}");
+        held += charged;
+    }
     let shown = client.tab(31337, escrow_id).await.unwrap();
-    let held: u128 = jobs[0]["held_wei"].as_str().unwrap().parse().unwrap();
-    assert!(held > 0, "the receipt claimed the job's price: {done}");
     assert_eq!(shown.held_wei, held, "the tab holds what was charged");
+}
+
+/// `PUT /v1/adapters` with the two PEFT files of `dir`, over HTTPS trusting `ca`.
+async fn put_adapter(url: &str, ca: &Path, dir: &Path) -> Value {
+    use base64::Engine as _;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = std::fs::read_to_string(dir.join("adapter_config.json")).unwrap();
+    let weights = std::fs::read(dir.join("adapter_model.safetensors")).unwrap();
+    let body = json!({
+        "adapter_config": config,
+        "adapter_model_safetensors_base64":
+            base64::engine::general_purpose::STANDARD.encode(weights),
+    })
+    .to_string();
+    let addr = url.strip_prefix("https://").unwrap();
+    let ca = CertificateDer::from_pem_file(ca).unwrap();
+    let tls = cx_exchange_server::tls::client_config([&ca]).unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+        .unwrap();
+    let head = format!(
+        "PUT /v1/adapters HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    if let Err(err) = stream.read_to_end(&mut response).await {
+        assert!(!response.is_empty(), "reading the response: {err}");
+    }
+    let text = String::from_utf8(response).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 20"), "{head}\n{body}");
+    serde_json::from_str(body).unwrap()
 }

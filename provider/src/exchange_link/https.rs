@@ -130,10 +130,15 @@ impl Https {
             .map_err(|e| failed(e.to_string()))?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|e| {
-                // hyper-util's error says "client error (Connect)"; the cause says why.
-                let cause =
-                    std::error::Error::source(&e).map_or(String::new(), |c| format!(": {c}"));
-                failed(format!("{e}{cause}"))
+                // hyper-util's error says "client error (Connect)"; its causes say why.
+                let mut text = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    text.push_str(": ");
+                    text.push_str(&c.to_string());
+                    cause = c.source();
+                }
+                failed(text)
             })?;
             let status = response.status();
             let bytes = response

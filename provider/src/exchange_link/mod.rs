@@ -377,6 +377,7 @@ impl Link {
 
     /// The adapter `id`, fetched from the exchange and loaded if this provider does not know it.
     async fn ensure_adapter(&self, id: &str) -> Result<crate::engine::AdapterRef> {
+        let id = id.strip_prefix("0x").unwrap_or(id);
         if !is_content_id(id) {
             return Err(Error::BadRequest(format!(
                 "adapter `{id}` is not a 64-hex-digit content id"

@@ -3,6 +3,7 @@
 mod cache;
 mod common;
 mod equivalence;
+mod exchange_flags;
 mod hf_fixtures;
 mod http;
 mod http_safety;

@@ -1,0 +1,119 @@
+//! `cx-provider keygen` and `serve --exchange` as an operator meets them: a 0600 identity that
+//! is never silently replaced, and one-line errors that name the flag or file at fault. (The
+//! whole market path, with a real exchange, is `exchange/cli/tests/provider.rs`.)
+
+use std::path::Path;
+use std::process::Output;
+
+use crate::common::{TempDir, tiny_model};
+
+fn provider(args: &[&str]) -> Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_cx-provider"))
+        .args(args)
+        .env_remove("CX_EXCHANGE")
+        .env_remove("CX_EXCHANGE_CA")
+        .env_remove("CX_PROVIDER_IDENTITY")
+        .output()
+        .unwrap()
+}
+
+/// The one stderr line of a failed run.
+fn error_line(args: &[&str]) -> String {
+    let out = provider(args);
+    assert!(!out.status.success(), "expected failure for {args:?}");
+    let err = String::from_utf8_lossy(&out.stderr).trim_end().to_owned();
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "one error line, got: {err}");
+    errors[0].to_owned()
+}
+
+fn serve_args<'a>(model: &'a str, identity: &'a str, exchange: &'a str) -> Vec<&'a str> {
+    vec![
+        "serve",
+        "--model",
+        model,
+        "--port",
+        "0",
+        "--exchange",
+        exchange,
+        "--identity",
+        identity,
+        "--payout",
+        "0x5555555555555555555555555555555555555555",
+        "--operator",
+        "op",
+        "--ask-wei-per-s",
+        "1000",
+        "--bundle-id",
+        "b",
+        "--model-name",
+        "tiny",
+    ]
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn keygen_writes_a_0600_identity_and_refuses_to_replace_it_without_force() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("keygen");
+    let key = dir.path().join("provider.key");
+    let out = provider(&["keygen", "--out", path(&key)]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let before = std::fs::read(&key).unwrap();
+    let seed = serde_json::from_slice::<serde_json::Value>(&before).unwrap()["mldsa65_seed"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!printed.contains(&seed[2..]), "the seed is never printed");
+    let err = error_line(&["keygen", "--out", path(&key)]);
+    assert!(err.contains(path(&key)) && err.contains("--force"), "{err}");
+    assert_eq!(std::fs::read(&key).unwrap(), before);
+    let out = provider(&["keygen", "--out", path(&key), "--force"]);
+    assert!(out.status.success());
+    assert_ne!(std::fs::read(&key).unwrap(), before);
+}
+
+#[test]
+fn serve_exchange_refuses_bad_input_on_one_line_naming_the_flag() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("serve-exchange");
+    let (model, _) = tiny_model(dir.path(), 3);
+    let key = dir.path().join("provider.key");
+    assert!(provider(&["keygen", "--out", path(&key)]).status.success());
+
+    // The other market flags are required with --exchange.
+    let err = error_line(&["serve", "--model", path(&model), "--exchange", "https://x"]);
+    assert!(
+        err.contains("--identity") && err.contains("--payout"),
+        "{err}"
+    );
+    // Not a URL the link speaks.
+    let err = error_line(&serve_args(path(&model), path(&key), "ftp://127.0.0.1:9"));
+    assert!(
+        err.contains("--exchange") && err.contains("https://"),
+        "{err}"
+    );
+    // Nothing listening: the first registration fails, naming the URL.
+    let err = error_line(&serve_args(path(&model), path(&key), "http://127.0.0.1:9"));
+    assert!(
+        err.contains("http://127.0.0.1:9/v1/providers/register"),
+        "{err}"
+    );
+    // An identity others can read.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = error_line(&serve_args(path(&model), path(&key), "https://127.0.0.1:9"));
+    assert!(
+        err.contains("--identity") && err.contains("chmod 600"),
+        "{err}"
+    );
+}
