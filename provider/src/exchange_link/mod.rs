@@ -93,7 +93,8 @@ pub struct Link {
     /// The dispatch token: a secret, never logged.
     token: Arc<Zeroizing<String>>,
     flops_per_s: f64,
-    /// Rung when the resident adapters change, so the offer says so now, not in two minutes.
+    /// Rung when the resident adapters change, so the offer says so now, not in two minutes
+    /// (and when a poll fails, so an exchange that forgot the offer hears it again).
     residency_changed: Arc<Notify>,
     /// One cold fetch at a time: two jobs naming one adapter fetch and load it once.
     fetching: Arc<tokio::sync::Mutex<()>>,
@@ -263,6 +264,9 @@ impl Link {
                 }
                 Err(e) => {
                     eprintln!("pulling jobs failed (retrying in 2 s): {e}");
+                    // An exchange that restarted, or expired the offer while this one could not
+                    // reach it, no longer knows the token: register again before the next poll.
+                    link.residency_changed.notify_one();
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 }
             }

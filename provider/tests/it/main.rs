@@ -3,7 +3,7 @@
 mod cache;
 mod common;
 mod equivalence;
-mod exchange_flags;
+mod exchange_link;
 mod hf_fixtures;
 mod http;
 mod http_safety;

@@ -1,6 +1,7 @@
-//! `cx-provider keygen` and `serve --exchange` as an operator meets them: a 0600 identity that
-//! is never silently replaced, and one-line errors that name the flag or file at fault. (The
-//! whole market path, with a real exchange, is `exchange/cli/tests/provider.rs`.)
+//! The exchange link without an exchange: `cx-provider keygen` and `serve --exchange` as an
+//! operator meets them (a 0600 identity that is never silently replaced, one-line errors that
+//! name the flag or file at fault) and the bundle an offer carries. The whole market path, with a
+//! real exchange, is `exchange/cli/tests/provider.rs`.
 
 use std::path::Path;
 use std::process::Output;
@@ -115,5 +116,60 @@ fn serve_exchange_refuses_bad_input_on_one_line_naming_the_flag() {
     assert!(
         err.contains("--identity") && err.contains("chmod 600"),
         "{err}"
+    );
+}
+
+#[test]
+fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_by_id() {
+    use cx_kernels::CpuConfig;
+    use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
+    use cx_provider::engine::{Engine, EngineConfig};
+    use cx_provider::exchange_link::{Link, LinkConfig};
+    use cx_provider::model::Model;
+    use cx_provider::tokenizer::Tokenizer;
+    use std::sync::Arc;
+
+    let dir = TempDir::new("bundle");
+    let (model_dir, config) = tiny_model(dir.path(), 4);
+    let adapter = crate::common::adapters(dir.path(), &config, 1, &[4]).remove(0);
+    let engine = Engine::start(
+        Arc::new(Model::load(&model_dir, CpuConfig::deterministic()).unwrap()),
+        Arc::new(Tokenizer::generated()),
+        ResidencyCache::new(CacheConfig::new(10_000_000, EvictionPolicy::Lru)),
+        EngineConfig::default(),
+    );
+    engine
+        .add_adapter_roots(&[dir.path().to_path_buf()])
+        .unwrap();
+    let loaded = engine.load_adapter("mine", &adapter, false).unwrap();
+    let link = Link::new(
+        LinkConfig {
+            // Nothing is sent before `run`.
+            exchange: "http://127.0.0.1:9".into(),
+            exchange_ca: None,
+            operator: "op".into(),
+            payout: cx_protocol::order::Address::repeat_byte(1),
+            ask_wei_per_s: 7,
+            bundle_id: "b-0".into(),
+            model_name: "tiny".into(),
+            memory_bytes: 10_000_000,
+            bandwidth_bps: 1e9,
+            rtt_s: 0.005,
+            fetched_adapters: dir.path().join("fetched"),
+        },
+        cx_protocol::pq::Identity::from_seed([9; 32]),
+        engine,
+    )
+    .unwrap();
+    let bundle = link.bundle();
+    bundle.validate().unwrap();
+    assert!(link.flops_per_s() > 0.0);
+    assert_eq!(bundle.flops_per_s, link.flops_per_s());
+    assert_eq!(bundle.resident_bases, ["tiny"]);
+    assert_eq!(bundle.resident_adapters, [loaded.id]);
+    assert_eq!(bundle.context_max as usize, config.max_position_embeddings);
+    assert_eq!(
+        (bundle.price_wei_per_s, bundle.provider.as_str()),
+        (7, "op")
     );
 }
