@@ -394,7 +394,17 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stored = put_adapter(&url, &ca, &adapters.join("adapter-000")).await;
+    // Stored as a user stores one: `cx agent put-adapter DIR`.
+    let stored = cx_json(
+        agent(&[
+            "put-adapter",
+            adapters.join("adapter-000").to_str().unwrap(),
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(stored["created"], true, "{stored}");
     let adapter_id = stored["id"].as_str().unwrap().to_owned();
     let adapted_chat = json!({
         "model": MODEL,
@@ -456,43 +466,4 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     }
     let shown = client.tab(31337, escrow_id).await.unwrap();
     assert_eq!(shown.held_wei, held, "the tab holds what was charged");
-}
-
-/// `PUT /v1/adapters` with the two PEFT files of `dir`, over HTTPS trusting `ca`.
-async fn put_adapter(url: &str, ca: &Path, dir: &Path) -> Value {
-    use base64::Engine as _;
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, ServerName};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let config = std::fs::read_to_string(dir.join("adapter_config.json")).unwrap();
-    let weights = std::fs::read(dir.join("adapter_model.safetensors")).unwrap();
-    let body = json!({
-        "adapter_config": config,
-        "adapter_model_safetensors_base64":
-            base64::engine::general_purpose::STANDARD.encode(weights),
-    })
-    .to_string();
-    let addr = url.strip_prefix("https://").unwrap();
-    let ca = CertificateDer::from_pem_file(ca).unwrap();
-    let tls = cx_exchange_server::tls::client_config([&ca]).unwrap();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut stream = tokio_rustls::TlsConnector::from(tls)
-        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
-        .await
-        .unwrap();
-    let head = format!(
-        "PUT /v1/adapters HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    if let Err(err) = stream.read_to_end(&mut response).await {
-        assert!(!response.is_empty(), "reading the response: {err}");
-    }
-    let text = String::from_utf8(response).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 20"), "{head}\n{body}");
-    serde_json::from_str(body).unwrap()
 }

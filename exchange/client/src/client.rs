@@ -7,7 +7,7 @@ use crate::types::{
     JobsQuery, ModelInfo, OpenSession, Output, Pulled, Registered, ResultSubmission, SessionInfo,
     SessionOpened, Tab,
 };
-use crate::types::{Assignment, Completed};
+use crate::types::{AdapterFiles, Assignment, Completed, StoredAdapter};
 use bytes::Bytes;
 use cx_protocol::Bundle;
 use cx_protocol::offer::SignedOffer;
@@ -155,6 +155,27 @@ impl Client {
             Some(bearer),
         )
         .await
+    }
+
+    // ---- adapters -----------------------------------------------------------------------------
+
+    /// `PUT /v1/adapters`: stores an adapter's `adapter_config.json` text and
+    /// `adapter_model.safetensors` bytes under their content id (checked against `id` when
+    /// given); an intent or a call then names it by that id.
+    pub async fn put_adapter(
+        &self,
+        config: &str,
+        weights: &[u8],
+        id: Option<&str>,
+    ) -> Result<StoredAdapter> {
+        use base64::Engine as _;
+        let body = AdapterFiles {
+            id,
+            adapter_config: config,
+            adapter_model_safetensors_base64: base64::engine::general_purpose::STANDARD
+                .encode(weights),
+        };
+        self.send(Method::PUT, "/v1/adapters", Some(&body)).await
     }
 
     // ---- providers ----------------------------------------------------------------------------

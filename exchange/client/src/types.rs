@@ -199,6 +199,9 @@ pub struct JobRecord {
     /// What the provider returned, once it has.
     #[serde(default)]
     pub result: Option<serde_json::Value>,
+    /// The provider's signed receipt for the result (`GET /v1/jobs/{id}` only).
+    #[serde(default)]
+    pub receipt: Option<cx_protocol::receipt::SignedReceipt>,
     /// Every state it went through, in order.
     #[serde(default)]
     pub events: Vec<JobEvent>,
@@ -443,4 +446,27 @@ pub struct Completed {
     /// What went back to the buyer's tab, wei.
     #[serde(with = "wei_string")]
     pub released_wei: u128,
+}
+
+/// `PUT /v1/adapters`: an adapter's two PEFT files.
+#[derive(Clone, Debug, Serialize)]
+pub struct AdapterFiles<'a> {
+    /// The content id the sender expects (the exchange checks it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<&'a str>,
+    /// `adapter_config.json`, as text.
+    pub adapter_config: &'a str,
+    /// `adapter_model.safetensors`, base64 (standard alphabet, padded).
+    pub adapter_model_safetensors_base64: String,
+}
+
+/// What the adapter store says of an adapter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredAdapter {
+    /// Its content id.
+    pub id: String,
+    /// |a|: its size, bytes.
+    pub bytes: u64,
+    /// Whether this call stored it (false: it was there already).
+    pub created: bool,
 }

@@ -58,6 +58,8 @@ enum Command {
     OpenTab(OpenTabArgs),
     /// Sign an intent for a request, submit it, and print the job the exchange cleared.
     Intent(IntentArgs),
+    /// Store an adapter (a PEFT directory) in the exchange's store under its content id.
+    PutAdapter(PutAdapterArgs),
     /// Make a session key for the OpenAI-compatible door: sign a grant (tab, spend cap, expiry,
     /// the calls' defaults) naming the hash of a fresh secret, and print the secret (the key).
     Session(SessionArgs),
@@ -160,6 +162,16 @@ struct IntentArgs {
     /// The intent's nonce [default: the current time in microseconds].
     #[arg(long)]
     nonce: Option<u64>,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct PutAdapterArgs {
+    /// The directory with adapter_config.json and adapter_model.safetensors (what PEFT's
+    /// save_pretrained writes).
+    dir: PathBuf,
     /// Also print the result as one JSON line.
     #[arg(long)]
     json: bool,
@@ -283,6 +295,7 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         Command::Bind(bind) => run_bind(&args, bind).await,
         Command::OpenTab(open) => run_open_tab(&args, open).await,
         Command::Intent(intent) => run_intent(&args, intent).await,
+        Command::PutAdapter(put) => run_put_adapter(&args, put).await,
         Command::Session(session) => run_session(&args, session).await,
         Command::Chat(chat) => run_chat(&args, chat).await,
         Command::Jobs(jobs) => run_jobs(&args, jobs).await,
@@ -515,6 +528,50 @@ async fn run_open_tab(args: &Args, open: &OpenTabArgs) -> anyhow::Result<()> {
             "terms": signed,
         }),
     )
+}
+
+/// Most bytes read of an adapter's files (the exchange's own limit is 96 MiB).
+const MAX_ADAPTER_FILE_BYTES: u64 = 96 << 20;
+
+async fn run_put_adapter(args: &Args, cmd: &PutAdapterArgs) -> anyhow::Result<()> {
+    let read = |name: &str| -> anyhow::Result<Vec<u8>> {
+        let path = cmd.dir.join(name);
+        let size = std::fs::metadata(&path)
+            .with_context(|| format!("{}", path.display()))?
+            .len();
+        if size > MAX_ADAPTER_FILE_BYTES {
+            bail!(
+                "{}: {size} bytes, above {MAX_ADAPTER_FILE_BYTES}",
+                path.display()
+            );
+        }
+        std::fs::read(&path).with_context(|| format!("{}", path.display()))
+    };
+    let config = read("adapter_config.json")?;
+    let weights = read("adapter_model.safetensors")?;
+    let config_text = std::str::from_utf8(&config).map_err(|_| {
+        anyhow!(
+            "{}: not UTF-8 text",
+            cmd.dir.join("adapter_config.json").display()
+        )
+    })?;
+    // The id the provider computes for the same files; the exchange checks it.
+    let id = cx_protocol::content_id(&[
+        ("adapter_config.json", &config),
+        ("adapter_model.safetensors", &weights),
+    ]);
+    let stored = args
+        .client()?
+        .put_adapter(config_text, &weights, Some(&id))
+        .await
+        .context("storing the adapter")?;
+    let table = format!(
+        "adapter          {}\nbytes            {}\nstored           {}\n",
+        stored.id,
+        stored.bytes,
+        if stored.created { "now" } else { "already" }
+    );
+    super::emit(cmd.json, &table, &stored)
 }
 
 async fn run_session(args: &Args, cmd: &SessionArgs) -> anyhow::Result<()> {

@@ -87,6 +87,11 @@ pub struct JobRecord {
     /// What the provider returned, once it has.
     #[schema(value_type = Option<Object>)]
     pub result: Option<serde_json::Value>,
+    /// The provider's signed receipt for the result, as received (in `GET /v1/jobs/{id}`; lists
+    /// leave it out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub receipt: Option<serde_json::Value>,
     /// Every state it went through, in order.
     pub events: Vec<JobEvent>,
 }
@@ -220,6 +225,12 @@ impl Books {
         .fetch_all(&self.pool)
         .await?;
         let mut job = row.into_record()?;
+        let receipt: Option<(String,)> =
+            sqlx::query_as("SELECT receipt::text FROM exchange_receipts WHERE job_id = $1")
+                .bind(id.as_slice())
+                .fetch_optional(&self.pool)
+                .await?;
+        job.receipt = receipt.map(|(r,)| serde_json::from_str(&r)).transpose()?;
         job.events = events
             .into_iter()
             .map(|(status, detail, at_ms)| {
@@ -298,6 +309,7 @@ impl JobRow {
                 .map(|id| B256::try_from(id.as_slice()).map_err(|_| corrupt("a session id")))
                 .transpose()?,
             result: self.result.map(|r| serde_json::from_str(&r)).transpose()?,
+            receipt: None,
             events: Vec::new(),
         })
     }

@@ -359,6 +359,11 @@ async fn a_session_key_buys_a_chat_completion_a_provider_returns_with_a_signed_r
         .collect();
     assert_eq!(states, ["assigned", "running", "done"]);
     assert_eq!(job["result"]["text"], "Hello there, agent.");
+    assert_eq!(
+        job["receipt"]["receipt"]["amount_owed_wei"],
+        (price / 2).to_string(),
+        "the kept receipt is shown"
+    );
     assert_eq!(door.count("exchange_receipts").await, 1);
 }
 
