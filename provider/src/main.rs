@@ -190,6 +190,16 @@ struct MarketArgs {
         requires = "exchange"
     )]
     exchange_ca: Option<PathBuf>,
+    /// The exchange's ML-DSA-65 key hash (0x-hex, as `GET /v1/exchange` and `cx serve` show
+    /// it): assignments must be signed by exactly that key [default: the key the exchange
+    /// publishes at start, pinned for the run].
+    #[arg(
+        long,
+        env = "CX_EXCHANGE_KEY_HASH",
+        value_name = "HASH",
+        requires = "exchange"
+    )]
+    exchange_key_hash: Option<cx_protocol::order::B256>,
     /// The provider's ML-DSA-65 identity (`cx-provider keygen --out FILE`; mode 0600).
     #[arg(
         long,
@@ -489,6 +499,7 @@ fn link(
     let config = LinkConfig {
         exchange,
         exchange_ca: market.exchange_ca,
+        exchange_key_hash: market.exchange_key_hash,
         operator: market.operator.ok_or_else(|| required("--operator"))?,
         payout: market.payout.ok_or_else(|| required("--payout"))?,
         ask_wei_per_s: market

@@ -197,13 +197,16 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
         "60",
     ]);
     let db_url = db.url.clone();
-    let (url, ca, _serve) = tokio::task::spawn_blocking(move || {
+    let (url, ca, exchange_key, _serve) = tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
         let mut serve = Serve::start(&args, &db_url);
         let url = serve.field("url");
         let ca = PathBuf::from(serve.field("ca"));
         assert!(serve.field("bundles").starts_with('0'));
-        (url, ca, serve)
+        // `identity   <key hash> (<file>; signs assignments)`: the key the provider pins.
+        let identity = serve.field("identity");
+        let key = identity.split_whitespace().next().unwrap().to_owned();
+        (url, ca, key, serve)
     })
     .await
     .unwrap();
@@ -240,6 +243,7 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
             .args(["--port", &provider_port.to_string()])
             .args(["--served-model-name", MODEL, "--threads", "1"])
             .args(["--exchange", &url, "--exchange-ca", path(&ca)])
+            .args(["--exchange-key-hash", &format!("0x{exchange_key}")])
             .args(["--identity", path(&identity)])
             .args(["--payout", &payout.to_string(), "--operator", "op-test"])
             .args(["--ask-wei-per-s", "1000000", "--bundle-id", "tiny-cpu-0"])
@@ -466,4 +470,23 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     }
     let shown = client.tab(31337, escrow_id).await.unwrap();
     assert_eq!(shown.held_wei, held, "the tab holds what was charged");
+
+    // A provider that pins another exchange key refuses to start: it would take assignments
+    // signed by a key it does not trust.
+    let wrong = Command::new(&bin)
+        .args(["serve", "--model", path(&model_dir)])
+        .args(["--port", &free_port().unwrap().to_string()])
+        .args(["--served-model-name", MODEL, "--threads", "1"])
+        .args(["--exchange", &url, "--exchange-ca", path(&ca)])
+        .args(["--exchange-key-hash", &format!("0x{}", "00".repeat(32))])
+        .args(["--identity", path(&identity)])
+        .args(["--payout", &payout.to_string(), "--operator", "op-test"])
+        .args(["--ask-wei-per-s", "1000000", "--bundle-id", "tiny-cpu-1"])
+        .args(["--model-name", MODEL])
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success());
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    let last = err.trim_end().lines().last().unwrap_or_default();
+    assert!(last.contains("--exchange-key-hash"), "{err}");
 }

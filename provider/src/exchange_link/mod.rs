@@ -34,7 +34,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use cx_protocol::class::{ClassSet, Tier, TierSet};
 use cx_protocol::offer::{Offer, SignedOffer};
 use cx_protocol::order::Address;
-use cx_protocol::pq::Identity;
+use cx_protocol::pq::{Identity, PublicIdentity};
 use cx_protocol::receipt::{JobTerms, Receipt, SignedReceipt, Work};
 use cx_protocol::{Bundle, DeterminismClass};
 use tokio::sync::Notify;
@@ -46,7 +46,9 @@ use crate::error::{Error, Result};
 use crate::lora::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_id};
 use crate::model::{KvCache, SeqInput};
 use https::Https;
-use wire::{AdapterFiles, Assignment, Completed, Output, Pull, Pulled, Registered, ResultBody};
+use wire::{
+    AdapterFiles, Assignment, Completed, ExchangeInfo, Output, Pull, Pulled, Registered, ResultBody,
+};
 
 /// How often the offer is re-signed and registered (offers expire after 300 s).
 pub const REREGISTER_EVERY: Duration = Duration::from_secs(120);
@@ -64,6 +66,8 @@ pub struct LinkConfig {
     pub exchange: String,
     /// The CA certificates to trust (PEM), instead of Mozilla's roots.
     pub exchange_ca: Option<PathBuf>,
+    /// The exchange's assignment key, pinned by its hash (else the one it publishes at start).
+    pub exchange_key_hash: Option<cx_protocol::order::B256>,
     /// The operator name (T3 committees are diverse in it).
     pub operator: String,
     /// Where receipts are paid.
@@ -98,6 +102,8 @@ pub struct Link {
     residency_changed: Arc<Notify>,
     /// One cold fetch at a time: two jobs naming one adapter fetch and load it once.
     fetching: Arc<tokio::sync::Mutex<()>>,
+    /// The exchange's assignment key, fixed for the run at the first registration.
+    exchange_key: Arc<std::sync::OnceLock<PublicIdentity>>,
 }
 
 impl std::fmt::Debug for Link {
@@ -137,6 +143,7 @@ impl Link {
             flops_per_s,
             residency_changed: Arc::new(Notify::new()),
             fetching: Arc::new(tokio::sync::Mutex::new(())),
+            exchange_key: Arc::new(std::sync::OnceLock::new()),
         })
     }
 
@@ -219,6 +226,7 @@ impl Link {
     /// Registers, then serves the exchange's jobs until the process ends. Returns only if the
     /// first registration fails (a wrong URL, CA, payout or operator should stop the start).
     pub async fn run(self) -> Result<()> {
+        self.pin_exchange_key().await?;
         self.register().await?;
         let link = Arc::new(self);
         let reregister = link.clone();
@@ -273,8 +281,71 @@ impl Link {
         }
     }
 
+    /// Reads the key the exchange signs assignments with and pins it for the run; with
+    /// `--exchange-key-hash`, refuses any other.
+    async fn pin_exchange_key(&self) -> Result<()> {
+        let info: ExchangeInfo = self
+            .https
+            .get("/v1/exchange", Duration::from_secs(20))
+            .await?;
+        let bytes = hex::decode(info.mldsa_key.trim_start_matches("0x"))
+            .map_err(|e| Error::Exchange(format!("GET /v1/exchange: mldsa_key: {e}")))?;
+        let key = PublicIdentity::from_bytes(&bytes)?;
+        if let Some(pinned) = self.config.exchange_key_hash
+            && pinned.0 != key.id().0
+        {
+            return Err(Error::Exchange(format!(
+                "{} signs with key {}, not the pinned --exchange-key-hash {pinned}",
+                self.https.base(),
+                key.id()
+            )));
+        }
+        eprintln!(
+            "exchange key {} (assignments must be signed by it)",
+            key.id()
+        );
+        let _ = self.exchange_key.set(key);
+        Ok(())
+    }
+
+    /// Checks the exchange's signed assignment: under the pinned key, for this provider's key,
+    /// and naming exactly the job handed out (id, tab, buyer, price, deadline, request, adapter).
+    fn check_assignment(&self, job: &Assignment) -> Result<()> {
+        let refused =
+            |why: &str| Error::Exchange(format!("assignment of job {}: {why}", job.job_id));
+        let key = self
+            .exchange_key
+            .get()
+            .ok_or_else(|| refused("no exchange key pinned"))?;
+        let signed = job.signed.as_ref().ok_or_else(|| refused("not signed"))?;
+        signed
+            .verify(key)
+            .map_err(|e| refused(&format!("signature: {e}")))?;
+        let terms = &signed.assignment;
+        let mut adapter_hash = [0u8; 32];
+        if let Some(id) = &job.adapter {
+            hex::decode_to_slice(id, &mut adapter_hash)
+                .map_err(|_| refused("adapter is not a content id"))?;
+        }
+        let matches = terms.job_id == job.job_id.0
+            && terms.chain_id == job.chain_id
+            && terms.escrow_id == job.escrow_id
+            && terms.buyer == job.buyer.0.0
+            && terms.provider_key == self.identity.id().0
+            && terms.price_wei == job.price_wei
+            && terms.deadline_s == job.deadline_s
+            && terms.input_hash == cx_protocol::order::request_hash(&job.request).0
+            && terms.adapter_hash == adapter_hash;
+        if !matches {
+            return Err(refused("the signed terms are not the job handed out"));
+        }
+        Ok(())
+    }
+
     /// Runs one job and returns its result to the exchange.
     async fn serve_job(&self, job: Assignment) -> Result<Completed> {
+        // The exchange's signed word first: nothing runs on an assignment it did not sign.
+        self.check_assignment(&job)?;
         if job.model != self.config.model_name {
             return Err(Error::BadRequest(format!(
                 "the job is for model `{}`, this provider serves `{}`",

@@ -2,6 +2,7 @@
 //! own structs (it builds without the exchange's crates); reading is lenient — unknown fields are
 //! ignored — so an exchange that adds a field does not break a running provider.
 
+use cx_protocol::assignment::SignedAssignment;
 use cx_protocol::order::{Address, B256, InferenceRequest};
 use cx_protocol::price::wei_string;
 use cx_protocol::receipt::SignedReceipt;
@@ -33,6 +34,16 @@ pub(crate) struct Assignment {
     pub(crate) price_wei: u128,
     /// When the result must be in, unix seconds.
     pub(crate) deadline_s: u64,
+    /// The exchange's signature on the terms for this provider.
+    #[serde(default)]
+    pub(crate) signed: Option<SignedAssignment>,
+}
+
+/// `GET /v1/exchange`: the key the exchange signs assignments with.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ExchangeInfo {
+    /// The encoded ML-DSA-65 verification key (hex).
+    pub(crate) mldsa_key: String,
 }
 
 /// `POST /v1/providers/jobs`.

@@ -104,12 +104,10 @@ fn serve_exchange_refuses_bad_input_on_one_line_naming_the_flag() {
         err.contains("--exchange") && err.contains("https://"),
         "{err}"
     );
-    // Nothing listening: the first registration fails, naming the URL.
+    // Nothing listening: the first call (reading the exchange's key to pin) fails, naming
+    // the URL.
     let err = error_line(&serve_args(path(&model), path(&key), "http://127.0.0.1:9"));
-    assert!(
-        err.contains("http://127.0.0.1:9/v1/providers/register"),
-        "{err}"
-    );
+    assert!(err.contains("http://127.0.0.1:9/v1/exchange"), "{err}");
     // An identity others can read.
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let err = error_line(&serve_args(path(&model), path(&key), "https://127.0.0.1:9"));
@@ -147,6 +145,7 @@ fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_b
             // Nothing is sent before `run`.
             exchange: "http://127.0.0.1:9".into(),
             exchange_ca: None,
+            exchange_key_hash: None,
             operator: "op".into(),
             payout: cx_protocol::order::Address::repeat_byte(1),
             ask_wei_per_s: 7,
