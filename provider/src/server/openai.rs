@@ -331,9 +331,9 @@ pub(super) async fn chat_completions(
     if messages.is_empty() {
         return Err(ApiError::bad_request("messages is empty").field("messages"));
     }
-    // A fixed role-tagged template (no Jinja chat templates): `<|role|>\ncontent\n` per
-    // message, then `<|assistant|>\n`.
-    let mut text = String::new();
+    // The protocol's one chat template (no Jinja chat templates), the same the exchange's
+    // OpenAI-compatible door renders a chat with before it prices and dispatches it.
+    let mut contents = Vec::with_capacity(messages.len());
     for m in &messages {
         let content = match &m.content {
             Value::String(s) => s.clone(),
@@ -349,9 +349,14 @@ pub(super) async fn chat_completions(
                 );
             }
         };
-        text.push_str(&format!("<|{}|>\n{content}\n", m.role));
+        contents.push(content);
     }
-    text.push_str("<|assistant|>\n");
+    let text = cx_protocol::order::chat_prompt(
+        messages
+            .iter()
+            .zip(&contents)
+            .map(|(m, c)| (m.role.as_str(), c.as_str())),
+    );
     let prompt = encode(&state, &text)?;
     let prepared = prepare(&state, prompt, common)?;
     run(state, prepared, Kind::Chat).await
