@@ -614,6 +614,14 @@ mod devnet {
             String::from_utf8_lossy(&out.stderr)
         );
         let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(
+            report["models"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m == "llama-3.1-8b-instruct"),
+            "models.list() reads the catalog: {report}"
+        );
         assert_eq!(report["chat"]["content"], answer, "{report}");
         assert_eq!(report["chat"]["finish_reason"], "length");
         assert_eq!(report["chat"]["total_tokens"], 13);

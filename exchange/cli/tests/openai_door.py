@@ -20,6 +20,8 @@ def main() -> None:
     client = openai.OpenAI(base_url=base_url, api_key=api_key)
     report = {}
 
+    report["models"] = sorted(m.id for m in client.models.list())
+
     chat = client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": "Say hello."}],

@@ -261,7 +261,12 @@ impl Client {
 
     /// `GET /v1/models`: the catalog.
     pub async fn models(&self) -> Result<Vec<ModelInfo>> {
-        self.get("/v1/models").await
+        #[derive(serde::Deserialize)]
+        struct List {
+            data: Vec<ModelInfo>,
+        }
+        let list: List = self.get("/v1/models").await?;
+        Ok(list.data)
     }
 
     /// `GET /v1/providers`: the registered bundles.

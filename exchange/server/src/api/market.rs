@@ -64,11 +64,51 @@ pub(super) async fn eip712(
     )))
 }
 
-#[utoipa::path(get, path = "/v1/models", tag = "market", responses((status = 200, description = "the catalog", body = Vec<Object>)))]
-pub(super) async fn models(State(state): State<AppState>) -> Result<AppJson<Vec<Model>>, ApiError> {
-    Ok(AppJson(
-        state.intake()?.market().catalog().models().to_vec(),
-    ))
+/// `GET /v1/models` as OpenAI (and vLLM) answer it, so `client.models.list()` of any OpenAI
+/// client works against the door: `{"object": "list", "data": [...]}`, each entry `{id, object:
+/// "model", created, owned_by}` and, beside those, the catalog's own fields (aliases, shape,
+/// quality, rungs).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ModelList {
+    object: &'static str,
+    data: Vec<ModelEntry>,
+}
+
+/// One catalog model in OpenAI's model shape.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ModelEntry {
+    /// The model's canonical name (what `model` names in a call).
+    id: String,
+    object: &'static str,
+    /// Unix seconds; the catalog keeps no dates, so 0.
+    created: u64,
+    owned_by: &'static str,
+    /// The catalog entry.
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    catalog: Model,
+}
+
+#[utoipa::path(get, path = "/v1/models", tag = "market", responses((status = 200, description = "the catalog, in OpenAI's list shape", body = ModelList)))]
+pub(super) async fn models(State(state): State<AppState>) -> Result<AppJson<ModelList>, ApiError> {
+    let data = state
+        .intake()?
+        .market()
+        .catalog()
+        .models()
+        .iter()
+        .map(|m| ModelEntry {
+            id: m.name.clone(),
+            object: "model",
+            created: 0,
+            owned_by: "compute-exchange",
+            catalog: m.clone(),
+        })
+        .collect();
+    Ok(AppJson(ModelList {
+        object: "list",
+        data,
+    }))
 }
 
 #[utoipa::path(get, path = "/v1/providers", tag = "market", responses((status = 200, description = "live bundles", body = Vec<Object>)))]
