@@ -28,12 +28,28 @@ pub fn is_terminal(status: &str) -> bool {
 /// which is all a notification asks of it).
 const QUEUE: usize = 16;
 
-/// Who waits on which job, and the providers waiting for work. Cheap to clone.
+/// Who waits on which job, who streams its text, and the providers waiting for work. Cheap to
+/// clone.
 #[derive(Clone, Debug, Default)]
 pub struct Waiters {
     inner: Arc<Mutex<HashMap<B256, broadcast::Sender<()>>>>,
+    texts: Arc<Mutex<HashMap<B256, broadcast::Sender<Progress>>>>,
     work: Arc<tokio::sync::Notify>,
 }
+
+/// A piece of a job's output as the provider streams it: `text` continues the output at byte
+/// `offset`. Only relayed, never stored: the signed result is what counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes of output before this piece.
+    pub offset: usize,
+    /// The piece.
+    pub text: Arc<str>,
+}
+
+/// Pieces queued per streaming waiter before a slow one misses some (the final result fills
+/// any gap).
+const TEXT_QUEUE: usize = 256;
 
 impl Waiters {
     /// Wakes every provider waiting in a pull (a job was committed).
@@ -66,11 +82,32 @@ impl Waiters {
         }
     }
 
-    /// Forgets jobs whose waiters all left (a client that hung up), so the map stays bounded by
+    /// A receiver of the pieces of job `id`'s output as its provider streams them.
+    pub fn subscribe_text(&self, id: B256) -> broadcast::Receiver<Progress> {
+        let mut map = self.texts.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(id)
+            .or_insert_with(|| broadcast::channel(TEXT_QUEUE).0)
+            .subscribe()
+    }
+
+    /// Relays a piece of job `id`'s output to whoever streams it (nobody: dropped).
+    pub fn publish_text(&self, id: B256, progress: Progress) {
+        let mut map = self.texts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sender) = map.get(&id)
+            && sender.send(progress).is_err()
+        {
+            map.remove(&id);
+        }
+    }
+
+    /// Forgets jobs whose waiters all left (a client that hung up), so the maps stay bounded by
     /// the waiters alive.
     pub fn prune(&self) {
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, sender| sender.receiver_count() > 0);
+        drop(map);
+        let mut texts = self.texts.lock().unwrap_or_else(|e| e.into_inner());
+        texts.retain(|_, sender| sender.receiver_count() > 0);
     }
 
     /// Jobs with live waiters.
@@ -156,6 +193,9 @@ pub const MAX_PULL_WAIT_S: u32 = 30;
 /// Longest output text a result may carry, bytes.
 pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 
+/// Longest piece of streamed output one progress call may carry, bytes.
+pub const MAX_PROGRESS_BYTES: usize = 64 << 10;
+
 /// A provider's result: the output and its signed receipt.
 #[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -234,6 +274,38 @@ impl crate::intake::Intake {
                 return Ok(Vec::new());
             }
         }
+    }
+
+    /// Relays a piece of the output of the provider's job `job_id` to the buyer's stream, if the
+    /// job is the provider's (a piece is a preview: the signed result is what is charged and
+    /// checked).
+    pub async fn progress(
+        &self,
+        provider: &crate::books::Provider,
+        job_id: B256,
+        offset: usize,
+        text: String,
+    ) -> crate::Result<()> {
+        if text.len() > MAX_PROGRESS_BYTES || offset > MAX_OUTPUT_BYTES {
+            return Err(crate::Error::ReceiptMismatch {
+                field: "output_hash",
+                reason: format!(
+                    "covers progress beyond {MAX_OUTPUT_BYTES} bytes or a piece over {MAX_PROGRESS_BYTES}"
+                ),
+            });
+        }
+        self.books()
+            .assignment(job_id, provider.key_hash)
+            .await?
+            .ok_or(crate::Error::UnknownJob)?;
+        self.waiters().publish_text(
+            job_id,
+            Progress {
+                offset,
+                text: text.into(),
+            },
+        );
+        Ok(())
     }
 
     /// The exchange's signed word that `job` goes to `provider` at most at its price by its

@@ -56,6 +56,8 @@ pub const REREGISTER_EVERY: Duration = Duration::from_secs(120);
 const PULL_WAIT_S: u32 = 25;
 /// Jobs taken per poll at most (the exchange's limit is 32).
 const PULL_MAX_JOBS: u32 = 8;
+/// How often a running job's new text goes to the exchange, for buyers who stream.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// How long the self-benchmark runs at most.
 const BENCH_BUDGET: Duration = Duration::from_millis(800);
 
@@ -394,6 +396,23 @@ impl Link {
             .await
     }
 
+    /// Sends a piece of a job's output (best effort: a piece lost only shortens the buyer's
+    /// preview; the result carries it all).
+    async fn progress(&self, job: &Assignment, offset: usize, piece: &str) {
+        let sent: Result<serde_json::Value> = self
+            .https
+            .post(
+                &format!("/v1/jobs/{}/progress", job.job_id),
+                Some(self.token.as_str()),
+                &serde_json::json!({"offset": offset, "text": piece}),
+                Duration::from_secs(5),
+            )
+            .await;
+        if let Err(e) = sent {
+            eprintln!("job {}: streaming a piece failed: {e}", job.job_id);
+        }
+    }
+
     /// Greedy generation through the engine's scheduler, as `/v1/completions` runs it.
     async fn generate(
         &self,
@@ -423,9 +442,20 @@ impl Link {
             events: tx,
         });
         let mut text = String::new();
+        // What of `text` the exchange has seen, and when it last did: pieces go out at most
+        // every PROGRESS_EVERY, for the buyer's stream (a preview: the signed result counts).
+        let mut sent = 0;
+        let mut last = Instant::now();
         loop {
             match events.recv().await {
-                Some(Event::Text { delta, .. }) => text.push_str(&delta),
+                Some(Event::Text { delta, .. }) => {
+                    text.push_str(&delta);
+                    if last.elapsed() >= PROGRESS_EVERY && sent < text.len() {
+                        self.progress(job, sent, &text[sent..]).await;
+                        sent = text.len();
+                        last = Instant::now();
+                    }
+                }
                 Some(Event::Done {
                     finish_reason,
                     prompt_tokens,

@@ -123,6 +123,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/jobs/{id}", get(jobs::job).delete(sessions::cancel_job))
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/jobs/{id}/result", post(providers::result))
+        .route("/v1/jobs/{id}/progress", post(providers::progress))
         .route("/v1/providers/register", post(providers::register))
         .route("/v1/providers/jobs", post(providers::pull))
         .route("/v1/sessions", post(sessions::open))

@@ -200,7 +200,11 @@ async fn door(
         include_usage: call.include_usage,
     };
     if call.stream {
-        return Ok(stream(state, reply, until));
+        // Subscribed right after the job was committed: a piece a fast provider streamed before
+        // this line is lost from the stream, not from the answer (the offsets skip what does
+        // not follow, and the signed result fills the gap).
+        let text = intake.waiters().subscribe_text(reply.accepted.job_id);
+        return Ok(stream(state, reply, until, text));
     }
     let output = outcome(intake, reply.accepted.job_id, until).await?;
     Ok(AppJson(reply.whole(&output)).into_response())
@@ -558,35 +562,39 @@ impl Reply {
         chunk
     }
 
-    /// The stream's events for a whole output: the text, the finish, the usage if asked for.
-    fn chunks(&self, output: &Output) -> Vec<Value> {
-        let mut out = Vec::new();
+    /// The stream's first event: the assistant's role (chat only).
+    fn opening(&self) -> Option<Value> {
+        (self.kind == Kind::Chat).then(|| {
+            self.chunk(
+                json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+                None,
+            )
+        })
+    }
+
+    /// A piece of the text.
+    fn piece(&self, text: &str) -> Value {
         match self.kind {
-            Kind::Chat => {
-                out.push(self.chunk(
-                    json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
-                    None,
-                ));
-                out.push(self.chunk(
-                    json!([{"index": 0, "delta": {"content": output.text}, "finish_reason": null}]),
-                    None,
-                ));
-                out.push(self.chunk(
-                    json!([{"index": 0, "delta": {}, "finish_reason": output.finish_reason}]),
-                    None,
-                ));
-            }
-            Kind::Completion => {
-                out.push(self.chunk(
-                    json!([{"index": 0, "text": output.text, "finish_reason": null}]),
-                    None,
-                ));
-                out.push(self.chunk(
-                    json!([{"index": 0, "text": "", "finish_reason": output.finish_reason}]),
-                    None,
-                ));
-            }
+            Kind::Chat => self.chunk(
+                json!([{"index": 0, "delta": {"content": text}, "finish_reason": null}]),
+                None,
+            ),
+            Kind::Completion => self.chunk(
+                json!([{"index": 0, "text": text, "finish_reason": null}]),
+                None,
+            ),
         }
+    }
+
+    /// The finish, and the usage if asked for.
+    fn closing(&self, output: &Output) -> Vec<Value> {
+        let finish = match self.kind {
+            Kind::Chat => json!([{"index": 0, "delta": {}, "finish_reason": output.finish_reason}]),
+            Kind::Completion => {
+                json!([{"index": 0, "text": "", "finish_reason": output.finish_reason}])
+            }
+        };
+        let mut out = vec![self.chunk(finish, None)];
         if self.include_usage {
             out.push(self.chunk(json!([]), Some(Self::usage(output))));
         }
@@ -594,25 +602,76 @@ impl Reply {
     }
 }
 
-/// The SSE answer: keep-alives while the job runs, then its output as OpenAI chunks (or an
-/// `error` event, as OpenAI's own streams end on one), then `[DONE]`.
-fn stream(state: AppState, reply: Reply, until: tokio::time::Instant) -> Response {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(8);
+/// The SSE answer: keep-alives while the job runs, the provider's text piece by piece as it
+/// streams it, then the rest of the signed result, the finish and `[DONE]` (or an `error`
+/// event, as OpenAI's own streams end on one). `text` was subscribed before the job could run,
+/// so no piece is missed; a piece out of order is skipped, and the signed result, which is what
+/// is charged, fills the gap.
+fn stream(
+    state: AppState,
+    reply: Reply,
+    until: tokio::time::Instant,
+    mut text: tokio::sync::broadcast::Receiver<crate::dispatch::Progress>,
+) -> Response {
+    use tokio::sync::broadcast::error::RecvError;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         let Ok(intake) = state.intake() else { return };
-        let events = match outcome(intake, reply.accepted.job_id, until).await {
-            Ok(output) => reply.chunks(&output),
+        let send = |event: Value| {
+            let tx = tx.clone();
+            async move {
+                tx.send(Ok(Event::default().data(event.to_string())))
+                    .await
+                    .is_ok()
+            }
+        };
+        if let Some(opening) = reply.opening()
+            && !send(opening).await
+        {
+            return;
+        }
+        let done = outcome(intake, reply.accepted.job_id, until);
+        tokio::pin!(done);
+        let mut streamed = String::new();
+        let mut pieces_open = true;
+        let result = loop {
+            tokio::select! {
+                result = &mut done => break result,
+                piece = text.recv(), if pieces_open => match piece {
+                    Ok(p) if p.offset == streamed.len() => {
+                        streamed.push_str(&p.text);
+                        if !send(reply.piece(&p.text)).await {
+                            return;
+                        }
+                    }
+                    Ok(_) | Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => pieces_open = false,
+                },
+            }
+        };
+        let events = match result {
+            Ok(output) => match output.text.strip_prefix(streamed.as_str()) {
+                Some(rest) => {
+                    let mut events = Vec::new();
+                    if !rest.is_empty() || streamed.is_empty() {
+                        events.push(reply.piece(rest));
+                    }
+                    events.extend(reply.closing(&output));
+                    events
+                }
+                None => vec![json!({"error": {
+                    "code": "stream_mismatch",
+                    "message": "the provider streamed text its signed result does not begin with; \
+                                the result (GET /v1/jobs/{id}) is what was charged",
+                }})],
+            },
             Err(err) => vec![json!({"error": {
                 "code": err.code(),
                 "message": err.to_string(),
             }})],
         };
         for event in events {
-            if tx
-                .send(Ok(Event::default().data(event.to_string())))
-                .await
-                .is_err()
-            {
+            if !send(event).await {
                 return;
             }
         }

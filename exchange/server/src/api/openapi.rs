@@ -41,6 +41,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         providers::register,
         providers::pull,
         providers::result,
+        providers::progress,
         market::chains,
         market::eip712,
         market::models,

@@ -112,3 +112,37 @@ pub(super) async fn result(
         .await?;
     Ok(AppJson(completed))
 }
+
+/// `POST /v1/jobs/{id}/progress`: a piece of a running job's output.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ProgressBody {
+    /// Bytes of output already sent before this piece.
+    offset: usize,
+    /// The piece (UTF-8).
+    text: String,
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/progress", tag = "providers", params(("id" = String, Path)), request_body = ProgressBody, security(("provider_token" = [])), responses((status = 200, description = "relayed to the buyer's stream, if one is open", body = Relayed), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody)))]
+pub(super) async fn progress(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    AppJson(body): AppJson<ProgressBody>,
+) -> Result<AppJson<Relayed>, ApiError> {
+    let id: B256 = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))?;
+    let intake = state.intake()?;
+    let provider = intake.provider(bearer(&headers)?).await?;
+    intake
+        .progress(&provider, id, body.offset, body.text)
+        .await?;
+    Ok(AppJson(Relayed { relayed: true }))
+}
+
+/// What a progress call did.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct Relayed {
+    relayed: bool,
+}

@@ -724,3 +724,99 @@ async fn a_provider_cannot_take_another_providers_bundle_or_claim_more_than_the_
     let ((status, _), ()) = tokio::join!(call, provider);
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
 }
+
+#[tokio::test]
+async fn a_streamed_call_relays_the_providers_pieces_then_the_rest_of_its_signed_result() {
+    let door = Door::new().await;
+    let prov = Prov::new(4);
+    door.post(
+        "/v1/providers/register",
+        None,
+        &prov.offer(vec![bundle("warm")]),
+    )
+    .await;
+    door.session("cxs_key", 1_000_000, 1).await;
+    let body = chat(json!({"stream": true, "cx": {"deadline_in_s": 20}}));
+    let agent = async {
+        let response = door
+            .router
+            .clone()
+            .oneshot(
+                Request::post("/v1/chat/completions")
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .header(header::AUTHORIZATION, "Bearer cxs_key")
+                    .body(Body::from(body.to_string()))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    };
+    let provider = async {
+        let (_, pulled) = door
+            .post(
+                "/v1/providers/jobs",
+                Some(&prov.token),
+                &json!({"wait_s": 10}),
+            )
+            .await;
+        let job = pulled["jobs"][0].clone();
+        let id = job["job_id"].as_str().unwrap().to_owned();
+        // Give the door a moment to subscribe, then stream two pieces and one out of order.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        for (offset, text) in [(0, "Hello "), (6, "there"), (99, "junk")] {
+            let (status, body) = door
+                .post(
+                    &format!("/v1/jobs/{id}/progress"),
+                    Some(&prov.token),
+                    &json!({"offset": offset, "text": text}),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+        let (status, _) = door
+            .post(
+                &format!("/v1/jobs/{id}/progress"),
+                Some(&Prov::new(5).token),
+                &json!({"offset": 0, "text": "x"}),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::UNAUTHORIZED,
+            "only the job's provider streams it"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let text = "Hello there, agent.";
+        let price: u128 = job["price_wei"].as_str().unwrap().parse().unwrap();
+        let (status, _) = door
+            .post(
+                &format!("/v1/jobs/{id}/result"),
+                Some(&prov.token),
+                &json!({"output": output(text), "receipt": receipt(&prov, &job, text, price)}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    };
+    let (sse, ()) = tokio::join!(agent, provider);
+    let events: Vec<Value> = sse
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let pieces: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["choices"][0]["delta"]["content"].as_str())
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(pieces, ["Hello ", "there", ", agent."], "{sse}");
+    assert_eq!(
+        events.last().unwrap()["choices"][0]["finish_reason"],
+        "length",
+        "{sse}"
+    );
+    assert!(sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+}
