@@ -161,3 +161,43 @@ impl SignedOffer {
         Ok(key)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An offer travels as JSON text and is verified after parsing it back: floats with all 17
+    /// digits must come back to the same bits, or the canonical bytes (and the signature) differ.
+    #[test]
+    fn an_offer_with_measured_floats_verifies_after_a_trip_through_json_text() {
+        let provider = Identity::from_seed([3; 32]);
+        let mut bundle: Bundle = serde_json::from_value(serde_json::json!({
+            "id": "b", "provider": "op", "price_wei_per_s": "7", "memory_bytes": 1,
+            "bandwidth_bps": 1.0, "rtt_s": 0.005, "flops_per_s": 1.0, "context_max": 8,
+            "determinism": ["D"], "tiers": ["T0"],
+        }))
+        .unwrap();
+        for (i, flops) in [
+            378_612_345.678_912_3_f64,
+            1.234_567_890_123_456_7e9,
+            0.1 + 0.2,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            bundle.flops_per_s = flops;
+            bundle.bandwidth_bps = flops * 3.0 + 0.1;
+            let offer = Offer {
+                operator: "op".into(),
+                payout: Address::repeat_byte(1),
+                bundles: vec![bundle.clone()],
+                token_hash: Offer::token_hash_of(b"t"),
+                issued_at_s: 1_000 + i as u64,
+            };
+            let text =
+                serde_json::to_string(&SignedOffer::sign(offer, &provider).unwrap()).unwrap();
+            let back: SignedOffer = serde_json::from_str(&text).unwrap();
+            back.verify(1_000).unwrap();
+        }
+    }
+}
