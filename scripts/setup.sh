@@ -47,16 +47,18 @@ if [[ -z "${DATABASE_URL:-}" ]] && ! postgres_up; then
 fi
 
 # Python tools for cross-checks against implementations we did not write (the EIP-712 test signs
-# with eth-account; the OpenAI-compatible door is driven by the official openai client): a
-# project-local virtualenv in .tools/py, pinned, never the system's Python.
+# with eth-account; the OpenAI-compatible door is driven by the official openai client;
+# /openapi.json is checked by openapi-spec-validator): a project-local virtualenv in .tools/py,
+# pinned, never the system's Python.
 py_venv=.tools/py
-if ! "$py_venv/bin/python" -c 'import eth_account, openai' >/dev/null 2>&1; then
-  say "installing eth-account and openai into $py_venv"
+if ! "$py_venv/bin/python" -c 'import eth_account, openai, openapi_spec_validator' >/dev/null 2>&1; then
+  say "installing eth-account, openai and openapi-spec-validator into $py_venv"
   if ! python3 -m venv "$py_venv" >/dev/null 2>&1; then
     # Debian ships venv separately.
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
     python3 -m venv "$py_venv"
   fi
-  "$py_venv/bin/pip" install -q --disable-pip-version-check 'eth-account==0.14.0' 'openai==3.57.0'
+  "$py_venv/bin/pip" install -q --disable-pip-version-check 'eth-account==0.14.0' 'openai==3.57.0' \
+    'openapi-spec-validator==0.9.0'
 fi

@@ -281,4 +281,23 @@ async fn the_openapi_document_names_every_route_and_its_types() {
     assert!(schemas["IntentSubmission"].is_object());
     assert!(schemas["ErrorBody"].is_object());
     assert!(doc["components"]["securitySchemes"]["session_key"].is_object());
+
+    // An implementation we did not write checks it against the OpenAPI specification.
+    let path = std::env::temp_dir().join(format!("cx-openapi-{}.json", std::process::id()));
+    std::fs::write(&path, doc.to_string()).unwrap();
+    let validator = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../.tools/py/bin/openapi-spec-validator"
+    );
+    let out = std::process::Command::new(validator)
+        .arg(&path)
+        .output()
+        .expect("openapi-spec-validator in the project's virtualenv (scripts/setup.sh)");
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "openapi-spec-validator: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
