@@ -1,11 +1,14 @@
 //! Dispatch: jobs to providers and their outcomes back to whoever waits on them.
 //!
-//! Providers will take signed assignments over their own outbound connections (the exchange
-//! never reaches into a provider's network; the providers' issue). What every caller already
-//! needs is here: [`Waiters`], which wakes the tasks waiting on a job (`"wait": true`, the
-//! events stream, the OpenAI-compatible door) when its state changes, and [`run_sweeps`], which
-//! expires jobs no one finished by their deadline (returning their holds) and takes silent
-//! providers' bundles out of the engine.
+//! Providers connect out (the exchange never reaches into a provider's network): they register
+//! a signed offer ([`crate::intake::Intake::register_offer`]), long-poll for their jobs
+//! ([`crate::intake::Intake::pull`]), each handed out with the exchange's signed assignment,
+//! stream pieces of the text ([`crate::intake::Intake::progress`]) and return the output with a
+//! signed receipt checked against the job ([`crate::intake::Intake::accept_result`]).
+//! [`Waiters`] wakes the tasks waiting on a job (`"wait": true`, the events stream, the
+//! OpenAI-compatible door) when its state changes and relays the streamed pieces, and
+//! [`run_sweeps`] expires jobs no one finished by their deadline (returning their holds) and
+//! takes silent providers' bundles out of the engine.
 //!
 //! The books are the truth: a waiter subscribes first, then reads the job from the books, and a
 //! notification only tells it to read again, so a change between the two is never missed.
@@ -16,7 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast;
 
-/// States a job never leaves.
+/// States that end a job's run: no provider works on it again, and waiters stop waiting (`done`
+/// still becomes `settled` when its batch lands).
 pub const TERMINAL: [&str; 5] = ["done", "expired", "failed", "cancelled", "settled"];
 
 /// Whether `status` is one a job never leaves.
