@@ -1,9 +1,12 @@
 //! `cx agent` as users run it: key files (0600, never silently replaced), one-line errors that
 //! name the file, the server's refusal code in the line.
 
+mod common;
+
+use common::TempDir;
 use serde_json::Value;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 fn cx(args: &[&str], stdin: &str) -> Output {
@@ -44,29 +47,6 @@ fn error_line(args: &[&str]) -> String {
     assert_eq!(err.lines().count(), 1, "one line, got: {err}");
     assert!(out.stdout.is_empty(), "nothing on stdout on error");
     err
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "cx-agent-test-{tag}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos()
-        ));
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn mode(path: &Path) -> u32 {
@@ -177,11 +157,9 @@ fn an_unreachable_exchange_is_one_line_naming_the_url() {
 
 // ---- the whole agent path: Anvil, a real exchange over HTTPS, the `cx agent` commands ----------
 
-mod common;
-
 mod devnet {
-    use super::common::Serve;
-    use super::{TempDir, error_line, last_json};
+    use super::common::{Serve, TempDir, group_key, path, strings};
+    use super::{error_line, last_json};
     use alloy::primitives::{Address, B256, U256};
     use cx_contracts::{ChainDeployment, DeploymentsFile};
     use cx_devnet::AnvilInstance;
@@ -189,7 +167,6 @@ mod devnet {
     use cx_devnet::deploy::{DeployParams, deploy};
     use cx_devnet::free_port;
     use cx_protocol::Bundle;
-    use cx_settlement::frost::EvmGroupKey;
     use serde_json::{Value, json};
     use std::process::Output;
     use std::time::{Duration, Instant};
@@ -222,17 +199,6 @@ mod devnet {
             "resident_bases": if resident { vec!["llama-3.1-8b-instruct"] } else { vec![] },
         }))
         .unwrap()
-    }
-
-    /// The secp256k1 generator as a group key: the contract only needs a point; no batch is
-    /// signed here.
-    fn group_key() -> EvmGroupKey {
-        EvmGroupKey {
-            x: "0x79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798"
-                .parse::<U256>()
-                .unwrap(),
-            parity: 0,
-        }
     }
 
     /// Anvil with the contracts deployed, `cx serve` on it (a fresh database, its own CA, the
@@ -673,13 +639,5 @@ mod devnet {
             .await,
         );
         assert_eq!(done.as_array().unwrap().len(), 4);
-    }
-
-    fn strings(args: &[&str]) -> Vec<String> {
-        args.iter().map(|s| (*s).to_owned()).collect()
-    }
-
-    fn path(p: &std::path::Path) -> &str {
-        p.to_str().unwrap()
     }
 }

@@ -12,13 +12,12 @@
 mod common;
 
 use alloy::primitives::{Address, B256, U256};
-use common::Serve;
+use common::{Serve, TempDir, group_key, path, strings};
 use cx_contracts::{ChainDeployment, DeploymentsFile};
 use cx_devnet::AnvilInstance;
 use cx_devnet::db::TempDatabase;
 use cx_devnet::deploy::{DeployParams, deploy};
 use cx_devnet::free_port;
-use cx_settlement::frost::EvmGroupKey;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -50,29 +49,6 @@ retail = { input_wei_per_mtok = 60000, output_wei_per_mtok = 80000 }
 cost = { input_wei_per_mtok = 40000, output_wei_per_mtok = 50000 }
 "#;
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let path = std::env::temp_dir().join(format!(
-            "cx-provider-test-{tag}-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos()
-        ));
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A child process killed on drop.
 struct Killed(Child);
 
@@ -81,10 +57,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 fn provider_bin() -> PathBuf {
@@ -136,20 +108,6 @@ async fn cx_json(args: Vec<String>, stdin: String) -> Value {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(text.lines().last().expect("some output")).expect("last line is JSON")
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| (*s).to_owned()).collect()
-}
-
-/// The secp256k1 generator as a group key: the contract only needs a point; no batch is signed.
-fn group_key() -> EvmGroupKey {
-    EvmGroupKey {
-        x: "0x79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798"
-            .parse::<U256>()
-            .unwrap(),
-        parity: 0,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -84,3 +84,47 @@ impl Drop for Serve {
         let _ = self.child.wait();
     }
 }
+
+/// A scratch directory, removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let path = std::env::temp_dir().join(format!(
+            "cx-cli-test-{tag}-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos()
+        ));
+        std::fs::create_dir_all(&path).unwrap();
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The secp256k1 generator as a group key: the contract only needs a point; no batch is signed.
+pub fn group_key() -> cx_settlement::frost::EvmGroupKey {
+    cx_settlement::frost::EvmGroupKey {
+        x: "0x79be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798"
+            .parse::<alloy::primitives::U256>()
+            .unwrap(),
+        parity: 0,
+    }
+}
+
+/// Owned arguments.
+pub fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// A path as an argument.
+pub fn path(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
