@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use cx_protocol::pq::Identity;
-use cx_settlement::config::{CommitteeRule, Member, SignerConfig};
+use cx_settlement::config::{CommitteeRule, MarketTerms, Member, SignerConfig};
 use cx_settlement::coordinator::Committee;
 use cx_settlement::keyfile;
 
@@ -78,6 +78,10 @@ pub struct Cluster {
     dir: ScratchDir,
     /// The coordinator's identity (pinned in every signer's config).
     pub coordinator: Arc<Identity>,
+    /// The exchange's identity: every signer pins its key, and pays only jobs it assigned.
+    pub exchange: Arc<Identity>,
+    /// The exchange's fee every signer computes credits with.
+    pub fee: cx_settlement::ledger::Fee,
     /// Every member as the others know it.
     pub members: Vec<Member>,
     children: Vec<Option<Supervised>>,
@@ -101,6 +105,23 @@ impl Cluster {
     /// from `binary`, each with `rule` pinned in its config, and waits until each accepts
     /// connections.
     pub fn start(binary: &Path, operators: &[&str], rule: CommitteeRule) -> Result<Self> {
+        Self::start_with(
+            binary,
+            operators,
+            rule,
+            Arc::new(Identity::generate()),
+            Default::default(),
+        )
+    }
+
+    /// [`Cluster::start`] for the market of `exchange` (the key every signer pins) with `fee`.
+    pub fn start_with(
+        binary: &Path,
+        operators: &[&str],
+        rule: CommitteeRule,
+        exchange: Arc<Identity>,
+        fee: cx_settlement::ledger::Fee,
+    ) -> Result<Self> {
         let dir = ScratchDir::new("cx-committee")?;
         let deployments_file = dir.path.join("deployments.json");
         let mut members = Vec::new();
@@ -124,6 +145,10 @@ impl Cluster {
                 data_dir: dir.path.join(format!("signer-{}", m.index)),
                 coordinator_key: coordinator.public().to_bytes().to_vec(),
                 committee: members.clone(),
+                market: MarketTerms {
+                    exchange_key: exchange.public().to_bytes().to_vec(),
+                    fee,
+                },
                 rule,
                 limits: Default::default(),
                 deployments_file: deployments_file.clone(),
@@ -137,6 +162,8 @@ impl Cluster {
             children: (0..members.len()).map(|_| None).collect(),
             dir,
             coordinator,
+            exchange,
+            fee,
             members,
             deployments_file,
         };

@@ -3,9 +3,8 @@
 //! receipts that provider signs.
 
 use alloy::primitives::{B256, U256};
-use cx_protocol::DeterminismClass;
 use cx_protocol::pq::Identity;
-use cx_protocol::receipt::{Receipt, SignedReceipt};
+use cx_protocol::voucher::{Parties, Voucher};
 use sha2::{Digest, Sha256};
 
 use cx_contracts::{ChainDeployment, Deployment};
@@ -31,6 +30,8 @@ pub struct ScenarioChain {
     pub provider: EvmClient,
     /// The provider's ML-DSA identity (signs receipts; its hash is registered on chain).
     pub provider_identity: Identity,
+    /// The buyer's ML-DSA identity (co-signs its orders).
+    pub buyer_identity: Identity,
 }
 
 impl std::fmt::Debug for ScenarioChain {
@@ -66,6 +67,7 @@ impl ScenarioChain {
             buyer,
             provider,
             provider_identity,
+            buyer_identity: Identity::generate(),
         })
     }
 
@@ -93,30 +95,40 @@ impl ScenarioChain {
         Ok(ids)
     }
 
-    /// The provider's signed receipts for `escrow_ids`, each owing `owed` wei.
-    pub fn receipts(&self, escrow_ids: &[u64], owed: u128) -> Result<Vec<SignedReceipt>> {
+    /// One job on each of `escrow_ids`, each owing `owed` wei, with its voucher: the buyer's
+    /// intent, the assignment signed by `exchange` (the key the committee pins) and the
+    /// provider's receipt.
+    pub fn vouchers(
+        &self,
+        escrow_ids: &[u64],
+        owed: u128,
+        exchange: &Identity,
+    ) -> Result<Vec<Voucher>> {
+        self.vouchers_by(&self.provider_identity, escrow_ids, owed, exchange)
+    }
+
+    /// [`ScenarioChain::vouchers`] for jobs the exchange assigned to `provider` (its receipts
+    /// signed by that key, paid to this chain's provider account).
+    pub fn vouchers_by(
+        &self,
+        provider: &Identity,
+        escrow_ids: &[u64],
+        owed: u128,
+        exchange: &Identity,
+    ) -> Result<Vec<Voucher>> {
+        let parties = Parties {
+            buyer: self.anvil.keys[1].credential(),
+            buyer_identity: &self.buyer_identity,
+            exchange,
+            provider,
+            payout: self.provider.account(),
+        };
+        let domain = cx_protocol::order::domain(self.anvil.chain_id, self.deployment.settlement);
         escrow_ids
             .iter()
             .map(|&escrow_id| {
-                let mut job = Sha256::new();
-                job.update(self.anvil.chain_id.to_be_bytes());
-                job.update(escrow_id.to_be_bytes());
-                let receipt = Receipt {
-                    job_id: job.finalize().into(),
-                    chain_id: self.anvil.chain_id,
-                    escrow_id,
-                    input_hash: Sha256::digest(b"input").into(),
-                    output_hash: Sha256::digest(b"output").into(),
-                    adapter_hash: Sha256::digest(b"adapter").into(),
-                    tokens: 256,
-                    compute_ms: 12,
-                    class: DeterminismClass::D,
-                    provider: self.provider.account().into_array(),
-                    provider_key: self.provider_identity.id().0,
-                    amount_owed_wei: owed,
-                    buyer: self.buyer.account().into_array(),
-                };
-                SignedReceipt::sign(receipt, &self.provider_identity)
+                parties
+                    .intent_job(&domain, escrow_id, escrow_id, owed, owed, owed, "output")
                     .map_err(|e| cx_settlement::Error::from(e).into())
             })
             .collect()

@@ -117,6 +117,8 @@ pub struct SignerConfig {
     pub coordinator_key: Vec<u8>,
     /// Every member, this signer included: the participants of every DKG, exactly.
     pub committee: Vec<Member>,
+    /// The market whose jobs it pays: the exchange key that signs assignments, and the fee.
+    pub market: MarketTerms,
     /// The signing rule of the committee (see [`CommitteeRule`]).
     pub rule: CommitteeRule,
     /// Bounds on connections, handshakes and DKG messages (defaults when absent).
@@ -125,6 +127,27 @@ pub struct SignerConfig {
     /// The chain registry with deployed addresses (`cx-signer devnet deploy` writes it); read
     /// when a request names a chain, so signers can start before contracts are deployed.
     pub deployments_file: PathBuf,
+}
+
+/// The market a committee settles for, pinned in each signer's config: a receipt is paid only
+/// with an assignment under `exchange_key`, and credits are computed with `fee`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MarketTerms {
+    /// The exchange's ML-DSA-65 verification key (hex).
+    #[serde(with = "hex_bytes")]
+    pub exchange_key: Vec<u8>,
+    /// The exchange's fee.
+    pub fee: crate::ledger::Fee,
+}
+
+impl MarketTerms {
+    /// The exchange's key, parsed.
+    pub fn exchange(&self) -> Result<cx_protocol::pq::PublicIdentity> {
+        Ok(cx_protocol::pq::PublicIdentity::from_bytes(
+            &self.exchange_key,
+        )?)
+    }
 }
 
 impl SignerConfig {
@@ -136,6 +159,7 @@ impl SignerConfig {
             source,
         })?;
         config.me()?;
+        config.market.exchange()?;
         config.check()?;
         Ok(config)
     }

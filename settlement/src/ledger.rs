@@ -7,33 +7,38 @@
 //! Sharing the function is what makes "the signer re-checks the batch" a recomputation rather
 //! than a second, drifting implementation.
 //!
-//! Money: for each receipt, the provider is credited `amount_owed_wei` and the buyer the rest of
-//! the escrow (`escrow − owed`); the escrow's whole amount is what `Settlement.settleBatch` moves
-//! into `totalSettled`, so the credits of a batch add up to exactly what it settles. Balances are
-//! cumulative (what a party was ever credited on this chain); `Escrow.claim` pays the difference to
-//! what it already withdrew. Each chain keeps its own balances: a claim on one chain is paid from
-//! that chain's escrows.
+//! Money: an escrow is a tab that pays many jobs and settles once, whole. For each of its
+//! receipts the provider is credited `amount_owed_wei` less the exchange's fee ([`Fee`], basis
+//! points, credited to the exchange's operator account), and the buyer is credited the rest of
+//! the escrow (`escrow − Σ owed`). The escrow's whole amount is what `Settlement.settleBatch`
+//! moves into `totalSettled`, so the credits of a batch add up to exactly what it settles.
+//! Balances are cumulative (what a party was ever credited on this chain); `Escrow.claim` pays
+//! the difference to what it already withdrew. Each chain keeps its own balances: a claim on one
+//! chain is paid from that chain's escrows.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use alloy::primitives::{Address, B256, U256, keccak256};
-use cx_protocol::receipt::SignedReceipt;
+use cx_protocol::pq::PublicIdentity;
+use cx_protocol::voucher::Voucher;
 use serde::{Deserialize, Serialize};
 
 use crate::batch::{BatchMessage, ranges_from_ids};
 use crate::error::{Error, Result};
 use crate::merkle::{BalancesTree, MerkleTree, receipt_leaf};
 
-/// Receipts one chain's part of a batch holds at most. A signed receipt is ~9 KB of JSON (the
-/// ML-DSA-65 signature and key, hex), and a part travels whole in one sign request, which must fit
-/// one frame ([`crate::transport::Limits::max_frame_bytes`], 16 MiB): 1,000 receipts are ~9 MB,
-/// leaving room for the two cumulative-balances lists (previous and new, ~110 bytes a party
-/// each) when they travel: with 25,000 parties on the chain a full part with its lists is
-/// 14.7 MB. (Usually they do not: the coordinator sends the root and each signer keeps its own
-/// lists; the full lists go only to a signer that lacks them.) More pending receipts settle in more batches (the coordinator takes the oldest
-/// first); a signer refuses a part over this size. The test `a_full_part_fits_one_frame` holds
-/// these figures to the real encoding.
-pub const MAX_RECEIPTS_PER_BATCH: usize = 1_000;
+/// Receipts one chain's part of a batch holds at most. A voucher is ~24 KB of JSON (three
+/// ML-DSA-65 signatures, the receipt's key, the buyer's order; hex), and a part travels whole in
+/// one sign request, which must fit one frame ([`crate::transport::Limits::max_frame_bytes`],
+/// 16 MiB): 400 vouchers are ~9.5 MB, leaving room for the two cumulative-balances lists
+/// (previous and new, ~110 bytes a party each) when they travel: with 25,000 parties on the
+/// chain a full part with its lists fits. (Usually they do not: the coordinator sends the root
+/// and each signer keeps its own lists; the full lists go only to a signer that lacks them.)
+/// A tab settles whole in one part, so the exchange holds a tab to this many jobs; more pending
+/// tabs settle in more batches (the coordinator takes the oldest first); a signer refuses a part
+/// over this size. The test `a_full_part_fits_one_frame` holds these figures to the real
+/// encoding.
+pub const MAX_RECEIPTS_PER_BATCH: usize = 400;
 
 /// `Escrow.NO_BALANCES_ROOT`: the balances root before any batch.
 pub fn no_balances_root() -> B256 {
@@ -82,9 +87,12 @@ pub struct ChainBatch {
     pub key_epoch: u32,
     /// Batch nonce on that contract.
     pub nonce: u64,
-    /// The provider-signed receipts, in leaf order.
-    pub receipts: Vec<SignedReceipt>,
-    /// The escrows the receipts settle, in the same order.
+    /// The exchange's fee the credits were computed with.
+    pub fee: Fee,
+    /// Each job's voucher (order → assignment → provider-signed receipt), receipts in leaf
+    /// order.
+    pub receipts: Vec<Voucher>,
+    /// The escrows (tabs) the receipts settle, each once, by id.
     pub escrows: Vec<Escrow>,
     /// Cumulative balances before this batch (their root is the contract's `balancesRoot`).
     pub previous_balances: Vec<(Address, U256)>,
@@ -132,19 +140,62 @@ fn refuse(reason: String) -> Error {
     Error::InvalidBatch(reason)
 }
 
-/// Builds one chain's batch. `escrows` holds each receipt's escrow as read on chain; `previous`
-/// the cumulative balances the contract's current root commits to. Refuses (with the reason) a
-/// receipt for another chain, a job or escrow named twice, an escrow whose buyer differs from the
-/// receipt's, or an amount owed above the escrow.
+/// The exchange's fee: `bps` basis points of what each receipt is owed, credited to `account`
+/// (the provider is credited the rest of what it is owed). The committee pins it in its
+/// config, so a batch crediting any other fee does not recompute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fee {
+    /// Basis points of each amount owed (at most 10,000).
+    pub bps: u16,
+    /// Who is credited the fee.
+    pub account: Address,
+}
+
+impl Fee {
+    /// The fee on `owed` wei, rounded down (the provider keeps the remainder).
+    pub fn of(&self, owed: u128) -> u128 {
+        // owed < 2^128 and bps ≤ 10^4 < 2^14: the product fits U256, and the quotient ≤ owed.
+        let fee = U256::from(owed) * U256::from(self.bps) / U256::from(10_000u32);
+        fee.to::<u128>()
+    }
+}
+
+/// Where and under what a part is built: chain, contract, key epoch, nonce and fee.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Head {
+    /// Chain id.
+    pub chain_id: u64,
+    /// The chain's `Settlement` contract.
+    pub contract: Address,
+    /// The contract's group-key epoch.
+    pub key_epoch: u32,
+    /// Batch nonce.
+    pub nonce: u64,
+    /// The exchange's fee.
+    pub fee: Fee,
+}
+
+/// Builds one chain's batch. `escrows` holds each receipt's escrow (tab) as read on chain;
+/// `previous` the cumulative balances the contract's current root commits to. Many receipts
+/// may draw on one escrow (a tab pays many jobs), and the batch settles it whole: the receipts
+/// must be every job the tab pays. Refuses (with the reason) a receipt for another chain, a
+/// job named twice, an escrow whose buyer differs from the receipt's, receipts of one escrow
+/// owed more than it holds, or a fee above 100%. The vouchers' signatures are not checked here
+/// ([`check_vouchers`] does).
 pub fn assemble(
-    chain_id: u64,
-    contract: Address,
-    key_epoch: u32,
-    nonce: u64,
-    receipts: Vec<SignedReceipt>,
+    head: Head,
+    receipts: Vec<Voucher>,
     escrows: &HashMap<u64, Escrow>,
     previous: Vec<(Address, U256)>,
 ) -> Result<ChainBatch> {
+    let Head {
+        chain_id,
+        contract,
+        key_epoch,
+        nonce,
+        fee,
+    } = head;
     if receipts.is_empty() {
         return Err(refuse("a batch needs at least one receipt".into()));
     }
@@ -154,18 +205,21 @@ pub fn assemble(
             receipts.len()
         )));
     }
+    if fee.bps > 10_000 {
+        return Err(refuse(format!("a fee of {} bps is over 100%", fee.bps)));
+    }
     let mut jobs = HashSet::new();
-    let mut escrow_ids = HashSet::new();
     let mut balances: BTreeMap<Address, U256> = BTreeMap::new();
     for (party, amount) in &previous {
         if balances.insert(*party, *amount).is_some() {
             return Err(refuse(format!("previous balances name {party} twice")));
         }
     }
-    let mut ordered = Vec::with_capacity(receipts.len());
+    let mut owed_by_escrow: BTreeMap<u64, u128> = BTreeMap::new();
+    let mut fees = U256::ZERO;
     let mut leaves = Vec::with_capacity(receipts.len());
-    for signed in &receipts {
-        let r = &signed.receipt;
+    for voucher in &receipts {
+        let r = &voucher.receipt.receipt;
         let job = hex::encode(r.job_id);
         if r.chain_id != chain_id {
             return Err(refuse(format!(
@@ -175,9 +229,6 @@ pub fn assemble(
         }
         if !jobs.insert(r.job_id) {
             return Err(refuse(format!("job {job} appears twice")));
-        }
-        if !escrow_ids.insert(r.escrow_id) {
-            return Err(refuse(format!("escrow {} appears twice", r.escrow_id)));
         }
         let escrow = escrows.get(&r.escrow_id).ok_or_else(|| {
             refuse(format!(
@@ -192,19 +243,34 @@ pub fn assemble(
                 r.escrow_id, escrow.buyer
             )));
         }
-        if r.amount_owed_wei > escrow.amount {
-            return Err(refuse(format!(
-                "job {job} claims {} wei owed, more than its escrow of {}",
-                r.amount_owed_wei, escrow.amount
-            )));
-        }
-        *balances.entry(Address::from(r.provider)).or_default() += U256::from(r.amount_owed_wei);
-        let refund = escrow.amount - r.amount_owed_wei;
-        if refund > 0 {
-            *balances.entry(buyer).or_default() += U256::from(refund);
-        }
-        ordered.push(*escrow);
+        let owed = owed_by_escrow.entry(r.escrow_id).or_default();
+        *owed = owed
+            .checked_add(r.amount_owed_wei)
+            .filter(|total| *total <= escrow.amount)
+            .ok_or_else(|| {
+                refuse(format!(
+                    "the receipts of escrow {} claim more than its escrow of {} wei (job {job} \
+                     adds {})",
+                    r.escrow_id, escrow.amount, r.amount_owed_wei
+                ))
+            })?;
+        let cut = fee.of(r.amount_owed_wei);
+        fees += U256::from(cut);
+        *balances.entry(Address::from(r.provider)).or_default() +=
+            U256::from(r.amount_owed_wei - cut);
         leaves.push(receipt_leaf(B256::from(r.hash())));
+    }
+    if fees > U256::ZERO {
+        *balances.entry(fee.account).or_default() += fees;
+    }
+    let mut ordered = Vec::with_capacity(owed_by_escrow.len());
+    for (id, owed) in owed_by_escrow {
+        let escrow = escrows[&id];
+        let refund = escrow.amount - owed;
+        if refund > 0 {
+            *balances.entry(escrow.buyer).or_default() += U256::from(refund);
+        }
+        ordered.push(escrow);
     }
     let new_balances: Vec<(Address, U256)> = balances.into_iter().collect();
     let balances_root = BalancesTree::new(new_balances.clone())?.root();
@@ -213,6 +279,7 @@ pub fn assemble(
         contract,
         key_epoch,
         nonce,
+        fee,
         receipts,
         escrows: ordered,
         previous_balances: previous,
@@ -222,10 +289,50 @@ pub fn assemble(
     })
 }
 
+/// Every broken link among a part's vouchers, as reasons: each voucher's chain of signatures
+/// under the pinned `exchange` key and the chain's `domain` ([`Voucher::check`]), and, per
+/// session grant, that what its jobs are owed together stays within its cap. (A tab settles
+/// once, whole, so every job of a grant is in the same part.) The caller still checks that
+/// each receipt's key is the one its provider registered on chain.
+pub fn check_vouchers(
+    receipts: &[Voucher],
+    exchange: &PublicIdentity,
+    domain: &alloy::sol_types::Eip712Domain,
+) -> Vec<String> {
+    let mut reasons = Vec::new();
+    let mut spent: BTreeMap<B256, (u128, u128)> = BTreeMap::new();
+    for v in receipts {
+        match v.check(exchange, domain) {
+            Err(e) => reasons.push(format!("voucher of job {}: {e}", hex::encode(v.job_id()))),
+            Ok(None) => {}
+            Ok(Some(spend)) => {
+                let (total, cap) = spent.entry(spend.session).or_insert((0, spend.cap_wei));
+                *total = total.saturating_add(spend.owed_wei);
+                *cap = (*cap).min(spend.cap_wei);
+            }
+        }
+    }
+    for (session, (total, cap)) in spent {
+        if total > cap {
+            reasons.push(format!(
+                "session {session}: its jobs are owed {total} wei, over the {cap} wei its \
+                 buyer granted"
+            ));
+        }
+    }
+    reasons
+}
+
 /// Every difference between a proposed batch and the one recomputed from checked inputs, as
 /// reasons a signer can give (empty when they agree).
 pub fn differences(proposed: &ChainBatch, recomputed: &ChainBatch) -> Vec<String> {
     let mut out = Vec::new();
+    if proposed.fee != recomputed.fee {
+        out.push(format!(
+            "fee {:?} is not the committee's {:?}",
+            proposed.fee, recomputed.fee
+        ));
+    }
     if proposed.key_epoch != recomputed.key_epoch {
         out.push(format!(
             "key epoch {} is not the contract's current epoch {}",
@@ -269,55 +376,81 @@ pub fn differences(proposed: &ChainBatch, recomputed: &ChainBatch) -> Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cx_protocol::DeterminismClass;
     use cx_protocol::pq::Identity;
-    use cx_protocol::receipt::Receipt;
+    use cx_protocol::voucher::Parties;
+    use k256::ecdsa::SigningKey;
 
-    fn signed(provider: &Identity, escrow_id: u64, owed: u128) -> SignedReceipt {
-        let receipt = Receipt {
-            job_id: [escrow_id as u8; 32],
-            chain_id: 7,
-            escrow_id,
-            input_hash: [1; 32],
-            output_hash: [2; 32],
-            adapter_hash: [3; 32],
-            tokens: 100,
-            compute_ms: 10,
-            class: DeterminismClass::D,
-            provider: [0xaa; 20],
-            provider_key: provider.id().0,
-            amount_owed_wei: owed,
-            buyer: [0xbb; 20],
-        };
-        SignedReceipt::sign(receipt, provider).unwrap()
+    struct World {
+        buyer: SigningKey,
+        buyer_identity: Identity,
+        exchange: Identity,
+        provider: Identity,
     }
 
-    fn escrows(amount: u128, ids: &[u64]) -> HashMap<u64, Escrow> {
-        ids.iter()
-            .map(|&id| {
-                (
-                    id,
-                    Escrow {
-                        escrow_id: id,
-                        buyer: Address::repeat_byte(0xbb),
-                        amount,
-                        reclaimable_at_s: u64::MAX,
-                    },
-                )
-            })
-            .collect()
+    fn world() -> World {
+        World {
+            buyer: SigningKey::from_slice(&[5; 32]).unwrap(),
+            buyer_identity: Identity::from_seed([1; 32]),
+            exchange: Identity::from_seed([2; 32]),
+            provider: Identity::from_seed([3; 32]),
+        }
+    }
+
+    fn domain() -> alloy::sol_types::Eip712Domain {
+        cx_protocol::order::domain(7, Address::ZERO)
+    }
+
+    impl World {
+        fn buyer(&self) -> Address {
+            cx_protocol::order::account_of(&self.buyer)
+        }
+
+        fn voucher(&self, escrow_id: u64, nonce: u64, owed: u128) -> Voucher {
+            Parties {
+                buyer: &self.buyer,
+                buyer_identity: &self.buyer_identity,
+                exchange: &self.exchange,
+                provider: &self.provider,
+                payout: Address::repeat_byte(0xaa),
+            }
+            .intent_job(&domain(), escrow_id, nonce, owed.max(1), owed, owed, "out")
+            .unwrap()
+        }
+
+        fn escrows(&self, amount: u128, ids: &[u64]) -> HashMap<u64, Escrow> {
+            ids.iter()
+                .map(|&id| {
+                    (
+                        id,
+                        Escrow {
+                            escrow_id: id,
+                            buyer: self.buyer(),
+                            amount,
+                            reclaimable_at_s: u64::MAX,
+                        },
+                    )
+                })
+                .collect()
+        }
+    }
+
+    fn head(nonce: u64) -> Head {
+        Head {
+            chain_id: 7,
+            contract: Address::ZERO,
+            key_epoch: 0,
+            nonce,
+            fee: Fee::default(),
+        }
     }
 
     #[test]
     fn credits_add_up_to_the_settled_escrow_and_accumulate() {
-        let p = Identity::from_seed([3; 32]);
+        let w = world();
         let first = assemble(
-            7,
-            Address::ZERO,
-            0,
-            1,
-            vec![signed(&p, 0, 60), signed(&p, 1, 100)],
-            &escrows(100, &[0, 1]),
+            head(1),
+            vec![w.voucher(0, 1, 60), w.voucher(1, 2, 100)],
+            &w.escrows(100, &[0, 1]),
             vec![],
         )
         .unwrap();
@@ -327,77 +460,125 @@ mod tests {
             first.claim_proof(Address::repeat_byte(0xaa)).unwrap().0,
             U256::from(160)
         );
-        assert_eq!(
-            first.claim_proof(Address::repeat_byte(0xbb)).unwrap().0,
-            U256::from(40)
-        );
+        assert_eq!(first.claim_proof(w.buyer()).unwrap().0, U256::from(40));
         let second = assemble(
-            7,
-            Address::ZERO,
-            0,
-            2,
-            vec![signed(&p, 2, 10)],
-            &escrows(100, &[2]),
+            head(2),
+            vec![w.voucher(2, 3, 10)],
+            &w.escrows(100, &[2]),
             first.new_balances.clone(),
         )
         .unwrap();
-        assert_eq!(
-            second.claim_proof(Address::repeat_byte(0xbb)).unwrap().0,
-            U256::from(130)
-        );
+        assert_eq!(second.claim_proof(w.buyer()).unwrap().0, U256::from(130));
         assert_eq!(second.message().ranges.len(), 1);
     }
 
     #[test]
+    fn one_tab_pays_many_jobs_and_the_fee_goes_to_the_exchange() {
+        let w = world();
+        let exchange = Address::repeat_byte(0xee);
+        let batch = assemble(
+            Head {
+                fee: Fee {
+                    bps: 250,
+                    account: exchange,
+                },
+                ..head(1)
+            },
+            vec![
+                w.voucher(3, 1, 400),
+                w.voucher(3, 2, 199),
+                w.voucher(4, 3, 10),
+            ],
+            &w.escrows(1_000, &[3, 4]),
+            vec![],
+        )
+        .unwrap();
+        // Each escrow settles once, in id order, whatever the receipts' order.
+        assert_eq!(
+            batch
+                .escrows
+                .iter()
+                .map(|e| e.escrow_id)
+                .collect::<Vec<_>>(),
+            vec![3, 4]
+        );
+        assert_eq!(batch.settled_amount(), U256::from(2_000));
+        let credit = |a: Address| batch.claim_proof(a).map(|(v, _)| v).unwrap_or_default();
+        // 2.5% of 400 is 10, of 199 is 4 (rounded down), of 10 is 0.
+        assert_eq!(credit(exchange), U256::from(14));
+        assert_eq!(
+            credit(Address::repeat_byte(0xaa)),
+            U256::from(400 + 199 + 10 - 14)
+        );
+        assert_eq!(credit(w.buyer()), U256::from(2_000 - 609));
+        let credited: U256 = batch.new_balances.iter().map(|(_, a)| *a).sum();
+        assert_eq!(credited, batch.settled_amount());
+
+        // Together over the tab: refused, naming the escrow.
+        let err = assemble(
+            head(1),
+            vec![w.voucher(3, 1, 600), w.voucher(3, 2, 401)],
+            &w.escrows(1_000, &[3]),
+            vec![],
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("escrow 3 claim more"), "{err}");
+    }
+
+    #[test]
     fn overclaims_duplicates_and_wrong_buyers_are_refused() {
-        let p = Identity::from_seed([3; 32]);
-        let e = escrows(100, &[0, 1]);
-        let err = assemble(7, Address::ZERO, 0, 1, vec![signed(&p, 0, 101)], &e, vec![]);
+        let w = world();
+        let e = w.escrows(100, &[0, 1]);
+        let err = assemble(head(1), vec![w.voucher(0, 1, 101)], &e, vec![]);
         assert!(
             err.unwrap_err()
                 .to_string()
                 .contains("more than its escrow")
         );
-        let err = assemble(
-            7,
-            Address::ZERO,
-            0,
-            1,
-            vec![signed(&p, 0, 1), signed(&p, 0, 1)],
-            &e,
-            vec![],
-        );
+        let twice = w.voucher(0, 1, 1);
+        let err = assemble(head(1), vec![twice.clone(), twice], &e, vec![]);
         assert!(err.unwrap_err().to_string().contains("twice"));
         let mut other = e.clone();
         other.get_mut(&0).unwrap().buyer = Address::repeat_byte(1);
+        let err = assemble(head(1), vec![w.voucher(0, 1, 1)], &other, vec![]);
+        assert!(err.unwrap_err().to_string().contains("names buyer"));
         let err = assemble(
-            7,
-            Address::ZERO,
-            0,
-            1,
-            vec![signed(&p, 0, 1)],
-            &other,
+            Head {
+                chain_id: 8,
+                ..head(1)
+            },
+            vec![w.voucher(0, 1, 1)],
+            &e,
             vec![],
         );
-        assert!(err.unwrap_err().to_string().contains("names buyer"));
-        let err = assemble(8, Address::ZERO, 0, 1, vec![signed(&p, 0, 1)], &e, vec![]);
         assert!(err.unwrap_err().to_string().contains("not 8"));
+    }
+
+    #[test]
+    fn vouchers_are_checked_link_by_link_and_sessions_within_their_cap() {
+        let w = world();
+        let good = w.voucher(0, 1, 5);
+        assert!(check_vouchers(&[good.clone()], &w.exchange.public(), &domain()).is_empty());
+        let stranger = Identity::from_seed([9; 32]);
+        let reasons = check_vouchers(&[good], &stranger.public(), &domain());
+        assert_eq!(reasons.len(), 1, "{reasons:?}");
+        assert!(reasons[0].contains("assignment"), "{reasons:?}");
     }
 
     /// What broke: a batch took every pending receipt, and past ~1,500 of them each sign
     /// request was over the 16 MiB frame: refused by the transport, every time, forever. A part
-    /// holds at most `MAX_RECEIPTS_PER_BATCH`, and a full one — with 25,000 parties' balances
-    /// — still fits one frame.
+    /// holds at most `MAX_RECEIPTS_PER_BATCH` vouchers, and a full one — with 25,000 parties'
+    /// balances — still fits one frame.
     #[test]
     fn a_full_part_fits_one_frame() {
-        let p = Identity::from_seed([3; 32]);
-        let one = signed(&p, 0, 1);
-        let receipts: Vec<SignedReceipt> = (0..MAX_RECEIPTS_PER_BATCH as u64)
+        let w = world();
+        let one = w.voucher(0, 1, 1);
+        let receipts: Vec<Voucher> = (0..MAX_RECEIPTS_PER_BATCH as u64)
             .map(|id| {
-                // Same encoded size as a real signature over this receipt (not checked here).
+                // Same encoded size as real signatures over this receipt (not checked here).
                 let mut r = one.clone();
-                r.receipt.escrow_id = id;
-                r.receipt.job_id[..8].copy_from_slice(&id.to_be_bytes());
+                r.receipt.receipt.escrow_id = id;
+                r.receipt.receipt.job_id[..8].copy_from_slice(&id.to_be_bytes());
                 r
             })
             .collect();
@@ -409,32 +590,23 @@ mod tests {
                 (Address::from(a), U256::from(u64::MAX - i))
             })
             .collect();
-        let batch = assemble(
-            7,
-            Address::ZERO,
-            0,
-            1,
-            receipts.clone(),
-            &escrows(100, &ids),
-            previous,
-        )
-        .unwrap();
+        let batch = assemble(head(1), receipts.clone(), &w.escrows(100, &ids), previous).unwrap();
         let bytes = serde_json::to_vec(&batch).unwrap().len();
         // The request around it (signing package of up to 16 signers, the envelope) and the
         // frame's AEAD tag are a few KB.
         let limit = crate::transport::Limits::default().max_frame_bytes;
         assert!(bytes + 64 * 1024 < limit, "{bytes} bytes of {limit}");
         let mut over = receipts;
-        over.push(signed(&p, 5_000, 1));
-        let err = assemble(7, Address::ZERO, 0, 1, over, &escrows(100, &[]), vec![]).unwrap_err();
-        assert!(err.to_string().contains("over the 1000"), "{err}");
+        over.push(w.voucher(5_000, 2, 1));
+        let err = assemble(head(1), over, &w.escrows(100, &[]), vec![]).unwrap_err();
+        assert!(err.to_string().contains("over the 400"), "{err}");
     }
 
     #[test]
     fn a_tampered_balance_is_named() {
-        let p = Identity::from_seed([3; 32]);
-        let e = escrows(100, &[0]);
-        let honest = assemble(7, Address::ZERO, 0, 1, vec![signed(&p, 0, 60)], &e, vec![]).unwrap();
+        let w = world();
+        let e = w.escrows(100, &[0]);
+        let honest = assemble(head(1), vec![w.voucher(0, 1, 60)], &e, vec![]).unwrap();
         let mut tampered = honest.clone();
         tampered.new_balances[0].1 += U256::from(1);
         tampered.balances_root = BalancesTree::new(tampered.new_balances.clone())

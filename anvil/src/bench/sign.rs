@@ -123,7 +123,7 @@ pub async fn sign_bench(
     }
     .write(&cluster.deployments_file)?;
     let ids = chain.open_jobs(receipts, 1_000).await?;
-    let signed = chain.receipts(&ids, 900)?;
+    let signed = chain.vouchers(&ids, 900, &cluster.exchange)?;
     let view = chain.view()?;
     let mut escrows = std::collections::HashMap::new();
     for id in &ids {
@@ -132,10 +132,13 @@ pub async fn sign_bench(
         }
     }
     let batch = ledger::assemble(
-        chain.anvil.chain_id,
-        chain.deployment.settlement,
-        view.group_key().await?.epoch,
-        view.batch_nonce().await? + 1,
+        ledger::Head {
+            chain_id: chain.anvil.chain_id,
+            contract: chain.deployment.settlement,
+            key_epoch: view.group_key().await?.epoch,
+            nonce: view.batch_nonce().await? + 1,
+            fee: cluster.fee,
+        },
         signed,
         &escrows,
         Vec::new(),

@@ -7,7 +7,7 @@ use crate::types::{
     JobsQuery, ModelInfo, OpenSession, Output, Pulled, Registered, ResultSubmission, SessionInfo,
     SessionOpened, Tab,
 };
-use crate::types::{AdapterFiles, Assignment, Completed, StoredAdapter};
+use crate::types::{AdapterFiles, Assignment, Claim, Completed, StoredAdapter};
 use bytes::Bytes;
 use cx_protocol::Bundle;
 use cx_protocol::offer::SignedOffer;
@@ -243,6 +243,15 @@ impl Client {
     /// watcher has mirrored the escrow's `JobOpened`).
     pub async fn tab(&self, chain_id: u64, escrow_id: u64) -> Result<Tab> {
         self.get(&format!("/v1/tabs/{chain_id}/{escrow_id}")).await
+    }
+
+    /// `GET /v1/claims/{chain_id}/{account}`: `account`'s credit on `chain_id` and its proof.
+    pub async fn claim(
+        &self,
+        chain_id: u64,
+        account: cx_protocol::order::Address,
+    ) -> Result<Claim> {
+        self.get(&format!("/v1/claims/{chain_id}/{account}")).await
     }
 
     // ---- market data --------------------------------------------------------------------------

@@ -85,6 +85,6 @@ pub use error::{Error, Result};
 pub use keys::AgentKeys;
 pub use tls::TlsInfo;
 pub use types::{
-    Accepted, Bound, ChainInfo, Decision, Health, InferenceRequest, JobRecord, JobsQuery,
+    Accepted, Bound, ChainInfo, Claim, Decision, Health, InferenceRequest, JobRecord, JobsQuery,
     ModelInfo, SessionInfo, SessionOpened, Tab, Terms, request_hash,
 };

@@ -230,6 +230,20 @@ pub struct JobsQuery {
     pub limit: Option<u32>,
 }
 
+/// `GET /v1/claims/{chain_id}/{account}`: what settled batches credited an account on one
+/// chain, with the Merkle proof `Escrow.claim` takes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// The chain.
+    pub chain_id: u64,
+    /// The account credited.
+    pub account: Address,
+    /// Everything ever credited to it on the chain, wei (decimal).
+    pub cumulative_wei: String,
+    /// Sibling hashes from its leaf to the chain's balances root.
+    pub proof: Vec<B256>,
+}
+
 /// `GET /v1/tabs/{chain_id}/{escrow_id}`: a tab as the exchange's books mirror it from chain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tab {

@@ -321,13 +321,7 @@ impl crate::intake::Intake {
     ) -> crate::Result<cx_protocol::assignment::SignedAssignment> {
         let request: cx_protocol::order::InferenceRequest =
             serde_json::from_value(job.request.clone())?;
-        let mut adapter_hash = [0u8; 32];
-        if let Some(id) = &job.adapter {
-            hex::decode_to_slice(id, &mut adapter_hash).map_err(|_| crate::Error::Corrupt {
-                what: "an adapter id",
-                value: id.clone(),
-            })?;
-        }
+        let adapter_hash = adapter_hash(job.adapter.as_deref())?;
         let terms = cx_protocol::assignment::Assignment {
             job_id: job.job_id.0,
             chain_id: job.chain_id,
@@ -375,17 +369,7 @@ impl crate::intake::Intake {
         let receipt = &signed.receipt;
         let request: cx_protocol::order::InferenceRequest =
             serde_json::from_value(job.request.clone())?;
-        let adapter_hash = match &job.adapter {
-            Some(id) => {
-                let mut bytes = [0u8; 32];
-                hex::decode_to_slice(id, &mut bytes).map_err(|_| Error::Corrupt {
-                    what: "an adapter id",
-                    value: id.clone(),
-                })?;
-                bytes
-            }
-            None => [0u8; 32],
-        };
+        let adapter_hash = adapter_hash(job.adapter.as_deref())?;
         let output_hash: [u8; 32] = Sha256::digest(submission.output.text.as_bytes()).into();
         let checks: [(&'static str, bool, String); 8] = [
             (
@@ -446,4 +430,17 @@ impl crate::intake::Intake {
         self.waiters().notify(job_id);
         Ok(completed)
     }
+}
+
+/// A job's adapter as the assignment and the receipt name it: its content id's 32 bytes, or
+/// zero for none.
+pub(crate) fn adapter_hash(adapter: Option<&str>) -> crate::Result<[u8; 32]> {
+    let mut bytes = [0u8; 32];
+    if let Some(id) = adapter {
+        hex::decode_to_slice(id, &mut bytes).map_err(|_| crate::Error::Corrupt {
+            what: "an adapter id",
+            value: id.to_owned(),
+        })?;
+    }
+    Ok(bytes)
 }

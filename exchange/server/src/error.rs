@@ -92,6 +92,9 @@ pub enum Error {
     /// A chain's node refused or failed a call.
     #[error("chain: {0}")]
     Chain(String),
+    /// The settlement loop or its configuration failed (the coordinator's error, as text).
+    #[error("settlement: {0}")]
+    Settlement(String),
     /// The order names a chain this exchange does not serve.
     #[error("chain {0} is not served by this exchange (see GET /v1/chains)")]
     UnknownChain(u64),

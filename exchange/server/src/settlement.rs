@@ -1,3 +1,324 @@
-//! The settlement loop: verified receipts go to the committee's coordinator (`cx-settlement`),
-//! which batches them per chain, has t of n signers check and FROST-sign each batch, and posts it
-//! exactly once (outbox in PostgreSQL).
+//! The settlement loop: tabs that take no more jobs go, whole, to the committee's coordinator
+//! (`cx-settlement`), which batches them per chain, has t of n signers check and FROST-sign each
+//! batch, and posts it exactly once (outbox in PostgreSQL, the same database as the books).
+//!
+//! Each job goes as a [`Voucher`]: the buyer's signed order (its intent, or the session grant
+//! the call was made under), the exchange's assignment of it to the provider who ran it, and
+//! that provider's signed receipt — the chain every signer checks on its own before it pays.
+//! The assignment is signed again here for what the job was charged (at most the price the
+//! provider was assigned; the same terms otherwise), so the voucher states what is paid.
+//!
+//! Batches are cut by size (the coordinator's part limit), by age (`max_age_s` after the first
+//! tab waits) and by count (`min_jobs` waiting); every tab that closes is in the next cut.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use alloy::primitives::Address;
+use cx_contracts::ChainDeployment;
+use cx_protocol::assignment::{Assignment, SignedAssignment};
+use cx_protocol::order::{InferenceRequest, request_hash};
+use cx_protocol::pq::Identity;
+use cx_protocol::receipt::SignedReceipt;
+use cx_protocol::voucher::{Authority, Voucher};
+use cx_settlement::config::{MarketTerms, Member};
+use cx_settlement::coordinator::{Committee, Coordinator, EvmChain, PgStore, Store};
+use cx_settlement::ledger::Fee;
+use cx_settlement::onchain::ChainView;
+use serde::{Deserialize, Serialize};
+
+use crate::books::{Books, PaidJob};
+use crate::error::{Error, Result};
+
+/// How `cx serve` reaches its committee and pays for posting (`--settlement FILE`, JSON).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettlementConfig {
+    /// The coordinator's ML-DSA identity seed file (0600), whose key every signer pins.
+    pub coordinator_identity: PathBuf,
+    /// Every signer of the committee (index, address, ML-DSA key, operator, region).
+    pub committee: Vec<Member>,
+    /// Signers per signature, t.
+    pub threshold: u16,
+    /// Distinct operators among them, at least.
+    pub min_operators: usize,
+    /// The exchange's fee (the same terms each signer pins).
+    pub fee: Fee,
+    /// File holding the hex secp256k1 key that pays for posting batches (0600). It moves no
+    /// funds: only the committee's signature settles.
+    pub poster_key_file: PathBuf,
+    /// When a batch is cut.
+    #[serde(default)]
+    pub batching: Batching,
+}
+
+/// When waiting tabs are cut into a batch: as soon as `min_jobs` jobs wait, or `max_age_s` after
+/// the first of them began to wait.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Batching {
+    /// Seconds the first waiting job waits at most.
+    pub max_age_s: u64,
+    /// Jobs waiting that cut a batch at once.
+    pub min_jobs: usize,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Self {
+            max_age_s: 5,
+            min_jobs: 200,
+        }
+    }
+}
+
+impl SettlementConfig {
+    /// Reads a configuration file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Settlement(format!("cannot read {}: {e}", path.display())))?;
+        serde_json::from_str(&text)
+            .map_err(|e| Error::Settlement(format!("{}: {e}", path.display())))
+    }
+}
+
+/// The loop's state: the coordinator over the books' pool, and what it signs vouchers with.
+pub struct Settler {
+    books: Books,
+    coordinator: Coordinator<PgStore, EvmChain, Committee>,
+    exchange: Arc<Identity>,
+    settle_margin_s: u64,
+    batching: Batching,
+    waiting_since: Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Settler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Settler({:?})", self.coordinator)
+    }
+}
+
+/// What `Escrow.claim` takes for one account on one chain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Claim {
+    /// The chain.
+    pub chain_id: u64,
+    /// The account credited.
+    #[schema(value_type = String)]
+    pub account: Address,
+    /// Everything ever credited to it on this chain, wei (`Escrow.claim` pays the difference
+    /// to what it already withdrew).
+    pub cumulative_wei: String,
+    /// Sibling hashes from its leaf to the chain's balances root.
+    #[schema(value_type = Vec<String>)]
+    pub proof: Vec<alloy::primitives::B256>,
+}
+
+/// What one pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Tabs that stopped taking jobs.
+    pub closed: u64,
+    /// Tabs handed to the coordinator.
+    pub submitted: usize,
+    /// The batch cut and posted, if any.
+    pub batch: Option<i64>,
+    /// Jobs now settled on chain.
+    pub settled: usize,
+}
+
+impl Settler {
+    /// The settler of an exchange whose identity is `exchange`, settling on `chains` under
+    /// `config`. Tabs close `settle_margin_s` before their deadline (the margin every hold
+    /// leaves after its job's deadline).
+    pub fn new(
+        books: Books,
+        config: &SettlementConfig,
+        chains: &[ChainDeployment],
+        exchange: Arc<Identity>,
+        settle_margin_s: u64,
+    ) -> Result<Self> {
+        let s = |e: cx_settlement::Error| Error::Settlement(e.to_string());
+        let coordinator_identity =
+            cx_settlement::keyfile::load_or_create_identity(&config.coordinator_identity)
+                .map_err(s)?;
+        let poster = read_poster_key(&config.poster_key_file)?;
+        let committee = Committee::new(
+            Arc::new(coordinator_identity),
+            config.committee.clone(),
+            config.threshold,
+            config.min_operators,
+        )
+        .map_err(s)?;
+        let mut evm = Vec::with_capacity(chains.len());
+        for chain in chains {
+            let view = ChainView::connect(chain).map_err(s)?;
+            evm.push(EvmChain::new(view, poster.clone()).map_err(s)?);
+        }
+        let market = MarketTerms {
+            exchange_key: exchange.public().to_bytes().to_vec(),
+            fee: config.fee,
+        };
+        let coordinator =
+            Coordinator::new(PgStore::new(books.pool().clone()), committee, evm, &market)
+                .map_err(s)?;
+        Ok(Self {
+            books,
+            coordinator,
+            exchange,
+            settle_margin_s,
+            batching: config.batching,
+            // Whatever a previous process left pending waits one `max_age_s` from now.
+            waiting_since: Mutex::new(Some(Instant::now())),
+        })
+    }
+
+    /// The coordinator (claims, its store).
+    pub fn coordinator(&self) -> &Coordinator<PgStore, EvmChain, Committee> {
+        &self.coordinator
+    }
+
+    /// Runs [`Settler::pass`] every `every` until `stop` resolves, logging what fails (the next
+    /// pass carries on from the outbox).
+    pub async fn run(&self, every: Duration, stop: impl std::future::Future<Output = ()>) {
+        tokio::pin!(stop);
+        loop {
+            if let Err(err) = self.pass(crate::intake::now_s()).await {
+                tracing::warn!("settlement pass: {err}");
+            }
+            tokio::select! {
+                _ = &mut stop => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+
+    /// One pass at `now_s`: close tabs that are due, hand ready ones to the coordinator, cut a
+    /// batch when one is due, and record what landed.
+    pub async fn pass(&self, now_s: u64) -> Result<Pass> {
+        let s = |e: cx_settlement::Error| Error::Settlement(e.to_string());
+        let mut pass = Pass {
+            closed: self
+                .books
+                .close_due_tabs(now_s, self.settle_margin_s)
+                .await?,
+            ..Pass::default()
+        };
+        for (chain_id, escrow_id) in self.books.tabs_ready_to_settle(64).await? {
+            let jobs = self.books.paid_jobs(chain_id, escrow_id).await?;
+            let vouchers = jobs
+                .iter()
+                .map(|job| self.voucher(chain_id, escrow_id, job))
+                .collect::<Result<Vec<_>>>()?;
+            if !vouchers.is_empty() {
+                self.coordinator.submit(&vouchers).await.map_err(s)?;
+                self.waiting_since
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert_with(Instant::now);
+            }
+            self.books
+                .mark_tab_submitted(chain_id, escrow_id, vouchers.len())
+                .await?;
+            pass.submitted += 1;
+        }
+        let pending = self
+            .coordinator
+            .store()
+            .pending_receipts()
+            .await
+            .map_err(s)?;
+        let since = *self.waiting_since.lock().unwrap_or_else(|p| p.into_inner());
+        let due = !pending.is_empty()
+            && (pending.len() >= self.batching.min_jobs
+                || since.is_none_or(|t| t.elapsed().as_secs() >= self.batching.max_age_s));
+        if due {
+            pass.batch = self.coordinator.run_once().await.map_err(s)?;
+            let left = self
+                .coordinator
+                .store()
+                .pending_receipts()
+                .await
+                .map_err(s)?;
+            *self.waiting_since.lock().unwrap_or_else(|p| p.into_inner()) =
+                (!left.is_empty()).then(Instant::now);
+        } else if pending.is_empty() {
+            // Finish what an earlier pass signed but could not post.
+            self.coordinator.resume().await.map_err(s)?;
+        }
+        pass.settled = self.books.record_settled().await?.len();
+        Ok(pass)
+    }
+
+    /// The voucher of `job` on tab `(chain_id, escrow_id)`.
+    fn voucher(&self, chain_id: u64, escrow_id: u64, job: &PaidJob) -> Result<Voucher> {
+        let corrupt = |what: &'static str| Error::Corrupt {
+            what,
+            value: job.job_id.to_string(),
+        };
+        let receipt: SignedReceipt = serde_json::from_value(job.receipt.clone())?;
+        let authority = match job.kind.as_str() {
+            "intent" => Authority::Intent(serde_json::from_value(
+                job.order
+                    .get("intent")
+                    .cloned()
+                    .ok_or(corrupt("an intent order"))?,
+            )?),
+            "session_grant" => Authority::Session(serde_json::from_value(
+                job.order
+                    .get("grant")
+                    .cloned()
+                    .ok_or(corrupt("a session order"))?,
+            )?),
+            _ => return Err(corrupt("an order kind")),
+        };
+        let request: InferenceRequest = serde_json::from_value(job.request.clone())?;
+        let assignment = SignedAssignment::sign(
+            Assignment {
+                job_id: job.job_id.0,
+                chain_id,
+                escrow_id,
+                buyer: job.buyer.0.0,
+                provider_key: job.provider_key_hash.0,
+                price_wei: job.charged_wei,
+                deadline_s: job.deadline_s,
+                input_hash: request_hash(&request).0,
+                adapter_hash: crate::dispatch::adapter_hash(job.adapter.as_deref())?,
+            },
+            &self.exchange,
+        )?;
+        Ok(Voucher {
+            authority,
+            assignment,
+            receipt,
+        })
+    }
+
+    /// `account`'s cumulative credit on `chain_id` and its Merkle proof against the chain's
+    /// balances root (what `Escrow.claim` takes); `None` when no batch on that chain credited it.
+    pub async fn claim(&self, chain_id: u64, account: Address) -> Result<Option<Claim>> {
+        match self.coordinator.claim_proof(chain_id, account).await {
+            Ok((cumulative_wei, proof)) => Ok(Some(Claim {
+                chain_id,
+                account,
+                cumulative_wei: cumulative_wei.to_string(),
+                proof,
+            })),
+            Err(
+                cx_settlement::Error::NoBatchYet { .. }
+                | cx_settlement::Error::PartyNotInTree { .. },
+            ) => Ok(None),
+            Err(e) => Err(Error::Settlement(e.to_string())),
+        }
+    }
+}
+
+/// The poster's key: one line of hex (a `0x` prefix allowed), in a file only its owner reads.
+fn read_poster_key(path: &Path) -> Result<alloy::signers::local::PrivateKeySigner> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Settlement(format!("cannot read {}: {e}", path.display())))?;
+    text.trim()
+        .parse()
+        .map_err(|_| Error::Settlement(format!("{}: not a hex secp256k1 key", path.display())))
+}

@@ -29,7 +29,7 @@ use crate::pq::{Identity, PublicIdentity};
 pub const ORDER_CONTEXT: &[u8] = b"cx-order-v1";
 
 /// An order with its EIP-712 signature and ML-DSA co-signature, as agents submit it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Signed<T> {

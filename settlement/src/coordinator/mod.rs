@@ -37,7 +37,8 @@ mod tests;
 use std::collections::{BTreeMap, HashMap};
 
 use alloy::primitives::{Address, B256, U256};
-use cx_protocol::receipt::SignedReceipt;
+use cx_protocol::pq::PublicIdentity;
+use cx_protocol::voucher::Voucher;
 use frost_secp256k1 as frost;
 
 pub use chain::{Chain, EvmChain, MemoryChain, SlashTerms};
@@ -61,11 +62,35 @@ use crate::wire::{Request, SignBatchRequest, SignRotationRequest};
 /// inside it is rejected with that reason (its buyer may take the escrow back at any moment).
 pub const BUILD_RECLAIM_MARGIN_S: u64 = 900;
 
+/// The oldest pending tabs whose receipts together fit `limit`, each tab whole (a tab settles
+/// once: a part holding only some of its jobs would close it with the rest unpaid). Tabs are
+/// ordered by their oldest receipt; a tab that does not fit waits for the next batch (the
+/// exchange holds a tab to `limit` jobs, so every tab fits an empty part).
+fn whole_tabs(pending: Vec<Voucher>, limit: usize) -> Vec<Voucher> {
+    let mut tabs: Vec<(u64, Vec<Voucher>)> = Vec::new();
+    for v in pending {
+        let escrow = v.receipt.receipt.escrow_id;
+        match tabs.iter_mut().find(|(id, _)| *id == escrow) {
+            Some((_, jobs)) => jobs.push(v),
+            None => tabs.push((escrow, vec![v])),
+        }
+    }
+    let mut out = Vec::new();
+    for (_, jobs) in tabs {
+        if out.len() + jobs.len() <= limit {
+            out.extend(jobs);
+        }
+    }
+    out
+}
+
 /// The coordinator over a store `S`, chains `C` and a committee `K`.
 pub struct Coordinator<S: Store, C: Chain = EvmChain, K: ThresholdSigner = Committee> {
     store: S,
     committee: K,
     chains: Vec<C>,
+    exchange: PublicIdentity,
+    fee: ledger::Fee,
 }
 
 impl<S: Store, C: Chain, K: ThresholdSigner + std::fmt::Debug> std::fmt::Debug
@@ -83,13 +108,22 @@ impl<S: Store, C: Chain, K: ThresholdSigner + std::fmt::Debug> std::fmt::Debug
 
 impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
     /// A coordinator settling on `chains` (each posts from its own paying account; that
-    /// account cannot move funds: only the committee's signature settles).
-    pub fn new(store: S, committee: K, chains: Vec<C>) -> Self {
-        Self {
+    /// account cannot move funds: only the committee's signature settles) for the market of
+    /// `market` (the exchange key vouchers are checked under, the fee credits are computed
+    /// with: the same terms every signer pins).
+    pub fn new(
+        store: S,
+        committee: K,
+        chains: Vec<C>,
+        market: &crate::config::MarketTerms,
+    ) -> Result<Self> {
+        Ok(Self {
             store,
             committee,
             chains,
-        }
+            exchange: market.exchange()?,
+            fee: market.fee,
+        })
     }
 
     /// The store.
@@ -114,11 +148,26 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
             .ok_or(Error::UnknownChain { chain_id })
     }
 
-    /// Checks and keeps receipts; returns how many were new.
-    pub async fn submit(&self, receipts: &[SignedReceipt]) -> Result<usize> {
-        for r in receipts {
-            r.verify_self_contained()?;
-            self.chain(r.receipt.chain_id)?;
+    /// Checks and keeps vouchers (receipts with the order and assignment they answer); returns
+    /// how many were new. Refuses the whole call, keeping nothing, when any voucher's chain of
+    /// signatures is broken ([`ledger::check_vouchers`]) or names a chain it does not settle.
+    /// A tab settles once, whole: submit every job of a tab together, once the tab takes no
+    /// more.
+    pub async fn submit(&self, receipts: &[Voucher]) -> Result<usize> {
+        let mut by_chain: BTreeMap<u64, Vec<Voucher>> = BTreeMap::new();
+        for v in receipts {
+            by_chain
+                .entry(v.receipt.receipt.chain_id)
+                .or_default()
+                .push(v.clone());
+        }
+        for (chain_id, vouchers) in &by_chain {
+            let chain = self.chain(*chain_id)?;
+            let domain = cx_protocol::order::domain(*chain_id, chain.settlement());
+            let reasons = ledger::check_vouchers(vouchers, &self.exchange, &domain);
+            if !reasons.is_empty() {
+                return Err(Error::InvalidBatch(reasons.join("; ")));
+            }
         }
         self.store.add_receipts(receipts).await
     }
@@ -150,18 +199,20 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 batch_id: part.batch_id,
             });
         }
-        let mut by_chain: BTreeMap<u64, Vec<SignedReceipt>> = BTreeMap::new();
+        let mut by_chain: BTreeMap<u64, Vec<Voucher>> = BTreeMap::new();
         for r in self.store.pending_receipts().await? {
-            by_chain.entry(r.receipt.chain_id).or_default().push(r);
+            by_chain
+                .entry(r.receipt.receipt.chain_id)
+                .or_default()
+                .push(r);
         }
         let mut parts = Vec::new();
-        for (chain_id, mut receipts) in by_chain {
+        for (chain_id, pending) in by_chain {
             let Ok(chain) = self.chain(chain_id) else {
                 continue;
             };
-            // The oldest first, at most a part's worth: the rest wait for the next batch.
-            receipts.truncate(ledger::MAX_RECEIPTS_PER_BATCH);
-            receipts.sort_by_key(|r| r.receipt.escrow_id);
+            let mut receipts = whole_tabs(pending, ledger::MAX_RECEIPTS_PER_BATCH);
+            receipts.sort_by_key(|r| r.receipt.receipt.escrow_id);
             let (settleable, escrows) = self.settleable(chain, receipts).await?;
             if settleable.is_empty() {
                 continue;
@@ -177,10 +228,13 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
             let nonce = chain.batch_nonce().await? + 1;
             let key_epoch = chain.group_key().await?.epoch;
             parts.push(ledger::assemble(
-                chain_id,
-                chain.settlement(),
-                key_epoch,
-                nonce,
+                ledger::Head {
+                    chain_id,
+                    contract: chain.settlement(),
+                    key_epoch,
+                    nonce,
+                    fee: self.fee,
+                },
                 settleable,
                 &escrows,
                 previous,
@@ -211,14 +265,26 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
     async fn settleable(
         &self,
         chain: &C,
-        receipts: Vec<SignedReceipt>,
-    ) -> Result<(Vec<SignedReceipt>, HashMap<u64, ledger::Escrow>)> {
+        receipts: Vec<Voucher>,
+    ) -> Result<(Vec<Voucher>, HashMap<u64, ledger::Escrow>)> {
         let now = chain.now_s().await?;
         let mut escrows = HashMap::new();
+        let mut closed = std::collections::HashSet::new();
         let mut settleable = Vec::new();
         for r in receipts {
-            let Some(e) = chain.open_escrow(r.receipt.escrow_id).await? else {
+            let escrow_id = r.receipt.receipt.escrow_id;
+            if closed.contains(&escrow_id) {
                 continue;
+            }
+            let e = match escrows.get(&escrow_id) {
+                Some(e) => *e,
+                None => match chain.open_escrow(escrow_id).await? {
+                    Some(e) => e,
+                    None => {
+                        closed.insert(escrow_id);
+                        continue;
+                    }
+                },
             };
             if e.reclaimable_at_s <= now.saturating_add(BUILD_RECLAIM_MARGIN_S) {
                 let reason = format!(
@@ -226,7 +292,9 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                      safety margin, a batch naming it could be reverted by a reclaim",
                     e.escrow_id, e.reclaimable_at_s, BUILD_RECLAIM_MARGIN_S
                 );
-                self.store.reject_receipt(r.receipt.job_id, &reason).await?;
+                self.store
+                    .reject_receipt(r.receipt.receipt.job_id, &reason)
+                    .await?;
                 continue;
             }
             escrows.insert(e.escrow_id, e);
@@ -256,10 +324,13 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
         let replacement = match keep.is_empty() {
             true => None,
             false => Some(ledger::assemble(
-                b.chain_id,
-                b.contract,
-                b.key_epoch,
-                b.nonce,
+                ledger::Head {
+                    chain_id: b.chain_id,
+                    contract: b.contract,
+                    key_epoch: b.key_epoch,
+                    nonce: b.nonce,
+                    fee: b.fee,
+                },
                 keep,
                 &escrows,
                 b.previous_balances.clone(),
@@ -269,12 +340,13 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
             .replace_part(part.batch_id, b.chain_id, replacement.as_ref())
             .await?;
         for r in &b.receipts {
-            if reclaimed.contains(&r.receipt.escrow_id) {
+            let r = &r.receipt.receipt;
+            if reclaimed.contains(&r.escrow_id) {
                 let reason = format!(
                     "escrow {} was reclaimed by its buyer before batch {} landed",
-                    r.receipt.escrow_id, b.nonce
+                    r.escrow_id, b.nonce
                 );
-                self.store.reject_receipt(r.receipt.job_id, &reason).await?;
+                self.store.reject_receipt(r.job_id, &reason).await?;
             }
         }
         let detail = match &replacement {

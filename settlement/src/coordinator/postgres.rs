@@ -5,7 +5,7 @@
 //! store only takes a pool on a database that is already migrated.
 
 use alloy::primitives::B256;
-use cx_protocol::receipt::SignedReceipt;
+use cx_protocol::voucher::Voucher;
 use frost_secp256k1 as frost;
 use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Row, Transaction};
@@ -55,13 +55,13 @@ impl PgStore {
 }
 
 impl Store for PgStore {
-    async fn add_receipts(&self, receipts: &[SignedReceipt]) -> Result<usize> {
+    async fn add_receipts(&self, receipts: &[Voucher]) -> Result<usize> {
         let mut tx = self.begin().await?;
         let mut added = 0;
         for r in receipts {
-            let k = &r.receipt;
+            let k = &r.receipt.receipt;
             let done = sqlx::query(
-                "INSERT INTO settlement_receipts (job_id, chain_id, escrow_id, receipt) \
+                "INSERT INTO settlement_receipts (job_id, chain_id, escrow_id, voucher) \
                  VALUES ($1, $2, $3, $4::jsonb) ON CONFLICT DO NOTHING",
             )
             .bind(k.job_id.to_vec())
@@ -76,15 +76,15 @@ impl Store for PgStore {
         Ok(added)
     }
 
-    async fn pending_receipts(&self) -> Result<Vec<SignedReceipt>> {
+    async fn pending_receipts(&self) -> Result<Vec<Voucher>> {
         let rows = sqlx::query(
-            "SELECT receipt::text AS receipt FROM settlement_receipts WHERE batch_id IS NULL \
+            "SELECT voucher::text AS voucher FROM settlement_receipts WHERE batch_id IS NULL \
              ORDER BY received_at, job_id",
         )
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|row| Ok(serde_json::from_str(&row.try_get::<String, _>("receipt")?)?))
+            .map(|row| Ok(serde_json::from_str(&row.try_get::<String, _>("voucher")?)?))
             .collect()
     }
 
@@ -111,7 +111,7 @@ impl Store for PgStore {
                     "UPDATE settlement_receipts SET batch_id = $1 WHERE job_id = $2 AND batch_id IS NULL",
                 )
                 .bind(id)
-                .bind(r.receipt.job_id.to_vec())
+                .bind(r.receipt.receipt.job_id.to_vec())
                 .execute(&mut *tx)
                 .await?;
             }
@@ -296,7 +296,7 @@ impl Store for PgStore {
                          AND batch_id IS NULL",
                     )
                     .bind(batch_id)
-                    .bind(r.receipt.job_id.to_vec())
+                    .bind(r.receipt.receipt.job_id.to_vec())
                     .execute(&mut *tx)
                     .await?;
                 }
@@ -318,8 +318,8 @@ impl Store for PgStore {
     async fn reject_receipt(&self, job_id: [u8; 32], reason: &str) -> Result<bool> {
         let mut tx = self.begin().await?;
         let moved = sqlx::query(
-            "INSERT INTO settlement_rejected_receipts (job_id, receipt, reason) \
-             SELECT job_id, receipt, $2 FROM settlement_receipts \
+            "INSERT INTO settlement_rejected_receipts (job_id, voucher, reason) \
+             SELECT job_id, voucher, $2 FROM settlement_receipts \
              WHERE job_id = $1 AND batch_id IS NULL",
         )
         .bind(job_id.to_vec())

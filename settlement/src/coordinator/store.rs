@@ -13,7 +13,7 @@ use std::future::Future;
 use std::sync::Mutex;
 
 use alloy::primitives::B256;
-use cx_protocol::receipt::SignedReceipt;
+use cx_protocol::voucher::Voucher;
 use frost_secp256k1 as frost;
 use serde::{Deserialize, Serialize};
 
@@ -73,12 +73,9 @@ pub struct StoredPart {
 /// The coordinator's durable state. Every method is one transaction.
 pub trait Store: Send + Sync {
     /// Adds receipts not seen before (by job id); returns how many were new.
-    fn add_receipts(
-        &self,
-        receipts: &[SignedReceipt],
-    ) -> impl Future<Output = Result<usize>> + Send;
+    fn add_receipts(&self, receipts: &[Voucher]) -> impl Future<Output = Result<usize>> + Send;
     /// Receipts in no batch yet, oldest first.
-    fn pending_receipts(&self) -> impl Future<Output = Result<Vec<SignedReceipt>>> + Send;
+    fn pending_receipts(&self) -> impl Future<Output = Result<Vec<Voucher>>> + Send;
     /// Records a new batch of `parts` (status `created`) and assigns their receipts to it.
     fn create_batch(&self, parts: &[ChainBatch]) -> impl Future<Output = Result<i64>> + Send;
     /// `created` → `signed` with the signature.
@@ -148,7 +145,7 @@ pub trait Store: Send + Sync {
 
 #[derive(Default)]
 struct Memory {
-    receipts: Vec<(SignedReceipt, Option<i64>)>,
+    receipts: Vec<(Voucher, Option<i64>)>,
     parts: BTreeMap<(i64, u64), StoredPart>,
     next_batch: i64,
     steps: Vec<(i64, Option<u64>, String, String)>,
@@ -179,15 +176,15 @@ fn missing(batch_id: i64, chain_id: u64) -> Error {
 }
 
 impl Store for MemoryStore {
-    async fn add_receipts(&self, receipts: &[SignedReceipt]) -> Result<usize> {
+    async fn add_receipts(&self, receipts: &[Voucher]) -> Result<usize> {
         self.with(|m| {
             let mut added = 0;
             for r in receipts {
-                let k = &r.receipt;
-                let known = m.receipts.iter().any(|(s, _)| {
-                    s.receipt.job_id == k.job_id
-                        || (s.receipt.chain_id, s.receipt.escrow_id) == (k.chain_id, k.escrow_id)
-                });
+                let k = &r.receipt.receipt;
+                let known = m
+                    .receipts
+                    .iter()
+                    .any(|(s, _)| s.receipt.receipt.job_id == k.job_id);
                 if !known {
                     m.receipts.push((r.clone(), None));
                     added += 1;
@@ -197,7 +194,7 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn pending_receipts(&self) -> Result<Vec<SignedReceipt>> {
+    async fn pending_receipts(&self) -> Result<Vec<Voucher>> {
         self.with(|m| {
             Ok(m.receipts
                 .iter()
@@ -235,7 +232,7 @@ impl Store for MemoryStore {
                 );
                 for r in &p.receipts {
                     for (s, b) in &mut m.receipts {
-                        if s.receipt.job_id == r.receipt.job_id {
+                        if s.receipt.receipt.job_id == r.receipt.receipt.job_id {
                             *b = Some(id);
                         }
                     }
@@ -366,10 +363,10 @@ impl Store for MemoryStore {
                 .batch
                 .receipts
                 .iter()
-                .map(|r| r.receipt.job_id)
+                .map(|r| r.receipt.receipt.job_id)
                 .collect();
             for (r, b) in &mut m.receipts {
-                if *b == Some(batch_id) && old.contains(&r.receipt.job_id) {
+                if *b == Some(batch_id) && old.contains(&r.receipt.receipt.job_id) {
                     *b = None;
                 }
             }
@@ -379,7 +376,7 @@ impl Store for MemoryStore {
                         if batch
                             .receipts
                             .iter()
-                            .any(|n| n.receipt.job_id == r.receipt.job_id)
+                            .any(|n| n.receipt.receipt.job_id == r.receipt.receipt.job_id)
                         {
                             *b = Some(batch_id);
                         }
@@ -407,7 +404,7 @@ impl Store for MemoryStore {
         self.with(|m| {
             let before = m.receipts.len();
             m.receipts
-                .retain(|(r, b)| !(r.receipt.job_id == job_id && b.is_none()));
+                .retain(|(r, b)| !(r.receipt.receipt.job_id == job_id && b.is_none()));
             let found = m.receipts.len() != before;
             if found {
                 m.rejected.push((job_id, reason.to_string()));

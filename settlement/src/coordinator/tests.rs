@@ -3,15 +3,14 @@
 //! key rotation — no processes, sockets, Anvil or PostgreSQL.
 
 use alloy::primitives::{Address, U256};
-use cx_protocol::DeterminismClass;
 use cx_protocol::pq::Identity;
-use cx_protocol::receipt::{Receipt, SignedReceipt};
+use cx_protocol::voucher::Parties;
+use k256::ecdsa::SigningKey;
 
 use super::*;
 use crate::config::Member;
 
 const PROVIDER: Address = Address::repeat_byte(0x11);
-const BUYER: Address = Address::repeat_byte(0x22);
 
 fn member(index: u16, operator: &str) -> Member {
     Member {
@@ -26,6 +25,15 @@ fn member(index: u16, operator: &str) -> Member {
 struct Market {
     coordinator: Coordinator<MemoryStore, MemoryChain, MemoryCommittee>,
     provider: Identity,
+    exchange: Identity,
+    buyer: SigningKey,
+    buyer_identity: Identity,
+    nonce: std::sync::atomic::AtomicU64,
+}
+
+/// The buyer every test's jobs are for.
+fn buyer() -> Address {
+    cx_protocol::order::account_of(&SigningKey::from_slice(&[0x22; 32]).unwrap())
 }
 
 impl Market {
@@ -44,9 +52,18 @@ impl Market {
             .collect();
         let store = MemoryStore::default();
         store.save_group_key(0, &package).await.unwrap();
+        let exchange = Identity::from_seed([8; 32]);
+        let market = crate::config::MarketTerms {
+            exchange_key: exchange.public().to_bytes().to_vec(),
+            fee: Default::default(),
+        };
         Market {
-            coordinator: Coordinator::new(store, committee, chains),
+            coordinator: Coordinator::new(store, committee, chains, &market).unwrap(),
             provider: Identity::from_seed([9; 32]),
+            exchange,
+            buyer: SigningKey::from_slice(&[0x22; 32]).unwrap(),
+            buyer_identity: Identity::from_seed([7; 32]),
+            nonce: Default::default(),
         }
     }
 
@@ -54,9 +71,9 @@ impl Market {
         self.coordinator.chain(chain_id).unwrap()
     }
 
-    /// Opens `count` escrows of 1,000 on `chain_id` and returns the provider's receipts for
-    /// them, each owing `owed`.
-    fn jobs(&self, chain_id: u64, count: usize, owed: u128) -> Vec<SignedReceipt> {
+    /// Opens `count` escrows of 1,000 on `chain_id` and returns the vouchers of one job on
+    /// each, owing `owed`.
+    fn jobs(&self, chain_id: u64, count: usize, owed: u128) -> Vec<Voucher> {
         self.jobs_until(chain_id, count, owed, u64::MAX)
     }
 
@@ -67,33 +84,33 @@ impl Market {
         count: usize,
         owed: u128,
         reclaimable_at_s: u64,
-    ) -> Vec<SignedReceipt> {
+    ) -> Vec<Voucher> {
         (0..count)
             .map(|_| {
-                let escrow_id = self
-                    .chain(chain_id)
-                    .open_job_until(BUYER, 1_000, reclaimable_at_s);
-                let mut job_id = [0u8; 32];
-                job_id[..8].copy_from_slice(&chain_id.to_be_bytes());
-                job_id[8..16].copy_from_slice(&escrow_id.to_be_bytes());
-                let receipt = Receipt {
-                    job_id,
-                    chain_id,
-                    escrow_id,
-                    input_hash: [1; 32],
-                    output_hash: [2; 32],
-                    adapter_hash: [3; 32],
-                    tokens: 16,
-                    compute_ms: 4,
-                    class: DeterminismClass::D,
-                    provider: PROVIDER.into_array(),
-                    provider_key: self.provider.id().0,
-                    amount_owed_wei: owed,
-                    buyer: BUYER.into_array(),
-                };
-                SignedReceipt::sign(receipt, &self.provider).unwrap()
+                let escrow_id =
+                    self.chain(chain_id)
+                        .open_job_until(buyer(), 1_000, reclaimable_at_s);
+                self.job_on(chain_id, escrow_id, owed)
             })
             .collect()
+    }
+
+    /// One more job on tab `escrow_id` of `chain_id`, owing `owed`: the buyer's intent, the
+    /// exchange's assignment and the provider's receipt.
+    fn job_on(&self, chain_id: u64, escrow_id: u64, owed: u128) -> Voucher {
+        let nonce = self
+            .nonce
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let domain = cx_protocol::order::domain(chain_id, self.chain(chain_id).settlement());
+        Parties {
+            buyer: &self.buyer,
+            buyer_identity: &self.buyer_identity,
+            exchange: &self.exchange,
+            provider: &self.provider,
+            payout: PROVIDER,
+        }
+        .intent_job(&domain, escrow_id, nonce, owed, owed, owed, "out")
+        .unwrap()
     }
 
     async fn steps(&self, batch_id: i64) -> Vec<String> {
@@ -122,7 +139,7 @@ async fn one_batch_has_one_part_per_chain_with_receipts_and_credits_add_up() {
         assert_eq!(market.chain(chain_id).landed().len(), 1);
         let (amount, _) = c.claim_proof(chain_id, PROVIDER).await.unwrap();
         assert_eq!(amount, U256::from(provider_total));
-        let (refund, _) = c.claim_proof(chain_id, BUYER).await.unwrap();
+        let (refund, _) = c.claim_proof(chain_id, buyer()).await.unwrap();
         assert_eq!(refund, U256::from(buyer_total));
     }
     assert!(market.chain(3).landed().is_empty());
@@ -153,10 +170,7 @@ async fn one_batch_has_one_part_per_chain_with_receipts_and_credits_add_up() {
 async fn a_receipt_for_a_chain_outside_the_registry_is_refused() {
     let market = Market::new(&[1]).await;
     let mut receipts = market.jobs(1, 1, 10);
-    receipts[0].receipt.chain_id = 7;
-    // Re-signed so only the chain is wrong.
-    let receipts =
-        vec![SignedReceipt::sign(receipts[0].receipt.clone(), &market.provider).unwrap()];
+    receipts[0].receipt.receipt.chain_id = 7;
     assert!(matches!(
         market.coordinator.submit(&receipts).await,
         Err(Error::UnknownChain { chain_id: 7 })
@@ -368,7 +382,14 @@ async fn the_memory_store_keeps_the_outbox() {
         let escrow = market.chain(1).open_escrow(id).await.unwrap().unwrap();
         escrows.insert(id, escrow);
     }
-    let part = ledger::assemble(1, Address::ZERO, 0, 1, receipts, &escrows, vec![]).unwrap();
+    let head = ledger::Head {
+        chain_id: 1,
+        contract: Address::ZERO,
+        key_epoch: 0,
+        nonce: 1,
+        fee: Default::default(),
+    };
+    let part = ledger::assemble(head, receipts, &escrows, vec![]).unwrap();
     let id = store
         .create_batch(std::slice::from_ref(&part))
         .await
@@ -428,7 +449,7 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
 
     // The coordinator stalls; time passes; the buyer reclaims the `soon` escrow.
     chain.advance_s(BUILD_RECLAIM_MARGIN_S + 61);
-    chain.reclaim(soon[0].receipt.escrow_id).unwrap();
+    chain.reclaim(soon[0].receipt.receipt.escrow_id).unwrap();
     c.resume().await.unwrap();
     assert_eq!(chain.landed().len(), 1);
     assert_eq!(chain.landed()[0].0, 1, "the same nonce");
@@ -458,24 +479,92 @@ async fn five_thousand_pending_receipts_settle_in_bounded_batches() {
     let template = market.jobs(1, 1, 10).remove(0);
     let mut receipts = vec![template.clone()];
     for _ in 1..5_000 {
-        let escrow_id = chain.open_job(BUYER, 1_000);
+        let escrow_id = chain.open_job(buyer(), 1_000);
         let mut r = template.clone();
-        r.receipt.escrow_id = escrow_id;
-        r.receipt.job_id[8..16].copy_from_slice(&escrow_id.to_be_bytes());
+        r.receipt.receipt.escrow_id = escrow_id;
+        r.receipt.receipt.job_id[8..16].copy_from_slice(&escrow_id.to_be_bytes());
         receipts.push(r);
     }
-    // Straight into the store: the in-memory committee does not check provider signatures, and
-    // signing 5,000 receipts would be the test's whole cost.
+    // Straight into the store: the in-memory committee does not check signatures, and signing
+    // 5,000 vouchers would be the test's whole cost.
     assert_eq!(c.store().add_receipts(&receipts).await.unwrap(), 5_000);
     let mut sizes = Vec::new();
     while let Some(id) = c.run_once().await.unwrap() {
         sizes.push(c.store().parts(id).await.unwrap()[0].batch.receipts.len());
     }
-    assert_eq!(sizes, vec![ledger::MAX_RECEIPTS_PER_BATCH; 5]);
+    let max = ledger::MAX_RECEIPTS_PER_BATCH;
+    let mut expected = vec![max; 5_000 / max];
+    if 5_000 % max > 0 {
+        expected.push(5_000 % max);
+    }
+    assert_eq!(sizes, expected);
     let nonces: Vec<u64> = chain.landed().iter().map(|(n, _)| *n).collect();
-    assert_eq!(nonces, vec![1, 2, 3, 4, 5]);
+    assert_eq!(nonces, (1..=expected.len() as u64).collect::<Vec<_>>());
     assert_eq!(
         c.claim_proof(1, PROVIDER).await.unwrap().0,
         U256::from(50_000)
     );
+}
+
+/// A tab pays many jobs and settles once, whole; the coordinator refuses a receipt whose
+/// provider was never assigned the job, keeping nothing of the call.
+#[tokio::test]
+async fn a_tab_settles_its_jobs_together_and_an_unassigned_receipt_is_refused() {
+    let market = Market::new(&[1]).await;
+    let c = &market.coordinator;
+    let tab = market.chain(1).open_job(buyer(), 1_000);
+    let jobs: Vec<Voucher> = (0..3).map(|_| market.job_on(1, tab, 200)).collect();
+
+    // Mallory is registered somewhere with her own key; she re-signs one job's receipt as hers.
+    let mallory = Identity::from_seed([66; 32]);
+    let mut forged = jobs[0].clone();
+    forged.receipt.receipt.provider_key = mallory.id().0;
+    forged.receipt =
+        cx_protocol::receipt::SignedReceipt::sign(forged.receipt.receipt.clone(), &mallory)
+            .unwrap();
+    let err = c.submit(&[jobs[1].clone(), forged]).await.unwrap_err();
+    assert!(err.to_string().contains("provider_key"), "{err}");
+    assert!(c.store().pending_receipts().await.unwrap().is_empty());
+
+    assert_eq!(c.submit(&jobs).await.unwrap(), 3);
+    let id = c.run_once().await.unwrap().expect("a batch");
+    let part = c.store().parts(id).await.unwrap().remove(0);
+    assert_eq!(part.batch.receipts.len(), 3);
+    assert_eq!(part.batch.escrows.len(), 1, "the tab settles once");
+    assert_eq!(c.claim_proof(1, PROVIDER).await.unwrap().0, U256::from(600));
+    assert_eq!(c.claim_proof(1, buyer()).await.unwrap().0, U256::from(400));
+}
+
+#[test]
+fn whole_tabs_are_never_split_across_parts() {
+    let market_jobs = |tab: u64, n: usize| -> Vec<Voucher> {
+        let exchange = Identity::from_seed([1; 32]);
+        let provider = Identity::from_seed([2; 32]);
+        let buyer_identity = Identity::from_seed([3; 32]);
+        let key = SigningKey::from_slice(&[4; 32]).unwrap();
+        let parties = Parties {
+            buyer: &key,
+            buyer_identity: &buyer_identity,
+            exchange: &exchange,
+            provider: &provider,
+            payout: PROVIDER,
+        };
+        let domain = cx_protocol::order::domain(1, Address::ZERO);
+        (0..n)
+            .map(|i| {
+                parties
+                    .intent_job(&domain, tab, tab * 100 + i as u64, 1, 1, 1, "o")
+                    .unwrap()
+            })
+            .collect()
+    };
+    let mut pending = market_jobs(1, 2);
+    pending.extend(market_jobs(2, 3));
+    pending.extend(market_jobs(3, 1));
+    // Tab 2 does not fit beside tab 1 in a part of 4; tab 3 does.
+    let tabs: Vec<u64> = whole_tabs(pending, 4)
+        .iter()
+        .map(|v| v.receipt.receipt.escrow_id)
+        .collect();
+    assert_eq!(tabs, vec![1, 1, 3]);
 }

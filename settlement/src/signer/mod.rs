@@ -8,7 +8,14 @@
 //!   this round;
 //! - every receipt carries a valid ML-DSA-65 signature under a key whose hash the provider
 //!   registered on that chain's `ProviderRegistry`;
-//! - every escrow is open on chain, with the receipt's buyer and at least the amount owed;
+//! - every receipt comes with its voucher ([`cx_protocol::voucher`]): the exchange's signed
+//!   assignment under the exchange key pinned in its config (job, tab, buyer, provider key,
+//!   input and adapter as the receipt says; the amount owed within the assigned price) and the
+//!   buyer's EIP-712 signed order under this chain's domain (the intent the job is, within its
+//!   limit; or the session grant the call was made under, whose jobs together stay within its
+//!   cap) — a registered key cannot take an escrow it was never assigned;
+//! - every escrow (a tab paying many jobs) is open on chain, with the receipts' buyer and at
+//!   least what they are owed together; credits use the fee pinned in its config;
 //! - the previous balances — its own copy when the request names only their root
 //!   (its balance book, `balances.json`, kept per deployment) — hash to the contract's current balances root,
 //!   and the proposed new
@@ -651,9 +658,9 @@ impl Signer {
         // signer's latency is what the coordinator waits for.
         let mut providers: HashSet<Address> = HashSet::new();
         let mut escrow_ids: HashSet<u64> = HashSet::new();
-        for signed in &batch.receipts {
-            providers.insert(Address::from(signed.receipt.provider));
-            escrow_ids.insert(signed.receipt.escrow_id);
+        for voucher in &batch.receipts {
+            providers.insert(Address::from(voucher.receipt.receipt.provider));
+            escrow_ids.insert(voucher.receipt.receipt.escrow_id);
         }
         let mut key_reads = tokio::task::JoinSet::new();
         for provider in providers {
@@ -697,15 +704,12 @@ impl Signer {
                 batch.chain_id
             ));
         }
-        let mut reasons = Vec::new();
-        for signed in &batch.receipts {
-            if let Err(err) = signed.verify_self_contained() {
-                reasons.push(format!(
-                    "receipt of job {}: {err}",
-                    hex::encode(signed.receipt.job_id)
-                ));
-            }
-        }
+        // Each job's chain of signatures — the buyer's order, the exchange's assignment under
+        // the key pinned in this signer's config, the provider's receipt — checked here, not
+        // taken from the coordinator.
+        let exchange = self.config.market.exchange().map_err(e)?;
+        let domain = cx_protocol::order::domain(batch.chain_id, chain.deployment.settlement);
+        let mut reasons = ledger::check_vouchers(&batch.receipts, &exchange, &domain);
         let mut registered: HashMap<Address, B256> = HashMap::new();
         while let Some(joined) = key_reads.join_next().await {
             let (provider, hash) = joined.map_err(|j| j.to_string())?;
@@ -731,8 +735,8 @@ impl Signer {
                 )),
             }
         }
-        for signed in &batch.receipts {
-            let r = &signed.receipt;
+        for voucher in &batch.receipts {
+            let r = &voucher.receipt.receipt;
             let provider = Address::from(r.provider);
             if registered.get(&provider) != Some(&B256::from(r.provider_key)) {
                 reasons.push(format!(
@@ -746,10 +750,13 @@ impl Signer {
             return Err(reasons.join("; "));
         }
         let recomputed = ledger::assemble(
-            batch.chain_id,
-            chain.deployment.settlement,
-            on_chain.epoch,
-            batch.nonce,
+            ledger::Head {
+                chain_id: batch.chain_id,
+                contract: chain.deployment.settlement,
+                key_epoch: on_chain.epoch,
+                nonce: batch.nonce,
+                fee: self.config.market.fee,
+            },
             batch.receipts.clone(),
             &escrows,
             batch.previous_balances.clone(),

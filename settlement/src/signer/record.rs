@@ -190,7 +190,7 @@ impl SignedLog {
             }
         }
         for r in &batch.receipts {
-            let r = &r.receipt;
+            let r = &r.receipt.receipt;
             for scope in scopes(batch) {
                 if let Some(n) = self.escrows.get(&(scope, r.escrow_id))
                     && *n != batch.nonce
@@ -237,11 +237,18 @@ impl SignedLog {
             contract: Some(batch.contract),
             nonce: batch.nonce,
             digest,
-            escrow_ids: batch.receipts.iter().map(|r| r.receipt.escrow_id).collect(),
+            // A tab pays many jobs: each escrow once.
+            escrow_ids: batch
+                .receipts
+                .iter()
+                .map(|r| r.receipt.receipt.escrow_id)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect(),
             job_ids: batch
                 .receipts
                 .iter()
-                .map(|r| B256::from(r.receipt.job_id))
+                .map(|r| B256::from(r.receipt.receipt.job_id))
                 .collect(),
             replaces,
         };
@@ -256,31 +263,28 @@ mod tests {
     use super::*;
     use crate::ledger::{self, Escrow};
     use alloy::primitives::U256;
-    use cx_protocol::DeterminismClass;
     use cx_protocol::pq::Identity;
-    use cx_protocol::receipt::{Receipt, SignedReceipt};
+    use cx_protocol::voucher::Parties;
 
     fn batch(contract: u8, nonce: u64, escrow_ids: &[u64]) -> ChainBatch {
         let provider = Identity::from_seed([5; 32]);
+        let exchange = Identity::from_seed([6; 32]);
+        let buyer_identity = Identity::from_seed([7; 32]);
+        let buyer = k256::ecdsa::SigningKey::from_slice(&[8; 32]).unwrap();
+        let parties = Parties {
+            buyer: &buyer,
+            buyer_identity: &buyer_identity,
+            exchange: &exchange,
+            provider: &provider,
+            payout: Address::repeat_byte(0xaa),
+        };
+        let domain = cx_protocol::order::domain(7, Address::repeat_byte(contract));
         let receipts = escrow_ids
             .iter()
             .map(|&escrow_id| {
-                let receipt = Receipt {
-                    job_id: [escrow_id as u8 + contract; 32],
-                    chain_id: 7,
-                    escrow_id,
-                    input_hash: [1; 32],
-                    output_hash: [2; 32],
-                    adapter_hash: [3; 32],
-                    tokens: 1,
-                    compute_ms: 1,
-                    class: DeterminismClass::D,
-                    provider: [0xaa; 20],
-                    provider_key: provider.id().0,
-                    amount_owed_wei: 1,
-                    buyer: [0xbb; 20],
-                };
-                SignedReceipt::sign(receipt, &provider).unwrap()
+                parties
+                    .intent_job(&domain, escrow_id, escrow_id, 1, 1, 1, "out")
+                    .unwrap()
             })
             .collect();
         let escrows = escrow_ids
@@ -288,7 +292,7 @@ mod tests {
             .map(|&id| {
                 let e = Escrow {
                     escrow_id: id,
-                    buyer: Address::repeat_byte(0xbb),
+                    buyer: cx_protocol::order::account_of(&buyer),
                     amount: 10,
                     reclaimable_at_s: u64::MAX,
                 };
@@ -296,10 +300,13 @@ mod tests {
             })
             .collect();
         ledger::assemble(
-            7,
-            Address::repeat_byte(contract),
-            0,
-            nonce,
+            ledger::Head {
+                chain_id: 7,
+                contract: Address::repeat_byte(contract),
+                key_epoch: 0,
+                nonce,
+                fee: Default::default(),
+            },
             receipts,
             &escrows,
             vec![(Address::repeat_byte(1), U256::from(1))],

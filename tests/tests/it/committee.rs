@@ -83,13 +83,24 @@ async fn nonce(chain: &ScenarioChain) -> u64 {
     chain.view().unwrap().batch_nonce().await.unwrap()
 }
 
+/// Opens `count` tabs of 1,000 on `chain` and returns the voucher of one job on each, owing
+/// `owed`, assigned by the cluster's exchange.
 async fn open_and_receipt(
+    exchange: &Identity,
     chain: &ScenarioChain,
     count: usize,
     owed: u128,
-) -> Vec<cx_protocol::receipt::SignedReceipt> {
+) -> Vec<cx_protocol::voucher::Voucher> {
     let ids = chain.open_jobs(count, 1_000).await.unwrap();
-    chain.receipts(&ids, owed).unwrap()
+    chain.vouchers(&ids, owed, exchange).unwrap()
+}
+
+/// The market terms the cluster's signers pin.
+fn market(cluster: &Cluster) -> cx_settlement::config::MarketTerms {
+    cx_settlement::config::MarketTerms {
+        exchange_key: cluster.exchange.public().to_bytes().to_vec(),
+        fee: cluster.fee,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -116,11 +127,17 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
     store.save_group_key(0, &package).await.unwrap();
     let views = chains.iter().map(|c| c.view().unwrap()).collect();
     let poster = chains[0].anvil.keys[3].clone();
-    let coordinator = Coordinator::new(store, committee, evm_chains(views, &poster));
+    let coordinator = Coordinator::new(
+        store,
+        committee,
+        evm_chains(views, &poster),
+        &market(&cluster),
+    )
+    .unwrap();
 
     // 1. One batch, both chains.
-    let mut receipts = open_and_receipt(&chains[0], 3, 700).await;
-    receipts.extend(open_and_receipt(&chains[1], 2, 400).await);
+    let mut receipts = open_and_receipt(&cluster.exchange, &chains[0], 3, 700).await;
+    receipts.extend(open_and_receipt(&cluster.exchange, &chains[1], 2, 400).await);
     assert_eq!(coordinator.submit(&receipts).await.unwrap(), 5);
     assert_eq!(
         coordinator.submit(&receipts).await.unwrap(),
@@ -163,7 +180,7 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
     // 2. Two of five signers gone (one of operator a, one of b): any 3 still sign.
     cluster.kill(1);
     cluster.kill(3);
-    let receipts = open_and_receipt(&chains[0], 2, 500).await;
+    let receipts = open_and_receipt(&cluster.exchange, &chains[0], 2, 500).await;
     coordinator.submit(&receipts).await.unwrap();
     coordinator.run_once().await.unwrap().expect("a batch");
     assert_eq!(nonce(&chains[0]).await, 2);
@@ -171,7 +188,7 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
 
     // 3. Three gone: the batch waits, recorded but unsigned, and nothing reaches the chain.
     cluster.kill(5);
-    let receipts = open_and_receipt(&chains[1], 1, 300).await;
+    let receipts = open_and_receipt(&cluster.exchange, &chains[1], 1, 300).await;
     coordinator.submit(&receipts).await.unwrap();
     for _ in 0..2 {
         let err = coordinator.run_once().await.unwrap_err();
@@ -216,7 +233,7 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
         let on_chain = chain.view().unwrap().group_key().await.unwrap();
         assert_eq!((on_chain.key, on_chain.epoch), (new_key, 1));
     }
-    let receipts = open_and_receipt(&chains[0], 1, 100).await;
+    let receipts = open_and_receipt(&cluster.exchange, &chains[0], 1, 100).await;
     coordinator.submit(&receipts).await.unwrap();
     coordinator.run_once().await.unwrap().expect("a batch");
     assert_eq!(nonce(&chains[0]).await, 3);
@@ -247,21 +264,24 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     let view = chain.view().unwrap();
 
     // 1. A tampered batch: honest signers refuse and say why; nothing is signed.
-    let receipts = open_and_receipt(&chain, 2, 600).await;
+    let receipts = open_and_receipt(&cluster.exchange, &chain, 2, 600).await;
     let mut escrows = HashMap::new();
     for r in &receipts {
         let e = view
-            .open_escrow(r.receipt.escrow_id)
+            .open_escrow(r.receipt.receipt.escrow_id)
             .await
             .unwrap()
             .unwrap();
         escrows.insert(e.escrow_id, e);
     }
     let honest = ledger::assemble(
-        31337,
-        chain.deployment.settlement,
-        0,
-        1,
+        ledger::Head {
+            chain_id: 31337,
+            contract: chain.deployment.settlement,
+            key_epoch: 0,
+            nonce: 1,
+            fee: cluster.fee,
+        },
         receipts.clone(),
         &escrows,
         Vec::new(),
@@ -295,7 +315,7 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     }
     // A receipt whose amount was raised after the provider signed it.
     let mut forged = honest.clone();
-    forged.receipts[0].receipt.amount_owed_wei = 1_000;
+    forged.receipts[0].receipt.receipt.amount_owed_wei = 1_000;
     let err = committee
         .sign(forged.digest().as_slice(), &package, sign_request(&forged))
         .await
@@ -313,6 +333,50 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
         matches!(&err, Error::Refused { reason, .. } if reason.contains("digest")),
         "{err}"
     );
+    // A registered provider takes an escrow it was never assigned: Mallory registers her own
+    // key on chain, signs a receipt for the buyer's first job claiming the whole escrow, and
+    // carries the job's real order and assignment. Every signer refuses: the assignment names
+    // another key. (This batch is built straight to the signers, past the coordinator.)
+    let mallory = Identity::generate();
+    let mallory_account = cx_settlement::evm::EvmClient::connect(
+        &chain.anvil.rpc_url(),
+        chain.anvil.keys[3].clone(),
+        chain.deployment,
+    )
+    .unwrap();
+    mallory_account
+        .set_metadata("http://127.0.0.1:9666", mallory.id().0.into())
+        .await
+        .unwrap();
+    let mut stolen = receipts[0].clone();
+    stolen.receipt.receipt.provider = mallory_account.account().into_array();
+    stolen.receipt.receipt.provider_key = mallory.id().0;
+    stolen.receipt.receipt.amount_owed_wei = 1_000;
+    stolen.receipt =
+        cx_protocol::receipt::SignedReceipt::sign(stolen.receipt.receipt.clone(), &mallory)
+            .unwrap();
+    let theft = ledger::assemble(
+        ledger::Head {
+            chain_id: 31337,
+            contract: chain.deployment.settlement,
+            key_epoch: 0,
+            nonce: 1,
+            fee: cluster.fee,
+        },
+        vec![stolen],
+        &escrows,
+        Vec::new(),
+    )
+    .unwrap();
+    let err = committee
+        .sign(theft.digest().as_slice(), &package, sign_request(&theft))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { reason, .. }
+            if reason.contains("receipt.provider_key: differs from the exchange's assignment")),
+        "{err}"
+    );
     assert_eq!(nonce(&chain).await, 0);
 
     // 2. The coordinator dies between aggregation and posting.
@@ -325,7 +389,9 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
             store,
             cluster.committee(3, 1).unwrap(),
             evm_chains(vec![chain.view().unwrap()], &poster),
+            &market(&cluster),
         )
+        .unwrap()
     };
     let first = make().await;
     first.submit(&receipts).await.unwrap();
@@ -350,7 +416,7 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     // 3. It dies after its transaction went out but before it recorded that.
     let third = make().await;
     third
-        .submit(&open_and_receipt(&chain, 1, 10).await)
+        .submit(&open_and_receipt(&cluster.exchange, &chain, 1, 10).await)
         .await
         .unwrap();
     let id = third.build().await.unwrap().expect("a batch");
@@ -382,10 +448,12 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     // batch is abandoned, the receipt rejected, and the rest settles.
     let outsider = Identity::generate();
     let ids = chain.open_jobs(2, 1_000).await.unwrap();
-    let mut receipts = chain.receipts(&ids[..1], 100).unwrap();
-    let mut unregistered = chain.receipts(&ids[1..], 100).unwrap().remove(0).receipt;
-    unregistered.provider_key = outsider.id().0;
-    let unregistered = cx_protocol::receipt::SignedReceipt::sign(unregistered, &outsider).unwrap();
+    let mut receipts = chain.vouchers(&ids[..1], 100, &cluster.exchange).unwrap();
+    // The exchange assigned it to the outsider, so every link but the registry holds.
+    let unregistered = chain
+        .vouchers_by(&outsider, &ids[1..], 100, &cluster.exchange)
+        .unwrap()
+        .remove(0);
     receipts.push(unregistered.clone());
     fourth.submit(&receipts).await.unwrap();
     let err = fourth.run_once().await.unwrap_err();
@@ -397,7 +465,7 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     fourth.abandon(refused, &err.to_string()).await.unwrap();
     assert!(
         fourth
-            .reject(unregistered.receipt.job_id, "provider key not registered")
+            .reject(unregistered.job_id(), "provider key not registered")
             .await
             .unwrap()
     );
@@ -630,7 +698,9 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
         store,
         cluster.committee(2, 1).unwrap(),
         evm_chains(vec![chain.view().unwrap()], &poster),
-    );
+        &market(&cluster),
+    )
+    .unwrap();
     let grace = chain.view().unwrap().grace_period_s().await.unwrap();
 
     // One escrow reclaimable just outside the coordinator's margin, two due in an hour.
@@ -641,9 +711,9 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
         .open_job(1_000, soon_deadline, Default::default())
         .await
         .unwrap();
-    let mut receipts = chain.receipts(&[soon], 600).unwrap();
+    let mut receipts = chain.vouchers(&[soon], 600, &cluster.exchange).unwrap();
     let later = chain.open_jobs(2, 1_000).await.unwrap();
-    receipts.extend(chain.receipts(&later, 600).unwrap());
+    receipts.extend(chain.vouchers(&later, 600, &cluster.exchange).unwrap());
     coordinator.submit(&receipts).await.unwrap();
     let id = coordinator.build().await.unwrap().expect("a batch");
     coordinator.sign_pending().await.unwrap();
@@ -658,10 +728,13 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
         escrows.insert(*id, view.open_escrow(*id).await.unwrap().unwrap());
     }
     let rival = ledger::assemble(
-        31337,
-        chain.deployment.settlement,
-        0,
-        1,
+        ledger::Head {
+            chain_id: 31337,
+            contract: chain.deployment.settlement,
+            key_epoch: 0,
+            nonce: 1,
+            fee: cluster.fee,
+        },
         receipts[1..].to_vec(),
         &escrows,
         Vec::new(),
@@ -737,14 +810,17 @@ async fn a_reclaim_racing_a_signed_batch_settles_the_rest_at_the_same_nonce() {
         .advance_time(100 + grace - SIGN_RECLAIM_MARGIN_S + 60)
         .await
         .unwrap();
-    let close_receipts = chain.receipts(&[close], 10).unwrap();
+    let close_receipts = chain.vouchers(&[close], 10, &cluster.exchange).unwrap();
     let mut escrows = HashMap::new();
     escrows.insert(close, view.open_escrow(close).await.unwrap().unwrap());
     let edge = ledger::assemble(
-        31337,
-        chain.deployment.settlement,
-        0,
-        2,
+        ledger::Head {
+            chain_id: 31337,
+            contract: chain.deployment.settlement,
+            key_epoch: 0,
+            nonce: 2,
+            fee: cluster.fee,
+        },
         close_receipts,
         &escrows,
         part.batch.new_balances.clone(),
@@ -912,10 +988,13 @@ async fn sign_requests_carry_balance_changes_and_signers_keep_their_own_balances
         store,
         cluster.committee(2, 1).unwrap(),
         evm_chains(vec![chain.view().unwrap()], &poster),
-    );
+        &market(&cluster),
+    )
+    .unwrap();
     let mut how = Vec::new();
+    let exchange = cluster.exchange.clone();
     let settle = async |coordinator: &Coordinator<PgStore>| {
-        let receipts = open_and_receipt(&chain, 2, 100).await;
+        let receipts = open_and_receipt(&exchange, &chain, 2, 100).await;
         coordinator.submit(&receipts).await.unwrap();
         let id = coordinator.run_once().await.unwrap().expect("a batch");
         let steps = coordinator.store().steps(id).await.unwrap();
@@ -969,7 +1048,9 @@ async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not
         store,
         cluster.committee(2, 1).unwrap(),
         evm_chains(vec![chain.view().unwrap()], &poster),
-    );
+        &market(&cluster),
+    )
+    .unwrap();
     let stake = U256::from(3_000_000_000u64);
     cx_devnet::deploy::mint_test_tokens(&chain.operator, chain.provider.account(), stake)
         .await
@@ -979,7 +1060,11 @@ async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not
 
     // Two outputs for one deterministic job, both signed by the provider.
     let conflicting = |escrow_id: u64| {
-        let first = chain.receipts(&[escrow_id], 100).unwrap().remove(0);
+        let first = chain
+            .vouchers(&[escrow_id], 100, &cluster.exchange)
+            .unwrap()
+            .remove(0)
+            .receipt;
         let mut other = first.receipt.clone();
         other.output_hash = [0xee; 32];
         let second = SignedReceipt::sign(other, &chain.provider_identity).unwrap();
@@ -1029,7 +1114,11 @@ async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not
     );
 
     // 3. Not evidence: the same output twice, or another class.
-    let honest = chain.receipts(&[ids[1]], 100).unwrap().remove(0);
+    let honest = chain
+        .vouchers(&[ids[1]], 100, &cluster.exchange)
+        .unwrap()
+        .remove(0)
+        .receipt;
     let same = SlashEvidence::ConflictingReceipts {
         first: honest.clone(),
         second: honest.clone(),

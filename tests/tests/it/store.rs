@@ -10,23 +10,21 @@ use cx_settlement::ledger;
 /// signature is kept once, receipts are batched once, and a nonce cannot be taken twice.
 async fn exercise_store<S: Store>(store: &S) {
     let provider = Identity::from_seed([5; 32]);
+    let exchange = Identity::from_seed([6; 32]);
+    let buyer_identity = Identity::from_seed([7; 32]);
+    let buyer = k256::ecdsa::SigningKey::from_slice(&[8; 32]).unwrap();
+    let parties = cx_protocol::voucher::Parties {
+        buyer: &buyer,
+        buyer_identity: &buyer_identity,
+        exchange: &exchange,
+        provider: &provider,
+        payout: alloy::primitives::Address::repeat_byte(1),
+    };
+    let domain = cx_protocol::order::domain(1, alloy::primitives::Address::ZERO);
     let receipt = |escrow_id: u64| {
-        let r = cx_protocol::receipt::Receipt {
-            job_id: [escrow_id as u8 + 1; 32],
-            chain_id: 1,
-            escrow_id,
-            input_hash: [0; 32],
-            output_hash: [0; 32],
-            adapter_hash: [0; 32],
-            tokens: 1,
-            compute_ms: 1,
-            class: cx_protocol::DeterminismClass::S,
-            provider: [1; 20],
-            provider_key: provider.id().0,
-            amount_owed_wei: 5,
-            buyer: [2; 20],
-        };
-        cx_protocol::receipt::SignedReceipt::sign(r, &provider).unwrap()
+        parties
+            .intent_job(&domain, escrow_id, escrow_id, 5, 5, 5, "out")
+            .unwrap()
     };
     let receipts = vec![receipt(0), receipt(1)];
     assert_eq!(store.add_receipts(&receipts).await.unwrap(), 2);
@@ -38,7 +36,7 @@ async fn exercise_store<S: Store>(store: &S) {
                 id,
                 ledger::Escrow {
                     escrow_id: id,
-                    buyer: alloy::primitives::Address::repeat_byte(2),
+                    buyer: cx_protocol::order::account_of(&buyer),
                     amount: 10,
                     reclaimable_at_s: u64::MAX,
                 },
@@ -46,10 +44,13 @@ async fn exercise_store<S: Store>(store: &S) {
         })
         .collect();
     let part = ledger::assemble(
-        1,
-        alloy::primitives::Address::ZERO,
-        0,
-        1,
+        ledger::Head {
+            chain_id: 1,
+            contract: alloy::primitives::Address::ZERO,
+            key_epoch: 0,
+            nonce: 1,
+            fee: Default::default(),
+        },
         receipts,
         &escrows,
         vec![],
@@ -97,9 +98,13 @@ async fn exercise_store<S: Store>(store: &S) {
     store.log_step(id, Some(1), "posted", "x").await.unwrap();
     assert_eq!(store.steps(id).await.unwrap().len(), 1);
     // Rejection takes a pending receipt out, once.
-    store.add_receipts(&[receipt(2)]).await.unwrap();
-    assert!(store.reject_receipt([3; 32], "bad").await.unwrap());
-    assert!(!store.reject_receipt([3; 32], "bad").await.unwrap());
+    let third = receipt(2);
+    store
+        .add_receipts(std::slice::from_ref(&third))
+        .await
+        .unwrap();
+    assert!(store.reject_receipt(third.job_id(), "bad").await.unwrap());
+    assert!(!store.reject_receipt(third.job_id(), "bad").await.unwrap());
     assert!(store.pending_receipts().await.unwrap().is_empty());
 }
 

@@ -71,6 +71,9 @@ enum Command {
     Tab(TabArgs),
     /// Reclaim a tab's escrow on chain after its deadline (and the contract's grace period).
     CloseTab(CloseTabArgs),
+    /// Withdraw what settled batches credited this account on a chain (the rest of its tabs,
+    /// with `Escrow.claim` and the exchange's Merkle proof).
+    Claim(ClaimArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -268,6 +271,15 @@ struct CloseTabArgs {
     json: bool,
 }
 
+#[derive(Debug, clap::Args)]
+struct ClaimArgs {
+    #[command(flatten)]
+    chain: ChainArgs,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
 fn parse_tier(text: &str) -> Result<Tier, String> {
     serde_json::from_value(json!(text)).map_err(|_| "one of T0, T1, T2, T3".to_owned())
 }
@@ -301,6 +313,7 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         Command::Jobs(jobs) => run_jobs(&args, jobs).await,
         Command::Tab(tab) => run_tab(&args, tab).await,
         Command::CloseTab(close) => run_close_tab(&args, close).await,
+        Command::Claim(claim) => run_claim(&args, claim).await,
     }
 }
 
@@ -787,6 +800,48 @@ async fn run_tab(args: &Args, cmd: &TabArgs) -> anyhow::Result<()> {
         tab.reference
     );
     super::emit(cmd.json, &table, &tab)
+}
+
+async fn run_claim(args: &Args, cmd: &ClaimArgs) -> anyhow::Result<()> {
+    let keys = args.load_keys()?;
+    let (evm, chain_id, rpc) = evm(&keys, &cmd.chain, args.chain)?;
+    let at = format!("on chain {chain_id} ({rpc})");
+    let client = args.client()?;
+    let claim = client
+        .claim(chain_id, keys.account())
+        .await
+        .with_context(|| format!("asking the exchange for {}'s claim {at}", keys.account()))?;
+    let cumulative: U256 = claim
+        .cumulative_wei
+        .parse()
+        .with_context(|| format!("the exchange's cumulative_wei {:?}", claim.cumulative_wei))?;
+    let already = evm
+        .claimed(keys.account())
+        .await
+        .with_context(|| format!("reading what was claimed {at}"))?;
+    if cumulative <= already {
+        bail!("nothing to claim {at}: credited {cumulative} wei, already claimed {already}");
+    }
+    let out = evm
+        .claim(cumulative, claim.proof.clone())
+        .await
+        .with_context(|| format!("claiming {at}"))?;
+    let paid = cumulative - already;
+    let table = format!(
+        "claimed_wei      {paid} on chain {chain_id}\ncumulative_wei   {cumulative}\ntx               {}\n",
+        out.tx_hash
+    );
+    super::emit(
+        cmd.json,
+        &table,
+        &json!({
+            "chain_id": chain_id,
+            "account": keys.account(),
+            "claimed_wei": paid.to_string(),
+            "cumulative_wei": cumulative.to_string(),
+            "tx": out.tx_hash,
+        }),
+    )
 }
 
 async fn run_close_tab(args: &Args, cmd: &CloseTabArgs) -> anyhow::Result<()> {

@@ -14,6 +14,7 @@ use cx_exchange_server::books::{self, Books};
 use cx_exchange_server::chain::Watcher;
 use cx_exchange_server::intake::{DEFAULT_SETTLE_MARGIN_S, Intake};
 use cx_exchange_server::market::Market;
+use cx_exchange_server::settlement::{SettlementConfig, Settler};
 use cx_exchange_server::tls::{self, DevCa, Identity, Limits};
 use cx_protocol::Bundle;
 use std::io;
@@ -80,6 +81,11 @@ pub(crate) struct Args {
     /// Seconds a tab must stay open after a job's deadline, for its settlement.
     #[arg(long, env = "CX_SETTLE_MARGIN_S", default_value_t = DEFAULT_SETTLE_MARGIN_S)]
     settle_margin_s: u64,
+    /// The settlement committee, fee and posting key (JSON, `SettlementConfig`): with it, tabs
+    /// that close are settled on chain and `GET /v1/claims/…` serves claims; without it, jobs
+    /// are only charged in the books.
+    #[arg(long, env = "CX_SETTLEMENT", value_name = "JSON")]
+    settlement: Option<PathBuf>,
 }
 
 /// How the server will speak, decided before anything binds.
@@ -179,8 +185,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--identity: cannot create {}", dir.display()))?;
     }
-    let identity = cx_settlement::keyfile::load_or_create_identity(&args.identity)
-        .with_context(|| format!("--identity {}", args.identity.display()))?;
+    let identity = std::sync::Arc::new(
+        cx_settlement::keyfile::load_or_create_identity(&args.identity)
+            .with_context(|| format!("--identity {}", args.identity.display()))?,
+    );
     let identity_hash = identity.id();
     let bundles = market.bundles().len();
     let intake = Intake::new(
@@ -191,7 +199,23 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .map(|c| (c.chain.chain_id, c.deployment.settlement)),
         args.settle_margin_s,
     )
-    .with_identity(identity);
+    .with_identity(identity.clone());
+    let settler = match &args.settlement {
+        None => None,
+        Some(path) => {
+            let config = SettlementConfig::load(path)
+                .with_context(|| format!("--settlement {}", path.display()))?;
+            let settler = Settler::new(
+                books.clone(),
+                &config,
+                &chains,
+                identity.clone(),
+                args.settle_margin_s,
+            )
+            .with_context(|| format!("--settlement {}", path.display()))?;
+            Some((std::sync::Arc::new(settler), config))
+        }
+    };
 
     let scheme = if matches!(edge, Edge::Insecure) {
         "http"
@@ -237,11 +261,38 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             args.confirmations
         );
     }
+    match &settler {
+        Some((_, config)) => println!(
+            "  settlement {} of {} signers (≥ {} operators), fee {} bps to {}",
+            config.threshold,
+            config.committee.len(),
+            config.min_operators,
+            config.fee.bps,
+            config.fee.account
+        ),
+        None => println!("  settlement none: jobs are charged in the books only (--settlement)"),
+    }
     println!("Ctrl-C stops it.");
 
     // Jobs no provider finished by their deadline are expired and their holds returned; silent
     // providers leave the engine.
-    let state = AppState::with_intake(intake);
+    let (state, settling) = match settler {
+        Some((settler, _)) => {
+            let mut stopped = stopped.clone();
+            let task = tokio::spawn({
+                let settler = settler.clone();
+                async move {
+                    settler
+                        .run(Duration::from_secs(1), async move {
+                            let _ = stopped.wait_for(|s| *s).await;
+                        })
+                        .await
+                }
+            });
+            (AppState::with_settlement(intake, settler), Some(task))
+        }
+        None => (AppState::with_intake(intake), None),
+    };
     let sweeps = tokio::spawn(state.clone().run_sweeps());
     let router = app(state);
     let limits = Limits::default();
@@ -254,6 +305,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         None => tls::serve_insecure_http(listener, router, limits, shutdown).await,
     }
     sweeps.abort();
+    if let Some(task) = settling {
+        let _ = task.await;
+    }
     for watcher in watchers {
         let _ = watcher.await;
     }

@@ -356,7 +356,8 @@ impl From<crate::Error> for ApiError {
             | E::OutOfRange { .. }
             | E::Market(_)
             | E::BadRpcUrl(_)
-            | E::Chain(_) => Self::Internal(Box::new(err)),
+            | E::Chain(_)
+            | E::Settlement(_) => Self::Internal(Box::new(err)),
         }
     }
 }

@@ -6,6 +6,7 @@
 
 mod adapters;
 mod bindings;
+mod claims;
 mod error;
 mod extract;
 mod health;
@@ -38,6 +39,7 @@ pub struct AppState {
 struct Inner {
     started_at: Instant,
     intake: Option<Intake>,
+    settler: Option<Arc<crate::settlement::Settler>>,
     metrics: metrics::Metrics,
 }
 
@@ -49,6 +51,7 @@ impl AppState {
             inner: Arc::new(Inner {
                 started_at: Instant::now(),
                 intake: None,
+                settler: None,
                 metrics: metrics::Metrics::default(),
             }),
         }
@@ -60,6 +63,19 @@ impl AppState {
             inner: Arc::new(Inner {
                 started_at: Instant::now(),
                 intake: Some(intake),
+                settler: None,
+                metrics: metrics::Metrics::default(),
+            }),
+        }
+    }
+
+    /// The state of a serving exchange that also settles: `settler` serves the claims.
+    pub fn with_settlement(intake: Intake, settler: Arc<crate::settlement::Settler>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                started_at: Instant::now(),
+                intake: Some(intake),
+                settler: Some(settler),
                 metrics: metrics::Metrics::default(),
             }),
         }
@@ -86,6 +102,19 @@ impl AppState {
             message: "this server has no books or market configured".to_owned(),
             field: None,
         })
+    }
+
+    /// The settlement loop, or the 503 of an exchange that does not settle.
+    fn settler(&self) -> Result<&crate::settlement::Settler, ApiError> {
+        self.inner
+            .settler
+            .as_deref()
+            .ok_or_else(|| ApiError::Refused {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "not_settling",
+                message: "this exchange runs no settlement (cx serve --settlement)".to_owned(),
+                field: None,
+            })
     }
 
     /// Seconds since [`AppState::new`].
@@ -135,6 +164,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/tabs/{chain_id}/{escrow_id}", get(jobs::tab))
         .route("/v1/chains", get(market::chains))
+        .route("/v1/claims/{chain_id}/{account}", get(claims::claim))
         .route("/v1/eip712/{kind}", get(market::eip712))
         .route("/v1/market", get(market::quotes))
         .route("/v1/exchange", get(market::exchange))

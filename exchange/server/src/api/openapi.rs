@@ -3,7 +3,7 @@
 //! cannot drift from what the server parses and writes.
 
 use super::{
-    adapters, bindings, health, jobs, market, metrics, openai, orders, providers, sessions,
+    adapters, bindings, claims, health, jobs, market, metrics, openai, orders, providers, sessions,
 };
 use axum::Json;
 use utoipa::OpenApi;
@@ -43,6 +43,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         providers::result,
         providers::progress,
         market::chains,
+        claims::claim,
         market::eip712,
         market::models,
         market::providers,

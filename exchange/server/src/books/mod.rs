@@ -15,6 +15,7 @@ mod chain;
 mod jobs;
 mod providers;
 mod sessions;
+mod settlement;
 mod standing;
 mod tabs;
 
@@ -24,6 +25,7 @@ pub use chain::{SeenBatch, TabEvent};
 pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder};
 pub use providers::{Assignment, Completed, Provider};
 pub use sessions::Session;
+pub use settlement::{PaidJob, SettledJob};
 pub use standing::StandingOrder;
 pub use tabs::Tab;
 

@@ -141,7 +141,7 @@ pub struct Intake {
     settle_margin_s: u64,
     waiters: Waiters,
     bound: RwLock<HashMap<Address, PublicIdentity>>,
-    identity: cx_protocol::pq::Identity,
+    identity: std::sync::Arc<cx_protocol::pq::Identity>,
 }
 
 /// Bound ML-DSA keys kept in memory at most (each ~2 KB).
@@ -166,13 +166,13 @@ impl Intake {
             settle_margin_s,
             waiters: Waiters::default(),
             bound: RwLock::new(HashMap::new()),
-            identity: cx_protocol::pq::Identity::generate(),
+            identity: std::sync::Arc::new(cx_protocol::pq::Identity::generate()),
         }
     }
 
     /// The same intake signing assignments as `identity` (the exchange's ML-DSA-65 key, which
     /// providers and signers pin); [`Intake::new`] makes a fresh one.
-    pub fn with_identity(mut self, identity: cx_protocol::pq::Identity) -> Self {
+    pub fn with_identity(mut self, identity: std::sync::Arc<cx_protocol::pq::Identity>) -> Self {
         self.identity = identity;
         self
     }

@@ -1,0 +1,203 @@
+//! Tabs on their way to chain: which tabs stop taking jobs, what each paid, and which settled.
+//!
+//! A tab (one escrow) settles once, whole, so the books hand it to the coordinator only when it
+//! takes no more jobs and none is in flight: its deadline is within the settle margin (every
+//! hold needs the tab open that long past its job's deadline, so by then no job can still be
+//! running). The coordinator's outbox (`settlement_*`, the same database) takes it from there.
+
+use super::{Books, parse_wei, to_i64};
+use crate::error::{Error, Result};
+use alloy::primitives::{Address, B256};
+use sqlx::Row;
+
+/// One job a tab pays, with what its voucher is made of.
+#[derive(Debug, Clone)]
+pub struct PaidJob {
+    /// The job id.
+    pub job_id: B256,
+    /// The order row's kind: `intent`, or `session_grant` for a call made with a session key.
+    pub kind: String,
+    /// The order row's body (`{"intent": Signed<Intent>, …}` or `{"grant": Signed<SessionGrant>}`).
+    pub order: serde_json::Value,
+    /// The provider-signed receipt, as received.
+    pub receipt: serde_json::Value,
+    /// The provider's key hash (the assignment named it).
+    pub provider_key_hash: B256,
+    /// What the job was charged, wei (the receipt's amount, within its price).
+    pub charged_wei: u128,
+    /// The job's deadline.
+    pub deadline_s: u64,
+    /// The job's request.
+    pub request: serde_json::Value,
+    /// The adapter's content id, if any.
+    pub adapter: Option<String>,
+    /// The buyer.
+    pub buyer: Address,
+}
+
+/// A job that landed on chain in a posted batch part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettledJob {
+    /// The job id.
+    pub job_id: B256,
+    /// The batch.
+    pub batch_id: i64,
+    /// The chain.
+    pub chain_id: u64,
+    /// The transaction that carried the part, when known.
+    pub tx_hash: Option<B256>,
+}
+
+impl Books {
+    /// Stops tabs whose deadline is within `settle_margin_s` of `now_s` from taking jobs;
+    /// returns how many it closed.
+    pub async fn close_due_tabs(&self, now_s: u64, settle_margin_s: u64) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE exchange_tabs SET status = 'closing', updated_at = now() \
+             WHERE status = 'open' AND deadline_s <= $1",
+        )
+        .bind(to_i64(now_s.saturating_add(settle_margin_s), "deadline")?)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Closing tabs none of whose jobs is still in flight, oldest deadline first, at most
+    /// `limit`.
+    pub async fn tabs_ready_to_settle(&self, limit: i64) -> Result<Vec<(u64, u64)>> {
+        let rows = sqlx::query(
+            "SELECT t.chain_id, t.escrow_id FROM exchange_tabs t \
+             WHERE t.status = 'closing' AND NOT EXISTS ( \
+                 SELECT 1 FROM exchange_jobs j WHERE j.chain_id = t.chain_id \
+                   AND j.escrow_id = t.escrow_id AND j.status IN ('assigned', 'running')) \
+             ORDER BY t.deadline_s, t.chain_id, t.escrow_id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<i64, _>("chain_id")? as u64,
+                    r.try_get::<i64, _>("escrow_id")? as u64,
+                ))
+            })
+            .collect()
+    }
+
+    /// Every job tab `(chain_id, escrow_id)` pays: done, with a receipt.
+    pub async fn paid_jobs(&self, chain_id: u64, escrow_id: u64) -> Result<Vec<PaidJob>> {
+        let rows = sqlx::query(
+            "SELECT j.id, o.kind, o.body::text AS body, r.receipt::text AS receipt, \
+                    r.provider_key_hash, r.amount_owed_wei::text AS charged, j.deadline_s, \
+                    j.request::text AS request, j.adapter, j.account \
+             FROM exchange_jobs j \
+             JOIN exchange_receipts r ON r.job_id = j.id \
+             JOIN exchange_orders o ON o.digest = j.order_digest \
+             WHERE j.chain_id = $1 AND j.escrow_id = $2 AND j.status = 'done' \
+             ORDER BY j.created_at, j.id",
+        )
+        .bind(to_i64(chain_id, "chain id")?)
+        .bind(to_i64(escrow_id, "escrow id")?)
+        .fetch_all(&self.pool)
+        .await?;
+        let b256 = |bytes: Vec<u8>, what: &'static str| {
+            B256::try_from(bytes.as_slice()).map_err(|_| Error::Corrupt {
+                what,
+                value: hex::encode(&bytes),
+            })
+        };
+        rows.into_iter()
+            .map(|r| {
+                let account: Vec<u8> = r.try_get("account")?;
+                Ok(PaidJob {
+                    job_id: b256(r.try_get("id")?, "a job id")?,
+                    kind: r.try_get("kind")?,
+                    order: serde_json::from_str(&r.try_get::<String, _>("body")?)?,
+                    receipt: serde_json::from_str(&r.try_get::<String, _>("receipt")?)?,
+                    provider_key_hash: b256(r.try_get("provider_key_hash")?, "a key hash")?,
+                    charged_wei: parse_wei(&r.try_get::<String, _>("charged")?)?,
+                    deadline_s: r.try_get::<i64, _>("deadline_s")? as u64,
+                    request: serde_json::from_str(&r.try_get::<String, _>("request")?)?,
+                    adapter: r.try_get("adapter")?,
+                    buyer: Address::try_from(account.as_slice()).map_err(|_| Error::Corrupt {
+                        what: "an address",
+                        value: hex::encode(&account),
+                    })?,
+                })
+            })
+            .collect()
+    }
+
+    /// Records that tab `(chain_id, escrow_id)` went to the coordinator with `jobs` jobs
+    /// (`unspent` when it paid none).
+    pub async fn mark_tab_submitted(
+        &self,
+        chain_id: u64,
+        escrow_id: u64,
+        jobs: usize,
+    ) -> Result<()> {
+        sqlx::query(
+            "UPDATE exchange_tabs SET status = CASE WHEN $3 > 0 THEN 'submitted' ELSE 'unspent' END, \
+                    submitted_at = now(), jobs_paid = $3, updated_at = now() \
+             WHERE chain_id = $1 AND escrow_id = $2 AND status = 'closing'",
+        )
+        .bind(to_i64(chain_id, "chain id")?)
+        .bind(to_i64(escrow_id, "escrow id")?)
+        .bind(i32::try_from(jobs).unwrap_or(i32::MAX))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Submitted tabs whose batch part is now posted become `settled`, and each of their jobs
+    /// gets a `settled` event naming the batch and transaction; returns those jobs.
+    pub async fn record_settled(&self) -> Result<Vec<SettledJob>> {
+        let mut tx = self.pool.begin().await?;
+        let rows = sqlx::query(
+            "WITH landed AS ( \
+                 UPDATE exchange_tabs t SET status = 'settled', updated_at = now() \
+                 WHERE t.status = 'submitted' AND EXISTS ( \
+                     SELECT 1 FROM settlement_receipts r JOIN settlement_batch_parts p \
+                       ON p.batch_id = r.batch_id AND p.chain_id = r.chain_id \
+                     WHERE r.chain_id = t.chain_id AND r.escrow_id = t.escrow_id \
+                       AND p.status = 'posted') \
+                 RETURNING t.chain_id, t.escrow_id) \
+             SELECT r.job_id, r.batch_id, r.chain_id, p.tx_hash FROM landed l \
+             JOIN settlement_receipts r ON r.chain_id = l.chain_id AND r.escrow_id = l.escrow_id \
+             JOIN settlement_batch_parts p ON p.batch_id = r.batch_id AND p.chain_id = r.chain_id",
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut settled = Vec::with_capacity(rows.len());
+        for r in rows {
+            let job_id: Vec<u8> = r.try_get("job_id")?;
+            let tx_hash: Option<Vec<u8>> = r.try_get("tx_hash")?;
+            let job = SettledJob {
+                job_id: B256::try_from(job_id.as_slice()).map_err(|_| Error::Corrupt {
+                    what: "a job id",
+                    value: hex::encode(&job_id),
+                })?,
+                batch_id: r.try_get("batch_id")?,
+                chain_id: r.try_get::<i64, _>("chain_id")? as u64,
+                tx_hash: tx_hash.and_then(|h| B256::try_from(h.as_slice()).ok()),
+            };
+            sqlx::query(
+                "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+                 SELECT $1, coalesce(max(seq), -1) + 1, 'settled', \
+                        jsonb_build_object('batch_id', $2::bigint, 'chain_id', $3::bigint, \
+                                           'tx_hash', $4::text) \
+                 FROM exchange_job_events WHERE job_id = $1",
+            )
+            .bind(job.job_id.as_slice())
+            .bind(job.batch_id)
+            .bind(to_i64(job.chain_id, "chain id")?)
+            .bind(job.tx_hash.map(|h| h.to_string()))
+            .execute(&mut *tx)
+            .await?;
+            settled.push(job);
+        }
+        tx.commit().await?;
+        Ok(settled)
+    }
+}

@@ -1,0 +1,396 @@
+//! Vouchers: the chain of signatures behind one paid job, which a settlement signer checks on
+//! its own before it pays (SPEC §9):
+//!
+//! buyer-signed order (limit, tab) → exchange-signed assignment (provider, price ≤ limit) →
+//! provider-signed receipt (amount ≤ price, output hash).
+//!
+//! The buyer's order is the intent the job was made from, or the session grant whose bearer
+//! made the call (a grant covers many jobs: the sum they are owed must stay within its cap,
+//! which only a check over all of a tab's vouchers can see — [`Voucher::check`] returns what it
+//! needs for that, [`SessionSpend`]).
+//!
+//! Each link is checked against what the one before it signed, so a receipt cannot pay itself:
+//! a provider key that is registered (the caller checks that on chain) but was never assigned
+//! the job holds no assignment naming it, and an assignment the exchange signed for a job no
+//! buyer ordered names no order its buyer signed.
+//!
+//! What [`Voucher::check`] does not see, and the caller must: that the receipt's key is the one
+//! its provider registered on chain, that the escrow is open with this buyer, and that the sum
+//! owed from one escrow is within it.
+
+use alloy_primitives::{Address, B256};
+use alloy_sol_types::Eip712Domain;
+use serde::{Deserialize, Serialize};
+
+use crate::assignment::SignedAssignment;
+use crate::error::{Error, Result};
+use crate::order::{Intent, SessionGrant, Signed};
+use crate::pq::PublicIdentity;
+use crate::receipt::SignedReceipt;
+
+/// The buyer's signed word a job was made under.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Authority {
+    /// The intent the job was made from (its EIP-712 digest is the job id).
+    Intent(Signed<Intent>),
+    /// The session grant whose bearer made the call (the job id is the exchange's).
+    Session(Signed<SessionGrant>),
+}
+
+/// One job's chain of signatures.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Voucher {
+    /// The buyer's order.
+    pub authority: Authority,
+    /// The exchange's assignment of the job to the provider.
+    pub assignment: SignedAssignment,
+    /// The provider's receipt.
+    pub receipt: SignedReceipt,
+}
+
+/// What a session-made voucher spends of its grant: the caller sums these per grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionSpend {
+    /// The grant's EIP-712 digest (its session id).
+    pub session: B256,
+    /// The grant's cap, wei.
+    pub cap_wei: u128,
+    /// What this job's receipt claims, wei.
+    pub owed_wei: u128,
+}
+
+fn broken(link: &str, reason: String) -> Error {
+    Error::InvalidField {
+        field: link.to_owned(),
+        reason,
+    }
+}
+
+impl Voucher {
+    /// The job id.
+    pub fn job_id(&self) -> [u8; 32] {
+        self.receipt.receipt.job_id
+    }
+
+    /// Checks every link: the receipt's signature under the key it names, the assignment's
+    /// under `exchange` (the exchange key the checker pinned), the order's EIP-712 signature
+    /// under `domain` (the receipt's chain and Settlement contract) recovering the receipt's
+    /// buyer, and that each link agrees with the one it answers. Returns what a session-made
+    /// job spends of its grant (`None` for an intent, whose limit is checked here).
+    pub fn check(
+        &self,
+        exchange: &PublicIdentity,
+        domain: &Eip712Domain,
+    ) -> Result<Option<SessionSpend>> {
+        let r = &self.receipt.receipt;
+        let a = &self.assignment.assignment;
+        self.receipt
+            .verify_self_contained()
+            .map_err(|e| e.within("receipt"))?;
+        self.assignment
+            .verify(exchange)
+            .map_err(|e| e.within("assignment"))?;
+        let same: [(&str, bool); 7] = [
+            ("job_id", a.job_id == r.job_id),
+            ("chain_id", a.chain_id == r.chain_id),
+            ("escrow_id", a.escrow_id == r.escrow_id),
+            ("buyer", a.buyer == r.buyer),
+            ("provider_key", a.provider_key == r.provider_key),
+            ("input_hash", a.input_hash == r.input_hash),
+            ("adapter_hash", a.adapter_hash == r.adapter_hash),
+        ];
+        if let Some((field, _)) = same.iter().find(|(_, ok)| !ok) {
+            return Err(broken(
+                &format!("receipt.{field}"),
+                "differs from the exchange's assignment of the job".into(),
+            ));
+        }
+        if r.amount_owed_wei > a.price_wei {
+            return Err(broken(
+                "receipt.amount_owed_wei",
+                format!(
+                    "{} wei is more than the assigned price of {} wei",
+                    r.amount_owed_wei, a.price_wei
+                ),
+            ));
+        }
+        let buyer = Address::from(r.buyer);
+        let (recovered, tab_id) = match &self.authority {
+            Authority::Intent(signed) => (
+                signed.recover(domain).map_err(|e| e.within("authority"))?,
+                signed.order.tab_id,
+            ),
+            Authority::Session(signed) => (
+                signed.recover(domain).map_err(|e| e.within("authority"))?,
+                signed.order.tab_id,
+            ),
+        };
+        if recovered.account != buyer {
+            return Err(broken(
+                "authority.signature",
+                format!(
+                    "recovers {}, not the receipt's buyer {buyer}",
+                    recovered.account
+                ),
+            ));
+        }
+        if tab_id != r.escrow_id {
+            return Err(broken(
+                "authority.order.tab_id",
+                format!("is tab {tab_id}, not the receipt's escrow {}", r.escrow_id),
+            ));
+        }
+        match &self.authority {
+            Authority::Intent(signed) => {
+                let intent = &signed.order;
+                if recovered.digest.0 != r.job_id {
+                    return Err(broken(
+                        "receipt.job_id",
+                        "is not the intent's EIP-712 digest".into(),
+                    ));
+                }
+                if a.price_wei > intent.max_price_wei {
+                    return Err(broken(
+                        "assignment.price_wei",
+                        format!(
+                            "{} wei is above the buyer's limit of {} wei",
+                            a.price_wei, intent.max_price_wei
+                        ),
+                    ));
+                }
+                if intent.request_hash.0 != r.input_hash {
+                    return Err(broken(
+                        "receipt.input_hash",
+                        "is not the request hash the buyer signed".into(),
+                    ));
+                }
+                if intent.adapter_id.unwrap_or(B256::ZERO).0 != r.adapter_hash {
+                    return Err(broken(
+                        "receipt.adapter_hash",
+                        "is not the adapter the buyer signed".into(),
+                    ));
+                }
+                if a.deadline_s > intent.deadline_s {
+                    return Err(broken(
+                        "assignment.deadline_s",
+                        format!(
+                            "{} is after the buyer's deadline {}",
+                            a.deadline_s, intent.deadline_s
+                        ),
+                    ));
+                }
+                Ok(None)
+            }
+            Authority::Session(signed) => Ok(Some(SessionSpend {
+                session: recovered.digest,
+                cap_wei: signed.order.spend_cap_wei,
+                owed_wei: r.amount_owed_wei,
+            })),
+        }
+    }
+}
+
+/// The parties of one simulated job, for simulations and tests that play every role: each
+/// signs its own link exactly as it would in the market.
+#[derive(Clone, Copy, Debug)]
+pub struct Parties<'a> {
+    /// The buyer's account key (EIP-712).
+    pub buyer: &'a k256::ecdsa::SigningKey,
+    /// The buyer's bound ML-DSA identity (the order's co-signature).
+    pub buyer_identity: &'a crate::pq::Identity,
+    /// The exchange's identity (signs the assignment).
+    pub exchange: &'a crate::pq::Identity,
+    /// The provider's identity (signs the receipt).
+    pub provider: &'a crate::pq::Identity,
+    /// The provider's payout account.
+    pub payout: Address,
+}
+
+impl Parties<'_> {
+    /// The voucher of one intent-made job on tab `escrow_id` (chain and contract from
+    /// `domain`): the buyer's intent (limit `limit_wei`, replay guard `nonce`), the exchange's
+    /// assignment at `price_wei`, the provider's receipt claiming `owed_wei` for `output`.
+    pub fn intent_job(
+        &self,
+        domain: &Eip712Domain,
+        escrow_id: u64,
+        nonce: u64,
+        limit_wei: u128,
+        price_wei: u128,
+        owed_wei: u128,
+        output: &str,
+    ) -> Result<Voucher> {
+        use crate::assignment::Assignment;
+        use crate::order::{InferenceRequest, request_hash};
+        use crate::receipt::{JobTerms, Receipt, Work};
+        let (chain_id, _) = crate::order::signed::domain_parts(domain)?;
+        let request = InferenceRequest {
+            prompt: format!("job {nonce}"),
+            max_tokens: 8,
+        };
+        let intent = Intent {
+            want: "model".into(),
+            adapter_id: None,
+            request_hash: request_hash(&request),
+            deadline_s: 4_000_000_000,
+            max_price_wei: limit_wei,
+            min_tier: crate::Tier::T0,
+            determinism: crate::DeterminismClass::D,
+            tab_id: escrow_id,
+            nonce,
+            expiry_s: 4_000_000_000,
+        };
+        let signed = crate::order::sign(intent, domain, self.buyer, self.buyer_identity)?;
+        let job_id = signed.digest(domain);
+        let buyer = signed.account;
+        let assignment = SignedAssignment::sign(
+            Assignment {
+                job_id: job_id.0,
+                chain_id,
+                escrow_id,
+                buyer: buyer.0.0,
+                provider_key: self.provider.id().0,
+                price_wei,
+                deadline_s: 4_000_000_000,
+                input_hash: request_hash(&request).0,
+                adapter_hash: [0; 32],
+            },
+            self.exchange,
+        )?;
+        let terms = JobTerms {
+            job_id,
+            chain_id,
+            escrow_id,
+            buyer,
+            request: &request,
+            adapter: None,
+        };
+        let work = Work {
+            output_text: output,
+            tokens: 16,
+            compute_ms: 5,
+            class: crate::DeterminismClass::D,
+            amount_owed_wei: owed_wei,
+        };
+        let receipt = Receipt::for_output(&terms, &work, self.payout, self.provider.id().0)?;
+        Ok(Voucher {
+            authority: Authority::Intent(signed),
+            assignment,
+            receipt: SignedReceipt::sign(receipt, self.provider)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pq::Identity;
+    use crate::receipt::Receipt;
+    use k256::ecdsa::SigningKey;
+
+    struct World {
+        buyer: SigningKey,
+        buyer_identity: Identity,
+        exchange: Identity,
+        provider: Identity,
+    }
+
+    fn world() -> World {
+        World {
+            buyer: SigningKey::from_slice(&[7; 32]).unwrap(),
+            buyer_identity: Identity::from_seed([1; 32]),
+            exchange: Identity::from_seed([2; 32]),
+            provider: Identity::from_seed([3; 32]),
+        }
+    }
+
+    fn parties(w: &World) -> Parties<'_> {
+        Parties {
+            buyer: &w.buyer,
+            buyer_identity: &w.buyer_identity,
+            exchange: &w.exchange,
+            provider: &w.provider,
+            payout: Address::repeat_byte(0x11),
+        }
+    }
+
+    fn domain() -> Eip712Domain {
+        crate::order::domain(31337, Address::repeat_byte(0xcc))
+    }
+
+    #[test]
+    fn an_honest_chain_passes_and_each_broken_link_is_named() {
+        let w = world();
+        let v = parties(&w)
+            .intent_job(&domain(), 4, 1, 1_000, 900, 800, "out")
+            .unwrap();
+        assert_eq!(v.check(&w.exchange.public(), &domain()).unwrap(), None);
+        let json = serde_json::to_string(&v).unwrap();
+        let back: Voucher = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, v);
+
+        // Under another exchange key, or another chain's domain.
+        let other = Identity::from_seed([9; 32]);
+        let err = v.check(&other.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("assignment"), "{err}");
+        let elsewhere = crate::order::domain(31338, Address::repeat_byte(0xcc));
+        let err = v.check(&w.exchange.public(), &elsewhere).unwrap_err();
+        assert!(err.to_string().contains("chain"), "{err}");
+
+        // A price above the buyer's limit, signed by the exchange itself.
+        let dear = parties(&w)
+            .intent_job(&domain(), 4, 2, 1_000, 1_001, 800, "out")
+            .unwrap();
+        let err = dear.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("limit"), "{err}");
+
+        // A receipt claiming more than the assignment, re-signed by the provider.
+        let greedy = parties(&w)
+            .intent_job(&domain(), 4, 3, 1_000, 900, 901, "out")
+            .unwrap();
+        let err = greedy.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("assigned price"), "{err}");
+    }
+
+    #[test]
+    fn a_registered_key_cannot_pay_itself_from_an_escrow_it_was_not_assigned() {
+        let w = world();
+        let honest = parties(&w)
+            .intent_job(&domain(), 4, 1, 1_000, 900, 900, "out")
+            .unwrap();
+        // Mallory is a registered provider with a key of her own: she signs a receipt for the
+        // same job (or any open escrow) naming herself, and carries the real assignment.
+        let mallory = Identity::from_seed([66; 32]);
+        let mut receipt: Receipt = honest.receipt.receipt.clone();
+        receipt.provider = [0x66; 20];
+        receipt.provider_key = mallory.id().0;
+        let forged = Voucher {
+            receipt: SignedReceipt::sign(receipt.clone(), &mallory).unwrap(),
+            ..honest.clone()
+        };
+        let err = forged.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("provider_key"), "{err}");
+
+        // Nor with an assignment she signed herself as "the exchange".
+        let mut own = forged.clone();
+        own.assignment = SignedAssignment::sign(
+            crate::assignment::Assignment {
+                provider_key: mallory.id().0,
+                ..honest.assignment.assignment.clone()
+            },
+            &mallory,
+        )
+        .unwrap();
+        let err = own.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("assignment"), "{err}");
+
+        // Nor on another escrow of the same buyer: the order names its tab.
+        let mut moved = honest.clone();
+        moved.receipt.receipt.escrow_id = 5;
+        moved.receipt = SignedReceipt::sign(moved.receipt.receipt.clone(), &w.provider).unwrap();
+        let err = moved.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("escrow_id"), "{err}");
+    }
+}
