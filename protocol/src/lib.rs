@@ -49,6 +49,7 @@ pub mod order;
 pub mod pq;
 pub mod price;
 pub mod receipt;
+pub mod tab_close;
 pub mod voucher;
 
 pub use bundle::Bundle;

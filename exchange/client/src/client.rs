@@ -245,6 +245,33 @@ impl Client {
         self.get(&format!("/v1/tabs/{chain_id}/{escrow_id}")).await
     }
 
+    /// `POST /v1/tabs/{chain_id}/{escrow_id}/close`: asks the exchange to settle the tab now,
+    /// signed by `keys`' ML-DSA identity for the chain's `settlement` contract; the tab takes
+    /// no more jobs and the next batch pays what it spent and returns the rest.
+    pub async fn close_tab(
+        &self,
+        keys: &crate::AgentKeys,
+        chain_id: u64,
+        settlement: cx_protocol::order::Address,
+        escrow_id: u64,
+    ) -> Result<Tab> {
+        use cx_protocol::tab_close::{TAB_CLOSE_CONTEXT, tab_close_message};
+        let signature = keys.identity().sign(
+            TAB_CLOSE_CONTEXT,
+            &tab_close_message(chain_id, settlement, escrow_id),
+        )?;
+        let body = serde_json::json!({
+            "account": keys.account(),
+            "mldsa_signature": format!("0x{}", hex::encode(signature)),
+        });
+        self.send(
+            Method::POST,
+            &format!("/v1/tabs/{chain_id}/{escrow_id}/close"),
+            Some(&body),
+        )
+        .await
+    }
+
     /// `GET /v1/claims/{chain_id}/{account}`: `account`'s credit on `chain_id` and its proof.
     pub async fn claim(
         &self,

@@ -565,6 +565,10 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
         } else {
             part.batch.previous_balances.clone()
         };
+        // The first batch of a chain, not yet on chain: nothing is credited there yet.
+        if balances.is_empty() {
+            return Err(Error::NoBatchYet { chain_id });
+        }
         let as_batch = ChainBatch {
             new_balances: balances,
             ..part.batch

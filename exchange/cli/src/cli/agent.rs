@@ -71,6 +71,9 @@ enum Command {
     Tab(TabArgs),
     /// Reclaim a tab's escrow on chain after its deadline (and the contract's grace period).
     CloseTab(CloseTabArgs),
+    /// Ask the exchange to settle a tab now: it takes no more jobs, and the next batch pays
+    /// what its jobs were charged and credits the rest back (claim it with `cx agent claim`).
+    SettleTab(SettleTabArgs),
     /// Withdraw what settled batches credited this account on a chain (the rest of its tabs,
     /// with `Escrow.claim` and the exchange's Merkle proof).
     Claim(ClaimArgs),
@@ -272,6 +275,15 @@ struct CloseTabArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct SettleTabArgs {
+    /// The tab's escrow id.
+    id: u64,
+    /// Also print the tab as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
 struct ClaimArgs {
     #[command(flatten)]
     chain: ChainArgs,
@@ -313,6 +325,7 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         Command::Jobs(jobs) => run_jobs(&args, jobs).await,
         Command::Tab(tab) => run_tab(&args, tab).await,
         Command::CloseTab(close) => run_close_tab(&args, close).await,
+        Command::SettleTab(settle) => run_settle_tab(&args, settle).await,
         Command::Claim(claim) => run_claim(&args, claim).await,
     }
 }
@@ -798,6 +811,21 @@ async fn run_tab(args: &Args, cmd: &TabArgs) -> anyhow::Result<()> {
         tab.available_wei(),
         tab.deadline_s,
         tab.reference
+    );
+    super::emit(cmd.json, &table, &tab)
+}
+
+async fn run_settle_tab(args: &Args, cmd: &SettleTabArgs) -> anyhow::Result<()> {
+    let keys = args.load_keys()?;
+    let client = args.client()?;
+    let chain = pick_chain(&client, args.chain, false).await?;
+    let tab = client
+        .close_tab(&keys, chain.chain_id, chain.verifying_contract, cmd.id)
+        .await
+        .with_context(|| format!("closing tab {} on chain {}", cmd.id, chain.chain_id))?;
+    let table = format!(
+        "tab              {} on chain {}\nstatus           {}\nspent_wei        {}\n",
+        tab.escrow_id, tab.chain_id, tab.status, tab.held_wei
     );
     super::emit(cmd.json, &table, &tab)
 }

@@ -2,8 +2,10 @@
 
 #![allow(dead_code, unreachable_pub)] // each test binary uses part of it
 
+use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -127,4 +129,93 @@ pub fn strings(args: &[&str]) -> Vec<String> {
 /// A path as an argument.
 pub fn path(p: &std::path::Path) -> &str {
     p.to_str().unwrap()
+}
+
+// ---- a market with a real provider (provider.rs, settle.rs) ----------------------------------
+
+pub const MODEL: &str = "tiny-llama";
+
+/// A catalog with one model whose shape is the generated checkpoint's (hidden 64, 2 layers,
+/// vocabulary 512: about 0.13 M parameters in f32).
+pub const CATALOG: &str = r#"
+[[providers]]
+name = "cx-fleet"
+description = "providers on this exchange"
+
+[[models]]
+name = "tiny-llama"
+aliases = ["tiny"]
+quality = 0.3
+latency_s = 0.5
+code = 0.1
+vision = 0.0
+shape = { base_bytes = 540000, parameters = 135000, kv_bytes_per_token = 1024 }
+
+[[models.rungs]]
+upstream = "cx/tiny-llama"
+provider = "cx-fleet"
+context_limit_tokens = 2048
+retail = { input_wei_per_mtok = 60000, output_wei_per_mtok = 80000 }
+cost = { input_wei_per_mtok = 40000, output_wei_per_mtok = 50000 }
+"#;
+
+/// A child process killed on drop.
+pub struct Killed(pub Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn provider_bin() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
+        PathBuf::from,
+    );
+    let bin = target.join("debug/cx-provider");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p cx-provider` (cargo test --workspace builds it)",
+        bin.display()
+    );
+    bin
+}
+
+pub fn run(program: &Path, args: &[&str], stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .env_remove("CX_AGENT_KEYS")
+        .env_remove("CX_EXCHANGE")
+        .env_remove("CX_CA")
+        .env_remove("CX_CHAIN")
+        .env_remove("CX_RPC")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the program runs");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// `cx args…` on a blocking thread; its last stdout line as JSON.
+pub async fn cx_json(args: Vec<String>, stdin: String) -> Value {
+    let out = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(Path::new(env!("CARGO_BIN_EXE_cx")), &args, &stdin)
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "cx failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().expect("some output")).expect("last line is JSON")
 }

@@ -6,7 +6,6 @@
 
 mod adapters;
 mod bindings;
-mod claims;
 mod error;
 mod extract;
 mod health;
@@ -18,6 +17,7 @@ mod openapi;
 mod orders;
 mod providers;
 mod sessions;
+mod settlement;
 
 pub use error::ApiError;
 pub use extract::AppJson;
@@ -164,7 +164,11 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/tabs/{chain_id}/{escrow_id}", get(jobs::tab))
         .route("/v1/chains", get(market::chains))
-        .route("/v1/claims/{chain_id}/{account}", get(claims::claim))
+        .route("/v1/claims/{chain_id}/{account}", get(settlement::claim))
+        .route(
+            "/v1/tabs/{chain_id}/{escrow_id}/close",
+            post(settlement::close_tab),
+        )
         .route("/v1/eip712/{kind}", get(market::eip712))
         .route("/v1/market", get(market::quotes))
         .route("/v1/exchange", get(market::exchange))

@@ -3,7 +3,8 @@
 //! cannot drift from what the server parses and writes.
 
 use super::{
-    adapters, bindings, claims, health, jobs, market, metrics, openai, orders, providers, sessions,
+    adapters, bindings, health, jobs, market, metrics, openai, orders, providers, sessions,
+    settlement,
 };
 use axum::Json;
 use utoipa::OpenApi;
@@ -43,7 +44,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         providers::result,
         providers::progress,
         market::chains,
-        claims::claim,
+        settlement::claim,
+        settlement::close_tab,
         market::eip712,
         market::models,
         market::providers,

@@ -49,6 +49,30 @@ pub struct SettledJob {
 }
 
 impl Books {
+    /// The buyer asked to settle tab `(chain_id, escrow_id)` now: an open tab of `buyer` takes
+    /// no more jobs. Returns the tab as it is after (closing, or already further along), or
+    /// `None` when it is not `buyer`'s (or unknown).
+    pub async fn request_close(
+        &self,
+        chain_id: u64,
+        escrow_id: u64,
+        buyer: Address,
+    ) -> Result<Option<super::Tab>> {
+        sqlx::query(
+            "UPDATE exchange_tabs SET status = 'closing', updated_at = now() \
+             WHERE chain_id = $1 AND escrow_id = $2 AND buyer = $3 AND status = 'open'",
+        )
+        .bind(to_i64(chain_id, "chain id")?)
+        .bind(to_i64(escrow_id, "escrow id")?)
+        .bind(buyer.as_slice())
+        .execute(&self.pool)
+        .await?;
+        Ok(self
+            .tab(chain_id, escrow_id)
+            .await?
+            .filter(|tab| tab.buyer == buyer))
+    }
+
     /// Stops tabs whose deadline is within `settle_margin_s` of `now_s` from taking jobs;
     /// returns how many it closed.
     pub async fn close_due_tabs(&self, now_s: u64, settle_margin_s: u64) -> Result<u64> {

@@ -231,6 +231,44 @@ impl Intake {
         Ok(verified)
     }
 
+    /// Closes tab `(chain_id, escrow_id)` for new jobs at its buyer's request, so the next batch
+    /// settles it: `signature` is the ML-DSA signature of the key bound to `account` over
+    /// [`cx_protocol::tab_close::tab_close_message`]. A tab that is not `account`'s answers as
+    /// unknown (whose it is stays private).
+    pub async fn close_tab(
+        &self,
+        chain_id: u64,
+        escrow_id: u64,
+        account: Address,
+        signature: &[u8],
+    ) -> Result<crate::books::Tab> {
+        use cx_protocol::tab_close::{TAB_CLOSE_CONTEXT, tab_close_message};
+        let settlement = self
+            .domain(chain_id)
+            .and_then(|d| d.verifying_contract)
+            .ok_or(Error::UnknownChain(chain_id))?;
+        let key = self.bound_key(account).await?;
+        key.verify(
+            TAB_CLOSE_CONTEXT,
+            &tab_close_message(chain_id, settlement, escrow_id),
+            signature,
+        )
+        .map_err(|_| cx_protocol::Error::InvalidField {
+            field: "mldsa_signature".to_owned(),
+            reason: format!(
+                "does not verify under the ML-DSA key bound to {account} (sign \"CXC1\" ‖ chain \
+                 id ‖ Settlement ‖ escrow id with context cx-tab-close-v1)"
+            ),
+        })?;
+        self.books
+            .request_close(chain_id, escrow_id, account)
+            .await?
+            .ok_or(Error::UnknownTab {
+                chain_id,
+                escrow_id,
+            })
+    }
+
     /// The ML-DSA key bound to `account`, from memory when seen before (a binding never changes:
     /// another key for a bound account is refused), else from the books.
     async fn bound_key(&self, account: Address) -> Result<PublicIdentity> {

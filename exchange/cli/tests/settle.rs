@@ -1,0 +1,365 @@
+//! Money through the whole market, each party its own process: a committee of three
+//! `cx-signer`s (any two sign) after a DKG, Anvil with the contracts under the group key, `cx
+//! serve --settlement` (the coordinator inside the exchange), a real `cx-provider` whose ML-DSA
+//! key is registered on chain, and an agent that buys one completion on a tab and asks for it to
+//! settle. The batch lands; the provider is credited what its receipt claimed less the
+//! exchange's fee, the fee account the fee, the buyer the rest of the tab; the buyer claims
+//! with `cx agent claim`, the provider with `Escrow.claim` and the exchange's proof.
+
+mod common;
+
+use alloy::primitives::{Address, B256, U256};
+use common::{CATALOG, Killed, MODEL, Serve, TempDir, cx_json, path, provider_bin, run, strings};
+use cx_contracts::{ChainDeployment, DeploymentsFile};
+use cx_devnet::db::TempDatabase;
+use cx_devnet::deploy::{DeployParams, deploy};
+use cx_devnet::{AnvilInstance, Cluster, free_port, signer_binary};
+use cx_protocol::pq::Identity;
+use cx_settlement::config::CommitteeRule;
+use cx_settlement::coordinator::{PgStore, Store};
+use cx_settlement::evm::EvmClient;
+use cx_settlement::frost::EvmGroupKey;
+use cx_settlement::ledger::Fee;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
+    let bin = provider_bin();
+    let dir = TempDir::new("settle");
+
+    // The committee pins the exchange's key and its fee: 5% to the fee account.
+    let exchange = Arc::new(Identity::generate());
+    let fee = Fee {
+        bps: 500,
+        account: Address::repeat_byte(0xfe),
+    };
+    let rule = CommitteeRule {
+        threshold: 2,
+        min_operators: 1,
+    };
+    let cluster = tokio::task::block_in_place(|| {
+        Cluster::start_with(
+            &signer_binary().unwrap(),
+            &["a", "b", "c"],
+            rule,
+            exchange.clone(),
+            fee,
+        )
+    })
+    .unwrap();
+    let package = cluster.committee(2, 1).unwrap().dkg(0).await.unwrap();
+
+    // The chain, its contracts under the committee's key. The grace period leaves the
+    // coordinator's reclaim margin (900 s) after a tab closes.
+    let anvil = AnvilInstance::spawn(31337, None, 4).expect("anvil (scripts/setup-foundry.sh)");
+    let params = DeployParams {
+        group_key: EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap(),
+        grace_period_s: 1_200,
+        min_stake: U256::from(1u64),
+        unbonding_delay_s: 60,
+        native: true,
+        with_probe: false,
+    };
+    let deployment = deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params)
+        .await
+        .unwrap();
+    let deployments = dir.0.join("deployments.json");
+    let file = DeploymentsFile {
+        chains: vec![ChainDeployment {
+            chain: anvil.entry(),
+            deployment,
+        }],
+    };
+    file.write(&deployments).unwrap();
+    file.write(&cluster.deployments_file).unwrap();
+
+    // The exchange's books hold the group key the coordinator signs under.
+    let db = TempDatabase::create().await.unwrap();
+    let books = cx_exchange_server::books::Books::open(&db.url)
+        .await
+        .unwrap();
+    PgStore::new(books.pool().clone())
+        .save_group_key(0, &package)
+        .await
+        .unwrap();
+
+    // Keys in 0600 files: the exchange's identity, the coordinator's, the poster's.
+    let exchange_key = dir.0.join("exchange.key");
+    let coordinator_key = dir.0.join("coordinator.key");
+    cx_settlement::keyfile::write_identity(&exchange_key, &exchange).unwrap();
+    cx_settlement::keyfile::write_identity(&coordinator_key, &cluster.coordinator).unwrap();
+    let poster_key = dir.0.join("poster.key");
+    cx_settlement::keyfile::write_secret(
+        &poster_key,
+        B256::from(anvil.keys[3].to_bytes()).to_string().as_bytes(),
+    )
+    .unwrap();
+    let settlement = dir.0.join("settlement.json");
+    std::fs::write(
+        &settlement,
+        serde_json::to_string_pretty(&json!({
+            "coordinator_identity": coordinator_key,
+            "committee": cluster.members,
+            "threshold": 2,
+            "min_operators": 1,
+            "fee": fee,
+            "poster_key_file": poster_key,
+            "batching": {"max_age_s": 1, "min_jobs": 1},
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+
+    let catalog = dir.0.join("catalog.toml");
+    std::fs::write(&catalog, CATALOG).unwrap();
+    let serve_args = strings(&[
+        "--listen",
+        &format!("127.0.0.1:{}", free_port().unwrap()),
+        "--ca-dir",
+        path(&dir.0.join("ca")),
+        "--deployments",
+        path(&deployments),
+        "--catalog",
+        path(&catalog),
+        "--identity",
+        path(&exchange_key),
+        "--settlement",
+        path(&settlement),
+        "--settle-margin-s",
+        "60",
+    ]);
+    let db_url = db.url.clone();
+    let (url, ca, exchange_hash, settles, _serve) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
+        let mut serve = Serve::start(&args, &db_url);
+        let url = serve.field("url");
+        let ca = PathBuf::from(serve.field("ca"));
+        let identity = serve.field("identity");
+        let key = identity.split_whitespace().next().unwrap().to_owned();
+        let settles = serve.field("settlement");
+        (url, ca, key, settles, serve)
+    })
+    .await
+    .unwrap();
+    assert!(settles.starts_with("2 of 3 signers"), "{settles}");
+    assert_eq!(format!("{}", exchange.id()), exchange_hash);
+
+    // The provider: a generated model, its key registered on chain for its payout account.
+    let model_dir = dir.0.join("model");
+    let identity = dir.0.join("provider.key");
+    for args in [
+        vec![
+            "gen-model",
+            "--out",
+            path(&model_dir),
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--seed",
+            "5",
+        ],
+        vec!["keygen", "--out", path(&identity)],
+    ] {
+        let out = run(&bin, &args, "");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let key_file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&identity).unwrap()).unwrap();
+    let provider_key: B256 = key_file["key_hash"].as_str().unwrap().parse().unwrap();
+    let provider_account =
+        EvmClient::connect(&anvil.rpc_url(), anvil.keys[2].clone(), deployment).unwrap();
+    provider_account
+        .set_metadata("http://127.0.0.1:9001", provider_key)
+        .await
+        .unwrap();
+    let payout = provider_account.account();
+    let _provider = Killed(
+        Command::new(&bin)
+            .args(["serve", "--model", path(&model_dir)])
+            .args(["--port", &free_port().unwrap().to_string()])
+            .args(["--served-model-name", MODEL, "--threads", "1"])
+            .args(["--exchange", &url, "--exchange-ca", path(&ca)])
+            .args(["--exchange-key-hash", &format!("0x{exchange_hash}")])
+            .args(["--identity", path(&identity)])
+            .args(["--payout", &payout.to_string(), "--operator", "op-test"])
+            .args(["--ask-wei-per-s", "1000000", "--bundle-id", "tiny-cpu-0"])
+            .args(["--model-name", MODEL])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cx-provider runs"),
+    );
+    let client = cx_client::Client::new(&url, Some(&ca))
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    let waited = Instant::now();
+    while !client
+        .providers()
+        .await
+        .is_ok_and(|b| b.iter().any(|b| b.id == "tiny-cpu-0"))
+    {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // The agent buys one completion on a tab of 5,000,000 wei.
+    let keys = dir.0.join("agent.json");
+    let secret = format!("{}\n", B256::from(anvil.keys[1].to_bytes()));
+    cx_json(
+        strings(&[
+            "agent",
+            "keygen",
+            "--out",
+            path(&keys),
+            "--import-secp256k1",
+            "--json",
+        ]),
+        secret,
+    )
+    .await;
+    let agent = |rest: &[&str]| {
+        let mut args = strings(&[
+            "agent",
+            "--exchange",
+            &url,
+            "--ca",
+            path(&ca),
+            "--keys",
+            path(&keys),
+        ]);
+        args.extend(strings(rest));
+        args
+    };
+    let amount = 5_000_000u128;
+    let tab = cx_json(
+        agent(&[
+            "open-tab",
+            "--amount",
+            &amount.to_string(),
+            "--deadline-in",
+            "3600",
+            "--json",
+            "--deployments",
+            path(&deployments),
+        ]),
+        String::new(),
+    )
+    .await;
+    let escrow_id = tab["escrow_id"].as_u64().unwrap();
+    let waited = Instant::now();
+    while client.tab(31337, escrow_id).await.is_err() {
+        assert!(waited.elapsed() < Duration::from_secs(30), "never mirrored");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    cx_json(agent(&["bind", "--json"]), String::new()).await;
+    let session = cx_json(
+        agent(&[
+            "session",
+            "--tab",
+            &escrow_id.to_string(),
+            "--cap-wei",
+            "4000000",
+            "--max-price-wei",
+            "1000000",
+            "--deadline-in",
+            "60",
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    let api_key = session["api_key"].as_str().unwrap().to_owned();
+    let chat = json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 8,
+    });
+    let bought = client.chat(&api_key, &chat).await.unwrap();
+    assert!(
+        bought["choices"][0]["message"]["content"].is_string(),
+        "{bought}"
+    );
+    let charged = client.tab(31337, escrow_id).await.unwrap().held_wei;
+    assert!(charged > 0);
+
+    // Nothing is credited before the tab settles.
+    assert!(client.claim(31337, payout).await.is_err());
+
+    // The buyer settles the tab now; the next batch lands on chain.
+    let closed = cx_json(
+        agent(&["settle-tab", &escrow_id.to_string(), "--json"]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(closed["status"], "closing", "{closed}");
+    let waited = Instant::now();
+    let provider_claim = loop {
+        if let Ok(claim) = client.claim(31337, payout).await {
+            break claim;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(90),
+            "the tab never settled: {:?}",
+            client.tab(31337, escrow_id).await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let cut = charged * 500 / 10_000;
+    assert_eq!(provider_claim.cumulative_wei, (charged - cut).to_string());
+    let fee_claim = client.claim(31337, fee.account).await.unwrap();
+    assert_eq!(fee_claim.cumulative_wei, cut.to_string());
+    assert_eq!(
+        client.tab(31337, escrow_id).await.unwrap().status,
+        "settled"
+    );
+
+    // The buyer claims the rest of the tab, once.
+    let claimed = cx_json(
+        agent(&["claim", "--json", "--deployments", path(&deployments)]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(
+        claimed["claimed_wei"],
+        (amount - charged).to_string(),
+        "{claimed}"
+    );
+    let again = run(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cx")),
+        &agent(&["claim", "--deployments", path(&deployments)])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        "",
+    );
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("nothing to claim"), "{err}");
+
+    // The provider claims with the exchange's proof, straight on chain.
+    let before = provider_account.claimed(payout).await.unwrap();
+    provider_account
+        .claim(
+            provider_claim.cumulative_wei.parse().unwrap(),
+            provider_claim.proof.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        provider_account.claimed(payout).await.unwrap() - before,
+        U256::from(charged - cut)
+    );
+}
