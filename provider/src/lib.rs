@@ -73,6 +73,7 @@
 pub mod adapter_files;
 pub mod bench;
 pub mod cache;
+pub mod chain;
 pub mod engine;
 pub mod error;
 pub mod exchange_link;

@@ -168,6 +168,45 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Register the identity's key and stake on every chain (ProviderRegistry): the exchange
+    /// admits only providers staked at least the minimum under their offers' key.
+    Stake {
+        #[command(flatten)]
+        chain: cx_provider::chain::ChainOpts,
+        /// Wei to add to the stake.
+        #[arg(long, value_parser = cx_provider::chain::parse_wei)]
+        amount: alloy::primitives::U256,
+        /// The identity file whose key is registered (`cx-provider keygen`).
+        #[arg(long)]
+        identity: PathBuf,
+        /// The endpoint published beside the key.
+        #[arg(long, default_value = "")]
+        endpoint: String,
+    },
+    /// Start unbonding stake (withdrawable after the registry's delay).
+    Unbond {
+        #[command(flatten)]
+        chain: cx_provider::chain::ChainOpts,
+        /// Wei to unbond.
+        #[arg(long, value_parser = cx_provider::chain::parse_wei)]
+        amount: alloy::primitives::U256,
+    },
+    /// Withdraw stake that finished unbonding.
+    Withdraw {
+        #[command(flatten)]
+        chain: cx_provider::chain::ChainOpts,
+    },
+    /// Withdraw what settled batches credited the account, with the exchange's proof.
+    Claim {
+        #[command(flatten)]
+        chain: cx_provider::chain::ChainOpts,
+        /// The exchange's base URL.
+        #[arg(long)]
+        exchange: String,
+        /// The CA to trust for it (PEM) [default: Mozilla's roots].
+        #[arg(long)]
+        exchange_ca: Option<PathBuf>,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -278,6 +317,14 @@ fn cpu(threads: Option<usize>, fast: bool) -> CpuConfig {
 }
 
 /// Errors print on one line with their causes (`{:#}`), as the README promises, not as
+/// A small runtime for one command's chain calls.
+fn chain_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
 /// anyhow's multi-line `Debug` report.
 fn main() -> std::process::ExitCode {
     let cli = match Cli::try_parse() {
@@ -453,6 +500,34 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 }
                 anyhow::Ok(())
             })?;
+        }
+        Command::Stake {
+            chain,
+            amount,
+            identity,
+            endpoint,
+        } => {
+            let key = alloy::primitives::B256::from(read_identity(&identity)?.id().0);
+            chain_runtime()?.block_on(cx_provider::chain::run_stake(
+                &chain, amount, key, &endpoint,
+            ))?;
+        }
+        Command::Unbond { chain, amount } => {
+            chain_runtime()?.block_on(cx_provider::chain::run_unbond(&chain, amount))?;
+        }
+        Command::Withdraw { chain } => {
+            chain_runtime()?.block_on(cx_provider::chain::run_withdraw(&chain))?;
+        }
+        Command::Claim {
+            chain,
+            exchange,
+            exchange_ca,
+        } => {
+            chain_runtime()?.block_on(cx_provider::chain::run_claim(
+                &chain,
+                &exchange,
+                exchange_ca.as_deref(),
+            ))?;
         }
         Command::Keygen { out, force } => {
             let identity = cx_protocol::pq::Identity::generate();

@@ -199,6 +199,27 @@ impl ChainView {
         Ok(logs.iter().any(|(event, _)| event.jobId == id))
     }
 
+    /// What `provider` has at stake and the ML-DSA key hash it registered
+    /// (`ProviderRegistry.providers`): zero for a stranger.
+    pub async fn provider_standing(
+        &self,
+        provider: Address,
+    ) -> Result<(alloy::primitives::U256, B256)> {
+        let registry = ProviderRegistry::new(self.deployment.registry, self.provider.clone());
+        let p = registry
+            .providers(provider)
+            .block(self.block_id())
+            .call()
+            .await?;
+        Ok((p.staked, p.mlDsaKeyHash))
+    }
+
+    /// `ProviderRegistry.minStake`: the least a provider may have at stake.
+    pub async fn min_stake(&self) -> Result<alloy::primitives::U256> {
+        let registry = ProviderRegistry::new(self.deployment.registry, self.provider.clone());
+        Ok(registry.minStake().block(self.block_id()).call().await?)
+    }
+
     /// The ML-DSA key hash `provider` registered (`ProviderRegistry.setMetadata`); zero if none.
     pub async fn provider_key_hash(&self, provider: Address) -> Result<B256> {
         let registry = ProviderRegistry::new(self.deployment.registry, self.provider.clone());

@@ -11,7 +11,7 @@
 
 mod common;
 
-use alloy::primitives::{Address, B256, U256};
+use alloy::primitives::{B256, U256};
 use common::{
     CATALOG, Killed, MODEL, Serve, TempDir, cx_json, group_key, path, provider_bin, run, strings,
 };
@@ -31,7 +31,7 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     let dir = TempDir::new("market");
 
     // The chain and its contracts.
-    let anvil = AnvilInstance::spawn(31337, None, 2).expect("anvil (scripts/setup-foundry.sh)");
+    let anvil = AnvilInstance::spawn(31337, None, 3).expect("anvil (scripts/setup-foundry.sh)");
     let params = DeployParams {
         group_key: group_key(),
         grace_period_s: 1,
@@ -108,8 +108,12 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
             String::from_utf8_lossy(&out.stderr)
         );
     }
+    // Staked on chain under its key, as the exchange admits only staked providers.
+    let evm_key = dir.0.join("provider-evm.key");
+    common::write_evm_key(&evm_key, &anvil.keys[2]);
+    common::stake_provider(&bin, &evm_key, &deployments, &identity);
     let provider_port = free_port().unwrap();
-    let payout = Address::repeat_byte(0x55);
+    let payout = anvil.keys[2].address();
     let _provider = Killed(
         Command::new(&bin)
             .args(["serve", "--model", path(&model_dir)])
@@ -362,4 +366,22 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     let err = String::from_utf8_lossy(&wrong.stderr);
     let last = err.trim_end().lines().last().unwrap_or_default();
     assert!(last.contains("--exchange-key-hash"), "{err}");
+
+    // A provider whose payout account has no stake on chain is refused at registration, and
+    // does not start.
+    let unstaked = Command::new(&bin)
+        .args(["serve", "--model", path(&model_dir)])
+        .args(["--port", &free_port().unwrap().to_string()])
+        .args(["--served-model-name", MODEL, "--threads", "1"])
+        .args(["--exchange", &url, "--exchange-ca", path(&ca)])
+        .args(["--exchange-key-hash", &format!("0x{exchange_key}")])
+        .args(["--identity", path(&identity)])
+        .args(["--payout", &anvil.keys[0].address().to_string()])
+        .args(["--operator", "op-test", "--ask-wei-per-s", "1000000"])
+        .args(["--bundle-id", "tiny-cpu-2", "--model-name", MODEL])
+        .output()
+        .unwrap();
+    assert!(!unstaked.status.success());
+    let err = String::from_utf8_lossy(&unstaked.stderr);
+    assert!(err.contains("not_staked"), "{err}");
 }

@@ -172,15 +172,11 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let key_file: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&identity).unwrap()).unwrap();
-    let provider_key: B256 = key_file["key_hash"].as_str().unwrap().parse().unwrap();
+    let evm_key = dir.0.join("provider-evm.key");
+    common::write_evm_key(&evm_key, &anvil.keys[2]);
+    common::stake_provider(&bin, &evm_key, &deployments, &identity);
     let provider_account =
         EvmClient::connect(&anvil.rpc_url(), anvil.keys[2].clone(), deployment).unwrap();
-    provider_account
-        .set_metadata("http://127.0.0.1:9001", provider_key)
-        .await
-        .unwrap();
     let payout = provider_account.account();
     let _provider = Killed(
         Command::new(&bin)
@@ -349,17 +345,34 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(err.contains("nothing to claim"), "{err}");
 
-    // The provider claims with the exchange's proof, straight on chain.
+    // The provider claims with `cx-provider claim`: the exchange's proof, its own account.
     let before = provider_account.claimed(payout).await.unwrap();
-    provider_account
-        .claim(
-            provider_claim.cumulative_wei.parse().unwrap(),
-            provider_claim.proof.clone(),
-        )
-        .await
-        .unwrap();
+    let claim_args = [
+        "claim",
+        "--evm-key",
+        path(&evm_key),
+        "--deployments",
+        path(&deployments),
+        "--exchange",
+        &url,
+        "--exchange-ca",
+        path(&ca),
+    ];
+    let out = run(&bin, &claim_args, "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!("claimed {} wei", charged - cut)),
+        "{said}"
+    );
     assert_eq!(
         provider_account.claimed(payout).await.unwrap() - before,
         U256::from(charged - cut)
     );
+    let again = run(&bin, &claim_args, "");
+    assert!(!again.status.success(), "nothing left to claim");
 }

@@ -140,6 +140,7 @@ pub const PROVIDER_SILENCE_S: u64 = 360;
 pub async fn run_sweeps(intake: &crate::intake::Intake) {
     let mut tick = tokio::time::interval(SWEEP_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks: u64 = 1;
     loop {
         tick.tick().await;
         let now = crate::intake::now_s();
@@ -170,8 +171,40 @@ pub async fn run_sweeps(intake: &crate::intake::Intake) {
             ),
             Err(err) => tracing::warn!(error = %format!("{err:#}"), "provider sweep failed"),
         }
+        if ticks % STAKE_SWEEP_TICKS == 0 && !intake.registries().is_empty() {
+            match unstaked_bundles(intake).await {
+                Ok(ids) if ids.is_empty() => {}
+                Ok(ids) => match intake.market().drop_bundles(&ids) {
+                    Ok(n) => {
+                        tracing::info!(bundles = n, "stake fell short; bundles left the engine")
+                    }
+                    Err(err) => tracing::warn!(error = %format!("{err:#}"), "stake sweep failed"),
+                },
+                Err(err) => tracing::warn!(error = %format!("{err:#}"), "stake sweep failed"),
+            }
+        }
+        ticks = ticks.wrapping_add(1);
         intake.waiters().prune();
     }
+}
+
+/// Sweeps between two stake checks of every admitted provider.
+const STAKE_SWEEP_TICKS: u64 = 30;
+
+/// The bundles of providers no longer staked (or registered under another key) on some chain.
+async fn unstaked_bundles(intake: &crate::intake::Intake) -> crate::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for (key_hash, payout, bundles) in intake.books().provider_bundles().await? {
+        match intake.registries().check(payout, key_hash).await {
+            Ok(()) => {}
+            Err(crate::Error::NotStaked { chain_id, reason }) => {
+                tracing::info!(provider = %key_hash, chain_id, %reason, "provider dropped");
+                out.extend(bundles);
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(out)
 }
 
 /// What a provider returned for an inference job, as the books keep it in the job's `result`.
@@ -228,6 +261,9 @@ impl crate::intake::Intake {
             operator: offer.operator.clone(),
             payout: offer.payout,
         };
+        self.registries()
+            .check(offer.payout, provider.key_hash)
+            .await?;
         self.market()
             .register_offer(
                 self.books(),

@@ -92,6 +92,15 @@ pub enum Error {
     /// A chain's node refused or failed a call.
     #[error("chain: {0}")]
     Chain(String),
+    /// The provider's payout account is not staked (or registered another key) on a chain the
+    /// exchange settles on.
+    #[error("not staked on chain {chain_id}: {reason}")]
+    NotStaked {
+        /// The chain.
+        chain_id: u64,
+        /// What falls short.
+        reason: String,
+    },
     /// The settlement loop or its configuration failed (the coordinator's error, as text).
     #[error("settlement: {0}")]
     Settlement(String),

@@ -45,6 +45,7 @@ pub mod explorer;
 pub mod intake;
 pub mod market;
 pub mod settlement;
+pub mod stake;
 pub mod tls;
 pub mod verification;
 

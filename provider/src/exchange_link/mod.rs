@@ -61,6 +61,28 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// How long the self-benchmark runs at most.
 const BENCH_BUDGET: Duration = Duration::from_millis(800);
 
+/// What settled batches credited `account` on `chain_id`, as the exchange at `url` (trusting
+/// `ca`, else Mozilla's roots) serves it: `None` when nothing is credited yet.
+pub async fn fetch_claim(
+    url: &str,
+    ca: Option<&std::path::Path>,
+    chain_id: u64,
+    account: cx_protocol::order::Address,
+) -> Result<Option<wire::Claim>> {
+    let https = https::Https::new(url, ca)?;
+    match https
+        .get(
+            &format!("/v1/claims/{chain_id}/{account}"),
+            std::time::Duration::from_secs(30),
+        )
+        .await
+    {
+        Ok(claim) => Ok(Some(claim)),
+        Err(Error::Exchange(message)) if message.contains("(HTTP 404)") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Who the provider is on the market and what it asks.
 #[derive(Clone, Debug)]
 pub struct LinkConfig {

@@ -98,3 +98,12 @@ pub(crate) struct AdapterFiles {
     pub(crate) adapter_config: String,
     pub(crate) adapter_model_safetensors_base64: String,
 }
+
+/// `GET /v1/claims/{chain_id}/{account}`: what settled batches credited an account.
+#[derive(Clone, Debug, Deserialize)]
+pub struct Claim {
+    /// Everything ever credited on the chain, wei (decimal).
+    pub cumulative_wei: String,
+    /// Sibling hashes from the leaf to the chain's balances root.
+    pub proof: Vec<B256>,
+}

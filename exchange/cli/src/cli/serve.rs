@@ -15,6 +15,7 @@ use cx_exchange_server::chain::Watcher;
 use cx_exchange_server::intake::{DEFAULT_SETTLE_MARGIN_S, Intake};
 use cx_exchange_server::market::Market;
 use cx_exchange_server::settlement::{SettlementConfig, Settler};
+use cx_exchange_server::stake::Registries;
 use cx_exchange_server::tls::{self, DevCa, Identity, Limits};
 use cx_protocol::Bundle;
 use std::io;
@@ -86,6 +87,18 @@ pub(crate) struct Args {
     /// are only charged in the books.
     #[arg(long, env = "CX_SETTLEMENT", value_name = "JSON")]
     settlement: Option<PathBuf>,
+}
+
+/// The registries providers must be staked in: one read-only view per served chain.
+fn registries(chains: &[cx_contracts::ChainDeployment]) -> anyhow::Result<Registries> {
+    let views = chains
+        .iter()
+        .map(|c| {
+            cx_settlement::onchain::ChainView::connect(c)
+                .with_context(|| format!("chain {}", c.chain.chain_id))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Registries::new(views))
 }
 
 /// How the server will speak, decided before anything binds.
@@ -199,7 +212,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .map(|c| (c.chain.chain_id, c.deployment.settlement)),
         args.settle_margin_s,
     )
-    .with_identity(identity.clone());
+    .with_identity(identity.clone())
+    .with_registries(registries(&chains)?);
     let settler = match &args.settlement {
         None => None,
         Some(path) => {

@@ -219,3 +219,36 @@ pub async fn cx_json(args: Vec<String>, stdin: String) -> Value {
     let text = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(text.lines().last().expect("some output")).expect("last line is JSON")
 }
+
+/// Writes `key` (an Anvil account's) to a 0600 file, as `cx-provider --evm-key` reads it.
+pub fn write_evm_key(path: &Path, key: &alloy::signers::local::PrivateKeySigner) {
+    use std::os::unix::fs::PermissionsExt;
+    let hex = alloy::primitives::B256::from(key.to_bytes()).to_string();
+    std::fs::write(path, format!("{hex}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// `cx-provider stake`: registers `identity`'s key for the account in `evm_key` and stakes
+/// 1,000 wei on every chain of `deployments`.
+pub fn stake_provider(bin: &Path, evm_key: &Path, deployments: &Path, identity: &Path) {
+    let out = run(
+        bin,
+        &[
+            "stake",
+            "--evm-key",
+            path(evm_key),
+            "--deployments",
+            path(deployments),
+            "--amount",
+            "1000",
+            "--identity",
+            path(identity),
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "cx-provider stake: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -325,6 +325,12 @@ impl From<crate::Error> for ApiError {
                 &err,
             ),
             E::UnknownProvider => refuse(StatusCode::UNAUTHORIZED, "unknown_provider", None, &err),
+            E::NotStaked { .. } => refuse(
+                StatusCode::FORBIDDEN,
+                "not_staked",
+                Some("offer.payout"),
+                &err,
+            ),
             E::UnknownJob => refuse(StatusCode::NOT_FOUND, "unknown_job", None, &err),
             E::JobNotRunning { .. } => refuse(StatusCode::CONFLICT, "job_not_running", None, &err),
             E::ResultLate { .. } => refuse(StatusCode::CONFLICT, "result_late", None, &err),

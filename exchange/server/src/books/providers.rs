@@ -134,6 +134,31 @@ impl Books {
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
+    /// Every provider with bundles: its key hash, payout account and bundle ids.
+    pub async fn provider_bundles(&self) -> Result<Vec<(B256, Address, Vec<String>)>> {
+        let rows: Vec<(Vec<u8>, Vec<u8>, Vec<String>)> = sqlx::query_as(
+            "SELECT p.key_hash, p.payout, array_agg(b.id ORDER BY b.id) FROM exchange_providers p \
+             JOIN exchange_bundles b ON b.provider_key_hash = p.key_hash \
+             GROUP BY p.key_hash, p.payout",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(key, payout, ids)| {
+                let corrupt = |what: &'static str, v: &[u8]| Error::Corrupt {
+                    what,
+                    value: hex::encode(v),
+                };
+                Ok((
+                    B256::try_from(key.as_slice()).map_err(|_| corrupt("a key hash", &key))?,
+                    Address::try_from(payout.as_slice())
+                        .map_err(|_| corrupt("an address", &payout))?,
+                    ids,
+                ))
+            })
+            .collect()
+    }
+
     /// The provider whose dispatch token hashes to `token_hash`.
     pub async fn provider_by_token(&self, token_hash: B256) -> Result<Option<Provider>> {
         let row: Option<ProviderRow> = sqlx::query_as(

@@ -142,6 +142,7 @@ pub struct Intake {
     waiters: Waiters,
     bound: RwLock<HashMap<Address, PublicIdentity>>,
     identity: std::sync::Arc<cx_protocol::pq::Identity>,
+    registries: crate::stake::Registries,
 }
 
 /// Bound ML-DSA keys kept in memory at most (each ~2 KB).
@@ -167,6 +168,7 @@ impl Intake {
             waiters: Waiters::default(),
             bound: RwLock::new(HashMap::new()),
             identity: std::sync::Arc::new(cx_protocol::pq::Identity::generate()),
+            registries: Default::default(),
         }
     }
 
@@ -175,6 +177,18 @@ impl Intake {
     pub fn with_identity(mut self, identity: std::sync::Arc<cx_protocol::pq::Identity>) -> Self {
         self.identity = identity;
         self
+    }
+
+    /// The same intake admitting only providers staked in `registries` (see [`crate::stake`]);
+    /// without, any provider whose offer verifies is admitted (tests without chains).
+    pub fn with_registries(mut self, registries: crate::stake::Registries) -> Self {
+        self.registries = registries;
+        self
+    }
+
+    /// The registries providers must be staked in.
+    pub fn registries(&self) -> &crate::stake::Registries {
+        &self.registries
     }
 
     /// The exchange's ML-DSA-65 identity (it signs assignments).
