@@ -12,7 +12,7 @@
 //! Shapes: a batch of `b` sequences padded to `t` tokens is `n = b·t` rows of `hidden`;
 //! attention runs as `(b, heads, t, head_dim)`.
 
-use candle_core::{D, DType, Device, Tensor, Var};
+use candle_core::{CpuStorage, CustomOp1, D, DType, Device, Layout, Shape, Tensor, Var};
 use cx_protocol::model_config::{ModelConfig, Projection};
 
 use crate::error::Result;
@@ -151,9 +151,63 @@ fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
     Ok(x.broadcast_mul(&inv)?.broadcast_mul(w)?)
 }
 
+/// `x·Wᵀ` for a frozen `W` (`d_out × d_in`) whose backward gives only `x`'s gradient,
+/// `g·W`. candle's own matmul backward also computes `xᵀ·g`, the gradient of `W`, which no
+/// one reads here and which costs as much as the forward product itself: a LoRA step would pay
+/// for full fine-tuning's backward.
+struct FrozenMatmul {
+    w: Tensor,
+}
+
+impl CustomOp1 for FrozenMatmul {
+    fn name(&self) -> &'static str {
+        "frozen-matmul"
+    }
+
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("frozen-matmul needs a contiguous input")
+        };
+        let cpu = Device::Cpu;
+        let shape = layout.shape().clone();
+        let x = match storage {
+            CpuStorage::F32(v) => Tensor::from_slice(&v[start..end], shape, &cpu)?,
+            CpuStorage::F64(v) => Tensor::from_slice(&v[start..end], shape, &cpu)?,
+            _ => candle_core::bail!("frozen-matmul runs in f32 or f64"),
+        };
+        let y = x.matmul(&self.w.t()?)?;
+        let out_shape = y.shape().clone();
+        let flat = y.flatten_all()?;
+        let out = match storage {
+            CpuStorage::F64(_) => CpuStorage::F64(flat.to_vec1::<f64>()?),
+            _ => CpuStorage::F32(flat.to_vec1::<f32>()?),
+        };
+        Ok((out, out_shape))
+    }
+
+    fn bwd(
+        &self,
+        _arg: &Tensor,
+        _res: &Tensor,
+        grad_res: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(grad_res.matmul(&self.w)?))
+    }
+}
+
+/// `x·Wᵀ` with `W` frozen (see [`FrozenMatmul`]). Shapes: `x` is `n × d_in`, `w` is
+/// `d_out × d_in`; returns `n × d_out`.
+fn frozen_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    Ok(x.contiguous()?.apply_op1(FrozenMatmul { w: w.clone() })?)
+}
+
 /// `x·Wᵀ + s·(x·Aᵀ)·Bᵀ`. Shapes: `x` is `n × d_in`; returns `n × d_out`.
 fn project(x: &Tensor, w: &Tensor, lora: Option<(Tensor, Tensor)>, scale: f64) -> Result<Tensor> {
-    let y = x.matmul(&w.t()?)?;
+    let y = frozen_matmul(x, w)?;
     match lora {
         None => Ok(y),
         Some((a, b)) => {
@@ -273,7 +327,7 @@ pub(crate) fn logits(base: &Base, delta: &Delta<'_>, batch: &Batch) -> Result<Te
         x = (x + down)?;
     }
     let x = rms_norm(&x, &base.norm, base.rms_eps)?;
-    Ok(x.matmul(&base.lm_head.t()?)?)
+    frozen_matmul(&x, &base.lm_head)
 }
 
 /// The weighted mean negative log-likelihood of the batch's targets, as a scalar tensor.

@@ -167,6 +167,9 @@ impl Precision {
     }
 }
 
+/// A trainable tensor's PEFT name and its values (row-major, `f64`).
+pub type NamedValues = (String, Vec<f64>);
+
 /// What one `forward_backward` did.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct ForwardBackward {
@@ -340,7 +343,7 @@ impl TrainingClient {
 
     /// The trainable tensors by PEFT name
     /// (`base_model.model.model.layers.{i}.{module}.lora_A.weight`, …), in `f64`, row-major.
-    pub fn parameters(&self) -> Result<Vec<(String, Vec<f64>)>> {
+    pub fn parameters(&self) -> Result<Vec<NamedValues>> {
         let mut out = Vec::new();
         for pair in &self.pairs {
             for (which, var) in [("A", &pair.a), ("B", &pair.b)] {
@@ -369,7 +372,7 @@ impl TrainingClient {
 
     /// The accumulated gradient of each trainable tensor, in [`parameters`](Self::parameters)
     /// order; `None` before any `forward_backward`.
-    pub fn gradients(&self) -> Result<Option<Vec<(String, Vec<f64>)>>> {
+    pub fn gradients(&self) -> Result<Option<Vec<NamedValues>>> {
         let Some(grads) = &self.grads else {
             return Ok(None);
         };
