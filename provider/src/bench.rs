@@ -17,6 +17,10 @@
 //! * `resident_adapters` vs `resident_expected` — adapters a byte budget holds after a stream
 //!   of loads vs budget / adapter size (SPEC §5); target within 5 %.
 //! * `freivalds_overhead` — 20 rounds over the 256×4096×4096 product they check; target ≤ 1.5 %.
+//!
+//! And the figures of `cx-provider bench train` ([`train`]): `forward_backward` tokens/s at a
+//! stated model size and rank, the AdamW step's time, a client's peak memory, and one training
+//! step against three forward passes, the usual cost of forward + backward.
 
 use std::path::PathBuf;
 use std::sync::Arc;

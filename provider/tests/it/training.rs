@@ -667,9 +667,13 @@ async fn bad_training_input_is_refused_with_state_unchanged() {
     assert_eq!(status, StatusCode::CONFLICT, "{v}");
     assert_eq!(v["error"]["field"], "name");
 
-    // Nothing changed.
+    // Nothing changed: the client, and what the cache holds for it.
     let after = get_json(&s.app, &format!("{clients}/{id}")).await.1;
     assert_eq!(before, after);
+    assert_eq!(
+        s.engine.metrics().cache.reserved_bytes,
+        before["bytes"].as_u64().unwrap()
+    );
 
     // optim_step with no gradients waiting is refused, also unchanged.
     let (status, _) = call_json(&s.app, &step, json!({"lr": 1e-3})).await;
