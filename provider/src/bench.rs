@@ -17,6 +17,10 @@
 //! * `resident_adapters` vs `resident_expected` — adapters a byte budget holds after a stream
 //!   of loads vs budget / adapter size (SPEC §5); target within 5 %.
 //! * `freivalds_overhead` — 20 rounds over the 256×4096×4096 product they check; target ≤ 1.5 %.
+//!
+//! And the figures of `cx-provider bench train` ([`train`]): `forward_backward` tokens/s at a
+//! stated model size and rank, the AdamW step's time, a client's peak memory, and one training
+//! step against three forward passes, the usual cost of forward + backward.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -441,5 +445,279 @@ pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
         residency_error: (resident as f64 - expected).abs() / expected,
         freivalds_overhead: freivalds.overhead,
         freivalds_accepted: freivalds.accepted,
+    })
+}
+
+/// How to run `cx-provider bench train`.
+#[derive(Clone, Copy, Debug)]
+pub struct TrainBenchOptions {
+    /// Timed repeats per figure (median).
+    pub repeats: usize,
+    /// Kernel threads (the serving forward; candle's matmul takes `RAYON_NUM_THREADS`).
+    pub cpu: CpuConfig,
+    /// Small shapes for a smoke run.
+    pub quick: bool,
+}
+
+/// The figures of `cx-provider bench train`, as `--json` prints them.
+///
+/// * `forward_backward_tokens_per_s` — tokens of one `forward_backward` (forward, loss,
+///   backward through every layer, gradients of A and B) over its median time.
+/// * `step_over_three_forwards` — one training step (`forward_backward` + `optim_step`) over
+///   three forward passes of the same batch in the same ops without a graph: the usual
+///   bound, a backward pass costing about two forwards (≤ 1 is at the bound).
+/// * `optim_step_s` — one AdamW step over every A and B.
+/// * `peak_memory_bytes` — the process's peak resident set while one client is created and
+///   runs one `forward_backward` and one `optim_step`, over its resident set before (Linux's
+///   `VmHWM` after `clear_refs`; 0 where unavailable), beside `state_bytes` (parameters,
+///   gradients, moments) and `activation_bytes_bound` (what the trainer reserves for the batch).
+#[derive(Clone, Debug, Serialize)]
+pub struct TrainFigures {
+    /// Whether this was a `--quick` run.
+    pub quick: bool,
+    /// The model (hidden, intermediate, layers, heads, kv heads, vocab).
+    pub model: [usize; 6],
+    /// Base parameters.
+    pub base_parameters: u64,
+    /// LoRA rank (every projection adapted).
+    pub rank: usize,
+    /// Trainable parameters.
+    pub trainable_parameters: u64,
+    /// Sequences × tokens of the batch.
+    pub batch: [usize; 2],
+    /// Median seconds of one `forward_backward`.
+    pub forward_backward_s: f64,
+    /// Tokens per second of `forward_backward`.
+    pub forward_backward_tokens_per_s: f64,
+    /// Median seconds of the same forward without a graph (the loss only).
+    pub forward_s: f64,
+    /// Median seconds of one `optim_step`.
+    pub optim_step_s: f64,
+    /// `(forward_backward_s + optim_step_s) / (3 · forward_s)`; ≈ 1 is the usual bound.
+    pub step_over_three_forwards: f64,
+    /// Median seconds of the serving forward's prefill of the same batch with the adapter.
+    pub serving_prefill_s: f64,
+    /// Measured peak memory of one client and one step, bytes.
+    pub peak_memory_bytes: u64,
+    /// Parameters, gradients and both moments, bytes.
+    pub state_bytes: u64,
+    /// The trainer's reservation for the batch's activations, bytes.
+    pub activation_bytes_bound: u64,
+}
+
+impl TrainFigures {
+    /// A human table.
+    pub fn table(&self) -> String {
+        let [hidden, inner, layers, heads, kv_heads, vocab] = self.model;
+        let mut out = format!(
+            "cx-provider bench train{} — hidden {hidden}, intermediate {inner}, {layers} layers, \
+             {heads}/{kv_heads} heads, vocab {vocab} ({:.1} M parameters); rank {} on every \
+             projection ({:.2} M trainable); batch {} × {}\n",
+            if self.quick { " (QUICK shapes)" } else { "" },
+            self.base_parameters as f64 / 1e6,
+            self.rank,
+            self.trainable_parameters as f64 / 1e6,
+            self.batch[0],
+            self.batch[1],
+        );
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1 << 20) as f64);
+        let rows = [
+            (
+                "forward_backward_tokens_per_s",
+                format!("{:.1}", self.forward_backward_tokens_per_s),
+                "",
+            ),
+            (
+                "forward_backward_s",
+                format!("{:.4}", self.forward_backward_s),
+                "",
+            ),
+            ("forward_s", format!("{:.4}", self.forward_s), ""),
+            ("optim_step_s", format!("{:.5}", self.optim_step_s), ""),
+            (
+                "step_over_three_forwards",
+                format!("{:.3}", self.step_over_three_forwards),
+                "≈ 1 (backward ≈ 2 forwards)",
+            ),
+            (
+                "serving_prefill_s",
+                format!("{:.4}", self.serving_prefill_s),
+                "",
+            ),
+            ("peak_memory", mib(self.peak_memory_bytes), ""),
+            ("state", mib(self.state_bytes), ""),
+            (
+                "activation_bound",
+                mib(self.activation_bytes_bound),
+                "≥ peak − state",
+            ),
+        ];
+        out.push_str(&format!("{:<30} {:>12}  {}\n", "figure", "value", "bound"));
+        for (name, value, target) in rows {
+            out.push_str(&format!("{name:<30} {value:>12}  {target}\n"));
+        }
+        out
+    }
+}
+
+/// `VmHWM` and `VmRSS` of this process, bytes (Linux; `None` elsewhere).
+fn memory_status() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    };
+    Some((field("VmHWM:")?, field("VmRSS:")?))
+}
+
+/// Runs `cx-provider bench train`.
+pub fn train(options: &TrainBenchOptions) -> Result<TrainFigures> {
+    use crate::training::{AdamWParams, LoraSpec, Precision, TrainingClient, activation_bytes};
+    let repeats = options.repeats.max(1);
+    let (model_options, rank, batch) = if options.quick {
+        (
+            GenModelOptions {
+                hidden: 128,
+                layers: 2,
+                heads: 4,
+                kv_heads: 2,
+                intermediate: 344,
+                vocab: 512,
+                max_positions: 256,
+                tie: false,
+                dtype: DType::F32,
+                seed: 7,
+            },
+            8,
+            [2, 32],
+        )
+    } else {
+        (
+            GenModelOptions {
+                hidden: 512,
+                layers: 4,
+                heads: 8,
+                kv_heads: 4,
+                intermediate: 1376,
+                vocab: 2048,
+                max_positions: 512,
+                tie: false,
+                dtype: DType::F32,
+                seed: 7,
+            },
+            16,
+            [4, 128],
+        )
+    };
+    let config = generated_config(&model_options)?;
+    let model = Model::new(
+        config.clone(),
+        generated_tensors(&config, model_options.seed),
+        options.cpu,
+    )?;
+    let base_parameters = model.weight_bytes() as u64 / 4;
+    let [sequences, len] = batch;
+    let tokens: Vec<Vec<u32>> = (0..sequences)
+        .map(|s| {
+            (0..len)
+                .map(|k| ((s * 31 + k * 7) % (config.vocab_size - 2)) as u32)
+                .collect()
+        })
+        .collect();
+    let mask: Vec<Vec<f32>> = (0..sequences)
+        .map(|_| (0..len).map(|k| if k == 0 { 0.0 } else { 1.0 }).collect())
+        .collect();
+    let spec = LoraSpec {
+        seed: 1,
+        ..LoraSpec::new(rank, 2.0 * rank as f64, &Projection::ALL)
+    };
+    let adam = AdamWParams {
+        lr: 1e-4,
+        ..AdamWParams::default()
+    };
+    // A throwaway client first: thread pools and the matmul's packing buffers are the
+    // process's, not a client's.
+    {
+        let mut warm = TrainingClient::new(&model, &spec, Precision::F32)?;
+        warm.forward_backward(&tokens, &mask)?;
+        warm.optim_step(&adam)?;
+    }
+    // The peak is measured over the client's creation and its first step only.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let before = memory_status();
+    let mut client = TrainingClient::new(&model, &spec, Precision::F32)?;
+    client.forward_backward(&tokens, &mask)?;
+    client.optim_step(&adam)?;
+    let peak_memory_bytes = match (before, memory_status()) {
+        (Some((_, rss_before)), Some((peak, _))) => peak.saturating_sub(rss_before),
+        _ => 0,
+    };
+    // Each step is one forward_backward then one optim_step (which needs its gradients), timed
+    // apart; medians of `repeats` steps.
+    let mut fb_times = Vec::with_capacity(repeats);
+    let mut step_times = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        let t = Instant::now();
+        client.forward_backward(&tokens, &mask)?;
+        fb_times.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        client.optim_step(&adam)?;
+        step_times.push(t.elapsed().as_secs_f64());
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let forward_backward_s = median(&mut fb_times);
+    let optim_step_s = median(&mut step_times);
+    let mut failed = None;
+    let forward_s = median_seconds(repeats, || {
+        if let Err(e) = client.loss(&tokens, &mask) {
+            failed = Some(e);
+        }
+    });
+    let adapter = client.to_adapter("bench".into())?;
+    let serving_prefill_s = median_seconds(repeats, || {
+        let mut caches: Vec<KvCache> = (0..sequences).map(|_| KvCache::default()).collect();
+        let mut batch: Vec<SeqInput<'_>> = caches
+            .iter_mut()
+            .zip(&tokens)
+            .map(|(cache, t)| SeqInput {
+                tokens: t,
+                cache,
+                adapter: Some(&adapter),
+            })
+            .collect();
+        if let Err(e) = model.forward(&mut batch) {
+            failed = Some(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    Ok(TrainFigures {
+        quick: options.quick,
+        model: [
+            config.hidden_size,
+            config.intermediate_size,
+            config.num_hidden_layers,
+            config.num_attention_heads,
+            config.kv_heads(),
+            config.vocab_size,
+        ],
+        base_parameters,
+        rank,
+        trainable_parameters: client.parameter_count(),
+        batch,
+        forward_backward_s,
+        forward_backward_tokens_per_s: (sequences * len) as f64 / forward_backward_s,
+        forward_s,
+        optim_step_s,
+        step_over_three_forwards: (forward_backward_s + optim_step_s) / (3.0 * forward_s),
+        serving_prefill_s,
+        peak_memory_bytes,
+        state_bytes: client.state_bytes(),
+        activation_bytes_bound: activation_bytes(&config, sequences, len),
     })
 }

@@ -14,6 +14,11 @@
 //! bytes. This module adds what only a provider knows: use counts, load times, pins and which
 //! adapters running sequences hold.
 //!
+//! * **Reservations** hold bytes that are not adapters but live under the same budget: a
+//!   training client's parameters, gradients and optimizer moments, and the activations of a
+//!   running `forward_backward` ([`ResidencyCache::reserve`]). They are never evicted; making
+//!   room for one evicts adapters like an insert does.
+//!
 //! Time is passed in (`now_s`, seconds on any monotonic clock), so the cache is pure and its
 //! tests need no sleeping.
 //!
@@ -121,6 +126,8 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Adapters inserted.
     pub loads: u64,
+    /// Bytes held by reservations (training clients), within the budget.
+    pub reserved_bytes: u64,
 }
 
 /// Adapters held in memory under a byte budget.
@@ -130,6 +137,9 @@ pub struct ResidencyCache {
     entries: HashMap<String, Entry>,
     usage: HashMap<String, Usage>,
     resident_bytes: u64,
+    /// Reservation key → bytes.
+    reservations: HashMap<String, u64>,
+    reserved_bytes: u64,
     hits: u64,
     misses: u64,
     evictions: u64,
@@ -146,6 +156,8 @@ impl ResidencyCache {
             entries: HashMap::new(),
             usage: HashMap::new(),
             resident_bytes: 0,
+            reservations: HashMap::new(),
+            reserved_bytes: 0,
             hits: 0,
             misses: 0,
             evictions: 0,
@@ -278,7 +290,7 @@ impl ResidencyCache {
         policy: EvictionPolicy,
         now_s: f64,
     ) -> Result<Vec<String>> {
-        let free = self.config.budget_bytes.saturating_sub(self.resident_bytes);
+        let free = self.free_bytes();
         let named = self.occupants(now_s);
         let occupants: Vec<Occupant> = named.iter().map(|(_, o)| o.clone()).collect();
         let plan = plan_eviction(&occupants, free, needed_bytes, policy, self.config.discount)
@@ -325,9 +337,48 @@ impl ResidencyCache {
     /// evicting least value per byte first (0 while it fits in what is free; `None` when it
     /// cannot be made at all). The unit is seconds of loading saved over the horizon.
     pub fn shadow_price(&self, slot_bytes: u64, now_s: f64) -> Option<f64> {
-        let free = self.config.budget_bytes.saturating_sub(self.resident_bytes);
+        let free = self.free_bytes();
         let occupants: Vec<Occupant> = self.occupants(now_s).into_iter().map(|(_, o)| o).collect();
         shadow_price(&occupants, free, slot_bytes, self.config.discount).ok()
+    }
+
+    /// Bytes under the budget held by neither adapters nor reservations.
+    fn free_bytes(&self) -> u64 {
+        self.config
+            .budget_bytes
+            .saturating_sub(self.resident_bytes)
+            .saturating_sub(self.reserved_bytes)
+    }
+
+    /// Holds `bytes` under the budget for `key` (a training client's state), evicting adapters
+    /// by the configured policy to make room; returns the evicted ids. A key already held is
+    /// resized (growing evicts as needed). Nothing changes on error ([`Error::CacheFull`]).
+    pub fn reserve(&mut self, key: &str, bytes: u64, now_s: f64) -> Result<Vec<String>> {
+        let held = self.reservations.get(key).copied().unwrap_or(0);
+        let extra = bytes.saturating_sub(held);
+        let evict = if extra > 0 {
+            self.plan_eviction(extra, self.config.policy, now_s)?
+        } else {
+            Vec::new()
+        };
+        for id in &evict {
+            self.remove(id);
+            self.evictions += 1;
+        }
+        self.reserved_bytes = self.reserved_bytes - held + bytes;
+        self.reservations.insert(key.to_string(), bytes);
+        Ok(evict)
+    }
+
+    /// Frees the reservation `key`; false when none was held.
+    pub fn release_reservation(&mut self, key: &str) -> bool {
+        match self.reservations.remove(key) {
+            Some(bytes) => {
+                self.reserved_bytes -= bytes;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Resident adapters, highest value per byte first.
@@ -365,6 +416,7 @@ impl ResidencyCache {
             misses: self.misses,
             evictions: self.evictions,
             loads: self.loads,
+            reserved_bytes: self.reserved_bytes,
         }
     }
 }

@@ -116,6 +116,24 @@ pub enum Error {
     /// A request does not fit the model (context length, token ids).
     #[error("{0}")]
     BadRequest(String),
+    /// No training client has this id.
+    #[error("unknown training client `{0}`: create one with POST /v1/training/clients")]
+    UnknownTrainingClient(String),
+    /// A training request's input is out of range (shapes, token ids, settings); nothing
+    /// changed.
+    #[error("{message}")]
+    TrainingInput {
+        /// The request field at fault.
+        field: Option<&'static str>,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// A training limit of this server is reached (clients, memory).
+    #[error("{0}")]
+    TrainingLimit(String),
+    /// The loss or the gradients are not finite; nothing was changed.
+    #[error("{0}")]
+    TrainingDiverged(String),
     /// A tokenizer could not be loaded or used.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

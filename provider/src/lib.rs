@@ -27,6 +27,9 @@
 //! * [`exchange_link`] — the provider on an exchange's market: HTTPS out, a signed offer of
 //!   one bundle, long-polled jobs run on the engine, results with signed receipts, adapters
 //!   fetched by content id.
+//! * [`training`] — `/v1/training/clients`: LoRA adapters trained on the served base
+//!   (candle autograd through the Llama forward, AdamW), saved as PEFT files and loaded into
+//!   the residency cache at once.
 //! * [`tokenizer`] — bytes for generated models, `tokenizer.json` with `hf-tokenizer`.
 //! * [`bench`](mod@bench) — the figures of `cx-provider bench lora`.
 //!
@@ -81,5 +84,6 @@ pub mod lora;
 pub mod model;
 pub mod server;
 pub mod tokenizer;
+pub mod training;
 
 pub use error::{Error, Result};

@@ -90,6 +90,31 @@ pub struct Adapter {
 }
 
 impl Adapter {
+    /// An adapter from weights already in memory (a training client's current A and B), named
+    /// `id`; `layers` holds, per layer, each adapted projection at [`Projection::index`].
+    pub(crate) fn from_parts(
+        id: String,
+        rank: usize,
+        scale: f32,
+        targets: BTreeSet<Projection>,
+        layers: Vec<[Option<LoraAdapter<f32>>; 7]>,
+    ) -> Self {
+        let bytes = layers
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|l| l.weight_bytes() as u64)
+            .sum();
+        Self {
+            id,
+            rank,
+            scale,
+            targets,
+            layers,
+            bytes,
+        }
+    }
+
     /// Content id: SHA-256 of the files, hex.
     pub fn id(&self) -> &str {
         &self.id

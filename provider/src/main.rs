@@ -19,6 +19,7 @@ use cx_provider::model::{
 };
 use cx_provider::server::{AppState, app};
 use cx_provider::tokenizer::Tokenizer;
+use cx_provider::training::{Trainer, TrainingOptions};
 
 #[derive(Parser)]
 #[command(
@@ -155,6 +156,16 @@ enum Command {
         /// Run SGMV on GPU 0 (needs a build with `--features cuda` and a CUDA driver).
         #[arg(long)]
         gpu: bool,
+        /// Where `/v1/training/clients/{id}/save_weights` writes adapters (one folder per
+        /// content id) [default: a folder in the temp dir].
+        #[arg(long, env = "CX_PROVIDER_TRAINING_DIR", value_name = "DIR")]
+        training_dir: Option<PathBuf>,
+        /// Training clients at once at most (1 to 1024).
+        #[arg(long, default_value_t = 8, value_parser = positive(1024))]
+        max_training_clients: usize,
+        /// Padded positions (sequences × longest) of one forward_backward at most (1 to 2²⁰).
+        #[arg(long, default_value_t = 8192, value_parser = positive(1 << 20))]
+        max_training_tokens: usize,
         // Boxed: the market flags would make every other command's variant as large.
         #[command(flatten)]
         market: Box<MarketArgs>,
@@ -289,6 +300,22 @@ enum BenchCommand {
         /// Fast mode (FMA in the kernels, candle's matmul for the base projections; class D∞).
         #[arg(long)]
         fast: bool,
+    },
+    /// Training: forward_backward tokens/s, optimizer step time, peak memory per client, and
+    /// one step against three forwards.
+    Train {
+        /// Print one JSON object as the last line.
+        #[arg(long)]
+        json: bool,
+        /// Timed repeats per figure (median; 1 to 1000).
+        #[arg(long, default_value_t = 3, value_parser = positive(1000))]
+        repeats: usize,
+        /// Worker threads (1 to 1024; also candle's, through RAYON_NUM_THREADS).
+        #[arg(long, value_parser = positive(1024))]
+        threads: Option<usize>,
+        /// Smaller shapes (a quick smoke run; the figures are not the reported ones).
+        #[arg(long)]
+        quick: bool,
     },
 }
 
@@ -429,6 +456,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             threads,
             fast,
             gpu,
+            training_dir,
+            max_training_clients,
+            max_training_tokens,
             market,
         } => {
             let cpu = cpu(threads, fast);
@@ -475,7 +505,20 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 None => None,
                 Some(exchange) => Some(link(exchange, *market, &engine, cache_bytes)?),
             };
-            let state = AppState::new(engine, name.clone());
+            let training_dir = training_dir.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("cx-provider-{}-trained", std::process::id()))
+            });
+            let trainer = Trainer::new(
+                engine.clone(),
+                name.clone(),
+                TrainingOptions {
+                    max_clients: max_training_clients,
+                    max_tokens_per_call: max_training_tokens,
+                    ..TrainingOptions::new(training_dir.clone())
+                },
+            )
+            .with_context(|| format!("--training-dir {}", training_dir.display()))?;
+            let state = AppState::new(engine, name.clone()).with_training(Arc::new(trainer));
             let addr: SocketAddr = format!("{host}:{port}").parse().context("--host/--port")?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -533,6 +576,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let identity = cx_protocol::pq::Identity::generate();
             write_identity(&out, &identity, force)?;
             println!("wrote {} (key {})", out.display(), identity.id());
+        }
+        Command::Bench {
+            which:
+                BenchCommand::Train {
+                    json,
+                    repeats,
+                    threads,
+                    quick,
+                },
+        } => {
+            if let Some(t) = threads {
+                // SAFETY: called from `main` before any other thread exists, so nothing reads
+                // the environment concurrently; candle's matmul sizes its pool from it.
+                unsafe { std::env::set_var("RAYON_NUM_THREADS", t.to_string()) };
+            }
+            let figures = cx_provider::bench::train(&cx_provider::bench::TrainBenchOptions {
+                repeats,
+                cpu: cpu(threads, false),
+                quick,
+            })?;
+            print!("{}", figures.table());
+            if json {
+                println!("{}", serde_json::to_string(&figures)?);
+            }
         }
         Command::Bench {
             which:

@@ -12,7 +12,7 @@ use crate::model::Model;
 use crate::tokenizer::{Tokenizer, stable_prefix};
 
 /// Greedy: the lowest id among the largest logits. Sampling: softmax at the temperature.
-pub(super) fn choose(logits: &[f32], sampling: Sampling, rng: &mut ChaCha20Rng) -> u32 {
+pub(crate) fn choose(logits: &[f32], sampling: Sampling, rng: &mut ChaCha20Rng) -> u32 {
     let mut best = 0;
     for (i, &v) in logits.iter().enumerate() {
         if v > logits[best] {

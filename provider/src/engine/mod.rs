@@ -14,7 +14,7 @@
 //! Failures reach a request as [`Event::Failed`] carrying the crate's [`Error`]; the HTTP layer
 //! alone turns an error into a status.
 
-mod decode;
+pub(crate) mod decode;
 mod scheduler;
 
 use std::collections::BTreeMap;
@@ -425,6 +425,24 @@ impl Engine {
             self.shared.cache().remove(&adapter.id);
         }
         Ok(())
+    }
+
+    /// Holds `bytes` of the residency budget for `key` (a training client's state: it is
+    /// resident state too), evicting adapters to make room; [`Error::CacheFull`] when the rest
+    /// is pinned or in use. Returns the evicted ids.
+    pub fn reserve_bytes(&self, key: &str, bytes: u64) -> Result<Vec<String>> {
+        let now = self.shared.now_s();
+        self.shared.cache().reserve(key, bytes, now)
+    }
+
+    /// Frees what [`reserve_bytes`](Self::reserve_bytes) held for `key`.
+    pub fn release_bytes(&self, key: &str) {
+        self.shared.cache().release_reservation(key);
+    }
+
+    /// The largest LoRA rank this engine accepts.
+    pub fn max_rank(&self) -> usize {
+        self.config.max_rank
     }
 
     /// Registered adapters in alias order, and whether each is resident.

@@ -23,6 +23,11 @@ impl RmsNorm {
         }
     }
 
+    /// The weight and `eps`, as the forward uses them (`f32`).
+    pub(super) fn parts(&self) -> (&[f32], f32) {
+        (&self.weight, self.eps)
+    }
+
     /// Elements of the weight.
     pub(super) fn len(&self) -> usize {
         self.weight.len()

@@ -49,6 +49,11 @@ impl Weight {
         }
     }
 
+    /// The `d_out × d_in` tensor itself (shared storage, not a copy).
+    pub(super) fn tensor(&self) -> &Tensor {
+        &self.tensor
+    }
+
     fn to_vec(&self) -> Result<Vec<f32>> {
         self.with_slice(|w| Ok(w.to_vec()))
     }
@@ -90,6 +95,11 @@ pub(super) struct Linear {
 }
 
 impl Linear {
+    /// The frozen base weight.
+    pub(super) fn weight(&self) -> &Weight {
+        &self.weight
+    }
+
     pub(super) fn new(weight: Weight, layer: usize, projection: Projection) -> Self {
         Self {
             weight,

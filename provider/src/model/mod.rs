@@ -182,6 +182,36 @@ impl<'a> Step<'a> {
     }
 }
 
+/// The base's frozen weights as the training forward reads them: candle tensors that share the
+/// serving model's storage (nothing is copied), the norms and rotary frequencies exactly as the
+/// serving forward uses them (`f32`).
+#[derive(Clone, Debug)]
+pub(crate) struct FrozenWeights {
+    /// `vocab × hidden`.
+    pub(crate) embed_tokens: candle_core::Tensor,
+    /// One per decoder layer.
+    pub(crate) layers: Vec<FrozenLayer>,
+    /// The final norm's weight (`hidden`).
+    pub(crate) norm: Vec<f32>,
+    /// `vocab × hidden` (the embedding itself when tied).
+    pub(crate) lm_head: candle_core::Tensor,
+    /// RMSNorm's `eps`, as the forward adds it (`f32`).
+    pub(crate) rms_eps: f32,
+    /// RoPE inverse frequencies (`head_dim / 2`), scaling applied.
+    pub(crate) inv_freq: Vec<f32>,
+}
+
+/// One decoder layer's frozen weights.
+#[derive(Clone, Debug)]
+pub(crate) struct FrozenLayer {
+    /// `hidden`.
+    pub(crate) input_layernorm: Vec<f32>,
+    /// `hidden`.
+    pub(crate) post_attention_layernorm: Vec<f32>,
+    /// `d_out × d_in` per projection, in [`Projection::ALL`] order.
+    pub(crate) projections: [candle_core::Tensor; 7],
+}
+
 /// A Llama model ready to run.
 #[derive(Clone)]
 pub struct Model {
@@ -291,6 +321,37 @@ impl Model {
     /// The device SGMV runs on, by name (what an offer states as the bundle's device).
     pub fn device_name(&self) -> String {
         self.device.name()
+    }
+
+    /// The frozen weights, shared with this model (for the training forward).
+    pub(crate) fn frozen_weights(&self) -> FrozenWeights {
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| {
+                let [q, k, v, o] = layer.self_attn.projections();
+                let [gate, up, down] = layer.mlp.projections();
+                let t = |l: &Linear| l.weight().tensor().clone();
+                FrozenLayer {
+                    input_layernorm: layer.input_layernorm.parts().0.to_vec(),
+                    post_attention_layernorm: layer.post_attention_layernorm.parts().0.to_vec(),
+                    projections: [t(q), t(k), t(v), t(o), t(gate), t(up), t(down)],
+                }
+            })
+            .collect();
+        FrozenWeights {
+            embed_tokens: self.embed_tokens.tensor().clone(),
+            layers,
+            norm: self.norm.parts().0.to_vec(),
+            lm_head: self
+                .lm_head
+                .as_ref()
+                .unwrap_or(&self.embed_tokens)
+                .tensor()
+                .clone(),
+            rms_eps: self.norm.parts().1,
+            inv_freq: self.rotary.inv_freq().to_vec(),
+        }
     }
 
     /// A fresh cache for one sequence (the same as [`KvCache::default`]; the first forward

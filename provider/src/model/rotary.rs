@@ -58,6 +58,11 @@ impl RotaryEmbedding {
         }
     }
 
+    /// The inverse frequencies (`head_dim/2`, `f32`), as [`tables`](Self::tables) uses them.
+    pub(super) fn inv_freq(&self) -> &[f32] {
+        &self.inv_freq
+    }
+
     /// The tables of rows at `positions`: angle = position · inv_freq (`f32`, as Hugging Face
     /// computes it).
     pub(super) fn tables(&self, positions: &[usize]) -> RotaryTables {

@@ -76,6 +76,24 @@ impl From<&Error> for ApiError {
             }
             // The only tokenizer work a request triggers is encoding its prompt.
             Error::BadRequest(_) | Error::Tokenizer(_) => Self::bad_request(message),
+            Error::UnknownTrainingClient(_) => {
+                Self::new(StatusCode::NOT_FOUND, "training_client_not_found", message).field("id")
+            }
+            Error::TrainingInput { field, .. } => {
+                let error = Self::bad_request(message);
+                match field {
+                    Some(field) => error.field(field),
+                    None => error,
+                }
+            }
+            Error::TrainingLimit(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "training_limit", message)
+            }
+            Error::TrainingDiverged(_) => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "training_diverged",
+                message,
+            ),
             Error::CacheFull { .. } => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "cache_full", message)
             }

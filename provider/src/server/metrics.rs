@@ -55,6 +55,12 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         vec![(String::new(), cache_stats.resident_bytes as f64)],
     );
     gauge(
+        "cx_provider_reserved_bytes",
+        "Bytes of the cache budget reserved by training clients (state and running batches).",
+        "gauge",
+        vec![(String::new(), cache_stats.reserved_bytes as f64)],
+    );
+    gauge(
         "cx_provider_cache_budget_bytes",
         "Byte budget of the adapter cache.",
         "gauge",

@@ -5,6 +5,8 @@
 //! * `adapters` — `/v1/models`, `/v1/load_lora_adapter`, `/v1/unload_lora_adapter`, each a
 //!   call to the engine (which owns the registry and the cache).
 //! * `metrics` — `/metrics` in Prometheus text.
+//! * `training` — `/v1/training/clients`: create, inspect, `forward_backward`, `optim_step`,
+//!   `sample`, `save_weights`, delete, each a call to the [`Trainer`].
 //! * [`ApiError`] — every status is chosen there, from the crate's error.
 //!
 //! The adapter of a request is named by `model` (an adapter alias or id, as vLLM does; the
@@ -15,7 +17,9 @@ mod body;
 mod error;
 mod metrics;
 mod openai;
+mod training;
 
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -25,6 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::engine::{AdapterRef, Engine};
+use crate::training::Trainer;
 pub use error::ApiError;
 
 /// What the router serves.
@@ -32,6 +37,8 @@ pub use error::ApiError;
 pub struct AppState {
     engine: Engine,
     model_name: String,
+    /// `/v1/training/clients`; `None` answers 503.
+    training: Option<Arc<Trainer>>,
 }
 
 impl AppState {
@@ -40,7 +47,14 @@ impl AppState {
         Self {
             engine,
             model_name: model_name.into(),
+            training: None,
         }
+    }
+
+    /// Serves `/v1/training/clients` with `trainer` (which must be over the same engine).
+    pub fn with_training(mut self, trainer: Arc<Trainer>) -> Self {
+        self.training = Some(trainer);
+        self
     }
 
     /// The engine.
@@ -68,6 +82,27 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/load_lora_adapter", post(adapters::load_lora))
         .route("/v1/unload_lora_adapter", post(adapters::unload_lora))
+        .route(
+            "/v1/training/clients",
+            post(training::create).get(training::list),
+        )
+        .route(
+            "/v1/training/clients/{id}",
+            get(training::get).delete(training::delete),
+        )
+        .route(
+            "/v1/training/clients/{id}/forward_backward",
+            post(training::forward_backward),
+        )
+        .route(
+            "/v1/training/clients/{id}/optim_step",
+            post(training::optim_step),
+        )
+        .route("/v1/training/clients/{id}/sample", post(training::sample))
+        .route(
+            "/v1/training/clients/{id}/save_weights",
+            post(training::save_weights),
+        )
         .route("/metrics", get(metrics::metrics))
         .route("/health", get(|| async { "ok" }))
         .fallback(|| async {
@@ -75,7 +110,8 @@ pub fn app(state: AppState) -> Router {
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "no such route: the API is /v1/models, /v1/completions, /v1/chat/completions, \
-                 /v1/load_lora_adapter, /v1/unload_lora_adapter, /metrics, /health",
+                 /v1/load_lora_adapter, /v1/unload_lora_adapter, /v1/training/clients, \
+                 /metrics, /health",
             )
         })
         .with_state(state)
@@ -98,7 +134,7 @@ async fn json_errors(response: Response) -> Response {
         StatusCode::METHOD_NOT_ALLOWED => (
             "method_not_allowed",
             "method not allowed on this route (the /v1 endpoints take POST, except GET \
-             /v1/models)"
+             /v1/models and GET/DELETE /v1/training/clients/{id})"
                 .to_string(),
         ),
         StatusCode::PAYLOAD_TOO_LARGE => (

@@ -8,3 +8,4 @@ mod hf_fixtures;
 mod http;
 mod http_safety;
 mod model;
+mod training;

@@ -1,0 +1,281 @@
+//! `/v1/training/clients`: LoRA training on the served base (SPEC §6). Each handler checks its
+//! body field by field (a type error names its field, unknown fields are refused), then asks
+//! the [`Trainer`](crate::training::Trainer), which owns the clients; the forward and backward
+//! passes, sampling and saving run off the async workers.
+//!
+//! * `POST /v1/training/clients` — `{base_model?, rank?, lora_alpha?, target_modules?,
+//!   use_rslora?, seed?}` → the client.
+//! * `GET /v1/training/clients[/{id}]` — config, step, bytes, loss history (one client).
+//! * `POST …/{id}/forward_backward` — `{tokens: [[id]], loss_mask?: [[w]]}` → the loss.
+//! * `POST …/{id}/optim_step` — `{lr, betas?, eps?, weight_decay?, max_grad_norm?}`.
+//! * `POST …/{id}/sample` — `{prompt, max_tokens?, temperature?, seed?, stop?}`.
+//! * `POST …/{id}/save_weights` — `{name?, pin?}` → the adapter's id, resident at once.
+//! * `DELETE …/{id}`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::body::Body;
+use super::{ApiError, AppState, unix_now};
+use crate::engine::Sampling;
+use crate::error::{Error, Result};
+use crate::model::Projection;
+use crate::training::{AdamWParams, LoraSpec, SampleRequest, Trainer};
+
+/// The trainer, or a 503 naming how to turn training on.
+fn trainer(state: &AppState) -> Result<Arc<Trainer>, ApiError> {
+    state.training.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "training_off",
+            "training is off on this server (start it with cx-provider serve, which enables it)",
+        )
+    })
+}
+
+/// Runs `f` off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or(Err(Error::ForwardPanicked))
+        .map_err(ApiError::from)
+}
+
+fn required<T>(value: Option<T>, field: &'static str) -> Result<T, ApiError> {
+    value.ok_or_else(|| ApiError::bad_request(format!("`{field}` is required")).field(field))
+}
+
+/// The rank of a client whose request names none.
+const DEFAULT_RANK: usize = 8;
+
+pub(super) async fn create(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let trainer = trainer(&state)?;
+    let body = Body::parse(&body)?;
+    body.refuse_unknown(&[
+        "base_model",
+        "rank",
+        "lora_alpha",
+        "target_modules",
+        "use_rslora",
+        "seed",
+    ])?;
+    if let Some(base) = body.get::<String>("base_model")?
+        && base != trainer.model_name()
+    {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "model_not_found",
+            format!(
+                "base model `{base}` is not held here; this provider trains on `{}`",
+                trainer.model_name()
+            ),
+        )
+        .field("base_model"));
+    }
+    let rank: usize = body.get("rank")?.unwrap_or(DEFAULT_RANK);
+    let lora_alpha: f64 = body.get("lora_alpha")?.unwrap_or(2.0 * rank as f64);
+    let names: Vec<String> = body.get("target_modules")?.unwrap_or_else(|| {
+        Projection::ALL
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect()
+    });
+    let mut targets = Vec::new();
+    for name in &names {
+        let target = Projection::from_name(name).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "target module `{name}` is not one of {}",
+                Projection::NAMES
+            ))
+            .field("target_modules")
+        })?;
+        targets.push(target);
+    }
+    let spec = LoraSpec {
+        use_rslora: body.get("use_rslora")?.unwrap_or(false),
+        seed: body.get("seed")?.unwrap_or(0),
+        ..LoraSpec::new(rank, lora_alpha, &targets)
+    };
+    let info = blocking(move || trainer.create(&spec)).await?;
+    Ok((StatusCode::CREATED, axum::Json(info)).into_response())
+}
+
+pub(super) async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let trainer = trainer(&state)?;
+    Ok(axum::Json(json!({ "object": "list", "data": trainer.list() })).into_response())
+}
+
+pub(super) async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let trainer = trainer(&state)?;
+    Ok(axum::Json(trainer.get(&id)?).into_response())
+}
+
+pub(super) async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let trainer = trainer(&state)?;
+    trainer.delete(&id)?;
+    Ok(axum::Json(json!({ "id": id, "deleted": true })).into_response())
+}
+
+pub(super) async fn forward_backward(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let trainer = trainer(&state)?;
+    let body = Body::parse(&body)?;
+    body.refuse_unknown(&["tokens", "loss_mask"])?;
+    let tokens: Vec<Vec<u32>> = required(body.get("tokens")?, "tokens")?;
+    // Without a mask, every token but the first is a target.
+    let loss_mask: Vec<Vec<f32>> = match body.get("loss_mask")? {
+        Some(mask) => mask,
+        None => tokens
+            .iter()
+            .map(|seq| {
+                (0..seq.len())
+                    .map(|k| if k == 0 { 0.0 } else { 1.0 })
+                    .collect()
+            })
+            .collect(),
+    };
+    let outcome = blocking(move || trainer.forward_backward(&id, &tokens, &loss_mask)).await?;
+    Ok(axum::Json(outcome).into_response())
+}
+
+pub(super) async fn optim_step(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let trainer = trainer(&state)?;
+    let body = Body::parse(&body)?;
+    body.refuse_unknown(&["lr", "betas", "eps", "weight_decay", "max_grad_norm"])?;
+    let defaults = AdamWParams::default();
+    let betas: Option<[f64; 2]> = body.get("betas")?;
+    let params = AdamWParams {
+        lr: required(body.get("lr")?, "lr")?,
+        betas: betas.map_or(defaults.betas, |[b1, b2]| (b1, b2)),
+        eps: body.get("eps")?.unwrap_or(defaults.eps),
+        weight_decay: body.get("weight_decay")?.unwrap_or(defaults.weight_decay),
+        max_grad_norm: body.get("max_grad_norm")?,
+    };
+    let outcome = blocking(move || trainer.optim_step(&id, &params)).await?;
+    Ok(axum::Json(outcome).into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+pub(super) async fn sample(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let trainer = trainer(&state)?;
+    let body = Body::parse(&body)?;
+    body.refuse_unknown(&["prompt", "max_tokens", "temperature", "seed", "stop"])?;
+    let prompt = match required(body.get::<Prompt>("prompt")?, "prompt")? {
+        Prompt::Tokens(tokens) => tokens,
+        Prompt::Text(text) => state
+            .engine
+            .tokenizer()
+            .encode(&text)
+            .map_err(|e| ApiError::from(e).field("prompt"))?,
+    };
+    let max_tokens: usize = body.get("max_tokens")?.unwrap_or(16);
+    let temperature: f32 = body.get("temperature")?.unwrap_or(0.0);
+    if !temperature.is_finite() || temperature < 0.0 {
+        return Err(ApiError::bad_request("temperature must be ≥ 0").field("temperature"));
+    }
+    let stop = match body.get::<Stop>("stop")? {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(v)) => v,
+    };
+    if stop.len() > super::openai::MAX_STOP_SEQUENCES
+        || stop.iter().any(|s| s.len() > super::openai::MAX_STOP_BYTES)
+    {
+        return Err(ApiError::bad_request(format!(
+            "at most {} stop sequences of at most {} bytes",
+            super::openai::MAX_STOP_SEQUENCES,
+            super::openai::MAX_STOP_BYTES
+        ))
+        .field("stop"));
+    }
+    let request = SampleRequest {
+        prompt,
+        max_tokens,
+        sampling: Sampling {
+            temperature,
+            seed: body.get("seed")?.unwrap_or_else(unix_now),
+        },
+        stop,
+    };
+    let sample = blocking(move || trainer.sample(&id, &request)).await?;
+    Ok(axum::Json(sample).into_response())
+}
+
+pub(super) async fn save_weights(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let trainer = trainer(&state)?;
+    // An empty body saves under the id, unpinned.
+    let body = if body.is_empty() {
+        Body(serde_json::Map::new())
+    } else {
+        Body::parse(&body)?
+    };
+    body.refuse_unknown(&["name", "pin"])?;
+    let name: Option<String> = body.get("name")?;
+    if let Some(name) = &name
+        && (name.is_empty() || name == &state.model_name)
+    {
+        return Err(ApiError::bad_request(
+            "name must be a non-empty name other than the base model's",
+        )
+        .field("name"));
+    }
+    let pin: bool = body.get("pin")?.unwrap_or(false);
+    let saved = blocking(move || trainer.save(&id, name.as_deref(), pin))
+        .await
+        .map_err(|e| {
+            if e.code == "adapter_conflict" {
+                ApiError {
+                    field: Some("name"),
+                    ..e
+                }
+            } else {
+                e
+            }
+        })?;
+    Ok(axum::Json(saved).into_response())
+}
