@@ -128,7 +128,7 @@ impl ScenarioChain {
             .iter()
             .map(|&escrow_id| {
                 parties
-                    .intent_job(&domain, escrow_id, escrow_id, owed, owed, owed, "output")
+                    .intent_job(&domain, escrow_id, escrow_id, owed, owed, owed)
                     .map_err(|e| cx_settlement::Error::from(e).into())
             })
             .collect()

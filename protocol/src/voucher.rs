@@ -211,7 +211,8 @@ pub struct Parties<'a> {
 impl Parties<'_> {
     /// The voucher of one intent-made job on tab `escrow_id` (chain and contract from
     /// `domain`): the buyer's intent (limit `limit_wei`, replay guard `nonce`), the exchange's
-    /// assignment at `price_wei`, the provider's receipt claiming `owed_wei` for `output`.
+    /// assignment at `price_wei`, the provider's receipt claiming `owed_wei` for the output
+    /// `"output"`.
     pub fn intent_job(
         &self,
         domain: &Eip712Domain,
@@ -220,7 +221,6 @@ impl Parties<'_> {
         limit_wei: u128,
         price_wei: u128,
         owed_wei: u128,
-        output: &str,
     ) -> Result<Voucher> {
         use crate::assignment::Assignment;
         use crate::order::{InferenceRequest, request_hash};
@@ -268,7 +268,7 @@ impl Parties<'_> {
             adapter: None,
         };
         let work = Work {
-            output_text: output,
+            output_text: "output",
             tokens: 16,
             compute_ms: 5,
             class: crate::DeterminismClass::D,
@@ -324,7 +324,7 @@ mod tests {
     fn an_honest_chain_passes_and_each_broken_link_is_named() {
         let w = world();
         let v = parties(&w)
-            .intent_job(&domain(), 4, 1, 1_000, 900, 800, "out")
+            .intent_job(&domain(), 4, 1, 1_000, 900, 800)
             .unwrap();
         assert_eq!(v.check(&w.exchange.public(), &domain()).unwrap(), None);
         let json = serde_json::to_string(&v).unwrap();
@@ -341,14 +341,14 @@ mod tests {
 
         // A price above the buyer's limit, signed by the exchange itself.
         let dear = parties(&w)
-            .intent_job(&domain(), 4, 2, 1_000, 1_001, 800, "out")
+            .intent_job(&domain(), 4, 2, 1_000, 1_001, 800)
             .unwrap();
         let err = dear.check(&w.exchange.public(), &domain()).unwrap_err();
         assert!(err.to_string().contains("limit"), "{err}");
 
         // A receipt claiming more than the assignment, re-signed by the provider.
         let greedy = parties(&w)
-            .intent_job(&domain(), 4, 3, 1_000, 900, 901, "out")
+            .intent_job(&domain(), 4, 3, 1_000, 900, 901)
             .unwrap();
         let err = greedy.check(&w.exchange.public(), &domain()).unwrap_err();
         assert!(err.to_string().contains("assigned price"), "{err}");
@@ -358,7 +358,7 @@ mod tests {
     fn a_registered_key_cannot_pay_itself_from_an_escrow_it_was_not_assigned() {
         let w = world();
         let honest = parties(&w)
-            .intent_job(&domain(), 4, 1, 1_000, 900, 900, "out")
+            .intent_job(&domain(), 4, 1, 1_000, 900, 900)
             .unwrap();
         // Mallory is a registered provider with a key of her own: she signs a receipt for the
         // same job (or any open escrow) naming herself, and carries the real assignment.

@@ -171,7 +171,7 @@ pub async fn run_sweeps(intake: &crate::intake::Intake) {
             ),
             Err(err) => tracing::warn!(error = %format!("{err:#}"), "provider sweep failed"),
         }
-        if ticks % STAKE_SWEEP_TICKS == 0 && !intake.registries().is_empty() {
+        if ticks.is_multiple_of(STAKE_SWEEP_TICKS) && !intake.registries().is_empty() {
             match unstaked_bundles(intake).await {
                 Ok(ids) if ids.is_empty() => {}
                 Ok(ids) => match intake.market().drop_bundles(&ids) {

@@ -109,7 +109,7 @@ impl Market {
             provider: &self.provider,
             payout: PROVIDER,
         }
-        .intent_job(&domain, escrow_id, nonce, owed, owed, owed, "out")
+        .intent_job(&domain, escrow_id, nonce, owed, owed, owed)
         .unwrap()
     }
 
@@ -553,7 +553,7 @@ fn whole_tabs_are_never_split_across_parts() {
         (0..n)
             .map(|i| {
                 parties
-                    .intent_job(&domain, tab, tab * 100 + i as u64, 1, 1, 1, "o")
+                    .intent_job(&domain, tab, tab * 100 + i as u64, 1, 1, 1)
                     .unwrap()
             })
             .collect()

@@ -283,7 +283,7 @@ mod tests {
             .iter()
             .map(|&escrow_id| {
                 parties
-                    .intent_job(&domain, escrow_id, escrow_id, 1, 1, 1, "out")
+                    .intent_job(&domain, escrow_id, escrow_id, 1, 1, 1)
                     .unwrap()
             })
             .collect();

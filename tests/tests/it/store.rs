@@ -23,7 +23,7 @@ async fn exercise_store<S: Store>(store: &S) {
     let domain = cx_protocol::order::domain(1, alloy::primitives::Address::ZERO);
     let receipt = |escrow_id: u64| {
         parties
-            .intent_job(&domain, escrow_id, escrow_id, 5, 5, 5, "out")
+            .intent_job(&domain, escrow_id, escrow_id, 5, 5, 5)
             .unwrap()
     };
     let receipts = vec![receipt(0), receipt(1)];
