@@ -21,7 +21,14 @@ use tokio::sync::broadcast;
 
 /// States that end a job's run: no provider works on it again, and waiters stop waiting (`done`
 /// still becomes `settled` when its batch lands).
-pub const TERMINAL: [&str; 5] = ["done", "expired", "failed", "cancelled", "settled"];
+pub const TERMINAL: [&str; 6] = [
+    "done",
+    "expired",
+    "failed",
+    "cancelled",
+    "refunded",
+    "settled",
+];
 
 /// Whether `status` is one a job never leaves.
 pub fn is_terminal(status: &str) -> bool {
@@ -160,32 +167,78 @@ pub async fn run_sweeps(intake: &crate::intake::Intake) {
             Err(err) => tracing::warn!(error = %format!("{err:#}"), "standing-order sweep failed"),
         }
         let silent = match books.silent_bundles(now, PROVIDER_SILENCE_S).await {
-            Ok(ids) => intake.market().drop_bundles(&ids),
+            Ok(ids) => leave(intake, &ids, now).await,
             Err(err) => Err(err),
         };
-        match silent {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(
-                bundles = n,
-                "providers went silent; bundles left the engine"
-            ),
-            Err(err) => tracing::warn!(error = %format!("{err:#}"), "provider sweep failed"),
-        }
+        log_left(silent, "providers went silent");
         if ticks.is_multiple_of(STAKE_SWEEP_TICKS) && !intake.registries().is_empty() {
-            match unstaked_bundles(intake).await {
-                Ok(ids) if ids.is_empty() => {}
-                Ok(ids) => match intake.market().drop_bundles(&ids) {
-                    Ok(n) => {
-                        tracing::info!(bundles = n, "stake fell short; bundles left the engine")
-                    }
-                    Err(err) => tracing::warn!(error = %format!("{err:#}"), "stake sweep failed"),
-                },
-                Err(err) => tracing::warn!(error = %format!("{err:#}"), "stake sweep failed"),
-            }
+            let unstaked = match unstaked_bundles(intake).await {
+                Ok(ids) => leave(intake, &ids, now).await,
+                Err(err) => Err(err),
+            };
+            log_left(unstaked, "stake fell short");
         }
         ticks = ticks.wrapping_add(1);
         intake.waiters().prune();
     }
+}
+
+/// What [`leave`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Left {
+    /// Bundles that left the engine now.
+    pub bundles: usize,
+    /// Their unfinished jobs moved to another bundle.
+    pub moved: usize,
+    /// Their unfinished jobs refunded (no bundle could take them by their deadline).
+    pub refunded: usize,
+}
+
+fn log_left(left: crate::Result<Left>, why: &str) {
+    match left {
+        Ok(Left {
+            bundles: 0,
+            moved: 0,
+            refunded: 0,
+        }) => {}
+        Ok(l) => tracing::info!(
+            bundles = l.bundles,
+            moved = l.moved,
+            refunded = l.refunded,
+            "{why}: bundles left the engine"
+        ),
+        Err(err) => tracing::warn!(error = %format!("{err:#}"), "{why}: sweep failed"),
+    }
+}
+
+/// Takes bundles `ids` out of the engine and re-clears their unfinished jobs at `now_s` onto
+/// the bundles left (SPEC §8: a provider that stops reporting leaves; its accepted jobs are
+/// re-cleared if their deadline still allows, else refunded).
+pub async fn leave(
+    intake: &crate::intake::Intake,
+    ids: &[String],
+    now_s: u64,
+) -> crate::Result<Left> {
+    let mut left = Left {
+        bundles: intake.market().drop_bundles(ids)?,
+        ..Left::default()
+    };
+    if ids.is_empty() {
+        return Ok(left);
+    }
+    for job in intake.books().stranded_jobs(ids).await? {
+        match intake.reclear(&job, now_s).await? {
+            Some(to) => {
+                tracing::info!(job = %job.id, from = %job.bundle_id, %to, "re-cleared");
+                left.moved += 1;
+            }
+            None => {
+                tracing::info!(job = %job.id, from = %job.bundle_id, "refunded: no bundle left");
+                left.refunded += 1;
+            }
+        }
+    }
+    Ok(left)
 }
 
 /// Sweeps between two stake checks of every admitted provider.

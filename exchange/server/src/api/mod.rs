@@ -94,6 +94,12 @@ impl AppState {
         &self.inner.metrics
     }
 
+    /// The intake of a serving state (`None` for one that answers health checks only): for the
+    /// sweeps and for tests that drive them.
+    pub fn serving(&self) -> Option<&Intake> {
+        self.inner.intake.as_ref()
+    }
+
     /// The intake path, or the 503 a server without books answers.
     fn intake(&self) -> Result<&Intake, ApiError> {
         self.inner.intake.as_ref().ok_or_else(|| ApiError::Refused {

@@ -319,7 +319,7 @@ impl JobRow {
 /// hold returns to its tab (and its session's cap), nothing is charged, and an event records
 /// what was released and why. One statement, so a job is either ended with its hold released
 /// or untouched. Returns the ended jobs' ids.
-fn release_sql(condition: &str, status: &str, reason: &str) -> String {
+pub(super) fn release_sql(condition: &str, status: &str, reason: &str) -> String {
     format!(
         "WITH ended AS ( \
              UPDATE exchange_jobs SET status = '{status}', updated_at = now() WHERE {condition} \

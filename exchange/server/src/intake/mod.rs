@@ -90,6 +90,9 @@ pub struct Accepted {
 pub struct DecisionRecord {
     /// The tier the job was cleared (and will be verified) at.
     pub tier: Tier,
+    /// The determinism class the job was cleared for (what a re-clearing keeps).
+    #[serde(default = "class_d")]
+    pub determinism: cx_protocol::DeterminismClass,
     /// The chosen bundle.
     pub chosen: Option<String>,
     /// Its cost terms.
@@ -108,8 +111,12 @@ pub struct DecisionRecord {
     pub rejected_total: usize,
 }
 
+fn class_d() -> cx_protocol::DeterminismClass {
+    cx_protocol::DeterminismClass::D
+}
+
 impl DecisionRecord {
-    fn of(decision: Decision, tier: Tier) -> Self {
+    fn of(decision: Decision, tier: Tier, determinism: cx_protocol::DeterminismClass) -> Self {
         let Decision {
             chosen,
             terms,
@@ -122,6 +129,7 @@ impl DecisionRecord {
         rejected.truncate(DECISION_KEEPS);
         Self {
             tier,
+            determinism,
             chosen,
             terms,
             feasible,
@@ -435,6 +443,66 @@ impl Intake {
         }
     }
 
+    /// Places stranded job `job` again, on the engine as it is now (its old bundle has left):
+    /// the same model, adapter, request, deadline, tier and class, at most at what it holds.
+    /// Returns the new bundle, or `None` when it was refunded (no bundle can take it in time).
+    pub async fn reclear(
+        &self,
+        job: &crate::books::Stranded,
+        now_s: u64,
+    ) -> Result<Option<String>> {
+        /// What a stored decision says the job was cleared for.
+        #[derive(Deserialize)]
+        struct Decided {
+            tier: Tier,
+            #[serde(default = "class_d")]
+            determinism: cx_protocol::DeterminismClass,
+        }
+        let decided: Decided = serde_json::from_value(job.decision.clone())?;
+        let request: InferenceRequest = serde_json::from_value(job.request.clone())?;
+        let adapter_id = job
+            .adapter
+            .as_deref()
+            .map(|id| {
+                id.parse::<B256>().map_err(|_| Error::Corrupt {
+                    what: "an adapter id",
+                    value: id.to_owned(),
+                })
+            })
+            .transpose()?;
+        let want = Want {
+            model: job.model.clone(),
+            adapter_id,
+            deadline_s: job.deadline_s,
+            max_price_wei: job.held_wei,
+            min_tier: decided.tier,
+            determinism: decided.determinism,
+        };
+        match self.place(&want, &request, job.account, now_s).await {
+            Ok(placed) if placed.held_wei <= job.held_wei && placed.bundle_id != job.bundle_id => {
+                let moved = self
+                    .books
+                    .reassign(
+                        job.id,
+                        &job.bundle_id,
+                        &placed.bundle_id,
+                        &serde_json::to_value(&placed.decision)?,
+                        placed.held_wei,
+                    )
+                    .await?;
+                self.waiters.work_added();
+                self.waiters.notify(job.id);
+                Ok(moved.then_some(placed.bundle_id))
+            }
+            Ok(_) | Err(Error::NoMatch { .. }) | Err(Error::Protocol(_)) => {
+                self.books.refund_stranded(job.id).await?;
+                self.waiters.notify(job.id);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Where a job goes: the adapter's size from the store, the job from the catalog, and the
     /// clearing (at `min_tier`, else at the first stronger tier a bundle offers).
     async fn place(
@@ -512,7 +580,7 @@ impl Intake {
             return Err(no_match(&decision));
         };
         Ok(Placed {
-            decision: DecisionRecord::of(decision, job.tier),
+            decision: DecisionRecord::of(decision, job.tier, job.determinism),
             job,
             bundle_id,
             terms,

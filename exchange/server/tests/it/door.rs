@@ -43,6 +43,7 @@ pub(crate) fn domain() -> order::Eip712Domain {
 pub(crate) struct Door {
     _db: TestDb,
     pub(crate) books: Books,
+    state: AppState,
     router: Router,
     pub(crate) key: SigningKey,
     pub(crate) pq: Identity,
@@ -114,10 +115,12 @@ impl Door {
             [(CHAIN, Address::repeat_byte(0x5e))],
             60,
         );
+        let state = AppState::with_intake(intake);
         let door = Door {
             _db: db,
             books,
-            router: app(AppState::with_intake(intake)),
+            router: app(state.clone()),
+            state,
             key,
             pq,
         };
@@ -819,4 +822,85 @@ async fn a_streamed_call_relays_the_providers_pieces_then_the_rest_of_its_signed
         "{sse}"
     );
     assert!(sse.trim_end().ends_with("data: [DONE]"), "{sse}");
+}
+
+/// A provider that leaves the market (silent, or no longer staked) strands its jobs: each moves
+/// to another bundle while its deadline allows — the old provider can no longer take it, the new
+/// one pulls it — and is refunded at once when no bundle is left.
+#[tokio::test]
+async fn a_leaving_providers_jobs_are_re_cleared_or_refunded() {
+    let door = Door::new().await;
+    let (first, second) = (Prov::new(4), Prov::new(5));
+    for (prov, b) in [(&first, bundle("warm-a")), (&second, bundle("warm-b"))] {
+        let (status, body) = door
+            .post("/v1/providers/register", None, &prov.offer(vec![b]))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let request = cx_protocol::order::InferenceRequest {
+        prompt: "Say hello in one word.".into(),
+        max_tokens: 8,
+    };
+    let intent = cx_protocol::order::Intent {
+        want: "llama-8b".into(),
+        adapter_id: None,
+        request_hash: cx_protocol::order::request_hash(&request),
+        deadline_s: now_s() + 120,
+        max_price_wei: 1_000_000,
+        min_tier: Tier::T0,
+        determinism: DeterminismClass::D,
+        tab_id: 3,
+        nonce: 1,
+        expiry_s: now_s() + 60,
+    };
+    let signed = order::sign(intent, &domain(), &door.key, &door.pq).unwrap();
+    let (status, accepted) = door
+        .post(
+            "/v1/intents",
+            None,
+            &json!({ "intent": signed, "request": request }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    // Two equal bundles: whichever took the job leaves first.
+    let (gone_bundle, other_bundle, first, second) = match accepted["bundle_id"].as_str() {
+        Some("warm-a") => ("warm-a", "warm-b", first, second),
+        _ => ("warm-b", "warm-a", second, first),
+    };
+    let job_id: B256 = accepted["job_id"].as_str().unwrap().parse().unwrap();
+    let held = door.held().await;
+
+    let intake = door.state.serving().unwrap();
+    let left = cx_exchange_server::dispatch::leave(intake, &[gone_bundle.into()], now_s())
+        .await
+        .unwrap();
+    assert_eq!((left.bundles, left.moved, left.refunded), (1, 1, 0));
+    let job = door.books.job(job_id).await.unwrap().unwrap();
+    assert_eq!(job.bundle_id.as_deref(), Some(other_bundle));
+    assert!(
+        job.events.iter().any(|e| e.status == "re-cleared"),
+        "{job:?}"
+    );
+    assert!(door.held().await <= held, "never more than it held");
+    let pull = json!({"wait_s": 0});
+    let (_, gone) = door
+        .post("/v1/providers/jobs", Some(&first.token), &pull)
+        .await;
+    assert!(gone["jobs"].as_array().unwrap().is_empty(), "{gone}");
+    let (_, taken) = door
+        .post("/v1/providers/jobs", Some(&second.token), &pull)
+        .await;
+    assert_eq!(taken["jobs"][0]["job_id"], accepted["job_id"], "{taken}");
+
+    // The second leaves too: nothing can take the job, so it is refunded now, not at its
+    // deadline.
+    let left = cx_exchange_server::dispatch::leave(intake, &[other_bundle.into()], now_s())
+        .await
+        .unwrap();
+    assert_eq!((left.bundles, left.moved, left.refunded), (1, 0, 1));
+    assert_eq!(
+        door.books.job(job_id).await.unwrap().unwrap().status,
+        "refunded"
+    );
+    assert_eq!(door.held().await, 0, "the hold went back to the tab");
 }

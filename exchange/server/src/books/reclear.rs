@@ -1,0 +1,155 @@
+//! Jobs stranded on a provider that left the market (silent, or no longer staked): each is
+//! moved to another bundle while its deadline allows, else refunded at once (the hold returns to
+//! its tab and session; nothing is charged).
+
+use super::{Books, parse_wei, wei_text};
+use crate::error::{Error, Result};
+use alloy::primitives::{Address, B256};
+use sqlx::Row;
+
+/// A job assigned to (or running on) a bundle that left the engine.
+#[derive(Debug, Clone)]
+pub struct Stranded {
+    /// The job id.
+    pub id: B256,
+    /// The buyer.
+    pub account: Address,
+    /// The catalog model.
+    pub model: String,
+    /// The adapter's content id, if any.
+    pub adapter: Option<String>,
+    /// The request.
+    pub request: serde_json::Value,
+    /// When the result is due.
+    pub deadline_s: u64,
+    /// What it holds on its tab.
+    pub held_wei: u128,
+    /// The clearing decision it was placed by.
+    pub decision: serde_json::Value,
+    /// The bundle it is stranded on.
+    pub bundle_id: String,
+}
+
+impl Books {
+    /// The unfinished jobs of `bundle_ids`.
+    pub async fn stranded_jobs(&self, bundle_ids: &[String]) -> Result<Vec<Stranded>> {
+        let rows = sqlx::query(
+            "SELECT id, account, model, adapter, request::text AS request, deadline_s, \
+                    held_wei::text AS held, decision::text AS decision, bundle_id \
+             FROM exchange_jobs WHERE status IN ('assigned', 'running') AND bundle_id = ANY($1) \
+             ORDER BY deadline_s",
+        )
+        .bind(bundle_ids)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                let id: Vec<u8> = r.try_get("id")?;
+                let account: Vec<u8> = r.try_get("account")?;
+                Ok(Stranded {
+                    id: B256::try_from(id.as_slice()).map_err(|_| Error::Corrupt {
+                        what: "a job id",
+                        value: hex::encode(&id),
+                    })?,
+                    account: Address::try_from(account.as_slice()).map_err(|_| Error::Corrupt {
+                        what: "an address",
+                        value: hex::encode(&account),
+                    })?,
+                    model: r.try_get("model")?,
+                    adapter: r.try_get("adapter")?,
+                    request: serde_json::from_str(&r.try_get::<String, _>("request")?)?,
+                    deadline_s: r.try_get::<i64, _>("deadline_s")? as u64,
+                    held_wei: parse_wei(&r.try_get::<String, _>("held")?)?,
+                    decision: serde_json::from_str(&r.try_get::<String, _>("decision")?)?,
+                    bundle_id: r.try_get("bundle_id")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Moves stranded job `id` from `from` to bundle `to`, placed by `decision` at `held_wei`
+    /// (at most what it held: the difference returns to its tab and session). Back to
+    /// `assigned`, so the new bundle's provider pulls it; the old provider's late result is
+    /// refused (its key no longer holds the assignment). False when the job moved on meanwhile.
+    pub async fn reassign(
+        &self,
+        id: B256,
+        from: &str,
+        to: &str,
+        decision: &serde_json::Value,
+        held_wei: u128,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "SELECT chain_id, escrow_id, session_id, held_wei::text AS held FROM exchange_jobs \
+             WHERE id = $1 AND bundle_id = $2 AND status IN ('assigned', 'running') FOR UPDATE",
+        )
+        .bind(id.as_slice())
+        .bind(from)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else { return Ok(false) };
+        let old = parse_wei(&row.try_get::<String, _>("held")?)?;
+        let released = old.saturating_sub(held_wei);
+        let (chain_id, escrow_id): (i64, i64) =
+            (row.try_get("chain_id")?, row.try_get("escrow_id")?);
+        let session: Option<Vec<u8>> = row.try_get("session_id")?;
+        sqlx::query(
+            "UPDATE exchange_jobs SET bundle_id = $2, decision = $3::jsonb, status = 'assigned', \
+                    held_wei = $4::numeric, updated_at = now() WHERE id = $1",
+        )
+        .bind(id.as_slice())
+        .bind(to)
+        .bind(decision.to_string())
+        .bind(wei_text(old.min(held_wei)))
+        .execute(&mut *tx)
+        .await?;
+        if released > 0 {
+            sqlx::query(
+                "UPDATE exchange_tabs SET held_wei = held_wei - $3::numeric, updated_at = now() \
+                 WHERE chain_id = $1 AND escrow_id = $2",
+            )
+            .bind(chain_id)
+            .bind(escrow_id)
+            .bind(wei_text(released))
+            .execute(&mut *tx)
+            .await?;
+            if let Some(session) = &session {
+                sqlx::query(
+                    "UPDATE exchange_sessions SET spent_wei = spent_wei - $2::numeric WHERE id = $1",
+                )
+                .bind(session.as_slice())
+                .bind(wei_text(released))
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        sqlx::query(
+            "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+             SELECT $1, coalesce(max(seq), -1) + 1, 're-cleared', \
+                    jsonb_build_object('from', $2::text, 'to', $3::text, 'released_wei', $4::text) \
+             FROM exchange_job_events WHERE job_id = $1",
+        )
+        .bind(id.as_slice())
+        .bind(from)
+        .bind(to)
+        .bind(released.to_string())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Refunds stranded job `id` at once: no other bundle can take it by its deadline.
+    pub async fn refund_stranded(&self, id: B256) -> Result<bool> {
+        let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&super::jobs::release_sql(
+            "id = $1 AND status IN ('assigned', 'running')",
+            "refunded",
+            "its provider left the market and no other bundle can take it by its deadline",
+        ))
+        .bind(id.as_slice())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.len() == 1)
+    }
+}
