@@ -218,7 +218,7 @@ mod devnet {
     impl Env {
         async fn start(tag: &str, bundles: &[Bundle]) -> Env {
             let anvil =
-                AnvilInstance::spawn(31337, None, 2).expect("anvil (scripts/setup-foundry.sh)");
+                AnvilInstance::spawn(31337, None, 3).expect("anvil (scripts/setup-foundry.sh)");
             let rpc = anvil.rpc_url();
             let params = DeployParams {
                 group_key: group_key(),
@@ -458,8 +458,16 @@ mod devnet {
     }
 
     /// A provider that answers every job it pulls with `answer`, signing each receipt for
-    /// half the job's price, until `jobs` are done; returns what it charged.
-    async fn provider(url: String, ca: std::path::PathBuf, jobs: usize, answer: &str) -> u128 {
+    /// half the job's price, until `jobs` are done; returns what it charged. Its payout is
+    /// `staker`'s account, staked under its key first (the exchange admits only staked
+    /// providers).
+    async fn provider(
+        url: String,
+        ca: std::path::PathBuf,
+        jobs: usize,
+        answer: &str,
+        staker: cx_settlement::evm::EvmClient,
+    ) -> u128 {
         use cx_client::Client;
         use cx_client::types::Output;
         use cx_protocol::offer::{Offer, SignedOffer};
@@ -469,7 +477,12 @@ mod devnet {
             .with_timeout(Duration::from_secs(40));
         let identity = Identity::generate();
         let token = "provider-dispatch-token";
-        let payout = Address::repeat_byte(0x77);
+        staker
+            .set_metadata("", identity.id().0.into())
+            .await
+            .unwrap();
+        staker.stake(U256::from(1_000u64)).await.unwrap();
+        let payout = staker.account();
         let offer = Offer {
             operator: "op-a".into(),
             payout,
@@ -522,7 +535,14 @@ mod devnet {
         let id = tab["escrow_id"].as_u64().unwrap().to_string();
         let answer = "Hello from the market.";
         // Three calls from the openai client, one from `cx agent chat`.
-        let provider = tokio::spawn(provider(env.url.clone(), env.ca.clone(), 4, answer));
+        let deployment = DeploymentsFile::load(&env.deployments).unwrap().chains[0].deployment;
+        let staker = cx_settlement::evm::EvmClient::connect(
+            &env.anvil.rpc_url(),
+            env.anvil.keys[2].clone(),
+            deployment,
+        )
+        .unwrap();
+        let provider = tokio::spawn(provider(env.url.clone(), env.ca.clone(), 4, answer, staker));
 
         let key_file = env.dir.0.join("session.key");
         let session = last_json(
