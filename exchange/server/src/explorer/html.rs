@@ -279,7 +279,11 @@ pub(crate) fn time_ms(ms: i64) -> String {
 
 /// Unix seconds as [`time_ms`] does.
 pub(crate) fn time_s(s: u64) -> String {
-    time_ms(i64::try_from(s).unwrap_or(i64::MAX / 1000).saturating_mul(1000))
+    time_ms(
+        i64::try_from(s)
+            .unwrap_or(i64::MAX / 1000)
+            .saturating_mul(1000),
+    )
 }
 
 /// The proleptic Gregorian date of a day count from 1970-01-01 (Howard Hinnant's

@@ -133,19 +133,13 @@ async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
         let recent = queries::jobs::list(
             pool,
             &params::JobFilter::default(),
-            params::Paging {
-                limit: 10,
-                page: 1,
-            },
+            params::Paging { limit: 10, page: 1 },
             Before::Start,
         )
         .await?;
-        let (batches, _) = queries::settlement::list(
-            pool,
-            params::Paging { limit: 5, page: 1 },
-            Before::Start,
-        )
-        .await?;
+        let (batches, _) =
+            queries::settlement::list(pool, params::Paging { limit: 5, page: 1 }, Before::Start)
+                .await?;
         Ok::<_, ApiError>(pages::index::IndexPage {
             statuses,
             recent_jobs: recent.jobs,
@@ -168,7 +162,10 @@ async fn jobs(
         if let Before::After(id) = before
             && !queries::jobs::exists(pool, id).await?
         {
-            return Err(ApiError::invalid("before", "no such job: a cursor names a job"));
+            return Err(ApiError::invalid(
+                "before",
+                "no such job: a cursor names a job",
+            ));
         }
         let list = queries::jobs::list(pool, &filter, paging, before).await?;
         Ok(pages::jobs::JobsPage::new(filter, paging, before, list))
@@ -260,8 +257,12 @@ async fn provider(
     let result = async {
         let key_hash = params::key_hash("key_hash", &key_hash)?;
         let intake = state.intake()?;
-        let live: std::collections::HashSet<String> =
-            intake.market().bundles().into_iter().map(|b| b.id).collect();
+        let live: std::collections::HashSet<String> = intake
+            .market()
+            .bundles()
+            .into_iter()
+            .map(|b| b.id)
+            .collect();
         let provider =
             queries::providers::detail(intake.books().pool(), key_hash, |id| live.contains(id))
                 .await?
@@ -320,7 +321,9 @@ async fn account(
 }
 
 async fn unknown(headers: HeaderMap) -> Response {
-    respond::<()>(Format::of(&headers), Err(not_found("explorer page")), |_| {
-        String::new()
-    })
+    respond::<()>(
+        Format::of(&headers),
+        Err(not_found("explorer page")),
+        |_| String::new(),
+    )
 }

@@ -118,7 +118,10 @@ impl JobsQuery {
             model: non_empty(self.model)
                 .map(|m| {
                     if m.len() > 200 {
-                        Err(ApiError::invalid("model", "a model name is at most 200 bytes"))
+                        Err(ApiError::invalid(
+                            "model",
+                            "a model name is at most 200 bytes",
+                        ))
                     } else {
                         Ok(m)
                     }
@@ -175,9 +178,12 @@ impl ListQuery {
                 "this list pages with ?page= only",
             ));
         }
-        let (paging, _) = paging(self.limit.as_deref(), self.page.as_deref(), None, |_| {
-            Ok(())
-        })?;
+        let (paging, _) = paging(
+            self.limit.as_deref(),
+            self.page.as_deref(),
+            None,
+            |_| Ok(()),
+        )?;
         Ok(paging)
     }
 }
@@ -208,7 +214,9 @@ fn paging<T>(
             .ok_or_else(|| {
                 ApiError::invalid(
                     "page",
-                    format!("an integer within 1..={MAX_PAGE} (deeper: follow the ?before= cursor)"),
+                    format!(
+                        "an integer within 1..={MAX_PAGE} (deeper: follow the ?before= cursor)"
+                    ),
                 )
             })?,
     };
@@ -279,7 +287,10 @@ fn strict_b256(text: &str) -> Option<B256> {
 /// An adapter's content id, as the books keep it (64 lowercase hex digits; `0x` and capitals
 /// accepted).
 fn adapter(text: String) -> Result<String, ApiError> {
-    let hex = text.strip_prefix("0x").unwrap_or(&text).to_ascii_lowercase();
+    let hex = text
+        .strip_prefix("0x")
+        .unwrap_or(&text)
+        .to_ascii_lowercase();
     if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(hex)
     } else {

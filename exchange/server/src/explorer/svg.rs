@@ -154,7 +154,11 @@ mod tests {
         assert!(s.starts_with("<svg id=\"c\""));
         assert!(s.contains("<polyline id=\"series--m--t1\""));
         assert!(s.contains("&lt;m&gt; T1") && !s.contains("<m>"));
-        assert!(line_chart("c", "wei", &[]).as_str().contains("class=\"empty\""));
+        assert!(
+            line_chart("c", "wei", &[])
+                .as_str()
+                .contains("class=\"empty\"")
+        );
         assert_eq!(compact(1500.0), "1.5k");
         assert_eq!(compact(0.0), "0");
     }

@@ -62,8 +62,16 @@ pub(crate) fn render_one(p: &AccountDetail) -> String {
     let mut tabs = Table::new(
         "tabs",
         &[
-            "chain", "tab", "amount", "held now", "spent", "settled", "status", "reclaimable from",
-            "jobs", "open jobs",
+            "chain",
+            "tab",
+            "amount",
+            "held now",
+            "spent",
+            "settled",
+            "status",
+            "reclaimable from",
+            "jobs",
+            "open jobs",
         ],
     );
     for t in &p.tabs {
@@ -72,10 +80,22 @@ pub(crate) fn render_one(p: &AccountDetail) -> String {
             vec![
                 Html::text(&t.chain_id.to_string()),
                 Html::text(&t.escrow_id.to_string()),
-                Html::raw(format!("<span class=\"amount\">{}</span>", wei(&t.amount_wei).as_str())),
-                Html::raw(format!("<span class=\"held\">{}</span>", wei(&t.held_wei).as_str())),
-                Html::raw(format!("<span class=\"spent\">{}</span>", wei(&t.spent_wei).as_str())),
-                Html::raw(format!("<span class=\"settled\">{}</span>", wei(&t.settled_wei).as_str())),
+                Html::raw(format!(
+                    "<span class=\"amount\">{}</span>",
+                    wei(&t.amount_wei).as_str()
+                )),
+                Html::raw(format!(
+                    "<span class=\"held\">{}</span>",
+                    wei(&t.held_wei).as_str()
+                )),
+                Html::raw(format!(
+                    "<span class=\"spent\">{}</span>",
+                    wei(&t.spent_wei).as_str()
+                )),
+                Html::raw(format!(
+                    "<span class=\"settled\">{}</span>",
+                    wei(&t.settled_wei).as_str()
+                )),
                 badge(&t.status),
                 Html::text(&time_s(u64::try_from(t.deadline_s).unwrap_or(0))),
                 Html::text(&t.jobs.to_string()),
@@ -85,7 +105,10 @@ pub(crate) fn render_one(p: &AccountDetail) -> String {
     }
     body.push(&html::section("tabs", "Tabs", &tabs.finish("no tabs")));
 
-    let mut standing = Table::new("standing-orders", &["order", "kind", "status", "held", "ends"]);
+    let mut standing = Table::new(
+        "standing-orders",
+        &["order", "kind", "status", "held", "ends"],
+    );
     for s in &p.standing_orders {
         standing.row(
             None,
@@ -106,7 +129,12 @@ pub(crate) fn render_one(p: &AccountDetail) -> String {
 
     let mut claims = Table::new(
         "claims",
-        &["chain", "latest posted batch", "nonce", "cumulative balance"],
+        &[
+            "chain",
+            "latest posted batch",
+            "nonce",
+            "cumulative balance",
+        ],
     );
     for c in &p.claims {
         claims.row(
@@ -119,7 +147,8 @@ pub(crate) fn render_one(p: &AccountDetail) -> String {
             ],
         );
     }
-    let mut claims_html = claims.finish("nothing to claim: no posted batch credits this account yet");
+    let mut claims_html =
+        claims.finish("nothing to claim: no posted batch credits this account yet");
     claims_html.lit(
         "<p class=\"note\">A batch credits each party a cumulative balance; the Escrow pays out \
          the part not yet withdrawn against a Merkle proof (<code>cx agent claim</code>). \

@@ -5,7 +5,9 @@ use super::{batch_link, job_link, pager, tx_cell, wei_opt};
 use crate::explorer::Config;
 use crate::explorer::html::{self, Dl, Html, Table, badge, time_ms};
 use crate::explorer::params::Paging;
-use crate::explorer::queries::settlement::{BATCH_JOBS_SHOWN, BatchDetail, BatchSummary, Part, Step};
+use crate::explorer::queries::settlement::{
+    BATCH_JOBS_SHOWN, BatchDetail, BatchSummary, Part, Step,
+};
 use serde::Serialize;
 
 fn link_parts<'a>(parts: impl Iterator<Item = &'a mut Part>, config: &Config) {
@@ -68,7 +70,15 @@ fn gas_text(gas: Option<u64>) -> String {
 pub(crate) fn table(id: &str, batches: &[BatchSummary]) -> Html {
     let mut t = Table::new(
         id,
-        &["batch", "built", "jobs", "status", "chains (nonce)", "transactions", "gas"],
+        &[
+            "batch",
+            "built",
+            "jobs",
+            "status",
+            "chains (nonce)",
+            "transactions",
+            "gas",
+        ],
     );
     for b in batches {
         let mut chains = Html::default();
@@ -110,7 +120,10 @@ pub(crate) fn steps_table(steps: &[Step]) -> Html {
             None,
             vec![
                 Html::text(&time_ms(s.at_ms)),
-                Html::text(&s.chain_id.map_or_else(|| "all".to_owned(), |c| c.to_string())),
+                Html::text(
+                    &s.chain_id
+                        .map_or_else(|| "all".to_owned(), |c| c.to_string()),
+                ),
                 html::code(&s.step),
                 Html::text(&s.detail),
             ],
@@ -151,7 +164,16 @@ pub(crate) fn render_one(p: &BatchPage) -> String {
 
     let mut parts = Table::new(
         "parts",
-        &["chain", "nonce", "status", "receipts", "digest", "transaction", "gas", "updated"],
+        &[
+            "chain",
+            "nonce",
+            "status",
+            "receipts",
+            "digest",
+            "transaction",
+            "gas",
+            "updated",
+        ],
     );
     for part in &s.parts {
         parts.row(
@@ -168,7 +190,11 @@ pub(crate) fn render_one(p: &BatchPage) -> String {
             ],
         );
     }
-    body.push(&html::section("parts", "Parts (one per chain)", &parts.finish("no parts")));
+    body.push(&html::section(
+        "parts",
+        "Parts (one per chain)",
+        &parts.finish("no parts"),
+    ));
 
     let mut jobs = Table::new("jobs", &["job", "chain", "tab", "charged"]);
     for j in &b.jobs {

@@ -34,7 +34,11 @@ impl JobPage {
 
 /// The cost terms in the objective's order: (name, symbol, what it prices).
 const TERMS: [(&str, &str, &str); 7] = [
-    ("compute", "p(b)·t_compute", "the bundle's ask for the compute time"),
+    (
+        "compute",
+        "p(b)·t_compute",
+        "the bundle's ask for the compute time",
+    ),
     ("latency", "λ_L·ℓ", "estimated completion time t̂"),
     ("failure", "λ_F·φ", "the bundle's failure history"),
     ("verification", "λ_V·v(τ)", "verifying at the job's tier"),
@@ -43,7 +47,11 @@ const TERMS: [(&str, &str, &str); 7] = [
         "λ_D·δ",
         "how little slack t̂ leaves before the deadline (δ = t̂/Δ)",
     ),
-    ("base_load", "μ1·(1−β)", "loading the base model (0 when resident)"),
+    (
+        "base_load",
+        "μ1·(1−β)",
+        "loading the base model (0 when resident)",
+    ),
     (
         "adapter_load",
         "μ2·(1−α)",
@@ -54,7 +62,11 @@ const TERMS: [(&str, &str, &str); 7] = [
 fn decision_section(d: &Decision, job: &JobDetail) -> Html {
     let mut out = Html::default();
     let mut dl = Dl::new();
-    dl.text(Some("decision-tier"), "cleared at tier", d.tier.as_deref().unwrap_or("—"));
+    dl.text(
+        Some("decision-tier"),
+        "cleared at tier",
+        d.tier.as_deref().unwrap_or("—"),
+    );
     dl.text(
         Some("chosen-bundle"),
         "chosen bundle",
@@ -65,7 +77,11 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
             dl.text(
                 Some("beta"),
                 "β base resident then",
-                if r.base_resident { "1 (resident)" } else { "0 (loaded for this job)" },
+                if r.base_resident {
+                    "1 (resident)"
+                } else {
+                    "0 (loaded for this job)"
+                },
             );
             dl.text(
                 Some("alpha"),
@@ -83,7 +99,11 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
         }
     }
     if let Some(t) = d.terms {
-        dl.text(Some("completion"), "t̂ estimated completion", &format!("{} s", num(t.completion_s)));
+        dl.text(
+            Some("completion"),
+            "t̂ estimated completion",
+            &format!("{} s", num(t.completion_s)),
+        );
     }
     out.push(&dl.finish(Some("decision")));
 
@@ -109,7 +129,10 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
                         code(name),
                         Html::text(symbol),
                         Html::text(what),
-                        Html::raw(format!("<span class=\"term-value\">{}</span>", esc(&num(value(name))))),
+                        Html::raw(format!(
+                            "<span class=\"term-value\">{}</span>",
+                            esc(&num(value(name)))
+                        )),
                     ],
                 );
             }
@@ -119,7 +142,10 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
                     Html::raw("<b>total</b>"),
                     Html::text("Σ"),
                     Html::text("what clearing minimised over the feasible bundles"),
-                    Html::raw(format!("<b class=\"term-value\">{}</b>", esc(&num(t.total)))),
+                    Html::raw(format!(
+                        "<b class=\"term-value\">{}</b>",
+                        esc(&num(t.total))
+                    )),
                 ],
             );
             out.push(&table.finish(""));
@@ -160,7 +186,12 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
     ));
     let mut rejected = Table::new(
         "rejected",
-        &["bundle", "binding constraint", "missed by", "every violation"],
+        &[
+            "bundle",
+            "binding constraint",
+            "missed by",
+            "every violation",
+        ],
     );
     for r in &d.rejected {
         let mut violations = Html::raw("<ul>");
@@ -179,7 +210,10 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
             Some(&format!("rejected-{}", id_token(&r.id))),
             vec![
                 Html::text(&r.id),
-                Html::raw(format!("<span class=\"binding\">{}</span>", esc(&r.binding))),
+                Html::raw(format!(
+                    "<span class=\"binding\">{}</span>",
+                    esc(&r.binding)
+                )),
                 Html::raw(format!(
                     "<span class=\"factor\">{}</span>",
                     esc(&r
@@ -196,22 +230,40 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
 
 fn bundle_section(job: &JobDetail) -> Html {
     let Some(b) = &job.bundle else {
-        return Html::raw("<p id=\"bundle-now\" class=\"empty\">the bundle is no longer registered</p>");
+        return Html::raw(
+            "<p id=\"bundle-now\" class=\"empty\">the bundle is no longer registered</p>",
+        );
     };
     let mut dl = Dl::new();
     dl.text(None, "id", &b.id)
         .text(None, "operator", &b.provider)
         .text(None, "device", &b.device)
-        .html(None, "ask", Html::text(&format!("{} wei per compute-second", b.price_wei_per_s)))
+        .html(
+            None,
+            "ask",
+            Html::text(&format!("{} wei per compute-second", b.price_wei_per_s)),
+        )
         .text(None, "free memory", &format!("{} bytes", b.memory_bytes))
-        .text(None, "bandwidth", &format!("{} bit/s", num(b.bandwidth_bps)))
+        .text(
+            None,
+            "bandwidth",
+            &format!("{} bit/s", num(b.bandwidth_bps)),
+        )
         .text(None, "round trip", &format!("{} s", num(b.rtt_s)))
-        .text(None, "throughput", &format!("{} FLOP/s", num(b.flops_per_s)))
+        .text(
+            None,
+            "throughput",
+            &format!("{} FLOP/s", num(b.flops_per_s)),
+        )
         .text(None, "resident bases", &list_or_none(&b.resident_bases))
         .text(
             None,
             "resident adapters",
-            &format!("{} ({})", b.resident_adapters.len(), list_or_none(&b.resident_adapters)),
+            &format!(
+                "{} ({})",
+                b.resident_adapters.len(),
+                list_or_none(&b.resident_adapters)
+            ),
         );
     let mut out = dl.finish(Some("bundle-now"));
     out.lit("<p class=\"note\">As the bundle is registered now; β and α above are what it held when the job cleared.</p>");
@@ -236,7 +288,11 @@ pub(crate) fn render(p: &JobPage) -> String {
     dl.html(Some("status"), "status", badge(&s.status))
         .text(Some("job-status"), "lifecycle state", &s.job_status)
         .html(Some("account"), "account", account_link(&s.account))
-        .text(Some("tab"), "tab", &format!("chain {} · escrow {}", s.chain_id, s.escrow_id))
+        .text(
+            Some("tab"),
+            "tab",
+            &format!("chain {} · escrow {}", s.chain_id, s.escrow_id),
+        )
         .text(Some("model"), "model", &s.model)
         .html(Some("adapter"), "adapter", text_opt(s.adapter.as_deref()))
         .html(Some("tier"), "tier", text_opt(s.tier.as_deref()))
@@ -253,7 +309,11 @@ pub(crate) fn render(p: &JobPage) -> String {
             }),
         )
         .html(Some("held"), "held on the tab", wei(&s.held_wei))
-        .html(Some("charged"), "charged", wei_opt(s.charged_wei.as_deref()))
+        .html(
+            Some("charged"),
+            "charged",
+            wei_opt(s.charged_wei.as_deref()),
+        )
         .text(Some("accepted"), "accepted", &time_ms(s.created_at_ms))
         .text(
             Some("deadline"),
@@ -292,7 +352,11 @@ pub(crate) fn render(p: &JobPage) -> String {
     ));
     if let Some(sig) = o.signed.get("signature").and_then(|v| v.as_str()) {
         let mut sigs = Dl::new();
-        sigs.html(Some("order-signature"), "EIP-712 signature", html::short(sig));
+        sigs.html(
+            Some("order-signature"),
+            "EIP-712 signature",
+            html::short(sig),
+        );
         if let Some(pq) = o.signed.get("mldsa_signature").and_then(|v| v.as_str()) {
             sigs.html(
                 Some("order-mldsa-signature"),
@@ -320,11 +384,21 @@ pub(crate) fn render(p: &JobPage) -> String {
                 .html(
                     Some("assignment-provider"),
                     "provider",
-                    a.provider_key_hash.as_deref().map_or(Html::text("—"), provider_link),
+                    a.provider_key_hash
+                        .as_deref()
+                        .map_or(Html::text("—"), provider_link),
                 )
                 .html(None, "operator", text_opt(a.operator.as_deref()))
-                .html(Some("assignment-price"), "price (most the receipt may claim)", wei(&a.price_wei))
-                .text(None, "due", &time_s(u64::try_from(a.deadline_s).unwrap_or(0)))
+                .html(
+                    Some("assignment-price"),
+                    "price (most the receipt may claim)",
+                    wei(&a.price_wei),
+                )
+                .text(
+                    None,
+                    "due",
+                    &time_s(u64::try_from(a.deadline_s).unwrap_or(0)),
+                )
                 .text(
                     Some("assignment-taken"),
                     "taken by the provider",
@@ -340,9 +414,13 @@ pub(crate) fn render(p: &JobPage) -> String {
     let receipt = match &j.receipt {
         Some(r) => {
             let mut dl = Dl::new();
-            dl.html(Some("receipt-amount"), "amount owed", wei(&r.amount_owed_wei))
-                .html(None, "signed by", provider_link(&r.provider_key_hash))
-                .text(None, "received", &time_ms(r.received_at_ms));
+            dl.html(
+                Some("receipt-amount"),
+                "amount owed",
+                wei(&r.amount_owed_wei),
+            )
+            .html(None, "signed by", provider_link(&r.provider_key_hash))
+            .text(None, "received", &time_ms(r.received_at_ms));
             let mut out = dl.finish(Some("receipt"));
             out.push(&json_fields(
                 r.signed.get("receipt").unwrap_or(&serde_json::Value::Null),
@@ -358,23 +436,30 @@ pub(crate) fn render(p: &JobPage) -> String {
     // Verification.
     let v = &j.verification;
     let mut dl = Dl::new();
-    dl.html(Some("verification-tier"), "tier", text_opt(v.tier.as_deref()))
-        .text(
-            Some("verification-cost"),
-            "cost (λ_V·v(τ) when cleared)",
-            &v.cost.map_or_else(|| "—".to_owned(), num),
-        )
-        .text(
-            Some("verification-result"),
-            "result",
-            v.result.as_deref().unwrap_or(match v.tier.as_deref() {
-                Some("T0") => "none needed (T0: stake only)",
-                _ => "none recorded yet",
-            }),
-        );
+    dl.html(
+        Some("verification-tier"),
+        "tier",
+        text_opt(v.tier.as_deref()),
+    )
+    .text(
+        Some("verification-cost"),
+        "cost (λ_V·v(τ) when cleared)",
+        &v.cost.map_or_else(|| "—".to_owned(), num),
+    )
+    .text(
+        Some("verification-result"),
+        "result",
+        v.result.as_deref().unwrap_or(match v.tier.as_deref() {
+            Some("T0") => "none needed (T0: stake only)",
+            _ => "none recorded yet",
+        }),
+    );
     let mut verification = dl.finish(Some("verification"));
     for e in &v.events {
-        verification.push(&json_details(&format!("{} at {}", e.status, time_ms(e.at_ms)), &e.detail));
+        verification.push(&json_details(
+            &format!("{} at {}", e.status, time_ms(e.at_ms)),
+            &e.detail,
+        ));
     }
     body.push(&section("verification", "Verification", &verification));
 

@@ -28,7 +28,12 @@ pub(crate) struct JobsPage {
 }
 
 impl JobsPage {
-    pub(crate) fn new(filter: JobFilter, paging: Paging, before: Before<B256>, list: JobList) -> Self {
+    pub(crate) fn new(
+        filter: JobFilter,
+        paging: Paging,
+        before: Before<B256>,
+        list: JobList,
+    ) -> Self {
         let url = |extra: &[(&str, String)]| {
             let mut pairs = filter.pairs();
             if paging.limit != crate::explorer::params::DEFAULT_LIMIT {
@@ -81,8 +86,17 @@ pub(crate) fn table(id: &str, jobs: &[JobSummary]) -> Html {
     let mut t = Table::new(
         id,
         &[
-            "job", "accepted", "status", "account", "model", "adapter", "tier", "bundle",
-            "provider", "charged / held", "batch",
+            "job",
+            "accepted",
+            "status",
+            "account",
+            "model",
+            "adapter",
+            "tier",
+            "bundle",
+            "provider",
+            "charged / held",
+            "batch",
         ],
     );
     for j in jobs {
@@ -140,7 +154,9 @@ fn select(name: &str, value: Option<&str>, options: &[&str]) -> Html {
 /// The page.
 pub(crate) fn render(p: &JobsPage) -> String {
     let f = &p.filter;
-    let mut body = Html::raw("<form class=\"filters\" id=\"filters\" method=\"get\" action=\"/explorer/jobs\">");
+    let mut body = Html::raw(
+        "<form class=\"filters\" id=\"filters\" method=\"get\" action=\"/explorer/jobs\">",
+    );
     body.push(&input(
         "account",
         f.account.map(|a| a.to_string()).as_deref(),

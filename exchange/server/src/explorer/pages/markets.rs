@@ -22,8 +22,14 @@ pub(crate) fn render(p: &MarketsPage) -> String {
     let mut t = Table::new(
         "quotes",
         &[
-            "model", "tier", "bid (wei/s)", "ask (wei/s)", "regime", "belief calm / busy / surge",
-            "load reports", "reference (wei/s)",
+            "model",
+            "tier",
+            "bid (wei/s)",
+            "ask (wei/s)",
+            "regime",
+            "belief calm / busy / surge",
+            "load reports",
+            "reference (wei/s)",
         ],
     );
     for q in &p.quotes {
@@ -36,7 +42,11 @@ pub(crate) fn render(p: &MarketsPage) -> String {
             Some(&format!("quote-{}-{}", id_token(&q.model), id_token(&tier))),
             vec![
                 html::link(
-                    &format!("/explorer/jobs?model={}&tier={}", query_value(&q.model), query_value(&tier)),
+                    &format!(
+                        "/explorer/jobs?model={}&tier={}",
+                        query_value(&q.model),
+                        query_value(&tier)
+                    ),
                     &q.model,
                 ),
                 Html::text(&tier),

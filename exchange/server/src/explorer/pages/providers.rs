@@ -29,8 +29,15 @@ pub(crate) fn render_list(p: &ProvidersPage) -> String {
     let mut t = Table::new(
         "providers",
         &[
-            "provider", "operator", "bundles", "completed", "expired / failed", "failure rate",
-            "earnings", "settled", "last seen",
+            "provider",
+            "operator",
+            "bundles",
+            "completed",
+            "expired / failed",
+            "failure rate",
+            "earnings",
+            "settled",
+            "last seen",
         ],
     );
     for s in &p.providers {
@@ -98,8 +105,16 @@ pub(crate) fn render_one(p: &ProviderDetail) -> String {
                 s.open
             ),
         )
-        .html(Some("earnings"), "earnings (receipts)", wei(&s.earnings_wei))
-        .html(Some("settled"), "of which settled on chain", wei(&s.settled_wei))
+        .html(
+            Some("earnings"),
+            "earnings (receipts)",
+            wei(&s.earnings_wei),
+        )
+        .html(
+            Some("settled"),
+            "of which settled on chain",
+            wei(&s.settled_wei),
+        )
         .text(None, "registered", &time_ms(s.registered_at_ms))
         .text(None, "last seen", &time_ms(s.seen_at_ms));
     let mut body = dl.finish(Some("summary"));
@@ -111,14 +126,28 @@ pub(crate) fn render_one(p: &ProviderDetail) -> String {
     let mut bundles = Table::new(
         "bundles",
         &[
-            "bundle", "device", "ask (wei/s)", "free memory (B)", "bandwidth (bit/s)", "rtt (s)",
-            "context", "tiers", "classes", "φ", "live",
+            "bundle",
+            "device",
+            "ask (wei/s)",
+            "free memory (B)",
+            "bandwidth (bit/s)",
+            "rtt (s)",
+            "context",
+            "tiers",
+            "classes",
+            "φ",
+            "live",
         ],
     );
-    let mut residency = Table::new("residency", &["bundle", "resident bases", "resident adapters"]);
+    let mut residency = Table::new(
+        "residency",
+        &["bundle", "resident bases", "resident adapters"],
+    );
     for b in &p.bundles {
         let x = &b.bundle;
-        let tiers = serde_json::to_value(&x.tiers).map(|v| v.to_string()).unwrap_or_default();
+        let tiers = serde_json::to_value(&x.tiers)
+            .map(|v| v.to_string())
+            .unwrap_or_default();
         let classes = serde_json::to_value(&x.determinism)
             .map(|v| v.to_string())
             .unwrap_or_default();
@@ -164,7 +193,11 @@ pub(crate) fn render_one(p: &ProviderDetail) -> String {
             ],
         );
     }
-    body.push(&html::section("bundles", "Bundles and asks", &bundles.finish("no bundles")));
+    body.push(&html::section(
+        "bundles",
+        "Bundles and asks",
+        &bundles.finish("no bundles"),
+    ));
     body.push(&html::section(
         "residency",
         "Residency (what each bundle holds in accelerator memory)",

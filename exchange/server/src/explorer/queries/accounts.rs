@@ -188,7 +188,7 @@ pub(crate) async fn detail(pool: &PgPool, account: Address) -> Result<Option<Acc
     .fetch_all(pool)
     .await?;
     Ok(Some(AccountDetail {
-        account: account.to_string(),
+        account: hex0x(account.as_slice()),
         mldsa_key_hash: binding.as_ref().map(|(k, _)| hex0x(k)),
         bound_at_ms: binding.map(|(_, at)| at),
         tabs: tabs
@@ -219,8 +219,7 @@ pub(crate) async fn detail(pool: &PgPool, account: Address) -> Result<Option<Acc
         claims: claims
             .into_iter()
             .filter_map(|(chain_id, nonce, batch_id, balance)| {
-                let cumulative_wei =
-                    amount_text(&serde_json::Value::String(balance?))?;
+                let cumulative_wei = amount_text(&serde_json::Value::String(balance?))?;
                 Some(ClaimView {
                     chain_id,
                     nonce,

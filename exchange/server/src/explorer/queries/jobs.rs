@@ -97,7 +97,7 @@ pub(crate) struct JobList {
 /// Whether job `id` exists (a `?before=` cursor must name one).
 pub(crate) async fn exists(pool: &PgPool, id: B256) -> Result<bool> {
     Ok(
-        sqlx::query_scalar::<_, i64>("SELECT 1 FROM exchange_jobs WHERE id = $1")
+        sqlx::query_scalar::<_, i64>("SELECT 1::bigint FROM exchange_jobs WHERE id = $1")
             .bind(id.as_slice())
             .fetch_optional(pool)
             .await?

@@ -152,10 +152,11 @@ pub(crate) async fn detail(
         .fetch_optional(pool)
         .await?;
     let Some(row) = row else { return Ok(None) };
-    let offer: (String,) = sqlx::query_as("SELECT offer::text FROM exchange_providers WHERE key_hash = $1")
-        .bind(key_hash.as_slice())
-        .fetch_one(pool)
-        .await?;
+    let offer: (String,) =
+        sqlx::query_as("SELECT offer::text FROM exchange_providers WHERE key_hash = $1")
+            .bind(key_hash.as_slice())
+            .fetch_one(pool)
+            .await?;
     let offer = json(&offer.0)?;
     let bodies: Vec<(String,)> = sqlx::query_as(
         "SELECT body::text FROM exchange_bundles WHERE provider_key_hash = $1 ORDER BY id LIMIT 500",
