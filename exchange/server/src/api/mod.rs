@@ -67,6 +67,7 @@ impl AppState {
                 intake: Some(intake),
                 settler: None,
                 metrics: metrics::Metrics::default(),
+                explorer: crate::explorer::Config::default(),
             }),
         }
     }

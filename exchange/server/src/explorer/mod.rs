@@ -23,7 +23,7 @@ use crate::api::{ApiError, AppState};
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use params::{Before, JobsQuery, ListQuery};
@@ -95,7 +95,7 @@ fn respond<T: Serialize>(
 ) -> Response {
     let mut response = match (result, format) {
         (Ok(data), Format::Json) => axum::Json(data).into_response(),
-        (Ok(data), Format::Html) => axum::response::Html(render(&data)).into_response(),
+        (Ok(data), Format::Html) => html_response(StatusCode::OK, render(&data)),
         (Err(err), Format::Json) => err.into_response(),
         (Err(err), Format::Html) => {
             if let ApiError::Internal(cause) = &err {
@@ -103,13 +103,27 @@ fn respond<T: Serialize>(
             }
             let status = err.status();
             let page = pages::error_page(status, err.code(), &err.to_string());
-            (status, axum::response::Html(page)).into_response()
+            html_response(status, page)
         }
     };
     // The same URL answers in two formats: caches must key on Accept.
     response
         .headers_mut()
         .insert(header::VARY, HeaderValue::from_static("accept"));
+    response
+}
+
+/// The pages run no script and load nothing: a policy that says so makes any markup that
+/// escaped [`html::esc`] inert, whatever it is.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; \
+     img-src data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+fn html_response(status: StatusCode, page: String) -> Response {
+    let mut response = (status, axum::response::Html(page)).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
     response
 }
 

@@ -145,10 +145,10 @@ pub(crate) fn render_one(p: &ProviderDetail) -> String {
     );
     for b in &p.bundles {
         let x = &b.bundle;
-        let tiers = serde_json::to_value(&x.tiers)
+        let tiers = serde_json::to_value(x.tiers)
             .map(|v| v.to_string())
             .unwrap_or_default();
-        let classes = serde_json::to_value(&x.determinism)
+        let classes = serde_json::to_value(x.determinism)
             .map(|v| v.to_string())
             .unwrap_or_default();
         bundles.row(
