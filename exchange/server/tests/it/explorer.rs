@@ -344,6 +344,13 @@ impl World {
             content_type.starts_with("text/html"),
             "{path}: {content_type}"
         );
+        let csp = response.headers()[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap();
+        assert!(
+            csp.starts_with("default-src 'none'"),
+            "{path}: no script may run: {csp}"
+        );
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         (status, String::from_utf8(bytes.to_vec()).unwrap())
     }
