@@ -155,7 +155,10 @@ async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
             queries::settlement::list(pool, params::Paging { limit: 5, page: 1 }, Before::Start)
                 .await?;
         Ok::<_, ApiError>(pages::index::IndexPage {
-            statuses,
+            statuses: statuses
+                .into_iter()
+                .map(|(status, jobs)| pages::index::StatusCount { status, jobs })
+                .collect(),
             recent_jobs: recent.jobs,
             recent_batches: batches,
         })

@@ -762,4 +762,11 @@ async fn batches_providers_markets_and_accounts_show_what_the_books_hold() {
     }
     let (_, index) = w.json("/explorer").await;
     assert_eq!(index["recent_batches"][0]["id"], 1);
+    assert!(
+        index["statuses"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"status": "settled", "jobs": 1})),
+        "{index}"
+    );
 }

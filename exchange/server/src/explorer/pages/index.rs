@@ -6,11 +6,20 @@ use crate::explorer::queries::jobs::JobSummary;
 use crate::explorer::queries::settlement::BatchSummary;
 use serde::Serialize;
 
+/// How many jobs show one status.
+#[derive(Debug, Serialize)]
+pub(crate) struct StatusCount {
+    /// The status shown.
+    pub(crate) status: String,
+    /// Jobs in it.
+    pub(crate) jobs: i64,
+}
+
 /// The index's data.
 #[derive(Debug, Serialize)]
 pub(crate) struct IndexPage {
     /// Jobs per shown status.
-    pub(crate) statuses: Vec<(String, i64)>,
+    pub(crate) statuses: Vec<StatusCount>,
     /// The newest jobs.
     pub(crate) recent_jobs: Vec<JobSummary>,
     /// The newest batches.
@@ -20,11 +29,11 @@ pub(crate) struct IndexPage {
 /// The page.
 pub(crate) fn render(p: &IndexPage) -> String {
     let mut body = Html::raw("<div class=\"cards\" id=\"status-counts\">");
-    let total: i64 = p.statuses.iter().map(|(_, n)| n).sum();
+    let total: i64 = p.statuses.iter().map(|c| c.jobs).sum();
     body.lit(&format!(
         "<a class=\"card\" id=\"count-all\" href=\"/explorer/jobs\"><b>{total}</b>jobs</a>"
     ));
-    for (status, n) in &p.statuses {
+    for StatusCount { status, jobs: n } in &p.statuses {
         body.lit(&format!(
             "<a class=\"card\" id=\"count-{}\" href=\"/explorer/jobs?status={}\"><b>{n}</b>{}</a>",
             esc(&html::id_token(status)),
