@@ -367,7 +367,7 @@ border-bottom:1px solid var(--line);padding-bottom:4px}\
 a{color:var(--accent)}\
 table{border-collapse:collapse;width:100%;background:#fff;font-size:13px}\
 th,td{border:1px solid var(--line);padding:4px 8px;text-align:left;vertical-align:top}\
-th{background:#eef1f5;font-weight:600}\
+th{background:#eef1f5;font-weight:600}td code,td .badge{white-space:nowrap}\
 dl{display:grid;grid-template-columns:max-content 1fr;gap:3px 16px;margin:0}\
 dt{color:var(--muted)}dd{margin:0;word-break:break-all}\
 code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}\

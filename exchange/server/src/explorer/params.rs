@@ -109,11 +109,10 @@ impl JobsQuery {
     /// The checked filters, paging and cursor.
     pub(crate) fn check(self) -> Result<(JobFilter, Paging, Before<B256>), ApiError> {
         let filter = JobFilter {
-            account: self.account.as_deref().map(account).transpose()?,
-            provider: self
-                .provider
-                .as_deref()
-                .map(|p| key_hash("provider", p))
+            // An empty value is no filter: what a browser's form sends for an empty field.
+            account: non_empty(self.account).map(|a| account(&a)).transpose()?,
+            provider: non_empty(self.provider)
+                .map(|p| key_hash("provider", &p))
                 .transpose()?,
             model: non_empty(self.model)
                 .map(|m| {

@@ -549,6 +549,13 @@ async fn the_jobs_list_filters_and_pages_newest_first() {
         assert_eq!(ids(&page), want, "{query}");
     }
 
+    // The filter form as a browser submits it, every field empty: no filter at all.
+    let (status, page) = w
+        .json("/explorer/jobs?account=&provider=&model=&adapter=&tier=&status=&limit=25")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(ids(&page).len(), 3);
+
     // Two per page: the cursor leads to the rest, and so does ?page=2.
     let (_, first) = w.json("/explorer/jobs?limit=2").await;
     assert_eq!(ids(&first), [assigned.to_string(), done.to_string()]);
