@@ -236,17 +236,24 @@ impl World {
                 .fetch_one(pool)
                 .await
                 .unwrap();
+        // What the coordinator keeps per job: the voucher (order, assignment, receipt).
+        let voucher = json!({
+            "authority": {"intent": {}},
+            "assignment": {"assignment": {"price_wei": (charged * 2).to_string()},
+                           "signature": "0x01"},
+            "receipt": serde_json::from_str::<Value>(&receipt.0).unwrap(),
+        });
         sqlx::query("INSERT INTO settlement_batches (id) VALUES (1)")
             .execute(pool)
             .await
             .unwrap();
         sqlx::query(
-            "INSERT INTO settlement_receipts (job_id, chain_id, escrow_id, receipt, batch_id) \
+            "INSERT INTO settlement_receipts (job_id, chain_id, escrow_id, voucher, batch_id) \
              VALUES ($1, $2, 3, $3::jsonb, 1)",
         )
         .bind(job.as_slice())
         .bind(CHAIN as i64)
-        .bind(&receipt.0)
+        .bind(voucher.to_string())
         .execute(pool)
         .await
         .unwrap();
@@ -256,7 +263,7 @@ impl World {
                 CHAIN,
                 1i64,
                 TX_MAIN,
-                json!({"receipts": [serde_json::from_str::<Value>(&receipt.0).unwrap()],
+                json!({"receipts": [voucher.clone()],
                        "new_balances": [[PAYOUT.to_string(), format!("{charged}")],
                                         [account, "0x64"]],
                        "gas_used": "84000"}),
@@ -474,6 +481,10 @@ async fn a_settled_job_shows_its_order_decision_receipt_batch_and_transactions()
     assert_eq!(
         job["assignment"]["provider_key_hash"],
         w.provider_key().to_string()
+    );
+    assert_eq!(
+        job["assignment"]["signed"]["assignment"]["price_wei"], job["assignment"]["price_wei"],
+        "the voucher's signed assignment is shown"
     );
     let price: u128 = job["assignment"]["price_wei"]
         .as_str()

@@ -404,7 +404,14 @@ pub(crate) fn render(p: &JobPage) -> String {
                     "taken by the provider",
                     &a.taken_at_ms.map_or_else(|| "not yet".to_owned(), time_ms),
                 );
-            dl.finish(Some("assignment"))
+            let mut out = dl.finish(Some("assignment"));
+            if let Some(signed) = &a.signed {
+                out.push(&json_details(
+                    "the exchange's signed assignment (from the job's voucher)",
+                    signed,
+                ));
+            }
+            out
         }
         None => Html::raw("<p id=\"assignment\" class=\"empty\">not assigned</p>"),
     };

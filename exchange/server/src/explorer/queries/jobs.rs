@@ -309,6 +309,9 @@ pub(crate) struct AssignmentView {
     pub(crate) deadline_s: i64,
     /// When the provider took it, unix ms.
     pub(crate) taken_at_ms: Option<i64>,
+    /// The exchange's ML-DSA-signed assignment, as its voucher carries it to the committee
+    /// (once the job is in settlement).
+    pub(crate) signed: Option<serde_json::Value>,
 }
 
 /// The provider's signed receipt.
@@ -415,6 +418,7 @@ struct DetailRow {
     bundle_body: Option<String>,
     operator: Option<String>,
     sr_received_ms: Option<i64>,
+    signed_assignment: Option<String>,
 }
 
 /// Job `id`, or `None`.
@@ -428,7 +432,8 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
                 o.digest AS order_digest, o.kind AS order_kind, o.account AS order_account, \
                 o.chain_id AS order_chain_id, o.nonce::text AS order_nonce, \
                 o.body::text AS order_body, {received} AS order_ms, \
-                b.body::text AS bundle_body, p.operator, {sr_received} AS sr_received_ms \
+                b.body::text AS bundle_body, p.operator, {sr_received} AS sr_received_ms, \
+                (sr.voucher->'assignment')::text AS signed_assignment \
          FROM exchange_jobs j \
          JOIN exchange_orders o ON o.digest = j.order_digest \
          LEFT JOIN exchange_bundles b ON b.id = j.bundle_id \
@@ -485,6 +490,10 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
             .iter()
             .find(|e| e.status == "running")
             .map(|e| e.at_ms),
+        signed: row
+            .signed_assignment
+            .as_deref()
+            .and_then(|a| serde_json::from_str(a).ok()),
     });
     let verification_events: Vec<EventView> = events
         .iter()
