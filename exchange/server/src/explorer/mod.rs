@@ -45,6 +45,9 @@ impl Config {
     }
 }
 
+/// How long a provider page waits for a chain to say what the provider has at stake.
+const STAKE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The explorer's routes, to merge into the exchange's router (they share its [`AppState`]).
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -280,10 +283,23 @@ async fn provider(
             .into_iter()
             .map(|b| b.id)
             .collect();
-        let provider =
+        let mut provider =
             queries::providers::detail(intake.books().pool(), key_hash, |id| live.contains(id))
                 .await?
                 .ok_or_else(|| not_found("provider"))?;
+        // The stake is on chain: read it now, each chain given a moment at most.
+        if let Ok(payout) = provider.summary.payout.parse() {
+            provider.stakes = intake
+                .registries()
+                .stakes(payout, STAKE_READ_TIMEOUT)
+                .await
+                .into_iter()
+                .map(|(chain_id, staked)| queries::providers::StakeView {
+                    chain_id,
+                    staked_wei: staked.to_string(),
+                })
+                .collect();
+        }
         Ok(provider)
     }
     .await;

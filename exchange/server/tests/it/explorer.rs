@@ -710,6 +710,11 @@ async fn batches_providers_markets_and_accounts_show_what_the_books_hold() {
     assert_eq!(provider["failure_rate"], 0.0);
     assert_eq!(provider["earnings_wei"], earned.to_string());
     assert_eq!(provider["stake_wei"], Value::Null);
+    assert_eq!(
+        provider["stakes"],
+        json!([]),
+        "no chain to read a stake from"
+    );
     let bundles = provider["bundles"].as_array().unwrap();
     assert_eq!(bundles.len(), 2);
     assert_eq!(bundles[1]["id"], "warm");

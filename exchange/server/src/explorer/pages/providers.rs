@@ -82,10 +82,18 @@ pub(crate) fn render_one(p: &ProviderDetail) -> String {
         .text(
             Some("stake"),
             "stake",
-            &p.stake_wei.as_ref().map_or_else(
-                || "not known to the exchange (staked in ProviderRegistry on chain)".to_owned(),
-                |w| format!("{w} wei"),
-            ),
+            &if !p.stakes.is_empty() {
+                p.stakes
+                    .iter()
+                    .map(|s| format!("{} wei on chain {}", s.staked_wei, s.chain_id))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            } else {
+                p.stake_wei.as_ref().map_or_else(
+                    || "not known (no chain's ProviderRegistry answered)".to_owned(),
+                    |w| format!("{w} wei (as its offer states)"),
+                )
+            },
         )
         .text(Some("asks"), "asks", &asks_text)
         .text(

@@ -44,12 +44,23 @@ pub(crate) struct ProviderDetail {
     /// The row the list shows.
     #[serde(flatten)]
     pub(crate) summary: ProviderSummary,
-    /// Its stake on chain, where the exchange knows it (from its offer).
+    /// Its stake in each chain's ProviderRegistry, read now (chains that answered).
+    pub(crate) stakes: Vec<StakeView>,
+    /// A stake its offer states, if it states one.
     pub(crate) stake_wei: Option<String>,
     /// The shadow price of a residency slot it last reported (from its offer).
     pub(crate) slot_shadow_price: Option<f64>,
     /// Its bundles as registered, with whether the engine holds each live now.
     pub(crate) bundles: Vec<BundleView>,
+}
+
+/// What a provider has at stake on one chain.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct StakeView {
+    /// The chain.
+    pub(crate) chain_id: u64,
+    /// Its stake there, wei.
+    pub(crate) staked_wei: String,
 }
 
 /// A bundle and whether it is live.
@@ -174,6 +185,7 @@ pub(crate) async fn detail(
         .collect();
     Ok(Some(ProviderDetail {
         summary: row.into(),
+        stakes: Vec::new(),
         stake_wei: find(&offer, &["stake_wei", "stake"]).and_then(super::amount_text),
         slot_shadow_price: find(&offer, &["slot_shadow_price", "shadow_price"])
             .and_then(|v| v.as_f64()),
