@@ -373,9 +373,9 @@ dt{color:var(--muted)}dd{margin:0;word-break:break-all}\
 code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}\
 pre{background:#fff;border:1px solid var(--line);padding:8px;overflow:auto;font-size:12px}\
 .badge{display:inline-block;padding:0 7px;border-radius:9px;background:#e6e9ee;font-size:12px}\
-.s-settled,.s-posted{background:#cdebd3;color:#11532a}.s-done,.s-batched{background:#d9e6fb;color:#1a3f86}\
-.s-expired,.s-failed,.s-cancelled,.s-rejected{background:#f8d7d7;color:#7d1a1a}\
-.s-running,.s-assigned,.s-pending,.s-created,.s-signed{background:#fdf0c4;color:#6b4f00}\
+.s-settled,.s-posted{background:#cdebd3;color:#11532a}.s-done,.s-batched,.s-submitted{background:#d9e6fb;color:#1a3f86}\
+.s-expired,.s-failed,.s-cancelled,.s-rejected,.s-reclaimed,.s-refused{background:#f8d7d7;color:#7d1a1a}\
+.s-running,.s-assigned,.s-pending,.s-created,.s-signed,.s-closing{background:#fdf0c4;color:#6b4f00}\
 .empty,.note{color:var(--muted)}\
 form.filters{display:flex;flex-wrap:wrap;gap:8px;margin:8px 0 12px}\
 form.filters input,form.filters select{font-size:13px;padding:3px 5px}\

@@ -96,7 +96,14 @@ pub(crate) fn render_one(p: &AccountDetail) -> String {
                     "<span class=\"settled\">{}</span>",
                     wei(&t.settled_wei).as_str()
                 )),
-                badge(&t.status),
+                {
+                    let mut status = badge(&t.status);
+                    if let (Some(at), Some(n)) = (t.submitted_at_ms, t.jobs_paid) {
+                        status
+                            .push_text(&format!(" ({n} jobs sent to settlement {})", time_ms(at)));
+                    }
+                    status
+                },
                 Html::text(&time_s(u64::try_from(t.deadline_s).unwrap_or(0))),
                 Html::text(&t.jobs.to_string()),
                 Html::text(&t.open_jobs.to_string()),

@@ -37,8 +37,13 @@ pub(crate) struct TabView {
     pub(crate) spent_wei: String,
     /// Of which settled on chain, wei.
     pub(crate) settled_wei: String,
-    /// `open` or `reclaimed`.
+    /// Its way to settlement: `open`, `closing`, `submitted`, `settled`, `unspent` or
+    /// `reclaimed`.
     pub(crate) status: String,
+    /// When it went to the settlement committee, unix ms.
+    pub(crate) submitted_at_ms: Option<i64>,
+    /// How many jobs it paid when it went.
+    pub(crate) jobs_paid: Option<i32>,
     /// When the buyer may reclaim it, unix seconds.
     pub(crate) deadline_s: i64,
     /// Jobs drawn on it.
@@ -127,6 +132,8 @@ struct TabRow {
     spent_wei: String,
     settled_wei: String,
     status: String,
+    submitted_ms: Option<i64>,
+    jobs_paid: Option<i32>,
     deadline_s: i64,
     jobs: i64,
     open_jobs: i64,
@@ -146,7 +153,8 @@ pub(crate) async fn detail(pool: &PgPool, account: Address) -> Result<Option<Acc
         "SELECT t.chain_id, t.escrow_id, t.amount_wei::text AS amount_wei, \
                 t.held_wei::text AS held_wei, \
                 coalesce(s.spent, 0)::text AS spent_wei, coalesce(s.settled, 0)::text AS settled_wei, \
-                t.status, t.deadline_s, coalesce(s.jobs, 0) AS jobs, \
+                t.status, (extract(epoch FROM t.submitted_at) * 1000)::bigint AS submitted_ms, \
+                t.jobs_paid, t.deadline_s, coalesce(s.jobs, 0) AS jobs, \
                 coalesce(s.open_jobs, 0) AS open_jobs \
          FROM exchange_tabs t LEFT JOIN LATERAL ( \
              SELECT count(*) AS jobs, \
@@ -201,6 +209,8 @@ pub(crate) async fn detail(pool: &PgPool, account: Address) -> Result<Option<Acc
                 spent_wei: t.spent_wei,
                 settled_wei: t.settled_wei,
                 status: t.status,
+                submitted_at_ms: t.submitted_ms,
+                jobs_paid: t.jobs_paid,
                 deadline_s: t.deadline_s,
                 jobs: t.jobs,
                 open_jobs: t.open_jobs,
