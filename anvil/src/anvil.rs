@@ -143,6 +143,7 @@ impl AnvilInstance {
         ChainEntry {
             chain_id: self.chain_id,
             rpc_url: self.rpc_url(),
+            explorer_url: None,
         }
     }
 

@@ -14,9 +14,13 @@ pub struct ChainEntry {
     pub chain_id: u64,
     /// JSON-RPC URL.
     pub rpc_url: String,
+    /// The chain's block explorer, if it has one: transactions are at `{explorer_url}/tx/{hash}`
+    /// (EIP-3091), where the exchange's explorer links them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explorer_url: Option<String>,
 }
 
-/// The chain registry file: `{ "chains": [ { "chain_id": …, "rpc_url": … }, … ] }`.
+/// The chain registry file: `{ "chains": [ { "chain_id": …, "rpc_url": …, "explorer_url"?: … }, … ] }`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChainRegistry {
     /// Chains, in order.

@@ -18,7 +18,11 @@
 //! use cx_contracts::{ChainDeployment, ChainEntry, Deployment, DeploymentsFile};
 //! use alloy::primitives::Address;
 //!
-//! let chain = ChainEntry { chain_id: 31337, rpc_url: "http://127.0.0.1:8545".into() };
+//! let chain = ChainEntry {
+//!     chain_id: 31337,
+//!     rpc_url: "http://127.0.0.1:8545".into(),
+//!     explorer_url: None,
+//! };
 //! let deployment = Deployment {
 //!     chain_id: 31337,
 //!     settlement: Address::repeat_byte(1),

@@ -29,6 +29,20 @@ impl Registries {
         self.chains.is_empty()
     }
 
+    /// What `payout` has at stake in each chain's registry (for the explorer's provider page);
+    /// a chain that does not answer within `timeout` is left out, so a page never hangs on one.
+    pub async fn stakes(&self, payout: Address, timeout: std::time::Duration) -> Vec<(u64, U256)> {
+        let mut out = Vec::new();
+        for chain in &self.chains {
+            if let Ok(Ok((staked, _))) =
+                tokio::time::timeout(timeout, chain.provider_standing(payout)).await
+            {
+                out.push((chain.chain_id, staked));
+            }
+        }
+        out
+    }
+
     /// Refuses `payout` unless it has at least the minimum at stake and `key_hash` registered
     /// on every chain, naming the first chain where it falls short and by how much.
     pub async fn check(&self, payout: Address, key_hash: B256) -> Result<()> {

@@ -286,6 +286,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         ),
         None => println!("  settlement none: jobs are charged in the books only (--settlement)"),
     }
+    println!("  explorer   {url}/explorer");
     println!("Ctrl-C stops it.");
 
     // Jobs no provider finished by their deadline are expired and their holds returned; silent
@@ -307,6 +308,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
         None => (AppState::with_intake(intake), None),
     };
+    let explorers: Vec<(u64, String)> = chains
+        .iter()
+        .filter_map(|c| Some((c.chain.chain_id, c.chain.explorer_url.clone()?)))
+        .collect();
+    let state = state.with_chain_explorers(explorers);
     let sweeps = tokio::spawn(state.clone().run_sweeps());
     let router = app(state);
     let limits = Limits::default();

@@ -41,6 +41,7 @@ struct Inner {
     intake: Option<Intake>,
     settler: Option<Arc<crate::settlement::Settler>>,
     metrics: metrics::Metrics,
+    explorer: crate::explorer::Config,
 }
 
 impl AppState {
@@ -53,6 +54,7 @@ impl AppState {
                 intake: None,
                 settler: None,
                 metrics: metrics::Metrics::default(),
+                explorer: crate::explorer::Config::default(),
             }),
         }
     }
@@ -65,6 +67,7 @@ impl AppState {
                 intake: Some(intake),
                 settler: None,
                 metrics: metrics::Metrics::default(),
+                explorer: crate::explorer::Config::default(),
             }),
         }
     }
@@ -77,6 +80,7 @@ impl AppState {
                 intake: Some(intake),
                 settler: Some(settler),
                 metrics: metrics::Metrics::default(),
+                explorer: crate::explorer::Config::default(),
             }),
         }
     }
@@ -90,6 +94,21 @@ impl AppState {
         }
     }
 
+    /// The same state with each chain's block explorer (`chain id → base URL`), which the
+    /// explorer's pages link transaction hashes to (EIP-3091 `{url}/tx/{hash}`). Call it before
+    /// the state is cloned (it sets nothing on a state already shared).
+    pub fn with_chain_explorers(mut self, urls: impl IntoIterator<Item = (u64, String)>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.explorer.chain_explorers = urls.into_iter().collect();
+        }
+        self
+    }
+
+    /// What the explorer is configured with.
+    pub(crate) fn explorer(&self) -> &crate::explorer::Config {
+        &self.inner.explorer
+    }
+
     fn metrics(&self) -> &metrics::Metrics {
         &self.inner.metrics
     }
@@ -101,7 +120,7 @@ impl AppState {
     }
 
     /// The intake path, or the 503 a server without books answers.
-    fn intake(&self) -> Result<&Intake, ApiError> {
+    pub(crate) fn intake(&self) -> Result<&Intake, ApiError> {
         self.inner.intake.as_ref().ok_or_else(|| ApiError::Refused {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: "not_serving",
@@ -180,6 +199,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/exchange", get(market::exchange))
         .route("/v1/models", get(market::models))
         .route("/v1/providers", get(market::providers))
+        .merge(crate::explorer::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

@@ -239,6 +239,8 @@ async fn the_openapi_document_names_every_route_and_its_types() {
         ("/v1/providers/register", "post"),
         ("/v1/providers/jobs", "post"),
         ("/v1/tabs/{chain_id}/{escrow_id}", "get"),
+        ("/v1/tabs/{chain_id}/{escrow_id}/close", "post"),
+        ("/v1/claims/{chain_id}/{account}", "get"),
         ("/v1/chains", "get"),
         ("/v1/eip712/{kind}", "get"),
         ("/v1/market", "get"),

@@ -4,6 +4,7 @@ mod api;
 mod books;
 mod common;
 mod door;
+mod explorer;
 mod intents;
 mod standing;
 mod tls;

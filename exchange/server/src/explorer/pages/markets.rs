@@ -1,0 +1,110 @@
+//! `/explorer/markets`: the market maker's open quote in every market (model × tier: bid, ask,
+//! regime and its belief) and the prices jobs paid over time, as an SVG chart.
+
+use crate::explorer::html::{self, Html, Table, badge, id_token, num, query_value};
+use crate::explorer::queries::markets::PricePoint;
+use crate::explorer::svg::{self, Series};
+use crate::market::MarketQuote;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The markets page's data.
+#[derive(Debug, Serialize)]
+pub(crate) struct MarketsPage {
+    /// Every open market's quote now.
+    pub(crate) quotes: Vec<MarketQuote>,
+    /// The newest jobs' prices, oldest first.
+    pub(crate) history: Vec<PricePoint>,
+}
+
+/// The page.
+pub(crate) fn render(p: &MarketsPage) -> String {
+    let mut t = Table::new(
+        "quotes",
+        &[
+            "model",
+            "tier",
+            "bid (wei/s)",
+            "ask (wei/s)",
+            "regime",
+            "belief calm / busy / surge",
+            "load reports",
+            "reference (wei/s)",
+        ],
+    );
+    for q in &p.quotes {
+        let tier = format!("{:?}", q.tier);
+        let regime = serde_json::to_value(q.regime)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        t.row(
+            Some(&format!("quote-{}-{}", id_token(&q.model), id_token(&tier))),
+            vec![
+                html::link(
+                    &format!(
+                        "/explorer/jobs?model={}&tier={}",
+                        query_value(&q.model),
+                        query_value(&tier)
+                    ),
+                    &q.model,
+                ),
+                Html::text(&tier),
+                Html::raw(format!("<span class=\"bid\">{}</span>", q.bid_wei_per_s)),
+                Html::raw(format!("<span class=\"ask\">{}</span>", q.ask_wei_per_s)),
+                badge(&regime),
+                Html::text(
+                    &q.belief
+                        .iter()
+                        .map(|b| format!("{b:.2}"))
+                        .collect::<Vec<_>>()
+                        .join(" / "),
+                ),
+                Html::text(&q.observations.to_string()),
+                Html::text(&q.reference_wei_per_s.to_string()),
+            ],
+        );
+    }
+    let mut body = t.finish("no open markets: no provider bundle is registered");
+    body.lit(
+        "<p class=\"note\">Open quotes with no deadline pressure; a job's quote is modulated by \
+         its deadline and tier. Bid &lt; ask always.</p>",
+    );
+    let mut by_market: BTreeMap<(String, String), Vec<(i64, f64)>> = BTreeMap::new();
+    for point in &p.history {
+        if let Ok(price) = point.price_wei.parse::<f64>() {
+            by_market
+                .entry((point.model.clone(), point.tier.clone()))
+                .or_default()
+                .push((point.at_ms, price));
+        }
+    }
+    let series: Vec<Series> = by_market
+        .into_iter()
+        .map(|((model, tier), points)| Series {
+            label: format!("{model} {tier}"),
+            points,
+        })
+        .collect();
+    let mut chart = svg::line_chart("price-chart", "wei per job", &series);
+    chart.lit(&format!(
+        "<p class=\"note\">What each of the latest {} jobs paid (its receipt's amount, or what it \
+         holds while unfinished), by model × tier; mean {} wei.</p>",
+        p.history.len(),
+        num(mean(&p.history))
+    ));
+    body.push(&html::section("price-history", "Price over time", &chart));
+    html::page("Markets", "markets", &body)
+}
+
+fn mean(points: &[PricePoint]) -> f64 {
+    let prices: Vec<f64> = points
+        .iter()
+        .filter_map(|p| p.price_wei.parse::<f64>().ok())
+        .collect();
+    if prices.is_empty() {
+        0.0
+    } else {
+        prices.iter().sum::<f64>() / prices.len() as f64
+    }
+}
