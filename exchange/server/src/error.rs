@@ -92,6 +92,19 @@ pub enum Error {
     /// A chain's node refused or failed a call.
     #[error("chain: {0}")]
     Chain(String),
+    /// The tab has taken as many jobs as one settlement batch part pays.
+    #[error(
+        "tab {escrow_id} on chain {chain_id} has taken {jobs} jobs, all one batch can settle: \
+         settle it (POST /v1/tabs/{chain_id}/{escrow_id}/close) and open another"
+    )]
+    TabFull {
+        /// Chain.
+        chain_id: u64,
+        /// Tab.
+        escrow_id: u64,
+        /// The limit.
+        jobs: u32,
+    },
     /// The provider's payout account is not staked (or registered another key) on a chain the
     /// exchange settles on.
     #[error("not staked on chain {chain_id}: {reason}")]

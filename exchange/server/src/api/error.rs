@@ -325,6 +325,7 @@ impl From<crate::Error> for ApiError {
                 &err,
             ),
             E::UnknownProvider => refuse(StatusCode::UNAUTHORIZED, "unknown_provider", None, &err),
+            E::TabFull { .. } => refuse(StatusCode::CONFLICT, "tab_full", Some("tab_id"), &err),
             E::NotStaked { .. } => refuse(
                 StatusCode::FORBIDDEN,
                 "not_staked",

@@ -153,9 +153,9 @@ impl Books {
             to_i64(session.grant.tab_id, "escrow id")?,
         );
         let held = sqlx::query(
-            "UPDATE exchange_tabs SET held_wei = held_wei + $4::numeric, updated_at = now() \
+            "UPDATE exchange_tabs SET jobs = jobs + 1, held_wei = held_wei + $4::numeric, updated_at = now() \
              WHERE chain_id = $1 AND escrow_id = $2 AND buyer = $3 AND status = 'open' \
-               AND deadline_s >= $5 AND held_wei + $4::numeric <= amount_wei",
+               AND deadline_s >= $5 AND held_wei + $4::numeric <= amount_wei AND jobs < 400",
         )
         .bind(chain_id)
         .bind(escrow_id)

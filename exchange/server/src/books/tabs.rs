@@ -28,8 +28,10 @@ pub struct Tab {
     /// The escrow's `ref`: the hash of the buyer's signed tab terms.
     #[schema(value_type = String)]
     pub reference: B256,
-    /// `open` or `reclaimed`.
+    /// `open`, `closing`, `submitted`, `settled`, `unspent` or `reclaimed`.
     pub status: String,
+    /// Jobs it has taken (at most [`MAX_JOBS_PER_TAB`]).
+    pub jobs: u32,
 }
 
 impl Tab {
@@ -80,6 +82,12 @@ impl Books {
                 chain_id: tab.0,
                 escrow_id: tab.1,
             }
+        } else if current.jobs >= MAX_JOBS_PER_TAB {
+            Error::TabFull {
+                chain_id: tab.0,
+                escrow_id: tab.1,
+                jobs: MAX_JOBS_PER_TAB,
+            }
         } else if current.deadline_s < needed_until_s {
             Error::TabEndsTooSoon {
                 tab_deadline_s: current.deadline_s,
@@ -94,8 +102,11 @@ impl Books {
     }
 }
 
+/// Jobs a tab takes at most: it settles whole in one batch part (the holds' SQL says 400 too).
+pub(super) const MAX_JOBS_PER_TAB: u32 = cx_settlement::ledger::MAX_RECEIPTS_PER_BATCH as u32;
+
 const TAB_SELECT: &str = "SELECT buyer, amount_wei::text AS amount_wei, held_wei::text AS held_wei, \
-                          deadline_s, ref, status FROM exchange_tabs \
+                          deadline_s, ref, status, jobs FROM exchange_tabs \
                           WHERE chain_id = $1 AND escrow_id = $2";
 
 #[derive(sqlx::FromRow)]
@@ -107,6 +118,7 @@ struct TabRow {
     #[sqlx(rename = "ref")]
     reference: Vec<u8>,
     status: String,
+    jobs: i32,
 }
 
 impl TabRow {
@@ -126,6 +138,7 @@ impl TabRow {
                 value: hex::encode(&self.reference),
             })?,
             status: self.status,
+            jobs: self.jobs.max(0) as u32,
         })
     }
 }

@@ -183,6 +183,19 @@ async fn a_replayed_nonce_or_a_closed_tab_writes_nothing() {
     let err = books.accept(&late, &late_job).await.unwrap_err();
     assert!(matches!(err, Error::TabEndsTooSoon { .. }), "{err}");
 
+    // A tab that took as many jobs as one batch part settles takes no more (it settles whole).
+    sqlx::query("UPDATE exchange_tabs SET jobs = 400 WHERE escrow_id = 1")
+        .execute(books.pool())
+        .await
+        .unwrap();
+    let full = order(11, 6);
+    let err = books.accept(&full, &job(&full, 1, 10)).await.unwrap_err();
+    assert!(matches!(err, Error::TabFull { jobs: 400, .. }), "{err}");
+    sqlx::query("UPDATE exchange_tabs SET jobs = 1 WHERE escrow_id = 1")
+        .execute(books.pool())
+        .await
+        .unwrap();
+
     books
         .apply_chain(CHAIN, &[TabEvent::Reclaimed { escrow_id: 1 }], &[], 9)
         .await
