@@ -317,13 +317,27 @@ impl crate::intake::Intake {
         self.registries()
             .check(offer.payout, provider.key_hash)
             .await?;
+        // φ is what the exchange saw of this provider, not what its offer says.
+        let observed = self
+            .books()
+            .observed_failure_rate(provider.key_hash)
+            .await?;
+        let bundles = offer
+            .bundles
+            .iter()
+            .cloned()
+            .map(|mut b| {
+                b.failure_rate = observed;
+                b
+            })
+            .collect();
         self.market()
             .register_offer(
                 self.books(),
                 &provider,
                 offer.token_hash,
                 &serde_json::to_value(signed)?,
-                offer.bundles.clone(),
+                bundles,
             )
             .await?;
         Ok(provider)
@@ -460,7 +474,22 @@ impl crate::intake::Intake {
             serde_json::from_value(job.request.clone())?;
         let adapter_hash = adapter_hash(job.adapter.as_deref())?;
         let output_hash: [u8; 32] = Sha256::digest(submission.output.text.as_bytes()).into();
-        let checks: [(&'static str, bool, String); 8] = [
+        let tokens = u64::from(submission.output.prompt_tokens)
+            + u64::from(submission.output.completion_tokens);
+        let checks: [(&'static str, bool, String); 10] = [
+            (
+                "class",
+                satisfies(receipt.class, job.determinism),
+                format!(
+                    "is not the job's class {:?} or a stricter one",
+                    job.determinism
+                ),
+            ),
+            (
+                "tokens",
+                receipt.tokens == tokens,
+                format!("is not output.prompt_tokens + output.completion_tokens ({tokens})"),
+            ),
             (
                 "job_id",
                 receipt.job_id == job_id.0,
@@ -519,6 +548,13 @@ impl crate::intake::Intake {
         self.waiters().notify(job_id);
         Ok(completed)
     }
+}
+
+/// Whether work done in class `done` answers a job of class `asked`: bit-exact work (D) answers
+/// any job, D∞ answers D∞ and S, S only S.
+fn satisfies(done: cx_protocol::DeterminismClass, asked: cx_protocol::DeterminismClass) -> bool {
+    use cx_protocol::DeterminismClass::{D, DInf, S};
+    matches!((done, asked), (D, _) | (DInf, DInf | S) | (S, S))
 }
 
 /// A job's adapter as the assignment and the receipt name it: its content id's 32 bytes, or

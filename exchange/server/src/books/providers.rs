@@ -49,6 +49,10 @@ pub struct Assignment {
     pub price_wei: u128,
     /// When the result must be in, unix seconds.
     pub deadline_s: u64,
+    /// The determinism class the job was cleared for: the receipt must claim it or a stricter
+    /// one (D satisfies every class, D∞ also S).
+    #[schema(value_type = String)]
+    pub determinism: cx_protocol::DeterminismClass,
     /// The exchange's signature on these terms for this provider (set when it is handed out).
     #[schema(value_type = Option<Object>)]
     pub signed: Option<cx_protocol::assignment::SignedAssignment>,
@@ -134,6 +138,29 @@ impl Books {
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 
+    /// The failure rate φ the exchange observed of provider `key_hash`: jobs on its bundles
+    /// that ended without its result (expired, refunded, failed, or re-cleared away from it)
+    /// over the jobs that ended or left it, smoothed by a prior of 1 in 20 (a newcomer is
+    /// priced at 5%, and a few jobs move it only a little). What it reports is ignored.
+    pub async fn observed_failure_rate(&self, key_hash: B256) -> Result<f64> {
+        let (failed, ended): (i64, i64) = sqlx::query_as(
+            "WITH mine AS (SELECT id FROM exchange_bundles WHERE provider_key_hash = $1), \
+             jobs AS ( \
+                 SELECT count(*) FILTER (WHERE j.status IN ('expired', 'refunded', 'failed')) AS failed, \
+                        count(*) FILTER (WHERE j.status IN ('done', 'settled', 'expired', 'refunded', \
+                                                            'failed')) AS ended \
+                 FROM exchange_jobs j WHERE j.bundle_id IN (SELECT id FROM mine)), \
+             moved AS ( \
+                 SELECT count(*) AS n FROM exchange_job_events e \
+                 WHERE e.status = 're-cleared' AND e.detail->>'from' IN (SELECT id FROM mine)) \
+             SELECT (jobs.failed + moved.n)::bigint, (jobs.ended + moved.n)::bigint FROM jobs, moved",
+        )
+        .bind(key_hash.as_slice())
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((failed as f64 + 1.0) / (ended as f64 + 20.0))
+    }
+
     /// Every provider with bundles: its key hash, payout account and bundle ids.
     pub async fn provider_bundles(&self) -> Result<Vec<(B256, Address, Vec<String>)>> {
         let rows: Vec<(Vec<u8>, Vec<u8>, Vec<String>)> = sqlx::query_as(
@@ -210,7 +237,8 @@ impl Books {
                  WHERE j.id = picked.id \
                  RETURNING j.id, j.bundle_id, j.account, j.chain_id, j.escrow_id, j.model, \
                            j.adapter, j.request::text AS request, j.held_wei::text AS held_wei, \
-                           j.deadline_s), \
+                           j.deadline_s, \
+                           coalesce(j.decision->>'determinism', 'D') AS determinism), \
              events AS ( \
                  INSERT INTO exchange_job_events (job_id, seq, status, detail) \
                  SELECT c.id, (SELECT coalesce(max(e.seq), -1) + 1 FROM exchange_job_events e \
@@ -232,7 +260,7 @@ impl Books {
     /// The job `job_id` as it was handed to the provider `key_hash`, if it is one of its jobs.
     pub async fn assignment(&self, job_id: B256, key_hash: B256) -> Result<Option<Assignment>> {
         let row: Option<AssignmentRow> = sqlx::query_as(
-            "SELECT j.id, j.bundle_id, j.account, j.chain_id, j.escrow_id, j.model, j.adapter,                     j.request::text AS request, j.held_wei::text AS held_wei, j.deadline_s              FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id              WHERE j.id = $1 AND b.provider_key_hash = $2",
+            "SELECT j.id, j.bundle_id, j.account, j.chain_id, j.escrow_id, j.model, j.adapter,                     j.request::text AS request, j.held_wei::text AS held_wei, j.deadline_s, coalesce(j.decision->>'determinism', 'D') AS determinism              FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id              WHERE j.id = $1 AND b.provider_key_hash = $2",
         )
         .bind(job_id.as_slice())
         .bind(key_hash.as_slice())
@@ -379,6 +407,7 @@ struct AssignmentRow {
     request: Option<String>,
     held_wei: String,
     deadline_s: i64,
+    determinism: String,
 }
 
 impl AssignmentRow {
@@ -403,6 +432,13 @@ impl AssignmentRow {
             },
             price_wei: parse_wei(&self.held_wei)?,
             deadline_s: self.deadline_s as u64,
+            determinism: serde_json::from_value(serde_json::Value::String(
+                self.determinism.clone(),
+            ))
+            .map_err(|_| Error::Corrupt {
+                what: "a determinism class",
+                value: self.determinism,
+            })?,
             signed: None,
         })
     }

@@ -215,7 +215,7 @@ fn receipt(prov: &Prov, job: &Value, text: &str, amount_owed_wei: u128) -> Signe
             input_hash: request_hash(&request).0,
             output_hash: Sha256::digest(text.as_bytes()).into(),
             adapter_hash: [0; 32],
-            tokens: 10,
+            tokens: 14, // output()'s prompt_tokens + completion_tokens
             compute_ms: 5,
             class: DeterminismClass::D,
             provider: PAYOUT.0.0,
@@ -226,6 +226,17 @@ fn receipt(prov: &Prov, job: &Value, text: &str, amount_owed_wei: u128) -> Signe
         &prov.id,
     )
     .unwrap()
+}
+
+/// `signed`'s receipt changed by `change`, signed again by `prov`.
+fn resigned(
+    prov: &Prov,
+    signed: SignedReceipt,
+    change: impl FnOnce(&mut Receipt),
+) -> SignedReceipt {
+    let mut r = signed.receipt;
+    change(&mut r);
+    SignedReceipt::sign(r, &prov.id).unwrap()
 }
 
 fn output(text: &str) -> Value {
@@ -595,6 +606,21 @@ async fn a_job_no_provider_finishes_expires_and_its_hold_returns() {
     assert_eq!(door.held().await, 0, "the hold went back to the tab");
     let job = door.books.job(expired[0]).await.unwrap().unwrap();
     assert_eq!(job.status, "expired");
+    // The provider's failure rate is what the exchange saw, whatever its offer says: one
+    // failure in one job, against a prior of 1 in 20.
+    let (status, body) = door
+        .post(
+            "/v1/providers/register",
+            None,
+            &prov.offer(vec![bundle("warm")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, providers) = door
+        .call(Request::get("/v1/providers").body(Body::empty()).unwrap())
+        .await;
+    let phi = providers[0]["failure_rate"].as_f64().unwrap();
+    assert!((phi - 2.0 / 21.0).abs() < 1e-12, "{providers}");
     // A late result is refused.
     let (status, pulled) = door
         .post(
@@ -709,6 +735,19 @@ async fn a_provider_cannot_take_another_providers_bundle_or_claim_more_than_the_
                 receipt(&thief, &job, "hi", 1),
                 output("hi"),
                 "invalid_field",
+            ),
+            // Claiming other work than the output shows, or a weaker class than the job's.
+            (
+                resigned(&prov, receipt(&prov, &job, "hi", 1), |r| r.tokens += 1),
+                output("hi"),
+                "receipt_mismatch",
+            ),
+            (
+                resigned(&prov, receipt(&prov, &job, "hi", 1), |r| {
+                    r.class = DeterminismClass::S
+                }),
+                output("hi"),
+                "receipt_mismatch",
             ),
         ];
         for (signed, out, code) in bad {
