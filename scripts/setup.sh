@@ -5,6 +5,7 @@
 #   - Foundry (anvil, forge, cast) and solc-js from npm into the project-local .tools/.
 #   - PostgreSQL: DATABASE_URL if set; else a server on 127.0.0.1:5432; else Debian's package,
 #     installed and started.
+#   - Chromium (Debian's package) for the explorer's browser test.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -44,6 +45,13 @@ if [[ -z "${DATABASE_URL:-}" ]] && ! postgres_up; then
   pg_ctlcluster --skip-systemctl-redirect "$version" main start || pg_ctlcluster "$version" main start
   for _ in $(seq 1 30); do postgres_up && break; sleep 1; done
   postgres_up || { say "PostgreSQL did not come up on 127.0.0.1:5432"; exit 1; }
+fi
+
+# Chromium for the browser test of the explorer (exchange/cli/tests/settle.rs): Debian's package.
+if ! command -v chromium >/dev/null; then
+  say "installing Debian's chromium (the explorer's browser test)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
 
 # Python tools for cross-checks against implementations we did not write (the EIP-712 test signs

@@ -4,7 +4,9 @@
 //! key is registered on chain, and an agent that buys one completion on a tab and asks for it to
 //! settle. The batch lands; the provider is credited what its receipt claimed less the
 //! exchange's fee, the fee account the fee, the buyer the rest of the tab; the buyer claims
-//! with `cx agent claim`, the provider with `Escrow.claim` and the exchange's proof.
+//! with `cx agent claim`, the provider with `cx-provider claim`. Then a real browser (headless
+//! Chromium) opens the settled job in the explorer and follows its links to the batch and the
+//! provider; the screenshots are kept under `out/browser/`.
 
 mod common;
 
@@ -375,4 +377,70 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     );
     let again = run(&bin, &claim_args, "");
     assert!(!again.status.success(), "nothing left to claim");
+
+    // The explorer in headless Chromium: the job page shows the job settled, every cost term
+    // and the transaction hash on its chain; its links lead to the batch and the provider.
+    let jobs = cx_json(agent(&["jobs", "--json"]), String::new()).await;
+    let job_id = jobs[0]["id"].as_str().unwrap().to_owned();
+    let cert = ca.parent().unwrap().join("server.pem");
+    let shots = common::screenshots_dir();
+    let job_page = tokio::task::block_in_place(|| {
+        common::browse(
+            &format!("{url}/explorer/jobs/{job_id}"),
+            &cert,
+            &shots.join("job.png"),
+        )
+    });
+    let status = common::element_text(&job_page, "status").expect("a status");
+    assert!(status.contains("settled"), "{status}");
+    let terms = common::element_text(&job_page, "cost-terms").expect("the cost terms");
+    for term in [
+        "compute",
+        "latency",
+        "failure",
+        "verification",
+        "deadline",
+        "base",
+        "adapter",
+        "total",
+    ] {
+        assert!(
+            terms.to_lowercase().contains(term),
+            "{term} missing: {terms}"
+        );
+    }
+    let tx = common::element_text(&job_page, "tx-31337").expect("the transaction");
+    assert!(tx.contains("0x") && tx.len() >= 66, "{tx}");
+    let batch_href = common::element_href(&job_page, "batch-link").expect("a batch link");
+    let batch_page = tokio::task::block_in_place(|| {
+        common::browse(
+            &format!("{url}{batch_href}"),
+            &cert,
+            &shots.join("batch.png"),
+        )
+    });
+    assert!(
+        batch_page.contains(&job_id[2..10]),
+        "the batch lists the job: {batch_page}"
+    );
+    let gas = common::element_text(&batch_page, "gas").expect("gas");
+    assert!(
+        gas.chars().next().is_some_and(|c| c.is_ascii_digit()),
+        "{gas}"
+    );
+    let signers = common::element_text(&batch_page, "signers").expect("signers");
+    assert!(
+        !signers.contains("not named"),
+        "two of three signed: {signers}"
+    );
+    let provider_href = common::element_href(&job_page, "provider-link").expect("a provider link");
+    let provider_page = tokio::task::block_in_place(|| {
+        common::browse(
+            &format!("{url}{provider_href}"),
+            &cert,
+            &shots.join("provider.png"),
+        )
+    });
+    let earnings = common::element_text(&provider_page, "earnings").expect("earnings");
+    assert!(!earnings.is_empty(), "{earnings}");
 }

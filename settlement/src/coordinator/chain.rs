@@ -23,6 +23,15 @@ use crate::frost::{EvmGroupKey, EvmSignature};
 use crate::ledger::{self, Escrow};
 use crate::onchain::ChainView;
 
+/// A batch part sent to its chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Posted {
+    /// The transaction.
+    pub tx_hash: B256,
+    /// Gas it used, where the chain reports it.
+    pub gas_used: Option<u64>,
+}
+
 /// One chain's `Settlement` as the coordinator uses it.
 pub trait Chain: Send + Sync {
     /// EIP-155 chain id.
@@ -54,7 +63,7 @@ pub trait Chain: Send + Sync {
         &self,
         batch: &BatchMessage,
         signature: &EvmSignature,
-    ) -> impl Future<Output = Result<B256>> + Send;
+    ) -> impl Future<Output = Result<Posted>> + Send;
     /// Posts a committee-signed slash; returns the transaction hash.
     fn post_slash(
         &self,
@@ -161,8 +170,12 @@ impl Chain for EvmChain {
         self.view.batch_landed(nonce, balances_root).await
     }
 
-    async fn post_batch(&self, batch: &BatchMessage, signature: &EvmSignature) -> Result<B256> {
-        Ok(self.client.settle_batch(batch, signature).await?.tx_hash)
+    async fn post_batch(&self, batch: &BatchMessage, signature: &EvmSignature) -> Result<Posted> {
+        let outcome = self.client.settle_batch(batch, signature).await?;
+        Ok(Posted {
+            tx_hash: outcome.tx_hash,
+            gas_used: Some(outcome.gas_used),
+        })
     }
 
     async fn rotate_group_key(
@@ -392,7 +405,7 @@ impl Chain for MemoryChain {
         Ok(self.with(|c| c.landed.contains(&(nonce, balances_root))))
     }
 
-    async fn post_batch(&self, batch: &BatchMessage, signature: &EvmSignature) -> Result<B256> {
+    async fn post_batch(&self, batch: &BatchMessage, signature: &EvmSignature) -> Result<Posted> {
         self.with(|c| {
             if batch.nonce <= c.nonce {
                 return Err(reverted("BatchNonceNotIncreasing"));
@@ -413,7 +426,10 @@ impl Chain for MemoryChain {
             c.nonce = batch.nonce;
             c.balances_root = batch.balances_root;
             c.landed.push((batch.nonce, batch.balances_root));
-            Self::answer(c)
+            Self::answer(c).map(|tx_hash| Posted {
+                tx_hash,
+                gas_used: None,
+            })
         })
     }
 

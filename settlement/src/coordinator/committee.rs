@@ -32,6 +32,7 @@ pub struct Committee {
     min_operators: usize,
     limits: Limits,
     channels: Mutex<HashMap<u16, Channel>>,
+    last_signers: std::sync::Mutex<Vec<u16>>,
 }
 
 impl std::fmt::Debug for Committee {
@@ -116,6 +117,7 @@ impl Committee {
                 ..Limits::default()
             },
             channels: Mutex::new(HashMap::new()),
+            last_signers: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -322,9 +324,18 @@ impl Committee {
             // the final signature against the group key (RFC 9591 §5.3).
             let signature = frost::aggregate(&package, &shares, public)?;
             public.verifying_key().verify(message, &signature)?;
+            *self.last_signers.lock().unwrap_or_else(|p| p.into_inner()) = chosen.clone();
             return Ok(signature);
         }
         Err(Error::SignersDropping { last_gap })
+    }
+
+    /// The signers whose shares made the last signature (by index), for the record.
+    pub fn last_signers(&self) -> Vec<u16> {
+        self.last_signers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Has every member run a DKG for key `epoch`; returns the group's public key package once

@@ -41,7 +41,7 @@ use cx_protocol::pq::PublicIdentity;
 use cx_protocol::voucher::Voucher;
 use frost_secp256k1 as frost;
 
-pub use chain::{Chain, EvmChain, MemoryChain, SlashTerms};
+pub use chain::{Chain, EvmChain, MemoryChain, Posted, SlashTerms};
 pub(crate) use committee::check_rule;
 pub use committee::{Committee, choose_signers};
 pub use postgres::PgStore;
@@ -460,7 +460,10 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 part.batch_id,
                 Some(part.batch.chain_id),
                 "signed",
-                &format!("digest {digest}, sent with {how}"),
+                &format!(
+                    "digest {digest}, sent with {how}, signers {:?}",
+                    self.committee.last_signers()
+                ),
             )
             .await?;
         Ok(())
@@ -480,11 +483,11 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 chain_id: b.chain_id,
             })?;
             let signature = EvmSignature::from_frost(&frost::Signature::deserialize(bytes)?)?;
-            let tx_hash = if chain.batch_nonce().await? >= b.nonce {
+            let posted = if chain.batch_nonce().await? >= b.nonce {
                 None
             } else {
                 match chain.post_batch(&b.message(), &signature).await {
-                    Ok(tx_hash) => Some(tx_hash),
+                    Ok(posted) => Some(posted),
                     // The post may have gone through while the answer was lost, or another
                     // process posted it: the chain says which.
                     Err(e) if !chain.batch_landed(b.nonce, b.balances_root).await? => {
@@ -498,17 +501,21 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                     Err(_) => None,
                 }
             };
-            if tx_hash.is_none() && !chain.batch_landed(b.nonce, b.balances_root).await? {
+            if posted.is_none() && !chain.batch_landed(b.nonce, b.balances_root).await? {
                 return Err(Error::NonceTakenOnChain {
                     chain_id: b.chain_id,
                     nonce: b.nonce,
                 });
             }
             self.store
-                .record_posted(part.batch_id, b.chain_id, tx_hash)
+                .record_posted(part.batch_id, b.chain_id, posted.map(|p| p.tx_hash))
                 .await?;
-            let detail = match tx_hash {
-                Some(h) => format!("tx {h}"),
+            let detail = match posted {
+                Some(Posted {
+                    tx_hash,
+                    gas_used: Some(gas),
+                }) => format!("tx {tx_hash}, gas {gas}"),
+                Some(Posted { tx_hash, .. }) => format!("tx {tx_hash}"),
                 None => "already on chain; not sent again".to_string(),
             };
             self.store

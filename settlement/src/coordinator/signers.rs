@@ -33,6 +33,12 @@ pub trait ThresholdSigner: Send + Sync {
     where
         F: Fn(B256, frost::SigningPackage) -> Request + Send + Sync;
 
+    /// The signers (by index) whose shares made the last signature, for the record (empty
+    /// when unknown).
+    fn last_signers(&self) -> Vec<u16> {
+        Vec::new()
+    }
+
     /// Has every member take part in key generation for `epoch`; returns the group's public
     /// key package.
     fn dkg(&self, epoch: u32)
@@ -50,6 +56,10 @@ impl ThresholdSigner for Committee {
         F: Fn(B256, frost::SigningPackage) -> Request + Send + Sync,
     {
         Committee::sign(self, message, public, sign_request).await
+    }
+
+    fn last_signers(&self) -> Vec<u16> {
+        Committee::last_signers(self)
     }
 
     async fn dkg(&self, epoch: u32) -> Result<frost::keys::PublicKeyPackage> {
@@ -130,6 +140,10 @@ impl MemoryCommittee {
 }
 
 impl ThresholdSigner for MemoryCommittee {
+    fn last_signers(&self) -> Vec<u16> {
+        self.signing_sets().last().cloned().unwrap_or_default()
+    }
+
     async fn sign<F>(
         &self,
         message: &[u8],

@@ -252,3 +252,94 @@ pub fn stake_provider(bin: &Path, evm_key: &Path, deployments: &Path, identity: 
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+// ---- a real browser (settle.rs) ---------------------------------------------------------------
+
+/// Where browser screenshots go: `out/browser/` at the workspace root (look at them).
+pub fn screenshots_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../out/browser");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Headless Chromium (Debian's `chromium`, `scripts/setup.sh` installs it) trusting exactly the
+/// server certificate `cert` (by its SPKI hash, as a pinned key): `url`'s DOM after it loaded,
+/// and a screenshot of the page at `shot`.
+pub fn browse(url: &str, cert: &Path, shot: &Path) -> String {
+    let spki = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der \
+             | openssl dgst -sha256 -binary | base64",
+            cert.display()
+        ))
+        .output()
+        .expect("openssl runs");
+    assert!(
+        spki.status.success(),
+        "{}",
+        String::from_utf8_lossy(&spki.stderr)
+    );
+    let spki = String::from_utf8(spki.stdout).unwrap().trim().to_owned();
+    let profile = TempDir::new("chromium");
+    let run = |extra: &[String]| {
+        let out = Command::new("chromium")
+            .args([
+                "--headless=new",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--no-first-run",
+                "--window-size=1280,2400",
+            ])
+            .arg(format!("--ignore-certificate-errors-spki-list={spki}"))
+            .arg(format!("--user-data-dir={}", profile.0.display()))
+            .args(extra)
+            .arg(url)
+            .stdin(Stdio::null())
+            .output()
+            .expect("chromium runs (scripts/setup.sh installs it)");
+        assert!(
+            out.status.success(),
+            "chromium {url}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    run(&[format!("--screenshot={}", shot.display())]);
+    assert!(shot.exists(), "no screenshot of {url}");
+    String::from_utf8(run(&["--dump-dom".to_owned()]).stdout).unwrap()
+}
+
+/// The text inside the element with `id` in `dom` (tags stripped), if there is one.
+pub fn element_text(dom: &str, id: &str) -> Option<String> {
+    let at = dom.find(&format!("id=\"{id}\""))?;
+    let open = dom[..at].rfind('<')?;
+    let tag: String = dom[open + 1..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric())
+        .collect();
+    let start = at + dom[at..].find('>')? + 1;
+    let end = start + dom[start..].find(&format!("</{tag}>"))?;
+    let mut text = String::new();
+    let mut in_tag = false;
+    for c in dom[start..end].chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => text.push(c),
+            _ => {}
+        }
+    }
+    Some(text.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// The `href` of the element with `id` in `dom`.
+pub fn element_href(dom: &str, id: &str) -> Option<String> {
+    let at = dom.find(&format!("id=\"{id}\""))?;
+    let open = dom[..at].rfind('<')?;
+    let close = at + dom[at..].find('>')?;
+    let tag = &dom[open..close];
+    let href = tag.find("href=\"")? + 6;
+    Some(tag[href..href + tag[href..].find('"')?].replace("&amp;", "&"))
+}
