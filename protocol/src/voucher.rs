@@ -21,10 +21,11 @@
 use alloy_primitives::{Address, B256};
 use alloy_sol_types::Eip712Domain;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::assignment::SignedAssignment;
 use crate::error::{Error, Result};
-use crate::order::{Intent, SessionGrant, Signed};
+use crate::order::{Intent, Search, SessionGrant, Signed};
 use crate::pq::PublicIdentity;
 use crate::receipt::SignedReceipt;
 
@@ -36,6 +37,15 @@ pub enum Authority {
     Intent(Signed<Intent>),
     /// The session grant whose bearer made the call (the job id is the exchange's).
     Session(Signed<SessionGrant>),
+    /// The search the job answered (its EIP-712 digest is the job id) and the witness found:
+    /// the receipt's input is that digest, its output the SHA-256 of the witness's 8 bytes
+    /// (little-endian), and anyone checks the predicate with one hash.
+    Search {
+        /// The buyer's signed search.
+        order: Signed<Search>,
+        /// The nonce that satisfies it.
+        witness: u64,
+    },
 }
 
 /// One job's chain of signatures.
@@ -126,6 +136,10 @@ impl Voucher {
                 signed.recover(domain).map_err(|e| e.within("authority"))?,
                 signed.order.tab_id,
             ),
+            Authority::Search { order, .. } => (
+                order.recover(domain).map_err(|e| e.within("authority"))?,
+                order.order.tab_id,
+            ),
         };
         if recovered.account != buyer {
             return Err(broken(
@@ -178,6 +192,47 @@ impl Voucher {
                         format!(
                             "{} is after the buyer's deadline {}",
                             a.deadline_s, intent.deadline_s
+                        ),
+                    ));
+                }
+                Ok(None)
+            }
+            Authority::Search { order, witness } => {
+                let search = &order.order;
+                if recovered.digest.0 != r.job_id || recovered.digest.0 != r.input_hash {
+                    return Err(broken(
+                        "receipt.job_id",
+                        "a search's job id and input are its EIP-712 digest".into(),
+                    ));
+                }
+                if a.price_wei > search.max_price_wei {
+                    return Err(broken(
+                        "assignment.price_wei",
+                        format!(
+                            "{} wei is above the buyer's limit of {} wei",
+                            a.price_wei, search.max_price_wei
+                        ),
+                    ));
+                }
+                if !search.is_witness(*witness) {
+                    return Err(broken(
+                        "authority.witness",
+                        format!("{witness} does not satisfy the search"),
+                    ));
+                }
+                let output: [u8; 32] = Sha256::digest(witness.to_le_bytes()).into();
+                if output != r.output_hash {
+                    return Err(broken(
+                        "receipt.output_hash",
+                        "is not the SHA-256 of the witness (8 bytes, little-endian)".into(),
+                    ));
+                }
+                if a.deadline_s > search.deadline_s {
+                    return Err(broken(
+                        "assignment.deadline_s",
+                        format!(
+                            "{} is after the search's deadline {}",
+                            a.deadline_s, search.deadline_s
                         ),
                     ));
                 }

@@ -290,8 +290,44 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
         bought["choices"][0]["message"]["content"].is_string(),
         "{bought}"
     );
+    let chat_charged = client.tab(31337, escrow_id).await.unwrap().held_wei;
+    assert!(chat_charged > 0);
+
+    // A search on the same tab: the provider finds a witness (12 leading zero bits: ~4,000
+    // hashes), the exchange checks it and fills the search for its price; every signer checks
+    // the witness again before it pays.
+    let agent_keys = cx_client::AgentKeys::load(&keys).unwrap();
+    let chains = client.chains().await.unwrap();
+    let search = cx_protocol::order::Search {
+        prefix: alloy::primitives::Bytes::from_static(b"cx settle test"),
+        target: B256::from(cx_exchange::lifecycle::search::target_for_zero_bits(12)),
+        deadline_s: cx_exchange_server::intake::now_s() + 60,
+        max_price_wei: 50_000,
+        tab_id: escrow_id,
+        nonce: 77,
+        expiry_s: cx_exchange_server::intake::now_s() + 60,
+    };
+    let signed = agent_keys.sign(search, &chains[0].domain()).unwrap();
+    let accepted = client.submit_search(&signed).await.unwrap();
+    let search_id: B256 = accepted["order_id"].as_str().unwrap().parse().unwrap();
+    let waited = Instant::now();
+    loop {
+        let order = client.standing_order(search_id).await.unwrap();
+        if order["status"] == "filled" {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "no provider filled the search: {order}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     let charged = client.tab(31337, escrow_id).await.unwrap().held_wei;
-    assert!(charged > 0);
+    assert_eq!(
+        charged,
+        chat_charged + 50_000,
+        "the search's price, charged"
+    );
 
     // Nothing is credited before the tab settles.
     assert!(client.claim(31337, payout).await.is_err());
@@ -315,7 +351,8 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let cut = charged * 500 / 10_000;
+    // 5% of each receipt, rounded down receipt by receipt.
+    let cut = chat_charged * 500 / 10_000 + 50_000 * 500 / 10_000;
     assert_eq!(provider_claim.cumulative_wei, (charged - cut).to_string());
     let fee_claim = client.claim(31337, fee.account).await.unwrap();
     assert_eq!(fee_claim.cumulative_wei, cut.to_string());
@@ -381,7 +418,20 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     // The explorer in headless Chromium: the job page shows the job settled, every cost term
     // and the transaction hash on its chain; its links lead to the batch and the provider.
     let jobs = cx_json(agent(&["jobs", "--json"]), String::new()).await;
-    let job_id = jobs[0]["id"].as_str().unwrap().to_owned();
+    let chat_job = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["model"] == MODEL)
+        .unwrap_or_else(|| panic!("the chat's job: {jobs}"));
+    assert!(
+        jobs.as_array()
+            .unwrap()
+            .iter()
+            .any(|j| j["model"] == "search"),
+        "the search's fill is a job of the tab: {jobs}"
+    );
+    let job_id = chat_job["id"].as_str().unwrap().to_owned();
     let cert = ca.parent().unwrap().join("server.pem");
     let shots = common::screenshots_dir();
     let job_page = tokio::task::block_in_place(|| {

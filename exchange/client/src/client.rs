@@ -245,6 +245,26 @@ impl Client {
         self.get(&format!("/v1/tabs/{chain_id}/{escrow_id}")).await
     }
 
+    /// `POST /v1/searches`: submits a signed search (a SHA-256 preimage below a target, paid
+    /// to the first provider whose witness checks); answers with the standing order (its id,
+    /// what it holds, when it ends).
+    pub async fn submit_search(
+        &self,
+        search: &Signed<cx_protocol::order::Search>,
+    ) -> Result<serde_json::Value> {
+        self.send(
+            Method::POST,
+            "/v1/searches",
+            Some(&serde_json::json!({ "search": search })),
+        )
+        .await
+    }
+
+    /// `GET /v1/orders/{id}`: a standing order (reserve, rent, search) and its status.
+    pub async fn standing_order(&self, id: cx_protocol::order::B256) -> Result<serde_json::Value> {
+        self.get(&format!("/v1/orders/{id}")).await
+    }
+
     /// `POST /v1/tabs/{chain_id}/{escrow_id}/close`: asks the exchange to settle the tab now,
     /// signed by `keys`' ML-DSA identity for the chain's `settlement` contract; the tab takes
     /// no more jobs and the next batch pays what it spent and returns the rest.

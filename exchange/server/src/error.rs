@@ -92,6 +92,17 @@ pub enum Error {
     /// A chain's node refused or failed a call.
     #[error("chain: {0}")]
     Chain(String),
+    /// No open search has this id (unknown, filled by another witness, or ended).
+    #[error("no open search has this id (another witness won, it ended, or it never existed)")]
+    SearchNotOpen,
+    /// The claimed witness does not satisfy the search.
+    #[error(
+        "{witness} is not a witness: SHA-256(prefix ‖ nonce, 8 bytes little-endian) is not below the target"
+    )]
+    NotAWitness {
+        /// The nonce claimed.
+        witness: u64,
+    },
     /// The tab has taken as many jobs as one settlement batch part pays.
     #[error(
         "tab {escrow_id} on chain {chain_id} has taken {jobs} jobs, all one batch can settle: \

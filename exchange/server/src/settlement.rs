@@ -258,22 +258,35 @@ impl Settler {
             value: job.job_id.to_string(),
         };
         let receipt: SignedReceipt = serde_json::from_value(job.receipt.clone())?;
-        let authority = match job.kind.as_str() {
-            "intent" => Authority::Intent(serde_json::from_value(
-                job.order
-                    .get("intent")
-                    .cloned()
-                    .ok_or(corrupt("an intent order"))?,
-            )?),
-            "session_grant" => Authority::Session(serde_json::from_value(
-                job.order
-                    .get("grant")
-                    .cloned()
-                    .ok_or(corrupt("a session order"))?,
-            )?),
+        let order =
+            |key: &str, what: &'static str| job.order.get(key).cloned().ok_or(corrupt(what));
+        // What the assignment names as the job's input: the request's hash, or for a search the
+        // search's digest (its job id).
+        let (authority, input_hash) = match job.kind.as_str() {
+            "intent" | "session_grant" => {
+                let request: InferenceRequest =
+                    serde_json::from_value(job.request.clone().ok_or(corrupt("a job's request"))?)?;
+                let authority = if job.kind == "intent" {
+                    Authority::Intent(serde_json::from_value(order("intent", "an intent order")?)?)
+                } else {
+                    Authority::Session(serde_json::from_value(order("grant", "a session order")?)?)
+                };
+                (authority, request_hash(&request).0)
+            }
+            "search" => {
+                let witness = job
+                    .decision
+                    .get("witness")
+                    .and_then(serde_json::Value::as_u64)
+                    .ok_or(corrupt("a search's witness"))?;
+                let authority = Authority::Search {
+                    order: serde_json::from_value(order("search", "a search order")?)?,
+                    witness,
+                };
+                (authority, job.job_id.0)
+            }
             _ => return Err(corrupt("an order kind")),
         };
-        let request: InferenceRequest = serde_json::from_value(job.request.clone())?;
         let assignment = SignedAssignment::sign(
             Assignment {
                 job_id: job.job_id.0,
@@ -283,7 +296,7 @@ impl Settler {
                 provider_key: job.provider_key_hash.0,
                 price_wei: job.charged_wei,
                 deadline_s: job.deadline_s,
-                input_hash: request_hash(&request).0,
+                input_hash,
                 adapter_hash: crate::dispatch::adapter_hash(job.adapter.as_deref())?,
             },
             &self.exchange,

@@ -420,6 +420,26 @@ pub struct Search {
     pub expiry_s: u64,
 }
 
+impl Search {
+    /// Whether `nonce` is a witness: SHA-256(prefix ‖ nonce as 8 bytes little-endian) < target
+    /// (256-bit big-endian). One hash: every party checks a claimed witness itself.
+    pub fn is_witness(&self, nonce: u64) -> bool {
+        search_witness(&self.prefix, nonce, &self.target.0)
+    }
+}
+
+/// The search predicate: SHA-256(prefix ‖ nonce as 8 bytes little-endian) < target, digest and
+/// target compared as 256-bit big-endian integers.
+pub fn search_witness(prefix: &[u8], nonce: u64, target: &[u8; 32]) -> bool {
+    use sha2::{Digest, Sha256};
+    let digest: [u8; 32] = Sha256::new()
+        .chain_update(prefix)
+        .chain_update(nonce.to_le_bytes())
+        .finalize()
+        .into();
+    digest < *target
+}
+
 impl Order for Search {
     const KIND: Kind = Kind::Search;
     type Typed = typed::Search;

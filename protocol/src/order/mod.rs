@@ -61,7 +61,9 @@ pub use alloy_sol_types::{Eip712Domain, SolStruct};
 pub use k256::ecdsa::SigningKey;
 
 pub use binding::{BINDING_CONTEXT, Binding, BoundKey};
-pub use kinds::{Intent, PqBinding, Rent, RentTarget, Reserve, Search, SessionGrant, TabTerms};
+pub use kinds::{
+    Intent, PqBinding, Rent, RentTarget, Reserve, Search, SessionGrant, TabTerms, search_witness,
+};
 pub use request::{InferenceRequest, canonical_json, chat_prompt, request_hash};
 pub use signed::{ORDER_CONTEXT, Signed, Verified, account_of, recover_signer, sign, sign_digest};
 pub use wallet::{eip712_message, wallet_typed_data};

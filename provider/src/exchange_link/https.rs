@@ -95,6 +95,17 @@ impl Https {
             .await
     }
 
+    /// `GET path` with a bearer token, the answer's JSON.
+    pub(crate) async fn get_with_token<R: DeserializeOwned>(
+        &self,
+        path: &str,
+        bearer: &str,
+        timeout: Duration,
+    ) -> Result<R> {
+        self.send(hyper::Method::GET, path, Some(bearer), Vec::new(), timeout)
+            .await
+    }
+
     /// `GET path`, the answer's JSON.
     pub(crate) async fn get<R: DeserializeOwned>(
         &self,

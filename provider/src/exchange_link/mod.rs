@@ -23,6 +23,7 @@
 
 mod https;
 pub mod key_file;
+mod search;
 mod wire;
 
 use std::path::{Path, PathBuf};
@@ -253,6 +254,7 @@ impl Link {
         self.pin_exchange_key().await?;
         self.register().await?;
         let link = Arc::new(self);
+        tokio::spawn(search::run(link.clone()));
         let reregister = link.clone();
         tokio::spawn(async move {
             loop {

@@ -8,7 +8,6 @@
 
 use crate::error::{Error, Result, invalid};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 /// The target under which a digest must fall for `leading_zero_bits` leading zero bits
 /// (`2^(256−bits)`), with `bits` clamped to 1..=255 (the target must fit in 256 bits).
@@ -27,14 +26,10 @@ pub fn trial_probability(target: &[u8; 32]) -> f64 {
         / 2f64.powi(256)
 }
 
-/// Whether `nonce` is a witness: SHA-256(prefix ‖ nonce) < target.
+/// Whether `nonce` is a witness: SHA-256(prefix ‖ nonce) < target (the protocol's predicate,
+/// which the exchange and every signer check too).
 pub fn is_witness(prefix: &[u8], nonce: u64, target: &[u8; 32]) -> bool {
-    let digest: [u8; 32] = Sha256::new()
-        .chain_update(prefix)
-        .chain_update(nonce.to_le_bytes())
-        .finalize()
-        .into();
-    digest < *target
+    cx_protocol::order::search_witness(prefix, nonce, target)
 }
 
 /// Tries nonces from `start` for at most `max_trials`; the first witness found.

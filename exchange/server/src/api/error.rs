@@ -325,6 +325,13 @@ impl From<crate::Error> for ApiError {
                 &err,
             ),
             E::UnknownProvider => refuse(StatusCode::UNAUTHORIZED, "unknown_provider", None, &err),
+            E::SearchNotOpen => refuse(StatusCode::CONFLICT, "search_not_open", None, &err),
+            E::NotAWitness { .. } => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "not_a_witness",
+                Some("witness"),
+                &err,
+            ),
             E::TabFull { .. } => refuse(StatusCode::CONFLICT, "tab_full", Some("tab_id"), &err),
             E::NotStaked { .. } => refuse(
                 StatusCode::FORBIDDEN,

@@ -180,6 +180,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/jobs/{id}/progress", post(providers::progress))
         .route("/v1/providers/register", post(providers::register))
         .route("/v1/providers/jobs", post(providers::pull))
+        .route("/v1/providers/searches", get(providers::searches))
+        .route("/v1/searches/{id}/witness", post(providers::witness))
         .route("/v1/sessions", post(sessions::open))
         .route(
             "/v1/sessions/{id}",

@@ -43,6 +43,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         providers::pull,
         providers::result,
         providers::progress,
+        providers::searches,
+        providers::witness,
         market::chains,
         settlement::claim,
         settlement::close_tab,

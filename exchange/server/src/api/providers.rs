@@ -146,3 +146,68 @@ pub(super) async fn progress(
 pub(super) struct Relayed {
     relayed: bool,
 }
+
+/// Open searches, as a provider reads them.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct OpenSearches {
+    /// Each open search: its id, the buyer's signed order (prefix, target, deadline, price),
+    /// what it holds (the most a receipt may claim).
+    searches: Vec<crate::books::StandingOrder>,
+}
+
+#[utoipa::path(get, path = "/v1/providers/searches", tag = "providers", security(("provider_token" = [])), responses((status = 200, body = OpenSearches), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+pub(super) async fn searches(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<AppJson<OpenSearches>, ApiError> {
+    let intake = state.intake()?;
+    intake.provider(bearer(&headers)?).await?;
+    let searches = intake
+        .books()
+        .open_searches(crate::intake::now_s(), 32)
+        .await?;
+    Ok(AppJson(OpenSearches { searches }))
+}
+
+/// A witness for an open search, with the provider's receipt claiming it.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Witness {
+    /// The nonce: SHA-256(prefix ‖ nonce as 8 bytes little-endian) must be below the target.
+    witness: u64,
+    /// The provider-signed receipt (job id and input: the search's digest; output: SHA-256 of
+    /// the witness's 8 bytes).
+    #[schema(value_type = Object)]
+    receipt: cx_protocol::receipt::SignedReceipt,
+}
+
+#[utoipa::path(post, path = "/v1/searches/{id}/witness", tag = "providers", params(("id" = String, Path)), request_body = Witness, security(("provider_token" = [])), responses((status = 200, description = "the search is filled: the first valid witness won", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+pub(super) async fn witness(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    AppJson(body): AppJson<Witness>,
+) -> Result<AppJson<crate::books::StandingOrder>, ApiError> {
+    let id: alloy::primitives::B256 = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id", "a search id is 32 bytes of 0x-hex"))?;
+    let intake = state.intake()?;
+    let provider = intake.provider(bearer(&headers)?).await?;
+    intake
+        .fill_search(
+            &provider,
+            id,
+            body.witness,
+            &body.receipt,
+            crate::intake::now_s(),
+        )
+        .await?;
+    let filled = intake
+        .books()
+        .standing_order(id)
+        .await?
+        .ok_or(ApiError::NotFound {
+            what: "order".into(),
+        })?;
+    Ok(AppJson(filled))
+}

@@ -15,6 +15,7 @@ mod chain;
 mod jobs;
 mod providers;
 mod reclear;
+mod search;
 mod sessions;
 mod settlement;
 mod standing;

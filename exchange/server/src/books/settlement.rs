@@ -27,8 +27,10 @@ pub struct PaidJob {
     pub charged_wei: u128,
     /// The job's deadline.
     pub deadline_s: u64,
-    /// The job's request.
-    pub request: serde_json::Value,
+    /// The job's request (none for a search's fill).
+    pub request: Option<serde_json::Value>,
+    /// The job's clearing decision (a search's fill: `{"kind": "search", "witness"}`).
+    pub decision: serde_json::Value,
     /// The adapter's content id, if any.
     pub adapter: Option<String>,
     /// The buyer.
@@ -86,7 +88,8 @@ impl Books {
         Ok(done.rows_affected())
     }
 
-    /// Closing tabs none of whose jobs is still in flight, oldest deadline first, at most
+    /// Closing tabs none of whose jobs is still in flight and none of whose standing orders is
+    /// still open (a search filled later is a job the tab pays), oldest deadline first, at most
     /// `limit`.
     pub async fn tabs_ready_to_settle(&self, limit: i64) -> Result<Vec<(u64, u64)>> {
         let rows = sqlx::query(
@@ -94,6 +97,9 @@ impl Books {
              WHERE t.status = 'closing' AND NOT EXISTS ( \
                  SELECT 1 FROM exchange_jobs j WHERE j.chain_id = t.chain_id \
                    AND j.escrow_id = t.escrow_id AND j.status IN ('assigned', 'running')) \
+               AND NOT EXISTS ( \
+                 SELECT 1 FROM exchange_standing_orders s WHERE s.chain_id = t.chain_id \
+                   AND s.escrow_id = t.escrow_id AND s.status = 'open') \
              ORDER BY t.deadline_s, t.chain_id, t.escrow_id LIMIT $1",
         )
         .bind(limit)
@@ -114,7 +120,8 @@ impl Books {
         let rows = sqlx::query(
             "SELECT j.id, o.kind, o.body::text AS body, r.receipt::text AS receipt, \
                     r.provider_key_hash, r.amount_owed_wei::text AS charged, j.deadline_s, \
-                    j.request::text AS request, j.adapter, j.account \
+                    j.request::text AS request, j.decision::text AS decision, j.adapter, \
+                    j.account \
              FROM exchange_jobs j \
              JOIN exchange_receipts r ON r.job_id = j.id \
              JOIN exchange_orders o ON o.digest = j.order_digest \
@@ -142,7 +149,11 @@ impl Books {
                     provider_key_hash: b256(r.try_get("provider_key_hash")?, "a key hash")?,
                     charged_wei: parse_wei(&r.try_get::<String, _>("charged")?)?,
                     deadline_s: r.try_get::<i64, _>("deadline_s")? as u64,
-                    request: serde_json::from_str(&r.try_get::<String, _>("request")?)?,
+                    request: r
+                        .try_get::<Option<String>, _>("request")?
+                        .map(|t| serde_json::from_str(&t))
+                        .transpose()?,
+                    decision: serde_json::from_str(&r.try_get::<String, _>("decision")?)?,
                     adapter: r.try_get("adapter")?,
                     buyer: Address::try_from(account.as_slice()).map_err(|_| Error::Corrupt {
                         what: "an address",

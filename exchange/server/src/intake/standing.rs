@@ -125,6 +125,74 @@ impl Intake {
             .await
     }
 
+    /// Fills open search `id` with `witness`, found by `provider`, whose `receipt` claims it:
+    /// the witness must satisfy the buyer's signed search (one hash), the receipt be signed by
+    /// the provider's registered key and name exactly this search (its digest as job id and
+    /// input, the witness's SHA-256 as output, the tab, the buyer, the payout) for at most what
+    /// it holds. The first valid witness wins; a later one is refused as not open.
+    pub async fn fill_search(
+        &self,
+        provider: &crate::books::Provider,
+        id: B256,
+        witness: u64,
+        receipt: &cx_protocol::receipt::SignedReceipt,
+        now_s: u64,
+    ) -> Result<()> {
+        use sha2::{Digest, Sha256};
+        let order = self
+            .books()
+            .standing_order(id)
+            .await?
+            .filter(|o| o.kind == "search" && o.status == "open" && o.ends_s >= now_s)
+            .ok_or(Error::SearchNotOpen)?;
+        let signed: Signed<Search> =
+            serde_json::from_value(order.order.get("search").cloned().ok_or(Error::Corrupt {
+                what: "a search order",
+                value: id.to_string(),
+            })?)?;
+        if !signed.order.is_witness(witness) {
+            return Err(Error::NotAWitness { witness });
+        }
+        let key = cx_protocol::pq::PublicIdentity::from_bytes(&provider.mldsa_key)?;
+        receipt.verify(&key).map_err(|e| e.within("receipt"))?;
+        let r = &receipt.receipt;
+        let output: [u8; 32] = Sha256::digest(witness.to_le_bytes()).into();
+        let checks: [(&'static str, bool); 8] = [
+            ("job_id", r.job_id == id.0),
+            ("input_hash", r.input_hash == id.0),
+            ("output_hash", r.output_hash == output),
+            ("chain_id", r.chain_id == order.chain_id),
+            ("escrow_id", r.escrow_id == order.escrow_id),
+            ("buyer", r.buyer == order.account.0.0),
+            ("adapter_hash", r.adapter_hash == [0; 32]),
+            ("provider", r.provider == provider.payout.0.0),
+        ];
+        if let Some((field, _)) = checks.iter().find(|(_, ok)| !ok) {
+            return Err(Error::ReceiptMismatch {
+                field,
+                reason: "is not what this search and witness make it (job id and input: the \
+                         search's digest; output: SHA-256 of the witness's 8 little-endian \
+                         bytes; the tab, buyer and payout account)"
+                    .into(),
+            });
+        }
+        if !self
+            .books()
+            .fill_search(
+                id,
+                provider.key_hash,
+                witness,
+                r.amount_owed_wei,
+                &serde_json::to_value(receipt)?,
+                now_s,
+            )
+            .await?
+        {
+            return Err(Error::SearchNotOpen);
+        }
+        Ok(())
+    }
+
     /// Commits a verified standing order with its hold; the tab must stay open until it ends
     /// plus the settlement margin.
     async fn standing<T: Order>(
