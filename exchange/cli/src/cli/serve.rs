@@ -353,7 +353,7 @@ fn bind_error(addr: SocketAddr, err: &io::Error) -> anyhow::Error {
 }
 
 /// Ctrl-C, or SIGTERM where there is one (how service managers and containers stop a process).
-async fn stop_signal() {
+pub(super) async fn stop_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
