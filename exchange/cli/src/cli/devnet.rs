@@ -85,7 +85,8 @@ pub(crate) struct Args {
     /// Seeded agents sending traffic (1 to 50).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=50))]
     agents: u16,
-    /// Exit 0 once this many jobs are settled on chain, printing a summary (its JSON last).
+    /// Exit 0 once this many jobs are settled on chain and a batch has landed on each chain,
+    /// printing a summary (its JSON last).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     exit_after_settled: Option<u64>,
     /// Fail --exit-after-settled if it takes longer than this, seconds.
@@ -340,7 +341,8 @@ struct Profile {
 fn profile(i: u16) -> Profile {
     let i = u64::from(i);
     Profile {
-        ask_wei_per_s: 800_000 + 300_000 * (i % 4),
+        // Close enough that residency (adapters in cache) decides as often as the ask does.
+        ask_wei_per_s: 900_000 + 100_000 * (i % 4),
         // From room for a handful of adapters to room for all of them.
         cache_bytes: [400_000, 1_500_000, 6_000_000][i as usize % 3],
         bandwidth_bps: [1e9, 2.5e8, 1e10][i as usize % 3],
@@ -502,9 +504,11 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
     })?;
     children.others.push(exchange_proc);
     let client = Client::new(&url, Some(&ca_pem))?.with_timeout(Duration::from_secs(90));
-    wait_for(Duration::from_secs(30), "the exchange's /healthz", || async {
-        client.health().await.is_ok()
-    })
+    wait_for(
+        Duration::from_secs(30),
+        "the exchange's /healthz",
+        || async { client.health().await.is_ok() },
+    )
     .await?;
 
     steps.step("a generated model and 50 adapters of ranks 4 to 32");
@@ -637,7 +641,9 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         .collect::<anyhow::Result<_>>()?;
     let mut adapters = Vec::new();
     for k in 0..ADAPTERS {
-        adapters.push(traffic::put_adapter(&client, &adapters_dir.join(format!("adapter-{k:03}"))).await?);
+        adapters.push(
+            traffic::put_adapter(&client, &adapters_dir.join(format!("adapter-{k:03}"))).await?,
+        );
     }
     let traffic_log = std::fs::File::create(dir.join("traffic.log"))?;
     let market = Arc::new(Market {
@@ -774,7 +780,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
             eprintln!("cx devnet: {} jobs settled on chain", tally.jobs);
         }
         if let Some(n) = args.exit_after_settled {
-            if tally.jobs >= n {
+            if tally.jobs >= n && CHAIN_IDS.iter().all(|c| tally.first_batch_s(*c).is_some()) {
                 break;
             }
             if Instant::now() > deadline {
@@ -806,7 +812,10 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         peak_rss_bytes_sum: usage.iter().map(|u| u.peak_rss_bytes).sum(),
         cpu_s: usage.iter().map(|u| u.cpu_ticks).sum::<u64>() as f64 / Usage::TICKS_PER_S as f64,
     };
-    println!("cx devnet: {} jobs settled on chain in {} batches", summary.settled_jobs, summary.batches);
+    println!(
+        "cx devnet: {} jobs settled on chain in {} batches",
+        summary.settled_jobs, summary.batches
+    );
     for (chain, s) in &summary.first_batch_s {
         println!("  first batch on chain {chain}: {s:.1} s after start");
     }

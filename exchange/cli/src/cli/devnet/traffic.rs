@@ -203,7 +203,12 @@ impl Agent {
     }
 
     /// A session key on tab `escrow_id` (as `cx agent session` makes one).
-    async fn session(&self, market: &Market, side: usize, escrow_id: u64) -> anyhow::Result<String> {
+    async fn session(
+        &self,
+        market: &Market,
+        side: usize,
+        escrow_id: u64,
+    ) -> anyhow::Result<String> {
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
         let key = format!("cxs_{}", hex::encode(secret));
@@ -367,7 +372,11 @@ impl Agent {
         };
         let now = now_s();
         // Mostly T1 (re-executed on a second provider), some T0 (stake only).
-        let min_tier = if rng.gen_bool(0.3) { Tier::T0 } else { Tier::T1 };
+        let min_tier = if rng.gen_bool(0.3) {
+            Tier::T0
+        } else {
+            Tier::T1
+        };
         let intent = Intent {
             want: market.model.clone(),
             adapter_id: adapter.map(|a| format!("0x{a}").parse()).transpose()?,
@@ -380,9 +389,7 @@ impl Agent {
             nonce: fresh_nonce(),
             expiry_s: now + 60,
         };
-        let signed = self
-            .keys
-            .sign(intent, &market.sides[side].info.domain())?;
+        let signed = self.keys.sign(intent, &market.sides[side].info.domain())?;
         let accepted = market
             .client
             .submit_intent(&signed, &request)
@@ -406,8 +413,18 @@ impl Agent {
 /// A short prompt, different each call (so the receipts' output hashes differ).
 fn prompt(rng: &mut ChaCha20Rng) -> String {
     const WORDS: [&str; 12] = [
-        "hello", "market", "adapter", "residency", "batch", "settle", "tab", "chain", "signer",
-        "provider", "escrow", "receipt",
+        "hello",
+        "market",
+        "adapter",
+        "residency",
+        "batch",
+        "settle",
+        "tab",
+        "chain",
+        "signer",
+        "provider",
+        "escrow",
+        "receipt",
     ];
     (0..rng.gen_range(3..8))
         .map(|_| WORDS[rng.gen_range(0..WORDS.len())])
