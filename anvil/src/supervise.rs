@@ -242,7 +242,12 @@ impl Usage {
         // state is field 3, utime 14, stime 15.
         let rest = stat.rsplit_once(')')?.1;
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+        let tick = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
         Some(Self {
             peak_rss_bytes: kib("VmHWM:"),
             rss_bytes: kib("VmRSS:"),

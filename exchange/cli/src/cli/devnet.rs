@@ -363,7 +363,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(cx_exchange_server::books::database_url);
 
-    let mut steps = Steps::new(9);
+    let mut steps = Steps::new(8);
     steps.step("database (dropped and created afresh: the chains are fresh too)");
     fresh_dir(&dir)?;
     recreate_database(&database_url).await?;
@@ -692,6 +692,10 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
     println!("  api        {url}/v1 (OpenAPI at {url}/openapi.json)");
     println!("  ca         {}", ca_pem.display());
     println!("  ca sha256  {}", ca.fingerprint_sha256());
+    println!(
+        "  database   {} (created afresh at this start)",
+        super::serve::redact_password(&database_url)
+    );
     for c in &file.chains {
         println!(
             "  chain      {} at {} (Settlement {})",

@@ -376,7 +376,7 @@ pub(super) async fn stop_signal() {
 }
 
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db`, for printing.
-fn redact_password(url: &str) -> String {
+pub(super) fn redact_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
