@@ -84,11 +84,26 @@ impl AnvilInstance {
     /// Starts Anvil with `chain_id` on `port` (a free one when `None`) and `accounts` funded
     /// accounts, and waits until it answers.
     pub fn spawn(chain_id: u64, port: Option<u16>, accounts: u32) -> Result<Self> {
+        Self::spawn_in(chain_id, port, accounts, None)
+    }
+
+    /// [`AnvilInstance::spawn`] with its config and log (`anvil.json`, `anvil.log`) in `dir`,
+    /// kept after it stops (the devnet's `runtime/devnet/chain-<id>/`); a scratch folder when
+    /// `None`.
+    pub fn spawn_in(
+        chain_id: u64,
+        port: Option<u16>,
+        accounts: u32,
+        dir: Option<&Path>,
+    ) -> Result<Self> {
         let port = match port {
             Some(p) => p,
             None => free_port()?,
         };
-        let dir = ScratchDir::new("cx-anvil")?;
+        let dir = match dir {
+            Some(path) => ScratchDir::kept(path)?,
+            None => ScratchDir::new("cx-anvil")?,
+        };
         let config = dir.path.join("anvil.json");
         let mut command = Command::new(anvil_binary());
         command
@@ -150,6 +165,11 @@ impl AnvilInstance {
     /// Whether the process still runs.
     pub fn is_running(&mut self) -> bool {
         self.process.is_running()
+    }
+
+    /// The supervised process (its pid, its resource use).
+    pub fn process(&self) -> &Supervised {
+        &self.process
     }
 
     /// Moves the chain's clock forward by `seconds` and mines a block.

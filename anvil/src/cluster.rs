@@ -72,6 +72,15 @@ fn build_signer(cargo: &Path) -> std::result::Result<PathBuf, String> {
         .ok_or_else(|| "cargo reported no cx-signer executable".to_string())
 }
 
+/// Where a cluster lives: by default a scratch folder (removed on drop) and free ports.
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    /// A folder for configs, keys, data and logs, kept after the signers stop.
+    pub dir: Option<PathBuf>,
+    /// Signer i (from 0) listens on `first_port + i` on 127.0.0.1 (the devnet's 9101..).
+    pub first_port: Option<u16>,
+}
+
 /// n signer processes and the coordinator identity they trust.
 pub struct Cluster {
     binary: PathBuf,
@@ -122,7 +131,29 @@ impl Cluster {
         exchange: Arc<Identity>,
         fee: cx_settlement::ledger::Fee,
     ) -> Result<Self> {
-        let dir = ScratchDir::new("cx-committee")?;
+        Self::start_in(
+            binary,
+            &Placement::default(),
+            operators,
+            rule,
+            exchange,
+            fee,
+        )
+    }
+
+    /// [`Cluster::start_with`] where `placement` says: its folder (kept) and its ports.
+    pub fn start_in(
+        binary: &Path,
+        placement: &Placement,
+        operators: &[&str],
+        rule: CommitteeRule,
+        exchange: Arc<Identity>,
+        fee: cx_settlement::ledger::Fee,
+    ) -> Result<Self> {
+        let dir = match &placement.dir {
+            Some(path) => ScratchDir::kept(path)?,
+            None => ScratchDir::new("cx-committee")?,
+        };
         let deployments_file = dir.path.join("deployments.json");
         let mut members = Vec::new();
         for (i, operator) in operators.iter().enumerate() {
@@ -131,7 +162,13 @@ impl Cluster {
             keyfile::write_identity(&Self::identity_path(&dir.path, index), &identity)?;
             members.push(Member {
                 index,
-                address: format!("127.0.0.1:{}", free_port()?),
+                address: format!(
+                    "127.0.0.1:{}",
+                    match placement.first_port {
+                        Some(first) => first + i as u16,
+                        None => free_port()?,
+                    }
+                ),
                 verification_key: identity.public().to_bytes().to_vec(),
                 operator: operator.to_string(),
                 region: format!("region-{}", i % 3),
@@ -258,6 +295,11 @@ impl Cluster {
             t,
             min_operators,
         )?)
+    }
+
+    /// Each running signer's supervised process (its pid, its resource use).
+    pub fn processes(&self) -> impl Iterator<Item = &Supervised> {
+        self.children.iter().flatten()
     }
 
     /// The log of signer `index` so far.

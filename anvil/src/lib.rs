@@ -42,7 +42,7 @@ pub mod scenario;
 pub mod supervise;
 
 pub use anvil::{AnvilInstance, anvil_binary, workspace_root};
-pub use cluster::{Cluster, signer_binary};
+pub use cluster::{Cluster, Placement, signer_binary};
 pub use error::{Error, Result};
 pub use scenario::ScenarioChain;
-pub use supervise::{ScratchDir, Supervised, free_port};
+pub use supervise::{ScratchDir, Supervised, Usage, free_port};

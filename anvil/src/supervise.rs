@@ -16,11 +16,13 @@ pub fn free_port() -> Result<u16> {
     Ok(listener.local_addr().map_err(Error::NoFreePort)?.port())
 }
 
-/// A folder removed on drop (`CX_KEEP_SCRATCH=1` keeps it, configs and logs, for a post-mortem).
+/// A folder removed on drop (`CX_KEEP_SCRATCH=1` keeps it, configs and logs, for a post-mortem),
+/// or one that is kept ([`ScratchDir::kept`]: the devnet's `runtime/devnet/…`, read after a run).
 #[derive(Debug)]
 pub struct ScratchDir {
     /// Its path.
     pub path: PathBuf,
+    keep: bool,
 }
 
 impl ScratchDir {
@@ -32,12 +34,23 @@ impl ScratchDir {
             hex::encode(&cx_settlement::dkg::random_bytes()[..6])
         ));
         std::fs::create_dir_all(&path).map_err(Error::io(&path))?;
-        Ok(Self { path })
+        Ok(Self { path, keep: false })
+    }
+
+    /// `path` (created if missing), left in place on drop: logs and configs a person reads
+    /// after the processes stopped.
+    pub fn kept(path: impl Into<PathBuf>) -> Result<Self> {
+        let path = path.into();
+        std::fs::create_dir_all(&path).map_err(Error::io(&path))?;
+        Ok(Self { path, keep: true })
     }
 }
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         if std::env::var_os("CX_KEEP_SCRATCH").is_some() {
             eprintln!("kept {}", self.path.display());
             return;
@@ -59,22 +72,53 @@ impl Supervised {
     /// discarded when `None`). `hint` is added to a failure to start (what to install).
     pub fn spawn(
         name: impl Into<String>,
-        mut command: Command,
+        command: Command,
         log: Option<&Path>,
         hint: &'static str,
     ) -> Result<Self> {
-        let stderr = match log {
-            Some(path) => Stdio::from(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .map_err(Error::io(path))?,
-            ),
-            None => Stdio::null(),
+        Self::start(name, command, log, false, hint)
+    }
+
+    /// [`Supervised::spawn`] with stdout appended to the log too (what a server prints at
+    /// start: its URL, its keys), for a process whose whole output a person reads afterwards.
+    pub fn spawn_logged(
+        name: impl Into<String>,
+        command: Command,
+        log: &Path,
+        hint: &'static str,
+    ) -> Result<Self> {
+        Self::start(name, command, Some(log), true, hint)
+    }
+
+    fn start(
+        name: impl Into<String>,
+        mut command: Command,
+        log: Option<&Path>,
+        with_stdout: bool,
+        hint: &'static str,
+    ) -> Result<Self> {
+        let open = |path: &Path| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(Error::io(path))
+        };
+        let (stdout, stderr) = match log {
+            Some(path) => {
+                let file = open(path)?;
+                let stdout = if with_stdout {
+                    Stdio::from(file.try_clone().map_err(Error::io(path))?)
+                } else {
+                    Stdio::null()
+                };
+                (stdout, Stdio::from(file))
+            }
+            None => (Stdio::null(), Stdio::null()),
         };
         let child = command
-            .stdout(Stdio::null())
+            .stdin(Stdio::null())
+            .stdout(stdout)
             .stderr(stderr)
             .spawn()
             .map_err(|source| Error::Spawn {
@@ -128,6 +172,21 @@ impl Supervised {
         matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
 
+    /// Its name, as errors say it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// What the kernel counted for it so far (Linux `/proc`; `None` elsewhere or once gone).
+    pub fn usage(&self) -> Option<Usage> {
+        Usage::of(self.pid()?)
+    }
+
     /// Kills the child (SIGKILL: no chance to flush anything it did not already persist).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -148,5 +207,51 @@ impl Supervised {
 impl Drop for Supervised {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A process's resource use as Linux's `/proc` reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Peak resident memory (`VmHWM`), bytes.
+    pub peak_rss_bytes: u64,
+    /// Resident memory now (`VmRSS`), bytes.
+    pub rss_bytes: u64,
+    /// CPU time in user and kernel mode together, clock ticks (100 per second on Linux).
+    pub cpu_ticks: u64,
+}
+
+impl Usage {
+    /// Clock ticks per second of `cpu_ticks` (`sysconf(_SC_CLK_TCK)`, 100 on every Linux
+    /// target we run on).
+    pub const TICKS_PER_S: u64 = 100;
+
+    /// The usage of process `pid`.
+    pub fn of(pid: u32) -> Option<Self> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .map_or(0, |n| n * 1024)
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces, so split after its `)`):
+        // state is field 3, utime 14, stime 15.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let tick = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        Some(Self {
+            peak_rss_bytes: kib("VmHWM:"),
+            rss_bytes: kib("VmRSS:"),
+            cpu_ticks: tick(11) + tick(12),
+        })
     }
 }

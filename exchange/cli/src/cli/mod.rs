@@ -5,6 +5,7 @@ mod bench;
 mod capacity;
 mod chart;
 mod clear;
+mod devnet;
 mod serve;
 mod simulate;
 
@@ -35,6 +36,9 @@ enum Command {
     Serve(serve::Args),
     /// What an agent does: keys, binding, tabs on chain, signed intents, jobs.
     Agent(agent::Args),
+    /// The whole market on this machine: two Anvil chains, 5 signers, the exchange, providers
+    /// and agents sending traffic, each its own process (Ctrl-C stops them all).
+    Devnet(devnet::Args),
 }
 
 pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
@@ -45,6 +49,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::Agent(args) => agent::run(args),
+        Command::Devnet(args) => devnet::run(args),
     }
 }
 

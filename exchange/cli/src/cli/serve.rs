@@ -359,7 +359,7 @@ fn bind_error(addr: SocketAddr, err: &io::Error) -> anyhow::Error {
 }
 
 /// Ctrl-C, or SIGTERM where there is one (how service managers and containers stop a process).
-async fn stop_signal() {
+pub(super) async fn stop_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -382,7 +382,7 @@ async fn stop_signal() {
 }
 
 /// `postgres://user:secret@host/db` → `postgres://user:***@host/db`, for printing.
-fn redact_password(url: &str) -> String {
+pub(super) fn redact_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };

@@ -1,0 +1,451 @@
+//! The devnet's seeded agents: each binds its ML-DSA key to an Anvil account, keeps one tab open
+//! on every chain with a session key on it, and sends a steady mix of work through cx-client —
+//! OpenAI-door chats on the session key and signed intents, over adapters drawn with Zipf
+//! popularity — and closes each tab every 20–30 s (the first sooner) so that batches settle
+//! while one watches. Every closed tab goes to the tally, which counts what settled.
+
+use anyhow::Context;
+use cx_client::types::ChainInfo;
+use cx_client::{AgentKeys, Client, InferenceRequest, request_hash};
+use cx_contracts::Deployment;
+use cx_protocol::order::{B256, Intent, SessionGrant, TabTerms, U256};
+use cx_protocol::pq::Identity;
+use cx_protocol::{DeterminismClass, Tier};
+use cx_settlement::evm::EvmClient;
+use rand::distributions::{Distribution, WeightedIndex};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha20Rng;
+use serde_json::json;
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// What a tab holds, wei (Anvil's accounts hold 10^24).
+pub(super) const TAB_WEI: u128 = 1_000_000_000_000_000;
+/// Seconds a tab stays open on chain at most (the exchange closes it `--settle-margin-s` before).
+const TAB_DEADLINE_S: u64 = 3_600;
+/// A call's price limit, wei (the asks are around 10^6 wei per compute-second; a call takes
+/// milliseconds).
+pub(super) const MAX_PRICE_WEI: u128 = 10_000_000;
+/// Zipf exponent of adapter popularity (s ≈ 1: the k-th most popular is asked 1/k as often).
+const ZIPF_S: f64 = 1.1;
+
+/// One chain as the agents use it.
+#[derive(Clone, Debug)]
+pub(super) struct Side {
+    pub(super) info: ChainInfo,
+    pub(super) rpc_url: String,
+    pub(super) deployment: Deployment,
+}
+
+/// What every agent shares: the exchange, the chains, the catalog model and the adapters stored
+/// at the exchange (content ids, most popular first).
+pub(super) struct Market {
+    pub(super) client: Client,
+    pub(super) sides: Vec<Side>,
+    pub(super) model: String,
+    pub(super) adapters: Vec<String>,
+    pub(super) stats: Stats,
+    pub(super) log: Mutex<std::fs::File>,
+}
+
+/// Counters the summary prints.
+#[derive(Debug, Default)]
+pub(super) struct Stats {
+    pub(super) chats: AtomicU64,
+    pub(super) intents: AtomicU64,
+    pub(super) tabs_closed: AtomicU64,
+    pub(super) errors: AtomicU64,
+}
+
+impl Market {
+    fn note(&self, line: &str) {
+        if let Ok(mut log) = self.log.lock() {
+            let _ = writeln!(log, "{line}");
+        }
+    }
+}
+
+/// A tab the exchange was asked to settle, with the jobs it paid for.
+#[derive(Debug)]
+pub(super) struct Closed {
+    pub(super) chain_id: u64,
+    pub(super) escrow_id: u64,
+    pub(super) jobs: Vec<B256>,
+}
+
+/// A tab open on one chain, with the session key its chats use.
+#[derive(Debug)]
+pub(super) struct OpenTab {
+    pub(super) escrow_id: u64,
+    pub(super) session_key: String,
+    opened: Instant,
+    close_after: Duration,
+    jobs: Vec<B256>,
+}
+
+/// One seeded agent: its keys and one EVM client per chain acting with its account.
+pub(super) struct Agent {
+    pub(super) name: String,
+    pub(super) keys: AgentKeys,
+    evm: Vec<EvmClient>,
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Unique per account: microseconds, and never the same twice in one process.
+fn fresh_nonce() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last + 1);
+        match LAST.compare_exchange(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
+    }
+}
+
+impl Agent {
+    /// An agent acting with the Anvil account `signer`, its key file written to `path` (0600).
+    pub(super) fn new(
+        name: String,
+        signer: &alloy::signers::local::PrivateKeySigner,
+        sides: &[Side],
+        path: &Path,
+    ) -> anyhow::Result<Self> {
+        let secret: [u8; 32] = signer.to_bytes().into();
+        let keys = AgentKeys::from_secrets(&secret, Identity::generate())?;
+        keys.write(path, true)
+            .with_context(|| format!("{}", path.display()))?;
+        let evm = sides
+            .iter()
+            .map(|s| {
+                EvmClient::connect(&s.rpc_url, signer.clone(), s.deployment)
+                    .with_context(|| format!("chain {} at {}", s.info.chain_id, s.rpc_url))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Self { name, keys, evm })
+    }
+
+    /// Binds the ML-DSA key to the account (once; any served chain carries it).
+    pub(super) async fn bind(&self, market: &Market) -> anyhow::Result<()> {
+        let binding = self.keys.binding(&market.sides[0].info.domain(), 0)?;
+        market
+            .client
+            .bind(&binding)
+            .await
+            .with_context(|| format!("{}: binding", self.name))?;
+        Ok(())
+    }
+
+    /// Opens a tab on chain `side` (as `cx agent open-tab` does) and a session key on it, and
+    /// waits until the exchange mirrors the tab.
+    pub(super) async fn open_tab(
+        &self,
+        market: &Market,
+        side: usize,
+        close_after: Duration,
+    ) -> anyhow::Result<OpenTab> {
+        let chain = &market.sides[side].info;
+        let evm = &self.evm[side];
+        let domain = chain.domain();
+        let terms = TabTerms {
+            buyer: self.keys.account(),
+            amount_wei: TAB_WEI,
+            deadline_s: now_s() + TAB_DEADLINE_S,
+            nonce: fresh_nonce(),
+        };
+        let reference = terms.tab_ref(&domain);
+        let at = || format!("{}: chain {}", self.name, chain.chain_id);
+        evm.approve_all().await.with_context(at)?;
+        let free = evm
+            .escrow_balance(self.keys.account())
+            .await
+            .with_context(at)?;
+        let amount = U256::from(TAB_WEI);
+        if free < amount {
+            evm.deposit(amount - free).await.with_context(at)?;
+        }
+        let (escrow_id, _) = evm
+            .open_job(TAB_WEI, terms.deadline_s, reference)
+            .await
+            .with_context(at)?;
+        let waited = Instant::now();
+        while market.client.tab(chain.chain_id, escrow_id).await.is_err() {
+            if waited.elapsed() > Duration::from_secs(30) {
+                anyhow::bail!(
+                    "{}: the exchange never saw tab {escrow_id} on chain {}",
+                    self.name,
+                    chain.chain_id
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let session_key = self.session(market, side, escrow_id).await?;
+        Ok(OpenTab {
+            escrow_id,
+            session_key,
+            opened: Instant::now(),
+            close_after,
+            jobs: Vec::new(),
+        })
+    }
+
+    /// A session key on tab `escrow_id` (as `cx agent session` makes one).
+    async fn session(
+        &self,
+        market: &Market,
+        side: usize,
+        escrow_id: u64,
+    ) -> anyhow::Result<String> {
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        let key = format!("cxs_{}", hex::encode(secret));
+        let grant = SessionGrant {
+            tab_id: escrow_id,
+            spend_cap_wei: TAB_WEI,
+            expiry_s: now_s() + TAB_DEADLINE_S - 300,
+            default_deadline_s: 60,
+            default_tier: Tier::T1,
+            default_determinism: DeterminismClass::D,
+            default_max_price_wei: MAX_PRICE_WEI,
+            bearer_hash: SessionGrant::bearer_hash_of(key.as_bytes()),
+            nonce: fresh_nonce(),
+        };
+        let signed = self.keys.sign(grant, &market.sides[side].info.domain())?;
+        market
+            .client
+            .open_session(&signed)
+            .await
+            .with_context(|| format!("{}: session on tab {escrow_id}", self.name))?;
+        Ok(key)
+    }
+
+    /// Sends work until the task is aborted: one call at a time, alternating chains; each tab
+    /// closed when its time is up and replaced by a fresh one.
+    pub(super) async fn run(
+        self,
+        market: Arc<Market>,
+        mut tabs: Vec<OpenTab>,
+        closed: mpsc::UnboundedSender<Closed>,
+        seed: u64,
+    ) {
+        let mut rng = ChaCha20Rng::seed_from_u64(seed);
+        let weights: Vec<f64> = (1..=market.adapters.len())
+            .map(|k| 1.0 / (k as f64).powf(ZIPF_S))
+            .collect();
+        let popularity = WeightedIndex::new(&weights).ok();
+        let mut turn = 0usize;
+        loop {
+            turn += 1;
+            let side = turn % tabs.len();
+            if tabs[side].opened.elapsed() >= tabs[side].close_after {
+                self.rotate(&market, &mut tabs, side, &closed, &mut rng)
+                    .await;
+            }
+            // A fifth of the calls on the base model alone; the rest on an adapter.
+            let adapter = match &popularity {
+                Some(p) if rng.gen_bool(0.8) => Some(market.adapters[p.sample(&mut rng)].clone()),
+                _ => None,
+            };
+            let done = if rng.gen_bool(0.25) {
+                self.intent(&market, side, &tabs[side], adapter, &mut rng)
+                    .await
+            } else {
+                self.chat(&market, &tabs[side], adapter, &mut rng).await
+            };
+            match done {
+                Ok(job) => tabs[side].jobs.push(job),
+                Err(e) => {
+                    market.stats.errors.fetch_add(1, Ordering::Relaxed);
+                    market.note(&format!("{}: {e:#}", self.name));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+            let pause = rng.gen_range(300..900);
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    }
+
+    /// Asks the exchange to settle tab `side` and opens a fresh one in its place.
+    async fn rotate(
+        &self,
+        market: &Market,
+        tabs: &mut [OpenTab],
+        side: usize,
+        closed: &mpsc::UnboundedSender<Closed>,
+        rng: &mut ChaCha20Rng,
+    ) {
+        let chain = &market.sides[side].info;
+        let old = &tabs[side];
+        match market
+            .client
+            .close_tab(
+                &self.keys,
+                chain.chain_id,
+                chain.verifying_contract,
+                old.escrow_id,
+            )
+            .await
+        {
+            Ok(_) => {
+                market.stats.tabs_closed.fetch_add(1, Ordering::Relaxed);
+                let _ = closed.send(Closed {
+                    chain_id: chain.chain_id,
+                    escrow_id: old.escrow_id,
+                    jobs: old.jobs.clone(),
+                });
+            }
+            Err(e) => {
+                market.stats.errors.fetch_add(1, Ordering::Relaxed);
+                market.note(&format!(
+                    "{}: closing tab {} on chain {}: {e}",
+                    self.name, old.escrow_id, chain.chain_id
+                ));
+            }
+        }
+        let close_after = Duration::from_secs(rng.gen_range(20..=30));
+        match self.open_tab(market, side, close_after).await {
+            Ok(tab) => tabs[side] = tab,
+            Err(e) => {
+                market.stats.errors.fetch_add(1, Ordering::Relaxed);
+                market.note(&format!("{}: {e:#}", self.name));
+                // Tried again after the next close_after.
+                tabs[side].opened = Instant::now();
+                tabs[side].jobs.clear();
+            }
+        }
+    }
+
+    /// One OpenAI-door chat on the tab's session key; returns its job.
+    async fn chat(
+        &self,
+        market: &Market,
+        tab: &OpenTab,
+        adapter: Option<String>,
+        rng: &mut ChaCha20Rng,
+    ) -> anyhow::Result<B256> {
+        let mut body = json!({
+            "model": market.model,
+            "messages": [{"role": "user", "content": prompt(rng)}],
+            "max_tokens": rng.gen_range(4..=16),
+        });
+        if let Some(id) = adapter {
+            body["cx"] = json!({"adapter_id": format!("0x{id}")});
+        }
+        let completion = market
+            .client
+            .chat(&tab.session_key, &body)
+            .await
+            .context("chat")?;
+        market.stats.chats.fetch_add(1, Ordering::Relaxed);
+        completion["cx"]["job_id"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("a completion without cx.job_id: {completion}"))
+    }
+
+    /// One signed intent on the tab, waiting until its job is done (so no tab closes under a
+    /// job still running); returns its job.
+    async fn intent(
+        &self,
+        market: &Market,
+        side: usize,
+        tab: &OpenTab,
+        adapter: Option<String>,
+        rng: &mut ChaCha20Rng,
+    ) -> anyhow::Result<B256> {
+        let request = InferenceRequest {
+            prompt: prompt(rng),
+            max_tokens: rng.gen_range(4..=16),
+        };
+        let now = now_s();
+        // Mostly T1 (re-executed on a second provider), some T0 (stake only).
+        let min_tier = if rng.gen_bool(0.3) {
+            Tier::T0
+        } else {
+            Tier::T1
+        };
+        let intent = Intent {
+            want: market.model.clone(),
+            adapter_id: adapter.map(|a| format!("0x{a}").parse()).transpose()?,
+            request_hash: request_hash(&request),
+            deadline_s: now + 60,
+            max_price_wei: MAX_PRICE_WEI,
+            min_tier,
+            determinism: DeterminismClass::D,
+            tab_id: tab.escrow_id,
+            nonce: fresh_nonce(),
+            expiry_s: now + 60,
+        };
+        let signed = self.keys.sign(intent, &market.sides[side].info.domain())?;
+        let accepted = market
+            .client
+            .submit_intent(&signed, &request)
+            .await
+            .context("intent")?;
+        market.stats.intents.fetch_add(1, Ordering::Relaxed);
+        let waited = Instant::now();
+        loop {
+            let job = market.client.job(accepted.job_id).await?;
+            if cx_exchange_server::dispatch::TERMINAL.contains(&job.status.as_str()) {
+                return Ok(accepted.job_id);
+            }
+            if waited.elapsed() > Duration::from_secs(30) {
+                anyhow::bail!("intent job {} still {}", accepted.job_id, job.status);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// A short prompt, different each call (so the receipts' output hashes differ).
+fn prompt(rng: &mut ChaCha20Rng) -> String {
+    const WORDS: [&str; 12] = [
+        "hello",
+        "market",
+        "adapter",
+        "residency",
+        "batch",
+        "settle",
+        "tab",
+        "chain",
+        "signer",
+        "provider",
+        "escrow",
+        "receipt",
+    ];
+    (0..rng.gen_range(3..8))
+        .map(|_| WORDS[rng.gen_range(0..WORDS.len())])
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Reads one adapter directory and stores it at the exchange; returns its content id.
+pub(super) async fn put_adapter(client: &Client, dir: &Path) -> anyhow::Result<String> {
+    let config = std::fs::read(dir.join("adapter_config.json"))
+        .with_context(|| format!("{}", dir.display()))?;
+    let weights = std::fs::read(dir.join("adapter_model.safetensors"))
+        .with_context(|| format!("{}", dir.display()))?;
+    let id = cx_protocol::content_id(&[
+        ("adapter_config.json", &config),
+        ("adapter_model.safetensors", &weights),
+    ]);
+    let text = String::from_utf8(config).context("adapter_config.json is not UTF-8")?;
+    let stored = client
+        .put_adapter(&text, &weights, Some(&id))
+        .await
+        .with_context(|| format!("storing {}", dir.display()))?;
+    Ok(stored.id)
+}
