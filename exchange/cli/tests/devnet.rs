@@ -105,3 +105,133 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// The explorer of a running devnet in a real browser (headless Chromium): wait for a job
+/// settled on chain, open its page, check it shows the settled status, every cost term and the
+/// transaction hash, then follow its links to the batch and the provider. Screenshots are kept
+/// under `out/browser/devnet-*.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settled_job_of_the_devnet_shows_in_a_real_browser() {
+    let offset = (0..200)
+        .map(|i| 28_020 + ((std::process::id() as u16 % 100) + i) % 200 * 40)
+        .find(|o| all_free(*o))
+        .expect("some free offset");
+    let db = cx_devnet::db::TempDatabase::create().await.unwrap();
+    let dir = common::TempDir::new("devnet-browser");
+    let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
+    let mut devnet = common::Killed(
+        Command::new(env!("CARGO_BIN_EXE_cx"))
+            .args(["devnet", "--providers", "1", "--agents", "1"])
+            .args(["--port-offset", &offset.to_string()])
+            .arg("--dir")
+            .arg(&dir.0)
+            .env("DATABASE_URL", &db.url)
+            .env("CX_SIGNER_BIN", signer)
+            .env("CX_PROVIDER_BIN", common::provider_bin())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cx runs"),
+    );
+    let exchange = format!("https://127.0.0.1:{}", 8443 + offset);
+    let cert = dir.0.join("ca/server.pem");
+    let shots = common::screenshots_dir();
+    let started = Instant::now();
+    let job_path = loop {
+        assert!(
+            devnet.0.try_wait().unwrap().is_none(),
+            "the devnet exited: {}",
+            std::fs::read_to_string(dir.0.join("exchange.log")).unwrap_or_default()
+        );
+        if cert.exists() {
+            let list = tokio::task::block_in_place(|| {
+                common::try_browse(&format!("{exchange}/explorer/jobs?status=settled"), &cert)
+            });
+            if let Some(at) = list
+                .as_deref()
+                .and_then(|l| l.find("href=\"/explorer/jobs/0x"))
+            {
+                let list = list.as_deref().unwrap();
+                let start = at + "href=\"".len();
+                break list[start..start + list[start..].find('"').unwrap()].to_owned();
+            }
+        }
+        assert!(
+            started.elapsed().as_secs() < 150,
+            "no job settled in 150 s: {}",
+            std::fs::read_to_string(dir.0.join("exchange.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    };
+    let job_page = tokio::task::block_in_place(|| {
+        common::browse(
+            &format!("{exchange}{job_path}"),
+            &cert,
+            &shots.join("devnet-job.png"),
+        )
+    });
+    let status = common::element_text(&job_page, "status").expect("a status");
+    assert!(status.contains("settled"), "{status}");
+    let terms = common::element_text(&job_page, "cost-terms").expect("the cost terms");
+    for term in [
+        "compute",
+        "latency",
+        "failure",
+        "verification",
+        "deadline",
+        "base",
+        "adapter",
+        "total",
+    ] {
+        assert!(terms.contains(term), "{term} missing: {terms}");
+    }
+    let chain = common::element_text(&job_page, "tab").expect("the tab");
+    let chain_id = if chain.contains("31338") {
+        "31338"
+    } else {
+        "31337"
+    };
+    let tx = common::element_text(&job_page, &format!("tx-{chain_id}")).expect("the transaction");
+    assert!(tx.contains("0x") && tx.len() >= 66, "{tx}");
+    let batch = common::element_href(&job_page, "batch-link").expect("a batch link");
+    let batch_page = tokio::task::block_in_place(|| {
+        common::browse(
+            &format!("{exchange}{batch}"),
+            &cert,
+            &shots.join("devnet-batch.png"),
+        )
+    });
+    assert!(
+        common::element_text(&batch_page, "parts").is_some(),
+        "{batch_page}"
+    );
+    let provider = common::element_href(&job_page, "provider-link").expect("a provider link");
+    let provider_page = tokio::task::block_in_place(|| {
+        common::browse(
+            &format!("{exchange}{provider}"),
+            &cert,
+            &shots.join("devnet-provider.png"),
+        )
+    });
+    assert!(
+        common::element_text(&provider_page, "stake").is_some(),
+        "{provider_page}"
+    );
+
+    // Ctrl-C stops every child.
+    let stopped = Command::new("kill")
+        .args(["-INT", &devnet.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let waited = Instant::now();
+    while devnet.0.try_wait().unwrap().is_none() {
+        assert!(
+            waited.elapsed().as_secs() < 30,
+            "the devnet did not stop on SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(all_free(offset), "a child outlived the devnet");
+}

@@ -311,6 +311,39 @@ pub fn browse(url: &str, cert: &Path, shot: &Path) -> String {
     String::from_utf8(run(&["--dump-dom".to_owned()]).stdout).unwrap()
 }
 
+/// `url`'s DOM in headless Chromium (as [`browse`], no screenshot), or `None` when the page
+/// does not load (the server is not up yet).
+pub fn try_browse(url: &str, cert: &Path) -> Option<String> {
+    let spki = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der \
+             | openssl dgst -sha256 -binary | base64",
+            cert.display()
+        ))
+        .output()
+        .ok()?;
+    let spki = String::from_utf8(spki.stdout).ok()?.trim().to_owned();
+    let profile = TempDir::new("chromium");
+    let out = Command::new("chromium")
+        .args([
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+        ])
+        .arg(format!("--ignore-certificate-errors-spki-list={spki}"))
+        .arg(format!("--user-data-dir={}", profile.0.display()))
+        .arg("--dump-dom")
+        .arg(url)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// The text inside the element with `id` in `dom` (tags stripped), if there is one.
 pub fn element_text(dom: &str, id: &str) -> Option<String> {
     let at = dom.find(&format!("id=\"{id}\""))?;
