@@ -717,7 +717,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         if args.no_traffic {
             "(idle: --no-traffic)"
         } else {
-            "sending chats and intents"
+            "sending chats, intents and searches"
         }
     );
     println!("  logs       {}", dir.display());
@@ -810,6 +810,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         ready_s: (ready.as_secs_f64() * 10.0).round() / 10.0,
         chats: load(&stats.chats),
         intents: load(&stats.intents),
+        searches: load(&stats.searches),
         tabs_closed: load(&stats.tabs_closed),
         errors: load(&stats.errors),
         processes: usage.len(),
@@ -824,8 +825,8 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         println!("  first batch on chain {chain}: {s:.1} s after start");
     }
     println!(
-        "  traffic    {} chats, {} intents, {} tabs closed, {} errors (traffic.log)",
-        summary.chats, summary.intents, summary.tabs_closed, summary.errors
+        "  traffic    {} chats, {} intents, {} searches, {} tabs closed, {} errors (traffic.log)",
+        summary.chats, summary.intents, summary.searches, summary.tabs_closed, summary.errors
     );
     println!(
         "  processes  {}: peak memory {:.0} MiB (sum of each one's peak), {:.1} CPU-s",

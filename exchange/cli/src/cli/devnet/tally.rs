@@ -31,6 +31,7 @@ pub(super) struct Summary {
     pub(super) ready_s: f64,
     pub(super) chats: u64,
     pub(super) intents: u64,
+    pub(super) searches: u64,
     pub(super) tabs_closed: u64,
     pub(super) errors: u64,
     pub(super) processes: usize,

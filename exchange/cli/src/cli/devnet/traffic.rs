@@ -57,6 +57,7 @@ pub(super) struct Market {
 pub(super) struct Stats {
     pub(super) chats: AtomicU64,
     pub(super) intents: AtomicU64,
+    pub(super) searches: AtomicU64,
     pub(super) tabs_closed: AtomicU64,
     pub(super) errors: AtomicU64,
 }
@@ -117,6 +118,51 @@ fn fresh_nonce() -> u64 {
 }
 
 impl Agent {
+    /// One signed search on the tab (a SHA-256 preimage with 12 leading zero bits, about
+    /// 4,000 hashes), waiting until a provider's witness fills it; returns its job (the
+    /// search's digest).
+    async fn search(
+        &self,
+        market: &Market,
+        side: usize,
+        tab: &OpenTab,
+        rng: &mut ChaCha20Rng,
+    ) -> anyhow::Result<B256> {
+        let now = now_s();
+        let mut prefix = [0u8; 16];
+        rng.fill(&mut prefix);
+        let search = cx_protocol::order::Search {
+            prefix: prefix.to_vec().into(),
+            target: B256::from(cx_exchange::lifecycle::search::target_for_zero_bits(12)),
+            deadline_s: now + 20,
+            max_price_wei: SEARCH_PRICE_WEI,
+            tab_id: tab.escrow_id,
+            nonce: fresh_nonce(),
+            expiry_s: now + 20,
+        };
+        let signed = self.keys.sign(search, &market.sides[side].info.domain())?;
+        let accepted = market
+            .client
+            .submit_search(&signed)
+            .await
+            .context("search")?;
+        market.stats.searches.fetch_add(1, Ordering::Relaxed);
+        let id: B256 = accepted["order_id"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("a search accepted without an order_id: {accepted}"))?;
+        let waited = Instant::now();
+        loop {
+            let order = market.client.standing_order(id).await?;
+            match order["status"].as_str() {
+                Some("filled") => return Ok(id),
+                Some("open") if waited.elapsed() < Duration::from_secs(25) => {}
+                other => anyhow::bail!("search {id} ended {other:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// An agent acting with the Anvil account `signer`, its key file written to `path` (0600).
     pub(super) fn new(
         name: String,
@@ -259,7 +305,9 @@ impl Agent {
                 Some(p) if rng.gen_bool(0.8) => Some(market.adapters[p.sample(&mut rng)].clone()),
                 _ => None,
             };
-            let done = if rng.gen_bool(0.25) {
+            let done = if rng.gen_bool(0.05) {
+                self.search(&market, side, &tabs[side], &mut rng).await
+            } else if rng.gen_bool(0.25) {
                 self.intent(&market, side, &tabs[side], adapter, &mut rng)
                     .await
             } else {
@@ -371,7 +419,8 @@ impl Agent {
             max_tokens: rng.gen_range(4..=16),
         };
         let now = now_s();
-        // Mostly T1 (re-executed on a second provider), some T0 (stake only).
+        // Mostly T1 (its verification priced in; re-execution on a second provider is not
+        // built yet), some T0 (stake only).
         let min_tier = if rng.gen_bool(0.3) {
             Tier::T0
         } else {
@@ -409,6 +458,9 @@ impl Agent {
         }
     }
 }
+
+/// What a search pays its first witness, wei.
+const SEARCH_PRICE_WEI: u128 = 20_000;
 
 /// A short prompt, different each call (so the receipts' output hashes differ).
 fn prompt(rng: &mut ChaCha20Rng) -> String {
