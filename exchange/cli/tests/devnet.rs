@@ -23,6 +23,49 @@ fn all_free(offset: u16) -> bool {
         .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
 }
 
+/// Every file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The secrets in `dir`'s key files, lowercase hex without `0x` (or the session key as is).
+fn secrets_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for path in files_under(dir) {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let is_key = name.ends_with(".key") || name.ends_with(".identity");
+        let is_agent =
+            path.parent().is_some_and(|p| p.ends_with("agents")) && name.ends_with(".json");
+        if !is_key && !is_agent {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(serde_json::Value::Object(fields)) => {
+                for (field, value) in fields {
+                    if (field.contains("secret") || field.contains("seed"))
+                        && let Some(v) = value.as_str()
+                    {
+                        out.push(v.trim_start_matches("0x").to_lowercase());
+                    }
+                }
+            }
+            _ => out.push(text.trim().trim_start_matches("0x").to_lowercase()),
+        }
+    }
+    out.retain(|s| s.len() >= 32);
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
     // Ports away from a devnet someone runs on the defaults, and from another run of this test.
@@ -100,6 +143,26 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
     }
     // Nothing it started still listens.
     assert!(all_free(offset), "a child outlived the devnet");
+    // No secret it generated is in any log: every key file's secret (the whole file for raw
+    // keys; the `*secret*`/`*seed*` fields of JSON key files), the session key, searched for
+    // in every `.log` under its folder, as stored and without its 0x.
+    let secrets = secrets_under(&dir.0);
+    assert!(secrets.len() >= 15, "found only {} secrets", secrets.len());
+    for log in files_under(&dir.0)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+    {
+        let text = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .to_lowercase();
+        for secret in &secrets {
+            assert!(
+                !text.contains(secret.as_str()),
+                "{} holds a secret from a key file",
+                log.display()
+            );
+        }
+    }
     eprintln!(
         "devnet test: {:.0} s, summary {summary}",
         started.elapsed().as_secs_f64()
