@@ -17,6 +17,7 @@
 //!     bundles: vec![],
 //!     token_hash: Offer::token_hash_of(b"secret"),
 //!     issued_at_s: 1_000,
+//!     residency: None,
 //! };
 //! let signed = SignedOffer::sign(offer, &provider).unwrap();
 //! assert_eq!(signed.verify(1_010).unwrap().id(), provider.id());
@@ -55,6 +56,29 @@ pub struct Offer {
     pub token_hash: B256,
     /// When it was signed, unix seconds.
     pub issued_at_s: u64,
+    /// What its memory holds now (SPEC §4), as its cache reports it; absent from providers
+    /// that do not report (and then not part of the signed bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residency: Option<Residency>,
+}
+
+/// A provider's residency report, signed with its offer and re-sent on every change (and at
+/// least every half minute): which adapters its cache pins (never evicted), how much of its
+/// adapter budget is free, and the shadow price of a residency slot — the expected discounted
+/// value given up to make room for one more adapter of `slot_bytes` (SPEC §4), in seconds of
+/// loading saved.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Residency {
+    /// Adapters (content ids) the cache pins.
+    pub pinned_adapters: Vec<String>,
+    /// Bytes of the adapter budget held by nothing.
+    pub free_bytes: u64,
+    /// The slot the price is for, bytes (the median resident adapter's size).
+    pub slot_bytes: u64,
+    /// The slot's shadow price, seconds of loading saved over the cache's horizon (0 while it
+    /// fits in what is free; `None` when no slot of that size can be made).
+    pub slot_shadow_price: Option<f64>,
 }
 
 impl Offer {
@@ -78,6 +102,22 @@ impl Offer {
         let invalid = |field: String, reason: String| Error::InvalidField { field, reason };
         if self.operator.trim().is_empty() {
             return Err(invalid("offer.operator".into(), "is empty".into()));
+        }
+        if let Some(r) = &self.residency {
+            if r.pinned_adapters.len() > 4096 {
+                return Err(invalid(
+                    "offer.residency.pinned_adapters".into(),
+                    "at most 4096".into(),
+                ));
+            }
+            if r.slot_shadow_price
+                .is_some_and(|p| !p.is_finite() || p < 0.0)
+            {
+                return Err(invalid(
+                    "offer.residency.slot_shadow_price".into(),
+                    "must be finite and not negative".into(),
+                ));
+            }
         }
         if self.bundles.len() > MAX_OFFER_BUNDLES {
             return Err(invalid(
@@ -193,6 +233,7 @@ mod tests {
                 bundles: vec![bundle.clone()],
                 token_hash: Offer::token_hash_of(b"t"),
                 issued_at_s: 1_000 + i as u64,
+                residency: None,
             };
             let text =
                 serde_json::to_string(&SignedOffer::sign(offer, &provider).unwrap()).unwrap();

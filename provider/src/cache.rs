@@ -343,7 +343,7 @@ impl ResidencyCache {
     }
 
     /// Bytes under the budget held by neither adapters nor reservations.
-    fn free_bytes(&self) -> u64 {
+    pub fn free_bytes(&self) -> u64 {
         self.config
             .budget_bytes
             .saturating_sub(self.resident_bytes)

@@ -492,6 +492,7 @@ mod devnet {
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
                 .as_secs(),
+            residency: None,
         };
         let registered = client
             .register_provider(&SignedOffer::sign(offer, &identity).unwrap())

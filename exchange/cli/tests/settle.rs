@@ -493,4 +493,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     });
     let earnings = common::element_text(&provider_page, "earnings").expect("earnings");
     assert!(!earnings.is_empty(), "{earnings}");
+    // Its residency report: the slot's shadow price, as its cache reported it with its offer.
+    let shadow = common::element_text(&provider_page, "shadow-price").expect("shadow price");
+    assert!(!shadow.contains("not reported"), "{shadow}");
 }

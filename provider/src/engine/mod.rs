@@ -445,6 +445,28 @@ impl Engine {
         self.config.max_rank
     }
 
+    /// What the cache holds now, as the offer reports it (SPEC §4): the pinned adapters, the
+    /// free bytes of the budget, and the shadow price of a slot the size of the median resident
+    /// adapter.
+    pub fn residency(&self) -> cx_protocol::offer::Residency {
+        let now = self.shared.now_s();
+        let cache = self.shared.cache();
+        let resident = cache.resident(now);
+        let mut sizes: Vec<u64> = resident.iter().map(|r| r.bytes).collect();
+        sizes.sort_unstable();
+        let slot_bytes = sizes.get(sizes.len() / 2).copied().unwrap_or(0);
+        cx_protocol::offer::Residency {
+            pinned_adapters: resident
+                .iter()
+                .filter(|r| r.pinned)
+                .map(|r| r.id.clone())
+                .collect(),
+            free_bytes: cache.free_bytes(),
+            slot_bytes,
+            slot_shadow_price: cache.shadow_price(slot_bytes, now),
+        }
+    }
+
     /// Registered adapters in alias order, and whether each is resident.
     pub fn adapters(&self) -> Vec<AdapterListing> {
         let registered: Vec<AdapterRef> = self.shared.registry().values().cloned().collect();

@@ -52,7 +52,7 @@ use wire::{
 };
 
 /// How often the offer is re-signed and registered (offers expire after 300 s).
-pub const REREGISTER_EVERY: Duration = Duration::from_secs(120);
+pub const REREGISTER_EVERY: Duration = Duration::from_secs(30);
 /// Seconds one long poll waits on the exchange for a job (its limit is 30).
 const PULL_WAIT_S: u32 = 25;
 /// Jobs taken per poll at most (the exchange's limit is 32).
@@ -122,7 +122,7 @@ pub struct Link {
     /// The dispatch token: a secret, never logged.
     token: Arc<Zeroizing<String>>,
     flops_per_s: f64,
-    /// Rung when the resident adapters change, so the offer says so now, not in two minutes
+    /// Rung when the resident adapters change, so the offer says so now, not at the next period
     /// (and when a poll fails, so an exchange that forgot the offer hears it again).
     residency_changed: Arc<Notify>,
     /// One cold fetch at a time: two jobs naming one adapter fetch and load it once.
@@ -219,6 +219,7 @@ impl Link {
             bundles: vec![self.bundle()],
             token_hash: Offer::token_hash_of(self.token.as_bytes()),
             issued_at_s: unix_now(),
+            residency: Some(self.engine.residency()),
         };
         let signed = SignedOffer::sign(offer, &self.identity)?;
         let registered: Registered = self

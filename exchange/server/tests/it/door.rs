@@ -80,6 +80,7 @@ impl Prov {
             bundles,
             token_hash: Offer::token_hash_of(self.token.as_bytes()),
             issued_at_s: now_s(),
+            residency: None,
         };
         serde_json::to_value(SignedOffer::sign(offer, &self.id).unwrap()).unwrap()
     }

@@ -134,6 +134,7 @@ impl World {
             bundles: bundles(),
             token_hash: Offer::token_hash_of(w.token.as_bytes()),
             issued_at_s: now_s(),
+            residency: None,
         };
         let offer = serde_json::to_value(SignedOffer::sign(offer, &w.provider).unwrap()).unwrap();
         let (status, body) = w.post("/v1/providers/register", None, &offer).await;

@@ -188,6 +188,12 @@ pub(crate) async fn detail(
         stakes: Vec::new(),
         stake_wei: find(&offer, &["stake_wei", "stake"]).and_then(super::amount_text),
         slot_shadow_price: find(&offer, &["slot_shadow_price", "shadow_price"])
+            .or_else(|| {
+                offer
+                    .get("offer")
+                    .and_then(|o| o.get("residency"))
+                    .and_then(|r| r.get("slot_shadow_price"))
+            })
             .and_then(|v| v.as_f64()),
         bundles,
     }))
