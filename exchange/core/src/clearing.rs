@@ -57,11 +57,64 @@ pub fn rank(a: (f64, u64, &str), b: (f64, u64, &str)) -> Ordering {
 
 /// Evaluates every candidate against the five constraints and the price ceiling
 /// ([`feasibility::price_ceiling`]). Candidates must be valid ([`crate::candidate::View::validate`]).
+/// How the feasible bundles are ranked: the seeds' claim is that pricing residency beats the
+/// plain cheapest capable bundle, and the switch lets the running market measure it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// The objective's total: compute, latency, failure, verification, deadline risk and the
+    /// cost of loading what is not resident (SPEC §2).
+    #[default]
+    ResidencyAware,
+    /// The compute term alone (the ask for the compute time): residency, latency and risk
+    /// ignored, as a market that prices only accelerator time would.
+    CheapestCapable,
+}
+
+impl Policy {
+    /// Its name, as flags and reports spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ResidencyAware => "residency_aware",
+            Self::CheapestCapable => "cheapest_capable",
+        }
+    }
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "residency_aware" => Ok(Self::ResidencyAware),
+            "cheapest_capable" => Ok(Self::CheapestCapable),
+            other => Err(format!("{other:?}: residency_aware or cheapest_capable")),
+        }
+    }
+}
+
+/// [`explain_with`] under [`Policy::ResidencyAware`].
 pub fn explain(
     job: &Job,
     candidates: &[Candidate],
     weights: &Weights,
     price_ceiling: &PriceCeiling,
+) -> Decision {
+    explain_with(
+        job,
+        candidates,
+        weights,
+        price_ceiling,
+        Policy::ResidencyAware,
+    )
+}
+
+/// The decision for `job` over `candidates`, feasible bundles ranked by `policy`.
+pub fn explain_with(
+    job: &Job,
+    candidates: &[Candidate],
+    weights: &Weights,
+    price_ceiling: &PriceCeiling,
+    policy: Policy,
 ) -> Decision {
     let key = hash64(job.affinity_key());
     let mut feasible: Vec<(Terms, u64, &Candidate)> = Vec::new();
@@ -84,7 +137,11 @@ pub fn explain(
             }),
         }
     }
-    feasible.sort_by(|a, b| rank((a.0.total, a.1, &a.2.id), (b.0.total, b.1, &b.2.id)));
+    let score = |t: &Terms| match policy {
+        Policy::ResidencyAware => t.total,
+        Policy::CheapestCapable => t.compute,
+    };
+    feasible.sort_by(|a, b| rank((score(&a.0), a.1, &a.2.id), (score(&b.0), b.1, &b.2.id)));
     Decision {
         chosen: feasible.first().map(|f| f.2.id.clone()),
         terms: feasible.first().map(|f| f.0),

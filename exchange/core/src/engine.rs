@@ -445,12 +445,23 @@ impl Engine {
 
     /// The full explanation over every bundle: what a refused buyer is shown.
     pub fn explain(&self, job: &Job, quote: Option<&Quote>) -> Result<Decision> {
+        self.explain_with(job, quote, clearing::Policy::ResidencyAware)
+    }
+
+    /// [`Engine::explain`], the feasible bundles ranked by `policy`.
+    pub fn explain_with(
+        &self,
+        job: &Job,
+        quote: Option<&Quote>,
+        policy: clearing::Policy,
+    ) -> Result<Decision> {
         job.validate()?;
-        Ok(clearing::explain(
+        Ok(clearing::explain_with(
             job,
             &self.candidates(job),
             &self.weights,
             &price_ceiling(job, quote),
+            policy,
         ))
     }
 }

@@ -20,6 +20,7 @@ pub struct Market {
     catalog: Catalog,
     engine: RwLock<Engine>,
     maker: RwLock<MarketMaker>,
+    policy: cx_exchange::clearing::Policy,
 }
 
 /// One market's open quote, as `GET /v1/market` shows it.
@@ -59,7 +60,20 @@ impl Market {
             catalog,
             engine: RwLock::new(Engine::new(weights)?),
             maker: RwLock::new(MarketMaker::new(MarketParams::default())?),
+            policy: Default::default(),
         })
+    }
+
+    /// The same market ranking feasible bundles by `policy` (residency-aware by default;
+    /// cheapest-capable to measure what pricing residency is worth).
+    pub fn with_policy(mut self, policy: cx_exchange::clearing::Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How it ranks feasible bundles.
+    pub fn policy(&self) -> cx_exchange::clearing::Policy {
+        self.policy
     }
 
     /// The engine rebuilt from every bundle the books hold (at start: the books are the truth).
@@ -197,7 +211,7 @@ impl Market {
     /// what the chosen bundle would charge for it, wei.
     pub fn clear(&self, job: &Job) -> Result<(Decision, Option<u128>)> {
         let engine = self.engine_read();
-        let decision = engine.explain(job, None)?;
+        let decision = engine.explain_with(job, None, self.policy)?;
         let charge = decision
             .chosen
             .as_deref()

@@ -20,6 +20,10 @@ pub(crate) enum Command {
     /// Signed intents over HTTPS through verify → persist → clear on a throwaway database,
     /// beside the signature and database bounds.
     Intake(IntakeArgs),
+    /// The running market (a `cx devnet` per policy) end to end: jobs/s and latency split into
+    /// clearing, dispatch, inference, verification and settlement, and the same arrivals
+    /// cleared residency-aware and cheapest-capable side by side.
+    Market(super::bench_market::MarketArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -95,6 +99,7 @@ pub(crate) struct ClearingArgs {
 
 pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
+        Command::Market(a) => super::bench_market::run(a),
         Command::Intake(a) => {
             anyhow::ensure!(
                 (1..=1_000_000).contains(&a.intents),

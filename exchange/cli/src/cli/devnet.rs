@@ -109,6 +109,10 @@ pub(crate) struct Args {
     /// fresh too) [default: postgres://postgres@127.0.0.1:5432/cx].
     #[arg(long, env = "DATABASE_URL", value_name = "URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// How the exchange ranks feasible bundles (`cx serve --clearing`): `residency_aware` or
+    /// `cheapest_capable`.
+    #[arg(long, default_value = "residency_aware")]
+    clearing: cx_exchange::clearing::Policy,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -491,6 +495,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         .args(["--identity", arg(&exchange_key)])
         .args(["--settlement", arg(&settlement)])
         .args(["--settle-margin-s", &SETTLE_MARGIN_S.to_string()])
+        .args(["--clearing", args.clearing.as_str()])
         .env("DATABASE_URL", &database_url);
     let mut exchange_proc =
         Supervised::spawn_logged("the exchange", serve, &dir.join("exchange.log"), "")?;

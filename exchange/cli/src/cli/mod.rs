@@ -2,6 +2,7 @@
 
 mod agent;
 mod bench;
+mod bench_market;
 mod capacity;
 mod chart;
 mod clear;

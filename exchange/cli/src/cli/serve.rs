@@ -87,6 +87,10 @@ pub(crate) struct Args {
     /// are only charged in the books.
     #[arg(long, env = "CX_SETTLEMENT", value_name = "JSON")]
     settlement: Option<PathBuf>,
+    /// How feasible bundles are ranked: `residency_aware` (the objective, pricing what is not
+    /// resident) or `cheapest_capable` (the ask alone: to measure what residency is worth).
+    #[arg(long, env = "CX_CLEARING", default_value = "residency_aware")]
+    clearing: cx_exchange::clearing::Policy,
 }
 
 /// The registries providers must be staked in: one read-only view per served chain.
@@ -158,7 +162,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("--catalog {}", path.display()))?,
         None => Catalog::from_toml_str(DEFAULT_CATALOG).context("the built-in catalog")?,
     };
-    let market = Market::new(catalog, Weights::default())?;
+    let market = Market::new(catalog, Weights::default())?.with_policy(args.clearing);
     let rebuilt = market.load(&books).await.context("rebuilding the engine")?;
     if let Some(path) = &args.bundles {
         for bundle in read_bundles(path)? {
@@ -257,6 +261,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     println!("  database   {} (migrated)", redact_password(&database_url));
     println!("  bundles    {bundles} ({rebuilt} from the books)");
+    println!("  clearing   {}", args.clearing.as_str());
     println!(
         "  identity   {identity_hash} ({}; signs assignments)",
         args.identity.display()

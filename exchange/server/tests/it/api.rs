@@ -238,6 +238,8 @@ async fn the_openapi_document_names_every_route_and_its_types() {
         ("/v1/completions", "post"),
         ("/v1/providers/register", "post"),
         ("/v1/providers/jobs", "post"),
+        ("/v1/providers/searches", "get"),
+        ("/v1/searches/{id}/witness", "post"),
         ("/v1/tabs/{chain_id}/{escrow_id}", "get"),
         ("/v1/tabs/{chain_id}/{escrow_id}/close", "post"),
         ("/v1/claims/{chain_id}/{account}", "get"),
