@@ -234,29 +234,7 @@ async fn a_settled_job_of_the_devnet_shows_in_a_real_browser() {
             &shots.join("devnet-job.png"),
         )
     });
-    let status = common::element_text(&job_page, "status").expect("a status");
-    assert!(status.contains("settled"), "{status}");
-    let terms = common::element_text(&job_page, "cost-terms").expect("the cost terms");
-    for term in [
-        "compute",
-        "latency",
-        "failure",
-        "verification",
-        "deadline",
-        "base",
-        "adapter",
-        "total",
-    ] {
-        assert!(terms.contains(term), "{term} missing: {terms}");
-    }
-    let chain = common::element_text(&job_page, "tab").expect("the tab");
-    let chain_id = if chain.contains("31338") {
-        "31338"
-    } else {
-        "31337"
-    };
-    let tx = common::element_text(&job_page, &format!("tx-{chain_id}")).expect("the transaction");
-    assert!(tx.contains("0x") && tx.len() >= 66, "{tx}");
+    common::check_settled_job_page(&job_page);
     let batch = common::element_href(&job_page, "batch-link").expect("a batch link");
     let batch_page = tokio::task::block_in_place(|| {
         common::browse(

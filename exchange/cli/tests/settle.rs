@@ -441,26 +441,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
             &shots.join("job.png"),
         )
     });
-    let status = common::element_text(&job_page, "status").expect("a status");
-    assert!(status.contains("settled"), "{status}");
-    let terms = common::element_text(&job_page, "cost-terms").expect("the cost terms");
-    for term in [
-        "compute",
-        "latency",
-        "failure",
-        "verification",
-        "deadline",
-        "base",
-        "adapter",
-        "total",
-    ] {
-        assert!(
-            terms.to_lowercase().contains(term),
-            "{term} missing: {terms}"
-        );
-    }
-    let tx = common::element_text(&job_page, "tx-31337").expect("the transaction");
-    assert!(tx.contains("0x") && tx.len() >= 66, "{tx}");
+    common::check_settled_job_page(&job_page);
     let batch_href = common::element_href(&job_page, "batch-link").expect("a batch link");
     let batch_page = tokio::task::block_in_place(|| {
         common::browse(
