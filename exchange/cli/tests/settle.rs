@@ -477,4 +477,81 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     // Its residency report: the slot's shadow price, as its cache reported it with its offer.
     let shadow = common::element_text(&provider_page, "shadow-price").expect("shadow price");
     assert!(!shadow.contains("not reported"), "{shadow}");
+
+    // A provider that changes its registered key after the work: the committee refuses to pay
+    // receipts signed by a key no longer registered, the exchange takes that job out of
+    // settlement with the signers' reason and gives the batch up, and nothing stays stuck.
+    let second = cx_json(
+        agent(&[
+            "open-tab",
+            "--amount",
+            "1000000",
+            "--deadline-in",
+            "3600",
+            "--json",
+            "--deployments",
+            path(&deployments),
+        ]),
+        String::new(),
+    )
+    .await;
+    let second_tab = second["escrow_id"].as_u64().unwrap();
+    let waited = Instant::now();
+    while client.tab(31337, second_tab).await.is_err() {
+        assert!(waited.elapsed() < Duration::from_secs(30), "never mirrored");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let session = cx_json(
+        agent(&[
+            "session",
+            "--tab",
+            &second_tab.to_string(),
+            "--cap-wei",
+            "900000",
+            "--max-price-wei",
+            "100000",
+            "--deadline-in",
+            "30",
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    let key = session["api_key"].as_str().unwrap().to_owned();
+    client.chat(&key, &chat).await.unwrap();
+    provider_account
+        .set_metadata("http://127.0.0.1:9001", B256::repeat_byte(0x66))
+        .await
+        .unwrap();
+    cx_json(
+        agent(&["settle-tab", &second_tab.to_string(), "--json"]),
+        String::new(),
+    )
+    .await;
+    let waited = Instant::now();
+    let reason = loop {
+        let rejected: Option<(String,)> =
+            sqlx::query_as("SELECT reason FROM settlement_rejected_receipts LIMIT 1")
+                .fetch_optional(books.pool())
+                .await
+                .unwrap();
+        if let Some((reason,)) = rejected {
+            break reason;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the refused job was never taken out"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(reason.contains("has not registered key"), "{reason}");
+    let unfinished: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM settlement_batch_parts WHERE status <> 'posted'")
+            .fetch_one(books.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        unfinished, 0,
+        "the refused batch was given up, not left to block the next"
+    );
 }

@@ -234,7 +234,13 @@ impl Settler {
             && (pending.len() >= self.batching.min_jobs
                 || since.is_none_or(|t| t.elapsed().as_secs() >= self.batching.max_age_s));
         if due {
-            pass.batch = self.coordinator.run_once().await.map_err(s)?;
+            pass.batch = match self.coordinator.run_once().await {
+                Err(cx_settlement::Error::Refused { signer, reason }) => {
+                    self.drop_refused(signer, &reason).await?;
+                    None
+                }
+                other => other.map_err(s)?,
+            };
             let left = self
                 .coordinator
                 .store()
@@ -249,6 +255,40 @@ impl Settler {
         }
         pass.settled = self.books.record_settled().await?.len();
         Ok(pass)
+    }
+
+    /// The committee refused the batch being signed: the jobs its reasons name (a provider
+    /// whose key is no longer registered, say) are taken out of settlement with the reason —
+    /// their tabs settle without them, the buyer credited what they held — and the batch is
+    /// given up, so the next one settles the rest. A refusal that names no job leaves the batch
+    /// to be asked again.
+    async fn drop_refused(&self, signer: u16, reason: &str) -> Result<()> {
+        let s = |e: cx_settlement::Error| Error::Settlement(e.to_string());
+        let named = named_jobs(reason);
+        tracing::warn!(
+            signer,
+            jobs = named.len(),
+            "the committee refused a batch: {reason}"
+        );
+        if named.is_empty() {
+            return Ok(());
+        }
+        let store = self.coordinator.store();
+        let Some(batch_id) = store
+            .unfinished()
+            .await
+            .map_err(s)?
+            .first()
+            .map(|p| p.batch_id)
+        else {
+            return Ok(());
+        };
+        let why = format!("refused by signer {signer}: {reason}");
+        self.coordinator.abandon(batch_id, &why).await.map_err(s)?;
+        for job in named {
+            self.coordinator.reject(job, &why).await.map_err(s)?;
+        }
+        Ok(())
     }
 
     /// The voucher of `job` on tab `(chain_id, escrow_id)`.
@@ -327,6 +367,25 @@ impl Settler {
     }
 }
 
+/// The job ids a signer's refusal names (`… of job <64 hex digits>: …`).
+fn named_jobs(reason: &str) -> Vec<[u8; 32]> {
+    let mut out = Vec::new();
+    for (at, _) in reason.match_indices("job ") {
+        let hex_id = reason[at + 4..]
+            .chars()
+            .take_while(char::is_ascii_hexdigit)
+            .collect::<String>();
+        let mut id = [0u8; 32];
+        if hex_id.len() == 64
+            && hex::decode_to_slice(&hex_id, &mut id).is_ok()
+            && !out.contains(&id)
+        {
+            out.push(id);
+        }
+    }
+    out
+}
+
 /// The poster's key: one line of hex (a `0x` prefix allowed), in a file only its owner reads.
 fn read_poster_key(path: &Path) -> Result<alloy::signers::local::PrivateKeySigner> {
     let text = std::fs::read_to_string(path)
@@ -334,4 +393,19 @@ fn read_poster_key(path: &Path) -> Result<alloy::signers::local::PrivateKeySigne
     text.trim()
         .parse()
         .map_err(|_| Error::Settlement(format!("{}: not a hex secp256k1 key", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_refusal_names_its_jobs() {
+        let a = "ab".repeat(32);
+        let b = "0c".repeat(32);
+        let reason = format!(
+            "receipt of job {a}: provider 0x11 has not registered key 0x22; voucher of job {b}: \
+             broken | signer 2: receipt of job {a}: same; job 1234 is too short"
+        );
+        let named = super::named_jobs(&reason);
+        assert_eq!(named, vec![[0xab; 32], [0x0c; 32]]);
+    }
 }
