@@ -64,8 +64,9 @@ impl Books {
             });
         }
         sqlx::query(
-            "UPDATE exchange_tabs SET held_wei = held_wei - $3::numeric, jobs = jobs + 1, \
-                    updated_at = now() WHERE chain_id = $1 AND escrow_id = $2",
+            // Its job slot on the tab was taken when the search was accepted.
+            "UPDATE exchange_tabs SET held_wei = held_wei - $3::numeric, updated_at = now() \
+             WHERE chain_id = $1 AND escrow_id = $2",
         )
         .bind(chain_id)
         .bind(escrow_id)

@@ -48,9 +48,10 @@ impl Books {
     ) -> Result<()> {
         let done: Result<(i64, i64), sqlx::Error> = sqlx::query_as(
             "WITH hold AS ( \
-                 UPDATE exchange_tabs SET held_wei = held_wei + $8::numeric, updated_at = now() \
+                 UPDATE exchange_tabs SET jobs = jobs + 1, held_wei = held_wei + $8::numeric, \
+                        updated_at = now() \
                  WHERE chain_id = $4 AND escrow_id = $7 AND buyer = $3 AND status = 'open' \
-                   AND deadline_s >= $10 AND held_wei + $8::numeric <= amount_wei \
+                   AND deadline_s >= $10 AND held_wei + $8::numeric <= amount_wei AND jobs < 400 \
                  RETURNING 1), \
              ord AS ( \
                  INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body) \
