@@ -2,14 +2,16 @@
 //! (`cx-settlement`), which batches them per chain, has t of n signers check and FROST-sign each
 //! batch, and posts it exactly once (outbox in PostgreSQL, the same database as the books).
 //!
-//! Each job goes as a [`Voucher`]: the buyer's signed order (its intent, or the session grant
-//! the call was made under), the exchange's assignment of it to the provider who ran it, and
+//! Each job goes as a [`Voucher`]: the buyer's signed order (its intent, the session grant the
+//! call was made under, or the search with its witness), the exchange's assignment of it to the provider who ran it, and
 //! that provider's signed receipt — the chain every signer checks on its own before it pays.
 //! The assignment is signed again here for what the job was charged (at most the price the
 //! provider was assigned; the same terms otherwise), so the voucher states what is paid.
 //!
 //! Batches are cut by size (the coordinator's part limit), by age (`max_age_s` after the first
-//! tab waits) and by count (`min_jobs` waiting); every tab that closes is in the next cut.
+//! tab waits) and by count (`min_jobs` waiting); every tab that closes is in the next cut. A
+//! batch the committee refuses is given up and the jobs its reasons name are taken out of
+//! settlement (their tabs settle without them), so one bad voucher never stops the rest.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

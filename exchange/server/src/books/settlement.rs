@@ -1,9 +1,10 @@
 //! Tabs on their way to chain: which tabs stop taking jobs, what each paid, and which settled.
 //!
 //! A tab (one escrow) settles once, whole, so the books hand it to the coordinator only when it
-//! takes no more jobs and none is in flight: its deadline is within the settle margin (every
-//! hold needs the tab open that long past its job's deadline, so by then no job can still be
-//! running). The coordinator's outbox (`settlement_*`, the same database) takes it from there.
+//! takes no more jobs (its buyer asked to settle it, or its deadline is within the settle
+//! margin: every hold needs the tab open that long past its job's deadline) and none of its
+//! jobs is in flight and none of its standing orders open. The coordinator's outbox
+//! (`settlement_*`, the same database) takes it from there.
 
 use super::{Books, parse_wei, to_i64};
 use crate::error::{Error, Result};
