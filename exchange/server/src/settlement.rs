@@ -208,22 +208,12 @@ impl Settler {
             ..Pass::default()
         };
         for (chain_id, escrow_id) in self.books.tabs_ready_to_settle(64).await? {
-            let jobs = self.books.paid_jobs(chain_id, escrow_id).await?;
-            let vouchers = jobs
-                .iter()
-                .map(|job| self.voucher(chain_id, escrow_id, job))
-                .collect::<Result<Vec<_>>>()?;
-            if !vouchers.is_empty() {
-                self.coordinator.submit(&vouchers).await.map_err(s)?;
-                self.waiting_since
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert_with(Instant::now);
+            // One tab that cannot go (a corrupt row, a voucher the coordinator refuses) is
+            // logged and retried; it never holds up the others.
+            match self.submit_tab(chain_id, escrow_id).await {
+                Ok(()) => pass.submitted += 1,
+                Err(err) => tracing::warn!(chain_id, escrow_id, "tab not submitted: {err}"),
             }
-            self.books
-                .mark_tab_submitted(chain_id, escrow_id, vouchers.len())
-                .await?;
-            pass.submitted += 1;
         }
         let pending = self
             .coordinator
@@ -257,6 +247,28 @@ impl Settler {
         }
         pass.settled = self.books.record_settled().await?.len();
         Ok(pass)
+    }
+
+    /// Hands tab `(chain_id, escrow_id)` to the coordinator: every job it paid, as vouchers.
+    async fn submit_tab(&self, chain_id: u64, escrow_id: u64) -> Result<()> {
+        let jobs = self.books.paid_jobs(chain_id, escrow_id).await?;
+        let vouchers = jobs
+            .iter()
+            .map(|job| self.voucher(chain_id, escrow_id, job))
+            .collect::<Result<Vec<_>>>()?;
+        if !vouchers.is_empty() {
+            self.coordinator
+                .submit(&vouchers)
+                .await
+                .map_err(|e| Error::Settlement(e.to_string()))?;
+            self.waiting_since
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(Instant::now);
+        }
+        self.books
+            .mark_tab_submitted(chain_id, escrow_id, vouchers.len())
+            .await
     }
 
     /// The committee refused the batch being signed: the jobs its reasons name (a provider
