@@ -474,6 +474,16 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     });
     let earnings = common::element_text(&provider_page, "earnings").expect("earnings");
     assert!(!earnings.is_empty(), "{earnings}");
+    // The search's fill is a job page too, settled with its tab.
+    let search_page = tokio::task::block_in_place(|| {
+        common::browse(
+            &format!("{url}/explorer/jobs/{search_id}"),
+            &cert,
+            &shots.join("search.png"),
+        )
+    });
+    let status = common::element_text(&search_page, "status").expect("a status");
+    assert!(status.contains("settled"), "{status}");
     // Its residency report: the slot's shadow price, as its cache reported it with its offer.
     let shadow = common::element_text(&provider_page, "shadow-price").expect("shadow price");
     assert!(!shadow.contains("not reported"), "{shadow}");
