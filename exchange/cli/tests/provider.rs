@@ -385,3 +385,243 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     let err = String::from_utf8_lossy(&unstaked.stderr);
     assert!(err.contains("not_staked"), "{err}");
 }
+
+/// A provider that hangs (frozen with SIGSTOP after registering: it never pulls the job it was
+/// assigned) leaves the market once it has been silent for `--provider-silence-s`, and its job
+/// is re-cleared onto another provider, which answers the waiting call before its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_providers_job_is_re_cleared_onto_another_and_answered() {
+    let bin = provider_bin();
+    let dir = TempDir::new("hung");
+    let anvil = AnvilInstance::spawn(31337, None, 4).expect("anvil (scripts/setup-foundry.sh)");
+    let params = DeployParams {
+        group_key: group_key(),
+        grace_period_s: 1,
+        min_stake: U256::from(1u64),
+        unbonding_delay_s: 60,
+        native: true,
+        with_probe: false,
+    };
+    let deployment = deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params)
+        .await
+        .unwrap();
+    let deployments = dir.0.join("deployments.json");
+    DeploymentsFile {
+        chains: vec![ChainDeployment {
+            chain: anvil.entry(),
+            deployment,
+        }],
+    }
+    .write(&deployments)
+    .unwrap();
+    let db = TempDatabase::create().await.unwrap();
+    let catalog = dir.0.join("catalog.toml");
+    std::fs::write(&catalog, CATALOG).unwrap();
+    // Silent after 35 s: above the providers' 30 s re-registration, so a live one never is.
+    let serve_args = strings(&[
+        "--listen",
+        &format!("127.0.0.1:{}", free_port().unwrap()),
+        "--ca-dir",
+        path(&dir.0.join("ca")),
+        "--deployments",
+        path(&deployments),
+        "--catalog",
+        path(&catalog),
+        "--settle-margin-s",
+        "60",
+        "--provider-silence-s",
+        "35",
+    ]);
+    let db_url = db.url.clone();
+    let (url, ca, exchange_key, _serve) = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
+        let mut serve = Serve::start(&args, &db_url);
+        let url = serve.field("url");
+        let ca = PathBuf::from(serve.field("ca"));
+        let identity = serve.field("identity");
+        let key = identity.split_whitespace().next().unwrap().to_owned();
+        (url, ca, key, serve)
+    })
+    .await
+    .unwrap();
+    let model_dir = dir.0.join("model");
+    let out = run(
+        &bin,
+        &[
+            "gen-model",
+            "--out",
+            path(&model_dir),
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--seed",
+            "5",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = cx_client::Client::new(&url, Some(&ca))
+        .unwrap()
+        .with_timeout(Duration::from_secs(90));
+    // Two providers, each staked under its own key; the first starts alone.
+    let start_provider = |n: usize| {
+        let identity = dir.0.join(format!("provider-{n}.key"));
+        let out = run(&bin, &["keygen", "--out", path(&identity)], "");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let evm_key = dir.0.join(format!("provider-{n}-evm.key"));
+        common::write_evm_key(&evm_key, &anvil.keys[1 + n]);
+        common::stake_provider(&bin, &evm_key, &deployments, &identity);
+        Killed(
+            Command::new(&bin)
+                .args(["serve", "--model", path(&model_dir)])
+                .args(["--port", &free_port().unwrap().to_string()])
+                .args(["--served-model-name", MODEL, "--threads", "1"])
+                .args(["--exchange", &url, "--exchange-ca", path(&ca)])
+                .args(["--exchange-key-hash", &format!("0x{exchange_key}")])
+                .args(["--identity", path(&identity)])
+                .args(["--payout", &anvil.keys[1 + n].address().to_string()])
+                .args(["--operator", &format!("op-{n}")])
+                // The second asks half: re-cleared, the job costs no more than it holds.
+                .args(["--ask-wei-per-s", &(1_000_000 / n).to_string()])
+                .args(["--bundle-id", &format!("cpu-{n}"), "--model-name", MODEL])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("cx-provider runs"),
+        )
+    };
+    let registered = async |id: &str| {
+        let waited = Instant::now();
+        while !client
+            .providers()
+            .await
+            .is_ok_and(|b| b.iter().any(|b| b.id == id))
+        {
+            assert!(
+                waited.elapsed() < Duration::from_secs(60),
+                "{id} never registered"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let hung = start_provider(1);
+    registered("cpu-1").await;
+    // It hangs: frozen, it pulls nothing more and sends no fresh offer.
+    let stopped = Command::new("kill")
+        .args(["-STOP", &hung.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+
+    // The agent: Anvil's first account, a tab, bound, a session key.
+    let keys = dir.0.join("agent.json");
+    let secret = format!("{}\n", B256::from(anvil.keys[0].to_bytes()));
+    cx_json(
+        strings(&[
+            "agent",
+            "keygen",
+            "--out",
+            path(&keys),
+            "--import-secp256k1",
+            "--json",
+        ]),
+        secret,
+    )
+    .await;
+    let agent = |rest: &[&str]| {
+        let mut args = strings(&[
+            "agent",
+            "--exchange",
+            &url,
+            "--ca",
+            path(&ca),
+            "--keys",
+            path(&keys),
+        ]);
+        args.extend(strings(rest));
+        args
+    };
+    let tab = cx_json(
+        agent(&[
+            "open-tab",
+            "--amount",
+            "5000000",
+            "--deadline-in",
+            "3600",
+            "--json",
+            "--deployments",
+            path(&deployments),
+        ]),
+        String::new(),
+    )
+    .await;
+    let escrow_id = tab["escrow_id"].as_u64().unwrap();
+    let waited = Instant::now();
+    while client.tab(31337, escrow_id).await.is_err() {
+        assert!(waited.elapsed() < Duration::from_secs(30), "never mirrored");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    cx_json(agent(&["bind", "--json"]), String::new()).await;
+    let session = cx_json(
+        agent(&[
+            "session",
+            "--tab",
+            &escrow_id.to_string(),
+            "--cap-wei",
+            "4000000",
+            "--max-price-wei",
+            "1000000",
+            "--deadline-in",
+            "80",
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    let api_key = session["api_key"].as_str().unwrap().to_owned();
+
+    // The call goes to the only bundle there is: the hung one.
+    let chat = json!({
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 8,
+    });
+    let call = tokio::spawn({
+        let client = client.clone();
+        let (api_key, chat) = (api_key.clone(), chat.clone());
+        async move { client.chat(&api_key, &chat).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A second provider joins; once the first has been silent 35 s it leaves, and its job moves.
+    let _healthy = start_provider(2);
+    registered("cpu-2").await;
+    let answered = call
+        .await
+        .unwrap()
+        .expect("the call is answered by the healthy provider");
+    assert!(
+        answered["choices"][0]["message"]["content"].is_string(),
+        "{answered}"
+    );
+    let job_id: B256 = answered["cx"]["job_id"].as_str().unwrap().parse().unwrap();
+    let job = client.job(job_id).await.unwrap();
+    assert_eq!(job.bundle_id.as_deref(), Some("cpu-2"), "{job:?}");
+    assert!(
+        job.events.iter().any(|e| e.status == "re-cleared"),
+        "{:?}",
+        job.events
+    );
+    let _ = Command::new("kill")
+        .args(["-KILL", &hung.0.id().to_string()])
+        .status();
+}

@@ -142,7 +142,8 @@ pub const PROVIDER_SILENCE_S: u64 = 360;
 /// Runs, every [`SWEEP_PERIOD`], until the task is dropped: expires the jobs whose deadline
 /// passed with no result (their holds return to their tabs and sessions; nothing is charged)
 /// and wakes their waiters; returns the holds of standing orders that ended unfilled; and takes
-/// the bundles of providers silent for [`PROVIDER_SILENCE_S`] out of the engine. A failed sweep
+/// the bundles of providers silent for [`PROVIDER_SILENCE_S`] (or the intake's own setting) out of
+/// the engine, re-clearing their jobs. A failed sweep
 /// is logged and retried at the next tick.
 pub async fn run_sweeps(intake: &crate::intake::Intake) {
     let mut tick = tokio::time::interval(SWEEP_PERIOD);
@@ -166,7 +167,7 @@ pub async fn run_sweeps(intake: &crate::intake::Intake) {
             Ok(n) => tracing::info!(orders = n, "standing orders ended unfilled; holds released"),
             Err(err) => tracing::warn!(error = %format!("{err:#}"), "standing-order sweep failed"),
         }
-        let silent = match books.silent_bundles(now, PROVIDER_SILENCE_S).await {
+        let silent = match books.silent_bundles(now, intake.provider_silence_s()).await {
             Ok(ids) => leave(intake, &ids, now).await,
             Err(err) => Err(err),
         };

@@ -91,6 +91,11 @@ pub(crate) struct Args {
     /// resident) or `cheapest_capable` (the ask alone: to measure what residency is worth).
     #[arg(long, env = "CX_CLEARING", default_value = "residency_aware")]
     clearing: cx_exchange::clearing::Policy,
+    /// Seconds a provider may go without a fresh offer before it leaves the engine and its
+    /// jobs are re-cleared (keep it above the providers' re-registration period, 30 s).
+    #[arg(long, env = "CX_PROVIDER_SILENCE_S", default_value_t = cx_exchange_server::dispatch::PROVIDER_SILENCE_S,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    provider_silence_s: u64,
 }
 
 /// The registries providers must be staked in: one read-only view per served chain.
@@ -217,7 +222,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.settle_margin_s,
     )
     .with_identity(identity.clone())
-    .with_registries(registries(&chains)?);
+    .with_registries(registries(&chains)?)
+    .with_provider_silence_s(args.provider_silence_s);
     let settler = match &args.settlement {
         None => None,
         Some(path) => {

@@ -151,6 +151,7 @@ pub struct Intake {
     bound: RwLock<HashMap<Address, PublicIdentity>>,
     identity: std::sync::Arc<cx_protocol::pq::Identity>,
     registries: crate::stake::Registries,
+    provider_silence_s: u64,
 }
 
 /// Bound ML-DSA keys kept in memory at most (each ~2 KB).
@@ -177,6 +178,7 @@ impl Intake {
             bound: RwLock::new(HashMap::new()),
             identity: std::sync::Arc::new(cx_protocol::pq::Identity::generate()),
             registries: Default::default(),
+            provider_silence_s: crate::dispatch::PROVIDER_SILENCE_S,
         }
     }
 
@@ -192,6 +194,19 @@ impl Intake {
     pub fn with_registries(mut self, registries: crate::stake::Registries) -> Self {
         self.registries = registries;
         self
+    }
+
+    /// The same intake taking providers silent for `seconds` (no fresh offer) out of the engine
+    /// ([`crate::dispatch::PROVIDER_SILENCE_S`] by default; keep it above the providers'
+    /// re-registration period, 30 s for `cx-provider`).
+    pub fn with_provider_silence_s(mut self, seconds: u64) -> Self {
+        self.provider_silence_s = seconds;
+        self
+    }
+
+    /// How long a provider may go without a fresh offer before it leaves the engine.
+    pub fn provider_silence_s(&self) -> u64 {
+        self.provider_silence_s
     }
 
     /// The registries providers must be staked in.
