@@ -296,32 +296,27 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     // A search on the same tab: the provider finds a witness (12 leading zero bits: ~4,000
     // hashes), the exchange checks it and fills the search for its price; every signer checks
     // the witness again before it pays.
-    let agent_keys = cx_client::AgentKeys::load(&keys).unwrap();
-    let chains = client.chains().await.unwrap();
-    let search = cx_protocol::order::Search {
-        prefix: alloy::primitives::Bytes::from_static(b"cx settle test"),
-        target: B256::from(cx_exchange::lifecycle::search::target_for_zero_bits(12)),
-        deadline_s: cx_exchange_server::intake::now_s() + 60,
-        max_price_wei: 50_000,
-        tab_id: escrow_id,
-        nonce: 77,
-        expiry_s: cx_exchange_server::intake::now_s() + 60,
-    };
-    let signed = agent_keys.sign(search, &chains[0].domain()).unwrap();
-    let accepted = client.submit_search(&signed).await.unwrap();
-    let search_id: B256 = accepted["order_id"].as_str().unwrap().parse().unwrap();
-    let waited = Instant::now();
-    loop {
-        let order = client.standing_order(search_id).await.unwrap();
-        if order["status"] == "filled" {
-            break;
-        }
-        assert!(
-            waited.elapsed() < Duration::from_secs(60),
-            "no provider filled the search: {order}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let filled = cx_json(
+        agent(&[
+            "search",
+            "--prefix",
+            &format!("0x{}", hex::encode(b"cx settle test")),
+            "--zero-bits",
+            "12",
+            "--max-price-wei",
+            "50000",
+            "--tab",
+            &escrow_id.to_string(),
+            "--deadline-in",
+            "60",
+            "--wait",
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(filled["status"], "filled", "{filled}");
+    let search_id: B256 = filled["id"].as_str().unwrap().parse().unwrap();
     let charged = client.tab(31337, escrow_id).await.unwrap().held_wei;
     assert_eq!(
         charged,

@@ -71,6 +71,10 @@ enum Command {
     Tab(TabArgs),
     /// Reclaim a tab's escrow on chain after its deadline (and the contract's grace period).
     CloseTab(CloseTabArgs),
+    /// Post a search: a nonce whose SHA-256 with the prefix falls below a target, paid to the
+    /// first provider whose witness checks (refunded at the deadline if none); with `--wait`,
+    /// until it is filled or ends.
+    Search(SearchArgs),
     /// Ask the exchange to settle a tab now: it takes no more jobs, and the next batch pays
     /// what its jobs were charged and credits the rest back (claim it with `cx agent claim`).
     SettleTab(SettleTabArgs),
@@ -275,6 +279,34 @@ struct CloseTabArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct SearchArgs {
+    /// The bytes every candidate is prefixed with (0x-hex).
+    #[arg(long, value_name = "HEX")]
+    prefix: String,
+    /// Leading zero bits the digest must have (the target is 2^(256 − bits)), 1 to 64.
+    #[arg(long, value_name = "BITS", value_parser = clap::value_parser!(u32).range(1..=64))]
+    zero_bits: u32,
+    /// What the witness is paid, wei (held on the tab until then).
+    #[arg(long, value_name = "WEI")]
+    max_price_wei: u128,
+    /// The tab (escrow id) that pays.
+    #[arg(long, value_name = "ID")]
+    tab: u64,
+    /// Seconds from now until a witness must be found.
+    #[arg(long, value_name = "S", default_value_t = 60)]
+    deadline_in: u64,
+    /// Wait until a provider fills it (or it ends) and print the witness's job.
+    #[arg(long)]
+    wait: bool,
+    /// The search's nonce [default: the current time in microseconds].
+    #[arg(long)]
+    nonce: Option<u64>,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
 struct SettleTabArgs {
     /// The tab's escrow id.
     id: u64,
@@ -326,6 +358,7 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         Command::Tab(tab) => run_tab(&args, tab).await,
         Command::CloseTab(close) => run_close_tab(&args, close).await,
         Command::SettleTab(settle) => run_settle_tab(&args, settle).await,
+        Command::Search(search) => run_search(&args, search).await,
         Command::Claim(claim) => run_claim(&args, claim).await,
     }
 }
@@ -813,6 +846,49 @@ async fn run_tab(args: &Args, cmd: &TabArgs) -> anyhow::Result<()> {
         tab.reference
     );
     super::emit(cmd.json, &table, &tab)
+}
+
+async fn run_search(args: &Args, cmd: &SearchArgs) -> anyhow::Result<()> {
+    let keys = args.load_keys()?;
+    let client = args.client()?;
+    let chain = pick_chain(&client, args.chain, false).await?;
+    let prefix = hex::decode(cmd.prefix.trim_start_matches("0x"))
+        .map_err(|_| anyhow!("--prefix: not hex"))?;
+    let now = now_s();
+    let search = cx_protocol::order::Search {
+        prefix: prefix.into(),
+        target: cx_protocol::order::B256::from(
+            cx_exchange::lifecycle::search::target_for_zero_bits(cmd.zero_bits),
+        ),
+        deadline_s: now.saturating_add(cmd.deadline_in),
+        max_price_wei: cmd.max_price_wei,
+        tab_id: cmd.tab,
+        nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
+        expiry_s: now.saturating_add(cmd.deadline_in),
+    };
+    let signed = keys.sign(search, &chain.domain())?;
+    let accepted = client
+        .submit_search(&signed)
+        .await
+        .context("submitting the search")?;
+    let id: cx_protocol::order::B256 = accepted["order_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| {
+            anyhow!("the exchange accepted the search without an order_id: {accepted}")
+        })?;
+    let mut order = client.standing_order(id).await?;
+    while cmd.wait && order["status"] == "open" {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        order = client.standing_order(id).await?;
+    }
+    let table = format!(
+        "search           {id}\nstatus           {}\nheld_wei         {}\nends_s           {}\n",
+        order["status"].as_str().unwrap_or("?"),
+        order["held_wei"].as_str().unwrap_or("?"),
+        order["ends_s"]
+    );
+    super::emit(cmd.json, &table, &order)
 }
 
 async fn run_settle_tab(args: &Args, cmd: &SettleTabArgs) -> anyhow::Result<()> {
