@@ -479,6 +479,11 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     });
     let status = common::element_text(&search_page, "status").expect("a status");
     assert!(status.contains("settled"), "{status}");
+    assert_eq!(
+        common::element_href(&search_page, "provider-link"),
+        Some(provider_href.clone()),
+        "the witness's provider, from its receipt"
+    );
     // Its residency report: the slot's shadow price, as its cache reported it with its offer.
     let shadow = common::element_text(&provider_page, "shadow-price").expect("shadow price");
     assert!(!shadow.contains("not reported"), "{shadow}");

@@ -115,14 +115,15 @@ pub(crate) async fn list(
     let sql = format!(
         "SELECT j.id, {created} AS created_ms, j.account, j.chain_id, j.escrow_id, j.model, \
                 j.adapter, j.decision->>'tier' AS tier, {SHOWN_STATUS} AS status, \
-                j.status AS job_status, j.bundle_id, b.provider_key_hash, \
+                j.status AS job_status, j.bundle_id, \
+                coalesce(b.provider_key_hash, er.provider_key_hash) AS provider_key_hash, \
                 j.held_wei::text AS held_wei, er.amount_owed_wei::text AS charged_wei, sr.batch_id \
          FROM exchange_jobs j \
          LEFT JOIN exchange_bundles b ON b.id = j.bundle_id \
          LEFT JOIN exchange_receipts er ON er.job_id = j.id \
          {SETTLEMENT_JOINS} \
          WHERE ($1::bytea IS NULL OR j.account = $1) \
-           AND ($2::bytea IS NULL OR b.provider_key_hash = $2) \
+           AND ($2::bytea IS NULL OR coalesce(b.provider_key_hash, er.provider_key_hash) = $2) \
            AND ($3::text IS NULL OR j.model = $3) \
            AND ($4::text IS NULL OR j.adapter = $4) \
            AND ($5::text IS NULL OR j.decision->>'tier' = $5) \
@@ -426,7 +427,8 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
     let sql = format!(
         "SELECT j.id, {created} AS created_ms, j.account, j.chain_id, j.escrow_id, j.model, \
                 j.adapter, j.decision->>'tier' AS tier, {SHOWN_STATUS} AS status, \
-                j.status AS job_status, j.bundle_id, b.provider_key_hash, \
+                j.status AS job_status, j.bundle_id, \
+                coalesce(b.provider_key_hash, er.provider_key_hash) AS provider_key_hash, \
                 j.held_wei::text AS held_wei, er.amount_owed_wei::text AS charged_wei, sr.batch_id, \
                 j.deadline_s, j.session_id, j.decision::text AS decision, \
                 o.digest AS order_digest, o.kind AS order_kind, o.account AS order_account, \
@@ -437,8 +439,9 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
          FROM exchange_jobs j \
          JOIN exchange_orders o ON o.digest = j.order_digest \
          LEFT JOIN exchange_bundles b ON b.id = j.bundle_id \
-         LEFT JOIN exchange_providers p ON p.key_hash = b.provider_key_hash \
          LEFT JOIN exchange_receipts er ON er.job_id = j.id \
+         LEFT JOIN exchange_providers p \
+                ON p.key_hash = coalesce(b.provider_key_hash, er.provider_key_hash) \
          {SETTLEMENT_JOINS} \
          WHERE j.id = $1",
         created = ms!("j.created_at"),
