@@ -11,17 +11,11 @@
 
 mod common;
 
-use alloy::primitives::{B256, U256};
-use common::{
-    CATALOG, Killed, MODEL, Serve, TempDir, cx_json, group_key, path, provider_bin, run, strings,
-};
-use cx_contracts::{ChainDeployment, DeploymentsFile};
-use cx_devnet::AnvilInstance;
+use alloy::primitives::B256;
+use common::{Killed, MODEL, TempDir, cx_json, group_key, path, provider_bin, run};
 use cx_devnet::db::TempDatabase;
-use cx_devnet::deploy::{DeployParams, deploy};
 use cx_devnet::free_port;
 use serde_json::json;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,84 +24,29 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     let bin = provider_bin();
     let dir = TempDir::new("market");
 
-    // The chain and its contracts.
-    let anvil = AnvilInstance::spawn(31337, None, 3).expect("anvil (scripts/setup-foundry.sh)");
-    let params = DeployParams {
-        group_key: group_key(),
-        grace_period_s: 1,
-        min_stake: U256::from(1u64),
-        unbonding_delay_s: 60,
-        native: true,
-        with_probe: false,
-    };
-    let deployment = deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params)
-        .await
-        .unwrap();
-    let deployments = dir.0.join("deployments.json");
-    DeploymentsFile {
-        chains: vec![ChainDeployment {
-            chain: anvil.entry(),
-            deployment,
-        }],
-    }
-    .write(&deployments)
-    .unwrap();
-
-    // The exchange: the tiny catalog, no bundles but those providers register.
+    // The chain and its contracts; the exchange: the tiny catalog, no bundles but those
+    // providers register.
+    let common::Chain {
+        anvil, deployments, ..
+    } = common::deploy_chain(&dir.0, 3, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
-    let catalog = dir.0.join("catalog.toml");
-    std::fs::write(&catalog, CATALOG).unwrap();
-    let serve_args = strings(&[
-        "--listen",
-        &format!("127.0.0.1:{}", free_port().unwrap()),
-        "--ca-dir",
-        path(&dir.0.join("ca")),
-        "--deployments",
-        path(&deployments),
-        "--catalog",
-        path(&catalog),
-        "--settle-margin-s",
-        "60",
-    ]);
-    let db_url = db.url.clone();
-    let (url, ca, exchange_key, _serve) = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
-        let mut serve = Serve::start(&args, &db_url);
-        let url = serve.field("url");
-        let ca = PathBuf::from(serve.field("ca"));
-        assert!(serve.field("bundles").starts_with('0'));
-        // `identity   <key hash> (<file>; signs assignments)`: the key the provider pins.
-        let identity = serve.field("identity");
-        let key = identity.split_whitespace().next().unwrap().to_owned();
-        (url, ca, key, serve)
-    })
-    .await
-    .unwrap();
+    let mut exchange = common::start_exchange(&dir.0, &deployments, &db.url, &[]).await;
+    assert!(exchange.serve.field("bundles").starts_with('0'));
+    let (url, ca, exchange_key) = (
+        exchange.url.clone(),
+        exchange.ca.clone(),
+        exchange.key_hash.clone(),
+    );
 
     // The provider: a generated model, its own identity, `serve --exchange`.
-    let model_dir = dir.0.join("model");
+    let model_dir = common::gen_model(&bin, &dir.0);
     let identity = dir.0.join("provider.key");
-    for args in [
-        vec![
-            "gen-model",
-            "--out",
-            path(&model_dir),
-            "--hidden",
-            "64",
-            "--layers",
-            "2",
-            "--seed",
-            "5",
-        ],
-        vec!["keygen", "--out", path(&identity)],
-    ] {
-        let out = run(&bin, &args, "");
-        assert!(
-            out.status.success(),
-            "cx-provider {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let out = run(&bin, &["keygen", "--out", path(&identity)], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Staked on chain under its key, as the exchange admits only staked providers.
     let evm_key = dir.0.join("provider-evm.key");
     common::write_evm_key(&evm_key, &anvil.keys[2]);
@@ -156,74 +95,11 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     assert!(bundle.flops_per_s > 0.0, "{bundle:?}");
 
     // The agent: Anvil's second account, a tab on chain, bound, a session key.
-    let keys = dir.0.join("agent.json");
-    let secret = format!("{}\n", B256::from(anvil.keys[1].to_bytes()));
-    cx_json(
-        strings(&[
-            "agent",
-            "keygen",
-            "--out",
-            path(&keys),
-            "--import-secp256k1",
-            "--json",
-        ]),
-        secret,
-    )
-    .await;
-    let agent = |rest: &[&str]| {
-        let mut args = strings(&[
-            "agent",
-            "--exchange",
-            &url,
-            "--ca",
-            path(&ca),
-            "--keys",
-            path(&keys),
-        ]);
-        args.extend(strings(rest));
-        args
-    };
-    let tab = cx_json(
-        agent(&[
-            "open-tab",
-            "--amount",
-            "5000000",
-            "--deadline-in",
-            "3600",
-            "--json",
-            "--deployments",
-            path(&deployments),
-        ]),
-        String::new(),
-    )
-    .await;
-    let escrow_id = tab["escrow_id"].as_u64().unwrap();
-    let waited = Instant::now();
-    while client.tab(31337, escrow_id).await.is_err() {
-        assert!(
-            waited.elapsed() < Duration::from_secs(30),
-            "the watcher never mirrored the tab"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    cx_json(agent(&["bind", "--json"]), String::new()).await;
-    let session = cx_json(
-        agent(&[
-            "session",
-            "--tab",
-            &escrow_id.to_string(),
-            "--cap-wei",
-            "4000000",
-            "--max-price-wei",
-            "1000000",
-            "--deadline-in",
-            "60",
-            "--json",
-        ]),
-        String::new(),
-    )
-    .await;
-    let api_key = session["api_key"].as_str().unwrap().to_owned();
+    let agent =
+        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
+    let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;
+    cx_json(agent.args(&["bind", "--json"]), String::new()).await;
+    let api_key = agent.session(escrow_id, "4000000", "1000000", "60").await;
 
     // The OpenAI door, answered by the provider's inference.
     let chat = json!({
@@ -277,7 +153,7 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     );
     // Stored as a user stores one: `cx agent put-adapter DIR`.
     let stored = cx_json(
-        agent(&[
+        agent.args(&[
             "put-adapter",
             adapters.join("adapter-000").to_str().unwrap(),
             "--json",
@@ -332,7 +208,7 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
 
     // Both jobs are done with the provider's output; the tab holds what the receipts charged.
     let done = cx_json(
-        agent(&["jobs", "--status", "done", "--json"]),
+        agent.args(&["jobs", "--status", "done", "--json"]),
         String::new(),
     )
     .await;
@@ -393,78 +269,24 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
 async fn a_hung_providers_job_is_re_cleared_onto_another_and_answered() {
     let bin = provider_bin();
     let dir = TempDir::new("hung");
-    let anvil = AnvilInstance::spawn(31337, None, 4).expect("anvil (scripts/setup-foundry.sh)");
-    let params = DeployParams {
-        group_key: group_key(),
-        grace_period_s: 1,
-        min_stake: U256::from(1u64),
-        unbonding_delay_s: 60,
-        native: true,
-        with_probe: false,
-    };
-    let deployment = deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params)
-        .await
-        .unwrap();
-    let deployments = dir.0.join("deployments.json");
-    DeploymentsFile {
-        chains: vec![ChainDeployment {
-            chain: anvil.entry(),
-            deployment,
-        }],
-    }
-    .write(&deployments)
-    .unwrap();
+    let common::Chain {
+        anvil, deployments, ..
+    } = common::deploy_chain(&dir.0, 4, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
-    let catalog = dir.0.join("catalog.toml");
-    std::fs::write(&catalog, CATALOG).unwrap();
     // Silent after 35 s: above the providers' 30 s re-registration, so a live one never is.
-    let serve_args = strings(&[
-        "--listen",
-        &format!("127.0.0.1:{}", free_port().unwrap()),
-        "--ca-dir",
-        path(&dir.0.join("ca")),
-        "--deployments",
-        path(&deployments),
-        "--catalog",
-        path(&catalog),
-        "--settle-margin-s",
-        "60",
-        "--provider-silence-s",
-        "35",
-    ]);
-    let db_url = db.url.clone();
-    let (url, ca, exchange_key, _serve) = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
-        let mut serve = Serve::start(&args, &db_url);
-        let url = serve.field("url");
-        let ca = PathBuf::from(serve.field("ca"));
-        let identity = serve.field("identity");
-        let key = identity.split_whitespace().next().unwrap().to_owned();
-        (url, ca, key, serve)
-    })
-    .await
-    .unwrap();
-    let model_dir = dir.0.join("model");
-    let out = run(
-        &bin,
-        &[
-            "gen-model",
-            "--out",
-            path(&model_dir),
-            "--hidden",
-            "64",
-            "--layers",
-            "2",
-            "--seed",
-            "5",
-        ],
-        "",
+    let exchange = common::start_exchange(
+        &dir.0,
+        &deployments,
+        &db.url,
+        &["--provider-silence-s", "35"],
+    )
+    .await;
+    let (url, ca, exchange_key) = (
+        exchange.url.clone(),
+        exchange.ca.clone(),
+        exchange.key_hash.clone(),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let model_dir = common::gen_model(&bin, &dir.0);
     let client = cx_client::Client::new(&url, Some(&ca))
         .unwrap()
         .with_timeout(Duration::from_secs(90));
@@ -524,71 +346,11 @@ async fn a_hung_providers_job_is_re_cleared_onto_another_and_answered() {
     assert!(stopped.success());
 
     // The agent: Anvil's first account, a tab, bound, a session key.
-    let keys = dir.0.join("agent.json");
-    let secret = format!("{}\n", B256::from(anvil.keys[0].to_bytes()));
-    cx_json(
-        strings(&[
-            "agent",
-            "keygen",
-            "--out",
-            path(&keys),
-            "--import-secp256k1",
-            "--json",
-        ]),
-        secret,
-    )
-    .await;
-    let agent = |rest: &[&str]| {
-        let mut args = strings(&[
-            "agent",
-            "--exchange",
-            &url,
-            "--ca",
-            path(&ca),
-            "--keys",
-            path(&keys),
-        ]);
-        args.extend(strings(rest));
-        args
-    };
-    let tab = cx_json(
-        agent(&[
-            "open-tab",
-            "--amount",
-            "5000000",
-            "--deadline-in",
-            "3600",
-            "--json",
-            "--deployments",
-            path(&deployments),
-        ]),
-        String::new(),
-    )
-    .await;
-    let escrow_id = tab["escrow_id"].as_u64().unwrap();
-    let waited = Instant::now();
-    while client.tab(31337, escrow_id).await.is_err() {
-        assert!(waited.elapsed() < Duration::from_secs(30), "never mirrored");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    cx_json(agent(&["bind", "--json"]), String::new()).await;
-    let session = cx_json(
-        agent(&[
-            "session",
-            "--tab",
-            &escrow_id.to_string(),
-            "--cap-wei",
-            "4000000",
-            "--max-price-wei",
-            "1000000",
-            "--deadline-in",
-            "80",
-            "--json",
-        ]),
-        String::new(),
-    )
-    .await;
-    let api_key = session["api_key"].as_str().unwrap().to_owned();
+    let agent =
+        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[0].to_bytes())).await;
+    let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;
+    cx_json(agent.args(&["bind", "--json"]), String::new()).await;
+    let api_key = agent.session(escrow_id, "4000000", "1000000", "80").await;
 
     // The call goes to the only bundle there is: the hung one.
     let chat = json!({

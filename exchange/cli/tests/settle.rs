@@ -11,11 +11,9 @@
 mod common;
 
 use alloy::primitives::{Address, B256, U256};
-use common::{CATALOG, Killed, MODEL, Serve, TempDir, cx_json, path, provider_bin, run, strings};
-use cx_contracts::{ChainDeployment, DeploymentsFile};
+use common::{Killed, MODEL, TempDir, cx_json, path, provider_bin, run};
 use cx_devnet::db::TempDatabase;
-use cx_devnet::deploy::{DeployParams, deploy};
-use cx_devnet::{AnvilInstance, Cluster, free_port, signer_binary};
+use cx_devnet::{Cluster, free_port, signer_binary};
 use cx_protocol::pq::Identity;
 use cx_settlement::config::CommitteeRule;
 use cx_settlement::coordinator::{PgStore, Store};
@@ -23,7 +21,6 @@ use cx_settlement::evm::EvmClient;
 use cx_settlement::frost::EvmGroupKey;
 use cx_settlement::ledger::Fee;
 use serde_json::json;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,27 +54,18 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
 
     // The chain, its contracts under the committee's key. The grace period leaves the
     // coordinator's reclaim margin (900 s) after a tab closes.
-    let anvil = AnvilInstance::spawn(31337, None, 4).expect("anvil (scripts/setup-foundry.sh)");
-    let params = DeployParams {
-        group_key: EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap(),
-        grace_period_s: 1_200,
-        min_stake: U256::from(1u64),
-        unbonding_delay_s: 60,
-        native: true,
-        with_probe: false,
-    };
-    let deployment = deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params)
-        .await
-        .unwrap();
-    let deployments = dir.0.join("deployments.json");
-    let file = DeploymentsFile {
-        chains: vec![ChainDeployment {
-            chain: anvil.entry(),
-            deployment,
-        }],
-    };
-    file.write(&deployments).unwrap();
-    file.write(&cluster.deployments_file).unwrap();
+    let common::Chain {
+        anvil,
+        deployment,
+        deployments,
+    } = common::deploy_chain(
+        &dir.0,
+        4,
+        EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap(),
+        1_200,
+    )
+    .await;
+    std::fs::copy(&deployments, &cluster.deployments_file).unwrap();
 
     // The exchange's books hold the group key the coordinator signs under.
     let db = TempDatabase::create().await.unwrap();
@@ -116,64 +104,36 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     )
     .unwrap();
 
-    let catalog = dir.0.join("catalog.toml");
-    std::fs::write(&catalog, CATALOG).unwrap();
-    let serve_args = strings(&[
-        "--listen",
-        &format!("127.0.0.1:{}", free_port().unwrap()),
-        "--ca-dir",
-        path(&dir.0.join("ca")),
-        "--deployments",
-        path(&deployments),
-        "--catalog",
-        path(&catalog),
-        "--identity",
-        path(&exchange_key),
-        "--settlement",
-        path(&settlement),
-        "--settle-margin-s",
-        "60",
-    ]);
-    let db_url = db.url.clone();
-    let (url, ca, exchange_hash, settles, _serve) = tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
-        let mut serve = Serve::start(&args, &db_url);
-        let url = serve.field("url");
-        let ca = PathBuf::from(serve.field("ca"));
-        let identity = serve.field("identity");
-        let key = identity.split_whitespace().next().unwrap().to_owned();
-        let settles = serve.field("settlement");
-        (url, ca, key, settles, serve)
-    })
-    .await
-    .unwrap();
+    let mut market = common::start_exchange(
+        &dir.0,
+        &deployments,
+        &db.url,
+        &[
+            "--identity",
+            path(&exchange_key),
+            "--settlement",
+            path(&settlement),
+        ],
+    )
+    .await;
+    let settles = market.serve.field("settlement");
+    let (url, ca, exchange_hash) = (
+        market.url.clone(),
+        market.ca.clone(),
+        market.key_hash.clone(),
+    );
     assert!(settles.starts_with("2 of 3 signers"), "{settles}");
     assert_eq!(format!("{}", exchange.id()), exchange_hash);
 
     // The provider: a generated model, its key registered on chain for its payout account.
-    let model_dir = dir.0.join("model");
+    let model_dir = common::gen_model(&bin, &dir.0);
     let identity = dir.0.join("provider.key");
-    for args in [
-        vec![
-            "gen-model",
-            "--out",
-            path(&model_dir),
-            "--hidden",
-            "64",
-            "--layers",
-            "2",
-            "--seed",
-            "5",
-        ],
-        vec!["keygen", "--out", path(&identity)],
-    ] {
-        let out = run(&bin, &args, "");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let out = run(&bin, &["keygen", "--out", path(&identity)], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let evm_key = dir.0.join("provider-evm.key");
     common::write_evm_key(&evm_key, &anvil.keys[2]);
     common::stake_provider(&bin, &evm_key, &deployments, &identity);
@@ -214,72 +174,11 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     }
 
     // The agent buys one completion on a tab of 5,000,000 wei.
-    let keys = dir.0.join("agent.json");
-    let secret = format!("{}\n", B256::from(anvil.keys[1].to_bytes()));
-    cx_json(
-        strings(&[
-            "agent",
-            "keygen",
-            "--out",
-            path(&keys),
-            "--import-secp256k1",
-            "--json",
-        ]),
-        secret,
-    )
-    .await;
-    let agent = |rest: &[&str]| {
-        let mut args = strings(&[
-            "agent",
-            "--exchange",
-            &url,
-            "--ca",
-            path(&ca),
-            "--keys",
-            path(&keys),
-        ]);
-        args.extend(strings(rest));
-        args
-    };
+    let agent = common::Agent::import(&dir.0, &market, B256::from(anvil.keys[1].to_bytes())).await;
     let amount = 5_000_000u128;
-    let tab = cx_json(
-        agent(&[
-            "open-tab",
-            "--amount",
-            &amount.to_string(),
-            "--deadline-in",
-            "3600",
-            "--json",
-            "--deployments",
-            path(&deployments),
-        ]),
-        String::new(),
-    )
-    .await;
-    let escrow_id = tab["escrow_id"].as_u64().unwrap();
-    let waited = Instant::now();
-    while client.tab(31337, escrow_id).await.is_err() {
-        assert!(waited.elapsed() < Duration::from_secs(30), "never mirrored");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    cx_json(agent(&["bind", "--json"]), String::new()).await;
-    let session = cx_json(
-        agent(&[
-            "session",
-            "--tab",
-            &escrow_id.to_string(),
-            "--cap-wei",
-            "4000000",
-            "--max-price-wei",
-            "1000000",
-            "--deadline-in",
-            "60",
-            "--json",
-        ]),
-        String::new(),
-    )
-    .await;
-    let api_key = session["api_key"].as_str().unwrap().to_owned();
+    let escrow_id = agent.open_tab(&client, amount, &deployments).await;
+    cx_json(agent.args(&["bind", "--json"]), String::new()).await;
+    let api_key = agent.session(escrow_id, "4000000", "1000000", "60").await;
     let chat = json!({
         "model": MODEL,
         "messages": [{"role": "user", "content": "Say hello."}],
@@ -297,7 +196,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     // hashes), the exchange checks it and fills the search for its price; every signer checks
     // the witness again before it pays.
     let filled = cx_json(
-        agent(&[
+        agent.args(&[
             "search",
             "--prefix",
             &format!("0x{}", hex::encode(b"cx settle test")),
@@ -329,7 +228,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
 
     // The buyer settles the tab now; the next batch lands on chain.
     let closed = cx_json(
-        agent(&["settle-tab", &escrow_id.to_string(), "--json"]),
+        agent.args(&["settle-tab", &escrow_id.to_string(), "--json"]),
         String::new(),
     )
     .await;
@@ -358,7 +257,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
 
     // The buyer claims the rest of the tab, once.
     let claimed = cx_json(
-        agent(&["claim", "--json", "--deployments", path(&deployments)]),
+        agent.args(&["claim", "--json", "--deployments", path(&deployments)]),
         String::new(),
     )
     .await;
@@ -369,7 +268,8 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     );
     let again = run(
         std::path::Path::new(env!("CARGO_BIN_EXE_cx")),
-        &agent(&["claim", "--deployments", path(&deployments)])
+        &agent
+            .args(&["claim", "--deployments", path(&deployments)])
             .iter()
             .map(String::as_str)
             .collect::<Vec<_>>(),
@@ -412,7 +312,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
 
     // The explorer in headless Chromium: the job page shows the job settled, every cost term
     // and the transaction hash on its chain; its links lead to the batch and the provider.
-    let jobs = cx_json(agent(&["jobs", "--json"]), String::new()).await;
+    let jobs = cx_json(agent.args(&["jobs", "--json"]), String::new()).await;
     let chat_job = jobs
         .as_array()
         .unwrap()
@@ -491,50 +391,15 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     // A provider that changes its registered key after the work: the committee refuses to pay
     // receipts signed by a key no longer registered, the exchange takes that job out of
     // settlement with the signers' reason and gives the batch up, and nothing stays stuck.
-    let second = cx_json(
-        agent(&[
-            "open-tab",
-            "--amount",
-            "1000000",
-            "--deadline-in",
-            "3600",
-            "--json",
-            "--deployments",
-            path(&deployments),
-        ]),
-        String::new(),
-    )
-    .await;
-    let second_tab = second["escrow_id"].as_u64().unwrap();
-    let waited = Instant::now();
-    while client.tab(31337, second_tab).await.is_err() {
-        assert!(waited.elapsed() < Duration::from_secs(30), "never mirrored");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let session = cx_json(
-        agent(&[
-            "session",
-            "--tab",
-            &second_tab.to_string(),
-            "--cap-wei",
-            "900000",
-            "--max-price-wei",
-            "100000",
-            "--deadline-in",
-            "30",
-            "--json",
-        ]),
-        String::new(),
-    )
-    .await;
-    let key = session["api_key"].as_str().unwrap().to_owned();
+    let second_tab = agent.open_tab(&client, 1_000_000, &deployments).await;
+    let key = agent.session(second_tab, "900000", "100000", "30").await;
     client.chat(&key, &chat).await.unwrap();
     provider_account
         .set_metadata("http://127.0.0.1:9001", B256::repeat_byte(0x66))
         .await
         .unwrap();
     cx_json(
-        agent(&["settle-tab", &second_tab.to_string(), "--json"]),
+        agent.args(&["settle-tab", &second_tab.to_string(), "--json"]),
         String::new(),
     )
     .await;

@@ -52,27 +52,8 @@ const RANKS: &str = "4,8,16,32";
 const SETTLE_MARGIN_S: u64 = 60;
 const GRACE_PERIOD_S: u64 = 1_200;
 
-const CATALOG: &str = r#"
-[[providers]]
-name = "cx-fleet"
-description = "providers on this devnet"
-
-[[models]]
-name = "tiny-llama"
-aliases = ["tiny"]
-quality = 0.3
-latency_s = 0.5
-code = 0.1
-vision = 0.0
-shape = { base_bytes = 540000, parameters = 135000, kv_bytes_per_token = 1024 }
-
-[[models.rungs]]
-upstream = "cx/tiny-llama"
-provider = "cx-fleet"
-context_limit_tokens = 2048
-retail = { input_wei_per_mtok = 60000, output_wei_per_mtok = 80000 }
-cost = { input_wei_per_mtok = 40000, output_wei_per_mtok = 50000 }
-"#;
+/// The catalog of the generated model every devnet provider serves (tests read the same file).
+const CATALOG: &str = include_str!("../../fixtures/tiny-catalog.toml");
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {

@@ -137,27 +137,7 @@ pub const MODEL: &str = "tiny-llama";
 
 /// A catalog with one model whose shape is the generated checkpoint's (hidden 64, 2 layers,
 /// vocabulary 512: about 0.13 M parameters in f32).
-pub const CATALOG: &str = r#"
-[[providers]]
-name = "cx-fleet"
-description = "providers on this exchange"
-
-[[models]]
-name = "tiny-llama"
-aliases = ["tiny"]
-quality = 0.3
-latency_s = 0.5
-code = 0.1
-vision = 0.0
-shape = { base_bytes = 540000, parameters = 135000, kv_bytes_per_token = 1024 }
-
-[[models.rungs]]
-upstream = "cx/tiny-llama"
-provider = "cx-fleet"
-context_limit_tokens = 2048
-retail = { input_wei_per_mtok = 60000, output_wei_per_mtok = 80000 }
-cost = { input_wei_per_mtok = 40000, output_wei_per_mtok = 50000 }
-"#;
+pub const CATALOG: &str = include_str!("../../fixtures/tiny-catalog.toml");
 
 /// A child process killed on drop.
 pub struct Killed(pub Child);
@@ -384,4 +364,229 @@ pub fn element_href(dom: &str, id: &str) -> Option<String> {
     let tag = &dom[open..close];
     let href = tag.find("href=\"")? + 6;
     Some(tag[href..href + tag[href..].find('"')?].replace("&amp;", "&"))
+}
+
+// ---- a market on one chain (provider.rs, settle.rs) -------------------------------------------
+
+/// Anvil (chain 31337, `accounts` funded keys) with the contracts deployed under `group_key`
+/// (native asset, minimum stake 1 wei), and `dir/deployments.json` naming it.
+pub struct Chain {
+    pub anvil: cx_devnet::AnvilInstance,
+    pub deployment: cx_contracts::Deployment,
+    pub deployments: PathBuf,
+}
+
+pub async fn deploy_chain(
+    dir: &Path,
+    accounts: u32,
+    group_key: cx_settlement::frost::EvmGroupKey,
+    grace_period_s: u64,
+) -> Chain {
+    let anvil = cx_devnet::AnvilInstance::spawn(31337, None, accounts)
+        .expect("anvil (scripts/setup-foundry.sh)");
+    let params = cx_devnet::deploy::DeployParams {
+        group_key,
+        grace_period_s,
+        min_stake: alloy::primitives::U256::from(1u64),
+        unbonding_delay_s: 60,
+        native: true,
+        with_probe: false,
+    };
+    let deployment = cx_devnet::deploy::deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params)
+        .await
+        .unwrap();
+    let deployments = dir.join("deployments.json");
+    cx_contracts::DeploymentsFile {
+        chains: vec![cx_contracts::ChainDeployment {
+            chain: anvil.entry(),
+            deployment,
+        }],
+    }
+    .write(&deployments)
+    .unwrap();
+    Chain {
+        anvil,
+        deployment,
+        deployments,
+    }
+}
+
+/// A running `cx serve` and what it printed: its URL, its CA and the key hash it signs with.
+pub struct Exchange {
+    pub url: String,
+    pub ca: PathBuf,
+    pub key_hash: String,
+    pub serve: Serve,
+}
+
+/// `cx serve` on a free port with the tiny catalog, its CA under `dir/ca`, the chains of
+/// `deployments`, a 60 s settle margin, and `extra` flags.
+pub async fn start_exchange(
+    dir: &Path,
+    deployments: &Path,
+    database_url: &str,
+    extra: &[&str],
+) -> Exchange {
+    let catalog = dir.join("catalog.toml");
+    std::fs::write(&catalog, CATALOG).unwrap();
+    let mut args = strings(&[
+        "--listen",
+        &format!("127.0.0.1:{}", cx_devnet::free_port().unwrap()),
+        "--ca-dir",
+        path(&dir.join("ca")),
+        "--deployments",
+        path(deployments),
+        "--catalog",
+        path(&catalog),
+        "--settle-margin-s",
+        "60",
+    ]);
+    args.extend(strings(extra));
+    let database_url = database_url.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut serve = Serve::start(&args, &database_url);
+        let url = serve.field("url");
+        let ca = PathBuf::from(serve.field("ca"));
+        // `identity   <key hash> (<file>; signs assignments)`: the key providers pin.
+        let identity = serve.field("identity");
+        let key_hash = identity.split_whitespace().next().unwrap().to_owned();
+        Exchange {
+            url,
+            ca,
+            key_hash,
+            serve,
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// `cx-provider gen-model` of the tiny catalog's shape (hidden 64, 2 layers) into `dir/model`.
+pub fn gen_model(bin: &Path, dir: &Path) -> PathBuf {
+    let model = dir.join("model");
+    let out = run(
+        bin,
+        &[
+            "gen-model",
+            "--out",
+            path(&model),
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--seed",
+            "5",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    model
+}
+
+/// An agent as `cx agent` drives it: its key file (an imported Anvil key) and the exchange.
+pub struct Agent {
+    prefix: Vec<String>,
+}
+
+impl Agent {
+    /// Writes `dir/agent.json` importing `secret` and returns the agent of `exchange`.
+    pub async fn import(dir: &Path, exchange: &Exchange, secret: alloy::primitives::B256) -> Agent {
+        let keys = dir.join("agent.json");
+        cx_json(
+            strings(&[
+                "agent",
+                "keygen",
+                "--out",
+                path(&keys),
+                "--import-secp256k1",
+                "--json",
+            ]),
+            format!("{secret}\n"),
+        )
+        .await;
+        Agent {
+            prefix: strings(&[
+                "agent",
+                "--exchange",
+                &exchange.url,
+                "--ca",
+                path(&exchange.ca),
+                "--keys",
+                path(&keys),
+            ]),
+        }
+    }
+
+    /// The `cx` arguments of `cx agent … rest`.
+    pub fn args(&self, rest: &[&str]) -> Vec<String> {
+        let mut args = self.prefix.clone();
+        args.extend(strings(rest));
+        args
+    }
+
+    /// `cx agent open-tab` for `amount` wei, due in an hour; waits until the exchange mirrors it.
+    pub async fn open_tab(
+        &self,
+        client: &cx_client::Client,
+        amount: u128,
+        deployments: &Path,
+    ) -> u64 {
+        let amount = amount.to_string();
+        let tab = cx_json(
+            self.args(&[
+                "open-tab",
+                "--amount",
+                &amount,
+                "--deadline-in",
+                "3600",
+                "--json",
+                "--deployments",
+                path(deployments),
+            ]),
+            String::new(),
+        )
+        .await;
+        let escrow_id = tab["escrow_id"].as_u64().unwrap();
+        let waited = Instant::now();
+        while client.tab(31337, escrow_id).await.is_err() {
+            assert!(
+                waited.elapsed() < Duration::from_secs(30),
+                "the watcher never mirrored the tab"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        escrow_id
+    }
+
+    /// `cx agent session` on tab `tab`; returns the API key.
+    pub async fn session(
+        &self,
+        tab: u64,
+        cap_wei: &str,
+        max_price_wei: &str,
+        deadline_in: &str,
+    ) -> String {
+        let session = cx_json(
+            self.args(&[
+                "session",
+                "--tab",
+                &tab.to_string(),
+                "--cap-wei",
+                cap_wei,
+                "--max-price-wei",
+                max_price_wei,
+                "--deadline-in",
+                deadline_in,
+                "--json",
+            ]),
+            String::new(),
+        )
+        .await;
+        session["api_key"].as_str().unwrap().to_owned()
+    }
 }
