@@ -524,7 +524,12 @@ impl Link {
         let started = Instant::now();
         let files: AdapterFiles = self
             .https
-            .get(&format!("/v1/adapters/{id}"), Duration::from_secs(120))
+            // With the dispatch token: the exchange learns which provider lacked the adapter.
+            .get_with_token(
+                &format!("/v1/adapters/{id}"),
+                self.token.as_str(),
+                Duration::from_secs(120),
+            )
             .await?;
         let weights = BASE64
             .decode(files.adapter_model_safetensors_base64.as_bytes())

@@ -127,13 +127,27 @@ pub(super) async fn put(
 pub(super) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
 ) -> Result<AppJson<AdapterFiles>, ApiError> {
     let id = id.trim_start_matches("0x").to_ascii_lowercase();
     if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(ApiError::invalid("id", "an adapter id is 32 bytes of hex"));
     }
-    let adapter = state
-        .intake()?
+    let intake = state.intake()?;
+    // A provider fetching with its dispatch token an adapter it was cleared on as holding has
+    // revealed that claim false (SPEC §8); anyone else fetches anonymously.
+    if headers.contains_key(axum::http::header::AUTHORIZATION) {
+        let provider = intake.provider(super::sessions::bearer(&headers)?).await?;
+        let misses = intake
+            .books()
+            .record_fetch_misses(provider.key_hash, &id)
+            .await?;
+        if misses > 0 {
+            tracing::info!(provider = %provider.key_hash, adapter = %id, jobs = misses,
+                "residency miss: fetched an adapter it was cleared on as holding");
+        }
+    }
+    let adapter = intake
         .books()
         .adapter(&id)
         .await?

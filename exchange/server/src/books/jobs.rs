@@ -180,17 +180,22 @@ impl Books {
 
     /// Expires every unfinished job whose deadline passed before `now_s`: its hold returns to its
     /// tab (and to its session's cap), it is never charged, and an `expired` event says what was
-    /// released. One statement, so each job is either expired with its hold released or
-    /// untouched, whatever crashes. Returns the ids it expired.
+    /// released. One transaction, so each job is either expired with its hold released or
+    /// untouched, whatever crashes. A job its provider had taken on a residency claim is also
+    /// recorded as a residency miss ([`super::residency`]). Returns the ids it expired.
     pub async fn expire_due(&self, now_s: u64) -> Result<Vec<B256>> {
+        let now = to_i64(now_s, "time")?;
+        let mut tx = self.pool.begin().await?;
+        super::residency::record_deadline_misses(&mut tx, now).await?;
         let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&release_sql(
             "status IN ('assigned', 'running') AND deadline_s < $1",
             "expired",
             "no result by the deadline",
         ))
-        .bind(to_i64(now_s, "time")?)
-        .fetch_all(&self.pool)
+        .bind(now)
+        .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         ids(rows)
     }
 

@@ -287,6 +287,7 @@ async fn provider(
             queries::providers::detail(intake.books().pool(), key_hash, |id| live.contains(id))
                 .await?
                 .ok_or_else(|| not_found("provider"))?;
+        provider.residency_misses = intake.books().residency_misses(key_hash).await?;
         // The stake is on chain: read it now, each chain given a moment at most.
         if let Ok(payout) = provider.summary.payout.parse() {
             provider.stakes = intake

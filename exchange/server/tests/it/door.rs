@@ -944,3 +944,116 @@ async fn a_leaving_providers_jobs_are_re_cleared_or_refunded() {
     );
     assert_eq!(door.held().await, 0, "the hold went back to the tab");
 }
+
+#[tokio::test]
+async fn a_residency_claim_the_work_contradicts_is_recorded_against_the_provider() {
+    use base64::Engine as _;
+    let door = Door::new().await;
+    let prov = Prov::new(6);
+    // An adapter in the exchange's store, and a bundle that reports it (and the base) resident.
+    let data: Vec<u8> = (0..64u8).collect();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 4], &data).unwrap();
+    let weights = safetensors::serialize(
+        [(
+            "base_model.model.layers.0.self_attn.q_proj.lora_A.weight",
+            view,
+        )],
+        None,
+    )
+    .unwrap();
+    let files = json!({
+        "adapter_config": r#"{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]}"#,
+        "adapter_model_safetensors_base64": base64::engine::general_purpose::STANDARD.encode(&weights),
+    });
+    let (status, stored) = door
+        .call(
+            Request::put("/v1/adapters")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(files.to_string()))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{stored}");
+    let adapter = stored["id"].as_str().unwrap().to_owned();
+    let mut warm = bundle("warm");
+    warm.resident_adapters = vec![adapter.clone()];
+    let (status, body) = door
+        .post("/v1/providers/register", None, &prov.offer(vec![warm]))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    door.session("cxs_key", 1_000_000, 1).await;
+
+    let call = chat(json!({"cx": {"deadline_in_s": 2, "adapter_id": adapter}}));
+    let agent = door.post("/v1/chat/completions", Some("cxs_key"), &call);
+    let provider = async {
+        let (status, pulled) = door
+            .post(
+                "/v1/providers/jobs",
+                Some(&prov.token),
+                &json!({"max_jobs": 1, "wait_s": 10}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{pulled}");
+        assert_eq!(pulled["jobs"].as_array().unwrap().len(), 1, "{pulled}");
+        let fetch = |bearer: Option<&str>| {
+            let mut request = Request::get(format!("/v1/adapters/{adapter}"));
+            if let Some(token) = bearer {
+                request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+            }
+            door.call(request.body(Body::empty()).unwrap())
+        };
+        // Anyone may fetch anonymously, and that proves nothing about anyone.
+        let (status, _) = fetch(None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(door.count("exchange_residency_misses").await, 0);
+        // A bad token is refused, not treated as anonymous.
+        let (status, _) = fetch(Some("not-a-provider")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        // The provider that said it held the adapter fetches it for the job: a miss.
+        let (status, _) = fetch(Some(&prov.token)).await;
+        assert_eq!(status, StatusCode::OK);
+    };
+    let ((status, body), ()) = tokio::join!(agent, provider);
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+    // It took the job on the claim and never answered: the deadline reveals the claim too.
+    let expired = door.books.expire_due(now_s() + 3).await.unwrap();
+    assert_eq!(expired.len(), 1);
+    let misses = door
+        .books
+        .residency_misses(B256::from(prov.id.id().0))
+        .await
+        .unwrap();
+    assert_eq!(
+        (misses.deadline, misses.fetched, misses.claims),
+        (1, 1, 1),
+        "{misses:?}"
+    );
+    let claimed: Vec<(String, String)> =
+        sqlx::query_as("SELECT evidence, claimed FROM exchange_residency_misses ORDER BY evidence")
+            .fetch_all(door.books.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        claimed,
+        [
+            ("deadline".to_owned(), "base+adapter".to_owned()),
+            ("fetched".to_owned(), "base+adapter".to_owned())
+        ]
+    );
+    // The explorer shows it on the provider's page.
+    let (status, page) = door
+        .call(
+            Request::get(format!(
+                "/explorer/providers/{}",
+                B256::from(prov.id.id().0)
+            ))
+            .header(header::ACCEPT, "application/json")
+            .body(Body::empty())
+            .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["residency_misses"]["deadline"], 1, "{page}");
+    assert_eq!(page["residency_misses"]["fetched"], 1, "{page}");
+}

@@ -113,6 +113,18 @@ pub(crate) fn render_one(p: &ProviderDetail) -> String {
                 s.open
             ),
         )
+        .text(
+            Some("residency-misses"),
+            "residency misses",
+            &format!(
+                "{} of {} jobs cleared on a residency claim ({} missed the deadline, {} fetched \
+                 the adapter it claimed)",
+                p.residency_misses.deadline + p.residency_misses.fetched,
+                p.residency_misses.claims,
+                p.residency_misses.deadline,
+                p.residency_misses.fetched
+            ),
+        )
         .html(
             Some("earnings"),
             "earnings (receipts)",

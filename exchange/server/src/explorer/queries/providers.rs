@@ -52,6 +52,8 @@ pub(crate) struct ProviderDetail {
     pub(crate) slot_shadow_price: Option<f64>,
     /// Its bundles as registered, with whether the engine holds each live now.
     pub(crate) bundles: Vec<BundleView>,
+    /// Residency claims of its that the work revealed false (SPEC §8).
+    pub(crate) residency_misses: crate::books::ResidencyMisses,
 }
 
 /// What a provider has at stake on one chain.
@@ -196,6 +198,7 @@ pub(crate) async fn detail(
             })
             .and_then(|v| v.as_f64()),
         bundles,
+        residency_misses: crate::books::ResidencyMisses::default(),
     }))
 }
 
