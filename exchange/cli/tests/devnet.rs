@@ -276,3 +276,277 @@ async fn a_settled_job_of_the_devnet_shows_in_a_real_browser() {
     }
     assert!(all_free(offset), "a child outlived the devnet");
 }
+
+/// The devnet's fleet (3 providers of 3 operators, 5 signers of which any 3 sign, 2 Anvil
+/// chains) serving one agent as issue 13 lists it, every party its own process: an intent with
+/// the agent's adapter from submission to a claim on the *second* chain; its second request
+/// cleared onto the provider that now holds the adapter; that provider killed with the agent's
+/// next job on it, which is re-cleared onto another provider and answered; and the provider
+/// claiming what it earned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_killed_one() {
+    const CHAIN: u64 = 31338;
+    let offset = (0..200)
+        .map(|i| 36_020 + ((std::process::id() as u16 % 100) + i) % 200 * 40)
+        .find(|o| all_free(*o))
+        .expect("some free offset");
+    let db = cx_devnet::db::TempDatabase::create().await.unwrap();
+    let dir = common::TempDir::new("devnet-market");
+    let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
+    let out_path = dir.0.join("devnet.out");
+    let mut devnet = common::Killed(
+        Command::new(env!("CARGO_BIN_EXE_cx"))
+            .args([
+                "devnet",
+                "--no-traffic",
+                "--providers",
+                "3",
+                "--agents",
+                "1",
+            ])
+            .args(["--port-offset", &offset.to_string()])
+            .arg("--dir")
+            .arg(&dir.0)
+            .env("DATABASE_URL", &db.url)
+            .env("CX_SIGNER_BIN", signer)
+            .env("CX_PROVIDER_BIN", common::provider_bin())
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out_path).unwrap())
+            .stderr(std::fs::File::create(dir.0.join("devnet.err")).unwrap())
+            .spawn()
+            .expect("cx runs"),
+    );
+    let log = |name: &str| std::fs::read_to_string(dir.0.join(name)).unwrap_or_default();
+    let started = Instant::now();
+    while !log("devnet.out").contains("the market is up") {
+        assert!(
+            devnet.0.try_wait().unwrap().is_none() && started.elapsed().as_secs() < 400,
+            "the devnet never came up:\n{}\n{}",
+            log("devnet.err"),
+            log("exchange.log")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let url = format!("https://127.0.0.1:{}", 8443 + offset);
+    let ca = dir.0.join("ca/ca.pem");
+    let deployments = dir.0.join("deployments.json");
+    let client = cx_client::Client::new(&url, Some(&ca)).unwrap();
+    let agent = |rest: &[&str]| {
+        let mut args = common::strings(&[
+            "agent",
+            "--exchange",
+            &url,
+            "--ca",
+            common::path(&ca),
+            "--keys",
+            common::path(&dir.0.join("agents/try.json")),
+            "--chain",
+            &CHAIN.to_string(),
+        ]);
+        args.extend(common::strings(rest));
+        args
+    };
+
+    // A tab on the second chain, and one of the devnet's stored adapters (no provider holds
+    // any at start).
+    let amount: u128 = 50_000_000;
+    let tab = common::cx_json(
+        agent(&[
+            "open-tab",
+            "--amount",
+            &amount.to_string(),
+            "--deadline-in",
+            "3600",
+            "--deployments",
+            common::path(&deployments),
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    let escrow_id = tab["escrow_id"].as_u64().unwrap();
+    let waited = Instant::now();
+    while client.tab(CHAIN, escrow_id).await.is_err() {
+        assert!(
+            waited.elapsed().as_secs() < 30,
+            "the tab was never mirrored"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    let adapter = common::cx_json(
+        agent(&[
+            "put-adapter",
+            common::path(&dir.0.join("adapters/adapter-007")),
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let intent = |prompt: &str, deadline_in: u64| {
+        common::cx_json(
+            agent(&[
+                "intent",
+                "--model",
+                "tiny-llama",
+                "--adapter",
+                &adapter,
+                "--prompt",
+                prompt,
+                "--max-tokens",
+                "8",
+                "--max-price-wei",
+                "10000000",
+                "--tab",
+                &escrow_id.to_string(),
+                "--tier",
+                "T0",
+                "--deadline-in",
+                &deadline_in.to_string(),
+                "--wait",
+                "--json",
+            ]),
+            String::new(),
+        )
+    };
+
+    // The first request loads the adapter wherever it is cleared.
+    let first = intent("Say hello.", 60).await;
+    assert_eq!(first["final_status"], "done", "{first}");
+    let holder = first["bundle_id"].as_str().unwrap().to_owned();
+    assert!(
+        first["terms"]["adapter_load"].as_f64().unwrap() > 0.0,
+        "cold at first: {first}"
+    );
+    // Its provider reports the adapter resident (its offer is re-signed on the change).
+    let waited = Instant::now();
+    loop {
+        let bundles = client.providers().await.unwrap();
+        if bundles
+            .iter()
+            .any(|b| b.id == holder && b.resident_adapters.contains(&adapter))
+        {
+            break;
+        }
+        assert!(
+            waited.elapsed().as_secs() < 60,
+            "{holder} never reported {adapter}: {bundles:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    // The second request of the same agent goes to the provider that holds its adapter.
+    let second = intent("Say hello again.", 60).await;
+    assert_eq!(second["final_status"], "done", "{second}");
+    assert_eq!(second["bundle_id"], holder.as_str(), "{second}");
+    assert_eq!(
+        second["terms"]["adapter_load"].as_f64(),
+        Some(0.0),
+        "{second}"
+    );
+
+    // The holder dies (SIGKILL: no goodbye). The next request is still cleared onto it (its
+    // last report says it holds the adapter); once it has been silent past the devnet's
+    // `--provider-silence-s` (75 s) it leaves, and the job moves to another provider, which
+    // answers the waiting agent.
+    let name = holder.trim_end_matches("-cpu");
+    let identity = dir.0.join(format!("providers/{name}.key"));
+    let killed = Command::new("pkill")
+        .args(["-KILL", "-f", &format!("--identity {}", identity.display())])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "no process of {name}");
+    let third = intent("Say hello once more.", 170).await;
+    assert_eq!(
+        third["final_status"],
+        "done",
+        "{third}\n{}",
+        log("exchange.log")
+    );
+    let moved_to = third["bundle_id"].as_str().unwrap();
+    assert_ne!(moved_to, holder, "{third}");
+    let job = client
+        .job(third["job_id"].as_str().unwrap().parse().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        job.events.iter().any(|e| e.status == "re-cleared"),
+        "{:?}",
+        job.events
+    );
+    assert!(
+        devnet.0.try_wait().unwrap().is_none(),
+        "the devnet went down with a provider"
+    );
+    assert!(log("devnet.err").contains(&format!("{name} exited")));
+
+    // The tab settles on the second chain: the buyer claims the rest, the first provider
+    // what its receipts earned less the fee.
+    let charged: u128 = [&first, &second, &third]
+        .iter()
+        .map(|j| {
+            j["receipt"]["receipt"]["amount_owed_wei"]
+                .as_str()
+                .map(|w| w.parse::<u128>().unwrap())
+                .or_else(|| {
+                    j["receipt"]["receipt"]["amount_owed_wei"]
+                        .as_u64()
+                        .map(u128::from)
+                })
+                .unwrap()
+        })
+        .sum();
+    let closed = common::cx_json(
+        agent(&["settle-tab", &escrow_id.to_string(), "--json"]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(closed["status"], "closing", "{closed}");
+    let waited = Instant::now();
+    while client.tab(CHAIN, escrow_id).await.unwrap().status != "settled" {
+        assert!(
+            waited.elapsed().as_secs() < 90,
+            "the tab never settled: {}",
+            log("exchange.log")
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let claimed = common::cx_json(
+        agent(&[
+            "claim",
+            "--json",
+            "--deployments",
+            common::path(&deployments),
+        ]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(
+        claimed["claimed_wei"],
+        (amount - charged).to_string(),
+        "{claimed}"
+    );
+    let out = common::run(
+        &common::provider_bin(),
+        &[
+            "claim",
+            "--evm-key",
+            common::path(&dir.0.join(format!("providers/{name}-evm.key"))),
+            "--deployments",
+            common::path(&deployments),
+            "--chain",
+            &CHAIN.to_string(),
+            "--exchange",
+            &url,
+            "--exchange-ca",
+            common::path(&ca),
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -141,10 +141,11 @@ pub const PROVIDER_SILENCE_S: u64 = 360;
 
 /// Runs, every [`SWEEP_PERIOD`], until the task is dropped: expires the jobs whose deadline
 /// passed with no result (their holds return to their tabs and sessions; nothing is charged)
-/// and wakes their waiters; returns the holds of standing orders that ended unfilled; and takes
-/// the bundles of providers silent for [`PROVIDER_SILENCE_S`] (or the intake's own setting) out of
-/// the engine, re-clearing their jobs. A failed sweep
-/// is logged and retried at the next tick.
+/// and wakes their waiters; returns the holds of standing orders that ended unfilled; takes the
+/// bundles of providers silent for [`PROVIDER_SILENCE_S`] (or the intake's own setting) out of
+/// the engine, re-clearing their jobs; and samples the market maker's quotes every
+/// [`QUOTE_SAMPLE_TICKS`] (the explorer's price history). A failed sweep is logged and retried
+/// at the next tick.
 pub async fn run_sweeps(intake: &crate::intake::Intake) {
     let mut tick = tokio::time::interval(SWEEP_PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -178,6 +179,15 @@ pub async fn run_sweeps(intake: &crate::intake::Intake) {
                 Err(err) => Err(err),
             };
             log_left(unstaked, "stake fell short");
+        }
+        if ticks.is_multiple_of(QUOTE_SAMPLE_TICKS) {
+            let sampled = match intake.market().quotes() {
+                Ok(quotes) => books.record_quotes(&quotes).await,
+                Err(err) => Err(err),
+            };
+            if let Err(err) = sampled {
+                tracing::warn!(error = %format!("{err:#}"), "quote sample failed");
+            }
         }
         ticks = ticks.wrapping_add(1);
         intake.waiters().prune();
@@ -241,6 +251,9 @@ pub async fn leave(
     }
     Ok(left)
 }
+
+/// Sweeps between two samples of the market maker's quotes (the explorer's price history).
+const QUOTE_SAMPLE_TICKS: u64 = 5;
 
 /// Sweeps between two stake checks of every admitted provider.
 const STAKE_SWEEP_TICKS: u64 = 30;

@@ -10,7 +10,7 @@ use anyhow::{Context, anyhow, bail};
 use cx_client::types::{ChainInfo, JobsQuery};
 use cx_client::{AgentKeys, Client, InferenceRequest, request_hash};
 use cx_contracts::DeploymentsFile;
-use cx_protocol::order::{self, Intent, TabTerms, U256};
+use cx_protocol::order::{self, Address, B256, Intent, TabTerms, U256};
 use cx_protocol::pq::Identity;
 use cx_protocol::{DeterminismClass, Tier};
 use cx_settlement::evm::EvmClient;
@@ -169,6 +169,12 @@ struct IntentArgs {
     /// The determinism class: D, D_inf or S.
     #[arg(long, default_value = "D", value_parser = parse_class)]
     class: DeterminismClass,
+    /// The buyer's adapter, by content id (what `put-adapter` printed), run on the model.
+    #[arg(long, value_name = "ID")]
+    adapter: Option<B256>,
+    /// Wait until the job ends (done, expired, failed, …) and print its output and receipt.
+    #[arg(long)]
+    wait: bool,
     /// The intent's nonce [default: the current time in microseconds].
     #[arg(long)]
     nonce: Option<u64>,
@@ -751,7 +757,7 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
     let now = now_s();
     let intent = Intent {
         want: cmd.model.clone(),
-        adapter_id: None,
+        adapter_id: cmd.adapter,
         request_hash: request_hash(&request),
         deadline_s: now.saturating_add(cmd.deadline_in),
         max_price_wei: cmd.max_price_wei,
@@ -790,6 +796,34 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
     let mut report = serde_json::to_value(&accepted)?;
     report["chain_id"] = json!(chain.chain_id);
     report["nonce"] = json!(signed.order.nonce);
+    if cmd.wait {
+        // Until it ends, or a little past its deadline (the sweep ends it by then).
+        let give_up = std::time::Instant::now()
+            + std::time::Duration::from_secs(cmd.deadline_in.saturating_add(10));
+        let mut job = client.job(accepted.job_id).await?;
+        while !cx_exchange_server::dispatch::is_terminal(&job.status)
+            && std::time::Instant::now() < give_up
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            job = client.job(accepted.job_id).await?;
+        }
+        let _ = writeln!(table, "final status     {}", job.status);
+        if let Some(text) = job.result.as_ref().and_then(|r| r["text"].as_str()) {
+            let _ = writeln!(table, "output           {text:?}");
+        }
+        if let Some(receipt) = &job.receipt {
+            let _ = writeln!(
+                table,
+                "receipt          {} wei owed to {}",
+                receipt.receipt.amount_owed_wei,
+                Address::from(receipt.receipt.provider)
+            );
+        }
+        report["final_status"] = json!(job.status);
+        report["bundle_id"] = json!(job.bundle_id);
+        report["result"] = json!(job.result);
+        report["receipt"] = serde_json::to_value(&job.receipt)?;
+    }
     super::emit(cmd.json, &table, &report)
 }
 

@@ -51,6 +51,9 @@ const RANKS: &str = "4,8,16,32";
 /// its reclaim margin (900 s) plus this.
 const SETTLE_MARGIN_S: u64 = 60;
 const GRACE_PERIOD_S: u64 = 1_200;
+/// Seconds without a fresh offer after which a provider leaves and its jobs are re-cleared:
+/// two and a half of the providers' 30 s re-registrations, so one late offer is not a death.
+const PROVIDER_SILENCE_S: u64 = 75;
 
 /// The catalog of the generated model every devnet provider serves (tests read the same file).
 const CATALOG: &str = include_str!("../../fixtures/tiny-catalog.toml");
@@ -147,18 +150,40 @@ impl Children {
         all
     }
 
-    /// The first child that exited, by name.
+    /// The first child the market cannot go on without that exited, by name. A provider is not
+    /// one: when a provider dies the exchange re-clears or refunds its jobs (SPEC §8), as it
+    /// would for a third party's; [`Children::lost_providers`] names it once.
     fn exited(&mut self) -> Option<String> {
         let other = self
             .others
             .iter_mut()
-            .find_map(|c| (!c.is_running()).then(|| c.name().to_owned()));
+            .find_map(|c| (!is_provider(c.name()) && !c.is_running()).then(|| c.name().to_owned()));
         other.or_else(|| {
             self.chains
                 .iter_mut()
                 .find_map(|c| (!c.is_running()).then(|| format!("anvil (chain {})", c.chain_id)))
         })
     }
+}
+
+impl Children {
+    /// Providers that exited since the last call, by name (each named once).
+    fn lost_providers(&mut self, reported: &mut std::collections::BTreeSet<String>) -> Vec<String> {
+        let mut lost = Vec::new();
+        for child in &mut self.others {
+            if is_provider(child.name()) && !reported.contains(child.name()) && !child.is_running()
+            {
+                reported.insert(child.name().to_owned());
+                lost.push(child.name().to_owned());
+            }
+        }
+        lost
+    }
+}
+
+/// Whether a supervised child is one of the devnet's providers (named `provider-N`).
+fn is_provider(name: &str) -> bool {
+    name.starts_with("provider-")
 }
 
 impl Drop for Children {
@@ -476,6 +501,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         .args(["--identity", arg(&exchange_key)])
         .args(["--settlement", arg(&settlement)])
         .args(["--settle-margin-s", &SETTLE_MARGIN_S.to_string()])
+        .args(["--provider-silence-s", &PROVIDER_SILENCE_S.to_string()])
         .args(["--clearing", args.clearing.as_str()])
         .env("DATABASE_URL", &database_url);
     let mut exchange_proc =
@@ -746,12 +772,19 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
     let mut reported = 0u64;
     let mut announced = std::collections::BTreeSet::new();
     let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
+    let mut lost = std::collections::BTreeSet::new();
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         if let Some(name) = children.exited() {
             bail!(
                 "{name} exited; its log is under {} — stopping the devnet",
                 dir.display()
+            );
+        }
+        for name in children.lost_providers(&mut lost) {
+            eprintln!(
+                "cx devnet: {name} exited (its log: {}); the market goes on without it",
+                providers_dir.join(format!("{name}.log")).display()
             );
         }
         while let Ok(tab) = closed.try_recv() {

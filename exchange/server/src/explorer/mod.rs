@@ -311,8 +311,16 @@ async fn markets(State(state): State<AppState>, headers: HeaderMap) -> Response 
     let result = async {
         let intake = state.intake()?;
         let quotes = intake.market().quotes()?;
+        let quote_history = intake
+            .books()
+            .quote_history(queries::markets::POINTS * 4)
+            .await?;
         let history = queries::markets::history(intake.books().pool()).await?;
-        Ok::<_, ApiError>(pages::markets::MarketsPage { quotes, history })
+        Ok::<_, ApiError>(pages::markets::MarketsPage {
+            quotes,
+            quote_history,
+            history,
+        })
     }
     .await;
     respond(Format::of(&headers), result, pages::markets::render)

@@ -22,15 +22,15 @@ const COLOURS: [&str; 8] = [
     "#2454c5", "#c2410c", "#15803d", "#9333ea", "#b91c1c", "#0e7490", "#a16207", "#4b5563",
 ];
 
-/// A line chart `id` of `series` with the y axis labelled `unit`; a note instead when no series
-/// has a point.
-pub(crate) fn line_chart(id: &str, unit: &str, series: &[Series]) -> Html {
+/// A line chart `id` of `series` with the y axis labelled `unit`; the note `empty` instead when
+/// no series has a point.
+pub(crate) fn line_chart(id: &str, unit: &str, series: &[Series], empty: &str) -> Html {
     let all = || series.iter().flat_map(|s| s.points.iter());
     let (Some(t0), Some(t1)) = (all().map(|p| p.0).min(), all().map(|p| p.0).max()) else {
         return Html::raw(format!(
-            "<p id=\"{}\" class=\"empty\">no prices yet: the chart draws the jobs' prices once \
-             there are jobs</p>",
-            esc(id)
+            "<p id=\"{}\" class=\"empty\">{}</p>",
+            esc(id),
+            esc(empty)
         ));
     };
     let y_max = all().map(|p| p.1).fold(0.0_f64, f64::max).max(1.0) * 1.1;
@@ -149,13 +149,14 @@ mod tests {
                 label: "<m> T1".into(),
                 points: vec![(0, 10.0), (1000, 20.0)],
             }],
+            "none",
         );
         let s = chart.as_str();
         assert!(s.starts_with("<svg id=\"c\""));
         assert!(s.contains("<polyline id=\"series--m--t1\""));
         assert!(s.contains("&lt;m&gt; T1") && !s.contains("<m>"));
         assert!(
-            line_chart("c", "wei", &[])
+            line_chart("c", "wei", &[], "none")
                 .as_str()
                 .contains("class=\"empty\"")
         );

@@ -753,6 +753,42 @@ async fn batches_providers_markets_and_accounts_show_what_the_books_hold() {
     assert!(page.contains("<tr id=\"quote-llama-3-1-8b-instruct-t1\">"));
     assert!(page.contains("<svg id=\"price-chart\""));
     assert!(page.contains("<polyline id=\"series-llama-3-1-8b-instruct-t1\""));
+    // The quotes over time: two samples (as the sweep takes them), the regime changing between.
+    assert!(page.contains("<p id=\"quote-chart\" class=\"empty\">"));
+    let sample = |bid: u64, regime| cx_exchange_server::market::MarketQuote {
+        model: "llama-3.1-8b-instruct".into(),
+        tier: Tier::T1,
+        bid_wei_per_s: bid,
+        ask_wei_per_s: bid + 100,
+        regime,
+        belief: [1.0, 0.0, 0.0],
+        observations: 1,
+        reference_wei_per_s: bid + 50,
+    };
+    use cx_exchange::pricing::hmm::Regime;
+    w.books
+        .record_quotes(&[sample(900, Regime::Calm)])
+        .await
+        .unwrap();
+    w.books
+        .record_quotes(&[sample(1_200, Regime::Surge)])
+        .await
+        .unwrap();
+    let history = w.books.quote_history(10).await.unwrap();
+    assert_eq!(
+        history
+            .iter()
+            .map(|q| (q.bid_wei_per_s, q.ask_wei_per_s, q.regime.as_str()))
+            .collect::<Vec<_>>(),
+        [(900, 1_000, "calm"), (1_200, 1_300, "surge")]
+    );
+    let (_, page) = w.html("/explorer/markets").await;
+    assert!(page.contains("<svg id=\"quote-chart\""), "{page}");
+    assert!(page.contains("<polyline id=\"series-llama-3-1-8b-instruct-t1-bid\""));
+    assert!(page.contains("<polyline id=\"series-llama-3-1-8b-instruct-t1-ask\""));
+    assert!(page.contains("<table id=\"regimes\""), "{page}");
+    let (_, markets) = w.json("/explorer/markets").await;
+    assert_eq!(markets["quote_history"].as_array().unwrap().len(), 2);
 
     // The account: its tab (amount, held, spent, settled) and its claim.
     let account = w.account();

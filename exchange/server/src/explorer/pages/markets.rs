@@ -1,7 +1,9 @@
 //! `/explorer/markets`: the market maker's open quote in every market (model × tier: bid, ask,
-//! regime and its belief) and the prices jobs paid over time, as an SVG chart.
+//! regime and its belief), its quotes over time (bid and ask per market, with the regimes they
+//! were made in) and the prices jobs paid, as SVG charts.
 
-use crate::explorer::html::{self, Html, Table, badge, id_token, num, query_value};
+use crate::books::QuotePoint;
+use crate::explorer::html::{self, Html, Table, badge, id_token, num, query_value, time_ms};
 use crate::explorer::queries::markets::PricePoint;
 use crate::explorer::svg::{self, Series};
 use crate::market::MarketQuote;
@@ -13,6 +15,8 @@ use std::collections::BTreeMap;
 pub(crate) struct MarketsPage {
     /// Every open market's quote now.
     pub(crate) quotes: Vec<MarketQuote>,
+    /// The sampled quotes, oldest first.
+    pub(crate) quote_history: Vec<QuotePoint>,
     /// The newest jobs' prices, oldest first.
     pub(crate) history: Vec<PricePoint>,
 }
@@ -70,6 +74,11 @@ pub(crate) fn render(p: &MarketsPage) -> String {
         "<p class=\"note\">Open quotes with no deadline pressure; a job's quote is modulated by \
          its deadline and tier. Bid &lt; ask always.</p>",
     );
+    body.push(&html::section(
+        "quote-history",
+        "Quotes over time",
+        &quote_chart(&p.quote_history),
+    ));
     let mut by_market: BTreeMap<(String, String), Vec<(i64, f64)>> = BTreeMap::new();
     for point in &p.history {
         if let Ok(price) = point.price_wei.parse::<f64>() {
@@ -86,7 +95,12 @@ pub(crate) fn render(p: &MarketsPage) -> String {
             points,
         })
         .collect();
-    let mut chart = svg::line_chart("price-chart", "wei per job", &series);
+    let mut chart = svg::line_chart(
+        "price-chart",
+        "wei per job",
+        &series,
+        "no prices yet: the chart draws the jobs' prices once there are jobs",
+    );
     chart.lit(&format!(
         "<p class=\"note\">What each of the latest {} jobs paid (its receipt's amount, or what it \
          holds while unfinished), by model × tier; mean {} wei.</p>",
@@ -95,6 +109,59 @@ pub(crate) fn render(p: &MarketsPage) -> String {
     ));
     body.push(&html::section("price-history", "Price over time", &chart));
     html::page("Markets", "markets", &body)
+}
+
+/// Bid and ask per market over time, and when each market's regime changed.
+fn quote_chart(points: &[QuotePoint]) -> Html {
+    let mut lines: BTreeMap<(String, String, &str), Vec<(i64, f64)>> = BTreeMap::new();
+    let mut regimes: BTreeMap<(String, String), Vec<(i64, &str)>> = BTreeMap::new();
+    for q in points {
+        let market = (q.model.clone(), q.tier.clone());
+        for (side, rate) in [("bid", q.bid_wei_per_s), ("ask", q.ask_wei_per_s)] {
+            lines
+                .entry((market.0.clone(), market.1.clone(), side))
+                .or_default()
+                .push((q.at_ms, rate as f64));
+        }
+        let changes = regimes.entry(market).or_default();
+        if changes.last().is_none_or(|(_, r)| *r != q.regime) {
+            changes.push((q.at_ms, &q.regime));
+        }
+    }
+    let series: Vec<Series> = lines
+        .into_iter()
+        .map(|((model, tier, side), points)| Series {
+            label: format!("{model} {tier} {side}"),
+            points,
+        })
+        .collect();
+    let mut out = svg::line_chart(
+        "quote-chart",
+        "wei per compute-second",
+        &series,
+        "no quotes yet: the exchange samples every market's quote while providers are registered",
+    );
+    let mut t = Table::new("regimes", &["model", "tier", "regime", "since"]);
+    for ((model, tier), changes) in &regimes {
+        for (at_ms, regime) in changes {
+            t.row(
+                None,
+                vec![
+                    Html::text(model),
+                    Html::text(tier),
+                    badge(regime),
+                    Html::text(&time_ms(*at_ms)),
+                ],
+            );
+        }
+    }
+    out.push(&t.finish("no quotes sampled yet"));
+    out.lit(&format!(
+        "<p class=\"note\">The open quote of every market, sampled every few seconds ({} \
+         samples kept, the last day at most).</p>",
+        points.len()
+    ));
+    out
 }
 
 fn mean(points: &[PricePoint]) -> f64 {
