@@ -182,7 +182,7 @@ async fn a_settled_job_of_the_devnet_shows_in_a_real_browser() {
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
     let dir = common::TempDir::new("devnet-browser");
     let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
-    let mut devnet = common::Killed(
+    let mut devnet = common::Interrupted(
         Command::new(env!("CARGO_BIN_EXE_cx"))
             .args(["devnet", "--providers", "1", "--agents", "1"])
             .args(["--port-offset", &offset.to_string()])
@@ -293,8 +293,10 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
     let dir = common::TempDir::new("devnet-market");
     let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
-    let out_path = dir.0.join("devnet.out");
-    let mut devnet = common::Killed(
+    // Its output beside, not inside, its folder (which it makes afresh).
+    let outs = common::TempDir::new("devnet-market-out");
+    let out_path = outs.0.join("devnet.out");
+    let mut devnet = common::Interrupted(
         Command::new(env!("CARGO_BIN_EXE_cx"))
             .args([
                 "devnet",
@@ -312,11 +314,15 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
             .env("CX_PROVIDER_BIN", common::provider_bin())
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out_path).unwrap())
-            .stderr(std::fs::File::create(dir.0.join("devnet.err")).unwrap())
+            .stderr(std::fs::File::create(outs.0.join("devnet.err")).unwrap())
             .spawn()
             .expect("cx runs"),
     );
-    let log = |name: &str| std::fs::read_to_string(dir.0.join(name)).unwrap_or_default();
+    let log = |name: &str| {
+        std::fs::read_to_string(outs.0.join(name))
+            .or_else(|_| std::fs::read_to_string(dir.0.join(name)))
+            .unwrap_or_default()
+    };
     let started = Instant::now();
     while !log("devnet.out").contains("the market is up") {
         assert!(
@@ -453,7 +459,7 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
     let name = holder.trim_end_matches("-cpu");
     let identity = dir.0.join(format!("providers/{name}.key"));
     let killed = Command::new("pkill")
-        .args(["-KILL", "-f", &format!("--identity {}", identity.display())])
+        .args(["-KILL", "-f", &identity.display().to_string()])
         .status()
         .unwrap();
     assert!(killed.success(), "no process of {name}");

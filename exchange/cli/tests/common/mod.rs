@@ -149,6 +149,24 @@ impl Drop for Killed {
     }
 }
 
+/// A supervisor (`cx devnet`) stopped on drop as a person stops it, with SIGINT, so that it
+/// stops its own children too (SIGKILL would leave them running); SIGKILL after 30 s.
+pub struct Interrupted(pub Child);
+
+impl Drop for Interrupted {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-INT", &self.0.id().to_string()])
+            .status();
+        let waited = std::time::Instant::now();
+        while matches!(self.0.try_wait(), Ok(None)) && waited.elapsed().as_secs() < 30 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub fn provider_bin() -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
         || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),

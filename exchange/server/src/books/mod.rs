@@ -29,7 +29,7 @@ pub use chain::{SeenBatch, TabEvent};
 pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder};
 pub use providers::{Assignment, Completed, Provider};
 pub use quotes::{QUOTE_HISTORY_S, QuotePoint};
-pub use reclear::Stranded;
+pub use reclear::{Reassigned, Stranded};
 pub use residency::ResidencyMisses;
 pub use sessions::Session;
 pub use settlement::{PaidJob, SettledJob};

@@ -24,20 +24,44 @@ pub struct Stranded {
     pub deadline_s: u64,
     /// What it holds on its tab.
     pub held_wei: u128,
+    /// The most it may hold when it moves: for an intent's job, the buyer's signed limit less
+    /// what the order's other live jobs (verification runs) hold; else what it holds now (a
+    /// session's call was held at its quote, within the grant's cap).
+    pub limit_wei: u128,
     /// The clearing decision it was placed by.
     pub decision: serde_json::Value,
     /// The bundle it is stranded on.
     pub bundle_id: String,
 }
 
+/// What [`Books::reassign`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reassigned {
+    /// The job is on its new bundle.
+    Moved,
+    /// It had moved on meanwhile (finished, expired, moved): nothing changed.
+    Gone,
+    /// Its tab cannot hold the new price: nothing changed.
+    NoFunds,
+}
+
 impl Books {
     /// The unfinished jobs of `bundle_ids`.
     pub async fn stranded_jobs(&self, bundle_ids: &[String]) -> Result<Vec<Stranded>> {
         let rows = sqlx::query(
-            "SELECT id, account, model, adapter, request::text AS request, deadline_s, \
-                    held_wei::text AS held, decision::text AS decision, bundle_id \
-             FROM exchange_jobs WHERE status IN ('assigned', 'running') AND bundle_id = ANY($1) \
-             ORDER BY deadline_s",
+            "SELECT j.id, j.account, j.model, j.adapter, j.request::text AS request, \
+                    j.deadline_s, j.held_wei::text AS held, j.decision::text AS decision, \
+                    j.bundle_id, \
+                    (CASE WHEN o.kind = 'intent' THEN \
+                         (o.body->'intent'->'order'->>'max_price_wei')::numeric \
+                         - coalesce((SELECT sum(k.held_wei) FROM exchange_jobs k \
+                                     WHERE k.order_digest = j.order_digest AND k.id <> j.id \
+                                       AND k.status NOT IN ('expired', 'refunded', 'failed', \
+                                                            'cancelled')), 0) \
+                     END)::text AS limit_wei \
+             FROM exchange_jobs j LEFT JOIN exchange_orders o ON o.digest = j.order_digest \
+             WHERE j.status IN ('assigned', 'running') AND j.bundle_id = ANY($1) \
+             ORDER BY j.deadline_s",
         )
         .bind(bundle_ids)
         .fetch_all(&self.pool)
@@ -46,6 +70,12 @@ impl Books {
             .map(|r| {
                 let id: Vec<u8> = r.try_get("id")?;
                 let account: Vec<u8> = r.try_get("account")?;
+                let held_wei = parse_wei(&r.try_get::<String, _>("held")?)?;
+                // Never below what it holds (a limit the other runs left negative is no room).
+                let limit_wei = match r.try_get::<Option<String>, _>("limit_wei")? {
+                    Some(limit) => parse_wei(&limit).unwrap_or(0).max(held_wei),
+                    None => held_wei,
+                };
                 Ok(Stranded {
                     id: B256::try_from(id.as_slice()).map_err(|_| Error::Corrupt {
                         what: "a job id",
@@ -59,7 +89,8 @@ impl Books {
                     adapter: r.try_get("adapter")?,
                     request: serde_json::from_str(&r.try_get::<String, _>("request")?)?,
                     deadline_s: r.try_get::<i64, _>("deadline_s")? as u64,
-                    held_wei: parse_wei(&r.try_get::<String, _>("held")?)?,
+                    held_wei,
+                    limit_wei,
                     decision: serde_json::from_str(&r.try_get::<String, _>("decision")?)?,
                     bundle_id: r.try_get("bundle_id")?,
                 })
@@ -67,10 +98,11 @@ impl Books {
             .collect()
     }
 
-    /// Moves stranded job `id` from `from` to bundle `to`, placed by `decision` at `held_wei`
-    /// (at most what it held: the difference returns to its tab and session). Back to
+    /// Moves stranded job `id` from `from` to bundle `to`, placed by `decision` at `held_wei`:
+    /// less than it held returns the difference to its tab and session; more (within the
+    /// buyer's limit, which the caller checked) is held from the tab if the tab has it. Back to
     /// `assigned`, so the new bundle's provider pulls it; the old provider's late result is
-    /// refused (its key no longer holds the assignment). False when the job moved on meanwhile.
+    /// refused (its key no longer holds the assignment).
     pub async fn reassign(
         &self,
         id: B256,
@@ -78,7 +110,7 @@ impl Books {
         to: &str,
         decision: &serde_json::Value,
         held_wei: u128,
-    ) -> Result<bool> {
+    ) -> Result<Reassigned> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(
             "SELECT chain_id, escrow_id, session_id, held_wei::text AS held FROM exchange_jobs \
@@ -88,12 +120,33 @@ impl Books {
         .bind(from)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(row) = row else { return Ok(false) };
+        let Some(row) = row else {
+            return Ok(Reassigned::Gone);
+        };
         let old = parse_wei(&row.try_get::<String, _>("held")?)?;
         let released = old.saturating_sub(held_wei);
         let (chain_id, escrow_id): (i64, i64) =
             (row.try_get("chain_id")?, row.try_get("escrow_id")?);
         let session: Option<Vec<u8>> = row.try_get("session_id")?;
+        let extra = held_wei.saturating_sub(old);
+        if extra > 0 {
+            if session.is_some() {
+                // A session's call is held within the grant's cap at its quote: never more.
+                return Ok(Reassigned::NoFunds);
+            }
+            let took = sqlx::query(
+                "UPDATE exchange_tabs SET held_wei = held_wei + $3::numeric, updated_at = now() \
+                 WHERE chain_id = $1 AND escrow_id = $2 AND held_wei + $3::numeric <= amount_wei",
+            )
+            .bind(chain_id)
+            .bind(escrow_id)
+            .bind(wei_text(extra))
+            .execute(&mut *tx)
+            .await?;
+            if took.rows_affected() != 1 {
+                return Ok(Reassigned::NoFunds);
+            }
+        }
         sqlx::query(
             "UPDATE exchange_jobs SET bundle_id = $2, decision = $3::jsonb, status = 'assigned', \
                     held_wei = $4::numeric, updated_at = now() WHERE id = $1",
@@ -101,7 +154,7 @@ impl Books {
         .bind(id.as_slice())
         .bind(to)
         .bind(decision.to_string())
-        .bind(wei_text(old.min(held_wei)))
+        .bind(wei_text(held_wei))
         .execute(&mut *tx)
         .await?;
         if released > 0 {
@@ -127,17 +180,19 @@ impl Books {
         sqlx::query(
             "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
              SELECT $1, coalesce(max(seq), -1) + 1, 're-cleared', \
-                    jsonb_build_object('from', $2::text, 'to', $3::text, 'released_wei', $4::text) \
+                    jsonb_build_object('from', $2::text, 'to', $3::text, 'released_wei', $4::text, \
+                                       'held_wei', $5::text) \
              FROM exchange_job_events WHERE job_id = $1",
         )
         .bind(id.as_slice())
         .bind(from)
         .bind(to)
         .bind(released.to_string())
+        .bind(held_wei.to_string())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Reassigned::Moved)
     }
 
     /// Refunds stranded job `id` at once: no other bundle can take it by its deadline.

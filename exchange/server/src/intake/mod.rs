@@ -459,7 +459,8 @@ impl Intake {
     }
 
     /// Places stranded job `job` again, on the engine as it is now (its old bundle has left):
-    /// the same model, adapter, request, deadline, tier and class, at most at what it holds.
+    /// the same model, adapter, request, deadline, tier and class, within the buyer's limit
+    /// ([`crate::books::Stranded::limit_wei`]; more than it holds only if its tab has it).
     /// Returns the new bundle, or `None` when it was refunded (no bundle can take it in time).
     pub async fn reclear(
         &self,
@@ -489,12 +490,12 @@ impl Intake {
             model: job.model.clone(),
             adapter_id,
             deadline_s: job.deadline_s,
-            max_price_wei: job.held_wei,
+            max_price_wei: job.limit_wei,
             min_tier: decided.tier,
             determinism: decided.determinism,
         };
         match self.place(&want, &request, job.account, now_s).await {
-            Ok(placed) if placed.held_wei <= job.held_wei && placed.bundle_id != job.bundle_id => {
+            Ok(placed) if placed.held_wei <= job.limit_wei && placed.bundle_id != job.bundle_id => {
                 let moved = self
                     .books
                     .reassign(
@@ -505,9 +506,19 @@ impl Intake {
                         placed.held_wei,
                     )
                     .await?;
-                self.waiters.work_added();
-                self.waiters.notify(job.id);
-                Ok(moved.then_some(placed.bundle_id))
+                match moved {
+                    crate::books::Reassigned::Moved => {
+                        self.waiters.work_added();
+                        self.waiters.notify(job.id);
+                        Ok(Some(placed.bundle_id))
+                    }
+                    crate::books::Reassigned::Gone => Ok(None),
+                    crate::books::Reassigned::NoFunds => {
+                        self.books.refund_stranded(job.id).await?;
+                        self.waiters.notify(job.id);
+                        Ok(None)
+                    }
+                }
             }
             Ok(_) | Err(Error::NoMatch { .. }) | Err(Error::Protocol(_)) => {
                 self.books.refund_stranded(job.id).await?;

@@ -921,7 +921,10 @@ async fn a_leaving_providers_jobs_are_re_cleared_or_refunded() {
         job.events.iter().any(|e| e.status == "re-cleared"),
         "{job:?}"
     );
-    assert!(door.held().await <= held, "never more than it held");
+    assert!(
+        door.held().await <= held,
+        "an equal bundle: no more than it held"
+    );
     let pull = json!({"wait_s": 0});
     let (_, gone) = door
         .post("/v1/providers/jobs", Some(&first.token), &pull)
@@ -932,9 +935,33 @@ async fn a_leaving_providers_jobs_are_re_cleared_or_refunded() {
         .await;
     assert_eq!(taken["jobs"][0]["job_id"], accepted["job_id"], "{taken}");
 
-    // The second leaves too: nothing can take the job, so it is refunded now, not at its
-    // deadline.
+    // A dearer provider joins, and the second leaves too: the job moves to the dearer one at
+    // its higher price, still within the buyer's signed limit, held from the tab.
+    let dear = Prov::new(7);
+    let mut dear_bundle = bundle("dear");
+    dear_bundle.price_wei_per_s *= 3;
+    let (status, body) = door
+        .post(
+            "/v1/providers/register",
+            None,
+            &dear.offer(vec![dear_bundle]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let before = door.held().await;
     let left = cx_exchange_server::dispatch::leave(intake, &[other_bundle.into()], now_s())
+        .await
+        .unwrap();
+    assert_eq!((left.bundles, left.moved, left.refunded), (1, 1, 0));
+    let job = door.books.job(job_id).await.unwrap().unwrap();
+    assert_eq!(job.bundle_id.as_deref(), Some("dear"));
+    let after = door.held().await;
+    assert!(before < after && after <= 1_000_000, "{before} → {after}");
+    assert_eq!(job.held_wei, after, "the tab holds what the job holds");
+
+    // The dearer one leaves: nothing can take the job, so it is refunded now, not at its
+    // deadline.
+    let left = cx_exchange_server::dispatch::leave(intake, &["dear".into()], now_s())
         .await
         .unwrap();
     assert_eq!((left.bundles, left.moved, left.refunded), (1, 0, 1));
