@@ -111,9 +111,12 @@ pub(crate) fn render(p: &MarketsPage) -> String {
     html::page("Markets", "markets", &body)
 }
 
+/// A market (model, tier) and a side of its quote (`bid` or `ask`).
+type Line<'a> = (String, String, &'a str);
+
 /// Bid and ask per market over time, and when each market's regime changed.
 fn quote_chart(points: &[QuotePoint]) -> Html {
-    let mut lines: BTreeMap<(String, String, &str), Vec<(i64, f64)>> = BTreeMap::new();
+    let mut lines: BTreeMap<Line, Vec<(i64, f64)>> = BTreeMap::new();
     let mut regimes: BTreeMap<(String, String), Vec<(i64, &str)>> = BTreeMap::new();
     for q in points {
         let market = (q.model.clone(), q.tier.clone());
