@@ -109,6 +109,9 @@ pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &To
         return;
     }
     if let Some(reason) = finish {
+        if r.request.conversation.is_some() {
+            r.reply = Some(visible.to_string());
+        }
         let _ = r.request.events.send(Event::Done {
             finish_reason: reason,
             prompt_tokens: r.request.prompt.len(),

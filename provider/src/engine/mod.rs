@@ -69,6 +69,21 @@ pub struct GenerateRequest {
     pub sampling: Sampling,
     /// Where the events go; a closed receiver cancels the sequence.
     pub events: UnboundedSender<Event>,
+    /// The request as text, for a chat-shaped prompt's KV to be found and held as a
+    /// conversation prefix (SPEC §4); `None` holds and reuses nothing.
+    pub conversation: Option<Conversation>,
+}
+
+/// What names a request's conversation prefixes ([`cx_protocol::prefix`]): the catalog model and
+/// the prompt text the tokens were encoded from. With it, a prompt that continues a held prefix
+/// (same model, same adapter) prefills only what follows it, and the finished turn is offered to
+/// the cache as the next prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conversation {
+    /// The base model's catalog name (what the exchange names it by).
+    pub model: String,
+    /// The prompt text (`prompt` is its encoding).
+    pub prompt_text: String,
 }
 
 /// Why a sequence ended (OpenAI's `finish_reason`).
@@ -194,6 +209,9 @@ struct Shared {
     roots: Mutex<AdapterRoots>,
     stats: Mutex<EngineStats>,
     start: Instant,
+    /// Rung when what the cache holds changes in a way an offer reports (a prefix kept, taken
+    /// or evicted), so the exchange hears it now.
+    residency_changed: Arc<tokio::sync::Notify>,
 }
 
 /// A lock whose holder panicked still guards consistent data here: every update is a short
@@ -271,6 +289,7 @@ impl Engine {
             roots: Mutex::new(AdapterRoots::default()),
             stats: Mutex::new(EngineStats::default()),
             start: Instant::now(),
+            residency_changed: Arc::new(tokio::sync::Notify::new()),
         });
         let scheduler = Scheduler::new(
             model.clone(),
@@ -440,14 +459,25 @@ impl Engine {
         self.shared.cache().release_reservation(key);
     }
 
+    /// Notified whenever the held prefixes change (kept, taken, evicted): what an offer's
+    /// residency report must then say again.
+    pub fn residency_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.shared.residency_changed.clone()
+    }
+
+    /// Whether the conversation prefix `id` is held now.
+    pub fn holds_prefix(&self, id: &str) -> bool {
+        self.shared.cache().holds_prefix(id)
+    }
+
     /// The largest LoRA rank this engine accepts.
     pub fn max_rank(&self) -> usize {
         self.config.max_rank
     }
 
     /// What the cache holds now, as the offer reports it (SPEC §4): the pinned adapters, the
-    /// free bytes of the budget, and the shadow price of a slot the size of the median resident
-    /// adapter.
+    /// free bytes of the budget, the shadow price of a slot the size of the median resident
+    /// adapter, and the held conversation prefixes (most valuable first, bounded).
     pub fn residency(&self) -> cx_protocol::offer::Residency {
         let now = self.shared.now_s();
         let cache = self.shared.cache();
@@ -464,6 +494,7 @@ impl Engine {
             free_bytes: cache.free_bytes(),
             slot_bytes,
             slot_shadow_price: cache.shadow_price(slot_bytes, now),
+            prefixes: cache.held_prefixes(cx_protocol::prefix::MAX_REPORTED_PREFIXES),
         }
     }
 

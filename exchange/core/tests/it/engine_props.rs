@@ -53,6 +53,7 @@ fn bundle() -> impl Strategy<Value = Bundle> {
                     .into_iter()
                     .map(|i| ADAPTERS[i].to_owned())
                     .collect(),
+                resident_prefixes: vec![],
             },
         )
 }
@@ -85,6 +86,7 @@ fn job() -> impl Strategy<Value = Job> {
                     value_wei: 0,
                     // Limits that bind on some bundles and not on others (charges run to ~75k wei).
                     max_price_wei: max_price.map(|m| u128::from(m + 1) * 5_000),
+                    prefix: None,
                 }
             },
         )
@@ -105,6 +107,7 @@ fn brute_candidates(bundles: &[Bundle], job: &Job) -> Vec<Candidate> {
                     .adapter
                     .as_ref()
                     .is_some_and(|a| b.resident_adapters.contains(a)),
+                prefix_resident: false,
                 rtt_s: b.rtt_s,
                 compute_s: job.compute_flops / b.flops_per_s,
                 context_max: b.context_max,
@@ -211,6 +214,7 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
         failure_rate: 0.0,
         resident_bases: bases,
         resident_adapters: vec![],
+        resident_prefixes: vec![],
     };
     engine.upsert(mk("cheap", 139, 1e9, vec![])).unwrap();
     engine
@@ -230,6 +234,7 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
         compute_flops: 1e16,
         value_wei: 0,
         max_price_wei: None,
+        prefix: None,
     };
     assert_eq!(engine.clear(&job, None).unwrap().unwrap().bundle_id, "dear");
     let why = engine.explain(&job, None).unwrap();
