@@ -564,14 +564,15 @@ impl ResidencyCache {
         self.continuation.request_continues(id);
     }
 
-    /// Offers a finished turn's KV cache at `now_s` (the turn is counted for γ whatever is
-    /// decided): kept one more turn iff `γ·s > h`, with h the shadow price of its bytes (SPEC §4),
+    /// Offers a finished turn's KV cache at `now_s` (γ is the estimate before it; the turn is
+    /// then counted for γ whatever is decided): kept one more turn iff `γ·s > h`, with h the shadow price of its bytes (SPEC §4),
     /// evicting by the configured policy to make room; with `max_prefixes` held, the least
     /// valuable held prefix makes way if it is worth less. A prefix held under the same id is
     /// replaced.
     pub fn offer_prefix(&mut self, prefix: HeldPrefix, now_s: f64) -> PrefixDecision {
-        self.continuation.turn_ended(&prefix.id);
+        // γ from the turns seen before this one: its own outcome is not known yet.
         let gamma = self.continuation.probability();
+        self.continuation.turn_ended(&prefix.id);
         // The same id again (a retried turn) replaces the one held: its bytes are not a cost.
         self.remove_prefix(&prefix.id);
         let value = gamma * prefix.saving_s;

@@ -154,6 +154,8 @@ pub struct EngineStats {
     pub generated_tokens: u64,
     /// Largest batch seen (sequences).
     pub max_batch_seen: usize,
+    /// Prompt tokens not prefilled because a held conversation prefix already had them.
+    pub prefix_reused_tokens: u64,
 }
 
 /// A registered adapter, as `/v1/models` lists it.

@@ -60,6 +60,8 @@ pub(super) struct Running {
     prompt_done: usize,
     /// The visible text when it finished (what the caller was sent), for the held prefix's id.
     pub(super) reply: Option<String>,
+    /// The `Done` event of a finished sequence, sent after its turn is offered as a prefix.
+    pub(super) done: Option<Event>,
     pub(super) generated: Vec<u32>,
     pub(super) emitted_bytes: usize,
     /// Bytes of the text already searched for stop strings (see `decode::advance`).
@@ -319,6 +321,7 @@ impl Scheduler {
             };
             let prompt_done = held.as_ref().map_or(0, KvCache::len);
             prefill_tokens += w.request.prompt.len() - prompt_done;
+            self.stats.prefix_reused_tokens += prompt_done as u64;
             let seed = w.request.sampling.seed;
             self.running.push(Running {
                 request: w.request,
@@ -326,6 +329,7 @@ impl Scheduler {
                 cache: held.unwrap_or_default(),
                 prompt_done,
                 reply: None,
+                done: None,
                 generated: Vec::new(),
                 emitted_bytes: 0,
                 stop_scanned_bytes: 0,
@@ -499,8 +503,12 @@ impl Scheduler {
             }
         }
         self.running = kept;
-        for r in finished {
+        for mut r in finished {
+            let (done, events) = (r.done.take(), r.request.events.clone());
             self.hold_finished(r);
+            if let Some(done) = done {
+                let _ = events.send(done);
+            }
         }
     }
 
