@@ -11,6 +11,11 @@
 //! * `decode` — the next token (greedy or sampled) and the text streamed for it (stop strings
 //!   held back until they cannot match).
 //!
+//! Conversation prefixes (SPEC §4): a request that carries its text ([`Conversation`]) and
+//! continues a held prefix starts from that KV and prefills only the rest (bit-identical in
+//! class D); its finished turn is offered to the residency cache, kept iff `γ·s > h`, and
+//! reported in [`Engine::residency`].
+//!
 //! Failures reach a request as [`Event::Failed`] carrying the crate's [`Error`]; the HTTP layer
 //! alone turns an error into a status.
 
