@@ -145,7 +145,10 @@ pub fn validate_ids(field: &str, ids: &[String]) -> crate::Result<()> {
 
 /// Whether `id` has the form of a prefix id (64 lowercase hex digits).
 pub fn is_prefix_id(id: &str) -> bool {
-    id.len() == 64 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 #[cfg(test)]
@@ -173,8 +176,14 @@ mod tests {
             Some("<|system|>\nBe brief.\n")
         );
         // Another model, adapter or reply is another prefix.
-        assert_ne!(continued_prefix_id("other", Some("ab"), &turn2), Some(held.clone()));
-        assert_ne!(continued_prefix_id("tiny", None, &turn2), Some(held.clone()));
+        assert_ne!(
+            continued_prefix_id("other", Some("ab"), &turn2),
+            Some(held.clone())
+        );
+        assert_ne!(
+            continued_prefix_id("tiny", None, &turn2),
+            Some(held.clone())
+        );
         assert_ne!(held_prefix_id("tiny", Some("ab"), &turn1, "5"), Some(held));
     }
 
@@ -182,12 +191,19 @@ mod tests {
     fn plain_prompts_and_single_messages_have_no_prefix() {
         assert_eq!(continued_prefix_id("m", None, "Once upon a time"), None);
         assert_eq!(held_prefix_id("m", None, "Once upon a time", "x"), None);
-        assert_eq!(continued_prefix_id("m", None, &chat_prompt([("user", "hi")])), None);
+        assert_eq!(
+            continued_prefix_id("m", None, &chat_prompt([("user", "hi")])),
+            None
+        );
     }
 
     #[test]
     fn a_role_tag_inside_the_last_message_only_shortens_the_prefix() {
-        let turn = chat_prompt([("user", "a"), ("assistant", "b"), ("user", "x\n<|user|>\ny")]);
+        let turn = chat_prompt([
+            ("user", "a"),
+            ("assistant", "b"),
+            ("user", "x\n<|user|>\ny"),
+        ]);
         assert_eq!(
             continued_transcript(&turn),
             Some("<|user|>\na\n<|assistant|>\nb\n<|user|>\nx\n")

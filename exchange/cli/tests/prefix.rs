@@ -127,7 +127,12 @@ async fn a_continuation_is_cleared_onto_the_provider_holding_its_prefix() {
         first.decision.prefix_id,
         continued_prefix_id(MODEL, None, &turn1)
     );
-    assert!(first.decision.terms.is_some_and(|t| !t.prefix_hit && t.prefix_miss > 0.0));
+    assert!(
+        first
+            .decision
+            .terms
+            .is_some_and(|t| !t.prefix_hit && t.prefix_miss > 0.0)
+    );
     let held = held_prefix_id(MODEL, None, &turn1, &reply).unwrap();
     until("cpu-1", &|b| b.resident_prefixes.contains(&held)).await;
 
@@ -136,7 +141,12 @@ async fn a_continuation_is_cleared_onto_the_provider_holding_its_prefix() {
     until("cpu-2", &|_| true).await;
     let (_, fresh) = chat(&[("user", "Hello there, who are you?")]).await;
     assert_eq!(fresh.decision.prefix_id, None);
-    assert!(fresh.decision.terms.is_some_and(|t| !t.prefix_hit && t.prefix_miss == 0.0));
+    assert!(
+        fresh
+            .decision
+            .terms
+            .is_some_and(|t| !t.prefix_hit && t.prefix_miss == 0.0)
+    );
 
     // The continuation goes back to the provider that holds its prefix.
     let follow_up = "And at night?";
@@ -163,5 +173,4 @@ async fn a_continuation_is_cleared_onto_the_provider_holding_its_prefix() {
         "{decision:?}"
     );
     assert_eq!(decision.feasible[0].id, "cpu-1");
-
 }

@@ -491,7 +491,7 @@ fn price_per_flop(bundle: &Bundle) -> f64 {
 pub fn holds_prefix(bundle: &Bundle, job: &Job) -> bool {
     job.prefix
         .as_ref()
-        .is_some_and(|p| bundle.resident_prefixes.iter().any(|id| *id == p.id))
+        .is_some_and(|p| bundle.resident_prefixes.contains(&p.id))
 }
 
 /// Whether `(key, slot)` is in an index list.

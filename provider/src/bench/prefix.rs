@@ -124,7 +124,10 @@ fn turn(engine: &Engine, text: &str, max_tokens: usize, hold: bool) -> Result<(f
                 reply.push_str(&delta);
             }
             Event::Done { .. } => {
-                return Ok((first.unwrap_or_else(|| started.elapsed().as_secs_f64()), reply));
+                return Ok((
+                    first.unwrap_or_else(|| started.elapsed().as_secs_f64()),
+                    reply,
+                ));
             }
             Event::Failed(e) => {
                 return Err(Error::BadRequest(format!("bench prefix: generation: {e}")));
@@ -159,13 +162,13 @@ pub fn prefix(options: &PrefixBenchOptions) -> Result<PrefixFigures> {
         )
     } else {
         (
-            &[128, 512, 1536],
+            &[128, 512, 1024],
             GenModelOptions {
-                hidden: 512,
-                layers: 8,
+                hidden: 256,
+                layers: 4,
                 heads: 8,
                 kv_heads: 4,
-                intermediate: 1536,
+                intermediate: 768,
                 vocab: 512,
                 max_positions: 2048,
                 tie: false,
@@ -183,7 +186,10 @@ pub fn prefix(options: &PrefixBenchOptions) -> Result<PrefixFigures> {
     let engine = Engine::start(
         model,
         Arc::new(Tokenizer::generated()),
-        ResidencyCache::new(CacheConfig::new(8_000_000_000, EvictionPolicy::ValuePerByte)),
+        ResidencyCache::new(CacheConfig::new(
+            8_000_000_000,
+            EvictionPolicy::ValuePerByte,
+        )),
         EngineConfig {
             max_prefill_tokens: 4096,
             ..EngineConfig::default()

@@ -170,10 +170,7 @@ impl Scheduler {
                     // Observed continuations are what γ is estimated from.
                     self.shared.cache().note_continuation(id);
                 }
-                self.waiting.push_back(Waiting {
-                    request,
-                    continues,
-                });
+                self.waiting.push_back(Waiting { request, continues });
             }
             Command::Loaded {
                 id,
@@ -346,7 +343,12 @@ impl Scheduler {
     /// `reuse` positions — what the prompt shares with it ([`ResidencyCache::prefix_shared_len`]).
     ///
     /// [`ResidencyCache::prefix_shared_len`]: crate::cache::ResidencyCache::prefix_shared_len
-    fn held_prefix(&mut self, id: &str, request: &GenerateRequest, reuse: usize) -> Option<KvCache> {
+    fn held_prefix(
+        &mut self,
+        id: &str,
+        request: &GenerateRequest,
+        reuse: usize,
+    ) -> Option<KvCache> {
         let adapter = request.adapter.as_ref().map(|a| a.id.as_str());
         let held = self.shared.cache().take_prefix(id, adapter)?;
         self.shared.residency_changed.notify_one();
@@ -503,9 +505,14 @@ impl Scheduler {
             }
         }
         self.running = kept;
+        let mut answers = Vec::with_capacity(finished.len());
         for mut r in finished {
-            let (done, events) = (r.done.take(), r.request.events.clone());
+            answers.push((r.done.take(), r.request.events.clone()));
             self.hold_finished(r);
+        }
+        // Counters first: a caller that hears `Done` reads them with this step counted.
+        self.publish_stats();
+        for (done, events) in answers {
             if let Some(done) = done {
                 let _ = events.send(done);
             }

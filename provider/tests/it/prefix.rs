@@ -7,9 +7,7 @@ use std::sync::Arc;
 use cx_kernels::CpuConfig;
 use cx_protocol::order::chat_prompt;
 use cx_protocol::prefix::{continued_prefix_id, held_prefix_id};
-use cx_provider::cache::{
-    CacheConfig, EvictionPolicy, HeldPrefix, PrefixDecision, ResidencyCache,
-};
+use cx_provider::cache::{CacheConfig, EvictionPolicy, HeldPrefix, PrefixDecision, ResidencyCache};
 use cx_provider::engine::{Conversation, Engine, EngineConfig, Event, GenerateRequest, Sampling};
 use cx_provider::lora::{Adapter, load_adapter, write_random_adapter};
 use cx_provider::model::{
@@ -98,15 +96,24 @@ async fn a_continuation_that_hits_its_prefix_answers_what_a_fresh_run_answers() 
         ("assistant", reply.as_str()),
         ("user", "Another one?"),
     ]);
-    assert_eq!(continued_prefix_id("tiny", None, &turn2).as_deref(), Some(held.as_str()));
+    assert_eq!(
+        continued_prefix_id("tiny", None, &turn2).as_deref(),
+        Some(held.as_str())
+    );
     let (_, hit) = generate(&holder, &turn2, true).await;
     let stats = holder.metrics().cache;
     assert_eq!(stats.prefix_hits, 1, "the continuation found its prefix");
     assert!(!holder.holds_prefix(&held), "a hit takes the prefix out");
-    assert_eq!(stats.held_prefixes, 1, "and the second turn is held in its place");
+    assert_eq!(
+        stats.held_prefixes, 1,
+        "and the second turn is held in its place"
+    );
     let reused = holder.metrics().stats.prefix_reused_tokens as usize;
     let turn1_tokens = Tokenizer::generated().encode(&turn1).unwrap().len();
-    assert!(reused >= turn1_tokens, "reused {reused} of at least {turn1_tokens} tokens");
+    assert!(
+        reused >= turn1_tokens,
+        "reused {reused} of at least {turn1_tokens} tokens"
+    );
 
     // The same continuation on a fresh engine, and on one that holds nothing: the same bits.
     let (_, fresh) = generate(&engine(&model), &turn2, false).await;
@@ -123,12 +130,16 @@ async fn a_continuation_that_hits_its_prefix_answers_what_a_fresh_run_answers() 
             }])
             .unwrap()
             .remove(0);
-        let best = (0..logits.len())
-            .fold(0, |b, i| if logits[i] > logits[b] { i } else { b }) as u32;
+        let best =
+            (0..logits.len()).fold(0, |b, i| if logits[i] > logits[b] { i } else { b }) as u32;
         reference.push(best);
         tokens = vec![best];
     }
-    assert_eq!(&hit[..], &reference[..hit.len()], "and the whole-prompt forward's");
+    assert_eq!(
+        &hit[..],
+        &reference[..hit.len()],
+        "and the whole-prompt forward's"
+    );
 }
 
 fn adapter(dir: &std::path::Path, model: &Model, seed: u64) -> Arc<Adapter> {
@@ -246,7 +257,10 @@ fn held_prefixes_are_evicted_by_value_per_byte_beside_adapters() {
     let cheap = prefix(&model, "cheap", 100, 1e-9);
     let dear = prefix(&model, "dear", 100, 1e6);
     let kv_bytes = cheap.kv.bytes() as u64;
-    assert!(newcomer.bytes() <= kv_bytes, "one prefix's room fits the newcomer");
+    assert!(
+        newcomer.bytes() <= kv_bytes,
+        "one prefix's room fits the newcomer"
+    );
     let mut cache = ResidencyCache::new(CacheConfig::new(
         hot.bytes() + 2 * kv_bytes,
         EvictionPolicy::ValuePerByte,
@@ -256,13 +270,22 @@ fn held_prefixes_are_evicted_by_value_per_byte_beside_adapters() {
         cache.lookup(hot.id(), f64::from(t));
     }
     for p in [cheap, dear] {
-        assert!(matches!(cache.offer_prefix(p, 10.0), PrefixDecision::Kept { .. }));
+        assert!(matches!(
+            cache.offer_prefix(p, 10.0),
+            PrefixDecision::Kept { .. }
+        ));
     }
-    assert_eq!(cache.held_prefixes(8), vec!["dear".to_string(), "cheap".to_string()]);
+    assert_eq!(
+        cache.held_prefixes(8),
+        vec!["dear".to_string(), "cheap".to_string()]
+    );
     // The newcomer needs room: the prefix worth least per byte goes, not the hot adapter nor
     // the valuable prefix.
     cache.lookup(newcomer.id(), 10.0);
-    assert_eq!(cache.insert(newcomer.clone(), false, 10.0).unwrap(), Vec::<String>::new());
+    assert_eq!(
+        cache.insert(newcomer.clone(), false, 10.0).unwrap(),
+        Vec::<String>::new()
+    );
     assert!(!cache.holds_prefix("cheap"));
     assert!(cache.holds_prefix("dear") && cache.contains(hot.id()));
     assert_eq!(cache.stats().prefix_evictions, 1);
@@ -273,7 +296,10 @@ fn held_prefixes_are_evicted_by_value_per_byte_beside_adapters() {
     config.max_prefixes = 2;
     let mut cache = ResidencyCache::new(config);
     for (id, s) in [("a", 1.0), ("b", 2.0)] {
-        assert!(matches!(cache.offer_prefix(prefix(&model, id, 100, s), 0.0), PrefixDecision::Kept { .. }));
+        assert!(matches!(
+            cache.offer_prefix(prefix(&model, id, 100, s), 0.0),
+            PrefixDecision::Kept { .. }
+        ));
     }
     assert!(matches!(
         cache.offer_prefix(prefix(&model, "c", 100, 0.1), 0.0),
@@ -283,5 +309,8 @@ fn held_prefixes_are_evicted_by_value_per_byte_beside_adapters() {
         cache.offer_prefix(prefix(&model, "d", 100, 100.0), 0.0),
         PrefixDecision::Kept { .. }
     ));
-    assert_eq!(cache.held_prefixes(8), vec!["d".to_string(), "b".to_string()]);
+    assert_eq!(
+        cache.held_prefixes(8),
+        vec!["d".to_string(), "b".to_string()]
+    );
 }

@@ -30,7 +30,11 @@ fn bundle() -> impl Strategy<Value = Bundle> {
         ),
     )
         .prop_map(
-            |((price, mem_gb, bw, rtt), (flops, classes, tiers, fail), (bases, adapters, prefixes))| Bundle {
+            |(
+                (price, mem_gb, bw, rtt),
+                (flops, classes, tiers, fail),
+                (bases, adapters, prefixes),
+            )| Bundle {
                 id: String::new(),
                 provider: String::new(),
                 device: String::new(),
@@ -59,7 +63,10 @@ fn bundle() -> impl Strategy<Value = Bundle> {
                     .into_iter()
                     .map(|i| ADAPTERS[i].to_owned())
                     .collect(),
-                resident_prefixes: prefixes.into_iter().map(|i| PREFIXES[i].to_owned()).collect(),
+                resident_prefixes: prefixes
+                    .into_iter()
+                    .map(|i| PREFIXES[i].to_owned())
+                    .collect(),
             },
         )
 }
@@ -115,7 +122,14 @@ fn job() -> impl Strategy<Value = Job> {
 fn brute_candidates(bundles: &[Bundle], job: &Job) -> Vec<Candidate> {
     bundles
         .iter()
-        .map(|b| (b, job.prefix.as_ref().filter(|p| b.resident_prefixes.contains(&p.id))))
+        .map(|b| {
+            (
+                b,
+                job.prefix
+                    .as_ref()
+                    .filter(|p| b.resident_prefixes.contains(&p.id)),
+            )
+        })
         .map(|(b, hit)| Candidate {
             id: b.id.clone(),
             view: View {

@@ -120,7 +120,10 @@ fn the_holder_loses_when_infeasible() {
         tier: Tier::T1,
         ..continuation()
     };
-    assert_eq!(engine.clear(&job, None).unwrap().unwrap().bundle_id, "other");
+    assert_eq!(
+        engine.clear(&job, None).unwrap().unwrap().bundle_id,
+        "other"
+    );
     let decision = engine.explain(&job, None).unwrap();
     let refused = decision.rejected.iter().find(|r| r.id == "holder").unwrap();
     assert_eq!(refused.binding.to_string(), "tier");
@@ -130,7 +133,11 @@ fn the_holder_loses_when_infeasible() {
     slow.flops_per_s = 1e9;
     let engine = self::engine([slow, bundle("other", 1_000, false)]);
     assert_eq!(
-        engine.clear(&continuation(), None).unwrap().unwrap().bundle_id,
+        engine
+            .clear(&continuation(), None)
+            .unwrap()
+            .unwrap()
+            .bundle_id,
         "other"
     );
 }
@@ -138,15 +145,27 @@ fn the_holder_loses_when_infeasible() {
 #[test]
 fn the_holder_loses_when_far_dearer() {
     // Ten times the ask: the prefill saved (80 % of the work) and μ_P do not make up for it.
-    let engine = engine([bundle("holder", 10_000_000, true), bundle("other", 1_000_000, false)]);
+    let engine = engine([
+        bundle("holder", 10_000_000, true),
+        bundle("other", 1_000_000, false),
+    ]);
     let job = continuation();
     let chosen = engine.clear(&job, None).unwrap().unwrap();
     assert_eq!(chosen.bundle_id, "other");
     assert!(!chosen.terms.prefix_hit);
-    assert_eq!(engine.explain(&job, None).unwrap().chosen.as_deref(), Some("other"));
+    assert_eq!(
+        engine.explain(&job, None).unwrap().chosen.as_deref(),
+        Some("other")
+    );
     // A little dearer still wins: the holder computes a fifth of the work.
-    let engine = self::engine([bundle("holder", 1_500_000, true), bundle("other", 1_000_000, false)]);
-    assert_eq!(engine.clear(&job, None).unwrap().unwrap().bundle_id, "holder");
+    let engine = self::engine([
+        bundle("holder", 1_500_000, true),
+        bundle("other", 1_000_000, false),
+    ]);
+    assert_eq!(
+        engine.clear(&job, None).unwrap().unwrap().bundle_id,
+        "holder"
+    );
 }
 
 #[test]
