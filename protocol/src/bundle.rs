@@ -45,6 +45,10 @@ pub struct Bundle {
     /// Adapters (content ids) resident in accelerator memory.
     #[serde(default)]
     pub resident_adapters: Vec<String>,
+    /// Conversation prefixes ([`crate::prefix`] ids) whose KV cache it holds, as its provider's
+    /// residency report says (the exchange fills it from the offer's `residency.prefixes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resident_prefixes: Vec<String>,
 }
 
 impl Bundle {
@@ -59,6 +63,7 @@ impl Bundle {
         nonzero("memory_bytes", self.memory_bytes)?;
         validate_link(self.bandwidth_bps, self.rtt_s, self.context_max)?;
         positive("flops_per_s", self.flops_per_s)?;
+        crate::prefix::validate_ids("resident_prefixes", &self.resident_prefixes)?;
         validate_capabilities(self.determinism, self.tiers, self.failure_rate)
     }
 }

@@ -47,6 +47,21 @@ pub struct Job {
     /// whose charge for the job ([`crate::price::charge_wei`]) is more is not eligible.
     #[serde(default, with = "crate::price::wei_string_opt")]
     pub max_price_wei: Option<u128>,
+    /// The conversation prefix the job continues, if any (SPEC §4): a bundle holding it skips
+    /// the prefix's prefill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<PrefixNeed>,
+}
+
+/// The conversation prefix a job continues: its id ([`crate::prefix`]) and the work a bundle
+/// holding its KV cache does not redo.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixNeed {
+    /// The prefix id ([`crate::prefix::continued_prefix_id`]).
+    pub id: String,
+    /// FLOPs of the prefix's prefill: what a hit saves of `compute_flops` (at most all of it).
+    pub flops: f64,
 }
 
 impl Job {
@@ -59,6 +74,18 @@ impl Job {
         nonzero("context_tokens", u64::from(self.context_tokens))?;
         positive("deadline_s", self.deadline_s)?;
         non_negative("compute_flops", self.compute_flops)?;
+        if let Some(prefix) = &self.prefix {
+            non_negative("prefix.flops", prefix.flops)?;
+            if prefix.flops > self.compute_flops {
+                return Err(Error::InvalidField {
+                    field: "prefix.flops".to_owned(),
+                    reason: format!(
+                        "{} is more than the job's compute_flops {}",
+                        prefix.flops, self.compute_flops
+                    ),
+                });
+            }
+        }
         if self.max_price_wei == Some(0) {
             return Err(Error::InvalidField {
                 field: "max_price_wei".to_owned(),

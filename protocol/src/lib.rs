@@ -17,6 +17,8 @@
 //! - [`price`]: the one price unit — integers in the asset's smallest unit (wei per
 //!   compute-second for asks and quotes, a total in wei for a buyer's limit) and the one place
 //!   floats convert to it.
+//! - [`prefix`]: conversation-prefix ids over the rendered chat text, which a provider holds
+//!   KV caches under and the exchange routes continuations by (SPEC §4).
 //! - [`pq`]: ML-DSA-65 identities and hybrid ML-KEM-768 + X25519 sessions.
 //! - [`receipt`]: provider-signed (ML-DSA) receipts with a canonical byte encoding.
 //! - [`order`]: signed orders — EIP-712 typed data (alloy `sol!`) for intents, reserves, rents,
@@ -47,6 +49,7 @@ pub mod model_config;
 pub mod offer;
 pub mod order;
 pub mod pq;
+pub mod prefix;
 pub mod price;
 pub mod receipt;
 pub mod tab_close;
@@ -56,4 +59,4 @@ pub use bundle::Bundle;
 pub use class::{ClassSet, DeterminismClass, Tier, TierSet};
 pub use error::{Error, Result};
 pub use id::content_id;
-pub use job::Job;
+pub use job::{Job, PrefixNeed};

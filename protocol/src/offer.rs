@@ -79,6 +79,11 @@ pub struct Residency {
     /// The slot's shadow price, seconds of loading saved over the cache's horizon (0 while it
     /// fits in what is free; `None` when no slot of that size can be made).
     pub slot_shadow_price: Option<f64>,
+    /// Conversation prefixes whose KV cache it holds ([`crate::prefix`] ids), most valuable
+    /// first, at most [`crate::prefix::MAX_REPORTED_PREFIXES`]; absent (and unsigned) when none,
+    /// so older offers parse and verify as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefixes: Vec<String>,
 }
 
 impl Offer {
@@ -118,6 +123,7 @@ impl Offer {
                     "must be finite and not negative".into(),
                 ));
             }
+            crate::prefix::validate_ids("offer.residency.prefixes", &r.prefixes)?;
         }
         if self.bundles.len() > MAX_OFFER_BUNDLES {
             return Err(invalid(

@@ -21,6 +21,13 @@
 //! And the figures of `cx-provider bench train` ([`train`]): `forward_backward` tokens/s at a
 //! stated model size and rank, the AdamW step's time, a client's peak memory, and one training
 //! step against three forward passes, the usual cost of forward + backward.
+//!
+//! And those of `cx-provider bench prefix` ([`prefix()`]): a continuation's time to first token with
+//! its conversation prefix held and without, at a few prefix lengths.
+
+mod prefix;
+
+pub use prefix::{PrefixBenchOptions, PrefixFigures, PrefixRow, prefix};
 
 use std::path::PathBuf;
 use std::sync::Arc;

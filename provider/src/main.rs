@@ -301,6 +301,22 @@ enum BenchCommand {
         #[arg(long)]
         fast: bool,
     },
+    /// Conversation prefixes: a continuation's time to first token with its prefix held and
+    /// without, at a few prefix lengths.
+    Prefix {
+        /// Print one JSON object as the last line.
+        #[arg(long)]
+        json: bool,
+        /// Timed repeats per figure (median; 1 to 1000).
+        #[arg(long, default_value_t = 5, value_parser = positive(1000))]
+        repeats: usize,
+        /// Worker threads (1 to 1024).
+        #[arg(long, value_parser = positive(1024))]
+        threads: Option<usize>,
+        /// Smaller shapes (a quick smoke run; the figures are not the reported ones).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Training: forward_backward tokens/s, optimizer step time, peak memory per client, and
     /// one step against three forwards.
     Train {
@@ -592,6 +608,25 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 unsafe { std::env::set_var("RAYON_NUM_THREADS", t.to_string()) };
             }
             let figures = cx_provider::bench::train(&cx_provider::bench::TrainBenchOptions {
+                repeats,
+                cpu: cpu(threads, false),
+                quick,
+            })?;
+            print!("{}", figures.table());
+            if json {
+                println!("{}", serde_json::to_string(&figures)?);
+            }
+        }
+        Command::Bench {
+            which:
+                BenchCommand::Prefix {
+                    json,
+                    repeats,
+                    threads,
+                    quick,
+                },
+        } => {
+            let figures = cx_provider::bench::prefix(&cx_provider::bench::PrefixBenchOptions {
                 repeats,
                 cpu: cpu(threads, false),
                 quick,

@@ -99,6 +99,10 @@ pub struct Decision {
     /// How many bundles were rejected.
     #[serde(default)]
     pub rejected_total: usize,
+    /// The conversation prefix the job continues (`cx_protocol::prefix`), if any; whether the
+    /// chosen bundle held it is the terms' `prefix_hit`.
+    #[serde(default)]
+    pub prefix_id: Option<String>,
 }
 
 /// Each term of the objective, in whole units of the asset, and their sum.
@@ -119,6 +123,10 @@ pub struct Terms {
     pub base_load: f64,
     /// μ2·(1−α): the adapter is not resident.
     pub adapter_load: f64,
+    /// μ_P·(1−π): the job continues a prefix the bundle does not hold.
+    pub prefix_miss: f64,
+    /// π: the bundle holds the prefix the job continues.
+    pub prefix_hit: bool,
     /// The sum clearing minimises.
     pub total: f64,
     /// t̂, seconds (not a cost).

@@ -108,6 +108,7 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
             failure_rate: 0.02 * rng.next_f64(),
             resident_bases,
             resident_adapters,
+            resident_prefixes: vec![],
         };
         engine.upsert(bundle).expect("generated bundles are valid");
     }
@@ -134,6 +135,7 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
                 compute_flops: 2.0 * base_bytes[base] as f64 / 2.0 * f64::from(tokens),
                 value_wei: 0,
                 max_price_wei: None,
+                prefix: None,
             }
         })
         .collect();

@@ -1,4 +1,4 @@
-//! A bundle as one job sees it: residency resolved (β, α) and t_compute estimated.
+//! A bundle as one job sees it: residency resolved (β, α, π) and t_compute estimated.
 //!
 //! `cx clear` reads candidates directly; the engine derives them from registered bundles.
 
@@ -31,6 +31,9 @@ pub struct View {
     pub adapter_resident: bool,
     /// ℓ0: round trip to the buyer, seconds.
     pub rtt_s: f64,
+    /// π: the bundle holds the conversation prefix the job continues (false when the job
+    /// continues none). A holder's `compute_s` already leaves the prefix's prefill out.
+    pub prefix_resident: bool,
     /// t_compute for this job on this bundle, seconds.
     pub compute_s: f64,
     /// c_max(d), tokens.

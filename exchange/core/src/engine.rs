@@ -9,7 +9,8 @@
 //!
 //! A clear walks them in that order. A bundle's cost is at least
 //! `μ1·(1−β) + μ2·(1−α) + p·t_compute·(1 + λ_V·v(τ))` (every other term is ≥ 0), and along a
-//! list that bound only grows, so each walk stops at the first bundle whose bound exceeds the
+//! list that bound only grows (t_compute taken at its least, as if the bundle held the job's
+//! conversation prefix, so the bound holds for holders and non-holders alike), so each walk stops at the first bundle whose bound exceeds the
 //! best cost found so far. Because μ1 ≫ μ2 ≫ the price terms, walks over the cold lists usually
 //! stop at once: this is branch and bound, exact by construction, not a heuristic. A bundle whose
 //! ask is above the price ceiling (the market's quote, the buyer's maximum) is skipped, which
@@ -19,7 +20,7 @@ use crate::candidate::{Candidate, View};
 use crate::clearing::{self, Decision, rank};
 use crate::error::{Error, Result};
 use crate::feasibility::{PriceCeiling, completion_s, is_feasible, price_ceiling, price_eligible};
-use crate::objective::{Terms, Weights, lower_bound, terms};
+use crate::objective::{Terms, Weights, compute_flops_on, lower_bound, terms};
 use crate::pricing::market::Quote;
 use crate::ring::{affinity_distance, hash64};
 use cx_protocol::{Bundle, Job};
@@ -66,6 +67,7 @@ impl Hot {
                 bandwidth_bps: b.bandwidth_bps,
                 base_resident: false,
                 adapter_resident: false,
+                prefix_resident: false,
                 rtt_s: b.rtt_s,
                 compute_s: 0.0,
                 context_max: b.context_max,
@@ -77,11 +79,18 @@ impl Hot {
         }
     }
 
-    fn view(&self, job: &Job, base_resident: bool, adapter_resident: bool) -> View {
+    fn view(
+        &self,
+        job: &Job,
+        base_resident: bool,
+        adapter_resident: bool,
+        prefix_resident: bool,
+    ) -> View {
         View {
             base_resident,
             adapter_resident,
-            compute_s: job.compute_flops / self.flops_per_s,
+            prefix_resident,
+            compute_s: compute_flops_on(job, prefix_resident) / self.flops_per_s,
             ..self.view
         }
     }
@@ -351,7 +360,8 @@ impl Engine {
         best: &mut Option<Best>,
     ) {
         let job = probe.job;
-        let view = self.hot[slot as usize].view(job, beta, alpha);
+        let prefix = holds_prefix(&self.entry(slot).bundle, job);
+        let view = self.hot[slot as usize].view(job, beta, alpha, prefix);
         if !price_eligible(&view, &probe.ceiling) {
             return;
         }
@@ -432,10 +442,13 @@ impl Engine {
         Ok(best.map(|b| self.choice(b)))
     }
 
-    /// Every bundle as this job sees it (β, α, t_compute resolved), in registration-slot order.
+    /// Every bundle as this job sees it (β, α, π, t_compute resolved), in registration-slot order.
     pub fn candidates(&self, job: &Job) -> Vec<Candidate> {
         self.residency(job)
-            .map(|(slot, e, beta, alpha)| (e, self.hot[slot as usize].view(job, beta, alpha)))
+            .map(|(slot, e, beta, alpha)| {
+                let prefix = holds_prefix(&e.bundle, job);
+                (e, self.hot[slot as usize].view(job, beta, alpha, prefix))
+            })
             .map(|(e, view)| Candidate {
                 id: e.bundle.id.clone(),
                 view,
@@ -471,6 +484,14 @@ impl Engine {
 /// bound and cost agree.
 fn price_per_flop(bundle: &Bundle) -> f64 {
     cx_protocol::price::to_units(bundle.price_wei_per_s) / bundle.flops_per_s
+}
+
+/// π: whether the bundle reports holding the prefix the job continues. Prefix ids are compared
+/// as strings, not interned: they churn every turn, and a bundle reports a bounded few.
+pub fn holds_prefix(bundle: &Bundle, job: &Job) -> bool {
+    job.prefix
+        .as_ref()
+        .is_some_and(|p| bundle.resident_prefixes.contains(&p.id))
 }
 
 /// Whether `(key, slot)` is in an index list.

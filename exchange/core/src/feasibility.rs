@@ -241,6 +241,7 @@ mod tests {
             compute_flops: 0.0,
             value_wei: 0,
             max_price_wei: None,
+            prefix: None,
         }
     }
 
@@ -251,6 +252,7 @@ mod tests {
             bandwidth_bps: 10e9,
             base_resident: false,
             adapter_resident: false,
+            prefix_resident: false,
             rtt_s: 0.05,
             compute_s: 2.0,
             context_max: 8192,

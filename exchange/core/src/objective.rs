@@ -1,7 +1,7 @@
 //! The objective over the feasible set (SPEC §2):
 //!
 //! ```text
-//! cost = p(b)·t_compute + λ_L·ℓ + λ_F·φ + λ_V·v(τ) + λ_D·δ + μ1·(1−β) + μ2·(1−α)
+//! cost = p(b)·t_compute + λ_L·ℓ + λ_F·φ + λ_V·v(τ) + λ_D·δ + μ1·(1−β) + μ2·(1−α) + μ_P·(1−π)
 //! ```
 //!
 //! All terms are floats in whole units of the settlement asset (the objective's price unit; the
@@ -19,6 +19,12 @@
 //!   churning fleet memory, on top of the time already counted in ℓ and δ; μ1 defaults to
 //!   μ2·|base|/|adapter| (≈10³), which is what makes agents keep going back to the provider that
 //!   holds their base.
+//! - π (`prefix_resident`) says the bundle holds the KV cache of the conversation prefix the job
+//!   continues (SPEC §4). A holder skips the prefix's prefill, so its t_compute (and with it
+//!   the compute term, ℓ and δ) is smaller; μ_P (`mu_prefix`) prices a miss on top, as μ2 does a
+//!   cold adapter: the prefix's KV is thrown away on one provider and rebuilt on another. A job
+//!   that continues no prefix has π = 1. It is a cost over the feasible set, never a filter: a
+//!   holder that is infeasible or far dearer loses.
 
 use crate::candidate::View;
 use crate::error::{Result, invalid};
@@ -42,6 +48,8 @@ pub struct Weights {
     pub mu_base: Option<f64>,
     /// μ2 (`mu_adapter`): cost of a cold adapter load.
     pub mu_adapter: f64,
+    /// μ_P (`mu_prefix`): cost of missing the conversation prefix a job continues.
+    pub mu_prefix: f64,
 }
 
 impl Default for Weights {
@@ -53,6 +61,9 @@ impl Default for Weights {
             lambda_deadline: 0.01,
             mu_base: None,
             mu_adapter: 0.0001,
+            // A tenth of a cold adapter: a prefix is rebuilt from the request alone, with no
+            // fetch and no eviction of another tenant's state.
+            mu_prefix: 0.00001,
         }
     }
 }
@@ -69,6 +80,7 @@ impl Weights {
             ("lambda_verification", self.lambda_verification),
             ("lambda_deadline", self.lambda_deadline),
             ("mu_adapter", self.mu_adapter),
+            ("mu_prefix", self.mu_prefix),
             ("mu_base", self.mu_base.unwrap_or(0.0)),
         ];
         for (field, value) in named {
@@ -112,6 +124,10 @@ pub struct Terms {
     pub base_load: f64,
     /// μ2·(1−α).
     pub adapter_load: f64,
+    /// μ_P·(1−π): the job continues a prefix this bundle does not hold.
+    pub prefix_miss: f64,
+    /// π: the bundle holds the prefix the job continues (false when it continues none).
+    pub prefix_hit: bool,
     /// The sum, which clearing minimises.
     pub total: f64,
     /// t̂ in seconds (not a cost; reported beside them).
@@ -135,8 +151,20 @@ pub fn terms(job: &Job, view: &View, weights: &Weights, t_hat_s: f64) -> Terms {
     } else {
         weights.mu_adapter
     };
-    let total =
-        compute + latency + failure + verification + deadline_risk + base_load + adapter_load;
+    let prefix_hit = job.prefix.is_some() && view.prefix_resident;
+    let prefix_miss = if job.prefix.is_some() && !prefix_hit {
+        weights.mu_prefix
+    } else {
+        0.0
+    };
+    let total = compute
+        + latency
+        + failure
+        + verification
+        + deadline_risk
+        + base_load
+        + adapter_load
+        + prefix_miss;
     Terms {
         compute,
         latency,
@@ -145,9 +173,24 @@ pub fn terms(job: &Job, view: &View, weights: &Weights, t_hat_s: f64) -> Terms {
         deadline_risk,
         base_load,
         adapter_load,
+        prefix_miss,
+        prefix_hit,
         total,
         completion_s: t_hat_s,
     }
+}
+
+/// The job's FLOPs on a bundle: all of `compute_flops`, less the prefix's prefill on a holder (π).
+pub fn compute_flops_on(job: &Job, prefix_resident: bool) -> f64 {
+    match &job.prefix {
+        Some(prefix) if prefix_resident => (job.compute_flops - prefix.flops).max(0.0),
+        _ => job.compute_flops,
+    }
+}
+
+/// The least FLOPs the job costs any bundle (on a holder of its prefix).
+fn least_compute_flops(job: &Job) -> f64 {
+    compute_flops_on(job, true)
 }
 
 /// Convenience: t̂ then the terms.
@@ -157,7 +200,8 @@ pub fn evaluate(job: &Job, view: &View, weights: &Weights) -> Terms {
 
 /// A lower bound on `total` for a bundle with the given residency, from its price per FLOP
 /// alone: the engine walks bundles in price-per-FLOP order and stops once this bound passes the
-/// best cost found. Every other term is ≥ 0. Shaved by a relative 1e-12 so float rounding in the
+/// best cost found. Every other term is ≥ 0, and the compute is that of a prefix hit (the least
+/// any bundle can do), so the bound holds for holders and non-holders alike. Shaved by a relative 1e-12 so float rounding in the
 /// real sum can never put a bundle below its bound.
 pub fn lower_bound(
     job: &Job,
@@ -166,7 +210,7 @@ pub fn lower_bound(
     base_resident: bool,
     adapter_present: bool,
 ) -> f64 {
-    let compute = price_per_flop * job.compute_flops;
+    let compute = price_per_flop * least_compute_flops(job);
     let verification = weights.lambda_verification * job.tier.verification_work() * compute;
     let mut bound = compute + verification;
     if !base_resident {
@@ -199,6 +243,7 @@ mod tests {
             compute_flops: 0.0,
             value_wei: 0,
             max_price_wei: None,
+            prefix: None,
         };
         let w = Weights::default();
         assert!((w.mu_base_for(&job) / w.mu_adapter - 1000.0).abs() < 1e-9);

@@ -336,12 +336,20 @@ impl crate::intake::Intake {
             .books()
             .observed_failure_rate(provider.key_hash)
             .await?;
+        // The prefixes its memory holds are the residency report's (SPEC §4): one memory under
+        // all its bundles, so each bundle holds what the report names.
+        let prefixes = offer
+            .residency
+            .as_ref()
+            .map(|r| r.prefixes.clone())
+            .unwrap_or_default();
         let bundles = offer
             .bundles
             .iter()
             .cloned()
             .map(|mut b| {
                 b.failure_rate = observed;
+                b.resident_prefixes = prefixes.clone();
                 b
             })
             .collect();

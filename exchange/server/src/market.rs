@@ -217,7 +217,10 @@ impl Market {
             .as_deref()
             .and_then(|id| engine.bundle(id))
             .map(|b| {
-                cx_protocol::price::charge_wei(b.price_wei_per_s, job.compute_flops / b.flops_per_s)
+                // A holder of the job's prefix charges for the rest of the prefill only.
+                let holds = cx_exchange::engine::holds_prefix(b, job);
+                let flops = cx_exchange::objective::compute_flops_on(job, holds);
+                cx_protocol::price::charge_wei(b.price_wei_per_s, flops / b.flops_per_s)
             });
         Ok((decision, charge))
     }

@@ -109,7 +109,12 @@ pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &To
         return;
     }
     if let Some(reason) = finish {
-        let _ = r.request.events.send(Event::Done {
+        if r.request.conversation.is_some() {
+            r.reply = Some(visible.to_string());
+        }
+        // Sent by the scheduler once the turn is held as a prefix, so a caller that hears
+        // `Done` and sends the continuation at once finds it.
+        r.done = Some(Event::Done {
             finish_reason: reason,
             prompt_tokens: r.request.prompt.len(),
             completion_tokens: r.generated.len() + usize::from(eos),

@@ -11,6 +11,11 @@
 //! * `decode` — the next token (greedy or sampled) and the text streamed for it (stop strings
 //!   held back until they cannot match).
 //!
+//! Conversation prefixes (SPEC §4): a request that carries its text ([`Conversation`]) and
+//! continues a held prefix starts from that KV and prefills only the rest (bit-identical in
+//! class D); its finished turn is offered to the residency cache, kept iff `γ·s > h`, and
+//! reported in [`Engine::residency`].
+//!
 //! Failures reach a request as [`Event::Failed`] carrying the crate's [`Error`]; the HTTP layer
 //! alone turns an error into a status.
 
@@ -69,6 +74,21 @@ pub struct GenerateRequest {
     pub sampling: Sampling,
     /// Where the events go; a closed receiver cancels the sequence.
     pub events: UnboundedSender<Event>,
+    /// The request as text, for a chat-shaped prompt's KV to be found and held as a
+    /// conversation prefix (SPEC §4); `None` holds and reuses nothing.
+    pub conversation: Option<Conversation>,
+}
+
+/// What names a request's conversation prefixes ([`cx_protocol::prefix`]): the catalog model and
+/// the prompt text the tokens were encoded from. With it, a prompt that continues a held prefix
+/// (same model, same adapter) prefills only what follows it, and the finished turn is offered to
+/// the cache as the next prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conversation {
+    /// The base model's catalog name (what the exchange names it by).
+    pub model: String,
+    /// The prompt text (`prompt` is its encoding).
+    pub prompt_text: String,
 }
 
 /// Why a sequence ended (OpenAI's `finish_reason`).
@@ -139,6 +159,8 @@ pub struct EngineStats {
     pub generated_tokens: u64,
     /// Largest batch seen (sequences).
     pub max_batch_seen: usize,
+    /// Prompt tokens not prefilled because a held conversation prefix already had them.
+    pub prefix_reused_tokens: u64,
 }
 
 /// A registered adapter, as `/v1/models` lists it.
@@ -194,6 +216,9 @@ struct Shared {
     roots: Mutex<AdapterRoots>,
     stats: Mutex<EngineStats>,
     start: Instant,
+    /// Rung when what the cache holds changes in a way an offer reports (a prefix kept, taken
+    /// or evicted), so the exchange hears it now.
+    residency_changed: Arc<tokio::sync::Notify>,
 }
 
 /// A lock whose holder panicked still guards consistent data here: every update is a short
@@ -271,6 +296,7 @@ impl Engine {
             roots: Mutex::new(AdapterRoots::default()),
             stats: Mutex::new(EngineStats::default()),
             start: Instant::now(),
+            residency_changed: Arc::new(tokio::sync::Notify::new()),
         });
         let scheduler = Scheduler::new(
             model.clone(),
@@ -440,14 +466,25 @@ impl Engine {
         self.shared.cache().release_reservation(key);
     }
 
+    /// Notified whenever the held prefixes change (kept, taken, evicted): what an offer's
+    /// residency report must then say again.
+    pub fn residency_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.shared.residency_changed.clone()
+    }
+
+    /// Whether the conversation prefix `id` is held now.
+    pub fn holds_prefix(&self, id: &str) -> bool {
+        self.shared.cache().holds_prefix(id)
+    }
+
     /// The largest LoRA rank this engine accepts.
     pub fn max_rank(&self) -> usize {
         self.config.max_rank
     }
 
     /// What the cache holds now, as the offer reports it (SPEC §4): the pinned adapters, the
-    /// free bytes of the budget, and the shadow price of a slot the size of the median resident
-    /// adapter.
+    /// free bytes of the budget, the shadow price of a slot the size of the median resident
+    /// adapter, and the held conversation prefixes (most valuable first, bounded).
     pub fn residency(&self) -> cx_protocol::offer::Residency {
         let now = self.shared.now_s();
         let cache = self.shared.cache();
@@ -464,6 +501,7 @@ impl Engine {
             free_bytes: cache.free_bytes(),
             slot_bytes,
             slot_shadow_price: cache.shadow_price(slot_bytes, now),
+            prefixes: cache.held_prefixes(cx_protocol::prefix::MAX_REPORTED_PREFIXES),
         }
     }
 

@@ -10,6 +10,14 @@
 //! An adapter that is not resident is loaded from disk on a loader thread while the batch keeps
 //! running; its sequences wait until the load lands in the residency cache. A running sequence
 //! holds its adapter (it cannot be evicted under it).
+//!
+//! Conversation prefixes (SPEC §4): a chat-shaped request names the prefix it continues
+//! ([`cx_protocol::prefix::continued_prefix_id`]); when the cache holds it (same adapter), the
+//! sequence starts from the held KV cut to where the prompt's tokens depart from the held ones,
+//! and prefills only the rest. Every position is computed by the same operations whatever was
+//! prefilled with it (no reduction crosses rows), so the output is bit-identical to a run
+//! without the hit in class D. A finished turn's KV is offered to the cache as the next prefix,
+//! with s the prefill seconds it saves, measured here per prefilled token.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -22,6 +30,7 @@ use super::decode::{advance, choose};
 use super::{
     AdapterRef, EngineConfig, EngineStats, Event, FinishReason, GenerateRequest, Shared, lock,
 };
+use crate::cache::{HeldPrefix, PrefixDecision};
 use crate::error::Error;
 use crate::lora::{Adapter, load_adapter};
 use crate::model::{KvCache, Model, SeqInput};
@@ -39,12 +48,20 @@ pub(super) enum Command {
 
 struct Waiting {
     request: GenerateRequest,
+    /// The prefix id it continues, if chat-shaped.
+    continues: Option<String>,
 }
 
 pub(super) struct Running {
     pub(super) request: GenerateRequest,
     adapter: Option<Arc<Adapter>>,
     pub(super) cache: KvCache,
+    /// Prompt tokens already in `cache` when admitted (a held prefix's); prefill runs the rest.
+    prompt_done: usize,
+    /// The visible text when it finished (what the caller was sent), for the held prefix's id.
+    pub(super) reply: Option<String>,
+    /// The `Done` event of a finished sequence, sent after its turn is offered as a prefix.
+    pub(super) done: Option<Event>,
     pub(super) generated: Vec<u32>,
     pub(super) emitted_bytes: usize,
     /// Bytes of the text already searched for stop strings (see `decode::advance`).
@@ -68,6 +85,9 @@ pub(super) struct Scheduler {
     pending_insert: HashMap<String, Arc<Adapter>>,
     stats: EngineStats,
     handles: Weak<()>,
+    /// Seconds of forward per prefilled token (an exponential average over prefill steps): what
+    /// turns a held prefix's length into s, the saving of a hit.
+    prefill_s_per_token: Option<f64>,
 }
 
 fn label(adapter: &Option<AdapterRef>) -> String {
@@ -97,6 +117,7 @@ impl Scheduler {
             pending_insert: HashMap::new(),
             stats: EngineStats::default(),
             handles,
+            prefill_s_per_token: None,
         }
     }
 
@@ -138,7 +159,18 @@ impl Scheduler {
                     // Counts the hit or miss and the use that values the adapter.
                     let _ = self.shared.cache().lookup(&adapter.id, now);
                 }
-                self.waiting.push_back(Waiting { request });
+                let continues = request.conversation.as_ref().and_then(|c| {
+                    cx_protocol::prefix::continued_prefix_id(
+                        &c.model,
+                        request.adapter.as_ref().map(|a| a.id.as_str()),
+                        &c.prompt_text,
+                    )
+                });
+                if let Some(id) = &continues {
+                    // Observed continuations are what γ is estimated from.
+                    self.shared.cache().note_continuation(id);
+                }
+                self.waiting.push_back(Waiting { request, continues });
             }
             Command::Loaded {
                 id,
@@ -266,7 +298,13 @@ impl Scheduler {
                 }
                 _ => None,
             };
-            let len = w.request.prompt.len();
+            let adapter_id = w.request.adapter.as_ref().map(|a| a.id.as_str());
+            let reuse = w.continues.as_deref().map_or(0, |id| {
+                self.shared
+                    .cache()
+                    .prefix_shared_len(id, adapter_id, &w.request.prompt)
+            });
+            let len = w.request.prompt.len() - reuse;
             if prefill_tokens > 0 && prefill_tokens + len > self.config.max_prefill_tokens {
                 if let Some(a) = &w.request.adapter {
                     self.shared.cache().release(&a.id);
@@ -274,12 +312,21 @@ impl Scheduler {
                 kept.push_back(w);
                 continue;
             }
-            prefill_tokens += len;
+            let held = match &w.continues {
+                Some(id) if reuse > 0 => self.held_prefix(id, &w.request, reuse),
+                _ => None,
+            };
+            let prompt_done = held.as_ref().map_or(0, KvCache::len);
+            prefill_tokens += w.request.prompt.len() - prompt_done;
+            self.stats.prefix_reused_tokens += prompt_done as u64;
             let seed = w.request.sampling.seed;
             self.running.push(Running {
                 request: w.request,
                 adapter,
-                cache: KvCache::default(),
+                cache: held.unwrap_or_default(),
+                prompt_done,
+                reply: None,
+                done: None,
                 generated: Vec::new(),
                 emitted_bytes: 0,
                 stop_scanned_bytes: 0,
@@ -290,6 +337,70 @@ impl Scheduler {
             });
         }
         self.waiting = kept;
+    }
+
+    /// Takes the held KV of prefix `id` out of the cache for `request` (a hit), cut to its first
+    /// `reuse` positions — what the prompt shares with it ([`ResidencyCache::prefix_shared_len`]).
+    ///
+    /// [`ResidencyCache::prefix_shared_len`]: crate::cache::ResidencyCache::prefix_shared_len
+    fn held_prefix(
+        &mut self,
+        id: &str,
+        request: &GenerateRequest,
+        reuse: usize,
+    ) -> Option<KvCache> {
+        let adapter = request.adapter.as_ref().map(|a| a.id.as_str());
+        let held = self.shared.cache().take_prefix(id, adapter)?;
+        self.shared.residency_changed.notify_one();
+        let mut kv = held.kv;
+        kv.truncate(reuse);
+        (kv.len() == reuse).then_some(kv)
+    }
+
+    /// s for a prefix of `tokens`: the prefill seconds a hit saves.
+    fn saving_s(&self, tokens: usize) -> f64 {
+        self.prefill_s_per_token.unwrap_or(0.0) * tokens as f64
+    }
+
+    /// Offers a prefix to the cache (kept iff γ·s > h) and says so when it is kept.
+    fn offer(&mut self, prefix: HeldPrefix) {
+        let now = self.shared.now_s();
+        let decision = self.shared.cache().offer_prefix(prefix, now);
+        if matches!(decision, PrefixDecision::Kept { .. }) {
+            self.shared.residency_changed.notify_one();
+        }
+    }
+
+    /// A finished turn's KV as the next prefix of its conversation: the tokens it holds (the
+    /// prompt and what was generated, up to the last position run) under the id of the
+    /// transcript the caller now has ([`cx_protocol::prefix::held_prefix_id`]).
+    fn hold_finished(&mut self, r: Running) {
+        let (Some(conversation), Some(reply)) = (&r.request.conversation, &r.reply) else {
+            return;
+        };
+        let adapter = r.request.adapter.as_ref().map(|a| a.id.clone());
+        let Some(id) = cx_protocol::prefix::held_prefix_id(
+            &conversation.model,
+            adapter.as_deref(),
+            &conversation.prompt_text,
+            reply,
+        ) else {
+            return;
+        };
+        let mut tokens = r.request.prompt.clone();
+        tokens.extend_from_slice(&r.generated);
+        tokens.truncate(r.cache.len());
+        if tokens.len() != r.cache.len() {
+            return; // never: every position run is a prompt or generated token
+        }
+        let prefix = HeldPrefix {
+            id,
+            adapter,
+            saving_s: self.saving_s(tokens.len()),
+            tokens,
+            kv: r.cache,
+        };
+        self.offer(prefix);
     }
 
     /// One forward over the running sequences at `which` (sorted indices); a panic inside is
@@ -310,7 +421,7 @@ impl Scheduler {
                 tokens: if r.prefilled {
                     &last[..]
                 } else {
-                    &r.request.prompt[..]
+                    &r.request.prompt[r.prompt_done..]
                 },
                 cache: &mut r.cache,
                 adapter: r.adapter.as_deref(),
@@ -348,7 +459,24 @@ impl Scheduler {
         self.stats.steps += 1;
         self.stats.max_batch_seen = self.stats.max_batch_seen.max(self.running.len());
         let all: Vec<usize> = (0..self.running.len()).collect();
-        match self.forward(&all) {
+        let prefill_rows: usize = self
+            .running
+            .iter()
+            .filter(|r| !r.prefilled)
+            .map(|r| r.request.prompt.len() - r.prompt_done)
+            .sum();
+        let rows = prefill_rows + self.running.iter().filter(|r| r.prefilled).count();
+        let started = Instant::now();
+        let result = self.forward(&all);
+        if prefill_rows > 0 && result.is_ok() {
+            // Every row costs about the same forward; the average over the step is s per token.
+            let per_token = started.elapsed().as_secs_f64() / rows as f64;
+            self.prefill_s_per_token = Some(match self.prefill_s_per_token {
+                Some(old) => 0.8 * old + 0.2 * per_token,
+                None => per_token,
+            });
+        }
+        match result {
             Ok(logits) => self.accept(&all, logits),
             Err(_) if all.len() > 1 => {
                 // Isolate the failing sequence: the others run alone this step (the same bits
@@ -363,16 +491,32 @@ impl Scheduler {
             Err(error) => self.fail(0, error),
         }
         let mut kept = Vec::with_capacity(self.running.len());
-        for r in self.running.drain(..) {
+        let mut finished = Vec::new();
+        for r in std::mem::take(&mut self.running) {
             if r.finished.is_some() || r.cancelled {
                 if let Some(a) = &r.request.adapter {
                     self.shared.cache().release(&a.id);
+                }
+                if r.finished.is_some() && !r.cancelled {
+                    finished.push(r);
                 }
             } else {
                 kept.push(r);
             }
         }
         self.running = kept;
+        let mut answers = Vec::with_capacity(finished.len());
+        for mut r in finished {
+            answers.push((r.done.take(), r.request.events.clone()));
+            self.hold_finished(r);
+        }
+        // Counters first: a caller that hears `Done` reads them with this step counted.
+        self.publish_stats();
+        for (done, events) in answers {
+            if let Some(done) = done {
+                let _ = events.send(done);
+            }
+        }
     }
 
     fn publish_stats(&mut self) {

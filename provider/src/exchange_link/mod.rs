@@ -42,7 +42,7 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::unbounded_channel;
 use zeroize::Zeroizing;
 
-use crate::engine::{Engine, Event, FinishReason, GenerateRequest, Sampling};
+use crate::engine::{Conversation, Engine, Event, FinishReason, GenerateRequest, Sampling};
 use crate::error::{Error, Result};
 use crate::lora::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_id};
 use crate::model::{KvCache, SeqInput};
@@ -208,6 +208,8 @@ impl Link {
             failure_rate: 0.0,
             resident_bases: vec![self.config.model_name.clone()],
             resident_adapters,
+            // The exchange reads them from the residency report (one memory, every bundle).
+            resident_prefixes: Vec::new(),
         }
     }
 
@@ -258,10 +260,13 @@ impl Link {
         tokio::spawn(search::run(link.clone()));
         let reregister = link.clone();
         tokio::spawn(async move {
+            let held_changed = reregister.engine.residency_changed();
             loop {
                 tokio::select! {
                     () = tokio::time::sleep(REREGISTER_EVERY) => {}
                     () = reregister.residency_changed.notified() => {}
+                    // A conversation prefix kept, taken or evicted: the report names them.
+                    () = held_changed.notified() => {}
                 }
                 if let Err(e) = reregister.register().await {
                     eprintln!("re-registering the offer failed (retrying): {e}");
@@ -465,6 +470,11 @@ impl Link {
                 seed: 0,
             },
             events: tx,
+            // Named by the catalog model, as the exchange names the prefix it routes by.
+            conversation: Some(Conversation {
+                model: self.config.model_name.clone(),
+                prompt_text: job.request.prompt.clone(),
+            }),
         });
         let mut text = String::new();
         // What of `text` the exchange has seen, and when it last did: pieces go out at most

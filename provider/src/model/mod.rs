@@ -84,6 +84,23 @@ impl KvCache {
     pub fn clear(&mut self) {
         *self = Self::default();
     }
+    /// Keeps the first `len` positions only (a held prefix reused up to where a new prompt
+    /// departs from it); the next forward appends from there, as if only they had been run.
+    pub fn truncate(&mut self, len: usize) {
+        if len >= self.len {
+            return;
+        }
+        if len == 0 {
+            self.clear();
+            return;
+        }
+        let width = self.keys.first().map_or(0, |k| k.len() / self.len);
+        for layer in self.keys.iter_mut().chain(self.values.iter_mut()) {
+            layer.truncate(len * width);
+            layer.shrink_to_fit();
+        }
+        self.len = len;
+    }
 }
 
 /// One sequence's part of a batch.

@@ -85,6 +85,48 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Response {
         vec![(String::new(), cache_stats.evictions as f64)],
     );
     gauge(
+        "cx_provider_held_prefixes",
+        "Conversation prefixes whose KV cache is held between turns (SPEC §4).",
+        "gauge",
+        vec![(String::new(), cache_stats.held_prefixes as f64)],
+    );
+    gauge(
+        "cx_provider_held_prefix_bytes",
+        "Bytes of the cache budget held by conversation prefixes.",
+        "gauge",
+        vec![(String::new(), cache_stats.prefix_bytes as f64)],
+    );
+    gauge(
+        "cx_provider_prefix_hits_total",
+        "Continuations that found their prefix held (its prefill skipped).",
+        "counter",
+        vec![(String::new(), cache_stats.prefix_hits as f64)],
+    );
+    gauge(
+        "cx_provider_prefix_reused_tokens_total",
+        "Prompt tokens not prefilled because a held prefix had them.",
+        "counter",
+        vec![(String::new(), stats.prefix_reused_tokens as f64)],
+    );
+    gauge(
+        "cx_provider_prefixes_kept_total",
+        "Finished turns kept as prefixes (γ·s > h).",
+        "counter",
+        vec![(String::new(), cache_stats.prefixes_kept as f64)],
+    );
+    gauge(
+        "cx_provider_prefixes_dropped_total",
+        "Finished turns dropped (γ·s ≤ h).",
+        "counter",
+        vec![(String::new(), cache_stats.prefixes_dropped as f64)],
+    );
+    gauge(
+        "cx_provider_continuation_probability",
+        "γ: the probability a conversation continues, from observed continuations and a prior.",
+        "gauge",
+        vec![(String::new(), cache_stats.continuation_probability)],
+    );
+    gauge(
         "cx_provider_cache_loads_total",
         "Adapters made resident.",
         "counter",

@@ -15,7 +15,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::body::Body;
 use super::{ApiError, AppState, unix_now};
-use crate::engine::{Event, FinishReason, GenerateRequest, Sampling};
+use crate::engine::{Conversation, Event, FinishReason, GenerateRequest, Sampling};
 use crate::error::Error;
 
 #[derive(Deserialize)]
@@ -216,7 +216,15 @@ struct Prepared {
     stream: bool,
 }
 
-fn prepare(state: &AppState, prompt: Vec<u32>, common: CommonParams) -> Result<Prepared, ApiError> {
+/// The checks every completion shares, and the engine request. `text` is the prompt's text when
+/// it came as text: with it, a chat-shaped prompt continues a held conversation prefix and its
+/// turn is held as the next one.
+fn prepare(
+    state: &AppState,
+    prompt: Vec<u32>,
+    text: Option<String>,
+    common: CommonParams,
+) -> Result<Prepared, ApiError> {
     let name = common
         .adapter
         .clone()
@@ -281,6 +289,10 @@ fn prepare(state: &AppState, prompt: Vec<u32>, common: CommonParams) -> Result<P
                 seed: common.seed.unwrap_or_else(unix_now),
             },
             events: tx,
+            conversation: text.map(|prompt_text| Conversation {
+                model: state.model_name.clone(),
+                prompt_text,
+            }),
         },
         events: rx,
         model,
@@ -307,15 +319,18 @@ pub(super) async fn completions(
         )
         .field("prompt")
     };
-    let prompt = match body.get::<Prompt>("prompt")? {
+    let (prompt, text) = match body.get::<Prompt>("prompt")? {
         None => return Err(ApiError::bad_request("`prompt` is required").field("prompt")),
-        Some(Prompt::Text(text)) => encode(&state, &text)?,
-        Some(Prompt::Texts(texts)) if texts.len() == 1 => encode(&state, &texts[0])?,
-        Some(Prompt::TokenBatches(mut batches)) if batches.len() == 1 => batches.remove(0),
+        Some(Prompt::Text(text)) => (encode(&state, &text)?, Some(text)),
+        Some(Prompt::Texts(mut texts)) if texts.len() == 1 => {
+            let text = texts.remove(0);
+            (encode(&state, &text)?, Some(text))
+        }
+        Some(Prompt::TokenBatches(mut batches)) if batches.len() == 1 => (batches.remove(0), None),
         Some(Prompt::Texts(_) | Prompt::TokenBatches(_)) => return Err(one_prompt()),
-        Some(Prompt::Tokens(tokens)) => tokens,
+        Some(Prompt::Tokens(tokens)) => (tokens, None),
     };
-    let prepared = prepare(&state, prompt, common)?;
+    let prepared = prepare(&state, prompt, text, common)?;
     run(state, prepared, Kind::Completion).await
 }
 
@@ -358,7 +373,7 @@ pub(super) async fn chat_completions(
             .map(|(m, c)| (m.role.as_str(), c.as_str())),
     );
     let prompt = encode(&state, &text)?;
-    let prepared = prepare(&state, prompt, common)?;
+    let prepared = prepare(&state, prompt, Some(text), common)?;
     run(state, prepared, Kind::Chat).await
 }
 

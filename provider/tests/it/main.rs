@@ -8,4 +8,5 @@ mod hf_fixtures;
 mod http;
 mod http_safety;
 mod model;
+mod prefix;
 mod training;

@@ -80,6 +80,7 @@ impl CandidateInput {
                 bandwidth_bps: self.bandwidth_bps,
                 base_resident: self.base_resident,
                 adapter_resident: self.adapter_resident,
+                prefix_resident: false,
                 rtt_s: self.rtt_s,
                 compute_s: self.compute_s,
                 context_max: self.context_max,

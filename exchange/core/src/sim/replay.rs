@@ -124,6 +124,7 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
             compute_flops: 2.0 * model.params * f64::from(arrival.tokens),
             value_wei: 0,
             max_price_wei: None,
+            prefix: None,
         };
         let base_item = Item::Base(agent.model);
         let adapter_item = Item::Adapter(arrival.agent);
@@ -142,6 +143,7 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
                 base_resident: beta,
                 adapter_resident: alpha,
                 // Waiting for the bundle to free up is time before the job starts.
+                prefix_resident: false,
                 rtt_s: b.rtt_s + (s.busy_until_s - now).max(0.0),
                 compute_s: job.compute_flops / b.flops_per_s,
                 context_max: 32_768,

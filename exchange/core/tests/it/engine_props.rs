@@ -13,6 +13,11 @@ use proptest::prelude::*;
 
 const MODELS: [&str; 3] = ["m0", "m1", "m2"];
 const ADAPTERS: [&str; 4] = ["a0", "a1", "a2", "a3"];
+/// Conversation prefixes bundles hold and jobs continue (ids of the prefix-id form).
+const PREFIXES: [&str; 2] = [
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+];
 
 fn bundle() -> impl Strategy<Value = Bundle> {
     (
@@ -21,10 +26,15 @@ fn bundle() -> impl Strategy<Value = Bundle> {
         (
             proptest::collection::vec(0usize..3, 0..3),
             proptest::collection::vec(0usize..4, 0..3),
+            proptest::collection::btree_set(0usize..2, 0..3),
         ),
     )
         .prop_map(
-            |((price, mem_gb, bw, rtt), (flops, classes, tiers, fail), (bases, adapters))| Bundle {
+            |(
+                (price, mem_gb, bw, rtt),
+                (flops, classes, tiers, fail),
+                (bases, adapters, prefixes),
+            )| Bundle {
                 id: String::new(),
                 provider: String::new(),
                 device: String::new(),
@@ -53,6 +63,10 @@ fn bundle() -> impl Strategy<Value = Bundle> {
                     .into_iter()
                     .map(|i| ADAPTERS[i].to_owned())
                     .collect(),
+                resident_prefixes: prefixes
+                    .into_iter()
+                    .map(|i| PREFIXES[i].to_owned())
+                    .collect(),
             },
         )
 }
@@ -66,10 +80,18 @@ fn job() -> impl Strategy<Value = Job> {
             0u64..5,
         ),
         (1u32..16384, 1u32..60, 0usize..3, 0usize..4, 0u32..50),
-        (0u32..5, proptest::option::of(0u32..5)),
+        (
+            0u32..5,
+            proptest::option::of(0u32..5),
+            proptest::option::of((0usize..2, 0u32..=10)),
+        ),
     )
         .prop_map(
-            |((m, a, base_gb, kv_gb), (ctx, deadline, class, tier, flops), (agent, max_price))| {
+            |(
+                (m, a, base_gb, kv_gb),
+                (ctx, deadline, class, tier, flops),
+                (agent, max_price, prefix),
+            )| {
                 Job {
                     agent: format!("agent-{agent}"),
                     base_model: MODELS[m].to_owned(),
@@ -85,16 +107,30 @@ fn job() -> impl Strategy<Value = Job> {
                     value_wei: 0,
                     // Limits that bind on some bundles and not on others (charges run to ~75k wei).
                     max_price_wei: max_price.map(|m| u128::from(m + 1) * 5_000),
+                    // A prefix worth 0–100 % of the job's work.
+                    prefix: prefix.map(|(i, tenths)| cx_protocol::PrefixNeed {
+                        id: PREFIXES[i].to_owned(),
+                        flops: (f64::from(flops) * 1e14 * f64::from(tenths) / 10.0)
+                            .min(f64::from(flops) * 1e14),
+                    }),
                 }
             },
         )
 }
 
-/// β, α and t_compute computed here, independently of the engine's indexes.
+/// β, α, π and t_compute computed here, independently of the engine's indexes.
 fn brute_candidates(bundles: &[Bundle], job: &Job) -> Vec<Candidate> {
     bundles
         .iter()
-        .map(|b| Candidate {
+        .map(|b| {
+            (
+                b,
+                job.prefix
+                    .as_ref()
+                    .filter(|p| b.resident_prefixes.contains(&p.id)),
+            )
+        })
+        .map(|(b, hit)| Candidate {
             id: b.id.clone(),
             view: View {
                 price_wei_per_s: b.price_wei_per_s,
@@ -105,8 +141,9 @@ fn brute_candidates(bundles: &[Bundle], job: &Job) -> Vec<Candidate> {
                     .adapter
                     .as_ref()
                     .is_some_and(|a| b.resident_adapters.contains(a)),
+                prefix_resident: hit.is_some(),
                 rtt_s: b.rtt_s,
-                compute_s: job.compute_flops / b.flops_per_s,
+                compute_s: (job.compute_flops - hit.map_or(0.0, |p| p.flops)) / b.flops_per_s,
                 context_max: b.context_max,
                 determinism: b.determinism,
                 tiers: b.tiers,
@@ -211,6 +248,7 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
         failure_rate: 0.0,
         resident_bases: bases,
         resident_adapters: vec![],
+        resident_prefixes: vec![],
     };
     engine.upsert(mk("cheap", 139, 1e9, vec![])).unwrap();
     engine
@@ -230,6 +268,7 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
         compute_flops: 1e16,
         value_wei: 0,
         max_price_wei: None,
+        prefix: None,
     };
     assert_eq!(engine.clear(&job, None).unwrap().unwrap().bundle_id, "dear");
     let why = engine.explain(&job, None).unwrap();

@@ -109,6 +109,10 @@ pub struct DecisionRecord {
     pub rejected: Vec<cx_exchange::clearing::Rejection>,
     /// How many bundles were refused.
     pub rejected_total: usize,
+    /// The conversation prefix the job continues ([`cx_protocol::prefix`]), if any; whether
+    /// the chosen bundle held it is the terms' `prefix_hit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_id: Option<String>,
 }
 
 fn class_d() -> cx_protocol::DeterminismClass {
@@ -116,7 +120,8 @@ fn class_d() -> cx_protocol::DeterminismClass {
 }
 
 impl DecisionRecord {
-    fn of(decision: Decision, tier: Tier, determinism: cx_protocol::DeterminismClass) -> Self {
+    fn of(decision: Decision, job: &Job) -> Self {
+        let (tier, determinism) = (job.tier, job.determinism);
         let Decision {
             chosen,
             terms,
@@ -136,6 +141,7 @@ impl DecisionRecord {
             feasible_total,
             rejected,
             rejected_total,
+            prefix_id: job.prefix.as_ref().map(|p| p.id.clone()),
         }
     }
 }
@@ -572,6 +578,7 @@ impl Intake {
             job.adapter = Some(id);
             job.adapter_bytes = bytes;
         }
+        job.prefix = continued_prefix(&job, request);
         // `min_tier` is the lowest tier the buyer accepts: cleared at it first, and only when no
         // bundle takes the job there at each stronger tier in turn (dearer to verify, never
         // weaker than asked). The refusal explains the buyer's own tier.
@@ -606,7 +613,7 @@ impl Intake {
             return Err(no_match(&decision));
         };
         Ok(Placed {
-            decision: DecisionRecord::of(decision, job.tier, job.determinism),
+            decision: DecisionRecord::of(decision, &job),
             job,
             bundle_id,
             terms,
@@ -654,8 +661,23 @@ impl Intake {
             compute_flops: 2.0 * shape.parameters as f64 * f64::from(context_tokens),
             value_wei: want.max_price_wei,
             max_price_wei: Some(want.max_price_wei),
+            prefix: None,
         })
     }
+}
+
+/// The conversation prefix a chat-shaped request continues (SPEC §4), as the provider that
+/// served its last turn holds it ([`cx_protocol::prefix`]): the id, and the prefill work of the
+/// prefix at the catalog's `2 · parameters` FLOPs per (estimated) token, the rate `job` is
+/// priced at. `None` for a first turn or a plain prompt.
+fn continued_prefix(job: &Job, request: &InferenceRequest) -> Option<cx_protocol::PrefixNeed> {
+    let transcript = cx_protocol::prefix::continued_transcript(&request.prompt)?;
+    let per_token = job.compute_flops / f64::from(job.context_tokens.max(1));
+    let tokens = cx_exchange::routing::features::estimate_tokens(transcript);
+    Some(cx_protocol::PrefixNeed {
+        id: cx_protocol::prefix::prefix_id(&job.base_model, job.adapter.as_deref(), transcript),
+        flops: (per_token * f64::from(tokens)).min(job.compute_flops),
+    })
 }
 
 /// How long a waiter sleeps at most between reads of the books.

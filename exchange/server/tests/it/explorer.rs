@@ -830,3 +830,90 @@ async fn batches_providers_markets_and_accounts_show_what_the_books_hold() {
         "{index}"
     );
 }
+
+/// A continuation is cleared onto the bundle whose provider reports holding its conversation
+/// prefix (SPEC §4), beside an otherwise equal one; the decision names the prefix and the hit,
+/// in the API and on the explorer's job page.
+#[tokio::test]
+async fn a_continuation_goes_to_the_prefix_holder_and_its_page_names_the_hit() {
+    let w = World::new().await;
+    let turn1 = order::chat_prompt([("user", "Name a colour.")]);
+    let reply = "Blue.";
+    let next = order::chat_prompt([
+        ("user", "Name a colour."),
+        ("assistant", reply),
+        ("user", "Another?"),
+    ]);
+    let model = "llama-3.1-8b-instruct";
+    let held = cx_protocol::prefix::held_prefix_id(model, None, &turn1, reply).unwrap();
+    // A second provider, its bundle the same as `warm`, reporting the prefix in its residency.
+    let holder_identity = Identity::from_seed([5; 32]);
+    let mut holder: Bundle = bundles().remove(0);
+    holder.id = "holder".into();
+    holder.provider = "op-holder".into();
+    let offer = Offer {
+        operator: "op-holder".into(),
+        payout: PAYOUT,
+        bundles: vec![holder],
+        token_hash: Offer::token_hash_of(b"holder-token"),
+        issued_at_s: now_s(),
+        residency: Some(cx_protocol::offer::Residency {
+            pinned_adapters: vec![],
+            free_bytes: 1_000_000,
+            slot_bytes: 0,
+            slot_shadow_price: Some(0.0),
+            prefixes: vec![held.clone()],
+        }),
+    };
+    let offer = serde_json::to_value(SignedOffer::sign(offer, &holder_identity).unwrap()).unwrap();
+    let (status, body) = w.post("/v1/providers/register", None, &offer).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+
+    let request = InferenceRequest {
+        prompt: next,
+        max_tokens: 4,
+    };
+    let intent = Intent {
+        want: "llama-8b".into(),
+        adapter_id: None,
+        request_hash: request_hash(&request),
+        deadline_s: now_s() + 60,
+        max_price_wei: 1_000_000,
+        min_tier: Tier::T1,
+        determinism: DeterminismClass::D,
+        tab_id: 3,
+        nonce: 1,
+        expiry_s: now_s() + 60,
+    };
+    let signed = order::sign(intent, &domain(), &w.key, &w.pq).unwrap();
+    let (status, body) = w
+        .post(
+            "/v1/intents",
+            None,
+            &json!({ "intent": signed, "request": request }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["bundle_id"], "holder", "{body}");
+    assert_eq!(body["terms"]["prefix_hit"], true, "{body}");
+    let job: B256 = body["job_id"].as_str().unwrap().parse().unwrap();
+
+    let (status, detail) = w.json(&format!("/v1/jobs/{job}")).await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    let decision = &detail["decision"];
+    assert_eq!(decision["prefix_id"], held.as_str(), "{decision}");
+    // `warm` was feasible and ranked after: the prefix is a cost, not a filter.
+    let feasible: Vec<&str> = decision["feasible"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(feasible, ["holder", "warm"], "{decision}");
+
+    let (status, page) = w.html(&format!("/explorer/jobs/{job}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(&held), "{page}");
+    assert!(page.contains("held by the chosen bundle"), "{page}");
+    assert!(page.contains("prefix_miss"), "{page}");
+}

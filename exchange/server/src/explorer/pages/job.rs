@@ -33,7 +33,7 @@ impl JobPage {
 }
 
 /// The cost terms in the objective's order: (name, symbol, what it prices).
-const TERMS: [(&str, &str, &str); 7] = [
+const TERMS: [(&str, &str, &str); 8] = [
     (
         "compute",
         "p(b)·t_compute",
@@ -56,6 +56,11 @@ const TERMS: [(&str, &str, &str); 7] = [
         "adapter_load",
         "μ2·(1−α)",
         "loading the adapter (0 when resident or none)",
+    ),
+    (
+        "prefix_miss",
+        "μ_P·(1−π)",
+        "rebuilding the conversation prefix the job continues (0 when held or none)",
     ),
 ];
 
@@ -98,6 +103,21 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
             dl.text(Some("alpha"), "α adapter resident then", "not recorded");
         }
     }
+    if let Some(prefix) = &d.prefix_id {
+        let held = d.terms.is_some_and(|t| t.prefix_hit);
+        dl.text(
+            Some("prefix"),
+            "π conversation prefix",
+            &format!(
+                "{prefix}: {}",
+                if held {
+                    "1 (held by the chosen bundle: its prefill skipped)"
+                } else {
+                    "0 (not held: prefilled again)"
+                }
+            ),
+        );
+    }
     if let Some(t) = d.terms {
         dl.text(
             Some("completion"),
@@ -119,6 +139,7 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
                 "deadline_risk" => t.deadline_risk,
                 "base_load" => t.base_load,
                 "adapter_load" => t.adapter_load,
+                "prefix_miss" => t.prefix_miss,
                 _ => f64::NAN,
             };
             let mut table = Table::new("cost-terms", &["term", "symbol", "prices", "value"]);

@@ -189,6 +189,8 @@ pub(crate) struct Decision {
     pub(crate) rejected: Vec<Rejection>,
     /// How many were refused.
     pub(crate) rejected_total: Option<u64>,
+    /// The conversation prefix the job continued, if any.
+    pub(crate) prefix_id: Option<String>,
 }
 
 /// `cx_exchange::objective::Terms` as stored.
@@ -209,6 +211,10 @@ pub(crate) struct Terms {
     pub(crate) base_load: f64,
     /// μ2·(1−α).
     pub(crate) adapter_load: f64,
+    /// μ_P·(1−π): the job continued a prefix the bundle did not hold.
+    pub(crate) prefix_miss: f64,
+    /// π: the bundle held the prefix the job continued.
+    pub(crate) prefix_hit: bool,
     /// The sum clearing minimised.
     pub(crate) total: f64,
     /// t̂, seconds.
