@@ -279,6 +279,18 @@ struct MarketArgs {
     /// Where adapters fetched from the exchange are kept [default: a folder in the temp dir].
     #[arg(long, value_name = "DIR")]
     fetched_adapters: Option<PathBuf>,
+    /// A testing aid: misbehave on purpose, so tests can show the exchange catches it.
+    #[arg(long, value_enum, value_name = "FAULT", requires = "exchange")]
+    fault: Option<Fault>,
+}
+
+/// Faults a provider can inject on purpose (`serve --fault`): testing aids that make it
+/// misbehave the way a dishonest or broken provider would, never for production.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Fault {
+    /// Return every `cx/matmul-f32` product with one entry moved far beyond Freivalds'
+    /// tolerance, under an honest receipt over the wrong bytes (the check must catch it).
+    WrongProduct,
 }
 
 #[derive(Subcommand)]
@@ -656,7 +668,11 @@ fn link(
         fetched_adapters: market.fetched_adapters.unwrap_or_else(|| {
             std::env::temp_dir().join(format!("cx-provider-{}-fetched", std::process::id()))
         }),
+        wrong_product: market.fault == Some(Fault::WrongProduct),
     };
+    if let Some(fault) = market.fault {
+        eprintln!("testing aid: --fault {fault:?} (this provider misbehaves on purpose)");
+    }
     let link = Link::new(config, identity, engine.clone())?;
     eprintln!("self-benchmark: {:.3e} FLOP/s", link.flops_per_s());
     Ok(link)

@@ -354,6 +354,18 @@ impl From<crate::Error> for ApiError {
                 Some(&format!("receipt.receipt.{field}")),
                 &err,
             ),
+            E::InvalidOutput { field, .. } => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_output",
+                Some(&format!("output.{field}")),
+                &err,
+            ),
+            E::ProductRejected { .. } => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "verification_failed",
+                Some("output.product"),
+                &err,
+            ),
             E::Unsupported { field, .. } => refuse(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "unsupported",
