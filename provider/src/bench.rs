@@ -22,6 +22,10 @@
 //! stated model size and rank, the AdamW step's time, a client's peak memory, and one training
 //! step against three forward passes, the usual cost of forward + backward.
 
+mod matmul;
+
+pub use matmul::{MatmulBenchOptions, MatmulFigures, MatmulSize, matmul};
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;

@@ -313,6 +313,25 @@ enum BenchCommand {
         #[arg(long)]
         fast: bool,
     },
+    /// Matmul (tier T2): the product C = A·B against the Freivalds check the exchange runs on
+    /// it, side by side at 512³ and 1024³, with the ratio and its FLOP bound.
+    Matmul {
+        /// Print one JSON object as the last line.
+        #[arg(long)]
+        json: bool,
+        /// Timed repeats per figure (median; 1 to 1000).
+        #[arg(long, default_value_t = 5, value_parser = positive(1000))]
+        repeats: usize,
+        /// Freivalds rounds (1 to 256).
+        #[arg(long, default_value_t = 20, value_parser = positive(256))]
+        rounds: usize,
+        /// Worker threads (1 to 1024).
+        #[arg(long, value_parser = positive(1024))]
+        threads: Option<usize>,
+        /// Smaller sizes, 128³ and 256³ (a quick smoke run; not the reported figures).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Training: forward_backward tokens/s, optimizer step time, peak memory per client, and
     /// one step against three forwards.
     Train {
@@ -607,6 +626,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 repeats,
                 cpu: cpu(threads, false),
                 quick,
+            })?;
+            print!("{}", figures.table());
+            if json {
+                println!("{}", serde_json::to_string(&figures)?);
+            }
+        }
+        Command::Bench {
+            which:
+                BenchCommand::Matmul {
+                    json,
+                    repeats,
+                    rounds,
+                    threads,
+                    quick,
+                },
+        } => {
+            // The provider's product kernels run in fast mode (class D∞), as served.
+            let figures = cx_provider::bench::matmul(&cx_provider::bench::MatmulBenchOptions {
+                repeats,
+                rounds,
+                cpu: cpu(threads, true),
+                sizes: if quick {
+                    vec![128, 256]
+                } else {
+                    vec![512, 1024]
+                },
             })?;
             print!("{}", figures.table());
             if json {
