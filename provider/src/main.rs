@@ -655,7 +655,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             })?;
             print!("{}", figures.table());
             if json {
-                println!("{}", serde_json::to_string(&figures)?);
+                println!("{}", cx_provider::bench::matmul_json(&figures));
             }
         }
         Command::Bench {

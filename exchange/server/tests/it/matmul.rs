@@ -239,6 +239,19 @@ async fn a_right_product_is_verified_by_freivalds_and_done() {
     );
     assert_eq!(door.held().await, held);
     assert_eq!(door.count("exchange_receipts").await, 1);
+    // A list of jobs leaves products out (each up to 5.6 MB); the job's own page has it.
+    let account = order::account_of(&door.key);
+    let (status, list) = door
+        .call(
+            Request::get(format!("/v1/jobs?account={account}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(list[0]["status"], "done");
+    assert!(list[0]["result"]["product"].is_null(), "{}", list[0]);
+    assert_eq!(list[0]["result"]["finish_reason"], "product");
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! `cx-provider bench matmul`: what a `cx/matmul-f32` product costs against the Freivalds check
+//! The figures of `cx-provider bench matmul`: what a `cx/matmul-f32` product costs against the Freivalds check
 //! the exchange runs on it (tier T2), side by side on one machine, at `512³` and `1024³` (the
 //! largest product a request may ask: every operand 2²⁰ elements).
 //!
@@ -9,12 +9,10 @@
 //! the check would take if its thin products ran at the product's FLOP/s; the measured ratio
 //! sits above it by what thin products lose to memory traffic.
 
-use cx_kernels::CpuConfig;
-use cx_kernels::bench::median_seconds;
-use cx_kernels::matmul::{check_flops, check_product, operands, product, product_flops};
-use serde::Serialize;
-
+use crate::bench::median_seconds;
+use crate::cpu::CpuConfig;
 use crate::error::Result;
+use crate::matmul::{check_flops, check_product, operands, product, product_flops};
 
 /// What the bench runs.
 #[derive(Clone, Debug)]
@@ -30,7 +28,7 @@ pub struct MatmulBenchOptions {
 }
 
 /// One size's figures.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MatmulSize {
     /// `n` of the `n × n × n` product.
     pub n: usize,
@@ -55,7 +53,7 @@ pub struct MatmulSize {
 }
 
 /// Every size's figures.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MatmulFigures {
     /// Freivalds rounds `k`.
     pub rounds: usize,
@@ -134,7 +132,7 @@ pub fn matmul(options: &MatmulBenchOptions) -> Result<MatmulFigures> {
             }
         });
         if let Some(e) = failure {
-            return Err(e.into());
+            return Err(e);
         }
         sizes.push(MatmulSize {
             n,
