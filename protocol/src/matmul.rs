@@ -31,7 +31,7 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::order::{B256, canonical_json};
+use crate::order::B256;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -145,11 +145,6 @@ pub fn product_hash(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
-/// The canonical text of a request (kept beside [`MatmulRequest::hash`] for tests and tools).
-pub fn canonical_text(request: &MatmulRequest) -> String {
-    canonical_json(&serde_json::to_value(request).expect("a matmul request always serializes"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,7 +162,10 @@ mod tests {
     #[test]
     fn the_hash_is_sha256_of_sorted_compact_json() {
         let text = r#"{"k":3,"m":4,"n":2,"seed_a":7,"seed_b":18446744073709551615}"#;
-        assert_eq!(canonical_text(&request()), text);
+        assert_eq!(
+            crate::order::canonical_json(&serde_json::to_value(request()).unwrap()),
+            text
+        );
         assert_eq!(
             request().hash(),
             B256::from(<[u8; 32]>::from(Sha256::digest(text.as_bytes())))

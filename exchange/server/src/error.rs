@@ -263,6 +263,10 @@ pub enum Error {
         /// Rounds run.
         rounds: usize,
     },
+    /// A verification could not run (no randomness for its vectors, its kernel failed): an
+    /// internal fault, not a verdict on the result.
+    #[error("verification: {0}")]
+    Verification(String),
     /// A value the exchange does not implement, named, never ignored.
     #[error("{field}: {reason}")]
     Unsupported {

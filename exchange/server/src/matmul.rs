@@ -98,11 +98,11 @@ pub struct Verdict {
 /// Freivalds rounds, on a blocking thread. A product of the wrong length fails without a round.
 pub async fn check(request: MatmulRequest, product: Vec<u8>, rounds: usize) -> Result<Verdict> {
     let mut seed = [0u8; 8];
-    getrandom::fill(&mut seed).map_err(|e| Error::Chain(format!("no randomness: {e}")))?;
+    getrandom::fill(&mut seed).map_err(|e| Error::Verification(format!("no randomness: {e}")))?;
     let seed = u64::from_le_bytes(seed);
     tokio::task::spawn_blocking(move || check_now(&request, &product, rounds, seed))
         .await
-        .map_err(|e| Error::Chain(format!("the Freivalds check panicked: {e}")))?
+        .map_err(|e| Error::Verification(format!("the Freivalds check panicked: {e}")))?
 }
 
 fn check_now(request: &MatmulRequest, product: &[u8], rounds: usize, seed: u64) -> Result<Verdict> {
@@ -133,7 +133,7 @@ fn check_now(request: &MatmulRequest, product: &[u8], rounds: usize, seed: u64) 
         seed,
         &cx_kernels::CpuConfig::default(),
     )
-    .map_err(|e| Error::Chain(format!("the Freivalds check: {e}")))?;
+    .map_err(|e| Error::Verification(format!("the Freivalds check: {e}")))?;
     Ok(verdict(report.accepted))
 }
 

@@ -6,8 +6,10 @@
 //! with `k` rounds (default 20: soundness 2⁻²⁰) as the exchange runs it — operands regenerated
 //! from the seeds, then `B·R`, `A·(B·R)` and `C·R` — and the check's rounds alone. The
 //! **bound** is the FLOP ratio `2k·(mk + kn + mn) / 2mkn`: the fraction of the product's time
-//! the check would take if its thin products ran at the product's FLOP/s; the measured ratio
-//! sits above it by what thin products lose to memory traffic.
+//! the check would take if its thin products ran at the product's FLOP/s; the measured ratio of
+//! the rounds differs from it by how the thin products' FLOP/s (`rounds_gflops`) compares with
+//! the product's. Regenerating the operands (ChaCha20, `m·k + k·n` draws) is the larger part of
+//! the whole check at these sizes: `check_s` includes it, `rounds_s` does not.
 
 use crate::bench::median_seconds;
 use crate::cpu::CpuConfig;

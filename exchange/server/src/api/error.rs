@@ -383,6 +383,7 @@ impl From<crate::Error> for ApiError {
             | E::Market(_)
             | E::BadRpcUrl(_)
             | E::Chain(_)
+            | E::Verification(_)
             | E::Settlement(_) => Self::Internal(Box::new(err)),
         }
     }
