@@ -851,9 +851,7 @@ async fn run_matmul(args: &Args, cmd: &MatmulArgs) -> anyhow::Result<()> {
         seed_b: cmd.seed_b,
     };
     // Refused here as the exchange would refuse it, before anything is signed.
-    request
-        .validate()
-        .map_err(|e| anyhow::anyhow!("--{e}"))?;
+    request.validate().map_err(|e| anyhow::anyhow!("--{e}"))?;
     let now = now_s();
     let intent = Intent {
         want: MATMUL_MODEL.to_owned(),
