@@ -239,6 +239,20 @@ async fn a_right_product_is_verified_by_freivalds_and_done() {
     );
     assert_eq!(door.held().await, held);
     assert_eq!(door.count("exchange_receipts").await, 1);
+    // It settles as any intent: the tab's paid jobs hold it, and the chain the signers check
+    // links — the buyer signed the matmul request's hash, the receipt names it as its input.
+    let paid = door.books.paid_jobs(31337, 3).await.unwrap();
+    assert_eq!(paid.len(), 1);
+    assert_eq!(
+        (paid[0].kind.as_str(), paid[0].charged_wei),
+        ("intent", held)
+    );
+    let signed: order::Signed<Intent> =
+        serde_json::from_value(paid[0].order["intent"].clone()).unwrap();
+    let input = order::request_value_hash(paid[0].request.as_ref().unwrap());
+    assert_eq!(input, signed.order.request_hash);
+    let receipt: SignedReceipt = serde_json::from_value(paid[0].receipt.clone()).unwrap();
+    assert_eq!(receipt.receipt.input_hash, input.0);
     // A list of jobs leaves products out (each up to 5.6 MB); the job's own page has it.
     let account = order::account_of(&door.key);
     let (status, list) = door
@@ -278,6 +292,14 @@ async fn a_wrong_product_fails_freivalds_is_never_charged_and_its_hold_returns()
     // Nothing charged, no receipt kept, the whole hold back on the tab.
     assert_eq!(door.held().await, 0);
     assert_eq!(door.count("exchange_receipts").await, 0);
+    assert!(door.books.paid_jobs(31337, 3).await.unwrap().is_empty());
+    // It counts in the provider's observed φ: 1 failed of 1 ended, with the 1-in-20 prior.
+    let phi = door
+        .books
+        .observed_failure_rate(B256::from(prov.id().0))
+        .await
+        .unwrap();
+    assert!((phi - 2.0 / 21.0).abs() < 1e-12, "{phi}");
     // A second result for the failed job is refused: it is not running any more.
     let again = door
         .post(
