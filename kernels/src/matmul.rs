@@ -48,16 +48,44 @@ pub fn product(
     config: &CpuConfig,
 ) -> Result<Vec<f32>> {
     crate::error::check_len("b (k × n)", b.len(), k * n)?;
-    // gemm_xwt reads W as d_out × d_in: Bᵀ, n × k.
-    let mut bt = vec![0f32; n * k];
-    for (row, chunk) in b.chunks_exact(n.max(1)).enumerate() {
-        for (col, &v) in chunk.iter().enumerate() {
-            bt[col * k + row] = v;
-        }
-    }
+    let bt = transposed(b, k, n);
     let mut c = vec![0f32; m * n];
     gemm_xwt(a, &bt, &mut c, m, k, n, config)?;
     Ok(c)
+}
+
+/// `C = A·B` on a GPU through cuBLAS (the base GEMM's `y = x·Wᵀ` with `W = Bᵀ`): operands
+/// uploaded, the product downloaded.
+///
+/// Shapes: `a` is `m × k`, `b` is `k × n`; returns `m × n`, all row-major.
+#[cfg(feature = "cuda")]
+pub fn product_cuda(
+    kernels: &crate::cuda::CudaKernels,
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Result<Vec<f32>> {
+    crate::error::check_len("a (m × k)", a.len(), m * k)?;
+    crate::error::check_len("b (k × n)", b.len(), k * n)?;
+    let gemm = crate::cuda::CudaBaseGemm::new(kernels)?;
+    let x = kernels.upload_f32(a)?;
+    let w = kernels.upload_f32(&transposed(b, k, n))?;
+    let mut y = kernels.upload_f32(&vec![0f32; m * n])?;
+    gemm.gemm_xwt(&x, &w, &mut y, m, k, n)?;
+    kernels.download_f32(&y)
+}
+
+/// `Bᵀ` (`cols × rows`) of a row-major `rows × cols` matrix: the layout `y = x·Wᵀ` reads.
+fn transposed(b: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut bt = vec![0f32; cols * rows];
+    for (row, chunk) in b.chunks_exact(cols.max(1)).enumerate() {
+        for (col, &v) in chunk.iter().enumerate() {
+            bt[col * rows + row] = v;
+        }
+    }
+    bt
 }
 
 /// Freivalds' check of `C = A·B` with `rounds` rounds drawn from `seed` (keep it secret from

@@ -1,6 +1,7 @@
 //! `cx/matmul-f32` jobs (tier T2): the provider's second bundle, which offers the market by
 //! listing its name as a resident base, and the run of one job — operands regenerated from the
-//! request's seeds (`cx_kernels::matmul::operands`), `C = A·B` on the CPU kernels, returned as
+//! request's seeds (`cx_kernels::matmul::operands`), `C = A·B` on the model's device (the CPU
+//! kernels, or cuBLAS with `--gpu` in a `cuda` build), returned as
 //! `f32` little-endian bytes (base64) with a receipt whose `output_hash` is SHA-256 of those bytes,
 //! `tokens` 0 and class D∞ (the fast kernels may differ in the last bits between CPUs; the
 //! exchange checks products by Freivalds' test within a tolerance, not bit for bit).
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use cx_kernels::CpuConfig;
+use cx_kernels::Device;
 use cx_protocol::class::{ClassSet, Tier, TierSet};
 use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest, product_hash, product_to_bytes};
 use cx_protocol::receipt::{Receipt, SignedReceipt};
@@ -31,17 +32,17 @@ const BENCH_N: usize = 256;
 /// The suffix of the matmul bundle's id (after the inference bundle's).
 pub(super) const BUNDLE_SUFFIX: &str = "-matmul";
 
-/// FLOP/s of `C = A·B` on this machine's CPU kernels: best of repeated `256³` products within
-/// [`BENCH_BUDGET`] (at least one), `2·n³` FLOPs each — the count the exchange turns a product
-/// job into seconds with.
-pub(super) fn measure_flops(config: &CpuConfig) -> Result<f64> {
+/// FLOP/s of `C = A·B` on `device`: best of repeated `256³` products within [`BENCH_BUDGET`]
+/// (at least one), `2·n³` FLOPs each — the count the exchange turns a product job into seconds
+/// with.
+pub(super) fn measure_flops(device: &Device) -> Result<f64> {
     let n = BENCH_N;
     let (a, b) = cx_kernels::matmul::operands(n, n, n, 1, 2);
     let started = Instant::now();
     let mut best = f64::INFINITY;
     while best.is_infinite() || started.elapsed() < BENCH_BUDGET {
         let t = Instant::now();
-        cx_kernels::matmul::product(&a, &b, n, n, n, config)?;
+        device.matmul(&a, &b, n, n, n)?;
         best = best.min(t.elapsed().as_secs_f64());
     }
     Ok(cx_kernels::matmul::product_flops(n, n, n) / best.max(1e-9))
@@ -57,7 +58,7 @@ impl Link {
         Bundle {
             id: format!("{}{BUNDLE_SUFFIX}", self.config.bundle_id),
             provider: self.config.operator.clone(),
-            device: "cpu".into(),
+            device: self.engine.model().device_name(),
             price_wei_per_s: self.config.ask_wei_per_s,
             memory_bytes: self.config.memory_bytes,
             bandwidth_bps: self.config.bandwidth_bps,
@@ -78,11 +79,12 @@ impl Link {
             .map_err(|e| Error::BadRequest(format!("a matmul request: {e}")))?;
         request.validate()?;
         let wrong = self.config.wrong_product;
+        let device = self.engine.model().device().clone();
         let started = Instant::now();
         let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
             let (m, k, n) = request.dims();
             let (a, b) = cx_kernels::matmul::operands(m, k, n, request.seed_a, request.seed_b);
-            let mut c = cx_kernels::matmul::product(&a, &b, m, k, n, &CpuConfig::default())?;
+            let mut c = device.matmul(&a, &b, m, k, n)?;
             if wrong {
                 cx_kernels::matmul::perturb(&mut c, k, n);
             }

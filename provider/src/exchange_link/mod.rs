@@ -166,7 +166,7 @@ impl Link {
         getrandom::fill(secret.as_mut()).expect("the operating system's random source");
         let token = Zeroizing::new(hex::encode(secret.as_ref()));
         let flops_per_s = measure_flops(&engine)?;
-        let matmul_flops_per_s = matmul::measure_flops(&cx_kernels::CpuConfig::default())?;
+        let matmul_flops_per_s = matmul::measure_flops(engine.model().device())?;
         Ok(Self {
             config,
             identity: Arc::new(identity),
