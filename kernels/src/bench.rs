@@ -2,6 +2,8 @@
 //!
 //! Times are medians over `repeats` runs after one warm-up run, in seconds, wall clock.
 
+pub mod matmul;
+
 use std::cell::RefCell;
 use std::time::Instant;
 

@@ -57,6 +57,17 @@ impl Device {
         }
     }
 
+    /// `C = A·B` (the `matmul` job kind, [`crate::matmul::product`]); on a GPU through cuBLAS.
+    ///
+    /// Shapes: `a` is `m × k`, `b` is `k × n`; returns `m × n`, all row-major.
+    pub fn matmul(&self, a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Result<Vec<f32>> {
+        match self {
+            Self::Cpu(config) => crate::matmul::product(a, b, m, k, n, config),
+            #[cfg(feature = "cuda")]
+            Self::Cuda(kernels) => crate::matmul::product_cuda(kernels, a, b, m, k, n),
+        }
+    }
+
     /// `y[i] += s_a · (x[i]·A_aᵀ)·B_aᵀ` for every row of every segment (see [`crate::sgmv()`]).
     ///
     /// Shapes: `x` is `rows × d_in`, `y` is `rows × d_out`.

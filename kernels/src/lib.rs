@@ -12,6 +12,8 @@
 //!   soundness `2⁻ᵏ`. A verifier checking many products against the same weights keeps a
 //!   [`FreivaldsSketch`] (its secret `R` and `Wᵀ·R`); each check of `y = x·Wᵀ` then costs
 //!   `k·m·(d_in + d_out)`, about 1 % of the product for 20 rounds at `d = 4096`.
+//! * [`matmul`] — the `matmul` job kind: operands generated from seeds, the product `C = A·B`,
+//!   and its Freivalds check (what a provider runs and the exchange verifies at tier T2).
 //! * [`Device`] — CPU or (feature `cuda`) GPU, one interface; the `cuda` module holds the NVRTC kernels.
 //! * [`rng`] — seeded ChaCha20 (`rand_chacha`) for Freivalds vectors, benchmarks and test data.
 //! * [`bench`](mod@bench) — the figures the provider's `bench` command prints (SGMV overhead, Freivalds
@@ -59,6 +61,7 @@ mod element;
 mod error;
 mod freivalds;
 mod gemm;
+pub mod matmul;
 pub mod rng;
 mod sgmv;
 

@@ -4,6 +4,11 @@ use crate::class::{DeterminismClass, Tier};
 use crate::error::{Error, Result, non_negative, nonzero, positive};
 use serde::{Deserialize, Serialize};
 
+/// Model names under this prefix are job kinds the exchange defines (such as
+/// [`crate::matmul::MATMUL_MODEL`]), not catalog models: there are no weights to fetch, so only a
+/// bundle that lists the name among its resident bases can run one.
+pub const KERNEL_MARKET_PREFIX: &str = "cx/";
+
 /// One unit of inference work to place on a bundle.
 ///
 /// Sizes are bytes, times seconds, work floating-point operations. The model `m` is the base id
@@ -104,6 +109,12 @@ impl Job {
     /// Whether the job carries an adapter that must be present for it to run.
     pub fn needs_adapter(&self) -> bool {
         self.adapter.is_some() || self.adapter_bytes > 0
+    }
+
+    /// Whether only a bundle holding the job's base can take it: a kernel market (a name under
+    /// [`KERNEL_MARKET_PREFIX`]) has no weights any other bundle could load.
+    pub fn needs_resident_base(&self) -> bool {
+        self.base_model.starts_with(KERNEL_MARKET_PREFIX)
     }
 
     /// The key consistent hashing uses to send this job where its agent went before.

@@ -7,6 +7,8 @@
 //! - [`class`]: determinism classes (D, D∞, S) and verification tiers (T0–T3, attested), with
 //!   compact sets of each that bundles advertise.
 //! - [`job`]: a job `j = (m, c, Δ, κ, τ, V)` as the exchange clears it (SPEC §2).
+//! - [`matmul`]: the `matmul` job kind (T2): its reserved market, request, bounds and product
+//!   encoding.
 //! - [`model_config`]: the Hugging Face `config.json` of a Llama-family base (the one parse of it),
 //!   weight dtypes and the projections a LoRA adapter targets.
 //! - [`bundle`]: a provider bundle as it is registered: device, free memory, link, price,
@@ -45,6 +47,7 @@ pub mod error;
 pub mod id;
 pub mod inventory;
 pub mod job;
+pub mod matmul;
 pub mod model_config;
 pub mod offer;
 pub mod order;

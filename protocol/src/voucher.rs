@@ -409,6 +409,79 @@ mod tests {
         assert!(err.to_string().contains("assigned price"), "{err}");
     }
 
+    /// A `cx/matmul-f32` job settles as any intent: the request hash the buyer signed is the
+    /// matmul request's, the receipt hashes the product's bytes, and the chain checks as usual.
+    #[test]
+    fn a_matmul_intent_settles_through_the_same_chain_of_signatures() {
+        use crate::matmul::{MATMUL_MODEL, MatmulRequest, product_hash};
+        let w = world();
+        let request = MatmulRequest {
+            m: 2,
+            k: 3,
+            n: 4,
+            seed_a: 1,
+            seed_b: 2,
+        };
+        let intent = Intent {
+            want: MATMUL_MODEL.into(),
+            adapter_id: None,
+            request_hash: request.hash(),
+            deadline_s: 4_000_000_000,
+            max_price_wei: 1_000,
+            min_tier: crate::Tier::T2,
+            determinism: crate::DeterminismClass::DInf,
+            tab_id: 4,
+            nonce: 1,
+            expiry_s: 4_000_000_000,
+        };
+        let signed = crate::order::sign(intent, &domain(), &w.buyer, &w.buyer_identity).unwrap();
+        let job_id = signed.digest(&domain());
+        let assignment = crate::assignment::Assignment {
+            job_id: job_id.0,
+            chain_id: 31337,
+            escrow_id: 4,
+            buyer: signed.account.0.0,
+            provider_key: w.provider.id().0,
+            price_wei: 900,
+            deadline_s: 4_000_000_000,
+            input_hash: request.hash().0,
+            adapter_hash: [0; 32],
+        };
+        let receipt = Receipt {
+            job_id: job_id.0,
+            chain_id: 31337,
+            escrow_id: 4,
+            input_hash: request.hash().0,
+            output_hash: product_hash(&[0u8; 32]),
+            adapter_hash: [0; 32],
+            tokens: 0,
+            compute_ms: 1,
+            class: crate::DeterminismClass::DInf,
+            provider: [0x11; 20],
+            provider_key: w.provider.id().0,
+            amount_owed_wei: 900,
+            buyer: signed.account.0.0,
+        };
+        let voucher = |receipt: Receipt| Voucher {
+            authority: Authority::Intent(signed.clone()),
+            assignment: SignedAssignment::sign(assignment.clone(), &w.exchange).unwrap(),
+            receipt: SignedReceipt::sign(receipt, &w.provider).unwrap(),
+        };
+        let v = voucher(receipt.clone());
+        assert_eq!(v.check(&w.exchange.public(), &domain()).unwrap(), None);
+        // A receipt for other operands than the buyer signed for is refused by its field.
+        let other = MatmulRequest {
+            seed_b: 3,
+            ..request
+        };
+        let v = voucher(Receipt {
+            input_hash: other.hash().0,
+            ..receipt
+        });
+        let err = v.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("input_hash"), "{err}");
+    }
+
     #[test]
     fn a_registered_key_cannot_pay_itself_from_an_escrow_it_was_not_assigned() {
         let w = world();

@@ -29,6 +29,31 @@ mod prefix;
 
 pub use prefix::{PrefixBenchOptions, PrefixFigures, PrefixRow, prefix};
 
+pub use cx_kernels::bench::matmul::{MatmulBenchOptions, MatmulFigures, MatmulSize, matmul};
+
+/// `cx-provider bench matmul --json`'s object: every figure of [`MatmulFigures`] by name.
+pub fn matmul_json(figures: &MatmulFigures) -> serde_json::Value {
+    let sizes: Vec<serde_json::Value> = figures
+        .sizes
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "n": s.n,
+                "product_s": s.product_s,
+                "product_gflops": s.product_gflops,
+                "check_s": s.check_s,
+                "rounds_s": s.rounds_s,
+                "check_vs_product": s.check_vs_product,
+                "rounds_vs_product": s.rounds_vs_product,
+                "flop_ratio_bound": s.flop_ratio_bound,
+                "rounds_gflops": s.rounds_gflops,
+                "accepted": s.accepted,
+            })
+        })
+        .collect();
+    serde_json::json!({"rounds": figures.rounds, "threads": figures.threads, "sizes": sizes})
+}
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;

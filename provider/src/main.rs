@@ -279,6 +279,18 @@ struct MarketArgs {
     /// Where adapters fetched from the exchange are kept [default: a folder in the temp dir].
     #[arg(long, value_name = "DIR")]
     fetched_adapters: Option<PathBuf>,
+    /// A testing aid: misbehave on purpose, so tests can show the exchange catches it.
+    #[arg(long, value_enum, value_name = "FAULT", requires = "exchange")]
+    fault: Option<Fault>,
+}
+
+/// Faults a provider can inject on purpose (`serve --fault`): testing aids that make it
+/// misbehave the way a dishonest or broken provider would, never for production.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Fault {
+    /// Return every `cx/matmul-f32` product with one entry moved far beyond Freivalds'
+    /// tolerance, under an honest receipt over the wrong bytes (the check must catch it).
+    WrongProduct,
 }
 
 #[derive(Subcommand)]
@@ -314,6 +326,25 @@ enum BenchCommand {
         #[arg(long, value_parser = positive(1024))]
         threads: Option<usize>,
         /// Smaller shapes (a quick smoke run; the figures are not the reported ones).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// Matmul (tier T2): the product C = A·B against the Freivalds check the exchange runs on
+    /// it, side by side at 512³ and 1024³, with the ratio and its FLOP bound.
+    Matmul {
+        /// Print one JSON object as the last line.
+        #[arg(long)]
+        json: bool,
+        /// Timed repeats per figure (median; 1 to 1000).
+        #[arg(long, default_value_t = 5, value_parser = positive(1000))]
+        repeats: usize,
+        /// Freivalds rounds (1 to 256).
+        #[arg(long, default_value_t = 20, value_parser = positive(256))]
+        rounds: usize,
+        /// Worker threads (1 to 1024).
+        #[arg(long, value_parser = positive(1024))]
+        threads: Option<usize>,
+        /// Smaller sizes, 128³ and 256³ (a quick smoke run; not the reported figures).
         #[arg(long)]
         quick: bool,
     },
@@ -638,6 +669,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench {
             which:
+                BenchCommand::Matmul {
+                    json,
+                    repeats,
+                    rounds,
+                    threads,
+                    quick,
+                },
+        } => {
+            // The provider's product kernels run in fast mode (class D∞), as served.
+            let figures = cx_provider::bench::matmul(&cx_provider::bench::MatmulBenchOptions {
+                repeats,
+                rounds,
+                cpu: cpu(threads, true),
+                sizes: if quick {
+                    vec![128, 256]
+                } else {
+                    vec![512, 1024]
+                },
+            })?;
+            print!("{}", figures.table());
+            if json {
+                println!("{}", cx_provider::bench::matmul_json(&figures));
+            }
+        }
+        Command::Bench {
+            which:
                 BenchCommand::Lora {
                     json,
                     repeats,
@@ -691,7 +748,11 @@ fn link(
         fetched_adapters: market.fetched_adapters.unwrap_or_else(|| {
             std::env::temp_dir().join(format!("cx-provider-{}-fetched", std::process::id()))
         }),
+        wrong_product: market.fault == Some(Fault::WrongProduct),
     };
+    if let Some(fault) = market.fault {
+        eprintln!("testing aid: --fault {fault:?} (this provider misbehaves on purpose)");
+    }
     let link = Link::new(config, identity, engine.clone())?;
     eprintln!("self-benchmark: {:.3e} FLOP/s", link.flops_per_s());
     Ok(link)

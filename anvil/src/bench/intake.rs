@@ -230,7 +230,8 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
                 client,
                 IntentSubmission {
                     intent: signed,
-                    request: request(),
+                    request: Some(request()),
+                    matmul: None,
                     wait: false,
                 },
             ))

@@ -113,6 +113,18 @@ impl Client {
         self.send(Method::POST, "/v1/intents", Some(&body)).await
     }
 
+    /// `POST /v1/intents` for a product `C = A·B` (the intent's `want` is `cx/matmul-f32`, its
+    /// `min_tier` T2, its `request_hash` [`cx_protocol::matmul::MatmulRequest::hash`]); the job's
+    /// product comes back in [`Client::job`] once done ([`JobRecord::checked_product`]).
+    pub async fn submit_matmul(
+        &self,
+        intent: &Signed<Intent>,
+        matmul: &cx_protocol::matmul::MatmulRequest,
+    ) -> Result<Accepted> {
+        let body = crate::types::MatmulSubmission { intent, matmul };
+        self.send(Method::POST, "/v1/intents", Some(&body)).await
+    }
+
     // ---- session keys and the OpenAI-compatible door -----------------------------------------
 
     /// `POST /v1/sessions`: stores a signed session grant; the bearer of the secret whose SHA-256

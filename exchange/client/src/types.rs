@@ -19,6 +19,16 @@ pub struct IntentSubmission<'a> {
     pub request: &'a InferenceRequest,
 }
 
+/// `POST /v1/intents` for a product in the `cx/matmul-f32` market: the signed intent and the
+/// matmul request its `request_hash` commits to ([`cx_protocol::matmul::MatmulRequest::hash`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct MatmulSubmission<'a> {
+    /// The intent with both signatures.
+    pub intent: &'a Signed<Intent>,
+    /// The product to compute.
+    pub matmul: &'a cx_protocol::matmul::MatmulRequest,
+}
+
 /// `GET /healthz`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
@@ -213,6 +223,43 @@ pub struct JobRecord {
     /// Every state it went through, in order.
     #[serde(default)]
     pub events: Vec<JobEvent>,
+}
+
+impl JobRecord {
+    /// A done `cx/matmul-f32` job's product `C` (`f32` little-endian bytes), checked against its
+    /// receipt: the bytes must be base64 and their SHA-256 the receipt's `output_hash`. `None`
+    /// while the job has no product (not done, or not a matmul job).
+    pub fn checked_product(&self) -> std::result::Result<Option<Vec<u8>>, cx_protocol::Error> {
+        use base64::Engine as _;
+        let invalid = |field: &str, reason: String| cx_protocol::Error::InvalidField {
+            field: field.to_owned(),
+            reason,
+        };
+        let Some(text) = self
+            .result
+            .as_ref()
+            .and_then(|r| r.get("product"))
+            .and_then(serde_json::Value::as_str)
+        else {
+            return Ok(None);
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| invalid("result.product", format!("is not base64: {e}")))?;
+        let receipt = self.receipt.as_ref().ok_or_else(|| {
+            invalid(
+                "receipt",
+                "is missing: a product is checked against it".into(),
+            )
+        })?;
+        if cx_protocol::matmul::product_hash(&bytes) != receipt.receipt.output_hash {
+            return Err(invalid(
+                "receipt.output_hash",
+                "is not the SHA-256 of the returned product".into(),
+            ));
+        }
+        Ok(Some(bytes))
+    }
 }
 
 /// One state transition of a job.

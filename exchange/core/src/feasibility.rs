@@ -31,6 +31,10 @@ pub enum Constraint {
     Deadline,
     /// The bundle's ask against the price ceiling (the market's quote, the buyer's maximum).
     Price,
+    /// A job kind the exchange defines (a `cx/…` market such as `cx/matmul-f32`) that the bundle
+    /// does not offer: it is not among the bundle's resident bases, and there are no weights
+    /// to fetch instead.
+    Kind,
 }
 
 impl fmt::Display for Constraint {
@@ -42,6 +46,7 @@ impl fmt::Display for Constraint {
             Self::Tier => "tier",
             Self::Deadline => "deadline",
             Self::Price => "price",
+            Self::Kind => "kind",
         })
     }
 }
@@ -97,6 +102,7 @@ pub fn is_feasible(job: &Job, view: &View, t_hat_s: f64) -> bool {
         && view.determinism.contains(job.determinism)
         && view.tiers.contains(job.tier)
         && t_hat_s <= job.deadline_s
+        && (view.base_resident || !job.needs_resident_base())
 }
 
 /// The price gates of one job, integers in wei ([`cx_protocol::price`]): a bundle's ask must be at
@@ -196,6 +202,13 @@ pub fn violations(job: &Job, view: &View) -> Vec<Violation> {
                 job.tier,
                 offered.join(",")
             ),
+        });
+    }
+    if job.needs_resident_base() && !view.base_resident {
+        out.push(Violation {
+            constraint: Constraint::Kind,
+            factor: None,
+            detail: format!("does not offer the job kind {}", job.base_model),
         });
     }
     let t_hat = completion_s(job, view);
@@ -318,6 +331,38 @@ mod tests {
         let v = violations(&job(), &only_numeric);
         // context 4.0 beats deadline 1.4866
         assert_eq!(binding(&v).unwrap().constraint, Constraint::Context);
+    }
+
+    #[test]
+    fn a_kernel_market_job_goes_only_to_a_bundle_offering_it() {
+        // A `cx/…` market has no weights to fetch: a bundle that does not list it among its
+        // resident bases is refused by name (categorically), however much memory it has.
+        let matmul = Job {
+            base_model: cx_protocol::matmul::MATMUL_MODEL.into(),
+            adapter: None,
+            adapter_bytes: 0,
+            base_bytes: 1,
+            kv_bytes: 0,
+            context_tokens: 1,
+            ..job()
+        };
+        let v = violations(&matmul, &view());
+        assert_eq!(binding(&v).unwrap().constraint, Constraint::Kind);
+        assert!(!is_feasible(
+            &matmul,
+            &view(),
+            completion_s(&matmul, &view())
+        ));
+        let offering = View {
+            base_resident: true,
+            ..view()
+        };
+        assert!(violations(&matmul, &offering).is_empty());
+        assert!(is_feasible(
+            &matmul,
+            &offering,
+            completion_s(&matmul, &offering)
+        ));
     }
 
     #[test]

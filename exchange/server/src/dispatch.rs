@@ -286,7 +286,16 @@ pub struct Output {
     pub prompt_tokens: u32,
     /// Tokens generated.
     pub completion_tokens: u32,
+    /// A `cx/matmul-f32` job's product `C`: its `f32` little-endian bytes, base64 (standard
+    /// alphabet, padded); the receipt's `output_hash` is SHA-256 of the bytes. Absent for
+    /// inference (whose `text` is the output; a matmul job's `text` is empty, its tokens 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
 }
+
+/// Longest base64 text of a product: that of 4 MiB (2²⁰ `f32`s, the largest product allowed).
+pub const MAX_PRODUCT_BASE64_BYTES: usize =
+    (cx_protocol::matmul::MAX_MATMUL_ELEMENTS as usize * 4).div_ceil(3) * 4;
 
 /// Most jobs one pull hands out.
 pub const MAX_PULL_JOBS: u32 = 32;
@@ -444,8 +453,6 @@ impl crate::intake::Intake {
         provider: &crate::books::Provider,
         job: &crate::books::Assignment,
     ) -> crate::Result<cx_protocol::assignment::SignedAssignment> {
-        let request: cx_protocol::order::InferenceRequest =
-            serde_json::from_value(job.request.clone())?;
         let adapter_hash = adapter_hash(job.adapter.as_deref())?;
         let terms = cx_protocol::assignment::Assignment {
             job_id: job.job_id.0,
@@ -455,7 +462,8 @@ impl crate::intake::Intake {
             provider_key: provider.key_hash.0,
             price_wei: job.price_wei,
             deadline_s: job.deadline_s,
-            input_hash: cx_protocol::order::request_hash(&request).0,
+            // The stored request's canonical hash, whatever its kind (inference or product).
+            input_hash: cx_protocol::order::request_value_hash(&job.request).0,
             adapter_hash,
         };
         Ok(cx_protocol::assignment::SignedAssignment::sign(
@@ -467,7 +475,9 @@ impl crate::intake::Intake {
     /// Accepts the provider's result for job `job_id` at `now_s` after checking that the
     /// receipt is signed by the provider's registered key and describes exactly this job and
     /// this output: job, chain, tab, buyer, input (the request's hash), output (the text's
-    /// SHA-256), adapter, payout account, and an amount within the job's price.
+    /// SHA-256), adapter, payout account, and an amount within the job's price. A product
+    /// (`cx/matmul-f32`) is then checked by Freivalds' test before its job is done: one that fails
+    /// ends the job `failed`, never charged, and is refused with [`crate::Error::ProductRejected`].
     pub async fn accept_result(
         &self,
         provider: &crate::books::Provider,
@@ -492,12 +502,26 @@ impl crate::intake::Intake {
             .await?
             .ok_or(Error::UnknownJob)?;
         let receipt = &signed.receipt;
-        let request: cx_protocol::order::InferenceRequest =
-            serde_json::from_value(job.request.clone())?;
         let adapter_hash = adapter_hash(job.adapter.as_deref())?;
-        let output_hash: [u8; 32] = Sha256::digest(submission.output.text.as_bytes()).into();
-        let tokens = u64::from(submission.output.prompt_tokens)
-            + u64::from(submission.output.completion_tokens);
+        let (output_hash, tokens, product, hashed) =
+            if job.model == cx_protocol::matmul::MATMUL_MODEL {
+                let request: cx_protocol::matmul::MatmulRequest =
+                    serde_json::from_value(job.request.clone())?;
+                let bytes = decode_product(&submission.output, &request)?;
+                let hash = cx_protocol::matmul::product_hash(&bytes);
+                (hash, 0, Some((request, bytes)), "the product's bytes")
+            } else {
+                if submission.output.product.is_some() {
+                    return Err(Error::InvalidOutput {
+                        field: "product",
+                        reason: "is returned only for a cx/matmul-f32 job".into(),
+                    });
+                }
+                let hash: [u8; 32] = Sha256::digest(submission.output.text.as_bytes()).into();
+                let tokens = u64::from(submission.output.prompt_tokens)
+                    + u64::from(submission.output.completion_tokens);
+                (hash, tokens, None, "output.text")
+            };
         let checks: [(&'static str, bool, String); 10] = [
             (
                 "class",
@@ -534,13 +558,13 @@ impl crate::intake::Intake {
             ),
             (
                 "input_hash",
-                receipt.input_hash == cx_protocol::order::request_hash(&request).0,
+                receipt.input_hash == cx_protocol::order::request_value_hash(&job.request).0,
                 "is not the SHA-256 of the job's request (canonical JSON)".into(),
             ),
             (
                 "output_hash",
                 receipt.output_hash == output_hash,
-                "is not the SHA-256 of output.text".into(),
+                format!("is not the SHA-256 of {hashed}"),
             ),
             (
                 "adapter_hash",
@@ -556,6 +580,19 @@ impl crate::intake::Intake {
         if let Some((field, _, reason)) = checks.into_iter().find(|(_, ok, _)| !ok) {
             return Err(Error::ReceiptMismatch { field, reason });
         }
+        if let Some((request, bytes)) = product {
+            let rounds = self.freivalds_rounds();
+            let verdict = crate::matmul::check(request, bytes, rounds).await?;
+            let detail = serde_json::to_value(&verdict)?;
+            if !verdict.passed {
+                self.books()
+                    .fail_verification(job_id, provider.key_hash, &detail)
+                    .await?;
+                self.waiters().notify(job_id);
+                return Err(Error::ProductRejected { rounds });
+            }
+            self.books().record_verified(job_id, &detail).await?;
+        }
         let completed = self
             .books()
             .complete_job(
@@ -570,6 +607,42 @@ impl crate::intake::Intake {
         self.waiters().notify(job_id);
         Ok(completed)
     }
+}
+
+/// The bytes of a matmul job's returned product: present, base64, and exactly `4·m·n` bytes.
+fn decode_product(
+    output: &Output,
+    request: &cx_protocol::matmul::MatmulRequest,
+) -> crate::Result<Vec<u8>> {
+    use base64::Engine as _;
+    let invalid = |reason: String| crate::Error::InvalidOutput {
+        field: "product",
+        reason,
+    };
+    let text = output.product.as_deref().ok_or_else(|| {
+        invalid(
+            "is missing: a cx/matmul-f32 job returns its product (f32 little-endian, base64)"
+                .into(),
+        )
+    })?;
+    if text.len() > MAX_PRODUCT_BASE64_BYTES {
+        return Err(invalid(format!(
+            "is longer than {MAX_PRODUCT_BASE64_BYTES} base64 characters"
+        )));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| invalid(format!("is not base64 (standard, padded): {e}")))?;
+    if bytes.len() != request.product_bytes() {
+        return Err(invalid(format!(
+            "is {} bytes; C is {} × {} f32s, {} bytes",
+            bytes.len(),
+            request.m,
+            request.n,
+            request.product_bytes()
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Whether work done in class `done` answers a job of class `asked`: bit-exact work (D) answers

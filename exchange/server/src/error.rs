@@ -244,6 +244,29 @@ pub enum Error {
         /// How it differs.
         reason: String,
     },
+    /// The result's output is not what the job's kind returns (a matmul job's product missing,
+    /// not base64, of the wrong size; a product on an inference job).
+    #[error("output.{field} {reason}")]
+    InvalidOutput {
+        /// The output's field.
+        field: &'static str,
+        /// What is wrong and what is expected.
+        reason: String,
+    },
+    /// The returned product failed its Freivalds check (tier T2): the job failed, nothing is
+    /// charged and its hold went back to the tab.
+    #[error(
+        "the product is not A·B: it failed Freivalds' check ({rounds} rounds); the job failed \
+         and nothing is charged"
+    )]
+    ProductRejected {
+        /// Rounds run.
+        rounds: usize,
+    },
+    /// A verification could not run (no randomness for its vectors, its kernel failed): an
+    /// internal fault, not a verdict on the result.
+    #[error("verification: {0}")]
+    Verification(String),
     /// A value the exchange does not implement, named, never ignored.
     #[error("{field}: {reason}")]
     Unsupported {

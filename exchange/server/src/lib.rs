@@ -9,6 +9,8 @@
 //!   from the catalog model's shape, clearing, and one transaction that spends the nonce, holds the
 //!   charge on the tab and writes the job;
 //! - [`market`]: the catalog and the matching engine, a cache of the books' bundles;
+//! - [`matmul`]: the `cx/matmul-f32` job kind — its job for clearing and the Freivalds check
+//!   (tier T2) a returned product passes before the job is done;
 //! - [`books`]: the exchange's durable state in PostgreSQL (bindings, tabs, orders, jobs and their
 //!   events, bundles, adapters, the watcher's cursor), the only module that writes it;
 //! - [`chain`]: the chain watcher — tabs opened and reclaimed, batches landed;
@@ -44,6 +46,7 @@ mod error;
 pub mod explorer;
 pub mod intake;
 pub mod market;
+pub mod matmul;
 pub mod settlement;
 pub mod stake;
 pub mod tls;

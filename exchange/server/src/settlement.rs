@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use alloy::primitives::Address;
 use cx_contracts::ChainDeployment;
 use cx_protocol::assignment::{Assignment, SignedAssignment};
-use cx_protocol::order::{InferenceRequest, request_hash};
+use cx_protocol::order::request_value_hash;
 use cx_protocol::pq::Identity;
 use cx_protocol::receipt::SignedReceipt;
 use cx_protocol::voucher::{Authority, Voucher};
@@ -318,14 +318,14 @@ impl Settler {
         // search's digest (its job id).
         let (authority, input_hash) = match job.kind.as_str() {
             "intent" | "session_grant" => {
-                let request: InferenceRequest =
-                    serde_json::from_value(job.request.clone().ok_or(corrupt("a job's request"))?)?;
+                // The stored request's canonical hash, whatever its kind (inference, product).
+                let request = job.request.clone().ok_or(corrupt("a job's request"))?;
                 let authority = if job.kind == "intent" {
                     Authority::Intent(serde_json::from_value(order("intent", "an intent order")?)?)
                 } else {
                     Authority::Session(serde_json::from_value(order("grant", "a session order")?)?)
                 };
-                (authority, request_hash(&request).0)
+                (authority, request_value_hash(&request).0)
             }
             "search" => {
                 let witness = job

@@ -38,9 +38,15 @@ pub fn chat_prompt<'a>(messages: impl IntoIterator<Item = (&'a str, &'a str)>) -
 /// strings and numbers as serde_json writes them — which is what the exchange computes and
 /// compares with the intent's signed `request_hash`.
 pub fn request_hash(request: &InferenceRequest) -> B256 {
-    let value = serde_json::to_value(request).expect("a request always serializes");
+    request_value_hash(&serde_json::to_value(request).expect("a request always serializes"))
+}
+
+/// SHA-256 of any request's canonical JSON: what [`request_hash`] computes for an inference
+/// request and [`crate::matmul::MatmulRequest::hash`] for a matmul one, and what the exchange and
+/// the signers compute over a job's stored request whatever its kind.
+pub fn request_value_hash(value: &serde_json::Value) -> B256 {
     B256::from(<[u8; 32]>::from(Sha256::digest(
-        canonical_json(&value).as_bytes(),
+        canonical_json(value).as_bytes(),
     )))
 }
 

@@ -8,7 +8,8 @@
 //! * `wire` — the exchange's JSON bodies as the provider reads and writes them.
 //!
 //! The flow ([`Link::run`]): measure FLOP/s with a short self-benchmark, sign and register the
-//! offer (one bundle: the loaded base as resident, the resident adapters by id, the ask), then
+//! offer (two bundles: the loaded base as resident with the resident adapters by id, and the
+//! `cx/matmul-f32` products of `matmul`; both at the ask), then
 //! loop on `POST /v1/providers/jobs`. Each job runs in its own task: a named adapter that is not
 //! registered is fetched from the exchange (`GET /v1/adapters/{id}`), its content id checked
 //! against the id asked for, and loaded through [`Engine::load_adapter`]; the prompt runs
@@ -23,6 +24,7 @@
 
 mod https;
 pub mod key_file;
+mod matmul;
 mod search;
 mod wire;
 
@@ -34,7 +36,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use cx_protocol::class::{ClassSet, Tier, TierSet};
 use cx_protocol::offer::{Offer, SignedOffer};
-use cx_protocol::order::Address;
+use cx_protocol::order::{Address, InferenceRequest};
 use cx_protocol::pq::{Identity, PublicIdentity};
 use cx_protocol::receipt::{JobTerms, Receipt, SignedReceipt, Work};
 use cx_protocol::{Bundle, DeterminismClass};
@@ -111,6 +113,9 @@ pub struct LinkConfig {
     pub rtt_s: f64,
     /// Where adapters fetched from the exchange are written (one folder per content id).
     pub fetched_adapters: PathBuf,
+    /// A testing aid (`--fault wrong-product`): return every product with one entry wrong far
+    /// beyond Freivalds' tolerance, under an honest receipt over the wrong bytes.
+    pub wrong_product: bool,
 }
 
 /// A provider registered at an exchange.
@@ -122,6 +127,8 @@ pub struct Link {
     /// The dispatch token: a secret, never logged.
     token: Arc<Zeroizing<String>>,
     flops_per_s: f64,
+    /// FLOP/s of `C = A·B` on the CPU kernels (the matmul bundle's throughput).
+    matmul_flops_per_s: f64,
     /// Rung when the resident adapters change, so the offer says so now, not at the next period
     /// (and when a poll fails, so an exchange that forgot the offer hears it again).
     residency_changed: Arc<Notify>,
@@ -159,6 +166,7 @@ impl Link {
         getrandom::fill(secret.as_mut()).expect("the operating system's random source");
         let token = Zeroizing::new(hex::encode(secret.as_ref()));
         let flops_per_s = measure_flops(&engine)?;
+        let matmul_flops_per_s = matmul::measure_flops(engine.model().device())?;
         Ok(Self {
             config,
             identity: Arc::new(identity),
@@ -166,6 +174,7 @@ impl Link {
             engine,
             token: Arc::new(token),
             flops_per_s,
+            matmul_flops_per_s,
             residency_changed: Arc::new(Notify::new()),
             fetching: Arc::new(tokio::sync::Mutex::new(())),
             exchange_key: Arc::new(std::sync::OnceLock::new()),
@@ -218,7 +227,7 @@ impl Link {
         let offer = Offer {
             operator: self.config.operator.clone(),
             payout: self.config.payout,
-            bundles: vec![self.bundle()],
+            bundles: vec![self.bundle(), self.matmul_bundle()],
             token_hash: Offer::token_hash_of(self.token.as_bytes()),
             issued_at_s: unix_now(),
             residency: Some(self.engine.residency()),
@@ -366,7 +375,7 @@ impl Link {
             && terms.provider_key == self.identity.id().0
             && terms.price_wei == job.price_wei
             && terms.deadline_s == job.deadline_s
-            && terms.input_hash == cx_protocol::order::request_hash(&job.request).0
+            && terms.input_hash == cx_protocol::order::request_value_hash(&job.request).0
             && terms.adapter_hash == adapter_hash;
         if !matches {
             return Err(refused("the signed terms are not the job handed out"));
@@ -378,28 +387,33 @@ impl Link {
     async fn serve_job(&self, job: Assignment) -> Result<Completed> {
         // The exchange's signed word first: nothing runs on an assignment it did not sign.
         self.check_assignment(&job)?;
+        if job.deadline_s <= unix_now() {
+            return Err(Error::BadRequest("its deadline has passed".into()));
+        }
+        if job.model == cx_protocol::matmul::MATMUL_MODEL {
+            return self.serve_matmul(&job).await;
+        }
+        let request: InferenceRequest = serde_json::from_value(job.request.clone())
+            .map_err(|e| Error::BadRequest(format!("an inference request: {e}")))?;
         if job.model != self.config.model_name {
             return Err(Error::BadRequest(format!(
                 "the job is for model `{}`, this provider serves `{}`",
                 job.model, self.config.model_name
             )));
         }
-        if job.deadline_s <= unix_now() {
-            return Err(Error::BadRequest("its deadline has passed".into()));
-        }
         let adapter = match &job.adapter {
             Some(id) => Some(self.ensure_adapter(id).await?),
             None => None,
         };
         let started = Instant::now();
-        let output = self.generate(&job, adapter).await?;
+        let output = self.generate(&job, &request, adapter).await?;
         let compute_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let terms = JobTerms {
             job_id: job.job_id,
             chain_id: job.chain_id,
             escrow_id: job.escrow_id,
             buyer: job.buyer,
-            request: &job.request,
+            request: &request,
             adapter: job.adapter.as_deref(),
         };
         let work = Work {
@@ -447,11 +461,12 @@ impl Link {
     async fn generate(
         &self,
         job: &Assignment,
+        request: &InferenceRequest,
         adapter: Option<crate::engine::AdapterRef>,
     ) -> Result<Output> {
-        let prompt = self.engine.tokenizer().encode(&job.request.prompt)?;
+        let prompt = self.engine.tokenizer().encode(&request.prompt)?;
         let limit = self.engine.model().config().max_position_embeddings;
-        let max_tokens = job.request.max_tokens as usize;
+        let max_tokens = request.max_tokens as usize;
         if prompt.is_empty() || max_tokens == 0 || prompt.len() + max_tokens > limit {
             return Err(Error::BadRequest(format!(
                 "a prompt of {} tokens and max_tokens {max_tokens} do not fit the context of \
@@ -473,7 +488,7 @@ impl Link {
             // Named by the catalog model, as the exchange names the prefix it routes by.
             conversation: Some(Conversation {
                 model: self.config.model_name.clone(),
-                prompt_text: job.request.prompt.clone(),
+                prompt_text: request.prompt.clone(),
             }),
         });
         let mut text = String::new();
@@ -505,6 +520,7 @@ impl Link {
                         },
                         prompt_tokens: count(prompt_tokens),
                         completion_tokens: count(completion_tokens),
+                        product: None,
                     });
                 }
                 Some(Event::Failed(error)) => {

@@ -3,7 +3,7 @@
 //! ignored — so an exchange that adds a field does not break a running provider.
 
 use cx_protocol::assignment::SignedAssignment;
-use cx_protocol::order::{Address, B256, InferenceRequest};
+use cx_protocol::order::{Address, B256};
 use cx_protocol::price::wei_string;
 use cx_protocol::receipt::SignedReceipt;
 use serde::{Deserialize, Serialize};
@@ -27,8 +27,9 @@ pub(crate) struct Assignment {
     /// The adapter by content id, if any.
     #[serde(default)]
     pub(crate) adapter: Option<String>,
-    /// The request: the prompt (already the whole text) and `max_tokens`.
-    pub(crate) request: InferenceRequest,
+    /// The request: for inference the prompt (already the whole text) and `max_tokens`; for
+    /// `cx/matmul-f32` the shapes and seeds. Its canonical hash is the assignment's input hash.
+    pub(crate) request: serde_json::Value,
     /// The most the receipt may claim, wei.
     #[serde(with = "wei_string")]
     pub(crate) price_wei: u128,
@@ -67,6 +68,9 @@ pub(crate) struct Output {
     pub(crate) finish_reason: &'static str,
     pub(crate) prompt_tokens: u32,
     pub(crate) completion_tokens: u32,
+    /// A product's `f32` little-endian bytes, base64 (`cx/matmul-f32` jobs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) product: Option<String>,
 }
 
 /// `POST /v1/jobs/{id}/result`.

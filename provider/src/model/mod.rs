@@ -335,6 +335,11 @@ impl Model {
         self.device = device;
     }
 
+    /// The device SGMV runs on (and a `cx/matmul-f32` product).
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
     /// The device SGMV runs on, by name (what an offer states as the bundle's device).
     pub fn device_name(&self) -> String {
         self.device.name()

@@ -155,11 +155,23 @@ fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_b
             bandwidth_bps: 1e9,
             rtt_s: 0.005,
             fetched_adapters: dir.path().join("fetched"),
+            wrong_product: false,
         },
         cx_protocol::pq::Identity::from_seed([9; 32]),
         engine,
     )
     .unwrap();
+    // The second bundle offers the cx/matmul-f32 kernel market at T2 only, at the same ask.
+    let matmul = link.matmul_bundle();
+    matmul.validate().unwrap();
+    assert_eq!(matmul.id, "b-0-matmul");
+    assert_eq!(matmul.resident_bases, [cx_protocol::matmul::MATMUL_MODEL]);
+    assert_eq!(
+        matmul.tiers.iter().collect::<Vec<_>>(),
+        [cx_protocol::Tier::T2]
+    );
+    assert_eq!(matmul.price_wei_per_s, 7);
+    assert!(matmul.flops_per_s > 0.0);
     let bundle = link.bundle();
     bundle.validate().unwrap();
     assert!(link.flops_per_s() > 0.0);

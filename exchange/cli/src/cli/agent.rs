@@ -58,6 +58,10 @@ enum Command {
     OpenTab(OpenTabArgs),
     /// Sign an intent for a request, submit it, and print the job the exchange cleared.
     Intent(IntentArgs),
+    /// Order a product C = A·B in the cx/matmul-f32 market (operands generated from seeds,
+    /// verified by Freivalds' check at T2); with `--wait`, until it is done or fails, checking
+    /// the returned product's SHA-256 against the provider's receipt.
+    Matmul(MatmulArgs),
     /// Store an adapter (a PEFT directory) in the exchange's store under its content id.
     PutAdapter(PutAdapterArgs),
     /// Make a session key for the OpenAI-compatible door: sign a grant (tab, spend cap, expiry,
@@ -178,6 +182,46 @@ struct IntentArgs {
     /// The intent's nonce [default: the current time in microseconds].
     #[arg(long)]
     nonce: Option<u64>,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct MatmulArgs {
+    /// Rows of A and C.
+    #[arg(long)]
+    m: u32,
+    /// Columns of A, rows of B.
+    #[arg(long)]
+    k: u32,
+    /// Columns of B and C.
+    #[arg(long)]
+    n: u32,
+    /// Seed of A (entries uniform in [-1, 1] from ChaCha20).
+    #[arg(long, value_name = "SEED")]
+    seed_a: u64,
+    /// Seed of B.
+    #[arg(long, value_name = "SEED")]
+    seed_b: u64,
+    /// The most the job may cost, wei.
+    #[arg(long, value_name = "WEI")]
+    max_price_wei: u128,
+    /// The tab (escrow id) that pays.
+    #[arg(long, value_name = "ID")]
+    tab: u64,
+    /// Seconds from now until the product must be ready.
+    #[arg(long, value_name = "S", default_value_t = 60)]
+    deadline_in: u64,
+    /// The determinism class: D_inf (equal up to rounding, what Freivalds' check accepts) or S.
+    #[arg(long, default_value = "D_inf", value_parser = parse_class)]
+    class: DeterminismClass,
+    /// The intent's nonce [default: the current time in microseconds].
+    #[arg(long)]
+    nonce: Option<u64>,
+    /// Wait until the job is done (or failed, or its deadline passed), then check the product.
+    #[arg(long)]
+    wait: bool,
     /// Also print the result as one JSON line.
     #[arg(long)]
     json: bool,
@@ -357,6 +401,7 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         Command::Bind(bind) => run_bind(&args, bind).await,
         Command::OpenTab(open) => run_open_tab(&args, open).await,
         Command::Intent(intent) => run_intent(&args, intent).await,
+        Command::Matmul(matmul) => run_matmul(&args, matmul).await,
         Command::PutAdapter(put) => run_put_adapter(&args, put).await,
         Command::Session(session) => run_session(&args, session).await,
         Command::Chat(chat) => run_chat(&args, chat).await,
@@ -825,6 +870,95 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
         report["receipt"] = serde_json::to_value(&job.receipt)?;
     }
     super::emit(cmd.json, &table, &report)
+}
+
+async fn run_matmul(args: &Args, cmd: &MatmulArgs) -> anyhow::Result<()> {
+    use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest};
+    let keys = args.load_keys()?;
+    let client = args.client()?;
+    let chain = pick_chain(&client, args.chain, false).await?;
+    let request = MatmulRequest {
+        m: cmd.m,
+        k: cmd.k,
+        n: cmd.n,
+        seed_a: cmd.seed_a,
+        seed_b: cmd.seed_b,
+    };
+    // Refused here as the exchange would refuse it, before anything is signed.
+    request.validate().map_err(|e| anyhow::anyhow!("--{e}"))?;
+    let now = now_s();
+    let intent = Intent {
+        want: MATMUL_MODEL.to_owned(),
+        adapter_id: None,
+        request_hash: request.hash(),
+        deadline_s: now.saturating_add(cmd.deadline_in),
+        max_price_wei: cmd.max_price_wei,
+        min_tier: Tier::T2,
+        determinism: cmd.class,
+        tab_id: cmd.tab,
+        nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
+        expiry_s: now.saturating_add(cmd.deadline_in),
+    };
+    let signed = keys.sign(intent, &chain.domain())?;
+    let accepted = client
+        .submit_matmul(&signed, &request)
+        .await
+        .context("submitting the matmul intent")?;
+    let mut job = client.job(accepted.job_id).await?;
+    while cmd.wait
+        && !matches!(
+            job.status.as_str(),
+            "done" | "settled" | "failed" | "expired" | "refunded" | "cancelled"
+        )
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        job = client.job(accepted.job_id).await?;
+    }
+    let product = job.checked_product().context("the returned product")?;
+    let verification = job
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.status == "verified" || e.status == "verification_failed");
+    let mut table = format!(
+        "job              {}
+status           {}
+bundle           {}
+held_wei         {}
+",
+        job.id,
+        job.status,
+        job.bundle_id.as_deref().unwrap_or("-"),
+        job.held_wei
+    );
+    if let Some(event) = verification {
+        let _ = writeln!(table, "verification     {} {}", event.status, event.detail);
+    }
+    if let Some(bytes) = &product {
+        let _ = writeln!(
+            table,
+            "product          {} bytes ({} × {} f32), SHA-256 matches the receipt",
+            bytes.len(),
+            cmd.m,
+            cmd.n
+        );
+    }
+    let report = json!({
+        "job_id": job.id,
+        "status": job.status,
+        "bundle_id": job.bundle_id,
+        "held_wei": job.held_wei.to_string(),
+        "chain_id": chain.chain_id,
+        "nonce": signed.order.nonce,
+        "verification": verification.map(|e| json!({"status": e.status, "detail": e.detail})),
+        "product_bytes": product.as_ref().map(Vec::len),
+        "product_checked": product.is_some(),
+    });
+    super::emit(cmd.json, &table, &report)?;
+    if cmd.wait && !matches!(job.status.as_str(), "done" | "settled") {
+        anyhow::bail!("job {} ended {}", job.id, job.status);
+    }
+    Ok(())
 }
 
 async fn run_jobs(args: &Args, cmd: &JobsArgs) -> anyhow::Result<()> {

@@ -625,7 +625,13 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
             client
                 .providers()
                 .await
-                .is_ok_and(|b| b.iter().filter(|b| b.id.starts_with("provider-")).count() >= wanted)
+                // Each provider offers its inference bundle and `<id>-matmul`: count the former.
+                .is_ok_and(|b| {
+                    b.iter()
+                        .filter(|b| b.id.starts_with("provider-") && !b.id.ends_with("-matmul"))
+                        .count()
+                        >= wanted
+                })
         },
     )
     .await?;

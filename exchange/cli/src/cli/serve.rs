@@ -96,6 +96,13 @@ pub(crate) struct Args {
     #[arg(long, env = "CX_PROVIDER_SILENCE_S", default_value_t = cx_exchange_server::dispatch::PROVIDER_SILENCE_S,
           value_parser = clap::value_parser!(u64).range(1..))]
     provider_silence_s: u64,
+    /// Freivalds rounds per returned `cx/matmul-f32` product (tier T2): a wrong product passes
+    /// with probability 2^-K, and the check costs about 2K·(mk + kn + mn) FLOPs (1 to 256).
+    #[arg(long, env = "CX_FREIVALDS_ROUNDS", value_name = "K",
+          default_value_t = cx_exchange_server::matmul::DEFAULT_FREIVALDS_ROUNDS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+              .range(1..=cx_exchange_server::matmul::MAX_FREIVALDS_ROUNDS as u64))]
+    freivalds_rounds: usize,
 }
 
 /// The registries providers must be staked in: one read-only view per served chain.
@@ -223,7 +230,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     )
     .with_identity(identity.clone())
     .with_registries(registries(&chains)?)
-    .with_provider_silence_s(args.provider_silence_s);
+    .with_provider_silence_s(args.provider_silence_s)
+    .with_freivalds_rounds(args.freivalds_rounds);
     let settler = match &args.settlement {
         None => None,
         Some(path) => {

@@ -354,6 +354,18 @@ impl From<crate::Error> for ApiError {
                 Some(&format!("receipt.receipt.{field}")),
                 &err,
             ),
+            E::InvalidOutput { field, .. } => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_output",
+                Some(&format!("output.{field}")),
+                &err,
+            ),
+            E::ProductRejected { .. } => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "verification_failed",
+                Some("output.product"),
+                &err,
+            ),
             E::Unsupported { field, .. } => refuse(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "unsupported",
@@ -371,6 +383,7 @@ impl From<crate::Error> for ApiError {
             | E::Market(_)
             | E::BadRpcUrl(_)
             | E::Chain(_)
+            | E::Verification(_)
             | E::Settlement(_) => Self::Internal(Box::new(err)),
         }
     }

@@ -176,7 +176,13 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/jobs", get(jobs::list_jobs))
         .route("/v1/jobs/{id}", get(jobs::job).delete(sessions::cancel_job))
         .route("/v1/jobs/{id}/events", get(jobs::events))
-        .route("/v1/jobs/{id}/result", post(providers::result))
+        .route(
+            "/v1/jobs/{id}/result",
+            // A product (up to 4 MiB of f32, base64) is larger than axum's default 2 MB.
+            post(providers::result).layer(axum::extract::DefaultBodyLimit::max(
+                providers::RESULT_BODY_LIMIT_BYTES,
+            )),
+        )
         .route("/v1/jobs/{id}/progress", post(providers::progress))
         .route("/v1/providers/register", post(providers::register))
         .route("/v1/providers/jobs", post(providers::pull))

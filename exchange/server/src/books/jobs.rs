@@ -257,7 +257,7 @@ impl Books {
         limit: u32,
     ) -> Result<Vec<JobRecord>> {
         let rows: Vec<JobRow> = sqlx::query_as(&format!(
-            "{JOB_SELECT} WHERE account = $1 AND ($2::text IS NULL OR status = $2) \
+            "{JOB_LIST_SELECT} WHERE account = $1 AND ($2::text IS NULL OR status = $2) \
              ORDER BY created_at DESC LIMIT $3"
         ))
         .bind(account.as_slice())
@@ -272,6 +272,12 @@ impl Books {
 const JOB_SELECT: &str = "SELECT id, account, chain_id, escrow_id, model, status, bundle_id, \
                           held_wei::text, decision::text, deadline_s, adapter, session_id, \
                           result::text FROM exchange_jobs";
+
+/// [`JOB_SELECT`] for lists: a product (a matmul job's `result.product`, up to 5.6 MB of
+/// base64) is left out, so a page of jobs stays small; `GET /v1/jobs/{id}` has it.
+const JOB_LIST_SELECT: &str = "SELECT id, account, chain_id, escrow_id, model, status, \
+                               bundle_id, held_wei::text, decision::text, deadline_s, adapter, \
+                               session_id, (result - 'product')::text AS result FROM exchange_jobs";
 
 #[derive(sqlx::FromRow)]
 struct JobRow {

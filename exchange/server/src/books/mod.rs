@@ -22,6 +22,7 @@ mod sessions;
 mod settlement;
 mod standing;
 mod tabs;
+mod verified;
 
 pub use adapters::StoredAdapter;
 pub use bindings::StoredBinding;

@@ -6,7 +6,8 @@
 //! 2. the order's fields, both signatures present, expiry and deadline against the clock;
 //! 3. the EIP-712 signature recovers the account, and the ML-DSA co-signature verifies under the
 //!    key bound to that account in the books;
-//! 4. the request hashes to the signed `request_hash` ([`request_hash`]);
+//! 4. the request hashes to the signed `request_hash` ([`request_hash`]): an inference request
+//!    (`request`), or a matrix product (`matmul`, the `cx/matmul-f32` market, [`crate::matmul`]);
 //! 5. the model is in the catalog with a shape, the job it makes is cleared (feasibility first,
 //!    then the cost with the residency terms), and a bundle was chosen within the buyer's limit;
 //! 6. one transaction spends the nonce, holds the bundle's charge on the tab and writes the job.
@@ -44,14 +45,21 @@ pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 
 pub use cx_protocol::order::{InferenceRequest, request_hash};
 
-/// `POST /v1/intents`: the signed intent and the request it commits to.
+/// `POST /v1/intents`: the signed intent and the request it commits to — exactly one of
+/// `request` (inference) and `matmul` (a product in the `cx/matmul-f32` market).
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IntentSubmission {
     /// The intent with both signatures.
     pub intent: Signed<Intent>,
-    /// The request; its [`request_hash`] must equal the intent's `request_hash`.
-    pub request: InferenceRequest,
+    /// The inference request; its [`request_hash`] must equal the intent's `request_hash`.
+    #[serde(default)]
+    pub request: Option<InferenceRequest>,
+    /// The matrix product to compute (the intent's `want` is `cx/matmul-f32`); its hash
+    /// ([`cx_protocol::matmul::MatmulRequest::hash`]) must equal the intent's `request_hash`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub matmul: Option<cx_protocol::matmul::MatmulRequest>,
     /// Answer when the job is done (or its deadline passed) instead of at once with 202.
     #[serde(default)]
     pub wait: bool,
@@ -158,6 +166,7 @@ pub struct Intake {
     identity: std::sync::Arc<cx_protocol::pq::Identity>,
     registries: crate::stake::Registries,
     provider_silence_s: u64,
+    freivalds_rounds: usize,
 }
 
 /// Bound ML-DSA keys kept in memory at most (each ~2 KB).
@@ -185,7 +194,21 @@ impl Intake {
             identity: std::sync::Arc::new(cx_protocol::pq::Identity::generate()),
             registries: Default::default(),
             provider_silence_s: crate::dispatch::PROVIDER_SILENCE_S,
+            freivalds_rounds: crate::matmul::DEFAULT_FREIVALDS_ROUNDS,
         }
+    }
+
+    /// The same intake checking returned products with `rounds` Freivalds rounds (soundness
+    /// 2⁻ʳᵒᵘⁿᵈˢ; [`crate::matmul::DEFAULT_FREIVALDS_ROUNDS`] by default), clamped to
+    /// 1..=[`crate::matmul::MAX_FREIVALDS_ROUNDS`].
+    pub fn with_freivalds_rounds(mut self, rounds: usize) -> Self {
+        self.freivalds_rounds = rounds.clamp(1, crate::matmul::MAX_FREIVALDS_ROUNDS);
+        self
+    }
+
+    /// Freivalds rounds per product check.
+    pub fn freivalds_rounds(&self) -> usize {
+        self.freivalds_rounds
     }
 
     /// The same intake signing assignments as `identity` (the exchange's ML-DSA-65 key, which
@@ -349,9 +372,6 @@ impl Intake {
         let signed = &submission.intent;
         let verified = self.verify(signed, now_s, "intent").await?;
         let intent = &signed.order;
-        if request_hash(&submission.request) != intent.request_hash {
-            return Err(Error::RequestHashMismatch);
-        }
         let want = Want {
             model: intent.want.clone(),
             adapter_id: intent.adapter_id,
@@ -360,9 +380,38 @@ impl Intake {
             min_tier: intent.min_tier,
             determinism: intent.determinism,
         };
-        let placed = self
-            .place(&want, &submission.request, verified.account, now_s)
-            .await?;
+        let (field, request, placed) = match (&submission.request, &submission.matmul) {
+            (Some(request), None) => {
+                if request_hash(request) != intent.request_hash {
+                    return Err(Error::RequestHashMismatch);
+                }
+                let placed = self.place(&want, request, verified.account, now_s).await?;
+                ("request", serde_json::to_value(request)?, placed)
+            }
+            (None, Some(matmul)) => {
+                if matmul.hash() != intent.request_hash {
+                    return Err(Error::RequestHashMismatch);
+                }
+                let placed = self
+                    .place_matmul(&want, matmul, verified.account, now_s)
+                    .await?;
+                ("matmul", serde_json::to_value(matmul)?, placed)
+            }
+            (request, _) => {
+                return Err(cx_protocol::Error::InvalidField {
+                    field: if request.is_some() {
+                        "matmul"
+                    } else {
+                        "request"
+                    }
+                    .to_owned(),
+                    reason: "send exactly one of `request` (an inference) and `matmul` (a \
+                             product in the cx/matmul-f32 market)"
+                        .to_owned(),
+                }
+                .into());
+            }
+        };
         let order = NewOrder {
             digest: verified.digest,
             kind: "intent",
@@ -371,13 +420,13 @@ impl Intake {
             nonce: intent.nonce,
             body: serde_json::json!({
                 "intent": signed,
-                "request": submission.request,
+                field: request,
             }),
         };
         let new_job = placed.new_job(
             verified.digest,
             intent.tab_id,
-            &submission.request,
+            &request,
             self.settle_margin_s,
         )?;
         self.books.accept(&order, &new_job).await?;
@@ -440,7 +489,12 @@ impl Intake {
         let mut id = [0u8; 32];
         getrandom::fill(&mut id).map_err(|e| Error::Chain(format!("no randomness: {e}")))?;
         let id = B256::from(id);
-        let new_job = placed.new_job(id, session.grant.tab_id, request, self.settle_margin_s)?;
+        let new_job = placed.new_job(
+            id,
+            session.grant.tab_id,
+            &serde_json::to_value(request)?,
+            self.settle_margin_s,
+        )?;
         self.books.accept_call(session.id, now_s, &new_job).await?;
         self.waiters.work_added();
         Ok(placed.accepted(id))
@@ -481,7 +535,6 @@ impl Intake {
             determinism: cx_protocol::DeterminismClass,
         }
         let decided: Decided = serde_json::from_value(job.decision.clone())?;
-        let request: InferenceRequest = serde_json::from_value(job.request.clone())?;
         let adapter_id = job
             .adapter
             .as_deref()
@@ -500,7 +553,14 @@ impl Intake {
             min_tier: decided.tier,
             determinism: decided.determinism,
         };
-        match self.place(&want, &request, job.account, now_s).await {
+        let placed = if job.model == cx_protocol::matmul::MATMUL_MODEL {
+            let request = serde_json::from_value(job.request.clone())?;
+            self.place_matmul(&want, &request, job.account, now_s).await
+        } else {
+            let request: InferenceRequest = serde_json::from_value(job.request.clone())?;
+            self.place(&want, &request, job.account, now_s).await
+        };
+        match placed {
             Ok(placed) if placed.held_wei <= job.limit_wei && placed.bundle_id != job.bundle_id => {
                 let moved = self
                     .books
@@ -579,6 +639,30 @@ impl Intake {
             job.adapter_bytes = bytes;
         }
         job.prefix = continued_prefix(&job, request);
+        // T2 is Freivalds' check of a product: no inference is verified at it, so an inference
+        // asking T2 is cleared at the next stronger tier.
+        if job.tier == Tier::T2 {
+            job.tier = Tier::T3;
+        }
+        self.clear_placed(job, want.deadline_s, &[Tier::T1, Tier::T3])
+    }
+
+    /// Where a matrix product goes (the `cx/matmul-f32` market): its bounds, the T2 tier it is
+    /// always verified at, and the clearing over the bundles that offer it.
+    async fn place_matmul(
+        &self,
+        want: &Want,
+        request: &cx_protocol::matmul::MatmulRequest,
+        account: Address,
+        now_s: u64,
+    ) -> Result<Placed> {
+        let job = crate::matmul::job(want, request, account, now_s)?;
+        self.clear_placed(job, want.deadline_s, &[])
+    }
+
+    /// Clears `job` at its tier, and only when no bundle takes it there at each tier of
+    /// `stronger` above it in turn.
+    fn clear_placed(&self, mut job: Job, deadline_s: u64, stronger: &[Tier]) -> Result<Placed> {
         // `min_tier` is the lowest tier the buyer accepts: cleared at it first, and only when no
         // bundle takes the job there at each stronger tier in turn (dearer to verify, never
         // weaker than asked). The refusal explains the buyer's own tier.
@@ -587,10 +671,7 @@ impl Intake {
             (decision, charge)
         } else {
             let mut found = None;
-            for tier in [Tier::T1, Tier::T2, Tier::T3]
-                .into_iter()
-                .filter(|t| *t > job.tier)
-            {
+            for tier in stronger.iter().copied().filter(|t| *t > job.tier) {
                 let stronger = Job {
                     tier,
                     ..job.clone()
@@ -618,7 +699,7 @@ impl Intake {
             bundle_id,
             terms,
             held_wei,
-            deadline_s: want.deadline_s,
+            deadline_s,
         })
     }
 
@@ -716,7 +797,7 @@ impl Placed {
         &self,
         id: B256,
         tab_id: u64,
-        request: &InferenceRequest,
+        request: &serde_json::Value,
         settle_margin_s: u64,
     ) -> Result<NewJob> {
         Ok(NewJob {
@@ -730,7 +811,7 @@ impl Placed {
             decision: serde_json::to_value(&self.decision)?,
             deadline_s: self.deadline_s,
             adapter: self.job.adapter.clone(),
-            request: serde_json::to_value(request)?,
+            request: request.clone(),
         })
     }
 

@@ -6,5 +6,6 @@ mod common;
 mod door;
 mod explorer;
 mod intents;
+mod matmul;
 mod standing;
 mod tls;

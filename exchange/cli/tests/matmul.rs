@@ -1,0 +1,216 @@
+//! The `cx/matmul-f32` job kind across real processes: Anvil with the contracts, `cx serve`
+//! (Freivalds' check on every returned product), two real `cx-provider serve --exchange`
+//! processes — one honest, one started with `--fault wrong-product` (a testing aid: it moves one
+//! entry of every product far beyond the tolerance and signs an honest receipt over the wrong
+//! bytes) — and an agent ordering products with `cx agent matmul --wait`. The wrong product is
+//! caught (`verification_failed`, the job `failed`, its hold back on the tab); the right one is
+//! `done` and `verified`, and the CLI checked its SHA-256 against the receipt.
+//!
+//! The `cx-provider` binary is the workspace's `target/debug/cx-provider` (build it first:
+//! `cargo build -p cx-provider`).
+
+mod common;
+
+use alloy::primitives::B256;
+use common::{Killed, MODEL, TempDir, cx_json, group_key, path, provider_bin, run};
+use cx_devnet::db::TempDatabase;
+use cx_devnet::free_port;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `cx-provider serve --exchange …` staked under a fresh identity paid to `evm_key`'s account.
+#[allow(clippy::too_many_arguments)]
+fn start_provider(
+    bin: &Path,
+    dir: &Path,
+    name: &str,
+    model_dir: &Path,
+    exchange: &common::Exchange,
+    deployments: &Path,
+    key: &alloy::signers::local::PrivateKeySigner,
+    ask_wei_per_s: &str,
+    extra: &[&str],
+) -> Killed {
+    let identity = dir.join(format!("{name}.key"));
+    let out = run(bin, &["keygen", "--out", path(&identity)], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evm_key = dir.join(format!("{name}-evm.key"));
+    common::write_evm_key(&evm_key, key);
+    common::stake_provider(bin, &evm_key, deployments, &identity);
+    Killed(
+        Command::new(bin)
+            .args(["serve", "--model", path(model_dir)])
+            .args(["--port", &free_port().unwrap().to_string()])
+            .args(["--served-model-name", MODEL, "--threads", "1"])
+            .args([
+                "--exchange",
+                &exchange.url,
+                "--exchange-ca",
+                path(&exchange.ca),
+            ])
+            .args(["--exchange-key-hash", &format!("0x{}", exchange.key_hash)])
+            .args(["--identity", path(&identity)])
+            .args(["--payout", &key.address().to_string(), "--operator", name])
+            .args(["--ask-wei-per-s", ask_wei_per_s, "--bundle-id", name])
+            .args(["--model-name", MODEL])
+            .args([
+                "--fetched-adapters",
+                path(&dir.join(format!("{name}-fetched"))),
+            ])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cx-provider runs"),
+    )
+}
+
+/// Waits until the exchange lists bundle `id`.
+async fn registered(client: &cx_client::Client, id: &str) {
+    let waited = Instant::now();
+    loop {
+        if let Ok(bundles) = client.providers().await
+            && bundles.iter().any(|b| b.id == id)
+        {
+            return;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(90),
+            "bundle {id} never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn matmul_args(tab: u64, seed: &str) -> Vec<String> {
+    [
+        "matmul",
+        "--m",
+        "96",
+        "--k",
+        "80",
+        "--n",
+        "64",
+        "--seed-a",
+        seed,
+        "--seed-b",
+        "7",
+        "--max-price-wei",
+        "1000000",
+        "--tab",
+        &tab.to_string(),
+        "--deadline-in",
+        "60",
+        "--wait",
+        "--json",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_product_is_caught_and_refunded_and_a_right_one_is_verified_and_done() {
+    let bin = provider_bin();
+    let dir = TempDir::new("matmul");
+    let common::Chain {
+        anvil, deployments, ..
+    } = common::deploy_chain(&dir.0, 4, group_key(), 1).await;
+    let db = TempDatabase::create().await.unwrap();
+    let exchange =
+        common::start_exchange(&dir.0, &deployments, &db.url, &["--freivalds-rounds", "20"]).await;
+    let client = cx_client::Client::new(&exchange.url, Some(&exchange.ca))
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    let model_dir = common::gen_model(&bin, &dir.0);
+    let agent =
+        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
+    let tab = agent.open_tab(&client, 5_000_000, &deployments).await;
+    cx_json(agent.args(&["bind", "--json"]), String::new()).await;
+
+    // First only the faulty provider offers products.
+    let _faulty = start_provider(
+        &bin,
+        &dir.0,
+        "faulty",
+        &model_dir,
+        &exchange,
+        &deployments,
+        &anvil.keys[2],
+        "2000000",
+        &["--fault", "wrong-product"],
+    );
+    registered(&client, "faulty-matmul").await;
+    let out = tokio::task::spawn_blocking({
+        let args = agent.args(
+            &matmul_args(tab, "1")
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            run(Path::new(env!("CARGO_BIN_EXE_cx")), &args, "")
+        }
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a failed product exits non-zero");
+    assert!(stderr.contains("failed"), "{stderr}");
+    let report: serde_json::Value = serde_json::from_str(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .expect("a JSON report"),
+    )
+    .unwrap();
+    assert_eq!(report["status"], "failed", "{report}");
+    assert_eq!(report["bundle_id"], "faulty-matmul");
+    assert_eq!(report["verification"]["status"], "verification_failed");
+    assert_eq!(report["verification"]["detail"]["passed"], false);
+    assert_eq!(report["verification"]["detail"]["method"], "freivalds");
+    assert_eq!(report["product_checked"], false);
+    // Its hold went back: the tab holds nothing.
+    assert_eq!(client.tab(31337, tab).await.unwrap().held_wei, 0);
+
+    // An honest provider, cheaper, takes the next product.
+    let _honest = start_provider(
+        &bin,
+        &dir.0,
+        "honest",
+        &model_dir,
+        &exchange,
+        &deployments,
+        &anvil.keys[3],
+        "1000000",
+        &[],
+    );
+    registered(&client, "honest-matmul").await;
+    let done = cx_json(
+        agent.args(
+            &matmul_args(tab, "2")
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        ),
+        String::new(),
+    )
+    .await;
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(done["bundle_id"], "honest-matmul");
+    assert_eq!(done["verification"]["status"], "verified");
+    assert_eq!(done["verification"]["detail"]["passed"], true);
+    assert_eq!(done["verification"]["detail"]["rounds"], 20);
+    assert_eq!(done["verification"]["detail"]["tier"], "T2");
+    assert_eq!(done["product_bytes"], 96 * 64 * 4);
+    assert_eq!(done["product_checked"], true);
+    let charged: u128 = done["held_wei"].as_str().unwrap().parse().unwrap();
+    assert!(charged > 0);
+    assert_eq!(client.tab(31337, tab).await.unwrap().held_wei, charged);
+}

@@ -1,0 +1,174 @@
+//! The `matmul` job kind on the exchange ([`cx_protocol::matmul`]): the job a product intent
+//! is cleared as, and the Freivalds check (tier T2, SPEC §7) a returned product must pass
+//! before its job is `done`.
+//!
+//! The check regenerates `A` and `B` from the request's seeds and runs `k` batched Freivalds
+//! rounds (`cx serve --freivalds-rounds`, default [`DEFAULT_FREIVALDS_ROUNDS`]: soundness 2⁻²⁰)
+//! with vectors drawn from a fresh secret seed, so the provider cannot fit a wrong product to
+//! them. Its cost is `2k·(m·k + k·n + m·n)` FLOPs against the product's `2·m·k·n`, which is what
+//! the job event's `cost_fraction` records.
+
+use crate::error::{Error, Result};
+use crate::intake::Want;
+use alloy::primitives::Address;
+use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest};
+use cx_protocol::{Job, Tier};
+use serde::Serialize;
+
+/// Freivalds rounds per check unless configured: a wrong product passes with probability 2⁻²⁰.
+pub const DEFAULT_FREIVALDS_ROUNDS: usize = 20;
+
+/// Most rounds a check may be configured with (each costs a pass over the operands).
+pub const MAX_FREIVALDS_ROUNDS: usize = 256;
+
+fn invalid(field: &str, reason: impl Into<String>) -> Error {
+    cx_protocol::Error::InvalidField {
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+    .into()
+}
+
+/// The job a product intent is cleared as, at `now_s`: the `cx/matmul-f32` kernel market (only
+/// bundles that list it among their resident bases take it), T2, `2·m·k·n` FLOPs, the operands
+/// and product as the memory it needs. Refuses, by field, bounds past 2²⁰ elements, another
+/// market, another tier, an adapter and a passed deadline.
+pub fn job(want: &Want, request: &MatmulRequest, account: Address, now_s: u64) -> Result<Job> {
+    request.validate().map_err(|e| e.within("matmul"))?;
+    if want.model != MATMUL_MODEL {
+        return Err(invalid(
+            "want",
+            format!("a matmul request is ordered in the {MATMUL_MODEL} market"),
+        ));
+    }
+    if want.min_tier != Tier::T2 {
+        return Err(invalid(
+            "min_tier",
+            "a product is verified by Freivalds' check: set min_tier to T2",
+        ));
+    }
+    if want.adapter_id.is_some() {
+        return Err(invalid("adapter_id", "a product takes no adapter"));
+    }
+    if want.deadline_s <= now_s {
+        return Err(cx_protocol::Error::DeadlinePassed {
+            field: "deadline_s".to_owned(),
+            deadline_s: want.deadline_s,
+            now_s,
+        }
+        .into());
+    }
+    Ok(Job {
+        agent: account.to_string(),
+        base_model: MATMUL_MODEL.to_owned(),
+        adapter: None,
+        // Nothing is ever fetched (a bundle offering the kernel has it resident, no other is
+        // feasible); a job's base must name some size, and one byte is the least.
+        base_bytes: 1,
+        adapter_bytes: 0,
+        kv_bytes: request.working_bytes(),
+        context_tokens: 1,
+        deadline_s: (want.deadline_s - now_s) as f64,
+        determinism: want.determinism,
+        tier: Tier::T2,
+        compute_flops: request.flops(),
+        value_wei: want.max_price_wei,
+        max_price_wei: Some(want.max_price_wei),
+        // A product continues no conversation.
+        prefix: None,
+    })
+}
+
+/// What a check found, as the job event `verified` / `verification_failed` records it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    /// Always `T2`.
+    pub tier: Tier,
+    /// Always `freivalds`.
+    pub method: &'static str,
+    /// Every round passed.
+    pub passed: bool,
+    /// Rounds run (`k`).
+    pub rounds: usize,
+    /// Wall time of the check (operands regenerated and rounds run), milliseconds.
+    pub check_ms: f64,
+    /// The check's FLOPs over the product's.
+    pub cost_fraction: f64,
+}
+
+/// Checks `product` (the returned bytes, `f32` little-endian) against `request` with `rounds`
+/// Freivalds rounds, on a blocking thread. A product of the wrong length fails without a round.
+pub async fn check(request: MatmulRequest, product: Vec<u8>, rounds: usize) -> Result<Verdict> {
+    let mut seed = [0u8; 8];
+    getrandom::fill(&mut seed).map_err(|e| Error::Verification(format!("no randomness: {e}")))?;
+    let seed = u64::from_le_bytes(seed);
+    tokio::task::spawn_blocking(move || check_now(&request, &product, rounds, seed))
+        .await
+        .map_err(|e| Error::Verification(format!("the Freivalds check panicked: {e}")))?
+}
+
+fn check_now(request: &MatmulRequest, product: &[u8], rounds: usize, seed: u64) -> Result<Verdict> {
+    use cx_kernels::matmul::{check_flops, check_product, operands, product_flops};
+    let started = std::time::Instant::now();
+    let (m, k, n) = request.dims();
+    let verdict = |passed: bool| Verdict {
+        tier: Tier::T2,
+        method: "freivalds",
+        passed,
+        rounds,
+        check_ms: started.elapsed().as_secs_f64() * 1e3,
+        cost_fraction: check_flops(m, k, n, rounds) / product_flops(m, k, n),
+    };
+    let Some(c) = cx_protocol::matmul::product_from_bytes(product).filter(|c| c.len() == m * n)
+    else {
+        return Ok(verdict(false));
+    };
+    let (a, b) = operands(m, k, n, request.seed_a, request.seed_b);
+    let report = check_product(
+        &a,
+        &b,
+        &c,
+        m,
+        k,
+        n,
+        rounds,
+        seed,
+        &cx_kernels::CpuConfig::default(),
+    )
+    .map_err(|e| Error::Verification(format!("the Freivalds check: {e}")))?;
+    Ok(verdict(report.accepted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> MatmulRequest {
+        MatmulRequest {
+            m: 24,
+            k: 40,
+            n: 16,
+            seed_a: 1,
+            seed_b: 2,
+        }
+    }
+
+    #[test]
+    fn a_right_product_passes_and_a_wrong_one_fails() {
+        let r = request();
+        let (m, k, n) = r.dims();
+        let (a, b) = cx_kernels::matmul::operands(m, k, n, r.seed_a, r.seed_b);
+        let config = cx_kernels::CpuConfig::default();
+        let mut c = cx_kernels::matmul::product(&a, &b, m, k, n, &config).unwrap();
+        let good = check_now(&r, &cx_protocol::matmul::product_to_bytes(&c), 20, 9).unwrap();
+        assert!(good.passed, "{good:?}");
+        assert_eq!(good.rounds, 20);
+        // 20·(24·40 + 40·16 + 24·16) / (24·40·16) = 39 680 / 15 360.
+        assert!((good.cost_fraction - 2.0 * 20.0 * 1984.0 / (2.0 * 15_360.0)).abs() < 1e-12);
+        cx_kernels::matmul::perturb(&mut c, k, n);
+        let bad = check_now(&r, &cx_protocol::matmul::product_to_bytes(&c), 20, 9).unwrap();
+        assert!(!bad.passed);
+        // A truncated product fails without a round.
+        assert!(!check_now(&r, &[0; 12], 20, 9).unwrap().passed);
+    }
+}
