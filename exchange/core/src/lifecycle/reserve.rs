@@ -201,7 +201,8 @@ pub struct Award {
     pub refused: Vec<(usize, BidRefusal)>,
 }
 
-/// Awards reserve `order` (id `id`) of a model whose base is `base_bytes` to the **lowest
+/// Awards reserve `order` (id `id`) of catalog model `model` (its name, which bundles list
+/// among their resident bases) whose base is `base_bytes` to the **lowest
 /// feasible bid**: its bundle is live, offers the tier, holds or can hold the base, the rate is
 /// within the buyer's limit and below the bundle's spot ask, and the reserved compute fits the
 /// bundle's time over the window less what it committed to overlapping reserves. Compute is
@@ -212,7 +213,7 @@ pub struct Award {
 pub fn award(
     id: &str,
     order: &cx_protocol::order::Reserve,
-    base_bytes: u64,
+    (model, base_bytes): (&str, u64),
     bids: &[Bid<'_>],
 ) -> Award {
     let window_ms = (order.window_end_s - order.window_start_s).saturating_mul(1000);
@@ -224,8 +225,7 @@ pub fn award(
             if !bundle.tiers.contains(order.tier) {
                 return Err(BidRefusal::Tier);
             }
-            if !bundle.resident_bases.iter().any(|b| *b == order.model)
-                && bundle.memory_bytes < base_bytes
+            if !bundle.resident_bases.iter().any(|b| b == model) && bundle.memory_bytes < base_bytes
             {
                 return Err(BidRefusal::Memory {
                     needed_bytes: base_bytes,
@@ -385,7 +385,7 @@ mod tests {
             bid("6", Some(&a), 1_000, 0),
             bid("7", Some(&b), 1_001, 0),
         ];
-        let won = award("r", &order, 10, &bids);
+        let won = award("r", &order, ("m", 10), &bids);
         let (i, reserve) = won.winner.unwrap();
         assert_eq!((i, reserve.price_wei_per_s), (1, 800));
         assert_eq!(
@@ -416,6 +416,6 @@ mod tests {
                 ),
             ]
         );
-        assert_eq!(award("r", &order, 10, &[]).winner, None);
+        assert_eq!(award("r", &order, ("m", 10), &[]).winner, None);
     }
 }

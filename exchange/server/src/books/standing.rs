@@ -157,8 +157,7 @@ pub(super) fn release_sql(condition: &str, status: &str) -> String {
              FROM (SELECT chain_id, escrow_id, sum(held_wei) AS released FROM due \
                    GROUP BY chain_id, escrow_id) d \
              WHERE t.chain_id = d.chain_id AND t.escrow_id = d.escrow_id RETURNING 1) \
-         UPDATE exchange_standing_orders s SET updated_at = s.updated_at \
-         FROM due WHERE false"
+         SELECT count(*) FROM due"
     )
 }
 

@@ -100,14 +100,10 @@ impl Intake {
             rate_wei_per_s: bid.rate_wei_per_s,
             committed_elsewhere_ms: elsewhere,
         }];
-        if let Some((_, why)) = award(
-            &id.to_string(),
-            &reserve,
-            self.base_bytes(&reserve)?,
-            &probe,
-        )
-        .refused
-        .first()
+        let (model, base_bytes) = self.base_of(&reserve)?;
+        if let Some((_, why)) = award(&id.to_string(), &reserve, (&model, base_bytes), &probe)
+            .refused
+            .first()
         {
             return Err(Error::BidRefused {
                 field: "bundle_id",
@@ -133,17 +129,17 @@ impl Intake {
         Ok(())
     }
 
-    /// The base's bytes of a reserve's model (what a bundle must hold to serve it).
-    fn base_bytes(&self, reserve: &Reserve) -> Result<u64> {
+    /// A reserve's catalog model and its base's bytes (what a bundle must hold to serve it).
+    fn base_of(&self, reserve: &Reserve) -> Result<(String, u64)> {
         let model = self
             .market()
             .catalog()
             .resolve(&reserve.model)
             .map_err(|_| Error::UnknownModel(reserve.model.clone()))?;
-        Ok(model
+        let shape = model
             .shape
-            .ok_or_else(|| Error::NotClearable(model.name.clone()))?
-            .base_bytes)
+            .ok_or_else(|| Error::NotClearable(model.name.clone()))?;
+        Ok((model.name.clone(), shape.base_bytes))
     }
 
     /// Awards every open reserve whose window has started by `now_s` to its lowest feasible bid
@@ -172,8 +168,10 @@ impl Intake {
                 });
             }
             // A model that left the catalog can be served by no bundle.
-            let base_bytes = self.base_bytes(&reserve).unwrap_or(u64::MAX);
-            let won = award(&order.id.to_string(), &reserve, base_bytes, &bids);
+            let base = self
+                .base_of(&reserve)
+                .unwrap_or_else(|_| (reserve.model.clone(), u64::MAX));
+            let won = award(&order.id.to_string(), &reserve, (&base.0, base.1), &bids);
             let refusals = won
                 .refused
                 .iter()
