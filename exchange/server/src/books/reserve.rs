@@ -47,7 +47,7 @@ pub struct ReserveFill {
     #[serde(with = "cx_protocol::price::wei_string_opt")]
     #[schema(value_type = Option<String>)]
     pub charged_wei: Option<u128>,
-    /// The take-or-pay job's state (`done`, then `settled` when its batch landed).
+    /// The take-or-pay job's state: `done` once claimed, `settled` once its batch landed.
     pub settlement: Option<String>,
 }
 
@@ -341,7 +341,9 @@ impl Books {
         ) = sqlx::query_as(
             "SELECT s.provider_key_hash, s.bundle_id, s.rate_wei_per_s, s.used_ms, \
                     (SELECT count(*) FROM exchange_jobs d WHERE d.decision->>'reserve' = $2), \
-                    j.held_wei::text, j.status \
+                    j.held_wei::text, \
+                    CASE WHEN EXISTS (SELECT 1 FROM exchange_job_events e WHERE e.job_id = j.id \
+                                      AND e.status = 'settled') THEN 'settled' ELSE j.status END \
              FROM exchange_standing_orders s LEFT JOIN exchange_jobs j ON j.id = s.digest \
              WHERE s.digest = $1",
         )
