@@ -322,28 +322,21 @@ impl Books {
 
     /// The fill of reserve `id` (bids, commitment, draws, take-or-pay).
     pub(super) async fn reserve_fill(&self, id: B256) -> Result<ReserveFill> {
-        let bids: Vec<(Vec<u8>, String, i64, String, Option<String>)> = sqlx::query_as(
-            "SELECT provider_key_hash, bundle_id, rate_wei_per_s, status, refusal::text \
+        let bids: Vec<BidRow> = sqlx::query_as(
+            "SELECT provider_key_hash, bundle_id, rate_wei_per_s, status, refusal::text AS refusal \
              FROM exchange_reserve_bids WHERE reserve = $1 \
              ORDER BY rate_wei_per_s, provider_key_hash",
         )
         .bind(id.as_slice())
         .fetch_all(&self.pool)
         .await?;
-        let (key, bundle_id, rate, used_ms, draws, charged, settlement): (
-            Option<Vec<u8>>,
-            Option<String>,
-            Option<i64>,
-            i64,
-            i64,
-            Option<String>,
-            Option<String>,
-        ) = sqlx::query_as(
+        let row: FillRow = sqlx::query_as(
             "SELECT s.provider_key_hash, s.bundle_id, s.rate_wei_per_s, s.used_ms, \
-                    (SELECT count(*) FROM exchange_jobs d WHERE d.decision->>'reserve' = $2), \
-                    j.held_wei::text, \
+                    (SELECT count(*) FROM exchange_jobs d WHERE d.decision->>'reserve' = $2) \
+                        AS draws, \
+                    j.held_wei::text AS charged, \
                     CASE WHEN EXISTS (SELECT 1 FROM exchange_job_events e WHERE e.job_id = j.id \
-                                      AND e.status = 'settled') THEN 'settled' ELSE j.status END \
+                                      AND e.status = 'settled') THEN 'settled' ELSE j.status END AS settlement \
              FROM exchange_standing_orders s LEFT JOIN exchange_jobs j ON j.id = s.digest \
              WHERE s.digest = $1",
         )
@@ -354,25 +347,45 @@ impl Books {
         Ok(ReserveFill {
             bids: bids
                 .into_iter()
-                .map(|(key, bundle_id, rate, status, refusal)| {
+                .map(|b| {
                     Ok(StoredBid {
-                        provider_key_hash: b256(&key)?,
-                        bundle_id,
-                        rate_wei_per_s: rate as u64,
-                        status,
-                        refusal: refusal.map(|r| serde_json::from_str(&r)).transpose()?,
+                        provider_key_hash: b256(&b.provider_key_hash)?,
+                        bundle_id: b.bundle_id,
+                        rate_wei_per_s: b.rate_wei_per_s as u64,
+                        status: b.status,
+                        refusal: b.refusal.map(|r| serde_json::from_str(&r)).transpose()?,
                     })
                 })
                 .collect::<Result<_>>()?,
-            provider_key_hash: key.map(|k| b256(&k)).transpose()?,
-            bundle_id,
-            rate_wei_per_s: rate.map(|r| r as u64),
-            used_ms: used_ms as u64,
-            draws: draws as u64,
-            charged_wei: charged.map(|c| parse_wei(&c)).transpose()?,
-            settlement,
+            provider_key_hash: row.provider_key_hash.map(|k| b256(&k)).transpose()?,
+            bundle_id: row.bundle_id,
+            rate_wei_per_s: row.rate_wei_per_s.map(|r| r as u64),
+            used_ms: row.used_ms as u64,
+            draws: row.draws as u64,
+            charged_wei: row.charged.map(|c| parse_wei(&c)).transpose()?,
+            settlement: row.settlement,
         })
     }
+}
+
+#[derive(sqlx::FromRow)]
+struct BidRow {
+    provider_key_hash: Vec<u8>,
+    bundle_id: String,
+    rate_wei_per_s: i64,
+    status: String,
+    refusal: Option<String>,
+}
+
+#[derive(sqlx::FromRow)]
+struct FillRow {
+    provider_key_hash: Option<Vec<u8>>,
+    bundle_id: Option<String>,
+    rate_wei_per_s: Option<i64>,
+    used_ms: i64,
+    draws: i64,
+    charged: Option<String>,
+    settlement: Option<String>,
 }
 
 fn b256(bytes: &[u8]) -> Result<B256> {
