@@ -23,6 +23,7 @@
 //!   KV caches under and the exchange routes continuations by (SPEC §4).
 //! - [`pq`]: ML-DSA-65 identities and hybrid ML-KEM-768 + X25519 sessions.
 //! - [`receipt`]: provider-signed (ML-DSA) receipts with a canonical byte encoding.
+//! - [`bid`]: provider-signed (ML-DSA) bids on open reserves.
 //! - [`order`]: signed orders — EIP-712 typed data (alloy `sol!`) for intents, reserves, rents,
 //!   searches, tab terms, session grants and key bindings, each signed by the account
 //!   (secp256k1) and co-signed by its bound ML-DSA-65 key; the wallet JSON for each kind.
@@ -41,6 +42,7 @@
 //! ```
 
 pub mod assignment;
+pub mod bid;
 pub mod bundle;
 pub mod class;
 pub mod error;

@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 
 use crate::assignment::SignedAssignment;
 use crate::error::{Error, Result};
-use crate::order::{Intent, Search, SessionGrant, Signed};
+use crate::order::{Intent, Rent, RentTarget, Reserve, Search, SessionGrant, Signed};
 use crate::pq::PublicIdentity;
 use crate::receipt::SignedReceipt;
 
@@ -46,6 +46,16 @@ pub enum Authority {
         /// The nonce that satisfies it.
         witness: u64,
     },
+    /// The reserve whose take-or-pay the job is (its EIP-712 digest is the job id and the
+    /// receipt's input): the provider that committed the capacity is owed the committed rate ×
+    /// the reserved compute whatever was drawn, at most `compute_ms × max_price_wei_per_s`
+    /// ([`Reserve::most_wei`]). Intents drawn on the reserve are zero-priced and paid by this.
+    Reserve(Signed<Reserve>),
+    /// The rent on state whose term the job is (its EIP-712 digest is the job id and the
+    /// receipt's input; for an adapter, the receipt's adapter is the rented one): the provider
+    /// that kept the state resident is owed the rent less the rebate of a missed term, at most
+    /// `max_rent_wei`.
+    Rent(Signed<Rent>),
 }
 
 /// One job's chain of signatures.
@@ -139,6 +149,14 @@ impl Voucher {
             Authority::Search { order, .. } => (
                 order.recover(domain).map_err(|e| e.within("authority"))?,
                 order.order.tab_id,
+            ),
+            Authority::Reserve(signed) => (
+                signed.recover(domain).map_err(|e| e.within("authority"))?,
+                signed.order.tab_id,
+            ),
+            Authority::Rent(signed) => (
+                signed.recover(domain).map_err(|e| e.within("authority"))?,
+                signed.order.tab_id,
             ),
         };
         if recovered.account != buyer {
@@ -238,6 +256,76 @@ impl Voucher {
                 }
                 Ok(None)
             }
+            Authority::Reserve(signed) => {
+                let reserve = &signed.order;
+                if recovered.digest.0 != r.job_id || recovered.digest.0 != r.input_hash {
+                    return Err(broken(
+                        "receipt.job_id",
+                        "a reserve's job id and input are its EIP-712 digest".into(),
+                    ));
+                }
+                if a.price_wei > reserve.most_wei() {
+                    return Err(broken(
+                        "assignment.price_wei",
+                        format!(
+                            "{} wei is above the buyer's limit of {} wei ({} ms at {} wei/s)",
+                            a.price_wei,
+                            reserve.most_wei(),
+                            reserve.compute_ms,
+                            reserve.max_price_wei_per_s
+                        ),
+                    ));
+                }
+                if r.compute_ms > reserve.compute_ms {
+                    return Err(broken(
+                        "receipt.compute_ms",
+                        format!(
+                            "{} ms is more than the {} ms reserved",
+                            r.compute_ms, reserve.compute_ms
+                        ),
+                    ));
+                }
+                if a.deadline_s > reserve.window_end_s {
+                    return Err(broken(
+                        "assignment.deadline_s",
+                        format!(
+                            "{} is after the reserve's window end {}",
+                            a.deadline_s, reserve.window_end_s
+                        ),
+                    ));
+                }
+                Ok(None)
+            }
+            Authority::Rent(signed) => {
+                let rent = &signed.order;
+                if recovered.digest.0 != r.job_id || recovered.digest.0 != r.input_hash {
+                    return Err(broken(
+                        "receipt.job_id",
+                        "a rent's job id and input are its EIP-712 digest".into(),
+                    ));
+                }
+                if a.price_wei > rent.max_rent_wei {
+                    return Err(broken(
+                        "assignment.price_wei",
+                        format!(
+                            "{} wei is above the buyer's limit of {} wei",
+                            a.price_wei, rent.max_rent_wei
+                        ),
+                    ));
+                }
+                let kept = if rent.target_kind == RentTarget::Adapter {
+                    rent.target.0
+                } else {
+                    [0; 32]
+                };
+                if r.adapter_hash != kept {
+                    return Err(broken(
+                        "receipt.adapter_hash",
+                        "is not the adapter the buyer rented (zero for a base or a prefix)".into(),
+                    ));
+                }
+                Ok(None)
+            }
             Authority::Session(signed) => Ok(Some(SessionSpend {
                 session: recovered.digest,
                 cap_wei: signed.order.spend_cap_wei,
@@ -332,6 +420,144 @@ impl Parties<'_> {
         let receipt = Receipt::for_output(&terms, &work, self.payout, self.provider.id().0)?;
         Ok(Voucher {
             authority: Authority::Intent(signed),
+            assignment,
+            receipt: SignedReceipt::sign(receipt, self.provider)?,
+        })
+    }
+}
+
+impl Parties<'_> {
+    /// The voucher of a reserve's take-or-pay on tab `escrow_id`: the buyer's reserve of
+    /// `compute_ms` at most `max_rate_wei_per_s` (replay guard `nonce`), the exchange's
+    /// assignment at `price_wei` on `escrow_id` (another tab than the reserve's, to test that it
+    /// is refused, with `assigned_tab`), the provider's receipt claiming `owed_wei`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reserve_job(
+        &self,
+        domain: &Eip712Domain,
+        (escrow_id, assigned_tab): (u64, u64),
+        nonce: u64,
+        compute_ms: u64,
+        max_rate_wei_per_s: u64,
+        price_wei: u128,
+        owed_wei: u128,
+    ) -> Result<Voucher> {
+        use crate::assignment::Assignment;
+        use crate::receipt::Receipt;
+        let (chain_id, _) = crate::order::signed::domain_parts(domain)?;
+        let reserve = Reserve {
+            model: "model".into(),
+            tier: crate::Tier::T0,
+            window_start_s: 1_000,
+            window_end_s: 2_000,
+            compute_ms,
+            max_price_wei_per_s: max_rate_wei_per_s,
+            tab_id: escrow_id,
+            nonce,
+            expiry_s: 4_000_000_000,
+        };
+        let signed = crate::order::sign(reserve, domain, self.buyer, self.buyer_identity)?;
+        let id = signed.digest(domain).0;
+        let buyer = signed.account.0.0;
+        let assignment = SignedAssignment::sign(
+            Assignment {
+                job_id: id,
+                chain_id,
+                escrow_id: assigned_tab,
+                buyer,
+                provider_key: self.provider.id().0,
+                price_wei,
+                deadline_s: 2_000,
+                input_hash: id,
+                adapter_hash: [0; 32],
+            },
+            self.exchange,
+        )?;
+        let receipt = Receipt {
+            job_id: id,
+            chain_id,
+            escrow_id: assigned_tab,
+            input_hash: id,
+            output_hash: [0; 32],
+            adapter_hash: [0; 32],
+            tokens: 0,
+            compute_ms,
+            class: crate::DeterminismClass::D,
+            provider: self.payout.0.0,
+            provider_key: self.provider.id().0,
+            amount_owed_wei: owed_wei,
+            buyer,
+        };
+        Ok(Voucher {
+            authority: Authority::Reserve(signed),
+            assignment,
+            receipt: SignedReceipt::sign(receipt, self.provider)?,
+        })
+    }
+}
+
+impl Parties<'_> {
+    /// The voucher of a rent's term on tab `escrow_id`, paid from `assigned_tab`: the buyer's
+    /// rent of adapter `adapter` at most `max_rent_wei` (replay guard `nonce`), the exchange's
+    /// assignment at `price_wei`, the provider's receipt claiming `owed_wei`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rent_job(
+        &self,
+        domain: &Eip712Domain,
+        (escrow_id, assigned_tab): (u64, u64),
+        nonce: u64,
+        adapter: B256,
+        max_rent_wei: u128,
+        price_wei: u128,
+        owed_wei: u128,
+    ) -> Result<Voucher> {
+        use crate::assignment::Assignment;
+        use crate::receipt::Receipt;
+        let (chain_id, _) = crate::order::signed::domain_parts(domain)?;
+        let rent = Rent {
+            target_kind: RentTarget::Adapter,
+            target: adapter,
+            term_s: 600,
+            max_rent_wei,
+            epsilon_ppm: 10_000,
+            tab_id: escrow_id,
+            nonce,
+            expiry_s: 4_000_000_000,
+        };
+        let signed = crate::order::sign(rent, domain, self.buyer, self.buyer_identity)?;
+        let id = signed.digest(domain).0;
+        let buyer = signed.account.0.0;
+        let assignment = SignedAssignment::sign(
+            Assignment {
+                job_id: id,
+                chain_id,
+                escrow_id: assigned_tab,
+                buyer,
+                provider_key: self.provider.id().0,
+                price_wei,
+                deadline_s: 4_000_000_000,
+                input_hash: id,
+                adapter_hash: adapter.0,
+            },
+            self.exchange,
+        )?;
+        let receipt = Receipt {
+            job_id: id,
+            chain_id,
+            escrow_id: assigned_tab,
+            input_hash: id,
+            output_hash: [0; 32],
+            adapter_hash: adapter.0,
+            tokens: 0,
+            compute_ms: 0,
+            class: crate::DeterminismClass::D,
+            provider: self.payout.0.0,
+            provider_key: self.provider.id().0,
+            amount_owed_wei: owed_wei,
+            buyer,
+        };
+        Ok(Voucher {
+            authority: Authority::Rent(signed),
             assignment,
             receipt: SignedReceipt::sign(receipt, self.provider)?,
         })
@@ -520,5 +746,81 @@ mod tests {
         moved.receipt = SignedReceipt::sign(moved.receipt.receipt.clone(), &w.provider).unwrap();
         let err = moved.check(&w.exchange.public(), &domain()).unwrap_err();
         assert!(err.to_string().contains("escrow_id"), "{err}");
+    }
+
+    #[test]
+    fn a_reserve_pays_its_take_or_pay_within_its_limit_on_its_own_tab() {
+        let w = world();
+        let p = parties(&w);
+        // 2.5 s reserved at most 1 000 wei/s: at most 2 500 wei; committed at 800 wei/s.
+        let honest = p
+            .reserve_job(&domain(), (4, 4), 1, 2_500, 1_000, 2_000, 2_000)
+            .unwrap();
+        assert_eq!(honest.check(&w.exchange.public(), &domain()).unwrap(), None);
+        let json = serde_json::to_string(&honest).unwrap();
+        assert_eq!(serde_json::from_str::<Voucher>(&json).unwrap(), honest);
+
+        // Over the buyer's limit, though the exchange signed it and the provider claims it.
+        let dear = p
+            .reserve_job(&domain(), (4, 4), 2, 2_500, 1_000, 2_501, 2_501)
+            .unwrap();
+        let err = dear.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("limit"), "{err}");
+
+        // Paid from another tab of the same buyer than the one the reserve names.
+        let moved = p
+            .reserve_job(&domain(), (4, 5), 3, 2_500, 1_000, 2_000, 2_000)
+            .unwrap();
+        let err = moved.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("tab"), "{err}");
+
+        // The job id must be the reserve's digest: another reserve's voucher cannot be reused.
+        let other = p
+            .reserve_job(&domain(), (4, 4), 4, 2_500, 1_000, 2_000, 2_000)
+            .unwrap();
+        let swapped = Voucher {
+            authority: other.authority,
+            ..honest
+        };
+        let err = swapped.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("digest"), "{err}");
+    }
+
+    #[test]
+    fn a_rent_pays_its_term_within_its_limit_on_its_own_tab() {
+        let w = world();
+        let p = parties(&w);
+        let adapter = B256::repeat_byte(0xad);
+        let honest = p
+            .rent_job(&domain(), (4, 4), 1, adapter, 5_000, 4_000, 4_000)
+            .unwrap();
+        assert_eq!(honest.check(&w.exchange.public(), &domain()).unwrap(), None);
+
+        let dear = p
+            .rent_job(&domain(), (4, 4), 2, adapter, 5_000, 5_001, 5_001)
+            .unwrap();
+        let err = dear.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("limit"), "{err}");
+
+        let moved = p
+            .rent_job(&domain(), (4, 5), 3, adapter, 5_000, 4_000, 4_000)
+            .unwrap();
+        let err = moved.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("tab"), "{err}");
+
+        // A receipt for another adapter than the one rented (the exchange signed it too).
+        let mut other = honest.clone();
+        other.receipt.receipt.adapter_hash = [0xee; 32];
+        other.receipt = SignedReceipt::sign(other.receipt.receipt.clone(), &w.provider).unwrap();
+        other.assignment = SignedAssignment::sign(
+            crate::assignment::Assignment {
+                adapter_hash: [0xee; 32],
+                ..honest.assignment.assignment.clone()
+            },
+            &w.exchange,
+        )
+        .unwrap();
+        let err = other.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("adapter"), "{err}");
     }
 }

@@ -267,6 +267,11 @@ struct MarketArgs {
     /// The ask, integer wei per compute-second.
     #[arg(long, value_name = "N", requires = "exchange")]
     ask_wei_per_s: Option<u64>,
+    /// Bid on the exchange's open reserves for this model this far below the ask, basis points
+    /// (1000 = 10 %; 0: never bid); a reserve won is claimed take-or-pay at its window's end.
+    #[arg(long, default_value_t = 1000, value_name = "BPS",
+          value_parser = clap::value_parser!(u32).range(0..=9999))]
+    reserve_discount_bps: u32,
     /// The bundle's id on the exchange.
     #[arg(long, value_name = "ID", requires = "exchange")]
     bundle_id: Option<String>,
@@ -739,6 +744,7 @@ fn link(
         ask_wei_per_s: market
             .ask_wei_per_s
             .ok_or_else(|| required("--ask-wei-per-s"))?,
+        reserve_discount_bps: market.reserve_discount_bps,
         bundle_id: market.bundle_id.ok_or_else(|| required("--bundle-id"))?,
         model_name: market.model_name.ok_or_else(|| required("--model-name"))?,
         memory_bytes: cache_bytes,

@@ -272,6 +272,21 @@ impl Client {
         .await
     }
 
+    /// `POST /v1/reserves`: submits a signed reserve (capacity over a window, take-or-pay);
+    /// answers with the standing order (its id, what it holds, when it ends). Providers bid
+    /// until the window starts; `GET /v1/orders/{id}` then shows the winner, draws and charge.
+    pub async fn submit_reserve(
+        &self,
+        reserve: &Signed<cx_protocol::order::Reserve>,
+    ) -> Result<serde_json::Value> {
+        self.send(
+            Method::POST,
+            "/v1/reserves",
+            Some(&serde_json::json!({ "reserve": reserve })),
+        )
+        .await
+    }
+
     /// `GET /v1/orders/{id}`: a standing order (reserve, rent, search) and its status.
     pub async fn standing_order(&self, id: cx_protocol::order::B256) -> Result<serde_json::Value> {
         self.get(&format!("/v1/orders/{id}")).await

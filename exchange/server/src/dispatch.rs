@@ -163,6 +163,27 @@ pub async fn run_sweeps(intake: &crate::intake::Intake) {
             }
             Err(err) => tracing::warn!(error = %format!("{err:#}"), "deadline sweep failed"),
         }
+        match intake.award_reserves(now).await {
+            Ok(awarded) => {
+                for (id, winner) in awarded {
+                    match winner {
+                        Some(bundle) => tracing::info!(reserve = %id, %bundle, "reserve committed"),
+                        None => {
+                            tracing::info!(reserve = %id, "reserve had no feasible bid; hold released")
+                        }
+                    }
+                }
+            }
+            Err(err) => tracing::warn!(error = %format!("{err:#}"), "reserve award sweep failed"),
+        }
+        match books
+            .expire_unclaimed(now, intake.reserve_claim_grace_s())
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(reserves = n, "take-or-pay unclaimed; holds released"),
+            Err(err) => tracing::warn!(error = %format!("{err:#}"), "reserve claim sweep failed"),
+        }
         match books.expire_standing(now).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(orders = n, "standing orders ended unfilled; holds released"),

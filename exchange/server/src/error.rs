@@ -95,6 +95,21 @@ pub enum Error {
     /// No open search has this id (unknown, filled by another witness, or ended).
     #[error("no open search has this id (another witness won, it ended, or it never existed)")]
     SearchNotOpen,
+    /// No reserve in the state the call needs has this id (unknown, its window started, not
+    /// committed to this provider, or its window not over): the reason says which.
+    #[error("the reserve is not open to this: {reason}")]
+    ReserveNotOpen {
+        /// What the reserve's state does not allow.
+        reason: &'static str,
+    },
+    /// A bid on a reserve cannot be taken; names the bid's field.
+    #[error("bid.{field}: {reason}")]
+    BidRefused {
+        /// The bid's field.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// The claimed witness does not satisfy the search.
     #[error(
         "{witness} is not a witness: SHA-256(prefix ‖ nonce, 8 bytes little-endian) is not below the target"

@@ -225,6 +225,26 @@ impl Market {
         Ok((decision, charge))
     }
 
+    /// The clearing decision for `job` on bundle `bundle_id` alone, with no price gate: a job a
+    /// reserve pays for goes to the committed bundle if it is feasible there by its deadline
+    /// (`chosen` is `None` otherwise, with the binding constraint among `rejected`).
+    pub fn clear_on(&self, job: &Job, bundle_id: &str) -> Result<Decision> {
+        job.validate()?;
+        let engine = self.engine_read();
+        let candidates: Vec<_> = engine
+            .candidates(job)
+            .into_iter()
+            .filter(|c| c.id == bundle_id)
+            .collect();
+        Ok(cx_exchange::clearing::explain_with(
+            job,
+            &candidates,
+            engine.weights(),
+            &cx_exchange::feasibility::PriceCeiling::default(),
+            self.policy,
+        ))
+    }
+
     fn engine_read(&self) -> std::sync::RwLockReadGuard<'_, Engine> {
         // A panic while holding the lock cannot leave the engine half-written: every mutation is
         // one `upsert`, which validates before it changes anything.

@@ -214,6 +214,14 @@ pub struct Reserve {
     pub expiry_s: u64,
 }
 
+impl Reserve {
+    /// The most the reserve can cost, wei: `compute_ms × max_price_wei_per_s`, rounded up to
+    /// the wei (what intake holds on the tab and what a take-or-pay voucher may pay at most).
+    pub fn most_wei(&self) -> u128 {
+        (u128::from(self.compute_ms) * u128::from(self.max_price_wei_per_s)).div_ceil(1000)
+    }
+}
+
 impl Order for Reserve {
     const KIND: Kind = Kind::Reserve;
     type Typed = typed::Reserve;

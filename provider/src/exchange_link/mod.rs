@@ -6,6 +6,8 @@
 //! * `https` — the HTTPS client (rustls on aws-lc-rs, X25519MLKEM768 first).
 //! * `key_file` — the provider's ML-DSA-65 identity in a 0600 file (`cx-provider keygen`).
 //! * `wire` — the exchange's JSON bodies as the provider reads and writes them.
+//! * `search` — SHA-256 preimage searches: the first valid witness is paid.
+//! * `reserve` — bids on open reserves below the ask, and take-or-pay claims on those won.
 //!
 //! The flow ([`Link::run`]): measure FLOP/s with a short self-benchmark, sign and register the
 //! offer (two bundles: the loaded base as resident with the resident adapters by id, and the
@@ -25,6 +27,7 @@
 mod https;
 pub mod key_file;
 mod matmul;
+mod reserve;
 mod search;
 mod wire;
 
@@ -101,6 +104,9 @@ pub struct LinkConfig {
     pub payout: Address,
     /// The ask, wei per compute-second.
     pub ask_wei_per_s: u64,
+    /// What reserves are bid below the ask, basis points (a reserve is priced below spot);
+    /// 0: no bids on reserves.
+    pub reserve_discount_bps: u32,
     /// The bundle's id.
     pub bundle_id: String,
     /// The catalog model the loaded weights are registered as (its resident base).
@@ -267,6 +273,9 @@ impl Link {
         self.register().await?;
         let link = Arc::new(self);
         tokio::spawn(search::run(link.clone()));
+        if link.config.reserve_discount_bps > 0 {
+            tokio::spawn(reserve::run(link.clone()));
+        }
         let reregister = link.clone();
         tokio::spawn(async move {
             let held_changed = reregister.engine.residency_changed();

@@ -79,6 +79,11 @@ enum Command {
     /// first provider whose witness checks (refunded at the deadline if none); with `--wait`,
     /// until it is filled or ends.
     Search(SearchArgs),
+    /// Post a reserve: compute for a model over a window, take-or-pay, priced below spot.
+    /// Providers bid until the window starts and the lowest feasible bid commits it; this
+    /// account's intents on the tab in the window draw on it first. With `--wait`, until it is
+    /// committed (or ends with no bid).
+    Reserve(ReserveArgs),
     /// Ask the exchange to settle a tab now: it takes no more jobs, and the next batch pays
     /// what its jobs were charged and credits the rest back (claim it with `cx agent claim`).
     SettleTab(SettleTabArgs),
@@ -357,6 +362,40 @@ struct SearchArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct ReserveArgs {
+    /// The catalog model the capacity serves.
+    #[arg(long, value_name = "NAME")]
+    model: String,
+    /// The verification tier of the reserved work: T0, T1, T2 or T3.
+    #[arg(long, default_value = "T1", value_parser = parse_tier)]
+    tier: Tier,
+    /// Seconds from now until the window starts (bids are taken until then).
+    #[arg(long, value_name = "S", default_value_t = 10)]
+    start_in: u64,
+    /// The window's length, seconds.
+    #[arg(long, value_name = "S", default_value_t = 60)]
+    window_s: u64,
+    /// Compute reserved over the window, milliseconds (on the winning bundle).
+    #[arg(long, value_name = "MS")]
+    compute_ms: u64,
+    /// The most paid per compute-second, wei (the whole `compute_ms` × it is held).
+    #[arg(long, value_name = "WEI")]
+    max_price_wei_per_s: u64,
+    /// The tab (escrow id) that pays.
+    #[arg(long, value_name = "ID")]
+    tab: u64,
+    /// Wait until a provider's bid commits it (or it ends with none) and print the outcome.
+    #[arg(long)]
+    wait: bool,
+    /// The reserve's nonce [default: the current time in microseconds].
+    #[arg(long)]
+    nonce: Option<u64>,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
 struct SettleTabArgs {
     /// The tab's escrow id.
     id: u64,
@@ -410,6 +449,7 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         Command::CloseTab(close) => run_close_tab(&args, close).await,
         Command::SettleTab(settle) => run_settle_tab(&args, settle).await,
         Command::Search(search) => run_search(&args, search).await,
+        Command::Reserve(reserve) => run_reserve(&args, reserve).await,
         Command::Claim(claim) => run_claim(&args, claim).await,
     }
 }
@@ -1055,6 +1095,54 @@ async fn run_search(args: &Args, cmd: &SearchArgs) -> anyhow::Result<()> {
         order["status"].as_str().unwrap_or("?"),
         order["held_wei"].as_str().unwrap_or("?"),
         order["ends_s"]
+    );
+    super::emit(cmd.json, &table, &order)
+}
+
+async fn run_reserve(args: &Args, cmd: &ReserveArgs) -> anyhow::Result<()> {
+    let keys = args.load_keys()?;
+    let client = args.client()?;
+    let chain = pick_chain(&client, args.chain, false).await?;
+    let now = now_s();
+    let start = now.saturating_add(cmd.start_in);
+    let reserve = cx_protocol::order::Reserve {
+        model: cmd.model.clone(),
+        tier: cmd.tier,
+        window_start_s: start,
+        window_end_s: start.saturating_add(cmd.window_s),
+        compute_ms: cmd.compute_ms,
+        max_price_wei_per_s: cmd.max_price_wei_per_s,
+        tab_id: cmd.tab,
+        nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
+        expiry_s: start,
+    };
+    let signed = keys.sign(reserve, &chain.domain())?;
+    let accepted = client
+        .submit_reserve(&signed)
+        .await
+        .context("submitting the reserve")?;
+    let id: cx_protocol::order::B256 = accepted["order_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| {
+            anyhow!("the exchange accepted the reserve without an order_id: {accepted}")
+        })?;
+    let mut order = client.standing_order(id).await?;
+    while cmd.wait && order["status"] == "open" {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        order = client.standing_order(id).await?;
+    }
+    let fill = &order["reserve"];
+    let table = format!(
+        "reserve          {id}\nstatus           {}\nheld_wei         {}\nwindow           {} .. {}\n\
+         bundle           {}\nrate_wei_per_s   {}\nbids             {}\n",
+        order["status"].as_str().unwrap_or("?"),
+        order["held_wei"].as_str().unwrap_or("?"),
+        start,
+        order["ends_s"],
+        fill["bundle_id"].as_str().unwrap_or("-"),
+        fill["rate_wei_per_s"],
+        fill["bids"].as_array().map_or(0, Vec::len),
     );
     super::emit(cmd.json, &table, &order)
 }

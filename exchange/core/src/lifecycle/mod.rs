@@ -12,7 +12,7 @@ pub mod search;
 
 pub use intent::{Intent, IntentState};
 pub use rent::{PinObject, Rent, RentState};
-pub use reserve::{Draw, Reserve, ReserveState};
+pub use reserve::{Award, Bid, BidRefusal, Draw, Reserve, ReserveState};
 pub use search::{Search, SearchState};
 
 /// `numerator × amount / denominator`, rounded down, in u128 without overflow for the amounts

@@ -140,6 +140,143 @@ impl Reserve {
     }
 }
 
+/// A provider's bid on a reserve as the award sees it at the window's start.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bid<'a> {
+    /// Who bid (the provider's key hash, hex): ties between equal rates go to the smaller.
+    pub bidder: &'a str,
+    /// The bundle it bid with, as the engine holds it now (`None`: it left the engine).
+    pub bundle: Option<&'a cx_protocol::Bundle>,
+    /// The rate offered, wei per compute-second.
+    pub rate_wei_per_s: u64,
+    /// Compute the bundle already committed to other reserves whose windows overlap this one,
+    /// milliseconds.
+    pub committed_elsewhere_ms: u64,
+}
+
+/// Why a bid cannot win.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "binding", rename_all = "snake_case")]
+pub enum BidRefusal {
+    /// Its bundle left the engine (its provider went silent or lost its stake).
+    BundleGone,
+    /// The bundle does not offer the reserve's tier.
+    Tier,
+    /// The bundle can hold neither the model's base nor has it resident.
+    Memory {
+        /// The base's bytes.
+        needed_bytes: u64,
+        /// The bundle's free memory.
+        available_bytes: u64,
+    },
+    /// The reserved compute does not fit what the bundle has left over the window.
+    Capacity {
+        /// The reserved compute, milliseconds.
+        needed_ms: u64,
+        /// The window's length less what the bundle committed to overlapping reserves.
+        free_ms: u64,
+    },
+    /// The rate is above the buyer's limit.
+    AboveLimit {
+        /// The bid's rate.
+        rate_wei_per_s: u64,
+        /// The buyer's `max_price_wei_per_s`.
+        max_wei_per_s: u64,
+    },
+    /// The rate is not below the bundle's spot ask (a reserve is priced below spot).
+    NotBelowSpot {
+        /// The bid's rate.
+        rate_wei_per_s: u64,
+        /// The bundle's ask.
+        spot_wei_per_s: u64,
+    },
+}
+
+/// The outcome of a reserve's bidding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Award {
+    /// The winning bid's index and the reserve it commits (window, compute, rate).
+    pub winner: Option<(usize, Reserve)>,
+    /// Every bid that could not win, by index, with why.
+    pub refused: Vec<(usize, BidRefusal)>,
+}
+
+/// Awards reserve `order` (id `id`) of catalog model `model` (its name, which bundles list
+/// among their resident bases) whose base is `base_bytes` to the **lowest
+/// feasible bid**: its bundle is live, offers the tier, holds or can hold the base, the rate is
+/// within the buyer's limit and below the bundle's spot ask, and the reserved compute fits the
+/// bundle's time over the window less what it committed to overlapping reserves. Compute is
+/// counted on the committed bundle's own measured throughput (an intent drawing on the reserve
+/// draws its `t_compute` there), so a bundle has `window × 1000` compute-ms to commit at most.
+/// Feasibility first, then the rate (a cheap infeasible bid never wins); equal rates go to the
+/// smaller bidder key, so the award is deterministic.
+pub fn award(
+    id: &str,
+    order: &cx_protocol::order::Reserve,
+    (model, base_bytes): (&str, u64),
+    bids: &[Bid<'_>],
+) -> Award {
+    let window_ms = (order.window_end_s - order.window_start_s).saturating_mul(1000);
+    let mut refused = Vec::new();
+    let mut best: Option<(usize, Reserve)> = None;
+    for (i, bid) in bids.iter().enumerate() {
+        let refusal = (|| {
+            let bundle = bid.bundle.ok_or(BidRefusal::BundleGone)?;
+            if !bundle.tiers.contains(order.tier) {
+                return Err(BidRefusal::Tier);
+            }
+            if !bundle.resident_bases.iter().any(|b| b == model) && bundle.memory_bytes < base_bytes
+            {
+                return Err(BidRefusal::Memory {
+                    needed_bytes: base_bytes,
+                    available_bytes: bundle.memory_bytes,
+                });
+            }
+            if bid.rate_wei_per_s > order.max_price_wei_per_s {
+                return Err(BidRefusal::AboveLimit {
+                    rate_wei_per_s: bid.rate_wei_per_s,
+                    max_wei_per_s: order.max_price_wei_per_s,
+                });
+            }
+            let free_ms = window_ms.saturating_sub(bid.committed_elsewhere_ms);
+            if order.compute_ms > free_ms {
+                return Err(BidRefusal::Capacity {
+                    needed_ms: order.compute_ms,
+                    free_ms,
+                });
+            }
+            Reserve::new(
+                id,
+                order.window_start_s as f64,
+                order.window_end_s as f64,
+                order.compute_ms,
+                bid.rate_wei_per_s,
+                bundle.price_wei_per_s,
+            )
+            .map_err(|_| BidRefusal::NotBelowSpot {
+                rate_wei_per_s: bid.rate_wei_per_s,
+                spot_wei_per_s: bundle.price_wei_per_s,
+            })
+        })();
+        match refusal {
+            Err(why) => refused.push((i, why)),
+            Ok(reserve) => {
+                let better = best.as_ref().is_none_or(|(j, _)| {
+                    let b = &bids[*j];
+                    (bid.rate_wei_per_s, bid.bidder) < (b.rate_wei_per_s, b.bidder)
+                });
+                if better {
+                    best = Some((i, reserve));
+                }
+            }
+        }
+    }
+    Award {
+        winner: best,
+        refused,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,5 +337,85 @@ mod tests {
                 unused_ms: 9_000
             }
         );
+    }
+
+    fn bundle(id: &str, ask: u64, tiers: &[cx_protocol::Tier]) -> cx_protocol::Bundle {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "provider": "op", "price_wei_per_s": ask.to_string(),
+            "memory_bytes": 1_000_000, "bandwidth_bps": 1e9, "rtt_s": 0.001,
+            "flops_per_s": 1e9, "context_max": 512, "determinism": ["D"],
+            "tiers": tiers, "resident_bases": ["m"],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_lowest_feasible_bid_wins_and_a_cheaper_infeasible_one_loses() {
+        use cx_protocol::Tier;
+        let order = cx_protocol::order::Reserve {
+            model: "m".into(),
+            tier: Tier::T1,
+            window_start_s: 100,
+            window_end_s: 110,
+            compute_ms: 6_000,
+            max_price_wei_per_s: 1_000,
+            tab_id: 1,
+            nonce: 1,
+            expiry_s: 200,
+        };
+        let (a, b, c, d) = (
+            bundle("a", 1_000, &[Tier::T0, Tier::T1]),
+            bundle("b", 2_000, &[Tier::T0, Tier::T1]),
+            bundle("c", 500, &[Tier::T0]),
+            bundle("d", 900, &[Tier::T1]),
+        );
+        let bid = |bidder, bundle, rate, elsewhere| Bid {
+            bidder,
+            bundle,
+            rate_wei_per_s: rate,
+            committed_elsewhere_ms: elsewhere,
+        };
+        let bids = [
+            bid("1", Some(&a), 900, 0),
+            bid("2", Some(&b), 800, 0),
+            // Cheaper, but infeasible each for its own reason.
+            bid("3", Some(&c), 100, 0),
+            bid("4", Some(&d), 200, 5_000),
+            bid("5", None, 50, 0),
+            bid("6", Some(&a), 1_000, 0),
+            bid("7", Some(&b), 1_001, 0),
+        ];
+        let won = award("r", &order, ("m", 10), &bids);
+        let (i, reserve) = won.winner.unwrap();
+        assert_eq!((i, reserve.price_wei_per_s), (1, 800));
+        assert_eq!(
+            won.refused,
+            vec![
+                (2, BidRefusal::Tier),
+                (
+                    3,
+                    BidRefusal::Capacity {
+                        needed_ms: 6_000,
+                        free_ms: 5_000
+                    }
+                ),
+                (4, BidRefusal::BundleGone),
+                (
+                    5,
+                    BidRefusal::NotBelowSpot {
+                        rate_wei_per_s: 1_000,
+                        spot_wei_per_s: 1_000
+                    }
+                ),
+                (
+                    6,
+                    BidRefusal::AboveLimit {
+                        rate_wei_per_s: 1_001,
+                        max_wei_per_s: 1_000
+                    }
+                ),
+            ]
+        );
+        assert_eq!(award("r", &order, ("m", 10), &[]).winner, None);
     }
 }

@@ -326,6 +326,15 @@ impl From<crate::Error> for ApiError {
             ),
             E::UnknownProvider => refuse(StatusCode::UNAUTHORIZED, "unknown_provider", None, &err),
             E::SearchNotOpen => refuse(StatusCode::CONFLICT, "search_not_open", None, &err),
+            E::ReserveNotOpen { .. } => {
+                refuse(StatusCode::CONFLICT, "reserve_not_open", None, &err)
+            }
+            E::BidRefused { field, .. } => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "bid_refused",
+                Some(&format!("bid.{field}")),
+                &err,
+            ),
             E::NotAWitness { .. } => refuse(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "not_a_witness",

@@ -188,6 +188,12 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/providers/jobs", post(providers::pull))
         .route("/v1/providers/searches", get(providers::searches))
         .route("/v1/searches/{id}/witness", post(providers::witness))
+        .route("/v1/providers/reserves", get(providers::reserves))
+        .route("/v1/reserves/{id}/bids", post(providers::bid))
+        .route(
+            "/v1/reserves/{id}/take_or_pay",
+            post(providers::take_or_pay),
+        )
         .route("/v1/sessions", post(sessions::open))
         .route(
             "/v1/sessions/{id}",

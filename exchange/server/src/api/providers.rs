@@ -215,3 +215,96 @@ pub(super) async fn witness(
         })?;
     Ok(AppJson(filled))
 }
+
+/// Reserves as a provider reads them.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ProviderReserves {
+    /// Open reserves still taking bids (window not started) and those committed to this
+    /// provider (it claims their take-or-pay at the window's end): each with the buyer's signed
+    /// order (model, tier, window, compute, limit) and its fill (bids, commitment, draws).
+    reserves: Vec<crate::books::StandingOrder>,
+}
+
+#[utoipa::path(get, path = "/v1/providers/reserves", tag = "providers", security(("provider_token" = [])), responses((status = 200, body = ProviderReserves), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+pub(super) async fn reserves(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<AppJson<ProviderReserves>, ApiError> {
+    let intake = state.intake()?;
+    let provider = intake.provider(bearer(&headers)?).await?;
+    let reserves = intake
+        .books()
+        .provider_reserves(provider.key_hash, crate::intake::now_s(), 32)
+        .await?;
+    Ok(AppJson(ProviderReserves { reserves }))
+}
+
+/// A provider's bid on an open reserve.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BidBody {
+    /// The bid (reserve id, bundle, rate, provider key) and the provider's ML-DSA signature.
+    #[schema(value_type = Object)]
+    bid: cx_protocol::bid::SignedBid,
+}
+
+fn reserve_id(id: &str) -> Result<alloy::primitives::B256, ApiError> {
+    id.parse()
+        .map_err(|_| ApiError::invalid("id", "a reserve id is 32 bytes of 0x-hex"))
+}
+
+async fn shown(
+    intake: &crate::intake::Intake,
+    id: alloy::primitives::B256,
+) -> Result<AppJson<crate::books::StandingOrder>, ApiError> {
+    let order = intake
+        .books()
+        .standing_order(id)
+        .await?
+        .ok_or(ApiError::NotFound {
+            what: "order".into(),
+        })?;
+    Ok(AppJson(order))
+}
+
+#[utoipa::path(post, path = "/v1/reserves/{id}/bids", tag = "providers", params(("id" = String, Path)), request_body = BidBody, security(("provider_token" = [])), responses((status = 200, description = "the bid is taken (it replaces this provider's earlier one); the reserve with its bids", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+pub(super) async fn bid(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    AppJson(body): AppJson<BidBody>,
+) -> Result<AppJson<crate::books::StandingOrder>, ApiError> {
+    let id = reserve_id(&id)?;
+    let intake = state.intake()?;
+    let provider = intake.provider(bearer(&headers)?).await?;
+    intake
+        .bid_reserve(&provider, id, &body.bid, crate::intake::now_s())
+        .await?;
+    shown(intake, id).await
+}
+
+/// The committed provider's take-or-pay claim on a reserve whose window is over.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TakeOrPay {
+    /// The provider-signed receipt (job id and input: the reserve's digest; output and adapter
+    /// zero; compute: the reserved compute-ms; amount: the committed rate × it).
+    #[schema(value_type = Object)]
+    receipt: cx_protocol::receipt::SignedReceipt,
+}
+
+#[utoipa::path(post, path = "/v1/reserves/{id}/take_or_pay", tag = "providers", params(("id" = String, Path)), request_body = TakeOrPay, security(("provider_token" = [])), responses((status = 200, description = "the reserve is filled: its take-or-pay is a job of its tab", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+pub(super) async fn take_or_pay(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    AppJson(body): AppJson<TakeOrPay>,
+) -> Result<AppJson<crate::books::StandingOrder>, ApiError> {
+    let id = reserve_id(&id)?;
+    let intake = state.intake()?;
+    let provider = intake.provider(bearer(&headers)?).await?;
+    intake
+        .claim_reserve(&provider, id, &body.receipt, crate::intake::now_s())
+        .await?;
+    shown(intake, id).await
+}

@@ -117,6 +117,43 @@ impl Books {
     /// no two can take more than the tab holds); the order, the job and its first event are
     /// inserted only if the hold took; a reused nonce fails the whole statement, hold included.
     pub async fn accept(&self, order: &NewOrder, job: &NewJob) -> Result<()> {
+        self.accept_on(&self.pool, order, job).await
+    }
+
+    /// [`Books::accept`] for a job drawn on committed reserve `reserve`: its `compute_ms` drawn
+    /// from what the reserve has left in the same transaction as the order and the job. False
+    /// (and nothing written) when the reserve no longer has that much left or is no longer
+    /// committed — a concurrent intent took it; the caller places the intent at spot.
+    pub async fn accept_drawing(
+        &self,
+        order: &NewOrder,
+        job: &NewJob,
+        reserve: B256,
+        compute_ms: u64,
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let drawn = sqlx::query(
+            "UPDATE exchange_standing_orders s SET used_ms = s.used_ms + $2, updated_at = now() \
+             FROM exchange_orders o WHERE o.digest = s.digest AND s.digest = $1 \
+               AND s.kind = 'reserve' AND s.status = 'committed' \
+               AND s.used_ms + $2 <= (o.body #>> '{reserve,order,compute_ms}')::bigint",
+        )
+        .bind(reserve.as_slice())
+        .bind(to_i64(compute_ms, "compute")?)
+        .execute(&mut *tx)
+        .await?;
+        if drawn.rows_affected() != 1 {
+            return Ok(false);
+        }
+        self.accept_on(&mut *tx, order, job).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn accept_on<'e, E>(&self, on: E, order: &NewOrder, job: &NewJob) -> Result<()>
+    where
+        E: sqlx::Executor<'e, Database = sqlx::Postgres>,
+    {
         let chain_id = to_i64(order.chain_id, "chain id")?;
         let escrow_id = to_i64(job.escrow_id, "escrow id")?;
         let done: Result<(i64, i64), sqlx::Error> = sqlx::query_as(
@@ -158,7 +195,7 @@ impl Books {
         .bind(to_i64(job.deadline_s, "deadline")?)
         .bind(job.adapter.as_deref())
         .bind(job.request.to_string())
-        .fetch_one(&self.pool)
+        .fetch_one(on)
         .await;
         match done {
             Ok((1, 1)) => Ok(()),

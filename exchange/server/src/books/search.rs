@@ -2,8 +2,8 @@
 //! fill becomes a job (its id the search's digest, `done` with the witness) charged what the
 //! provider's receipt claims, so it settles with its tab like any other.
 
-use super::{Books, StandingOrder, to_i64, wei_text};
-use crate::error::{Error, Result};
+use super::{Books, StandingOrder, to_i64};
+use crate::error::Result;
 use alloy::primitives::B256;
 
 impl Books {
@@ -18,17 +18,7 @@ impl Books {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        let mut out = Vec::with_capacity(ids.len());
-        for (id,) in ids {
-            let id = B256::try_from(id.as_slice()).map_err(|_| Error::Corrupt {
-                what: "an order digest",
-                value: hex::encode(&id),
-            })?;
-            if let Some(order) = self.standing_order(id).await? {
-                out.push(order);
-            }
-        }
-        Ok(out)
+        self.standing_orders(ids).await
     }
 
     /// Fills open search `id` with `witness` found by the provider `key_hash`, charged
@@ -56,58 +46,23 @@ impl Books {
         let Some((account, chain_id, escrow_id, held, ends_s)) = row else {
             return Ok(false);
         };
-        let held = super::parse_wei(&held)?;
-        if charged_wei > held {
-            return Err(Error::OverCharged {
+        let filled = super::standing::Filled {
+            id,
+            account,
+            tab: (chain_id, escrow_id),
+            held_wei: super::parse_wei(&held)?,
+            ends_s,
+            model: "search",
+        };
+        filled
+            .into_job(
+                &mut tx,
+                key_hash,
                 charged_wei,
-                price_wei: held,
-            });
-        }
-        sqlx::query(
-            // Its job slot on the tab was taken when the search was accepted.
-            "UPDATE exchange_tabs SET held_wei = held_wei - $3::numeric, updated_at = now() \
-             WHERE chain_id = $1 AND escrow_id = $2",
-        )
-        .bind(chain_id)
-        .bind(escrow_id)
-        .bind(wei_text(held - charged_wei))
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
-                                        status, held_wei, decision, deadline_s) \
-             VALUES ($1, $1, $2, $3, $4, 'search', 'done', $5::numeric, $6::jsonb, $7)",
-        )
-        .bind(id.as_slice())
-        .bind(&account)
-        .bind(chain_id)
-        .bind(escrow_id)
-        .bind(wei_text(charged_wei))
-        .bind(serde_json::json!({"kind": "search", "witness": witness}).to_string())
-        .bind(ends_s)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO exchange_receipts (job_id, provider_key_hash, amount_owed_wei, receipt) \
-             VALUES ($1, $2, $3::numeric, $4::jsonb)",
-        )
-        .bind(id.as_slice())
-        .bind(key_hash.as_slice())
-        .bind(wei_text(charged_wei))
-        .bind(receipt.to_string())
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
-             VALUES ($1, 0, 'done', jsonb_build_object('witness', $2::text, \
-                     'charged_wei', $3::text, 'provider_key_hash', $4::text))",
-        )
-        .bind(id.as_slice())
-        .bind(witness.to_string())
-        .bind(charged_wei.to_string())
-        .bind(key_hash.to_string())
-        .execute(&mut *tx)
-        .await?;
+                receipt,
+                &serde_json::json!({"kind": "search", "witness": witness}),
+            )
+            .await?;
         tx.commit().await?;
         Ok(true)
     }

@@ -90,8 +90,8 @@ impl Books {
     }
 
     /// Closing tabs none of whose jobs is still in flight and none of whose standing orders is
-    /// still open (a search filled later is a job the tab pays), oldest deadline first, at most
-    /// `limit`.
+    /// still open or committed (a search filled later, a reserve's take-or-pay, is a job the tab
+    /// pays), oldest deadline first, at most `limit`.
     pub async fn tabs_ready_to_settle(&self, limit: i64) -> Result<Vec<(u64, u64)>> {
         let rows = sqlx::query(
             "SELECT t.chain_id, t.escrow_id FROM exchange_tabs t \
@@ -100,7 +100,7 @@ impl Books {
                    AND j.escrow_id = t.escrow_id AND j.status IN ('assigned', 'running')) \
                AND NOT EXISTS ( \
                  SELECT 1 FROM exchange_standing_orders s WHERE s.chain_id = t.chain_id \
-                   AND s.escrow_id = t.escrow_id AND s.status = 'open') \
+                   AND s.escrow_id = t.escrow_id AND s.status IN ('open', 'committed')) \
              ORDER BY t.deadline_s, t.chain_id, t.escrow_id LIMIT $1",
         )
         .bind(limit)
@@ -116,7 +116,9 @@ impl Books {
             .collect()
     }
 
-    /// Every job tab `(chain_id, escrow_id)` pays: done, with a receipt.
+    /// Every job tab `(chain_id, escrow_id)` pays: done, with a receipt claiming something. A
+    /// job priced zero (an intent drawn on a reserve, paid by the reserve's take-or-pay) is not
+    /// paid: it has no voucher of its own.
     pub async fn paid_jobs(&self, chain_id: u64, escrow_id: u64) -> Result<Vec<PaidJob>> {
         let rows = sqlx::query(
             "SELECT j.id, o.kind, o.body::text AS body, r.receipt::text AS receipt, \
@@ -127,6 +129,7 @@ impl Books {
              JOIN exchange_receipts r ON r.job_id = j.id \
              JOIN exchange_orders o ON o.digest = j.order_digest \
              WHERE j.chain_id = $1 AND j.escrow_id = $2 AND j.status = 'done' \
+               AND r.amount_owed_wei > 0 \
              ORDER BY j.created_at, j.id",
         )
         .bind(to_i64(chain_id, "chain id")?)

@@ -33,6 +33,9 @@ pub struct StandingOrder {
     /// The order as signed and received.
     #[schema(value_type = Object)]
     pub order: serde_json::Value,
+    /// A reserve's bids, commitment, draws and take-or-pay (absent for other kinds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserve: Option<super::ReserveFill>,
 }
 
 impl Books {
@@ -104,28 +107,142 @@ impl Books {
         .bind(id.as_slice())
         .fetch_optional(&self.pool)
         .await?;
-        row.map(StandingRow::into_order).transpose()
+        let Some(mut order) = row.map(StandingRow::into_order).transpose()? else {
+            return Ok(None);
+        };
+        if order.kind == "reserve" {
+            order.reserve = Some(self.reserve_fill(id).await?);
+        }
+        Ok(Some(order))
+    }
+
+    /// The standing orders `ids` (as a query returns them), in that order.
+    pub(super) async fn standing_orders(&self, ids: Vec<(Vec<u8>,)>) -> Result<Vec<StandingOrder>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for (id,) in ids {
+            let id = B256::try_from(id.as_slice()).map_err(|_| Error::Corrupt {
+                what: "an order digest",
+                value: hex::encode(&id),
+            })?;
+            if let Some(order) = self.standing_order(id).await? {
+                out.push(order);
+            }
+        }
+        Ok(out)
     }
 
     /// Expires the open standing orders that ended before `now_s` with no provider filling them:
     /// their holds return to their tabs. Returns how many.
     pub async fn expire_standing(&self, now_s: u64) -> Result<u64> {
-        let (count,): (i64,) = sqlx::query_as(
-            "WITH due AS ( \
-                 UPDATE exchange_standing_orders SET status = 'expired', updated_at = now() \
-                 WHERE status = 'open' AND ends_s < $1 \
-                 RETURNING chain_id, escrow_id, held_wei), \
-             tabs AS ( \
-                 UPDATE exchange_tabs t SET held_wei = t.held_wei - d.released, updated_at = now() \
-                 FROM (SELECT chain_id, escrow_id, sum(held_wei) AS released FROM due \
-                       GROUP BY chain_id, escrow_id) d \
-                 WHERE t.chain_id = d.chain_id AND t.escrow_id = d.escrow_id RETURNING 1) \
-             SELECT count(*) FROM due",
-        )
-        .bind(to_i64(now_s, "time")?)
-        .fetch_one(&self.pool)
-        .await?;
+        let (count,): (i64,) =
+            sqlx::query_as(&release_sql("status = 'open' AND ends_s < $1", "'expired'"))
+                .bind(to_i64(now_s, "time")?)
+                .fetch_one(&self.pool)
+                .await?;
         Ok(count as u64)
+    }
+}
+
+/// The statement that ends the standing orders matching `condition`, setting `status` (an SQL
+/// expression), and returns their holds to their tabs, in one statement: each order is either
+/// ended with its hold released or untouched. Its one row counts the orders ended.
+pub(super) fn release_sql(condition: &str, status: &str) -> String {
+    format!(
+        "WITH due AS ( \
+             UPDATE exchange_standing_orders SET status = {status}, updated_at = now() \
+             WHERE {condition} \
+             RETURNING chain_id, escrow_id, held_wei), \
+         tabs AS ( \
+             UPDATE exchange_tabs t SET held_wei = t.held_wei - d.released, updated_at = now() \
+             FROM (SELECT chain_id, escrow_id, sum(held_wei) AS released FROM due \
+                   GROUP BY chain_id, escrow_id) d \
+             WHERE t.chain_id = d.chain_id AND t.escrow_id = d.escrow_id RETURNING 1) \
+         SELECT count(*) FROM due"
+    )
+}
+
+/// A standing order a provider filled, as its `UPDATE … RETURNING` gave it: what turning it
+/// into a paid job of its tab needs.
+pub(super) struct Filled<'a> {
+    /// The order's id, which becomes the job's.
+    pub(super) id: B256,
+    /// The buyer.
+    pub(super) account: Vec<u8>,
+    /// Its tab.
+    pub(super) tab: (i64, i64),
+    /// What it held.
+    pub(super) held_wei: u128,
+    /// When it ended (the job's deadline).
+    pub(super) ends_s: i64,
+    /// The job's model column (`search` for a search).
+    pub(super) model: &'a str,
+}
+
+impl Filled<'_> {
+    /// Charges `charged_wei` (at most what the order held; the rest returns to the tab) and
+    /// writes the job (`done`, with `decision`), the provider `key_hash`'s `receipt` and the
+    /// job's event, in `tx`. Its job slot on the tab was taken when the order was accepted.
+    pub(super) async fn into_job(
+        self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        key_hash: B256,
+        charged_wei: u128,
+        receipt: &serde_json::Value,
+        decision: &serde_json::Value,
+    ) -> Result<()> {
+        if charged_wei > self.held_wei {
+            return Err(Error::OverCharged {
+                charged_wei,
+                price_wei: self.held_wei,
+            });
+        }
+        let (chain_id, escrow_id) = self.tab;
+        sqlx::query(
+            "UPDATE exchange_tabs SET held_wei = held_wei - $3::numeric, updated_at = now() \
+             WHERE chain_id = $1 AND escrow_id = $2",
+        )
+        .bind(chain_id)
+        .bind(escrow_id)
+        .bind(wei_text(self.held_wei - charged_wei))
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
+                                        status, held_wei, decision, deadline_s) \
+             VALUES ($1, $1, $2, $3, $4, $8, 'done', $5::numeric, $6::jsonb, $7)",
+        )
+        .bind(self.id.as_slice())
+        .bind(&self.account)
+        .bind(chain_id)
+        .bind(escrow_id)
+        .bind(wei_text(charged_wei))
+        .bind(decision.to_string())
+        .bind(self.ends_s)
+        .bind(self.model)
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO exchange_receipts (job_id, provider_key_hash, amount_owed_wei, receipt) \
+             VALUES ($1, $2, $3::numeric, $4::jsonb)",
+        )
+        .bind(self.id.as_slice())
+        .bind(key_hash.as_slice())
+        .bind(wei_text(charged_wei))
+        .bind(receipt.to_string())
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+             VALUES ($1, 0, 'done', $2::jsonb || jsonb_build_object('charged_wei', $3::text, \
+                     'provider_key_hash', $4::text))",
+        )
+        .bind(self.id.as_slice())
+        .bind(decision.to_string())
+        .bind(charged_wei.to_string())
+        .bind(key_hash.to_string())
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
     }
 }
 
@@ -160,6 +277,7 @@ impl StandingRow {
             held_wei: parse_wei(&self.held_wei)?,
             ends_s: self.ends_s as u64,
             order: serde_json::from_str(&self.body)?,
+            reserve: None,
         })
     }
 }

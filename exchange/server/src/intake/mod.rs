@@ -15,8 +15,10 @@
 //! Nothing is written unless every step passed, so a refused order leaves no row and spends no
 //! nonce.
 
+mod reserve;
 mod standing;
 
+pub use reserve::RESERVE_CLAIM_GRACE_S;
 pub use standing::{
     MAX_RENT_TERM_S, MAX_SEARCH_PREFIX_BYTES, RentSubmission, ReserveSubmission, SearchSubmission,
     StandingAccepted,
@@ -385,7 +387,16 @@ impl Intake {
                 if request_hash(request) != intent.request_hash {
                     return Err(Error::RequestHashMismatch);
                 }
-                let placed = self.place(&want, request, verified.account, now_s).await?;
+                // The tab's committed reserves in their window take it first, at no price of
+                // its own.
+                let tab = (signed.chain_id, intent.tab_id);
+                let placed = match self
+                    .drawn(&want, request, verified.account, tab, now_s)
+                    .await?
+                {
+                    Some(drawn) => drawn,
+                    None => self.place(&want, request, verified.account, now_s).await?,
+                };
                 ("request", serde_json::to_value(request)?, placed)
             }
             (None, Some(matmul)) => {
@@ -429,7 +440,34 @@ impl Intake {
             &request,
             self.settle_margin_s,
         )?;
-        self.books.accept(&order, &new_job).await?;
+        match placed.drawn {
+            // The reserve's rest went to a concurrent intent: this one goes to spot.
+            Some(drawn)
+                if !self
+                    .books
+                    .accept_drawing(&order, &new_job, drawn.reserve, drawn.compute_ms)
+                    .await? =>
+            {
+                let inference = submission
+                    .request
+                    .as_ref()
+                    .ok_or(Error::RequestHashMismatch)?;
+                let placed = self
+                    .place(&want, inference, verified.account, now_s)
+                    .await?;
+                let new_job = placed.new_job(
+                    verified.digest,
+                    intent.tab_id,
+                    &request,
+                    self.settle_margin_s,
+                )?;
+                self.books.accept(&order, &new_job).await?;
+                self.waiters.work_added();
+                return Ok(placed.accepted(verified.digest));
+            }
+            Some(_) => {}
+            None => self.books.accept(&order, &new_job).await?,
+        }
         self.waiters.work_added();
         Ok(placed.accepted(verified.digest))
     }
@@ -604,41 +642,7 @@ impl Intake {
         account: Address,
         now_s: u64,
     ) -> Result<Placed> {
-        if request.max_tokens == 0 {
-            return Err(Error::ZeroMaxTokens);
-        }
-        if request.prompt.len() > MAX_PROMPT_BYTES {
-            return Err(Error::PromptTooLong {
-                limit_bytes: MAX_PROMPT_BYTES,
-            });
-        }
-        if want.deadline_s <= now_s {
-            return Err(cx_protocol::Error::DeadlinePassed {
-                field: "deadline_s".to_owned(),
-                deadline_s: want.deadline_s,
-                now_s,
-            }
-            .into());
-        }
-        // The adapter's size is |a| of the feasibility test; an id the store lacks is refused.
-        let adapter = match want.adapter_id {
-            None => None,
-            Some(id) => {
-                let id = hex::encode(id);
-                let bytes = self
-                    .books
-                    .adapter_bytes(&id)
-                    .await?
-                    .ok_or(Error::UnknownAdapter)?;
-                Some((id, bytes))
-            }
-        };
-        let mut job = self.job(want, request, account, now_s)?;
-        if let Some((id, bytes)) = adapter {
-            job.adapter = Some(id);
-            job.adapter_bytes = bytes;
-        }
-        job.prefix = continued_prefix(&job, request);
+        let mut job = self.job_of(want, request, account, now_s).await?;
         // T2 is Freivalds' check of a product: no inference is verified at it, so an inference
         // asking T2 is cleared at the next stronger tier.
         if job.tier == Tier::T2 {
@@ -700,7 +704,56 @@ impl Intake {
             terms,
             held_wei,
             deadline_s,
+            drawn: None,
         })
+    }
+
+    /// The job a want describes, checked (a request with something to generate, bounded, a
+    /// deadline ahead) and with its adapter's size from the store (an id the store lacks is
+    /// refused).
+    async fn job_of(
+        &self,
+        want: &Want,
+        request: &InferenceRequest,
+        account: Address,
+        now_s: u64,
+    ) -> Result<Job> {
+        if request.max_tokens == 0 {
+            return Err(Error::ZeroMaxTokens);
+        }
+        if request.prompt.len() > MAX_PROMPT_BYTES {
+            return Err(Error::PromptTooLong {
+                limit_bytes: MAX_PROMPT_BYTES,
+            });
+        }
+        if want.deadline_s <= now_s {
+            return Err(cx_protocol::Error::DeadlinePassed {
+                field: "deadline_s".to_owned(),
+                deadline_s: want.deadline_s,
+                now_s,
+            }
+            .into());
+        }
+        // The adapter's size is |a| of the feasibility test; an id the store lacks is refused.
+        let adapter = match want.adapter_id {
+            None => None,
+            Some(id) => {
+                let id = hex::encode(id);
+                let bytes = self
+                    .books
+                    .adapter_bytes(&id)
+                    .await?
+                    .ok_or(Error::UnknownAdapter)?;
+                Some((id, bytes))
+            }
+        };
+        let mut job = self.job(want, request, account, now_s)?;
+        if let Some((id, bytes)) = adapter {
+            job.adapter = Some(id);
+            job.adapter_bytes = bytes;
+        }
+        job.prefix = continued_prefix(&job, request);
+        Ok(job)
     }
 
     /// The job a want describes: the model's shape from the catalog, the context from the
@@ -790,6 +843,8 @@ struct Placed {
     held_wei: u128,
     deadline_s: u64,
     decision: DecisionRecord,
+    /// The reserve it draws on, if it does (then it is priced zero).
+    drawn: Option<reserve::Drawn>,
 }
 
 impl Placed {
@@ -800,6 +855,11 @@ impl Placed {
         request: &serde_json::Value,
         settle_margin_s: u64,
     ) -> Result<NewJob> {
+        let mut decision = serde_json::to_value(&self.decision)?;
+        if let (Some(drawn), Some(fields)) = (self.drawn, decision.as_object_mut()) {
+            fields.insert("reserve".into(), drawn.reserve.to_string().into());
+            fields.insert("drawn_ms".into(), drawn.compute_ms.into());
+        }
         Ok(NewJob {
             id,
             escrow_id: tab_id,
@@ -808,7 +868,7 @@ impl Placed {
             bundle_id: Some(self.bundle_id.clone()),
             held_wei: self.held_wei,
             needed_until_s: self.deadline_s.saturating_add(settle_margin_s),
-            decision: serde_json::to_value(&self.decision)?,
+            decision,
             deadline_s: self.deadline_s,
             adapter: self.job.adapter.clone(),
             request: request.clone(),

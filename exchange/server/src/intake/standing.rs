@@ -72,8 +72,7 @@ impl Intake {
             .catalog()
             .resolve(&reserve.model)
             .map_err(|_| Error::UnknownModel(reserve.model.clone()))?;
-        let held_wei = (u128::from(reserve.compute_ms) * u128::from(reserve.max_price_wei_per_s))
-            .div_ceil(1000);
+        let held_wei = reserve.most_wei();
         self.standing(&verified, signed, held_wei, reserve.window_end_s)
             .await
     }

@@ -27,7 +27,7 @@ use tower::ServiceExt;
 const CHAIN: u64 = 31337;
 const CATALOG: &str = include_str!("../../../core/catalog.example.toml");
 const TAB_WEI: u128 = 3_000_000;
-const PAYOUT: Address = Address::repeat_byte(0x77);
+pub(crate) const PAYOUT: Address = Address::repeat_byte(0x77);
 
 pub(crate) fn now_s() -> u64 {
     std::time::SystemTime::now()
@@ -49,7 +49,7 @@ pub(crate) struct Door {
     pub(crate) pq: Identity,
 }
 
-fn bundle(id: &str) -> Bundle {
+pub(crate) fn bundle(id: &str) -> Bundle {
     serde_json::from_value(json!({
         "id": id, "provider": "op-a", "price_wei_per_s": "1000000",
         "memory_bytes": 80_000_000_000u64, "bandwidth_bps": 1e10, "rtt_s": 0.01,
@@ -60,20 +60,20 @@ fn bundle(id: &str) -> Bundle {
 }
 
 /// A provider's identity and dispatch token.
-struct Prov {
-    id: Identity,
-    token: String,
+pub(crate) struct Prov {
+    pub(crate) id: Identity,
+    pub(crate) token: String,
 }
 
 impl Prov {
-    fn new(seed: u8) -> Self {
+    pub(crate) fn new(seed: u8) -> Self {
         Self {
             id: Identity::from_seed([seed; 32]),
             token: format!("provider-token-{seed}"),
         }
     }
 
-    fn offer(&self, bundles: Vec<Bundle>) -> Value {
+    pub(crate) fn offer(&self, bundles: Vec<Bundle>) -> Value {
         let offer = Offer {
             operator: "op-a".into(),
             payout: PAYOUT,
@@ -186,6 +186,11 @@ impl Door {
             .unwrap()
     }
 
+    /// The intake behind the door (sweeps and fills at a chosen time).
+    pub(crate) fn intake(&self) -> &Intake {
+        self.state.serving().expect("the door serves")
+    }
+
     pub(crate) async fn held(&self) -> u128 {
         self.books.tab(CHAIN, 3).await.unwrap().unwrap().held_wei
     }
@@ -204,7 +209,12 @@ fn chat(extra: Value) -> Value {
 }
 
 /// The receipt a provider signs for `job` and `text`.
-fn receipt(prov: &Prov, job: &Value, text: &str, amount_owed_wei: u128) -> SignedReceipt {
+pub(crate) fn receipt(
+    prov: &Prov,
+    job: &Value,
+    text: &str,
+    amount_owed_wei: u128,
+) -> SignedReceipt {
     let request: InferenceRequest = serde_json::from_value(job["request"].clone()).unwrap();
     let buyer: Address = job["buyer"].as_str().unwrap().parse().unwrap();
     let job_id: B256 = job["job_id"].as_str().unwrap().parse().unwrap();
@@ -240,7 +250,7 @@ fn resigned(
     SignedReceipt::sign(r, &prov.id).unwrap()
 }
 
-fn output(text: &str) -> Value {
+pub(crate) fn output(text: &str) -> Value {
     json!({"text": text, "finish_reason": "length", "prompt_tokens": 6, "completion_tokens": 8})
 }
 

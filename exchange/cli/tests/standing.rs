@@ -1,0 +1,308 @@
+//! A reserve filled end to end, each party its own process: a committee of three `cx-signer`s
+//! (any two sign), Anvil with the contracts under the group key, `cx serve --settlement`, and two
+//! real `cx-provider`s staked on chain with different asks. The agent posts a reserve with `cx
+//! agent reserve --wait`; both providers bid below their asks, and at the window's start the
+//! lowest feasible bid commits it. An intent of the same tab in the window is served by the
+//! winner at no price of its own; at the window's end the winner claims the take-or-pay with a
+//! receipt it signs, and when the tab settles every signer checks the reserve's voucher (the
+//! buyer's signed reserve, the exchange's assignment within its limit, the receipt) and the
+//! winner is credited rate × compute_ms less the fee on chain.
+
+mod common;
+
+use alloy::primitives::{Address, B256};
+use common::{Killed, MODEL, TempDir, cx_json, path, provider_bin, run};
+use cx_devnet::db::TempDatabase;
+use cx_devnet::{Cluster, free_port, signer_binary};
+use cx_protocol::pq::Identity;
+use cx_settlement::config::CommitteeRule;
+use cx_settlement::coordinator::{PgStore, Store};
+use cx_settlement::evm::EvmClient;
+use cx_settlement::frost::EvmGroupKey;
+use cx_settlement::ledger::Fee;
+use serde_json::json;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Waits up to `limit` for `check` to give something.
+async fn until<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let waited = Instant::now();
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(waited.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_paid_on_chain() {
+    let bin = provider_bin();
+    let dir = TempDir::new("standing");
+    let exchange = Arc::new(Identity::generate());
+    let fee = Fee {
+        bps: 500,
+        account: Address::repeat_byte(0xfe),
+    };
+    let rule = CommitteeRule {
+        threshold: 2,
+        min_operators: 1,
+    };
+    let cluster = tokio::task::block_in_place(|| {
+        Cluster::start_with(
+            &signer_binary().unwrap(),
+            &["a", "b", "c"],
+            rule,
+            exchange.clone(),
+            fee,
+        )
+    })
+    .unwrap();
+    let package = cluster.committee(2, 1).unwrap().dkg(0).await.unwrap();
+    // Keys: 0 deploys, 1 the agent, 2 and 4 the providers, 3 posts batches.
+    let common::Chain {
+        anvil,
+        deployment,
+        deployments,
+    } = common::deploy_chain(
+        &dir.0,
+        5,
+        EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap(),
+        1_200,
+    )
+    .await;
+    std::fs::copy(&deployments, &cluster.deployments_file).unwrap();
+    let db = TempDatabase::create().await.unwrap();
+    let books = cx_exchange_server::books::Books::open(&db.url)
+        .await
+        .unwrap();
+    PgStore::new(books.pool().clone())
+        .save_group_key(0, &package)
+        .await
+        .unwrap();
+    let exchange_key = dir.0.join("exchange.key");
+    let coordinator_key = dir.0.join("coordinator.key");
+    cx_settlement::keyfile::write_identity(&exchange_key, &exchange).unwrap();
+    cx_settlement::keyfile::write_identity(&coordinator_key, &cluster.coordinator).unwrap();
+    let poster_key = dir.0.join("poster.key");
+    cx_settlement::keyfile::write_secret(
+        &poster_key,
+        B256::from(anvil.keys[3].to_bytes()).to_string().as_bytes(),
+    )
+    .unwrap();
+    let settlement = dir.0.join("settlement.json");
+    std::fs::write(
+        &settlement,
+        serde_json::to_string_pretty(&json!({
+            "coordinator_identity": coordinator_key,
+            "committee": cluster.members,
+            "threshold": 2,
+            "min_operators": 1,
+            "fee": fee,
+            "poster_key_file": poster_key,
+            "batching": {"max_age_s": 1, "min_jobs": 1},
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let market = common::start_exchange(
+        &dir.0,
+        &deployments,
+        &db.url,
+        &[
+            "--identity",
+            path(&exchange_key),
+            "--settlement",
+            path(&settlement),
+        ],
+    )
+    .await;
+    let (url, ca, exchange_hash) = (
+        market.url.clone(),
+        market.ca.clone(),
+        market.key_hash.clone(),
+    );
+
+    // Two providers of the same model, asking 1 000 000 and 2 000 000 wei/s; each bids 10 %
+    // below its ask (the default --reserve-discount-bps).
+    let model_dir = common::gen_model(&bin, &dir.0);
+    let mut providers = Vec::new();
+    let mut payouts = Vec::new();
+    for (name, key, ask) in [("cheap", 2, "1000000"), ("dear", 4, "2000000")] {
+        let identity = dir.0.join(format!("{name}.key"));
+        let out = run(&bin, &["keygen", "--out", path(&identity)], "");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let evm_key = dir.0.join(format!("{name}-evm.key"));
+        common::write_evm_key(&evm_key, &anvil.keys[key]);
+        common::stake_provider(&bin, &evm_key, &deployments, &identity);
+        let account =
+            EvmClient::connect(&anvil.rpc_url(), anvil.keys[key].clone(), deployment).unwrap();
+        payouts.push(account.account());
+        providers.push(Killed(
+            Command::new(&bin)
+                .args(["serve", "--model", path(&model_dir)])
+                .args(["--port", &free_port().unwrap().to_string()])
+                .args(["--served-model-name", MODEL, "--threads", "1"])
+                .args(["--exchange", &url, "--exchange-ca", path(&ca)])
+                .args(["--exchange-key-hash", &format!("0x{exchange_hash}")])
+                .args(["--identity", path(&identity)])
+                .args(["--payout", &account.account().to_string()])
+                .args(["--operator", &format!("op-{name}")])
+                .args(["--ask-wei-per-s", ask, "--bundle-id", name])
+                .args(["--model-name", MODEL])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("cx-provider runs"),
+        ));
+    }
+    let client = cx_client::Client::new(&url, Some(&ca))
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    until(
+        "both providers registered",
+        Duration::from_secs(60),
+        || async {
+            client
+                .providers()
+                .await
+                .ok()
+                .filter(|b| b.len() == 2)
+                .map(|_| ())
+        },
+    )
+    .await;
+
+    let agent = common::Agent::import(&dir.0, &market, B256::from(anvil.keys[1].to_bytes())).await;
+    let amount = 5_000_000u128;
+    let escrow_id = agent.open_tab(&client, amount, &deployments).await;
+    cx_json(agent.args(&["bind", "--json"]), String::new()).await;
+    let tab = escrow_id.to_string();
+
+    // 1.5 s of compute over a 25 s window starting in 8 s, at most 2 000 000 wei/s: 3 000 000
+    // wei held until the window ends.
+    let committed = cx_json(
+        agent.args(&[
+            "reserve",
+            "--model",
+            MODEL,
+            "--tier",
+            "T1",
+            "--start-in",
+            "8",
+            "--window-s",
+            "25",
+            "--compute-ms",
+            "1500",
+            "--max-price-wei-per-s",
+            "2000000",
+            "--tab",
+            &tab,
+            "--wait",
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(committed["status"], "committed", "{committed}");
+    let fill = &committed["reserve"];
+    assert_eq!(fill["bundle_id"], "cheap", "{committed}");
+    assert_eq!(fill["rate_wei_per_s"], 900_000);
+    let bids = fill["bids"].as_array().unwrap();
+    assert_eq!(bids.len(), 2, "both providers bid: {committed}");
+    assert!(
+        bids.iter().any(|b| b["bundle_id"] == "dear"
+            && b["status"] == "lost"
+            && b["rate_wei_per_s"] == 1_800_000),
+        "{committed}"
+    );
+    let reserve_id: B256 = committed["id"].as_str().unwrap().parse().unwrap();
+
+    // An intent in the window is served by the winner, priced zero.
+    let accepted = cx_json(
+        agent.args(&[
+            "intent",
+            "--model",
+            MODEL,
+            "--prompt",
+            "Say hello.",
+            "--max-tokens",
+            "8",
+            "--max-price-wei",
+            "100000",
+            "--tab",
+            &tab,
+            "--tier",
+            "T0",
+            "--deadline-in",
+            "20",
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(accepted["bundle_id"], "cheap", "{accepted}");
+    assert_eq!(accepted["held_wei"], "0", "{accepted}");
+    let job_id: B256 = accepted["job_id"].as_str().unwrap().parse().unwrap();
+    let served = until("the drawn intent done", Duration::from_secs(30), || async {
+        client.job(job_id).await.ok().filter(|j| j.status == "done")
+    })
+    .await;
+    assert_eq!(served.held_wei, 0);
+    let drawn = client.standing_order(reserve_id).await.unwrap();
+    assert_eq!(drawn["reserve"]["draws"], 1, "{drawn}");
+
+    // At the window's end the winner claims take-or-pay: 900 000 wei/s × 1.5 s.
+    let owed = 900_000u128 * 1_500 / 1_000;
+    let filled = until(
+        "the take-or-pay claimed",
+        Duration::from_secs(60),
+        || async {
+            client
+                .standing_order(reserve_id)
+                .await
+                .ok()
+                .filter(|o| o["status"] == "filled")
+        },
+    )
+    .await;
+    assert_eq!(
+        filled["reserve"]["charged_wei"],
+        owed.to_string(),
+        "{filled}"
+    );
+    assert_eq!(client.tab(31337, escrow_id).await.unwrap().held_wei, owed);
+
+    // The tab settles: every signer checks the reserve's voucher; the winner is credited what
+    // it was owed less the fee, the loser nothing, the buyer the rest.
+    let closed = cx_json(agent.args(&["settle-tab", &tab, "--json"]), String::new()).await;
+    assert_eq!(closed["status"], "closing", "{closed}");
+    let claim = until("the tab settled", Duration::from_secs(90), || async {
+        client.claim(31337, payouts[0]).await.ok()
+    })
+    .await;
+    let cut = owed * 500 / 10_000;
+    assert_eq!(claim.cumulative_wei, (owed - cut).to_string());
+    assert!(
+        client.claim(31337, payouts[1]).await.is_err(),
+        "the loser is owed nothing"
+    );
+    assert_eq!(
+        client.tab(31337, escrow_id).await.unwrap().status,
+        "settled"
+    );
+    let settled = client.standing_order(reserve_id).await.unwrap();
+    assert_eq!(settled["reserve"]["settlement"], "settled", "{settled}");
+    drop(providers);
+}
