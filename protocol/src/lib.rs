@@ -19,6 +19,7 @@
 //!   floats convert to it.
 //! - [`pq`]: ML-DSA-65 identities and hybrid ML-KEM-768 + X25519 sessions.
 //! - [`receipt`]: provider-signed (ML-DSA) receipts with a canonical byte encoding.
+//! - [`replica`]: verification runs (T1, T3): the ids of the runs that re-execute a job.
 //! - [`order`]: signed orders — EIP-712 typed data (alloy `sol!`) for intents, reserves, rents,
 //!   searches, tab terms, session grants and key bindings, each signed by the account
 //!   (secp256k1) and co-signed by its bound ML-DSA-65 key; the wallet JSON for each kind.
@@ -49,6 +50,7 @@ pub mod order;
 pub mod pq;
 pub mod price;
 pub mod receipt;
+pub mod replica;
 pub mod tab_close;
 pub mod voucher;
 

@@ -51,6 +51,23 @@ pub struct NewJob {
     pub request: serde_json::Value,
 }
 
+/// A verification run of a job (T1, T3), written with it: the same order, request, model,
+/// adapter, class and deadline, on another provider's bundle; its id is derived from the job's
+/// ([`cx_protocol::replica::run_job_id`]).
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    /// The run's id.
+    pub id: B256,
+    /// Which run it is (1..=[`cx_protocol::replica::MAX_RUNS`]).
+    pub run: u8,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// What it holds on the tab, wei.
+    pub held_wei: u128,
+    /// Its clearing decision.
+    pub decision: serde_json::Value,
+}
+
 /// A job as the API reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct JobRecord {
@@ -117,13 +134,30 @@ impl Books {
     /// no two can take more than the tab holds); the order, the job and its first event are
     /// inserted only if the hold took; a reused nonce fails the whole statement, hold included.
     pub async fn accept(&self, order: &NewOrder, job: &NewJob) -> Result<()> {
+        self.accept_with_runs(order, job, &[]).await
+    }
+
+    /// [`Books::accept`] with the verification runs of the job (T1, T3): the tab holds the job's
+    /// charge and every run's, and the runs are written in the same transaction, so a job is
+    /// never in the books without the runs its tier needs.
+    pub async fn accept_with_runs(
+        &self,
+        order: &NewOrder,
+        job: &NewJob,
+        runs: &[NewRun],
+    ) -> Result<()> {
         let chain_id = to_i64(order.chain_id, "chain id")?;
         let escrow_id = to_i64(job.escrow_id, "escrow id")?;
+        let total_wei = runs
+            .iter()
+            .try_fold(job.held_wei, |sum, r| sum.checked_add(r.held_wei))
+            .ok_or(Error::ContextTooLarge)?;
+        let mut tx = self.pool.begin().await?;
         let done: Result<(i64, i64), sqlx::Error> = sqlx::query_as(
             "WITH hold AS ( \
-                 UPDATE exchange_tabs SET jobs = jobs + 1, held_wei = held_wei + $9::numeric, updated_at = now() \
+                 UPDATE exchange_tabs SET jobs = jobs + $19, held_wei = held_wei + $18::numeric, updated_at = now() \
                  WHERE chain_id = $4 AND escrow_id = $7 AND buyer = $3 AND status = 'open' \
-                   AND deadline_s >= $12 AND held_wei + $9::numeric <= amount_wei AND jobs < 400 \
+                   AND deadline_s >= $12 AND held_wei + $18::numeric <= amount_wei AND jobs + $19 <= 400 \
                  RETURNING 1), \
              ord AS ( \
                  INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body) \
@@ -158,18 +192,27 @@ impl Books {
         .bind(to_i64(job.deadline_s, "deadline")?)
         .bind(job.adapter.as_deref())
         .bind(job.request.to_string())
-        .fetch_one(&self.pool)
+        .bind(wei_text(total_wei))
+        .bind(1 + runs.len() as i32)
+        .fetch_one(&mut *tx)
         .await;
         match done {
-            Ok((1, 1)) => Ok(()),
-            Ok(_) => Err(self
-                .why_not_held(
-                    (order.chain_id, job.escrow_id),
-                    order.account,
-                    job.held_wei,
-                    job.needed_until_s,
-                )
-                .await?),
+            Ok((1, 1)) => {
+                super::verification::insert_runs(&mut tx, job.id, runs).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+            Ok(_) => {
+                drop(tx);
+                Err(self
+                    .why_not_held(
+                        (order.chain_id, job.escrow_id),
+                        order.account,
+                        total_wei,
+                        job.needed_until_s,
+                    )
+                    .await?)
+            }
             Err(err) => Err(match constraint(&err) {
                 Some("exchange_orders_nonce_unique") => Error::NonceReused { nonce: order.nonce },
                 Some("exchange_orders_pkey") | Some("exchange_jobs_pkey") => Error::OrderExists,
@@ -184,9 +227,9 @@ impl Books {
     /// untouched, whatever crashes. Returns the ids it expired.
     pub async fn expire_due(&self, now_s: u64) -> Result<Vec<B256>> {
         let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&release_sql(
-            "status IN ('assigned', 'running') AND deadline_s < $1",
+            "status IN ('assigned', 'running', 'verifying') AND deadline_s < $1",
             "expired",
-            "no result by the deadline",
+            "no result (or no verified result) by the deadline",
         ))
         .bind(to_i64(now_s, "time")?)
         .fetch_all(&self.pool)

@@ -81,6 +81,10 @@ pub struct Accepted {
     /// The chosen bundle's cost terms (the whole decision is at `GET /v1/jobs/{id}`).
     #[schema(value_type = Object)]
     pub terms: cx_exchange::objective::Terms,
+    /// The verification runs placed with it (T1 and T3 re-execute the job on other providers;
+    /// `held_wei` above includes what they hold).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verification_runs: Vec<crate::verification::PlacedRun>,
 }
 
 /// The clearing decision as the books keep it: the choice and every cost term, the cheapest
@@ -109,6 +113,10 @@ pub struct DecisionRecord {
     pub rejected: Vec<cx_exchange::clearing::Rejection>,
     /// How many bundles were refused.
     pub rejected_total: usize,
+    /// The buyer's limit for the job and all its verification runs together, wei (decimal);
+    /// kept where the job is verified by replication, so a referee run is priced within it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_wei: Option<String>,
 }
 
 fn class_d() -> cx_protocol::DeterminismClass {
@@ -116,7 +124,11 @@ fn class_d() -> cx_protocol::DeterminismClass {
 }
 
 impl DecisionRecord {
-    fn of(decision: Decision, tier: Tier, determinism: cx_protocol::DeterminismClass) -> Self {
+    pub(crate) fn of(
+        decision: Decision,
+        tier: Tier,
+        determinism: cx_protocol::DeterminismClass,
+    ) -> Self {
         let Decision {
             chosen,
             terms,
@@ -136,6 +148,7 @@ impl DecisionRecord {
             feasible_total,
             rejected,
             rejected_total,
+            limit_wei: None,
         }
     }
 }
@@ -368,15 +381,21 @@ impl Intake {
                 "request": submission.request,
             }),
         };
+        let mut placed = placed;
+        let runs = self
+            .plan_runs(&mut placed, verified.digest, want.max_price_wei)
+            .await?;
         let new_job = placed.new_job(
             verified.digest,
             intent.tab_id,
             &submission.request,
             self.settle_margin_s,
         )?;
-        self.books.accept(&order, &new_job).await?;
+        self.books
+            .accept_with_runs(&order, &new_job, &new_runs(&runs)?)
+            .await?;
         self.waiters.work_added();
-        Ok(placed.accepted(verified.digest))
+        Ok(placed.accepted(verified.digest, runs))
     }
 
     /// Verifies and stores a session grant at `now_s`: the bearer of its secret may then spend
@@ -430,14 +449,17 @@ impl Intake {
         request: &InferenceRequest,
         now_s: u64,
     ) -> Result<Accepted> {
-        let placed = self.place(want, request, session.account, now_s).await?;
+        let mut placed = self.place(want, request, session.account, now_s).await?;
         let mut id = [0u8; 32];
         getrandom::fill(&mut id).map_err(|e| Error::Chain(format!("no randomness: {e}")))?;
         let id = B256::from(id);
+        let runs = self.plan_runs(&mut placed, id, want.max_price_wei).await?;
         let new_job = placed.new_job(id, session.grant.tab_id, request, self.settle_margin_s)?;
-        self.books.accept_call(session.id, now_s, &new_job).await?;
+        self.books
+            .accept_call_with_runs(session.id, now_s, &new_job, &new_runs(&runs)?)
+            .await?;
         self.waiters.work_added();
-        Ok(placed.accepted(id))
+        Ok(placed.accepted(id, runs))
     }
 
     /// Waits until job `id` reaches a state it never leaves, or until `until` passes; returns
@@ -527,6 +549,19 @@ impl Intake {
         account: Address,
         now_s: u64,
     ) -> Result<Placed> {
+        let job = self.prepare(want, request, account, now_s).await?;
+        self.clear(job, want.deadline_s)
+    }
+
+    /// The job a want describes, checked and with its adapter's size from the store: what
+    /// clearing takes.
+    pub(crate) async fn prepare(
+        &self,
+        want: &Want,
+        request: &InferenceRequest,
+        account: Address,
+        now_s: u64,
+    ) -> Result<Job> {
         if request.max_tokens == 0 {
             return Err(Error::ZeroMaxTokens);
         }
@@ -561,6 +596,11 @@ impl Intake {
             job.adapter = Some(id);
             job.adapter_bytes = bytes;
         }
+        Ok(job)
+    }
+
+    /// Clears a prepared job (at its tier, else at the first stronger tier a bundle offers).
+    fn clear(&self, mut job: Job, deadline_s: u64) -> Result<Placed> {
         // `min_tier` is the lowest tier the buyer accepts: cleared at it first, and only when no
         // bundle takes the job there at each stronger tier in turn (dearer to verify, never
         // weaker than asked). The refusal explains the buyer's own tier.
@@ -600,7 +640,7 @@ impl Intake {
             bundle_id,
             terms,
             held_wei,
-            deadline_s: want.deadline_s,
+            deadline_s,
         })
     }
 
@@ -669,13 +709,20 @@ pub struct Want {
 }
 
 /// A cleared job before it is committed.
-struct Placed {
-    job: Job,
-    bundle_id: String,
+pub(crate) struct Placed {
+    pub(crate) job: Job,
+    pub(crate) bundle_id: String,
     terms: cx_exchange::objective::Terms,
-    held_wei: u128,
+    pub(crate) held_wei: u128,
     deadline_s: u64,
-    decision: DecisionRecord,
+    pub(crate) decision: DecisionRecord,
+}
+
+/// The books' form of the runs placed with a job.
+fn new_runs(runs: &[crate::verification::PlacedRun]) -> Result<Vec<crate::books::NewRun>> {
+    runs.iter()
+        .map(crate::verification::PlacedRun::to_new)
+        .collect()
 }
 
 impl Placed {
@@ -701,14 +748,17 @@ impl Placed {
         })
     }
 
-    fn accepted(self, job_id: B256) -> Accepted {
+    fn accepted(self, job_id: B256, runs: Vec<crate::verification::PlacedRun>) -> Accepted {
         Accepted {
             job_id,
             status: "assigned",
             bundle_id: self.bundle_id,
-            held_wei: self.held_wei,
+            held_wei: runs
+                .iter()
+                .fold(self.held_wei, |sum, r| sum.saturating_add(r.held_wei)),
             tier: self.job.tier,
             terms: self.terms,
+            verification_runs: runs,
         }
     }
 }
@@ -753,7 +803,7 @@ fn nearest_first(
 }
 
 /// No bundle can take the job: say which came nearest and what it missed by.
-fn no_match(decision: &Decision) -> Error {
+pub(crate) fn no_match(decision: &Decision) -> Error {
     let nearest = decision.rejected.iter().min_by(|a, b| nearest_first(a, b));
     match nearest {
         None => Error::NoMatch {
