@@ -279,6 +279,17 @@ struct MarketArgs {
     /// Where adapters fetched from the exchange are kept [default: a folder in the temp dir].
     #[arg(long, value_name = "DIR")]
     fetched_adapters: Option<PathBuf>,
+    /// A testing aid that makes this provider CHEAT, so that tests can show the exchange's
+    /// verification catches it (and the committee slashes it): never set it on a real market.
+    #[arg(long, value_enum, value_name = "FAULT", requires = "exchange")]
+    fault: Option<Fault>,
+}
+
+/// How `--fault` makes a provider cheat (a testing aid).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Fault {
+    /// Return altered output text with a receipt correctly signed over the altered bytes.
+    WrongOutput,
 }
 
 #[derive(Subcommand)]
@@ -655,6 +666,9 @@ fn link(
         rtt_s: 0.005,
         fetched_adapters: market.fetched_adapters.unwrap_or_else(|| {
             std::env::temp_dir().join(format!("cx-provider-{}-fetched", std::process::id()))
+        }),
+        fault: market.fault.map(|f| match f {
+            Fault::WrongOutput => cx_provider::exchange_link::Fault::WrongOutput,
         }),
     };
     let link = Link::new(config, identity, engine.clone())?;

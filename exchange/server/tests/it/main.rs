@@ -8,3 +8,4 @@ mod explorer;
 mod intents;
 mod standing;
 mod tls;
+mod verification;
