@@ -419,8 +419,8 @@ impl Agent {
             max_tokens: rng.gen_range(4..=16),
         };
         let now = now_s();
-        // Mostly T1 (its verification priced in; re-execution on a second provider is not
-        // built yet), some T0 (stake only).
+        // Mostly T1 (class D: re-executed on a second provider, paid only once both agree),
+        // some T0 (stake only).
         let min_tier = if rng.gen_bool(0.3) {
             Tier::T0
         } else {
