@@ -297,6 +297,51 @@ impl Intake {
         }
     }
 
+    /// Places `want` for job `id` again (it is stranded) like any job, except that a job of a
+    /// verification group goes only to a provider the rest of its group does not use.
+    pub(crate) async fn place_apart(
+        &self,
+        id: B256,
+        want: &Want,
+        request: &crate::intake::InferenceRequest,
+        account: alloy::primitives::Address,
+        now_s: u64,
+    ) -> Result<Placed> {
+        let job = self.prepare(want, request, account, now_s).await?;
+        let others: Vec<RunRecord> = match self.books().verification_group(id).await? {
+            Some((_, runs)) => runs.into_iter().filter(|r| r.id != id).collect(),
+            None => Vec::new(),
+        };
+        if others.is_empty() {
+            return self.clear(job, want.deadline_s);
+        }
+        let job = Job {
+            tier: want.min_tier,
+            ..job
+        };
+        let mut taken = Taken::default();
+        for run in &others {
+            if let Some(bundle) = &run.bundle_id {
+                self.take(&mut taken, bundle).await?;
+            }
+        }
+        let (bundle_id, held_wei, decision) = self
+            .place_run(&job, &taken, want.max_price_wei)
+            .await?
+            .map_err(|detail| Error::NoMatch { detail })?;
+        let terms = decision.terms.ok_or_else(|| Error::NoMatch {
+            detail: "the chosen bundle has no cost terms".into(),
+        })?;
+        Ok(Placed {
+            job,
+            bundle_id,
+            terms,
+            held_wei,
+            deadline_s: want.deadline_s,
+            decision,
+        })
+    }
+
     /// Judges the verification group of job `id` (a replicated job or one of its runs) after a
     /// result came in, and acts: waits, places a referee, or applies the verdict. A verdict that
     /// races another change of the group is judged again on the books as they then are.

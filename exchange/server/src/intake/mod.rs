@@ -515,7 +515,17 @@ impl Intake {
             min_tier: decided.tier,
             determinism: decided.determinism,
         };
-        match self.place(&want, &request, job.account, now_s).await {
+        // A verification run (or a job with runs) moves only to a provider not already in its
+        // group, or the replicas would check nothing.
+        let placed = self
+            .place_apart(job.id, &want, &request, job.account, now_s)
+            .await;
+        let grouped = self
+            .books
+            .verification_group(job.id)
+            .await?
+            .is_some_and(|(_, runs)| runs.len() > 1);
+        let outcome = match placed {
             Ok(placed) if placed.held_wei <= job.held_wei && placed.bundle_id != job.bundle_id => {
                 let moved = self
                     .books
@@ -537,7 +547,14 @@ impl Intake {
                 Ok(None)
             }
             Err(e) => Err(e),
+        };
+        if grouped && matches!(outcome, Ok(None)) {
+            // A refunded run: its group may now need a referee, or a verdict.
+            if let Err(err) = self.verify_group(job.id).await {
+                tracing::warn!(job = %job.id, error = %format!("{err:#}"), "verification not judged");
+            }
         }
+        outcome
     }
 
     /// Where a job goes: the adapter's size from the store, the job from the catalog, and the
@@ -600,7 +617,7 @@ impl Intake {
     }
 
     /// Clears a prepared job (at its tier, else at the first stronger tier a bundle offers).
-    fn clear(&self, mut job: Job, deadline_s: u64) -> Result<Placed> {
+    pub(crate) fn clear(&self, mut job: Job, deadline_s: u64) -> Result<Placed> {
         // `min_tier` is the lowest tier the buyer accepts: cleared at it first, and only when no
         // bundle takes the job there at each stronger tier in turn (dearer to verify, never
         // weaker than asked). The refusal explains the buyer's own tier.
@@ -712,9 +729,9 @@ pub struct Want {
 pub(crate) struct Placed {
     pub(crate) job: Job,
     pub(crate) bundle_id: String,
-    terms: cx_exchange::objective::Terms,
+    pub(crate) terms: cx_exchange::objective::Terms,
     pub(crate) held_wei: u128,
-    deadline_s: u64,
+    pub(crate) deadline_s: u64,
     pub(crate) decision: DecisionRecord,
 }
 
