@@ -22,6 +22,9 @@ use serde::{Deserialize, Serialize};
 pub const MAX_SLASH_VALIDITY_S: u64 = 86_400;
 
 /// Evidence of provider misbehaviour.
+// Evidence is rare and short-lived (checked, signed over, dropped): two receipts inline cost
+// nothing worth a box on every access.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SlashEvidence {
