@@ -427,3 +427,68 @@ async fn intake_refuses_a_tier_the_fleet_cannot_verify_and_writes_nothing() {
     let (status, body) = submit(&door, Tier::T1, 3).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
 }
+
+#[tokio::test]
+async fn the_door_answers_a_call_whose_own_provider_was_outvoted_with_the_majoritys_output() {
+    use cx_protocol::order::SessionGrant;
+    let door = Door::new().await;
+    let provs = [
+        Prov::new(61, "op-a"),
+        Prov::new(62, "op-b"),
+        Prov::new(63, "op-c"),
+    ];
+    for p in &provs {
+        p.register(&door).await;
+    }
+    let grant = SessionGrant {
+        tab_id: 3,
+        spend_cap_wei: 1_000_000,
+        expiry_s: now_s() + 600,
+        default_deadline_s: 60,
+        default_tier: Tier::T1,
+        default_determinism: DeterminismClass::D,
+        default_max_price_wei: 100_000,
+        bearer_hash: SessionGrant::bearer_hash_of(b"cxs_verify"),
+        nonce: 9,
+    };
+    let signed = order::sign(grant, &domain(), &door.key, &door.pq).unwrap();
+    let (status, body) = door
+        .post("/v1/sessions", None, &json!({ "grant": signed }))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let chat = json!({"model": "llama-8b", "max_tokens": 8,
+                      "messages": [{"role": "user", "content": "Say hello."}]});
+    let agent = door.post("/v1/chat/completions", Some("cxs_verify"), &chat);
+    let refs: Vec<&Prov> = provs.iter().collect();
+    let providers = async {
+        // The job and its replica, as the providers pull them.
+        let mut pulled = Vec::new();
+        while pulled.len() < 2 {
+            pulled.extend(pull_all(&door, &refs).await);
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let id = |j: &Value| -> B256 { j["job_id"].as_str().unwrap().parse().unwrap() };
+        let (first, second) = (&pulled[0], &pulled[1]);
+        let (original, replica) = if B256::from(run_job_id(id(&first.1).0, 1)) == id(&second.1) {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        // The call's own provider cheats; the replica and then the referee agree.
+        provs[original.0].answer(&door, &original.1, CHEAT).await;
+        provs[replica.0].answer(&door, &replica.1, HONEST).await;
+        let third = (0..3)
+            .find(|i| *i != original.0 && *i != replica.0)
+            .unwrap();
+        let referee = loop {
+            if let Some(job) = provs[third].pull(&door).await.pop() {
+                break job;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        provs[third].answer(&door, &referee, HONEST).await;
+    };
+    let ((status, completion), ()) = tokio::join!(agent, providers);
+    assert_eq!(status, StatusCode::OK, "{completion}");
+    assert_eq!(completion["choices"][0]["message"]["content"], HONEST);
+}
