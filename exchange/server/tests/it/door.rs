@@ -171,6 +171,14 @@ impl Door {
             .await
     }
 
+    /// The raw response body of `request` (an explorer page's HTML).
+    pub(crate) async fn text(&self, request: Request<Body>) -> (StatusCode, String) {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
     pub(crate) async fn call(&self, request: Request<Body>) -> (StatusCode, Value) {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();

@@ -252,6 +252,42 @@ async fn t1_places_a_replica_on_another_provider_and_pays_both_once_their_bytes_
         HONEST
     );
     assert!(slashes(&door).await.is_empty());
+    // The explorer's job page shows the check, in JSON and in HTML.
+    let path = format!("/explorer/jobs/{original}");
+    let (status, page) = door
+        .call(
+            Request::get(&path)
+                .header(axum::http::header::ACCEPT, "application/json")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let v = &page["verification"];
+    assert_eq!(v["tier"], "T1", "{v}");
+    assert_eq!(v["method"], "replica", "{v}");
+    assert_eq!(v["passed"], true, "{v}");
+    assert_eq!(v["runs"].as_array().unwrap().len(), 2, "{v}");
+    assert!(
+        v["cost_wei"].is_string() && v["check_ms"].is_number(),
+        "{v}"
+    );
+    let (status, html) = door
+        .text(Request::get(&path).body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    for id in [
+        "verification-method",
+        "verification-passed",
+        "verification-cost-wei",
+        "verification-runs",
+    ] {
+        assert!(html.contains(&format!("id=\"{id}\"")), "{id} missing");
+    }
+    assert!(
+        html.contains(&format!("href=\"/explorer/jobs/{run_id}\"")),
+        "the replica's run is linked"
+    );
     assert_eq!(
         door.held().await,
         held,
