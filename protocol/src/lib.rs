@@ -24,6 +24,7 @@
 //! - [`pq`]: ML-DSA-65 identities and hybrid ML-KEM-768 + X25519 sessions.
 //! - [`receipt`]: provider-signed (ML-DSA) receipts with a canonical byte encoding.
 //! - [`bid`]: provider-signed (ML-DSA) bids on open reserves.
+//! - [`replica`]: verification runs (T1, T3): the ids of the runs that re-execute a job.
 //! - [`order`]: signed orders — EIP-712 typed data (alloy `sol!`) for intents, reserves, rents,
 //!   searches, tab terms, session grants and key bindings, each signed by the account
 //!   (secp256k1) and co-signed by its bound ML-DSA-65 key; the wallet JSON for each kind.
@@ -57,6 +58,7 @@ pub mod pq;
 pub mod prefix;
 pub mod price;
 pub mod receipt;
+pub mod replica;
 pub mod tab_close;
 pub mod voucher;
 

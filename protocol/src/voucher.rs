@@ -7,7 +7,8 @@
 //! The buyer's order is the intent the job was made from, or the session grant whose bearer
 //! made the call (a grant covers many jobs: the sum they are owed must stay within its cap,
 //! which only a check over all of a tab's vouchers can see — [`Voucher::check`] returns what it
-//! needs for that, [`SessionSpend`]).
+//! needs for that, [`OrderSpend`]). A verification run ([`Authority::Verification`]) is paid
+//! under the order of the job it verifies, so an intent's limit, too, covers several vouchers.
 //!
 //! Each link is checked against what the one before it signed, so a receipt cannot pay itself:
 //! a provider key that is registered (the caller checks that on chain) but was never assigned
@@ -56,6 +57,18 @@ pub enum Authority {
     /// that kept the state resident is owed the rent less the rebate of a missed term, at most
     /// `max_rent_wei`.
     Rent(Signed<Rent>),
+    /// A verification run (T1, T3) of a job the buyer ordered under `of` (an intent or a
+    /// session grant): the same work re-executed by another provider, paid from the same order.
+    /// The run's job id is [`crate::replica::run_job_id`] of `original` and `run`, and what all
+    /// runs of one order are owed together stays within its limit ([`OrderSpend`]).
+    Verification {
+        /// The order the verified job was made under.
+        of: Box<Authority>,
+        /// The verified job's id (run 0).
+        original: B256,
+        /// Which run this is (1..=[`crate::replica::MAX_RUNS`]).
+        run: u8,
+    },
 }
 
 /// One job's chain of signatures.
@@ -70,12 +83,14 @@ pub struct Voucher {
     pub receipt: SignedReceipt,
 }
 
-/// What a session-made voucher spends of its grant: the caller sums these per grant.
+/// What a voucher spends of the order that authorised it, which the caller sums per order: a
+/// session grant's cap covers all its calls, and an intent's limit covers the job and every
+/// verification run of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SessionSpend {
-    /// The grant's EIP-712 digest (its session id).
-    pub session: B256,
-    /// The grant's cap, wei.
+pub struct OrderSpend {
+    /// The order's EIP-712 digest (a session's id, an intent's job id).
+    pub order: B256,
+    /// What all its jobs together may be owed, wei (the grant's cap, the intent's limit).
     pub cap_wei: u128,
     /// What this job's receipt claims, wei.
     pub owed_wei: u128,
@@ -97,13 +112,15 @@ impl Voucher {
     /// Checks every link: the receipt's signature under the key it names, the assignment's
     /// under `exchange` (the exchange key the checker pinned), the order's EIP-712 signature
     /// under `domain` (the receipt's chain and Settlement contract) recovering the receipt's
-    /// buyer, and that each link agrees with the one it answers. Returns what a session-made
-    /// job spends of its grant (`None` for an intent, whose limit is checked here).
+    /// buyer, and that each link agrees with the one it answers. Returns what the job spends of
+    /// its order's limit (an intent's or a session grant's, shared with the verification runs
+    /// of the same job), which only a sum over all vouchers can check; `None` for a search,
+    /// whose one job is checked against its limit here.
     pub fn check(
         &self,
         exchange: &PublicIdentity,
         domain: &Eip712Domain,
-    ) -> Result<Option<SessionSpend>> {
+    ) -> Result<Option<OrderSpend>> {
         let r = &self.receipt.receipt;
         let a = &self.assignment.assignment;
         self.receipt
@@ -136,8 +153,34 @@ impl Voucher {
                 ),
             ));
         }
+        // A run is checked against the order of the job it verifies, as that job would be; its
+        // own id must be derived from that job's.
+        let (authority, order_job_id) = match &self.authority {
+            Authority::Verification { of, original, run } => {
+                if *run == 0 || *run > crate::replica::MAX_RUNS {
+                    return Err(broken(
+                        "authority.run",
+                        format!("must be 1..={}", crate::replica::MAX_RUNS),
+                    ));
+                }
+                if crate::replica::run_job_id(original.0, *run) != r.job_id {
+                    return Err(broken(
+                        "receipt.job_id",
+                        format!("is not verification run {run} of job {original}"),
+                    ));
+                }
+                if !matches!(**of, Authority::Intent(_) | Authority::Session(_)) {
+                    return Err(broken(
+                        "authority.of",
+                        "a verification run verifies an intent's or a session call's job".into(),
+                    ));
+                }
+                (&**of, original.0)
+            }
+            other => (other, r.job_id),
+        };
         let buyer = Address::from(r.buyer);
-        let (recovered, tab_id) = match &self.authority {
+        let (recovered, tab_id) = match authority {
             Authority::Intent(signed) => (
                 signed.recover(domain).map_err(|e| e.within("authority"))?,
                 signed.order.tab_id,
@@ -158,6 +201,12 @@ impl Voucher {
                 signed.recover(domain).map_err(|e| e.within("authority"))?,
                 signed.order.tab_id,
             ),
+            Authority::Verification { .. } => {
+                return Err(broken(
+                    "authority.of",
+                    "a verification run verifies an intent's or a session call's job".into(),
+                ));
+            }
         };
         if recovered.account != buyer {
             return Err(broken(
@@ -174,10 +223,10 @@ impl Voucher {
                 format!("is tab {tab_id}, not the receipt's escrow {}", r.escrow_id),
             ));
         }
-        match &self.authority {
+        match authority {
             Authority::Intent(signed) => {
                 let intent = &signed.order;
-                if recovered.digest.0 != r.job_id {
+                if recovered.digest.0 != order_job_id {
                     return Err(broken(
                         "receipt.job_id",
                         "is not the intent's EIP-712 digest".into(),
@@ -213,7 +262,11 @@ impl Voucher {
                         ),
                     ));
                 }
-                Ok(None)
+                Ok(Some(OrderSpend {
+                    order: recovered.digest,
+                    cap_wei: intent.max_price_wei,
+                    owed_wei: r.amount_owed_wei,
+                }))
             }
             Authority::Search { order, witness } => {
                 let search = &order.order;
@@ -326,11 +379,15 @@ impl Voucher {
                 }
                 Ok(None)
             }
-            Authority::Session(signed) => Ok(Some(SessionSpend {
-                session: recovered.digest,
+            Authority::Session(signed) => Ok(Some(OrderSpend {
+                order: recovered.digest,
                 cap_wei: signed.order.spend_cap_wei,
                 owed_wei: r.amount_owed_wei,
             })),
+            Authority::Verification { .. } => Err(broken(
+                "authority.of",
+                "a verification run verifies an intent's or a session call's job".into(),
+            )),
         }
     }
 }
@@ -564,6 +621,41 @@ impl Parties<'_> {
     }
 }
 
+impl Parties<'_> {
+    /// The voucher of verification run `run` of `original` (an intent's job, say from
+    /// [`Parties::intent_job`]): the same order, an assignment of the run's derived id to this
+    /// provider at `price_wei`, and this provider's receipt claiming `owed_wei` for `output`.
+    pub fn run_job(
+        &self,
+        original: &Voucher,
+        run: u8,
+        price_wei: u128,
+        owed_wei: u128,
+        output: &str,
+    ) -> Result<Voucher> {
+        let job_id = crate::replica::run_job_id(original.job_id(), run);
+        let mut assignment = original.assignment.assignment.clone();
+        assignment.job_id = job_id;
+        assignment.provider_key = self.provider.id().0;
+        assignment.price_wei = price_wei;
+        let mut receipt = original.receipt.receipt.clone();
+        receipt.job_id = job_id;
+        receipt.output_hash = Sha256::digest(output.as_bytes()).into();
+        receipt.provider = self.payout.0.0;
+        receipt.provider_key = self.provider.id().0;
+        receipt.amount_owed_wei = owed_wei;
+        Ok(Voucher {
+            authority: Authority::Verification {
+                of: Box::new(original.authority.clone()),
+                original: B256::from(original.job_id()),
+                run,
+            },
+            assignment: SignedAssignment::sign(assignment, self.exchange)?,
+            receipt: SignedReceipt::sign(receipt, self.provider)?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -607,7 +699,12 @@ mod tests {
         let v = parties(&w)
             .intent_job(&domain(), 4, 1, 1_000, 900, 800)
             .unwrap();
-        assert_eq!(v.check(&w.exchange.public(), &domain()).unwrap(), None);
+        let spend = v.check(&w.exchange.public(), &domain()).unwrap().unwrap();
+        assert_eq!(
+            (spend.order.0, spend.cap_wei, spend.owed_wei),
+            (v.job_id(), 1_000, 800),
+            "an intent's job spends of the intent's limit"
+        );
         let json = serde_json::to_string(&v).unwrap();
         let back: Voucher = serde_json::from_str(&json).unwrap();
         assert_eq!(back, v);
@@ -822,5 +919,79 @@ mod tests {
         .unwrap();
         let err = other.check(&w.exchange.public(), &domain()).unwrap_err();
         assert!(err.to_string().contains("adapter"), "{err}");
+    }
+
+    #[test]
+    fn a_verification_run_is_paid_under_the_verified_jobs_order_and_only_under_its_own_id() {
+        let w = world();
+        let original = parties(&w)
+            .intent_job(&domain(), 4, 1, 1_000, 400, 400)
+            .unwrap();
+        let second = Identity::from_seed([5; 32]);
+        let replica = Parties {
+            provider: &second,
+            payout: Address::repeat_byte(0x22),
+            ..parties(&w)
+        };
+        let run = replica.run_job(&original, 1, 400, 350, "output").unwrap();
+        let spend = run.check(&w.exchange.public(), &domain()).unwrap().unwrap();
+        assert_eq!(
+            spend.order.0,
+            original.job_id(),
+            "the intent's limit, shared"
+        );
+        assert_eq!((spend.cap_wei, spend.owed_wei), (1_000, 350));
+        let json = serde_json::to_string(&run).unwrap();
+        assert_eq!(serde_json::from_str::<Voucher>(&json).unwrap(), run);
+
+        // A run whose id is not derived from the verified job: an unrelated job, another run
+        // index, or the verified job's own id.
+        for (original_id, index) in [
+            (B256::repeat_byte(0x42), 1),
+            (B256::from(original.job_id()), 2),
+        ] {
+            let mut unrelated = run.clone();
+            unrelated.authority = Authority::Verification {
+                of: Box::new(original.authority.clone()),
+                original: original_id,
+                run: index,
+            };
+            let err = unrelated
+                .check(&w.exchange.public(), &domain())
+                .unwrap_err();
+            assert!(err.to_string().contains("receipt.job_id"), "{err}");
+        }
+        let mut zero = run.clone();
+        zero.authority = Authority::Verification {
+            of: Box::new(original.authority.clone()),
+            original: B256::from(original.job_id()),
+            run: 0,
+        };
+        let err = zero.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("authority.run"), "{err}");
+
+        // A run of another intent's job (the order's digest is not the verified job).
+        let other = parties(&w)
+            .intent_job(&domain(), 4, 2, 1_000, 400, 400)
+            .unwrap();
+        let foreign = replica.run_job(&other, 1, 400, 350, "output").unwrap();
+        let mut swapped = foreign.clone();
+        swapped.authority = Authority::Verification {
+            of: Box::new(original.authority.clone()),
+            original: B256::from(other.job_id()),
+            run: 1,
+        };
+        let err = swapped.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("EIP-712 digest"), "{err}");
+
+        // A run of a run is not a thing.
+        let mut nested = run.clone();
+        nested.authority = Authority::Verification {
+            of: Box::new(run.authority.clone()),
+            original: B256::from(original.job_id()),
+            run: 1,
+        };
+        let err = nested.check(&w.exchange.public(), &domain()).unwrap_err();
+        assert!(err.to_string().contains("authority.of"), "{err}");
     }
 }

@@ -284,7 +284,8 @@ struct MarketArgs {
     /// Where adapters fetched from the exchange are kept [default: a folder in the temp dir].
     #[arg(long, value_name = "DIR")]
     fetched_adapters: Option<PathBuf>,
-    /// A testing aid: misbehave on purpose, so tests can show the exchange catches it.
+    /// A testing aid that makes this provider CHEAT, so that tests can show the exchange's
+    /// verification catches it (and the committee slashes it): never set it on a real market.
     #[arg(long, value_enum, value_name = "FAULT", requires = "exchange")]
     fault: Option<Fault>,
 }
@@ -293,8 +294,11 @@ struct MarketArgs {
 /// misbehave the way a dishonest or broken provider would, never for production.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Fault {
+    /// Return altered output text with a receipt correctly signed over the altered bytes (T1
+    /// and T3 replication must catch it).
+    WrongOutput,
     /// Return every `cx/matmul-f32` product with one entry moved far beyond Freivalds'
-    /// tolerance, under an honest receipt over the wrong bytes (the check must catch it).
+    /// tolerance, under an honest receipt over the wrong bytes (T2's check must catch it).
     WrongProduct,
 }
 
@@ -754,7 +758,10 @@ fn link(
         fetched_adapters: market.fetched_adapters.unwrap_or_else(|| {
             std::env::temp_dir().join(format!("cx-provider-{}-fetched", std::process::id()))
         }),
-        wrong_product: market.fault == Some(Fault::WrongProduct),
+        fault: market.fault.map(|f| match f {
+            Fault::WrongOutput => cx_provider::exchange_link::Fault::WrongOutput,
+            Fault::WrongProduct => cx_provider::exchange_link::Fault::WrongProduct,
+        }),
     };
     if let Some(fault) = market.fault {
         eprintln!("testing aid: --fault {fault:?} (this provider misbehaves on purpose)");

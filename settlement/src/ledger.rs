@@ -291,8 +291,9 @@ pub fn assemble(
 
 /// Every broken link among a part's vouchers, as reasons: each voucher's chain of signatures
 /// under the pinned `exchange` key and the chain's `domain` ([`Voucher::check`]), and, per
-/// session grant, that what its jobs are owed together stays within its cap. (A tab settles
-/// once, whole, so every job of a grant is in the same part.) The caller still checks that
+/// order, that what its jobs are owed together stays within its limit: a session grant's cap
+/// over its calls, an intent's limit over its job and the job's verification runs. (A tab
+/// settles once, whole, so every job of an order is in the same part.) The caller still checks that
 /// each receipt's key is the one its provider registered on chain.
 pub fn check_vouchers(
     receipts: &[Voucher],
@@ -306,17 +307,17 @@ pub fn check_vouchers(
             Err(e) => reasons.push(format!("voucher of job {}: {e}", hex::encode(v.job_id()))),
             Ok(None) => {}
             Ok(Some(spend)) => {
-                let (total, cap) = spent.entry(spend.session).or_insert((0, spend.cap_wei));
+                let (total, cap) = spent.entry(spend.order).or_insert((0, spend.cap_wei));
                 *total = total.saturating_add(spend.owed_wei);
                 *cap = (*cap).min(spend.cap_wei);
             }
         }
     }
-    for (session, (total, cap)) in spent {
+    for (order, (total, cap)) in spent {
         if total > cap {
             reasons.push(format!(
-                "session {session}: its jobs are owed {total} wei, over the {cap} wei its \
-                 buyer granted"
+                "order {order}: its jobs (calls of a session, or a job and its verification \
+                 runs) are owed {total} wei, over the {cap} wei its buyer signed for"
             ));
         }
     }
@@ -565,6 +566,39 @@ mod tests {
         let reasons = check_vouchers(&[good], &stranger.public(), &domain());
         assert_eq!(reasons.len(), 1, "{reasons:?}");
         assert!(reasons[0].contains("assignment"), "{reasons:?}");
+    }
+
+    #[test]
+    fn an_intents_job_and_its_verification_runs_are_owed_together_within_its_limit() {
+        let w = world();
+        let parties = Parties {
+            buyer: &w.buyer,
+            buyer_identity: &w.buyer_identity,
+            exchange: &w.exchange,
+            provider: &w.provider,
+            payout: Address::repeat_byte(0xaa),
+        };
+        let original = parties
+            .intent_job(&domain(), 0, 1, 1_000, 500, 500)
+            .unwrap();
+        let second = Identity::from_seed([6; 32]);
+        let replica = Parties {
+            provider: &second,
+            payout: Address::repeat_byte(0xbb),
+            ..parties
+        };
+        let within = replica.run_job(&original, 1, 500, 500, "output").unwrap();
+        assert!(
+            check_vouchers(&[original.clone(), within], &w.exchange.public(), &domain()).is_empty()
+        );
+        // Each link is fine alone (500 ≤ 1,000 each), but together 1,100 > 1,000.
+        let over = replica.run_job(&original, 1, 600, 600, "output").unwrap();
+        let reasons = check_vouchers(&[original, over], &w.exchange.public(), &domain());
+        assert_eq!(reasons.len(), 1, "{reasons:?}");
+        assert!(
+            reasons[0].contains("1100 wei, over the 1000 wei"),
+            "{reasons:?}"
+        );
     }
 
     /// What broke: a batch took every pending receipt, and past ~1,500 of them each sign

@@ -406,6 +406,9 @@ mod devnet {
                 &id,
                 "--nonce",
                 nonce,
+                // One bundle: T1 of class D (the default) needs a second provider.
+                "--tier",
+                "T0",
                 "--json",
             ])
         };
@@ -558,6 +561,8 @@ mod devnet {
                     "1000000",
                     "--deadline-in",
                     "30",
+                    "--tier",
+                    "T0",
                     "--out",
                     path(&key_file),
                     "--json",

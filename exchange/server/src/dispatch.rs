@@ -626,6 +626,13 @@ impl crate::intake::Intake {
             )
             .await?;
         self.waiters().notify(job_id);
+        if completed.status == "verifying" {
+            // The result is kept whatever the verdict: a verification that fails to run now is
+            // judged again at the group's next result, or refunded at its deadline.
+            if let Err(err) = self.verify_group(job_id).await {
+                tracing::warn!(job = %job_id, error = %format!("{err:#}"), "verification not judged");
+            }
+        }
         Ok(completed)
     }
 }

@@ -178,6 +178,25 @@ pub enum Error {
         /// The nearest bundle's binding constraint and factor.
         detail: String,
     },
+    /// A T1 or T3 class-D job needs verification runs on other providers, and the feasible fleet
+    /// cannot place them within the deadline and the buyer's limit.
+    #[error(
+        "min_tier {tier} needs {needed} verification run(s) on {kind}, and the feasible fleet \
+         cannot place them by the deadline within the limit ({detail}); ask a lower min_tier, \
+         a later deadline or a higher limit"
+    )]
+    NoReplica {
+        /// The tier asked.
+        tier: cx_protocol::Tier,
+        /// Runs it needs besides the job itself.
+        needed: usize,
+        /// What kind of other providers: `another provider`, `providers of distinct operators`.
+        kind: &'static str,
+        /// Why the fleet falls short.
+        detail: String,
+        /// Whether the shortfall is operator diversity (T3's committee).
+        diverse: bool,
+    },
     /// No session has this bearer token or id.
     #[error("no session has this key (make one with `cx agent session`)")]
     UnknownSession,

@@ -216,12 +216,7 @@ impl Market {
             .chosen
             .as_deref()
             .and_then(|id| engine.bundle(id))
-            .map(|b| {
-                // A holder of the job's prefix charges for the rest of the prefill only.
-                let holds = cx_exchange::engine::holds_prefix(b, job);
-                let flops = cx_exchange::objective::compute_flops_on(job, holds);
-                cx_protocol::price::charge_wei(b.price_wei_per_s, flops / b.flops_per_s)
-            });
+            .map(|b| charge_on(b, job));
         Ok((decision, charge))
     }
 
@@ -245,9 +240,51 @@ impl Market {
         ))
     }
 
+    /// [`Market::clear`] over only the live bundles `keep` accepts (a verification run goes to a
+    /// provider other than those already running the job), ranked by the same policy.
+    pub fn clear_among(
+        &self,
+        job: &Job,
+        keep: impl Fn(&Bundle) -> bool,
+    ) -> Result<(Decision, Option<u128>)> {
+        job.validate()?;
+        let engine = self.engine_read();
+        let candidates: Vec<_> = engine
+            .candidates(job)
+            .into_iter()
+            .filter(|c| engine.bundle(&c.id).is_some_and(&keep))
+            .collect();
+        let decision = cx_exchange::clearing::explain_with(
+            job,
+            &candidates,
+            engine.weights(),
+            &cx_exchange::feasibility::price_ceiling(job, None),
+            self.policy,
+        );
+        let charge = decision
+            .chosen
+            .as_deref()
+            .and_then(|id| engine.bundle(id))
+            .map(|b| charge_on(b, job));
+        Ok((decision, charge))
+    }
+
+    /// The operator of live bundle `id`.
+    pub fn operator_of(&self, id: &str) -> Option<String> {
+        self.engine_read().bundle(id).map(|b| b.provider.clone())
+    }
+
     fn engine_read(&self) -> std::sync::RwLockReadGuard<'_, Engine> {
         // A panic while holding the lock cannot leave the engine half-written: every mutation is
         // one `upsert`, which validates before it changes anything.
         self.engine.read().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// What `job` costs on bundle `b` at its ask: a holder of the job's prefix charges for the rest
+/// of the prefill only.
+fn charge_on(b: &Bundle, job: &Job) -> u128 {
+    let holds = cx_exchange::engine::holds_prefix(b, job);
+    let flops = cx_exchange::objective::compute_flops_on(job, holds);
+    cx_protocol::price::charge_wei(b.price_wei_per_s, flops / b.flops_per_s)
 }

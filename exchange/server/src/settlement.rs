@@ -28,6 +28,7 @@ use cx_settlement::config::{MarketTerms, Member};
 use cx_settlement::coordinator::{Committee, Coordinator, EvmChain, PgStore, Store};
 use cx_settlement::ledger::Fee;
 use cx_settlement::onchain::ChainView;
+use cx_settlement::slash::SlashEvidence;
 use serde::{Deserialize, Serialize};
 
 use crate::books::{Books, PaidJob};
@@ -128,7 +129,20 @@ pub struct Pass {
     pub batch: Option<i64>,
     /// Jobs now settled on chain.
     pub settled: usize,
+    /// Slashes the committee signed and that landed on chain.
+    pub slashed: usize,
 }
+
+/// What a slash takes: the whole stake (staked first, then unbonding; the registry takes what
+/// there is). A provider caught returning bytes that are not the job's has shown what its stake
+/// is worth; it also falls below the market's minimum and leaves the engine.
+pub const SLASH_AMOUNT: alloy::primitives::U256 = alloy::primitives::U256::MAX;
+
+/// How long a slash signature stays valid on chain, seconds.
+pub const SLASH_VALIDITY_S: u64 = 3_600;
+
+/// Slashes tried per pass.
+const SLASHES_PER_PASS: i64 = 8;
 
 impl Settler {
     /// The settler of an exchange whose identity is `exchange`, settling on `chains` under
@@ -246,7 +260,50 @@ impl Settler {
             self.coordinator.resume().await.map_err(s)?;
         }
         pass.settled = self.books.record_settled().await?.len();
+        pass.slashed = self.post_slashes().await?;
         Ok(pass)
+    }
+
+    /// Has the committee sign and post the slashes verification found (each signer checks the
+    /// evidence on its own), paying what is taken to the buyer the outvoted provider cheated;
+    /// records each transaction as a `slashed` event of the accused job. A slash the committee
+    /// or the chain refuses is retried at the next passes, then given up with its reason.
+    async fn post_slashes(&self) -> Result<usize> {
+        let mut posted = 0;
+        for slash in self.books.pending_slashes(SLASHES_PER_PASS).await? {
+            let evidence: cx_settlement::slash::SlashEvidence =
+                match serde_json::from_value(slash.evidence.clone()) {
+                    Ok(e) => e,
+                    Err(err) => {
+                        self.books
+                            .slash_attempt_failed(slash.evidence_hash, &err.to_string())
+                            .await?;
+                        continue;
+                    }
+                };
+            let SlashEvidence::ReplicaDisagreement { accused, .. } = &evidence else {
+                continue;
+            };
+            let recipient = Address::from(accused.receipt.buyer);
+            match self
+                .coordinator
+                .slash(&evidence, SLASH_AMOUNT, recipient, SLASH_VALIDITY_S)
+                .await
+            {
+                Ok((_, tx)) => {
+                    tracing::info!(job = %slash.job_id, %tx, provider = %evidence.provider(), "slashed");
+                    self.books.slash_posted(&slash, tx).await?;
+                    posted += 1;
+                }
+                Err(err) => {
+                    tracing::warn!(job = %slash.job_id, attempts = slash.attempts + 1, "slash not posted: {err}");
+                    self.books
+                        .slash_attempt_failed(slash.evidence_hash, &err.to_string())
+                        .await?;
+                }
+            }
+        }
+        Ok(posted)
     }
 
     /// Hands tab `(chain_id, escrow_id)` to the coordinator: every job it paid, as vouchers.
@@ -324,6 +381,15 @@ impl Settler {
                     Authority::Intent(serde_json::from_value(order("intent", "an intent order")?)?)
                 } else {
                     Authority::Session(serde_json::from_value(order("grant", "a session order")?)?)
+                };
+                // A verification run is paid under the order of the job it verifies.
+                let authority = match job.verifies {
+                    Some((original, run)) => Authority::Verification {
+                        of: Box::new(authority),
+                        original,
+                        run,
+                    },
+                    None => authority,
                 };
                 (authority, request_value_hash(&request).0)
             }

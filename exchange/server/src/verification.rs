@@ -1,3 +1,688 @@
 //! Verification by tier (SPEC §7): T0 stake only, T1 byte equality on a second provider, T2
 //! Freivalds spot checks (`cx-kernels`), T3 diverse majority. A receipt is paid only after its
 //! tier's check has passed.
+//!
+//! This module holds replication (T1 for class D, T3 for any class):
+//! - **At intake** ([`crate::intake::Intake::plan_runs`]) a job that needs runs gets them placed
+//!   with it, each on a bundle of a provider not yet running the job (T1 prefers another
+//!   operator, T3 requires distinct operators), priced by the engine within what the buyer's
+//!   limit leaves after the job and the runs before it. The job, its runs and the tab hold of
+//!   all of them are one transaction; when the fleet cannot place them the order is refused
+//!   (`no_replica`, `no_diverse_committee`, field `min_tier`). A run's id is derived from the
+//!   job's ([`cx_protocol::replica::run_job_id`]).
+//! - **On each result** of the group ([`crate::intake::Intake::verify_group`]) the output hashes
+//!   of the signed receipts are compared ([`judge`]): two agreeing decide; a T1 pair that
+//!   disagrees (or a run that never answered) gets one more run — the referee — on a provider
+//!   not yet in the group, priced within what the limit still leaves; with every run in and no
+//!   two agreeing, nobody is paid (all refunded).
+//! - **The verdict** is applied in one transaction: runs whose output is the majority's are
+//!   `done` (paid), the outvoted `failed` (hold returned, never paid, counted in the observed
+//!   failure rate φ), runs still out `cancelled`; the buyer's job carries the majority's output
+//!   (its own provider may have been outvoted), and each run gets a `verified` or
+//!   `verification_failed` event with `{tier, method: "replica", passed, runs, cost_wei,
+//!   check_ms}`. `cost_wei` is what verification added to the buyer's bill (the paid runs
+//!   besides the one whose output is delivered); `check_ms` the time from the first result to
+//!   the verdict. For class D the outvoted receipt and the majority's are
+//!   [`cx_settlement::slash::SlashEvidence::ReplicaDisagreement`], queued for the committee
+//!   (the settlement loop has it signed and posted, and records the transaction as a `slashed`
+//!   event).
+//! - **By the deadline**, a group without a verdict is refunded by the deadline sweep like any
+//!   unfinished job: nobody is paid.
+//!
+//! The buyer waiting on a replicated job is answered once the verdict is in: `verifying` is not
+//! a terminal state.
+
+use crate::books::{NewRun, RunRecord, Verdict};
+use crate::error::{Error, Result};
+use crate::intake::{DecisionRecord, Intake, Placed, Want, no_match};
+use alloy::primitives::B256;
+use cx_protocol::receipt::SignedReceipt;
+use cx_protocol::replica::{MAX_RUNS, run_job_id};
+use cx_protocol::{DeterminismClass, Job, Tier};
+use cx_settlement::slash::SlashEvidence;
+use serde::Serialize;
+use std::collections::HashSet;
+
+/// How many verification runs a job of `tier` and `class` needs besides itself: T1 re-executes
+/// class-D work once (byte equality means nothing for other classes), T3 runs it twice more.
+pub fn runs_needed(tier: Tier, class: DeterminismClass) -> usize {
+    match (tier, class) {
+        (Tier::T3, _) => 2,
+        (Tier::T1, DeterminismClass::D) => 1,
+        _ => 0,
+    }
+}
+
+/// Results that must agree for a verdict: two, whichever tier.
+const QUORUM: usize = 2;
+
+/// A verification run placed with a job.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct PlacedRun {
+    /// The run's job id (derived from the job's).
+    #[schema(value_type = String)]
+    pub job_id: B256,
+    /// Which run (1..=2).
+    pub run: u8,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// What it holds on the tab, wei.
+    #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String)]
+    pub held_wei: u128,
+    #[serde(skip)]
+    decision: serde_json::Value,
+}
+
+impl PlacedRun {
+    /// The books' form.
+    pub(crate) fn to_new(&self) -> Result<NewRun> {
+        Ok(NewRun {
+            id: self.job_id,
+            run: self.run,
+            bundle_id: self.bundle_id.clone(),
+            held_wei: self.held_wei,
+            decision: self.decision.clone(),
+        })
+    }
+}
+
+/// Who already runs a job: the providers (by key), their operators and their bundles.
+#[derive(Debug, Default)]
+struct Taken {
+    keys: Vec<B256>,
+    operators: HashSet<String>,
+    bundles: HashSet<String>,
+}
+
+/// What the output hashes of a group say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judgement {
+    /// A verdict was applied already (or every run ended without a result): nothing to do.
+    Settled,
+    /// Runs are still out and no output has a quorum yet.
+    Wait,
+    /// At least [`QUORUM`] results agree on this output hash.
+    Decided([u8; 32]),
+    /// Every run is in (or gone) and none agree: one more run may decide, if one is left.
+    AnotherRun,
+    /// Every run is in and no more can be placed: no majority.
+    NoMajority,
+}
+
+/// The output hash of a run's signed receipt, once its result is in.
+fn output_hash(run: &RunRecord) -> Option<[u8; 32]> {
+    receipt(run).map(|r| r.receipt.output_hash)
+}
+
+fn receipt(run: &RunRecord) -> Option<SignedReceipt> {
+    run.receipt
+        .as_ref()
+        .and_then(|r| serde_json::from_value(r.clone()).ok())
+}
+
+/// Judges a group (the verified job and its runs, any order) by the output hashes of the runs
+/// whose result is in (`verifying`): pure, so every rule is tested without a database.
+pub fn judge(runs: &[RunRecord]) -> Judgement {
+    if runs
+        .iter()
+        .any(|r| r.status == "done" || r.status == "failed")
+    {
+        return Judgement::Settled;
+    }
+    let results: Vec<[u8; 32]> = runs
+        .iter()
+        .filter(|r| r.status == "verifying")
+        .filter_map(output_hash)
+        .collect();
+    let pending = runs
+        .iter()
+        .any(|r| r.status == "assigned" || r.status == "running");
+    if let Some(agreed) = results
+        .iter()
+        .find(|h| results.iter().filter(|o| o == h).count() >= QUORUM)
+    {
+        return Judgement::Decided(*agreed);
+    }
+    if pending {
+        return Judgement::Wait;
+    }
+    if results.is_empty() {
+        return Judgement::Settled;
+    }
+    if runs.len() <= usize::from(MAX_RUNS) {
+        Judgement::AnotherRun
+    } else {
+        Judgement::NoMajority
+    }
+}
+
+/// What the buyer's order allows and what the group was cleared for, from the verified job's
+/// stored decision.
+struct Terms {
+    tier: Tier,
+    determinism: DeterminismClass,
+    limit_wei: u128,
+}
+
+fn terms(decision: &serde_json::Value) -> Result<Terms> {
+    #[derive(serde::Deserialize)]
+    struct Decided {
+        tier: Tier,
+        #[serde(default = "class_d")]
+        determinism: DeterminismClass,
+        #[serde(default)]
+        limit_wei: Option<String>,
+    }
+    fn class_d() -> DeterminismClass {
+        DeterminismClass::D
+    }
+    let d: Decided = serde_json::from_value(decision.clone())?;
+    let limit_wei = match d.limit_wei {
+        Some(text) => text.parse().map_err(|_| Error::Corrupt {
+            what: "a verification limit",
+            value: text,
+        })?,
+        None => 0,
+    };
+    Ok(Terms {
+        tier: d.tier,
+        determinism: d.determinism,
+        limit_wei,
+    })
+}
+
+impl Intake {
+    /// Places the verification runs `placed`'s tier needs (none for T0, T2 and T1 of a class
+    /// other than D), each on a provider not yet running the job, within what `limit_wei` (the
+    /// buyer's limit for the job and its runs together) leaves; run ids derive from `job_id`.
+    /// Refuses the order when the fleet cannot place them.
+    pub(crate) async fn plan_runs(
+        &self,
+        placed: &mut Placed,
+        job_id: B256,
+        limit_wei: u128,
+    ) -> Result<Vec<PlacedRun>> {
+        let tier = placed.job.tier;
+        let needed = runs_needed(tier, placed.job.determinism);
+        if needed == 0 {
+            return Ok(Vec::new());
+        }
+        placed.decision.limit_wei = Some(limit_wei.to_string());
+        let mut taken = Taken::default();
+        self.take(&mut taken, &placed.bundle_id).await?;
+        let mut left = limit_wei.saturating_sub(placed.held_wei);
+        let mut runs = Vec::with_capacity(needed);
+        for run in 1..=needed as u8 {
+            let (bundle_id, held_wei, decision) = self
+                .place_run(&placed.job, &taken, left)
+                .await?
+                .map_err(|detail| Error::NoReplica {
+                    tier,
+                    needed,
+                    kind: if tier == Tier::T3 {
+                        "providers of distinct operators"
+                    } else {
+                        "another provider"
+                    },
+                    detail,
+                    diverse: tier == Tier::T3,
+                })?;
+            self.take(&mut taken, &bundle_id).await?;
+            left = left.saturating_sub(held_wei);
+            runs.push(PlacedRun {
+                job_id: B256::from(run_job_id(job_id.0, run)),
+                run,
+                bundle_id,
+                held_wei,
+                decision: serde_json::to_value(&decision)?,
+            });
+        }
+        Ok(runs)
+    }
+
+    /// Adds bundle `id`'s provider, operator and the bundle to `taken`.
+    async fn take(&self, taken: &mut Taken, id: &str) -> Result<()> {
+        if let Some(key) = self.books().bundle_owner(id).await?
+            && !taken.keys.contains(&key)
+        {
+            taken.keys.push(key);
+        }
+        if let Some(operator) = self.market().operator_of(id) {
+            taken.operators.insert(operator);
+        }
+        taken.bundles.insert(id.to_owned());
+        Ok(())
+    }
+
+    /// Clears one run of `job` onto a bundle of a provider not in `taken`, charging at most
+    /// `left_wei`: T3 only among other operators, T1 among them first and then among any other
+    /// provider. `Ok(Err(why))` when none can take it.
+    async fn place_run(
+        &self,
+        job: &Job,
+        taken: &Taken,
+        left_wei: u128,
+    ) -> Result<std::result::Result<(String, u128, DecisionRecord), String>> {
+        let mut excluded: HashSet<String> = self
+            .books()
+            .bundles_of(&taken.keys)
+            .await?
+            .into_iter()
+            .collect();
+        excluded.extend(taken.bundles.iter().cloned());
+        let job = Job {
+            max_price_wei: Some(left_wei),
+            ..job.clone()
+        };
+        let (decision, charge) = self.market().clear_among(&job, |b| {
+            !excluded.contains(&b.id) && !taken.operators.contains(&b.provider)
+        })?;
+        let (decision, charge) = if decision.chosen.is_some() || job.tier == Tier::T3 {
+            (decision, charge)
+        } else {
+            self.market()
+                .clear_among(&job, |b| !excluded.contains(&b.id))?
+        };
+        match (decision.chosen.clone(), charge) {
+            (Some(id), Some(charge)) => Ok(Ok((id, charge, DecisionRecord::of(decision, &job)))),
+            _ => Ok(Err(match no_match(&decision) {
+                Error::NoMatch { detail } => detail,
+                other => other.to_string(),
+            })),
+        }
+    }
+
+    /// Places `want` for job `id` again (it is stranded) like any job, except that a job of a
+    /// verification group goes only to a provider the rest of its group does not use.
+    pub(crate) async fn place_apart(
+        &self,
+        id: B256,
+        want: &Want,
+        request: &crate::intake::InferenceRequest,
+        account: alloy::primitives::Address,
+        now_s: u64,
+    ) -> Result<Placed> {
+        let job = self.job_of(want, request, account, now_s).await?;
+        let others: Vec<RunRecord> = match self.books().verification_group(id).await? {
+            Some((_, runs)) => runs.into_iter().filter(|r| r.id != id).collect(),
+            None => Vec::new(),
+        };
+        if others.is_empty() {
+            return self.clear(job, want.deadline_s);
+        }
+        let job = Job {
+            tier: want.min_tier,
+            ..job
+        };
+        let mut taken = Taken::default();
+        for run in &others {
+            if let Some(bundle) = &run.bundle_id {
+                self.take(&mut taken, bundle).await?;
+            }
+        }
+        let (bundle_id, held_wei, decision) = self
+            .place_run(&job, &taken, want.max_price_wei)
+            .await?
+            .map_err(|detail| Error::NoMatch { detail })?;
+        let terms = decision.terms.ok_or_else(|| Error::NoMatch {
+            detail: "the chosen bundle has no cost terms".into(),
+        })?;
+        Ok(Placed {
+            job,
+            bundle_id,
+            terms,
+            held_wei,
+            deadline_s: want.deadline_s,
+            decision,
+            drawn: None,
+        })
+    }
+
+    /// Judges the verification group of job `id` (a replicated job or one of its runs) after a
+    /// result came in, and acts: waits, places a referee, or applies the verdict. A verdict that
+    /// races another change of the group is judged again on the books as they then are.
+    pub async fn verify_group(&self, id: B256) -> Result<Judgement> {
+        for _ in 0..4 {
+            let Some((head, runs)) = self.books().verification_group(id).await? else {
+                return Ok(Judgement::Settled);
+            };
+            let Some(original) = runs.iter().find(|r| r.run == 0) else {
+                return Ok(Judgement::Settled);
+            };
+            let original_id = original.id;
+            let terms = terms(&original.decision)?;
+            let judgement = judge(&runs);
+            let verdict = match &judgement {
+                Judgement::Settled | Judgement::Wait => return Ok(judgement),
+                Judgement::Decided(agreed) => self.decided(&runs, &terms, *agreed),
+                Judgement::AnotherRun => {
+                    if self.referee(&head, &runs, &terms).await? {
+                        self.waiters().work_added();
+                        return Ok(judgement);
+                    }
+                    no_majority(&runs, &terms)
+                }
+                Judgement::NoMajority => no_majority(&runs, &terms),
+            };
+            if self.books().apply_verdict(original_id, &verdict).await? {
+                for run in &runs {
+                    self.waiters().notify(run.id);
+                }
+                return Ok(judgement);
+            }
+        }
+        Err(Error::Settlement(format!(
+            "the verification of job {id} kept changing under its verdict; the next result or \
+             the deadline decides it"
+        )))
+    }
+
+    /// The verdict when `agreed` has a quorum.
+    fn decided(&self, runs: &[RunRecord], terms: &Terms, agreed: [u8; 32]) -> Verdict {
+        let mut verdict = Verdict::default();
+        let mut majority = Vec::new();
+        for run in runs {
+            match run.status.as_str() {
+                "verifying" if output_hash(run) == Some(agreed) => {
+                    verdict.passed.push(run.id);
+                    majority.extend(receipt(run));
+                }
+                "verifying" => verdict.failed.push(run.id),
+                "assigned" | "running" => verdict.cancelled.push(run.id),
+                _ => {}
+            }
+        }
+        let delivered = runs
+            .iter()
+            .filter(|r| verdict.passed.contains(&r.id))
+            .min_by_key(|r| r.run);
+        let original = runs.iter().find(|r| r.run == 0);
+        if let (Some(original), Some(delivered)) = (original, delivered)
+            && delivered.id != original.id
+        {
+            verdict.result = delivered.result.clone();
+        }
+        let paid: u128 = runs
+            .iter()
+            .filter(|r| verdict.passed.contains(&r.id))
+            .map(|r| r.held_wei)
+            .sum();
+        let cost_wei = paid.saturating_sub(delivered.map_or(0, |d| d.held_wei));
+        let detail = self.detail(runs, terms, cost_wei);
+        for run in runs {
+            let passed = verdict.passed.contains(&run.id);
+            if passed || verdict.failed.contains(&run.id) {
+                let mut d = detail.clone();
+                d["passed"] = passed.into();
+                let status = if passed {
+                    "verified"
+                } else {
+                    "verification_failed"
+                };
+                verdict.events.push((run.id, status, d));
+            }
+        }
+        // Evidence against each outvoted class-D receipt: the majority's receipts beside it.
+        if let Some(original) = original {
+            for run in runs.iter().filter(|r| verdict.failed.contains(&r.id)) {
+                let Some(accused) = receipt(run) else {
+                    continue;
+                };
+                if accused.receipt.class != DeterminismClass::D
+                    || terms.determinism != DeterminismClass::D
+                {
+                    continue;
+                }
+                let evidence = SlashEvidence::ReplicaDisagreement {
+                    original: original.id,
+                    accused,
+                    majority: majority
+                        .iter()
+                        .take(usize::from(MAX_RUNS))
+                        .cloned()
+                        .collect(),
+                };
+                match (evidence.check(), serde_json::to_value(&evidence)) {
+                    (Ok(()), Ok(json)) => {
+                        verdict
+                            .slashes
+                            .push((evidence.hash(), run.id, evidence.chain_id(), json))
+                    }
+                    (Err(why), _) => {
+                        tracing::warn!(job = %run.id, %why, "outvoted, but no evidence the committee would take")
+                    }
+                    (_, Err(err)) => tracing::warn!(job = %run.id, %err, "evidence not encoded"),
+                }
+            }
+        }
+        verdict
+    }
+
+    /// The verification event's detail (`passed` set per run).
+    fn detail(&self, runs: &[RunRecord], terms: &Terms, cost_wei: u128) -> serde_json::Value {
+        let first_ms = runs.iter().filter_map(|r| r.result_at_ms).min();
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        serde_json::json!({
+            "tier": terms.tier,
+            "method": "replica",
+            "passed": false,
+            "runs": runs
+                .iter()
+                .map(|r| serde_json::json!({
+                    "job": r.id.to_string(),
+                    "run": r.run,
+                    "provider": r.provider_key_hash.map(|k| k.to_string()),
+                    "operator": r.operator,
+                    "status": r.status,
+                    "output_hash": output_hash(r).map(|h| format!("0x{}", hex::encode(h))),
+                }))
+                .collect::<Vec<_>>(),
+            "cost_wei": cost_wei.to_string(),
+            "check_ms": first_ms.map_or(0, |f| (now_ms - f).max(0)),
+        })
+    }
+
+    /// Places one more run (a referee, or a replacement of a run that never answered) on a
+    /// provider not yet in the group, within what the limit leaves. False when none can take it.
+    async fn referee(
+        &self,
+        head: &crate::books::GroupHead,
+        runs: &[RunRecord],
+        terms: &Terms,
+    ) -> Result<bool> {
+        let Some(original) = runs.iter().find(|r| r.run == 0) else {
+            return Ok(false);
+        };
+        let next = runs.iter().map(|r| r.run).max().unwrap_or(0) + 1;
+        if next > MAX_RUNS {
+            return Ok(false);
+        }
+        let spent: u128 = runs
+            .iter()
+            .filter(|r| matches!(r.status.as_str(), "assigned" | "running" | "verifying"))
+            .map(|r| r.held_wei)
+            .sum();
+        let left = terms.limit_wei.saturating_sub(spent);
+        let request: crate::intake::InferenceRequest =
+            serde_json::from_value(head.request.clone())?;
+        let adapter_id = head
+            .adapter
+            .as_deref()
+            .map(|id| {
+                id.parse::<B256>().map_err(|_| Error::Corrupt {
+                    what: "an adapter id",
+                    value: id.to_owned(),
+                })
+            })
+            .transpose()?;
+        let want = Want {
+            model: head.model.clone(),
+            adapter_id,
+            deadline_s: head.deadline_s,
+            max_price_wei: left,
+            min_tier: terms.tier,
+            determinism: terms.determinism,
+        };
+        let now = crate::intake::now_s();
+        let job = match self.job_of(&want, &request, head.account, now).await {
+            Ok(job) => job,
+            Err(err) => {
+                tracing::info!(job = %original.id, %err, "no referee run: the job cannot be placed again");
+                return Ok(false);
+            }
+        };
+        let mut taken = Taken::default();
+        for run in runs {
+            if let Some(bundle) = &run.bundle_id {
+                self.take(&mut taken, bundle).await?;
+            }
+        }
+        let placed = match self.place_run(&job, &taken, left).await? {
+            Ok(placed) => placed,
+            Err(why) => {
+                tracing::info!(job = %original.id, %why, "no referee run: no other provider can take it");
+                return Ok(false);
+            }
+        };
+        let (bundle_id, held_wei, decision) = placed;
+        let run = NewRun {
+            id: B256::from(run_job_id(original.id.0, next)),
+            run: next,
+            bundle_id,
+            held_wei,
+            decision: serde_json::to_value(&decision)?,
+        };
+        let added = self.books().add_run(original.id, head, &run).await?;
+        if added {
+            tracing::info!(job = %original.id, run = next, bundle = %run.bundle_id, "referee run placed");
+        }
+        Ok(added)
+    }
+}
+
+/// The verdict when no output can reach a quorum: every run still unfinished is refunded and
+/// nobody is paid.
+fn no_majority(runs: &[RunRecord], terms: &Terms) -> Verdict {
+    let mut verdict = Verdict::default();
+    for run in runs {
+        if matches!(run.status.as_str(), "assigned" | "running" | "verifying") {
+            verdict.refunded.push(run.id);
+            verdict.events.push((
+                run.id,
+                "verification_failed",
+                serde_json::json!({
+                    "tier": terms.tier,
+                    "method": "replica",
+                    "passed": false,
+                    "reason": "no two runs agree on the output and no other provider can decide",
+                    "runs": runs.iter().map(|r| serde_json::json!({
+                        "job": r.id.to_string(),
+                        "run": r.run,
+                        "provider": r.provider_key_hash.map(|k| k.to_string()),
+                        "output_hash": output_hash(r).map(|h| format!("0x{}", hex::encode(h))),
+                    })).collect::<Vec<_>>(),
+                    "cost_wei": "0",
+                    "check_ms": 0,
+                }),
+            ));
+        }
+    }
+    verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cx_protocol::pq::Identity;
+    use cx_protocol::receipt::Receipt;
+
+    fn run(n: u8, status: &str, output: Option<u8>) -> RunRecord {
+        let receipt = output.map(|o| {
+            let id = Identity::from_seed([n + 1; 32]);
+            let r = Receipt {
+                job_id: [n; 32],
+                chain_id: 1,
+                escrow_id: 1,
+                input_hash: [0; 32],
+                output_hash: [o; 32],
+                adapter_hash: [0; 32],
+                tokens: 1,
+                compute_ms: 1,
+                class: DeterminismClass::D,
+                provider: [n; 20],
+                provider_key: id.id().0,
+                amount_owed_wei: 1,
+                buyer: [9; 20],
+            };
+            serde_json::to_value(SignedReceipt::sign(r, &id).unwrap()).unwrap()
+        });
+        RunRecord {
+            id: B256::repeat_byte(n),
+            run: n,
+            status: status.into(),
+            bundle_id: Some(format!("b{n}")),
+            provider_key_hash: None,
+            operator: None,
+            held_wei: 10,
+            receipt,
+            result: None,
+            decision: serde_json::Value::Null,
+            result_at_ms: None,
+        }
+    }
+
+    #[test]
+    fn two_agreeing_outputs_decide_one_pair_that_differs_asks_a_referee() {
+        use Judgement::*;
+        let v = "verifying";
+        assert_eq!(judge(&[run(0, v, Some(1)), run(1, "running", None)]), Wait);
+        assert_eq!(
+            judge(&[run(0, v, Some(1)), run(1, v, Some(1))]),
+            Decided([1; 32])
+        );
+        assert_eq!(judge(&[run(0, v, Some(1)), run(1, v, Some(2))]), AnotherRun);
+        assert_eq!(
+            judge(&[run(0, v, Some(1)), run(1, v, Some(2)), run(2, v, Some(2))]),
+            Decided([2; 32])
+        );
+        assert_eq!(
+            judge(&[run(0, v, Some(1)), run(1, v, Some(2)), run(2, v, Some(3))]),
+            NoMajority
+        );
+        // T3: two of three agree while the third is still out.
+        assert_eq!(
+            judge(&[
+                run(0, v, Some(4)),
+                run(1, v, Some(4)),
+                run(2, "running", None)
+            ]),
+            Decided([4; 32])
+        );
+        // A replica that expired: one more run may decide.
+        assert_eq!(
+            judge(&[run(0, v, Some(1)), run(1, "expired", None)]),
+            AnotherRun
+        );
+        // Already decided, or nothing left to judge.
+        assert_eq!(
+            judge(&[run(0, "done", Some(1)), run(1, "done", Some(1))]),
+            Settled
+        );
+        assert_eq!(
+            judge(&[run(0, "expired", None), run(1, "expired", None)]),
+            Settled
+        );
+    }
+
+    #[test]
+    fn only_class_d_t1_and_every_t3_job_is_replicated() {
+        assert_eq!(runs_needed(Tier::T1, DeterminismClass::D), 1);
+        assert_eq!(runs_needed(Tier::T1, DeterminismClass::S), 0);
+        assert_eq!(runs_needed(Tier::T3, DeterminismClass::S), 2);
+        assert_eq!(runs_needed(Tier::T0, DeterminismClass::D), 0);
+        assert_eq!(runs_needed(Tier::T2, DeterminismClass::D), 0);
+    }
+}

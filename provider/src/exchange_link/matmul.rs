@@ -79,7 +79,7 @@ impl Link {
         let request: MatmulRequest = serde_json::from_value(job.request.clone())
             .map_err(|e| Error::BadRequest(format!("a matmul request: {e}")))?;
         request.validate()?;
-        let wrong = self.config.wrong_product;
+        let wrong = self.config.fault == Some(super::Fault::WrongProduct);
         let device = self.engine.model().device().clone();
         let started = Instant::now();
         let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {

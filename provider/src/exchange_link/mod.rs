@@ -119,9 +119,21 @@ pub struct LinkConfig {
     pub rtt_s: f64,
     /// Where adapters fetched from the exchange are written (one folder per content id).
     pub fetched_adapters: PathBuf,
-    /// A testing aid (`--fault wrong-product`): return every product with one entry wrong far
-    /// beyond Freivalds' tolerance, under an honest receipt over the wrong bytes.
-    pub wrong_product: bool,
+    /// A misbehaviour to put on, for tests of the exchange's verification only (`None` for
+    /// an honest provider).
+    pub fault: Option<Fault>,
+}
+
+/// A way to cheat on purpose — a testing aid (`cx-provider serve --fault …`) that lets tests
+/// show the exchange catches and slashes a provider that does it. No honest provider sets one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Return altered output text, with a receipt correctly signed over the altered bytes: what
+    /// T1 and T3 replication must catch (its output hash is not the other providers').
+    WrongOutput,
+    /// Return every `cx/matmul-f32` product with one entry moved far beyond Freivalds'
+    /// tolerance, under an honest receipt over the wrong bytes: what T2's check must catch.
+    WrongProduct,
 }
 
 /// A provider registered at an exchange.
@@ -197,7 +209,8 @@ impl Link {
         let mut determinism = ClassSet::EMPTY;
         // Greedy decoding on the deterministic kernels: bit-equal across runs (class D).
         determinism.insert(DeterminismClass::D);
-        let tiers: TierSet = [Tier::T0, Tier::T1].into_iter().collect();
+        // Replication (T1, T3) asks nothing of a provider beyond running the job as asked.
+        let tiers: TierSet = [Tier::T0, Tier::T1, Tier::T3].into_iter().collect();
         let resident_adapters = self
             .engine
             .adapters()
@@ -415,7 +428,10 @@ impl Link {
             None => None,
         };
         let started = Instant::now();
-        let output = self.generate(&job, &request, adapter).await?;
+        let mut output = self.generate(&job, &request, adapter).await?;
+        if self.config.fault == Some(Fault::WrongOutput) {
+            output.text.push_str(" [altered by --fault wrong-output]");
+        }
         let compute_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let terms = JobTerms {
             job_id: job.job_id,

@@ -156,7 +156,7 @@ fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_b
             bandwidth_bps: 1e9,
             rtt_s: 0.005,
             fetched_adapters: dir.path().join("fetched"),
-            wrong_product: false,
+            fault: None,
         },
         cx_protocol::pq::Identity::from_seed([9; 32]),
         engine,

@@ -875,12 +875,17 @@ impl Signer {
             .await
             .map_err(e)?;
         let hash = evidence.hash();
-        let (now, registered, used, on_chain) = tokio::join!(
-            chain.now_s(),
-            chain.provider_key_hash(evidence.provider()),
-            chain.evidence_used(hash),
-            chain.group_key()
-        );
+        let (now, used, on_chain) =
+            tokio::join!(chain.now_s(), chain.evidence_used(hash), chain.group_key());
+        // Every key that signed the evidence (the accused's, and for a replica disagreement each
+        // of the majority's) as its provider registered it on chain.
+        let mut registered = Vec::new();
+        for (provider, _) in evidence.signers() {
+            registered.push((
+                provider,
+                chain.provider_key_hash(provider).await.map_err(e)?,
+            ));
+        }
         let now = now.map_err(e)?;
         if request.expires_at_s <= now {
             return Err(format!(
@@ -895,12 +900,7 @@ impl Signer {
                 crate::slash::MAX_SLASH_VALIDITY_S
             ));
         }
-        if registered.map_err(e)? != evidence.provider_key() {
-            return Err(format!(
-                "provider {} has not registered the key that signed the evidence",
-                evidence.provider()
-            ));
-        }
+        evidence.check_registered(&registered)?;
         if used.map_err(e)? {
             return Err(format!("evidence {hash} was already used for a slash"));
         }

@@ -1103,6 +1103,7 @@ async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not
                 second: first,
             }
         }
+        other => panic!("the evidence made above is a conflicting pair: {other:?}"),
     };
     let err = coordinator
         .slash(&swapped, amount, recipient, 3_600)

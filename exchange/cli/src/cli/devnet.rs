@@ -669,6 +669,11 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         sides,
         model: MODEL.to_owned(),
         adapters,
+        verified_tier: if args.providers >= 2 {
+            cx_protocol::Tier::T1
+        } else {
+            cx_protocol::Tier::T0
+        },
         stats: Default::default(),
         log: std::sync::Mutex::new(traffic_log),
     });

@@ -581,7 +581,7 @@ impl Agent {
         escrow_id
     }
 
-    /// `cx agent session` on tab `tab`; returns the API key.
+    /// `cx agent session` on tab `tab`, its calls at T0 (stake only); returns the API key.
     pub async fn session(
         &self,
         tab: u64,
@@ -600,6 +600,9 @@ impl Agent {
                 max_price_wei,
                 "--deadline-in",
                 deadline_in,
+                // One provider: T1 of class D (the default) needs a second to re-execute on.
+                "--tier",
+                "T0",
                 "--json",
             ]),
             String::new(),

@@ -288,6 +288,16 @@ impl From<crate::Error> for ApiError {
                 &err,
             ),
             E::NoMatch { .. } => refuse(StatusCode::UNPROCESSABLE_ENTITY, "no_match", None, &err),
+            E::NoReplica { diverse, .. } => refuse(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                if *diverse {
+                    "no_diverse_committee"
+                } else {
+                    "no_replica"
+                },
+                Some("min_tier"),
+                &err,
+            ),
             E::ZeroMaxTokens => refuse(
                 StatusCode::BAD_REQUEST,
                 "invalid_field",

@@ -471,7 +471,16 @@ async fn outcome(
         .wait(job_id, until)
         .await?
         .ok_or(ApiError::NotFound { what: "job".into() })?;
-    match (job.status.as_str(), job.result) {
+    // A replicated job whose own provider was outvoted is `failed` (never paid) but carries the
+    // majority's verified output, which is the buyer's answer.
+    let outvoted =
+        job.status == "failed" && job.events.iter().any(|e| e.status == "verification_failed");
+    let status = if outvoted {
+        "done"
+    } else {
+        job.status.as_str()
+    };
+    match (status, job.result) {
         ("done" | "settled", Some(result)) => Ok(serde_json::from_value(result)
             .map_err(|e| ApiError::Internal(Box::new(crate::Error::Json(e))))?),
         ("cancelled", _) => Err(ApiError::Conflict {

@@ -51,6 +51,23 @@ pub struct NewJob {
     pub request: serde_json::Value,
 }
 
+/// A verification run of a job (T1, T3), written with it: the same order, request, model,
+/// adapter, class and deadline, on another provider's bundle; its id is derived from the job's
+/// ([`cx_protocol::replica::run_job_id`]).
+#[derive(Debug, Clone)]
+pub struct NewRun {
+    /// The run's id.
+    pub id: B256,
+    /// Which run it is (1..=[`cx_protocol::replica::MAX_RUNS`]).
+    pub run: u8,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// What it holds on the tab, wei.
+    pub held_wei: u128,
+    /// Its clearing decision.
+    pub decision: serde_json::Value,
+}
+
 /// A job as the API reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct JobRecord {
@@ -117,17 +134,34 @@ impl Books {
     /// no two can take more than the tab holds); the order, the job and its first event are
     /// inserted only if the hold took; a reused nonce fails the whole statement, hold included.
     pub async fn accept(&self, order: &NewOrder, job: &NewJob) -> Result<()> {
-        self.accept_on(&self.pool, order, job).await
+        self.accept_with_runs(order, job, &[]).await
     }
 
-    /// [`Books::accept`] for a job drawn on committed reserve `reserve`: its `compute_ms` drawn
-    /// from what the reserve has left in the same transaction as the order and the job. False
+    /// [`Books::accept`] with the verification runs of the job (T1, T3): the tab holds the job's
+    /// charge and every run's, and the runs are written in the same transaction, so a job is
+    /// never in the books without the runs its tier needs.
+    pub async fn accept_with_runs(
+        &self,
+        order: &NewOrder,
+        job: &NewJob,
+        runs: &[NewRun],
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        self.accept_in(&mut tx, order, job, runs).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// [`Books::accept_with_runs`] for a job drawn on committed reserve `reserve`: its
+    /// `compute_ms` drawn from what the reserve has left in the same transaction as the order,
+    /// the job and its runs (paid at spot: the reserve pays only its own provider's work). False
     /// (and nothing written) when the reserve no longer has that much left or is no longer
     /// committed — a concurrent intent took it; the caller places the intent at spot.
     pub async fn accept_drawing(
         &self,
         order: &NewOrder,
         job: &NewJob,
+        runs: &[NewRun],
         reserve: B256,
         compute_ms: u64,
     ) -> Result<bool> {
@@ -145,22 +179,31 @@ impl Books {
         if drawn.rows_affected() != 1 {
             return Ok(false);
         }
-        self.accept_on(&mut *tx, order, job).await?;
+        self.accept_in(&mut tx, order, job, runs).await?;
         tx.commit().await?;
         Ok(true)
     }
 
-    async fn accept_on<'e, E>(&self, on: E, order: &NewOrder, job: &NewJob) -> Result<()>
-    where
-        E: sqlx::Executor<'e, Database = sqlx::Postgres>,
-    {
+    /// The order, the job, its runs and their hold, in the caller's transaction `tx` (which
+    /// commits them, or drops them with whatever else it holds).
+    async fn accept_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        order: &NewOrder,
+        job: &NewJob,
+        runs: &[NewRun],
+    ) -> Result<()> {
         let chain_id = to_i64(order.chain_id, "chain id")?;
         let escrow_id = to_i64(job.escrow_id, "escrow id")?;
+        let total_wei = runs
+            .iter()
+            .try_fold(job.held_wei, |sum, r| sum.checked_add(r.held_wei))
+            .ok_or(Error::ContextTooLarge)?;
         let done: Result<(i64, i64), sqlx::Error> = sqlx::query_as(
             "WITH hold AS ( \
-                 UPDATE exchange_tabs SET jobs = jobs + 1, held_wei = held_wei + $9::numeric, updated_at = now() \
+                 UPDATE exchange_tabs SET jobs = jobs + $19, held_wei = held_wei + $18::numeric, updated_at = now() \
                  WHERE chain_id = $4 AND escrow_id = $7 AND buyer = $3 AND status = 'open' \
-                   AND deadline_s >= $12 AND held_wei + $9::numeric <= amount_wei AND jobs < 400 \
+                   AND deadline_s >= $12 AND held_wei + $18::numeric <= amount_wei AND jobs + $19 <= 400 \
                  RETURNING 1), \
              ord AS ( \
                  INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body) \
@@ -195,15 +238,17 @@ impl Books {
         .bind(to_i64(job.deadline_s, "deadline")?)
         .bind(job.adapter.as_deref())
         .bind(job.request.to_string())
-        .fetch_one(on)
+        .bind(wei_text(total_wei))
+        .bind(1 + runs.len() as i32)
+        .fetch_one(&mut **tx)
         .await;
         match done {
-            Ok((1, 1)) => Ok(()),
+            Ok((1, 1)) => super::verification::insert_runs(&mut **tx, job.id, runs).await,
             Ok(_) => Err(self
                 .why_not_held(
                     (order.chain_id, job.escrow_id),
                     order.account,
-                    job.held_wei,
+                    total_wei,
                     job.needed_until_s,
                 )
                 .await?),
@@ -225,9 +270,9 @@ impl Books {
         let mut tx = self.pool.begin().await?;
         super::residency::record_deadline_misses(&mut tx, now).await?;
         let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&release_sql(
-            "status IN ('assigned', 'running') AND deadline_s < $1",
+            "status IN ('assigned', 'running', 'verifying') AND deadline_s < $1",
             "expired",
-            "no result by the deadline",
+            "no result (or no verified result) by the deadline",
         ))
         .bind(now)
         .fetch_all(&mut *tx)

@@ -23,12 +23,13 @@ mod sessions;
 mod settlement;
 mod standing;
 mod tabs;
+mod verification;
 mod verified;
 
 pub use adapters::StoredAdapter;
 pub use bindings::StoredBinding;
 pub use chain::{SeenBatch, TabEvent};
-pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder};
+pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder, NewRun};
 pub use providers::{Assignment, Completed, Provider};
 pub use quotes::{QUOTE_HISTORY_S, QuotePoint};
 pub use reclear::{Reassigned, Stranded};
@@ -38,6 +39,7 @@ pub use sessions::Session;
 pub use settlement::{PaidJob, SettledJob};
 pub use standing::StandingOrder;
 pub use tabs::Tab;
+pub use verification::{GroupHead, MAX_SLASH_ATTEMPTS, PendingSlash, RunRecord, Verdict};
 
 use crate::error::Result;
 use sqlx::Postgres;

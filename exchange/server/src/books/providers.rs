@@ -69,6 +69,9 @@ pub struct Completed {
     #[serde(with = "cx_protocol::price::wei_string")]
     #[schema(value_type = String)]
     pub released_wei: u128,
+    /// `done`, or `verifying` when the job is verified by replication (T1, T3) and is paid only
+    /// once the majority of its runs agrees with it.
+    pub status: &'static str,
 }
 
 impl Books {
@@ -285,7 +288,8 @@ impl Books {
         let mut tx = self.pool.begin().await?;
         let row: Option<RunningRow> = sqlx::query_as(
             "SELECT j.status, j.held_wei::text AS held_wei, j.session_id, j.chain_id, j.escrow_id, \
-                    j.deadline_s \
+                    j.deadline_s, (j.verifies IS NOT NULL OR EXISTS ( \
+                        SELECT 1 FROM exchange_jobs r WHERE r.verifies = j.id)) AS replicated \
              FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
              WHERE j.id = $1 AND b.provider_key_hash = $2 FOR UPDATE OF j",
         )
@@ -300,10 +304,13 @@ impl Books {
             chain_id,
             escrow_id,
             deadline_s,
+            replicated,
         }) = row
         else {
             return Err(Error::UnknownJob);
         };
+        // A replicated job's result waits for its runs' majority before it is paid.
+        let new_status = if replicated { "verifying" } else { "done" };
         if status != "running" {
             return Err(Error::JobNotRunning { status });
         }
@@ -321,12 +328,13 @@ impl Books {
         }
         let released_wei = held_wei - charged_wei;
         sqlx::query(
-            "UPDATE exchange_jobs SET status = 'done', result = $2::jsonb, \
+            "UPDATE exchange_jobs SET status = $4, result = $2::jsonb, \
                  held_wei = $3::numeric, updated_at = now() WHERE id = $1",
         )
         .bind(job_id.as_slice())
         .bind(output.to_string())
         .bind(wei_text(charged_wei))
+        .bind(new_status)
         .execute(&mut *tx)
         .await?;
         sqlx::query(
@@ -359,19 +367,21 @@ impl Books {
         .await?;
         sqlx::query(
             "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
-             SELECT $1, coalesce(max(seq), -1) + 1, 'done', \
+             SELECT $1, coalesce(max(seq), -1) + 1, $4, \
                     jsonb_build_object('charged_wei', $2::text, 'released_wei', $3::text) \
              FROM exchange_job_events WHERE job_id = $1",
         )
         .bind(job_id.as_slice())
         .bind(charged_wei.to_string())
         .bind(released_wei.to_string())
+        .bind(new_status)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
         Ok(Completed {
             charged_wei,
             released_wei,
+            status: new_status,
         })
     }
 }
@@ -393,6 +403,7 @@ struct RunningRow {
     chain_id: i64,
     escrow_id: i64,
     deadline_s: i64,
+    replicated: bool,
 }
 
 #[derive(sqlx::FromRow)]

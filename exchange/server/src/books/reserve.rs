@@ -67,16 +67,6 @@ pub struct Drawable {
 }
 
 impl Books {
-    /// The provider key that registered bundle `bundle_id`, if any did.
-    pub async fn bundle_owner(&self, bundle_id: &str) -> Result<Option<B256>> {
-        let row: Option<(Option<Vec<u8>>,)> =
-            sqlx::query_as("SELECT provider_key_hash FROM exchange_bundles WHERE id = $1")
-                .bind(bundle_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        row.and_then(|(key,)| key).map(|k| b256(&k)).transpose()
-    }
-
     /// Records `provider_key_hash`'s signed bid on open reserve `id` (replacing its earlier
     /// one) while the window has not started at `now_s`; false when the reserve is not open.
     pub async fn place_bid(

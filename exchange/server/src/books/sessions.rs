@@ -120,6 +120,23 @@ impl Books {
     /// update as an intent's). Either the cap is spent, the tab held and the job written, or
     /// nothing is.
     pub async fn accept_call(&self, session_id: B256, now_s: u64, job: &NewJob) -> Result<()> {
+        self.accept_call_with_runs(session_id, now_s, job, &[])
+            .await
+    }
+
+    /// [`Books::accept_call`] with the job's verification runs (T1, T3), held and written in the
+    /// same transaction (see [`Books::accept_with_runs`]).
+    pub async fn accept_call_with_runs(
+        &self,
+        session_id: B256,
+        now_s: u64,
+        job: &NewJob,
+        runs: &[super::NewRun],
+    ) -> Result<()> {
+        let total_wei = runs
+            .iter()
+            .try_fold(job.held_wei, |sum, r| sum.checked_add(r.held_wei))
+            .ok_or(Error::ContextTooLarge)?;
         let mut tx = self.pool.begin().await?;
         let row: Option<SessionRow> =
             sqlx::query_as(&format!("{SESSION_SELECT} WHERE id = $1 FOR UPDATE"))
@@ -135,17 +152,17 @@ impl Books {
             .grant
             .spend_cap_wei
             .saturating_sub(session.spent_wei);
-        if job.held_wei > left {
+        if total_wei > left {
             return Err(Error::SessionCapReached {
                 left_wei: left,
-                needed_wei: job.held_wei,
+                needed_wei: total_wei,
             });
         }
         sqlx::query(
             "UPDATE exchange_sessions SET spent_wei = spent_wei + $2::numeric WHERE id = $1",
         )
         .bind(session_id.as_slice())
-        .bind(wei_text(job.held_wei))
+        .bind(wei_text(total_wei))
         .execute(&mut *tx)
         .await?;
         let (chain_id, escrow_id) = (
@@ -153,15 +170,16 @@ impl Books {
             to_i64(session.grant.tab_id, "escrow id")?,
         );
         let held = sqlx::query(
-            "UPDATE exchange_tabs SET jobs = jobs + 1, held_wei = held_wei + $4::numeric, updated_at = now() \
+            "UPDATE exchange_tabs SET jobs = jobs + $6, held_wei = held_wei + $4::numeric, updated_at = now() \
              WHERE chain_id = $1 AND escrow_id = $2 AND buyer = $3 AND status = 'open' \
-               AND deadline_s >= $5 AND held_wei + $4::numeric <= amount_wei AND jobs < 400",
+               AND deadline_s >= $5 AND held_wei + $4::numeric <= amount_wei AND jobs + $6 <= 400",
         )
         .bind(chain_id)
         .bind(escrow_id)
         .bind(session.account.as_slice())
-        .bind(wei_text(job.held_wei))
+        .bind(wei_text(total_wei))
         .bind(to_i64(job.needed_until_s, "deadline")?)
+        .bind(1 + runs.len() as i32)
         .execute(&mut *tx)
         .await?;
         if held.rows_affected() != 1 {
@@ -170,7 +188,7 @@ impl Books {
                 .why_not_held(
                     (session.chain_id, session.grant.tab_id),
                     session.account,
-                    job.held_wei,
+                    total_wei,
                     job.needed_until_s,
                 )
                 .await?);
@@ -200,6 +218,7 @@ impl Books {
         .bind(job.request.to_string())
         .execute(&mut *tx)
         .await?;
+        super::verification::insert_runs(&mut tx, job.id, runs).await?;
         tx.commit().await?;
         Ok(())
     }

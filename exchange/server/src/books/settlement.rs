@@ -36,6 +36,9 @@ pub struct PaidJob {
     pub adapter: Option<String>,
     /// The buyer.
     pub buyer: Address,
+    /// The job this one is a verification run of, and which run (T1, T3); `None` for the
+    /// verified job itself and every other job.
+    pub verifies: Option<(B256, u8)>,
 }
 
 /// A job that landed on chain in a posted batch part.
@@ -97,7 +100,7 @@ impl Books {
             "SELECT t.chain_id, t.escrow_id FROM exchange_tabs t \
              WHERE t.status = 'closing' AND NOT EXISTS ( \
                  SELECT 1 FROM exchange_jobs j WHERE j.chain_id = t.chain_id \
-                   AND j.escrow_id = t.escrow_id AND j.status IN ('assigned', 'running')) \
+                   AND j.escrow_id = t.escrow_id AND j.status IN ('assigned', 'running', 'verifying')) \
                AND NOT EXISTS ( \
                  SELECT 1 FROM exchange_standing_orders s WHERE s.chain_id = t.chain_id \
                    AND s.escrow_id = t.escrow_id AND s.status IN ('open', 'committed')) \
@@ -124,7 +127,7 @@ impl Books {
             "SELECT j.id, o.kind, o.body::text AS body, r.receipt::text AS receipt, \
                     r.provider_key_hash, r.amount_owed_wei::text AS charged, j.deadline_s, \
                     j.request::text AS request, j.decision::text AS decision, j.adapter, \
-                    j.account \
+                    j.account, j.verifies, j.run \
              FROM exchange_jobs j \
              JOIN exchange_receipts r ON r.job_id = j.id \
              JOIN exchange_orders o ON o.digest = j.order_digest \
@@ -163,6 +166,18 @@ impl Books {
                         what: "an address",
                         value: hex::encode(&account),
                     })?,
+                    verifies: match r.try_get::<Option<Vec<u8>>, _>("verifies")? {
+                        Some(v) => Some((
+                            b256(v, "a job id")?,
+                            u8::try_from(r.try_get::<i16, _>("run")?).map_err(|_| {
+                                Error::Corrupt {
+                                    what: "a run index",
+                                    value: String::new(),
+                                }
+                            })?,
+                        )),
+                        None => None,
+                    },
                 })
             })
             .collect()

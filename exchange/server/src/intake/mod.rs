@@ -91,6 +91,10 @@ pub struct Accepted {
     /// The chosen bundle's cost terms (the whole decision is at `GET /v1/jobs/{id}`).
     #[schema(value_type = Object)]
     pub terms: cx_exchange::objective::Terms,
+    /// The verification runs placed with it (T1 and T3 re-execute the job on other providers;
+    /// `held_wei` above includes what they hold).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verification_runs: Vec<crate::verification::PlacedRun>,
 }
 
 /// The clearing decision as the books keep it: the choice and every cost term, the cheapest
@@ -123,6 +127,10 @@ pub struct DecisionRecord {
     /// the chosen bundle held it is the terms' `prefix_hit`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix_id: Option<String>,
+    /// The buyer's limit for the job and all its verification runs together, wei (decimal);
+    /// kept where the job is verified by replication, so a referee run is priced within it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_wei: Option<String>,
 }
 
 fn class_d() -> cx_protocol::DeterminismClass {
@@ -130,7 +138,7 @@ fn class_d() -> cx_protocol::DeterminismClass {
 }
 
 impl DecisionRecord {
-    fn of(decision: Decision, job: &Job) -> Self {
+    pub(crate) fn of(decision: Decision, job: &Job) -> Self {
         let (tier, determinism) = (job.tier, job.determinism);
         let Decision {
             chosen,
@@ -152,6 +160,7 @@ impl DecisionRecord {
             rejected,
             rejected_total,
             prefix_id: job.prefix.as_ref().map(|p| p.id.clone()),
+            limit_wei: None,
         }
     }
 }
@@ -434,26 +443,40 @@ impl Intake {
                 field: request,
             }),
         };
+        let mut placed = placed;
+        let runs = self
+            .plan_runs(&mut placed, verified.digest, want.max_price_wei)
+            .await?;
         let new_job = placed.new_job(
             verified.digest,
             intent.tab_id,
             &request,
             self.settle_margin_s,
         )?;
+        let stored_runs = new_runs(&runs)?;
         match placed.drawn {
             // The reserve's rest went to a concurrent intent: this one goes to spot.
             Some(drawn)
                 if !self
                     .books
-                    .accept_drawing(&order, &new_job, drawn.reserve, drawn.compute_ms)
+                    .accept_drawing(
+                        &order,
+                        &new_job,
+                        &stored_runs,
+                        drawn.reserve,
+                        drawn.compute_ms,
+                    )
                     .await? =>
             {
                 let inference = submission
                     .request
                     .as_ref()
                     .ok_or(Error::RequestHashMismatch)?;
-                let placed = self
+                let mut placed = self
                     .place(&want, inference, verified.account, now_s)
+                    .await?;
+                let runs = self
+                    .plan_runs(&mut placed, verified.digest, want.max_price_wei)
                     .await?;
                 let new_job = placed.new_job(
                     verified.digest,
@@ -461,15 +484,21 @@ impl Intake {
                     &request,
                     self.settle_margin_s,
                 )?;
-                self.books.accept(&order, &new_job).await?;
+                self.books
+                    .accept_with_runs(&order, &new_job, &new_runs(&runs)?)
+                    .await?;
                 self.waiters.work_added();
-                return Ok(placed.accepted(verified.digest));
+                return Ok(placed.accepted(verified.digest, runs));
             }
             Some(_) => {}
-            None => self.books.accept(&order, &new_job).await?,
+            None => {
+                self.books
+                    .accept_with_runs(&order, &new_job, &stored_runs)
+                    .await?
+            }
         }
         self.waiters.work_added();
-        Ok(placed.accepted(verified.digest))
+        Ok(placed.accepted(verified.digest, runs))
     }
 
     /// Verifies and stores a session grant at `now_s`: the bearer of its secret may then spend
@@ -523,19 +552,22 @@ impl Intake {
         request: &InferenceRequest,
         now_s: u64,
     ) -> Result<Accepted> {
-        let placed = self.place(want, request, session.account, now_s).await?;
+        let mut placed = self.place(want, request, session.account, now_s).await?;
         let mut id = [0u8; 32];
         getrandom::fill(&mut id).map_err(|e| Error::Chain(format!("no randomness: {e}")))?;
         let id = B256::from(id);
+        let runs = self.plan_runs(&mut placed, id, want.max_price_wei).await?;
         let new_job = placed.new_job(
             id,
             session.grant.tab_id,
             &serde_json::to_value(request)?,
             self.settle_margin_s,
         )?;
-        self.books.accept_call(session.id, now_s, &new_job).await?;
+        self.books
+            .accept_call_with_runs(session.id, now_s, &new_job, &new_runs(&runs)?)
+            .await?;
         self.waiters.work_added();
-        Ok(placed.accepted(id))
+        Ok(placed.accepted(id, runs))
     }
 
     /// Waits until job `id` reaches a state it never leaves, or until `until` passes; returns
@@ -596,9 +628,17 @@ impl Intake {
             self.place_matmul(&want, &request, job.account, now_s).await
         } else {
             let request: InferenceRequest = serde_json::from_value(job.request.clone())?;
-            self.place(&want, &request, job.account, now_s).await
+            // A verification run (or a job with runs) moves only to a provider not already in
+            // its group, or the replicas would check nothing.
+            self.place_apart(job.id, &want, &request, job.account, now_s)
+                .await
         };
-        match placed {
+        let grouped = self
+            .books
+            .verification_group(job.id)
+            .await?
+            .is_some_and(|(_, runs)| runs.len() > 1);
+        let outcome = match placed {
             Ok(placed) if placed.held_wei <= job.limit_wei && placed.bundle_id != job.bundle_id => {
                 let moved = self
                     .books
@@ -630,7 +670,14 @@ impl Intake {
                 Ok(None)
             }
             Err(e) => Err(e),
+        };
+        if grouped && matches!(outcome, Ok(None)) {
+            // A refunded run: its group may now need a referee, or a verdict.
+            if let Err(err) = self.verify_group(job.id).await {
+                tracing::warn!(job = %job.id, error = %format!("{err:#}"), "verification not judged");
+            }
         }
+        outcome
     }
 
     /// Where a job goes: the adapter's size from the store, the job from the catalog, and the
@@ -642,13 +689,18 @@ impl Intake {
         account: Address,
         now_s: u64,
     ) -> Result<Placed> {
-        let mut job = self.job_of(want, request, account, now_s).await?;
+        let job = self.job_of(want, request, account, now_s).await?;
+        self.clear(job, want.deadline_s)
+    }
+
+    /// Clears inference job `job` (due at `deadline_s`) at its tier, else at a stronger one.
+    pub(crate) fn clear(&self, mut job: Job, deadline_s: u64) -> Result<Placed> {
         // T2 is Freivalds' check of a product: no inference is verified at it, so an inference
         // asking T2 is cleared at the next stronger tier.
         if job.tier == Tier::T2 {
             job.tier = Tier::T3;
         }
-        self.clear_placed(job, want.deadline_s, &[Tier::T1, Tier::T3])
+        self.clear_placed(job, deadline_s, &[Tier::T1, Tier::T3])
     }
 
     /// Where a matrix product goes (the `cx/matmul-f32` market): its bounds, the T2 tier it is
@@ -710,8 +762,8 @@ impl Intake {
 
     /// The job a want describes, checked (a request with something to generate, bounded, a
     /// deadline ahead) and with its adapter's size from the store (an id the store lacks is
-    /// refused).
-    async fn job_of(
+    /// refused): what clearing takes.
+    pub(crate) async fn job_of(
         &self,
         want: &Want,
         request: &InferenceRequest,
@@ -836,15 +888,22 @@ pub struct Want {
 }
 
 /// A cleared job before it is committed.
-struct Placed {
-    job: Job,
-    bundle_id: String,
-    terms: cx_exchange::objective::Terms,
-    held_wei: u128,
-    deadline_s: u64,
-    decision: DecisionRecord,
+pub(crate) struct Placed {
+    pub(crate) job: Job,
+    pub(crate) bundle_id: String,
+    pub(crate) terms: cx_exchange::objective::Terms,
+    pub(crate) held_wei: u128,
+    pub(crate) deadline_s: u64,
+    pub(crate) decision: DecisionRecord,
     /// The reserve it draws on, if it does (then it is priced zero).
-    drawn: Option<reserve::Drawn>,
+    pub(crate) drawn: Option<reserve::Drawn>,
+}
+
+/// The books' form of the runs placed with a job.
+fn new_runs(runs: &[crate::verification::PlacedRun]) -> Result<Vec<crate::books::NewRun>> {
+    runs.iter()
+        .map(crate::verification::PlacedRun::to_new)
+        .collect()
 }
 
 impl Placed {
@@ -875,14 +934,17 @@ impl Placed {
         })
     }
 
-    fn accepted(self, job_id: B256) -> Accepted {
+    fn accepted(self, job_id: B256, runs: Vec<crate::verification::PlacedRun>) -> Accepted {
         Accepted {
             job_id,
             status: "assigned",
             bundle_id: self.bundle_id,
-            held_wei: self.held_wei,
+            held_wei: runs
+                .iter()
+                .fold(self.held_wei, |sum, r| sum.saturating_add(r.held_wei)),
             tier: self.job.tier,
             terms: self.terms,
+            verification_runs: runs,
         }
     }
 }
@@ -927,7 +989,7 @@ fn nearest_first(
 }
 
 /// No bundle can take the job: say which came nearest and what it missed by.
-fn no_match(decision: &Decision) -> Error {
+pub(crate) fn no_match(decision: &Decision) -> Error {
     let nearest = decision.rejected.iter().min_by(|a, b| nearest_first(a, b));
     match nearest {
         None => Error::NoMatch {

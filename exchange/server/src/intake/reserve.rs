@@ -25,7 +25,7 @@ pub const RESERVE_CLAIM_GRACE_S: u64 = 60;
 
 /// A draw an intent makes on a reserve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Drawn {
+pub(crate) struct Drawn {
     /// The reserve.
     pub(super) reserve: B256,
     /// Its estimated compute on the committed bundle, milliseconds.

@@ -144,7 +144,9 @@ impl Door {
             spend_cap_wei: cap_wei,
             expiry_s: now_s() + 600,
             default_deadline_s: 20,
-            default_tier: Tier::T1,
+            // T0: these calls are about the door, not verification (T1 of class D would be
+            // re-executed on a second provider; see `verification.rs`).
+            default_tier: Tier::T0,
             default_determinism: DeterminismClass::D,
             default_max_price_wei: 1_000_000,
             bearer_hash: SessionGrant::bearer_hash_of(secret.as_bytes()),
@@ -167,6 +169,14 @@ impl Door {
         }
         self.call(request.body(Body::from(body.to_string())).unwrap())
             .await
+    }
+
+    /// The raw response body of `request` (an explorer page's HTML).
+    pub(crate) async fn text(&self, request: Request<Body>) -> (StatusCode, String) {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
     }
 
     pub(crate) async fn call(&self, request: Request<Body>) -> (StatusCode, Value) {

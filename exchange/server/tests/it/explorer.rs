@@ -158,8 +158,10 @@ impl World {
             request_hash: request_hash(&request()),
             deadline_s: now_s() + 60,
             max_price_wei: 1_000_000,
+            // T1 of class S: priced at T1, not re-executed (byte equality needs class D; the
+            // replication pages are in `verification.rs`).
             min_tier: Tier::T1,
-            determinism: DeterminismClass::D,
+            determinism: DeterminismClass::S,
             tab_id: 3,
             nonce,
             expiry_s: now_s() + 60,

@@ -127,7 +127,9 @@ fn intent(nonce: u64) -> Intent {
         request_hash: request_hash(&request()),
         deadline_s: now_s() + 30,
         max_price_wei: 100_000,
-        min_tier: Tier::T1,
+        // T0: clearing, not verification (T1 of class D is re-executed on a second provider;
+        // see `verification.rs`).
+        min_tier: Tier::T0,
         determinism: DeterminismClass::D,
         tab_id: 3,
         nonce,
@@ -583,29 +585,30 @@ async fn min_tier_is_the_weakest_accepted_a_stronger_one_clears_when_none_offers
     let db = TestDb::new().await;
     let books = db.books().await;
     let market = Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
-    let mut strong = bundle("t3-only", 1_000_000, true);
-    strong.tiers = [Tier::T3].into_iter().collect();
+    // Tiers that need no second provider (T1 of class D and T3 are replicated: a one-bundle
+    // fleet refuses them, see `verification.rs`).
+    let mut strong = bundle("t2-only", 1_000_000, true);
+    strong.tiers = [Tier::T2].into_iter().collect();
     market.register(&books, strong).await.unwrap();
-    market
-        .register(&books, bundle("t1", 1_000_000, true))
-        .await
-        .unwrap();
+    let mut weak = bundle("t0", 1_000_000, true);
+    weak.tiers = [Tier::T0].into_iter().collect();
+    market.register(&books, weak).await.unwrap();
     let w = World::new(db, books, market).await;
-    // T1 is offered: cleared at T1, on the T1 bundle.
+    // T0 is offered: cleared at T0, on the T0 bundle.
     let (status, body) = w.post(&w.body(intent(1))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(
         (body["tier"].clone(), body["bundle_id"].clone()),
-        (json!("T1"), json!("t1"))
+        (json!("T0"), json!("t0"))
     );
-    // No bundle offers T2: the first stronger tier someone offers, T3.
-    let mut t2 = intent(2);
-    t2.min_tier = Tier::T2;
-    let (status, body) = w.post(&w.body(t2)).await;
+    // No bundle offers T1: the first stronger tier someone offers, T2.
+    let mut t1 = intent(2);
+    t1.min_tier = Tier::T1;
+    let (status, body) = w.post(&w.body(t1)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(
         (body["tier"].clone(), body["bundle_id"].clone()),
-        (json!("T3"), json!("t3-only"))
+        (json!("T2"), json!("t2-only"))
     );
     let id = body["job_id"].as_str().unwrap();
     let (_, job) = w
@@ -615,7 +618,7 @@ async fn min_tier_is_the_weakest_accepted_a_stronger_one_clears_when_none_offers
                 .unwrap(),
         )
         .await;
-    assert_eq!(job["decision"]["tier"], "T3");
+    assert_eq!(job["decision"]["tier"], "T2");
 }
 
 #[tokio::test]

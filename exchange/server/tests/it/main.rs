@@ -9,3 +9,4 @@ mod intents;
 mod matmul;
 mod standing;
 mod tls;
+mod verification;

@@ -48,6 +48,9 @@ pub(super) struct Market {
     pub(super) sides: Vec<Side>,
     pub(super) model: String,
     pub(super) adapters: Vec<String>,
+    /// The verified tier the traffic asks: T1 (class D, re-executed on a second provider) when
+    /// the devnet has two providers or more, else T0 (one provider cannot verify another).
+    pub(super) verified_tier: Tier,
     pub(super) stats: Stats,
     pub(super) log: Mutex<std::fs::File>,
 }
@@ -263,7 +266,7 @@ impl Agent {
             spend_cap_wei: TAB_WEI,
             expiry_s: now_s() + TAB_DEADLINE_S - 300,
             default_deadline_s: 60,
-            default_tier: Tier::T1,
+            default_tier: market.verified_tier,
             default_determinism: DeterminismClass::D,
             default_max_price_wei: MAX_PRICE_WEI,
             bearer_hash: SessionGrant::bearer_hash_of(key.as_bytes()),
@@ -419,12 +422,12 @@ impl Agent {
             max_tokens: rng.gen_range(4..=16),
         };
         let now = now_s();
-        // Mostly T1 (its verification priced in; re-execution on a second provider is not
-        // built yet), some T0 (stake only).
+        // Mostly T1 (class D: re-executed on a second provider, paid only once both agree),
+        // some T0 (stake only).
         let min_tier = if rng.gen_bool(0.3) {
             Tier::T0
         } else {
-            Tier::T1
+            market.verified_tier
         };
         let intent = Intent {
             want: market.model.clone(),

@@ -1,7 +1,7 @@
 //! `/explorer/jobs/{id}`: one job from its signed order to the transaction that settled it.
 
 use super::{
-    account_link, batch_link, json_fields, provider_link, text_opt, tx_cell, wei, wei_opt,
+    account_link, batch_link, job_link, json_fields, provider_link, text_opt, tx_cell, wei, wei_opt,
 };
 use crate::explorer::Config;
 use crate::explorer::html::{
@@ -482,7 +482,46 @@ pub(crate) fn render(p: &JobPage) -> String {
             _ => "none recorded yet",
         }),
     );
+    if let Some(method) = &v.method {
+        dl.text(Some("verification-method"), "method", method)
+            .text(
+                Some("verification-passed"),
+                "passed",
+                match v.passed {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "—",
+                },
+            )
+            .html(
+                Some("verification-cost-wei"),
+                "cost of the check",
+                wei_opt(v.cost_wei.as_deref()),
+            )
+            .text(
+                Some("verification-check-ms"),
+                "check took",
+                &v.check_ms
+                    .map_or_else(|| "—".to_owned(), |ms| format!("{ms} ms")),
+            );
+    }
     let mut verification = dl.finish(Some("verification"));
+    if !v.runs.is_empty() {
+        let mut runs = Table::new("verification-runs", &["job", "provider", "output hash"]);
+        let s =
+            |r: &serde_json::Value, k: &str| r.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+        for r in &v.runs {
+            runs.row(
+                None,
+                vec![
+                    s(r, "job").map_or_else(|| Html::text("—"), |j| job_link(&j)),
+                    s(r, "provider").map_or_else(|| Html::text("—"), |p| provider_link(&p)),
+                    s(r, "output_hash").map_or_else(|| Html::text("—"), |h| html::short(&h)),
+                ],
+            );
+        }
+        verification.push(&runs.finish("no runs"));
+    }
     for e in &v.events {
         verification.push(&json_details(
             &format!("{} at {}", e.status, time_ms(e.at_ms)),

@@ -356,6 +356,17 @@ pub(crate) struct VerificationView {
     pub(crate) cost: Option<f64>,
     /// The outcome, from the job's verification events (`None`: none recorded yet).
     pub(crate) result: Option<String>,
+    /// How it was checked (`replica`, `freivalds`, …), from the last verification event.
+    pub(crate) method: Option<String>,
+    /// Whether the check passed.
+    pub(crate) passed: Option<bool>,
+    /// What the check cost the buyer, wei (decimal).
+    pub(crate) cost_wei: Option<String>,
+    /// How long the check took, ms.
+    pub(crate) check_ms: Option<i64>,
+    /// The runs that took part (replication), each `{job, provider, output_hash, …}` as the
+    /// event recorded it.
+    pub(crate) runs: Vec<serde_json::Value>,
     /// Those events.
     pub(crate) events: Vec<EventView>,
 }
@@ -509,8 +520,19 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
         .filter(|e| e.status.starts_with("verif") || e.detail.get("verification").is_some())
         .cloned()
         .collect();
+    // The check's own record (`verified` / `verification_failed`: tier, method, passed,
+    // cost_wei, check_ms and, for replication, the runs), whichever method wrote it.
+    let check = verification_events
+        .iter()
+        .rev()
+        .find(|e| e.detail.get("method").is_some())
+        .map(|e| &e.detail);
+    let field = |k: &str| check.and_then(|d| d.get(k));
     let verification = VerificationView {
-        tier: decision.tier.clone(),
+        tier: field("tier")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned)
+            .or_else(|| decision.tier.clone()),
         cost: decision.terms.map(|t| t.verification),
         result: verification_events.last().map(|e| {
             e.detail
@@ -520,6 +542,16 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
                 .unwrap_or(&e.status)
                 .to_owned()
         }),
+        method: field("method").and_then(|v| v.as_str()).map(str::to_owned),
+        passed: field("passed").and_then(serde_json::Value::as_bool),
+        cost_wei: field("cost_wei")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned),
+        check_ms: field("check_ms").and_then(serde_json::Value::as_i64),
+        runs: field("runs")
+            .and_then(|v| v.as_array())
+            .cloned()
+            .unwrap_or_default(),
         events: verification_events,
     };
     let settlement = settlement_of(pool, id, &summary, row.sr_received_ms).await?;
