@@ -11,7 +11,8 @@
 //!
 //! Latency is split per job: clearing (the door, clearing and the hold: the call's time less
 //! what the job's events span), dispatch (assigned → a provider took it), inference (running →
-//! done), verification (none yet: T1 re-execution is not built, so 0), and settlement
+//! done, or its own result when it is replicated), verification (verifying → done: the runs on
+//! other providers agreeing, T1 class D and T3; 0 for T0), and settlement
 //! amortised (the tab's batch from close to on-chain, over the jobs it paid).
 
 use std::path::{Path, PathBuf};
@@ -106,8 +107,8 @@ pub(crate) fn run(args: MarketArgs) -> anyhow::Result<()> {
          {:<18} {:>8} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9}\n{}{}\
          residency_aware / cheapest_capable: deadline hits ×{:.2}, mean cost ×{:.2}, cold \
          fetches ×{:.2}, p50 ×{:.2}\n\
-         (verification is 0: T1 re-execution is not built; settlement is the tab's batch, close \
-         to on chain, over its jobs)\n",
+         (verification: its own result until its replicas agreed, 0 for T0; settlement is the \
+         tab's batch, close to on chain, over its jobs)\n",
         args.jobs,
         args.concurrency,
         args.providers,
@@ -288,6 +289,7 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
     // The split, from each job's events.
     let mut total = Vec::new();
     let (mut clearing, mut dispatch, mut inference) = (Vec::new(), Vec::new(), Vec::new());
+    let mut verification = Vec::new();
     let mut cost = 0f64;
     let mut tab = None;
     for (took, id) in &done {
@@ -308,7 +310,10 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
         total.push(took_ms);
         clearing.push((took_ms - (finished - assigned) as f64).max(0.0));
         dispatch.push((running - assigned) as f64);
-        inference.push((finished - running) as f64);
+        // A replicated job (T1 class D, T3) waits in `verifying` for its runs to agree.
+        let answered = at("verifying").unwrap_or(finished);
+        inference.push((answered - running) as f64);
+        verification.push((finished - answered) as f64);
         cost += job.held_wei as f64;
     }
 
@@ -355,7 +360,7 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
         clearing_p50_ms: percentile(&mut clearing, 0.50),
         dispatch_p50_ms: percentile(&mut dispatch, 0.50),
         inference_p50_ms: percentile(&mut inference, 0.50),
-        verification_p50_ms: 0.0,
+        verification_p50_ms: percentile(&mut verification, 0.50),
         settlement_amortised_ms: settlement_ms,
         cold_fetches,
         cold_fetch_ms_total,

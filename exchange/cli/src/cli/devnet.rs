@@ -674,6 +674,8 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         } else {
             cx_protocol::Tier::T0
         },
+        // Operators are assigned round robin over three (`operator-{i % 3 + 1}`).
+        t3: args.providers >= 3,
         stats: Default::default(),
         log: std::sync::Mutex::new(traffic_log),
     });
@@ -740,7 +742,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         if args.no_traffic {
             "(idle: --no-traffic)"
         } else {
-            "sending chats, intents and searches"
+            "sending chats, intents (T0, T1, T3), matmuls (T2), searches and reserves"
         }
     );
     println!("  logs       {}", dir.display());
@@ -841,6 +843,8 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         chats: load(&stats.chats),
         intents: load(&stats.intents),
         searches: load(&stats.searches),
+        matmuls: load(&stats.matmuls),
+        reserves: load(&stats.reserves),
         tabs_closed: load(&stats.tabs_closed),
         errors: load(&stats.errors),
         processes: usage.len(),
@@ -855,8 +859,15 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         println!("  first batch on chain {chain}: {s:.1} s after start");
     }
     println!(
-        "  traffic    {} chats, {} intents, {} searches, {} tabs closed, {} errors (traffic.log)",
-        summary.chats, summary.intents, summary.searches, summary.tabs_closed, summary.errors
+        "  traffic    {} chats, {} intents, {} searches, {} matmuls, {} reserves, {} tabs closed, \
+         {} errors (traffic.log)",
+        summary.chats,
+        summary.intents,
+        summary.searches,
+        summary.matmuls,
+        summary.reserves,
+        summary.tabs_closed,
+        summary.errors
     );
     println!(
         "  processes  {}: peak memory {:.0} MiB (sum of each one's peak), {:.1} CPU-s",

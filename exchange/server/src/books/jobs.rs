@@ -147,7 +147,12 @@ impl Books {
         runs: &[NewRun],
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        self.accept_in(&mut tx, order, job, runs).await?;
+        if let Some(total_wei) = self.accept_in(&mut tx, order, job, runs).await? {
+            // Released before asking why: a second connection per waiting caller could exhaust
+            // the pool under a burst of intents.
+            drop(tx);
+            return Err(self.why_not(order, job, total_wei).await?);
+        }
         tx.commit().await?;
         Ok(())
     }
@@ -179,20 +184,35 @@ impl Books {
         if drawn.rows_affected() != 1 {
             return Ok(false);
         }
-        self.accept_in(&mut tx, order, job, runs).await?;
+        if let Some(total_wei) = self.accept_in(&mut tx, order, job, runs).await? {
+            drop(tx);
+            return Err(self.why_not(order, job, total_wei).await?);
+        }
         tx.commit().await?;
         Ok(true)
     }
 
+    /// Why the tab could not hold `total_wei` for `job`.
+    async fn why_not(&self, order: &NewOrder, job: &NewJob, total_wei: u128) -> Result<Error> {
+        self.why_not_held(
+            (order.chain_id, job.escrow_id),
+            order.account,
+            total_wei,
+            job.needed_until_s,
+        )
+        .await
+    }
+
     /// The order, the job, its runs and their hold, in the caller's transaction `tx` (which
-    /// commits them, or drops them with whatever else it holds).
+    /// commits them, or drops them with whatever else it holds). `Some(total)` when the tab
+    /// could not hold the `total` wei (nothing written).
     async fn accept_in(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
         order: &NewOrder,
         job: &NewJob,
         runs: &[NewRun],
-    ) -> Result<()> {
+    ) -> Result<Option<u128>> {
         let chain_id = to_i64(order.chain_id, "chain id")?;
         let escrow_id = to_i64(job.escrow_id, "escrow id")?;
         let total_wei = runs
@@ -243,15 +263,11 @@ impl Books {
         .fetch_one(&mut **tx)
         .await;
         match done {
-            Ok((1, 1)) => super::verification::insert_runs(&mut **tx, job.id, runs).await,
-            Ok(_) => Err(self
-                .why_not_held(
-                    (order.chain_id, job.escrow_id),
-                    order.account,
-                    total_wei,
-                    job.needed_until_s,
-                )
-                .await?),
+            Ok((1, 1)) => {
+                super::verification::insert_runs(tx, job.id, runs).await?;
+                Ok(None)
+            }
+            Ok(_) => Ok(Some(total_wei)),
             Err(err) => Err(match constraint(&err) {
                 Some("exchange_orders_nonce_unique") => Error::NonceReused { nonce: order.nonce },
                 Some("exchange_orders_pkey") | Some("exchange_jobs_pkey") => Error::OrderExists,

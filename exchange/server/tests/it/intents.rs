@@ -585,13 +585,18 @@ async fn min_tier_is_the_weakest_accepted_a_stronger_one_clears_when_none_offers
     let db = TestDb::new().await;
     let books = db.books().await;
     let market = Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
-    // Tiers that need no second provider (T1 of class D and T3 are replicated: a one-bundle
-    // fleet refuses them, see `verification.rs`).
-    let mut strong = bundle("t2-only", 1_000_000, true);
-    strong.tiers = [Tier::T2].into_iter().collect();
+    // Tiers that need no second provider: T1 of class S is byte-compared with nothing (T1 of
+    // class D and T3 are replicated, and a one-provider fleet refuses them: `verification.rs`);
+    // and a T2-only bundle takes products, never inference (T2 is Freivalds' check).
+    let mut strong = bundle("t1-only", 1_000_000, true);
+    strong.tiers = [Tier::T1].into_iter().collect();
     market.register(&books, strong).await.unwrap();
+    let mut t2 = bundle("t2-only", 1_000, true);
+    t2.tiers = [Tier::T2].into_iter().collect();
+    market.register(&books, t2).await.unwrap();
     let mut weak = bundle("t0", 1_000_000, true);
     weak.tiers = [Tier::T0].into_iter().collect();
+    weak.determinism = [DeterminismClass::D].into_iter().collect();
     market.register(&books, weak).await.unwrap();
     let w = World::new(db, books, market).await;
     // T0 is offered: cleared at T0, on the T0 bundle.
@@ -601,14 +606,15 @@ async fn min_tier_is_the_weakest_accepted_a_stronger_one_clears_when_none_offers
         (body["tier"].clone(), body["bundle_id"].clone()),
         (json!("T0"), json!("t0"))
     );
-    // No bundle offers T1: the first stronger tier someone offers, T2.
-    let mut t1 = intent(2);
-    t1.min_tier = Tier::T1;
-    let (status, body) = w.post(&w.body(t1)).await;
+    // No bundle offers T0 for class S: the first stronger tier someone offers, T1 (never the
+    // cheaper T2-only bundle).
+    let mut sampled = intent(2);
+    sampled.determinism = DeterminismClass::S;
+    let (status, body) = w.post(&w.body(sampled)).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(
         (body["tier"].clone(), body["bundle_id"].clone()),
-        (json!("T2"), json!("t2-only"))
+        (json!("T1"), json!("t1-only"))
     );
     let id = body["job_id"].as_str().unwrap();
     let (_, job) = w
@@ -618,7 +624,7 @@ async fn min_tier_is_the_weakest_accepted_a_stronger_one_clears_when_none_offers
                 .unwrap(),
         )
         .await;
-    assert_eq!(job["decision"]["tier"], "T2");
+    assert_eq!(job["decision"]["tier"], "T1");
 }
 
 #[tokio::test]

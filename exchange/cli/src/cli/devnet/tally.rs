@@ -32,6 +32,8 @@ pub(super) struct Summary {
     pub(super) chats: u64,
     pub(super) intents: u64,
     pub(super) searches: u64,
+    pub(super) matmuls: u64,
+    pub(super) reserves: u64,
     pub(super) tabs_closed: u64,
     pub(super) errors: u64,
     pub(super) processes: usize,

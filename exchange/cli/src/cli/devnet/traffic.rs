@@ -1,8 +1,9 @@
 //! The devnet's seeded agents: each binds its ML-DSA key to an Anvil account, keeps one tab open
-//! on every chain with a session key on it, and sends a steady mix of work through cx-client —
-//! OpenAI-door chats on the session key and signed intents, over adapters drawn with Zipf
-//! popularity — and closes each tab every 20–30 s (the first sooner) so that batches settle
-//! while one watches. Every closed tab goes to the tally, which counts what settled.
+//! on every chain with a session key and a reserve on it, and sends a steady mix of work through
+//! cx-client — OpenAI-door chats on the session key and signed intents (T0, T1, T3) over
+//! adapters drawn with Zipf popularity, matrix products (T2) and searches — and closes each tab
+//! every 20–30 s (the first sooner) so that batches settle while one watches. Every closed tab
+//! goes to the tally, which counts what settled.
 
 use anyhow::Context;
 use cx_client::types::ChainInfo;
@@ -30,6 +31,8 @@ const TAB_DEADLINE_S: u64 = 3_600;
 /// A call's price limit, wei (the asks are around 10^6 wei per compute-second; a call takes
 /// milliseconds).
 pub(super) const MAX_PRICE_WEI: u128 = 10_000_000;
+/// A reserve's limit, wei per compute-second (above the devnet's asks, so providers bid).
+const RESERVE_MAX_RATE_WEI_PER_S: u64 = 5_000_000;
 /// Zipf exponent of adapter popularity (s ≈ 1: the k-th most popular is asked 1/k as often).
 const ZIPF_S: f64 = 1.1;
 
@@ -51,6 +54,9 @@ pub(super) struct Market {
     /// The verified tier the traffic asks: T1 (class D, re-executed on a second provider) when
     /// the devnet has two providers or more, else T0 (one provider cannot verify another).
     pub(super) verified_tier: Tier,
+    /// Whether some intents ask T3 (three providers of distinct operators agree by majority):
+    /// only on a fleet of three operators or more.
+    pub(super) t3: bool,
     pub(super) stats: Stats,
     pub(super) log: Mutex<std::fs::File>,
 }
@@ -61,6 +67,8 @@ pub(super) struct Stats {
     pub(super) chats: AtomicU64,
     pub(super) intents: AtomicU64,
     pub(super) searches: AtomicU64,
+    pub(super) matmuls: AtomicU64,
+    pub(super) reserves: AtomicU64,
     pub(super) tabs_closed: AtomicU64,
     pub(super) errors: AtomicU64,
 }
@@ -242,6 +250,7 @@ impl Agent {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let session_key = self.session(market, side, escrow_id).await?;
+        self.reserve(market, side, escrow_id).await?;
         Ok(OpenTab {
             escrow_id,
             session_key,
@@ -249,6 +258,72 @@ impl Agent {
             close_after,
             jobs: Vec::new(),
         })
+    }
+
+    /// A reserve on fresh tab `escrow_id`: 300 ms of T0 compute over a 10 s window starting in
+    /// 3 s, below spot; the providers bid, the lowest feasible bid wins at the start, this
+    /// agent's T0 intents in the window draw on it, and the winner claims its take-or-pay at the
+    /// end (the tab settles after that).
+    async fn reserve(&self, market: &Market, side: usize, escrow_id: u64) -> anyhow::Result<()> {
+        let start = now_s() + 3;
+        let reserve = cx_protocol::order::Reserve {
+            model: market.model.clone(),
+            tier: Tier::T0,
+            window_start_s: start,
+            window_end_s: start + 10,
+            compute_ms: 300,
+            max_price_wei_per_s: RESERVE_MAX_RATE_WEI_PER_S,
+            tab_id: escrow_id,
+            nonce: fresh_nonce(),
+            expiry_s: start,
+        };
+        let signed = self.keys.sign(reserve, &market.sides[side].info.domain())?;
+        market
+            .client
+            .submit_reserve(&signed)
+            .await
+            .context("reserve")?;
+        market.stats.reserves.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// One matrix product in the `cx/matmul-f32` market (T2: the exchange checks it by
+    /// Freivalds before it is done), waiting until its job ends; returns its job.
+    async fn matmul(
+        &self,
+        market: &Market,
+        side: usize,
+        tab: &OpenTab,
+        rng: &mut ChaCha20Rng,
+    ) -> anyhow::Result<B256> {
+        let request = cx_protocol::matmul::MatmulRequest {
+            m: rng.gen_range(16..=64),
+            k: rng.gen_range(16..=64),
+            n: rng.gen_range(16..=64),
+            seed_a: rng.r#gen(),
+            seed_b: rng.r#gen(),
+        };
+        let now = now_s();
+        let intent = Intent {
+            want: cx_protocol::matmul::MATMUL_MODEL.to_owned(),
+            adapter_id: None,
+            request_hash: request.hash(),
+            deadline_s: now + 60,
+            max_price_wei: MAX_PRICE_WEI,
+            min_tier: Tier::T2,
+            determinism: DeterminismClass::DInf,
+            tab_id: tab.escrow_id,
+            nonce: fresh_nonce(),
+            expiry_s: now + 60,
+        };
+        let signed = self.keys.sign(intent, &market.sides[side].info.domain())?;
+        let accepted = market
+            .client
+            .submit_matmul(&signed, &request)
+            .await
+            .context("matmul")?;
+        market.stats.matmuls.fetch_add(1, Ordering::Relaxed);
+        wait_ended(market, accepted.job_id).await
     }
 
     /// A session key on tab `escrow_id` (as `cx agent session` makes one).
@@ -310,6 +385,8 @@ impl Agent {
             };
             let done = if rng.gen_bool(0.05) {
                 self.search(&market, side, &tabs[side], &mut rng).await
+            } else if rng.gen_bool(0.05) {
+                self.matmul(&market, side, &tabs[side], &mut rng).await
             } else if rng.gen_bool(0.25) {
                 self.intent(&market, side, &tabs[side], adapter, &mut rng)
                     .await
@@ -423,11 +500,11 @@ impl Agent {
         };
         let now = now_s();
         // Mostly T1 (class D: re-executed on a second provider, paid only once both agree),
-        // some T0 (stake only).
-        let min_tier = if rng.gen_bool(0.3) {
-            Tier::T0
-        } else {
-            market.verified_tier
+        // some T0 (stake only), some T3 (three operators, majority) where the fleet has them.
+        let min_tier = match rng.gen_range(0..20) {
+            0..=5 => Tier::T0,
+            6..=8 if market.t3 => Tier::T3,
+            _ => market.verified_tier,
         };
         let intent = Intent {
             want: market.model.clone(),
@@ -448,17 +525,22 @@ impl Agent {
             .await
             .context("intent")?;
         market.stats.intents.fetch_add(1, Ordering::Relaxed);
-        let waited = Instant::now();
-        loop {
-            let job = market.client.job(accepted.job_id).await?;
-            if cx_exchange_server::dispatch::TERMINAL.contains(&job.status.as_str()) {
-                return Ok(accepted.job_id);
-            }
-            if waited.elapsed() > Duration::from_secs(30) {
-                anyhow::bail!("intent job {} still {}", accepted.job_id, job.status);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        wait_ended(market, accepted.job_id).await
+    }
+}
+
+/// Waits until job `id` ends (so no tab closes under a job still running); returns it.
+async fn wait_ended(market: &Market, id: B256) -> anyhow::Result<B256> {
+    let waited = Instant::now();
+    loop {
+        let job = market.client.job(id).await?;
+        if cx_exchange_server::dispatch::is_terminal(&job.status) {
+            return Ok(id);
         }
+        if waited.elapsed() > Duration::from_secs(30) {
+            anyhow::bail!("job {id} still {}", job.status);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
