@@ -15,6 +15,7 @@
 //! Nothing is written unless every step passed, so a refused order leaves no row and spends no
 //! nonce.
 
+mod rent;
 mod reserve;
 mod standing;
 
