@@ -827,4 +827,49 @@ mod rents {
             ("rent", owed, Some(id.as_str()))
         );
     }
+
+    #[tokio::test]
+    async fn a_rent_its_provider_never_claims_returns_its_hold() {
+        let door = Door::new().await;
+        let b = Prov::new(5);
+        register(&door, &b, vec![holder("warm", 1_000_000, 10_000_000)]).await;
+        let (id, _) = adapter(&door, "llama-3.1-8b-instruct").await;
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(rent(&id, 2, 1_000_000, 1))}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        let order_id: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
+        let ends_s = body["ends_s"].as_u64().unwrap();
+        assert_eq!(
+            door.intake().observe_rents(ends_s).await.unwrap(),
+            0,
+            "an ended term is observed no more"
+        );
+        assert_eq!(
+            door.books.expire_standing(ends_s + 5).await.unwrap(),
+            0,
+            "a committed rent is not an unfilled one"
+        );
+        let grace = door.intake().reserve_claim_grace_s();
+        assert_eq!(
+            door.books
+                .expire_unclaimed(ends_s + grace, grace)
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            door.books
+                .expire_unclaimed(ends_s + grace + 1, grace)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(order(&door, order_id).await["status"], "unclaimed");
+        assert_eq!(door.held().await, 0, "the hold went back");
+    }
 }
