@@ -22,6 +22,8 @@ pub(super) struct Holder {
     pub(super) provider_key_hash: B256,
     pub(super) bundle_id: String,
     pub(super) rho_wei_per_gb_hour: u128,
+    /// ρ·|a|·term: what the whole term costs there (a missed SLA only lowers it).
+    pub(super) rent_wei: u128,
 }
 
 /// ρ of a bundle with ask `ask_wei_per_s` and `memory_bytes` free, wei per GB-hour.
@@ -120,17 +122,18 @@ impl Intake {
             provider_key_hash,
             bundle_id,
             rho_wei_per_gb_hour: rho,
+            rent_wei,
         })
     }
 
-    /// Commits accepted rent `id` to `holder` from `now_s`.
+    /// Commits accepted rent `id` to `holder` from `now_s`; false when it was no longer open.
     pub(super) async fn commit_rent(
         &self,
         id: B256,
         holder: &Holder,
         size_bytes: u64,
         now_s: u64,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         self.books()
             .commit_rent(
                 id,
@@ -142,8 +145,7 @@ impl Intake {
                     starts_s: now_s,
                 },
             )
-            .await?;
-        Ok(())
+            .await
     }
 
     /// One residency observation of every running rent at `now_s`: resident when its bundle is

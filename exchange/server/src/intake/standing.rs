@@ -78,8 +78,8 @@ impl Intake {
     }
 
     /// A rent: an adapter kept resident for a term at most `max_rent_wei`, committed at once
-    /// to the live bundle that holds it most cheaply (see [`super::rent`]); with no such bundle
-    /// it is refused and nothing is held. Rents on a base or a conversation prefix are refused
+    /// to the live bundle that holds it most cheaply (see [`super::rent`]) with that term's rent
+    /// held; with no such bundle it is refused and nothing is held. Rents on a base or a conversation prefix are refused
     /// by name (no provider reports those residencies yet).
     pub async fn submit_rent(&self, signed: &Signed<Rent>, now_s: u64) -> Result<StandingAccepted> {
         let verified = self.verify(signed, now_s, "rent").await?;
@@ -116,12 +116,16 @@ impl Intake {
                     .into(),
             })?;
         let holder = self.rent_holder(rent, &adapter, &base, size_bytes).await?;
+        // The price is known now: the term's rent is the most it can cost.
         let mut accepted = self
-            .standing(&verified, signed, rent.max_rent_wei, now_s + rent.term_s)
+            .standing(&verified, signed, holder.rent_wei, now_s + rent.term_s)
             .await?;
-        self.commit_rent(accepted.order_id, &holder, size_bytes, now_s)
-            .await?;
-        accepted.status = "committed";
+        if self
+            .commit_rent(accepted.order_id, &holder, size_bytes, now_s)
+            .await?
+        {
+            accepted.status = "committed";
+        }
         Ok(accepted)
     }
 

@@ -640,7 +640,11 @@ mod rents {
             .await;
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
         assert_eq!(body["status"], "committed");
-        assert_eq!(door.held().await, 1_000_000, "the most it can cost is held");
+        assert_eq!(
+            door.held().await,
+            want,
+            "the term's rent is held, not the buyer's limit"
+        );
         let order_id: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
         let shown = order(&door, order_id).await;
         assert_eq!(shown["status"], "committed");
@@ -694,7 +698,7 @@ mod rents {
             );
         }
         assert_eq!(door.count("exchange_standing_orders").await, 1);
-        assert_eq!(door.held().await, 1_000_000);
+        assert_eq!(door.held().await, want);
     }
 
     #[tokio::test]
