@@ -77,6 +77,8 @@ pub struct CommittedRent {
     pub bundle_id: String,
     /// The adapter's content id (hex, as reports name it).
     pub adapter: String,
+    /// Whether its provider's latest report is fresh (re-signed within the freshness bound).
+    pub fresh: bool,
 }
 
 /// A rent's term priced on a bundle.
@@ -114,24 +116,35 @@ impl Books {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Committed rents whose term is running at `now_s`, at most `limit`.
-    pub async fn running_rents(&self, now_s: u64, limit: i64) -> Result<Vec<CommittedRent>> {
-        let rows: Vec<(Vec<u8>, String, String)> = sqlx::query_as(
-            "SELECT s.digest, s.bundle_id, o.body #>> '{rent,order,target}' \
+    /// Committed rents whose term is running at `now_s`, at most `limit`; each fresh when its
+    /// provider's offer was last registered within `fresh_s`.
+    pub async fn running_rents(
+        &self,
+        now_s: u64,
+        fresh_s: u64,
+        limit: i64,
+    ) -> Result<Vec<CommittedRent>> {
+        let rows: Vec<(Vec<u8>, String, String, bool)> = sqlx::query_as(
+            "SELECT s.digest, s.bundle_id, o.body #>> '{rent,order,target}', \
+                    EXISTS (SELECT 1 FROM exchange_providers p \
+                            WHERE p.key_hash = s.provider_key_hash \
+                              AND p.seen_at >= to_timestamp($3)) \
              FROM exchange_standing_orders s JOIN exchange_orders o ON o.digest = s.digest \
              WHERE s.kind = 'rent' AND s.status = 'committed' AND s.ends_s > $1 \
              ORDER BY s.ends_s, s.digest LIMIT $2",
         )
         .bind(to_i64(now_s, "time")?)
         .bind(limit)
+        .bind(now_s.saturating_sub(fresh_s) as f64)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(id, bundle_id, target)| {
+            .map(|(id, bundle_id, target, fresh)| {
                 Ok(CommittedRent {
                     id: b256(&id)?,
                     bundle_id,
                     adapter: hex_id(&target),
+                    fresh,
                 })
             })
             .collect()

@@ -17,6 +17,10 @@ use cx_exchange::lifecycle::rent::{PinObject, Rent as Term, RentState};
 use cx_protocol::order::{Rent, Signed};
 use cx_protocol::receipt::SignedReceipt;
 
+/// How recent a provider's report must be for a sweep to believe it, seconds: three of the
+/// provider's 30 s re-signings (an offer changed by a load or eviction is re-signed at once).
+pub const RENT_REPORT_FRESH_S: u64 = 90;
+
 /// A bundle chosen to hold a rent.
 pub(super) struct Holder {
     pub(super) provider_key_hash: B256,
@@ -148,20 +152,24 @@ impl Intake {
             .await
     }
 
-    /// One residency observation of every running rent at `now_s`: resident when its bundle is
-    /// live (its provider's report is fresh: a silent one leaves the engine) and the report
-    /// lists the adapter resident. Returns how many rents were observed.
+    /// One residency observation of every running rent at `now_s`: resident when its
+    /// provider's report is fresh (within [`RENT_REPORT_FRESH_S`]), its bundle is live and the
+    /// report lists the adapter resident. Returns how many rents were observed.
     pub async fn observe_rents(&self, now_s: u64) -> Result<usize> {
-        let rents = self.books().running_rents(now_s, 1_000).await?;
+        let rents = self
+            .books()
+            .running_rents(now_s, RENT_REPORT_FRESH_S, 1_000)
+            .await?;
         if rents.is_empty() {
             return Ok(0);
         }
         let bundles = self.market().bundles();
         for rent in &rents {
-            let resident = bundles
-                .iter()
-                .find(|b| b.id == rent.bundle_id)
-                .is_some_and(|b| b.resident_adapters.contains(&rent.adapter));
+            let resident = rent.fresh
+                && bundles
+                    .iter()
+                    .find(|b| b.id == rent.bundle_id)
+                    .is_some_and(|b| b.resident_adapters.contains(&rent.adapter));
             self.books().observe_rent(rent.id, resident).await?;
         }
         Ok(rents.len())

@@ -659,6 +659,19 @@ mod rents {
         assert_eq!(fill["rent_wei"], want.to_string());
         assert_eq!(fill["rebate_wei"], "0");
 
+        // A report listing it counts resident while fresh; the same report 200 s on does not.
+        let mut warm = holder("warm", 1_000_000, 10_000_000);
+        warm.resident_adapters = vec![id.clone()];
+        register(&door, &b, vec![warm]).await;
+        assert_eq!(door.intake().observe_rents(now_s()).await.unwrap(), 1);
+        assert_eq!(door.intake().observe_rents(now_s() + 200).await.unwrap(), 1);
+        let fill = &order(&door, order_id).await["rent"];
+        assert_eq!(
+            (&fill["resident_reports"], &fill["absent_reports"]),
+            (&json!(1), &json!(1)),
+            "{fill}"
+        );
+
         // The holder learns its pin; the others have none.
         for (prov, pins) in [(&b, 1), (&a, 0)] {
             let (status, got) = door
