@@ -7,6 +7,11 @@
 //! receipt it signs, and when the tab settles every signer checks the reserve's voucher (the
 //! buyer's signed reserve, the exchange's assignment within its limit, the receipt) and the
 //! winner is credited rate × compute_ms less the fee on chain.
+//!
+//! And a rent: `cx agent rent` commits an adapter rent to the provider's bundle; the provider
+//! learns its pin, fetches the adapter, keeps it loaded pinned and reported resident for the
+//! term, and at its end claims the rent less the measured rebate, which every signer checks as
+//! the rent's voucher when the tab settles and the provider is credited on chain.
 
 mod common;
 
@@ -41,10 +46,23 @@ async fn until<T, F: std::future::Future<Output = Option<T>>>(
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_paid_on_chain() {
-    let bin = provider_bin();
-    let dir = TempDir::new("standing");
+/// A settling exchange, each part its own process: a committee of three `cx-signer`s (any two
+/// sign), Anvil with the contracts under the group key (keys: 0 deploys, 1 the agent, 2 and 4
+/// providers, 3 posts batches) and `cx serve --settlement` with a 5 % fee. Fields drop in
+/// order: the exchange before its database and chain.
+struct Settling {
+    market: common::Exchange,
+    client: cx_client::Client,
+    _db: TempDatabase,
+    _cluster: Cluster,
+    anvil: cx_devnet::AnvilInstance,
+    deployment: cx_contracts::Deployment,
+    deployments: std::path::PathBuf,
+    dir: TempDir,
+}
+
+async fn settling(tag: &str) -> Settling {
+    let dir = TempDir::new(tag);
     let exchange = Arc::new(Identity::generate());
     let fee = Fee {
         bps: 500,
@@ -65,7 +83,6 @@ async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_pai
     })
     .unwrap();
     let package = cluster.committee(2, 1).unwrap().dkg(0).await.unwrap();
-    // Keys: 0 deploys, 1 the agent, 2 and 4 the providers, 3 posts batches.
     let common::Chain {
         anvil,
         deployment,
@@ -123,70 +140,120 @@ async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_pai
         ],
     )
     .await;
-    let (url, ca, exchange_hash) = (
-        market.url.clone(),
-        market.ca.clone(),
-        market.key_hash.clone(),
-    );
+    let client = cx_client::Client::new(&market.url, Some(&market.ca))
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    Settling {
+        market,
+        client,
+        _db: db,
+        _cluster: cluster,
+        anvil,
+        deployment,
+        deployments,
+        dir,
+    }
+}
 
-    // Two providers of the same model, asking 1 000 000 and 2 000 000 wei/s; each bids 10 %
-    // below its ask (the default --reserve-discount-bps).
-    let model_dir = common::gen_model(&bin, &dir.0);
-    let mut providers = Vec::new();
-    let mut payouts = Vec::new();
-    for (name, key, ask) in [("cheap", 2, "1000000"), ("dear", 4, "2000000")] {
-        let identity = dir.0.join(format!("{name}.key"));
+impl Settling {
+    /// A real `cx-provider` of `model_dir` staked with Anvil key `key`, serving bundle `name` at
+    /// `ask` wei/s; and its payout account.
+    fn provider(
+        &self,
+        model_dir: &std::path::Path,
+        name: &str,
+        key: usize,
+        ask: &str,
+    ) -> (Killed, Address) {
+        let bin = provider_bin();
+        let identity = self.dir.0.join(format!("{name}.key"));
         let out = run(&bin, &["keygen", "--out", path(&identity)], "");
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let evm_key = dir.0.join(format!("{name}-evm.key"));
-        common::write_evm_key(&evm_key, &anvil.keys[key]);
-        common::stake_provider(&bin, &evm_key, &deployments, &identity);
-        let account =
-            EvmClient::connect(&anvil.rpc_url(), anvil.keys[key].clone(), deployment).unwrap();
-        payouts.push(account.account());
-        providers.push(Killed(
-            Command::new(&bin)
-                .args(["serve", "--model", path(&model_dir)])
-                .args(["--port", &free_port().unwrap().to_string()])
-                .args(["--served-model-name", MODEL, "--threads", "1"])
-                .args(["--exchange", &url, "--exchange-ca", path(&ca)])
-                .args(["--exchange-key-hash", &format!("0x{exchange_hash}")])
-                .args(["--identity", path(&identity)])
-                .args(["--payout", &account.account().to_string()])
-                .args(["--operator", &format!("op-{name}")])
-                .args(["--ask-wei-per-s", ask, "--bundle-id", name])
-                .args(["--model-name", MODEL])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("cx-provider runs"),
-        ));
-    }
-    let client = cx_client::Client::new(&url, Some(&ca))
+        let evm_key = self.dir.0.join(format!("{name}-evm.key"));
+        common::write_evm_key(&evm_key, &self.anvil.keys[key]);
+        common::stake_provider(&bin, &evm_key, &self.deployments, &identity);
+        let account = EvmClient::connect(
+            &self.anvil.rpc_url(),
+            self.anvil.keys[key].clone(),
+            self.deployment,
+        )
         .unwrap()
-        .with_timeout(Duration::from_secs(60));
-    until(
-        "both providers registered",
-        Duration::from_secs(60),
-        || async {
-            client
-                .providers()
-                .await
-                .ok()
-                .filter(|b| b.len() == 2)
-                .map(|_| ())
-        },
-    )
-    .await;
+        .account();
+        let child = Command::new(&bin)
+            .args(["serve", "--model", path(model_dir)])
+            .args(["--port", &free_port().unwrap().to_string()])
+            .args(["--served-model-name", MODEL, "--threads", "1"])
+            .args([
+                "--exchange",
+                &self.market.url,
+                "--exchange-ca",
+                path(&self.market.ca),
+            ])
+            .args([
+                "--exchange-key-hash",
+                &format!("0x{}", self.market.key_hash),
+            ])
+            .args(["--identity", path(&identity)])
+            .args(["--payout", &account.to_string()])
+            .args(["--operator", &format!("op-{name}")])
+            .args(["--ask-wei-per-s", ask, "--bundle-id", name])
+            .args(["--model-name", MODEL])
+            .args([
+                "--fetched-adapters",
+                path(&self.dir.0.join(format!("{name}-fetched"))),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cx-provider runs");
+        (Killed(child), account)
+    }
 
-    let agent = common::Agent::import(&dir.0, &market, B256::from(anvil.keys[1].to_bytes())).await;
+    /// Waits until bundles `ids` are registered (each provider also offers its matmul bundle).
+    async fn registered(&self, ids: &[&str]) {
+        until(
+            "the providers registered",
+            Duration::from_secs(60),
+            || async {
+                self.client
+                    .providers()
+                    .await
+                    .ok()
+                    .filter(|b| ids.iter().all(|id| b.iter().any(|b| b.id == *id)))
+                    .map(|_| ())
+            },
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_paid_on_chain() {
+    let world = settling("standing").await;
+    let client = &world.client;
+    let (market, anvil, deployments) = (&world.market, &world.anvil, &world.deployments);
+
+    // Two providers of the same model, asking 1 000 000 and 2 000 000 wei/s; each bids 10 %
+    // below its ask (the default --reserve-discount-bps).
+    let model_dir = common::gen_model(&provider_bin(), &world.dir.0);
+    let mut providers = Vec::new();
+    let mut payouts = Vec::new();
+    for (name, key, ask) in [("cheap", 2, "1000000"), ("dear", 4, "2000000")] {
+        let (child, payout) = world.provider(&model_dir, name, key, ask);
+        providers.push(child);
+        payouts.push(payout);
+    }
+    world.registered(&["cheap", "dear"]).await;
+
+    let agent =
+        common::Agent::import(&world.dir.0, market, B256::from(anvil.keys[1].to_bytes())).await;
     let amount = 5_000_000u128;
-    let escrow_id = agent.open_tab(&client, amount, &deployments).await;
+    let escrow_id = agent.open_tab(client, amount, deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let tab = escrow_id.to_string();
 
@@ -307,4 +374,142 @@ async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_pai
     let settled = client.standing_order(reserve_id).await.unwrap();
     assert_eq!(settled["reserve"]["settlement"], "settled", "{settled}");
     drop(providers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rented_adapter_is_pinned_by_its_provider_and_its_term_paid_on_chain() {
+    let world = settling("rent").await;
+    let client = &world.client;
+    let bin = provider_bin();
+    let model_dir = common::gen_model(&bin, &world.dir.0);
+    let (provider, payout) = world.provider(&model_dir, "holder", 2, "1000000");
+    world.registered(&["holder"]).await;
+
+    // An adapter the provider has never seen, on the catalog's base.
+    let adapters = world.dir.0.join("adapters");
+    let out = run(
+        &bin,
+        &[
+            "gen-adapters",
+            "--model",
+            path(&model_dir),
+            "--out",
+            path(&adapters),
+            "--count",
+            "1",
+            "--ranks",
+            "4",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config_path = adapters.join("adapter-000").join("adapter_config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_path).unwrap()).unwrap();
+    config["base_model_name_or_path"] = json!(MODEL);
+    std::fs::write(&config_path, config.to_string()).unwrap();
+    let agent = common::Agent::import(
+        &world.dir.0,
+        &world.market,
+        B256::from(world.anvil.keys[1].to_bytes()),
+    )
+    .await;
+    let stored = cx_json(
+        agent.args(&[
+            "put-adapter",
+            adapters.join("adapter-000").to_str().unwrap(),
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    let adapter = stored["id"].as_str().unwrap().to_owned();
+    let escrow_id = agent.open_tab(client, 5_000_000, &world.deployments).await;
+    cx_json(agent.args(&["bind", "--json"]), String::new()).await;
+    let tab = escrow_id.to_string();
+
+    // A 20 s term, at most 1 000 000 wei, tolerating up to half the observations absent (the
+    // first sweeps come before the provider has fetched it).
+    let committed = cx_json(
+        agent.args(&[
+            "rent",
+            "--adapter",
+            &format!("0x{adapter}"),
+            "--term-s",
+            "20",
+            "--max-rent-wei",
+            "1000000",
+            "--epsilon-ppm",
+            "500000",
+            "--tab",
+            &tab,
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(committed["status"], "committed", "{committed}");
+    assert_eq!(committed["rent"]["bundle_id"], "holder", "{committed}");
+    let rent_id: B256 = committed["id"].as_str().unwrap().parse().unwrap();
+    let rent_wei: u128 = committed["rent"]["rent_wei"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rent_wei > 0, "{committed}");
+
+    // The provider fetches it, loads it pinned and reports it resident.
+    until(
+        "the rented adapter resident",
+        Duration::from_secs(30),
+        || async {
+            client
+                .providers()
+                .await
+                .ok()
+                .filter(|b| {
+                    b.iter()
+                        .any(|b| b.id == "holder" && b.resident_adapters.contains(&adapter))
+                })
+                .map(|_| ())
+        },
+    )
+    .await;
+
+    // At the term's end the provider claims the rent less the measured rebate.
+    let filled = until("the rent claimed", Duration::from_secs(60), || async {
+        client
+            .standing_order(rent_id)
+            .await
+            .ok()
+            .filter(|o| o["status"] == "filled")
+    })
+    .await;
+    let fill = &filled["rent"];
+    assert!(fill["resident_reports"].as_u64().unwrap() > 0, "{filled}");
+    assert_eq!(fill["sla_met"], true, "{filled}");
+    assert_eq!(fill["rebate_wei"], "0", "{filled}");
+    assert_eq!(fill["charged_wei"], rent_wei.to_string(), "{filled}");
+    assert_eq!(
+        client.tab(31337, escrow_id).await.unwrap().held_wei,
+        rent_wei
+    );
+
+    // The tab settles: every signer checks the rent's voucher; the provider is credited the
+    // rent less the fee.
+    let closed = cx_json(agent.args(&["settle-tab", &tab, "--json"]), String::new()).await;
+    assert_eq!(closed["status"], "closing", "{closed}");
+    let claim = until("the tab settled", Duration::from_secs(90), || async {
+        client.claim(31337, payout).await.ok()
+    })
+    .await;
+    let cut = rent_wei * 500 / 10_000;
+    assert_eq!(claim.cumulative_wei, (rent_wei - cut).to_string());
+    let settled = client.standing_order(rent_id).await.unwrap();
+    assert_eq!(settled["rent"]["settlement"], "settled", "{settled}");
+    drop(provider);
 }

@@ -272,6 +272,22 @@ impl Client {
         .await
     }
 
+    /// `POST /v1/rents`: submits a signed rent (an adapter kept resident for a term); answers
+    /// with the standing order, `committed` at once to the bundle that holds it, or refuses it
+    /// (`no_capable_bundle`) holding nothing. `GET /v1/orders/{id}` then shows the bundle, the
+    /// measured residency and the rebate.
+    pub async fn submit_rent(
+        &self,
+        rent: &Signed<cx_protocol::order::Rent>,
+    ) -> Result<serde_json::Value> {
+        self.send(
+            Method::POST,
+            "/v1/rents",
+            Some(&serde_json::json!({ "rent": rent })),
+        )
+        .await
+    }
+
     /// `POST /v1/reserves`: submits a signed reserve (capacity over a window, take-or-pay);
     /// answers with the standing order (its id, what it holds, when it ends). Providers bid
     /// until the window starts; `GET /v1/orders/{id}` then shows the winner, draws and charge.

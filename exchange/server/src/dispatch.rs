@@ -141,7 +141,8 @@ pub const PROVIDER_SILENCE_S: u64 = 360;
 
 /// Runs, every [`SWEEP_PERIOD`], until the task is dropped: expires the jobs whose deadline
 /// passed with no result (their holds return to their tabs and sessions; nothing is charged)
-/// and wakes their waiters; returns the holds of standing orders that ended unfilled; takes the
+/// and wakes their waiters; observes the residency of every running rent; returns the holds of
+/// standing orders that ended unfilled (or whose provider never claimed them); takes the
 /// bundles of providers silent for [`PROVIDER_SILENCE_S`] (or the intake's own setting) out of
 /// the engine, re-clearing their jobs; and samples the market maker's quotes every
 /// [`QUOTE_SAMPLE_TICKS`] (the explorer's price history). A failed sweep is logged and retried
@@ -183,6 +184,9 @@ pub async fn run_sweeps(intake: &crate::intake::Intake) {
             Ok(0) => {}
             Ok(n) => tracing::info!(reserves = n, "take-or-pay unclaimed; holds released"),
             Err(err) => tracing::warn!(error = %format!("{err:#}"), "reserve claim sweep failed"),
+        }
+        if let Err(err) = intake.observe_rents(now).await {
+            tracing::warn!(error = %format!("{err:#}"), "rent residency sweep failed");
         }
         match books.expire_standing(now).await {
             Ok(0) => {}

@@ -102,6 +102,19 @@ pub enum Error {
         /// What the reserve's state does not allow.
         reason: &'static str,
     },
+    /// No rent in the state the call needs has this id (unknown, not committed to this
+    /// provider, or its term not over): the reason says which.
+    #[error("the rent is not open to this: {reason}")]
+    RentNotOpen {
+        /// What the rent's state does not allow.
+        reason: &'static str,
+    },
+    /// No live bundle can hold the rented adapter within the buyer's limit; nothing was held.
+    #[error("rent.order.target: no live bundle can keep this adapter resident: {reason}")]
+    NoRentHolder {
+        /// Why none can (the binding constraint).
+        reason: String,
+    },
     /// A bid on a reserve cannot be taken; names the bid's field.
     #[error("bid.{field}: {reason}")]
     BidRefused {

@@ -371,8 +371,8 @@ impl Settler {
         let receipt: SignedReceipt = serde_json::from_value(job.receipt.clone())?;
         let order =
             |key: &str, what: &'static str| job.order.get(key).cloned().ok_or(corrupt(what));
-        // What the assignment names as the job's input: the request's hash, or for a search or
-        // a reserve's take-or-pay the order's digest (its job id).
+        // What the assignment names as the job's input: the request's hash, or for a search, a
+        // reserve's take-or-pay or a rent's term the order's digest (its job id).
         let (authority, input_hash) = match job.kind.as_str() {
             "intent" | "session_grant" => {
                 // The stored request's canonical hash, whatever its kind (inference, product).
@@ -410,6 +410,10 @@ impl Settler {
                     "reserve",
                     "a reserve order",
                 )?)?),
+                job.job_id.0,
+            ),
+            "rent" => (
+                Authority::Rent(serde_json::from_value(order("rent", "a rent order")?)?),
                 job.job_id.0,
             ),
             _ => return Err(corrupt("an order kind")),

@@ -439,6 +439,12 @@ impl Engine {
         })
     }
 
+    /// Pins (or unpins) resident adapter `id`: a pinned adapter is never evicted (a rent the
+    /// exchange committed to this provider keeps it loaded). False when it is not resident.
+    pub fn set_pinned(&self, id: &str, pinned: bool) -> bool {
+        self.shared.cache().set_pinned(id, pinned)
+    }
+
     /// Forgets the alias `name`; the adapter leaves the cache when no other alias names it
     /// (running sequences keep their copy until they finish).
     pub fn unload_adapter(&self, name: &str) -> Result<()> {

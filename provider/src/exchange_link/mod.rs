@@ -27,6 +27,7 @@
 mod https;
 pub mod key_file;
 mod matmul;
+mod rent;
 mod reserve;
 mod search;
 mod wire;
@@ -286,6 +287,7 @@ impl Link {
         self.register().await?;
         let link = Arc::new(self);
         tokio::spawn(search::run(link.clone()));
+        tokio::spawn(rent::run(link.clone()));
         if link.config.reserve_discount_bps > 0 {
             tokio::spawn(reserve::run(link.clone()));
         }

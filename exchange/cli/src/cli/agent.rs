@@ -84,6 +84,10 @@ enum Command {
     /// account's intents on the tab in the window draw on it first. With `--wait`, until it is
     /// committed (or ends with no bid).
     Reserve(ReserveArgs),
+    /// Rent residency: an adapter kept loaded (pinned) for a term on the bundle that holds it
+    /// most cheaply, at most `--max-rent-wei`; a term whose measured misses exceed ε is rebated.
+    /// With `--wait`, until the term ends and its provider has claimed it.
+    Rent(RentArgs),
     /// Ask the exchange to settle a tab now: it takes no more jobs, and the next batch pays
     /// what its jobs were charged and credits the rest back (claim it with `cx agent claim`).
     SettleTab(SettleTabArgs),
@@ -396,6 +400,35 @@ struct ReserveArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct RentArgs {
+    /// The adapter's content id (as `cx agent put-adapter` printed it).
+    #[arg(long, value_name = "ID")]
+    adapter: B256,
+    /// The term, seconds from now.
+    #[arg(long, value_name = "S")]
+    term_s: u64,
+    /// The most paid for the whole term, wei (held on the tab until it ends).
+    #[arg(long, value_name = "WEI")]
+    max_rent_wei: u128,
+    /// ε: the share of residency observations that may find it absent, parts per million.
+    #[arg(long, value_name = "PPM", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u32).range(0..1_000_000))]
+    epsilon_ppm: u32,
+    /// The tab (escrow id) that pays.
+    #[arg(long, value_name = "ID")]
+    tab: u64,
+    /// Wait until the term ends and its provider claims it (or the claim lapses).
+    #[arg(long)]
+    wait: bool,
+    /// The rent's nonce [default: the current time in microseconds].
+    #[arg(long)]
+    nonce: Option<u64>,
+    /// Also print the result as one JSON line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
 struct SettleTabArgs {
     /// The tab's escrow id.
     id: u64,
@@ -450,6 +483,7 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         Command::SettleTab(settle) => run_settle_tab(&args, settle).await,
         Command::Search(search) => run_search(&args, search).await,
         Command::Reserve(reserve) => run_reserve(&args, reserve).await,
+        Command::Rent(rent) => run_rent(&args, rent).await,
         Command::Claim(claim) => run_claim(&args, claim).await,
     }
 }
@@ -1143,6 +1177,53 @@ async fn run_reserve(args: &Args, cmd: &ReserveArgs) -> anyhow::Result<()> {
         fill["bundle_id"].as_str().unwrap_or("-"),
         fill["rate_wei_per_s"],
         fill["bids"].as_array().map_or(0, Vec::len),
+    );
+    super::emit(cmd.json, &table, &order)
+}
+
+async fn run_rent(args: &Args, cmd: &RentArgs) -> anyhow::Result<()> {
+    let keys = args.load_keys()?;
+    let client = args.client()?;
+    let chain = pick_chain(&client, args.chain, false).await?;
+    let rent = cx_protocol::order::Rent {
+        target_kind: cx_protocol::order::RentTarget::Adapter,
+        target: cmd.adapter,
+        term_s: cmd.term_s,
+        max_rent_wei: cmd.max_rent_wei,
+        epsilon_ppm: cmd.epsilon_ppm,
+        tab_id: cmd.tab,
+        nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
+        expiry_s: now_s().saturating_add(60),
+    };
+    let signed = keys.sign(rent, &chain.domain())?;
+    let accepted = client
+        .submit_rent(&signed)
+        .await
+        .context("submitting the rent")?;
+    let id: B256 = accepted["order_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| anyhow!("the exchange accepted the rent without an order_id: {accepted}"))?;
+    let mut order = client.standing_order(id).await?;
+    while cmd.wait && order["status"] == "committed" {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        order = client.standing_order(id).await?;
+    }
+    let fill = &order["rent"];
+    let table = format!(
+        "rent             {id}\nstatus           {}\nheld_wei         {}\nends_s           {}\n\
+         bundle           {}\nrent_wei         {}\nresidency        {} resident, {} absent, {} missed deadlines\n\
+         rebate_wei       {}\ncharged_wei      {}\n",
+        order["status"].as_str().unwrap_or("?"),
+        order["held_wei"].as_str().unwrap_or("?"),
+        order["ends_s"],
+        fill["bundle_id"].as_str().unwrap_or("-"),
+        fill["rent_wei"].as_str().unwrap_or("-"),
+        fill["resident_reports"],
+        fill["absent_reports"],
+        fill["missed_deadlines"],
+        fill["rebate_wei"].as_str().unwrap_or("-"),
+        fill["charged_wei"].as_str().unwrap_or("-"),
     );
     super::emit(cmd.json, &table, &order)
 }

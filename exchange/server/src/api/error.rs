@@ -339,6 +339,13 @@ impl From<crate::Error> for ApiError {
             E::ReserveNotOpen { .. } => {
                 refuse(StatusCode::CONFLICT, "reserve_not_open", None, &err)
             }
+            E::RentNotOpen { .. } => refuse(StatusCode::CONFLICT, "rent_not_open", None, &err),
+            E::NoRentHolder { .. } => refuse(
+                StatusCode::CONFLICT,
+                "no_capable_bundle",
+                Some("rent.order.target"),
+                &err,
+            ),
             E::BidRefused { field, .. } => refuse(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "bid_refused",

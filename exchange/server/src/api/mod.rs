@@ -194,6 +194,8 @@ pub fn app(state: AppState) -> Router {
             "/v1/reserves/{id}/take_or_pay",
             post(providers::take_or_pay),
         )
+        .route("/v1/providers/pins", get(providers::pins))
+        .route("/v1/rents/{id}/claim", post(providers::claim_rent))
         .route("/v1/sessions", post(sessions::open))
         .route(
             "/v1/sessions/{id}",

@@ -422,21 +422,13 @@ async fn model_and_adapter(
         .ok_or_else(|| {
             ApiError::from(crate::Error::UnknownAdapter).map_field(|_| "model".to_owned())
         })?;
-    let base = serde_json::from_slice::<Value>(&stored.config)
-        .ok()
-        .and_then(|c| {
-            c.get("base_model_name_or_path")?
-                .as_str()
-                .map(str::to_owned)
-        })
-        .filter(|b| intake.market().catalog().resolve(b).is_ok())
-        .ok_or_else(|| {
-            ApiError::invalid(
-                "model",
-                "this adapter's base_model_name_or_path is not a catalog model: name the base \
+    let base = intake.adapter_base(&stored.config).ok_or_else(|| {
+        ApiError::invalid(
+            "model",
+            "this adapter's base_model_name_or_path is not a catalog model: name the base \
                  model in `model` and the adapter in `cx.adapter_id`",
-            )
-        })?;
+        )
+    })?;
     Ok((base, Some(adapter)))
 }
 

@@ -48,6 +48,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         providers::reserves,
         providers::bid,
         providers::take_or_pay,
+        providers::pins,
+        providers::claim_rent,
         market::chains,
         settlement::claim,
         settlement::close_tab,

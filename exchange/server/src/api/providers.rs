@@ -308,3 +308,54 @@ pub(super) async fn take_or_pay(
         .await?;
     shown(intake, id).await
 }
+
+/// The rents a provider keeps pinned.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ProviderPins {
+    /// The rents committed to this provider: each with the buyer's signed rent (the adapter
+    /// as `target`, the term, ε) and its fill (bundle, ρ, measured residency). It keeps each
+    /// adapter pinned on its bundle until the order's `ends_s`, then claims the rent.
+    pins: Vec<crate::books::StandingOrder>,
+}
+
+#[utoipa::path(get, path = "/v1/providers/pins", tag = "providers", security(("provider_token" = [])), responses((status = 200, body = ProviderPins), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+pub(super) async fn pins(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<AppJson<ProviderPins>, ApiError> {
+    let intake = state.intake()?;
+    let provider = intake.provider(bearer(&headers)?).await?;
+    let pins = intake
+        .books()
+        .provider_rents(provider.key_hash, 256)
+        .await?;
+    Ok(AppJson(ProviderPins { pins }))
+}
+
+/// The holding provider's claim on a rent whose term is over.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RentClaim {
+    /// The provider-signed receipt (job id and input: the rent's digest; output zero; adapter:
+    /// the rented one; compute 0; amount: the term's rent less its rebate).
+    #[schema(value_type = Object)]
+    receipt: cx_protocol::receipt::SignedReceipt,
+}
+
+#[utoipa::path(post, path = "/v1/rents/{id}/claim", tag = "providers", params(("id" = String, Path)), request_body = RentClaim, security(("provider_token" = [])), responses((status = 200, description = "the rent is filled: its term is a job of its tab", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+pub(super) async fn claim_rent(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    AppJson(body): AppJson<RentClaim>,
+) -> Result<AppJson<crate::books::StandingOrder>, ApiError> {
+    let id = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id", "a rent id is 32 bytes of 0x-hex"))?;
+    let intake = state.intake()?;
+    let provider = intake.provider(bearer(&headers)?).await?;
+    intake
+        .claim_rent(&provider, id, &body.receipt, crate::intake::now_s())
+        .await?;
+    shown(intake, id).await
+}

@@ -287,6 +287,7 @@ impl Books {
             held_wei: parse_wei(&held)?,
             ends_s,
             model: &model,
+            adapter: None,
         };
         filled
             .into_job(&mut tx, key_hash, charged_wei, receipt, decision)
@@ -295,12 +296,12 @@ impl Books {
         Ok(true)
     }
 
-    /// Ends committed reserves whose provider did not claim the take-or-pay within `grace_s`
-    /// of the window's end at `now_s`: `unclaimed`, their holds back on their tabs. Returns how
-    /// many.
+    /// Ends committed reserves and rents whose provider did not claim the take-or-pay (the
+    /// term's rent) within `grace_s` of the window's (term's) end at `now_s`: `unclaimed`,
+    /// their holds back on their tabs. Returns how many.
     pub async fn expire_unclaimed(&self, now_s: u64, grace_s: u64) -> Result<u64> {
         let (count,): (i64,) = sqlx::query_as(&super::standing::release_sql(
-            "kind = 'reserve' AND status = 'committed' AND ends_s + $2 < $1",
+            "kind IN ('reserve', 'rent') AND status = 'committed' AND ends_s + $2 < $1",
             "'unclaimed'",
         ))
         .bind(to_i64(now_s, "time")?)

@@ -53,6 +53,7 @@ impl Books {
             held_wei: super::parse_wei(&held)?,
             ends_s,
             model: "search",
+            adapter: None,
         };
         filled
             .into_job(

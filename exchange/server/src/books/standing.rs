@@ -36,6 +36,9 @@ pub struct StandingOrder {
     /// A reserve's bids, commitment, draws and take-or-pay (absent for other kinds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reserve: Option<super::ReserveFill>,
+    /// A rent's commitment, measured residency and rebate (absent for other kinds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rent: Option<super::RentFill>,
 }
 
 impl Books {
@@ -113,6 +116,18 @@ impl Books {
         if order.kind == "reserve" {
             order.reserve = Some(self.reserve_fill(id).await?);
         }
+        if order.kind == "rent" {
+            let epsilon_ppm = order
+                .order
+                .pointer("/rent/order/epsilon_ppm")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|e| u32::try_from(e).ok())
+                .ok_or(Error::Corrupt {
+                    what: "a rent order",
+                    value: id.to_string(),
+                })?;
+            order.rent = Some(self.rent_fill(id, epsilon_ppm).await?);
+        }
         Ok(Some(order))
     }
 
@@ -176,6 +191,8 @@ pub(super) struct Filled<'a> {
     pub(super) ends_s: i64,
     /// The job's model column (`search` for a search).
     pub(super) model: &'a str,
+    /// The job's adapter (a rent's), hex.
+    pub(super) adapter: Option<&'a str>,
 }
 
 impl Filled<'_> {
@@ -208,8 +225,8 @@ impl Filled<'_> {
         .await?;
         sqlx::query(
             "INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
-                                        status, held_wei, decision, deadline_s) \
-             VALUES ($1, $1, $2, $3, $4, $8, 'done', $5::numeric, $6::jsonb, $7)",
+                                        status, held_wei, decision, deadline_s, adapter) \
+             VALUES ($1, $1, $2, $3, $4, $8, 'done', $5::numeric, $6::jsonb, $7, $9)",
         )
         .bind(self.id.as_slice())
         .bind(&self.account)
@@ -219,6 +236,7 @@ impl Filled<'_> {
         .bind(decision.to_string())
         .bind(self.ends_s)
         .bind(self.model)
+        .bind(self.adapter)
         .execute(&mut **tx)
         .await?;
         sqlx::query(
@@ -278,6 +296,7 @@ impl StandingRow {
             ends_s: self.ends_s as u64,
             order: serde_json::from_str(&self.body)?,
             reserve: None,
+            rent: None,
         })
     }
 }

@@ -15,9 +15,11 @@
 //! Nothing is written unless every step passed, so a refused order leaves no row and spends no
 //! nonce.
 
+mod rent;
 mod reserve;
 mod standing;
 
+pub use rent::RENT_REPORT_FRESH_S;
 pub use reserve::RESERVE_CLAIM_GRACE_S;
 pub use standing::{
     MAX_RENT_TERM_S, MAX_SEARCH_PREFIX_BYTES, RentSubmission, ReserveSubmission, SearchSubmission,

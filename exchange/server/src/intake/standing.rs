@@ -48,7 +48,7 @@ pub struct StandingAccepted {
     pub order_id: B256,
     /// `reserve`, `rent` or `search`.
     pub kind: &'static str,
-    /// `open` until a provider fills it.
+    /// `open` until a provider fills it; a rent is `committed` to its bundle at once.
     pub status: &'static str,
     /// What it holds on the tab, wei: the most it can cost.
     #[serde(with = "cx_protocol::price::wei_string")]
@@ -77,8 +77,10 @@ impl Intake {
             .await
     }
 
-    /// A rent: an adapter kept resident for a term at most `max_rent_wei`. Rents on a base or a
-    /// conversation prefix are refused by name (no provider reports those residencies yet).
+    /// A rent: an adapter kept resident for a term at most `max_rent_wei`, committed at once
+    /// to the live bundle that holds it most cheaply (see [`super::rent`]) with that term's rent
+    /// held; with no such bundle it is refused and nothing is held. Rents on a base or a conversation prefix are refused
+    /// by name (no provider reports those residencies yet).
     pub async fn submit_rent(&self, signed: &Signed<Rent>, now_s: u64) -> Result<StandingAccepted> {
         let verified = self.verify(signed, now_s, "rent").await?;
         let rent = &signed.order;
@@ -96,12 +98,35 @@ impl Intake {
             }
             .into());
         }
-        self.books()
-            .adapter_bytes(&hex::encode(rent.target))
+        let adapter = hex::encode(rent.target);
+        let size_bytes = self
+            .books()
+            .adapter_bytes(&adapter)
             .await?
             .ok_or(Error::UnknownAdapter)?;
-        self.standing(&verified, signed, rent.max_rent_wei, now_s + rent.term_s)
-            .await
+        let stored = self
+            .books()
+            .adapter(&adapter)
+            .await?
+            .ok_or(Error::UnknownAdapter)?;
+        let base = self
+            .adapter_base(&stored.config)
+            .ok_or(Error::NoRentHolder {
+                reason: "its adapter_config.json names no catalog model as base_model_name_or_path"
+                    .into(),
+            })?;
+        let holder = self.rent_holder(rent, &adapter, &base, size_bytes).await?;
+        // The price is known now: the term's rent is the most it can cost.
+        let mut accepted = self
+            .standing(&verified, signed, holder.rent_wei, now_s + rent.term_s)
+            .await?;
+        if self
+            .commit_rent(accepted.order_id, &holder, size_bytes, now_s)
+            .await?
+        {
+            accepted.status = "committed";
+        }
+        Ok(accepted)
     }
 
     /// A search: a SHA-256 preimage search paying at most `max_price_wei` for a witness found

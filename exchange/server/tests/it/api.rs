@@ -243,6 +243,8 @@ async fn the_openapi_document_names_every_route_and_its_types() {
         ("/v1/providers/reserves", "get"),
         ("/v1/reserves/{id}/bids", "post"),
         ("/v1/reserves/{id}/take_or_pay", "post"),
+        ("/v1/providers/pins", "get"),
+        ("/v1/rents/{id}/claim", "post"),
         ("/v1/tabs/{chain_id}/{escrow_id}", "get"),
         ("/v1/tabs/{chain_id}/{escrow_id}/close", "post"),
         ("/v1/claims/{chain_id}/{account}", "get"),

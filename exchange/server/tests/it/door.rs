@@ -138,7 +138,12 @@ impl Door {
     }
 
     /// Signs and stores a grant whose bearer secret is `secret`.
-    async fn session(&self, secret: &str, cap_wei: u128, nonce: u64) -> (StatusCode, Value) {
+    pub(crate) async fn session(
+        &self,
+        secret: &str,
+        cap_wei: u128,
+        nonce: u64,
+    ) -> (StatusCode, Value) {
         let grant = SessionGrant {
             tab_id: 3,
             spend_cap_wei: cap_wei,
@@ -206,7 +211,7 @@ impl Door {
     }
 }
 
-fn chat(extra: Value) -> Value {
+pub(crate) fn chat(extra: Value) -> Value {
     let mut body = json!({
         "model": "llama-8b",
         "messages": [{"role": "user", "content": "Say hello."}],

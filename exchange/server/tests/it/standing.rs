@@ -484,3 +484,411 @@ mod reserves {
         assert_eq!(door.held().await, 0);
     }
 }
+
+mod rents {
+    //! Adapter rents filled by providers: committed at acceptance to the cheapest bundle that
+    //! can keep the adapter resident, its residency measured every sweep from the bundle's
+    //! reports and its jobs' missed deadlines, and claimed at the term's end less the rebate a
+    //! missed SLA earns.
+
+    use super::*;
+    use crate::door::{PAYOUT, Prov, bundle, chat};
+    use axum::http::header;
+    use base64::Engine as _;
+    use cx_protocol::DeterminismClass;
+    use cx_protocol::receipt::{Receipt, SignedReceipt};
+
+    const CHAIN: u64 = 31337;
+
+    /// Stores an adapter on `base`; its content id and |a|.
+    async fn adapter(door: &Door, base: &str) -> (String, u64) {
+        let data: Vec<u8> = (0..64u8).collect();
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4, 4], &data)
+            .unwrap();
+        let weights = safetensors::serialize(
+            [(
+                "base_model.model.layers.0.self_attn.q_proj.lora_A.weight",
+                view,
+            )],
+            None,
+        )
+        .unwrap();
+        let config = json!({"peft_type": "LORA", "r": 4, "lora_alpha": 8,
+                            "target_modules": ["q_proj"], "base_model_name_or_path": base})
+        .to_string();
+        let files = json!({
+            "adapter_config": config,
+            "adapter_model_safetensors_base64":
+                base64::engine::general_purpose::STANDARD.encode(&weights),
+        });
+        let (status, stored) = door
+            .call(
+                Request::put("/v1/adapters")
+                    .header(header::CONTENT_TYPE, "application/json")
+                    .body(Body::from(files.to_string()))
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{stored}");
+        let id = stored["id"].as_str().unwrap().to_owned();
+        let bytes = door.books.adapter_bytes(&id).await.unwrap().unwrap();
+        (id, bytes)
+    }
+
+    /// A bundle on the catalog's 8B base asking `ask` wei/s with `memory_bytes` free.
+    fn holder(id: &str, ask: u64, memory_bytes: u64) -> cx_protocol::Bundle {
+        let mut b = bundle(id);
+        b.price_wei_per_s = ask;
+        b.memory_bytes = memory_bytes;
+        b
+    }
+
+    fn rent(adapter: &str, term_s: u64, max_rent_wei: u128, nonce: u64) -> Rent {
+        Rent {
+            target_kind: RentTarget::Adapter,
+            target: adapter.parse().unwrap(),
+            term_s,
+            max_rent_wei,
+            epsilon_ppm: 1_000,
+            tab_id: 3,
+            nonce,
+            expiry_s: now_s() + 60,
+        }
+    }
+
+    async fn order(door: &Door, id: B256) -> Value {
+        let (status, shown) = door
+            .call(
+                Request::get(format!("/v1/orders/{id}"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{shown}");
+        shown
+    }
+
+    async fn register(door: &Door, prov: &Prov, bundles: Vec<cx_protocol::Bundle>) {
+        let (status, body) = door
+            .post("/v1/providers/register", None, &prov.offer(bundles))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+
+    fn claim(prov: &Prov, id: B256, adapter: &str, buyer: [u8; 20], amount: u128) -> Value {
+        let receipt = SignedReceipt::sign(
+            Receipt {
+                job_id: id.0,
+                chain_id: CHAIN,
+                escrow_id: 3,
+                input_hash: id.0,
+                output_hash: [0; 32],
+                adapter_hash: adapter.parse::<B256>().unwrap().0,
+                tokens: 0,
+                compute_ms: 0,
+                class: DeterminismClass::D,
+                provider: PAYOUT.0.0,
+                provider_key: prov.id.id().0,
+                amount_owed_wei: amount,
+                buyer,
+            },
+            &prov.id,
+        )
+        .unwrap();
+        json!({ "receipt": receipt })
+    }
+
+    #[tokio::test]
+    async fn a_rent_is_committed_to_the_cheapest_bundle_that_can_hold_it() {
+        let door = Door::new().await;
+        let (a, b, c) = (Prov::new(4), Prov::new(5), Prov::new(6));
+        let mut no_base = holder("no-base", 1, 10_000_000);
+        no_base.resident_bases.clear();
+        // Cheaper than `warm` but without the base, or without room for the adapter.
+        register(&door, &a, vec![no_base, holder("tight", 2, 10)]).await;
+        register(&door, &b, vec![holder("warm", 1_000_000, 10_000_000)]).await;
+        register(&door, &c, vec![holder("dear", 2_000_000, 10_000_000)]).await;
+        let (id, size) = adapter(&door, "llama-3.1-8b-instruct").await;
+
+        // ρ = 10⁶ wei/s × 3.6·10¹² / 10⁷ B = 3.6·10¹¹ wei per GB-hour; over 600 s that is
+        // |a| × 60 wei (the ask's |a|/M share of the device).
+        let want = u128::from(size) * 60;
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(rent(&id, 600, want - 1, 1))}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(body["error"]["code"], "no_capable_bundle", "{body}");
+        assert_eq!(body["error"]["field"], "rent.order.target", "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("asks {want} wei")),
+            "{body}"
+        );
+        assert_eq!(door.count("exchange_standing_orders").await, 0);
+        assert_eq!(door.held().await, 0, "a refused rent holds nothing");
+
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(rent(&id, 600, 1_000_000, 2))}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        assert_eq!(body["status"], "committed");
+        assert_eq!(
+            door.held().await,
+            want,
+            "the term's rent is held, not the buyer's limit"
+        );
+        let order_id: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
+        let shown = order(&door, order_id).await;
+        assert_eq!(shown["status"], "committed");
+        let fill = &shown["rent"];
+        assert_eq!(fill["bundle_id"], "warm", "{shown}");
+        assert_eq!(
+            fill["provider_key_hash"],
+            B256::from(b.id.id().0).to_string()
+        );
+        assert_eq!(fill["rho_wei_per_gb_hour"], "360000000000");
+        assert_eq!(fill["size_bytes"], size);
+        assert_eq!(fill["rent_wei"], want.to_string());
+        assert_eq!(fill["rebate_wei"], "0");
+
+        // A report listing it counts resident while fresh; the same report 200 s on does not.
+        let mut warm = holder("warm", 1_000_000, 10_000_000);
+        warm.resident_adapters = vec![id.clone()];
+        register(&door, &b, vec![warm]).await;
+        assert_eq!(door.intake().observe_rents(now_s()).await.unwrap(), 1);
+        assert_eq!(door.intake().observe_rents(now_s() + 200).await.unwrap(), 1);
+        let fill = &order(&door, order_id).await["rent"];
+        assert_eq!(
+            (&fill["resident_reports"], &fill["absent_reports"]),
+            (&json!(1), &json!(1)),
+            "{fill}"
+        );
+
+        // The holder learns its pin; the others have none.
+        for (prov, pins) in [(&b, 1), (&a, 0)] {
+            let (status, got) = door
+                .call(
+                    Request::get("/v1/providers/pins")
+                        .header(header::AUTHORIZATION, format!("Bearer {}", prov.token))
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{got}");
+            assert_eq!(got["pins"].as_array().unwrap().len(), pins, "{got}");
+        }
+        assert_eq!(
+            door.count("exchange_standing_orders").await,
+            1,
+            "only the held rent"
+        );
+
+        // An adapter on a base no live bundle serves, or on no catalog model, is refused.
+        for (base, nonce, why) in [
+            ("llama-3.1-70b-instruct", 3, "none serves its base model"),
+            ("no-such-base", 4, "names no catalog model"),
+        ] {
+            let (other, _) = adapter(&door, base).await;
+            let (status, body) = door
+                .post(
+                    "/v1/rents",
+                    None,
+                    &json!({"rent": door.signed(rent(&other, 600, 1_000_000, nonce))}),
+                )
+                .await;
+            assert_eq!(status, StatusCode::CONFLICT, "{body}");
+            assert!(
+                body["error"]["message"].as_str().unwrap().contains(why),
+                "{body}"
+            );
+        }
+        assert_eq!(door.count("exchange_standing_orders").await, 1);
+        assert_eq!(door.held().await, want);
+    }
+
+    #[tokio::test]
+    async fn a_term_measured_absent_is_rebated_when_its_provider_claims_it() {
+        let door = Door::new().await;
+        let (b, other) = (Prov::new(5), Prov::new(6));
+        let (id, size) = adapter(&door, "llama-3.1-8b-instruct").await;
+        let mut warm = holder("warm", 1_000_000, 10_000_000);
+        warm.resident_adapters = vec![id.clone()];
+        register(&door, &b, vec![warm.clone()]).await;
+        register(
+            &door,
+            &other,
+            vec![holder("elsewhere", 9_000_000, 10_000_000)],
+        )
+        .await;
+        let t0 = now_s();
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(rent(&id, 6, 1_000_000, 1))}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        let order_id: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
+        let ends_s = body["ends_s"].as_u64().unwrap();
+        assert!(ends_s >= t0 + 6);
+
+        // A sweep with the adapter in the bundle's report: resident.
+        assert_eq!(door.intake().observe_rents(now_s()).await.unwrap(), 1);
+        // A job of the adapter on the bundle that misses its deadline: absent.
+        door.session("cxs_key", 1_000_000, 2).await;
+        let (status, body) = door
+            .post(
+                "/v1/chat/completions",
+                Some("cxs_key"),
+                &chat(json!({"cx": {"deadline_in_s": 1, "adapter_id": id}})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body}");
+        let expired = door.books.expire_due(now_s() + 2).await.unwrap();
+        assert_eq!(expired.len(), 1);
+        assert_eq!(
+            door.books.job(expired[0]).await.unwrap().unwrap().bundle_id,
+            Some("warm".to_owned())
+        );
+        // A sweep whose report no longer lists it: absent.
+        warm.resident_adapters.clear();
+        register(&door, &b, vec![warm]).await;
+        assert_eq!(door.intake().observe_rents(now_s()).await.unwrap(), 1);
+
+        // 6 s × |a| / 10 wei of rent; 2 of 3 observations absent (> ε = 0.1 %): 2/3 rebated.
+        let rent_wei = u128::from(size) * 6 / 10;
+        let rebate = rent_wei * 2 / 3;
+        let owed = rent_wei - rebate;
+        let shown = order(&door, order_id).await;
+        let fill = &shown["rent"];
+        assert_eq!(
+            (
+                &fill["resident_reports"],
+                &fill["absent_reports"],
+                &fill["missed_deadlines"],
+                &fill["sla_met"]
+            ),
+            (&json!(1), &json!(1), &json!(1), &json!(false)),
+            "{shown}"
+        );
+        assert_eq!(fill["rent_wei"], rent_wei.to_string());
+        assert_eq!(fill["rebate_wei"], rebate.to_string());
+
+        let buyer = order::account_of(&door.key).0.0;
+        let url = format!("/v1/rents/{order_id}/claim");
+        let refusals = [
+            // Before the term's end.
+            (&b, claim(&b, order_id, &id, buyer, owed), "rent_not_open"),
+        ];
+        for (prov, body, code) in refusals {
+            let (status, got) = door.post(&url, Some(&prov.token), &body).await;
+            assert_eq!(status, StatusCode::CONFLICT, "{got}");
+            assert_eq!(got["error"]["code"], code, "{got}");
+        }
+        while now_s() < ends_s {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        // Not the holder; the whole rent with no rebate; another adapter.
+        let (status, got) = door
+            .post(
+                &url,
+                Some(&other.token),
+                &claim(&other, order_id, &id, buyer, owed),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{got}");
+        for (body, field) in [
+            (claim(&b, order_id, &id, buyer, rent_wei), "amount_owed_wei"),
+            (
+                claim(&b, order_id, &B256::repeat_byte(3).to_string(), buyer, owed),
+                "adapter_hash",
+            ),
+        ] {
+            let (status, got) = door.post(&url, Some(&b.token), &body).await;
+            assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{got}");
+            assert!(
+                got["error"]["field"].as_str().unwrap().ends_with(field),
+                "{got}"
+            );
+        }
+        let (status, got) = door
+            .post(&url, Some(&b.token), &claim(&b, order_id, &id, buyer, owed))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+        assert_eq!(got["status"], "filled");
+        assert_eq!(got["rent"]["charged_wei"], owed.to_string());
+        assert_eq!(got["rent"]["settlement"], "done");
+        // The rest of the hold is back on the tab; what is owed stays held until it settles.
+        assert_eq!(door.held().await, owed);
+        let (status, _) = door
+            .post(&url, Some(&b.token), &claim(&b, order_id, &id, buyer, owed))
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "claimed once");
+        let paid = door.books.paid_jobs(CHAIN, 3).await.unwrap();
+        let rent_job = paid.iter().find(|p| p.job_id == order_id).unwrap();
+        assert_eq!(
+            (
+                rent_job.kind.as_str(),
+                rent_job.charged_wei,
+                rent_job.adapter.as_deref()
+            ),
+            ("rent", owed, Some(id.as_str()))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rent_its_provider_never_claims_returns_its_hold() {
+        let door = Door::new().await;
+        let b = Prov::new(5);
+        register(&door, &b, vec![holder("warm", 1_000_000, 10_000_000)]).await;
+        let (id, _) = adapter(&door, "llama-3.1-8b-instruct").await;
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(rent(&id, 2, 1_000_000, 1))}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        let order_id: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
+        let ends_s = body["ends_s"].as_u64().unwrap();
+        assert_eq!(
+            door.intake().observe_rents(ends_s).await.unwrap(),
+            0,
+            "an ended term is observed no more"
+        );
+        assert_eq!(
+            door.books.expire_standing(ends_s + 5).await.unwrap(),
+            0,
+            "a committed rent is not an unfilled one"
+        );
+        let grace = door.intake().reserve_claim_grace_s();
+        assert_eq!(
+            door.books
+                .expire_unclaimed(ends_s + grace, grace)
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            door.books
+                .expire_unclaimed(ends_s + grace + 1, grace)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(order(&door, order_id).await["status"], "unclaimed");
+        assert_eq!(door.held().await, 0, "the hold went back");
+    }
+}

@@ -1,0 +1,292 @@
+//! Rents on state filled by providers (SPEC §3): an adapter rent is committed when it is
+//! accepted to the live bundle that can keep the adapter resident most cheaply, observed every
+//! sweep, and claimed by its provider at the term's end — the rent less the rebate a missed
+//! term earns, a job of the tab paid by [`cx_protocol::voucher::Authority::Rent`].
+//!
+//! **The price.** A bundle's ask `p` buys a compute-second of the whole device, whose free
+//! memory is `M`; an adapter of `|a|` bytes kept resident takes `|a|/M` of that memory, so the
+//! rent is that share of the ask over the term: `ρ = p × 3600 × 10⁹ / M` wei per GB-hour and
+//! rent = `ρ·|a|·term` ([`cx_exchange::lifecycle::rent::Rent::accrue`]). The cheapest capable
+//! bundle is the lowest ρ; its term's rent must be at most the buyer's `max_rent_wei`.
+
+use super::Intake;
+use crate::books::{Provider, RentCommitment};
+use crate::error::{Error, Result};
+use alloy::primitives::B256;
+use cx_exchange::lifecycle::rent::{PinObject, Rent as Term, RentState};
+use cx_protocol::order::{Rent, Signed};
+use cx_protocol::receipt::SignedReceipt;
+
+/// How recent a provider's report must be for a sweep to believe it, seconds: three of the
+/// provider's 30 s re-signings (an offer changed by a load or eviction is re-signed at once).
+pub const RENT_REPORT_FRESH_S: u64 = 90;
+
+/// A bundle chosen to hold a rent.
+pub(super) struct Holder {
+    pub(super) provider_key_hash: B256,
+    pub(super) bundle_id: String,
+    pub(super) rho_wei_per_gb_hour: u128,
+    /// ρ·|a|·term: what the whole term costs there (a missed SLA only lowers it).
+    pub(super) rent_wei: u128,
+}
+
+/// ρ of a bundle with ask `ask_wei_per_s` and `memory_bytes` free, wei per GB-hour.
+fn rho_of(ask_wei_per_s: u64, memory_bytes: u64) -> u128 {
+    u128::from(ask_wei_per_s) * 3_600 * 1_000_000_000 / u128::from(memory_bytes.max(1))
+}
+
+fn signed_rent(order: &crate::books::StandingOrder) -> Result<Signed<Rent>> {
+    Ok(serde_json::from_value(
+        order.order.get("rent").cloned().ok_or(Error::Corrupt {
+            what: "a rent order",
+            value: order.id.to_string(),
+        })?,
+    )?)
+}
+
+impl Intake {
+    /// The catalog model an adapter's `adapter_config.json` names as its base
+    /// (`base_model_name_or_path`), if it names one.
+    pub fn adapter_base(&self, config: &[u8]) -> Option<String> {
+        let config: serde_json::Value = serde_json::from_slice(config).ok()?;
+        let base = config.get("base_model_name_or_path")?.as_str()?;
+        self.market()
+            .catalog()
+            .resolve(base)
+            .ok()
+            .map(|m| m.name.clone())
+    }
+
+    /// The live bundle that keeps adapter `adapter` (`size_bytes`, on catalog base `base`)
+    /// resident for `rent`'s term most cheaply: it serves the base (holds it resident), has the
+    /// free bytes for the adapter (or holds it already), and its term's rent is within the
+    /// buyer's limit. The error says what no bundle met.
+    pub(super) async fn rent_holder(
+        &self,
+        rent: &Rent,
+        adapter: &str,
+        base: &str,
+        size_bytes: u64,
+    ) -> Result<Holder> {
+        let catalog = self.market().catalog();
+        let mut serving = 0;
+        let mut roomy = 0;
+        let mut best: Option<(u128, String)> = None;
+        for bundle in self.market().bundles() {
+            let serves = bundle
+                .resident_bases
+                .iter()
+                .any(|b| catalog.resolve(b).is_ok_and(|m| m.name == base));
+            if !serves {
+                continue;
+            }
+            serving += 1;
+            let holds = bundle.resident_adapters.iter().any(|a| a == adapter);
+            if !holds && bundle.memory_bytes < size_bytes {
+                continue;
+            }
+            roomy += 1;
+            let rho = rho_of(bundle.price_wei_per_s, bundle.memory_bytes);
+            if best
+                .as_ref()
+                .is_none_or(|(r, id)| (rho, &bundle.id) < (*r, id))
+            {
+                best = Some((rho, bundle.id.clone()));
+            }
+        }
+        let Some((rho, bundle_id)) = best else {
+            return Err(Error::NoRentHolder {
+                reason: if serving == 0 {
+                    format!("none serves its base model `{base}`")
+                } else {
+                    format!(
+                        "none of the {serving} serving `{base}` has {size_bytes} bytes free for it"
+                    )
+                },
+            });
+        };
+        let rent_wei = term_rent(rent, adapter, size_bytes, rho)?;
+        if rent_wei > rent.max_rent_wei {
+            return Err(Error::NoRentHolder {
+                reason: format!(
+                    "the cheapest of {roomy} asks {rent_wei} wei for the term (ρ = {rho} wei per \
+                     GB-hour × {size_bytes} bytes × {} s), above max_rent_wei {}",
+                    rent.term_s, rent.max_rent_wei
+                ),
+            });
+        }
+        let provider_key_hash = self
+            .books()
+            .bundle_owner(&bundle_id)
+            .await?
+            .ok_or_else(|| Error::NoRentHolder {
+                reason: format!("bundle `{bundle_id}` has no registered provider"),
+            })?;
+        Ok(Holder {
+            provider_key_hash,
+            bundle_id,
+            rho_wei_per_gb_hour: rho,
+            rent_wei,
+        })
+    }
+
+    /// Commits accepted rent `id` to `holder` from `now_s`; false when it was no longer open.
+    pub(super) async fn commit_rent(
+        &self,
+        id: B256,
+        holder: &Holder,
+        size_bytes: u64,
+        now_s: u64,
+    ) -> Result<bool> {
+        self.books()
+            .commit_rent(
+                id,
+                RentCommitment {
+                    provider_key_hash: holder.provider_key_hash,
+                    bundle_id: &holder.bundle_id,
+                    rho_wei_per_gb_hour: holder.rho_wei_per_gb_hour,
+                    size_bytes,
+                    starts_s: now_s,
+                },
+            )
+            .await
+    }
+
+    /// One residency observation of every running rent at `now_s`: resident when its
+    /// provider's report is fresh (within [`RENT_REPORT_FRESH_S`]), its bundle is live and the
+    /// report lists the adapter resident. Returns how many rents were observed.
+    pub async fn observe_rents(&self, now_s: u64) -> Result<usize> {
+        let rents = self
+            .books()
+            .running_rents(now_s, RENT_REPORT_FRESH_S, 1_000)
+            .await?;
+        if rents.is_empty() {
+            return Ok(0);
+        }
+        let bundles = self.market().bundles();
+        for rent in &rents {
+            let resident = rent.fresh
+                && bundles
+                    .iter()
+                    .find(|b| b.id == rent.bundle_id)
+                    .is_some_and(|b| b.resident_adapters.contains(&rent.adapter));
+            self.books().observe_rent(rent.id, resident).await?;
+        }
+        Ok(rents.len())
+    }
+
+    /// The rent of committed rent `id`, claimed by `provider` (its holder) at or after the
+    /// term's end with `receipt`: signed by its registered key, naming this rent (its digest
+    /// as job id and input, zero output and compute, the rented adapter, the tab, the buyer,
+    /// the payout account) and claiming exactly what the term ends at — ρ·|a|·term less the
+    /// rebate a missed SLA earns. The rest of the hold returns to the tab.
+    pub async fn claim_rent(
+        &self,
+        provider: &Provider,
+        id: B256,
+        receipt: &SignedReceipt,
+        now_s: u64,
+    ) -> Result<()> {
+        let order = self
+            .books()
+            .standing_order(id)
+            .await?
+            .filter(|o| o.kind == "rent" && o.status == "committed")
+            .ok_or(Error::RentNotOpen {
+                reason: "no committed rent has this id",
+            })?;
+        let fill = order.rent.clone().ok_or(Error::Corrupt {
+            what: "a rent without its fill",
+            value: id.to_string(),
+        })?;
+        if fill.provider_key_hash != Some(provider.key_hash) {
+            return Err(Error::RentNotOpen {
+                reason: "it is committed to another provider",
+            });
+        }
+        let rent = signed_rent(&order)?.order;
+        let adapter = hex::encode(rent.target);
+        let mut term = fill
+            .term(id, &adapter, order.ends_s, rent.epsilon_ppm)
+            .ok_or(Error::Corrupt {
+                what: "a committed rent without its commitment",
+                value: id.to_string(),
+            })?;
+        let Ok(RentState::Ended {
+            paid_wei,
+            rebate_wei,
+        }) = term.end(now_s as f64)
+        else {
+            return Err(Error::RentNotOpen {
+                reason: "its term is not over: the rent is claimed at its end",
+            });
+        };
+        let owed = paid_wei - rebate_wei;
+        let key = cx_protocol::pq::PublicIdentity::from_bytes(&provider.mldsa_key)?;
+        receipt.verify(&key).map_err(|e| e.within("receipt"))?;
+        let r = &receipt.receipt;
+        let checks: [(&'static str, bool); 10] = [
+            ("job_id", r.job_id == id.0),
+            ("input_hash", r.input_hash == id.0),
+            ("output_hash", r.output_hash == [0; 32]),
+            ("adapter_hash", r.adapter_hash == rent.target.0),
+            ("chain_id", r.chain_id == order.chain_id),
+            ("escrow_id", r.escrow_id == order.escrow_id),
+            ("buyer", r.buyer == order.account.0.0),
+            ("provider", r.provider == provider.payout.0.0),
+            ("compute_ms", r.compute_ms == 0),
+            ("amount_owed_wei", r.amount_owed_wei == owed),
+        ];
+        if let Some((field, _)) = checks.iter().find(|(_, ok)| !ok) {
+            return Err(Error::ReceiptMismatch {
+                field,
+                reason: format!(
+                    "is not what this rent's term makes it (job id and input: the rent's \
+                     digest; output zero; adapter: the rented one; the tab, buyer and payout \
+                     account; compute_ms 0; amount: {owed} wei, the term's {paid_wei} wei less \
+                     a {rebate_wei} wei rebate)"
+                ),
+            });
+        }
+        let decision = serde_json::json!({
+            "kind": "rent",
+            "bundle_id": fill.bundle_id,
+            "rho_wei_per_gb_hour": fill.rho_wei_per_gb_hour.map(|r| r.to_string()),
+            "size_bytes": fill.size_bytes,
+            "rent_wei": paid_wei.to_string(),
+            "rebate_wei": rebate_wei.to_string(),
+            "resident_observations": term.resident_observations,
+            "absent_observations": term.absent_observations,
+        });
+        if !self
+            .books()
+            .fill_rent(
+                id,
+                provider.key_hash,
+                owed,
+                &serde_json::to_value(receipt)?,
+                &decision,
+            )
+            .await?
+        {
+            return Err(Error::RentNotOpen {
+                reason: "no committed rent has this id",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The rent of `rent`'s whole term at ρ for `size_bytes`: the core's accrual, so the quote and
+/// the claim agree.
+fn term_rent(rent: &Rent, adapter: &str, size_bytes: u64, rho: u128) -> Result<u128> {
+    let mut term = Term::new(
+        "quote",
+        PinObject::Adapter(adapter.to_owned()),
+        size_bytes,
+        rho,
+        (0.0, rent.term_s as f64),
+        rent.epsilon_ppm,
+    )?;
+    Ok(term.accrue(rent.term_s as f64)?)
+}
