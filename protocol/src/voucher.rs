@@ -791,7 +791,11 @@ mod tests {
             receipt: SignedReceipt::sign(receipt, &w.provider).unwrap(),
         };
         let v = voucher(receipt.clone());
-        assert_eq!(v.check(&w.exchange.public(), &domain()).unwrap(), None);
+        let spend = v.check(&w.exchange.public(), &domain()).unwrap().unwrap();
+        assert_eq!(
+            (spend.cap_wei, spend.owed_wei),
+            (signed.order.max_price_wei, 900)
+        );
         // A receipt for other operands than the buyer signed for is refused by its field.
         let other = MatmulRequest {
             seed_b: 3,

@@ -742,7 +742,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         if args.no_traffic {
             "(idle: --no-traffic)"
         } else {
-            "sending chats, intents (T0, T1, T3), matmuls (T2), searches and reserves"
+            "sending chats, intents (T0, T1, T3), matmuls (T2), searches, reserves and rents"
         }
     );
     println!("  logs       {}", dir.display());
@@ -845,6 +845,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         searches: load(&stats.searches),
         matmuls: load(&stats.matmuls),
         reserves: load(&stats.reserves),
+        rents: load(&stats.rents),
         tabs_closed: load(&stats.tabs_closed),
         errors: load(&stats.errors),
         processes: usage.len(),
@@ -859,13 +860,14 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         println!("  first batch on chain {chain}: {s:.1} s after start");
     }
     println!(
-        "  traffic    {} chats, {} intents, {} searches, {} matmuls, {} reserves, {} tabs closed, \
-         {} errors (traffic.log)",
+        "  traffic    {} chats, {} intents, {} searches, {} matmuls, {} reserves, {} rents, {} tabs \
+         closed, {} errors (traffic.log)",
         summary.chats,
         summary.intents,
         summary.searches,
         summary.matmuls,
         summary.reserves,
+        summary.rents,
         summary.tabs_closed,
         summary.errors
     );

@@ -171,7 +171,8 @@ fn intent(nonce: u64, max_price_wei: u128) -> Intent {
         request_hash: request_hash(&request()),
         deadline_s: now_s() + 30,
         max_price_wei,
-        min_tier: Tier::T1,
+        // T0: one provider (T1 of class D is re-executed on a second one).
+        min_tier: Tier::T0,
         determinism: DeterminismClass::D,
         tab_id: ESCROW,
         nonce,

@@ -34,6 +34,7 @@ pub(super) struct Summary {
     pub(super) searches: u64,
     pub(super) matmuls: u64,
     pub(super) reserves: u64,
+    pub(super) rents: u64,
     pub(super) tabs_closed: u64,
     pub(super) errors: u64,
     pub(super) processes: usize,

@@ -1,5 +1,5 @@
 //! The devnet's seeded agents: each binds its ML-DSA key to an Anvil account, keeps one tab open
-//! on every chain with a session key and a reserve on it, and sends a steady mix of work through
+//! on every chain with a session key, a reserve and a rent on it, and sends a steady mix of work through
 //! cx-client — OpenAI-door chats on the session key and signed intents (T0, T1, T3) over
 //! adapters drawn with Zipf popularity, matrix products (T2) and searches — and closes each tab
 //! every 20–30 s (the first sooner) so that batches settle while one watches. Every closed tab
@@ -69,6 +69,7 @@ pub(super) struct Stats {
     pub(super) searches: AtomicU64,
     pub(super) matmuls: AtomicU64,
     pub(super) reserves: AtomicU64,
+    pub(super) rents: AtomicU64,
     pub(super) tabs_closed: AtomicU64,
     pub(super) errors: AtomicU64,
 }
@@ -250,7 +251,16 @@ impl Agent {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let session_key = self.session(market, side, escrow_id).await?;
-        self.reserve(market, side, escrow_id).await?;
+        // Standing orders on the tab; one refused (say, no bundle with room for the rent yet)
+        // is the traffic's error, not the tab's.
+        let standing = [
+            self.reserve(market, side, escrow_id).await,
+            self.rent(market, side, escrow_id).await,
+        ];
+        for refused in standing.into_iter().filter_map(Result::err) {
+            market.stats.errors.fetch_add(1, Ordering::Relaxed);
+            market.note(&format!("{}: {refused:#}", self.name));
+        }
         Ok(OpenTab {
             escrow_id,
             session_key,
@@ -284,6 +294,30 @@ impl Agent {
             .await
             .context("reserve")?;
         market.stats.reserves.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A rent on fresh tab `escrow_id`: the most popular adapter kept resident for 12 s (half
+    /// the term may be missed before a rebate: the holder fetches it after the rent is
+    /// committed). The exchange commits it to the cheapest bundle with room, which pins it and
+    /// claims the term at its end (the tab settles after that).
+    async fn rent(&self, market: &Market, side: usize, escrow_id: u64) -> anyhow::Result<()> {
+        let Some(adapter) = market.adapters.first() else {
+            return Ok(());
+        };
+        let rent = cx_protocol::order::Rent {
+            target_kind: cx_protocol::order::RentTarget::Adapter,
+            target: format!("0x{adapter}").parse()?,
+            term_s: 12,
+            max_rent_wei: MAX_PRICE_WEI,
+            epsilon_ppm: 500_000,
+            tab_id: escrow_id,
+            nonce: fresh_nonce(),
+            expiry_s: now_s() + 60,
+        };
+        let signed = self.keys.sign(rent, &market.sides[side].info.domain())?;
+        market.client.submit_rent(&signed).await.context("rent")?;
+        market.stats.rents.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
