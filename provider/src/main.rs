@@ -574,7 +574,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
             )
             .with_context(|| format!("--training-dir {}", training_dir.display()))?;
-            let state = AppState::new(engine, name.clone()).with_training(Arc::new(trainer));
+            let mut state = AppState::new(engine, name.clone()).with_training(Arc::new(trainer));
+            if let Some(link) = &link {
+                state = state.with_ask(link.ask());
+            }
             let addr: SocketAddr = format!("{host}:{port}").parse().context("--host/--port")?;
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

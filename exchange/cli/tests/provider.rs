@@ -224,6 +224,39 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     let shown = client.tab(31337, escrow_id).await.unwrap();
     assert_eq!(shown.held_wei, held, "the tab holds what was charged");
 
+    // The operator changes the ask while the provider runs: the offer is re-signed with it at
+    // once. A zero or a non-integer ask is refused by name and changes nothing.
+    let ask = |body: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "-X", "PUT", "-H", "content-type: application/json", "-d", body])
+            .arg(format!("http://127.0.0.1:{provider_port}/v1/exchange/ask"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for bad in [r#"{"ask_wei_per_s": "0"}"#, r#"{"ask_wei_per_s": 1.5}"#] {
+        let refused = ask(bad);
+        assert!(refused.contains("\"field\":\"ask_wei_per_s\""), "{refused}");
+    }
+    let set = ask(r#"{"ask_wei_per_s": "3000000"}"#);
+    assert!(set.contains("3000000"), "{set}");
+    let waited = Instant::now();
+    loop {
+        let bundles = client.providers().await.unwrap();
+        let price = bundles
+            .iter()
+            .find(|b| b.id == "tiny-cpu-0")
+            .map(|b| b.price_wei_per_s);
+        if price == Some(3_000_000) {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the new ask never reached the exchange: {price:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
     // A provider that pins another exchange key refuses to start: it would take assignments
     // signed by a key it does not trust.
     let wrong = Command::new(&bin)

@@ -59,7 +59,7 @@ impl Link {
             id: format!("{}{BUNDLE_SUFFIX}", self.config.bundle_id),
             provider: self.config.operator.clone(),
             device: self.engine.model().device_name(),
-            price_wei_per_s: self.config.ask_wei_per_s,
+            price_wei_per_s: self.ask.get(),
             memory_bytes: self.config.memory_bytes,
             bandwidth_bps: self.config.bandwidth_bps,
             rtt_s: self.config.rtt_s,

@@ -103,7 +103,7 @@ pub struct LinkConfig {
     pub operator: String,
     /// Where receipts are paid.
     pub payout: Address,
-    /// The ask, wei per compute-second.
+    /// The ask at start, wei per compute-second ([`Link::ask`] changes it while running).
     pub ask_wei_per_s: u64,
     /// What reserves are bid below the ask, basis points (a reserve is priced below spot);
     /// 0: no bids on reserves.
@@ -155,6 +155,38 @@ pub struct Link {
     fetching: Arc<tokio::sync::Mutex<()>>,
     /// The exchange's assignment key, fixed for the run at the first registration.
     exchange_key: Arc<std::sync::OnceLock<PublicIdentity>>,
+    /// The ask now, wei per compute-second: the operator may change it while running.
+    ask: Ask,
+}
+
+/// The provider's live ask, wei per compute-second: read at every offer, set by the operator
+/// (`PUT /v1/exchange/ask` on the provider's own server), which re-signs and registers the offer
+/// at once. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Ask {
+    wei_per_s: Arc<std::sync::atomic::AtomicU64>,
+    changed: Arc<Notify>,
+}
+
+impl Ask {
+    /// The ask now.
+    pub fn get(&self) -> u64 {
+        self.wei_per_s.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Sets the ask (above zero) and has the offer registered again now; the old ask prices the
+    /// jobs already assigned.
+    pub fn set(&self, wei_per_s: u64) -> Result<()> {
+        if wei_per_s == 0 {
+            return Err(Error::BadRequest(
+                "ask_wei_per_s must be above zero".to_owned(),
+            ));
+        }
+        self.wei_per_s
+            .store(wei_per_s, std::sync::atomic::Ordering::Relaxed);
+        self.changed.notify_one();
+        Ok(())
+    }
 }
 
 impl std::fmt::Debug for Link {
@@ -174,6 +206,11 @@ fn unix_now() -> u64 {
 }
 
 impl Link {
+    /// The live ask (hand it to the provider's server so the operator can change it).
+    pub fn ask(&self) -> Ask {
+        self.ask.clone()
+    }
+
     /// Prepares the link (TLS, the fetched-adapters folder as an adapter root, the dispatch
     /// token) and measures FLOP/s; nothing is sent yet. Blocking for up to about a second.
     pub fn new(config: LinkConfig, identity: Identity, engine: Engine) -> Result<Self> {
@@ -186,6 +223,11 @@ impl Link {
         let token = Zeroizing::new(hex::encode(secret.as_ref()));
         let flops_per_s = measure_flops(&engine)?;
         let matmul_flops_per_s = matmul::measure_flops(engine.model().device())?;
+        let residency_changed = Arc::new(Notify::new());
+        let ask = Ask {
+            wei_per_s: Arc::new(std::sync::atomic::AtomicU64::new(config.ask_wei_per_s)),
+            changed: residency_changed.clone(),
+        };
         Ok(Self {
             config,
             identity: Arc::new(identity),
@@ -194,9 +236,10 @@ impl Link {
             token: Arc::new(token),
             flops_per_s,
             matmul_flops_per_s,
-            residency_changed: Arc::new(Notify::new()),
+            residency_changed,
             fetching: Arc::new(tokio::sync::Mutex::new(())),
             exchange_key: Arc::new(std::sync::OnceLock::new()),
+            ask,
         })
     }
 
@@ -225,7 +268,7 @@ impl Link {
             id: self.config.bundle_id.clone(),
             provider: self.config.operator.clone(),
             device: self.engine.model().device_name(),
-            price_wei_per_s: self.config.ask_wei_per_s,
+            price_wei_per_s: self.ask.get(),
             memory_bytes: self.config.memory_bytes,
             bandwidth_bps: self.config.bandwidth_bps,
             rtt_s: self.config.rtt_s,

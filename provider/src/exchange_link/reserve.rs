@@ -106,12 +106,12 @@ async fn bid(link: &Arc<Link>, reserve: &OpenReserve) -> Result<()> {
     if order.model != link.config.model_name || !bundle.tiers.contains(order.tier) {
         return Ok(());
     }
-    let ask = u128::from(link.config.ask_wei_per_s);
+    let ask = u128::from(link.ask.get());
     let discount = u128::from(link.config.reserve_discount_bps.min(10_000));
     let rate = u64::try_from(ask * (10_000 - discount) / 10_000)
         .unwrap_or(u64::MAX)
         .min(order.max_price_wei_per_s);
-    if rate == 0 || rate >= link.config.ask_wei_per_s {
+    if rate == 0 || u128::from(rate) >= ask {
         return Ok(());
     }
     let signed = SignedBid::sign(

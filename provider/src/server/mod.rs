@@ -13,6 +13,7 @@
 //! base model's name means no adapter) or by an explicit `adapter` field, which wins.
 
 mod adapters;
+mod ask;
 mod body;
 mod error;
 mod metrics;
@@ -39,6 +40,8 @@ pub struct AppState {
     model_name: String,
     /// `/v1/training/clients`; `None` answers 503.
     training: Option<Arc<Trainer>>,
+    /// The ask on the exchange (`/v1/exchange/ask`); `None` when serving no exchange.
+    ask: Option<crate::exchange_link::Ask>,
 }
 
 impl AppState {
@@ -48,7 +51,14 @@ impl AppState {
             engine,
             model_name: model_name.into(),
             training: None,
+            ask: None,
         }
+    }
+
+    /// Serves `/v1/exchange/ask` with the exchange link's live `ask`.
+    pub fn with_ask(mut self, ask: crate::exchange_link::Ask) -> Self {
+        self.ask = Some(ask);
+        self
     }
 
     /// Serves `/v1/training/clients` with `trainer` (which must be over the same engine).
@@ -103,6 +113,7 @@ pub fn app(state: AppState) -> Router {
             "/v1/training/clients/{id}/save_weights",
             post(training::save_weights),
         )
+        .route("/v1/exchange/ask", get(ask::get).put(ask::put))
         .route("/metrics", get(metrics::metrics))
         .route("/health", get(|| async { "ok" }))
         .fallback(|| async {

@@ -1,0 +1,55 @@
+//! `GET|PUT /v1/exchange/ask`: the provider's ask on the exchange, changed while running (SPEC
+//! §1: providers bid and quote). The operator-facing door, beside `/v1/load_lora_adapter`: the
+//! new ask is signed into a fresh offer and registered at once; jobs already assigned keep the
+//! price they were assigned at.
+
+use super::body::Body;
+use super::{ApiError, AppState};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+fn ask(state: &AppState) -> Result<&crate::exchange_link::Ask, ApiError> {
+    state.ask.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_on_an_exchange",
+            "this provider serves no exchange (start it with --exchange)",
+        )
+    })
+}
+
+/// The ask now.
+pub(super) async fn get(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
+    Ok(axum::Json(
+        json!({ "ask_wei_per_s": ask(&state)?.get().to_string() }),
+    ))
+}
+
+/// Sets the ask: `{"ask_wei_per_s": "<integer wei>"}` (a decimal string or a number).
+pub(super) async fn put(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<axum::Json<Value>, ApiError> {
+    let handle = ask(&state)?;
+    let body = Body::parse(&body)?;
+    body.refuse_unknown(&["ask_wei_per_s"])?;
+    let value: Value = body.get("ask_wei_per_s")?.ok_or_else(|| {
+        ApiError::bad_request("`ask_wei_per_s` is required").field("ask_wei_per_s")
+    })?;
+    let wei = match &value {
+        Value::String(text) => text.parse::<u64>().ok(),
+        Value::Number(n) => n.as_u64(),
+        _ => None,
+    }
+    .filter(|w| *w > 0)
+    .ok_or_else(|| {
+        ApiError::bad_request("an integer number of wei per compute-second, above zero")
+            .field("ask_wei_per_s")
+    })?;
+    handle
+        .set(wei)
+        .map_err(|e| ApiError::from(e).field("ask_wei_per_s"))?;
+    Ok(axum::Json(json!({ "ask_wei_per_s": wei.to_string() })))
+}
