@@ -267,6 +267,12 @@ struct MarketArgs {
     /// The ask, integer wei per compute-second.
     #[arg(long, value_name = "N", requires = "exchange")]
     ask_wei_per_s: Option<u64>,
+    /// A tier priced apart, `TIER=WEI` (T0, T1 or T3; repeatable): offered as its own bundle
+    /// `<bundle-id>-<tier>` at that ask (an ask per model and tier; `PUT /v1/exchange/ask`
+    /// changes any of them while running).
+    #[arg(long = "tier-ask", value_name = "TIER=WEI", requires = "exchange",
+          value_parser = parse_tier_ask)]
+    tier_asks: Vec<(cx_protocol::Tier, u64)>,
     /// Bid on the exchange's open reserves for this model this far below the ask, basis points
     /// (1000 = 10 %; 0: never bid); a reserve won is claimed take-or-pay at its window's end.
     #[arg(long, default_value_t = 1000, value_name = "BPS",
@@ -729,6 +735,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `TIER=WEI` of `--tier-ask`.
+fn parse_tier_ask(text: &str) -> Result<(cx_protocol::Tier, u64), String> {
+    let (tier, wei) = text
+        .split_once('=')
+        .ok_or_else(|| "TIER=WEI, say T1=1200000".to_owned())?;
+    let tier = match tier.trim() {
+        "T0" => cx_protocol::Tier::T0,
+        "T1" => cx_protocol::Tier::T1,
+        "T3" => cx_protocol::Tier::T3,
+        other => {
+            return Err(format!(
+                "{other}: one of T0, T1, T3 (T2 is the matmul bundle's)"
+            ));
+        }
+    };
+    let wei: u64 = wei
+        .trim()
+        .parse()
+        .ok()
+        .filter(|w| *w > 0)
+        .ok_or_else(|| format!("{wei}: an integer number of wei above zero"))?;
+    Ok((tier, wei))
+}
+
 /// The exchange link of `serve --exchange`, its flags checked (clap made the others required).
 fn link(
     exchange: String,
@@ -751,6 +781,7 @@ fn link(
         ask_wei_per_s: market
             .ask_wei_per_s
             .ok_or_else(|| required("--ask-wei-per-s"))?,
+        tier_asks: market.tier_asks,
         reserve_discount_bps: market.reserve_discount_bps,
         bundle_id: market.bundle_id.ok_or_else(|| required("--bundle-id"))?,
         model_name: market.model_name.ok_or_else(|| required("--model-name"))?,

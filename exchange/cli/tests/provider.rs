@@ -228,7 +228,15 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     // once. A zero or a non-integer ask is refused by name and changes nothing.
     let ask = |body: &str| {
         let out = Command::new("curl")
-            .args(["-sS", "-X", "PUT", "-H", "content-type: application/json", "-d", body])
+            .args([
+                "-sS",
+                "-X",
+                "PUT",
+                "-H",
+                "content-type: application/json",
+                "-d",
+                body,
+            ])
             .arg(format!("http://127.0.0.1:{provider_port}/v1/exchange/ask"))
             .output()
             .unwrap();
@@ -253,6 +261,31 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
         assert!(
             waited.elapsed() < Duration::from_secs(20),
             "the new ask never reached the exchange: {price:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // An ask per tier: T3 priced apart is its own bundle at its own ask, which the model's
+    // bundle no longer offers. T2 is the matmul bundle's, refused by name.
+    let refused = ask(r#"{"ask_wei_per_s": "5000000", "tier": "T2"}"#);
+    assert!(refused.contains("\"field\":\"tier\""), "{refused}");
+    let set = ask(r#"{"ask_wei_per_s": "5000000", "tier": "T3"}"#);
+    assert!(set.contains("T3"), "{set}");
+    let waited = Instant::now();
+    loop {
+        let bundles = client.providers().await.unwrap();
+        let t3 = bundles.iter().find(|b| b.id == "tiny-cpu-0-t3");
+        let main = bundles.iter().find(|b| b.id == "tiny-cpu-0");
+        if let (Some(t3), Some(main)) = (t3, main)
+            && t3.price_wei_per_s == 5_000_000
+            && t3.tiers.contains(cx_protocol::Tier::T3)
+            && !main.tiers.contains(cx_protocol::Tier::T3)
+        {
+            assert_eq!(main.price_wei_per_s, 3_000_000);
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the T3 ask never reached the exchange: {bundles:?}"
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -105,6 +105,8 @@ pub struct LinkConfig {
     pub payout: Address,
     /// The ask at start, wei per compute-second ([`Link::ask`] changes it while running).
     pub ask_wei_per_s: u64,
+    /// Tiers priced apart at start, each offered as its own bundle at its own ask.
+    pub tier_asks: Vec<(Tier, u64)>,
     /// What reserves are bid below the ask, basis points (a reserve is priced below spot);
     /// 0: no bids on reserves.
     pub reserve_discount_bps: u32,
@@ -159,31 +161,57 @@ pub struct Link {
     ask: Ask,
 }
 
-/// The provider's live ask, wei per compute-second: read at every offer, set by the operator
-/// (`PUT /v1/exchange/ask` on the provider's own server), which re-signs and registers the offer
-/// at once. Cheap to clone.
+/// The provider's live asks, wei per compute-second: one for the model, and one per tier the
+/// operator prices apart (an ask per model and tier: each such tier is offered as its own
+/// bundle at its own ask). Read at every offer, set by the operator (`--tier-ask`, `PUT
+/// /v1/exchange/ask` on the provider's own server), which re-signs and registers the offer at
+/// once. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Ask {
     wei_per_s: Arc<std::sync::atomic::AtomicU64>,
+    tiers: Arc<std::sync::Mutex<std::collections::BTreeMap<Tier, u64>>>,
     changed: Arc<Notify>,
 }
 
+/// The tiers an inference bundle offers (replication asks nothing of a provider beyond
+/// running the job as asked; T2 is the matmul bundle's).
+const INFERENCE_TIERS: [Tier; 3] = [Tier::T0, Tier::T1, Tier::T3];
+
 impl Ask {
-    /// The ask now.
+    /// The model's ask now.
     pub fn get(&self) -> u64 {
         self.wei_per_s.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Sets the ask (above zero) and has the offer registered again now; the old ask prices the
-    /// jobs already assigned.
-    pub fn set(&self, wei_per_s: u64) -> Result<()> {
+    /// The tiers priced apart, and their asks.
+    pub fn tiers(&self) -> Vec<(Tier, u64)> {
+        let tiers = self.tiers.lock().unwrap_or_else(|e| e.into_inner());
+        tiers.iter().map(|(t, a)| (*t, *a)).collect()
+    }
+
+    /// Sets the model's ask, or `tier`'s (T0, T1 or T3), above zero, and has the offer
+    /// registered again now; jobs already assigned keep the price they were assigned at.
+    pub fn set(&self, wei_per_s: u64, tier: Option<Tier>) -> Result<()> {
         if wei_per_s == 0 {
             return Err(Error::BadRequest(
                 "ask_wei_per_s must be above zero".to_owned(),
             ));
         }
-        self.wei_per_s
-            .store(wei_per_s, std::sync::atomic::Ordering::Relaxed);
+        match tier {
+            None => self
+                .wei_per_s
+                .store(wei_per_s, std::sync::atomic::Ordering::Relaxed),
+            Some(tier) if INFERENCE_TIERS.contains(&tier) => {
+                let mut tiers = self.tiers.lock().unwrap_or_else(|e| e.into_inner());
+                tiers.insert(tier, wei_per_s);
+            }
+            Some(tier) => {
+                return Err(Error::BadRequest(format!(
+                    "tier {tier:?} is not offered for inference (T0, T1, T3; T2 is the \
+                     matmul bundle's, at the model's ask)"
+                )));
+            }
+        }
         self.changed.notify_one();
         Ok(())
     }
@@ -226,8 +254,12 @@ impl Link {
         let residency_changed = Arc::new(Notify::new());
         let ask = Ask {
             wei_per_s: Arc::new(std::sync::atomic::AtomicU64::new(config.ask_wei_per_s)),
+            tiers: Arc::default(),
             changed: residency_changed.clone(),
         };
+        for (tier, wei) in &config.tier_asks {
+            ask.set(*wei, Some(*tier))?;
+        }
         Ok(Self {
             config,
             identity: Arc::new(identity),
@@ -253,8 +285,13 @@ impl Link {
         let mut determinism = ClassSet::EMPTY;
         // Greedy decoding on the deterministic kernels: bit-equal across runs (class D).
         determinism.insert(DeterminismClass::D);
-        // Replication (T1, T3) asks nothing of a provider beyond running the job as asked.
-        let tiers: TierSet = [Tier::T0, Tier::T1, Tier::T3].into_iter().collect();
+        // Replication (T1, T3) asks nothing of a provider beyond running the job as asked; a
+        // tier priced apart is its own bundle's ([`Link::bundles`]).
+        let apart = self.ask.tiers();
+        let tiers: TierSet = INFERENCE_TIERS
+            .into_iter()
+            .filter(|t| !apart.iter().any(|(a, _)| a == t))
+            .collect();
         let resident_adapters = self
             .engine
             .adapters()
@@ -285,12 +322,31 @@ impl Link {
         }
     }
 
+    /// Every bundle offered: the model at its ask, one bundle per tier priced apart
+    /// (`<bundle-id>-t1`, …: the same memory and throughput, that tier only, its ask), and the
+    /// matmul kernel's.
+    pub fn bundles(&self) -> Vec<Bundle> {
+        let main = self.bundle();
+        let mut out = Vec::new();
+        for (tier, wei) in self.ask.tiers() {
+            out.push(Bundle {
+                id: format!("{}-{}", main.id, format!("{tier:?}").to_ascii_lowercase()),
+                price_wei_per_s: wei,
+                tiers: [tier].into_iter().collect(),
+                ..main.clone()
+            });
+        }
+        out.insert(0, main);
+        out.push(self.matmul_bundle());
+        out
+    }
+
     /// Signs the offer now and registers it.
     pub async fn register(&self) -> Result<()> {
         let offer = Offer {
             operator: self.config.operator.clone(),
             payout: self.config.payout,
-            bundles: vec![self.bundle(), self.matmul_bundle()],
+            bundles: self.bundles(),
             token_hash: Offer::token_hash_of(self.token.as_bytes()),
             issued_at_s: unix_now(),
             residency: Some(self.engine.residency()),

@@ -20,21 +20,29 @@ fn ask(state: &AppState) -> Result<&crate::exchange_link::Ask, ApiError> {
     })
 }
 
-/// The ask now.
+/// The asks now: the model's, and each tier priced apart.
 pub(super) async fn get(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
+    let ask = ask(&state)?;
+    let tiers: serde_json::Map<String, Value> = ask
+        .tiers()
+        .into_iter()
+        .map(|(t, w)| (format!("{t:?}"), json!(w.to_string())))
+        .collect();
     Ok(axum::Json(
-        json!({ "ask_wei_per_s": ask(&state)?.get().to_string() }),
+        json!({ "ask_wei_per_s": ask.get().to_string(), "tiers": tiers }),
     ))
 }
 
-/// Sets the ask: `{"ask_wei_per_s": "<integer wei>"}` (a decimal string or a number).
+/// Sets an ask: `{"ask_wei_per_s": "<integer wei>"}` (a decimal string or a number) for the
+/// model, with `"tier": "T0" | "T1" | "T3"` for that tier alone (offered apart from then on).
 pub(super) async fn put(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<axum::Json<Value>, ApiError> {
     let handle = ask(&state)?;
     let body = Body::parse(&body)?;
-    body.refuse_unknown(&["ask_wei_per_s"])?;
+    body.refuse_unknown(&["ask_wei_per_s", "tier"])?;
+    let tier: Option<cx_protocol::Tier> = body.get("tier")?;
     let value: Value = body.get("ask_wei_per_s")?.ok_or_else(|| {
         ApiError::bad_request("`ask_wei_per_s` is required").field("ask_wei_per_s")
     })?;
@@ -48,8 +56,14 @@ pub(super) async fn put(
         ApiError::bad_request("an integer number of wei per compute-second, above zero")
             .field("ask_wei_per_s")
     })?;
-    handle
-        .set(wei)
-        .map_err(|e| ApiError::from(e).field("ask_wei_per_s"))?;
-    Ok(axum::Json(json!({ "ask_wei_per_s": wei.to_string() })))
+    handle.set(wei, tier).map_err(|e| {
+        ApiError::from(e).field(if tier.is_some() {
+            "tier"
+        } else {
+            "ask_wei_per_s"
+        })
+    })?;
+    Ok(axum::Json(
+        json!({ "ask_wei_per_s": wei.to_string(), "tier": tier }),
+    ))
 }

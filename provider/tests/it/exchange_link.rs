@@ -149,6 +149,7 @@ fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_b
             operator: "op".into(),
             payout: cx_protocol::order::Address::repeat_byte(1),
             ask_wei_per_s: 7,
+            tier_asks: Vec::new(),
             reserve_discount_bps: 1000,
             bundle_id: "b-0".into(),
             model_name: "tiny".into(),
