@@ -102,11 +102,19 @@ fn order(reserve: &OpenReserve) -> Result<Reserve> {
 /// Bids on `reserve` when it is for this provider's model and tier and a discounted ask fits.
 async fn bid(link: &Arc<Link>, reserve: &OpenReserve) -> Result<()> {
     let order = order(reserve)?;
-    let bundle = link.bundle();
-    if order.model != link.config.model_name || !bundle.tiers.contains(order.tier) {
+    if order.model != link.config.model_name {
         return Ok(());
     }
-    let ask = u128::from(link.ask.get());
+    // The inference bundle that offers the reserve's tier (its own when priced apart), at its ask.
+    let Some(bundle) = link
+        .bundles()
+        .into_iter()
+        .filter(|b| !b.id.ends_with(super::matmul::BUNDLE_SUFFIX))
+        .find(|b| b.tiers.contains(order.tier))
+    else {
+        return Ok(());
+    };
+    let ask = u128::from(bundle.price_wei_per_s);
     let discount = u128::from(link.config.reserve_discount_bps.min(10_000));
     let rate = u64::try_from(ask * (10_000 - discount) / 10_000)
         .unwrap_or(u64::MAX)

@@ -155,8 +155,10 @@ pub struct Interrupted(pub Child);
 
 impl Drop for Interrupted {
     fn drop(&mut self) {
+        // Quietly: it may have exited already.
         let _ = Command::new("kill")
             .args(["-INT", &self.0.id().to_string()])
+            .stderr(Stdio::null())
             .status();
         let waited = std::time::Instant::now();
         while matches!(self.0.try_wait(), Ok(None)) && waited.elapsed().as_secs() < 30 {
