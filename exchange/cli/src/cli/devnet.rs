@@ -560,6 +560,17 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         ],
         &tools_log,
     )?;
+    // Name the base as PEFT's save_pretrained does: the exchange maps an adapter to its catalog
+    // model by it (a rent is kept by a bundle that serves that base).
+    for k in 0..ADAPTERS {
+        let path = adapters_dir
+            .join(format!("adapter-{k:03}"))
+            .join("adapter_config.json");
+        let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)
+            .with_context(|| format!("{}", path.display()))?;
+        config["base_model_name_or_path"] = json!(MODEL);
+        std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
+    }
 
     steps.step(&format!(
         "{} providers, staked on both chains",
