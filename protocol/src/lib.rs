@@ -60,6 +60,7 @@ pub mod price;
 pub mod receipt;
 pub mod replica;
 pub mod tab_close;
+pub mod train;
 pub mod voucher;
 
 pub use bundle::Bundle;

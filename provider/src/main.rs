@@ -580,7 +580,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 },
             )
             .with_context(|| format!("--training-dir {}", training_dir.display()))?;
-            let mut state = AppState::new(engine, name.clone()).with_training(Arc::new(trainer));
+            let trainer = Arc::new(trainer);
+            // The link trains its train orders with the same clients the API serves.
+            let link = link.map(|link| link.with_trainer(trainer.clone()));
+            let mut state = AppState::new(engine, name.clone()).with_training(trainer);
             if let Some(link) = &link {
                 state = state.with_ask(link.ask());
             }

@@ -232,6 +232,7 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
                     intent: signed,
                     request: Some(request()),
                     matmul: None,
+                    train: None,
                     wait: false,
                 },
             ))

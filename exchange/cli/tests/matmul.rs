@@ -12,81 +12,10 @@
 mod common;
 
 use alloy::primitives::B256;
-use common::{Killed, MODEL, TempDir, cx_json, group_key, path, provider_bin, run};
+use common::{TempDir, cx_json, group_key, provider_bin, registered, run, start_provider};
 use cx_devnet::db::TempDatabase;
-use cx_devnet::free_port;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// `cx-provider serve --exchange …` staked under a fresh identity paid to `evm_key`'s account.
-#[allow(clippy::too_many_arguments)]
-fn start_provider(
-    bin: &Path,
-    dir: &Path,
-    name: &str,
-    model_dir: &Path,
-    exchange: &common::Exchange,
-    deployments: &Path,
-    key: &alloy::signers::local::PrivateKeySigner,
-    ask_wei_per_s: &str,
-    extra: &[&str],
-) -> Killed {
-    let identity = dir.join(format!("{name}.key"));
-    let out = run(bin, &["keygen", "--out", path(&identity)], "");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let evm_key = dir.join(format!("{name}-evm.key"));
-    common::write_evm_key(&evm_key, key);
-    common::stake_provider(bin, &evm_key, deployments, &identity);
-    Killed(
-        Command::new(bin)
-            .args(["serve", "--model", path(model_dir)])
-            .args(["--port", &free_port().unwrap().to_string()])
-            .args(["--served-model-name", MODEL, "--threads", "1"])
-            .args([
-                "--exchange",
-                &exchange.url,
-                "--exchange-ca",
-                path(&exchange.ca),
-            ])
-            .args(["--exchange-key-hash", &format!("0x{}", exchange.key_hash)])
-            .args(["--identity", path(&identity)])
-            .args(["--payout", &key.address().to_string(), "--operator", name])
-            .args(["--ask-wei-per-s", ask_wei_per_s, "--bundle-id", name])
-            .args(["--model-name", MODEL])
-            .args([
-                "--fetched-adapters",
-                path(&dir.join(format!("{name}-fetched"))),
-            ])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cx-provider runs"),
-    )
-}
-
-/// Waits until the exchange lists bundle `id`.
-async fn registered(client: &cx_client::Client, id: &str) {
-    let waited = Instant::now();
-    loop {
-        if let Ok(bundles) = client.providers().await
-            && bundles.iter().any(|b| b.id == id)
-        {
-            return;
-        }
-        assert!(
-            waited.elapsed() < Duration::from_secs(90),
-            "bundle {id} never registered"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
+use std::time::Duration;
 
 fn matmul_args(tab: u64, seed: &str) -> Vec<String> {
     [

@@ -7,7 +7,7 @@ use crate::types::{
     JobsQuery, ModelInfo, OpenSession, Output, Pulled, Registered, ResultSubmission, SessionInfo,
     SessionOpened, Tab,
 };
-use crate::types::{AdapterFiles, Assignment, Claim, Completed, StoredAdapter};
+use crate::types::{AdapterFiles, Assignment, Claim, Completed, StoredAdapter, StoredDataset};
 use bytes::Bytes;
 use cx_protocol::Bundle;
 use cx_protocol::offer::SignedOffer;
@@ -188,6 +188,37 @@ impl Client {
                 .encode(weights),
         };
         self.send(Method::PUT, "/v1/adapters", Some(&body)).await
+    }
+
+    /// `PUT /v1/datasets`: stores a training dataset file (`{"sequences": …, "loss_mask": …}`,
+    /// [`cx_protocol::train::Dataset`]) as sent, under its content id
+    /// ([`cx_protocol::train::dataset_id`] of these bytes), which a train order's `data` names.
+    pub async fn put_dataset(&self, file: &[u8]) -> Result<StoredDataset> {
+        let (_, bytes, _) = self
+            .call(
+                Method::PUT,
+                "/v1/datasets",
+                Some(Bytes::copy_from_slice(file)),
+                None,
+            )
+            .await?;
+        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
+            method: "PUT",
+            path: "/v1/datasets".to_owned(),
+            source,
+        })
+    }
+
+    /// `POST /v1/intents` for a train order (the intent's `want` is `cx/train/<base>`, its
+    /// `request_hash` [`cx_protocol::train::TrainRequest::hash`]); the trained adapter's id
+    /// comes back in [`Client::job`] once done ([`JobRecord::trained`]).
+    pub async fn submit_train(
+        &self,
+        intent: &Signed<Intent>,
+        train: &cx_protocol::train::TrainRequest,
+    ) -> Result<Accepted> {
+        let body = crate::types::TrainSubmission { intent, train };
+        self.send(Method::POST, "/v1/intents", Some(&body)).await
     }
 
     // ---- providers ----------------------------------------------------------------------------

@@ -86,5 +86,5 @@ pub use keys::AgentKeys;
 pub use tls::TlsInfo;
 pub use types::{
     Accepted, Bound, ChainInfo, Claim, Decision, Health, InferenceRequest, JobRecord, JobsQuery,
-    ModelInfo, SessionInfo, SessionOpened, Tab, Terms, request_hash,
+    ModelInfo, SessionInfo, SessionOpened, StoredDataset, Tab, Terms, request_hash,
 };

@@ -29,6 +29,16 @@ pub struct MatmulSubmission<'a> {
     pub matmul: &'a cx_protocol::matmul::MatmulRequest,
 }
 
+/// `POST /v1/intents` for a train order in the `cx/train/<base>` market: the signed intent and
+/// the train request its `request_hash` commits to ([`cx_protocol::train::TrainRequest::hash`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct TrainSubmission<'a> {
+    /// The intent with both signatures.
+    pub intent: &'a Signed<Intent>,
+    /// The training to do.
+    pub train: &'a cx_protocol::train::TrainRequest,
+}
+
 /// `GET /healthz`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
@@ -226,6 +236,38 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
+    /// A training job's result, checked against the provider's receipt: its adapter id must be
+    /// the receipt's `output_hash`. `None` while the job has no trained adapter (not done, or
+    /// not a train order).
+    pub fn trained(
+        &self,
+    ) -> std::result::Result<Option<cx_protocol::train::Trained>, cx_protocol::Error> {
+        let Some(value) = self.result.as_ref().and_then(|r| r.get("trained")) else {
+            return Ok(None);
+        };
+        let trained: cx_protocol::train::Trained =
+            serde_json::from_value(value.clone()).map_err(|e| {
+                cx_protocol::Error::InvalidField {
+                    field: "result.trained".to_owned(),
+                    reason: e.to_string(),
+                }
+            })?;
+        let receipt = self
+            .receipt
+            .as_ref()
+            .ok_or_else(|| cx_protocol::Error::InvalidField {
+                field: "receipt".to_owned(),
+                reason: "is missing: a trained adapter is checked against it".into(),
+            })?;
+        if trained.output_hash()? != receipt.receipt.output_hash {
+            return Err(cx_protocol::Error::InvalidField {
+                field: "receipt.output_hash".to_owned(),
+                reason: "is not the trained adapter's content id".into(),
+            });
+        }
+        Ok(Some(trained))
+    }
+
     /// A done `cx/matmul-f32` job's product `C` (`f32` little-endian bytes), checked against its
     /// receipt: the bytes must be base64 and their SHA-256 the receipt's `output_hash`. `None`
     /// while the job has no product (not done, or not a matmul job).
@@ -527,6 +569,21 @@ pub struct AdapterFiles<'a> {
     pub adapter_config: &'a str,
     /// `adapter_model.safetensors`, base64 (standard alphabet, padded).
     pub adapter_model_safetensors_base64: String,
+}
+
+/// What the exchange's store says of a dataset.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredDataset {
+    /// Its content id: what a train order's `data` names.
+    pub id: String,
+    /// Bytes of the file.
+    pub bytes: u64,
+    /// Sequences in it.
+    pub sequences: u32,
+    /// Tokens over all sequences.
+    pub tokens: u64,
+    /// Whether this call stored it (false: it was there already).
+    pub created: bool,
 }
 
 /// What the adapter store says of an adapter.

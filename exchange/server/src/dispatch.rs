@@ -300,7 +300,7 @@ async fn unstaked_bundles(intake: &crate::intake::Intake) -> crate::Result<Vec<S
 }
 
 /// What a provider returned for an inference job, as the books keep it in the job's `result`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Output {
     /// The generated text.
@@ -316,6 +316,11 @@ pub struct Output {
     /// inference (whose `text` is the output; a matmul job's `text` is empty, its tokens 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub product: Option<String>,
+    /// A training job's adapter (stored at the exchange before the result is sent) and its
+    /// losses; the receipt's `output_hash` is the adapter's content id. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub trained: Option<cx_protocol::train::Trained>,
 }
 
 /// Longest base64 text of a product: that of 4 MiB (2²⁰ `f32`s, the largest product allowed).
@@ -528,25 +533,58 @@ impl crate::intake::Intake {
             .ok_or(Error::UnknownJob)?;
         let receipt = &signed.receipt;
         let adapter_hash = adapter_hash(job.adapter.as_deref())?;
-        let (output_hash, tokens, product, hashed) =
-            if job.model == cx_protocol::matmul::MATMUL_MODEL {
+        let kind = if job.model == cx_protocol::matmul::MATMUL_MODEL {
+            Kind::Matmul
+        } else if let Some(base) = cx_protocol::train::trained_base(&job.model) {
+            Kind::Train(base.to_owned())
+        } else {
+            Kind::Inference
+        };
+        let output = &submission.output;
+        for (field, given, expected) in [
+            ("product", output.product.is_some(), kind == Kind::Matmul),
+            (
+                "trained",
+                output.trained.is_some(),
+                matches!(kind, Kind::Train(_)),
+            ),
+        ] {
+            if given && !expected {
+                return Err(Error::InvalidOutput {
+                    field,
+                    reason: format!("is not returned for a job in the {} market", job.model),
+                });
+            }
+        }
+        let (output_hash, tokens, product, trained, hashed) = match &kind {
+            Kind::Matmul => {
                 let request: cx_protocol::matmul::MatmulRequest =
                     serde_json::from_value(job.request.clone())?;
-                let bytes = decode_product(&submission.output, &request)?;
+                let bytes = decode_product(output, &request)?;
                 let hash = cx_protocol::matmul::product_hash(&bytes);
-                (hash, 0, Some((request, bytes)), "the product's bytes")
-            } else {
-                if submission.output.product.is_some() {
-                    return Err(Error::InvalidOutput {
-                        field: "product",
-                        reason: "is returned only for a cx/matmul-f32 job".into(),
-                    });
-                }
-                let hash: [u8; 32] = Sha256::digest(submission.output.text.as_bytes()).into();
-                let tokens = u64::from(submission.output.prompt_tokens)
-                    + u64::from(submission.output.completion_tokens);
-                (hash, tokens, None, "output.text")
-            };
+                (hash, 0, Some((request, bytes)), None, "the product's bytes")
+            }
+            Kind::Train(base) => {
+                let (hash, tokens, checked) = self.trained_output(&job, output, base).await?;
+                (
+                    hash,
+                    tokens,
+                    None,
+                    Some(checked),
+                    "the trained adapter's content id",
+                )
+            }
+            Kind::Inference => {
+                let hash: [u8; 32] = Sha256::digest(output.text.as_bytes()).into();
+                let tokens = u64::from(output.prompt_tokens) + u64::from(output.completion_tokens);
+                (hash, tokens, None, None, "output.text")
+            }
+        };
+        let tokens_are = if trained.is_some() {
+            "the tokens the order's schedule trains on"
+        } else {
+            "output.prompt_tokens + output.completion_tokens"
+        };
         let checks: [(&'static str, bool, String); 10] = [
             (
                 "class",
@@ -559,7 +597,7 @@ impl crate::intake::Intake {
             (
                 "tokens",
                 receipt.tokens == tokens,
-                format!("is not output.prompt_tokens + output.completion_tokens ({tokens})"),
+                format!("is not {tokens_are} ({tokens})"),
             ),
             (
                 "job_id",
@@ -605,6 +643,21 @@ impl crate::intake::Intake {
         if let Some((field, _, reason)) = checks.into_iter().find(|(_, ok, _)| !ok) {
             return Err(Error::ReceiptMismatch { field, reason });
         }
+        if let Some((adapter_id, request, base)) = trained {
+            // The adapter the receipt names must be in the store, and be the LoRA the buyer
+            // signed for: else the buyer could not use what it paid for.
+            let stored =
+                self.books()
+                    .adapter(&adapter_id)
+                    .await?
+                    .ok_or_else(|| Error::InvalidOutput {
+                        field: "trained.adapter_id",
+                        reason: "names no adapter in this exchange's store: PUT it to \
+                             /v1/adapters before the result"
+                            .into(),
+                    })?;
+            crate::train::check_trained(&stored.config, &request, &base)?;
+        }
         if let Some((request, bytes)) = product {
             let rounds = self.freivalds_rounds();
             let verdict = crate::matmul::check(request, bytes, rounds).await?;
@@ -638,6 +691,61 @@ impl crate::intake::Intake {
             }
         }
         Ok(completed)
+    }
+}
+
+/// A job's kind, by its market.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    Inference,
+    Matmul,
+    /// Training on the named base.
+    Train(String),
+}
+
+impl crate::intake::Intake {
+    /// A training job's result before its receipt is checked: the output hash it must carry
+    /// (the adapter id's bytes), the tokens the order's schedule trains on (from the stored
+    /// dataset), and what the adapter is then checked against (id, request, base).
+    async fn trained_output(
+        &self,
+        job: &crate::books::Assignment,
+        output: &Output,
+        base: &str,
+    ) -> crate::Result<(
+        [u8; 32],
+        u64,
+        (String, cx_protocol::train::TrainRequest, String),
+    )> {
+        let invalid =
+            |field: &'static str, reason: String| crate::Error::InvalidOutput { field, reason };
+        let trained = output.trained.as_ref().ok_or_else(|| {
+            invalid(
+                "trained",
+                "is missing: a training job returns its adapter's id".into(),
+            )
+        })?;
+        let request: cx_protocol::train::TrainRequest =
+            serde_json::from_value(job.request.clone())?;
+        if trained.steps != request.steps {
+            return Err(invalid(
+                "trained.steps",
+                format!("is {}, the order asked {}", trained.steps, request.steps),
+            ));
+        }
+        let hash = trained.output_hash()?;
+        let bytes = self
+            .books()
+            .dataset(&request.data)
+            .await?
+            .ok_or(crate::Error::UnknownDataset)?;
+        let data = cx_protocol::train::Dataset::parse(&bytes)?;
+        let tokens = request.tokens(&data);
+        Ok((
+            hash,
+            tokens,
+            (trained.adapter_id.clone(), request, base.to_owned()),
+        ))
     }
 }
 

@@ -176,6 +176,9 @@ pub enum Error {
         "intent.order.adapter_id names no adapter this exchange holds (store it with PUT /v1/adapters)"
     )]
     UnknownAdapter,
+    /// A train order's `data` names no dataset the exchange holds.
+    #[error("train.data names no dataset this exchange holds (store it with PUT /v1/datasets)")]
+    UnknownDataset,
     /// The model (or task) is not in the catalog.
     #[error("unknown model {0:?} (see GET /v1/models)")]
     UnknownModel(String),

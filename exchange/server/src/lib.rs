@@ -11,6 +11,8 @@
 //! - [`market`]: the catalog and the matching engine, a cache of the books' bundles;
 //! - [`matmul`]: the `cx/matmul-f32` job kind — its job for clearing and the Freivalds check
 //!   (tier T2) a returned product passes before the job is done;
+//! - [`train`]: train orders (`cx/train/<base>`) — their job for clearing and the check of the
+//!   trained adapter a result names;
 //! - [`books`]: the exchange's durable state in PostgreSQL (bindings, tabs, orders, jobs and their
 //!   events, bundles, adapters, the watcher's cursor), the only module that writes it;
 //! - [`chain`]: the chain watcher — tabs opened and reclaimed, batches landed;
@@ -50,6 +52,7 @@ pub mod matmul;
 pub mod settlement;
 pub mod stake;
 pub mod tls;
+pub mod train;
 pub mod verification;
 
 pub use error::{Error, Result};

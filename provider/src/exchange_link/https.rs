@@ -106,6 +106,30 @@ impl Https {
             .await
     }
 
+    /// `PUT path` with a JSON body, the answer's JSON.
+    pub(crate) async fn put<B: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<R> {
+        let body = serde_json::to_vec(body).map_err(|e| Error::Exchange(e.to_string()))?;
+        self.send(hyper::Method::PUT, path, None, body, timeout)
+            .await
+    }
+
+    /// `GET path` with a bearer token, the answer's bytes as sent (for content that is checked
+    /// against its content id).
+    pub(crate) async fn get_bytes_with_token(
+        &self,
+        path: &str,
+        bearer: &str,
+        timeout: Duration,
+    ) -> Result<Bytes> {
+        self.send_raw(hyper::Method::GET, path, Some(bearer), Vec::new(), timeout)
+            .await
+    }
+
     /// `GET path`, the answer's JSON.
     pub(crate) async fn get<R: DeserializeOwned>(
         &self,
@@ -124,6 +148,24 @@ impl Https {
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<R> {
+        let failed =
+            |reason: String| Error::Exchange(format!("{method} {}{path}: {reason}", self.base));
+        let bytes = self
+            .send_raw(method.clone(), path, bearer, body, timeout)
+            .await?;
+        serde_json::from_slice(&bytes).map_err(|e| failed(format!("unexpected answer: {e}")))
+    }
+
+    /// Sends one request; the answer's body when its status is 2xx, else an error with the
+    /// exchange's code, message and field.
+    async fn send_raw(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        bearer: Option<&str>,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Bytes> {
         let url = format!("{}{path}", self.base);
         let failed = |reason: String| Error::Exchange(format!("{method} {url}: {reason}"));
         let mut request = hyper::Request::builder()
@@ -186,7 +228,7 @@ impl Https {
                 text("message")
             )));
         }
-        serde_json::from_slice(&bytes).map_err(|e| failed(format!("unexpected answer: {e}")))
+        Ok(bytes)
     }
 }
 

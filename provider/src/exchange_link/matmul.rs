@@ -116,6 +116,7 @@ impl Link {
             prompt_tokens: 0,
             completion_tokens: 0,
             product: Some(BASE64.encode(&bytes)),
+            trained: None,
         };
         self.https
             .post(

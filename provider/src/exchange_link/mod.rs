@@ -30,6 +30,7 @@ mod matmul;
 mod rent;
 mod reserve;
 mod search;
+mod train;
 mod wire;
 
 use std::path::{Path, PathBuf};
@@ -159,6 +160,8 @@ pub struct Link {
     exchange_key: Arc<std::sync::OnceLock<PublicIdentity>>,
     /// The ask now, wei per compute-second: the operator may change it while running.
     ask: Ask,
+    /// The training clients, when this provider takes train orders ([`Link::with_trainer`]).
+    trainer: Option<Arc<crate::training::Trainer>>,
 }
 
 /// The provider's live asks, wei per compute-second: one for the model, and one per tier the
@@ -272,7 +275,15 @@ impl Link {
             fetching: Arc::new(tokio::sync::Mutex::new(())),
             exchange_key: Arc::new(std::sync::OnceLock::new()),
             ask,
+            trainer: None,
         })
+    }
+
+    /// Takes train orders for the served base with `trainer` (over the same engine): a training
+    /// bundle is offered beside the others.
+    pub fn with_trainer(mut self, trainer: Arc<crate::training::Trainer>) -> Self {
+        self.trainer = Some(trainer);
+        self
     }
 
     /// The FLOP/s the self-benchmark measured (what the offer states).
@@ -323,8 +334,8 @@ impl Link {
     }
 
     /// Every bundle offered: the model at its ask, one bundle per tier priced apart
-    /// (`<bundle-id>-t1`, …: the same memory and throughput, that tier only, its ask), and the
-    /// matmul kernel's.
+    /// (`<bundle-id>-t1`, …: the same memory and throughput, that tier only, its ask), the
+    /// matmul kernel's, and the training market's when this provider trains.
     pub fn bundles(&self) -> Vec<Bundle> {
         let main = self.bundle();
         let mut out = Vec::new();
@@ -338,6 +349,7 @@ impl Link {
         }
         out.insert(0, main);
         out.push(self.matmul_bundle());
+        out.extend(self.train_bundle());
         out
     }
 
@@ -516,6 +528,9 @@ impl Link {
         if job.model == cx_protocol::matmul::MATMUL_MODEL {
             return self.serve_matmul(&job).await;
         }
+        if cx_protocol::train::trained_base(&job.model).is_some() {
+            return self.serve_train(&job).await;
+        }
         let request: InferenceRequest = serde_json::from_value(job.request.clone())
             .map_err(|e| Error::BadRequest(format!("an inference request: {e}")))?;
         if job.model != self.config.model_name {
@@ -647,6 +662,7 @@ impl Link {
                         prompt_tokens: count(prompt_tokens),
                         completion_tokens: count(completion_tokens),
                         product: None,
+                        trained: None,
                     });
                 }
                 Some(Event::Failed(error)) => {

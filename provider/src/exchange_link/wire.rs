@@ -71,6 +71,9 @@ pub(crate) struct Output {
     /// A product's `f32` little-endian bytes, base64 (`cx/matmul-f32` jobs only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) product: Option<String>,
+    /// A training job's adapter and losses (`cx/train/<base>` jobs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) trained: Option<cx_protocol::train::Trained>,
 }
 
 /// `POST /v1/jobs/{id}/result`.

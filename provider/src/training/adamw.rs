@@ -49,36 +49,13 @@ impl AdamWParams {
     /// The first setting out of range, as (field, reason): lr > 0, β in [0, 1), ε > 0,
     /// λ ≥ 0, max_grad_norm > 0, all finite.
     pub fn check(&self) -> Option<(&'static str, String)> {
-        let finite = |v: f64| v.is_finite();
-        if !(finite(self.lr) && self.lr > 0.0) {
-            return Some((
-                "lr",
-                format!("lr must be a positive number, got {}", self.lr),
-            ));
-        }
-        for b in [self.betas.0, self.betas.1] {
-            if !(finite(b) && (0.0..1.0).contains(&b)) {
-                return Some(("betas", format!("each beta must be in [0, 1), got {b}")));
-            }
-        }
-        if !(finite(self.eps) && self.eps > 0.0) {
-            return Some(("eps", format!("eps must be positive, got {}", self.eps)));
-        }
-        if !(finite(self.weight_decay) && self.weight_decay >= 0.0) {
-            return Some((
-                "weight_decay",
-                format!("weight_decay must be ≥ 0, got {}", self.weight_decay),
-            ));
-        }
-        if let Some(n) = self.max_grad_norm
-            && !(finite(n) && n > 0.0)
-        {
-            return Some((
-                "max_grad_norm",
-                format!("max_grad_norm must be positive, got {n}"),
-            ));
-        }
-        None
+        cx_protocol::train::check_optimizer(
+            self.lr,
+            [self.betas.0, self.betas.1],
+            self.eps,
+            self.weight_decay,
+            self.max_grad_norm,
+        )
     }
 }
 

@@ -107,32 +107,18 @@ impl LoraSpec {
     /// The first field out of range, as (field, reason): `1 ≤ rank ≤ max_rank`, a finite
     /// scale that fits `f32`, at least one target.
     pub fn check(&self, max_rank: usize) -> Option<(&'static str, String)> {
-        if self.rank == 0 || self.rank > max_rank {
-            return Some((
-                "rank",
-                format!(
-                    "rank must be in 1..={max_rank} (the server's --max-lora-rank), got {}",
-                    self.rank
-                ),
-            ));
-        }
-        let scale = self.scale();
-        if !(self.lora_alpha.is_finite() && scale.is_finite() && scale.abs() < 1e30) {
-            return Some((
-                "lora_alpha",
-                format!(
-                    "lora_alpha must be a finite number of moderate size, got {}",
-                    self.lora_alpha
-                ),
-            ));
-        }
-        if self.target_modules.is_empty() {
-            return Some((
-                "target_modules",
-                format!("target_modules needs at least one of {}", Projection::NAMES),
-            ));
-        }
-        None
+        let checked = cx_protocol::train::check_lora(
+            self.rank as u64,
+            self.lora_alpha,
+            self.use_rslora,
+            self.target_modules.len(),
+            max_rank as u64,
+        );
+        // The server's limit is its flag: say so, as the operator would look for it.
+        checked.map(|(field, reason)| match field {
+            "rank" => (field, format!("{reason} (the server's --max-lora-rank)")),
+            _ => (field, reason),
+        })
     }
 }
 

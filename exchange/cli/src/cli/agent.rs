@@ -19,6 +19,8 @@ use std::fmt::Write as _;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
+mod train;
+
 /// The development CA's certificate, trusted by default when it exists (what `cx serve` makes).
 const DEV_CA_PEM: &str = "runtime/ca/ca.pem";
 
@@ -64,6 +66,13 @@ enum Command {
     Matmul(MatmulArgs),
     /// Store an adapter (a PEFT directory) in the exchange's store under its content id.
     PutAdapter(PutAdapterArgs),
+    /// Store a training dataset (token sequences and loss masks, JSON) in the exchange's store
+    /// under its content id, for train orders to name.
+    PutDataset(train::PutDatasetArgs),
+    /// Order a LoRA adapter trained on a base (the cx/train/<base> market) on a stored dataset;
+    /// with `--wait`, until it is trained, printing the adapter id (checked against the
+    /// provider's receipt) that the agent's intents can then use.
+    Train(train::TrainArgs),
     /// Make a session key for the OpenAI-compatible door: sign a grant (tab, spend cap, expiry,
     /// the calls' defaults) naming the hash of a fresh secret, and print the secret (the key).
     Session(SessionArgs),
@@ -475,6 +484,8 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         Command::Intent(intent) => run_intent(&args, intent).await,
         Command::Matmul(matmul) => run_matmul(&args, matmul).await,
         Command::PutAdapter(put) => run_put_adapter(&args, put).await,
+        Command::PutDataset(put) => train::run_put_dataset(&args, put).await,
+        Command::Train(train) => train::run_train(&args, train).await,
         Command::Session(session) => run_session(&args, session).await,
         Command::Chat(chat) => run_chat(&args, chat).await,
         Command::Jobs(jobs) => run_jobs(&args, jobs).await,

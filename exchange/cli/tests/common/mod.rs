@@ -613,3 +613,72 @@ impl Agent {
         session["api_key"].as_str().unwrap().to_owned()
     }
 }
+
+/// `cx-provider serve --exchange …` staked under a fresh identity paid to `evm_key`'s account.
+#[allow(clippy::too_many_arguments)]
+pub fn start_provider(
+    bin: &Path,
+    dir: &Path,
+    name: &str,
+    model_dir: &Path,
+    exchange: &Exchange,
+    deployments: &Path,
+    key: &alloy::signers::local::PrivateKeySigner,
+    ask_wei_per_s: &str,
+    extra: &[&str],
+) -> Killed {
+    let identity = dir.join(format!("{name}.key"));
+    let out = run(bin, &["keygen", "--out", path(&identity)], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evm_key = dir.join(format!("{name}-evm.key"));
+    write_evm_key(&evm_key, key);
+    stake_provider(bin, &evm_key, deployments, &identity);
+    Killed(
+        Command::new(bin)
+            .args(["serve", "--model", path(model_dir)])
+            .args(["--port", &cx_devnet::free_port().unwrap().to_string()])
+            .args(["--served-model-name", MODEL, "--threads", "1"])
+            .args([
+                "--exchange",
+                &exchange.url,
+                "--exchange-ca",
+                path(&exchange.ca),
+            ])
+            .args(["--exchange-key-hash", &format!("0x{}", exchange.key_hash)])
+            .args(["--identity", path(&identity)])
+            .args(["--payout", &key.address().to_string(), "--operator", name])
+            .args(["--ask-wei-per-s", ask_wei_per_s, "--bundle-id", name])
+            .args(["--model-name", MODEL])
+            .args([
+                "--fetched-adapters",
+                path(&dir.join(format!("{name}-fetched"))),
+            ])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cx-provider runs"),
+    )
+}
+
+/// Waits until the exchange lists bundle `id`.
+pub async fn registered(client: &cx_client::Client, id: &str) {
+    let waited = Instant::now();
+    loop {
+        if let Ok(bundles) = client.providers().await
+            && bundles.iter().any(|b| b.id == id)
+        {
+            return;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(90),
+            "bundle {id} never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}

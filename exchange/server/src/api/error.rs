@@ -269,6 +269,12 @@ impl From<crate::Error> for ApiError {
                 Some("intent.order.adapter_id"),
                 &err,
             ),
+            E::UnknownDataset => refuse(
+                StatusCode::NOT_FOUND,
+                "unknown_dataset",
+                Some("train.data"),
+                &err,
+            ),
             E::UnknownModel(_) => refuse(
                 StatusCode::NOT_FOUND,
                 "unknown_model",

@@ -6,6 +6,7 @@
 
 mod adapters;
 mod bindings;
+mod datasets;
 mod error;
 mod extract;
 mod health;
@@ -167,6 +168,13 @@ pub fn app(state: AppState) -> Router {
             )),
         )
         .route("/v1/adapters/{id}", get(adapters::get))
+        .route(
+            "/v1/datasets",
+            axum::routing::put(datasets::put).layer(axum::extract::DefaultBodyLimit::max(
+                datasets::BODY_LIMIT_BYTES,
+            )),
+        )
+        .route("/v1/datasets/{id}", get(datasets::get))
         .route("/v1/bindings", post(bindings::bind))
         .route("/v1/intents", post(orders::submit_intent))
         .route("/v1/reserves", post(orders::submit_reserve))

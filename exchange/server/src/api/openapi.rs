@@ -3,8 +3,8 @@
 //! cannot drift from what the server parses and writes.
 
 use super::{
-    adapters, bindings, health, jobs, market, metrics, openai, orders, providers, sessions,
-    settlement,
+    adapters, bindings, datasets, health, jobs, market, metrics, openai, orders, providers,
+    sessions, settlement,
 };
 use axum::Json;
 use utoipa::OpenApi;
@@ -23,6 +23,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         metrics::metrics,
         adapters::put,
         adapters::get,
+        datasets::put,
+        datasets::get,
         bindings::bind,
         orders::submit_intent,
         orders::submit_reserve,

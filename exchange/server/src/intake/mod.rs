@@ -50,7 +50,8 @@ pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 pub use cx_protocol::order::{InferenceRequest, request_hash};
 
 /// `POST /v1/intents`: the signed intent and the request it commits to — exactly one of
-/// `request` (inference) and `matmul` (a product in the `cx/matmul-f32` market).
+/// `request` (inference), `matmul` (a product in the `cx/matmul-f32` market) and `train` (a
+/// LoRA trained in the `cx/train/<base>` market).
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IntentSubmission {
@@ -64,6 +65,12 @@ pub struct IntentSubmission {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub matmul: Option<cx_protocol::matmul::MatmulRequest>,
+    /// The training to do (the intent's `want` is `cx/train/<base>`, [`cx_protocol::train`]);
+    /// its hash ([`cx_protocol::train::TrainRequest::hash`]) must equal the intent's
+    /// `request_hash`, and its `data` must be a stored dataset.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub train: Option<cx_protocol::train::TrainRequest>,
     /// Answer when the job is done (or its deadline passed) instead of at once with 202.
     #[serde(default)]
     pub wait: bool,
@@ -393,47 +400,60 @@ impl Intake {
             min_tier: intent.min_tier,
             determinism: intent.determinism,
         };
-        let (field, request, placed) = match (&submission.request, &submission.matmul) {
-            (Some(request), None) => {
-                if request_hash(request) != intent.request_hash {
-                    return Err(Error::RequestHashMismatch);
-                }
-                // The tab's committed reserves in their window take it first, at no price of
-                // its own.
-                let tab = (signed.chain_id, intent.tab_id);
-                let placed = match self
-                    .drawn(&want, request, verified.account, tab, now_s)
-                    .await?
-                {
-                    Some(drawn) => drawn,
-                    None => self.place(&want, request, verified.account, now_s).await?,
-                };
-                ("request", serde_json::to_value(request)?, placed)
-            }
-            (None, Some(matmul)) => {
-                if matmul.hash() != intent.request_hash {
-                    return Err(Error::RequestHashMismatch);
-                }
-                let placed = self
-                    .place_matmul(&want, matmul, verified.account, now_s)
-                    .await?;
-                ("matmul", serde_json::to_value(matmul)?, placed)
-            }
-            (request, _) => {
-                return Err(cx_protocol::Error::InvalidField {
-                    field: if request.is_some() {
-                        "matmul"
-                    } else {
-                        "request"
+        let (field, request, placed) =
+            match (&submission.request, &submission.matmul, &submission.train) {
+                (Some(request), None, None) => {
+                    if request_hash(request) != intent.request_hash {
+                        return Err(Error::RequestHashMismatch);
                     }
-                    .to_owned(),
-                    reason: "send exactly one of `request` (an inference) and `matmul` (a \
-                             product in the cx/matmul-f32 market)"
-                        .to_owned(),
+                    // The tab's committed reserves in their window take it first, at no price of
+                    // its own.
+                    let tab = (signed.chain_id, intent.tab_id);
+                    let placed = match self
+                        .drawn(&want, request, verified.account, tab, now_s)
+                        .await?
+                    {
+                        Some(drawn) => drawn,
+                        None => self.place(&want, request, verified.account, now_s).await?,
+                    };
+                    ("request", serde_json::to_value(request)?, placed)
                 }
-                .into());
-            }
-        };
+                (None, Some(matmul), None) => {
+                    if matmul.hash() != intent.request_hash {
+                        return Err(Error::RequestHashMismatch);
+                    }
+                    let placed = self
+                        .place_matmul(&want, matmul, verified.account, now_s)
+                        .await?;
+                    ("matmul", serde_json::to_value(matmul)?, placed)
+                }
+                (None, None, Some(train)) => {
+                    if train.hash() != intent.request_hash {
+                        return Err(Error::RequestHashMismatch);
+                    }
+                    let placed = self
+                        .place_train(&want, train, verified.account, now_s)
+                        .await?;
+                    ("train", serde_json::to_value(train)?, placed)
+                }
+                (request, _, train) => {
+                    // None sent names `request`; two or more name the later of them.
+                    let field = match (request, train) {
+                        (None, None) => "request",
+                        (_, Some(_)) => "train",
+                        (Some(_), None) => "matmul",
+                    };
+                    return Err(cx_protocol::Error::InvalidField {
+                        field: field.to_owned(),
+                        reason:
+                            "send exactly one of `request` (an inference), `matmul` (a product \
+                             in the cx/matmul-f32 market) and `train` (training in the \
+                             cx/train/<base> market)"
+                                .to_owned(),
+                    }
+                    .into());
+                }
+            };
         let order = NewOrder {
             digest: verified.digest,
             kind: "intent",
@@ -628,6 +648,9 @@ impl Intake {
         let placed = if job.model == cx_protocol::matmul::MATMUL_MODEL {
             let request = serde_json::from_value(job.request.clone())?;
             self.place_matmul(&want, &request, job.account, now_s).await
+        } else if cx_protocol::train::trained_base(&job.model).is_some() {
+            let request = serde_json::from_value(job.request.clone())?;
+            self.place_train(&want, &request, job.account, now_s).await
         } else {
             let request: InferenceRequest = serde_json::from_value(job.request.clone())?;
             // A verification run (or a job with runs) moves only to a provider not already in
@@ -715,6 +738,37 @@ impl Intake {
         now_s: u64,
     ) -> Result<Placed> {
         let job = crate::matmul::job(want, request, account, now_s)?;
+        self.clear_placed(job, want.deadline_s, &[])
+    }
+
+    /// Where a train order goes (the `cx/train/<base>` market): the base from the catalog, the
+    /// dataset from the store (an id the store lacks is refused), the job [`crate::train::job`]
+    /// prices, and the clearing over the bundles that train on the base.
+    async fn place_train(
+        &self,
+        want: &Want,
+        request: &cx_protocol::train::TrainRequest,
+        account: Address,
+        now_s: u64,
+    ) -> Result<Placed> {
+        let named = crate::train::base_of(want)?;
+        let model = self
+            .market
+            .catalog()
+            .resolve(named)
+            .map_err(|_| Error::UnknownModel(named.to_owned()))?;
+        let shape = model
+            .shape
+            .ok_or_else(|| Error::NotClearable(model.name.clone()))?;
+        request.validate().map_err(|e| e.within("train"))?;
+        let bytes = self
+            .books
+            .dataset(&request.data)
+            .await?
+            .ok_or(Error::UnknownDataset)?;
+        let data =
+            cx_protocol::train::Dataset::parse(&bytes).map_err(|e| e.within("train.data"))?;
+        let job = crate::train::job(want, request, &data, &model.name, &shape, account, now_s)?;
         self.clear_placed(job, want.deadline_s, &[])
     }
 

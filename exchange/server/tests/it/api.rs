@@ -219,6 +219,8 @@ async fn the_openapi_document_names_every_route_and_its_types() {
         ("/openapi.json", "get"),
         ("/v1/adapters", "put"),
         ("/v1/adapters/{id}", "get"),
+        ("/v1/datasets", "put"),
+        ("/v1/datasets/{id}", "get"),
         ("/v1/bindings", "post"),
         ("/v1/intents", "post"),
         ("/v1/reserves", "post"),

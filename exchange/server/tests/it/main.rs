@@ -9,4 +9,5 @@ mod intents;
 mod matmul;
 mod standing;
 mod tls;
+mod train;
 mod verification;

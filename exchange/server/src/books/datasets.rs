@@ -1,0 +1,67 @@
+//! Training data by content id: stored once, read at intake to price a train order, and by the
+//! provider running a training job that names it.
+
+use super::Books;
+use crate::error::Result;
+use alloy::primitives::B256;
+
+/// What the store says of a dataset (and keeps beside it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatasetSummary {
+    /// Sequences.
+    pub sequences: u32,
+    /// Tokens over all sequences.
+    pub tokens: u64,
+    /// The largest token id.
+    pub max_token: u32,
+}
+
+impl Books {
+    /// Stores a dataset file under its content id (the caller has checked it and the id);
+    /// storing the same bytes again changes nothing. Returns whether it was new.
+    pub async fn put_dataset(
+        &self,
+        id: &str,
+        body: &[u8],
+        summary: DatasetSummary,
+    ) -> Result<bool> {
+        let done = sqlx::query(
+            "INSERT INTO exchange_datasets (id, body, sequences, tokens, max_token) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(id)
+        .bind(body)
+        .bind(summary.sequences as i32)
+        .bind(summary.tokens as i64)
+        .bind(i64::from(summary.max_token))
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// The file of dataset `id`, if stored.
+    pub async fn dataset(&self, id: &str) -> Result<Option<Vec<u8>>> {
+        let row: Option<(Vec<u8>,)> =
+            sqlx::query_as("SELECT body FROM exchange_datasets WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|(b,)| b))
+    }
+
+    /// Whether the provider with key hash `key_hash` runs a training job (handed out, not yet
+    /// answered) whose request names dataset `id`: the one reader a dataset has besides its
+    /// owner.
+    pub async fn runs_training_on(&self, key_hash: B256, id: &str) -> Result<bool> {
+        let row: Option<(i32,)> = sqlx::query_as(
+            "SELECT 1 FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
+             WHERE b.provider_key_hash = $1 AND j.status IN ('assigned', 'running') \
+               AND j.model LIKE 'cx/train/%' AND j.request->>'data' = $2 LIMIT 1",
+        )
+        .bind(key_hash.as_slice())
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.is_some())
+    }
+}

@@ -1,0 +1,309 @@
+//! Train orders on the exchange ([`cx_protocol::train`]): the job a train intent is cleared as,
+//! and the check of what a provider says it trained before the job is `done`.
+//!
+//! Pricing follows the usual rule for training a network with `N` parameters: a step costs about
+//! three forward passes, `6·N` FLOPs per token (the provider's `bench train` measures the ratio),
+//! over every token the schedule trains on ([`TrainRequest::tokens`]). Memory is the widest
+//! step's activations, estimated as [`ACTIVATION_KV_FACTOR`] times the catalog's KV bytes per
+//! position (the exchange knows no hidden sizes; the provider's own residency budget is the
+//! exact check, and a job it cannot hold fails and is refunded).
+//!
+//! A trained adapter is T0 work (the provider is trusted, and staked): the check at the result
+//! is that the adapter the receipt names is in the store and is the LoRA the buyer signed for —
+//! its config's rank, alpha, rsLoRA, target modules and base — so the buyer's next intents can
+//! name it.
+
+use crate::error::{Error, Result};
+use crate::intake::Want;
+use alloy::primitives::Address;
+use cx_exchange::routing::catalog::Shape;
+use cx_protocol::train::{Dataset, TrainRequest, train_market, trained_base};
+use cx_protocol::{DeterminismClass, Job, Tier};
+
+/// Activation bytes a training position holds, in KV-cache positions: backprop keeps every
+/// layer's inputs, attention and MLP activations, roughly an order of magnitude more than a
+/// position's keys and values.
+pub const ACTIVATION_KV_FACTOR: u64 = 16;
+
+/// FLOPs per parameter and token of one training step (forward 2, backward 4).
+pub const TRAIN_FLOPS_PER_PARAMETER_TOKEN: f64 = 6.0;
+
+fn invalid(field: &str, reason: impl Into<String>) -> Error {
+    cx_protocol::Error::InvalidField {
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+    .into()
+}
+
+/// The base a train intent's `want` names (`cx/train/<base>`), or the refusal naming `want`.
+pub fn base_of(want: &Want) -> Result<&str> {
+    trained_base(&want.model).ok_or_else(|| {
+        invalid(
+            "want",
+            format!(
+                "a train order is placed in the training market of its base: {}",
+                train_market("<base>")
+            ),
+        )
+    })
+}
+
+/// The job a train intent is cleared as, at `now_s`: the `cx/train/<base>` market (only bundles
+/// that train on the base take it), T0, class S, `6·N` FLOPs per trained token, the widest
+/// step's activations as its memory. `base` is the catalog name the market names and `shape`
+/// its shape. Refuses, by field, another tier or class, an adapter, and a passed deadline.
+pub fn job(
+    want: &Want,
+    request: &TrainRequest,
+    data: &Dataset,
+    base: &str,
+    shape: &Shape,
+    account: Address,
+    now_s: u64,
+) -> Result<Job> {
+    request.validate().map_err(|e| e.within("train"))?;
+    if want.min_tier != Tier::T0 {
+        return Err(invalid(
+            "min_tier",
+            "a trained adapter is not re-executed or checked by any tier yet: set min_tier to T0",
+        ));
+    }
+    if want.determinism != DeterminismClass::S {
+        return Err(invalid(
+            "determinism",
+            "a trained adapter is not bit-reproducible across providers: set determinism to S",
+        ));
+    }
+    if want.adapter_id.is_some() {
+        return Err(invalid(
+            "adapter_id",
+            "a train order starts a new adapter on the base (none goes in)",
+        ));
+    }
+    if want.deadline_s <= now_s {
+        return Err(cx_protocol::Error::DeadlinePassed {
+            field: "deadline_s".to_owned(),
+            deadline_s: want.deadline_s,
+            now_s,
+        }
+        .into());
+    }
+    let (sequences, longest) = request.widest_step(data);
+    let positions = (sequences * longest) as u64;
+    let activations = shape
+        .kv_bytes_per_token
+        .saturating_mul(ACTIVATION_KV_FACTOR)
+        .saturating_mul(positions);
+    let tokens = request.tokens(data);
+    Ok(Job {
+        agent: account.to_string(),
+        base_model: train_market(base),
+        adapter: None,
+        base_bytes: shape.base_bytes,
+        adapter_bytes: 0,
+        kv_bytes: activations,
+        context_tokens: u32::try_from(longest).map_err(|_| Error::ContextTooLarge)?,
+        deadline_s: (want.deadline_s - now_s) as f64,
+        determinism: DeterminismClass::S,
+        tier: Tier::T0,
+        compute_flops: TRAIN_FLOPS_PER_PARAMETER_TOKEN * shape.parameters as f64 * tokens as f64,
+        value_wei: want.max_price_wei,
+        max_price_wei: Some(want.max_price_wei),
+        // Training continues no conversation.
+        prefix: None,
+    })
+}
+
+/// Checks that `adapter_config` (the stored `adapter_config.json` of the adapter a result
+/// names) is the LoRA `request` ordered on `base`: PEFT's `r`, `lora_alpha`, `use_rslora`,
+/// `target_modules` (as a set) and `base_model_name_or_path`. The error names the config field.
+pub fn check_trained(adapter_config: &[u8], request: &TrainRequest, base: &str) -> Result<()> {
+    let wrong = |field: &str, reason: String| Error::InvalidOutput {
+        field: "trained.adapter_id",
+        reason: format!("the stored adapter's {field} {reason}"),
+    };
+    let config: serde_json::Value = serde_json::from_slice(adapter_config)
+        .map_err(|e| wrong("adapter_config.json", format!("is not JSON: {e}")))?;
+    let lora = &request.lora;
+    if config["r"].as_u64() != Some(u64::from(lora.rank)) {
+        return Err(wrong("r", format!("is {}, not {}", config["r"], lora.rank)));
+    }
+    if config["lora_alpha"].as_f64() != Some(lora.lora_alpha) {
+        return Err(wrong(
+            "lora_alpha",
+            format!("is {}, not {}", config["lora_alpha"], lora.lora_alpha),
+        ));
+    }
+    if config["use_rslora"].as_bool().unwrap_or(false) != lora.use_rslora {
+        return Err(wrong(
+            "use_rslora",
+            format!("is {}, not {}", config["use_rslora"], lora.use_rslora),
+        ));
+    }
+    let mut stored: Vec<&str> = config["target_modules"]
+        .as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_default();
+    let mut ordered: Vec<&str> = lora.target_modules.iter().map(String::as_str).collect();
+    stored.sort_unstable();
+    ordered.sort_unstable();
+    if stored != ordered {
+        return Err(wrong(
+            "target_modules",
+            format!("are {stored:?}, not {ordered:?}"),
+        ));
+    }
+    if config["base_model_name_or_path"].as_str() != Some(base) {
+        return Err(wrong(
+            "base_model_name_or_path",
+            format!("is {}, not {base:?}", config["base_model_name_or_path"]),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn want() -> Want {
+        Want {
+            model: train_market("tiny-llama"),
+            adapter_id: None,
+            deadline_s: 1_000,
+            max_price_wei: 10_000,
+            min_tier: Tier::T0,
+            determinism: DeterminismClass::S,
+        }
+    }
+
+    fn data() -> Dataset {
+        Dataset {
+            sequences: vec![vec![256, 97, 65]; 4],
+            loss_mask: vec![vec![0.0, 0.0, 1.0]; 4],
+        }
+    }
+
+    fn shape() -> Shape {
+        Shape {
+            base_bytes: 540_000,
+            parameters: 135_000,
+            kv_bytes_per_token: 1024,
+        }
+    }
+
+    #[test]
+    fn a_train_job_is_priced_on_the_tokens_it_trains() {
+        let mut request = TrainRequest::example(&"ab".repeat(32));
+        request.steps = 10;
+        request.batch_size = 2;
+        let job = job(
+            &want(),
+            &request,
+            &data(),
+            "tiny-llama",
+            &shape(),
+            Address::ZERO,
+            900,
+        )
+        .unwrap();
+        assert_eq!(job.base_model, "cx/train/tiny-llama");
+        assert!(job.needs_resident_base());
+        // 10 steps × 2 sequences × 3 tokens, 6 FLOPs per parameter and token.
+        assert_eq!(job.compute_flops, 6.0 * 135_000.0 * 60.0);
+        assert_eq!(job.kv_bytes, 1024 * 16 * 2 * 3);
+        assert_eq!(job.context_tokens, 3);
+        assert_eq!(job.deadline_s, 100.0);
+    }
+
+    #[test]
+    fn tiers_classes_adapters_and_late_deadlines_are_refused_by_field() {
+        let request = TrainRequest::example(&"ab".repeat(32));
+        let field_of = |e: Error| match e {
+            Error::Protocol(p) => p.field().to_owned(),
+            other => panic!("not a field's refusal: {other}"),
+        };
+        let refused = |w: Want, now: u64| {
+            field_of(
+                job(
+                    &w,
+                    &request,
+                    &data(),
+                    "tiny-llama",
+                    &shape(),
+                    Address::ZERO,
+                    now,
+                )
+                .unwrap_err(),
+            )
+        };
+        let field = |f: &str| f.to_owned();
+        assert_eq!(
+            refused(
+                Want {
+                    min_tier: Tier::T1,
+                    ..want()
+                },
+                0
+            ),
+            field("min_tier")
+        );
+        assert_eq!(
+            refused(
+                Want {
+                    determinism: DeterminismClass::D,
+                    ..want()
+                },
+                0
+            ),
+            field("determinism")
+        );
+        assert_eq!(
+            refused(
+                Want {
+                    adapter_id: Some(alloy::primitives::B256::ZERO),
+                    ..want()
+                },
+                0
+            ),
+            field("adapter_id")
+        );
+        assert_eq!(refused(want(), 1_000), field("deadline_s"));
+        let mut bad = request.clone();
+        bad.steps = 0;
+        let err = job(
+            &want(),
+            &bad,
+            &data(),
+            "tiny-llama",
+            &shape(),
+            Address::ZERO,
+            0,
+        )
+        .unwrap_err();
+        assert_eq!(field_of(err), "train.steps");
+    }
+
+    #[test]
+    fn the_stored_adapter_must_be_the_lora_ordered() {
+        let request = TrainRequest::example(&"ab".repeat(32));
+        let config = |r: u32, base: &str| {
+            serde_json::to_vec(&serde_json::json!({
+                "r": r, "lora_alpha": 16, "use_rslora": false, "base_model_name_or_path": base,
+                "target_modules": ["v_proj", "q_proj", "k_proj", "o_proj", "gate_proj",
+                                   "up_proj", "down_proj"],
+            }))
+            .unwrap()
+        };
+        check_trained(&config(8, "tiny-llama"), &request, "tiny-llama").unwrap();
+        for (bytes, what) in [
+            (config(4, "tiny-llama"), "r"),
+            (config(8, "other"), "base_model_name_or_path"),
+            (b"nope".to_vec(), "adapter_config.json"),
+        ] {
+            let err = check_trained(&bytes, &request, "tiny-llama").unwrap_err();
+            assert!(err.to_string().contains(what), "{err}");
+        }
+    }
+}
