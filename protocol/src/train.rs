@@ -487,6 +487,9 @@ impl Trained {
 mod tests {
     use super::*;
 
+    /// One change to a valid value, in a table of cases.
+    type Change<T> = Box<dyn Fn(&mut T)>;
+
     fn request() -> TrainRequest {
         TrainRequest::example(&"0f".repeat(32))
     }
@@ -505,7 +508,7 @@ mod tests {
     #[test]
     fn bad_requests_are_refused_by_field_name() {
         request().validate().unwrap();
-        let cases: Vec<(&str, Box<dyn Fn(&mut TrainRequest)>)> = vec![
+        let cases: Vec<(&str, Change<TrainRequest>)> = vec![
             ("data", Box::new(|r| r.data = "xyz".into())),
             ("data", Box::new(|r| r.data = "AB".repeat(32))),
             ("steps", Box::new(|r| r.steps = 0)),
@@ -586,7 +589,7 @@ mod tests {
     #[test]
     fn bad_datasets_are_refused_by_field_name() {
         data().validate().unwrap();
-        let cases: Vec<(&str, Box<dyn Fn(&mut Dataset)>)> = vec![
+        let cases: Vec<(&str, Change<Dataset>)> = vec![
             ("sequences", Box::new(|d| d.sequences.clear())),
             (
                 "loss_mask",

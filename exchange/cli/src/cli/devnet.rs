@@ -753,7 +753,8 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         if args.no_traffic {
             "(idle: --no-traffic)"
         } else {
-            "sending chats, intents (T0, T1, T3), matmuls (T2), searches, reserves and rents"
+            "sending chats, intents (T0, T1, T3), matmuls (T2), train orders, searches, reserves \
+             and rents"
         }
     );
     println!("  logs       {}", dir.display());
@@ -855,6 +856,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         intents: load(&stats.intents),
         searches: load(&stats.searches),
         matmuls: load(&stats.matmuls),
+        trains: load(&stats.trains),
         reserves: load(&stats.reserves),
         rents: load(&stats.rents),
         tabs_closed: load(&stats.tabs_closed),
@@ -871,12 +873,13 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         println!("  first batch on chain {chain}: {s:.1} s after start");
     }
     println!(
-        "  traffic    {} chats, {} intents, {} searches, {} matmuls, {} reserves, {} rents, {} tabs \
-         closed, {} errors (traffic.log)",
+        "  traffic    {} chats, {} intents, {} searches, {} matmuls, {} train orders, {} reserves, \
+         {} rents, {} tabs closed, {} errors (traffic.log)",
         summary.chats,
         summary.intents,
         summary.searches,
         summary.matmuls,
+        summary.trains,
         summary.reserves,
         summary.rents,
         summary.tabs_closed,

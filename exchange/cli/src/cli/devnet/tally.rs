@@ -33,6 +33,7 @@ pub(super) struct Summary {
     pub(super) intents: u64,
     pub(super) searches: u64,
     pub(super) matmuls: u64,
+    pub(super) trains: u64,
     pub(super) reserves: u64,
     pub(super) rents: u64,
     pub(super) tabs_closed: u64,

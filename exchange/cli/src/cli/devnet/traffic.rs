@@ -68,6 +68,7 @@ pub(super) struct Stats {
     pub(super) intents: AtomicU64,
     pub(super) searches: AtomicU64,
     pub(super) matmuls: AtomicU64,
+    pub(super) trains: AtomicU64,
     pub(super) reserves: AtomicU64,
     pub(super) rents: AtomicU64,
     pub(super) tabs_closed: AtomicU64,
@@ -360,6 +361,69 @@ impl Agent {
         wait_ended(market, accepted.job_id).await
     }
 
+    /// One train order in the model's `cx/train/<base>` market: a few random byte sequences
+    /// stored as a dataset, a rank-4 LoRA on q and v trained for a few steps (T0, class S),
+    /// waiting until its job ends; returns its job. The adapter it yields is resident on its
+    /// trainer and in the store, like any other.
+    async fn train(
+        &self,
+        market: &Market,
+        side: usize,
+        tab: &OpenTab,
+        rng: &mut ChaCha20Rng,
+    ) -> anyhow::Result<B256> {
+        use cx_protocol::train::{Dataset, TrainRequest, train_market};
+        let (sequences, loss_mask) = (0..rng.gen_range(2..=6))
+            .map(|_| {
+                let len = rng.gen_range(3..=12);
+                // BOS, then bytes: the generated models' byte tokenizer.
+                let tokens: Vec<u32> = std::iter::once(256)
+                    .chain((1..len).map(|_| rng.gen_range(32..127)))
+                    .collect();
+                let mask = std::iter::once(0.0).chain((1..len).map(|_| 1.0)).collect();
+                (tokens, mask)
+            })
+            .unzip();
+        let file = serde_json::to_vec(&Dataset {
+            sequences,
+            loss_mask,
+        })?;
+        let data = market
+            .client
+            .put_dataset(&file)
+            .await
+            .context("storing a dataset")?
+            .id;
+        let mut request = TrainRequest::example(&data);
+        request.steps = rng.gen_range(3..=8);
+        request.batch_size = 2;
+        request.lora.rank = 4;
+        request.lora.lora_alpha = 8.0;
+        request.lora.target_modules = vec!["q_proj".into(), "v_proj".into()];
+        request.lora.seed = rng.r#gen();
+        let now = now_s();
+        let intent = Intent {
+            want: train_market(&market.model),
+            adapter_id: None,
+            request_hash: request.hash(),
+            deadline_s: now + 60,
+            max_price_wei: MAX_PRICE_WEI,
+            min_tier: Tier::T0,
+            determinism: DeterminismClass::S,
+            tab_id: tab.escrow_id,
+            nonce: fresh_nonce(),
+            expiry_s: now + 60,
+        };
+        let signed = self.keys.sign(intent, &market.sides[side].info.domain())?;
+        let accepted = market
+            .client
+            .submit_train(&signed, &request)
+            .await
+            .context("train")?;
+        market.stats.trains.fetch_add(1, Ordering::Relaxed);
+        wait_ended(market, accepted.job_id).await
+    }
+
     /// A session key on tab `escrow_id` (as `cx agent session` makes one).
     async fn session(
         &self,
@@ -421,6 +485,8 @@ impl Agent {
                 self.search(&market, side, &tabs[side], &mut rng).await
             } else if rng.gen_bool(0.05) {
                 self.matmul(&market, side, &tabs[side], &mut rng).await
+            } else if rng.gen_bool(0.03) {
+                self.train(&market, side, &tabs[side], &mut rng).await
             } else if rng.gen_bool(0.25) {
                 self.intent(&market, side, &tabs[side], adapter, &mut rng)
                     .await
