@@ -441,7 +441,10 @@ impl Link {
                                     "job {id}: done, charged {} wei, released {} wei",
                                     done.charged_wei, done.released_wei
                                 ),
-                                Err(e) => eprintln!("job {id} failed (left to the deadline): {e}"),
+                                Err(e) => {
+                                    eprintln!("job {id} failed: {e}");
+                                    link.release(id, &e.to_string()).await;
+                                }
                             }
                         });
                     }
@@ -454,6 +457,35 @@ impl Link {
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 }
             }
+        }
+    }
+
+    /// Gives job `id` back to the exchange with the reason it could not run (best effort): it
+    /// is re-cleared elsewhere or refunded at once, not held until its deadline. A job that
+    /// already ended (its result was taken or refused) is not released again.
+    async fn release(&self, id: cx_protocol::order::B256, reason: &str) {
+        #[derive(serde::Serialize)]
+        struct Release<'a> {
+            reason: &'a str,
+        }
+        #[derive(serde::Deserialize)]
+        struct Released {
+            moved_to: Option<String>,
+        }
+        let reason: String = reason.chars().take(1000).collect();
+        let released: Result<Released> = self
+            .https
+            .post(
+                &format!("/v1/jobs/{id}/release"),
+                Some(self.token.as_str()),
+                &Release { reason: &reason },
+                Duration::from_secs(20),
+            )
+            .await;
+        match released {
+            Ok(Released { moved_to: Some(to) }) => eprintln!("job {id}: released, now on {to}"),
+            Ok(Released { moved_to: None }) => eprintln!("job {id}: released and refunded"),
+            Err(e) => eprintln!("job {id}: not released ({e})"),
         }
     }
 

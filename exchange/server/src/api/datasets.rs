@@ -47,7 +47,7 @@ fn json_body(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-#[utoipa::path(put, path = "/v1/datasets", tag = "datasets", request_body(content = Object, description = "the dataset file: `{\"sequences\": [[token id, …], …], \"loss_mask\": [[weight, …], …]}`, one weight per token, entry 0 of each row 0", content_type = "application/json"), responses((status = 201, body = StoredDataset), (status = 200, description = "already stored", body = StoredDataset), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(put, path = "/v1/datasets", operation_id = "put_dataset", tag = "datasets", request_body(content = Object, description = "the dataset file: `{\"sequences\": [[token id, …], …], \"loss_mask\": [[weight, …], …]}`, one weight per token, entry 0 of each row 0", content_type = "application/json"), responses((status = 201, body = StoredDataset), (status = 200, description = "already stored", body = StoredDataset), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn put(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -80,7 +80,7 @@ pub(super) async fn put(
     ))
 }
 
-#[utoipa::path(get, path = "/v1/datasets/{id}", tag = "datasets", params(("id" = String, Path, description = "content id, 64 hex digits")), security(("provider_token" = [])), responses((status = 200, description = "the dataset file, as stored", content_type = "application/json", body = Object), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/datasets/{id}", operation_id = "get_dataset", tag = "datasets", params(("id" = String, Path, description = "content id, 64 hex digits")), security(("provider_token" = [])), responses((status = 200, description = "the dataset file, as stored", content_type = "application/json", body = Object), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -192,6 +192,7 @@ pub fn app(state: AppState) -> Router {
             )),
         )
         .route("/v1/jobs/{id}/progress", post(providers::progress))
+        .route("/v1/jobs/{id}/release", post(providers::release))
         .route("/v1/providers/register", post(providers::register))
         .route("/v1/providers/jobs", post(providers::pull))
         .route("/v1/providers/searches", get(providers::searches))

@@ -45,6 +45,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
         providers::pull,
         providers::result,
         providers::progress,
+        providers::release,
         providers::searches,
         providers::witness,
         providers::reserves,

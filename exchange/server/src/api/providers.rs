@@ -117,6 +117,54 @@ pub(super) async fn result(
     Ok(AppJson(completed))
 }
 
+/// `POST /v1/jobs/{id}/release`: why a provider gives up a job it was assigned.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReleaseBody {
+    /// What stopped it (shown to the buyer as the job's `released` event), at most
+    /// [`MAX_RELEASE_REASON_BYTES`] bytes.
+    reason: String,
+}
+
+/// Longest reason a release may give, bytes.
+const MAX_RELEASE_REASON_BYTES: usize = 1024;
+
+/// What a release did.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct Released {
+    /// The job.
+    #[schema(value_type = String)]
+    job_id: B256,
+    /// The bundle it moved to, or none when it was refunded (no other bundle takes it in time
+    /// within the buyer's limit).
+    moved_to: Option<String>,
+}
+
+#[utoipa::path(post, path = "/v1/jobs/{id}/release", tag = "providers", params(("id" = String, Path)), request_body = ReleaseBody, security(("provider_token" = [])), responses((status = 200, description = "re-cleared onto another bundle, or refunded", body = Released), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+pub(super) async fn release(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    AppJson(body): AppJson<ReleaseBody>,
+) -> Result<AppJson<Released>, ApiError> {
+    let id: B256 = id
+        .parse()
+        .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))?;
+    if body.reason.len() > MAX_RELEASE_REASON_BYTES {
+        return Err(ApiError::invalid(
+            "reason",
+            format!("at most {MAX_RELEASE_REASON_BYTES} bytes"),
+        ));
+    }
+    let intake = state.intake()?;
+    let provider = intake.provider(bearer(&headers)?).await?;
+    let moved_to = intake.release(&provider, id, &body.reason, now_s()).await?;
+    Ok(AppJson(Released {
+        job_id: id,
+        moved_to,
+    }))
+}
+
 /// `POST /v1/jobs/{id}/progress`: a piece of a running job's output.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

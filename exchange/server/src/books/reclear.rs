@@ -48,54 +48,42 @@ pub enum Reassigned {
 impl Books {
     /// The unfinished jobs of `bundle_ids`.
     pub async fn stranded_jobs(&self, bundle_ids: &[String]) -> Result<Vec<Stranded>> {
-        let rows = sqlx::query(
-            "SELECT j.id, j.account, j.model, j.adapter, j.request::text AS request, \
-                    j.deadline_s, j.held_wei::text AS held, j.decision::text AS decision, \
-                    j.bundle_id, \
-                    (CASE WHEN o.kind = 'intent' THEN \
-                         (o.body->'intent'->'order'->>'max_price_wei')::numeric \
-                         - coalesce((SELECT sum(k.held_wei) FROM exchange_jobs k \
-                                     WHERE k.order_digest = j.order_digest AND k.id <> j.id \
-                                       AND k.status NOT IN ('expired', 'refunded', 'failed', \
-                                                            'cancelled')), 0) \
-                     END)::text AS limit_wei \
-             FROM exchange_jobs j LEFT JOIN exchange_orders o ON o.digest = j.order_digest \
-             WHERE j.status IN ('assigned', 'running') AND j.bundle_id = ANY($1) \
-             ORDER BY j.deadline_s",
-        )
+        let rows = sqlx::query(&stranded_sql(
+            "j.status IN ('assigned', 'running') AND j.bundle_id = ANY($1)",
+        ))
         .bind(bundle_ids)
         .fetch_all(&self.pool)
         .await?;
-        rows.into_iter()
-            .map(|r| {
-                let id: Vec<u8> = r.try_get("id")?;
-                let account: Vec<u8> = r.try_get("account")?;
-                let held_wei = parse_wei(&r.try_get::<String, _>("held")?)?;
-                // Never below what it holds (a limit the other runs left negative is no room).
-                let limit_wei = match r.try_get::<Option<String>, _>("limit_wei")? {
-                    Some(limit) => parse_wei(&limit).unwrap_or(0).max(held_wei),
-                    None => held_wei,
-                };
-                Ok(Stranded {
-                    id: B256::try_from(id.as_slice()).map_err(|_| Error::Corrupt {
-                        what: "a job id",
-                        value: hex::encode(&id),
-                    })?,
-                    account: Address::try_from(account.as_slice()).map_err(|_| Error::Corrupt {
-                        what: "an address",
-                        value: hex::encode(&account),
-                    })?,
-                    model: r.try_get("model")?,
-                    adapter: r.try_get("adapter")?,
-                    request: serde_json::from_str(&r.try_get::<String, _>("request")?)?,
-                    deadline_s: r.try_get::<i64, _>("deadline_s")? as u64,
-                    held_wei,
-                    limit_wei,
-                    decision: serde_json::from_str(&r.try_get::<String, _>("decision")?)?,
-                    bundle_id: r.try_get("bundle_id")?,
-                })
-            })
-            .collect()
+        rows.iter().map(stranded_of).collect()
+    }
+
+    /// Job `id` if it is unfinished on a bundle of the provider with key hash `key_hash`,
+    /// with the reason that provider gave up on it recorded as a `released` event.
+    pub async fn release(
+        &self,
+        id: B256,
+        key_hash: B256,
+        reason: &str,
+    ) -> Result<Option<Stranded>> {
+        let row = sqlx::query(&stranded_sql(
+            "j.id = $1 AND j.status IN ('assigned', 'running') AND j.bundle_id IN ( \
+                 SELECT b.id FROM exchange_bundles b WHERE b.provider_key_hash = $2)",
+        ))
+        .bind(id.as_slice())
+        .bind(key_hash.as_slice())
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        sqlx::query(
+            "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+             SELECT $1, coalesce(max(seq), -1) + 1, 'released', jsonb_build_object('reason', $2::text) \
+             FROM exchange_job_events WHERE job_id = $1",
+        )
+        .bind(id.as_slice())
+        .bind(reason)
+        .execute(&self.pool)
+        .await?;
+        stranded_of(&row).map(Some)
     }
 
     /// Moves stranded job `id` from `from` to bundle `to`, placed by `decision` at `held_wei`:
@@ -200,11 +188,60 @@ impl Books {
         let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&super::jobs::release_sql(
             "id = $1 AND status IN ('assigned', 'running')",
             "refunded",
-            "its provider left the market and no other bundle can take it by its deadline",
+            "its provider left the market or gave it up, and no other bundle can take it by its \
+             deadline",
         ))
         .bind(id.as_slice())
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.len() == 1)
     }
+}
+
+/// The query of [`Stranded`] jobs meeting `condition` (over `exchange_jobs j`), soonest due first.
+fn stranded_sql(condition: &str) -> String {
+    format!(
+        "SELECT j.id, j.account, j.model, j.adapter, j.request::text AS request, \
+                    j.deadline_s, j.held_wei::text AS held, j.decision::text AS decision, \
+                    j.bundle_id, \
+                    (CASE WHEN o.kind = 'intent' THEN \
+                         (o.body->'intent'->'order'->>'max_price_wei')::numeric \
+                         - coalesce((SELECT sum(k.held_wei) FROM exchange_jobs k \
+                                     WHERE k.order_digest = j.order_digest AND k.id <> j.id \
+                                       AND k.status NOT IN ('expired', 'refunded', 'failed', \
+                                                            'cancelled')), 0) \
+                     END)::text AS limit_wei \
+             FROM exchange_jobs j LEFT JOIN exchange_orders o ON o.digest = j.order_digest \
+             WHERE {condition} ORDER BY j.deadline_s"
+    )
+}
+
+/// A [`Stranded`] job from a row of [`stranded_sql`].
+fn stranded_of(r: &sqlx::postgres::PgRow) -> Result<Stranded> {
+    let id: Vec<u8> = r.try_get("id")?;
+    let account: Vec<u8> = r.try_get("account")?;
+    let held_wei = parse_wei(&r.try_get::<String, _>("held")?)?;
+    // Never below what it holds (a limit the other runs left negative is no room).
+    let limit_wei = match r.try_get::<Option<String>, _>("limit_wei")? {
+        Some(limit) => parse_wei(&limit).unwrap_or(0).max(held_wei),
+        None => held_wei,
+    };
+    Ok(Stranded {
+        id: B256::try_from(id.as_slice()).map_err(|_| Error::Corrupt {
+            what: "a job id",
+            value: hex::encode(&id),
+        })?,
+        account: Address::try_from(account.as_slice()).map_err(|_| Error::Corrupt {
+            what: "an address",
+            value: hex::encode(&account),
+        })?,
+        model: r.try_get("model")?,
+        adapter: r.try_get("adapter")?,
+        request: serde_json::from_str(&r.try_get::<String, _>("request")?)?,
+        deadline_s: r.try_get::<i64, _>("deadline_s")? as u64,
+        held_wei,
+        limit_wei,
+        decision: serde_json::from_str(&r.try_get::<String, _>("decision")?)?,
+        bundle_id: r.try_get("bundle_id")?,
+    })
 }

@@ -705,6 +705,26 @@ impl Intake {
         outcome
     }
 
+    /// A provider gives up job `id` it was assigned (it cannot run it: out of memory, input
+    /// its model refuses, …), saying why: the reason is the job's `released` event, and the
+    /// job is re-cleared at once onto another bundle within the buyer's limit, or refunded —
+    /// instead of holding the buyer's money until its deadline. Returns the new bundle, if any.
+    pub async fn release(
+        &self,
+        provider: &crate::books::Provider,
+        id: B256,
+        reason: &str,
+        now_s: u64,
+    ) -> Result<Option<String>> {
+        let job = self
+            .books
+            .release(id, provider.key_hash, reason)
+            .await?
+            .ok_or(Error::UnknownJob)?;
+        tracing::info!(job = %id, provider = %provider.key_hash, reason, "released by its provider");
+        self.reclear(&job, now_s).await
+    }
+
     /// Where a job goes: the adapter's size from the store, the job from the catalog, and the
     /// clearing (at `min_tier`, else at the first stronger tier a bundle offers).
     async fn place(

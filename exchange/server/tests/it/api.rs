@@ -233,6 +233,7 @@ async fn the_openapi_document_names_every_route_and_its_types() {
         ("/v1/jobs/{id}/events", "get"),
         ("/v1/jobs/{id}/result", "post"),
         ("/v1/jobs/{id}/progress", "post"),
+        ("/v1/jobs/{id}/release", "post"),
         ("/v1/sessions", "post"),
         ("/v1/sessions/{id}", "get"),
         ("/v1/sessions/{id}", "delete"),

@@ -416,3 +416,61 @@ async fn bad_datasets_and_train_orders_are_refused_by_field_and_write_nothing() 
     let (status, answer) = submit(&door, intent(&r, 2, |_| {}), json!({"train": r})).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
 }
+
+#[tokio::test]
+async fn a_job_its_provider_gives_up_is_refunded_at_once_with_the_reason() {
+    let door = Door::new().await;
+    provider(&door).await;
+    let file = dataset();
+    assert_eq!(
+        put_dataset(&door, &file, "application/json").await.0,
+        StatusCode::CREATED
+    );
+    let r = request(&dataset_id(&file));
+    let (status, accepted) = submit(&door, intent(&r, 1, |_| {}), json!({"train": r})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    assert!(door.held().await > 0);
+    let id = accepted["job_id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/jobs/{id}/release");
+    let reason = json!({"reason": "residency cache full: 1066368 bytes needed"});
+    // Only the provider it is assigned to may give it up, with a bounded reason.
+    let (status, _) = door.post(&path, None, &reason).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, answer) = door
+        .post(&path, Some(TOKEN), &json!({"reason": "x".repeat(2000)}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(answer["error"]["field"], "reason");
+    let (status, answer) = door
+        .post(
+            &format!("/v1/jobs/{}/release", B256::repeat_byte(9)),
+            Some(TOKEN),
+            &reason,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    assert!(door.held().await > 0, "refusals change nothing");
+
+    // The one bundle that trains on the base gave it up: no other takes it, so it is refunded
+    // now, not at its deadline, and the buyer reads why.
+    let (status, released) = door.post(&path, Some(TOKEN), &reason).await;
+    assert_eq!(status, StatusCode::OK, "{released}");
+    assert_eq!(released["moved_to"], Value::Null);
+    assert_eq!(door.held().await, 0);
+    let (_, record) = door
+        .call(
+            Request::get(format!("/v1/jobs/{id}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(record["status"], "refunded", "{record}");
+    let events: Vec<&Value> = record["events"].as_array().unwrap().iter().collect();
+    let released = events.iter().find(|e| e["status"] == "released").unwrap();
+    assert_eq!(released["detail"]["reason"], reason["reason"]);
+    // Once ended it is not released again.
+    assert_eq!(
+        door.post(&path, Some(TOKEN), &reason).await.0,
+        StatusCode::NOT_FOUND
+    );
+}
