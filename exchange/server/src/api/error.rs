@@ -404,6 +404,9 @@ impl From<crate::Error> for ApiError {
                 Some(field),
                 &err,
             ),
+            // A number a client sent (an id, a nonce) past what the books can hold: no such
+            // row can exist, and nothing was written.
+            E::OutOfRange { .. } => refuse(StatusCode::BAD_REQUEST, "out_of_range", None, &err),
             E::DeadlineMissed { .. } => {
                 refuse(StatusCode::GATEWAY_TIMEOUT, "deadline_missed", None, &err)
             }
@@ -411,7 +414,6 @@ impl From<crate::Error> for ApiError {
             | E::Migrate(_)
             | E::Json(_)
             | E::Corrupt { .. }
-            | E::OutOfRange { .. }
             | E::Market(_)
             | E::BadRpcUrl(_)
             | E::Chain(_)

@@ -1,8 +1,11 @@
-//! [`AppJson`]: `axum::Json` with our error shape, and the JSON path of the field to blame.
+//! [`AppJson`]: `axum::Json` with our error shape, and the JSON path of the field to blame;
+//! [`AppPath`]: `axum::extract::Path` with our error shape, naming the path parameter.
 
 use super::ApiError;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, Request};
+use axum::extract::rejection::PathRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -33,6 +36,44 @@ where
             .await
             .map_err(from_bytes_rejection)?;
         parse(&bytes).map(AppJson)
+    }
+}
+
+/// Path parameters, deserialized into `T` (a struct whose fields name the route's
+/// parameters): a value that does not parse is a 400 naming the parameter, in our JSON error
+/// shape — never axum's plain-text rejection.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AppPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for AppPath<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(AppPath(value)),
+            Err(rejection) => Err(from_path_rejection(rejection)),
+        }
+    }
+}
+
+fn from_path_rejection(rejection: PathRejection) -> ApiError {
+    use axum::extract::path::ErrorKind;
+    let field = match &rejection {
+        PathRejection::FailedToDeserializePathParams(e) => match e.kind() {
+            ErrorKind::ParseErrorAtKey { key, .. }
+            | ErrorKind::InvalidUtf8InPathParam { key }
+            | ErrorKind::DeserializeError { key, .. } => Some(key.clone()),
+            _ => None,
+        },
+        _ => None,
+    };
+    ApiError::Invalid {
+        field,
+        message: rejection.body_text(),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Jobs and tabs: `GET /v1/jobs/{id}`, `GET /v1/jobs?account=&status=&limit=`,
 //! `GET /v1/tabs/{chain_id}/{escrow_id}`.
 
-use super::{ApiError, AppJson, AppState};
+use super::{ApiError, AppJson, AppPath, AppState};
 use crate::books::{JobRecord, Tab};
 use alloy::primitives::{Address, B256};
 use axum::extract::{Path, Query, State};
@@ -71,10 +71,20 @@ pub(super) async fn list_jobs(
     Ok(AppJson(jobs))
 }
 
+/// A tab's path: `/v1/tabs/{chain_id}/{escrow_id}`.
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct TabPath {
+    pub(super) chain_id: u64,
+    pub(super) escrow_id: u64,
+}
+
 #[utoipa::path(get, path = "/v1/tabs/{chain_id}/{escrow_id}", tag = "jobs", params(("chain_id" = u64, Path), ("escrow_id" = u64, Path)), responses((status = 200, body = crate::books::Tab), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn tab(
     State(state): State<AppState>,
-    Path((chain_id, escrow_id)): Path<(u64, u64)>,
+    AppPath(TabPath {
+        chain_id,
+        escrow_id,
+    }): AppPath<TabPath>,
 ) -> Result<AppJson<Tab>, ApiError> {
     state
         .intake()?

@@ -21,7 +21,7 @@ mod sessions;
 mod settlement;
 
 pub use error::ApiError;
-pub use extract::AppJson;
+pub use extract::{AppJson, AppPath};
 
 use crate::intake::Intake;
 use axum::Router;

@@ -4,11 +4,11 @@
 //! (`GET /v1/claims/{chain_id}/{account}`: the balances are public on chain through their root,
 //! and only the account itself can claim).
 
-use super::{ApiError, AppJson, AppState};
+use super::{ApiError, AppJson, AppPath, AppState};
 use crate::books::Tab;
 use crate::settlement::Claim;
 use alloy::primitives::{Address, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::Deserialize;
 
 /// A buyer's signed request to settle a tab now.
@@ -27,7 +27,10 @@ pub(super) struct CloseTab {
 #[utoipa::path(post, path = "/v1/tabs/{chain_id}/{escrow_id}/close", tag = "settlement", request_body = CloseTab, params(("chain_id" = u64, Path), ("escrow_id" = u64, Path)), responses((status = 200, description = "the tab, now closing (or further along)", body = Tab), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn close_tab(
     State(state): State<AppState>,
-    Path((chain_id, escrow_id)): Path<(u64, u64)>,
+    AppPath(super::jobs::TabPath {
+        chain_id,
+        escrow_id,
+    }): AppPath<super::jobs::TabPath>,
     AppJson(body): AppJson<CloseTab>,
 ) -> Result<AppJson<Tab>, ApiError> {
     state.settler()?;
@@ -38,10 +41,17 @@ pub(super) async fn close_tab(
     Ok(AppJson(tab))
 }
 
+/// A claim's path: `/v1/claims/{chain_id}/{account}`.
+#[derive(Debug, Deserialize)]
+pub(super) struct ClaimPath {
+    chain_id: u64,
+    account: String,
+}
+
 #[utoipa::path(get, path = "/v1/claims/{chain_id}/{account}", tag = "settlement", params(("chain_id" = u64, Path), ("account" = String, Path, description = "0x-hex EVM address")), responses((status = 200, body = Claim), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn claim(
     State(state): State<AppState>,
-    Path((chain_id, account)): Path<(u64, String)>,
+    AppPath(ClaimPath { chain_id, account }): AppPath<ClaimPath>,
 ) -> Result<AppJson<Claim>, ApiError> {
     let account: Address = account
         .parse()

@@ -584,6 +584,25 @@ async fn the_door_refuses_what_it_cannot_honour_and_writes_nothing() {
         (status, body["error"]["code"].as_str()),
         (StatusCode::UNAUTHORIZED, Some("session_revoked"))
     );
+    // Path parameters that do not parse, or name ids past what the books hold, are our JSON
+    // 400 naming the parameter — not axum's text, not a 500 (found by schemathesis).
+    for (path, field, code) in [
+        ("/v1/tabs/x/1", Some("chain_id"), "invalid_field"),
+        (
+            "/v1/tabs/1/600823202424277839118336",
+            Some("escrow_id"),
+            "invalid_field",
+        ),
+        ("/v1/tabs/0/9223372036854775808", None, "out_of_range"),
+        ("/v1/claims/-1/0x00", Some("chain_id"), "invalid_field"),
+    ] {
+        let (status, body) = door
+            .call(Request::get(path).body(Body::empty()).unwrap())
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(body["error"]["code"], code, "{path}: {body}");
+        assert_eq!(body["error"]["field"].as_str(), field, "{path}: {body}");
+    }
     assert_eq!(door.count("exchange_jobs").await, 0);
 }
 
