@@ -5,7 +5,7 @@
 //! The id is [`cx_protocol::train::dataset_id`] of the bytes sent, so a train order's `data`
 //! names exactly these bytes, and the provider re-checks them on arrival.
 
-use super::{ApiError, AppJson, AppState};
+use super::{ApiError, AppJson, AppState, Bearer};
 use crate::books::DatasetSummary;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -84,7 +84,7 @@ pub(super) async fn put(
 pub(super) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
 ) -> Result<([(header::HeaderName, &'static str); 1], Bytes), ApiError> {
     if !is_content_id(&id) {
         return Err(ApiError::invalid(
@@ -93,7 +93,7 @@ pub(super) async fn get(
         ));
     }
     let intake = state.intake()?;
-    let provider = intake.provider(super::sessions::bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     // Training data is the buyer's: only the provider running a job on it reads it. Any other
     // caller learns nothing, not even whether it is stored.
     if !intake

@@ -60,6 +60,20 @@ where
     }
 }
 
+/// The token of `Authorization: Bearer <token>` (a provider's dispatch token or a session key),
+/// required: as an extractor before the body's, so a caller without a credential gets 401
+/// before anything it sent is read.
+#[derive(Debug, Clone)]
+pub struct Bearer(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Bearer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        super::sessions::bearer(&parts.headers).map(|token| Bearer(token.to_owned()))
+    }
+}
+
 fn from_path_rejection(rejection: PathRejection) -> ApiError {
     use axum::extract::path::ErrorKind;
     let field = match &rejection {

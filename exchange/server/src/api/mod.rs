@@ -21,7 +21,7 @@ mod sessions;
 mod settlement;
 
 pub use error::ApiError;
-pub use extract::{AppJson, AppPath};
+pub use extract::{AppJson, AppPath, Bearer};
 
 use crate::intake::Intake;
 use axum::Router;

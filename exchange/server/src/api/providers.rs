@@ -3,14 +3,13 @@
 //! output with its signed receipt). Providers connect out to the exchange; the last two carry the
 //! provider's dispatch token as `Authorization: Bearer`.
 
-use super::sessions::bearer;
-use super::{ApiError, AppJson, AppState};
+use super::{ApiError, AppJson, AppState, Bearer};
 use crate::books::{Assignment, Completed};
 use crate::dispatch::{MAX_PULL_JOBS, MAX_PULL_WAIT_S, ResultSubmission};
 use crate::intake::now_s;
 use alloy::primitives::{Address, B256};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use cx_protocol::offer::SignedOffer;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -72,7 +71,7 @@ pub(super) struct Pulled {
 #[utoipa::path(post, path = "/v1/providers/jobs", tag = "providers", request_body = Pull, security(("provider_token" = [])), responses((status = 200, body = Pulled), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn pull(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
     AppJson(pull): AppJson<Pull>,
 ) -> Result<AppJson<Pulled>, ApiError> {
     if pull.max_jobs == 0 || pull.max_jobs > MAX_PULL_JOBS {
@@ -88,7 +87,7 @@ pub(super) async fn pull(
         ));
     }
     let intake = state.intake()?;
-    let provider = intake.provider(bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     let jobs = intake
         .pull(
             &provider,
@@ -103,14 +102,14 @@ pub(super) async fn pull(
 pub(super) async fn result(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
     AppJson(submission): AppJson<ResultSubmission>,
 ) -> Result<AppJson<Completed>, ApiError> {
     let id: B256 = id
         .parse()
         .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))?;
     let intake = state.intake()?;
-    let provider = intake.provider(bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     let completed = intake
         .accept_result(&provider, id, &submission, now_s())
         .await?;
@@ -144,7 +143,7 @@ pub(super) struct Released {
 pub(super) async fn release(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
     AppJson(body): AppJson<ReleaseBody>,
 ) -> Result<AppJson<Released>, ApiError> {
     let id: B256 = id
@@ -157,7 +156,7 @@ pub(super) async fn release(
         ));
     }
     let intake = state.intake()?;
-    let provider = intake.provider(bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     let moved_to = intake.release(&provider, id, &body.reason, now_s()).await?;
     Ok(AppJson(Released {
         job_id: id,
@@ -179,14 +178,14 @@ pub(super) struct ProgressBody {
 pub(super) async fn progress(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
     AppJson(body): AppJson<ProgressBody>,
 ) -> Result<AppJson<Relayed>, ApiError> {
     let id: B256 = id
         .parse()
         .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))?;
     let intake = state.intake()?;
-    let provider = intake.provider(bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     intake
         .progress(&provider, id, body.offset, body.text)
         .await?;
@@ -210,10 +209,10 @@ pub(super) struct OpenSearches {
 #[utoipa::path(get, path = "/v1/providers/searches", tag = "providers", security(("provider_token" = [])), responses((status = 200, body = OpenSearches), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn searches(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
 ) -> Result<AppJson<OpenSearches>, ApiError> {
     let intake = state.intake()?;
-    intake.provider(bearer(&headers)?).await?;
+    intake.provider(&token).await?;
     let searches = intake
         .books()
         .open_searches(crate::intake::now_s(), 32)
@@ -236,7 +235,7 @@ pub(super) struct Witness {
 #[utoipa::path(post, path = "/v1/searches/{id}/witness", tag = "providers", params(("id" = String, Path)), request_body = Witness, security(("provider_token" = [])), responses((status = 200, description = "the search is filled: the first valid witness won", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn witness(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
     Path(id): Path<String>,
     AppJson(body): AppJson<Witness>,
 ) -> Result<AppJson<crate::books::StandingOrder>, ApiError> {
@@ -244,7 +243,7 @@ pub(super) async fn witness(
         .parse()
         .map_err(|_| ApiError::invalid("id", "a search id is 32 bytes of 0x-hex"))?;
     let intake = state.intake()?;
-    let provider = intake.provider(bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     intake
         .fill_search(
             &provider,
@@ -276,10 +275,10 @@ pub(super) struct ProviderReserves {
 #[utoipa::path(get, path = "/v1/providers/reserves", tag = "providers", security(("provider_token" = [])), responses((status = 200, body = ProviderReserves), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn reserves(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
 ) -> Result<AppJson<ProviderReserves>, ApiError> {
     let intake = state.intake()?;
-    let provider = intake.provider(bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     let reserves = intake
         .books()
         .provider_reserves(provider.key_hash, crate::intake::now_s(), 32)
@@ -318,13 +317,13 @@ async fn shown(
 #[utoipa::path(post, path = "/v1/reserves/{id}/bids", tag = "providers", params(("id" = String, Path)), request_body = BidBody, security(("provider_token" = [])), responses((status = 200, description = "the bid is taken (it replaces this provider's earlier one); the reserve with its bids", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn bid(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
     Path(id): Path<String>,
     AppJson(body): AppJson<BidBody>,
 ) -> Result<AppJson<crate::books::StandingOrder>, ApiError> {
     let id = reserve_id(&id)?;
     let intake = state.intake()?;
-    let provider = intake.provider(bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     intake
         .bid_reserve(&provider, id, &body.bid, crate::intake::now_s())
         .await?;
@@ -344,13 +343,13 @@ pub(super) struct TakeOrPay {
 #[utoipa::path(post, path = "/v1/reserves/{id}/take_or_pay", tag = "providers", params(("id" = String, Path)), request_body = TakeOrPay, security(("provider_token" = [])), responses((status = 200, description = "the reserve is filled: its take-or-pay is a job of its tab", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn take_or_pay(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
     Path(id): Path<String>,
     AppJson(body): AppJson<TakeOrPay>,
 ) -> Result<AppJson<crate::books::StandingOrder>, ApiError> {
     let id = reserve_id(&id)?;
     let intake = state.intake()?;
-    let provider = intake.provider(bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     intake
         .claim_reserve(&provider, id, &body.receipt, crate::intake::now_s())
         .await?;
@@ -369,10 +368,10 @@ pub(super) struct ProviderPins {
 #[utoipa::path(get, path = "/v1/providers/pins", tag = "providers", security(("provider_token" = [])), responses((status = 200, body = ProviderPins), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn pins(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
 ) -> Result<AppJson<ProviderPins>, ApiError> {
     let intake = state.intake()?;
-    let provider = intake.provider(bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     let pins = intake
         .books()
         .provider_rents(provider.key_hash, 256)
@@ -393,7 +392,7 @@ pub(super) struct RentClaim {
 #[utoipa::path(post, path = "/v1/rents/{id}/claim", tag = "providers", params(("id" = String, Path)), request_body = RentClaim, security(("provider_token" = [])), responses((status = 200, description = "the rent is filled: its term is a job of its tab", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn claim_rent(
     State(state): State<AppState>,
-    headers: HeaderMap,
+    Bearer(token): Bearer,
     Path(id): Path<String>,
     AppJson(body): AppJson<RentClaim>,
 ) -> Result<AppJson<crate::books::StandingOrder>, ApiError> {
@@ -401,7 +400,7 @@ pub(super) async fn claim_rent(
         .parse()
         .map_err(|_| ApiError::invalid("id", "a rent id is 32 bytes of 0x-hex"))?;
     let intake = state.intake()?;
-    let provider = intake.provider(bearer(&headers)?).await?;
+    let provider = intake.provider(&token).await?;
     intake
         .claim_rent(&provider, id, &body.receipt, crate::intake::now_s())
         .await?;

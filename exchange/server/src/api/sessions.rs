@@ -81,10 +81,11 @@ pub(super) async fn revoke(
 /// The session `id`, revoked and expired ones included, if the request's bearer token is its key
 /// (else the same 401 as an unknown key: a token never learns of other sessions).
 async fn own_session(state: &AppState, id: &str, headers: &HeaderMap) -> Result<Session, ApiError> {
+    // The credential first: a caller without one learns nothing of the path's validity.
+    let token = bearer(headers)?;
     let id: B256 = id
         .parse()
         .map_err(|_| ApiError::invalid("id", "a session id is 32 bytes of 0x-hex"))?;
-    let token = bearer(headers)?;
     let session = state
         .intake()?
         .books()
@@ -133,13 +134,15 @@ pub(super) async fn cancel_job(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<AppJson<Cancelled>, ApiError> {
+    // The credential first: a caller without one learns nothing of the path's validity.
+    let token = bearer(&headers)?;
     let job_id: B256 = id
         .parse()
         .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))?;
     let intake = state.intake()?;
     let session = intake
         .books()
-        .session_by_bearer(SessionGrant::bearer_hash_of(bearer(&headers)?.as_bytes()))
+        .session_by_bearer(SessionGrant::bearer_hash_of(token.as_bytes()))
         .await?
         .ok_or(crate::Error::UnknownSession)?;
     if intake.books().cancel_job(job_id, session.id).await? {

@@ -603,6 +603,19 @@ async fn the_door_refuses_what_it_cannot_honour_and_writes_nothing() {
         assert_eq!(body["error"]["code"], code, "{path}: {body}");
         assert_eq!(body["error"]["field"].as_str(), field, "{path}: {body}");
     }
+    // A provider's route asks for the credential first: without one, nothing it sent is read
+    // (a bad id or body is still a 401).
+    for path in [
+        "/v1/jobs/0/result",
+        "/v1/jobs/0/release",
+        "/v1/reserves/0/bids",
+        "/v1/searches/0/witness",
+        "/v1/rents/0/claim",
+    ] {
+        let (status, body) = door.post(path, None, &json!({})).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
+        assert_eq!(body["error"]["code"], "unauthorized", "{path}: {body}");
+    }
     assert_eq!(door.count("exchange_jobs").await, 0);
 }
 
