@@ -635,3 +635,77 @@ async fn a_server_without_books_says_so() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
+
+/// Sends every body to `POST /v1/intents` at once, each on its own task (its own connection to
+/// the database); the answers in order.
+async fn concurrently(w: &World, bodies: Vec<Value>) -> Vec<(StatusCode, Value)> {
+    let mut tasks = Vec::new();
+    for body in bodies {
+        let router = w.router.clone();
+        tasks.push(tokio::spawn(async move {
+            let request = Request::post("/v1/intents")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_string()))
+                .unwrap();
+            let response = router.oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            (
+                status,
+                serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            )
+        }));
+    }
+    let mut out = Vec::new();
+    for task in tasks {
+        out.push(task.await.unwrap());
+    }
+    out
+}
+
+/// Double-spend attempts from many connections at once: one signed intent sent sixteen times
+/// is accepted once (its nonce is spent once), and forty intents racing for a tab that holds
+/// about three never hold more than it has — each refused one a 402, never a 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_spends_on_one_tab_hold_at_most_what_it_has_and_spend_a_nonce_once() {
+    let w = world().await;
+    let same = w.body(intent(1));
+    let answers = concurrently(&w, vec![same; 16]).await;
+    let accepted = answers
+        .iter()
+        .filter(|(s, _)| *s == StatusCode::ACCEPTED)
+        .count();
+    assert_eq!(accepted, 1, "{answers:?}");
+    for (status, err) in answers.iter().filter(|(s, _)| *s != StatusCode::ACCEPTED) {
+        assert!(status.is_client_error(), "{status}: {err}");
+        assert!(err["error"]["code"].is_string(), "{status}: {err}");
+    }
+    let (orders, jobs, _) = w.rows().await;
+    assert_eq!((orders, jobs), (1, 1));
+
+    let bodies: Vec<Value> = (100..140).map(|n| w.body(intent(n))).collect();
+    let answers = concurrently(&w, bodies).await;
+    let mut held_by_accepted: u128 = 0;
+    let mut accepted = 0;
+    for (status, body) in &answers {
+        match *status {
+            StatusCode::ACCEPTED => {
+                accepted += 1;
+                held_by_accepted += body["held_wei"].as_str().unwrap().parse::<u128>().unwrap();
+            }
+            StatusCode::PAYMENT_REQUIRED => assert_eq!(body["error"]["code"], "tab_overspent"),
+            other => panic!("{other}: {body}"),
+        }
+    }
+    let tab = w.books.tab(CHAIN, 3).await.unwrap().unwrap();
+    assert!(tab.held_wei <= tab.amount_wei, "{tab:?}");
+    let first: u128 = tab.held_wei - held_by_accepted;
+    assert!(first > 0, "the first intent's hold is still there");
+    assert!(accepted >= 1 && accepted < 40, "{accepted}");
+    assert!(
+        tab.available_wei() < first,
+        "the tab is spent to within one job: {tab:?}"
+    );
+    let (orders, jobs, _) = w.rows().await;
+    assert_eq!((orders, jobs), (1 + accepted, 1 + accepted));
+}
