@@ -248,7 +248,16 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
     let server_config =
         tls::server_config(ca.server_identity().map_err(bench_err)?).map_err(bench_err)?;
     let client_config = tls::client_config([ca.cert()]).map_err(bench_err)?;
-    let intake = Intake::new(books.clone(), market, [(CHAIN, settlement)], 60);
+    // No rate limits: the bench measures what intake itself sustains from a few accounts on
+    // one address, which the default limits are there to stop.
+    let intake = Intake::new(books.clone(), market, [(CHAIN, settlement)], 60).with_rate_limits(
+        cx_exchange_server::limits::RateConfig {
+            ip_per_s: 0,
+            ip_burst: 0,
+            account_per_s: 0,
+            account_burst: 0,
+        },
+    );
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| Error::BenchFailed(format!("bind: {e}")))?;

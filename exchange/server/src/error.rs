@@ -176,6 +176,14 @@ pub enum Error {
         "intent.order.adapter_id names no adapter this exchange holds (store it with PUT /v1/adapters)"
     )]
     UnknownAdapter,
+    /// A client sent more than its rate limit allows ([`crate::limits`]).
+    #[error("too many requests from this {what}: retry after {retry_after_s} s")]
+    RateLimited {
+        /// What the limit is counted by (`IP address`, `account`).
+        what: &'static str,
+        /// Seconds until the next request is allowed.
+        retry_after_s: u64,
+    },
     /// A train order's `data` names no dataset the exchange holds.
     #[error("train.data names no dataset this exchange holds (store it with PUT /v1/datasets)")]
     UnknownDataset,

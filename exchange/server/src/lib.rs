@@ -47,6 +47,7 @@ pub mod dispatch;
 mod error;
 pub mod explorer;
 pub mod intake;
+pub mod limits;
 pub mod market;
 pub mod matmul;
 pub mod settlement;

@@ -630,7 +630,16 @@ async fn serve(
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let stopping = stop.subscribe();
-        let service = TowerToHyperService::new(router.clone());
+        // Each request carries its peer, for the per-IP rate limit.
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            router.clone(),
+            move |mut request: hyper::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request
+            },
+        ));
         let http = http.clone();
         tokio::spawn(async move {
             let _slot = slot;
@@ -660,13 +669,21 @@ async fn serve(
     }
 }
 
-async fn serve_connection<IO>(
+async fn serve_connection<IO, S>(
     io: IO,
     http: &http1::Builder,
-    service: TowerToHyperService<Router>,
+    service: TowerToHyperService<S>,
     mut stopping: watch::Receiver<()>,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: tower::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
 {
     let connection = http
         .serve_connection(TokioIo::new(io), service)

@@ -103,6 +103,23 @@ pub(crate) struct Args {
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
               .range(1..=cx_exchange_server::matmul::MAX_FREIVALDS_ROUNDS as u64))]
     freivalds_rounds: usize,
+    /// Requests a second one IP address may send (0: no limit); past it, 429 with Retry-After.
+    #[arg(long, env = "CX_RATE_PER_IP", value_name = "N",
+          default_value_t = cx_exchange_server::limits::RateConfig::default().ip_per_s)]
+    rate_per_ip: u32,
+    /// Requests one IP address may send at once, above its rate.
+    #[arg(long, env = "CX_BURST_PER_IP", value_name = "N",
+          default_value_t = cx_exchange_server::limits::RateConfig::default().ip_burst)]
+    burst_per_ip: u32,
+    /// Signed orders a second one account may send (0: no limit); past it, 429 with
+    /// Retry-After.
+    #[arg(long, env = "CX_RATE_PER_ACCOUNT", value_name = "N",
+          default_value_t = cx_exchange_server::limits::RateConfig::default().account_per_s)]
+    rate_per_account: u32,
+    /// Signed orders one account may send at once, above its rate.
+    #[arg(long, env = "CX_BURST_PER_ACCOUNT", value_name = "N",
+          default_value_t = cx_exchange_server::limits::RateConfig::default().account_burst)]
+    burst_per_account: u32,
 }
 
 /// The registries providers must be staked in: one read-only view per served chain.
@@ -231,7 +248,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     .with_identity(identity.clone())
     .with_registries(registries(&chains)?)
     .with_provider_silence_s(args.provider_silence_s)
-    .with_freivalds_rounds(args.freivalds_rounds);
+    .with_freivalds_rounds(args.freivalds_rounds)
+    .with_rate_limits(cx_exchange_server::limits::RateConfig {
+        ip_per_s: args.rate_per_ip,
+        ip_burst: args.burst_per_ip,
+        account_per_s: args.rate_per_account,
+        account_burst: args.burst_per_account,
+    });
     let settler = match &args.settlement {
         None => None,
         Some(path) => {

@@ -67,6 +67,14 @@ pub enum ApiError {
         /// The field to blame, if one is.
         field: Option<String>,
     },
+    /// A client past its rate limit (429, with `Retry-After`).
+    #[error("{message}")]
+    RateLimited {
+        /// Which limit and how long to wait.
+        message: String,
+        /// Seconds until the next request is allowed.
+        retry_after_s: u64,
+    },
     /// Something failed inside the server (500); the cause is logged, not returned.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -92,6 +100,7 @@ impl ApiError {
             Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Refused { status, .. } => *status,
+            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -108,6 +117,7 @@ impl ApiError {
             Self::Conflict { .. } => "conflict",
             Self::Unauthorized { .. } => "unauthorized",
             Self::Refused { code, .. } => code,
+            Self::RateLimited { .. } => "rate_limited",
             Self::Internal(_) => "internal",
         }
     }
@@ -169,7 +179,14 @@ impl IntoResponse for ApiError {
                 field: self.field(),
             },
         };
-        (self.status(), Json(body)).into_response()
+        let mut response = (self.status(), Json(body)).into_response();
+        if let Self::RateLimited { retry_after_s, .. } = self {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(retry_after_s),
+            );
+        }
+        response
     }
 }
 
@@ -407,6 +424,10 @@ impl From<crate::Error> for ApiError {
             // A number a client sent (an id, a nonce) past what the books can hold: no such
             // row can exist, and nothing was written.
             E::OutOfRange { .. } => refuse(StatusCode::BAD_REQUEST, "out_of_range", None, &err),
+            E::RateLimited { retry_after_s, .. } => Self::RateLimited {
+                message: err.to_string(),
+                retry_after_s: *retry_after_s,
+            },
             E::DeadlineMissed { .. } => {
                 refuse(StatusCode::GATEWAY_TIMEOUT, "deadline_missed", None, &err)
             }

@@ -227,7 +227,33 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::explorer::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limit_by_ip,
+        ))
         .with_state(state)
+}
+
+/// Every request counts against its client's IP address ([`crate::limits`]), before anything
+/// it sent is read; past the limit it is answered 429 with `Retry-After`. The accept loop tags
+/// requests with their peer ([`axum::extract::ConnectInfo`]); a request without one (a test's
+/// `oneshot`) is not counted.
+async fn limit_by_ip(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let peer = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map(|c| c.0.ip());
+    if let (Some(ip), Ok(intake)) = (peer, state.intake())
+        && let Err(err) = intake.limits().request_from(ip)
+    {
+        return ApiError::from(err).into_response();
+    }
+    next.run(request).await
 }
 
 async fn not_found() -> ApiError {

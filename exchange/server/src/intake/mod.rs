@@ -187,6 +187,7 @@ pub struct Intake {
     registries: crate::stake::Registries,
     provider_silence_s: u64,
     freivalds_rounds: usize,
+    limits: crate::limits::RateLimits,
 }
 
 /// Bound ML-DSA keys kept in memory at most (each ~2 KB).
@@ -215,6 +216,7 @@ impl Intake {
             registries: Default::default(),
             provider_silence_s: crate::dispatch::PROVIDER_SILENCE_S,
             freivalds_rounds: crate::matmul::DEFAULT_FREIVALDS_ROUNDS,
+            limits: crate::limits::RateLimits::default(),
         }
     }
 
@@ -268,6 +270,17 @@ impl Intake {
         &self.identity
     }
 
+    /// Rate limits per IP address and per account ([`crate::limits`]); the defaults otherwise.
+    pub fn with_rate_limits(mut self, config: crate::limits::RateConfig) -> Self {
+        self.limits = crate::limits::RateLimits::new(config);
+        self
+    }
+
+    /// The rate limits.
+    pub fn limits(&self) -> &crate::limits::RateLimits {
+        &self.limits
+    }
+
     /// The books.
     pub fn books(&self) -> &Books {
         &self.books
@@ -314,6 +327,8 @@ impl Intake {
         signed
             .check_cosignature(&verified, &key)
             .map_err(|e| e.within(within))?;
+        // Counted once both signatures hold: no one spends another account's allowance.
+        self.limits.order_from(verified.account)?;
         Ok(verified)
     }
 
@@ -574,6 +589,8 @@ impl Intake {
         request: &InferenceRequest,
         now_s: u64,
     ) -> Result<Accepted> {
+        // A session's calls are its account's orders, under the same limit.
+        self.limits.order_from(session.account)?;
         let mut placed = self.place(want, request, session.account, now_s).await?;
         let mut id = [0u8; 32];
         getrandom::fill(&mut id).map_err(|e| Error::Chain(format!("no randomness: {e}")))?;

@@ -12,6 +12,7 @@ use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::api::{AppState, app};
 use cx_exchange_server::books::{Books, TabEvent};
 use cx_exchange_server::intake::{InferenceRequest, Intake, request_hash};
+use cx_exchange_server::limits::RateConfig;
 use cx_exchange_server::market::Market;
 use cx_protocol::order::{self, Binding, Intent, SigningKey};
 use cx_protocol::pq::Identity;
@@ -73,6 +74,11 @@ async fn world() -> World {
 impl World {
     /// The exchange over `market`, an agent bound over the API and its tab open on chain.
     async fn new(db: TestDb, books: Books, market: Market) -> World {
+        Self::limited(db, books, market, RateConfig::default()).await
+    }
+
+    /// [`World::new`] under the rate limits `limits`.
+    async fn limited(db: TestDb, books: Books, market: Market, limits: RateConfig) -> World {
         let key = SigningKey::from_slice(&[7; 32]).unwrap();
         let pq = Identity::from_seed([9; 32]);
         let account = order::account_of(&key);
@@ -92,7 +98,8 @@ impl World {
             )
             .await
             .unwrap();
-        let intake = Intake::new(books.clone(), market, [(CHAIN, settlement())], 60);
+        let intake = Intake::new(books.clone(), market, [(CHAIN, settlement())], 60)
+            .with_rate_limits(limits);
         let w = World {
             _db: db,
             books,
@@ -701,11 +708,116 @@ async fn concurrent_spends_on_one_tab_hold_at_most_what_it_has_and_spend_a_nonce
     assert!(tab.held_wei <= tab.amount_wei, "{tab:?}");
     let first: u128 = tab.held_wei - held_by_accepted;
     assert!(first > 0, "the first intent's hold is still there");
-    assert!(accepted >= 1 && accepted < 40, "{accepted}");
+    assert!((1..40).contains(&accepted), "{accepted}");
     assert!(
         tab.available_wei() < first,
         "the tab is spent to within one job: {tab:?}"
     );
     let (orders, jobs, _) = w.rows().await;
     assert_eq!((orders, jobs), (1 + accepted, 1 + accepted));
+}
+
+/// Past its limits a client gets 429 `rate_limited` with `Retry-After`, and nothing is written:
+/// signed orders per account (counted once both signatures hold), requests per IP address (the
+/// accept loop tags each with its peer; here over plain HTTP on loopback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_its_rate_limits_a_client_gets_429_with_retry_after_and_nothing_is_written() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    let market = Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
+    market
+        .register(&books, bundle("warm", 1_000_000, true))
+        .await
+        .unwrap();
+    let limits = RateConfig {
+        ip_per_s: 1,
+        ip_burst: 4,
+        account_per_s: 1,
+        account_burst: 2,
+    };
+    let w = World::limited(db, books, market, limits).await;
+    for nonce in 1..=2 {
+        let (status, body) = w.post(&w.body(intent(nonce))).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    let before = w.rows().await;
+    let response = w
+        .router
+        .clone()
+        .oneshot(
+            Request::post("/v1/intents")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(w.body(intent(3)).to_string()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = response.headers()[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    assert_eq!(
+        w.rows().await,
+        before,
+        "a limited order writes nothing, spends no nonce"
+    );
+    // Its nonce is not spent: once the bucket refills, the same order goes through.
+    tokio::time::sleep(std::time::Duration::from_secs(retry)).await;
+    let (status, body) = w.post(&w.body(intent(3))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+
+    // Per IP address, over a real socket: four at once, then 429 until the bucket refills.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(cx_exchange_server::tls::serve_insecure_http(
+        listener,
+        w.router.clone(),
+        cx_exchange_server::tls::Limits::default(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(plain_get(address, "/healthz").await);
+    }
+    assert!(
+        statuses[..4].iter().all(|s| *s == (200, None)),
+        "{statuses:?}"
+    );
+    assert_eq!(statuses[4].0, 429, "{statuses:?}");
+    assert!(
+        statuses[4].1.is_some(),
+        "a 429 says when to retry: {statuses:?}"
+    );
+    let _ = stop.send(());
+    server.await.unwrap();
+}
+
+/// `GET path` over plain HTTP/1.1 on a fresh connection: the status and `Retry-After`, if any.
+async fn plain_get(address: std::net::SocketAddr, path: &str) -> (u16, Option<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response);
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let retry = text
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("retry-after:"))
+        .map(|l| l["retry-after:".len()..].trim().to_owned());
+    (status, retry)
 }
