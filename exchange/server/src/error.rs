@@ -340,3 +340,12 @@ pub enum Error {
 
 /// The crate's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A refusal naming `field` and why (a protocol-level invalid field: 400 with the field).
+pub(crate) fn invalid(field: &str, reason: impl Into<String>) -> Error {
+    cx_protocol::Error::InvalidField {
+        field: field.to_owned(),
+        reason: reason.into(),
+    }
+    .into()
+}

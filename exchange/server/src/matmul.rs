@@ -8,7 +8,7 @@
 //! them. Its cost is `2k·(m·k + k·n + m·n)` FLOPs against the product's `2·m·k·n`, which is what
 //! the job event's `cost_fraction` records.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, invalid};
 use crate::intake::Want;
 use alloy::primitives::Address;
 use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest};
@@ -20,14 +20,6 @@ pub const DEFAULT_FREIVALDS_ROUNDS: usize = 20;
 
 /// Most rounds a check may be configured with (each costs a pass over the operands).
 pub const MAX_FREIVALDS_ROUNDS: usize = 256;
-
-fn invalid(field: &str, reason: impl Into<String>) -> Error {
-    cx_protocol::Error::InvalidField {
-        field: field.to_owned(),
-        reason: reason.into(),
-    }
-    .into()
-}
 
 /// The job a product intent is cleared as, at `now_s`: the `cx/matmul-f32` kernel market (only
 /// bundles that list it among their resident bases take it), T2, `2·m·k·n` FLOPs, the operands
@@ -50,14 +42,7 @@ pub fn job(want: &Want, request: &MatmulRequest, account: Address, now_s: u64) -
     if want.adapter_id.is_some() {
         return Err(invalid("adapter_id", "a product takes no adapter"));
     }
-    if want.deadline_s <= now_s {
-        return Err(cx_protocol::Error::DeadlinePassed {
-            field: "deadline_s".to_owned(),
-            deadline_s: want.deadline_s,
-            now_s,
-        }
-        .into());
-    }
+    want.check_deadline(now_s)?;
     Ok(Job {
         agent: account.to_string(),
         base_model: MATMUL_MODEL.to_owned(),

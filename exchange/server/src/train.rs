@@ -13,7 +13,7 @@
 //! its config's rank, alpha, rsLoRA, target modules and base — so the buyer's next intents can
 //! name it.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, invalid};
 use crate::intake::Want;
 use alloy::primitives::Address;
 use cx_exchange::routing::catalog::Shape;
@@ -29,14 +29,6 @@ pub const ACTIVATION_KV_FACTOR: u64 = 64;
 
 /// FLOPs per parameter and token of one training step (forward 2, backward 4).
 pub const TRAIN_FLOPS_PER_PARAMETER_TOKEN: f64 = 6.0;
-
-fn invalid(field: &str, reason: impl Into<String>) -> Error {
-    cx_protocol::Error::InvalidField {
-        field: field.to_owned(),
-        reason: reason.into(),
-    }
-    .into()
-}
 
 /// The base a train intent's `want` names (`cx/train/<base>`), or the refusal naming `want`.
 pub fn base_of(want: &Want) -> Result<&str> {
@@ -83,14 +75,7 @@ pub fn job(
             "a train order starts a new adapter on the base (none goes in)",
         ));
     }
-    if want.deadline_s <= now_s {
-        return Err(cx_protocol::Error::DeadlinePassed {
-            field: "deadline_s".to_owned(),
-            deadline_s: want.deadline_s,
-            now_s,
-        }
-        .into());
-    }
+    want.check_deadline(now_s)?;
     let (sequences, longest) = request.widest_step(data);
     let positions = (sequences * longest) as u64;
     let activations = shape

@@ -17,11 +17,11 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use cx_kernels::Device;
 use cx_protocol::class::{ClassSet, Tier, TierSet};
 use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest, product_hash, product_to_bytes};
-use cx_protocol::receipt::{Receipt, SignedReceipt};
+use cx_protocol::receipt::Receipt;
 use cx_protocol::{Bundle, DeterminismClass};
 
 use super::Link;
-use super::wire::{Assignment, Completed, Output, ResultBody};
+use super::wire::{Assignment, Completed, Output};
 use crate::error::{Error, Result};
 
 /// How long the product self-benchmark runs at most.
@@ -109,7 +109,6 @@ impl Link {
             amount_owed_wei: job.price_wei,
             buyer: job.buyer.0.0,
         };
-        let receipt = SignedReceipt::sign(receipt, &self.identity)?;
         let output = Output {
             text: String::new(),
             finish_reason: "product",
@@ -118,16 +117,6 @@ impl Link {
             product: Some(BASE64.encode(&bytes)),
             trained: None,
         };
-        self.https
-            .post(
-                &format!("/v1/jobs/{}/result", job.job_id),
-                Some(self.token.as_str()),
-                &ResultBody {
-                    output: &output,
-                    receipt: &receipt,
-                },
-                Duration::from_secs(60),
-            )
-            .await
+        self.post_result(job, &output, receipt).await
     }
 }

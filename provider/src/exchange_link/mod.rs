@@ -596,19 +596,27 @@ impl Link {
             class: DeterminismClass::D,
             amount_owed_wei: job.price_wei,
         };
-        let receipt = SignedReceipt::sign(
-            Receipt::for_output(&terms, &work, self.config.payout, self.identity.id().0)?,
-            &self.identity,
-        )?;
+        let receipt = Receipt::for_output(&terms, &work, self.config.payout, self.identity.id().0)?;
+        self.post_result(&job, &output, receipt).await
+    }
+
+    /// Signs `receipt` and sends it with `output` as job `job`'s result.
+    async fn post_result(
+        &self,
+        job: &Assignment,
+        output: &Output,
+        receipt: Receipt,
+    ) -> Result<Completed> {
+        let receipt = SignedReceipt::sign(receipt, &self.identity)?;
         self.https
             .post(
                 &format!("/v1/jobs/{}/result", job.job_id),
                 Some(self.token.as_str()),
                 &ResultBody {
-                    output: &output,
+                    output,
                     receipt: &receipt,
                 },
-                Duration::from_secs(30),
+                Duration::from_secs(60),
             )
             .await
     }

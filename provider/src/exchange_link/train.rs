@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use cx_protocol::class::{ClassSet, Tier, TierSet};
-use cx_protocol::receipt::{Receipt, SignedReceipt};
+use cx_protocol::receipt::Receipt;
 use cx_protocol::train::{Dataset, TrainRequest, Trained, dataset_id, train_market, trained_base};
 use cx_protocol::{Bundle, DeterminismClass};
 use serde::{Deserialize, Serialize};
 
-use super::wire::{Assignment, Completed, Output, ResultBody};
+use super::wire::{Assignment, Completed, Output};
 use super::{Link, unix_now};
 use crate::error::{Error, Result};
 use crate::training::{AdamWParams, LoraSpec, Trainer};
@@ -118,7 +118,6 @@ impl Link {
             amount_owed_wei: job.price_wei,
             buyer: job.buyer.0.0,
         };
-        let receipt = SignedReceipt::sign(receipt, &self.identity)?;
         let output = Output {
             text: String::new(),
             finish_reason: "trained",
@@ -127,17 +126,7 @@ impl Link {
             product: None,
             trained: Some(trained),
         };
-        self.https
-            .post(
-                &format!("/v1/jobs/{}/result", job.job_id),
-                Some(self.token.as_str()),
-                &ResultBody {
-                    output: &output,
-                    receipt: &receipt,
-                },
-                Duration::from_secs(60),
-            )
-            .await
+        self.post_result(job, &output, receipt).await
     }
 
     /// Stores the saved adapter at `dir` in the exchange's store under `id` (the store checks

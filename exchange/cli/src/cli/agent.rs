@@ -590,6 +590,27 @@ fn evm(
     Ok((client, entry.chain.chain_id, rpc))
 }
 
+/// Job `id` as the exchange has it now; with `wait_s` (its deadline, seconds from now), once it
+/// has ended, or a little past that deadline (the sweep ends it by then).
+async fn job_once_ended(
+    client: &Client,
+    id: B256,
+    wait_s: Option<u64>,
+) -> anyhow::Result<cx_client::JobRecord> {
+    let mut job = client.job(id).await?;
+    if let Some(wait_s) = wait_s {
+        let give_up =
+            std::time::Instant::now() + std::time::Duration::from_secs(wait_s.saturating_add(10));
+        while !cx_exchange_server::dispatch::is_terminal(&job.status)
+            && std::time::Instant::now() < give_up
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            job = client.job(id).await?;
+        }
+    }
+    Ok(job)
+}
+
 fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -927,16 +948,7 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
     report["chain_id"] = json!(chain.chain_id);
     report["nonce"] = json!(signed.order.nonce);
     if cmd.wait {
-        // Until it ends, or a little past its deadline (the sweep ends it by then).
-        let give_up = std::time::Instant::now()
-            + std::time::Duration::from_secs(cmd.deadline_in.saturating_add(10));
-        let mut job = client.job(accepted.job_id).await?;
-        while !cx_exchange_server::dispatch::is_terminal(&job.status)
-            && std::time::Instant::now() < give_up
-        {
-            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-            job = client.job(accepted.job_id).await?;
-        }
+        let job = job_once_ended(&client, accepted.job_id, Some(cmd.deadline_in)).await?;
         let _ = writeln!(table, "final status     {}", job.status);
         if let Some(text) = job.result.as_ref().and_then(|r| r["text"].as_str()) {
             let _ = writeln!(table, "output           {text:?}");
@@ -989,16 +1001,12 @@ async fn run_matmul(args: &Args, cmd: &MatmulArgs) -> anyhow::Result<()> {
         .submit_matmul(&signed, &request)
         .await
         .context("submitting the matmul intent")?;
-    let mut job = client.job(accepted.job_id).await?;
-    while cmd.wait
-        && !matches!(
-            job.status.as_str(),
-            "done" | "settled" | "failed" | "expired" | "refunded" | "cancelled"
-        )
-    {
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        job = client.job(accepted.job_id).await?;
-    }
+    let job = job_once_ended(
+        &client,
+        accepted.job_id,
+        cmd.wait.then_some(cmd.deadline_in),
+    )
+    .await?;
     let product = job.checked_product().context("the returned product")?;
     let verification = job
         .events

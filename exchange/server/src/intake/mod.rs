@@ -871,14 +871,7 @@ impl Intake {
                 limit_bytes: MAX_PROMPT_BYTES,
             });
         }
-        if want.deadline_s <= now_s {
-            return Err(cx_protocol::Error::DeadlinePassed {
-                field: "deadline_s".to_owned(),
-                deadline_s: want.deadline_s,
-                now_s,
-            }
-            .into());
-        }
+        want.check_deadline(now_s)?;
         // The adapter's size is |a| of the feasibility test; an id the store lacks is refused.
         let adapter = match want.adapter_id {
             None => None,
@@ -978,6 +971,21 @@ pub struct Want {
     pub min_tier: Tier,
     /// The determinism class.
     pub determinism: cx_protocol::DeterminismClass,
+}
+
+impl Want {
+    /// Refuses a deadline that is not after `now_s`, naming `deadline_s`.
+    pub(crate) fn check_deadline(&self, now_s: u64) -> Result<()> {
+        if self.deadline_s <= now_s {
+            return Err(cx_protocol::Error::DeadlinePassed {
+                field: "deadline_s".to_owned(),
+                deadline_s: self.deadline_s,
+                now_s,
+            }
+            .into());
+        }
+        Ok(())
+    }
 }
 
 /// A cleared job before it is committed.

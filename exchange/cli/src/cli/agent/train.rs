@@ -5,7 +5,7 @@
 //! names it in its receipt. With `--wait` the command checks that name against the receipt and
 //! prints the adapter id the agent's next intents can use (`cx agent intent --adapter ID`).
 
-use super::{Args, fresh_nonce, now_s, pick_chain};
+use super::{Args, fresh_nonce, job_once_ended, now_s, pick_chain};
 use anyhow::{Context, anyhow, bail};
 use cx_protocol::order::Intent;
 use cx_protocol::train::{
@@ -182,16 +182,12 @@ pub(super) async fn run_train(args: &Args, cmd: &TrainArgs) -> anyhow::Result<()
         .submit_train(&signed, &request)
         .await
         .context("submitting the train order")?;
-    let mut job = client.job(accepted.job_id).await?;
-    while cmd.wait
-        && !matches!(
-            job.status.as_str(),
-            "done" | "settled" | "failed" | "expired" | "refunded" | "cancelled"
-        )
-    {
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        job = client.job(accepted.job_id).await?;
-    }
+    let job = job_once_ended(
+        &client,
+        accepted.job_id,
+        cmd.wait.then_some(cmd.deadline_in),
+    )
+    .await?;
     let trained = job.trained().context("the trained adapter")?;
     let mut table = format!(
         "job              {}\nstatus           {}\nbundle           {}\nheld_wei         {}\n",

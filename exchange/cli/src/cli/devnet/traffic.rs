@@ -338,19 +338,13 @@ impl Agent {
             seed_a: rng.r#gen(),
             seed_b: rng.r#gen(),
         };
-        let now = now_s();
-        let intent = Intent {
-            want: cx_protocol::matmul::MATMUL_MODEL.to_owned(),
-            adapter_id: None,
-            request_hash: request.hash(),
-            deadline_s: now + 60,
-            max_price_wei: MAX_PRICE_WEI,
-            min_tier: Tier::T2,
-            determinism: DeterminismClass::DInf,
-            tab_id: tab.escrow_id,
-            nonce: fresh_nonce(),
-            expiry_s: now + 60,
-        };
+        let intent = intent_on(
+            tab,
+            cx_protocol::matmul::MATMUL_MODEL.to_owned(),
+            request.hash(),
+            Tier::T2,
+            DeterminismClass::DInf,
+        );
         let signed = self.keys.sign(intent, &market.sides[side].info.domain())?;
         let accepted = market
             .client
@@ -401,19 +395,13 @@ impl Agent {
         request.lora.lora_alpha = 8.0;
         request.lora.target_modules = vec!["q_proj".into(), "v_proj".into()];
         request.lora.seed = rng.r#gen();
-        let now = now_s();
-        let intent = Intent {
-            want: train_market(&market.model),
-            adapter_id: None,
-            request_hash: request.hash(),
-            deadline_s: now + 60,
-            max_price_wei: MAX_PRICE_WEI,
-            min_tier: Tier::T0,
-            determinism: DeterminismClass::S,
-            tab_id: tab.escrow_id,
-            nonce: fresh_nonce(),
-            expiry_s: now + 60,
-        };
+        let intent = intent_on(
+            tab,
+            train_market(&market.model),
+            request.hash(),
+            Tier::T0,
+            DeterminismClass::S,
+        );
         let signed = self.keys.sign(intent, &market.sides[side].info.domain())?;
         let accepted = market
             .client
@@ -598,7 +586,6 @@ impl Agent {
             prompt: prompt(rng),
             max_tokens: rng.gen_range(4..=16),
         };
-        let now = now_s();
         // Mostly T1 (class D: re-executed on a second provider, paid only once both agree),
         // some T0 (stake only), some T3 (three operators, majority) where the fleet has them.
         let min_tier = match rng.gen_range(0..20) {
@@ -606,18 +593,14 @@ impl Agent {
             6..=8 if market.t3 => Tier::T3,
             _ => market.verified_tier,
         };
-        let intent = Intent {
-            want: market.model.clone(),
-            adapter_id: adapter.map(|a| format!("0x{a}").parse()).transpose()?,
-            request_hash: request_hash(&request),
-            deadline_s: now + 60,
-            max_price_wei: MAX_PRICE_WEI,
+        let mut intent = intent_on(
+            tab,
+            market.model.clone(),
+            request_hash(&request),
             min_tier,
-            determinism: DeterminismClass::D,
-            tab_id: tab.escrow_id,
-            nonce: fresh_nonce(),
-            expiry_s: now + 60,
-        };
+            DeterminismClass::D,
+        );
+        intent.adapter_id = adapter.map(|a| format!("0x{a}").parse()).transpose()?;
         let signed = self.keys.sign(intent, &market.sides[side].info.domain())?;
         let accepted = market
             .client
@@ -685,4 +668,28 @@ pub(super) async fn put_adapter(client: &Client, dir: &Path) -> anyhow::Result<S
         .await
         .with_context(|| format!("storing {}", dir.display()))?;
     Ok(stored.id)
+}
+
+/// An intent on `tab` for `want` (its request hashed to `request_hash`), due in 60 s at the
+/// traffic's price limit, with a fresh nonce and no adapter.
+fn intent_on(
+    tab: &OpenTab,
+    want: String,
+    request_hash: B256,
+    min_tier: Tier,
+    determinism: DeterminismClass,
+) -> Intent {
+    let now = now_s();
+    Intent {
+        want,
+        adapter_id: None,
+        request_hash,
+        deadline_s: now + 60,
+        max_price_wei: MAX_PRICE_WEI,
+        min_tier,
+        determinism,
+        tab_id: tab.escrow_id,
+        nonce: fresh_nonce(),
+        expiry_s: now + 60,
+    }
 }
