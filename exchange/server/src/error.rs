@@ -246,6 +246,15 @@ pub enum Error {
     /// Another session already uses this bearer secret.
     #[error("another session already uses this bearer secret; make a new one")]
     BearerReused,
+    /// No bundle could run the job (its provider gave it up, or left the market, and no other
+    /// could take it by its deadline); its hold was released.
+    #[error("no provider could run the job{}; nothing was charged", reason.as_deref().map(|r| format!(" (its provider gave it up: {r})")).unwrap_or_default())]
+    Refunded {
+        /// The job.
+        job_id: alloy::primitives::B256,
+        /// Why its provider gave it up, if it said.
+        reason: Option<String>,
+    },
     /// No provider returned a result by the job's deadline; its hold was released.
     #[error("no provider returned a result by the deadline ({deadline_s}); nothing was charged")]
     DeadlineMissed {

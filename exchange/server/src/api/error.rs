@@ -428,6 +428,7 @@ impl From<crate::Error> for ApiError {
                 message: err.to_string(),
                 retry_after_s: *retry_after_s,
             },
+            E::Refunded { .. } => refuse(StatusCode::SERVICE_UNAVAILABLE, "refunded", None, &err),
             E::DeadlineMissed { .. } => {
                 refuse(StatusCode::GATEWAY_TIMEOUT, "deadline_missed", None, &err)
             }

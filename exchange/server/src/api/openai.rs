@@ -479,6 +479,17 @@ async fn outcome(
             field: None,
             message: "the job was cancelled (DELETE /v1/jobs/{id}); nothing was charged".into(),
         }),
+        ("refunded", _) => Err(crate::Error::Refunded {
+            job_id,
+            reason: job
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.status == "released")
+                .and_then(|e| e.detail["reason"].as_str())
+                .map(str::to_owned),
+        }
+        .into()),
         _ => Err(crate::Error::DeadlineMissed {
             job_id,
             deadline_s: job.deadline_s,

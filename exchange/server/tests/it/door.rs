@@ -1141,3 +1141,59 @@ async fn a_residency_claim_the_work_contradicts_is_recorded_against_the_provider
     assert_eq!(page["residency_misses"]["deadline"], 1, "{page}");
     assert_eq!(page["residency_misses"]["fetched"], 1, "{page}");
 }
+
+/// A chat whose only provider gives the job up is answered at once, 503 `refunded` with the
+/// provider's reason, not a 504 at the deadline; nothing is charged.
+#[tokio::test]
+async fn a_chat_its_provider_gives_up_is_answered_503_refunded_with_the_reason() {
+    let door = Door::new().await;
+    let prov = Prov::new(5);
+    let (status, body) = door
+        .post(
+            "/v1/providers/register",
+            None,
+            &prov.offer(vec![bundle("warm")]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, opened) = door.session("cxs_gave_up", 1_000_000, 1).await;
+    assert_eq!(status, StatusCode::CREATED, "{opened}");
+    let agent = async {
+        door.post(
+            "/v1/chat/completions",
+            Some("cxs_gave_up"),
+            &chat(json!({"cx": {"deadline_in_s": 30}})),
+        )
+        .await
+    };
+    let provider = async {
+        let (status, pulled) = door
+            .post(
+                "/v1/providers/jobs",
+                Some(&prov.token),
+                &json!({"max_jobs": 4, "wait_s": 10}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{pulled}");
+        let id = pulled["jobs"][0]["job_id"].as_str().unwrap().to_owned();
+        let (status, released) = door
+            .post(
+                &format!("/v1/jobs/{id}/release"),
+                Some(&prov.token),
+                &json!({"reason": "residency cache full"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{released}");
+    };
+    let started = std::time::Instant::now();
+    let ((status, answer), ()) = tokio::join!(agent, provider);
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert_eq!(answer["error"]["code"], "refunded", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("residency cache full"), "{message}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "answered before the deadline"
+    );
+    assert_eq!(door.held().await, 0);
+}
