@@ -292,6 +292,20 @@ async fn a_train_order_is_cleared_on_a_trainer_and_done_when_its_adapter_is_stor
     assert_eq!(status, StatusCode::OK);
     assert_eq!(record["status"], "done");
     assert_eq!(record["result"]["trained"]["adapter_id"], right.as_str());
+    // The explorer's job page names the adapter it trained.
+    let (status, page) = door
+        .text(
+            Request::get(format!(
+                "/explorer/jobs/{}",
+                job["job_id"].as_str().unwrap()
+            ))
+            .body(Body::empty())
+            .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("id=\"trained-adapter\""), "{page}");
+    assert!(page.contains(&right), "the page names the adapter");
     // It settles as any intent: the buyer signed the train request's hash, the receipt names
     // it as its input and the adapter as its output.
     let paid = door.books.paid_jobs(31337, 3).await.unwrap();

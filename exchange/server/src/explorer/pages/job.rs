@@ -353,6 +353,19 @@ pub(crate) fn render(p: &JobPage) -> String {
     if let Some(session) = &j.session_id {
         dl.html(Some("session"), "session", html::short(session));
     }
+    if let Some(t) = &j.trained {
+        dl.text(Some("trained-adapter"), "trained adapter", &t.adapter_id)
+            .text(
+                Some("trained-loss"),
+                "loss",
+                &format!(
+                    "{} → {} in {} steps",
+                    num(t.loss_first),
+                    num(t.loss_last),
+                    t.steps
+                ),
+            );
+    }
     body.push(&dl.finish(Some("summary")));
 
     // The signed order.

@@ -417,6 +417,8 @@ pub(crate) struct JobDetail {
     pub(crate) verification: VerificationView,
     /// Settlement.
     pub(crate) settlement: Option<SettlementView>,
+    /// A train order's result: the adapter it trained and how the loss went.
+    pub(crate) trained: Option<cx_protocol::train::Trained>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -437,6 +439,7 @@ struct DetailRow {
     operator: Option<String>,
     sr_received_ms: Option<i64>,
     signed_assignment: Option<String>,
+    trained: Option<String>,
 }
 
 /// Job `id`, or `None`.
@@ -452,7 +455,8 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
                 o.chain_id AS order_chain_id, o.nonce::text AS order_nonce, \
                 o.body::text AS order_body, {received} AS order_ms, \
                 b.body::text AS bundle_body, p.operator, {sr_received} AS sr_received_ms, \
-                (sr.voucher->'assignment')::text AS signed_assignment \
+                (sr.voucher->'assignment')::text AS signed_assignment, \
+                (j.result->'trained')::text AS trained \
          FROM exchange_jobs j \
          JOIN exchange_orders o ON o.digest = j.order_digest \
          LEFT JOIN exchange_bundles b ON b.id = j.bundle_id \
@@ -476,12 +480,13 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
     let receipt = receipt(pool, id).await?;
     let decision: Decision = serde_json::from_str(&row.decision).unwrap_or_default();
     let body = json(&row.order_body)?;
-    // The order's body is `{"intent": signed, "request": …}` (or `{"grant": signed}`): the
-    // signed order is the member that is not the request.
+    // The order's body is `{"intent": signed, "request": …}` (or `"matmul"` / `"train"` for
+    // those kinds; or `{"grant": signed}`): the signed order is the member that is not the
+    // request.
     let signed = match &body {
         serde_json::Value::Object(map) => map
             .iter()
-            .find(|(k, _)| k.as_str() != "request")
+            .find(|(k, _)| !matches!(k.as_str(), "request" | "matmul" | "train"))
             .map(|(_, v)| v.clone())
             .unwrap_or(serde_json::Value::Null),
         _ => serde_json::Value::Null,
@@ -568,6 +573,10 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
         verification,
         settlement,
         summary,
+        trained: row
+            .trained
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok()),
     }))
 }
 
