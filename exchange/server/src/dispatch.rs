@@ -319,7 +319,6 @@ pub struct Output {
     /// A training job's adapter (stored at the exchange before the result is sent) and its
     /// losses; the receipt's `output_hash` is the adapter's content id. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub trained: Option<cx_protocol::train::Trained>,
 }
 

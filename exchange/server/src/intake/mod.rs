@@ -63,13 +63,11 @@ pub struct IntentSubmission {
     /// The matrix product to compute (the intent's `want` is `cx/matmul-f32`); its hash
     /// ([`cx_protocol::matmul::MatmulRequest::hash`]) must equal the intent's `request_hash`.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
     pub matmul: Option<cx_protocol::matmul::MatmulRequest>,
     /// The training to do (the intent's `want` is `cx/train/<base>`, [`cx_protocol::train`]);
     /// its hash ([`cx_protocol::train::TrainRequest::hash`]) must equal the intent's
     /// `request_hash`, and its `data` must be a stored dataset.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
     pub train: Option<cx_protocol::train::TrainRequest>,
     /// Answer when the job is done (or its deadline passed) instead of at once with 202.
     #[serde(default)]
