@@ -41,7 +41,7 @@ use cx_kernels::{CpuConfig, Device};
 pub use config::{DType, ModelConfig, Projection, read_config};
 pub use generate::{
     GENERATED_BOS, GENERATED_EOS, GenModelOptions, generated_config, generated_tensors,
-    write_generated_model,
+    generated_tokenizer_json, write_generated_model,
 };
 pub use weights::NamedTensors;
 
