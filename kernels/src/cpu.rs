@@ -81,7 +81,8 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Runs `work(item, scratch)` for every item in `0..items` on up to `threads` scoped threads,
+/// Runs `work(item, scratch)` for every item in `0..items` on up to `threads` threads (the
+/// caller and the persistent workers of [`crate::pool`]; scoped threads when the pool is busy),
 /// handing items out dynamically. Which thread runs an item never changes its arithmetic.
 pub(crate) fn for_each_item<S: Default>(
     threads: usize,
@@ -107,6 +108,9 @@ pub(crate) fn for_each_item<S: Default>(
             work(item, &mut scratch);
         }
     };
+    if crate::pool::run_on_pool(threads - 1, &run).is_some() {
+        return;
+    }
     std::thread::scope(|scope| {
         for _ in 1..threads {
             scope.spawn(run);
