@@ -422,6 +422,10 @@ pub(crate) fn nt_accumulate_blocked(
     assert!(out.len() >= m * n, "nt_accumulate: out too short");
     #[cfg(target_arch = "x86_64")]
     {
+        if mode == Mode::Fast && x86::has_fma() && x86::has_avx512f() && !no_avx512() {
+            // SAFETY: AVX2, FMA and AVX-512F were detected at run time.
+            return unsafe { x86::nt_fma_avx512(x, x_stride, m, w, w_stride, n, k_len, out, kc) };
+        }
         if mode == Mode::Fast && x86::has_fma() {
             // SAFETY: AVX2 and FMA were detected at run time.
             return unsafe { x86::nt_fma(x, x_stride, m, w, w_stride, n, k_len, out, kc) };
@@ -603,8 +607,8 @@ mod tests {
         assert_eq!(y_dispatched, y_portable);
     }
 
-    /// The AVX-512 deterministic kernel (two columns per register) must give the AVX2 one's
-    /// bits, on every row-group and column-remainder shape.
+    /// The AVX-512 kernels (two columns per register) must give the AVX2 ones' bits, fused and
+    /// not, on every row-group and column-remainder shape.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn deterministic_avx512_matches_avx2_bitwise() {
@@ -630,6 +634,16 @@ mod tests {
                 x86::nt_nofma(&x, k, m, &w, k, n, k, &mut narrow, KC);
             }
             assert_eq!(wide, narrow, "m {m} n {n} k {k}");
+            if x86::has_fma() {
+                let mut wide = vec![0f32; m * n];
+                let mut narrow = vec![0f32; m * n];
+                // SAFETY: AVX2, FMA and AVX-512F were detected above.
+                unsafe {
+                    x86::nt_fma_avx512(&x, k, m, &w, k, n, k, &mut wide, KC);
+                    x86::nt_fma(&x, k, m, &w, k, n, k, &mut narrow, KC);
+                }
+                assert_eq!(wide, narrow, "fused: m {m} n {n} k {k}");
+            }
         }
     }
 

@@ -23,7 +23,7 @@ use std::arch::x86_64::{
 use std::arch::x86_64::{
     __m512, _mm256_castpd_ps, _mm256_castps_pd, _mm512_add_ps, _mm512_broadcast_f64x4,
     _mm512_castpd_ps, _mm512_castpd256_pd512, _mm512_castpd512_pd256, _mm512_castps_pd,
-    _mm512_extractf64x4_pd, _mm512_insertf64x4, _mm512_mul_ps, _mm512_setzero_ps,
+    _mm512_extractf64x4_pd, _mm512_fmadd_ps, _mm512_insertf64x4, _mm512_mul_ps, _mm512_setzero_ps,
 };
 
 use super::{LANES, fold};
@@ -220,7 +220,7 @@ unsafe fn halves(v: __m512) -> [__m256; 2] {
 /// The CPU must support AVX2 and AVX-512F.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile_pairs<const MR: usize, const NP: usize>(
+unsafe fn tile_pairs<const MR: usize, const NP: usize, const FMA: bool>(
     x: &[f32],
     x_stride: usize,
     w: &[f32],
@@ -259,7 +259,11 @@ unsafe fn tile_pairs<const MR: usize, const NP: usize>(
                     _mm256_loadu_ps(xs[i].as_ptr().add(o)),
                 )));
                 for p in 0..NP {
-                    acc[i][p] = _mm512_add_ps(acc[i][p], _mm512_mul_ps(xv, wv[p]));
+                    acc[i][p] = if FMA {
+                        _mm512_fmadd_ps(xv, wv[p], acc[i][p])
+                    } else {
+                        _mm512_add_ps(acc[i][p], _mm512_mul_ps(xv, wv[p]))
+                    };
                 }
             }
             o += LANES;
@@ -276,7 +280,7 @@ unsafe fn tile_pairs<const MR: usize, const NP: usize>(
                     _mm256_storeu_ps(lanes.as_mut_ptr(), sums);
                     for t in full..k {
                         lanes[t - full] =
-                            super::madd::<false>(xs[i][t], ws[p][h][t], lanes[t - full]);
+                            super::madd::<FMA>(xs[i][t], ws[p][h][t], lanes[t - full]);
                     }
                     out[i * out_stride + j] += fold(&lanes);
                 }
@@ -292,7 +296,7 @@ unsafe fn tile_pairs<const MR: usize, const NP: usize>(
 /// The CPU must support AVX2 and AVX-512F.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn row_group_pairs<const MR: usize, const NP: usize>(
+unsafe fn row_group_pairs<const MR: usize, const NP: usize, const FMA: bool>(
     x: &[f32],
     x_stride: usize,
     w: &[f32],
@@ -305,7 +309,7 @@ unsafe fn row_group_pairs<const MR: usize, const NP: usize>(
     // SAFETY: the features are the caller's contract; the tiles check their own bounds.
     unsafe {
         while j + 2 * NP <= n {
-            tile_pairs::<MR, NP>(
+            tile_pairs::<MR, NP, FMA>(
                 x,
                 x_stride,
                 &w[j * w_stride..],
@@ -317,7 +321,7 @@ unsafe fn row_group_pairs<const MR: usize, const NP: usize>(
             j += 2 * NP;
         }
         while j < n {
-            tile::<MR, 1, false>(
+            tile::<MR, 1, FMA>(
                 x,
                 x_stride,
                 &w[j * w_stride..],
@@ -350,6 +354,49 @@ pub(super) unsafe fn nt_nofma_avx512(
     out: &mut [f32],
     kc: usize,
 ) {
+    // SAFETY: this function's own contract.
+    unsafe { nt_pairs::<false>(x, x_stride, m, w, w_stride, n, k, out, kc) }
+}
+
+/// The fast mode's `nt` kernel on AVX-512: [`nt_nofma_avx512`] with fused multiply-adds (the
+/// bits of the AVX2 FMA kernel: a fused multiply-add is exactly rounded everywhere).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and AVX-512F.
+#[target_feature(enable = "avx2,fma,avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn nt_fma_avx512(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    kc: usize,
+) {
+    // SAFETY: this function's own contract.
+    unsafe { nt_pairs::<true>(x, x_stride, m, w, w_stride, n, k, out, kc) }
+}
+
+/// The body of the AVX-512 `nt` kernels.
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512F, and FMA when `FMA`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn nt_pairs<const FMA: bool>(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    kc: usize,
+) {
     let mut k0 = 0;
     while k0 < k {
         let kl = kc.min(k - k0);
@@ -359,13 +406,13 @@ pub(super) unsafe fn nt_nofma_avx512(
             let xb = &x[i * x_stride + k0..];
             let ob = &mut out[i * n..];
             let rows = (m - i).min(4);
-            // SAFETY: this function's own contract.
+            // SAFETY: the caller's contract.
             unsafe {
                 match rows {
-                    4 => row_group_pairs::<4, 4>(xb, x_stride, wb, w_stride, n, kl, ob),
-                    3 => row_group_pairs::<3, 4>(xb, x_stride, wb, w_stride, n, kl, ob),
-                    2 => row_group_pairs::<2, 4>(xb, x_stride, wb, w_stride, n, kl, ob),
-                    _ => row_group_pairs::<1, 4>(xb, x_stride, wb, w_stride, n, kl, ob),
+                    4 => row_group_pairs::<4, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                    3 => row_group_pairs::<3, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                    2 => row_group_pairs::<2, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                    _ => row_group_pairs::<1, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
                 }
             }
             i += rows;
