@@ -81,7 +81,8 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Runs `work(item, scratch)` for every item in `0..items` on up to `threads` scoped threads,
+/// Runs `work(item, scratch)` for every item in `0..items` on up to `threads` threads (the
+/// caller and the persistent workers of [`crate::pool`]; scoped threads when the pool is busy),
 /// handing items out dynamically. Which thread runs an item never changes its arithmetic.
 pub(crate) fn for_each_item<S: Default>(
     threads: usize,
@@ -107,6 +108,9 @@ pub(crate) fn for_each_item<S: Default>(
             work(item, &mut scratch);
         }
     };
+    if crate::pool::run_on_pool(threads - 1, &run).is_some() {
+        return;
+    }
     std::thread::scope(|scope| {
         for _ in 1..threads {
             scope.spawn(run);
@@ -361,6 +365,14 @@ fn tn_generic<const FMA: bool>(
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+/// `CX_KERNELS_NO_AVX512=1` keeps the deterministic kernels on AVX2 (for comparing the two;
+/// the bits are the same).
+#[cfg(target_arch = "x86_64")]
+fn no_avx512() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var_os("CX_KERNELS_NO_AVX512").is_some_and(|v| v == "1"))
+}
+
 /// `out[i*n + j] += Σ_{k<k_len} x[i*x_stride + k] · w[j*w_stride + k]`.
 ///
 /// Shapes: `x` is `m × k_len` with row stride `x_stride`, `w` is `n × k_len` with row stride
@@ -410,9 +422,18 @@ pub(crate) fn nt_accumulate_blocked(
     assert!(out.len() >= m * n, "nt_accumulate: out too short");
     #[cfg(target_arch = "x86_64")]
     {
+        if mode == Mode::Fast && x86::has_fma() && x86::has_avx512f() && !no_avx512() {
+            // SAFETY: AVX2, FMA and AVX-512F were detected at run time.
+            return unsafe { x86::nt_fma_avx512(x, x_stride, m, w, w_stride, n, k_len, out, kc) };
+        }
         if mode == Mode::Fast && x86::has_fma() {
             // SAFETY: AVX2 and FMA were detected at run time.
             return unsafe { x86::nt_fma(x, x_stride, m, w, w_stride, n, k_len, out, kc) };
+        }
+        if x86::has_avx512f() && !no_avx512() {
+            // SAFETY: AVX2 and AVX-512F were detected at run time. The same lane arithmetic as
+            // `nt_nofma`, two columns per register.
+            return unsafe { x86::nt_nofma_avx512(x, x_stride, m, w, w_stride, n, k_len, out, kc) };
         }
         if x86::has_avx2() {
             // SAFETY: AVX2 was detected at run time. Without FMA the arithmetic is exactly the
@@ -584,6 +605,46 @@ mod tests {
         );
         expand_generic::<half::bf16, false>(&v, &bt, rank, d_out, 0.7, &mut y_portable, rows);
         assert_eq!(y_dispatched, y_portable);
+    }
+
+    /// The AVX-512 kernels (two columns per register) must give the AVX2 ones' bits, fused and
+    /// not, on every row-group and column-remainder shape.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn deterministic_avx512_matches_avx2_bitwise() {
+        if !x86::has_avx512f() {
+            return;
+        }
+        let mut rng = seeded(84);
+        for (m, n, k) in [
+            (1, 32, 512),
+            (8, 32, 1300),
+            (3, 13, 517),
+            (2, 9, 8),
+            (5, 7, 13),
+            (4, 4, 1024),
+        ] {
+            let x = rng.vec_f32(m * k, 1.0);
+            let w = rng.vec_f32(n * k, 1.0);
+            let mut wide = vec![0f32; m * n];
+            let mut narrow = vec![0f32; m * n];
+            // SAFETY: AVX2 and AVX-512F were detected above.
+            unsafe {
+                x86::nt_nofma_avx512(&x, k, m, &w, k, n, k, &mut wide, KC);
+                x86::nt_nofma(&x, k, m, &w, k, n, k, &mut narrow, KC);
+            }
+            assert_eq!(wide, narrow, "m {m} n {n} k {k}");
+            if x86::has_fma() {
+                let mut wide = vec![0f32; m * n];
+                let mut narrow = vec![0f32; m * n];
+                // SAFETY: AVX2, FMA and AVX-512F were detected above.
+                unsafe {
+                    x86::nt_fma_avx512(&x, k, m, &w, k, n, k, &mut wide, KC);
+                    x86::nt_fma(&x, k, m, &w, k, n, k, &mut narrow, KC);
+                }
+                assert_eq!(wide, narrow, "fused: m {m} n {n} k {k}");
+            }
+        }
     }
 
     /// The fast mode's AVX2 `nt` kernel is hand-written too: with FMA on the CPU it must give

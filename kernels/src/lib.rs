@@ -3,7 +3,9 @@
 //!
 //! # Parts, in the order data flows through a LoRA projection
 //! * [`gemm_xwt`] — the frozen base projection `y = x·Wᵀ` (`W` as Hugging Face stores a
-//!   `Linear` weight, `d_out × d_in`), blocked and multi-threaded.
+//!   `Linear` weight, `d_out × d_in`), blocked and multi-threaded (on a persistent worker
+//!   pool: a decode step is dozens of short products, and spawning threads for each cost as
+//!   much as the product).
 //! * [`sgmv()`] — segmented gather-matmul: the batch's rows are cut into [`Segment`]s that
 //!   share an adapter; each segment gathers its [`LoraAdapter`] from a table and adds
 //!   `s·(x·Aᵀ)·Bᵀ` to its rows. Ranks differ freely between adapters; the delta is never merged
@@ -62,6 +64,7 @@ mod error;
 mod freivalds;
 mod gemm;
 pub mod matmul;
+mod pool;
 pub mod rng;
 mod sgmv;
 

@@ -17,6 +17,11 @@
 //! * `resident_adapters` vs `resident_expected` — adapters a byte budget holds after a stream
 //!   of loads vs budget / adapter size (SPEC §5); target within 5 %.
 //! * `freivalds_overhead` — 20 rounds over the 256×4096×4096 product they check; target ≤ 1.5 %.
+//! * `step_overhead_ms` — the fixed cost of a batch-1 decode step through the whole engine
+//!   (scheduler thread, forward, next-token choice, text, event channel) on a tiny model whose
+//!   arithmetic is negligible; `single_stream_tokens_per_s` — one stream's decode rate through
+//!   the engine on the hidden-512 model of the side-by-side comparisons. Both catch fixed-cost
+//!   regressions without llama.cpp (`provider/bench/llama_cpp.py` is the comparison itself).
 //!
 //! And the figures of `cx-provider bench train` ([`train`]): `forward_backward` tokens/s at a
 //! stated model size and rank, the AdamW step's time, a client's peak memory, and one training
@@ -126,6 +131,19 @@ pub struct LoraFigures {
     pub resident_expected: f64,
     /// `|resident − expected| / expected`.
     pub residency_error: f64,
+    /// The fixed cost of one decode step at batch 1, ms: a step of one sequence through the
+    /// engine (scheduler thread, forward, next-token choice, text, event channel) on a model so
+    /// small (`step_overhead_model`) that its arithmetic is a few microseconds. What a user
+    /// comparing single-stream speed with llama.cpp sees on small models.
+    pub step_overhead_ms: f64,
+    /// The tiny model of `step_overhead_ms` (hidden, intermediate, layers, heads, kv heads,
+    /// vocab).
+    pub step_overhead_model: [usize; 6],
+    /// Decode tokens/s of one stream through the engine, no adapter (`single_stream_model`).
+    pub single_stream_tokens_per_s: f64,
+    /// The model of `single_stream_tokens_per_s` (as `step_overhead_model`): the side-by-side
+    /// comparisons' hidden-512 model (smaller with `--quick`).
+    pub single_stream_model: [usize; 6],
     /// Freivalds (20 rounds) time over the product's time.
     pub freivalds_overhead: f64,
     /// The honest product passed every check.
@@ -185,6 +203,16 @@ impl LoraFigures {
             (
                 "sequential_tokens_per_s",
                 format!("{:.1}", self.sequential_tokens_per_s),
+                "",
+            ),
+            (
+                "step_overhead_ms",
+                format!("{:.3}", self.step_overhead_ms),
+                "",
+            ),
+            (
+                "single_stream_tokens_per_s",
+                format!("{:.1}", self.single_stream_tokens_per_s),
                 "",
             ),
             ("resident_adapters", self.resident_adapters.to_string(), ""),
@@ -343,6 +371,87 @@ fn gemv_gbps(d_in: usize, d_out: usize, repeats: usize, cpu: &CpuConfig) -> Resu
     Ok(bytes / ours.min(theirs) / 1e9)
 }
 
+/// The shape of `o` as the figures state it (hidden, intermediate, layers, heads, kv heads,
+/// vocab).
+fn shape_of(o: &GenModelOptions) -> [usize; 6] {
+    [
+        o.hidden,
+        o.intermediate,
+        o.layers,
+        o.heads,
+        o.kv_heads,
+        o.vocab,
+    ]
+}
+
+/// Seconds per decoded token of one stream through a whole [`Engine`] over a model of shape
+/// `o`: the time from the first token's event (after prefill) to the last, over the tokens in
+/// between; the median of `repeats` requests of `new_tokens` each.
+fn engine_stream_seconds_per_token(
+    o: &GenModelOptions,
+    cpu: CpuConfig,
+    new_tokens: usize,
+    repeats: usize,
+) -> Result<f64> {
+    use crate::engine::{Engine, EngineConfig, Event, GenerateRequest, Sampling};
+    let config = generated_config(o)?;
+    let model = Arc::new(Model::new(
+        config.clone(),
+        generated_tensors(&config, o.seed),
+        cpu,
+    )?);
+    let engine = Engine::start(
+        model,
+        Arc::new(crate::tokenizer::Tokenizer::generated()),
+        ResidencyCache::new(CacheConfig::new(1 << 30, EvictionPolicy::ValuePerByte)),
+        EngineConfig::default(),
+    );
+    let mut per_token = Vec::new();
+    // One untimed request first: the first step of a process pays for page faults and the
+    // kernels' worker threads.
+    for repeat in 0..=repeats {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        engine.submit(GenerateRequest {
+            prompt: (0..8)
+                .map(|k| (32 + (repeat * 5 + k) % 90) as u32)
+                .collect(),
+            adapter: None,
+            max_tokens: new_tokens,
+            stop: Vec::new(),
+            sampling: Sampling {
+                temperature: 0.0,
+                seed: 0,
+            },
+            events: tx,
+            stream: true,
+            conversation: None,
+        });
+        let (mut first, mut tokens) = (None, 0usize);
+        loop {
+            match rx.blocking_recv() {
+                Some(Event::Text { .. }) => {
+                    tokens += 1;
+                    first.get_or_insert_with(Instant::now);
+                }
+                Some(Event::Done { .. }) => break,
+                Some(Event::Failed(e)) => {
+                    return Err(crate::Error::BadRequest(format!(
+                        "bench lora: single stream: {e}"
+                    )));
+                }
+                None => return Err(crate::Error::SchedulerStopped),
+            }
+        }
+        if let (Some(first), true, true) = (first, tokens > 1, repeat > 0) {
+            per_token.push(first.elapsed().as_secs_f64() / (tokens - 1) as f64);
+        }
+    }
+    per_token.sort_by(f64::total_cmp);
+    per_token.get(per_token.len() / 2).copied().ok_or_else(|| {
+        crate::Error::BadRequest("bench lora: single stream: every request ended at once".into())
+    })
+}
+
 /// Runs every figure.
 pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
     let cpu = options.cpu;
@@ -442,6 +551,43 @@ pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
     let resident = cache.stats().resident_adapters;
     let expected = budget as f64 / size as f64;
 
+    // Single stream through the engine: the fixed cost of a step on a tiny model, and the
+    // tokens/s of the side-by-side comparisons' model.
+    let tiny = GenModelOptions {
+        hidden: 64,
+        layers: 4,
+        heads: 4,
+        kv_heads: 2,
+        intermediate: 176,
+        vocab: 512,
+        max_positions: 512,
+        tie: false,
+        dtype: DType::F32,
+        seed: 3,
+    };
+    let stream_model = if options.quick {
+        GenModelOptions {
+            hidden: 256,
+            layers: 2,
+            heads: 8,
+            kv_heads: 4,
+            intermediate: 704,
+            ..tiny
+        }
+    } else {
+        GenModelOptions {
+            hidden: 512,
+            layers: 4,
+            heads: 8,
+            kv_heads: 4,
+            intermediate: 1408,
+            ..tiny
+        }
+    };
+    let stream_repeats = repeats.max(3);
+    let step_overhead_s = engine_stream_seconds_per_token(&tiny, cpu, 64, stream_repeats)?;
+    let stream_s = engine_stream_seconds_per_token(&stream_model, cpu, 64, stream_repeats)?;
+
     let (m, d) = if options.quick {
         (64, 1024)
     } else {
@@ -475,6 +621,10 @@ pub fn lora(options: &LoraBenchOptions) -> Result<LoraFigures> {
         resident_adapters: resident,
         resident_expected: expected,
         residency_error: (resident as f64 - expected).abs() / expected,
+        step_overhead_ms: step_overhead_s * 1e3,
+        step_overhead_model: shape_of(&tiny),
+        single_stream_tokens_per_s: 1.0 / stream_s,
+        single_stream_model: shape_of(&stream_model),
         freivalds_overhead: freivalds.overhead,
         freivalds_accepted: freivalds.accepted,
     })

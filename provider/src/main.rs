@@ -324,7 +324,7 @@ enum BenchCommand {
         /// Smaller shapes (a quick smoke run; the figures are not the reported ones).
         #[arg(long)]
         quick: bool,
-        /// Fast mode (FMA in the kernels, candle's matmul for the base projections; class D∞).
+        /// Fast mode (FMA in the kernels; class D∞).
         #[arg(long)]
         fast: bool,
     },
@@ -391,8 +391,8 @@ fn cpu(threads: Option<usize>, fast: bool) -> CpuConfig {
     let mut config = CpuConfig::deterministic();
     if fast {
         config.mode = Mode::Fast;
-        // Fast mode's few-row products run on candle's matmul, which sizes its thread pool
-        // from RAYON_NUM_THREADS (else every core): `--threads` must reach it too.
+        // candle's ops (the training forward) size their thread pool from
+        // RAYON_NUM_THREADS (else every core): `--threads` must reach them too.
         if let Some(t) = threads {
             // SAFETY: called from `main` before the runtime, the scheduler or any other
             // thread exists, so nothing reads the environment concurrently.

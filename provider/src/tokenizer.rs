@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::model::{GENERATED_BOS, ModelConfig};
+use crate::model::{GENERATED_BOS, GENERATED_EOS, ModelConfig, generated_tokenizer_json};
 
 /// A tokenizer.
 pub enum Tokenizer {
@@ -27,10 +27,15 @@ impl std::fmt::Debug for Tokenizer {
 
 impl Tokenizer {
     /// The tokenizer of a model directory: `tokenizer.json` if present, else bytes (which only
-    /// makes sense for a vocabulary of at least 256).
+    /// makes sense for a vocabulary of at least 256). The byte-level `tokenizer.json` that
+    /// `gen-model` writes ([`generated_tokenizer_json`]) is recognised and served by the
+    /// built-in byte tokenizer, with or without the `hf-tokenizer` feature (same ids).
     pub fn for_model(dir: &Path, config: &ModelConfig) -> Result<Self> {
         let path = dir.join("tokenizer.json");
         if path.exists() {
+            if is_generated_tokenizer(&path, config)? {
+                return Ok(Self::generated());
+            }
             #[cfg(feature = "hf-tokenizer")]
             {
                 let tokenizer = tokenizers::Tokenizer::from_file(&path)
@@ -109,6 +114,28 @@ impl Tokenizer {
                 .map_err(|e| Error::Tokenizer(e.to_string())),
         }
     }
+}
+
+/// Whether `path` holds exactly the byte-level `tokenizer.json` of a generated model of this
+/// vocabulary (and the config names its BOS and EOS).
+fn is_generated_tokenizer(path: &Path, config: &ModelConfig) -> Result<bool> {
+    // The generated file is ~40 bytes per vocabulary entry; anything much larger is another
+    // tokenizer, not worth parsing twice.
+    let limit = 64 * config.vocab_size as u64 + 4096;
+    let size = std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
+        .len();
+    if size > limit
+        || config.bos_token_id != Some(GENERATED_BOS)
+        || !config.eos_ids().contains(&GENERATED_EOS)
+    {
+        return Ok(false);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Ok(false);
+    };
+    Ok(value == generated_tokenizer_json(config.vocab_size))
 }
 
 /// The part of `text` that later tokens cannot change: everything before a trailing run of

@@ -20,6 +20,12 @@ use std::arch::x86_64::{
     _mm256_loadu_ps, _mm256_mul_ps, _mm256_setzero_ps, _mm256_storeu_ps,
 };
 
+use std::arch::x86_64::{
+    __m512, _mm256_castpd_ps, _mm256_castps_pd, _mm512_add_ps, _mm512_broadcast_f64x4,
+    _mm512_castpd_ps, _mm512_castpd256_pd512, _mm512_castpd512_pd256, _mm512_castps_pd,
+    _mm512_extractf64x4_pd, _mm512_fmadd_ps, _mm512_insertf64x4, _mm512_mul_ps, _mm512_setzero_ps,
+};
+
 use super::{LANES, fold};
 
 /// `acc + x·w` in every lane: fused when `FMA`, otherwise a rounded product then a rounded
@@ -169,6 +175,254 @@ unsafe fn row_group<const MR: usize, const NR: usize, const FMA: bool>(
             j += 1;
         }
     }
+}
+
+/// Two registers of lane sums side by side in one AVX-512 register: `lo` in lanes 0–7, `hi` in
+/// lanes 8–15.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[inline(always)]
+unsafe fn pair(lo: __m256, hi: __m256) -> __m512 {
+    // SAFETY: AVX-512F is the caller's contract.
+    unsafe {
+        _mm512_castpd_ps(_mm512_insertf64x4::<1>(
+            _mm512_castpd256_pd512(_mm256_castps_pd(lo)),
+            _mm256_castps_pd(hi),
+        ))
+    }
+}
+
+/// The two halves of [`pair`].
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[inline(always)]
+unsafe fn halves(v: __m512) -> [__m256; 2] {
+    // SAFETY: AVX-512F is the caller's contract.
+    unsafe {
+        let d = _mm512_castps_pd(v);
+        [
+            _mm256_castpd_ps(_mm512_castpd512_pd256(d)),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(d)),
+        ]
+    }
+}
+
+/// [`tile`] without FMA for `MR` rows and `2·NP` columns, two columns per AVX-512 register:
+/// column `2p` in lanes 0–7 and column `2p + 1` in lanes 8–15 of accumulator `p`, the row's
+/// eight elements repeated in both halves. Every lane does exactly what the AVX2 tile's lane
+/// does (`acc + x·w`, rounded twice, in the same order), so the bits are the same; only twice
+/// as many lanes go through each instruction, which matters where the deterministic mode is
+/// bound by its separate multiply and add (a batch's rows).
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512F.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_pairs<const MR: usize, const NP: usize, const FMA: bool>(
+    x: &[f32],
+    x_stride: usize,
+    w: &[f32],
+    w_stride: usize,
+    k: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let xs: [&[f32]; MR] = std::array::from_fn(|i| &x[i * x_stride..i * x_stride + k]);
+    let ws: [[&[f32]; 2]; NP] = std::array::from_fn(|p| {
+        std::array::from_fn(|h| &w[(2 * p + h) * w_stride..(2 * p + h) * w_stride + k])
+    });
+    let full = k / LANES * LANES;
+    // SAFETY: as in `tile`: the features are the caller's contract, every load reads
+    // `o..o + LANES` with `o + LANES <= full <= k` inside a slice of length `k`, and prefetch
+    // addresses are never dereferenced.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); NP]; MR];
+        let mut o = 0;
+        while o < full {
+            if o % 16 == 0 {
+                for wp in &ws {
+                    for wj in wp {
+                        _mm_prefetch::<_MM_HINT_T0>(wj.as_ptr().wrapping_add(o + k).cast());
+                    }
+                }
+            }
+            let wv: [__m512; NP] = std::array::from_fn(|p| {
+                pair(
+                    _mm256_loadu_ps(ws[p][0].as_ptr().add(o)),
+                    _mm256_loadu_ps(ws[p][1].as_ptr().add(o)),
+                )
+            });
+            for i in 0..MR {
+                let xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(
+                    _mm256_loadu_ps(xs[i].as_ptr().add(o)),
+                )));
+                for p in 0..NP {
+                    acc[i][p] = if FMA {
+                        _mm512_fmadd_ps(xv, wv[p], acc[i][p])
+                    } else {
+                        _mm512_add_ps(acc[i][p], _mm512_mul_ps(xv, wv[p]))
+                    };
+                }
+            }
+            o += LANES;
+        }
+        for i in 0..MR {
+            for p in 0..NP {
+                for (h, sums) in halves(acc[i][p]).into_iter().enumerate() {
+                    let j = 2 * p + h;
+                    let mut lanes = [0f32; LANES];
+                    if full == k {
+                        out[i * out_stride + j] += fold_register(sums);
+                        continue;
+                    }
+                    _mm256_storeu_ps(lanes.as_mut_ptr(), sums);
+                    for t in full..k {
+                        lanes[t - full] =
+                            super::madd::<FMA>(xs[i][t], ws[p][h][t], lanes[t - full]);
+                    }
+                    out[i * out_stride + j] += fold(&lanes);
+                }
+            }
+        }
+    }
+}
+
+/// [`row_group`] without FMA on AVX-512: `2·NP` columns at a time, the rest one by one with
+/// the AVX2 tile (the same bits either way).
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512F.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn row_group_pairs<const MR: usize, const NP: usize, const FMA: bool>(
+    x: &[f32],
+    x_stride: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+) {
+    let mut j = 0;
+    // SAFETY: the features are the caller's contract; the tiles check their own bounds.
+    unsafe {
+        while j + 2 * NP <= n {
+            tile_pairs::<MR, NP, FMA>(
+                x,
+                x_stride,
+                &w[j * w_stride..],
+                w_stride,
+                k,
+                &mut out[j..],
+                n,
+            );
+            j += 2 * NP;
+        }
+        while j < n {
+            tile::<MR, 1, FMA>(
+                x,
+                x_stride,
+                &w[j * w_stride..],
+                w_stride,
+                k,
+                &mut out[j..],
+                n,
+            );
+            j += 1;
+        }
+    }
+}
+
+/// The deterministic `nt` kernel on AVX-512: [`nt`]'s blocks and row groups, with
+/// [`tile_pairs`]: up to four rows by eight columns (sixteen of the 32 registers hold sums;
+/// 4 × 4 columns was 3–4 % slower on 8-row decode at hidden 2048).
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512F.
+#[target_feature(enable = "avx2,avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn nt_nofma_avx512(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    kc: usize,
+) {
+    // SAFETY: this function's own contract.
+    unsafe { nt_pairs::<false>(x, x_stride, m, w, w_stride, n, k, out, kc) }
+}
+
+/// The fast mode's `nt` kernel on AVX-512: [`nt_nofma_avx512`] with fused multiply-adds (the
+/// bits of the AVX2 FMA kernel: a fused multiply-add is exactly rounded everywhere).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and AVX-512F.
+#[target_feature(enable = "avx2,fma,avx512f")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn nt_fma_avx512(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    kc: usize,
+) {
+    // SAFETY: this function's own contract.
+    unsafe { nt_pairs::<true>(x, x_stride, m, w, w_stride, n, k, out, kc) }
+}
+
+/// The body of the AVX-512 `nt` kernels.
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512F, and FMA when `FMA`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn nt_pairs<const FMA: bool>(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: &[f32],
+    w_stride: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    kc: usize,
+) {
+    let mut k0 = 0;
+    while k0 < k {
+        let kl = kc.min(k - k0);
+        let wb = &w[k0..];
+        let mut i = 0;
+        while i < m {
+            let xb = &x[i * x_stride + k0..];
+            let ob = &mut out[i * n..];
+            let rows = (m - i).min(4);
+            // SAFETY: the caller's contract.
+            unsafe {
+                match rows {
+                    4 => row_group_pairs::<4, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                    3 => row_group_pairs::<3, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                    2 => row_group_pairs::<2, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                    _ => row_group_pairs::<1, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+                }
+            }
+            i += rows;
+        }
+        k0 += kl;
+    }
+}
+
+pub(super) fn has_avx512f() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("avx512f")
 }
 
 /// The AVX2 `nt` kernel: blocks of `kc` in ascending order, and within a block, groups of up

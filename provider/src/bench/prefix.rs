@@ -110,6 +110,7 @@ fn turn(engine: &Engine, text: &str, max_tokens: usize, hold: bool) -> Result<(f
             seed: 0,
         },
         events: tx,
+        stream: true,
         conversation: hold.then(|| Conversation {
             model: MODEL.into(),
             prompt_text: text.to_string(),

@@ -104,11 +104,26 @@ pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &To
     };
     let delta = stable.get(r.emitted_bytes..).unwrap_or("").to_string();
     r.emitted_bytes = r.emitted_bytes.max(stable.len());
-    if r.request.events.send(Event::Text { delta, token }).is_err() {
+    let text = Event::Text { delta, token };
+    if r.request.stream {
+        if r.request.events.send(text).is_err() {
+            r.cancelled = true;
+            return;
+        }
+    } else if r.request.events.is_closed() {
         r.cancelled = true;
         return;
+    } else {
+        r.held.push(text);
     }
     if let Some(reason) = finish {
+        // Unsent text goes out now, before the scheduler sends `Done`.
+        for event in r.held.drain(..) {
+            if r.request.events.send(event).is_err() {
+                r.cancelled = true;
+                return;
+            }
+        }
         if r.request.conversation.is_some() {
             r.reply = Some(visible.to_string());
         }

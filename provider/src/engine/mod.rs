@@ -74,6 +74,11 @@ pub struct GenerateRequest {
     pub sampling: Sampling,
     /// Where the events go; a closed receiver cancels the sequence.
     pub events: UnboundedSender<Event>,
+    /// Send each token's [`Event::Text`] as it is chosen. `false` holds them until the
+    /// sequence ends and sends them together before [`Event::Done`]: a caller that answers
+    /// with the whole text (a non-streamed completion) is then woken once per request instead
+    /// of once per token, which on a small machine takes a core from the decode loop.
+    pub stream: bool,
     /// The request as text, for a chat-shaped prompt's KV to be found and held as a
     /// conversation prefix (SPEC §4); `None` holds and reuses nothing.
     pub conversation: Option<Conversation>,

@@ -63,6 +63,8 @@ pub(super) struct Running {
     /// The `Done` event of a finished sequence, sent after its turn is offered as a prefix.
     pub(super) done: Option<Event>,
     pub(super) generated: Vec<u32>,
+    /// Text events of a request that does not stream, sent when it ends.
+    pub(super) held: Vec<Event>,
     pub(super) emitted_bytes: usize,
     /// Bytes of the text already searched for stop strings (see `decode::advance`).
     pub(super) stop_scanned_bytes: usize,
@@ -328,6 +330,7 @@ impl Scheduler {
                 reply: None,
                 done: None,
                 generated: Vec::new(),
+                held: Vec::new(),
                 emitted_bytes: 0,
                 stop_scanned_bytes: 0,
                 prefilled: false,

@@ -666,6 +666,7 @@ impl Link {
                 seed: 0,
             },
             events: tx,
+            stream: true,
             // Named by the catalog model, as the exchange names the prefix it routes by.
             conversation: Some(Conversation {
                 model: self.config.model_name.clone(),

@@ -140,8 +140,82 @@ fn candle_dtype(dtype: DType) -> candle_core::DType {
     }
 }
 
-/// Writes a seeded random Llama into `dir`: `config.json` and `model.safetensors` (written by
-/// candle in `o.dtype`). Returns the config.
+/// Token text of generated models' BOS and EOS in `tokenizer.json`.
+const BOS_TEXT: &str = "<s>";
+const EOS_TEXT: &str = "</s>";
+
+/// `tokenizer.json` of a generated model's byte-level tokenizer, as the Hugging Face
+/// `tokenizers` library writes one: a BPE model without merges whose vocabulary is the 256
+/// byte pieces `<0x00>`…`<0xFF>` (ids `0..256`, with `byte_fallback`, so every character
+/// falls back to its UTF-8 bytes), `<s>` (BOS, 256) and `</s>` (EOS, 257) as special tokens, and
+/// unreachable `<unused_N>` pieces up to `vocab_size`; BOS is prepended by the post-processor.
+/// It encodes text exactly as [`crate::tokenizer::Tokenizer::generated`] does, and it is the
+/// layout (SentencePiece-style BPE with byte fallback) that transformers, vLLM and llama.cpp's
+/// `convert_hf_to_gguf.py` read as a Llama tokenizer.
+pub fn generated_tokenizer_json(vocab_size: usize) -> serde_json::Value {
+    let mut vocab = serde_json::Map::new();
+    for id in 0..vocab_size {
+        let piece = match id {
+            0..256 => format!("<0x{id:02X}>"),
+            256 => BOS_TEXT.to_string(),
+            257 => EOS_TEXT.to_string(),
+            _ => format!("<unused_{id}>"),
+        };
+        vocab.insert(piece, serde_json::json!(id));
+    }
+    let special = |id: u32, content: &str| {
+        serde_json::json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": false, "special": true})
+    };
+    serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [special(GENERATED_BOS, BOS_TEXT), special(GENERATED_EOS, EOS_TEXT)],
+        "normalizer": null,
+        "pre_tokenizer": null,
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [{"SpecialToken": {"id": BOS_TEXT, "type_id": 0}},
+                       {"Sequence": {"id": "A", "type_id": 0}}],
+            "pair": [{"SpecialToken": {"id": BOS_TEXT, "type_id": 0}},
+                     {"Sequence": {"id": "A", "type_id": 0}},
+                     {"Sequence": {"id": "B", "type_id": 1}}],
+            "special_tokens": {BOS_TEXT: {"id": BOS_TEXT, "ids": [GENERATED_BOS], "tokens": [BOS_TEXT]}}
+        },
+        "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "model": {
+            "type": "BPE",
+            "dropout": null,
+            "unk_token": null,
+            "continuing_subword_prefix": null,
+            "end_of_word_suffix": null,
+            "fuse_unk": false,
+            "byte_fallback": true,
+            "ignore_merges": false,
+            "vocab": vocab,
+            "merges": []
+        }
+    })
+}
+
+/// `tokenizer_config.json` beside [`generated_tokenizer_json`], for transformers'
+/// `AutoTokenizer` (the generic fast tokenizer over `tokenizer.json`).
+fn generated_tokenizer_config(config: &ModelConfig) -> serde_json::Value {
+    serde_json::json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": BOS_TEXT,
+        "eos_token": EOS_TEXT,
+        "add_bos_token": true,
+        "add_eos_token": false,
+        "clean_up_tokenization_spaces": false,
+        "model_max_length": config.max_position_embeddings,
+    })
+}
+
+/// Writes a seeded random Llama into `dir`: `config.json`, `model.safetensors` (written by
+/// candle in `o.dtype`), and the byte-level tokenizer as `tokenizer.json` and
+/// `tokenizer_config.json` ([`generated_tokenizer_json`]). Returns the config.
 pub fn write_generated_model(dir: &Path, o: &GenModelOptions) -> Result<ModelConfig> {
     let config = generated_config(o)?;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -160,5 +234,16 @@ pub fn write_generated_model(dir: &Path, o: &GenModelOptions) -> Result<ModelCon
     let config_path = dir.join("config.json");
     let text = serde_json::to_string_pretty(&config).expect("config serialises");
     std::fs::write(&config_path, text).map_err(|e| Error::io(&config_path, e))?;
+    for (name, value) in [
+        (
+            "tokenizer.json",
+            generated_tokenizer_json(config.vocab_size),
+        ),
+        ("tokenizer_config.json", generated_tokenizer_config(&config)),
+    ] {
+        let path = dir.join(name);
+        let text = serde_json::to_string_pretty(&value).expect("json serialises");
+        std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
+    }
     Ok(config)
 }

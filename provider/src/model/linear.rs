@@ -4,20 +4,16 @@
 //! # Why every reduction is ours
 //! Class D (`Mode::Deterministic`) multiplies with [`cx_kernels::gemm_xwt`] on the tensor's own
 //! buffer and [`cx_kernels::Device::sgmv`], whose reductions have a fixed order per output
-//! element; `Mode::Fast` (class D∞) uses candle's matmul (the `gemm` crate), faster but with a
-//! blocking that depends on the batch shape, so a row's bits may change with its neighbours.
+//! element; `Mode::Fast` (class D∞) runs the same GEMM with fused multiply-adds, faster where
+//! the CPU has them, but with bits that differ between CPUs with and without FMA.
 
 use candle_core::Tensor;
-use cx_kernels::{CpuConfig, LoraAdapter, Mode, gemm_xwt, segments_from_row_adapters};
+use cx_kernels::{CpuConfig, LoraAdapter, gemm_xwt, segments_from_row_adapters};
 
 use super::Step;
 use super::config::Projection;
 use crate::error::{Error, Result};
 use crate::lora::Adapter;
-
-/// Below this many rows, fast mode multiplies with candle's matmul; from it on, with
-/// cx-kernels' GEMM in FMA mode.
-const FAST_MATMUL_MAX_ROWS: usize = 4;
 
 /// A `Linear` weight (`d_out × d_in`, `f32`, contiguous) held as a candle tensor.
 #[derive(Clone, Debug)]
@@ -65,24 +61,16 @@ impl Weight {
 
     /// `x·Wᵀ`. Shapes: `x` is `rows × d_in`; returns `rows × d_out`.
     ///
-    /// Fast mode takes whichever path is faster at this row count (measured with `bench lora
-    /// --fast`): candle's matmul for a few rows (its GEMV runs on a persistent thread pool),
-    /// cx-kernels' GEMM with FMA for a batch (candle's blocking for thin `x·Wᵀ` was 0.5–0.75×
-    /// the deterministic kernel on batched decode).
+    /// Both modes use cx-kernels' GEMM (fast mode with FMA). Fast mode used candle's matmul
+    /// below 4 rows while cx-kernels spawned threads per product; on the persistent pool
+    /// candle's path was the slower one (one stream at hidden 2048: 26.6 tokens/s against the
+    /// deterministic kernel's 65).
     pub(super) fn apply(&self, x: &[f32], rows: usize, cpu: &CpuConfig) -> Result<Vec<f32>> {
-        match cpu.mode {
-            Mode::Fast if rows < FAST_MATMUL_MAX_ROWS => {
-                let x = Tensor::from_slice(x, (rows, self.d_in), &candle_core::Device::Cpu)?;
-                Ok(x.matmul(&self.tensor.t()?)?
-                    .flatten_all()?
-                    .to_vec1::<f32>()?)
-            }
-            Mode::Deterministic | Mode::Fast => self.with_slice(|w| {
-                let mut y = vec![0f32; rows * self.d_out];
-                gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?;
-                Ok(y)
-            }),
-        }
+        self.with_slice(|w| {
+            let mut y = vec![0f32; rows * self.d_out];
+            gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?;
+            Ok(y)
+        })
     }
 }
 

@@ -22,8 +22,8 @@
 //! through [`cx_kernels::gemm_xwt`] and [`cx_kernels::Device::sgmv`], whose reductions have a
 //! fixed order per output element; RMSNorm, attention and softmax are plain sequential loops
 //! over one row, one head, one sequence. Nothing reduces across rows, so a row is computed by
-//! the same operations whatever its neighbours are. With [`cx_kernels::Mode::Fast`] the base
-//! projections use candle's matmul instead (faster; class D∞: equal up to rounding).
+//! the same operations whatever its neighbours are. With [`cx_kernels::Mode::Fast`] the same
+//! kernels fuse multiply and add where the CPU can (faster; class D∞: equal up to rounding).
 
 mod attention;
 pub mod config;
@@ -41,7 +41,7 @@ use cx_kernels::{CpuConfig, Device};
 pub use config::{DType, ModelConfig, Projection, read_config};
 pub use generate::{
     GENERATED_BOS, GENERATED_EOS, GenModelOptions, generated_config, generated_tensors,
-    write_generated_model,
+    generated_tokenizer_json, write_generated_model,
 };
 pub use weights::NamedTensors;
 

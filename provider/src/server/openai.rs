@@ -289,6 +289,7 @@ fn prepare(
                 seed: common.seed.unwrap_or_else(unix_now),
             },
             events: tx,
+            stream: common.stream,
             conversation: text.map(|prompt_text| Conversation {
                 model: state.model_name.clone(),
                 prompt_text,

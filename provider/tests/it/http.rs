@@ -703,6 +703,7 @@ async fn a_failing_sequence_does_not_take_the_batch_down() {
                 seed: 0,
             },
             events: tx,
+            stream: true,
             conversation: None,
         });
         rx

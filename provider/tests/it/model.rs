@@ -225,3 +225,35 @@ fn tokenizer_json_needs_the_feature() {
         assert_eq!(tokenizer.decode(&[1, 0]).unwrap(), "world hello");
     }
 }
+
+/// `gen-model` writes a real byte-level `tokenizer.json` (so llama.cpp's converter,
+/// transformers and vLLM take generated models); the provider recognises it and keeps its own
+/// byte tokenizer, with or without `hf-tokenizer`, and a changed file is not mistaken for it.
+#[test]
+fn generated_tokenizer_json_is_served_by_the_byte_tokenizer() {
+    let dir = TempDir::new("gen-tokenizer");
+    let (path, config) = tiny_model(dir.path(), 1);
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path.join("tokenizer.json")).unwrap()).unwrap();
+    assert_eq!(written["model"]["type"], "BPE");
+    assert_eq!(written["model"]["byte_fallback"], true);
+    let vocab = written["model"]["vocab"].as_object().unwrap();
+    assert_eq!(vocab.len(), config.vocab_size);
+    assert_eq!(vocab["<0x41>"], 0x41);
+    assert_eq!(vocab["<s>"], 256);
+    assert_eq!(vocab["</s>"], 257);
+    assert!(path.join("tokenizer_config.json").exists());
+
+    let tokenizer = cx_provider::tokenizer::Tokenizer::for_model(&path, &config).unwrap();
+    assert_eq!(tokenizer.name(), "bytes");
+    assert_eq!(tokenizer.encode("Hé").unwrap(), vec![256, 72, 0xC3, 0xA9]);
+
+    let mut other = written.clone();
+    other["model"]["byte_fallback"] = serde_json::json!(false);
+    std::fs::write(path.join("tokenizer.json"), other.to_string()).unwrap();
+    let result = cx_provider::tokenizer::Tokenizer::for_model(&path, &config);
+    #[cfg(not(feature = "hf-tokenizer"))]
+    assert!(result.is_err(), "another tokenizer.json needs the feature");
+    #[cfg(feature = "hf-tokenizer")]
+    assert_eq!(result.unwrap().name(), "tokenizer.json");
+}

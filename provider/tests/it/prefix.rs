@@ -61,6 +61,7 @@ async fn generate(engine: &Engine, text: &str, hold: bool) -> (String, Vec<u32>)
             seed: 0,
         },
         events: tx,
+        stream: true,
         conversation: hold.then(|| Conversation {
             model: "tiny".into(),
             prompt_text: text.to_string(),
