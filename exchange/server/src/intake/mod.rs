@@ -634,6 +634,18 @@ impl Intake {
         job: &crate::books::Stranded,
         now_s: u64,
     ) -> Result<Option<String>> {
+        self.reclear_avoiding(job, now_s, None).await
+    }
+
+    /// [`Intake::reclear`], and when `avoid` names a bundle (one whose provider gave the job
+    /// up) never onto it or another bundle of its operator: the same provider would give it up
+    /// again. A job in a verification group keeps its own placement rule (apart from the group).
+    async fn reclear_avoiding(
+        &self,
+        job: &crate::books::Stranded,
+        now_s: u64,
+        avoid: Option<&str>,
+    ) -> Result<Option<String>> {
         /// What a stored decision says the job was cleared for.
         #[derive(Deserialize)]
         struct Decided {
@@ -678,6 +690,19 @@ impl Intake {
             .verification_group(job.id)
             .await?
             .is_some_and(|(_, runs)| runs.len() > 1);
+        let placed = match (placed, avoid) {
+            (Ok(placed), Some(avoid)) if !grouped => {
+                let operator = self.market.operator_of(avoid);
+                if placed.bundle_id == avoid
+                    || operator.is_some() && self.market.operator_of(&placed.bundle_id) == operator
+                {
+                    self.clear_avoiding(placed.job, avoid, operator.as_deref(), job.deadline_s)
+                } else {
+                    Ok(placed)
+                }
+            }
+            (placed, _) => placed,
+        };
         let outcome = match placed {
             Ok(placed) if placed.held_wei <= job.limit_wei && placed.bundle_id != job.bundle_id => {
                 let moved = self
@@ -737,7 +762,8 @@ impl Intake {
             .await?
             .ok_or(Error::UnknownJob)?;
         tracing::info!(job = %id, provider = %provider.key_hash, reason, "released by its provider");
-        self.reclear(&job, now_s).await
+        let from = job.bundle_id.clone();
+        self.reclear_avoiding(&job, now_s, Some(&from)).await
     }
 
     /// Where a job goes: the adapter's size from the store, the job from the catalog, and the
@@ -805,6 +831,34 @@ impl Intake {
             cx_protocol::train::Dataset::parse(&bytes).map_err(|e| e.within("train.data"))?;
         let job = crate::train::job(want, request, &data, &model.name, &shape, account, now_s)?;
         self.clear_placed(job, want.deadline_s, &[])
+    }
+
+    /// Clears `job` (due at `deadline_s`) over the live bundles other than `avoid` and those of
+    /// `operator`.
+    fn clear_avoiding(
+        &self,
+        job: Job,
+        avoid: &str,
+        operator: Option<&str>,
+        deadline_s: u64,
+    ) -> Result<Placed> {
+        let (decision, charge) = self.market.clear_among(&job, |b| {
+            b.id != avoid && operator.is_none_or(|o| b.provider != o)
+        })?;
+        let (Some(bundle_id), Some(terms), Some(held_wei)) =
+            (decision.chosen.clone(), decision.terms, charge)
+        else {
+            return Err(no_match(&decision));
+        };
+        Ok(Placed {
+            decision: DecisionRecord::of(decision, &job),
+            job,
+            bundle_id,
+            terms,
+            held_wei,
+            deadline_s,
+            drawn: None,
+        })
     }
 
     /// Clears `job` at its tier, and only when no bundle takes it there at each tier of

@@ -488,3 +488,63 @@ async fn a_job_its_provider_gives_up_is_refunded_at_once_with_the_reason() {
         StatusCode::NOT_FOUND
     );
 }
+
+/// A job its provider gives up moves to another operator's bundle when one can take it, never
+/// back to the one that gave it up: the second trainer (dearer) pulls it.
+#[tokio::test]
+async fn a_released_job_moves_to_another_operators_bundle() {
+    let door = Door::new().await;
+    provider(&door).await;
+    let other = Identity::from_seed([24; 32]);
+    let token = "train-provider-token-2";
+    let mut dearer = bundle(
+        "trainer-2",
+        json!(["T0"]),
+        json!(["S"]),
+        json!([train_market(BASE)]),
+    );
+    dearer.provider = "op-u".into();
+    dearer.price_wei_per_s = 2_000_000;
+    let offer = Offer {
+        operator: "op-u".into(),
+        payout: Address::repeat_byte(0x79),
+        bundles: vec![dearer],
+        token_hash: Offer::token_hash_of(token.as_bytes()),
+        issued_at_s: now_s(),
+        residency: None,
+    };
+    let signed = serde_json::to_value(SignedOffer::sign(offer, &other).unwrap()).unwrap();
+    let (status, body) = door.post("/v1/providers/register", None, &signed).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let file = dataset();
+    assert_eq!(
+        put_dataset(&door, &file, "application/json").await.0,
+        StatusCode::CREATED
+    );
+    let r = request(&dataset_id(&file));
+    let (status, accepted) = submit(&door, intent(&r, 1, |_| {}), json!({"train": r})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    assert_eq!(accepted["bundle_id"], "trainer", "the cheaper one first");
+    let held: u128 = accepted["held_wei"].as_str().unwrap().parse().unwrap();
+    let id = accepted["job_id"].as_str().unwrap().to_owned();
+    let (status, released) = door
+        .post(
+            &format!("/v1/jobs/{id}/release"),
+            Some(TOKEN),
+            &json!({"reason": "out of memory"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{released}");
+    assert_eq!(released["moved_to"], "trainer-2");
+    // At the dearer bundle's price, within the buyer's limit.
+    assert_eq!(door.held().await, 2 * held);
+    let (status, pulled) = door
+        .post(
+            "/v1/providers/jobs",
+            Some(token),
+            &json!({"max_jobs": 4, "wait_s": 5}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{pulled}");
+    assert_eq!(pulled["jobs"][0]["job_id"], id.as_str());
+}
