@@ -10,113 +10,31 @@
 
 mod common;
 
-use alloy::primitives::{Address, B256, U256};
-use common::{Killed, MODEL, TempDir, cx_json, path, provider_bin, run};
-use cx_devnet::db::TempDatabase;
-use cx_devnet::{Cluster, free_port, signer_binary};
-use cx_protocol::pq::Identity;
-use cx_settlement::config::CommitteeRule;
-use cx_settlement::coordinator::{PgStore, Store};
+use alloy::primitives::{B256, U256};
+use common::{Killed, MODEL, cx_json, path, provider_bin, run};
+use cx_devnet::free_port;
 use cx_settlement::evm::EvmClient;
-use cx_settlement::frost::EvmGroupKey;
-use cx_settlement::ledger::Fee;
 use serde_json::json;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     let bin = provider_bin();
-    let dir = TempDir::new("settle");
-
-    // The committee pins the exchange's key and its fee: 5% to the fee account.
-    let exchange = Arc::new(Identity::generate());
-    let fee = Fee {
-        bps: 500,
-        account: Address::repeat_byte(0xfe),
-    };
-    let rule = CommitteeRule {
-        threshold: 2,
-        min_operators: 1,
-    };
-    let cluster = tokio::task::block_in_place(|| {
-        Cluster::start_with(
-            &signer_binary().unwrap(),
-            &["a", "b", "c"],
-            rule,
-            exchange.clone(),
-            fee,
-        )
-    })
-    .unwrap();
-    let package = cluster.committee(2, 1).unwrap().dkg(0).await.unwrap();
-
-    // The chain, its contracts under the committee's key. The grace period leaves the
-    // coordinator's reclaim margin (900 s) after a tab closes.
-    let common::Chain {
-        anvil,
-        deployment,
-        deployments,
-    } = common::deploy_chain(
-        &dir.0,
-        4,
-        EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap(),
-        1_200,
-    )
-    .await;
-    std::fs::copy(&deployments, &cluster.deployments_file).unwrap();
-
-    // The exchange's books hold the group key the coordinator signs under.
-    let db = TempDatabase::create().await.unwrap();
-    let books = cx_exchange_server::books::Books::open(&db.url)
-        .await
-        .unwrap();
-    PgStore::new(books.pool().clone())
-        .save_group_key(0, &package)
-        .await
-        .unwrap();
-
-    // Keys in 0600 files: the exchange's identity, the coordinator's, the poster's.
-    let exchange_key = dir.0.join("exchange.key");
-    let coordinator_key = dir.0.join("coordinator.key");
-    cx_settlement::keyfile::write_identity(&exchange_key, &exchange).unwrap();
-    cx_settlement::keyfile::write_identity(&coordinator_key, &cluster.coordinator).unwrap();
-    let poster_key = dir.0.join("poster.key");
-    cx_settlement::keyfile::write_secret(
-        &poster_key,
-        B256::from(anvil.keys[3].to_bytes()).to_string().as_bytes(),
-    )
-    .unwrap();
-    let settlement = dir.0.join("settlement.json");
-    std::fs::write(
-        &settlement,
-        serde_json::to_string_pretty(&json!({
-            "coordinator_identity": coordinator_key,
-            "committee": cluster.members,
-            "threshold": 2,
-            "min_operators": 1,
-            "fee": fee,
-            "poster_key_file": poster_key,
-            "batching": {"max_age_s": 1, "min_jobs": 1},
-        }))
-        .unwrap(),
-    )
-    .unwrap();
-
-    let mut market = common::start_exchange(
-        &dir.0,
-        &deployments,
-        &db.url,
-        &[
-            "--identity",
-            path(&exchange_key),
-            "--settlement",
-            path(&settlement),
-        ],
-    )
-    .await;
-    let settles = market.serve.field("settlement");
+    // The committee pins the exchange's key and takes a 5 % fee; the chain's contracts are
+    // under the committee's key (keys: 0 deploys, 1 the agent, 2 the provider, 3 posts).
+    let mut world = common::settling("settle", 500, 4, 3).await;
+    let settles = world.market.serve.field("settlement");
+    let (dir, anvil, deployment, deployments, market, books, exchange, fee) = (
+        &world.dir,
+        &world.anvil,
+        world.deployment,
+        &world.deployments,
+        &world.market,
+        &world.books,
+        &world.exchange,
+        world.fee,
+    );
     let (url, ca, exchange_hash) = (
         market.url.clone(),
         market.ca.clone(),
@@ -136,7 +54,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     );
     let evm_key = dir.0.join("provider-evm.key");
     common::write_evm_key(&evm_key, &anvil.keys[2]);
-    common::stake_provider(&bin, &evm_key, &deployments, &identity);
+    common::stake_provider(&bin, &evm_key, deployments, &identity);
     let provider_account =
         EvmClient::connect(&anvil.rpc_url(), anvil.keys[2].clone(), deployment).unwrap();
     let payout = provider_account.account();
@@ -174,9 +92,9 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     }
 
     // The agent buys one completion on a tab of 5,000,000 wei.
-    let agent = common::Agent::import(&dir.0, &market, B256::from(anvil.keys[1].to_bytes())).await;
+    let agent = common::Agent::import(&dir.0, market, B256::from(anvil.keys[1].to_bytes())).await;
     let amount = 5_000_000u128;
-    let escrow_id = agent.open_tab(&client, amount, &deployments).await;
+    let escrow_id = agent.open_tab(&client, amount, deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let api_key = agent.session(escrow_id, "4000000", "1000000", "60").await;
     let chat = json!({
@@ -257,7 +175,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
 
     // The buyer claims the rest of the tab, once.
     let claimed = cx_json(
-        agent.args(&["claim", "--json", "--deployments", path(&deployments)]),
+        agent.args(&["claim", "--json", "--deployments", path(deployments)]),
         String::new(),
     )
     .await;
@@ -269,7 +187,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     let again = run(
         std::path::Path::new(env!("CARGO_BIN_EXE_cx")),
         &agent
-            .args(&["claim", "--deployments", path(&deployments)])
+            .args(&["claim", "--deployments", path(deployments)])
             .iter()
             .map(String::as_str)
             .collect::<Vec<_>>(),
@@ -286,7 +204,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
         "--evm-key",
         path(&evm_key),
         "--deployments",
-        path(&deployments),
+        path(deployments),
         "--exchange",
         &url,
         "--exchange-ca",
@@ -391,7 +309,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     // A provider that changes its registered key after the work: the committee refuses to pay
     // receipts signed by a key no longer registered, the exchange takes that job out of
     // settlement with the signers' reason and gives the batch up, and nothing stays stuck.
-    let second_tab = agent.open_tab(&client, 1_000_000, &deployments).await;
+    let second_tab = agent.open_tab(&client, 1_000_000, deployments).await;
     let key = agent.session(second_tab, "900000", "100000", "30").await;
     client.chat(&key, &chat).await.unwrap();
     provider_account

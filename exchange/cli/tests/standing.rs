@@ -16,18 +16,11 @@
 mod common;
 
 use alloy::primitives::{Address, B256};
-use common::{Killed, MODEL, TempDir, cx_json, path, provider_bin, run};
-use cx_devnet::db::TempDatabase;
-use cx_devnet::{Cluster, free_port, signer_binary};
-use cx_protocol::pq::Identity;
-use cx_settlement::config::CommitteeRule;
-use cx_settlement::coordinator::{PgStore, Store};
+use common::{Killed, MODEL, cx_json, path, provider_bin, run};
+use cx_devnet::free_port;
 use cx_settlement::evm::EvmClient;
-use cx_settlement::frost::EvmGroupKey;
-use cx_settlement::ledger::Fee;
 use serde_json::json;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Waits up to `limit` for `check` to give something.
@@ -46,116 +39,7 @@ async fn until<T, F: std::future::Future<Output = Option<T>>>(
     }
 }
 
-/// A settling exchange, each part its own process: a committee of three `cx-signer`s (any two
-/// sign), Anvil with the contracts under the group key (keys: 0 deploys, 1 the agent, 2 and 4
-/// providers, 3 posts batches) and `cx serve --settlement` with a 5 % fee. Fields drop in
-/// order: the exchange before its database and chain.
-struct Settling {
-    market: common::Exchange,
-    client: cx_client::Client,
-    _db: TempDatabase,
-    _cluster: Cluster,
-    anvil: cx_devnet::AnvilInstance,
-    deployment: cx_contracts::Deployment,
-    deployments: std::path::PathBuf,
-    dir: TempDir,
-}
-
-async fn settling(tag: &str) -> Settling {
-    let dir = TempDir::new(tag);
-    let exchange = Arc::new(Identity::generate());
-    let fee = Fee {
-        bps: 500,
-        account: Address::repeat_byte(0xfe),
-    };
-    let rule = CommitteeRule {
-        threshold: 2,
-        min_operators: 1,
-    };
-    let cluster = tokio::task::block_in_place(|| {
-        Cluster::start_with(
-            &signer_binary().unwrap(),
-            &["a", "b", "c"],
-            rule,
-            exchange.clone(),
-            fee,
-        )
-    })
-    .unwrap();
-    let package = cluster.committee(2, 1).unwrap().dkg(0).await.unwrap();
-    let common::Chain {
-        anvil,
-        deployment,
-        deployments,
-    } = common::deploy_chain(
-        &dir.0,
-        5,
-        EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap(),
-        1_200,
-    )
-    .await;
-    std::fs::copy(&deployments, &cluster.deployments_file).unwrap();
-    let db = TempDatabase::create().await.unwrap();
-    let books = cx_exchange_server::books::Books::open(&db.url)
-        .await
-        .unwrap();
-    PgStore::new(books.pool().clone())
-        .save_group_key(0, &package)
-        .await
-        .unwrap();
-    let exchange_key = dir.0.join("exchange.key");
-    let coordinator_key = dir.0.join("coordinator.key");
-    cx_settlement::keyfile::write_identity(&exchange_key, &exchange).unwrap();
-    cx_settlement::keyfile::write_identity(&coordinator_key, &cluster.coordinator).unwrap();
-    let poster_key = dir.0.join("poster.key");
-    cx_settlement::keyfile::write_secret(
-        &poster_key,
-        B256::from(anvil.keys[3].to_bytes()).to_string().as_bytes(),
-    )
-    .unwrap();
-    let settlement = dir.0.join("settlement.json");
-    std::fs::write(
-        &settlement,
-        serde_json::to_string_pretty(&json!({
-            "coordinator_identity": coordinator_key,
-            "committee": cluster.members,
-            "threshold": 2,
-            "min_operators": 1,
-            "fee": fee,
-            "poster_key_file": poster_key,
-            "batching": {"max_age_s": 1, "min_jobs": 1},
-        }))
-        .unwrap(),
-    )
-    .unwrap();
-    let market = common::start_exchange(
-        &dir.0,
-        &deployments,
-        &db.url,
-        &[
-            "--identity",
-            path(&exchange_key),
-            "--settlement",
-            path(&settlement),
-        ],
-    )
-    .await;
-    let client = cx_client::Client::new(&market.url, Some(&market.ca))
-        .unwrap()
-        .with_timeout(Duration::from_secs(60));
-    Settling {
-        market,
-        client,
-        _db: db,
-        _cluster: cluster,
-        anvil,
-        deployment,
-        deployments,
-        dir,
-    }
-}
-
-impl Settling {
+impl common::Settling {
     /// A real `cx-provider` of `model_dir` staked with Anvil key `key`, serving bundle `name` at
     /// `ask` wei/s; and its payout account.
     fn provider(
@@ -234,7 +118,7 @@ impl Settling {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_paid_on_chain() {
-    let world = settling("standing").await;
+    let world = common::settling("standing", 500, 5, 3).await;
     let client = &world.client;
     let (market, anvil, deployments) = (&world.market, &world.anvil, &world.deployments);
 
@@ -378,7 +262,7 @@ async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_pai
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rented_adapter_is_pinned_by_its_provider_and_its_term_paid_on_chain() {
-    let world = settling("rent").await;
+    let world = common::settling("rent", 500, 5, 3).await;
     let client = &world.client;
     let bin = provider_bin();
     let model_dir = common::gen_model(&bin, &world.dir.0);

@@ -11,104 +11,26 @@
 
 mod common;
 
-use alloy::primitives::{Address, B256, U256};
-use common::{Killed, MODEL, TempDir, cx_json, path, provider_bin, run};
-use cx_devnet::db::TempDatabase;
-use cx_devnet::{Cluster, free_port, signer_binary};
-use cx_protocol::pq::Identity;
+use alloy::primitives::{B256, U256};
+use common::{Killed, MODEL, cx_json, path, provider_bin, run};
+use cx_devnet::free_port;
 use cx_protocol::replica::run_job_id;
-use cx_settlement::config::CommitteeRule;
-use cx_settlement::coordinator::{PgStore, Store};
 use cx_settlement::evm::EvmClient;
-use cx_settlement::frost::EvmGroupKey;
-use cx_settlement::ledger::Fee;
-use serde_json::json;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_and_not_paid() {
     let bin = provider_bin();
-    let dir = TempDir::new("verify");
-    let exchange = Arc::new(Identity::generate());
-    let fee = Fee {
-        bps: 0,
-        account: Address::repeat_byte(0xfe),
-    };
-    let rule = CommitteeRule {
-        threshold: 2,
-        min_operators: 1,
-    };
-    let cluster = tokio::task::block_in_place(|| {
-        Cluster::start_with(
-            &signer_binary().unwrap(),
-            &["a", "b", "c"],
-            rule,
-            exchange.clone(),
-            fee,
-        )
-    })
-    .unwrap();
-    let package = cluster.committee(2, 1).unwrap().dkg(0).await.unwrap();
+    let world = common::settling("verify", 0, 6, 5).await;
     // Keys: 0 deploys, 1 the agent, 2–4 the providers, 5 posts.
-    let common::Chain {
-        anvil,
-        deployment,
-        deployments,
-    } = common::deploy_chain(
-        &dir.0,
-        6,
-        EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap(),
-        1_200,
-    )
-    .await;
-    std::fs::copy(&deployments, &cluster.deployments_file).unwrap();
-    let db = TempDatabase::create().await.unwrap();
-    let books = cx_exchange_server::books::Books::open(&db.url)
-        .await
-        .unwrap();
-    PgStore::new(books.pool().clone())
-        .save_group_key(0, &package)
-        .await
-        .unwrap();
-    let exchange_key = dir.0.join("exchange.key");
-    let coordinator_key = dir.0.join("coordinator.key");
-    cx_settlement::keyfile::write_identity(&exchange_key, &exchange).unwrap();
-    cx_settlement::keyfile::write_identity(&coordinator_key, &cluster.coordinator).unwrap();
-    let poster_key = dir.0.join("poster.key");
-    cx_settlement::keyfile::write_secret(
-        &poster_key,
-        B256::from(anvil.keys[5].to_bytes()).to_string().as_bytes(),
-    )
-    .unwrap();
-    let settlement = dir.0.join("settlement.json");
-    std::fs::write(
-        &settlement,
-        serde_json::to_string_pretty(&json!({
-            "coordinator_identity": coordinator_key,
-            "committee": cluster.members,
-            "threshold": 2,
-            "min_operators": 1,
-            "fee": fee,
-            "poster_key_file": poster_key,
-            "batching": {"max_age_s": 1, "min_jobs": 1},
-        }))
-        .unwrap(),
-    )
-    .unwrap();
-    let market = common::start_exchange(
-        &dir.0,
-        &deployments,
-        &db.url,
-        &[
-            "--identity",
-            path(&exchange_key),
-            "--settlement",
-            path(&settlement),
-        ],
-    )
-    .await;
+    let (dir, anvil, deployment, deployments, market) = (
+        &world.dir,
+        &world.anvil,
+        world.deployment,
+        &world.deployments,
+        &world.market,
+    );
     let (url, ca, exchange_hash) = (
         market.url.clone(),
         market.ca.clone(),
@@ -136,7 +58,7 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
         );
         let evm_key = dir.0.join(format!("provider-{i}-evm.key"));
         common::write_evm_key(&evm_key, &anvil.keys[2 + i]);
-        common::stake_provider(&bin, &evm_key, &deployments, &identity);
+        common::stake_provider(&bin, &evm_key, deployments, &identity);
         let payout = anvil.keys[2 + i].address();
         payouts.push(payout);
         let mut cmd = Command::new(&bin);
@@ -170,8 +92,8 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
     }
 
     // The agent's T1 class-D intent on a tab.
-    let agent = common::Agent::import(&dir.0, &market, B256::from(anvil.keys[1].to_bytes())).await;
-    let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;
+    let agent = common::Agent::import(&dir.0, market, B256::from(anvil.keys[1].to_bytes())).await;
+    let escrow_id = agent.open_tab(&client, 5_000_000, deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let accepted = cx_json(
         agent.args(&[

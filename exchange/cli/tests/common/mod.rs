@@ -682,3 +682,129 @@ pub async fn registered(client: &cx_client::Client, id: &str) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// A settling exchange, each part its own process: a committee of three `cx-signer`s (any two
+/// sign), Anvil with the contracts under the group key and `cx serve --settlement`. Fields drop
+/// in order: the exchange before its database and chain.
+pub struct Settling {
+    pub market: Exchange,
+    /// The exchange's ML-DSA identity (the committee pins it).
+    pub exchange: std::sync::Arc<cx_protocol::pq::Identity>,
+    /// The committee's fee.
+    pub fee: cx_settlement::ledger::Fee,
+    pub client: cx_client::Client,
+    /// The exchange's books, read by tests directly.
+    pub books: cx_exchange_server::books::Books,
+    _db: cx_devnet::db::TempDatabase,
+    /// The committee: its members and coordinator.
+    pub cluster: cx_devnet::Cluster,
+    pub anvil: cx_devnet::AnvilInstance,
+    pub deployment: cx_contracts::Deployment,
+    pub deployments: PathBuf,
+    pub dir: TempDir,
+}
+
+/// [`Settling`] in a fresh `tag` folder: the committee takes a fee of `fee_bps`, Anvil funds
+/// `keys` accounts (0 deploys; the caller uses the rest) and key `poster` posts batches.
+pub async fn settling(tag: &str, fee_bps: u16, keys: u32, poster: usize) -> Settling {
+    let dir = TempDir::new(tag);
+    let exchange = std::sync::Arc::new(cx_protocol::pq::Identity::generate());
+    let fee = cx_settlement::ledger::Fee {
+        bps: fee_bps,
+        account: alloy::primitives::Address::repeat_byte(0xfe),
+    };
+    let rule = cx_settlement::config::CommitteeRule {
+        threshold: 2,
+        min_operators: 1,
+    };
+    let cluster = tokio::task::block_in_place(|| {
+        cx_devnet::Cluster::start_with(
+            &cx_devnet::signer_binary().unwrap(),
+            &["a", "b", "c"],
+            rule,
+            exchange.clone(),
+            fee,
+        )
+    })
+    .unwrap();
+    let package = cluster.committee(2, 1).unwrap().dkg(0).await.unwrap();
+    // The chain, its contracts under the committee's key. The grace period leaves the
+    // coordinator's reclaim margin (900 s) after a tab closes.
+    let Chain {
+        anvil,
+        deployment,
+        deployments,
+    } = deploy_chain(
+        &dir.0,
+        keys,
+        cx_settlement::frost::EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap(),
+        1_200,
+    )
+    .await;
+    std::fs::copy(&deployments, &cluster.deployments_file).unwrap();
+    let db = cx_devnet::db::TempDatabase::create().await.unwrap();
+    let books = cx_exchange_server::books::Books::open(&db.url)
+        .await
+        .unwrap();
+    // The exchange's books hold the group key the coordinator signs under.
+    use cx_settlement::coordinator::Store as _;
+    cx_settlement::coordinator::PgStore::new(books.pool().clone())
+        .save_group_key(0, &package)
+        .await
+        .unwrap();
+    let exchange_key = dir.0.join("exchange.key");
+    let coordinator_key = dir.0.join("coordinator.key");
+    cx_settlement::keyfile::write_identity(&exchange_key, &exchange).unwrap();
+    cx_settlement::keyfile::write_identity(&coordinator_key, &cluster.coordinator).unwrap();
+    let poster_key = dir.0.join("poster.key");
+    cx_settlement::keyfile::write_secret(
+        &poster_key,
+        alloy::primitives::B256::from(anvil.keys[poster].to_bytes())
+            .to_string()
+            .as_bytes(),
+    )
+    .unwrap();
+    let settlement = dir.0.join("settlement.json");
+    std::fs::write(
+        &settlement,
+        serde_json::to_string_pretty(&serde_json::json!({
+            "coordinator_identity": coordinator_key,
+            "committee": cluster.members,
+            "threshold": 2,
+            "min_operators": 1,
+            "fee": fee,
+            "poster_key_file": poster_key,
+            "batching": {"max_age_s": 1, "min_jobs": 1},
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let market = start_exchange(
+        &dir.0,
+        &deployments,
+        &db.url,
+        &[
+            "--identity",
+            path(&exchange_key),
+            "--settlement",
+            path(&settlement),
+        ],
+    )
+    .await;
+    let client = cx_client::Client::new(&market.url, Some(&market.ca))
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    Settling {
+        market,
+        exchange,
+        fee,
+        client,
+        books,
+        _db: db,
+        cluster,
+        anvil,
+        deployment,
+        deployments,
+        dir,
+    }
+}
