@@ -182,6 +182,17 @@ impl AnvilInstance {
         Ok(())
     }
 
+    /// Replaces the newest `depth` blocks with as many empty ones (`anvil_reorg`): the
+    /// transactions they held are gone, as after a real reorg that did not re-include them.
+    pub async fn reorg(&self, depth: u64) -> Result<()> {
+        let provider = read_provider(&self.rpc_url())?;
+        let none: Vec<serde_json::Value> = Vec::new();
+        let _: serde_json::Value = provider
+            .raw_request("anvil_reorg".into(), (depth, none))
+            .await?;
+        Ok(())
+    }
+
     /// The timestamp of the latest block.
     pub async fn now_s(&self) -> Result<u64> {
         let provider = read_provider(&self.rpc_url())?;

@@ -22,6 +22,7 @@ use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::api::{AppState, app};
 use cx_exchange_server::books::{Books, NewJob, NewOrder, StoredBinding, TabEvent};
 use cx_exchange_server::intake::{InferenceRequest, Intake, IntentSubmission, request_hash};
+use cx_exchange_server::limits::RateConfig;
 use cx_exchange_server::market::Market;
 use cx_exchange_server::tls::{self, DevCa, Limits};
 use cx_protocol::order::{self, Intent, Order, SigningKey};
@@ -35,8 +36,8 @@ use crate::db::TempDatabase;
 use crate::error::{Error, Result};
 use crate::supervise::ScratchDir;
 
-const CHAIN: u64 = 31337;
-const CATALOG: &str = include_str!("../../../exchange/core/catalog.example.toml");
+pub(crate) const CHAIN: u64 = 31337;
+pub(crate) const CATALOG: &str = include_str!("../../../exchange/core/catalog.example.toml");
 
 /// What to run.
 #[derive(Clone, Copy, Debug)]
@@ -112,19 +113,19 @@ impl IntakeReport {
     }
 }
 
-struct Agent {
-    key: SigningKey,
-    pq: Identity,
-    account: Address,
+pub(crate) struct Agent {
+    pub(crate) key: SigningKey,
+    pub(crate) pq: Identity,
+    pub(crate) account: Address,
 }
 
-fn now_s() -> u64 {
+pub(crate) fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
 }
 
-fn bundle(i: usize) -> Result<Bundle> {
+pub(crate) fn bundle(i: usize) -> Result<Bundle> {
     // Every fourth bundle holds the base: the rest are cheaper but too slow to fetch it in time,
     // so clearing has both feasible and refused bundles to explain.
     let holds = i.is_multiple_of(4);
@@ -139,7 +140,7 @@ fn bundle(i: usize) -> Result<Bundle> {
     .map_err(|e| Error::BenchFailed(format!("bundle fixture: {e}")))
 }
 
-fn request() -> InferenceRequest {
+pub(crate) fn request() -> InferenceRequest {
     InferenceRequest {
         prompt: "Summarise the residency rule in one sentence.".into(),
         max_tokens: 32,
@@ -168,44 +169,9 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
 
     // One account, binding and tab per client, for the HTTPS phase; as many again for the
     // commit-only phase, so the two never contend for one tab row.
-    let agents: Vec<Agent> = (0..2 * config.clients)
-        .map(|i| {
-            let mut seed = [0u8; 32];
-            seed[..8].copy_from_slice(&(i as u64 + 1).to_be_bytes());
-            let key = SigningKey::from_slice(&seed).expect("a small nonzero scalar is a key");
-            Agent {
-                account: order::account_of(&key),
-                pq: Identity::from_seed(seed),
-                key,
-            }
-        })
-        .collect();
+    let agents = agents(2 * config.clients);
     let deadline = now_s() + 3_600;
-    let mut events = Vec::new();
-    for (i, agent) in agents.iter().enumerate() {
-        books
-            .bind(&StoredBinding {
-                account: agent.account,
-                chain_id: CHAIN,
-                mldsa_key: agent.pq.public().to_bytes().to_vec(),
-                mldsa_key_hash: B256::from(agent.pq.public().id().0),
-                binding: serde_json::json!({}),
-            })
-            .await
-            .map_err(bench_err)?;
-        events.push(TabEvent::Opened {
-            escrow_id: i as u64,
-            buyer: agent.account,
-            amount_wei: u128::MAX / 4,
-            deadline_s: deadline + 86_400,
-            reference: B256::repeat_byte(1),
-            block: 1,
-        });
-    }
-    books
-        .apply_chain(CHAIN, &events, &[], 2)
-        .await
-        .map_err(bench_err)?;
+    seed_tabs(&books, &agents, deadline + 86_400).await?;
 
     // Signed ahead: the load generator only sends.
     let hash = request_hash(&request());
@@ -242,38 +208,12 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
     let verify_only_per_s = verify_bound(&signed, &domain, &agents)?;
     let commit_per_s = commit_bound(&books, &agents[config.clients..], config).await?;
 
-    // The server on loopback, HTTPS with a development CA.
-    let scratch = ScratchDir::new("cx-bench-intake")?;
-    let ca = DevCa::open_or_create(scratch.path.join("ca")).map_err(bench_err)?;
-    let server_config =
-        tls::server_config(ca.server_identity().map_err(bench_err)?).map_err(bench_err)?;
-    let client_config = tls::client_config([ca.cert()]).map_err(bench_err)?;
     // No rate limits: the bench measures what intake itself sustains from a few accounts on
     // one address, which the default limits are there to stop.
-    let intake = Intake::new(books.clone(), market, [(CHAIN, settlement)], 60).with_rate_limits(
-        cx_exchange_server::limits::RateConfig {
-            ip_per_s: 0,
-            ip_burst: 0,
-            account_per_s: 0,
-            account_burst: 0,
-        },
-    );
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| Error::BenchFailed(format!("bind: {e}")))?;
-    let address = listener
-        .local_addr()
-        .map_err(|e| Error::BenchFailed(format!("local address: {e}")))?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(tls::serve_https(
-        listener,
-        server_config,
-        app(AppState::with_intake(intake)),
-        Limits::default(),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let intake = Intake::new(books.clone(), market, [(CHAIN, settlement)], 60)
+        .with_rate_limits(RateConfig::off());
+    let server = Server::start("cx-bench-intake", intake).await?;
+    let (address, client_config) = (server.address, server.client_config.clone());
 
     let mut per_client: Vec<Vec<Bytes>> = vec![Vec::new(); config.clients];
     for (client, submission) in &signed {
@@ -296,8 +236,7 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
         );
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let _ = stop.send(());
-    let _ = server.await;
+    server.stop().await;
 
     latencies.sort_by(f64::total_cmp);
     let quantile = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
@@ -396,20 +335,7 @@ async fn post_all(
     client_config: Arc<rustls::ClientConfig>,
     bodies: Vec<Bytes>,
 ) -> Result<Vec<f64>> {
-    let io = |e: std::io::Error| Error::BenchFailed(format!("connection: {e}"));
-    let tcp = TcpStream::connect(address).await.map_err(io)?;
-    tcp.set_nodelay(true).map_err(io)?;
-    let name = rustls::pki_types::ServerName::try_from("localhost")
-        .map_err(|e| Error::BenchFailed(format!("server name: {e}")))?;
-    let stream = tokio_rustls::TlsConnector::from(client_config)
-        .connect(name, tcp)
-        .await
-        .map_err(io)?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| Error::BenchFailed(format!("http handshake: {e}")))?;
-    tokio::spawn(connection);
+    let mut sender = connect(address, client_config).await?;
     let mut latencies = Vec::with_capacity(bodies.len());
     for body in bodies {
         let request = hyper::Request::post("/v1/intents")
@@ -440,6 +366,121 @@ async fn post_all(
     Ok(latencies)
 }
 
-fn bench_err(err: impl std::fmt::Display) -> Error {
+/// `n` agents, each its own account and ML-DSA identity (fixed seeds: runs are comparable).
+pub(crate) fn agents(n: usize) -> Vec<Agent> {
+    (0..n)
+        .map(|i| {
+            let mut seed = [0u8; 32];
+            seed[..8].copy_from_slice(&(i as u64 + 1).to_be_bytes());
+            let key = SigningKey::from_slice(&seed).expect("a small nonzero scalar is a key");
+            Agent {
+                account: order::account_of(&key),
+                pq: Identity::from_seed(seed),
+                key,
+            }
+        })
+        .collect()
+}
+
+/// Binds every agent and opens agent `i`'s tab `i` on [`CHAIN`], as the chain watcher would
+/// have, funded far beyond any run.
+pub(crate) async fn seed_tabs(books: &Books, agents: &[Agent], deadline_s: u64) -> Result<()> {
+    let mut events = Vec::new();
+    for (i, agent) in agents.iter().enumerate() {
+        books
+            .bind(&StoredBinding {
+                account: agent.account,
+                chain_id: CHAIN,
+                mldsa_key: agent.pq.public().to_bytes().to_vec(),
+                mldsa_key_hash: B256::from(agent.pq.public().id().0),
+                binding: serde_json::json!({}),
+            })
+            .await
+            .map_err(bench_err)?;
+        events.push(TabEvent::Opened {
+            escrow_id: i as u64,
+            buyer: agent.account,
+            amount_wei: u128::MAX / 4,
+            deadline_s,
+            reference: B256::repeat_byte(1),
+            block: 1,
+        });
+    }
+    books
+        .apply_chain(CHAIN, &events, &[], 2, None)
+        .await
+        .map_err(bench_err)
+}
+
+/// The exchange's API on loopback, HTTPS with a development CA, until [`Server::stop`].
+pub(crate) struct Server {
+    pub(crate) address: std::net::SocketAddr,
+    pub(crate) client_config: Arc<rustls::ClientConfig>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+    _scratch: ScratchDir,
+}
+
+impl Server {
+    pub(crate) async fn start(tag: &str, intake: Intake) -> Result<Self> {
+        let scratch = ScratchDir::new(tag)?;
+        let ca = DevCa::open_or_create(scratch.path.join("ca")).map_err(bench_err)?;
+        let server_config =
+            tls::server_config(ca.server_identity().map_err(bench_err)?).map_err(bench_err)?;
+        let client_config = tls::client_config([ca.cert()]).map_err(bench_err)?;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| Error::BenchFailed(format!("bind: {e}")))?;
+        let address = listener
+            .local_addr()
+            .map_err(|e| Error::BenchFailed(format!("local address: {e}")))?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(tls::serve_https(
+            listener,
+            server_config,
+            app(AppState::with_intake(intake)),
+            Limits::default(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Ok(Self {
+            address,
+            client_config,
+            stop,
+            task,
+            _scratch: scratch,
+        })
+    }
+
+    pub(crate) async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// One keep-alive HTTPS connection to `address` (TLS 1.3, X25519MLKEM768), ready to send.
+pub(crate) async fn connect(
+    address: std::net::SocketAddr,
+    client_config: Arc<rustls::ClientConfig>,
+) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
+    let io = |e: std::io::Error| Error::BenchFailed(format!("connection: {e}"));
+    let tcp = TcpStream::connect(address).await.map_err(io)?;
+    tcp.set_nodelay(true).map_err(io)?;
+    let name = rustls::pki_types::ServerName::try_from("localhost")
+        .map_err(|e| Error::BenchFailed(format!("server name: {e}")))?;
+    let stream = tokio_rustls::TlsConnector::from(client_config)
+        .connect(name, tcp)
+        .await
+        .map_err(io)?;
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| Error::BenchFailed(format!("http handshake: {e}")))?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+pub(crate) fn bench_err(err: impl std::fmt::Display) -> Error {
     Error::BenchFailed(err.to_string())
 }

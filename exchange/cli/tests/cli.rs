@@ -482,3 +482,45 @@ fn duplication_spans_accelerators_for_a_base_larger_than_one() {
     assert_eq!(dup["per_process"]["accelerators_packed"], 200);
     assert_eq!(dup["batched"]["accelerators_packed"], 4);
 }
+
+/// The load generator end to end, briefly: both targets answer every request 2xx (or a
+/// documented 429/503 with `Retry-After`), and the soak reports memory and database size.
+/// Rates and latencies are not checked here: they are the bench's to report, not a test's.
+#[test]
+fn bench_load_drives_intake_and_the_door_with_no_unexpected_answer() {
+    for target in ["intake", "door"] {
+        let report = last_json(&cx(
+            &[
+                "bench",
+                "load",
+                "--target",
+                target,
+                "--agents",
+                "8",
+                "--connections",
+                "8",
+                "--step-s",
+                "0.5",
+                "--start-rate",
+                "40",
+                "--max-rate",
+                "80",
+                "--soak-s",
+                "2",
+                "--json",
+            ],
+            None,
+        ));
+        assert_eq!(report["target"], target);
+        assert_eq!(report["unexpected"], 0, "{report}");
+        let ladder = report["ladder"].as_array().unwrap();
+        assert!(!ladder.is_empty(), "{report}");
+        assert!(ladder[0]["ok"].as_u64().unwrap() > 0, "{report}");
+        let soak = &report["soak"];
+        assert!(soak["step"]["ok"].as_u64().unwrap() > 0, "{report}");
+        assert!(soak["db_end_mib"].as_f64().unwrap() >= soak["db_start_mib"].as_f64().unwrap());
+        assert!(soak["rss_max_mib"].as_f64().unwrap() > 0.0);
+    }
+    let err = error_line(&["bench", "load", "--connections", "0"], None);
+    assert!(err.contains("--connections"), "{err}");
+}

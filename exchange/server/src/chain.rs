@@ -7,8 +7,14 @@
 //! last committed range ended, and replaying a range changes nothing. `confirmations` is the
 //! reorg depth the operator trusts (0 on the devnet, where blocks are final when mined); a log
 //! is only read once its block is that deep.
+//!
+//! A reorg deeper than that is still seen: each range is applied with the hash of the block it
+//! ended at, and every pass first checks the newest recorded hash against the chain. When it
+//! differs, the watcher walks back to the newest hash the chain still has and rewinds the books
+//! to the block after it ([`Books::rewind_chain`]), so the new blocks are read in their place —
+//! unless a replaced block opened a tab orders already draw on, where it stops (logged, recorded).
 
-use crate::books::{Books, SeenBatch, TabEvent};
+use crate::books::{Books, SeenBatch, SeenBlock, TabEvent};
 use crate::error::{Error, Result};
 use alloy::providers::{DynProvider, Provider, ProviderBuilder};
 use cx_contracts::{ChainDeployment, Settlement};
@@ -54,16 +60,61 @@ impl Watcher {
         let Some(last) = head.checked_sub(self.confirmations) else {
             return self.books.chain_cursor(chain_id).await;
         };
+        if let Some(fork) = self.fork().await? {
+            let rewind = self.books.rewind_chain(chain_id, fork).await?;
+            tracing::warn!(
+                chain_id,
+                fork_block = fork,
+                dropped_tabs = rewind.dropped_tabs,
+                reopened_tabs = rewind.reopened_tabs,
+                dropped_batches = rewind.dropped_batches,
+                "chain reorganised under what the books read; rewound to read the new blocks"
+            );
+        }
         let mut from = self.books.chain_cursor(chain_id).await?;
         while from <= last {
             let to = last.min(from + MAX_RANGE - 1);
+            // The range's end is hashed before and after its logs are read: a reorg in between
+            // would pair logs of one chain with the hash of another, so the pass is retried.
+            let before = self.hash(to).await?;
             let (events, batches) = self.read(from, to).await?;
+            if self.hash(to).await? != before {
+                return Err(Error::Chain(format!(
+                    "block {to} changed while its range was read; read again next pass"
+                )));
+            }
+            let end = SeenBlock {
+                number: to,
+                hash: before,
+            };
             self.books
-                .apply_chain(chain_id, &events, &batches, to + 1)
+                .apply_chain(chain_id, &events, &batches, to + 1, Some(end))
                 .await?;
             from = to + 1;
         }
         Ok(from)
+    }
+
+    /// The first block to read again if the chain no longer has what the last passes ended at:
+    /// the block after the newest recorded end it still has (block 0 if it has none of them).
+    async fn fork(&self) -> Result<Option<u64>> {
+        let seen = self.books.seen_blocks(self.chain_id()).await?;
+        for (i, block) in seen.iter().enumerate() {
+            if self.hash(block.number).await? == block.hash {
+                return Ok((i > 0).then_some(block.number + 1));
+            }
+        }
+        Ok((!seen.is_empty()).then_some(0))
+    }
+
+    /// The hash of block `number` (zero if the chain has no such block: it was reorganised away).
+    async fn hash(&self, number: u64) -> Result<alloy::primitives::B256> {
+        Ok(self
+            .provider
+            .get_block_by_number(alloy::eips::BlockNumberOrTag::Number(number))
+            .await
+            .map_err(chain_err)?
+            .map_or(alloy::primitives::B256::ZERO, |b| b.header.hash))
     }
 
     /// Polls every `interval` until `shutdown` resolves; a failed pass is logged and retried.
@@ -116,7 +167,10 @@ impl Watcher {
             events.push((
                 block_of(&log),
                 log.log_index.unwrap_or(0),
-                TabEvent::Reclaimed { escrow_id: e.jobId },
+                TabEvent::Reclaimed {
+                    escrow_id: e.jobId,
+                    block: block_of(&log),
+                },
             ));
         }
         // Chain order, so a tab opened and reclaimed in one range ends reclaimed.

@@ -92,6 +92,19 @@ pub enum Error {
     /// A chain's node refused or failed a call.
     #[error("chain: {0}")]
     Chain(String),
+    /// Chain `chain_id` reorganised from `fork_block`, and a replaced block opened a tab that
+    /// jobs, sessions or standing orders already draw on: the watcher stops there.
+    #[error(
+        "chain {chain_id} reorganised from block {fork_block} under tabs {tabs:?}, which orders already draw on; the watcher stops on this chain until an operator reconciles it"
+    )]
+    ReorgBelowHolds {
+        /// The chain.
+        chain_id: u64,
+        /// The first replaced block.
+        fork_block: u64,
+        /// The tabs opened in replaced blocks that something draws on.
+        tabs: Vec<u64>,
+    },
     /// No open search has this id (unknown, filled by another witness, or ended).
     #[error("no open search has this id (another witness won, it ended, or it never existed)")]
     SearchNotOpen,

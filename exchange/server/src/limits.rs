@@ -46,6 +46,18 @@ impl Default for RateConfig {
     }
 }
 
+impl RateConfig {
+    /// Every limit off (benches that measure what the server itself sustains).
+    pub fn off() -> Self {
+        Self {
+            ip_per_s: 0,
+            ip_burst: 0,
+            account_per_s: 0,
+            account_burst: 0,
+        }
+    }
+}
+
 /// One keyed limit.
 struct Keyed<K: Hash + Eq + Clone> {
     limiter: DefaultKeyedRateLimiter<K>,

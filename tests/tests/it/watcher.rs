@@ -63,3 +63,141 @@ async fn tabs_opened_and_reclaimed_on_chain_reach_the_books_once() {
     cautious.poll_once().await.unwrap();
     assert_eq!(tab_count(&books).await, 3);
 }
+
+/// Every tab the chain itself holds now, as (escrow id, amount), from its `JobOpened` logs.
+async fn tabs_on_chain(chain: &cx_devnet::scenario::ScenarioChain) -> Vec<(u64, u128)> {
+    use alloy::providers::{Provider, ProviderBuilder};
+    let provider = ProviderBuilder::new()
+        .connect_http(chain.anvil.rpc_url().parse().unwrap())
+        .erased();
+    let settlement = cx_contracts::Settlement::new(chain.deployment.settlement, provider);
+    let mut tabs: Vec<(u64, u128)> = settlement
+        .JobOpened_filter()
+        .from_block(0)
+        .query()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(e, _)| (e.jobId, e.amount))
+        .collect();
+    tabs.sort_unstable();
+    tabs
+}
+
+async fn tabs_in_books(books: &Books) -> Vec<(u64, u128)> {
+    let rows: Vec<(i64, String)> =
+        sqlx::query_as("SELECT escrow_id, amount_wei::text FROM exchange_tabs ORDER BY escrow_id")
+            .fetch_all(books.pool())
+            .await
+            .unwrap();
+    rows.into_iter()
+        .map(|(id, amount)| (id as u64, amount.parse().unwrap()))
+        .collect()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_reorg_of_depth_1_to_3_is_seen_and_the_books_follow_the_new_chain() {
+    let committee = DealerCommittee::generate(5, 3, &mut ChaCha20Rng::seed_from_u64(5)).unwrap();
+    let chain = ScenarioChain::start(31337, committee.group_key().unwrap())
+        .await
+        .unwrap();
+    let db = TempDatabase::create().await.unwrap();
+    let books = Books::open(&db.url).await.unwrap();
+    // No confirmations, as on the devnet: every reorg reaches blocks the books already read.
+    let watcher = Watcher::new(books.clone(), chain.entry(), 0).unwrap();
+    chain.open_jobs(1, 100).await.unwrap();
+    watcher.poll_once().await.unwrap();
+
+    for depth in 1..=3u64 {
+        let amount = 1_000 * u128::from(depth);
+        chain.open_jobs(depth as usize, amount).await.unwrap();
+        watcher.poll_once().await.unwrap();
+        let before = tabs_in_books(&books).await;
+        assert_eq!(before, tabs_on_chain(&chain).await);
+        // The newest blocks are replaced by empty ones: the tabs they opened are gone on chain.
+        chain.anvil.reorg(depth).await.unwrap();
+        let after_chain = tabs_on_chain(&chain).await;
+        assert!(
+            after_chain.len() < before.len(),
+            "depth {depth}: the reorg dropped a tab"
+        );
+        watcher.poll_once().await.unwrap();
+        assert_eq!(tabs_in_books(&books).await, after_chain, "depth {depth}");
+        // The new chain reuses the dropped escrow ids for other tabs: the books hold the new ones.
+        chain.open_jobs(1, amount + 7).await.unwrap();
+        watcher.poll_once().await.unwrap();
+        assert_eq!(
+            tabs_in_books(&books).await,
+            tabs_on_chain(&chain).await,
+            "depth {depth}"
+        );
+    }
+    let reorgs: Vec<(i64, bool)> =
+        sqlx::query_as("SELECT dropped_tabs, halted FROM exchange_chain_reorgs ORDER BY id")
+            .fetch_all(books.pool())
+            .await
+            .unwrap();
+    assert_eq!(reorgs.len(), 3, "{reorgs:?}");
+    assert!(
+        reorgs
+            .iter()
+            .all(|(dropped, halted)| *dropped >= 1 && !halted),
+        "{reorgs:?}"
+    );
+
+    // A replaced block opened a tab a job already draws on: nothing is rewritten, the reorg
+    // is recorded once as halting, and the watcher stays there, pass after pass.
+    let ids = chain.open_jobs(1, 5_000).await.unwrap();
+    watcher.poll_once().await.unwrap();
+    let buyer = chain.buyer.account();
+    let key = cx_protocol::pq::Identity::from_seed([3; 32]);
+    books
+        .bind(&cx_exchange_server::books::StoredBinding {
+            account: buyer,
+            chain_id: 31337,
+            mldsa_key: key.public().to_bytes().to_vec(),
+            mldsa_key_hash: B256::from(key.public().id().0),
+            binding: serde_json::json!({}),
+        })
+        .await
+        .unwrap();
+    let digest = B256::repeat_byte(0xd1);
+    books
+        .accept(
+            &cx_exchange_server::books::NewOrder {
+                digest,
+                kind: "intent",
+                account: buyer,
+                chain_id: 31337,
+                nonce: 0,
+                body: serde_json::json!({}),
+            },
+            &cx_exchange_server::books::NewJob {
+                id: digest,
+                escrow_id: ids[0],
+                model: "m".into(),
+                status: "assigned",
+                bundle_id: Some("b".into()),
+                held_wei: 10,
+                needed_until_s: 0,
+                decision: serde_json::json!({}),
+                deadline_s: u64::from(u32::MAX),
+                adapter: None,
+                request: serde_json::json!({"prompt": "p", "max_tokens": 1}),
+            },
+        )
+        .await
+        .unwrap();
+    let held = tabs_in_books(&books).await;
+    chain.anvil.reorg(1).await.unwrap();
+    for _ in 0..2 {
+        let err = watcher.poll_once().await.unwrap_err().to_string();
+        assert!(err.contains("which orders already draw on"), "{err}");
+    }
+    assert_eq!(tabs_in_books(&books).await, held, "nothing rewritten");
+    let halted: i64 = sqlx::query_scalar("SELECT count(*) FROM exchange_chain_reorgs WHERE halted")
+        .fetch_one(books.pool())
+        .await
+        .unwrap();
+    assert_eq!(halted, 1);
+}

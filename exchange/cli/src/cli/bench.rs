@@ -20,6 +20,9 @@ pub(crate) enum Command {
     /// Signed intents over HTTPS through verify → persist → clear on a throwaway database,
     /// beside the signature and database bounds.
     Intake(IntakeArgs),
+    /// Open-loop load on intake or the OpenAI-compatible door, default rate limits on: the
+    /// rate where p99 first exceeds the target, 1×, 2× and 4× past it, and an optional soak.
+    Load(LoadArgs),
     /// The running market (a `cx devnet` per policy) end to end: jobs/s and latency split into
     /// clearing, dispatch, inference, verification and settlement, and the same arrivals
     /// cleared residency-aware and cheapest-capable side by side.
@@ -37,6 +40,37 @@ pub(crate) struct IntakeArgs {
     /// Bundles in the market.
     #[arg(long, default_value_t = 200)]
     bundles: usize,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LoadArgs {
+    /// What is loaded.
+    #[arg(long, value_enum, default_value = "intake")]
+    target: cx_devnet::bench::load::Target,
+    /// Agents, each its own account and tab (and session key for the door).
+    #[arg(long, default_value_t = 64)]
+    agents: usize,
+    /// Keep-alive HTTPS connections the requests share.
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Seconds at each rate.
+    #[arg(long, default_value_t = 5.0)]
+    step_s: f64,
+    /// The first rate of the ladder, requests a second (each step ×√2).
+    #[arg(long, default_value_t = 50.0)]
+    start_rate: f64,
+    /// The highest rate the ladder tries.
+    #[arg(long, default_value_t = 20_000.0)]
+    max_rate: f64,
+    /// The p99 whose first excess is the knee, ms.
+    #[arg(long, default_value_t = 50.0)]
+    p99_ms: f64,
+    /// Seconds held at half the knee afterwards, sampling memory and database size.
+    #[arg(long, default_value_t = 0)]
+    soak_s: u64,
     /// Print one JSON object, last.
     #[arg(long)]
     json: bool,
@@ -124,6 +158,42 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
                 .context("intake bench")?;
             super::emit(a.json, &report.table(), &report)
         }
+        Command::Load(a) => {
+            // Bounded so a typo is a one-line error, not a run that floods the machine: the
+            // generator signs every intent of a step ahead and holds its latencies.
+            anyhow::ensure!(
+                (1..=4_096).contains(&a.agents),
+                "--agents: must be within 1..=4096"
+            );
+            anyhow::ensure!(
+                (1..=512).contains(&a.connections),
+                "--connections: must be within 1..=512"
+            );
+            anyhow::ensure!(
+                (0.1..=600.0).contains(&a.step_s),
+                "--step-s: must be within 0.1..=600"
+            );
+            anyhow::ensure!(
+                a.start_rate >= 1.0 && a.start_rate <= a.max_rate && a.max_rate <= 100_000.0,
+                "--start-rate, --max-rate: need 1 <= start <= max <= 100000"
+            );
+            anyhow::ensure!(a.p99_ms > 0.0, "--p99-ms: must be > 0");
+            anyhow::ensure!(a.soak_s <= 86_400, "--soak-s: must be at most 86400");
+            let report = multi_thread_runtime()?
+                .block_on(cx_devnet::bench::load_bench(cx_devnet::bench::LoadConfig {
+                    target: a.target,
+                    agents: a.agents,
+                    connections: a.connections,
+                    step_s: a.step_s,
+                    start_rate: a.start_rate,
+                    max_rate: a.max_rate,
+                    p99_target_ms: a.p99_ms,
+                    soak_s: a.soak_s,
+                    ..cx_devnet::bench::LoadConfig::default()
+                }))
+                .context("load bench")?;
+            super::emit(a.json, &report.table(), &report)
+        }
         Command::Gas(a) => {
             let report = runtime()?
                 .block_on(cx_devnet::bench::gas_bench())
@@ -204,7 +274,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// The intake bench runs a server and its load generator: it wants every core.
+/// The intake and load benches run a server and its load generator: they want every core.
 fn multi_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -130,6 +130,7 @@ async fn exchange(buyer: Address) -> Exchange {
             }],
             &[],
             2,
+            None,
         )
         .await
         .unwrap();

@@ -439,6 +439,7 @@ impl From<crate::Error> for ApiError {
             | E::Market(_)
             | E::BadRpcUrl(_)
             | E::Chain(_)
+            | E::ReorgBelowHolds { .. }
             | E::Verification(_)
             | E::Settlement(_) => Self::Internal(Box::new(err)),
         }

@@ -80,6 +80,7 @@ async fn open_tab(books: &Books, escrow_id: u64, amount_wei: u128, deadline_s: u
             }],
             &[],
             4,
+            None,
         )
         .await
         .unwrap();
@@ -197,7 +198,16 @@ async fn a_replayed_nonce_or_a_closed_tab_writes_nothing() {
         .unwrap();
 
     books
-        .apply_chain(CHAIN, &[TabEvent::Reclaimed { escrow_id: 1 }], &[], 9)
+        .apply_chain(
+            CHAIN,
+            &[TabEvent::Reclaimed {
+                escrow_id: 1,
+                block: 8,
+            }],
+            &[],
+            9,
+            None,
+        )
         .await
         .unwrap();
     let closed = order(10, 5);
@@ -239,7 +249,7 @@ async fn the_watchers_writes_are_idempotent_and_its_cursor_only_moves_forward() 
     open_tab(&books, 1, 500, 1_000).await;
     assert_eq!(count(&books, "exchange_tabs").await, 1);
     assert_eq!(books.chain_cursor(CHAIN).await.unwrap(), 4);
-    books.apply_chain(CHAIN, &[], &[], 2).await.unwrap();
+    books.apply_chain(CHAIN, &[], &[], 2, None).await.unwrap();
     assert_eq!(
         books.chain_cursor(CHAIN).await.unwrap(),
         4,

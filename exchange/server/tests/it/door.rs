@@ -107,6 +107,7 @@ impl Door {
                 }],
                 &[],
                 2,
+                None,
             )
             .await
             .unwrap();

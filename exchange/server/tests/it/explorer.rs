@@ -99,6 +99,7 @@ impl World {
                 }],
                 &[],
                 2,
+                None,
             )
             .await
             .unwrap();

@@ -95,6 +95,7 @@ impl World {
                 }],
                 &[],
                 2,
+                None,
             )
             .await
             .unwrap();
