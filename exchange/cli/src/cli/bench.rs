@@ -179,6 +179,12 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
             );
             anyhow::ensure!(a.p99_ms > 0.0, "--p99-ms: must be > 0");
             anyhow::ensure!(a.soak_s <= 86_400, "--soak-s: must be at most 86400");
+            // The server's own warnings and internal errors (each one a finding of the run)
+            // go to stderr; stdout stays the table and the JSON line.
+            let _ = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::WARN)
+                .with_writer(std::io::stderr)
+                .try_init();
             let report = multi_thread_runtime()?
                 .block_on(cx_devnet::bench::load_bench(cx_devnet::bench::LoadConfig {
                     target: a.target,

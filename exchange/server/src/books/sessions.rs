@@ -115,9 +115,9 @@ impl Books {
     }
 
     /// Accepts one call of a session at `now_s` as `job`: within the session's cap, on its tab,
-    /// in one transaction (the session row is locked first, so concurrent calls of one session
-    /// queue and none can take the cap past its limit; the tab hold is the same conditional
-    /// update as an intent's). Either the cap is spent, the tab held and the job written, or
+    /// in one transaction (the session's tab row, then the session row, are locked first, so
+    /// concurrent calls of one session queue and none can take the cap past its limit; the tab
+    /// hold is the same conditional update as an intent's). Either the cap is spent, the tab held and the job written, or
     /// nothing is.
     pub async fn accept_call(&self, session_id: B256, now_s: u64, job: &NewJob) -> Result<()> {
         self.accept_call_with_runs(session_id, now_s, job, &[])
@@ -138,6 +138,17 @@ impl Books {
             .try_fold(job.held_wei, |sum, r| sum.checked_add(r.held_wei))
             .ok_or(Error::ContextTooLarge)?;
         let mut tx = self.pool.begin().await?;
+        // Rows are locked in one order everywhere — job, tab, session — and a result or an
+        // expiry releasing a hold goes job → tab → session. Locking the session before its tab
+        // here deadlocked them under load (`cx bench load --target door`).
+        sqlx::query(
+            "SELECT 1 FROM exchange_tabs t JOIN exchange_sessions s \
+             ON s.chain_id = t.chain_id AND s.escrow_id = t.escrow_id \
+             WHERE s.id = $1 FOR UPDATE OF t",
+        )
+        .bind(session_id.as_slice())
+        .execute(&mut *tx)
+        .await?;
         let row: Option<SessionRow> =
             sqlx::query_as(&format!("{SESSION_SELECT} WHERE id = $1 FOR UPDATE"))
                 .bind(session_id.as_slice())
