@@ -54,6 +54,14 @@ if ! command -v chromium >/dev/null; then
   apt-get update -qq && apt-get install -y -qq chromium >/dev/null
 fi
 
+# libfaketime for the clock-skew test (exchange/cli/tests/skew.rs): it shifts the wall clock of
+# an unmodified provider process. Debian's package.
+if [[ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]]; then
+  say "installing Debian's faketime (the clock-skew test)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq faketime >/dev/null
+fi
+
 # Python tools for cross-checks against implementations we did not write (the EIP-712 test signs
 # with eth-account; the OpenAI-compatible door is driven by the official openai client;
 # /openapi.json is checked by openapi-spec-validator): a project-local virtualenv in .tools/py,

@@ -344,6 +344,11 @@ async fn post_all(
             .body(Full::new(body))
             .map_err(|e| Error::BenchFailed(format!("request: {e}")))?;
         let started = Instant::now();
+        // HTTP/1: the connection takes the next request only once it has finished the last one.
+        sender
+            .ready()
+            .await
+            .map_err(|e| Error::BenchFailed(format!("connection closed: {e}")))?;
         let response = tokio::time::timeout(Duration::from_secs(30), sender.send_request(request))
             .await
             .map_err(|_| Error::BenchFailed("a request took over 30 s".into()))?
@@ -385,8 +390,7 @@ pub(crate) fn agents(n: usize) -> Vec<Agent> {
 /// Binds every agent and opens agent `i`'s tab `i` on [`CHAIN`], as the chain watcher would
 /// have, funded far beyond any run.
 pub(crate) async fn seed_tabs(books: &Books, agents: &[Agent], deadline_s: u64) -> Result<()> {
-    let mut events = Vec::new();
-    for (i, agent) in agents.iter().enumerate() {
+    for agent in agents {
         books
             .bind(&StoredBinding {
                 account: agent.account,
@@ -397,15 +401,29 @@ pub(crate) async fn seed_tabs(books: &Books, agents: &[Agent], deadline_s: u64) 
             })
             .await
             .map_err(bench_err)?;
-        events.push(TabEvent::Opened {
-            escrow_id: i as u64,
+    }
+    open_tabs(books, agents, 0, deadline_s).await
+}
+
+/// Opens one more tab per agent, agent `i`'s escrow id `first + i`.
+pub(crate) async fn open_tabs(
+    books: &Books,
+    agents: &[Agent],
+    first: u64,
+    deadline_s: u64,
+) -> Result<()> {
+    let events: Vec<TabEvent> = agents
+        .iter()
+        .enumerate()
+        .map(|(i, agent)| TabEvent::Opened {
+            escrow_id: first + i as u64,
             buyer: agent.account,
             amount_wei: u128::MAX / 4,
             deadline_s,
             reference: B256::repeat_byte(1),
             block: 1,
-        });
-    }
+        })
+        .collect();
     books
         .apply_chain(CHAIN, &events, &[], 2, None)
         .await

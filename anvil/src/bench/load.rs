@@ -8,7 +8,8 @@
 //! [`MAX_QUEUED`] requests due and unanswered; past that it sheds and counts them, so its memory
 //! is bounded whatever the server does.
 //!
-//! A run climbs a ladder of rates (×√2 a step) until p99 first exceeds the target (the knee),
+//! A run climbs a ladder of rates (×√2 a step) until p99 first exceeds the target (the knee;
+//! a step over it is run once more, and counts only if it is over again),
 //! then runs 1×, 2× and 4× the knee and, with `soak_s`, holds half the knee for that long,
 //! sampling the process's resident memory and the database's size. Past its capacity the
 //! exchange must answer 429 or 503 with `Retry-After` (backpressure), never anything else.
@@ -41,7 +42,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, mpsc};
 
 use super::intake::{
-    Agent, CATALOG, CHAIN, Server, agents, bench_err, bundle, connect, now_s, request, seed_tabs,
+    Agent, CATALOG, CHAIN, Server, agents, bench_err, bundle, connect, now_s, open_tabs, request,
+    seed_tabs,
 };
 use crate::db::TempDatabase;
 use crate::error::{Error, Result};
@@ -174,7 +176,8 @@ pub struct LoadReport {
     pub p99_target_ms: f64,
     /// The ladder, in order.
     pub ladder: Vec<Step>,
-    /// The first rate whose p99 exceeded the target (None: not reached by `max_rate`).
+    /// The first rate whose p99 exceeded the target twice running (None: not reached by
+    /// `max_rate`).
     pub knee_per_s: Option<f64>,
     /// 1×, 2× and 4× the knee.
     pub past_knee: Vec<Step>,
@@ -258,36 +261,65 @@ struct Call {
     body: Bytes,
 }
 
+/// Jobs one tab takes (the books' cap: all one settlement batch holds); an agent moves to a
+/// fresh tab when its current one is full.
+const JOBS_PER_TAB: u64 = 400;
+
 /// What each request needs, made ahead so the generator only sends.
 struct Source {
     target: Target,
     agents: Vec<Agent>,
     domain: order::Eip712Domain,
+    books: Books,
+    /// Where sessions are opened (the door).
+    server: (std::net::SocketAddr, Arc<rustls::ClientConfig>),
     /// The next nonce of each agent's intents.
     nonces: Vec<u64>,
-    /// The door's session secrets, one per agent.
-    secrets: Vec<Arc<str>>,
+    /// Requests put on each agent's current tab, and which of its tabs that is (round `k`:
+    /// agent `a`'s escrow id is `a + k × agents`).
+    used: Vec<u64>,
+    round: Vec<u64>,
+    /// Rounds of tabs opened so far.
+    rounds_open: u64,
+    /// The door's session secrets, by round then agent.
+    secrets: Vec<Vec<Arc<str>>>,
     next: usize,
 }
 
 impl Source {
-    /// `count` calls, round robin over the agents.
-    fn calls(&mut self, count: usize) -> Result<Vec<Call>> {
+    /// `count` calls, round robin over the agents, opening fresh tabs (and sessions) as the
+    /// current ones fill.
+    async fn calls(&mut self, count: usize) -> Result<Vec<Call>> {
+        let n = self.agents.len();
+        let share = (count.div_ceil(n) + 1) as u64;
+        let needed = (0..n)
+            .map(|a| self.round[a] + (self.used[a] + share) / JOBS_PER_TAB)
+            .max()
+            .unwrap_or(0);
+        while self.rounds_open <= needed {
+            self.open_round().await?;
+        }
         let hash = request_hash(&request());
         let deadline = now_s() + 3_000;
         (0..count)
             .map(|_| {
-                let i = self.next % self.agents.len();
+                let a = self.next % n;
                 self.next += 1;
+                if self.used[a] == JOBS_PER_TAB {
+                    self.round[a] += 1;
+                    self.used[a] = 0;
+                }
+                self.used[a] += 1;
+                let round = self.round[a];
                 match self.target {
                     Target::Door => Ok(Call {
                         path: "/v1/chat/completions",
-                        bearer: Some(self.secrets[i].clone()),
+                        bearer: Some(self.secrets[round as usize][a].clone()),
                         body: Bytes::from(door_body().to_string()),
                     }),
                     Target::Intake => {
-                        let nonce = self.nonces[i];
-                        self.nonces[i] += 1;
+                        let nonce = self.nonces[a];
+                        self.nonces[a] += 1;
                         let intent = Intent {
                             want: "llama-8b".into(),
                             adapter_id: None,
@@ -296,11 +328,11 @@ impl Source {
                             max_price_wei: 10_000_000,
                             min_tier: Tier::T0,
                             determinism: DeterminismClass::D,
-                            tab_id: i as u64,
+                            tab_id: a as u64 + round * n as u64,
                             nonce,
                             expiry_s: deadline,
                         };
-                        let agent = &self.agents[i];
+                        let agent = &self.agents[a];
                         let signed = order::sign(intent, &self.domain, &agent.key, &agent.pq)
                             .map_err(bench_err)?;
                         let body = serde_json::json!({"intent": signed, "request": request()});
@@ -313,6 +345,24 @@ impl Source {
                 }
             })
             .collect()
+    }
+
+    /// One more tab per agent (as if each opened it on chain), and for the door a session on it.
+    async fn open_round(&mut self) -> Result<()> {
+        let n = self.agents.len() as u64;
+        let first = self.rounds_open * n;
+        if self.rounds_open > 0 {
+            open_tabs(&self.books, &self.agents, first, now_s() + 86_400).await?;
+        }
+        if self.target == Target::Door {
+            let secrets: Vec<Arc<str>> = (0..n)
+                .map(|a| Arc::from(format!("cxs_load_{}", first + a)))
+                .collect();
+            open_sessions(&self.server, &self.agents, &secrets, &self.domain, first).await?;
+            self.secrets.push(secrets);
+        }
+        self.rounds_open += 1;
+        Ok(())
     }
 }
 
@@ -461,6 +511,11 @@ type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 /// Sends one call: its status, whether it carried `Retry-After`, and its body (for reports).
 async fn send(sender: &mut Sender, call: &Call) -> Result<(hyper::StatusCode, bool, String)> {
+    // HTTP/1: the connection takes the next request only once it has finished the last one.
+    sender
+        .ready()
+        .await
+        .map_err(|e| Error::BenchFailed(format!("{}: connection closed: {e}", call.path)))?;
     let mut request = hyper::Request::post(call.path)
         .header("host", "localhost")
         .header("content-type", "application/json");
@@ -473,7 +528,7 @@ async fn send(sender: &mut Sender, call: &Call) -> Result<(hyper::StatusCode, bo
     let response = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request))
         .await
         .map_err(|_| Error::BenchFailed(format!("no answer within {REQUEST_TIMEOUT:?}")))?
-        .map_err(|e| Error::BenchFailed(format!("request: {e}")))?;
+        .map_err(|e| Error::BenchFailed(format!("{}: {e}", call.path)))?;
     let status = response.status();
     let retry_after = response.headers().contains_key("retry-after");
     let body = response
@@ -588,6 +643,10 @@ async fn post_json(
 ) -> Result<serde_json::Value> {
     let body = Bytes::from(body.to_string());
     loop {
+        sender
+            .ready()
+            .await
+            .map_err(|e| Error::BenchFailed(format!("{path}: connection closed: {e}")))?;
         let request = hyper::Request::post(path)
             .header("host", "localhost")
             .header("content-type", "application/json")
@@ -725,22 +784,21 @@ pub async fn load_bench(config: LoadConfig) -> Result<LoadReport> {
         .with_rate_limits(config.limits);
     let server = Server::start("cx-bench-load", intake).await?;
 
-    let secrets: Vec<Arc<str>> = (0..agents.len())
-        .map(|i| Arc::from(format!("cxs_load_{i}")))
-        .collect();
     let responder = match config.target {
         Target::Intake => None,
-        Target::Door => {
-            open_sessions(&server, &agents, &secrets, &domain).await?;
-            Some(Responder::start(&server, 4).await?)
-        }
+        Target::Door => Some(Responder::start(&server, 4).await?),
     };
     let mut source = Source {
         target: config.target,
         nonces: vec![0; agents.len()],
+        used: vec![0; agents.len()],
+        round: vec![0; agents.len()],
+        rounds_open: 0,
         agents,
         domain,
-        secrets,
+        books: books.clone(),
+        server: (server.address, server.client_config.clone()),
+        secrets: Vec::new(),
         next: 0,
     };
     let generator = Generator {
@@ -754,11 +812,20 @@ pub async fn load_bench(config: LoadConfig) -> Result<LoadReport> {
     let mut knee = None;
     let mut rate = config.start_rate;
     while rate <= config.max_rate {
-        let calls = source.calls(count(rate, config.step_s))?;
-        let step = generator.step(rate, calls).await?;
-        let over = step.p99_ms > config.p99_target_ms || step.ok < step.sent;
-        ladder.push(step);
-        if over {
+        // A step over the target is run again before it counts: on a shared machine one
+        // stall of another process can push a single step's p99 past it.
+        let mut over = 0;
+        for _ in 0..2 {
+            let calls = source.calls(count(rate, config.step_s)).await?;
+            let step = generator.step(rate, calls).await?;
+            let failed = step.p99_ms > config.p99_target_ms || step.ok < step.sent;
+            ladder.push(step);
+            if !failed {
+                break;
+            }
+            over += 1;
+        }
+        if over == 2 {
             knee = Some(rate);
             break;
         }
@@ -767,7 +834,7 @@ pub async fn load_bench(config: LoadConfig) -> Result<LoadReport> {
     let mut past_knee = Vec::new();
     if let Some(knee) = knee {
         for factor in [1.0, 2.0, 4.0] {
-            let calls = source.calls(count(knee * factor, config.step_s))?;
+            let calls = source.calls(count(knee * factor, config.step_s)).await?;
             past_knee.push(generator.step(knee * factor, calls).await?);
         }
     }
@@ -818,7 +885,9 @@ async fn soak(
     let mut ok_ms = Vec::new();
     let started = Instant::now();
     for _ in 0..pieces {
-        let calls = source.calls(((rate * piece_s).round() as usize).max(1))?;
+        let calls = source
+            .calls(((rate * piece_s).round() as usize).max(1))
+            .await?;
         let step = generator.step(rate, calls).await?;
         total.sent += step.sent;
         total.ok += step.ok;
@@ -858,17 +927,20 @@ async fn soak(
     })
 }
 
-/// Opens one session per agent, its bearer secret `secrets[i]`, capped far beyond any run.
+/// Opens one session per agent on its tab `first + i`, its bearer secret `secrets[i]`, capped far
+/// beyond any run.
 async fn open_sessions(
-    server: &Server,
+    server: &(std::net::SocketAddr, Arc<rustls::ClientConfig>),
     agents: &[Agent],
     secrets: &[Arc<str>],
     domain: &order::Eip712Domain,
+    first: u64,
 ) -> Result<()> {
-    let mut sender = connect(server.address, server.client_config.clone()).await?;
+    let mut sender = connect(server.0, server.1.clone()).await?;
     for (i, (agent, secret)) in agents.iter().zip(secrets).enumerate() {
+        let tab_id = first + i as u64;
         let grant = SessionGrant {
-            tab_id: i as u64,
+            tab_id,
             spend_cap_wei: u128::MAX / 8,
             expiry_s: now_s() + 86_400,
             default_deadline_s: 20,
@@ -876,7 +948,7 @@ async fn open_sessions(
             default_determinism: DeterminismClass::D,
             default_max_price_wei: 10_000_000,
             bearer_hash: SessionGrant::bearer_hash_of(secret.as_bytes()),
-            nonce: 1_000_000_000 + i as u64,
+            nonce: 1_000_000_000 + tab_id,
         };
         let signed = order::sign(grant, domain, &agent.key, &agent.pq).map_err(bench_err)?;
         let call = Call {

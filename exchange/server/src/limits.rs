@@ -59,13 +59,14 @@ impl RateConfig {
 }
 
 /// One keyed limit.
-struct Keyed<K: Hash + Eq + Clone> {
+pub(crate) struct Keyed<K: Hash + Eq + Clone> {
     limiter: DefaultKeyedRateLimiter<K>,
     clock: DefaultClock,
 }
 
 impl<K: Hash + Eq + Clone> Keyed<K> {
-    fn new(per_s: u32, burst: u32) -> Option<Self> {
+    /// `burst` at once, then `per_s` a second, per key; None when `per_s` is 0 (no limit).
+    pub(crate) fn new(per_s: u32, burst: u32) -> Option<Self> {
         let per_s = NonZeroU32::new(per_s)?;
         let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
         Some(Self {
@@ -75,7 +76,7 @@ impl<K: Hash + Eq + Clone> Keyed<K> {
     }
 
     /// Takes one request for `key`, or says how long until it would be allowed.
-    fn take(&self, key: &K) -> std::result::Result<(), std::time::Duration> {
+    pub(crate) fn take(&self, key: &K) -> std::result::Result<(), std::time::Duration> {
         if self.limiter.len() > MAX_TRACKED_KEYS {
             self.limiter.retain_recent();
         }

@@ -539,6 +539,12 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// After the shutdown signal, how long open connections get to finish their requests.
     pub shutdown_grace: Duration,
+    /// TLS handshakes a second one IP address may start (0: no limit). A handshake costs the
+    /// server a key exchange and a signature before the client has shown anything, so it is
+    /// counted before any cryptography runs; past the limit the connection is closed at once.
+    pub handshakes_per_ip_per_s: u32,
+    /// Handshakes one IP address may start at once.
+    pub handshake_burst_per_ip: u32,
 }
 
 impl Default for Limits {
@@ -549,6 +555,10 @@ impl Default for Limits {
             max_connections: 768,
             header_read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
+            // Keep-alive clients handshake once per connection: the devnet's twelve processes
+            // on one loopback address open a few dozen in all.
+            handshakes_per_ip_per_s: 200,
+            handshake_burst_per_ip: 400,
         }
     }
 }
@@ -604,6 +614,10 @@ async fn serve(
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
     let mut shutdown = std::pin::pin!(shutdown);
+    let handshakes = crate::limits::Keyed::<std::net::IpAddr>::new(
+        limits.handshakes_per_ip_per_s,
+        limits.handshake_burst_per_ip,
+    );
     loop {
         // A slot first, then the accept: at the cap we stop taking connections off the queue.
         let slot = tokio::select! {
@@ -626,6 +640,13 @@ async fn serve(
                 }
             },
         };
+        if acceptor.is_some()
+            && let Some(handshakes) = &handshakes
+            && handshakes.take(&peer.ip()).is_err()
+        {
+            tracing::debug!(%peer, "TLS handshake refused: past the per-IP handshake rate");
+            continue;
+        }
         // Small JSON answers should leave at once rather than wait for Nagle's timer.
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();

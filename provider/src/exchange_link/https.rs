@@ -31,6 +31,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use std::sync::atomic::{AtomicI64, Ordering};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -42,6 +43,19 @@ use crate::error::{Error, Result};
 pub(crate) struct Https {
     base: String,
     client: Client<Connector, Full<Bytes>>,
+    /// The exchange's clock minus ours, seconds, from the `Date` of its latest answer.
+    clock_offset_s: Arc<AtomicI64>,
+}
+
+/// Offsets smaller than this are below what `Date` (whole seconds, sent before the trip back)
+/// can tell, and within every deadline's slack: they are taken as none.
+const CLOCK_RESOLUTION_S: i64 = 2;
+
+/// This machine's unix time, seconds.
+fn local_now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl Https {
@@ -73,7 +87,44 @@ impl Https {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(50))
             .build(connector);
-        Ok(Self { base, client })
+        Ok(Self {
+            base,
+            client,
+            clock_offset_s: Arc::new(AtomicI64::new(0)),
+        })
+    }
+
+    /// Unix time on the exchange's clock, seconds. Deadlines and the times a provider signs
+    /// are the exchange's: on this machine's clock a provider running ahead would refuse jobs
+    /// with time left, and one a few minutes off could not register an offer at all.
+    pub(crate) fn now_s(&self) -> u64 {
+        let offset = self.clock_offset_s.load(Ordering::Relaxed) as f64;
+        (local_now_s() + offset).max(0.0) as u64
+    }
+
+    /// Follows the exchange's clock from an answer's `Date` header.
+    fn observe_date(&self, headers: &hyper::HeaderMap) {
+        let Some(stated) = headers
+            .get(hyper::header::DATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        else {
+            return;
+        };
+        // `Date` is the second the answer was made, truncated: its middle is the best guess.
+        let offset = (stated.as_secs_f64() + 0.5 - local_now_s()).round() as i64;
+        let offset = if offset.abs() < CLOCK_RESOLUTION_S {
+            0
+        } else {
+            offset
+        };
+        let before = self.clock_offset_s.swap(offset, Ordering::Relaxed);
+        if (offset - before).abs() >= CLOCK_RESOLUTION_S {
+            eprintln!(
+                "the exchange's clock is {offset:+} s from this machine's; deadlines and signed times follow the exchange's"
+            );
+        }
     }
 
     /// The exchange's base URL.
@@ -194,6 +245,7 @@ impl Https {
                 failed(text)
             })?;
             let status = response.status();
+            self.observe_date(response.headers());
             let bytes = response
                 .into_body()
                 .collect()

@@ -35,7 +35,7 @@ mod wire;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -230,13 +230,12 @@ impl std::fmt::Debug for Link {
     }
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 impl Link {
+    /// Unix time on the exchange's clock ([`Https::now_s`]): what deadlines are measured on.
+    pub(crate) fn now_s(&self) -> u64 {
+        self.https.now_s()
+    }
+
     /// The live ask (hand it to the provider's server so the operator can change it).
     pub fn ask(&self) -> Ask {
         self.ask.clone()
@@ -360,7 +359,7 @@ impl Link {
             payout: self.config.payout,
             bundles: self.bundles(),
             token_hash: Offer::token_hash_of(self.token.as_bytes()),
-            issued_at_s: unix_now(),
+            issued_at_s: self.now_s(),
             residency: Some(self.engine.residency()),
         };
         let signed = SignedOffer::sign(offer, &self.identity)?;
@@ -554,7 +553,7 @@ impl Link {
     async fn serve_job(&self, job: Assignment) -> Result<Completed> {
         // The exchange's signed word first: nothing runs on an assignment it did not sign.
         self.check_assignment(&job)?;
-        if job.deadline_s <= unix_now() {
+        if job.deadline_s <= self.now_s() {
             return Err(Error::BadRequest("its deadline has passed".into()));
         }
         if job.model == cx_protocol::matmul::MATMUL_MODEL {

@@ -72,7 +72,7 @@ pub(super) async fn run(link: Arc<Link>) {
                 continue;
             }
         };
-        let now = super::unix_now();
+        let now = link.now_s();
         let mut live: HashSet<String> = HashSet::new();
         for pin in &listed.pins {
             let result = match rent(pin) {

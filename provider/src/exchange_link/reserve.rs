@@ -158,7 +158,7 @@ async fn claim(link: &Arc<Link>, reserve: &OpenReserve) -> Result<bool> {
     else {
         return Ok(false);
     };
-    if key.0 != link.identity.id().0 || super::unix_now() < order.window_end_s {
+    if key.0 != link.identity.id().0 || link.now_s() < order.window_end_s {
         return Ok(false);
     }
     // Take-or-pay: the committed rate × the reserved compute, rounded down to the wei.

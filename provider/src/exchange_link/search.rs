@@ -89,8 +89,7 @@ async fn work(link: &Arc<Link>, search: &OpenSearch) -> Result<()> {
         serde_json::from_value(search.order.get("search").cloned().unwrap_or_default())
             .map_err(|e| crate::error::Error::Exchange(format!("an open search's order: {e}")))?;
     let order = signed.order;
-    let until =
-        Instant::now() + Duration::from_secs(search.ends_s.saturating_sub(super::unix_now()));
+    let until = Instant::now() + Duration::from_secs(search.ends_s.saturating_sub(link.now_s()));
     let started = Instant::now();
     let found = tokio::task::spawn_blocking(move || {
         let mut start = 0u64;

@@ -15,8 +15,8 @@ use cx_protocol::train::{Dataset, TrainRequest, Trained, dataset_id, train_marke
 use cx_protocol::{Bundle, DeterminismClass};
 use serde::{Deserialize, Serialize};
 
+use super::Link;
 use super::wire::{Assignment, Completed, Output};
-use super::{Link, unix_now};
 use crate::error::{Error, Result};
 use crate::training::{AdamWParams, LoraSpec, Trainer};
 
@@ -87,10 +87,13 @@ impl Link {
         }
         let data = Dataset::parse(&bytes)?;
         let started = Instant::now();
-        let deadline_s = job.deadline_s;
+        // The deadline on this machine's monotonic clock: the exchange's time it names may be
+        // some seconds off this machine's wall clock.
+        let until = Instant::now()
+            + std::time::Duration::from_secs(job.deadline_s.saturating_sub(self.now_s()));
         let (trained, saved_dir) = tokio::task::spawn_blocking({
             let request = request.clone();
-            move || train(&trainer, &request, &data, deadline_s)
+            move || train(&trainer, &request, &data, until)
         })
         .await
         .map_err(|_| Error::ForwardPanicked)??;
@@ -164,12 +167,12 @@ impl Link {
 /// Trains `request` on `data` with a fresh client of `trainer`: step `s` runs one
 /// `forward_backward` over the sequences [`TrainRequest::batch`] names, then one AdamW step.
 /// Saves the adapter (resident at once) and deletes the client whatever happens. Stops with an
-/// error if unix time passes `deadline_s` first (the result would be refused). Blocking.
+/// error if `until` passes first (the result would be refused). Blocking.
 fn train(
     trainer: &Arc<Trainer>,
     request: &TrainRequest,
     data: &Dataset,
-    deadline_s: u64,
+    until: Instant,
 ) -> Result<(Trained, std::path::PathBuf)> {
     let lora = &request.lora;
     let targets = lora.projections()?;
@@ -191,7 +194,7 @@ fn train(
         let (mut first, mut last) = (f64::NAN, f64::NAN);
         let n = data.sequences.len();
         for step in 0..request.steps {
-            if unix_now() >= deadline_s {
+            if Instant::now() >= until {
                 return Err(Error::BadRequest(format!(
                     "the deadline passed after {step} of {} steps",
                     request.steps

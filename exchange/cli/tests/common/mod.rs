@@ -627,6 +627,37 @@ pub fn start_provider(
     ask_wei_per_s: &str,
     extra: &[&str],
 ) -> Killed {
+    Killed(
+        provider_command(
+            bin,
+            dir,
+            name,
+            model_dir,
+            exchange,
+            deployments,
+            key,
+            ask_wei_per_s,
+            extra,
+        )
+        .spawn()
+        .expect("cx-provider runs"),
+    )
+}
+
+/// [`start_provider`]'s command, staked and ready to spawn (for a test that sets its
+/// environment).
+#[allow(clippy::too_many_arguments)]
+pub fn provider_command(
+    bin: &Path,
+    dir: &Path,
+    name: &str,
+    model_dir: &Path,
+    exchange: &Exchange,
+    deployments: &Path,
+    key: &alloy::signers::local::PrivateKeySigner,
+    ask_wei_per_s: &str,
+    extra: &[&str],
+) -> Command {
     let identity = dir.join(format!("{name}.key"));
     let out = run(bin, &["keygen", "--out", path(&identity)], "");
     assert!(
@@ -637,33 +668,31 @@ pub fn start_provider(
     let evm_key = dir.join(format!("{name}-evm.key"));
     write_evm_key(&evm_key, key);
     stake_provider(bin, &evm_key, deployments, &identity);
-    Killed(
-        Command::new(bin)
-            .args(["serve", "--model", path(model_dir)])
-            .args(["--port", &cx_devnet::free_port().unwrap().to_string()])
-            .args(["--served-model-name", MODEL, "--threads", "1"])
-            .args([
-                "--exchange",
-                &exchange.url,
-                "--exchange-ca",
-                path(&exchange.ca),
-            ])
-            .args(["--exchange-key-hash", &format!("0x{}", exchange.key_hash)])
-            .args(["--identity", path(&identity)])
-            .args(["--payout", &key.address().to_string(), "--operator", name])
-            .args(["--ask-wei-per-s", ask_wei_per_s, "--bundle-id", name])
-            .args(["--model-name", MODEL])
-            .args([
-                "--fetched-adapters",
-                path(&dir.join(format!("{name}-fetched"))),
-            ])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cx-provider runs"),
-    )
+    let mut command = Command::new(bin);
+    command
+        .args(["serve", "--model", path(model_dir)])
+        .args(["--port", &cx_devnet::free_port().unwrap().to_string()])
+        .args(["--served-model-name", MODEL, "--threads", "1"])
+        .args([
+            "--exchange",
+            &exchange.url,
+            "--exchange-ca",
+            path(&exchange.ca),
+        ])
+        .args(["--exchange-key-hash", &format!("0x{}", exchange.key_hash)])
+        .args(["--identity", path(&identity)])
+        .args(["--payout", &key.address().to_string(), "--operator", name])
+        .args(["--ask-wei-per-s", ask_wei_per_s, "--bundle-id", name])
+        .args(["--model-name", MODEL])
+        .args([
+            "--fetched-adapters",
+            path(&dir.join(format!("{name}-fetched"))),
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    command
 }
 
 /// Waits until the exchange lists bundle `id`.

@@ -461,6 +461,42 @@ async fn connections_beyond_the_cap_wait_for_a_free_slot() {
 }
 
 #[tokio::test]
+async fn handshakes_past_the_per_ip_rate_are_closed_before_any_cryptography() {
+    let dir = TempDir::new();
+    let ca = DevCa::open_or_create(dir.path()).unwrap();
+    let limits = Limits {
+        handshakes_per_ip_per_s: 2,
+        handshake_burst_per_ip: 3,
+        ..Limits::default()
+    };
+    let server = Server::start(ca.server_identity().unwrap(), limits).await;
+    let config = tls::client_config([ca.cert()]).unwrap();
+    let mut done = 0;
+    let mut refused = 0;
+    for _ in 0..8 {
+        match connect(server.addr, Arc::clone(&config), "localhost").await {
+            Ok(stream) => {
+                assert_eq!(get(stream, "/healthz").await.0, 200);
+                done += 1;
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(
+        (3..=4).contains(&done),
+        "the burst, and at most one refilled: {done}"
+    );
+    assert_eq!(done + refused, 8);
+    // The bucket refills at 2 a second: the same address gets in again.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let stream = connect(server.addr, Arc::clone(&config), "localhost")
+        .await
+        .expect("allowed again once the bucket refilled");
+    assert_eq!(get(stream, "/healthz").await.0, 200);
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn shutdown_stops_accepting_and_closes_idle_connections() {
     let dir = TempDir::new();
     let ca = DevCa::open_or_create(dir.path()).unwrap();
