@@ -58,6 +58,9 @@ use wire::{
     AdapterFiles, Assignment, Completed, ExchangeInfo, Output, Pull, Pulled, Registered, ResultBody,
 };
 
+/// How long a provider waits before sending a result again to an exchange that is away.
+const RESULT_RETRY_S: Duration = Duration::from_secs(1);
+
 /// How often the offer is re-signed and registered (offers expire after 300 s).
 pub const REREGISTER_EVERY: Duration = Duration::from_secs(30);
 /// Seconds one long poll waits on the exchange for a job (its limit is 30).
@@ -608,17 +611,36 @@ impl Link {
         receipt: Receipt,
     ) -> Result<Completed> {
         let receipt = SignedReceipt::sign(receipt, &self.identity)?;
-        self.https
-            .post(
-                &format!("/v1/jobs/{}/result", job.job_id),
-                Some(self.token.as_str()),
-                &ResultBody {
-                    output,
-                    receipt: &receipt,
-                },
-                Duration::from_secs(60),
-            )
-            .await
+        // The work is done: an exchange that is away (restarting after a crash, its database
+        // restarting) gets the result again until the job's deadline, rather than the job
+        // expiring there with its output thrown away. The exchange takes a result once (only
+        // from `running`), so sending it again cannot charge twice.
+        loop {
+            let sent = self
+                .https
+                .post(
+                    &format!("/v1/jobs/{}/result", job.job_id),
+                    Some(self.token.as_str()),
+                    &ResultBody {
+                        output,
+                        receipt: &receipt,
+                    },
+                    Duration::from_secs(60),
+                )
+                .await;
+            match sent {
+                Err(Error::ExchangeAway(e))
+                    if unix_now() + RESULT_RETRY_S.as_secs() < job.deadline_s =>
+                {
+                    eprintln!(
+                        "job {}: sending the result failed (again in 1 s): {e}",
+                        job.job_id
+                    );
+                    tokio::time::sleep(RESULT_RETRY_S).await;
+                }
+                sent => return sent,
+            }
+        }
     }
 
     /// Sends a piece of a job's output (best effort: a piece lost only shortens the buyer's
