@@ -165,6 +165,10 @@ pub struct Link {
     ask: Ask,
     /// The training clients, when this provider takes train orders ([`Link::with_trainer`]).
     trainer: Option<Arc<crate::training::Trainer>>,
+    /// Jobs being served now: an exchange that restarted hands out again the jobs an earlier
+    /// process handed out (their answer may have died with it); one already here is not run
+    /// twice.
+    serving: std::sync::Mutex<std::collections::HashSet<cx_protocol::order::B256>>,
 }
 
 /// The provider's live asks, wei per compute-second: one for the model, and one per tier the
@@ -279,6 +283,7 @@ impl Link {
             exchange_key: Arc::new(std::sync::OnceLock::new()),
             ask,
             trainer: None,
+            serving: std::sync::Mutex::default(),
         })
     }
 
@@ -436,10 +441,23 @@ impl Link {
             match pulled {
                 Ok(pulled) => {
                     for job in pulled.jobs {
+                        let id = job.job_id;
+                        if !link
+                            .serving
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(id)
+                        {
+                            continue;
+                        }
                         let link = link.clone();
                         tokio::spawn(async move {
-                            let id = job.job_id;
-                            match link.serve_job(job).await {
+                            let served = link.serve_job(job).await;
+                            link.serving
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .remove(&id);
+                            match served {
                                 Ok(done) => eprintln!(
                                     "job {id}: done, charged {} wei, released {} wei",
                                     done.charged_wei, done.released_wei

@@ -71,6 +71,9 @@ const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 #[derive(Clone, Debug)]
 pub struct Books {
     pool: PgPool,
+    /// When this process opened the books, unix seconds on the database's clock: what an
+    /// earlier process left in flight is what changed before it.
+    opened_at_s: f64,
 }
 
 impl Books {
@@ -93,7 +96,10 @@ impl Books {
             .connect(database_url)
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        let opened_at_s = sqlx::query_scalar("SELECT extract(epoch FROM now())::float8")
+            .fetch_one(&pool)
+            .await?;
+        Ok(Self { pool, opened_at_s })
     }
 
     /// The pool, for the settlement coordinator's store, which keeps its outbox in these books.
