@@ -920,6 +920,7 @@ impl PgCluster {
     }
 
     fn tool(&self, program: &str, args: &[&str]) {
+        let program = &pg_binary(program);
         let mut command = if self.as_root() {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--", program]);
@@ -960,15 +961,39 @@ impl PgCluster {
     }
 }
 
+/// PostgreSQL's `program`: on PATH, else in the newest Debian `/usr/lib/postgresql/<v>/bin`
+/// (where `scripts/setup.sh`'s `postgresql` package puts it, off PATH).
+fn pg_binary(program: &str) -> String {
+    let on_path = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if on_path {
+        return program.to_owned();
+    }
+    let mut versions: Vec<u32> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    versions.sort_unstable();
+    versions.last().map_or_else(
+        || program.to_owned(),
+        |v| format!("/usr/lib/postgresql/{v}/bin/{program}"),
+    )
+}
+
 impl Drop for PgCluster {
     fn drop(&mut self) {
         let data = self.data();
+        let pg_ctl = pg_binary("pg_ctl");
         let mut command = if self.as_root() {
             let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--", "pg_ctl"]);
+            c.args(["-u", "postgres", "--", &pg_ctl]);
             c
         } else {
-            Command::new("pg_ctl")
+            Command::new(&pg_ctl)
         };
         let _ = command
             .args(["stop", "-m", "immediate", "-D", path(&data)])
@@ -1246,6 +1271,18 @@ pub async fn tabs_off_their_jobs(books: &cx_exchange_server::books::Books) -> Ve
                     ('expired', 'refunded', 'failed', 'cancelled')), 0)",
     )
     .fetch_all(books.pool())
+    .await
+    .unwrap()
+}
+
+/// How many times a restarted exchange handed a job out again (its `running` events that say
+/// so).
+pub async fn handed_out_again(books: &cx_exchange_server::books::Books) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM exchange_job_events \
+         WHERE status = 'running' AND (detail->>'handed_out_again')::boolean",
+    )
+    .fetch_one(books.pool())
     .await
     .unwrap()
 }
