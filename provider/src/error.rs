@@ -144,6 +144,10 @@ pub enum Error {
     // The message names the URL or flag itself.
     #[error("{0}")]
     Exchange(String),
+    /// The exchange could not be reached, gave no answer in time, or answered that it is
+    /// unavailable for now (5xx): the same request may succeed when sent again.
+    #[error("{0}")]
+    ExchangeAway(String),
     /// The identity file is missing, unreadable by its owner only, malformed, or exists.
     #[error("{path}: {reason}")]
     KeyFile {

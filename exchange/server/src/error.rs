@@ -363,6 +363,34 @@ pub enum Error {
 /// The crate's result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// Whether this is the database being away (restarting, unreachable, the pool out of
+    /// connections within its bound) rather than a query this code got wrong: the request may
+    /// be sent again as it is once it is back, and nothing it asked for was committed.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            Self::Database(err) => is_outage(err),
+            _ => false,
+        }
+    }
+}
+
+/// Whether `err` is PostgreSQL being away: no connection within the pool's bound, the socket
+/// failing, or the server saying it is shutting down or starting (SQLSTATE class 08, connection
+/// exception; 57P01–57P03, admin or crash shutdown and cannot connect now).
+fn is_outage(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
+    }
+}
+
 /// A refusal naming `field` and why (a protocol-level invalid field: 400 with the field).
 pub(crate) fn invalid(field: &str, reason: impl Into<String>) -> Error {
     cx_protocol::Error::InvalidField {

@@ -219,6 +219,8 @@ impl Https {
     ) -> Result<Bytes> {
         let url = format!("{}{path}", self.base);
         let failed = |reason: String| Error::Exchange(format!("{method} {url}: {reason}"));
+        // No answer at all (the exchange restarting, the network): worth sending again.
+        let away = |reason: String| Error::ExchangeAway(format!("{method} {url}: {reason}"));
         let mut request = hyper::Request::builder()
             .method(method.clone())
             .uri(&url)
@@ -242,7 +244,7 @@ impl Https {
                     text.push_str(&c.to_string());
                     cause = c.source();
                 }
-                failed(text)
+                away(text)
             })?;
             let status = response.status();
             self.observe_date(response.headers());
@@ -250,13 +252,13 @@ impl Https {
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| failed(e.to_string()))?
+                .map_err(|e| away(e.to_string()))?
                 .to_bytes();
             Ok::<_, Error>((status, bytes))
         };
         let (status, bytes) = tokio::time::timeout(timeout, exchange)
             .await
-            .map_err(|_| failed(format!("no answer within {} s", timeout.as_secs())))??;
+            .map_err(|_| away(format!("no answer within {} s", timeout.as_secs())))??;
         if !status.is_success() {
             let parsed: Option<serde_json::Value> = serde_json::from_slice(&bytes).ok();
             let error = parsed.as_ref().and_then(|v| v.get("error"));
@@ -273,12 +275,18 @@ impl Https {
             } else {
                 format!(" (field {field})")
             };
-            return Err(failed(format!(
+            let answer = format!(
                 "{} (HTTP {}): {}{field}",
                 text("code"),
                 status.as_u16(),
                 text("message")
-            )));
+            );
+            // 503 is the exchange saying "not now" (its database restarting): retryable.
+            return Err(if status == hyper::StatusCode::SERVICE_UNAVAILABLE {
+                away(answer)
+            } else {
+                failed(answer)
+            });
         }
         Ok(bytes)
     }

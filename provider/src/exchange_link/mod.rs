@@ -58,6 +58,9 @@ use wire::{
     AdapterFiles, Assignment, Completed, ExchangeInfo, Output, Pull, Pulled, Registered, ResultBody,
 };
 
+/// How long a provider waits before sending a result again to an exchange that is away.
+const RESULT_RETRY_S: Duration = Duration::from_secs(1);
+
 /// How often the offer is re-signed and registered (offers expire after 300 s).
 pub const REREGISTER_EVERY: Duration = Duration::from_secs(30);
 /// Seconds one long poll waits on the exchange for a job (its limit is 30).
@@ -162,6 +165,10 @@ pub struct Link {
     ask: Ask,
     /// The training clients, when this provider takes train orders ([`Link::with_trainer`]).
     trainer: Option<Arc<crate::training::Trainer>>,
+    /// Jobs being served now: an exchange that restarted hands out again the jobs an earlier
+    /// process handed out (their answer may have died with it); one already here is not run
+    /// twice.
+    serving: std::sync::Mutex<std::collections::HashSet<cx_protocol::order::B256>>,
 }
 
 /// The provider's live asks, wei per compute-second: one for the model, and one per tier the
@@ -275,6 +282,7 @@ impl Link {
             exchange_key: Arc::new(std::sync::OnceLock::new()),
             ask,
             trainer: None,
+            serving: std::sync::Mutex::default(),
         })
     }
 
@@ -432,10 +440,23 @@ impl Link {
             match pulled {
                 Ok(pulled) => {
                     for job in pulled.jobs {
+                        let id = job.job_id;
+                        if !link
+                            .serving
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(id)
+                        {
+                            continue;
+                        }
                         let link = link.clone();
                         tokio::spawn(async move {
-                            let id = job.job_id;
-                            match link.serve_job(job).await {
+                            let served = link.serve_job(job).await;
+                            link.serving
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .remove(&id);
+                            match served {
                                 Ok(done) => eprintln!(
                                     "job {id}: done, charged {} wei, released {} wei",
                                     done.charged_wei, done.released_wei
@@ -607,17 +628,36 @@ impl Link {
         receipt: Receipt,
     ) -> Result<Completed> {
         let receipt = SignedReceipt::sign(receipt, &self.identity)?;
-        self.https
-            .post(
-                &format!("/v1/jobs/{}/result", job.job_id),
-                Some(self.token.as_str()),
-                &ResultBody {
-                    output,
-                    receipt: &receipt,
-                },
-                Duration::from_secs(60),
-            )
-            .await
+        // The work is done: an exchange that is away (restarting after a crash, its database
+        // restarting) gets the result again until the job's deadline, rather than the job
+        // expiring there with its output thrown away. The exchange takes a result once (only
+        // from `running`), so sending it again cannot charge twice.
+        loop {
+            let sent = self
+                .https
+                .post(
+                    &format!("/v1/jobs/{}/result", job.job_id),
+                    Some(self.token.as_str()),
+                    &ResultBody {
+                        output,
+                        receipt: &receipt,
+                    },
+                    Duration::from_secs(60),
+                )
+                .await;
+            match sent {
+                Err(Error::ExchangeAway(e))
+                    if unix_now() + RESULT_RETRY_S.as_secs() < job.deadline_s =>
+                {
+                    eprintln!(
+                        "job {}: sending the result failed (again in 1 s): {e}",
+                        job.job_id
+                    );
+                    tokio::time::sleep(RESULT_RETRY_S).await;
+                }
+                sent => return sent,
+            }
+        }
     }
 
     /// Sends a piece of a job's output (best effort: a piece lost only shortens the buyer's

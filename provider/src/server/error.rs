@@ -113,6 +113,7 @@ impl From<&Error> for ApiError {
             | Error::Kernel(_)
             | Error::Candle(_)
             | Error::Exchange(_)
+            | Error::ExchangeAway(_)
             | Error::KeyFile { .. }
             | Error::Protocol(_) => Self::new(
                 StatusCode::INTERNAL_SERVER_ERROR,

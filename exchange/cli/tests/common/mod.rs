@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 /// A `cx serve` child, killed on drop if the test did not stop it.
@@ -447,11 +447,24 @@ pub async fn start_exchange(
     database_url: &str,
     extra: &[&str],
 ) -> Exchange {
+    let listen = format!("127.0.0.1:{}", cx_devnet::free_port().unwrap());
+    start_exchange_on(&listen, dir, deployments, database_url, extra).await
+}
+
+/// [`start_exchange`] listening on `listen`: a restart on the same address (and `dir`, so the
+/// same CA) is the exchange its providers and agents already know.
+pub async fn start_exchange_on(
+    listen: &str,
+    dir: &Path,
+    deployments: &Path,
+    database_url: &str,
+    extra: &[&str],
+) -> Exchange {
     let catalog = dir.join("catalog.toml");
     std::fs::write(&catalog, CATALOG).unwrap();
     let mut args = strings(&[
         "--listen",
-        &format!("127.0.0.1:{}", cx_devnet::free_port().unwrap()),
+        listen,
         "--ca-dir",
         path(&dir.join("ca")),
         "--deployments",
@@ -835,5 +848,509 @@ pub async fn settling(tag: &str, fee_bps: u16, keys: u32, poster: usize) -> Sett
         deployment,
         deployments,
         dir,
+    }
+}
+
+impl Settling {
+    /// The exchange's database.
+    pub fn database_url(&self) -> &str {
+        &self._db.url
+    }
+
+    /// SIGKILLs `cx serve` (nothing of its own runs on the way down) and starts it again on the
+    /// same address, books, identity and settlement configuration: a crash and a restart.
+    pub async fn restart_exchange(&mut self) {
+        self.market.serve.kill();
+        let listen = self.market.url.trim_start_matches("https://").to_owned();
+        let (exchange_key, settlement) = (
+            self.dir.0.join("exchange.key"),
+            self.dir.0.join("settlement.json"),
+        );
+        self.market = start_exchange_on(
+            &listen,
+            &self.dir.0,
+            &self.deployments,
+            &self._db.url,
+            &[
+                "--identity",
+                path(&exchange_key),
+                "--settlement",
+                path(&settlement),
+            ],
+        )
+        .await;
+    }
+}
+
+// ---- process faults (faults.rs) ---------------------------------------------------------------
+
+impl Serve {
+    /// SIGKILL, and waits for the process to be gone: a crash, not a shutdown.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `KILL`) to process `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// A private PostgreSQL cluster: `initdb` into a scratch directory, `pg_ctl start` on a free
+/// port, stopped (`-m immediate`) and removed on drop. Its server can be restarted under a
+/// running exchange, which a shared server cannot. Run as `postgres` when the tests run as root
+/// (PostgreSQL refuses root).
+pub struct PgCluster {
+    pub dir: TempDir,
+    pub port: u16,
+}
+
+impl PgCluster {
+    pub fn start(tag: &str) -> Self {
+        let dir = TempDir::new(tag);
+        let port = cx_devnet::free_port().unwrap();
+        let cluster = Self { dir, port };
+        if cluster.as_root() {
+            let chown = Command::new("chown")
+                .args(["-R", "postgres:postgres", path(&cluster.dir.0)])
+                .status()
+                .unwrap();
+            assert!(chown.success());
+        }
+        cluster.tool(
+            "initdb",
+            &[
+                "-D",
+                path(&cluster.data()),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+            ],
+        );
+        cluster.pg_ctl(&["start", "-w", "-t", "30"]);
+        cluster
+    }
+
+    fn as_root(&self) -> bool {
+        Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.0.join("data")
+    }
+
+    fn tool(&self, program: &str, args: &[&str]) {
+        let program = &pg_binary(program);
+        let mut command = if self.as_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--", program]);
+            c
+        } else {
+            Command::new(program)
+        };
+        let out = command
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{program} runs (PostgreSQL's binaries on PATH): {e}"));
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `pg_ctl <args> -D <data>` with the cluster's port, its socket in its own directory.
+    pub fn pg_ctl(&self, args: &[&str]) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            path(&self.dir.0)
+        );
+        let log = self.dir.0.join("postgres.log");
+        let data = self.data();
+        let mut all = vec!["-D", path(&data), "-o", &options, "-l", path(&log)];
+        all.extend_from_slice(args);
+        self.tool("pg_ctl", &all);
+    }
+
+    /// The URL of database `name` on this cluster.
+    pub fn url(&self, name: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+/// PostgreSQL's `program`: on PATH, else in the newest Debian `/usr/lib/postgresql/<v>/bin`
+/// (where `scripts/setup.sh`'s `postgresql` package puts it, off PATH).
+fn pg_binary(program: &str) -> String {
+    let on_path = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if on_path {
+        return program.to_owned();
+    }
+    let mut versions: Vec<u32> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    versions.sort_unstable();
+    versions.last().map_or_else(
+        || program.to_owned(),
+        |v| format!("/usr/lib/postgresql/{v}/bin/{program}"),
+    )
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let data = self.data();
+        let pg_ctl = pg_binary("pg_ctl");
+        let mut command = if self.as_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--", &pg_ctl]);
+            c
+        } else {
+            Command::new(&pg_ctl)
+        };
+        let _ = command
+            .args(["stop", "-m", "immediate", "-D", path(&data)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// One HTTP/1.1 request over TLS to `url` (trusting `ca`), for what the client library does
+/// not show (headers such as `Retry-After`): the status, the headers (names in lower case) and
+/// the body; `None` when no answer came within `timeout`.
+pub async fn https_request(
+    url: &str,
+    ca: &Path,
+    method: &str,
+    path_and_query: &str,
+    body: Option<&Value>,
+    timeout: Duration,
+) -> Option<(u16, Vec<(String, String)>, String)> {
+    use rustls::pki_types::pem::PemObject;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = url.trim_start_matches("https://").to_owned();
+    let ca = rustls::pki_types::CertificateDer::from_pem_file(ca).unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let exchange = async move {
+        let tcp = tokio::net::TcpStream::connect(&address).await.ok()?;
+        let config = cx_exchange_server::tls::client_config([&ca]).unwrap();
+        let mut stream = tokio_rustls::TlsConnector::from(config)
+            .connect(
+                rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+                tcp,
+            )
+            .await
+            .ok()?;
+        let request = format!(
+            "{method} {path_and_query} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut response = Vec::new();
+        // The server may end without close_notify; what arrived is the answer.
+        let _ = stream.read_to_end(&mut response).await;
+        let text = String::from_utf8_lossy(&response).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        let mut lines = head.lines();
+        let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        Some((status, headers, body.to_owned()))
+    };
+    tokio::time::timeout(timeout, exchange).await.ok().flatten()
+}
+
+/// A market on one chain whose exchange can be killed and restarted: Anvil with the contracts
+/// (no committee: nothing settles on chain), `cx serve` on a fixed address with a fixed
+/// identity (so its providers, who pin its key, find it again after a restart), a real
+/// `cx-provider` (bundle `p0`) and `agents` agents, each bound and with a tab of `tab_wei`.
+pub struct Restartable {
+    pub exchange: Exchange,
+    pub client: cx_client::Client,
+    pub books: cx_exchange_server::books::Books,
+    pub agents: Arc<Vec<SigningAgent>>,
+    pub provider: Killed,
+    pub database_url: String,
+    pub listen: String,
+    pub domain: cx_protocol::order::Eip712Domain,
+    pub chain: Chain,
+    pub dir: TempDir,
+}
+
+/// An agent whose orders the test signs itself (to send many at once, and again).
+pub struct SigningAgent {
+    pub keys: cx_client::AgentKeys,
+    pub tab: u64,
+}
+
+impl Restartable {
+    pub async fn start(tag: &str, database_url: &str, agents: usize, tab_wei: u128) -> Self {
+        let bin = provider_bin();
+        let dir = TempDir::new(tag);
+        // Keys: 0 deploys, 1 the provider, 2.. the agents.
+        let chain = deploy_chain(&dir.0, 2 + agents as u32, group_key(), 1_200).await;
+        let listen = format!("127.0.0.1:{}", cx_devnet::free_port().unwrap());
+        let exchange = Self::serve(&listen, &dir.0, &chain.deployments, database_url).await;
+        let client = cx_client::Client::new(&exchange.url, Some(&exchange.ca))
+            .unwrap()
+            .with_timeout(Duration::from_secs(30));
+        let model = gen_model(&bin, &dir.0);
+        let provider = start_provider(
+            &bin,
+            &dir.0,
+            "p0",
+            &model,
+            &exchange,
+            &chain.deployments,
+            &chain.anvil.keys[1],
+            "1000",
+            &[],
+        );
+        let mut signing = Vec::new();
+        for n in 0..agents {
+            let home = dir.0.join(format!("agent-{n}"));
+            std::fs::create_dir_all(&home).unwrap();
+            let secret = alloy::primitives::B256::from(chain.anvil.keys[2 + n].to_bytes());
+            let agent = Agent::import(&home, &exchange, secret).await;
+            cx_json(agent.args(&["bind", "--json"]), String::new()).await;
+            let tab = agent.open_tab(&client, tab_wei, &chain.deployments).await;
+            let keys = cx_client::AgentKeys::load(&home.join("agent.json")).unwrap();
+            signing.push(SigningAgent { keys, tab });
+        }
+        registered(&client, "p0").await;
+        let books = cx_exchange_server::books::Books::open(database_url)
+            .await
+            .unwrap();
+        let domain = cx_protocol::order::domain(31337, chain.deployment.settlement);
+        Self {
+            exchange,
+            client,
+            books,
+            agents: Arc::new(signing),
+            provider,
+            database_url: database_url.to_owned(),
+            listen,
+            domain,
+            chain,
+            dir,
+        }
+    }
+
+    async fn serve(listen: &str, dir: &Path, deployments: &Path, database_url: &str) -> Exchange {
+        let identity = dir.join("exchange.key");
+        start_exchange_on(
+            listen,
+            dir,
+            deployments,
+            database_url,
+            // No rate limits: the tests send bursts on purpose.
+            &[
+                "--identity",
+                path(&identity),
+                "--rate-per-account",
+                "0",
+                "--rate-per-ip",
+                "0",
+            ],
+        )
+        .await
+    }
+
+    /// SIGKILLs `cx serve`.
+    pub fn kill_exchange(&mut self) {
+        self.exchange.serve.kill();
+    }
+
+    /// Starts `cx serve` again on the same address, books, CA and identity.
+    pub async fn restart_exchange(&mut self) {
+        self.exchange.serve.kill();
+        self.exchange = Self::serve(
+            &self.listen,
+            &self.dir.0,
+            &self.chain.deployments,
+            &self.database_url,
+        )
+        .await;
+    }
+
+    /// Agent `agent`'s intent with `nonce` (see [`Signer::intent`]).
+    pub fn intent(
+        &self,
+        agent: usize,
+        nonce: u64,
+        max_price_wei: u128,
+        deadline_in_s: u64,
+    ) -> Value {
+        self.signer()
+            .intent(agent, nonce, max_price_wei, deadline_in_s)
+    }
+
+    /// What signs the agents' intents, for tasks of their own.
+    pub fn signer(&self) -> Signer {
+        Signer {
+            agents: self.agents.clone(),
+            domain: self.domain.clone(),
+            url: self.exchange.url.clone(),
+            ca: self.exchange.ca.clone(),
+        }
+    }
+
+    /// `POST /v1/intents` with `body` (see [`Signer::post_intent`]).
+    pub async fn post_intent(&self, body: &Value) -> Option<Answer> {
+        self.signer().post_intent(body).await
+    }
+}
+
+/// An answer: its status, its headers (names in lower case) and its JSON body (a string when
+/// the body is not JSON).
+pub type Answer = (u16, Vec<(String, String)>, Value);
+
+/// The agents of a [`Restartable`] market and where its exchange listens (the same address
+/// across restarts).
+#[derive(Clone)]
+pub struct Signer {
+    agents: Arc<Vec<SigningAgent>>,
+    domain: cx_protocol::order::Eip712Domain,
+    url: String,
+    ca: PathBuf,
+}
+
+impl Signer {
+    /// Agent `agent`'s intent with `nonce` on its tab for a short completion, due in
+    /// `deadline_in_s`, within `max_price_wei`; the body `POST /v1/intents` takes.
+    pub fn intent(
+        &self,
+        agent: usize,
+        nonce: u64,
+        max_price_wei: u128,
+        deadline_in_s: u64,
+    ) -> Value {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let request = cx_protocol::order::InferenceRequest {
+            prompt: format!("Say hello to agent {agent}, order {nonce}."),
+            max_tokens: 4,
+        };
+        let intent = cx_protocol::order::Intent {
+            want: MODEL.into(),
+            adapter_id: None,
+            request_hash: cx_protocol::order::request_hash(&request),
+            deadline_s: now + deadline_in_s,
+            max_price_wei,
+            min_tier: cx_protocol::Tier::T0,
+            determinism: cx_protocol::DeterminismClass::D,
+            tab_id: self.agents[agent].tab,
+            nonce,
+            expiry_s: now + 120,
+        };
+        let signed = self.agents[agent].keys.sign(intent, &self.domain).unwrap();
+        serde_json::json!({ "intent": signed, "request": request })
+    }
+
+    /// `POST /v1/intents` with `body`: the status, the headers and the answer; `None` when no
+    /// answer came (the exchange is down, or died before it answered).
+    pub async fn post_intent(&self, body: &Value) -> Option<Answer> {
+        let (status, headers, text) = https_request(
+            &self.url,
+            &self.ca,
+            "POST",
+            "/v1/intents",
+            Some(body),
+            Duration::from_secs(30),
+        )
+        .await?;
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Some((status, headers, value))
+    }
+}
+
+/// Every tab of the books whose hold is not the sum of what its live jobs hold (jobs expired,
+/// refunded, failed or cancelled gave theirs back); empty when the books are consistent.
+pub async fn tabs_off_their_jobs(books: &cx_exchange_server::books::Books) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT format('tab %s: holds %s, its live jobs %s', t.escrow_id, t.held_wei, \
+                coalesce(sum(j.held_wei) FILTER (WHERE j.status NOT IN \
+                    ('expired', 'refunded', 'failed', 'cancelled')), 0)) \
+         FROM exchange_tabs t LEFT JOIN exchange_jobs j \
+           ON j.chain_id = t.chain_id AND j.escrow_id = t.escrow_id \
+         GROUP BY t.chain_id, t.escrow_id, t.held_wei \
+         HAVING t.held_wei <> coalesce(sum(j.held_wei) FILTER (WHERE j.status NOT IN \
+                    ('expired', 'refunded', 'failed', 'cancelled')), 0)",
+    )
+    .fetch_all(books.pool())
+    .await
+    .unwrap()
+}
+
+/// How many times a restarted exchange handed a job out again (its `running` events that say
+/// so).
+pub async fn handed_out_again(books: &cx_exchange_server::books::Books) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM exchange_job_events \
+         WHERE status = 'running' AND (detail->>'handed_out_again')::boolean",
+    )
+    .fetch_one(books.pool())
+    .await
+    .unwrap()
+}
+
+/// Job `id`'s status in the books, `None` if there is no such job.
+pub async fn job_status(
+    books: &cx_exchange_server::books::Books,
+    id: alloy::primitives::B256,
+) -> Option<String> {
+    sqlx::query_scalar("SELECT status FROM exchange_jobs WHERE id = $1")
+        .bind(id.as_slice())
+        .fetch_optional(books.pool())
+        .await
+        .unwrap()
+}
+
+/// Waits until no job in the books is unfinished (every one done, settled, expired, refunded
+/// or failed), at most `within`; returns the statuses counted.
+pub async fn all_jobs_end(
+    books: &cx_exchange_server::books::Books,
+    within: Duration,
+) -> Vec<(String, i64)> {
+    let waited = Instant::now();
+    loop {
+        let counts: Vec<(String, i64)> =
+            sqlx::query_as("SELECT status, count(*) FROM exchange_jobs GROUP BY status ORDER BY 1")
+                .fetch_all(books.pool())
+                .await
+                .unwrap();
+        if counts
+            .iter()
+            .all(|(s, _)| cx_exchange_server::dispatch::is_terminal(s))
+        {
+            return counts;
+        }
+        assert!(
+            waited.elapsed() < within,
+            "jobs still unfinished after {within:?}: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

@@ -75,6 +75,13 @@ pub enum ApiError {
         /// Seconds until the next request is allowed.
         retry_after_s: u64,
     },
+    /// A part the service depends on (its database) is away for now (503, with
+    /// `Retry-After`): nothing was done, and the same request may be sent again.
+    #[error("the exchange's database is unavailable for now; nothing was done, send it again")]
+    Unavailable {
+        /// Seconds to wait before sending it again.
+        retry_after_s: u64,
+    },
     /// Something failed inside the server (500); the cause is logged, not returned.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -101,6 +108,7 @@ impl ApiError {
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Refused { status, .. } => *status,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -118,6 +126,7 @@ impl ApiError {
             Self::Unauthorized { .. } => "unauthorized",
             Self::Refused { code, .. } => code,
             Self::RateLimited { .. } => "rate_limited",
+            Self::Unavailable { .. } => "unavailable",
             Self::Internal(_) => "internal",
         }
     }
@@ -180,7 +189,8 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status(), Json(body)).into_response();
-        if let Self::RateLimited { retry_after_s, .. } = self {
+        if let Self::RateLimited { retry_after_s, .. } | Self::Unavailable { retry_after_s } = self
+        {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(retry_after_s),
@@ -190,9 +200,14 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// What a 503 for a database outage tells the client to wait, seconds: about what a
+/// PostgreSQL restart takes; the pool reconnects on the first request after it.
+const UNAVAILABLE_RETRY_AFTER_S: u64 = 2;
+
 impl From<crate::Error> for ApiError {
     /// The one place a service error becomes a status. Failures of the service's own parts
-    /// (database, chain, corrupt rows) are internal: logged, never echoed.
+    /// (database, chain, corrupt rows) are internal: logged, never echoed; the database being
+    /// away (restarting, unreachable) is 503 with `Retry-After`.
     fn from(err: crate::Error) -> Self {
         use crate::Error as E;
         let refuse = |status, code, field: Option<&str>, err: &E| Self::Refused {
@@ -432,6 +447,14 @@ impl From<crate::Error> for ApiError {
             E::DeadlineMissed { .. } => {
                 refuse(StatusCode::GATEWAY_TIMEOUT, "deadline_missed", None, &err)
             }
+            // PostgreSQL restarting or unreachable is not a bug to log as one: the client is
+            // told to come back (a 500 would say the request itself broke something).
+            E::Database(_) if err.is_outage() => {
+                tracing::warn!(error = %format!("{err:#}"), "the database is unavailable");
+                Self::Unavailable {
+                    retry_after_s: UNAVAILABLE_RETRY_AFTER_S,
+                }
+            }
             E::Database(_)
             | E::Migrate(_)
             | E::Json(_)
@@ -443,5 +466,29 @@ impl From<crate::Error> for ApiError {
             | E::Verification(_)
             | E::Settlement(_) => Self::Internal(Box::new(err)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiError;
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+
+    /// A database that is away is 503 `unavailable` with `Retry-After` (the request may be sent
+    /// again); a query that fails otherwise stays 500. A PostgreSQL restart under `cx serve`
+    /// answered 500 (`faults` test `postgres_restarted_under_load…`).
+    #[test]
+    fn a_database_outage_is_503_with_retry_after_and_other_database_errors_500() {
+        let outage = ApiError::from(crate::Error::Database(sqlx::Error::PoolTimedOut));
+        assert_eq!(outage.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(outage.code(), "unavailable");
+        let response = outage.into_response();
+        assert_eq!(response.headers()[axum::http::header::RETRY_AFTER], "2");
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let io = ApiError::from(crate::Error::Database(sqlx::Error::Io(refused)));
+        assert_eq!(io.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let bug = ApiError::from(crate::Error::Database(sqlx::Error::RowNotFound));
+        assert_eq!(bug.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

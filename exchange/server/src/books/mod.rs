@@ -64,10 +64,16 @@ pub fn database_url() -> String {
 /// Connections the pool keeps at most: a small service on shared machines.
 const MAX_CONNECTIONS: u32 = 16;
 
+/// How long a query waits for a pooled connection (a new one while the server is away).
+const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The exchange's database, migrated.
 #[derive(Clone, Debug)]
 pub struct Books {
     pool: PgPool,
+    /// When this process opened the books, unix seconds on the database's clock: what an
+    /// earlier process left in flight is what changed before it.
+    opened_at_s: f64,
 }
 
 impl Books {
@@ -84,10 +90,16 @@ impl Books {
         }
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
+            // While PostgreSQL restarts a request waits this long for a connection, then is
+            // answered 503 (sqlx's default, 30 s, held clients past their own timeouts).
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect(database_url)
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        let opened_at_s = sqlx::query_scalar("SELECT extract(epoch FROM now())::float8")
+            .fetch_one(&pool)
+            .await?;
+        Ok(Self { pool, opened_at_s })
     }
 
     /// The pool, for the settlement coordinator's store, which keeps its outbox in these books.

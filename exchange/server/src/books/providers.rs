@@ -224,6 +224,12 @@ impl Books {
     /// Hands up to `limit` of the provider's assigned jobs, oldest first and not past their
     /// deadline at `now_s`, to it: each becomes `running` with an event naming the provider.
     /// Concurrent pulls never take the same job (`SKIP LOCKED`).
+    ///
+    /// Jobs an earlier process handed out (`running` since before these books were opened) are
+    /// handed out once more: that process may have died with the answer of the pull unsent,
+    /// and the job would otherwise wait for its deadline, run by no one. A provider that did
+    /// get them keeps running its copy (`cx-provider` skips a job it holds), and a result is
+    /// taken once, from `running`, so nothing is charged twice.
     pub async fn claim_jobs(
         &self,
         key_hash: B256,
@@ -232,8 +238,11 @@ impl Books {
     ) -> Result<Vec<Assignment>> {
         let rows: Vec<AssignmentRow> = sqlx::query_as(
             "WITH picked AS ( \
-                 SELECT j.id FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
-                 WHERE b.provider_key_hash = $1 AND j.status = 'assigned' AND j.deadline_s >= $3 \
+                 SELECT j.id, j.status = 'running' AS again \
+                 FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
+                 WHERE b.provider_key_hash = $1 AND j.deadline_s >= $3 \
+                   AND (j.status = 'assigned' \
+                        OR j.status = 'running' AND j.updated_at < to_timestamp($4)) \
                  ORDER BY j.created_at LIMIT $2 FOR UPDATE OF j SKIP LOCKED), \
              claimed AS ( \
                  UPDATE exchange_jobs j SET status = 'running', updated_at = now() FROM picked \
@@ -246,13 +255,15 @@ impl Books {
                  INSERT INTO exchange_job_events (job_id, seq, status, detail) \
                  SELECT c.id, (SELECT coalesce(max(e.seq), -1) + 1 FROM exchange_job_events e \
                                WHERE e.job_id = c.id), 'running', \
-                        jsonb_build_object('provider_key_hash', '0x' || encode($1, 'hex')) \
-                 FROM claimed c RETURNING 1) \
+                        jsonb_build_object('provider_key_hash', '0x' || encode($1, 'hex'), \
+                                           'handed_out_again', p.again) \
+                 FROM claimed c JOIN picked p ON p.id = c.id RETURNING 1) \
              SELECT * FROM claimed",
         )
         .bind(key_hash.as_slice())
         .bind(i64::from(limit))
         .bind(to_i64(now_s, "time")?)
+        .bind(self.opened_at_s)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()

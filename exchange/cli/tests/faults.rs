@@ -1,0 +1,655 @@
+//! Process faults against the running market, each party its own process (issue 16): the
+//! exchange SIGKILLed during intake, during dispatch and between signing a batch and posting it;
+//! PostgreSQL restarted under load. What each checks: money is conserved across the books and
+//! the chain (a tab holds exactly what its live jobs hold; claims pay exactly what settled);
+//! every job ends completed-and-paid or refunded; nothing is settled twice; every order that was
+//! acknowledged survives, none that was refused appears.
+//!
+//! The windows are made observable from outside, without test-only code in the exchange: a
+//! provider SIGSTOPped while its long poll is answered (the job is taken, its result not yet
+//! sent), Anvil told to stop mining (`evm_setAutomine false`) so a batch's transaction waits in
+//! the mempool while the books say `signed`, a private PostgreSQL cluster stopped and restarted
+//! with `pg_ctl`.
+
+mod common;
+
+use alloy::primitives::{Address, B256};
+use common::{Restartable, job_status, tabs_off_their_jobs};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// What became of one signed intent.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// 2xx: the job id and what it holds.
+    Acknowledged(B256),
+    /// An answer that is not a success: the status and the body.
+    Refused(u16, Value),
+    /// No answer (the exchange died with the request in flight, or was down).
+    Unanswered,
+}
+
+/// Each intent sent, by agent and nonce: its body and what became of it.
+type Outcomes = Arc<std::sync::Mutex<HashMap<(usize, u64), (Value, Outcome)>>>;
+
+/// The exchange SIGKILLed while three agents have many signed intents in flight: after a
+/// restart on the same database every acknowledged order is in the books with its job, none
+/// that was refused is, every tab holds exactly what its live jobs hold, the nonces of
+/// acknowledged intents stay spent, and each unanswered intent can be sent again (it lands once:
+/// accepted now, or refused as a reused nonce because it had been committed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exchange_killed_during_intake_keeps_every_acknowledged_order_and_no_refused_one() {
+    let db = cx_devnet::db::TempDatabase::create().await.unwrap();
+    let mut market = Restartable::start("faults-intake", &db.url, 3, 1_000_000_000_000).await;
+    const PER_AGENT: u64 = 60;
+    const WORKERS: usize = 4;
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    let outcomes: Outcomes = Arc::default();
+    let shared = Arc::new(market_bodies(&market, PER_AGENT));
+    let mut tasks = Vec::new();
+    for agent in 0..market.agents.len() {
+        let next = Arc::new(AtomicU64::new(1));
+        for _ in 0..WORKERS {
+            let (next, shared, outcomes, acknowledged) = (
+                next.clone(),
+                shared.clone(),
+                outcomes.clone(),
+                acknowledged.clone(),
+            );
+            let signer = market.signer();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let nonce = next.fetch_add(1, Ordering::SeqCst);
+                    if nonce > PER_AGENT {
+                        return;
+                    }
+                    let body = shared[&(agent, nonce)].clone();
+                    let outcome = match signer.post_intent(&body).await {
+                        Some((status, _, answer)) if (200..300).contains(&status) => {
+                            acknowledged.fetch_add(1, Ordering::SeqCst);
+                            Outcome::Acknowledged(
+                                answer["job_id"].as_str().unwrap().parse().unwrap(),
+                            )
+                        }
+                        Some((status, _, answer)) => Outcome::Refused(status, answer),
+                        None => Outcome::Unanswered,
+                    };
+                    let dead = matches!(outcome, Outcome::Unanswered);
+                    outcomes
+                        .lock()
+                        .unwrap()
+                        .insert((agent, nonce), (body, outcome));
+                    if dead {
+                        return;
+                    }
+                }
+            }));
+        }
+    }
+    // Kill it in the middle of the stream.
+    let waited = Instant::now();
+    while acknowledged.load(Ordering::SeqCst) < 40 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "intake too slow: {} acknowledged",
+            acknowledged.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    market.kill_exchange();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    market.restart_exchange().await;
+
+    let outcomes = outcomes.lock().unwrap().clone();
+    let accounts: Vec<Address> = market.agents.iter().map(|a| a.keys.account()).collect();
+    let order_of = |agent: usize, nonce: u64| {
+        let books = market.books.clone();
+        let account = accounts[agent];
+        async move {
+            sqlx::query_scalar::<_, Vec<u8>>(
+                "SELECT digest FROM exchange_orders WHERE account = $1 AND nonce = $2::numeric",
+            )
+            .bind(account.as_slice())
+            .bind(nonce.to_string())
+            .fetch_optional(books.pool())
+            .await
+            .unwrap()
+        }
+    };
+    let (mut acked, mut refused, mut unanswered, mut answer_lost) = (0, 0, 0, 0);
+    for ((agent, nonce), (body, outcome)) in &outcomes {
+        match outcome {
+            Outcome::Acknowledged(job) => {
+                acked += 1;
+                let digest = order_of(*agent, *nonce).await;
+                assert_eq!(
+                    digest.as_deref(),
+                    Some(job.as_slice()),
+                    "acknowledged order {agent}/{nonce} is in the books"
+                );
+                assert!(
+                    job_status(&market.books, *job).await.is_some(),
+                    "its job {job} too"
+                );
+                // The same order is not taken twice, and its nonce stays spent for any other.
+                let (status, _, answer) = market.post_intent(body).await.expect("an answer");
+                assert_eq!(status, 409, "{answer}");
+                assert_eq!(answer["error"]["code"], "order_exists", "{answer}");
+                let other = market.intent(*agent, *nonce, 1_000_000_000, 21);
+                let (status, _, answer) = market.post_intent(&other).await.expect("an answer");
+                assert_eq!(status, 409, "{answer}");
+                assert_eq!(answer["error"]["code"], "nonce_reused", "{answer}");
+            }
+            Outcome::Refused(status, answer) => {
+                refused += 1;
+                assert!(
+                    *status < 500,
+                    "a refusal is the client's to fix, not the server failing: {status} {answer}"
+                );
+                assert!(
+                    order_of(*agent, *nonce).await.is_none(),
+                    "refused order {agent}/{nonce} ({status} {answer}) is not in the books"
+                );
+            }
+            Outcome::Unanswered => {
+                unanswered += 1;
+                // Sent again it is answered: accepted now or known already (committed before
+                // the kill, its answer lost), and then in the books once; or refused as any
+                // order over its limit is, and then not in the books.
+                let (status, _, answer) = market.post_intent(body).await.expect("an answer");
+                let kept = order_of(*agent, *nonce).await.is_some();
+                match status {
+                    202 => assert!(kept),
+                    409 => {
+                        assert_eq!(answer["error"]["code"], "order_exists", "{answer}");
+                        assert!(kept);
+                        answer_lost += 1;
+                    }
+                    400..500 => assert!(!kept, "{agent}/{nonce}: {status} {answer}"),
+                    _ => panic!("resending {agent}/{nonce}: {status} {answer}"),
+                }
+            }
+        }
+    }
+    assert!(acked >= 40, "{acked} acknowledged");
+    assert!(refused > 0, "the over-limit intents were refused");
+    eprintln!(
+        "intake kill: {acked} acknowledged, {refused} refused, {unanswered} unanswered \
+         ({answer_lost} of them committed, the answer lost)"
+    );
+    assert_eq!(
+        tabs_off_their_jobs(&market.books).await,
+        Vec::<String>::new()
+    );
+
+    // Every job ends done by the provider, which reconnects on its own: a result it could not
+    // send while the exchange was away is sent again, and jobs the dead process had handed out
+    // in a poll whose answer died with it are handed out again by the new one (before that fix
+    // a whole poll's worth, 8 jobs, expired at their deadline in every run); the books still
+    // balance.
+    let ended = common::all_jobs_end(&market.books, Duration::from_secs(40)).await;
+    assert!(
+        ended
+            .iter()
+            .all(|(s, _)| matches!(s.as_str(), "done" | "refunded")),
+        "no job expired: {ended:?}"
+    );
+    eprintln!(
+        "intake kill: {} handed out again after the restart",
+        common::handed_out_again(&market.books).await
+    );
+    eprintln!("intake kill: jobs ended {ended:?}");
+    assert_eq!(
+        tabs_off_their_jobs(&market.books).await,
+        Vec::<String>::new()
+    );
+}
+
+/// Every agent's signed intents, nonces 1..=`per_agent`: every seventh offers 1 wei, below any
+/// bundle's price, and is refused.
+fn market_bodies(market: &Restartable, per_agent: u64) -> HashMap<(usize, u64), Value> {
+    let mut bodies = HashMap::new();
+    for agent in 0..market.agents.len() {
+        for nonce in 1..=per_agent {
+            let max_price = if nonce % 7 == 0 { 1 } else { 1_000_000_000 };
+            bodies.insert((agent, nonce), market.intent(agent, nonce, max_price, 20));
+        }
+    }
+    bodies
+}
+
+/// The exchange SIGKILLed while jobs are taken by its provider: the provider is stopped
+/// (SIGSTOP) inside its long poll, so the exchange hands it the jobs (`running` in the books)
+/// and the provider has not yet run them; the exchange dies, starts again on the same books, and
+/// the provider resumes. Its results are accepted by the new process (which also hands the
+/// `running` jobs out once more, in case the answer was lost; the provider runs each once):
+/// every job ends done once, charged once, the tab holds what its jobs hold, and a new order
+/// clears and completes on the same provider, which found the exchange again on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exchange_killed_during_dispatch_loses_no_job_and_charges_none_twice() {
+    let db = cx_devnet::db::TempDatabase::create().await.unwrap();
+    let mut market = Restartable::start("faults-dispatch", &db.url, 1, 1_000_000_000_000).await;
+    let provider = market.provider.0.id();
+    // Inside its long poll (registered, pulling): stopped there.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    common::signal(provider, "STOP");
+    let mut jobs = Vec::new();
+    for nonce in 1..=4 {
+        let body = market.intent(0, nonce, 1_000_000_000, 30);
+        let (status, _, answer) = market.post_intent(&body).await.expect("an answer");
+        assert_eq!(status, 202, "{answer}");
+        jobs.push(answer["job_id"].as_str().unwrap().parse::<B256>().unwrap());
+    }
+    // The stopped provider's open poll takes work: wait until the books say so.
+    let waited = Instant::now();
+    loop {
+        let mut running = 0;
+        for job in &jobs {
+            if job_status(&market.books, *job).await.as_deref() == Some("running") {
+                running += 1;
+            }
+        }
+        if running > 0 {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "no job was taken by the provider's poll"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    market.kill_exchange();
+    market.restart_exchange().await;
+    common::signal(provider, "CONT");
+
+    // A new order clears and completes once the provider is back.
+    let body = market.intent(0, 100, 1_000_000_000, 30);
+    let (status, _, answer) = market.post_intent(&body).await.expect("an answer");
+    assert_eq!(status, 202, "{answer}");
+    let fresh: B256 = answer["job_id"].as_str().unwrap().parse().unwrap();
+    jobs.push(fresh);
+    let ended = common::all_jobs_end(&market.books, Duration::from_secs(45)).await;
+    assert_eq!(
+        job_status(&market.books, fresh).await.as_deref(),
+        Some("done"),
+        "the new order ran: {ended:?}"
+    );
+    for job in &jobs {
+        let status = job_status(&market.books, *job).await.unwrap();
+        assert_eq!(status, "done", "{job}");
+        // One end, never charged twice.
+        let ends: Vec<String> = sqlx::query_scalar(
+            "SELECT status FROM exchange_job_events WHERE job_id = $1 \
+             AND status IN ('done', 'expired', 'refunded', 'failed') ORDER BY seq",
+        )
+        .bind(job.as_slice())
+        .fetch_all(market.books.pool())
+        .await
+        .unwrap();
+        assert_eq!(ends, vec![status.clone()], "{job}");
+    }
+    let done: i64 = sqlx::query_scalar("SELECT count(*) FROM exchange_jobs WHERE status = 'done'")
+        .fetch_one(market.books.pool())
+        .await
+        .unwrap();
+    eprintln!(
+        "dispatch kill: {done} of {} jobs done, {} handed out again after the restart",
+        jobs.len(),
+        common::handed_out_again(&market.books).await
+    );
+    assert_eq!(
+        tabs_off_their_jobs(&market.books).await,
+        Vec::<String>::new()
+    );
+    // The provider is registered with the new process (its offer re-signed after the restart).
+    common::registered(&market.client, "p0").await;
+}
+
+/// The exchange SIGKILLed between signing a batch and seeing it land: a real committee (three
+/// `cx-signer`s, any two sign) and Anvil. Anvil stops mining (`evm_setAutomine false`), so the
+/// batch's transaction waits in the mempool while the settlement store says `signed`; the
+/// exchange is killed there, the block is mined, and the exchange starts again on the same books.
+/// The batch lands exactly once (one `BatchSettled`, nonce 1, one part posted), every job is
+/// settled once, and the claims pay exactly the settled amounts: the provider its receipts less
+/// the fee, the fee account the fee, the buyer the rest of its tab.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exchange_killed_between_signing_and_posting_a_batch_settles_it_once() {
+    use cx_settlement::evm::EvmClient;
+    let bin = common::provider_bin();
+    // Keys: 0 deploys, 1 the agent, 2 the provider, 3 posts.
+    let mut world = common::settling("faults-settle", 500, 4, 3).await;
+    let model = common::gen_model(&bin, &world.dir.0);
+    let _provider = common::start_provider(
+        &bin,
+        &world.dir.0,
+        "p0",
+        &model,
+        &world.market,
+        &world.deployments,
+        &world.anvil.keys[2],
+        "1000000",
+        &[],
+    );
+    let payout = world.anvil.keys[2].address();
+    common::registered(&world.client, "p0").await;
+    let agent = common::Agent::import(
+        &world.dir.0,
+        &world.market,
+        B256::from(world.anvil.keys[1].to_bytes()),
+    )
+    .await;
+    let amount = 5_000_000u128;
+    let tab = agent
+        .open_tab(&world.client, amount, &world.deployments)
+        .await;
+    common::cx_json(agent.args(&["bind", "--json"]), String::new()).await;
+    let api_key = agent.session(tab, "4000000", "1000000", "60").await;
+    for n in 0..2 {
+        let chat = serde_json::json!({
+            "model": common::MODEL,
+            "messages": [{"role": "user", "content": format!("Say hello {n}.")}],
+            "max_tokens": 4,
+        });
+        world.client.chat(&api_key, &chat).await.unwrap();
+    }
+    let charged = world.client.tab(31337, tab).await.unwrap().held_wei;
+    assert!(charged > 0);
+
+    // The chain stops mining: the batch's transaction will wait in the mempool.
+    let rpc = cx_settlement::evm::read_provider(&world.anvil.rpc_url()).unwrap();
+    use alloy::providers::Provider as _;
+    let _: Value = rpc
+        .raw_request("evm_setAutomine".into(), (false,))
+        .await
+        .unwrap();
+    let closed = common::cx_json(
+        agent.args(&["settle-tab", &tab.to_string(), "--json"]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(closed["status"], "closing", "{closed}");
+    let waited = Instant::now();
+    loop {
+        let signed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM settlement_batch_parts WHERE status = 'signed'",
+        )
+        .fetch_one(world.books.pool())
+        .await
+        .unwrap();
+        let pool: Value = rpc.raw_request("txpool_status".into(), ()).await.unwrap();
+        let pending = u64::from_str_radix(
+            pool["pending"]
+                .as_str()
+                .unwrap_or("0x0")
+                .trim_start_matches("0x"),
+            16,
+        )
+        .unwrap_or_else(|_| pool["pending"].as_u64().unwrap_or(0));
+        if signed == 1 && pending >= 1 {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the batch was never signed and sent: {signed} signed, pool {pool}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Killed with the batch signed and its transaction in flight; then the block is mined.
+    world.market.serve.kill();
+    let _: Value = rpc.raw_request("evm_mine".into(), ()).await.unwrap();
+    let _: Value = rpc
+        .raw_request("evm_setAutomine".into(), (true,))
+        .await
+        .unwrap();
+    world.restart_exchange().await;
+
+    let waited = Instant::now();
+    let provider_claim = loop {
+        if let Ok(claim) = world.client.claim(31337, payout).await
+            && world.client.tab(31337, tab).await.unwrap().status == "settled"
+        {
+            break claim;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the tab never settled after the restart: {:?}",
+            world.client.tab(31337, tab).await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    // Exactly once on chain.
+    let chain = EvmClient::connect(
+        &world.anvil.rpc_url(),
+        world.anvil.keys[0].clone(),
+        world.deployment,
+    )
+    .unwrap();
+    let settled = chain.settled_batches(0).await.unwrap();
+    assert_eq!(settled.len(), 1, "one BatchSettled: {settled:?}");
+    assert_eq!(
+        chain.batch_state().await.unwrap().0,
+        1,
+        "the batch nonce is 1"
+    );
+    let parts: Vec<(i64, String)> =
+        sqlx::query_as("SELECT nonce, status FROM settlement_batch_parts ORDER BY nonce")
+            .fetch_all(world.books.pool())
+            .await
+            .unwrap();
+    assert_eq!(parts, vec![(1, "posted".to_owned())]);
+    // The restarted process found it on chain and did not send it again.
+    let posted: Vec<String> =
+        sqlx::query_scalar("SELECT detail FROM settlement_steps WHERE step = 'posted' ORDER BY id")
+            .fetch_all(world.books.pool())
+            .await
+            .unwrap();
+    assert_eq!(posted, vec!["already on chain; not sent again".to_owned()]);
+    // Every job settled once (a paid job stays `done`; its settlement is an event).
+    let jobs: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT j.status, (SELECT count(*) FROM exchange_job_events e \
+                           WHERE e.job_id = j.id AND e.status = 'settled') \
+         FROM exchange_jobs j",
+    )
+    .fetch_all(world.books.pool())
+    .await
+    .unwrap();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    assert!(
+        jobs.iter().all(|(s, n)| s == "done" && *n == 1),
+        "one `settled` event each: {jobs:?}"
+    );
+    // The claims pay exactly what settled: 5 % of each receipt to the fee account.
+    let receipts: Vec<String> =
+        sqlx::query_scalar("SELECT amount_owed_wei::text FROM exchange_receipts")
+            .fetch_all(world.books.pool())
+            .await
+            .unwrap();
+    let cut: u128 = receipts
+        .iter()
+        .map(|r| r.parse::<u128>().unwrap() * 500 / 10_000)
+        .sum();
+    assert_eq!(provider_claim.cumulative_wei, (charged - cut).to_string());
+    let fee = world.client.claim(31337, world.fee.account).await.unwrap();
+    assert_eq!(fee.cumulative_wei, cut.to_string());
+    let claimed = common::cx_json(
+        agent.args(&[
+            "claim",
+            "--json",
+            "--deployments",
+            common::path(&world.deployments),
+        ]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(claimed["claimed_wei"], (amount - charged).to_string());
+}
+
+/// How long an intent may wait for its answer while the database is away: the pool gives up
+/// on a connection well before a client would.
+const OUTAGE_ANSWER_BOUND: Duration = Duration::from_secs(10);
+
+/// What the stream of intents saw while PostgreSQL restarted.
+#[derive(Debug, Default)]
+struct Stream {
+    /// Acknowledged: the agent's nonce and the job.
+    acknowledged: Vec<(u64, B256)>,
+    /// Answered 503: the nonce.
+    unavailable: Vec<u64>,
+    /// Anything else: the nonce, the status and the body.
+    other: Vec<(u64, u16, String)>,
+}
+
+/// Checks one answer given while the database may be down: 202, or 503 with our JSON error and
+/// `Retry-After`, within [`OUTAGE_ANSWER_BOUND`].
+fn judge(stream: &mut Stream, nonce: u64, answer: Option<common::Answer>, took: Duration) {
+    assert!(took < OUTAGE_ANSWER_BOUND, "intent {nonce} took {took:?}");
+    let Some((status, headers, body)) = answer else {
+        panic!("intent {nonce}: no answer within {took:?}");
+    };
+    match status {
+        202 => stream
+            .acknowledged
+            .push((nonce, body["job_id"].as_str().unwrap().parse().unwrap())),
+        503 => {
+            assert_eq!(body["error"]["code"], "unavailable", "{body}");
+            let retry = headers
+                .iter()
+                .find(|(k, _)| k == "retry-after")
+                .unwrap_or_else(|| panic!("503 without Retry-After: {headers:?}"));
+            assert!(retry.1.parse::<u64>().is_ok_and(|s| s >= 1), "{retry:?}");
+            stream.unavailable.push(nonce);
+        }
+        _ => stream.other.push((nonce, status, body.to_string())),
+    }
+}
+
+/// PostgreSQL restarted under a running `cx serve` (a private cluster: `pg_ctl restart -m fast`,
+/// then `-m immediate`, then stopped for a while and started): intents keep flowing; while the
+/// database is away intake answers 503 `unavailable` with `Retry-After` (never 500, never a hang
+/// past a bound, never a panic); after it, intake works again without restarting `cx serve`, and
+/// every acknowledged order is in the books and no refused one is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarted_under_load_answers_503_and_loses_no_acknowledged_order() {
+    let cluster = Arc::new(common::PgCluster::start("faults-pg"));
+    let url = cluster.url("cx");
+    let market = Restartable::start("faults-pg", &url, 1, 1_000_000_000_000).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let next = Arc::new(AtomicU64::new(1));
+    let flow = {
+        let (market, stop, next) = (market.signer(), stop.clone(), next.clone());
+        tokio::spawn(async move {
+            let mut stream = Stream::default();
+            while !stop.load(Ordering::SeqCst) {
+                let nonce = next.fetch_add(1, Ordering::SeqCst);
+                let body = market.intent(0, nonce, 1_000_000_000, 30);
+                let started = Instant::now();
+                let answer = market.post_intent(&body).await;
+                judge(&mut stream, nonce, answer, started.elapsed());
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            stream
+        })
+    };
+    let pg_ctl = |args: &'static [&'static str]| {
+        let cluster = cluster.clone();
+        async move {
+            tokio::task::spawn_blocking(move || cluster.pg_ctl(args))
+                .await
+                .unwrap()
+        }
+    };
+    // Acknowledged orders are counted by the flow; wait for some before each fault, and after.
+    let books = market.books.clone();
+    let orders = || {
+        let books = books.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM exchange_orders")
+                .fetch_one(books.pool())
+                .await
+                .unwrap_or(0)
+        }
+    };
+    let progress = |since: i64| async move {
+        let waited = Instant::now();
+        while orders().await < since + 3 {
+            assert!(
+                waited.elapsed() < Duration::from_secs(30),
+                "intake never recovered"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    progress(0).await;
+    for mode in [
+        &["restart", "-w", "-m", "fast"][..],
+        &["restart", "-w", "-m", "immediate"],
+    ] {
+        pg_ctl(mode).await;
+        progress(orders().await).await;
+    }
+    // A longer outage: stopped, intake answers 503 meanwhile, then started again.
+    pg_ctl(&["stop", "-w", "-m", "fast"]).await;
+    let mut during = Stream::default();
+    for _ in 0..3 {
+        let nonce = next.fetch_add(1, Ordering::SeqCst);
+        let body = market.intent(0, nonce, 1_000_000_000, 30);
+        let started = Instant::now();
+        let answer = market.post_intent(&body).await;
+        judge(&mut during, nonce, answer, started.elapsed());
+    }
+    assert_eq!(during.unavailable.len(), 3, "{during:?}");
+    pg_ctl(&["start", "-w", "-t", "30"]).await;
+    progress(orders().await).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut stream = flow.await.unwrap();
+    stream.unavailable.extend(during.unavailable);
+    eprintln!(
+        "postgres restarts: {} acknowledged, {} answered 503",
+        stream.acknowledged.len(),
+        stream.unavailable.len()
+    );
+    assert!(stream.other.is_empty(), "{:?}", stream.other);
+
+    // Every acknowledged order is there; none answered 503 is.
+    let account = market.agents[0].keys.account();
+    let nonces: Vec<String> =
+        sqlx::query_scalar("SELECT nonce::text FROM exchange_orders WHERE account = $1")
+            .bind(account.as_slice())
+            .fetch_all(market.books.pool())
+            .await
+            .unwrap();
+    let nonces: std::collections::HashSet<u64> =
+        nonces.iter().map(|n| n.parse().unwrap()).collect();
+    for (nonce, job) in &stream.acknowledged {
+        assert!(
+            nonces.contains(nonce),
+            "acknowledged {nonce} is in the books"
+        );
+        assert!(job_status(&market.books, *job).await.is_some());
+    }
+    for nonce in &stream.unavailable {
+        assert!(
+            !nonces.contains(nonce),
+            "503-answered {nonce} is not in the books"
+        );
+    }
+    assert_eq!(nonces.len(), stream.acknowledged.len());
+    assert_eq!(
+        tabs_off_their_jobs(&market.books).await,
+        Vec::<String>::new()
+    );
+    let ended = common::all_jobs_end(&market.books, Duration::from_secs(40)).await;
+    assert!(
+        ended.iter().all(|(s, _)| s == "done" || s == "expired"),
+        "{ended:?}"
+    );
+    assert_eq!(
+        tabs_off_their_jobs(&market.books).await,
+        Vec::<String>::new()
+    );
+}
