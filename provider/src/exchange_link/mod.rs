@@ -647,7 +647,7 @@ impl Link {
                 .await;
             match sent {
                 Err(Error::ExchangeAway(e))
-                    if unix_now() + RESULT_RETRY_S.as_secs() < job.deadline_s =>
+                    if self.now_s() + RESULT_RETRY_S.as_secs() < job.deadline_s =>
                 {
                     eprintln!(
                         "job {}: sending the result failed (again in 1 s): {e}",
