@@ -194,11 +194,9 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
     /// Builds the next batch from pending receipts; `None` when there is nothing to settle.
     /// Refuses while an earlier batch is unfinished (nonces must land in order).
     pub async fn build(&self) -> Result<Option<i64>> {
-        if let Some(part) = self.store.unfinished().await?.first() {
-            return Err(Error::Unfinished {
-                batch_id: part.batch_id,
-            });
-        }
+        // A chain with a part still unposted waits for it (its next nonce and balances follow
+        // that part); the other chains are batched without it.
+        let unfinished = self.store.unfinished().await?;
         let mut by_chain: BTreeMap<u64, Vec<Voucher>> = BTreeMap::new();
         for r in self.store.pending_receipts().await? {
             by_chain
@@ -207,40 +205,33 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 .push(r);
         }
         let mut parts = Vec::new();
+        let mut blocked = None;
+        let mut away = None;
         for (chain_id, pending) in by_chain {
+            if let Some(part) = unfinished.iter().find(|p| p.batch.chain_id == chain_id) {
+                blocked.get_or_insert(part.batch_id);
+                continue;
+            }
             let Ok(chain) = self.chain(chain_id) else {
                 continue;
             };
-            let mut receipts = whole_tabs(pending, ledger::MAX_RECEIPTS_PER_BATCH);
-            receipts.sort_by_key(|r| r.receipt.receipt.escrow_id);
-            let (settleable, escrows) = self.settleable(chain, receipts).await?;
-            if settleable.is_empty() {
-                continue;
+            match self.assemble(chain_id, chain, pending).await {
+                Ok(Some(part)) => parts.push(part),
+                Ok(None) => {}
+                // A chain that cannot be read now settles in a later batch; the rest go on.
+                Err(e @ (Error::Rpc(_) | Error::Contract(_) | Error::PendingTx(_))) => {
+                    away.get_or_insert(e);
+                }
+                Err(e) => return Err(e),
             }
-            let previous = match self.store.latest_part(chain_id).await? {
-                Some(p) => p.batch.new_balances,
-                None => Vec::new(),
-            };
-            let root = chain.balances_root().await?;
-            if ledger::balances_root(&previous)? != root {
-                return Err(Error::ForeignBalancesRoot { chain_id, root });
-            }
-            let nonce = chain.batch_nonce().await? + 1;
-            let key_epoch = chain.group_key().await?.epoch;
-            parts.push(ledger::assemble(
-                ledger::Head {
-                    chain_id,
-                    contract: chain.settlement(),
-                    key_epoch,
-                    nonce,
-                    fee: self.fee,
-                },
-                settleable,
-                &escrows,
-                previous,
-            )?);
         }
         if parts.is_empty() {
+            if let Some(e) = away {
+                return Err(e);
+            }
+            if let Some(batch_id) = blocked {
+                return Err(Error::Unfinished { batch_id });
+            }
             return Ok(None);
         }
         let id = self.store.create_batch(&parts).await?;
@@ -257,6 +248,44 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 .await?;
         }
         Ok(Some(id))
+    }
+
+    /// The next part for `chain_id` out of its `pending` vouchers (whole tabs, as many as one
+    /// part holds), on the chain's current nonce, balances and key epoch; None if none settles.
+    async fn assemble(
+        &self,
+        chain_id: u64,
+        chain: &C,
+        pending: Vec<Voucher>,
+    ) -> Result<Option<ledger::ChainBatch>> {
+        let mut receipts = whole_tabs(pending, ledger::MAX_RECEIPTS_PER_BATCH);
+        receipts.sort_by_key(|r| r.receipt.receipt.escrow_id);
+        let (settleable, escrows) = self.settleable(chain, receipts).await?;
+        if settleable.is_empty() {
+            return Ok(None);
+        }
+        let previous = match self.store.latest_part(chain_id).await? {
+            Some(p) => p.batch.new_balances,
+            None => Vec::new(),
+        };
+        let root = chain.balances_root().await?;
+        if ledger::balances_root(&previous)? != root {
+            return Err(Error::ForeignBalancesRoot { chain_id, root });
+        }
+        let nonce = chain.batch_nonce().await? + 1;
+        let key_epoch = chain.group_key().await?.epoch;
+        Ok(Some(ledger::assemble(
+            ledger::Head {
+                chain_id,
+                contract: chain.settlement(),
+                key_epoch,
+                nonce,
+                fee: self.fee,
+            },
+            settleable,
+            &escrows,
+            previous,
+        )?))
     }
 
     /// The receipts whose escrows are open and outside [`BUILD_RECLAIM_MARGIN_S`] of their
@@ -472,76 +501,99 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
     /// Posts every `signed` part; returns how many reached their chain now (sent, or found there).
     pub async fn post_pending(&self) -> Result<usize> {
         let mut done = 0;
+        let mut failed: Option<Error> = None;
+        let mut away: Vec<u64> = Vec::new();
         for part in self.store.unfinished().await? {
-            if part.status != PartStatus::Signed {
+            if part.status != PartStatus::Signed || away.contains(&part.batch.chain_id) {
                 continue;
             }
-            let b = &part.batch;
-            let chain = self.chain(b.chain_id)?;
-            let bytes = part.signature.as_ref().ok_or(Error::MissingSignature {
-                batch_id: part.batch_id,
-                chain_id: b.chain_id,
-            })?;
-            let signature = EvmSignature::from_frost(&frost::Signature::deserialize(bytes)?)?;
-            let posted = if chain.batch_nonce().await? >= b.nonce {
-                None
-            } else {
-                match chain.post_batch(&b.message(), &signature).await {
-                    Ok(posted) => Some(posted),
-                    // The post may have gone through while the answer was lost, or another
-                    // process posted it: the chain says which.
-                    Err(e) if !chain.batch_landed(b.nonce, b.balances_root).await? => {
-                        // A buyer reclaimed an escrow between signing and mining: this digest
-                        // can never land; the rest of the part is re-signed at this nonce.
-                        if self.replace_if_dead(&part).await? {
-                            continue;
-                        }
-                        return Err(e);
-                    }
-                    Err(_) => None,
+            // A chain that fails (its node down, a nonce it disputes) holds back its own parts
+            // only, and the rest of them too: a later nonce cannot land before this one.
+            match self.post_part(&part).await {
+                Ok(true) => done += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    away.push(part.batch.chain_id);
+                    failed.get_or_insert(e);
                 }
-            };
-            if posted.is_none() && !chain.batch_landed(b.nonce, b.balances_root).await? {
-                return Err(Error::NonceTakenOnChain {
-                    chain_id: b.chain_id,
-                    nonce: b.nonce,
-                });
             }
-            self.store
-                .record_posted(part.batch_id, b.chain_id, posted.map(|p| p.tx_hash))
-                .await?;
-            let detail = match posted {
-                Some(Posted {
-                    tx_hash,
-                    gas_used: Some(gas),
-                }) => format!("tx {tx_hash}, gas {gas}"),
-                Some(Posted { tx_hash, .. }) => format!("tx {tx_hash}"),
-                None => "already on chain; not sent again".to_string(),
-            };
-            self.store
-                .log_step(part.batch_id, Some(b.chain_id), "posted", &detail)
-                .await?;
-            done += 1;
         }
-        Ok(done)
+        failed.map_or(Ok(done), Err)
+    }
+
+    /// Posts one signed part unless the chain has it already; true once it is recorded posted,
+    /// false when it was replaced instead (its escrow reclaimed: re-signed at the same nonce).
+    async fn post_part(&self, part: &StoredPart) -> Result<bool> {
+        let b = &part.batch;
+        let chain = self.chain(b.chain_id)?;
+        let bytes = part.signature.as_ref().ok_or(Error::MissingSignature {
+            batch_id: part.batch_id,
+            chain_id: b.chain_id,
+        })?;
+        let signature = EvmSignature::from_frost(&frost::Signature::deserialize(bytes)?)?;
+        let posted = if chain.batch_nonce().await? >= b.nonce {
+            None
+        } else {
+            match chain.post_batch(&b.message(), &signature).await {
+                Ok(posted) => Some(posted),
+                // The post may have gone through while the answer was lost, or another
+                // process posted it: the chain says which.
+                Err(e) if !chain.batch_landed(b.nonce, b.balances_root).await? => {
+                    // A buyer reclaimed an escrow between signing and mining: this digest
+                    // can never land; the rest of the part is re-signed at this nonce.
+                    if self.replace_if_dead(part).await? {
+                        return Ok(false);
+                    }
+                    return Err(e);
+                }
+                Err(_) => None,
+            }
+        };
+        if posted.is_none() && !chain.batch_landed(b.nonce, b.balances_root).await? {
+            return Err(Error::NonceTakenOnChain {
+                chain_id: b.chain_id,
+                nonce: b.nonce,
+            });
+        }
+        self.store
+            .record_posted(part.batch_id, b.chain_id, posted.map(|p| p.tx_hash))
+            .await?;
+        let detail = match posted {
+            Some(Posted {
+                tx_hash,
+                gas_used: Some(gas),
+            }) => format!("tx {tx_hash}, gas {gas}"),
+            Some(Posted { tx_hash, .. }) => format!("tx {tx_hash}"),
+            None => "already on chain; not sent again".to_string(),
+        };
+        self.store
+            .log_step(part.batch_id, Some(b.chain_id), "posted", &detail)
+            .await?;
+        Ok(true)
     }
 
     /// Carries on whatever is unfinished: signs `created` parts, posts `signed` ones.
     pub async fn resume(&self) -> Result<()> {
-        self.post_pending().await?;
+        // A chain that is away fails this first post alone; the second tries it again, after
+        // every other chain's created parts were signed.
+        let _ = self.post_pending().await;
         self.sign_pending().await?;
         self.post_pending().await?;
         Ok(())
     }
 
-    /// Finishes what is unfinished, then builds, signs and posts the next batch.
+    /// Finishes what is unfinished, then builds, signs and posts the next batch. One chain
+    /// being away does not stop the others settling: the batch is still cut and posted where
+    /// it can be, and the chain's failure is returned after (its parts wait, signed).
     pub async fn run_once(&self) -> Result<Option<i64>> {
-        self.resume().await?;
+        let resumed = self.resume().await;
         let id = self.build().await?;
-        if id.is_some() {
-            self.resume().await?;
-        }
-        Ok(id)
+        let last = if id.is_some() {
+            self.resume().await
+        } else {
+            resumed
+        };
+        last.map(|()| id)
     }
 
     /// Gives up batch `batch_id` after the committee refused it (no part may be signed yet):

@@ -84,9 +84,27 @@ pub fn rpc_url(url: &str) -> Result<alloy::transports::http::reqwest::Url> {
     })
 }
 
+/// How long one JSON-RPC request may take. A node that accepts and never answers (hung,
+/// stopped, partitioned) must fail its call, not stall settlement on every other chain.
+pub const RPC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The HTTP client every provider here uses: bounded connect and request times.
+fn http_client() -> Result<alloy::transports::http::reqwest::Client> {
+    alloy::transports::http::reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .timeout(RPC_TIMEOUT)
+        .build()
+        .map_err(|e| Error::RpcUrl {
+            url: String::new(),
+            reason: format!("HTTP client: {e}"),
+        })
+}
+
 /// A read-only provider for `url` (reads need no account).
 pub fn read_provider(url: &str) -> Result<DynProvider> {
-    Ok(ProviderBuilder::new().connect_http(rpc_url(url)?).erased())
+    Ok(ProviderBuilder::new()
+        .connect_reqwest(http_client()?, rpc_url(url)?)
+        .erased())
 }
 
 /// Builds a signing provider for `signer` at `url`.
@@ -99,7 +117,7 @@ pub fn signing_provider(url: &str, signer: PrivateKeySigner) -> Result<DynProvid
         .with_simple_nonce_management()
         .fetch_chain_id()
         .wallet(EthereumWallet::from(signer))
-        .connect_http(rpc_url(url)?)
+        .connect_reqwest(http_client()?, rpc_url(url)?)
         .erased())
 }
 

@@ -239,6 +239,82 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
     assert_eq!(nonce(&chains[0]).await, 3);
 }
 
+/// Sends `signal` (`STOP`, `CONT`) to a chain's node.
+fn signal(chain: &ScenarioChain, signal: &str) {
+    let pid = chain.anvil.process().pid().expect("anvil runs");
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_chain_hung_holds_back_only_its_own_receipts_which_settle_once_it_answers() {
+    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 2)).unwrap();
+    let committee = cluster.committee(2, 2).unwrap();
+    let package = committee.dkg(0).await.unwrap();
+    let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
+    let chains = [
+        ScenarioChain::start(31337, key).await.unwrap(),
+        ScenarioChain::start(31338, key).await.unwrap(),
+    ];
+    write_deployments(
+        &cluster.deployments_file,
+        &[chains[0].entry(), chains[1].entry()],
+    );
+    let db = TempDatabase::create().await.unwrap();
+    let store = store(&db).await;
+    store.save_group_key(0, &package).await.unwrap();
+    let views = chains.iter().map(|c| c.view().unwrap()).collect();
+    let poster = chains[0].anvil.keys[3].clone();
+    let coordinator = Coordinator::new(
+        store,
+        committee,
+        evm_chains(views, &poster),
+        &market(&cluster),
+    )
+    .unwrap();
+
+    // Chain 31338's node stops answering (accepts, never replies) with receipts for both
+    // chains waiting: 31337 settles anyway; 31338's receipts wait for a later batch.
+    let mut receipts = open_and_receipt(&cluster.exchange, &chains[0], 2, 300).await;
+    receipts.extend(open_and_receipt(&cluster.exchange, &chains[1], 2, 200).await);
+    coordinator.submit(&receipts).await.unwrap();
+    signal(&chains[1], "STOP");
+    let started = std::time::Instant::now();
+    let first = coordinator
+        .run_once()
+        .await
+        .unwrap()
+        .expect("a batch for 31337");
+    assert!(
+        started.elapsed() < 4 * cx_settlement::evm::RPC_TIMEOUT,
+        "a hung node fails its calls within the timeout: {:?}",
+        started.elapsed()
+    );
+    signal(&chains[1], "CONT");
+    assert_eq!(nonce(&chains[0]).await, 1, "the other chain settled");
+    assert_eq!(nonce(&chains[1]).await, 0);
+    let parts = coordinator.store().parts(first).await.unwrap();
+    assert_eq!(parts.len(), 1, "31338 is not in it");
+    assert_eq!(parts[0].batch.chain_id, 31337);
+    assert!(coordinator.store().unfinished().await.unwrap().is_empty());
+
+    // It answers again: its receipts settle in the next batch, once, and nothing else is sent.
+    coordinator
+        .run_once()
+        .await
+        .unwrap()
+        .expect("a batch for 31338");
+    assert_eq!(coordinator.run_once().await.unwrap(), None);
+    assert_eq!(nonce(&chains[1]).await, 1);
+    assert_eq!(events(&chains[1]).await, 1);
+    assert_eq!(nonce(&chains[0]).await, 1);
+    assert_eq!(events(&chains[0]).await, 1);
+    assert!(coordinator.store().unfinished().await.unwrap().is_empty());
+}
+
 fn sign_request(
     batch: &ChainBatch,
 ) -> impl Fn(alloy::primitives::B256, frost::SigningPackage) -> Request {
