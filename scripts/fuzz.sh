@@ -8,10 +8,13 @@
 #
 #   scripts/fuzz.sh                                  # every target, 60 s each
 #   FUZZ_SECONDS=600 FUZZ_TARGETS="receipt pq_frames" scripts/fuzz.sh
-#   FUZZ_UPDATE=1 scripts/fuzz.sh                    # new inputs into fuzz/corpus, then cmin
+#   FUZZ_UPDATE=1 scripts/fuzz.sh                    # then minimise new inputs into fuzz/corpus
 #
-# Without FUZZ_UPDATE new inputs go to fuzz/scratch/<target>/ (ignored), not to the committed
-# corpus. FUZZ_SANITIZER (default address) is passed to `cargo fuzz --sanitizer`; `none` builds
+# New inputs go to fuzz/scratch/<target>/ (ignored), not to the committed corpus. With
+# FUZZ_UPDATE=1 the corpus and the scratch inputs are then minimised together into the corpus:
+# libFuzzer's set-cover merge over edges (`-set_cover_merge=1 -use_counters=0`), the smallest set
+# that reaches every edge any of them reaches. Plain `cargo fuzz cmin` keeps every hit-count
+# feature too: 6 700 files, 5.7 MB after 120 s a target, where this keeps the corpus under 2 MB. FUZZ_SANITIZER (default address) is passed to `cargo fuzz --sanitizer`; `none` builds
 # and runs faster. A crash stops its target, leaves the input in fuzz/artifacts/<target>/, and
 # the script exits non-zero after the table.
 set -euo pipefail
@@ -51,18 +54,15 @@ echo "fuzz: building ($sanitizer sanitizer)" >&2
 cargo +nightly fuzz build --sanitizer "$sanitizer" >&2
 
 mkdir -p fuzz/scratch/logs
+host="$(rustc +nightly -vV | sed -n 's/^host: //p')"
 failed=0
 rows=()
 for target in $targets; do
   corpus="fuzz/corpus/$target"
   mkdir -p "$corpus" "fuzz/artifacts/$target"
-  if [[ "${FUZZ_UPDATE:-0}" == 1 ]]; then
-    dirs=("$corpus")
-  else
-    # libFuzzer writes new inputs into the first directory and reads them all.
-    dirs=("fuzz/scratch/$target" "$corpus")
-    mkdir -p "fuzz/scratch/$target"
-  fi
+  # libFuzzer writes new inputs into the first directory and reads them all.
+  dirs=("fuzz/scratch/$target" "$corpus")
+  mkdir -p "fuzz/scratch/$target"
   log="fuzz/scratch/logs/$target.log"
   before=$(find "fuzz/artifacts/$target" -type f | wc -l)
   echo "fuzz: $target for ${seconds}s (log $log)" >&2
@@ -85,8 +85,15 @@ for target in $targets; do
     grep -E "panicked at|ERROR: libFuzzer|SUMMARY" "$log" | head -5 >&2 || true
   fi
   if [[ "${FUZZ_UPDATE:-0}" == 1 && "$status" == 0 ]]; then
-    cargo +nightly fuzz cmin --sanitizer "$sanitizer" "$target" "$corpus" -- \
-      -max_len="$(max_len "$target")" -rss_limit_mb=2048 >>"$log" 2>&1
+    merged="fuzz/scratch/merged-$target"
+    rm -rf "$merged" && mkdir -p "$merged"
+    "fuzz/target/$host/release/$target" -set_cover_merge=1 -use_counters=0 \
+      -max_len="$(max_len "$target")" -rss_limit_mb=2048 "$merged" "$corpus" \
+      "fuzz/scratch/$target" >>"$log" 2>&1
+    # Inputs named by hand (seeds, fixed crashes) stay under their names.
+    find "$corpus" -type f ! -name 'seed-*' ! -name 'crash-*' -delete
+    cp -n "$merged"/* "$corpus"/ 2>/dev/null || true
+    rm -rf "$merged"
   fi
 done
 
