@@ -39,8 +39,11 @@ pub use pq::{pq_frames, pq_handshake};
 pub use receipt::{receipt, receipt_signature};
 pub use weights::{model_weights, peft_adapter};
 
+/// A fuzz target: takes any bytes, panics only on a defect.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, as `fuzz/fuzz_targets/` and `fuzz/corpus/` name them.
-pub const TARGETS: [(&str, fn(&[u8])); 8] = [
+pub const TARGETS: [(&str, Target); 8] = [
     ("intent_submission", intent_submission),
     ("intent_signature", intent_signature),
     ("receipt", receipt),
