@@ -400,10 +400,23 @@ fn to_f32(path: &Path, name: &str, dtype: Dtype, data: &[u8]) -> Result<Vec<f32>
 /// LoRA weight of a listed target in an existing layer, with shapes `r × d_in` / `d_out × r`,
 /// A and B in pairs, values finite, and `r ≤ max_rank`. Nothing partial is returned.
 pub fn load_adapter(dir: &Path, base: &ModelConfig, max_rank: usize) -> Result<Adapter> {
+    let (config_bytes, weight_bytes) = read_files(dir, AdapterLimits::new(base, max_rank))?;
+    adapter_from_bytes(dir, &config_bytes, &weight_bytes, base, max_rank)
+}
+
+/// [`load_adapter`] on the two files' bytes, already read (within [`AdapterLimits`]): every check
+/// of the path loader, which calls it. `dir` only names the files in errors. The fuzz targets
+/// load adapters through this.
+pub fn adapter_from_bytes(
+    dir: &Path,
+    config_bytes: &[u8],
+    weight_bytes: &[u8],
+    base: &ModelConfig,
+    max_rank: usize,
+) -> Result<Adapter> {
     let config_path = dir.join(ADAPTER_CONFIG);
     let weights_path = dir.join(ADAPTER_WEIGHTS);
-    let (config_bytes, weight_bytes) = read_files(dir, AdapterLimits::new(base, max_rank))?;
-    let config = parse_adapter_config(&config_path, &config_bytes)?;
+    let config = parse_adapter_config(&config_path, config_bytes)?;
     if config.r > max_rank {
         return Err(Error::RankOverLimit {
             rank: config.r,
@@ -424,7 +437,7 @@ pub fn load_adapter(dir: &Path, base: &ModelConfig, max_rank: usize) -> Result<A
              finite"
         )));
     }
-    let tensors = SafeTensors::deserialize(&weight_bytes).map_err(|e| Error::Safetensors {
+    let tensors = SafeTensors::deserialize(weight_bytes).map_err(|e| Error::Safetensors {
         path: weights_path.clone(),
         reason: e.to_string(),
     })?;
@@ -511,7 +524,7 @@ pub fn load_adapter(dir: &Path, base: &ModelConfig, max_rank: usize) -> Result<A
         layers[layer][target.index()] = Some(lora);
     }
     Ok(Adapter {
-        id: adapter_id(&config_bytes, &weight_bytes),
+        id: adapter_id(config_bytes, weight_bytes),
         rank,
         scale,
         targets,

@@ -21,7 +21,7 @@ use cx_protocol::pq::session::{M1_BYTES, M2_BYTES, M3_BYTES};
 use cx_protocol::pq::{Identity, IdentityId, Initiator, PublicIdentity, Responder, Session};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpStream, ToSocketAddrs};
 
 use crate::error::{Error, Result};
@@ -67,8 +67,13 @@ async fn with_timeout<T>(
     }
 }
 
-/// Writes one length-prefixed frame.
-pub async fn write_frame(stream: &mut TcpStream, body: &[u8], limits: &Limits) -> Result<()> {
+/// Writes one length-prefixed frame (to a socket; any async writer, so tests and the fuzz
+/// targets can frame into memory).
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    stream: &mut W,
+    body: &[u8],
+    limits: &Limits,
+) -> Result<()> {
     if body.len() > limits.max_frame_bytes {
         return Err(transport(format!(
             "frame of {} bytes exceeds the {}-byte limit",
@@ -82,8 +87,9 @@ pub async fn write_frame(stream: &mut TcpStream, body: &[u8], limits: &Limits) -
     with_timeout(limits, "write", stream.write_all(&buf)).await
 }
 
-/// Reads one length-prefixed frame, refusing a length over the limit before allocating.
-pub async fn read_frame(stream: &mut TcpStream, limits: &Limits) -> Result<Vec<u8>> {
+/// Reads one length-prefixed frame, refusing a length over the limit before allocating. Any
+/// async reader: a signer's socket, or the bytes a fuzz target hands it.
+pub async fn read_frame<R: AsyncRead + Unpin>(stream: &mut R, limits: &Limits) -> Result<Vec<u8>> {
     let mut len = [0u8; 4];
     with_timeout(limits, "read", stream.read_exact(&mut len)).await?;
     let len = u32::from_be_bytes(len) as usize;

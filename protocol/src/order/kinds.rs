@@ -169,6 +169,15 @@ impl Order for Intent {
         if self.want.trim().is_empty() {
             return Err(invalid("want", "name a catalog model or a task"));
         }
+        // The zero word is how "no adapter" is signed: an order naming adapter 0x00…00 would be
+        // signed exactly as one naming none, so what runs would not be what was signed (found by
+        // the `intent_submission` fuzz target's `from_typed(to_typed(x)) == x`).
+        if self.adapter_id == Some(B256::ZERO) {
+            return Err(invalid(
+                "adapter_id",
+                "the zero word is how no adapter is signed: leave `adapter_id` out",
+            ));
+        }
         nonzero_wei("max_price_wei", self.max_price_wei)?;
         refuse_attested("min_tier", self.min_tier)
     }

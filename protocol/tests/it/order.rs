@@ -442,6 +442,26 @@ fn zero_price_and_unknown_fields_are_refused() {
     assert!(serde_json::from_value::<Signed<Intent>>(json).is_err());
 }
 
+/// An intent naming adapter 0x00…00 was accepted and signed exactly as one naming no adapter
+/// (the zero word is how "none" is signed), so the order the exchange ran was not the one the
+/// wallet showed; found by the `intent_submission` fuzz target (`from_typed(to_typed(x)) != x`).
+#[test]
+fn an_intent_naming_the_zero_adapter_is_refused() {
+    let mut zero = intent();
+    zero.adapter_id = Some(B256::ZERO);
+    let mut none = intent();
+    none.adapter_id = None;
+    assert_eq!(zero.signing_hash(&chain()), none.signing_hash(&chain()));
+    assert_eq!(zero.validate().unwrap_err().field(), "adapter_id");
+    let signed = order::sign(zero, &chain(), &account_key(), &pq()).unwrap();
+    assert_eq!(
+        signed.verify(&chain(), NOW_S, bound).unwrap_err().field(),
+        "order.adapter_id"
+    );
+    none.validate().unwrap();
+    assert_eq!(Intent::from_typed(none.to_typed()).unwrap(), none);
+}
+
 #[test]
 fn json_shape_is_snake_case_with_wei_strings() {
     let json = serde_json::to_value(signed_intent()).unwrap();

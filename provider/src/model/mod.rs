@@ -43,7 +43,7 @@ pub use generate::{
     GENERATED_BOS, GENERATED_EOS, GenModelOptions, generated_config, generated_tensors,
     generated_tokenizer_json, write_generated_model,
 };
-pub use weights::NamedTensors;
+pub use weights::{NamedTensors, tensors_from_bytes};
 
 use crate::error::{Error, Result};
 use crate::lora::Adapter;

@@ -70,13 +70,38 @@ struct HeaderEntry {
 }
 
 fn read_safetensors(path: &Path, out: &mut NamedTensors) -> Result<()> {
-    use std::io::{Read, Seek, SeekFrom};
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+    read_safetensors_from(path, file, file_len, out)
+}
+
+/// The tensors of one safetensors file held in memory, as [`Model::load`](super::Model::load)
+/// reads them from disk (the same reader, over the bytes): name → (shape, data). `path` only
+/// names the file in errors. The fuzz targets parse weight files through this.
+pub fn tensors_from_bytes(path: &Path, bytes: &[u8]) -> Result<NamedTensors> {
+    let mut out = HashMap::new();
+    read_safetensors_from(
+        path,
+        std::io::Cursor::new(bytes),
+        bytes.len() as u64,
+        &mut out,
+    )?;
+    Ok(out)
+}
+
+/// Reads a safetensors file of `file_len` bytes from `file` (a file, or bytes in memory) into
+/// `out`; `path` names it in errors.
+fn read_safetensors_from(
+    path: &Path,
+    mut file: impl std::io::Read + std::io::Seek,
+    file_len: u64,
+    out: &mut NamedTensors,
+) -> Result<()> {
+    use std::io::SeekFrom;
     let bad = |reason: String| Error::Safetensors {
         path: path.to_path_buf(),
         reason,
     };
-    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut len = [0u8; 8];
     file.read_exact(&mut len).map_err(|e| Error::io(path, e))?;
     let header_len = u64::from_le_bytes(len);
