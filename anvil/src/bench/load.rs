@@ -509,39 +509,51 @@ impl Generator {
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
-/// Sends one call: its status, whether it carried `Retry-After`, and its body (for reports).
+/// Sends one call: its status, whether it carried `Retry-After`, and (for reports) the start
+/// of its body when it is not 2xx.
 async fn send(sender: &mut Sender, call: &Call) -> Result<(hyper::StatusCode, bool, String)> {
+    let (status, retry_after, body) =
+        send_raw(sender, call.path, call.bearer.as_deref(), call.body.clone()).await?;
+    let body = if status.is_success() {
+        String::new()
+    } else {
+        String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned()
+    };
+    Ok((status, retry_after, body))
+}
+
+/// POSTs `body` to `path` on `sender`'s connection: the status, whether `Retry-After` came with
+/// it, and the whole body.
+async fn send_raw(
+    sender: &mut Sender,
+    path: &str,
+    bearer: Option<&str>,
+    body: Bytes,
+) -> Result<(hyper::StatusCode, bool, Bytes)> {
     // HTTP/1: the connection takes the next request only once it has finished the last one.
     sender
         .ready()
         .await
-        .map_err(|e| Error::BenchFailed(format!("{}: connection closed: {e}", call.path)))?;
-    let mut request = hyper::Request::post(call.path)
+        .map_err(|e| Error::BenchFailed(format!("{path}: connection closed: {e}")))?;
+    let mut request = hyper::Request::post(path)
         .header("host", "localhost")
         .header("content-type", "application/json");
-    if let Some(bearer) = &call.bearer {
+    if let Some(bearer) = bearer {
         request = request.header("authorization", format!("Bearer {bearer}"));
     }
-    let request = request
-        .body(Full::new(call.body.clone()))
-        .map_err(bench_err)?;
+    let request = request.body(Full::new(body)).map_err(bench_err)?;
     let response = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request))
         .await
-        .map_err(|_| Error::BenchFailed(format!("no answer within {REQUEST_TIMEOUT:?}")))?
-        .map_err(|e| Error::BenchFailed(format!("{}: {e}", call.path)))?;
+        .map_err(|_| Error::BenchFailed(format!("{path}: no answer within {REQUEST_TIMEOUT:?}")))?
+        .map_err(|e| Error::BenchFailed(format!("{path}: {e}")))?;
     let status = response.status();
     let retry_after = response.headers().contains_key("retry-after");
     let body = response
         .into_body()
         .collect()
         .await
-        .map_err(|e| Error::BenchFailed(format!("response: {e}")))?
+        .map_err(|e| Error::BenchFailed(format!("{path}: {e}")))?
         .to_bytes();
-    let body = if status.is_success() {
-        String::new()
-    } else {
-        String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned()
-    };
     Ok((status, retry_after, body))
 }
 
@@ -643,27 +655,7 @@ async fn post_json(
 ) -> Result<serde_json::Value> {
     let body = Bytes::from(body.to_string());
     loop {
-        sender
-            .ready()
-            .await
-            .map_err(|e| Error::BenchFailed(format!("{path}: connection closed: {e}")))?;
-        let request = hyper::Request::post(path)
-            .header("host", "localhost")
-            .header("content-type", "application/json")
-            .header("authorization", format!("Bearer {token}"))
-            .body(Full::new(body.clone()))
-            .map_err(bench_err)?;
-        let response = tokio::time::timeout(REQUEST_TIMEOUT, sender.send_request(request))
-            .await
-            .map_err(|_| Error::BenchFailed(format!("{path}: no answer")))?
-            .map_err(|e| Error::BenchFailed(format!("{path}: {e}")))?;
-        let status = response.status();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Error::BenchFailed(format!("{path}: {e}")))?
-            .to_bytes();
+        let (status, _, bytes) = send_raw(sender, path, Some(token), body.clone()).await?;
         if status == hyper::StatusCode::TOO_MANY_REQUESTS
             || status == hyper::StatusCode::SERVICE_UNAVAILABLE
         {

@@ -103,15 +103,18 @@ fn market(cluster: &Cluster) -> cx_settlement::config::MarketTerms {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
-    let mut cluster =
-        Cluster::start(&signer_binary(), &["a", "a", "b", "b", "c"], rule(3, 2)).unwrap();
-    // Four distinct operators can never sign when the committee has three: refused up front.
-    let err = cluster.committee(3, 4).unwrap_err().to_string();
-    assert!(err.contains("cannot be met"), "{err}");
+/// A committee's coordinator over two fresh chains (31337, 31338) deployed under its group key
+/// from a DKG among the cluster's signers (`t` of them, `min_operators` operators), its store in a
+/// fresh database.
+struct TwoChains {
+    package: frost::keys::PublicKeyPackage,
+    chains: [ScenarioChain; 2],
+    db: TempDatabase,
+    coordinator: Coordinator<PgStore, EvmChain, cx_settlement::coordinator::Committee>,
+}
 
-    let committee = cluster.committee(3, 2).unwrap();
+async fn two_chains(cluster: &Cluster, t: u16, min_operators: usize) -> TwoChains {
+    let committee = cluster.committee(t, min_operators).unwrap();
     let package = committee.dkg(0).await.unwrap();
     let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
     let chains = [
@@ -131,9 +134,31 @@ async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
         store,
         committee,
         evm_chains(views, &poster),
-        &market(&cluster),
+        &market(cluster),
     )
     .unwrap();
+    TwoChains {
+        package,
+        chains,
+        db,
+        coordinator,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_settle_on_two_chains_through_signer_loss_and_key_rotation() {
+    let mut cluster =
+        Cluster::start(&signer_binary(), &["a", "a", "b", "b", "c"], rule(3, 2)).unwrap();
+    // Four distinct operators can never sign when the committee has three: refused up front.
+    let err = cluster.committee(3, 4).unwrap_err().to_string();
+    assert!(err.contains("cannot be met"), "{err}");
+
+    let TwoChains {
+        package,
+        chains,
+        db: _db,
+        coordinator,
+    } = two_chains(&cluster, 3, 2).await;
 
     // 1. One batch, both chains.
     let mut receipts = open_and_receipt(&cluster.exchange, &chains[0], 3, 700).await;
@@ -252,29 +277,12 @@ fn signal(chain: &ScenarioChain, signal: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_chain_hung_holds_back_only_its_own_receipts_which_settle_once_it_answers() {
     let cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 2)).unwrap();
-    let committee = cluster.committee(2, 2).unwrap();
-    let package = committee.dkg(0).await.unwrap();
-    let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
-    let chains = [
-        ScenarioChain::start(31337, key).await.unwrap(),
-        ScenarioChain::start(31338, key).await.unwrap(),
-    ];
-    write_deployments(
-        &cluster.deployments_file,
-        &[chains[0].entry(), chains[1].entry()],
-    );
-    let db = TempDatabase::create().await.unwrap();
-    let store = store(&db).await;
-    store.save_group_key(0, &package).await.unwrap();
-    let views = chains.iter().map(|c| c.view().unwrap()).collect();
-    let poster = chains[0].anvil.keys[3].clone();
-    let coordinator = Coordinator::new(
-        store,
-        committee,
-        evm_chains(views, &poster),
-        &market(&cluster),
-    )
-    .unwrap();
+    let TwoChains {
+        chains,
+        db: _db,
+        coordinator,
+        ..
+    } = two_chains(&cluster, 2, 2).await;
 
     // Chain 31338's node stops answering (accepts, never replies) with receipts for both
     // chains waiting: 31337 settles anyway; 31338's receipts wait for a later batch.
