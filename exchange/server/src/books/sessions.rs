@@ -117,8 +117,8 @@ impl Books {
     /// Accepts one call of a session at `now_s` as `job`: within the session's cap, on its tab,
     /// in one transaction (the session's tab row, then the session row, are locked first, so
     /// concurrent calls of one session queue and none can take the cap past its limit; the tab
-    /// hold is the same conditional update as an intent's). Either the cap is spent, the tab held and the job written, or
-    /// nothing is.
+    /// hold is the same conditional update as an intent's). Either the cap is spent, the tab
+    /// held and the job written, or nothing is.
     pub async fn accept_call(&self, session_id: B256, now_s: u64, job: &NewJob) -> Result<()> {
         self.accept_call_with_runs(session_id, now_s, job, &[])
             .await
