@@ -154,16 +154,7 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
             "--intents, --clients and --bundles must be > 0".into(),
         ));
     }
-    let db = TempDatabase::create().await?;
-    let books = Books::open(&db.url).await.map_err(bench_err)?;
-    let catalog = Catalog::from_toml_str(CATALOG).map_err(bench_err)?;
-    let market = Market::new(catalog, Weights::default()).map_err(bench_err)?;
-    for i in 0..config.bundles {
-        market
-            .register(&books, bundle(i)?)
-            .await
-            .map_err(bench_err)?;
-    }
+    let (_db, books, market) = books_and_market(config.bundles).await?;
     let settlement = Address::repeat_byte(0x5e);
     let domain = order::domain(CHAIN, settlement);
 
@@ -369,6 +360,22 @@ async fn post_all(
         }
     }
     Ok(latencies)
+}
+
+/// A throwaway database, its books, and the catalog's market with `bundles` of [`bundle`]
+/// registered.
+pub(crate) async fn books_and_market(bundles: usize) -> Result<(TempDatabase, Books, Market)> {
+    let db = TempDatabase::create().await?;
+    let books = Books::open(&db.url).await.map_err(bench_err)?;
+    let catalog = Catalog::from_toml_str(CATALOG).map_err(bench_err)?;
+    let market = Market::new(catalog, Weights::default()).map_err(bench_err)?;
+    for i in 0..bundles {
+        market
+            .register(&books, bundle(i)?)
+            .await
+            .map_err(bench_err)?;
+    }
+    Ok((db, books, market))
 }
 
 /// `n` agents, each its own account and ML-DSA identity (fixed seeds: runs are comparable).

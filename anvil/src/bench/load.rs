@@ -25,12 +25,9 @@ use std::time::{Duration, Instant};
 
 use alloy::primitives::B256;
 use bytes::Bytes;
-use cx_exchange::objective::Weights;
-use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::books::Books;
 use cx_exchange_server::intake::{InferenceRequest, Intake, request_hash};
 use cx_exchange_server::limits::RateConfig;
-use cx_exchange_server::market::Market;
 use cx_protocol::offer::{Offer, SignedOffer};
 use cx_protocol::order::{self, Intent, SessionGrant};
 use cx_protocol::pq::Identity;
@@ -42,10 +39,9 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, mpsc};
 
 use super::intake::{
-    Agent, CATALOG, CHAIN, Server, agents, bench_err, bundle, connect, now_s, open_tabs, request,
-    seed_tabs,
+    Agent, CHAIN, Server, agents, bench_err, books_and_market, bundle, connect, now_s, open_tabs,
+    request, seed_tabs,
 };
-use crate::db::TempDatabase;
 use crate::error::{Error, Result};
 
 /// Requests due and not yet answered that the generator holds at most; more are shed.
@@ -756,18 +752,13 @@ pub async fn load_bench(config: LoadConfig) -> Result<LoadReport> {
             "--agents, --connections and --step-s must be > 0".into(),
         ));
     }
-    let db = TempDatabase::create().await?;
-    let books = Books::open(&db.url).await.map_err(bench_err)?;
-    let catalog = Catalog::from_toml_str(CATALOG).map_err(bench_err)?;
-    let market = Market::new(catalog, Weights::default()).map_err(bench_err)?;
-    if config.target == Target::Intake {
-        for i in 0..200 {
-            market
-                .register(&books, bundle(i)?)
-                .await
-                .map_err(bench_err)?;
-        }
-    }
+    // The door's bundles are its provider's offer; intake clears onto registered ones.
+    let bundles = if config.target == Target::Intake {
+        200
+    } else {
+        0
+    };
+    let (_db, books, market) = books_and_market(bundles).await?;
     let settlement = alloy::primitives::Address::repeat_byte(0x5e);
     let domain = order::domain(CHAIN, settlement);
     let agents = agents(config.agents);

@@ -97,14 +97,26 @@ impl Watcher {
 
     /// The first block to read again if the chain no longer has what the last passes ended at:
     /// the block after the newest recorded end it still has (block 0 if it has none of them).
+    /// A pass without a reorg reads one recorded end and one block hash; the rest only when
+    /// the newest differs.
     async fn fork(&self) -> Result<Option<u64>> {
-        let seen = self.books.seen_blocks(self.chain_id()).await?;
-        for (i, block) in seen.iter().enumerate() {
+        let chain_id = self.chain_id();
+        let newest = self.books.seen_blocks(chain_id, 1).await?;
+        match newest.first() {
+            None => return Ok(None),
+            Some(block) if self.hash(block.number).await? == block.hash => return Ok(None),
+            Some(_) => {}
+        }
+        let seen = self
+            .books
+            .seen_blocks(chain_id, crate::books::KEPT_BLOCKS)
+            .await?;
+        for block in &seen[1..] {
             if self.hash(block.number).await? == block.hash {
-                return Ok((i > 0).then_some(block.number + 1));
+                return Ok(Some(block.number + 1));
             }
         }
-        Ok((!seen.is_empty()).then_some(0))
+        Ok(Some(0))
     }
 
     /// The hash of block `number` (zero if the chain has no such block: it was reorganised away).

@@ -73,7 +73,7 @@ pub struct Rewind {
 
 /// Hashes of recent pass ends kept per chain: a reorg deeper than this many passes is beyond
 /// what the watcher can place, and it rewinds to the oldest it kept.
-const KEPT_BLOCKS: i64 = 256;
+pub const KEPT_BLOCKS: i64 = 256;
 
 impl Books {
     /// Applies what the watcher read of `[.., next_block)` on `chain_id` and moves its cursor, in
@@ -161,33 +161,28 @@ impl Books {
             .bind(end.hash.as_slice())
             .execute(&mut *tx)
             .await?;
-            sqlx::query("DELETE FROM exchange_chain_blocks WHERE chain_id = $1 AND number < $2")
-                .bind(chain)
-                .bind(
-                    sqlx::query_scalar::<_, i64>(
-                        "SELECT coalesce(min(number), 0) FROM (SELECT number FROM \
-                         exchange_chain_blocks WHERE chain_id = $1 ORDER BY number DESC \
-                         LIMIT $2) newest",
-                    )
-                    .bind(chain)
-                    .bind(KEPT_BLOCKS)
-                    .fetch_one(&mut *tx)
-                    .await?,
-                )
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(
+                "DELETE FROM exchange_chain_blocks WHERE chain_id = $1 AND number NOT IN \
+                 (SELECT number FROM exchange_chain_blocks WHERE chain_id = $1 \
+                  ORDER BY number DESC LIMIT $2)",
+            )
+            .bind(chain)
+            .bind(KEPT_BLOCKS)
+            .execute(&mut *tx)
+            .await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
-    /// The pass ends recorded on `chain_id`, newest first.
-    pub async fn seen_blocks(&self, chain_id: u64) -> Result<Vec<SeenBlock>> {
+    /// The newest `limit` pass ends recorded on `chain_id`, newest first.
+    pub async fn seen_blocks(&self, chain_id: u64, limit: i64) -> Result<Vec<SeenBlock>> {
         let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
             "SELECT number, hash FROM exchange_chain_blocks WHERE chain_id = $1 \
-             ORDER BY number DESC",
+             ORDER BY number DESC LIMIT $2",
         )
         .bind(to_i64(chain_id, "chain id")?)
+        .bind(limit)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()

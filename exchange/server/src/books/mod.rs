@@ -30,7 +30,7 @@ mod verified;
 
 pub use adapters::StoredAdapter;
 pub use bindings::StoredBinding;
-pub use chain::{Rewind, SeenBatch, SeenBlock, TabEvent};
+pub use chain::{KEPT_BLOCKS, Rewind, SeenBatch, SeenBlock, TabEvent};
 pub use datasets::DatasetSummary;
 pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder, NewRun};
 pub use providers::{Assignment, Completed, Provider};
