@@ -40,6 +40,7 @@ pub struct AnvilInstance {
     pub chain_id: u64,
     /// Port on 127.0.0.1.
     pub port: u16,
+    accounts: u32,
     /// Deterministic funded accounts (Anvil's test mnemonic), in order.
     pub keys: Vec<PrivateKeySigner>,
     _config_dir: ScratchDir,
@@ -80,6 +81,64 @@ fn read_keys(config: &Path) -> Result<Option<Vec<PrivateKeySigner>>> {
         .map(Some)
 }
 
+/// Starts Anvil in `dir` (its config, log and state file there) and waits until it answers;
+/// with `load`, from the state a previous run wrote on exit. Every run writes its state on a
+/// graceful exit (SIGTERM); a SIGKILL (every drop) writes nothing.
+fn launch(
+    chain_id: u64,
+    port: u16,
+    accounts: u32,
+    dir: &Path,
+    load: bool,
+) -> Result<(Supervised, Vec<PrivateKeySigner>)> {
+    let config = dir.join("anvil.json");
+    let state = dir.join("state.json");
+    if load {
+        // A fresh config file, so that readiness waits for this run's.
+        let _ = std::fs::remove_file(&config);
+    }
+    let mut command = Command::new(anvil_binary());
+    command
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(["--chain-id", &chain_id.to_string()])
+        .args(["--accounts", &accounts.to_string(), "--balance", "1000000"])
+        .arg("--config-out")
+        .arg(&config)
+        .arg("--dump-state")
+        .arg(&state);
+    if load {
+        command.arg("--load-state").arg(&state);
+    }
+    let mut process = Supervised::spawn(
+        format!("anvil (chain {chain_id}, port {port})"),
+        command,
+        Some(&dir.join("anvil.log")),
+        " (run scripts/setup-foundry.sh to install Anvil into .tools/, or set CX_ANVIL)",
+    )?;
+    let mut keys = None;
+    let mut failure = None;
+    process.wait_ready(
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || match read_keys(&config) {
+            Ok(Some(k)) => {
+                keys = Some(k);
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                failure = Some(e);
+                true
+            }
+        },
+    )?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    Ok((process, keys.unwrap_or_default()))
+}
+
 impl AnvilInstance {
     /// Starts Anvil with `chain_id` on `port` (a free one when `None`) and `accounts` funded
     /// accounts, and waits until it answers.
@@ -104,48 +163,36 @@ impl AnvilInstance {
             Some(path) => ScratchDir::kept(path)?,
             None => ScratchDir::new("cx-anvil")?,
         };
-        let config = dir.path.join("anvil.json");
-        let mut command = Command::new(anvil_binary());
-        command
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--chain-id", &chain_id.to_string()])
-            .args(["--accounts", &accounts.to_string(), "--balance", "1000000"])
-            .arg("--config-out")
-            .arg(&config);
-        let mut process = Supervised::spawn(
-            format!("anvil (chain {chain_id}, port {port})"),
-            command,
-            Some(&dir.path.join("anvil.log")),
-            " (run scripts/setup-foundry.sh to install Anvil into .tools/, or set CX_ANVIL)",
-        )?;
-        let mut keys = None;
-        let mut failure = None;
-        process.wait_ready(
-            SocketAddr::from(([127, 0, 0, 1], port)),
-            Duration::from_secs(60),
-            Duration::from_millis(50),
-            || match read_keys(&config) {
-                Ok(Some(k)) => {
-                    keys = Some(k);
-                    true
-                }
-                Ok(None) => false,
-                Err(e) => {
-                    failure = Some(e);
-                    true
-                }
-            },
-        )?;
-        if let Some(e) = failure {
-            return Err(e);
-        }
+        let (process, keys) = launch(chain_id, port, accounts, &dir.path, false)?;
         Ok(Self {
             process,
             chain_id,
             port,
-            keys: keys.unwrap_or_default(),
+            accounts,
+            keys,
             _config_dir: dir,
         })
+    }
+
+    /// Stops the node the way an operator does (SIGTERM): it writes its state (accounts,
+    /// contracts, every block and transaction) to its folder and exits. Until
+    /// [`AnvilInstance::start_again`], calls to its URL are refused.
+    pub fn shut_down(&mut self) -> Result<()> {
+        self.process.terminate(Duration::from_secs(30))
+    }
+
+    /// Starts the node again on the same port from the state [`AnvilInstance::shut_down`]
+    /// wrote: the same chain, blocks and hashes, as a restarted node that kept its database.
+    pub fn start_again(&mut self) -> Result<()> {
+        let (process, _) = launch(
+            self.chain_id,
+            self.port,
+            self.accounts,
+            &self._config_dir.path,
+            true,
+        )?;
+        self.process = process;
+        Ok(())
     }
 
     /// JSON-RPC URL.
@@ -191,6 +238,11 @@ impl AnvilInstance {
             .raw_request("anvil_reorg".into(), (depth, none))
             .await?;
         Ok(())
+    }
+
+    /// The number of the latest block.
+    pub async fn block_number(&self) -> Result<u64> {
+        Ok(read_provider(&self.rpc_url())?.get_block_number().await?)
     }
 
     /// The timestamp of the latest block.

@@ -7,6 +7,7 @@
 //! - [`deploy`]: every contract to every chain of a registry, and the devnet-only calls (test
 //!   stablecoin, gas probe); writes cx-contracts' deployments file;
 //! - [`cluster`]: a committee of `cx-signer run` processes on loopback;
+//! - [`lagging`]: a JSON-RPC front that holds a node's head back (a signer's lagging node);
 //! - [`scenario`]: a market on one chain (deployment, a funded buyer, a registered provider and
 //!   the receipts it signs) for benches and tests;
 //! - [`db`]: the database URL, the workspace's migrations and throwaway databases;
@@ -38,6 +39,7 @@ pub mod cluster;
 pub mod db;
 pub mod deploy;
 mod error;
+pub mod lagging;
 pub mod scenario;
 pub mod supervise;
 

@@ -195,6 +195,31 @@ impl Supervised {
         }
     }
 
+    /// Asks the child to stop (SIGTERM) and waits up to `timeout` for it to exit; SIGKILL after
+    /// that. For a process that saves its state on a graceful exit.
+    pub fn terminate(&mut self, timeout: Duration) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        let start = Instant::now();
+        while sent && start.elapsed() < timeout {
+            if let Ok(Some(_)) = child.try_wait() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(Error::NotReady {
+            name: format!("{} (to stop on SIGTERM)", self.name),
+            waited_s: timeout.as_secs(),
+        })
+    }
+
     /// Its log so far (empty without one).
     pub fn log(&self) -> String {
         self.log

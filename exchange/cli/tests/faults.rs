@@ -1,6 +1,6 @@
 //! Process faults against the running market, each party its own process (issue 16): the
 //! exchange SIGKILLed during intake, during dispatch and between signing a batch and posting it;
-//! PostgreSQL restarted under load. What each checks: money is conserved across the books and
+//! a provider that stops reporting while it holds jobs; PostgreSQL restarted under load. What each checks: money is conserved across the books and
 //! the chain (a tab holds exactly what its live jobs hold; claims pay exactly what settled);
 //! every job ends completed-and-paid or refunded; nothing is settled twice; every order that was
 //! acknowledged survives, none that was refused appears.
@@ -308,6 +308,134 @@ async fn the_exchange_killed_during_dispatch_loses_no_job_and_charges_none_twice
     );
     // The provider is registered with the new process (its offer re-signed after the restart).
     common::registered(&market.client, "p0").await;
+}
+
+/// A real provider that stops reporting while it holds jobs: `p1` (the cheaper bundle, so it
+/// wins every order) is SIGSTOPped inside its long poll and jobs clear onto it. Once it has
+/// been silent for `--provider-silence-s` its bundle leaves the engine and its jobs move to `p0`
+/// (their deadlines allow it), which runs them; when `p1` resumes, whatever it finishes for the
+/// moved jobs is refused, nothing is charged twice, and it re-registers and serves new orders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_stops_reporting_leaves_and_its_jobs_move_to_another() {
+    const SILENCE_S: u64 = 40;
+    let db = cx_devnet::db::TempDatabase::create().await.unwrap();
+    let market = Restartable::start_with(
+        "faults-silent",
+        &db.url,
+        1,
+        1_000_000_000_000,
+        &["--provider-silence-s", &SILENCE_S.to_string()],
+    )
+    .await;
+    let p1 = market.second_provider("p1", "100").await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    common::signal(p1.0.id(), "STOP");
+    let stopped = Instant::now();
+    let mut jobs = Vec::new();
+    for nonce in 1..=3 {
+        let body = market.intent(0, nonce, 1_000_000_000, 150);
+        let (status, _, answer) = market.post_intent(&body).await.expect("an answer");
+        assert_eq!(status, 202, "{answer}");
+        jobs.push(answer["job_id"].as_str().unwrap().parse::<B256>().unwrap());
+    }
+    for job in &jobs {
+        assert_eq!(
+            bundle_of(&market.books, *job).await,
+            "p1",
+            "the cheaper bundle won"
+        );
+    }
+
+    // Silent past the limit: p1 leaves the engine, p0 stays, the jobs move to p0 and finish.
+    let waited = Instant::now();
+    loop {
+        let bundles = market.client.providers().await.unwrap();
+        if !bundles.iter().any(|b| b.id == "p1") {
+            assert!(bundles.iter().any(|b| b.id == "p0"), "the live one stays");
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(SILENCE_S + 40),
+            "p1 never left the engine"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let left_after = stopped.elapsed();
+    assert!(
+        left_after >= Duration::from_secs(SILENCE_S - 31),
+        "left after {left_after:?}: only silence takes a provider out"
+    );
+    let ended = common::all_jobs_end(&market.books, Duration::from_secs(60)).await;
+    for job in &jobs {
+        assert_eq!(
+            job_status(&market.books, *job).await.as_deref(),
+            Some("done"),
+            "{ended:?}"
+        );
+        assert_eq!(bundle_of(&market.books, *job).await, "p0", "moved");
+    }
+
+    // p1 resumes: it runs what its poll had handed it and sends the results, which are
+    // refused (the jobs are p0's now); it registers again and is back in the engine, though
+    // the failures it just earned (λ_F·φ) now price it above p0.
+    common::signal(p1.0.id(), "CONT");
+    common::registered(&market.client, "p1").await;
+    let body = market.intent(0, 100, 1_000_000_000, 60);
+    let (status, _, answer) = market.post_intent(&body).await.expect("an answer");
+    assert_eq!(status, 202, "{answer}");
+    let fresh: B256 = answer["job_id"].as_str().unwrap().parse().unwrap();
+    common::all_jobs_end(&market.books, Duration::from_secs(45)).await;
+    assert_eq!(
+        job_status(&market.books, fresh).await.as_deref(),
+        Some("done")
+    );
+    let decision: String =
+        sqlx::query_scalar("SELECT decision::text FROM exchange_jobs WHERE id = $1")
+            .bind(fresh.as_slice())
+            .fetch_one(market.books.pool())
+            .await
+            .unwrap();
+    let decision: Value = serde_json::from_str(&decision).unwrap();
+    assert_eq!(
+        decision["feasible_total"], 2,
+        "both in the engine: {decision}"
+    );
+    // Give p1's late results time to arrive, then check nothing changed because of them.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for job in &jobs {
+        let ends: Vec<String> = sqlx::query_scalar(
+            "SELECT status FROM exchange_job_events WHERE job_id = $1 \
+             AND status IN ('done', 'expired', 'refunded', 'failed') ORDER BY seq",
+        )
+        .bind(job.as_slice())
+        .fetch_all(market.books.pool())
+        .await
+        .unwrap();
+        assert_eq!(ends, vec!["done".to_string()], "one end: {job}");
+        // One receipt a job (its key), and it is p0's.
+        let to_p0: bool = sqlx::query_scalar(
+            "SELECT r.provider_key_hash = b.provider_key_hash FROM exchange_receipts r, \
+             exchange_bundles b WHERE r.job_id = $1 AND b.id = 'p0'",
+        )
+        .bind(job.as_slice())
+        .fetch_one(market.books.pool())
+        .await
+        .unwrap();
+        assert!(to_p0, "charged once, by p0: {job}");
+    }
+    assert_eq!(
+        tabs_off_their_jobs(&market.books).await,
+        Vec::<String>::new()
+    );
+}
+
+/// The bundle job `id` is on now.
+async fn bundle_of(books: &cx_exchange_server::books::Books, id: B256) -> String {
+    sqlx::query_scalar("SELECT bundle_id FROM exchange_jobs WHERE id = $1")
+        .bind(id.as_slice())
+        .fetch_one(books.pool())
+        .await
+        .unwrap()
 }
 
 /// The exchange SIGKILLed between signing a batch and seeing it land: a real committee (three

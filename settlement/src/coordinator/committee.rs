@@ -4,7 +4,7 @@
 //! Signer-agnostic: the coordinator holds no share and prefers no signer. Any t reachable signers
 //! whose operators number at least k make a signing set (SPEC §7: a committee that is not diverse
 //! silently collapses to one operator). A signer that drops out mid-round costs a new round with
-//! fresh nonces — never a reuse of a commitment.
+//! fresh nonces — never a reuse of a commitment; one that refuses is left out of the next set.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -23,6 +23,18 @@ use crate::wire::{CommitRequest, DkgRequest, Request, Response};
 
 /// How many times a signing round is restarted when a chosen signer drops out.
 const ROUND_ATTEMPTS: usize = 3;
+
+/// The refusal of a signing that no set of the signers left would make, naming every refuser.
+fn refused(refusals: &[(u16, String)]) -> Error {
+    Error::Refused {
+        signer: refusals[0].0,
+        reason: refusals
+            .iter()
+            .map(|(i, r)| format!("signer {i}: {r}"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+    }
+}
 
 /// Sessions to the committee.
 pub struct Committee {
@@ -233,6 +245,11 @@ impl Committee {
     /// Runs both FROST rounds for `message` with any t available signers satisfying the
     /// diversity rule, aggregates and verifies. `sign_request` builds each signer's round-2
     /// request (it carries what the signer checks: the batch, or the rotation).
+    ///
+    /// A signer that refuses is left out and the round is run again with another set: one
+    /// signer whose node lags behind the chain head (or that is simply wrong) must not stop the
+    /// others from settling. Only when the signers left cannot make a set is the refusal
+    /// returned, with every refuser's reason.
     pub async fn sign(
         &self,
         message: &[u8],
@@ -240,10 +257,22 @@ impl Committee {
         sign_request: impl Fn(B256, frost::SigningPackage) -> Request + Send + Sync,
     ) -> Result<frost::Signature> {
         let mut last_gap = String::new();
-        for _ in 0..ROUND_ATTEMPTS {
-            let available = self.available().await;
+        let mut refusals: Vec<(u16, String)> = Vec::new();
+        let mut dropped_rounds = 0;
+        // Each refusal removes a member, so refused rounds end by themselves; only rounds lost
+        // to a signer dropping out are counted.
+        while dropped_rounds < ROUND_ATTEMPTS {
+            let available: Vec<Member> = self
+                .available()
+                .await
+                .into_iter()
+                .filter(|m| !refusals.iter().any(|(i, _)| *i == m.index))
+                .collect();
             let Some(chosen) = choose_signers(&available, self.threshold, self.min_operators)
             else {
+                if !refusals.is_empty() {
+                    return Err(refused(&refusals));
+                }
                 let operators: BTreeSet<&str> =
                     available.iter().map(|m| m.operator.as_str()).collect();
                 return Err(Error::WaitingForSigners {
@@ -269,23 +298,23 @@ impl Committee {
                 .collect();
             let mut commitments = BTreeMap::new();
             let mut dropped = Vec::new();
+            let refused_before = refusals.len();
             for (index, answer) in self.call_many(commits, self.limits.io_timeout).await {
                 match answer {
                     Ok(Response::Committed(c)) if c.round_id == round_id => {
                         commitments.insert(crate::dkg::identifier(index)?, c.commitments);
                     }
-                    Ok(Response::Refused { reason }) => {
-                        return Err(Error::Refused {
-                            signer: index,
-                            reason,
-                        });
-                    }
+                    Ok(Response::Refused { reason }) => refusals.push((index, reason)),
                     Ok(other) => dropped.push(format!("{index}: unexpected {other:?}")),
                     Err(e) => dropped.push(format!("{index}: {e}")),
                 }
             }
+            if refusals.len() > refused_before {
+                continue;
+            }
             if !dropped.is_empty() {
                 last_gap = dropped.join("; ");
+                dropped_rounds += 1;
                 continue;
             }
             let package = frost::SigningPackage::new(commitments, message);
@@ -294,7 +323,6 @@ impl Committee {
                 .map(|i| (*i, sign_request(round_id, package.clone())))
                 .collect();
             let mut shares = BTreeMap::new();
-            let mut refusals = Vec::new();
             for (index, answer) in self.call_many(signs, Duration::from_secs(30)).await {
                 match answer {
                     Ok(Response::Share(s)) if s.round_id == round_id => {
@@ -305,19 +333,14 @@ impl Committee {
                     Err(e) => dropped.push(format!("{index}: {e}")),
                 }
             }
-            if let Some((signer, _)) = refusals.first() {
-                let reason = refusals
-                    .iter()
-                    .map(|(i, r)| format!("signer {i}: {r}"))
-                    .collect::<Vec<_>>()
-                    .join(" | ");
-                return Err(Error::Refused {
-                    signer: *signer,
-                    reason,
-                });
+            // The shares given for this round are spent with its nonces (each signer removed
+            // them when it answered); a new round draws fresh ones, so nothing is reused.
+            if refusals.len() > refused_before {
+                continue;
             }
             if !dropped.is_empty() {
                 last_gap = dropped.join("; ");
+                dropped_rounds += 1;
                 continue;
             }
             // aggregate() checks every share against its verifying share (naming a cheater) and
@@ -326,6 +349,9 @@ impl Committee {
             public.verifying_key().verify(message, &signature)?;
             *self.last_signers.lock().unwrap_or_else(|p| p.into_inner()) = chosen.clone();
             return Ok(signature);
+        }
+        if !refusals.is_empty() {
+            last_gap = format!("{last_gap}; {}", refused(&refusals));
         }
         Err(Error::SignersDropping { last_gap })
     }

@@ -323,6 +323,198 @@ async fn one_chain_hung_holds_back_only_its_own_receipts_which_settle_once_it_an
     assert!(coordinator.store().unfinished().await.unwrap().is_empty());
 }
 
+/// The steps the coordinator recorded for batch `id`, as "step: detail".
+async fn steps(
+    coordinator: &Coordinator<PgStore, EvmChain, cx_settlement::coordinator::Committee>,
+    id: i64,
+) -> Vec<String> {
+    coordinator
+        .store()
+        .steps(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, step, detail)| format!("{step}: {detail}"))
+        .collect()
+}
+
+/// Points signer `index` at its own deployments file (its own RPC URLs) and restarts it.
+fn give_own_nodes(cluster: &mut Cluster, index: u16, chains: &[ChainDeployment]) {
+    let own = cluster.dir().join(format!("deployments-{index}.json"));
+    write_deployments(&own, chains);
+    let path = Cluster::config_path(cluster.dir(), index);
+    let mut config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    config["deployments_file"] = serde_json::json!(own);
+    std::fs::write(&path, config.to_string()).unwrap();
+    cluster.restart(index).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signer_whose_node_lags_is_left_out_and_signs_again_once_it_catches_up() {
+    let mut cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 2)).unwrap();
+    let TwoChains {
+        chains,
+        db: _db,
+        coordinator,
+        ..
+    } = two_chains(&cluster, 2, 2).await;
+    // Signer 1 (the one a signing set is chosen from first) reads chain 31337 through a node
+    // held at the current head: it sees none of the tabs opened from here on.
+    let front = cx_devnet::lagging::LaggingRpc::start(&chains[0].anvil.rpc_url())
+        .await
+        .unwrap();
+    let mut lagged = chains[0].entry();
+    lagged.chain.rpc_url = front.url().to_string();
+    give_own_nodes(&mut cluster, 1, &[lagged, chains[1].entry()]);
+    let head = chains[0].anvil.block_number().await.unwrap();
+    front.hold_at(Some(head));
+
+    // It refuses (the escrows are not open on its chain); the other two sign and it lands.
+    let receipts = open_and_receipt(&cluster.exchange, &chains[0], 2, 300).await;
+    coordinator.submit(&receipts).await.unwrap();
+    let first = coordinator.run_once().await.unwrap().expect("a batch");
+    assert_eq!(nonce(&chains[0]).await, 1);
+    let signed = steps(&coordinator, first).await;
+    assert!(
+        signed
+            .iter()
+            .any(|s| s.starts_with("signed:") && s.ends_with("signers [2, 3]")),
+        "{signed:?}"
+    );
+
+    // Caught up, with signer 3 gone: it must sign, on balances it never saw (it signed no
+    // batch at nonce 1), so it is sent the full list and the batch lands once.
+    front.hold_at(None);
+    cluster.kill(3);
+    let receipts = open_and_receipt(&cluster.exchange, &chains[0], 1, 400).await;
+    coordinator.submit(&receipts).await.unwrap();
+    let second = coordinator.run_once().await.unwrap().expect("a batch");
+    let signed = steps(&coordinator, second).await;
+    assert!(
+        signed
+            .iter()
+            .any(|s| s.contains("the full balances list") && s.ends_with("signers [1, 2]")),
+        "{signed:?}"
+    );
+    assert_eq!(coordinator.run_once().await.unwrap(), None);
+    assert_eq!(nonce(&chains[0]).await, 2);
+    assert_eq!(events(&chains[0]).await, 2, "each batch once");
+
+    // Lagging again, now behind the last batch: it sees nonce 1 and refuses batch 3; with
+    // only signers 1 and 2 up no set is left, so the batch waits, refused, nothing sent.
+    front.hold_at(Some(head));
+    let receipts = open_and_receipt(&cluster.exchange, &chains[0], 1, 100).await;
+    coordinator.submit(&receipts).await.unwrap();
+    let err = coordinator.run_once().await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { reason, .. } if reason.contains("signer 1: ")),
+        "{err}"
+    );
+    assert_eq!(nonce(&chains[0]).await, 2);
+    // Signer 3 returns: 2 and 3 sign the waiting batch, once.
+    cluster.restart(3).unwrap();
+    assert_eq!(coordinator.run_once().await.unwrap(), None);
+    assert_eq!(nonce(&chains[0]).await, 3);
+    assert_eq!(events(&chains[0]).await, 3);
+    assert!(coordinator.store().unfinished().await.unwrap().is_empty());
+
+    // Money is what the receipts say: the provider claims 300·2 + 400 + 100 less nothing
+    // (the cluster's fee is 0), the buyer the rest of its four tabs of 1,000.
+    let provider = chains[0].provider.account();
+    let (amount, proof) = coordinator.claim_proof(31337, provider).await.unwrap();
+    assert_eq!(amount, U256::from(1_100));
+    let before = chains[0].operator.asset_balance(provider).await.unwrap();
+    chains[0].provider.claim(amount, proof).await.unwrap();
+    assert_eq!(
+        chains[0].operator.asset_balance(provider).await.unwrap() - before,
+        amount
+    );
+    let (refund, _) = coordinator
+        .claim_proof(31337, chains[0].buyer.account())
+        .await
+        .unwrap();
+    assert_eq!(refund, U256::from(2_900));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_down_then_restarted_with_its_state_settles_once_and_its_watcher_sees_no_reorg() {
+    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 2)).unwrap();
+    let TwoChains {
+        mut chains,
+        db: _db,
+        coordinator,
+        ..
+    } = two_chains(&cluster, 2, 2).await;
+    let books_db = TempDatabase::create().await.unwrap();
+    let books = cx_exchange_server::books::Books::open(&books_db.url)
+        .await
+        .unwrap();
+    let watcher =
+        cx_exchange_server::chain::Watcher::new(books.clone(), chains[1].entry(), 0).unwrap();
+
+    let mut receipts = open_and_receipt(&cluster.exchange, &chains[0], 2, 300).await;
+    receipts.extend(open_and_receipt(&cluster.exchange, &chains[1], 2, 200).await);
+    coordinator.submit(&receipts).await.unwrap();
+    watcher.poll_once().await.unwrap();
+    assert_eq!(
+        crate::watcher::tabs_in_books(&books).await,
+        crate::watcher::tabs_on_chain(&chains[1]).await
+    );
+
+    // 31338's node is shut down (it writes its state and exits): 31337 settles on its own; the
+    // watcher's pass is an error, and the books keep what they had.
+    chains[1].anvil.shut_down().unwrap();
+    let first = coordinator
+        .run_once()
+        .await
+        .unwrap()
+        .expect("a batch for 31337");
+    assert_eq!(nonce(&chains[0]).await, 1);
+    let parts = coordinator.store().parts(first).await.unwrap();
+    assert_eq!(parts.len(), 1, "31338 is not in it");
+    assert!(watcher.poll_once().await.is_err());
+    assert_eq!(crate::watcher::tabs_in_books(&books).await.len(), 2);
+
+    // Back with its state on the same port: the same blocks and hashes, so the watcher reads
+    // on with no reorg; the waiting receipts settle in the next batch, once.
+    chains[1].anvil.start_again().unwrap();
+    watcher.poll_once().await.unwrap();
+    coordinator
+        .run_once()
+        .await
+        .unwrap()
+        .expect("a batch for 31338");
+    assert_eq!(coordinator.run_once().await.unwrap(), None);
+    assert_eq!((nonce(&chains[1]).await, events(&chains[1]).await), (1, 1));
+
+    // Restarted once more after the batch: the chain still holds it, and claims pay out what
+    // the receipts say.
+    chains[1].anvil.shut_down().unwrap();
+    chains[1].anvil.start_again().unwrap();
+    watcher.poll_once().await.unwrap();
+    assert_eq!((nonce(&chains[1]).await, events(&chains[1]).await), (1, 1));
+    assert_eq!((nonce(&chains[0]).await, events(&chains[0]).await), (1, 1));
+    let reorgs: i64 = sqlx::query_scalar("SELECT count(*) FROM exchange_chain_reorgs")
+        .fetch_one(books.pool())
+        .await
+        .unwrap();
+    assert_eq!(reorgs, 0, "a restart that kept its state is no reorg");
+    assert_eq!(
+        crate::watcher::tabs_in_books(&books).await,
+        crate::watcher::tabs_on_chain(&chains[1]).await
+    );
+    let provider = chains[1].provider.account();
+    let (amount, proof) = coordinator.claim_proof(31338, provider).await.unwrap();
+    assert_eq!(amount, U256::from(400));
+    let before = chains[1].operator.asset_balance(provider).await.unwrap();
+    chains[1].provider.claim(amount, proof).await.unwrap();
+    assert_eq!(
+        chains[1].operator.asset_balance(provider).await.unwrap() - before,
+        amount
+    );
+}
+
 fn sign_request(
     batch: &ChainBatch,
 ) -> impl Fn(alloy::primitives::B256, frost::SigningPackage) -> Request {
@@ -1091,7 +1283,8 @@ async fn sign_requests_carry_balance_changes_and_signers_keep_their_own_balances
     // Signer 3 steps in without the latest list: it gets the full one, once.
     cluster.kill(1);
     how.push(settle(&coordinator).await);
-    // Signer 1 is back, behind by one batch: a full list again, then changes only.
+    // Signer 1 is back, behind by one batch: it refuses the changes (it does not hold the
+    // list they build on) and is left out; 2 and 3, which hold it, sign changes only.
     cluster.restart(1).unwrap();
     how.push(settle(&coordinator).await);
     how.push(settle(&coordinator).await);
@@ -1099,13 +1292,18 @@ async fn sign_requests_carry_balance_changes_and_signers_keep_their_own_balances
     cluster.restart(1).unwrap();
     cluster.restart(2).unwrap();
     how.push(settle(&coordinator).await);
-    assert_eq!(how, [true, true, false, false, true, true]);
-    assert_eq!(nonce(&chain).await, 6);
+    assert_eq!(how, [true, true, false, true, true, true]);
+    // Only when it is needed (3 down) is signer 1 sent the full list, once.
+    cluster.kill(3);
+    how.push(settle(&coordinator).await);
+    how.push(settle(&coordinator).await);
+    assert_eq!(how[6..], [false, true]);
+    assert_eq!(nonce(&chain).await, 8);
     let (amount, _) = coordinator
         .claim_proof(31337, chain.provider.account())
         .await
         .unwrap();
-    assert_eq!(amount, U256::from(1_200));
+    assert_eq!(amount, U256::from(1_600));
 }
 
 /// What broke: the committee had no slash request at all, so the registry's slashing could never

@@ -65,7 +65,7 @@ async fn tabs_opened_and_reclaimed_on_chain_reach_the_books_once() {
 }
 
 /// Every tab the chain itself holds now, as (escrow id, amount), from its `JobOpened` logs.
-async fn tabs_on_chain(chain: &cx_devnet::scenario::ScenarioChain) -> Vec<(u64, u128)> {
+pub(crate) async fn tabs_on_chain(chain: &cx_devnet::scenario::ScenarioChain) -> Vec<(u64, u128)> {
     use alloy::providers::{Provider, ProviderBuilder};
     let provider = ProviderBuilder::new()
         .connect_http(chain.anvil.rpc_url().parse().unwrap())
@@ -84,7 +84,8 @@ async fn tabs_on_chain(chain: &cx_devnet::scenario::ScenarioChain) -> Vec<(u64, 
     tabs
 }
 
-async fn tabs_in_books(books: &Books) -> Vec<(u64, u128)> {
+/// Every tab the books hold, as (escrow id, amount).
+pub(crate) async fn tabs_in_books(books: &Books) -> Vec<(u64, u128)> {
     let rows: Vec<(i64, String)> =
         sqlx::query_as("SELECT escrow_id, amount_wei::text FROM exchange_tabs ORDER BY escrow_id")
             .fetch_all(books.pool())

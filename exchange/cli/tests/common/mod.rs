@@ -1095,6 +1095,8 @@ pub struct Restartable {
     pub domain: cx_protocol::order::Eip712Domain,
     pub chain: Chain,
     pub dir: TempDir,
+    /// `cx serve` arguments beyond the defaults, kept for restarts.
+    serve_args: Vec<String>,
 }
 
 /// An agent whose orders the test signs itself (to send many at once, and again).
@@ -1105,12 +1107,31 @@ pub struct SigningAgent {
 
 impl Restartable {
     pub async fn start(tag: &str, database_url: &str, agents: usize, tab_wei: u128) -> Self {
+        Self::start_with(tag, database_url, agents, tab_wei, &[]).await
+    }
+
+    /// [`Restartable::start`] with `serve_args` added to `cx serve`'s.
+    pub async fn start_with(
+        tag: &str,
+        database_url: &str,
+        agents: usize,
+        tab_wei: u128,
+        serve_args: &[&str],
+    ) -> Self {
         let bin = provider_bin();
         let dir = TempDir::new(tag);
-        // Keys: 0 deploys, 1 the provider, 2.. the agents.
-        let chain = deploy_chain(&dir.0, 2 + agents as u32, group_key(), 1_200).await;
+        let serve_args = strings(serve_args);
+        // Keys: 0 deploys, 1 the provider, 2.. the agents, the last one a second provider.
+        let chain = deploy_chain(&dir.0, 3 + agents as u32, group_key(), 1_200).await;
         let listen = format!("127.0.0.1:{}", cx_devnet::free_port().unwrap());
-        let exchange = Self::serve(&listen, &dir.0, &chain.deployments, database_url).await;
+        let exchange = Self::serve(
+            &listen,
+            &dir.0,
+            &chain.deployments,
+            database_url,
+            &serve_args,
+        )
+        .await;
         let client = cx_client::Client::new(&exchange.url, Some(&exchange.ca))
             .unwrap()
             .with_timeout(Duration::from_secs(30));
@@ -1153,27 +1174,49 @@ impl Restartable {
             domain,
             chain,
             dir,
+            serve_args,
         }
     }
 
-    async fn serve(listen: &str, dir: &Path, deployments: &Path, database_url: &str) -> Exchange {
+    async fn serve(
+        listen: &str,
+        dir: &Path,
+        deployments: &Path,
+        database_url: &str,
+        extra: &[String],
+    ) -> Exchange {
         let identity = dir.join("exchange.key");
-        start_exchange_on(
-            listen,
-            dir,
-            deployments,
-            database_url,
-            // No rate limits: the tests send bursts on purpose.
-            &[
-                "--identity",
-                path(&identity),
-                "--rate-per-account",
-                "0",
-                "--rate-per-ip",
-                "0",
-            ],
-        )
-        .await
+        // No rate limits: the tests send bursts on purpose.
+        let mut args = vec![
+            "--identity",
+            path(&identity),
+            "--rate-per-account",
+            "0",
+            "--rate-per-ip",
+            "0",
+        ];
+        args.extend(extra.iter().map(String::as_str));
+        start_exchange_on(listen, dir, deployments, database_url, &args).await
+    }
+
+    /// A second provider, `name`, on the same model with its own key (the chain's last) and
+    /// `ask_wei_per_s`; it is registered when this returns.
+    pub async fn second_provider(&self, name: &str, ask_wei_per_s: &str) -> Killed {
+        let bin = provider_bin();
+        let key = self.chain.anvil.keys.last().expect("funded keys");
+        let provider = start_provider(
+            &bin,
+            &self.dir.0,
+            name,
+            &self.dir.0.join("model"),
+            &self.exchange,
+            &self.chain.deployments,
+            key,
+            ask_wei_per_s,
+            &[],
+        );
+        registered(&self.client, name).await;
+        provider
     }
 
     /// SIGKILLs `cx serve`.
@@ -1189,6 +1232,7 @@ impl Restartable {
             &self.dir.0,
             &self.chain.deployments,
             &self.database_url,
+            &self.serve_args,
         )
         .await;
     }
