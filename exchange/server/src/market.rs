@@ -33,11 +33,11 @@ pub struct MarketQuote {
     /// What the exchange pays a provider, wei per compute-second (the open quote: no deadline
     /// pressure).
     #[serde(with = "cx_protocol::price::rate_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,19}$")]
     pub bid_wei_per_s: u64,
     /// What a buyer pays, wei per compute-second; a bundle asking more is not eligible.
     #[serde(with = "cx_protocol::price::rate_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,19}$")]
     pub ask_wei_per_s: u64,
     /// The regime the quote was made in: `calm`, `busy` or `surge`.
     #[schema(value_type = String)]
@@ -49,7 +49,7 @@ pub struct MarketQuote {
     /// The reference the market opened at: the median ask of the live bundles, wei per
     /// compute-second.
     #[serde(with = "cx_protocol::price::rate_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,19}$")]
     pub reference_wei_per_s: u64,
 }
 

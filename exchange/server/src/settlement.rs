@@ -108,7 +108,7 @@ pub struct Claim {
     /// The chain.
     pub chain_id: u64,
     /// The account credited.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub account: Address,
     /// Everything ever credited to it on this chain, wei (`Escrow.claim` pays the difference
     /// to what it already withdrew).

@@ -60,7 +60,7 @@ const QUORUM: usize = 2;
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct PlacedRun {
     /// The run's job id (derived from the job's).
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub job_id: B256,
     /// Which run (1..=2).
     pub run: u8,
@@ -68,7 +68,7 @@ pub struct PlacedRun {
     pub bundle_id: String,
     /// What it holds on the tab, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub held_wei: u128,
     #[serde(skip)]
     decision: serde_json::Value,

@@ -108,16 +108,16 @@ pub struct Intent {
     pub want: String,
     /// Content id of the buyer's adapter, if any (signed as the zero word when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$"))]
     pub adapter_id: Option<B256>,
     /// SHA-256 of the request body the job runs on.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
     pub request_hash: B256,
     /// When the result must be ready, unix seconds.
     pub deadline_s: u64,
     /// The most the buyer pays for the job, in wei (a decimal string in JSON).
     #[serde(with = "wei_string")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
     pub max_price_wei: u128,
     /// The lowest verification tier accepted.
     pub min_tier: Tier,
@@ -213,7 +213,7 @@ pub struct Reserve {
     pub compute_ms: u64,
     /// The most the buyer pays per compute-second, wei (a decimal string in JSON).
     #[serde(with = "rate_string")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,19}$"))]
     pub max_price_wei_per_s: u64,
     /// The tab that pays.
     pub tab_id: u64,
@@ -337,13 +337,13 @@ pub struct Rent {
     /// What kind of state is pinned.
     pub target_kind: RentTarget,
     /// Its content id (adapter, base) or hash (prefix).
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
     pub target: B256,
     /// The term, seconds.
     pub term_s: u64,
     /// The most the buyer pays for the whole term, wei (a decimal string in JSON).
     #[serde(with = "wei_string")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
     pub max_rent_wei: u128,
     /// ε: the miss probability the buyer tolerates, parts per million (below 10⁶).
     pub epsilon_ppm: u32,
@@ -418,16 +418,16 @@ impl Order for Rent {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Search {
     /// The bytes every candidate is prefixed with (0x-hex in JSON).
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x([0-9a-fA-F]{2})*$"))]
     pub prefix: Bytes,
     /// The target, 256-bit big-endian; above zero.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
     pub target: B256,
     /// When a witness must be found, unix seconds (refunded if none by then).
     pub deadline_s: u64,
     /// The most the buyer pays, wei (a decimal string in JSON).
     #[serde(with = "wei_string")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
     pub max_price_wei: u128,
     /// The tab that pays.
     pub tab_id: u64,
@@ -586,7 +586,7 @@ pub struct SessionGrant {
     pub tab_id: u64,
     /// The most all its calls together may spend, wei (a decimal string in JSON).
     #[serde(with = "wei_string")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
     pub spend_cap_wei: u128,
     /// After this (unix seconds) the bearer token is refused.
     pub expiry_s: u64,
@@ -598,10 +598,10 @@ pub struct SessionGrant {
     pub default_determinism: DeterminismClass,
     /// A call's price limit unless it says otherwise, wei (a decimal string in JSON).
     #[serde(with = "wei_string")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
     pub default_max_price_wei: u128,
     /// SHA-256 of the bearer secret (the secret itself is never signed or stored).
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
     pub bearer_hash: B256,
     /// Per-account replay guard.
     pub nonce: u64,

@@ -34,23 +34,23 @@ pub const ORDER_CONTEXT: &[u8] = b"cx-order-v1";
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Signed<T> {
     /// The account that claims to have signed (checked: the signature must recover it).
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
     pub account: Address,
     /// EIP-155 id of the chain whose domain the order is signed under (the tab's chain).
     pub chain_id: u64,
     /// The Settlement contract named as the domain's verifying contract.
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
     pub verifying_contract: Address,
     /// The order itself.
     pub order: T,
     /// 65-byte secp256k1 signature `r ‖ s ‖ v` over the EIP-712 signing hash (0x-hex; empty or
     /// absent when missing).
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x([0-9a-fA-F]{2})*$"))]
     pub signature: Bytes,
     /// ML-DSA-65 signature over the same digest, context [`ORDER_CONTEXT`] (0x-hex).
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x([0-9a-fA-F]{2})*$"))]
     pub mldsa_signature: Bytes,
 }
 

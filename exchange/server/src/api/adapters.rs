@@ -123,7 +123,7 @@ pub(super) async fn put(
     ))
 }
 
-#[utoipa::path(get, path = "/v1/adapters/{id}", tag = "adapters", params(("id" = String, Path, description = "content id, 64 hex digits")), responses((status = 200, body = AdapterFiles), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/adapters/{id}", tag = "adapters", params(("id" = String, Path, description = "content id, 64 hex digits (0x optional)", pattern = "^(0x)?[0-9a-fA-F]{64}$")), responses((status = 200, body = AdapterFiles), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,

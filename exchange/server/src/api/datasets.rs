@@ -80,7 +80,7 @@ pub(super) async fn put(
     ))
 }
 
-#[utoipa::path(get, path = "/v1/datasets/{id}", operation_id = "get_dataset", tag = "datasets", params(("id" = String, Path, description = "content id, 64 hex digits")), security(("provider_token" = [])), responses((status = 200, description = "the dataset file, as stored", content_type = "application/json", body = Object), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/datasets/{id}", operation_id = "get_dataset", tag = "datasets", params(("id" = String, Path, description = "content id, 64 lowercase hex digits", pattern = "^[0-9a-f]{64}$")), security(("provider_token" = [])), responses((status = 200, description = "the dataset file, as stored", content_type = "application/json", body = Object), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,

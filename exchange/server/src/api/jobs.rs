@@ -18,7 +18,7 @@ fn job_id(id: &str) -> Result<B256, ApiError> {
         .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))
 }
 
-#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "job id, 0x-hex")), responses((status = 200, body = crate::books::JobRecord), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "job id, 0x-hex", pattern = "^0x[0-9a-fA-F]{64}$")), responses((status = 200, body = crate::books::JobRecord), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn job(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -41,7 +41,7 @@ pub(super) struct ListQuery {
     limit: Option<u32>,
 }
 
-#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(("account" = String, Query, description = "whose jobs"), ("status" = Option<String>, Query), ("limit" = Option<u32>, Query, description = "1..=500, default 100")), responses((status = 200, body = Vec<crate::books::JobRecord>), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(("account" = String, Query, description = "whose jobs: a 0x-hex EVM address", pattern = "^0x[0-9a-fA-F]{40}$"), ("status" = Option<String>, Query, description = "only jobs in this state", pattern = "^[a-z_]{1,32}$"), ("limit" = Option<u32>, Query, description = "1..=500, default 100", minimum = 1, maximum = 500)), responses((status = 200, body = Vec<crate::books::JobRecord>), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn list_jobs(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
@@ -101,7 +101,7 @@ const EVENTS_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 /// `GET /v1/jobs/{id}/events`: the job's state transitions as server-sent events (`event:` the
 /// state, `data:` the event's JSON), those already past first, then each as it happens; the
 /// stream ends after a state the job never leaves.
-#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path)), responses((status = 200, description = "server-sent events: `event:` the state, `data:` its JSON; ends at a final state", content_type = "text/event-stream"), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "job id, 0x-hex", pattern = "^0x[0-9a-fA-F]{64}$")), responses((status = 200, description = "server-sent events: `event:` the state, `data:` its JSON; ends at a final state", content_type = "text/event-stream"), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,

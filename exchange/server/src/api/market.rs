@@ -42,7 +42,7 @@ pub(super) struct Eip712Query {
 }
 
 /// Exactly what `eth_signTypedData_v4` takes, less the message: `{types, primaryType, domain}`.
-#[utoipa::path(get, path = "/v1/eip712/{kind}", tag = "market", params(("kind" = String, Path, description = "intent, reserve, rent, search, tab_terms, session_grant or pq_binding"), ("chain_id" = u64, Query)), responses((status = 200, description = "`{types, primaryType, domain}` for eth_signTypedData_v4", body = Object), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/eip712/{kind}", tag = "market", params(("kind" = String, Path, description = "intent, reserve, rent, search, tab_terms, session_grant or pq_binding", pattern = "^(intent|reserve|rent|search|tab_terms|session_grant|pq_binding)$"), ("chain_id" = u64, Query)), responses((status = 200, description = "`{types, primaryType, domain}` for eth_signTypedData_v4", body = Object), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn eip712(
     State(state): State<AppState>,
     Path(kind): Path<String>,

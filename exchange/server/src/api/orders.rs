@@ -100,7 +100,7 @@ pub(super) async fn submit_search(
 }
 
 /// `GET /v1/orders/{id}`: a standing order and its state.
-#[utoipa::path(get, path = "/v1/orders/{id}", tag = "orders", params(("id" = String, Path, description = "the order's EIP-712 digest")), responses((status = 200, body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/orders/{id}", tag = "orders", params(("id" = String, Path, description = "the order's EIP-712 digest, 0x-hex", pattern = "^0x[0-9a-fA-F]{64}$")), responses((status = 200, body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn standing_order(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -98,7 +98,7 @@ pub(super) async fn pull(
     Ok(AppJson(Pulled { jobs }))
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/result", tag = "providers", params(("id" = String, Path)), request_body = crate::dispatch::ResultSubmission, security(("provider_token" = [])), responses((status = 200, body = crate::books::Completed), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/result", tag = "providers", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), request_body = crate::dispatch::ResultSubmission, security(("provider_token" = [])), responses((status = 200, body = crate::books::Completed), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn result(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -139,7 +139,7 @@ pub(super) struct Released {
     moved_to: Option<String>,
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/release", tag = "providers", params(("id" = String, Path)), request_body = ReleaseBody, security(("provider_token" = [])), responses((status = 200, description = "re-cleared onto another bundle, or refunded", body = Released), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/release", tag = "providers", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), request_body = ReleaseBody, security(("provider_token" = [])), responses((status = 200, description = "re-cleared onto another bundle, or refunded", body = Released), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn release(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -174,7 +174,7 @@ pub(super) struct ProgressBody {
     text: String,
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/progress", tag = "providers", params(("id" = String, Path)), request_body = ProgressBody, security(("provider_token" = [])), responses((status = 200, description = "relayed to the buyer's stream, if one is open", body = Relayed), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/progress", tag = "providers", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), request_body = ProgressBody, security(("provider_token" = [])), responses((status = 200, description = "relayed to the buyer's stream, if one is open", body = Relayed), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody)))]
 pub(super) async fn progress(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -232,7 +232,7 @@ pub(super) struct Witness {
     receipt: cx_protocol::receipt::SignedReceipt,
 }
 
-#[utoipa::path(post, path = "/v1/searches/{id}/witness", tag = "providers", params(("id" = String, Path)), request_body = Witness, security(("provider_token" = [])), responses((status = 200, description = "the search is filled: the first valid witness won", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/searches/{id}/witness", tag = "providers", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), request_body = Witness, security(("provider_token" = [])), responses((status = 200, description = "the search is filled: the first valid witness won", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn witness(
     State(state): State<AppState>,
     Bearer(token): Bearer,
@@ -314,7 +314,7 @@ async fn shown(
     Ok(AppJson(order))
 }
 
-#[utoipa::path(post, path = "/v1/reserves/{id}/bids", tag = "providers", params(("id" = String, Path)), request_body = BidBody, security(("provider_token" = [])), responses((status = 200, description = "the bid is taken (it replaces this provider's earlier one); the reserve with its bids", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/reserves/{id}/bids", tag = "providers", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), request_body = BidBody, security(("provider_token" = [])), responses((status = 200, description = "the bid is taken (it replaces this provider's earlier one); the reserve with its bids", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn bid(
     State(state): State<AppState>,
     Bearer(token): Bearer,
@@ -340,7 +340,7 @@ pub(super) struct TakeOrPay {
     receipt: cx_protocol::receipt::SignedReceipt,
 }
 
-#[utoipa::path(post, path = "/v1/reserves/{id}/take_or_pay", tag = "providers", params(("id" = String, Path)), request_body = TakeOrPay, security(("provider_token" = [])), responses((status = 200, description = "the reserve is filled: its take-or-pay is a job of its tab", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/reserves/{id}/take_or_pay", tag = "providers", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), request_body = TakeOrPay, security(("provider_token" = [])), responses((status = 200, description = "the reserve is filled: its take-or-pay is a job of its tab", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn take_or_pay(
     State(state): State<AppState>,
     Bearer(token): Bearer,
@@ -389,7 +389,7 @@ pub(super) struct RentClaim {
     receipt: cx_protocol::receipt::SignedReceipt,
 }
 
-#[utoipa::path(post, path = "/v1/rents/{id}/claim", tag = "providers", params(("id" = String, Path)), request_body = RentClaim, security(("provider_token" = [])), responses((status = 200, description = "the rent is filled: its term is a job of its tab", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/rents/{id}/claim", tag = "providers", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), request_body = RentClaim, security(("provider_token" = [])), responses((status = 200, description = "the rent is filled: its term is a job of its tab", body = crate::books::StandingOrder), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn claim_rent(
     State(state): State<AppState>,
     Bearer(token): Bearer,

@@ -42,7 +42,7 @@ pub(super) struct SessionView {
     left_wei: u128,
 }
 
-#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)), security(("session_key" = [])), responses((status = 200, body = SessionView), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), security(("session_key" = [])), responses((status = 200, body = SessionView), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -64,7 +64,7 @@ pub(super) struct Revoked {
     revoked: bool,
 }
 
-#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path)), security(("session_key" = [])), responses((status = 200, body = Revoked), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(delete, path = "/v1/sessions/{id}", tag = "sessions", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), security(("session_key" = [])), responses((status = 200, body = Revoked), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn revoke(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -128,7 +128,7 @@ pub(super) struct Cancelled {
 /// `DELETE /v1/jobs/{id}` with the session key whose call made the job: cancels it while no
 /// provider has taken it (its hold returns; nothing is charged). A running or ended job is a
 /// 409; another session's job is a 404, as if it did not exist.
-#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "sessions", params(("id" = String, Path)), security(("session_key" = [])), responses((status = 200, body = Cancelled), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "sessions", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), security(("session_key" = [])), responses((status = 200, body = Cancelled), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody)))]
 pub(super) async fn cancel_job(
     State(state): State<AppState>,
     Path(id): Path<String>,

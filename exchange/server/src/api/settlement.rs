@@ -48,7 +48,7 @@ pub(super) struct ClaimPath {
     account: String,
 }
 
-#[utoipa::path(get, path = "/v1/claims/{chain_id}/{account}", tag = "settlement", params(("chain_id" = u64, Path), ("account" = String, Path, description = "0x-hex EVM address")), responses((status = 200, body = Claim), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/claims/{chain_id}/{account}", tag = "settlement", params(("chain_id" = u64, Path), ("account" = String, Path, description = "0x-hex EVM address", pattern = "^0x[0-9a-fA-F]{40}$")), responses((status = 200, body = Claim), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn claim(
     State(state): State<AppState>,
     AppPath(ClaimPath { chain_id, account }): AppPath<ClaimPath>,

@@ -72,10 +72,10 @@ pub struct NewRun {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct JobRecord {
     /// The job id (hex).
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub id: B256,
     /// The account that ordered it.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub account: Address,
     /// The tab's chain.
     pub chain_id: u64,
@@ -89,7 +89,7 @@ pub struct JobRecord {
     pub bundle_id: Option<String>,
     /// What it holds on its tab, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub held_wei: u128,
     /// The clearing decision.
     #[schema(value_type = Object)]
@@ -99,7 +99,7 @@ pub struct JobRecord {
     /// The adapter it runs with (content id), if any.
     pub adapter: Option<String>,
     /// The session whose call made it, if one did (its order is that session's grant).
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub session_id: Option<B256>,
     /// What the provider returned, once it has.
     #[schema(value_type = Option<Object>)]

@@ -25,12 +25,12 @@ pub struct Provider {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Assignment {
     /// The job id (the receipt's `job_id`).
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub job_id: B256,
     /// The bundle it was cleared onto.
     pub bundle_id: String,
     /// The buyer (the receipt's `buyer`).
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub buyer: Address,
     /// The tab's chain (the receipt's `chain_id`).
     pub chain_id: u64,
@@ -45,7 +45,7 @@ pub struct Assignment {
     pub request: serde_json::Value,
     /// The most the receipt may claim, wei (what the job holds on the tab).
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub price_wei: u128,
     /// When the result must be in, unix seconds.
     pub deadline_s: u64,
@@ -63,11 +63,11 @@ pub struct Assignment {
 pub struct Completed {
     /// What the job is charged, wei (the receipt's amount).
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub charged_wei: u128,
     /// What went back to the tab (and the session's cap), wei.
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub released_wei: u128,
     /// `done`, or `verifying` when the job is verified by replication (T1, T3) and is paid only
     /// once the majority of its runs agrees with it.

@@ -13,13 +13,13 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct RentFill {
     /// The provider holding the adapter.
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub provider_key_hash: Option<B256>,
     /// The bundle that keeps it resident.
     pub bundle_id: Option<String>,
     /// ρ: the committed price, wei per gigabyte-hour of the adapter's bytes.
     #[serde(with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
     pub rho_wei_per_gb_hour: Option<u128>,
     /// |a|: the adapter's bytes.
     pub size_bytes: Option<u64>,
@@ -35,15 +35,15 @@ pub struct RentFill {
     pub sla_met: bool,
     /// ρ·|a|·term: the whole term's rent, wei.
     #[serde(with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
     pub rent_wei: Option<u128>,
     /// What a missed SLA rebates of it at the observations so far, wei.
     #[serde(with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
     pub rebate_wei: Option<u128>,
     /// What the provider was charged to the tab, wei, once it claimed the term.
     #[serde(with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
     pub charged_wei: Option<u128>,
     /// The rent job's state: `done` once claimed, `settled` once its batch landed.
     pub settlement: Option<String>,

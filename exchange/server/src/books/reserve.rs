@@ -13,7 +13,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct StoredBid {
     /// The bidding provider's key hash.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub provider_key_hash: B256,
     /// Its bundle.
     pub bundle_id: String,
@@ -33,7 +33,7 @@ pub struct ReserveFill {
     /// Every bid, lowest rate first.
     pub bids: Vec<StoredBid>,
     /// The provider it is committed to, once awarded.
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub provider_key_hash: Option<B256>,
     /// The committed bundle.
     pub bundle_id: Option<String>,
@@ -45,7 +45,7 @@ pub struct ReserveFill {
     pub draws: u64,
     /// What the take-or-pay charged the tab, wei, once the provider claimed it.
     #[serde(with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
     pub charged_wei: Option<u128>,
     /// The take-or-pay job's state: `done` once claimed, `settled` once its batch landed.
     pub settlement: Option<String>,

@@ -12,10 +12,10 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Session {
     /// The grant's EIP-712 digest (the session's id).
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub id: B256,
     /// The account that signed the grant.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub account: Address,
     /// The chain of its tab (and of the grant's domain).
     pub chain_id: u64,
@@ -23,7 +23,7 @@ pub struct Session {
     pub grant: SessionGrant,
     /// What its calls hold or were charged, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub spent_wei: u128,
     /// Whether the bearer revoked it.
     pub revoked: bool,

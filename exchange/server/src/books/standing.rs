@@ -11,12 +11,12 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct StandingOrder {
     /// The order's EIP-712 digest (its id).
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub id: B256,
     /// `reserve`, `rent` or `search`.
     pub kind: String,
     /// The account that signed it.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub account: Address,
     /// The tab's chain.
     pub chain_id: u64,
@@ -26,7 +26,7 @@ pub struct StandingOrder {
     pub status: String,
     /// What it holds on the tab, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub held_wei: u128,
     /// When it ends, unix seconds.
     pub ends_s: u64,

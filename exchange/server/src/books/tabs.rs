@@ -13,20 +13,20 @@ pub struct Tab {
     /// The escrow's id on that chain's Settlement contract.
     pub escrow_id: u64,
     /// Who opened it (and alone may draw on it).
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub buyer: Address,
     /// What the escrow holds, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub amount_wei: u128,
     /// What jobs hold of it, wei (never more than `amount_wei`).
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub held_wei: u128,
     /// After this time (unix seconds) the buyer may reclaim the escrow on chain.
     pub deadline_s: u64,
     /// The escrow's `ref`: the hash of the buyer's signed tab terms.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub reference: B256,
     /// `open`, `closing`, `submitted`, `settled`, `unspent` or `reclaimed`.
     pub status: String,

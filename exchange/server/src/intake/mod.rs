@@ -82,7 +82,7 @@ pub const DECISION_KEEPS: usize = 32;
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct Accepted {
     /// The job id (the order's EIP-712 digest).
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub job_id: B256,
     /// Its state.
     pub status: &'static str,
@@ -90,7 +90,7 @@ pub struct Accepted {
     pub bundle_id: String,
     /// What it holds on the tab, wei (the bundle's charge, at most the buyer's limit).
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub held_wei: u128,
     /// The tier the job is verified at (the intent's `min_tier`, or the first stronger one a
     /// bundle offers).
@@ -1106,10 +1106,10 @@ impl Placed {
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SessionOpened {
     /// The session's id (the grant's EIP-712 digest).
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub session_id: B256,
     /// The account that signed it.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     pub account: Address,
     /// The chain of its tab.
     pub chain_id: u64,
@@ -1117,7 +1117,7 @@ pub struct SessionOpened {
     pub tab_id: u64,
     /// What all its calls together may spend, wei.
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub spend_cap_wei: u128,
     /// When the bearer token stops working, unix seconds.
     pub expiry_s: u64,

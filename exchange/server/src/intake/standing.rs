@@ -44,7 +44,7 @@ pub struct SearchSubmission {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct StandingAccepted {
     /// The order's id (its EIP-712 digest): `GET /v1/orders/{id}`.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub order_id: B256,
     /// `reserve`, `rent` or `search`.
     pub kind: &'static str,
@@ -52,7 +52,7 @@ pub struct StandingAccepted {
     pub status: &'static str,
     /// What it holds on the tab, wei: the most it can cost.
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     pub held_wei: u128,
     /// When it ends, unix seconds.
     pub ends_s: u64,
