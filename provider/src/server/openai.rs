@@ -238,6 +238,21 @@ pub(super) const CHAT_FIELDS: &[&str] = &[
     "messages",
 ];
 
+/// `temperature` [default: 0]: read as an f64 and checked before it narrows, so a value past
+/// f32's range is refused rather than rounded to `f32::MAX` (or to infinity).
+pub(super) fn temperature(body: &Body) -> Result<f32, ApiError> {
+    let temperature = body.get::<f64>("temperature")?.unwrap_or(0.0);
+    if !(0.0..=f64::from(f32::MAX)).contains(&temperature) {
+        return Err(ApiError::bad_request(format!(
+            "temperature must be ≥ 0 and at most {:e}",
+            f32::MAX
+        ))
+        .field("temperature"));
+    }
+    // In f32's range: the cast rounds to the nearest f32, never to infinity.
+    Ok(temperature as f32)
+}
+
 struct CommonParams {
     model: Option<String>,
     adapter: Option<String>,
@@ -266,10 +281,7 @@ impl CommonParams {
             ))
             .field(max_tokens_field));
         }
-        let temperature = body.get::<f32>("temperature")?.unwrap_or(0.0);
-        if !temperature.is_finite() || temperature < 0.0 {
-            return Err(ApiError::bad_request("temperature must be ≥ 0").field("temperature"));
-        }
+        let temperature = temperature(body)?;
         let stop = match body.get::<Stop>("stop")? {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s],

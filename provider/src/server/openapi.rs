@@ -72,6 +72,9 @@ pub(super) fn openapi() -> Value {
             }
         }
     }
+    // utoipa writes u64 as `int64`, whose range a client (or schemathesis) takes to end at
+    // 2⁶³ - 1: the server reads the whole u64 range.
+    unsigned_64(schemas);
     let error = json!({"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}});
     let retry_after = |what: &str| json!({"Retry-After": {"description": what, "schema": {"type": "integer", "minimum": 1}}});
     let Some(paths) = doc["paths"].as_object_mut() else {
@@ -101,6 +104,27 @@ pub(super) fn openapi() -> Value {
         }
     }
     doc
+}
+
+/// Every `{"format": "int64", "minimum": ≥ 0}` under `schema` (only the doc types' u64 fields
+/// have both) becomes `uint64` up to 2⁶⁴ - 1.
+fn unsigned_64(schema: &mut Value) {
+    match schema {
+        Value::Object(object) => {
+            let unsigned = object.get("format").and_then(Value::as_str) == Some("int64")
+                && object
+                    .get("minimum")
+                    .and_then(Value::as_f64)
+                    .is_some_and(|m| m >= 0.0);
+            if unsigned {
+                object.insert("format".into(), json!("uint64"));
+                object.insert("maximum".into(), json!(u64::MAX));
+            }
+            object.values_mut().for_each(unsigned_64);
+        }
+        Value::Array(items) => items.iter_mut().for_each(unsigned_64),
+        _ => {}
+    }
 }
 
 /// This document.
@@ -194,9 +218,12 @@ fn target_modules() -> impl Into<RefOr<Schema>> {
         .description(Some("the projections to adapt [default: all seven]"))
 }
 
-/// `betas` of AdamW.
+/// `betas` of AdamW, each in [0, 1) [default: [0.9, 0.999]].
 fn betas() -> impl Into<RefOr<Schema>> {
-    let beta = ObjectBuilder::new().schema_type(Type::Number);
+    let beta = ObjectBuilder::new()
+        .schema_type(Type::Number)
+        .minimum(Some(0))
+        .exclusive_maximum(Some(1));
     OneOfBuilder::new()
         .item(array(beta).min_items(Some(2)).max_items(Some(2)))
         .item(null())
@@ -348,14 +375,18 @@ pub(super) struct ForwardBackwardRequest {
 #[serde(deny_unknown_fields)]
 pub(super) struct OptimStepRequest {
     /// Learning rate.
+    #[schema(exclusive_minimum = 0.0)]
     lr: f64,
     #[schema(schema_with = betas)]
     betas: Option<Value>,
     /// [default: 1e-8]
+    #[schema(exclusive_minimum = 0.0)]
     eps: Option<f64>,
-    /// Decoupled weight decay [default: 0].
+    /// Decoupled weight decay [default: 0.01].
+    #[schema(minimum = 0.0)]
     weight_decay: Option<f64>,
     /// Clip the gradients' global L2 norm to this [default: no clipping].
+    #[schema(exclusive_minimum = 0.0)]
     max_grad_norm: Option<f64>,
 }
 

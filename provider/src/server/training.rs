@@ -233,10 +233,7 @@ pub(super) async fn sample(
             .map_err(|e| ApiError::from(e).field("prompt"))?,
     };
     let max_tokens: usize = body.get("max_tokens")?.unwrap_or(16);
-    let temperature: f32 = body.get("temperature")?.unwrap_or(0.0);
-    if !temperature.is_finite() || temperature < 0.0 {
-        return Err(ApiError::bad_request("temperature must be ≥ 0").field("temperature"));
-    }
+    let temperature = super::openai::temperature(&body)?;
     let stop = match body.get::<Stop>("stop")? {
         None => Vec::new(),
         Some(Stop::One(s)) => vec![s],
@@ -265,19 +262,15 @@ pub(super) async fn sample(
     Ok(axum::Json(sample).into_response())
 }
 
-#[utoipa::path(post, path = "/v1/training/clients/{id}/save_weights", operation_id = "save_weights", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = super::openapi::SaveWeightsRequest, responses((status = 200, description = "saved, registered and resident", body = super::openapi::Saved), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/training/clients/{id}/save_weights", operation_id = "save_weights", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = Option<super::openapi::SaveWeightsRequest>, responses((status = 200, description = "saved, registered and resident", body = super::openapi::Saved), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn save_weights(
     State(state): State<AppState>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
-    // An empty body saves under the id, unpinned.
-    let body = if body.is_empty() {
-        Body(serde_json::Map::new())
-    } else {
-        Body::parse(&body)?
-    };
+    // An empty (or null) body saves under the id, unpinned.
+    let body = Body::parse_optional(&body)?;
     body.refuse_unknown(SAVE_WEIGHTS_FIELDS)?;
     let name: Option<String> = body.get("name")?;
     if let Some(name) = &name
