@@ -1,23 +1,109 @@
 #!/usr/bin/env bash
-# Schema-driven fuzzing of the exchange's HTTP API: schemathesis (PyPI, pinned) against the
-# /openapi.json of a `cx serve` on loopback (plain HTTP, a throwaway database, no chains), every
-# check on. It is the long, exploratory part of the hostile-input tests and is not run by
-# scripts/test.sh; what it found and what was fixed is in docs/reliability.md.
+# Schema-driven fuzzing of the HTTP APIs: schemathesis (PyPI, pinned) against the /openapi.json
+# of a server on loopback, every check on. TARGET=exchange (the default): a `cx serve` (plain
+# HTTP, a throwaway database, no chains). TARGET=provider: a `cx-provider serve` on a tiny
+# generated model with two adapters and an adapter root, training on. It is the long,
+# exploratory part of the hostile-input tests and is not run by scripts/test.sh; what it found
+# and what was fixed is in docs/reliability.md.
 #
-#   scripts/schemathesis.sh                 # 30 examples per operation
-#   EXAMPLES=200 scripts/schemathesis.sh    # more; extra arguments go to `st run`
+#   scripts/schemathesis.sh                          # the exchange, 30 examples per operation
+#   TARGET=provider scripts/schemathesis.sh          # the provider
+#   EXAMPLES=200 scripts/schemathesis.sh             # more; extra arguments go to `st run`
+#   SCHEMATHESIS_VENV=/tmp/st scripts/schemathesis.sh   # where schemathesis is installed
 #
 # The exit status is schemathesis's (non-zero while it reports failures).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-scripts/setup.sh >&2
+target="${TARGET:-exchange}"
+case "$target" in
+  exchange) scripts/setup.sh >&2 ;;
+  provider) ;; # no database, no chains
+  *) echo "schemathesis: TARGET is exchange or provider, not $target" >&2; exit 2 ;;
+esac
 
-venv=.tools/schemathesis
+venv="${SCHEMATHESIS_VENV:-.tools/schemathesis}"
+[[ "$venv" == /* ]] || venv="$root/$venv"
 if ! "$venv/bin/st" --version >/dev/null 2>&1; then
   echo "schemathesis: installing schemathesis into $venv" >&2
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check 'schemathesis==4.32.5'
+fi
+
+if [[ "$target" == provider ]]; then
+  cargo build -q -p cx-provider --bin cx-provider
+  port="${PORT:-19001}"
+  work="$(mktemp -d -t cx-schemathesis-provider.XXXXXX)"
+  bin=target/debug/cx-provider
+  # The tests' tiny model (provider/tests/it/common.rs): a forward costs microseconds, so
+  # every generated completion runs for real.
+  "$bin" gen-model --out "$work/model" --hidden 32 --layers 2 --heads 4 --kv-heads 2 \
+    --intermediate 48 --vocab 300 --max-positions 64 --seed 1 >/dev/null
+  "$bin" gen-adapters --model "$work/model" --out "$work/adapters" --count 2 --ranks 4 \
+    --seed 2 >/dev/null
+  mkdir -p "$work/root"
+  cp -r "$work/adapters/adapter-000" "$work/root/extra"
+  log="$work/serve.log"
+  "$bin" serve --model "$work/model" --served-model-name tiny --adapters "$work/adapters" \
+    --adapter-root "$work/root" --training-dir "$work/trained" --host 127.0.0.1 \
+    --port "$port" --max-training-clients 1024 >"$log" 2>&1 &
+  serve=$!
+  trap 'kill "$serve" 2>/dev/null || true; wait "$serve" 2>/dev/null || true; rm -rf "$work"' EXIT
+  for _ in $(seq 1 100); do
+    curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 "$serve" 2>/dev/null || { cat "$log" >&2; exit 1; }
+    sleep 0.2
+  done
+  echo "schemathesis: cx-provider serve on 127.0.0.1:$port (log $log)" >&2
+  config="$work/schemathesis.toml"
+  # Each exclusion is one check on the operations where it reports no defect: the body is
+  # schema-valid but what makes it acceptable is not the API's to describe.
+  # The checks are all enabled here, not by `--checks all`, which would override the
+  # per-operation lines. --max-training-clients is raised above: a run creates hundreds of
+  # clients, and the limit's 503 `training_limit` (with Retry-After) is by design.
+  cat >"$config" <<'TOML'
+[checks]
+enabled = true
+
+# Token ids must be in the served model's vocabulary and prompt + max_tokens within its
+# context (300 and 64 here): properties of the model loaded, not of the API, so a schema-valid
+# completion or sample can be refused 400 (`context_length_exceeded`, `invalid_request`).
+[[operations]]
+include-operation-id = ["create_completion", "create_chat_completion", "sample"]
+checks.positive_data_acceptance.enabled = false
+
+# lora_path must name a PEFT adapter folder under an --adapter-root: a generated string is
+# refused 400 `invalid_lora_path` or 422 `invalid_adapter` by design.
+[[operations]]
+include-operation-id = "load_lora_adapter"
+checks.positive_data_acceptance.enabled = false
+
+# rank is bounded by the server's --max-lora-rank (64 by default) and alpha / rank must be a
+# finite f32 scale: limits of the running server, refused 400 with the flag named.
+[[operations]]
+include-operation-id = "create_training_client"
+checks.positive_data_acceptance.enabled = false
+
+# loss_mask must have the shape of tokens (a row per sequence, a weight per token) and the
+# tokens must be in the vocabulary: relations between fields a schema cannot state.
+[[operations]]
+include-operation-id = "forward_backward"
+checks.positive_data_acceptance.enabled = false
+
+# optim_step applies the gradients of earlier forward_backward calls: on a client with none
+# it is refused 400 "call forward_backward first", whatever the body.
+[[operations]]
+include-operation-id = "optim_step"
+checks.positive_data_acceptance.enabled = false
+TOML
+  status=0
+  # From the work folder: schemathesis keeps its cache of crashes in the current directory.
+  (cd "$work" && "$venv/bin/st" --config-file "$config" run \
+    "http://127.0.0.1:$port/openapi.json" --max-examples "${EXAMPLES:-30}" --workers 1 \
+    "$@") || status=$?
+  # A 5xx is logged by the server: show them beside schemathesis's report.
+  grep -i "panick" "$log" >&2 || true
+  exit "$status"
 fi
 
 cargo build -q -p cx-cli --bin cx

@@ -17,7 +17,7 @@ use cx_provider::model::{
     DType, GenModelOptions, KvCache, Model, Projection, SeqInput, read_config,
     write_generated_model,
 };
-use cx_provider::server::{AppState, app};
+use cx_provider::server::{AppState, HttpLimits, app};
 use cx_provider::tokenizer::Tokenizer;
 use cx_provider::training::{Trainer, TrainingOptions};
 
@@ -166,6 +166,20 @@ enum Command {
         /// Padded positions (sequences × longest) of one forward_backward at most (1 to 2²⁰).
         #[arg(long, default_value_t = 8192, value_parser = positive(1 << 20))]
         max_training_tokens: usize,
+        /// Requests a second from one client IP address (0: no limit); over it, 429
+        /// `rate_limited` with Retry-After, before the body is read.
+        #[arg(long, default_value_t = HttpLimits::default().rate_per_ip_s,
+              env = "CX_PROVIDER_RATE_PER_IP")]
+        rate_per_ip: u32,
+        /// Requests one client IP address may send at once, above the rate.
+        #[arg(long, default_value_t = HttpLimits::default().rate_burst_ip,
+              env = "CX_PROVIDER_RATE_BURST_IP")]
+        rate_burst_ip: u32,
+        /// Requests in flight at most, streams included (0: no bound); past it, 503
+        /// `overloaded` with Retry-After at once. /health and /metrics are exempt.
+        #[arg(long, default_value_t = HttpLimits::default().max_in_flight,
+              env = "CX_PROVIDER_MAX_IN_FLIGHT")]
+        max_in_flight: usize,
         // Boxed: the market flags would make every other command's variant as large.
         #[command(flatten)]
         market: Box<MarketArgs>,
@@ -521,6 +535,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             training_dir,
             max_training_clients,
             max_training_tokens,
+            rate_per_ip,
+            rate_burst_ip,
+            max_in_flight,
             market,
         } => {
             let cpu = cpu(threads, fast);
@@ -583,7 +600,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let trainer = Arc::new(trainer);
             // The link trains its train orders with the same clients the API serves.
             let link = link.map(|link| link.with_trainer(trainer.clone()));
-            let mut state = AppState::new(engine, name.clone()).with_training(trainer);
+            let mut state = AppState::new(engine, name.clone())
+                .with_training(trainer)
+                .with_limits(HttpLimits {
+                    rate_per_ip_s: rate_per_ip,
+                    rate_burst_ip,
+                    max_in_flight,
+                });
             if let Some(link) = &link {
                 state = state.with_ask(link.ask());
             }
@@ -601,7 +624,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     "cx-provider serving `{name}` on http://{addr} ({} threads, {:?})",
                     cpu.threads, cpu.mode
                 );
-                let serve = axum::serve(listener, app(state));
+                // Each request carries its peer address: the per-IP rate limit keys on it.
+                let serve = axum::serve(
+                    listener,
+                    app(state).into_make_service_with_connect_info::<SocketAddr>(),
+                );
                 match link {
                     None => serve.await?,
                     Some(link) => tokio::select! {

@@ -13,6 +13,7 @@ use super::body::Body;
 use super::{ApiError, AppState, unix_now};
 use crate::error::Error;
 
+#[utoipa::path(get, path = "/v1/models", operation_id = "list_models", tag = "adapters", responses((status = 200, description = "the base, then every adapter", body = super::openapi::ModelList)))]
 pub(super) async fn models(State(state): State<AppState>) -> axum::Json<Value> {
     let created = unix_now();
     let max_len = state.engine.model().config().max_position_embeddings;
@@ -31,12 +32,19 @@ pub(super) async fn models(State(state): State<AppState>) -> axum::Json<Value> {
     axum::Json(json!({ "object": "list", "data": data }))
 }
 
+/// The fields `/v1/load_lora_adapter` reads.
+pub(super) const LOAD_LORA_FIELDS: &[&str] = &["lora_name", "lora_path", "pin"];
+
+/// The fields `/v1/unload_lora_adapter` reads.
+pub(super) const UNLOAD_LORA_FIELDS: &[&str] = &["lora_name"];
+
+#[utoipa::path(post, path = "/v1/load_lora_adapter", operation_id = "load_lora_adapter", tag = "adapters", request_body = super::openapi::LoadLoraRequest, responses((status = 200, description = "loaded and resident", body = super::openapi::LoadedAdapter), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn load_lora(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let body = Body::parse(&body)?;
-    body.refuse_unknown(&["lora_name", "lora_path", "pin"])?;
+    body.refuse_unknown(LOAD_LORA_FIELDS)?;
     let lora_name: String = body
         .get("lora_name")?
         .ok_or_else(|| ApiError::bad_request("`lora_name` is required").field("lora_name"))?;
@@ -74,12 +82,13 @@ pub(super) async fn load_lora(
     .into_response())
 }
 
+#[utoipa::path(post, path = "/v1/unload_lora_adapter", operation_id = "unload_lora_adapter", tag = "adapters", request_body = super::openapi::UnloadLoraRequest, responses((status = 200, description = "unregistered", body = super::openapi::Unloaded), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn unload_lora(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let body = Body::parse(&body)?;
-    body.refuse_unknown(&["lora_name"])?;
+    body.refuse_unknown(UNLOAD_LORA_FIELDS)?;
     let lora_name: String = body
         .get("lora_name")?
         .ok_or_else(|| ApiError::bad_request("`lora_name` is required").field("lora_name"))?;

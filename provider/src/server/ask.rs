@@ -20,6 +20,7 @@ fn ask(state: &AppState) -> Result<&crate::exchange_link::Ask, ApiError> {
     })
 }
 
+#[utoipa::path(get, path = "/v1/exchange/ask", operation_id = "get_ask", tag = "exchange", responses((status = 200, description = "the asks now", body = super::openapi::AskView), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 /// The asks now: the model's, and each tier priced apart.
 pub(super) async fn get(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
     let ask = ask(&state)?;
@@ -33,15 +34,19 @@ pub(super) async fn get(State(state): State<AppState>) -> Result<axum::Json<Valu
     ))
 }
 
+/// The fields `PUT /v1/exchange/ask` reads.
+pub(super) const ASK_FIELDS: &[&str] = &["ask_wei_per_s", "tier"];
+
 /// Sets an ask: `{"ask_wei_per_s": "<integer wei>"}` (a decimal string or a number) for the
 /// model, with `"tier": "T0" | "T1" | "T3"` for that tier alone (offered apart from then on).
+#[utoipa::path(put, path = "/v1/exchange/ask", operation_id = "set_ask", tag = "exchange", request_body = super::openapi::AskRequest, responses((status = 200, description = "the ask set, signed into a fresh offer", body = super::openapi::AskSet), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn put(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<axum::Json<Value>, ApiError> {
     let handle = ask(&state)?;
     let body = Body::parse(&body)?;
-    body.refuse_unknown(&["ask_wei_per_s", "tier"])?;
+    body.refuse_unknown(ASK_FIELDS)?;
     let tier: Option<cx_protocol::Tier> = body.get("tier")?;
     let value: Value = body.get("ask_wei_per_s")?.ok_or_else(|| {
         ApiError::bad_request("`ask_wei_per_s` is required").field("ask_wei_per_s")

@@ -2,7 +2,7 @@
 //! plus the house's `field`. [`ApiError::from`] on the crate's [`Error`] is the one place a
 //! failure becomes a status; the engine and the model never pick one.
 
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -21,6 +21,10 @@ pub struct ApiError {
     pub message: String,
     /// The request field at fault.
     pub field: Option<&'static str>,
+    /// Seconds after which trying again may succeed (the `Retry-After` header): set on the
+    /// refusals that pass (a rate limit, an overload, a full batch or cache), never on a
+    /// request that would be refused again.
+    pub retry_after_s: Option<u64>,
 }
 
 impl ApiError {
@@ -37,7 +41,14 @@ impl ApiError {
             code,
             message: message.into(),
             field: None,
+            retry_after_s: None,
         }
+    }
+
+    /// Says when to try again (`Retry-After`, whole seconds).
+    pub(super) fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after_s = Some(seconds);
+        self
     }
 
     /// Names the request field at fault.
@@ -86,8 +97,10 @@ impl From<&Error> for ApiError {
                     None => error,
                 }
             }
+            // The three refusals of a full server pass as others finish: each says when to
+            // try again, as the HTTP layer's own `overloaded` does.
             Error::TrainingLimit(_) => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "training_limit", message)
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "training_limit", message).retry_after(1)
             }
             Error::TrainingDiverged(_) => Self::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -95,9 +108,13 @@ impl From<&Error> for ApiError {
                 message,
             ),
             Error::CacheFull { .. } => {
-                Self::new(StatusCode::SERVICE_UNAVAILABLE, "cache_full", message)
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "cache_full", message).retry_after(1)
             }
-            Error::NotAdmitted(_) | Error::SchedulerStopped => {
+            Error::NotAdmitted(_) => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message).retry_after(1)
+            }
+            // The batch thread is gone: trying again will not help.
+            Error::SchedulerStopped => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
             }
             Error::Generation { .. } | Error::ForwardPanicked => Self::new(
@@ -141,6 +158,38 @@ impl IntoResponse for ApiError {
                 "field": self.field,
             }
         });
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(seconds) = self.retry_after_s {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_engines_admission_refusals_carry_retry_after() {
+        let admission = [
+            Error::NotAdmitted(Box::new(Error::TrainingLimit("full".into()))),
+            Error::TrainingLimit("full".into()),
+        ];
+        for error in &admission {
+            let response = ApiError::from(error).into_response();
+            assert_eq!(
+                response.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "{error}"
+            );
+            assert_eq!(response.headers()[header::RETRY_AFTER], "1", "{error}");
+        }
+        // A stopped batch thread does not come back: no Retry-After.
+        let response = ApiError::from(Error::SchedulerStopped).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(response.headers().get(header::RETRY_AFTER).is_none());
     }
 }

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "service", responses((status = 200, description = "Prometheus text (version 0.0.4)", body = String, content_type = "text/plain")))]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let m = state.engine.metrics();
     let (stats, cache_stats, resident, slot_bytes, shadow, aliases) = (

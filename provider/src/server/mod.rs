@@ -5,6 +5,9 @@
 //! * `adapters` — `/v1/models`, `/v1/load_lora_adapter`, `/v1/unload_lora_adapter`, each a
 //!   call to the engine (which owns the registry and the cache).
 //! * `metrics` — `/metrics` in Prometheus text.
+//! * `openapi` — `/openapi.json`, the OpenAPI 3.1 document of all of it.
+//! * `limits` — the door every request passes first: a rate per client IP address (429
+//!   `rate_limited`) and a bound on requests in flight (503 `overloaded`), see [`HttpLimits`].
 //! * `training` — `/v1/training/clients`: create, inspect, `forward_backward`, `optim_step`,
 //!   `sample`, `save_weights`, delete, each a call to the [`Trainer`].
 //! * [`ApiError`] — every status is chosen there, from the crate's error.
@@ -16,8 +19,10 @@ mod adapters;
 mod ask;
 mod body;
 mod error;
+mod limits;
 mod metrics;
 mod openai;
+mod openapi;
 mod training;
 
 use std::sync::Arc;
@@ -32,6 +37,7 @@ use axum::routing::{get, post};
 use crate::engine::{AdapterRef, Engine};
 use crate::training::Trainer;
 pub use error::ApiError;
+pub use limits::{HttpLimits, MAX_TRACKED_KEYS};
 
 /// What the router serves.
 #[derive(Clone, Debug)]
@@ -42,6 +48,8 @@ pub struct AppState {
     training: Option<Arc<Trainer>>,
     /// The ask on the exchange (`/v1/exchange/ask`); `None` when serving no exchange.
     ask: Option<crate::exchange_link::Ask>,
+    /// The rate and in-flight limits, shared by every clone.
+    door: Arc<limits::Door>,
 }
 
 impl AppState {
@@ -52,7 +60,14 @@ impl AppState {
             model_name: model_name.into(),
             training: None,
             ask: None,
+            door: Arc::new(limits::Door::new(HttpLimits::default())),
         }
+    }
+
+    /// Serves with the door's `limits` (the default: [`HttpLimits::default`]).
+    pub fn with_limits(mut self, limits: HttpLimits) -> Self {
+        self.door = Arc::new(limits::Door::new(limits));
+        self
     }
 
     /// Serves `/v1/exchange/ask` with the exchange link's live `ask`.
@@ -84,8 +99,11 @@ impl AppState {
 /// Request bodies at most (axum's default, named here so the 413 can say it).
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
-/// The router.
+/// The router. Its peer addresses come from the accept loop
+/// (`into_make_service_with_connect_info::<SocketAddr>()`); without them the per-IP rate is not
+/// counted.
 pub fn app(state: AppState) -> Router {
+    let door = state.door.clone();
     Router::new()
         .route("/v1/models", get(adapters::models))
         .route("/v1/completions", post(openai::completions))
@@ -115,19 +133,22 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/v1/exchange/ask", get(ask::get).put(ask::put))
         .route("/metrics", get(metrics::metrics))
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(openapi::health))
+        .route("/openapi.json", get(openapi::document))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "no such route: the API is /v1/models, /v1/completions, /v1/chat/completions, \
                  /v1/load_lora_adapter, /v1/unload_lora_adapter, /v1/training/clients, \
-                 /metrics, /health",
+                 /v1/exchange/ask, /metrics, /health, /openapi.json",
             )
         })
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::map_response(json_errors))
+        // Outermost: a request over a limit is refused before anything else runs.
+        .layer(axum::middleware::from_fn_with_state(door, limits::admit))
 }
 
 /// Errors that axum itself answers (a wrong method, a body over the limit, …) come as plain

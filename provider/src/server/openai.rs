@@ -59,7 +59,7 @@ fn refuse_unsupported(body: &Body, read: &[&str]) -> Result<(), ApiError> {
             if read.contains(&key.as_str()) || value.is_null() {
                 continue;
             }
-            let Some(&(name, neutral)) = NEUTRAL.iter().find(|(n, _)| n == key) else {
+            let Some(&(name, neutral, _)) = NEUTRAL.iter().find(|(n, _, _)| n == key) else {
                 return Err(leaked_field(
                     key,
                     format!(
@@ -84,7 +84,7 @@ fn refuse_unsupported(body: &Body, read: &[&str]) -> Result<(), ApiError> {
 /// A 400 naming a field given by the client (its name is not `'static`, so it is matched
 /// against the known names or quoted in the message only).
 fn leaked_field(key: &str, message: String) -> ApiError {
-    let known = NEUTRAL.iter().map(|(n, _)| *n).find(|n| *n == key);
+    let known = NEUTRAL.iter().map(|(n, _, _)| *n).find(|n| *n == key);
     let error = ApiError::new(StatusCode::BAD_REQUEST, "unsupported_parameter", message);
     match known {
         Some(name) => error.field(name),
@@ -95,45 +95,125 @@ fn leaked_field(key: &str, message: String) -> ApiError {
 type Neutral = fn(&Value) -> bool;
 
 /// Parameters of the OpenAI and vLLM APIs this server does not implement, each with the test
-/// for its neutral value (the one that changes nothing). Anything else is refused.
-const NEUTRAL: &[(&str, Neutral)] = &[
-    ("n", |v| v.as_u64() == Some(1)),
-    ("best_of", |v| v.as_u64() == Some(1)),
-    ("logprobs", |v| v == &Value::Bool(false)),
-    ("top_logprobs", |v| v.as_u64() == Some(0)),
-    ("echo", |v| v == &Value::Bool(false)),
-    ("top_p", |v| v.as_f64() == Some(1.0)),
-    ("top_k", |v| matches!(v.as_i64(), Some(-1 | 0))),
-    ("min_p", |v| v.as_f64() == Some(0.0)),
-    ("presence_penalty", |v| v.as_f64() == Some(0.0)),
-    ("frequency_penalty", |v| v.as_f64() == Some(0.0)),
-    ("repetition_penalty", |v| v.as_f64() == Some(1.0)),
-    ("logit_bias", |v| {
-        v.as_object().is_some_and(|o| o.is_empty())
-    }),
-    ("suffix", |v| v.as_str() == Some("")),
-    ("min_tokens", |v| v.as_u64() == Some(0)),
-    ("ignore_eos", |v| v == &Value::Bool(false)),
-    ("stop_token_ids", |v| {
-        v.as_array().is_some_and(|a| a.is_empty())
-    }),
-    ("tools", |v| v.as_array().is_some_and(|a| a.is_empty())),
-    ("tool_choice", |v| v.as_str() == Some("none")),
-    ("response_format", |v| {
-        v.get("type").and_then(Value::as_str) == Some("text")
-    }),
-    ("stream_options", |v| {
-        v.get("include_usage")
-            .is_none_or(|u| u == &Value::Bool(false))
-    }),
+/// for its neutral value (the one that changes nothing) and the JSON schema of what that test
+/// accepts (for `/openapi.json`). Anything else is refused.
+pub(super) const NEUTRAL: &[(&str, Neutral, &str)] = &[
+    (
+        "n",
+        |v| v.as_u64() == Some(1),
+        r#"{"type": "integer", "const": 1}"#,
+    ),
+    (
+        "best_of",
+        |v| v.as_u64() == Some(1),
+        r#"{"type": "integer", "const": 1}"#,
+    ),
+    (
+        "logprobs",
+        |v| v == &Value::Bool(false),
+        r#"{"type": "boolean", "const": false}"#,
+    ),
+    (
+        "top_logprobs",
+        |v| v.as_u64() == Some(0),
+        r#"{"type": "integer", "const": 0}"#,
+    ),
+    (
+        "echo",
+        |v| v == &Value::Bool(false),
+        r#"{"type": "boolean", "const": false}"#,
+    ),
+    (
+        "top_p",
+        |v| v.as_f64() == Some(1.0),
+        r#"{"type": "number", "const": 1}"#,
+    ),
+    (
+        "top_k",
+        |v| matches!(v.as_i64(), Some(-1 | 0)),
+        r#"{"type": "integer", "enum": [-1, 0]}"#,
+    ),
+    (
+        "min_p",
+        |v| v.as_f64() == Some(0.0),
+        r#"{"type": "number", "const": 0}"#,
+    ),
+    (
+        "presence_penalty",
+        |v| v.as_f64() == Some(0.0),
+        r#"{"type": "number", "const": 0}"#,
+    ),
+    (
+        "frequency_penalty",
+        |v| v.as_f64() == Some(0.0),
+        r#"{"type": "number", "const": 0}"#,
+    ),
+    (
+        "repetition_penalty",
+        |v| v.as_f64() == Some(1.0),
+        r#"{"type": "number", "const": 1}"#,
+    ),
+    (
+        "logit_bias",
+        |v| v.as_object().is_some_and(|o| o.is_empty()),
+        r#"{"type": "object", "maxProperties": 0}"#,
+    ),
+    (
+        "suffix",
+        |v| v.as_str() == Some(""),
+        r#"{"type": "string", "const": ""}"#,
+    ),
+    (
+        "min_tokens",
+        |v| v.as_u64() == Some(0),
+        r#"{"type": "integer", "const": 0}"#,
+    ),
+    (
+        "ignore_eos",
+        |v| v == &Value::Bool(false),
+        r#"{"type": "boolean", "const": false}"#,
+    ),
+    (
+        "stop_token_ids",
+        |v| v.as_array().is_some_and(|a| a.is_empty()),
+        r#"{"type": "array", "maxItems": 0}"#,
+    ),
+    (
+        "tools",
+        |v| v.as_array().is_some_and(|a| a.is_empty()),
+        r#"{"type": "array", "maxItems": 0}"#,
+    ),
+    (
+        "tool_choice",
+        |v| v.as_str() == Some("none"),
+        r#"{"type": "string", "const": "none"}"#,
+    ),
+    (
+        "response_format",
+        |v| v.get("type").and_then(Value::as_str) == Some("text"),
+        r#"{"type": "object", "required": ["type"], "properties": {"type": {"const": "text"}}}"#,
+    ),
+    (
+        "stream_options",
+        |v| {
+            v.get("include_usage")
+                .is_none_or(|u| u == &Value::Bool(false))
+        },
+        r#"{"type": "object", "properties": {"include_usage": {"const": false}}}"#,
+    ),
     // Informational: they change nothing the server computes.
-    ("user", |_| true),
-    ("parallel_tool_calls", |_| true),
-    ("skip_special_tokens", |v| v == &Value::Bool(true)),
+    ("user", |_| true, "{}"),
+    ("parallel_tool_calls", |_| true, "{}"),
+    (
+        "skip_special_tokens",
+        |v| v == &Value::Bool(true),
+        r#"{"type": "boolean", "const": true}"#,
+    ),
 ];
 
-/// The fields both endpoints read.
-const COMMON_FIELDS: [&str; 8] = [
+/// The fields `/v1/completions` reads (the schema of `/openapi.json` has these and
+/// [`NEUTRAL`]'s, and a test holds them equal).
+pub(super) const COMPLETION_FIELDS: &[&str] = &[
     "model",
     "adapter",
     "max_tokens",
@@ -142,7 +222,36 @@ const COMMON_FIELDS: [&str; 8] = [
     "seed",
     "stop",
     "stream",
+    "prompt",
 ];
+
+/// The fields `/v1/chat/completions` reads.
+pub(super) const CHAT_FIELDS: &[&str] = &[
+    "model",
+    "adapter",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "seed",
+    "stop",
+    "stream",
+    "messages",
+];
+
+/// `temperature` [default: 0]: read as an f64 and checked before it narrows, so a value past
+/// f32's range is refused rather than rounded to `f32::MAX` (or to infinity).
+pub(super) fn temperature(body: &Body) -> Result<f32, ApiError> {
+    let temperature = body.get::<f64>("temperature")?.unwrap_or(0.0);
+    if !(0.0..=f64::from(f32::MAX)).contains(&temperature) {
+        return Err(ApiError::bad_request(format!(
+            "temperature must be ≥ 0 and at most {:e}",
+            f32::MAX
+        ))
+        .field("temperature"));
+    }
+    // In f32's range: the cast rounds to the nearest f32, never to infinity.
+    Ok(temperature as f32)
+}
 
 struct CommonParams {
     model: Option<String>,
@@ -156,10 +265,9 @@ struct CommonParams {
 }
 
 impl CommonParams {
-    fn read(body: &Body, own_fields: &[&str]) -> Result<Self, ApiError> {
-        let mut read: Vec<&str> = COMMON_FIELDS.to_vec();
-        read.extend_from_slice(own_fields);
-        refuse_unsupported(body, &read)?;
+    /// The fields both endpoints read; `fields` is all the route reads.
+    fn read(body: &Body, fields: &[&str]) -> Result<Self, ApiError> {
+        refuse_unsupported(body, fields)?;
         let (max_tokens, max_tokens_field) = match body.get::<u64>("max_completion_tokens")? {
             Some(n) => (n, "max_completion_tokens"),
             None => (
@@ -173,10 +281,7 @@ impl CommonParams {
             ))
             .field(max_tokens_field));
         }
-        let temperature = body.get::<f32>("temperature")?.unwrap_or(0.0);
-        if !temperature.is_finite() || temperature < 0.0 {
-            return Err(ApiError::bad_request("temperature must be ≥ 0").field("temperature"));
-        }
+        let temperature = temperature(body)?;
         let stop = match body.get::<Stop>("stop")? {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s],
@@ -307,12 +412,13 @@ enum Kind {
     Chat,
 }
 
+#[utoipa::path(post, path = "/v1/completions", operation_id = "create_completion", tag = "openai", request_body = super::openapi::CompletionRequest, responses((status = 200, description = "the completion, or with `stream` its server-sent events (each `data:` a chunk, `data: [DONE]` last)", content((super::openapi::Completion = "application/json"), (String = "text/event-stream"))), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn completions(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let body = Body::parse(&body)?;
-    let common = CommonParams::read(&body, &["prompt"])?;
+    let common = CommonParams::read(&body, COMPLETION_FIELDS)?;
     let one_prompt = || {
         ApiError::bad_request(
             "send one prompt per request (batched prompts are not supported; send each as \
@@ -335,12 +441,13 @@ pub(super) async fn completions(
     run(state, prepared, Kind::Completion).await
 }
 
+#[utoipa::path(post, path = "/v1/chat/completions", operation_id = "create_chat_completion", tag = "openai", request_body = super::openapi::ChatCompletionRequest, responses((status = 200, description = "the chat completion, or with `stream` its server-sent events (each `data:` a chunk, `data: [DONE]` last)", content((super::openapi::ChatCompletion = "application/json"), (String = "text/event-stream"))), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn chat_completions(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let body = Body::parse(&body)?;
-    let common = CommonParams::read(&body, &["messages"])?;
+    let common = CommonParams::read(&body, CHAT_FIELDS)?;
     let messages: Vec<ChatMessage> = body
         .get("messages")?
         .ok_or_else(|| ApiError::bad_request("`messages` is required").field("messages"))?;

@@ -53,23 +53,40 @@ fn required<T>(value: Option<T>, field: &'static str) -> Result<T, ApiError> {
     value.ok_or_else(|| ApiError::bad_request(format!("`{field}` is required")).field(field))
 }
 
+/// The fields `POST /v1/training/clients` reads.
+pub(super) const CREATE_FIELDS: &[&str] = &[
+    "base_model",
+    "rank",
+    "lora_alpha",
+    "target_modules",
+    "use_rslora",
+    "seed",
+];
+
+/// The fields `forward_backward` reads.
+pub(super) const FORWARD_BACKWARD_FIELDS: &[&str] = &["tokens", "loss_mask"];
+
+/// The fields `optim_step` reads.
+pub(super) const OPTIM_STEP_FIELDS: &[&str] =
+    &["lr", "betas", "eps", "weight_decay", "max_grad_norm"];
+
+/// The fields `sample` reads.
+pub(super) const SAMPLE_FIELDS: &[&str] = &["prompt", "max_tokens", "temperature", "seed", "stop"];
+
+/// The fields `save_weights` reads.
+pub(super) const SAVE_WEIGHTS_FIELDS: &[&str] = &["name", "pin"];
+
 /// The rank of a client whose request names none.
 const DEFAULT_RANK: usize = 8;
 
+#[utoipa::path(post, path = "/v1/training/clients", operation_id = "create_training_client", tag = "training", request_body = super::openapi::CreateClientRequest, responses((status = 201, description = "the new client", body = super::openapi::ClientInfo), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn create(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
     let body = Body::parse(&body)?;
-    body.refuse_unknown(&[
-        "base_model",
-        "rank",
-        "lora_alpha",
-        "target_modules",
-        "use_rslora",
-        "seed",
-    ])?;
+    body.refuse_unknown(CREATE_FIELDS)?;
     if let Some(base) = body.get::<String>("base_model")?
         && base != trainer.model_name()
     {
@@ -111,11 +128,13 @@ pub(super) async fn create(
     Ok((StatusCode::CREATED, axum::Json(info)).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/training/clients", operation_id = "list_training_clients", tag = "training", responses((status = 200, description = "every client", body = super::openapi::ClientList), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
     Ok(axum::Json(json!({ "object": "list", "data": trainer.list() })).into_response())
 }
 
+#[utoipa::path(get, path = "/v1/training/clients/{id}", operation_id = "get_training_client", tag = "training", params(("id" = String, Path, description = "the training client's id")), responses((status = 200, description = "the client, with its loss history", body = super::openapi::ClientInfo), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -124,6 +143,7 @@ pub(super) async fn get(
     Ok(axum::Json(trainer.get(&id)?).into_response())
 }
 
+#[utoipa::path(delete, path = "/v1/training/clients/{id}", operation_id = "delete_training_client", tag = "training", params(("id" = String, Path, description = "the training client's id")), responses((status = 200, description = "deleted", body = super::openapi::Deleted), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -133,6 +153,7 @@ pub(super) async fn delete(
     Ok(axum::Json(json!({ "id": id, "deleted": true })).into_response())
 }
 
+#[utoipa::path(post, path = "/v1/training/clients/{id}/forward_backward", operation_id = "forward_backward", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = super::openapi::ForwardBackwardRequest, responses((status = 200, description = "the loss; gradients accumulated", body = super::openapi::ForwardBackward), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn forward_backward(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -140,7 +161,7 @@ pub(super) async fn forward_backward(
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
     let body = Body::parse(&body)?;
-    body.refuse_unknown(&["tokens", "loss_mask"])?;
+    body.refuse_unknown(FORWARD_BACKWARD_FIELDS)?;
     let tokens: Vec<Vec<u32>> = required(body.get("tokens")?, "tokens")?;
     // Without a mask, every token but the first is a target.
     let loss_mask: Vec<Vec<f32>> = match body.get("loss_mask")? {
@@ -158,6 +179,7 @@ pub(super) async fn forward_backward(
     Ok(axum::Json(outcome).into_response())
 }
 
+#[utoipa::path(post, path = "/v1/training/clients/{id}/optim_step", operation_id = "optim_step", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = super::openapi::OptimStepRequest, responses((status = 200, description = "one AdamW step taken", body = super::openapi::OptimStep), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn optim_step(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -165,7 +187,7 @@ pub(super) async fn optim_step(
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
     let body = Body::parse(&body)?;
-    body.refuse_unknown(&["lr", "betas", "eps", "weight_decay", "max_grad_norm"])?;
+    body.refuse_unknown(OPTIM_STEP_FIELDS)?;
     let defaults = AdamWParams::default();
     let betas: Option<[f64; 2]> = body.get("betas")?;
     let params = AdamWParams {
@@ -193,6 +215,7 @@ enum Stop {
     Many(Vec<String>),
 }
 
+#[utoipa::path(post, path = "/v1/training/clients/{id}/sample", operation_id = "sample", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = super::openapi::SampleRequest, responses((status = 200, description = "the sample", body = super::openapi::Sample), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn sample(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -200,7 +223,7 @@ pub(super) async fn sample(
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
     let body = Body::parse(&body)?;
-    body.refuse_unknown(&["prompt", "max_tokens", "temperature", "seed", "stop"])?;
+    body.refuse_unknown(SAMPLE_FIELDS)?;
     let prompt = match required(body.get::<Prompt>("prompt")?, "prompt")? {
         Prompt::Tokens(tokens) => tokens,
         Prompt::Text(text) => state
@@ -210,10 +233,7 @@ pub(super) async fn sample(
             .map_err(|e| ApiError::from(e).field("prompt"))?,
     };
     let max_tokens: usize = body.get("max_tokens")?.unwrap_or(16);
-    let temperature: f32 = body.get("temperature")?.unwrap_or(0.0);
-    if !temperature.is_finite() || temperature < 0.0 {
-        return Err(ApiError::bad_request("temperature must be ≥ 0").field("temperature"));
-    }
+    let temperature = super::openai::temperature(&body)?;
     let stop = match body.get::<Stop>("stop")? {
         None => Vec::new(),
         Some(Stop::One(s)) => vec![s],
@@ -242,19 +262,16 @@ pub(super) async fn sample(
     Ok(axum::Json(sample).into_response())
 }
 
+#[utoipa::path(post, path = "/v1/training/clients/{id}/save_weights", operation_id = "save_weights", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = Option<super::openapi::SaveWeightsRequest>, responses((status = 200, description = "saved, registered and resident", body = super::openapi::Saved), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
 pub(super) async fn save_weights(
     State(state): State<AppState>,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
-    // An empty body saves under the id, unpinned.
-    let body = if body.is_empty() {
-        Body(serde_json::Map::new())
-    } else {
-        Body::parse(&body)?
-    };
-    body.refuse_unknown(&["name", "pin"])?;
+    // An empty (or null) body saves under the id, unpinned.
+    let body = Body::parse_optional(&body)?;
+    body.refuse_unknown(SAVE_WEIGHTS_FIELDS)?;
     let name: Option<String> = body.get("name")?;
     if let Some(name) = &name
         && (name.is_empty() || name == &state.model_name)

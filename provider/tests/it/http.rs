@@ -16,7 +16,7 @@ use cx_provider::lora::write_random_adapter;
 use cx_provider::model::{
     GenModelOptions, KvCache, Model, Projection, SeqInput, write_generated_model,
 };
-use cx_provider::server::{ApiError, AppState, app};
+use cx_provider::server::{ApiError, AppState, HttpLimits, app};
 use cx_provider::tokenizer::Tokenizer;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -36,6 +36,15 @@ pub(crate) fn server(tag: &str, max_rank: usize) -> Server {
 }
 
 fn server_with_budget(tag: &str, max_rank: usize, budget_bytes: u64) -> Server {
+    server_with(tag, max_rank, budget_bytes, HttpLimits::default())
+}
+
+/// The fixture behind the door's `limits`.
+pub(crate) fn server_with_limits(tag: &str, limits: HttpLimits) -> Server {
+    server_with(tag, 64, 10_000_000, limits)
+}
+
+fn server_with(tag: &str, max_rank: usize, budget_bytes: u64, limits: HttpLimits) -> Server {
     let dir = TempDir::new(tag);
     let (model_dir, config) = tiny_model(dir.path(), 11);
     let adapter_dir = dir.path().join("adapters");
@@ -57,7 +66,7 @@ fn server_with_budget(tag: &str, max_rank: usize, budget_bytes: u64) -> Server {
         .add_adapter_roots(&[dir.path().to_path_buf()])
         .unwrap();
     Server {
-        app: app(AppState::new(engine, "tiny")),
+        app: app(AppState::new(engine, "tiny").with_limits(limits)),
         dir,
         model,
         config,

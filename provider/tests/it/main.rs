@@ -1,5 +1,6 @@
 //! Integration tests of cx-provider, one binary (link time on 2 cores).
 
+mod api;
 mod cache;
 mod common;
 mod equivalence;
