@@ -345,7 +345,7 @@ pub struct ResultSubmission {
     /// What the job produced.
     pub output: Output,
     /// The provider's ML-DSA-signed receipt for it.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Object, required = true)]
     pub receipt: cx_protocol::receipt::SignedReceipt,
 }
 

@@ -13,9 +13,9 @@ use serde::Serialize;
 /// What a stored binding says.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Bound {
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     account: Address,
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     mldsa_key_hash: B256,
 }
 

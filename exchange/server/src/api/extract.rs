@@ -132,25 +132,104 @@ fn from_bytes_rejection(rejection: BytesRejection) -> ApiError {
 }
 
 /// Parses one JSON value (nothing after it), naming the field a value is wrong in.
+///
+/// An integer written as a float (`20.0`) is an integer to JSON Schema, and so to the API's
+/// document; serde refuses it for an integer field. Only when that refusal happens is the body
+/// read again with such numbers made integers, so well-formed bodies pay nothing for it.
 fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
-    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner();
-        if inner.is_data() {
-            ApiError::Invalid {
-                // `.` is serde_path_to_error's name for the root: no one field is to blame.
-                field: (path != ".").then_some(path),
-                message: inner.to_string(),
-            }
-        } else {
-            ApiError::MalformedJson {
-                message: inner.to_string(),
-            }
+    let value = match serde_path_to_error::deserialize(&mut deserializer) {
+        Ok(value) => value,
+        Err(err)
+            if err
+                .inner()
+                .to_string()
+                .starts_with("invalid type: floating point") =>
+        {
+            let mut body: serde_json::Value =
+                serde_json::from_slice(bytes).map_err(|e| ApiError::MalformedJson {
+                    message: e.to_string(),
+                })?;
+            integral_floats_to_integers(&mut body);
+            return serde_path_to_error::deserialize(body).map_err(refusal);
         }
-    })?;
+        Err(err) => return Err(refusal(err)),
+    };
     deserializer.end().map_err(|err| ApiError::MalformedJson {
         message: err.to_string(),
     })?;
     Ok(value)
+}
+
+fn refusal(err: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = err.path().to_string();
+    let inner = err.into_inner();
+    if inner.is_data() {
+        ApiError::Invalid {
+            // `.` is serde_path_to_error's name for the root: no one field is to blame.
+            field: (path != ".").then_some(path),
+            message: inner.to_string(),
+        }
+    } else {
+        ApiError::MalformedJson {
+            message: inner.to_string(),
+        }
+    }
+}
+
+/// Rewrites every float with no fractional part that an `i64` or `u64` holds exactly as that
+/// integer (`20.0` → `20`); other numbers are left as they are.
+fn integral_floats_to_integers(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|_| n.is_f64())
+                && f.fract() == 0.0
+                && f.abs() < 9_007_199_254_740_992.0
+            {
+                // Below 2^53 the float is exactly this integer.
+                *n = if f < 0.0 {
+                    serde_json::Number::from(f as i64)
+                } else {
+                    serde_json::Number::from(f as u64)
+                };
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_floats_to_integers),
+        Value::Object(map) => map.values_mut().for_each(integral_floats_to_integers),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Body {
+        count: u32,
+        offsets: Vec<i64>,
+        scale: f64,
+    }
+
+    #[test]
+    fn an_integer_written_as_a_float_is_that_integer_and_a_fraction_is_refused_by_name() {
+        let body: Body = parse(br#"{"count": 20.0, "offsets": [-3.0, 4], "scale": 2.0}"#).unwrap();
+        assert_eq!(
+            body,
+            Body {
+                count: 20,
+                offsets: vec![-3, 4],
+                scale: 2.0
+            }
+        );
+        match parse::<Body>(br#"{"count": 20.5, "offsets": [], "scale": 1}"#) {
+            Err(ApiError::Invalid { field, .. }) => assert_eq!(field.as_deref(), Some("count")),
+            other => panic!("expected a refusal naming count, got {other:?}"),
+        }
+        assert!(matches!(
+            parse::<Body>(br#"{"count": 1e300, "offsets": [], "scale": 1}"#),
+            Err(ApiError::Invalid { .. })
+        ));
+    }
 }

@@ -85,7 +85,7 @@ pub(super) struct ModelEntry {
     owned_by: &'static str,
     /// The catalog entry.
     #[serde(flatten)]
-    #[schema(value_type = Object)]
+    #[schema(value_type = Object, required = true)]
     catalog: Model,
 }
 

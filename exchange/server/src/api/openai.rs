@@ -126,11 +126,11 @@ struct CxFields {
     #[serde(default)]
     determinism: Option<DeterminismClass>,
     #[serde(default, with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
     max_price_wei: Option<u128>,
     /// The adapter, by content id, when `model` names the base.
     #[serde(default)]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$")]
     adapter_id: Option<B256>,
 }
 

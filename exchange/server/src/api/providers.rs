@@ -21,10 +21,10 @@ pub(super) const RESULT_BODY_LIMIT_BYTES: usize = 8 << 20;
 /// A registered provider.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Registered {
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     key_hash: B256,
     operator: String,
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     payout: Address,
     bundles: Vec<String>,
 }
@@ -52,9 +52,11 @@ pub(super) async fn register(
 pub(super) struct Pull {
     /// Most jobs to take (1 to 32).
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 32)]
     max_jobs: u32,
     /// Seconds to wait for one when none is assigned (0 to 30).
     #[serde(default)]
+    #[schema(maximum = 30)]
     wait_s: u32,
 }
 
@@ -132,7 +134,7 @@ const MAX_RELEASE_REASON_BYTES: usize = 1024;
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Released {
     /// The job.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     job_id: B256,
     /// The bundle it moved to, or none when it was refunded (no other bundle takes it in time
     /// within the buyer's limit).
@@ -228,7 +230,7 @@ pub(super) struct Witness {
     witness: u64,
     /// The provider-signed receipt (job id and input: the search's digest; output: SHA-256 of
     /// the witness's 8 bytes).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Object, required = true)]
     receipt: cx_protocol::receipt::SignedReceipt,
 }
 
@@ -291,7 +293,7 @@ pub(super) async fn reserves(
 #[serde(deny_unknown_fields)]
 pub(super) struct BidBody {
     /// The bid (reserve id, bundle, rate, provider key) and the provider's ML-DSA signature.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Object, required = true)]
     bid: cx_protocol::bid::SignedBid,
 }
 
@@ -336,7 +338,7 @@ pub(super) async fn bid(
 pub(super) struct TakeOrPay {
     /// The provider-signed receipt (job id and input: the reserve's digest; output and adapter
     /// zero; compute: the reserved compute-ms; amount: the committed rate × it).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Object, required = true)]
     receipt: cx_protocol::receipt::SignedReceipt,
 }
 
@@ -385,7 +387,7 @@ pub(super) async fn pins(
 pub(super) struct RentClaim {
     /// The provider-signed receipt (job id and input: the rent's digest; output zero; adapter:
     /// the rented one; compute 0; amount: the term's rent less its rebate).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Object, required = true)]
     receipt: cx_protocol::receipt::SignedReceipt,
 }
 

@@ -38,7 +38,7 @@ pub(super) struct SessionView {
     #[serde(flatten)]
     session: Session,
     #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
     left_wei: u128,
 }
 
@@ -59,7 +59,7 @@ pub(super) async fn show(
 /// What a revocation did.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Revoked {
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     session_id: B256,
     revoked: bool,
 }
@@ -120,7 +120,7 @@ pub(super) fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
 /// What a cancellation did.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct Cancelled {
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     job_id: B256,
     status: &'static str,
 }

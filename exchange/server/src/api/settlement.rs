@@ -16,11 +16,11 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields)]
 pub(super) struct CloseTab {
     /// The tab's buyer.
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
     account: Address,
     /// ML-DSA-65 signature by the key bound to `account` over `"CXC1" ‖ chain_id u64 ‖
     /// Settlement 20 ‖ escrow_id u64`, context `cx-tab-close-v1` (0x-hex).
-    #[schema(value_type = String)]
+    #[schema(value_type = String, pattern = "^0x([0-9a-fA-F]{2})*$")]
     mldsa_signature: Bytes,
 }
 

@@ -96,7 +96,7 @@ pub struct Accepted {
     /// bundle offers).
     pub tier: Tier,
     /// The chosen bundle's cost terms (the whole decision is at `GET /v1/jobs/{id}`).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Object, required = true)]
     pub terms: cx_exchange::objective::Terms,
     /// The verification runs placed with it (T1 and T3 re-execute the job on other providers;
     /// `held_wei` above includes what they hold).
