@@ -189,6 +189,14 @@ pub enum Error {
         "intent.order.adapter_id names no adapter this exchange holds (store it with PUT /v1/adapters)"
     )]
     UnknownAdapter,
+    /// More requests are doing work than the server takes at once ([`crate::limits::InFlight`]).
+    #[error(
+        "the exchange is at its bound of {max} requests at once; nothing was done, send it again"
+    )]
+    Overloaded {
+        /// The bound.
+        max: usize,
+    },
     /// A client sent more than its rate limit allows ([`crate::limits`]).
     #[error("too many requests from this {what}: retry after {retry_after_s} s")]
     RateLimited {

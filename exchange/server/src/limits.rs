@@ -7,6 +7,10 @@
 //! Each limit is a GCRA bucket per key (`governor`): `burst` requests at once, then `per_s` a
 //! second. Memory is bounded: past [`MAX_TRACKED_KEYS`] keys, those whose bucket has refilled
 //! are forgotten (they would be allowed anyway).
+//!
+//! Beside the rates, [`InFlight`] bounds the requests doing work at once, whoever sends them:
+//! past it a request is answered 503 `overloaded` with `Retry-After` at once (shed, not queued),
+//! so a crowd of clients under their own limits still meets a bounded server.
 
 use crate::error::{Error, Result};
 use alloy::primitives::Address;
@@ -55,6 +59,38 @@ impl RateConfig {
             account_per_s: 0,
             account_burst: 0,
         }
+    }
+}
+
+/// Requests doing work at once (signature checks, database reads and writes) by default: the
+/// load runs (docs/reliability.md) saw about 30 at the intake's knee on two cores, so this only
+/// sheds a crowd far past what the server can answer in time, and stays under the connection
+/// cap (768) so the shedding, not the accept queue, is what a crowd meets.
+pub const MAX_IN_FLIGHT: usize = 256;
+
+/// The bound on requests doing work at once ([`MAX_IN_FLIGHT`] by default).
+#[derive(Debug, Clone)]
+pub struct InFlight {
+    slots: std::sync::Arc<tokio::sync::Semaphore>,
+    max: usize,
+}
+
+impl InFlight {
+    /// At most `max` at once; `None` for 0 (no bound).
+    pub fn new(max: usize) -> Option<Self> {
+        (max > 0).then(|| Self {
+            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+        })
+    }
+
+    /// A slot for one request, held until it is dropped; [`Error::Overloaded`] when all are
+    /// taken.
+    pub fn enter(&self) -> Result<tokio::sync::OwnedSemaphorePermit> {
+        self.slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| Error::Overloaded { max: self.max })
     }
 }
 

@@ -120,6 +120,11 @@ pub(crate) struct Args {
     #[arg(long, env = "CX_BURST_PER_ACCOUNT", value_name = "N",
           default_value_t = cx_exchange_server::limits::RateConfig::default().account_burst)]
     burst_per_account: u32,
+    /// Requests doing work at once (0: no bound); past it, 503 `overloaded` with Retry-After at
+    /// once. Long polls, event streams and the OpenAI door's waits are not counted.
+    #[arg(long, env = "CX_MAX_IN_FLIGHT", value_name = "N",
+          default_value_t = cx_exchange_server::limits::MAX_IN_FLIGHT)]
+    max_in_flight: usize,
 }
 
 /// The registries providers must be staked in: one read-only view per served chain.
@@ -254,7 +259,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         ip_burst: args.burst_per_ip,
         account_per_s: args.rate_per_account,
         account_burst: args.burst_per_account,
-    });
+    })
+    .with_max_in_flight(args.max_in_flight);
     let settler = match &args.settlement {
         None => None,
         Some(path) => {

@@ -75,6 +75,13 @@ pub enum ApiError {
         /// Seconds until the next request is allowed.
         retry_after_s: u64,
     },
+    /// More requests are doing work than the server takes at once (503 `overloaded`, with
+    /// `Retry-After: 1`): shed at once, nothing was done.
+    #[error("{message}")]
+    Overloaded {
+        /// Which bound.
+        message: String,
+    },
     /// A part the service depends on (its database) is away for now (503, with
     /// `Retry-After`): nothing was done, and the same request may be sent again.
     #[error("the exchange's database is unavailable for now; nothing was done, send it again")]
@@ -108,7 +115,7 @@ impl ApiError {
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Refused { status, .. } => *status,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable { .. } | Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -127,6 +134,7 @@ impl ApiError {
             Self::Refused { code, .. } => code,
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable { .. } => "unavailable",
+            Self::Overloaded { .. } => "overloaded",
             Self::Internal(_) => "internal",
         }
     }
@@ -189,8 +197,15 @@ impl IntoResponse for ApiError {
             },
         };
         let mut response = (self.status(), Json(body)).into_response();
-        if let Self::RateLimited { retry_after_s, .. } | Self::Unavailable { retry_after_s } = self
-        {
+        let retry_after_s = match self {
+            Self::RateLimited { retry_after_s, .. } | Self::Unavailable { retry_after_s } => {
+                Some(retry_after_s)
+            }
+            // A slot frees as soon as any request in flight ends.
+            Self::Overloaded { .. } => Some(1),
+            _ => None,
+        };
+        if let Some(retry_after_s) = retry_after_s {
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(retry_after_s),
@@ -439,6 +454,9 @@ impl From<crate::Error> for ApiError {
             // A number a client sent (an id, a nonce) past what the books can hold: no such
             // row can exist, and nothing was written.
             E::OutOfRange { .. } => refuse(StatusCode::BAD_REQUEST, "out_of_range", None, &err),
+            E::Overloaded { .. } => Self::Overloaded {
+                message: err.to_string(),
+            },
             E::RateLimited { retry_after_s, .. } => Self::RateLimited {
                 message: err.to_string(),
                 retry_after_s: *retry_after_s,

@@ -227,11 +227,41 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::explorer::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), shed))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limit_by_ip,
         ))
         .with_state(state)
+}
+
+/// Requests that wait by design rather than work: a provider's long poll, a job's event stream,
+/// the OpenAI door's calls (which wait for their provider), health and metrics. They are not
+/// counted against [`crate::limits::InFlight`]: holding a slot while idle would shed real work.
+fn waits_by_design(path: &str) -> bool {
+    matches!(
+        path,
+        "/healthz" | "/metrics" | "/v1/providers/jobs" | "/v1/chat/completions" | "/v1/completions"
+    ) || (path.starts_with("/v1/jobs/") && path.ends_with("/events"))
+}
+
+/// Past the bound on requests doing work at once, a request is answered 503 `overloaded` with
+/// `Retry-After` before anything it sent is read; its slot is held until its answer is made.
+async fn shed(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let bound = match state.intake() {
+        Ok(intake) if !waits_by_design(request.uri().path()) => intake.in_flight().cloned(),
+        _ => None,
+    };
+    let _slot = match bound.map(|b| b.enter()).transpose() {
+        Ok(slot) => slot,
+        Err(err) => return ApiError::from(err).into_response(),
+    };
+    next.run(request).await
 }
 
 /// Every request counts against its client's IP address ([`crate::limits`]), before anything

@@ -186,6 +186,7 @@ pub struct Intake {
     provider_silence_s: u64,
     freivalds_rounds: usize,
     limits: crate::limits::RateLimits,
+    in_flight: Option<crate::limits::InFlight>,
 }
 
 /// Bound ML-DSA keys kept in memory at most (each ~2 KB).
@@ -215,6 +216,7 @@ impl Intake {
             provider_silence_s: crate::dispatch::PROVIDER_SILENCE_S,
             freivalds_rounds: crate::matmul::DEFAULT_FREIVALDS_ROUNDS,
             limits: crate::limits::RateLimits::default(),
+            in_flight: crate::limits::InFlight::new(crate::limits::MAX_IN_FLIGHT),
         }
     }
 
@@ -277,6 +279,17 @@ impl Intake {
     /// The rate limits.
     pub fn limits(&self) -> &crate::limits::RateLimits {
         &self.limits
+    }
+
+    /// At most `max` requests doing work at once ([`crate::limits::InFlight`]; 0: no bound).
+    pub fn with_max_in_flight(mut self, max: usize) -> Self {
+        self.in_flight = crate::limits::InFlight::new(max);
+        self
+    }
+
+    /// The bound on requests doing work at once, if any.
+    pub fn in_flight(&self) -> Option<&crate::limits::InFlight> {
+        self.in_flight.as_ref()
     }
 
     /// The books.

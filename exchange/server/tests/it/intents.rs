@@ -79,6 +79,16 @@ impl World {
 
     /// [`World::new`] under the rate limits `limits`.
     async fn limited(db: TestDb, books: Books, market: Market, limits: RateConfig) -> World {
+        Self::configured(db, books, market, |intake| intake.with_rate_limits(limits)).await
+    }
+
+    /// [`World::new`] with its intake as `configure` makes it.
+    async fn configured(
+        db: TestDb,
+        books: Books,
+        market: Market,
+        configure: impl FnOnce(Intake) -> Intake,
+    ) -> World {
         let key = SigningKey::from_slice(&[7; 32]).unwrap();
         let pq = Identity::from_seed([9; 32]);
         let account = order::account_of(&key);
@@ -99,8 +109,12 @@ impl World {
             )
             .await
             .unwrap();
-        let intake = Intake::new(books.clone(), market, [(CHAIN, settlement())], 60)
-            .with_rate_limits(limits);
+        let intake = configure(Intake::new(
+            books.clone(),
+            market,
+            [(CHAIN, settlement())],
+            60,
+        ));
         let w = World {
             _db: db,
             books,
@@ -821,4 +835,91 @@ async fn plain_get(address: std::net::SocketAddr, path: &str) -> (u16, Option<St
         .find(|l| l.to_ascii_lowercase().starts_with("retry-after:"))
         .map(|l| l["retry-after:".len()..].trim().to_owned());
     (status, retry)
+}
+
+/// Past the bound on requests doing work at once (1 here), a request is answered 503
+/// `overloaded` with `Retry-After` at once, nothing done; requests that wait by design (health)
+/// are not counted; the one in flight finishes, and the next goes through. The request in flight
+/// is held by a lock on its tab that another connection takes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_bound_in_flight_a_request_is_shed_with_503_and_retry_after() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    let market = Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
+    market
+        .register(&books, bundle("warm", 1_000_000, true))
+        .await
+        .unwrap();
+    let w = World::configured(db, books, market, |intake| intake.with_max_in_flight(1)).await;
+    let mut lock = w.books.pool().begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM exchange_tabs WHERE escrow_id = 3 FOR UPDATE")
+        .execute(&mut *lock)
+        .await
+        .unwrap();
+    let held = {
+        let router = w.router.clone();
+        let body = w.body(intent(1)).to_string();
+        tokio::spawn(async move {
+            router
+                .oneshot(
+                    Request::post("/v1/intents")
+                        .header(header::CONTENT_TYPE, "application/json")
+                        .body(Body::from(body))
+                        .unwrap(),
+                )
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    // Until the intent waits on the tab's lock.
+    let waited = std::time::Instant::now();
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND datname = current_database()",
+        )
+        .fetch_one(w.books.pool())
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(waited.elapsed() < std::time::Duration::from_secs(10));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let before = w.rows().await;
+    let response = w
+        .router
+        .clone()
+        .oneshot(
+            Request::post("/v1/intents")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(w.body(intent(2)).to_string()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(body["error"]["code"], "overloaded", "{body}");
+    let health = w
+        .router
+        .clone()
+        .oneshot(Request::get("/healthz").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(health.status(), StatusCode::OK, "health is not counted");
+    lock.commit().await.unwrap();
+    assert_eq!(held.await.unwrap(), StatusCode::ACCEPTED);
+    let after = w.rows().await;
+    assert_eq!(after.0, before.0 + 1, "only the held order was written");
+    let (status, body) = w.post(&w.body(intent(2))).await;
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "the shed order goes through now: {body}"
+    );
 }
