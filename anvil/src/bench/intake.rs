@@ -443,6 +443,7 @@ pub(crate) struct Server {
     pub(crate) client_config: Arc<rustls::ClientConfig>,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
+    sweeps: tokio::task::JoinHandle<()>,
     _scratch: ScratchDir,
 }
 
@@ -460,10 +461,14 @@ impl Server {
             .local_addr()
             .map_err(|e| Error::BenchFailed(format!("local address: {e}")))?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let state = AppState::with_intake(intake);
+        // The sweeps `cx serve` runs beside its API (expiries, and the pruning of waiters whose
+        // calls ended): without them a soak measures a server that never forgets a waiter.
+        let sweeps = tokio::spawn(state.clone().run_sweeps());
         let task = tokio::spawn(tls::serve_https(
             listener,
             server_config,
-            app(AppState::with_intake(intake)),
+            app(state),
             Limits::default(),
             async {
                 let _ = stopped.await;
@@ -474,6 +479,7 @@ impl Server {
             client_config,
             stop,
             task,
+            sweeps,
             _scratch: scratch,
         })
     }
@@ -481,6 +487,7 @@ impl Server {
     pub(crate) async fn stop(self) {
         let _ = self.stop.send(());
         let _ = self.task.await;
+        self.sweeps.abort();
     }
 }
 

@@ -566,34 +566,8 @@ impl Responder {
         let id = Arc::new(Identity::from_seed([0x70; 32]));
         let token: Arc<str> = "cx-bench-load-provider".into();
         let payout = alloy::primitives::Address::repeat_byte(0x77);
-        let bundles = (0..4)
-            .map(|i| {
-                let mut b = bundle(4 * i)?;
-                b.provider = "op-load".into();
-                Ok(b)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let offer = Offer {
-            operator: "op-load".into(),
-            payout,
-            bundles,
-            token_hash: Offer::token_hash_of(token.as_bytes()),
-            issued_at_s: now_s(),
-            residency: None,
-        };
-        let signed = SignedOffer::sign(offer, &id).map_err(bench_err)?;
         let mut sender = connect(server.address, server.client_config.clone()).await?;
-        let call = Call {
-            path: "/v1/providers/register",
-            bearer: None,
-            body: Bytes::from(serde_json::to_string(&signed).map_err(bench_err)?),
-        };
-        let (status, _, body) = send(&mut sender, &call).await?;
-        if !status.is_success() {
-            return Err(Error::BenchFailed(format!(
-                "the load provider's offer was refused ({status}): {body}"
-            )));
-        }
+        register(&mut sender, &id, &token, payout).await?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let answered = Arc::new(AtomicU64::new(0));
         let tasks = (0..tasks)
@@ -623,7 +597,28 @@ impl Responder {
                     Ok(())
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // Offered again every 30 s, as `cx-provider` does: the exchange's sweeps take a provider
+        // silent for longer than its offer's life out of the engine.
+        let mut tasks = tasks;
+        tasks.push({
+            let (id, token, stop) = (id.clone(), token.clone(), stop.clone());
+            let (server_address, server_config) = (server.address, server.client_config.clone());
+            tokio::spawn(async move {
+                let mut last = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if last.elapsed() >= REREGISTER_EVERY {
+                        if sender.ready().await.is_err() {
+                            sender = connect(server_address, server_config.clone()).await?;
+                        }
+                        register(&mut sender, &id, &token, payout).await?;
+                        last = Instant::now();
+                    }
+                }
+                Ok(())
+            })
+        });
         Ok(Self {
             stop,
             tasks,
@@ -639,6 +634,46 @@ impl Responder {
         }
         Ok(self.answered.load(Ordering::Relaxed))
     }
+}
+
+/// How often the door's provider signs and sends its offer again (`cx-provider`'s period).
+const REREGISTER_EVERY: Duration = Duration::from_secs(30);
+
+/// Signs the door's provider's offer (four bundles, issued now) and registers it.
+async fn register(
+    sender: &mut Sender,
+    id: &Identity,
+    token: &Arc<str>,
+    payout: alloy::primitives::Address,
+) -> Result<()> {
+    let bundles = (0..4)
+        .map(|i| {
+            let mut b = bundle(4 * i)?;
+            b.provider = "op-load".into();
+            Ok(b)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let offer = Offer {
+        operator: "op-load".into(),
+        payout,
+        bundles,
+        token_hash: Offer::token_hash_of(token.as_bytes()),
+        issued_at_s: now_s(),
+        residency: None,
+    };
+    let signed = SignedOffer::sign(offer, id).map_err(bench_err)?;
+    let call = Call {
+        path: "/v1/providers/register",
+        bearer: None,
+        body: Bytes::from(serde_json::to_string(&signed).map_err(bench_err)?),
+    };
+    let (status, _, body) = send(sender, &call).await?;
+    if !status.is_success() {
+        return Err(Error::BenchFailed(format!(
+            "the load provider's offer was refused ({status}): {body}"
+        )));
+    }
+    Ok(())
 }
 
 /// Posts `body` as the provider, waiting out `Retry-After` (the provider shares the agents'
@@ -763,8 +798,13 @@ pub async fn load_bench(config: LoadConfig) -> Result<LoadReport> {
     let domain = order::domain(CHAIN, settlement);
     let agents = agents(config.agents);
     seed_tabs(&books, &agents, now_s() + 86_400).await?;
-    let intake = Intake::new(books.clone(), market, [(CHAIN, settlement)], 60)
+    let mut intake = Intake::new(books.clone(), market, [(CHAIN, settlement)], 60)
         .with_rate_limits(config.limits);
+    if config.target == Target::Intake {
+        // Intake's bundles stand for providers that are always there (none runs, none offers
+        // again), so the silence sweep must not take them out during a soak.
+        intake = intake.with_provider_silence_s(7 * 86_400);
+    }
     let server = Server::start("cx-bench-load", intake).await?;
 
     let responder = match config.target {

@@ -283,14 +283,7 @@ async fn the_exchange_killed_during_dispatch_loses_no_job_and_charges_none_twice
         let status = job_status(&market.books, *job).await.unwrap();
         assert_eq!(status, "done", "{job}");
         // One end, never charged twice.
-        let ends: Vec<String> = sqlx::query_scalar(
-            "SELECT status FROM exchange_job_events WHERE job_id = $1 \
-             AND status IN ('done', 'expired', 'refunded', 'failed') ORDER BY seq",
-        )
-        .bind(job.as_slice())
-        .fetch_all(market.books.pool())
-        .await
-        .unwrap();
+        let ends = job_ends(&market.books, *job).await;
         assert_eq!(ends, vec![status.clone()], "{job}");
     }
     let done: i64 = sqlx::query_scalar("SELECT count(*) FROM exchange_jobs WHERE status = 'done'")
@@ -403,14 +396,7 @@ async fn a_provider_that_stops_reporting_leaves_and_its_jobs_move_to_another() {
     // Give p1's late results time to arrive, then check nothing changed because of them.
     tokio::time::sleep(Duration::from_secs(2)).await;
     for job in &jobs {
-        let ends: Vec<String> = sqlx::query_scalar(
-            "SELECT status FROM exchange_job_events WHERE job_id = $1 \
-             AND status IN ('done', 'expired', 'refunded', 'failed') ORDER BY seq",
-        )
-        .bind(job.as_slice())
-        .fetch_all(market.books.pool())
-        .await
-        .unwrap();
+        let ends = job_ends(&market.books, *job).await;
         assert_eq!(ends, vec!["done".to_string()], "one end: {job}");
         // One receipt a job (its key), and it is p0's.
         let to_p0: bool = sqlx::query_scalar(
@@ -427,6 +413,18 @@ async fn a_provider_that_stops_reporting_leaves_and_its_jobs_move_to_another() {
         tabs_off_their_jobs(&market.books).await,
         Vec::<String>::new()
     );
+}
+
+/// The end events of job `id`, in order (exactly one for a job that ended once).
+async fn job_ends(books: &cx_exchange_server::books::Books, id: B256) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT status FROM exchange_job_events WHERE job_id = $1 \
+         AND status IN ('done', 'expired', 'refunded', 'failed') ORDER BY seq",
+    )
+    .bind(id.as_slice())
+    .fetch_all(books.pool())
+    .await
+    .unwrap()
 }
 
 /// The bundle job `id` is on now.
