@@ -338,6 +338,26 @@ async fn steps(
         .collect()
 }
 
+/// The provider's claim on `chain` is `expected`, and claiming it pays exactly that.
+async fn provider_claims_exactly(
+    coordinator: &Coordinator<PgStore, EvmChain, cx_settlement::coordinator::Committee>,
+    chain: &ScenarioChain,
+    expected: u128,
+) {
+    let provider = chain.provider.account();
+    let (amount, proof) = coordinator
+        .claim_proof(chain.anvil.chain_id, provider)
+        .await
+        .unwrap();
+    assert_eq!(amount, U256::from(expected));
+    let before = chain.operator.asset_balance(provider).await.unwrap();
+    chain.provider.claim(amount, proof).await.unwrap();
+    assert_eq!(
+        chain.operator.asset_balance(provider).await.unwrap() - before,
+        amount
+    );
+}
+
 /// Points signer `index` at its own deployments file (its own RPC URLs) and restarts it.
 fn give_own_nodes(cluster: &mut Cluster, index: u16, chains: &[ChainDeployment]) {
     let own = cluster.dir().join(format!("deployments-{index}.json"));
@@ -421,15 +441,7 @@ async fn a_signer_whose_node_lags_is_left_out_and_signs_again_once_it_catches_up
 
     // Money is what the receipts say: the provider claims 300·2 + 400 + 100 less nothing
     // (the cluster's fee is 0), the buyer the rest of its four tabs of 1,000.
-    let provider = chains[0].provider.account();
-    let (amount, proof) = coordinator.claim_proof(31337, provider).await.unwrap();
-    assert_eq!(amount, U256::from(1_100));
-    let before = chains[0].operator.asset_balance(provider).await.unwrap();
-    chains[0].provider.claim(amount, proof).await.unwrap();
-    assert_eq!(
-        chains[0].operator.asset_balance(provider).await.unwrap() - before,
-        amount
-    );
+    provider_claims_exactly(&coordinator, &chains[0], 1_100).await;
     let (refund, _) = coordinator
         .claim_proof(31337, chains[0].buyer.account())
         .await
@@ -504,15 +516,7 @@ async fn a_chain_down_then_restarted_with_its_state_settles_once_and_its_watcher
         crate::watcher::tabs_in_books(&books).await,
         crate::watcher::tabs_on_chain(&chains[1]).await
     );
-    let provider = chains[1].provider.account();
-    let (amount, proof) = coordinator.claim_proof(31338, provider).await.unwrap();
-    assert_eq!(amount, U256::from(400));
-    let before = chains[1].operator.asset_balance(provider).await.unwrap();
-    chains[1].provider.claim(amount, proof).await.unwrap();
-    assert_eq!(
-        chains[1].operator.asset_balance(provider).await.unwrap() - before,
-        amount
-    );
+    provider_claims_exactly(&coordinator, &chains[1], 400).await;
 }
 
 fn sign_request(

@@ -658,6 +658,14 @@ async fn a_server_without_books_says_so() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
 
+/// `POST /v1/intents` with `body`, as a client sends it.
+fn intent_request(body: &Value) -> Request<Body> {
+    Request::post("/v1/intents")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
 /// Sends every body to `POST /v1/intents` at once, each on its own task (its own connection to
 /// the database); the answers in order.
 async fn concurrently(w: &World, bodies: Vec<Value>) -> Vec<(StatusCode, Value)> {
@@ -665,11 +673,7 @@ async fn concurrently(w: &World, bodies: Vec<Value>) -> Vec<(StatusCode, Value)>
     for body in bodies {
         let router = w.router.clone();
         tasks.push(tokio::spawn(async move {
-            let request = Request::post("/v1/intents")
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(body.to_string()))
-                .unwrap();
-            let response = router.oneshot(request).await.unwrap();
+            let response = router.oneshot(intent_request(&body)).await.unwrap();
             let status = response.status();
             let bytes = response.into_body().collect().await.unwrap().to_bytes();
             (
@@ -759,12 +763,7 @@ async fn past_its_rate_limits_a_client_gets_429_with_retry_after_and_nothing_is_
     let response = w
         .router
         .clone()
-        .oneshot(
-            Request::post("/v1/intents")
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(w.body(intent(3)).to_string()))
-                .unwrap(),
-        )
+        .oneshot(intent_request(&w.body(intent(3))))
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -858,19 +857,8 @@ async fn past_the_bound_in_flight_a_request_is_shed_with_503_and_retry_after() {
         .unwrap();
     let held = {
         let router = w.router.clone();
-        let body = w.body(intent(1)).to_string();
-        tokio::spawn(async move {
-            router
-                .oneshot(
-                    Request::post("/v1/intents")
-                        .header(header::CONTENT_TYPE, "application/json")
-                        .body(Body::from(body))
-                        .unwrap(),
-                )
-                .await
-                .unwrap()
-                .status()
-        })
+        let request = intent_request(&w.body(intent(1)));
+        tokio::spawn(async move { router.oneshot(request).await.unwrap().status() })
     };
     // Until the intent waits on the tab's lock.
     let waited = std::time::Instant::now();
@@ -892,12 +880,7 @@ async fn past_the_bound_in_flight_a_request_is_shed_with_503_and_retry_after() {
     let response = w
         .router
         .clone()
-        .oneshot(
-            Request::post("/v1/intents")
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(w.body(intent(2)).to_string()))
-                .unwrap(),
-        )
+        .oneshot(intent_request(&w.body(intent(2))))
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
