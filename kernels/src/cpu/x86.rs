@@ -77,6 +77,7 @@ unsafe fn tile<const MR: usize, const NR: usize, const FMA: bool>(
     k: usize,
     out: &mut [f32],
     out_stride: usize,
+    ahead: Option<isize>,
 ) {
     // Bounds are checked here, once per tile; the loads below stay inside these slices.
     let xs: [&[f32]; MR] = std::array::from_fn(|i| &x[i * x_stride..i * x_stride + k]);
@@ -89,15 +90,16 @@ unsafe fn tile<const MR: usize, const NR: usize, const FMA: bool>(
         let mut acc = [[_mm256_setzero_ps(); NR]; MR];
         let mut o = 0;
         while o < full {
-            // Fetch the same cache line of the next block of `w` while this one is computed:
-            // the first row group of a block otherwise waits on memory for every line of `w`
-            // (32 rows at a stride of `d_in` defeat the hardware prefetcher), which costs up to
-            // 2.7× at 4 rows and 25 % at 1 and 32 rows. Past the last block the address falls
-            // in the next row of `w` or outside it; a prefetch never faults and changes no
+            // Fetch the line `ahead` elements on in each row of `w` (the next block's, or the
+            // next tile's first block's: see [`prefetch_ahead`]) while this one is computed:
+            // rows at a stride of `d_in` defeat the hardware prefetcher, which cost up to 2.7×
+            // at 4 rows and 25 % at 1 and 32 rows. A prefetch never faults and changes no
             // arithmetic.
-            if o % 16 == 0 {
+            if let Some(ahead) = ahead.filter(|_| o % 16 == 0) {
                 for wj in &ws {
-                    _mm_prefetch::<_MM_HINT_T0>(wj.as_ptr().wrapping_add(o + k).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        wj.as_ptr().wrapping_offset(o as isize + ahead).cast(),
+                    );
                 }
             }
             let wv: [__m256; NR] = std::array::from_fn(|j| _mm256_loadu_ps(ws[j].as_ptr().add(o)));
@@ -132,7 +134,8 @@ unsafe fn tile<const MR: usize, const NR: usize, const FMA: bool>(
     }
 }
 
-/// Rows `0..MR` of `x` against all `n` rows of `w`, `NR` at a time, over one block.
+/// Rows `0..MR` of `x` against the `n` rows of `w`, `NR` at a time, over one block; row `i`'s
+/// sums go to `out[i*out_stride..]`, and the tiles prefetch `ahead` (see [`prefetch_ahead`]).
 ///
 /// # Safety
 /// The CPU must support AVX2, and FMA when `FMA`.
@@ -146,6 +149,8 @@ unsafe fn row_group<const MR: usize, const NR: usize, const FMA: bool>(
     n: usize,
     k: usize,
     out: &mut [f32],
+    out_stride: usize,
+    ahead: Option<isize>,
 ) {
     let mut j = 0;
     // SAFETY: the features are the caller's contract; `tile` checks its own bounds.
@@ -158,7 +163,8 @@ unsafe fn row_group<const MR: usize, const NR: usize, const FMA: bool>(
                 w_stride,
                 k,
                 &mut out[j..],
-                n,
+                out_stride,
+                ahead,
             );
             j += NR;
         }
@@ -170,7 +176,8 @@ unsafe fn row_group<const MR: usize, const NR: usize, const FMA: bool>(
                 w_stride,
                 k,
                 &mut out[j..],
-                n,
+                out_stride,
+                ahead,
             );
             j += 1;
         }
@@ -228,6 +235,7 @@ unsafe fn tile_pairs<const MR: usize, const NP: usize, const FMA: bool>(
     k: usize,
     out: &mut [f32],
     out_stride: usize,
+    ahead: Option<isize>,
 ) {
     let xs: [&[f32]; MR] = std::array::from_fn(|i| &x[i * x_stride..i * x_stride + k]);
     let ws: [[&[f32]; 2]; NP] = std::array::from_fn(|p| {
@@ -241,10 +249,12 @@ unsafe fn tile_pairs<const MR: usize, const NP: usize, const FMA: bool>(
         let mut acc = [[_mm512_setzero_ps(); NP]; MR];
         let mut o = 0;
         while o < full {
-            if o % 16 == 0 {
+            if let Some(ahead) = ahead.filter(|_| o % 16 == 0) {
                 for wp in &ws {
                     for wj in wp {
-                        _mm_prefetch::<_MM_HINT_T0>(wj.as_ptr().wrapping_add(o + k).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            wj.as_ptr().wrapping_offset(o as isize + ahead).cast(),
+                        );
                     }
                 }
             }
@@ -304,6 +314,8 @@ unsafe fn row_group_pairs<const MR: usize, const NP: usize, const FMA: bool>(
     n: usize,
     k: usize,
     out: &mut [f32],
+    out_stride: usize,
+    ahead: Option<isize>,
 ) {
     let mut j = 0;
     // SAFETY: the features are the caller's contract; the tiles check their own bounds.
@@ -316,7 +328,8 @@ unsafe fn row_group_pairs<const MR: usize, const NP: usize, const FMA: bool>(
                 w_stride,
                 k,
                 &mut out[j..],
-                n,
+                out_stride,
+                ahead,
             );
             j += 2 * NP;
         }
@@ -328,7 +341,8 @@ unsafe fn row_group_pairs<const MR: usize, const NP: usize, const FMA: bool>(
                 w_stride,
                 k,
                 &mut out[j..],
-                n,
+                out_stride,
+                ahead,
             );
             j += 1;
         }
@@ -397,27 +411,95 @@ unsafe fn nt_pairs<const FMA: bool>(
     out: &mut [f32],
     kc: usize,
 ) {
-    let mut k0 = 0;
-    while k0 < k {
-        let kl = kc.min(k - k0);
-        let wb = &w[k0..];
-        let mut i = 0;
-        while i < m {
-            let xb = &x[i * x_stride + k0..];
-            let ob = &mut out[i * n..];
-            let rows = (m - i).min(4);
-            // SAFETY: the caller's contract.
-            unsafe {
-                match rows {
-                    4 => row_group_pairs::<4, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
-                    3 => row_group_pairs::<3, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
-                    2 => row_group_pairs::<2, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
-                    _ => row_group_pairs::<1, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
+    // SAFETY: the caller's contract.
+    unsafe {
+        for Step {
+            i,
+            rows,
+            j0,
+            cols,
+            k0,
+            kl,
+            ahead,
+        } in steps(m, n, k, kc, w_stride)
+        {
+            let (xb, wb) = (&x[i * x_stride + k0..], &w[j0 * w_stride + k0..]);
+            let ob = &mut out[i * n + j0..];
+            match rows {
+                4 => {
+                    row_group_pairs::<4, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
+                }
+                3 => {
+                    row_group_pairs::<3, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
+                }
+                2 => {
+                    row_group_pairs::<2, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
+                }
+                _ => {
+                    row_group_pairs::<1, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
                 }
             }
-            i += rows;
         }
-        k0 += kl;
+    }
+}
+
+/// Output columns per column tile of the `nt` kernels.
+const TILE_COLS: usize = 8;
+
+/// One call of a row group in the `nt` kernels' loop: rows `i..i + rows` of `x` against rows
+/// `j0..j0 + cols` of `w`, over the reduction block `k0..k0 + kl`, prefetching `ahead`.
+struct Step {
+    i: usize,
+    rows: usize,
+    j0: usize,
+    cols: usize,
+    k0: usize,
+    kl: usize,
+    ahead: Option<isize>,
+}
+
+/// The loop of the `nt` kernels, as the [`Step`]s it makes (plain data: the intrinsics stay in
+/// the `target_feature` functions, which a closure would not inherit). Column tiles of
+/// [`TILE_COLS`] rows of `w` outermost, then the reduction blocks of `kc` in ascending order,
+/// then groups of up to four rows of `x`.
+///
+/// Every output still adds its blocks' folded sums in ascending order, so the loop order
+/// changes no bits; it decides what memory sees. A tile's rows of `w` are read front to back,
+/// one block after another (8 × `kc` floats, 16 KiB), and every row group uses that block while
+/// it is in L1; with blocks outermost, as before, a single row re-fetched each panel's 32 rows
+/// at a stride of `d_in` from scratch, and several rows took each block from L2 again. The
+/// first row group of a block prefetches for the whole tile ([`prefetch_ahead`]).
+fn steps(m: usize, n: usize, k: usize, kc: usize, w_stride: usize) -> impl Iterator<Item = Step> {
+    (0..n.div_ceil(TILE_COLS)).flat_map(move |tile| {
+        let j0 = tile * TILE_COLS;
+        let cols = TILE_COLS.min(n - j0);
+        (0..k.div_ceil(kc)).flat_map(move |block| {
+            let k0 = block * kc;
+            let kl = kc.min(k - k0);
+            (0..m.div_ceil(4)).map(move |group| {
+                let i = group * 4;
+                Step {
+                    i,
+                    rows: (m - i).min(4),
+                    j0,
+                    cols,
+                    k0,
+                    kl,
+                    ahead: (i == 0).then(|| prefetch_ahead(k0, kl, k, w_stride)),
+                }
+            })
+        })
+    })
+}
+
+/// How far past the element being loaded, in a row of `w`, a tile working on block
+/// `k0..k0 + kl` of a reduction of length `k` prefetches: the same line of the next block, or
+/// from the last block, the first block of the row [`TILE_COLS`] further on (the next tile's).
+fn prefetch_ahead(k0: usize, kl: usize, k: usize, w_stride: usize) -> isize {
+    if k0 + kl < k {
+        kl as isize
+    } else {
+        (TILE_COLS * w_stride) as isize - k0 as isize
     }
 }
 
@@ -447,27 +529,27 @@ unsafe fn nt<const FMA: bool>(
     out: &mut [f32],
     kc: usize,
 ) {
-    let mut k0 = 0;
-    while k0 < k {
-        let kl = kc.min(k - k0);
-        let wb = &w[k0..];
-        let mut i = 0;
-        while i < m {
-            let xb = &x[i * x_stride + k0..];
-            let ob = &mut out[i * n..];
-            let rows = (m - i).min(4);
-            // SAFETY: the features are the caller's contract.
-            unsafe {
-                match rows {
-                    4 => row_group::<4, 2, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
-                    3 => row_group::<3, 2, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
-                    2 => row_group::<2, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
-                    _ => row_group::<1, 4, FMA>(xb, x_stride, wb, w_stride, n, kl, ob),
-                }
+    // SAFETY: the features are the caller's contract.
+    unsafe {
+        for Step {
+            i,
+            rows,
+            j0,
+            cols,
+            k0,
+            kl,
+            ahead,
+        } in steps(m, n, k, kc, w_stride)
+        {
+            let (xb, wb) = (&x[i * x_stride + k0..], &w[j0 * w_stride + k0..]);
+            let ob = &mut out[i * n + j0..];
+            match rows {
+                4 => row_group::<4, 2, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead),
+                3 => row_group::<3, 2, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead),
+                2 => row_group::<2, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead),
+                _ => row_group::<1, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead),
             }
-            i += rows;
         }
-        k0 += kl;
     }
 }
 
