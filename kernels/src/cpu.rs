@@ -623,6 +623,8 @@ mod tests {
             (2, 9, 8),
             (5, 7, 13),
             (4, 4, 1024),
+            // Several column tiles with a ragged last one, over several blocks.
+            (6, 19, 1100),
         ] {
             let x = rng.vec_f32(m * k, 1.0);
             let w = rng.vec_f32(n * k, 1.0);

@@ -349,7 +349,7 @@ unsafe fn row_group_pairs<const MR: usize, const NP: usize, const FMA: bool>(
     }
 }
 
-/// The deterministic `nt` kernel on AVX-512: [`nt`]'s blocks and row groups, with
+/// The deterministic `nt` kernel on AVX-512: [`nt`]'s loop ([`steps`]), with
 /// [`tile_pairs`]: up to four rows by eight columns (sixteen of the 32 registers hold sums;
 /// 4 × 4 columns was 3–4 % slower on 8-row decode at hidden 2048).
 ///
@@ -507,8 +507,8 @@ pub(super) fn has_avx512f() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("avx512f")
 }
 
-/// The AVX2 `nt` kernel: blocks of `kc` in ascending order, and within a block, groups of up
-/// to four rows of `x` each passing over the whole of `w`'s block.
+/// The AVX2 `nt` kernel: the loop of [`steps`] (column tiles, then blocks of `kc` in ascending
+/// order, then groups of up to four rows of `x`).
 ///
 /// Four rows by two columns (eight accumulators, two loads of `w` shared by four rows) when
 /// there are four rows; fewer rows take four columns so that enough independent sums are in
