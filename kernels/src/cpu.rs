@@ -574,6 +574,8 @@ mod tests {
             (2, 7, 13),
             (3, 3, 1024),
             (9, 11, 517),
+            // Past the row count up to which the x86 kernels put column tiles outermost.
+            (261, 11, 600),
         ] {
             let x = rng.vec_f32(m * k, 1.0);
             let w = rng.vec_f32(n * k, 1.0);
@@ -625,6 +627,7 @@ mod tests {
             (4, 4, 1024),
             // Several column tiles with a ragged last one, over several blocks.
             (6, 19, 1100),
+            (261, 11, 600),
         ] {
             let x = rng.vec_f32(m * k, 1.0);
             let w = rng.vec_f32(n * k, 1.0);
