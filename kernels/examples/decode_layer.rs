@@ -5,8 +5,9 @@
 //!
 //! For 1, 4 and 8 rows (decode steps) and 24 and 192 (one prompt, eight prompts), in both
 //! modes, it prints the layer's time, the weight bytes read per second, that rate over a plain
-//! parallel read of the same bytes (one sequential stream per thread, measured in the same run:
-//! what one row's step is bound by) and the arithmetic rate. The machines here are shared and
+//! parallel read of the same bytes (one sequential stream per thread over anonymous memory,
+//! measured in the same run: the yardstick for a one-row step, not a hard bound; llama.cpp's
+//! reads of page-cache pages have gone faster) and the arithmetic rate. The machines here are shared and
 //! their bandwidth drifts by ±30 % within minutes, so compare two builds by alternating runs.
 
 use cx_kernels::bench::median_seconds;
