@@ -628,6 +628,9 @@ mod tests {
             // Several column tiles with a ragged last one, over several blocks.
             (6, 19, 1100),
             (261, 11, 600),
+            // Groups of five to eight rows (four columns per pass), alone and after a full one.
+            (7, 21, 1030),
+            (12, 17, 700),
         ] {
             let x = rng.vec_f32(m * k, 1.0);
             let w = rng.vec_f32(n * k, 1.0);

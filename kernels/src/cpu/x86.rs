@@ -350,8 +350,9 @@ unsafe fn row_group_pairs<const MR: usize, const NP: usize, const FMA: bool>(
 }
 
 /// The deterministic `nt` kernel on AVX-512: [`nt`]'s loop ([`steps`]), with
-/// [`tile_pairs`]: up to four rows by eight columns (sixteen of the 32 registers hold sums;
-/// 4 × 4 columns was 3–4 % slower on 8-row decode at hidden 2048).
+/// [`tile_pairs`]: up to four rows by eight columns, five to eight rows by four (sixteen of the
+/// 32 registers hold sums either way; 4 × 4 columns was 3–4 % slower on 8-row decode at hidden
+/// 2048 than 4 × 8, and two groups of 4 × 8 slower than one of 8 × 4: see [`nt_pairs`]).
 ///
 /// # Safety
 /// The CPU must support AVX2 and AVX-512F.
@@ -421,11 +422,27 @@ unsafe fn nt_pairs<const FMA: bool>(
             k0,
             kl,
             ahead,
-        } in steps(m, n, k, kc, w_stride)
+        } in steps(m, n, k, kc, w_stride, 8)
         {
             let (xb, wb) = (&x[i * x_stride + k0..], &w[j0 * w_stride + k0..]);
             let ob = &mut out[i * n + j0..];
+            // Five to eight rows take four columns per pass (sixteen sums for eight rows): one
+            // pass over a block of `w` for a whole decode batch of eight, where two groups of
+            // four left the memory stream idle while the second group computed, and half the
+            // column-pair inserts per multiply.
             match rows {
+                8 => {
+                    row_group_pairs::<8, 2, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
+                }
+                7 => {
+                    row_group_pairs::<7, 2, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
+                }
+                6 => {
+                    row_group_pairs::<6, 2, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
+                }
+                5 => {
+                    row_group_pairs::<5, 2, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
+                }
                 4 => {
                     row_group_pairs::<4, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
                 }
@@ -466,7 +483,7 @@ const TILES_FIRST_MAX_ROWS: usize = 256;
 ///
 /// Up to [`TILES_FIRST_MAX_ROWS`] rows (decode steps, prompts): column tiles of [`TILE_COLS`]
 /// rows of `w` outermost, then the reduction blocks of `kc` in ascending order, then groups of
-/// up to four rows of `x`. A tile's rows of `w` are read front to back, one block after another
+/// up to `group` rows of `x` (eight with AVX-512's 32 registers, four with AVX2's 16). A tile's rows of `w` are read front to back, one block after another
 /// (8 × `kc` floats, 16 KiB), every row group uses that block while it is in L1, and the first
 /// row group prefetches for the whole tile ([`prefetch_ahead`]). With blocks outermost a single
 /// row re-fetched each panel's 32 rows at a stride of `d_in` from scratch (one row −6 %, 24 rows
@@ -478,11 +495,18 @@ const TILES_FIRST_MAX_ROWS: usize = 256;
 ///
 /// Either way every output adds its blocks' folded sums in ascending order, so the order
 /// changes no bits, only what memory sees.
-fn steps(m: usize, n: usize, k: usize, kc: usize, w_stride: usize) -> impl Iterator<Item = Step> {
-    let (tiles, blocks, groups) = (n.div_ceil(TILE_COLS), k.div_ceil(kc), m.div_ceil(4));
+fn steps(
+    m: usize,
+    n: usize,
+    k: usize,
+    kc: usize,
+    w_stride: usize,
+    group: usize,
+) -> impl Iterator<Item = Step> {
+    let (tiles, blocks, groups) = (n.div_ceil(TILE_COLS), k.div_ceil(kc), m.div_ceil(group));
     let tiles_first = m <= TILES_FIRST_MAX_ROWS;
     (0..tiles * blocks * groups).map(move |step| {
-        let (tile, block, group) = if tiles_first {
+        let (tile, block, row_group) = if tiles_first {
             (
                 step / (blocks * groups),
                 step / groups % blocks,
@@ -491,11 +515,11 @@ fn steps(m: usize, n: usize, k: usize, kc: usize, w_stride: usize) -> impl Itera
         } else {
             (step % tiles, step / (tiles * groups), step / tiles % groups)
         };
-        let (j0, k0, i) = (tile * TILE_COLS, block * kc, group * 4);
+        let (j0, k0, i) = (tile * TILE_COLS, block * kc, row_group * group);
         let kl = kc.min(k - k0);
         Step {
             i,
-            rows: (m - i).min(4),
+            rows: (m - i).min(group),
             j0,
             cols: TILE_COLS.min(n - j0),
             k0,
@@ -556,7 +580,7 @@ unsafe fn nt<const FMA: bool>(
             k0,
             kl,
             ahead,
-        } in steps(m, n, k, kc, w_stride)
+        } in steps(m, n, k, kc, w_stride, 4)
         {
             let (xb, wb) = (&x[i * x_stride + k0..], &w[j0 * w_stride + k0..]);
             let ob = &mut out[i * n + j0..];
