@@ -23,18 +23,54 @@ fn all_free(offset: u16) -> bool {
         .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
 }
 
-/// Whether every port of `offset` is free within a few seconds of the devnet's exit: a child
-/// killed as it stops may take a moment to close its listener on a loaded machine; one that
-/// outlives the devnet holds it for good.
-fn freed(offset: u16) -> bool {
+/// The ports of `offset` that some socket still listens on (`/proc/net/tcp` and `tcp6`, state
+/// `0A`). Not a bind attempt: the other devnet tests of this process run beside this one, and
+/// their outgoing connections take ephemeral local ports, which can be one of these (the
+/// offsets reach into 32768–60999); such a connection makes a bind fail though no child of this
+/// devnet is alive.
+fn listening(offset: u16) -> Vec<u16> {
+    let ours = ports(offset);
+    let mut held = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            // No procfs: fall back to what a bind says.
+            return ours
+                .into_iter()
+                .filter(|p| TcpListener::bind(("127.0.0.1", *p)).is_err())
+                .collect();
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(&"0A")) = (fields.get(1), fields.get(3)) else {
+                continue;
+            };
+            let port = local
+                .rsplit(':')
+                .next()
+                .and_then(|hex| u16::from_str_radix(hex, 16).ok());
+            if let Some(port) = port.filter(|p| ours.contains(p) && !held.contains(p)) {
+                held.push(port);
+            }
+        }
+    }
+    held
+}
+
+/// Whether nothing listens on a port of `offset` within a few seconds of the devnet's exit: a
+/// child killed as it stops may take a moment to close its listener on a loaded machine; one
+/// that outlives the devnet holds it for good. `Err` names the ports still held.
+fn freed(offset: u16) -> Result<(), Vec<u16>> {
     let waited = Instant::now();
-    while !all_free(offset) {
+    loop {
+        let held = listening(offset);
+        if held.is_empty() {
+            return Ok(());
+        }
         if waited.elapsed().as_secs() >= 15 {
-            return false;
+            return Err(held);
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
-    true
 }
 
 /// Every file under `dir`, recursively.
@@ -156,7 +192,9 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
         assert!(Path::new(&dir.0.join(log)).exists(), "{log}");
     }
     // Nothing it started still listens.
-    assert!(freed(offset), "a child outlived the devnet");
+    if let Err(held) = freed(offset) {
+        panic!("a child outlived the devnet: ports {held:?} still listen");
+    }
     // No secret it generated is in any log: every key file's secret (the whole file for raw
     // keys; the `*secret*`/`*seed*` fields of JSON key files), the session key, searched for
     // in every `.log` under its folder, as stored and without its 0x.
@@ -293,7 +331,9 @@ async fn a_settled_job_of_the_devnet_shows_in_a_real_browser() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    assert!(freed(offset), "a child outlived the devnet");
+    if let Err(held) = freed(offset) {
+        panic!("a child outlived the devnet: ports {held:?} still listen");
+    }
 }
 
 /// The devnet's fleet (3 providers of 3 operators, 5 signers of which any 3 sign, 2 Anvil

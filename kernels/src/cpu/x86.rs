@@ -483,9 +483,10 @@ const TILES_FIRST_MAX_ROWS: usize = 256;
 ///
 /// Up to [`TILES_FIRST_MAX_ROWS`] rows (decode steps, prompts): column tiles of [`TILE_COLS`]
 /// rows of `w` outermost, then the reduction blocks of `kc` in ascending order, then groups of
-/// up to `group` rows of `x` (eight with AVX-512's 32 registers, four with AVX2's 16). A tile's rows of `w` are read front to back, one block after another
-/// (8 × `kc` floats, 16 KiB), every row group uses that block while it is in L1, and the first
-/// row group prefetches for the whole tile ([`prefetch_ahead`]). With blocks outermost a single
+/// up to `group` rows of `x` (eight with AVX-512's 32 registers, four with AVX2's 16). A
+/// tile's rows of `w` are read front to back, one block after another (8 × `kc` floats, 16
+/// KiB), every row group uses that block while it is in L1, and the first row group prefetches
+/// for the whole tile ([`prefetch_ahead`]). With blocks outermost a single
 /// row re-fetched each panel's 32 rows at a stride of `d_in` from scratch (one row −6 %, 24 rows
 /// −16 %, 192 rows −21 % at hidden 2048 in the `decode_layer` example).
 ///
