@@ -430,31 +430,22 @@ unsafe fn nt_pairs<const FMA: bool>(
             // pass over a block of `w` for a whole decode batch of eight, where two groups of
             // four left the memory stream idle while the second group computed, and half the
             // column-pair inserts per multiply.
+            macro_rules! group {
+                ($mr:literal, $np:literal) => {
+                    row_group_pairs::<$mr, $np, FMA>(
+                        xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead,
+                    )
+                };
+            }
             match rows {
-                8 => {
-                    row_group_pairs::<8, 2, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
-                }
-                7 => {
-                    row_group_pairs::<7, 2, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
-                }
-                6 => {
-                    row_group_pairs::<6, 2, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
-                }
-                5 => {
-                    row_group_pairs::<5, 2, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
-                }
-                4 => {
-                    row_group_pairs::<4, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
-                }
-                3 => {
-                    row_group_pairs::<3, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
-                }
-                2 => {
-                    row_group_pairs::<2, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
-                }
-                _ => {
-                    row_group_pairs::<1, 4, FMA>(xb, x_stride, wb, w_stride, cols, kl, ob, n, ahead)
-                }
+                8 => group!(8, 2),
+                7 => group!(7, 2),
+                6 => group!(6, 2),
+                5 => group!(5, 2),
+                4 => group!(4, 4),
+                3 => group!(3, 4),
+                2 => group!(2, 4),
+                _ => group!(1, 4),
             }
         }
     }
@@ -486,9 +477,9 @@ const TILES_FIRST_MAX_ROWS: usize = 256;
 /// up to `group` rows of `x` (eight with AVX-512's 32 registers, four with AVX2's 16). A
 /// tile's rows of `w` are read front to back, one block after another (8 × `kc` floats, 16
 /// KiB), every row group uses that block while it is in L1, and the first row group prefetches
-/// for the whole tile ([`prefetch_ahead`]). With blocks outermost a single
-/// row re-fetched each panel's 32 rows at a stride of `d_in` from scratch (one row −6 %, 24 rows
-/// −16 %, 192 rows −21 % at hidden 2048 in the `decode_layer` example).
+/// for the whole tile ([`prefetch_ahead`]). With blocks outermost a single row re-fetched each
+/// panel's 32 rows at a stride of `d_in` from scratch (one row −6 %, 24 rows −16 %, 192 rows
+/// −21 % at hidden 2048 in the `decode_layer` example).
 ///
 /// More rows (a large `matmul` job): blocks outermost, then row groups, then column tiles, each
 /// tile prefetching its next block. Then every block of `x` is read once and `w`'s block comes
