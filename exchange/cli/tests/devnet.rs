@@ -30,27 +30,29 @@ fn all_free(offset: u16) -> bool {
 /// devnet is alive.
 fn listening(offset: u16) -> Vec<u16> {
     let ours = ports(offset);
+    let tables: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .collect();
+    if tables.is_empty() {
+        // No procfs: fall back to what a bind says. (A kernel without IPv6 has no `tcp6`.)
+        return ours
+            .into_iter()
+            .filter(|p| TcpListener::bind(("127.0.0.1", *p)).is_err())
+            .collect();
+    }
     let mut held = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            // No procfs: fall back to what a bind says.
-            return ours
-                .into_iter()
-                .filter(|p| TcpListener::bind(("127.0.0.1", *p)).is_err())
-                .collect();
+    for line in tables.iter().flat_map(|text| text.lines().skip(1)) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(&"0A")) = (fields.get(1), fields.get(3)) else {
+            continue;
         };
-        for line in text.lines().skip(1) {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (Some(local), Some(&"0A")) = (fields.get(1), fields.get(3)) else {
-                continue;
-            };
-            let port = local
-                .rsplit(':')
-                .next()
-                .and_then(|hex| u16::from_str_radix(hex, 16).ok());
-            if let Some(port) = port.filter(|p| ours.contains(p) && !held.contains(p)) {
-                held.push(port);
-            }
+        let port = local
+            .rsplit(':')
+            .next()
+            .and_then(|hex| u16::from_str_radix(hex, 16).ok());
+        if let Some(port) = port.filter(|p| ours.contains(p) && !held.contains(p)) {
+            held.push(port);
         }
     }
     held
