@@ -418,10 +418,7 @@ fn engine_stream_seconds_per_token(
             adapter: None,
             max_tokens: new_tokens,
             stop: Vec::new(),
-            sampling: Sampling {
-                temperature: 0.0,
-                seed: 0,
-            },
+            sampling: Sampling::default(),
             events: tx,
             stream: true,
             conversation: None,

@@ -134,6 +134,16 @@ pub enum Error {
     /// The loss or the gradients are not finite; nothing was changed.
     #[error("{0}")]
     TrainingDiverged(String),
+    /// The model's chat template could not be compiled, raised (`raise_exception`), or failed
+    /// on a request's messages; the message says which.
+    #[error("{0}")]
+    ChatTemplate(String),
+    /// A chat was asked of a model without a chat template.
+    #[error(
+        "this model has no chat template (no chat_template.jinja, no `chat_template` in \
+         tokenizer_config.json): send a prompt to /v1/completions, or add the model's template"
+    )]
+    NoChatTemplate,
     /// A tokenizer could not be loaded or used.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

@@ -30,7 +30,9 @@
 //! * [`training`] — `/v1/training/clients`: LoRA adapters trained on the served base
 //!   (candle autograd through the Llama forward, AdamW), saved as PEFT files and loaded into
 //!   the residency cache at once.
-//! * [`tokenizer`] — bytes for generated models, `tokenizer.json` with `hf-tokenizer`.
+//! * [`tokenizer`] — `tokenizer.json` through the Hugging Face `tokenizers` crate (bytes for
+//!   generated models), the ids a sequence stops at, streaming detokenization.
+//! * [`chat_template`] — the model's own Jinja chat template, rendered as transformers does.
 //! * [`bench`](mod@bench) — the figures of `cx-provider bench lora`.
 //!
 //! Dependencies inside the crate run one way: `server` → `engine` → `model` → `lora` →
@@ -69,14 +71,12 @@
 //! # Features
 //! * `cuda` — forwards to `cx-kernels/cuda`: SGMV on the GPU through NVRTC kernels (the
 //!   base projections and attention stay on the CPU in this crate).
-//! * `hf-tokenizer` — `tokenizer.json` support through the Hugging Face `tokenizers` crate
-//!   (off by default: it is a heavy build, and generated models use the byte tokenizer; a model
-//!   directory with `tokenizer.json` is refused without it, with a message naming the flag).
 
 pub mod adapter_files;
 pub mod bench;
 pub mod cache;
 pub mod chain;
+pub mod chat_template;
 pub mod engine;
 pub mod error;
 pub mod exchange_link;

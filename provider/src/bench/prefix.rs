@@ -105,10 +105,7 @@ fn turn(engine: &Engine, text: &str, max_tokens: usize, hold: bool) -> Result<(f
         adapter: None,
         max_tokens,
         stop: Vec::new(),
-        sampling: Sampling {
-            temperature: 0.0,
-            seed: 0,
-        },
+        sampling: Sampling::default(),
         events: tx,
         stream: true,
         conversation: hold.then(|| Conversation {

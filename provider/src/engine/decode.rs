@@ -1,54 +1,40 @@
-//! The next token and the text streamed for it: greedy (class D) or seeded sampling, stop
-//! strings, and holding back a tail that may still become a stop string.
+//! The text streamed for each chosen token: incremental detokenization (never a broken
+//! character in a chunk), stop ids, stop strings, and holding back a tail that may still become
+//! a stop string.
 
 use std::sync::Arc;
 
-use cx_kernels::rng::{ChaCha20Rng, Rng, Standard};
-
+use super::sample::TokenLogprobs;
 use super::scheduler::Running;
-use super::{Event, FinishReason, Sampling};
+use super::{Event, FinishReason};
 use crate::error::Error;
 use crate::model::Model;
 use crate::tokenizer::{Tokenizer, stable_prefix};
 
-/// Greedy: the lowest id among the largest logits. Sampling: softmax at the temperature.
-pub(crate) fn choose(logits: &[f32], sampling: Sampling, rng: &mut ChaCha20Rng) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
-        }
-    }
-    if sampling.temperature <= 0.0 {
-        return best as u32;
-    }
-    let max = logits[best];
-    let weights: Vec<f64> = logits
-        .iter()
-        .map(|&v| f64::from((v - max) / sampling.temperature).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
-    // Uniform in [0, 1) from 53 random bits (rand's `Standard` for f64).
-    let u: f64 = rng.sample::<f64, _>(Standard) * total;
-    let mut acc = 0.0;
-    for (i, w) in weights.iter().enumerate() {
-        acc += w;
-        if u < acc {
-            return i as u32;
-        }
-    }
-    best as u32
-}
-
 /// Appends `token`, streams the new text, and decides whether the sequence ends.
-pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &Tokenizer) {
+pub(super) fn advance(
+    r: &mut Running,
+    token: u32,
+    logprobs: Option<TokenLogprobs>,
+    model: &Model,
+    tokenizer: &Tokenizer,
+) {
     let config = model.config();
-    let eos = config.eos_ids().contains(&token);
+    let eos = tokenizer.is_stop(token);
     if !eos {
         r.generated.push(token);
     }
-    let text = match tokenizer.decode(&r.generated) {
-        Ok(text) => text,
+    let at_length = !eos
+        && (r.generated.len() >= r.request.max_tokens
+            || r.cache.len() + 1 >= config.max_position_embeddings);
+    // The last step flushes what the detokenizer still holds.
+    let piece = if eos || at_length {
+        r.detokenizer.finish(tokenizer, &r.generated)
+    } else {
+        r.detokenizer.step(tokenizer, &r.generated)
+    };
+    match piece {
+        Ok(piece) => r.text.push_str(&piece),
         Err(e) => {
             let _ = r
                 .request
@@ -60,7 +46,9 @@ pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &To
             r.cancelled = true;
             return;
         }
-    };
+    }
+    // A copy: `r` is updated below while the text is read.
+    let text = &r.text.clone();
     let mut finish = eos.then_some(FinishReason::Stop);
     let mut visible = text.as_str();
     // Only the new text, and the longest stop's length before it, can hold a first match:
@@ -68,7 +56,7 @@ pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &To
     // token cost each step O(text × stops) on the batch thread, which every other request
     // waits for.
     let longest = r.request.stop.iter().map(String::len).max().unwrap_or(0);
-    let from = floor_char_boundary(&text, r.stop_scanned_bytes.saturating_sub(longest));
+    let from = floor_char_boundary(text, r.stop_scanned_bytes.saturating_sub(longest));
     if let Some(cut) = r
         .request
         .stop
@@ -80,11 +68,8 @@ pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &To
         visible = &text[..cut];
         finish = Some(FinishReason::Stop);
     }
-    r.stop_scanned_bytes = stable_prefix(&text).len();
-    if finish.is_none()
-        && (r.generated.len() >= r.request.max_tokens
-            || r.cache.len() + 1 >= config.max_position_embeddings)
-    {
+    r.stop_scanned_bytes = stable_prefix(text).len();
+    if finish.is_none() && at_length {
         finish = Some(FinishReason::Length);
     }
     let stable = if finish.is_some() {
@@ -104,7 +89,11 @@ pub(super) fn advance(r: &mut Running, token: u32, model: &Model, tokenizer: &To
     };
     let delta = stable.get(r.emitted_bytes..).unwrap_or("").to_string();
     r.emitted_bytes = r.emitted_bytes.max(stable.len());
-    let text = Event::Text { delta, token };
+    let text = Event::Text {
+        delta,
+        token,
+        logprobs,
+    };
     if r.request.stream {
         if r.request.events.send(text).is_err() {
             r.cancelled = true;

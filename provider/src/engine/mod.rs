@@ -8,8 +8,10 @@
 //!   prefill-token budget), runs **one** forward over every running sequence — a new
 //!   sequence's whole prompt, one token for the others — and drops finished sequences. An
 //!   adapter that is not resident is loaded on a loader thread while the batch keeps running.
-//! * `decode` — the next token (greedy or sampled) and the text streamed for it (stop strings
-//!   held back until they cannot match).
+//! * `sample` — the next token (greedy, or a reproducible draw under OpenAI's parameters)
+//!   and its log-probabilities.
+//! * `decode` — the text streamed for a token (incremental detokenization, stop ids and
+//!   stop strings held back until they cannot match).
 //!
 //! Conversation prefixes (SPEC §4): a request that carries its text ([`Conversation`]) and
 //! continues a held prefix starts from that KV and prefills only the rest (bit-identical in
@@ -20,6 +22,7 @@
 //! alone turns an error into a status.
 
 pub(crate) mod decode;
+pub mod sample;
 mod scheduler;
 
 use std::collections::BTreeMap;
@@ -36,6 +39,7 @@ use crate::error::{Error, Result};
 use crate::lora::{ADAPTER_CONFIG, AdapterLimits, load_adapter, read_adapter_id};
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
+pub use sample::{Sampling, TokenLogprobs};
 use scheduler::{Command, Scheduler};
 
 /// Which adapter a request uses, as the engine's registry resolved it.
@@ -47,16 +51,6 @@ pub struct AdapterRef {
     pub alias: String,
     /// Where to load it from on a miss.
     pub dir: PathBuf,
-}
-
-/// How the next token is chosen.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Sampling {
-    /// 0: greedy (argmax, lowest id on ties; determinism class D). Otherwise softmax at this
-    /// temperature, sampled from a ChaCha20 generator seeded with `seed`.
-    pub temperature: f32,
-    /// Seed of the sampler.
-    pub seed: u64,
 }
 
 /// One generation request.
@@ -115,6 +109,8 @@ pub enum Event {
         delta: String,
         /// The token just chosen.
         token: u32,
+        /// Its log-probabilities, when the request asked for them.
+        logprobs: Option<TokenLogprobs>,
     },
     /// The sequence ended.
     Done {

@@ -24,9 +24,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use cx_kernels::rng::{ChaCha20Rng, seeded};
-
-use super::decode::{advance, choose};
+use super::decode::advance;
+use super::sample::{choose, logprobs};
 use super::{
     AdapterRef, EngineConfig, EngineStats, Event, FinishReason, GenerateRequest, Shared, lock,
 };
@@ -34,7 +33,7 @@ use crate::cache::{HeldPrefix, PrefixDecision};
 use crate::error::Error;
 use crate::lora::{Adapter, load_adapter};
 use crate::model::{KvCache, Model, SeqInput};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{Detokenizer, Tokenizer};
 
 /// What the scheduler thread hears: requests from the handles, loads from its loader threads.
 pub(super) enum Command {
@@ -63,13 +62,15 @@ pub(super) struct Running {
     /// The `Done` event of a finished sequence, sent after its turn is offered as a prefix.
     pub(super) done: Option<Event>,
     pub(super) generated: Vec<u32>,
+    /// The text of `generated` so far (whole characters).
+    pub(super) text: String,
+    pub(super) detokenizer: Detokenizer,
     /// Text events of a request that does not stream, sent when it ends.
     pub(super) held: Vec<Event>,
     pub(super) emitted_bytes: usize,
     /// Bytes of the text already searched for stop strings (see `decode::advance`).
     pub(super) stop_scanned_bytes: usize,
     prefilled: bool,
-    rng: ChaCha20Rng,
     pub(super) finished: Option<FinishReason>,
     pub(super) cancelled: bool,
 }
@@ -321,7 +322,6 @@ impl Scheduler {
             let prompt_done = held.as_ref().map_or(0, KvCache::len);
             prefill_tokens += w.request.prompt.len() - prompt_done;
             self.stats.prefix_reused_tokens += prompt_done as u64;
-            let seed = w.request.sampling.seed;
             self.running.push(Running {
                 request: w.request,
                 adapter,
@@ -330,11 +330,12 @@ impl Scheduler {
                 reply: None,
                 done: None,
                 generated: Vec::new(),
+                text: String::new(),
+                detokenizer: Detokenizer::default(),
                 held: Vec::new(),
                 emitted_bytes: 0,
                 stop_scanned_bytes: 0,
                 prefilled: false,
-                rng: seeded(seed),
                 finished: None,
                 cancelled: false,
             });
@@ -446,9 +447,13 @@ impl Scheduler {
         for (&i, logits) in which.iter().zip(logits) {
             let r = &mut self.running[i];
             r.prefilled = true;
-            let token = choose(&logits, r.request.sampling, &mut r.rng);
+            // The position the chosen token will take: every draw is keyed by it.
+            let position = r.cache.len();
+            let sampling = &r.request.sampling;
+            let token = choose(&logits, sampling, &r.generated, position);
+            let logprobs = sampling.logprobs.map(|top| logprobs(&logits, token, top));
             self.stats.generated_tokens += 1;
-            advance(r, token, &self.model, &self.tokenizer);
+            advance(r, token, logprobs, &self.model, &self.tokenizer);
         }
     }
 

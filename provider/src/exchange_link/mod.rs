@@ -700,10 +700,7 @@ impl Link {
             adapter,
             max_tokens,
             stop: Vec::new(),
-            sampling: Sampling {
-                temperature: 0.0,
-                seed: 0,
-            },
+            sampling: Sampling::default(),
             events: tx,
             stream: true,
             // Named by the catalog model, as the exchange names the prefix it routes by.

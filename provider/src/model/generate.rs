@@ -214,8 +214,10 @@ fn generated_tokenizer_config(config: &ModelConfig) -> serde_json::Value {
 }
 
 /// Writes a seeded random Llama into `dir`: `config.json`, `model.safetensors` (written by
-/// candle in `o.dtype`), and the byte-level tokenizer as `tokenizer.json` and
-/// `tokenizer_config.json` ([`generated_tokenizer_json`]). Returns the config.
+/// candle in `o.dtype`), the byte-level tokenizer as `tokenizer.json` and
+/// `tokenizer_config.json` ([`generated_tokenizer_json`]), and `chat_template.jinja`
+/// ([`GENERATED_CHAT_TEMPLATE`](crate::chat_template::GENERATED_CHAT_TEMPLATE)). Returns the
+/// config.
 pub fn write_generated_model(dir: &Path, o: &GenModelOptions) -> Result<ModelConfig> {
     let config = generated_config(o)?;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
@@ -245,5 +247,8 @@ pub fn write_generated_model(dir: &Path, o: &GenModelOptions) -> Result<ModelCon
         let text = serde_json::to_string_pretty(&value).expect("json serialises");
         std::fs::write(&path, text).map_err(|e| Error::io(&path, e))?;
     }
+    let path = dir.join("chat_template.jinja");
+    std::fs::write(&path, crate::chat_template::GENERATED_CHAT_TEMPLATE)
+        .map_err(|e| Error::io(&path, e))?;
     Ok(config)
 }

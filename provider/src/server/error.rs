@@ -87,6 +87,14 @@ impl From<&Error> for ApiError {
             }
             // The only tokenizer work a request triggers is encoding its prompt.
             Error::BadRequest(_) | Error::Tokenizer(_) => Self::bad_request(message),
+            // The model's template decides what a chat may hold (roles, order, alternation).
+            Error::ChatTemplate(_) => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_messages", message).field("messages")
+            }
+            Error::NoChatTemplate => {
+                Self::new(StatusCode::BAD_REQUEST, "no_chat_template", message)
+                    .field("chat_template")
+            }
             Error::UnknownTrainingClient(_) => {
                 Self::new(StatusCode::NOT_FOUND, "training_client_not_found", message).field("id")
             }

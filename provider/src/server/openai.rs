@@ -15,8 +15,10 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::body::Body;
 use super::{ApiError, AppState, unix_now};
-use crate::engine::{Conversation, Event, FinishReason, GenerateRequest, Sampling};
+use crate::chat_template::ChatMessage as TemplateMessage;
+use crate::engine::{Conversation, Event, FinishReason, GenerateRequest, Sampling, TokenLogprobs};
 use crate::error::Error;
+use crate::tokenizer::Tokenizer;
 
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -38,6 +40,14 @@ enum Stop {
 struct ChatMessage {
     role: String,
     content: Value,
+}
+
+/// `logprobs`: a flag on chat, the number of alternatives on the legacy completions.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Logprobs {
+    Flag(bool),
+    Count(u8),
 }
 
 /// Default `max_tokens` when a request names none.
@@ -99,24 +109,9 @@ type Neutral = fn(&Value) -> bool;
 /// accepts (for `/openapi.json`). Anything else is refused.
 pub(super) const NEUTRAL: &[(&str, Neutral, &str)] = &[
     (
-        "n",
-        |v| v.as_u64() == Some(1),
-        r#"{"type": "integer", "const": 1}"#,
-    ),
-    (
         "best_of",
         |v| v.as_u64() == Some(1),
         r#"{"type": "integer", "const": 1}"#,
-    ),
-    (
-        "logprobs",
-        |v| v == &Value::Bool(false),
-        r#"{"type": "boolean", "const": false}"#,
-    ),
-    (
-        "top_logprobs",
-        |v| v.as_u64() == Some(0),
-        r#"{"type": "integer", "const": 0}"#,
     ),
     (
         "echo",
@@ -124,27 +119,7 @@ pub(super) const NEUTRAL: &[(&str, Neutral, &str)] = &[
         r#"{"type": "boolean", "const": false}"#,
     ),
     (
-        "top_p",
-        |v| v.as_f64() == Some(1.0),
-        r#"{"type": "number", "const": 1}"#,
-    ),
-    (
-        "top_k",
-        |v| matches!(v.as_i64(), Some(-1 | 0)),
-        r#"{"type": "integer", "enum": [-1, 0]}"#,
-    ),
-    (
         "min_p",
-        |v| v.as_f64() == Some(0.0),
-        r#"{"type": "number", "const": 0}"#,
-    ),
-    (
-        "presence_penalty",
-        |v| v.as_f64() == Some(0.0),
-        r#"{"type": "number", "const": 0}"#,
-    ),
-    (
-        "frequency_penalty",
         |v| v.as_f64() == Some(0.0),
         r#"{"type": "number", "const": 0}"#,
     ),
@@ -219,7 +194,13 @@ pub(super) const COMPLETION_FIELDS: &[&str] = &[
     "max_tokens",
     "max_completion_tokens",
     "temperature",
+    "top_p",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
     "seed",
+    "n",
+    "logprobs",
     "stop",
     "stream",
     "prompt",
@@ -232,11 +213,27 @@ pub(super) const CHAT_FIELDS: &[&str] = &[
     "max_tokens",
     "max_completion_tokens",
     "temperature",
+    "top_p",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
     "seed",
+    "n",
+    "logprobs",
+    "top_logprobs",
     "stop",
     "stream",
     "messages",
 ];
+
+/// Choices per request at most (`n`): each is a sequence of its own in the batch.
+pub(super) const MAX_CHOICES: u32 = 8;
+
+/// `top_logprobs` at most (OpenAI's limit for chat; 5 for the legacy completions).
+pub(super) const MAX_TOP_LOGPROBS: u8 = 20;
+
+/// The legacy completions' `logprobs` at most.
+pub(super) const MAX_COMPLETION_LOGPROBS: u8 = 5;
 
 /// `temperature` [default: 0]: read as an f64 and checked before it narrows, so a value past
 /// f32's range is refused rather than rounded to `f32::MAX` (or to infinity).
@@ -253,20 +250,112 @@ pub(super) fn temperature(body: &Body) -> Result<f32, ApiError> {
     Ok(temperature as f32)
 }
 
+/// A number field within `range`, or a 400 naming it.
+fn number_in(
+    body: &Body,
+    name: &'static str,
+    default: f64,
+    range: std::ops::RangeInclusive<f64>,
+    what: &str,
+) -> Result<f64, ApiError> {
+    let value = body.get::<f64>(name)?.unwrap_or(default);
+    if !range.contains(&value) {
+        return Err(
+            ApiError::bad_request(format!("`{name}` must be {what}, got {value}")).field(name),
+        );
+    }
+    Ok(value)
+}
+
+/// OpenAI's sampling parameters and `n`. Without a `seed`, one is drawn from the operating
+/// system (and each choice draws on its own stream of it).
+fn sampling(body: &Body, kind: Kind) -> Result<(Sampling, u32), ApiError> {
+    let temperature = temperature(body)?;
+    let top_p = number_in(body, "top_p", 1.0, f64::MIN_POSITIVE..=1.0, "in (0, 1]")?;
+    let top_k = match body.get::<i64>("top_k")?.unwrap_or(0) {
+        -1 | 0 => 0,
+        k => u32::try_from(k).map_err(|_| {
+            ApiError::bad_request(format!(
+                "`top_k` must be a positive number of tokens, or 0 or -1 for all, got {k}"
+            ))
+            .field("top_k")
+        })?,
+    };
+    let presence_penalty = number_in(body, "presence_penalty", 0.0, -2.0..=2.0, "in [-2, 2]")?;
+    let frequency_penalty = number_in(body, "frequency_penalty", 0.0, -2.0..=2.0, "in [-2, 2]")?;
+    let n = body.get::<u64>("n")?.unwrap_or(1);
+    if !(1..=u64::from(MAX_CHOICES)).contains(&n) {
+        return Err(ApiError::bad_request(format!(
+            "`n` must be 1 to {MAX_CHOICES} choices, got {n}"
+        ))
+        .field("n"));
+    }
+    let logprobs = match (kind, body.get::<Logprobs>("logprobs")?) {
+        (_, None | Some(Logprobs::Flag(false))) => None,
+        (Kind::Chat, Some(Logprobs::Flag(true))) => {
+            let top = body.get::<u64>("top_logprobs")?.unwrap_or(0);
+            if top > u64::from(MAX_TOP_LOGPROBS) {
+                return Err(ApiError::bad_request(format!(
+                    "`top_logprobs` must be 0 to {MAX_TOP_LOGPROBS}, got {top}"
+                ))
+                .field("top_logprobs"));
+            }
+            Some(top as u8)
+        }
+        (Kind::Completion, Some(Logprobs::Count(k))) if k <= MAX_COMPLETION_LOGPROBS => Some(k),
+        (Kind::Chat, Some(Logprobs::Count(_))) => {
+            return Err(ApiError::bad_request(
+                "`logprobs` is a boolean on chat completions (the number of alternatives is \
+                 `top_logprobs`)",
+            )
+            .field("logprobs"));
+        }
+        (Kind::Completion, Some(_)) => {
+            return Err(ApiError::bad_request(format!(
+                "`logprobs` is the number of alternatives per token on completions, 0 to \
+                 {MAX_COMPLETION_LOGPROBS}"
+            ))
+            .field("logprobs"));
+        }
+    };
+    if logprobs.is_none() && body.get::<u64>("top_logprobs")?.is_some_and(|k| k > 0) {
+        return Err(
+            ApiError::bad_request("`top_logprobs` needs `logprobs: true`").field("top_logprobs"),
+        );
+    }
+    let seed = match body.get::<u64>("seed")? {
+        Some(seed) => seed,
+        None => getrandom::u64().unwrap_or_else(|_| unix_now()),
+    };
+    Ok((
+        Sampling {
+            temperature,
+            top_p: top_p as f32,
+            top_k,
+            presence_penalty: presence_penalty as f32,
+            frequency_penalty: frequency_penalty as f32,
+            seed,
+            choice: 0,
+            logprobs,
+        },
+        n as u32,
+    ))
+}
+
 struct CommonParams {
     model: Option<String>,
     adapter: Option<String>,
     max_tokens: u64,
     max_tokens_field: &'static str,
-    temperature: f32,
-    seed: Option<u64>,
+    sampling: Sampling,
+    n: u32,
     stop: Vec<String>,
     stream: bool,
 }
 
 impl CommonParams {
     /// The fields both endpoints read; `fields` is all the route reads.
-    fn read(body: &Body, fields: &[&str]) -> Result<Self, ApiError> {
+    fn read(body: &Body, fields: &[&str], kind: Kind) -> Result<Self, ApiError> {
         refuse_unsupported(body, fields)?;
         let (max_tokens, max_tokens_field) = match body.get::<u64>("max_completion_tokens")? {
             Some(n) => (n, "max_completion_tokens"),
@@ -281,7 +370,7 @@ impl CommonParams {
             ))
             .field(max_tokens_field));
         }
-        let temperature = temperature(body)?;
+        let (sampling, n) = sampling(body, kind)?;
         let stop = match body.get::<Stop>("stop")? {
             None => Vec::new(),
             Some(Stop::One(s)) => vec![s],
@@ -306,24 +395,25 @@ impl CommonParams {
             adapter: body.get("adapter")?,
             max_tokens,
             max_tokens_field,
-            temperature,
-            seed: body.get("seed")?,
+            sampling,
+            n,
             stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
             stream: body.get("stream")?.unwrap_or(false),
         })
     }
 }
 
+/// The engine requests of one API request (one per choice) and where their events arrive.
 struct Prepared {
-    request: GenerateRequest,
-    events: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    choices: Vec<(GenerateRequest, tokio::sync::mpsc::UnboundedReceiver<Event>)>,
     model: String,
     stream: bool,
+    logprobs: bool,
 }
 
-/// The checks every completion shares, and the engine request. `text` is the prompt's text when
-/// it came as text: with it, a chat-shaped prompt continues a held conversation prefix and its
-/// turn is held as the next one.
+/// The checks every completion shares, and the engine requests. `text` is the prompt's text
+/// when it came as text: with it, a chat-shaped prompt continues a held conversation prefix and
+/// its turn is held as the next one (the first choice's only).
 fn prepare(
     state: &AppState,
     prompt: Vec<u32>,
@@ -379,30 +469,38 @@ fn prepare(
     }
     // Fits in usize: it is below the context length.
     let max_tokens = common.max_tokens as usize;
-    let (tx, rx) = unbounded_channel();
     let model = adapter
         .as_ref()
         .map_or_else(|| state.model_name.clone(), |a| a.alias.clone());
+    let choices = (0..common.n)
+        .map(|choice| {
+            let (tx, rx) = unbounded_channel();
+            let request = GenerateRequest {
+                prompt: prompt.clone(),
+                adapter: adapter.clone(),
+                max_tokens,
+                stop: common.stop.clone(),
+                sampling: Sampling {
+                    choice,
+                    ..common.sampling
+                },
+                events: tx,
+                stream: common.stream,
+                conversation: text.as_ref().filter(|_| choice == 0).map(|prompt_text| {
+                    Conversation {
+                        model: state.model_name.clone(),
+                        prompt_text: prompt_text.clone(),
+                    }
+                }),
+            };
+            (request, rx)
+        })
+        .collect();
     Ok(Prepared {
-        request: GenerateRequest {
-            prompt,
-            adapter,
-            max_tokens,
-            stop: common.stop,
-            sampling: Sampling {
-                temperature: common.temperature,
-                seed: common.seed.unwrap_or_else(unix_now),
-            },
-            events: tx,
-            stream: common.stream,
-            conversation: text.map(|prompt_text| Conversation {
-                model: state.model_name.clone(),
-                prompt_text,
-            }),
-        },
-        events: rx,
+        choices,
         model,
         stream: common.stream,
+        logprobs: common.sampling.logprobs.is_some(),
     })
 }
 
@@ -418,7 +516,7 @@ pub(super) async fn completions(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let body = Body::parse(&body)?;
-    let common = CommonParams::read(&body, COMPLETION_FIELDS)?;
+    let common = CommonParams::read(&body, COMPLETION_FIELDS, Kind::Completion)?;
     let one_prompt = || {
         ApiError::bad_request(
             "send one prompt per request (batched prompts are not supported; send each as \
@@ -447,42 +545,60 @@ pub(super) async fn chat_completions(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let body = Body::parse(&body)?;
-    let common = CommonParams::read(&body, CHAT_FIELDS)?;
+    let common = CommonParams::read(&body, CHAT_FIELDS, Kind::Chat)?;
     let messages: Vec<ChatMessage> = body
         .get("messages")?
         .ok_or_else(|| ApiError::bad_request("`messages` is required").field("messages"))?;
     if messages.is_empty() {
         return Err(ApiError::bad_request("messages is empty").field("messages"));
     }
-    // The protocol's one chat template (no Jinja chat templates), the same the exchange's
-    // OpenAI-compatible door renders a chat with before it prices and dispatches it.
-    let mut contents = Vec::with_capacity(messages.len());
-    for m in &messages {
-        let content = match &m.content {
-            Value::String(s) => s.clone(),
-            Value::Array(parts) => parts
-                .iter()
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join(""),
-            Value::Null => String::new(),
-            _ => {
-                return Err(
-                    ApiError::bad_request("message content must be a string").field("messages")
-                );
-            }
-        };
-        contents.push(content);
-    }
-    let text = cx_protocol::order::chat_prompt(
-        messages
-            .iter()
-            .zip(&contents)
-            .map(|(m, c)| (m.role.as_str(), c.as_str())),
-    );
-    let prompt = encode(&state, &text)?;
+    let messages = template_messages(&messages)?;
+    // The model's own chat template renders the chat (see `chat_template`).
+    let (text, prompt) = state
+        .engine
+        .tokenizer()
+        .encode_chat(&messages)
+        .map_err(|e| ApiError::from(&e))?;
     let prepared = prepare(&state, prompt, Some(text), common)?;
     run(state, prepared, Kind::Chat).await
+}
+
+/// The messages as the template sees them: a content of text parts is their text joined; any
+/// other part (an image, audio) is refused by name rather than dropped.
+fn template_messages(messages: &[ChatMessage]) -> Result<Vec<TemplateMessage>, ApiError> {
+    messages
+        .iter()
+        .map(|m| {
+            let content = match &m.content {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => {
+                    let mut text = String::new();
+                    for part in parts {
+                        match (part.get("type").and_then(Value::as_str), part.get("text")) {
+                            (Some("text") | None, Some(Value::String(t))) => text.push_str(t),
+                            (kind, _) => {
+                                return Err(ApiError::bad_request(format!(
+                                    "message content part of type `{}` is not supported (text \
+                                     only)",
+                                    kind.unwrap_or("?")
+                                ))
+                                .field("messages"));
+                            }
+                        }
+                    }
+                    text
+                }
+                Value::Null => String::new(),
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "message content must be a string or a list of text parts",
+                    )
+                    .field("messages"));
+                }
+            };
+            Ok(TemplateMessage::new(m.role.clone(), content))
+        })
+        .collect()
 }
 
 fn encode(state: &AppState, text: &str) -> Result<Vec<u32>, ApiError> {
@@ -504,74 +620,194 @@ fn request_id(kind: Kind) -> String {
     format!("{prefix}-{:x}{n:06x}", unix_now())
 }
 
+/// A log-probability as JSON: finite (a token the model rules out gets -9999, as vLLM writes
+/// it; JSON has no -∞).
+fn finite(logprob: f32) -> f64 {
+    if logprob.is_finite() {
+        f64::from(logprob)
+    } else {
+        -9999.0
+    }
+}
+
+/// One chat `logprobs.content` entry.
+fn chat_logprob(tokenizer: &Tokenizer, token: u32, lp: &TokenLogprobs) -> Value {
+    let entry = |id: u32, logprob: f32| {
+        let text = tokenizer.token_text(id);
+        json!({"token": text, "logprob": finite(logprob), "bytes": text.as_bytes()})
+    };
+    let mut e = entry(token, lp.logprob);
+    e["top_logprobs"] = lp.top.iter().map(|&(id, l)| entry(id, l)).collect();
+    e
+}
+
+/// The legacy completions' `logprobs` object of `tokens` (text offsets from `offset`).
+fn completion_logprobs(
+    tokenizer: &Tokenizer,
+    tokens: &[(u32, TokenLogprobs)],
+    mut offset: usize,
+) -> Value {
+    let mut texts = Vec::new();
+    let mut values = Vec::new();
+    let mut tops = Vec::new();
+    let mut offsets = Vec::new();
+    for (token, lp) in tokens {
+        let text = tokenizer.token_text(*token);
+        offsets.push(offset);
+        offset += text.len();
+        texts.push(text);
+        values.push(finite(lp.logprob));
+        let top: serde_json::Map<String, Value> = lp
+            .top
+            .iter()
+            .map(|&(id, l)| (tokenizer.token_text(id), json!(finite(l))))
+            .collect();
+        tops.push(Value::Object(top));
+    }
+    json!({"tokens": texts, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets})
+}
+
+/// What one choice produced.
+#[derive(Default)]
+struct Choice {
+    text: String,
+    tokens: Vec<u32>,
+    logprobs: Vec<(u32, TokenLogprobs)>,
+    finish_reason: Option<FinishReason>,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+}
+
+/// Waits for one choice's events to the end.
+async fn collect(
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<Event>,
+) -> Result<Choice, ApiError> {
+    let mut choice = Choice::default();
+    loop {
+        match events.recv().await {
+            Some(Event::Text {
+                delta,
+                token,
+                logprobs,
+            }) => {
+                choice.text.push_str(&delta);
+                choice.tokens.push(token);
+                if let Some(lp) = logprobs {
+                    choice.logprobs.push((token, lp));
+                }
+            }
+            Some(Event::Done {
+                finish_reason,
+                prompt_tokens,
+                completion_tokens,
+            }) => {
+                choice.finish_reason = Some(finish_reason);
+                choice.prompt_tokens = prompt_tokens;
+                choice.completion_tokens = completion_tokens;
+                return Ok(choice);
+            }
+            Some(Event::Failed(error)) => return Err(ApiError::from(error.as_ref())),
+            None => return Err(Error::SchedulerStopped.into()),
+        }
+    }
+}
+
 async fn run(state: AppState, prepared: Prepared, kind: Kind) -> Result<Response, ApiError> {
     let Prepared {
-        request,
-        mut events,
+        choices,
         model,
         stream,
+        logprobs,
     } = prepared;
-    state.engine.submit(request);
+    let mut receivers = Vec::with_capacity(choices.len());
+    for (request, rx) in choices {
+        state.engine.submit(request);
+        receivers.push(rx);
+    }
+    let tokenizer = state.engine.tokenizer().clone();
     let id = request_id(kind);
     let created = unix_now();
     if !stream {
-        let mut text = String::new();
-        let mut tokens = Vec::new();
-        loop {
-            match events.recv().await {
-                Some(Event::Text { delta, token }) => {
-                    text.push_str(&delta);
-                    tokens.push(token);
-                }
-                Some(Event::Done {
-                    finish_reason,
-                    prompt_tokens,
-                    completion_tokens,
-                }) => {
-                    let usage = json!({
-                        "prompt_tokens": prompt_tokens,
-                        "completion_tokens": completion_tokens,
-                        "total_tokens": prompt_tokens + completion_tokens,
-                    });
-                    let choice = match kind {
-                        Kind::Completion => json!({
-                            "index": 0, "text": text, "logprobs": null,
-                            "finish_reason": finish_reason, "token_ids": tokens,
-                        }),
-                        Kind::Chat => json!({
-                            "index": 0, "message": {"role": "assistant", "content": text},
-                            "logprobs": null, "finish_reason": finish_reason,
-                        }),
-                    };
-                    let object = match kind {
-                        Kind::Completion => "text_completion",
-                        Kind::Chat => "chat.completion",
-                    };
-                    return Ok(axum::Json(json!({
-                        "id": id, "object": object, "created": created, "model": model,
-                        "choices": [choice], "usage": usage,
-                    }))
-                    .into_response());
-                }
-                Some(Event::Failed(error)) => return Err(ApiError::from(error.as_ref())),
-                None => return Err(Error::SchedulerStopped.into()),
-            }
+        let mut out = Vec::with_capacity(receivers.len());
+        let (mut prompt_tokens, mut completion_tokens) = (0, 0);
+        for (index, rx) in receivers.iter_mut().enumerate() {
+            let choice = collect(rx).await?;
+            prompt_tokens = choice.prompt_tokens;
+            completion_tokens += choice.completion_tokens;
+            let lp = logprobs.then(|| match kind {
+                Kind::Completion => completion_logprobs(&tokenizer, &choice.logprobs, 0),
+                Kind::Chat => json!({"content": choice
+                    .logprobs
+                    .iter()
+                    .map(|(t, lp)| chat_logprob(&tokenizer, *t, lp))
+                    .collect::<Vec<_>>()}),
+            });
+            out.push(match kind {
+                Kind::Completion => json!({
+                    "index": index, "text": choice.text, "logprobs": lp,
+                    "finish_reason": choice.finish_reason, "token_ids": choice.tokens,
+                }),
+                Kind::Chat => json!({
+                    "index": index, "message": {"role": "assistant", "content": choice.text},
+                    "logprobs": lp, "finish_reason": choice.finish_reason,
+                }),
+            });
         }
+        let usage = json!({
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        });
+        let object = match kind {
+            Kind::Completion => "text_completion",
+            Kind::Chat => "chat.completion",
+        };
+        return Ok(axum::Json(json!({
+            "id": id, "object": object, "created": created, "model": model,
+            "choices": out, "usage": usage,
+        }))
+        .into_response());
     }
-    // Streaming: the first event decides between an error status and a 200 SSE stream.
-    let first = events.recv().await;
-    if let Some(Event::Failed(error)) = &first {
-        return Err(ApiError::from(error.as_ref()));
+    // Streaming: the first event of every choice decides between an error status and a 200
+    // SSE stream.
+    let mut firsts = Vec::with_capacity(receivers.len());
+    for rx in &mut receivers {
+        let first = rx.recv().await;
+        if let Some(Event::Failed(error)) = &first {
+            return Err(ApiError::from(error.as_ref()));
+        }
+        firsts.push(first);
     }
+    // Each choice's events go, tagged with its index, into one channel the response reads; a
+    // client that leaves drops it, which drops every choice's receiver and cancels them.
+    let (merged_tx, mut merged) = unbounded_channel::<(usize, Event)>();
+    for (index, (first, mut rx)) in firsts.into_iter().zip(receivers).enumerate() {
+        let merged_tx = merged_tx.clone();
+        tokio::spawn(async move {
+            let mut next = first;
+            while let Some(event) = next {
+                if merged_tx.send((index, event)).is_err() {
+                    return;
+                }
+                next = rx.recv().await;
+            }
+        });
+    }
+    drop(merged_tx);
     let (tx, rx) = unbounded_channel::<Result<SseEvent, Infallible>>();
     let object = match kind {
         Kind::Completion => "text_completion",
         Kind::Chat => "chat.completion.chunk",
     };
-    let chunk = move |delta: Option<&str>, finish: Option<FinishReason>, first: bool| {
+    let chunk = move |index: usize,
+                      delta: Option<&str>,
+                      lp: Option<Value>,
+                      finish: Option<FinishReason>,
+                      first: bool| {
         let choice = match kind {
             Kind::Completion => json!({
-                "index": 0, "text": delta.unwrap_or(""), "logprobs": null, "finish_reason": finish,
+                "index": index, "text": delta.unwrap_or(""), "logprobs": lp,
+                "finish_reason": finish,
             }),
             Kind::Chat => {
                 let mut d = serde_json::Map::new();
@@ -581,28 +817,44 @@ async fn run(state: AppState, prepared: Prepared, kind: Kind) -> Result<Response
                 if let Some(delta) = delta {
                     d.insert("content".into(), json!(delta));
                 }
-                json!({"index": 0, "delta": d, "logprobs": null, "finish_reason": finish})
+                json!({"index": index, "delta": d, "logprobs": lp, "finish_reason": finish})
             }
         };
         json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]})
     };
     tokio::spawn(async move {
-        let mut next = first;
-        let mut is_first = true;
-        while let Some(event) = next {
+        // Per choice: whether its first chunk went out, and the text offset of its next token.
+        let mut started = std::collections::HashSet::new();
+        let mut offsets = std::collections::HashMap::<usize, usize>::new();
+        while let Some((index, event)) = merged.recv().await {
+            let first = started.insert(index);
             let data = match event {
-                Event::Text { delta, .. } => chunk(Some(&delta), None, is_first),
-                Event::Done { finish_reason, .. } => chunk(None, Some(finish_reason), is_first),
+                Event::Text {
+                    delta,
+                    token,
+                    logprobs,
+                } => {
+                    let offset = offsets.entry(index).or_default();
+                    let lp = logprobs.map(|lp| match kind {
+                        Kind::Completion => {
+                            completion_logprobs(&tokenizer, &[(token, lp)], *offset)
+                        }
+                        Kind::Chat => json!({"content": [chat_logprob(&tokenizer, token, &lp)]}),
+                    });
+                    *offset += delta.len();
+                    chunk(index, Some(&delta), lp, None, first)
+                }
+                Event::Done { finish_reason, .. } => {
+                    chunk(index, None, None, Some(finish_reason), first)
+                }
                 Event::Failed(error) => json!({"error": {"message": error.to_string()}}),
             };
-            is_first = false;
             if tx
                 .send(Ok(SseEvent::default().data(data.to_string())))
                 .is_err()
             {
-                return; // the client left; dropping `events` cancels the sequence
+                return; // the client left; dropping `merged` cancels every choice
             }
-            next = events.recv().await;
         }
         let _ = tx.send(Ok(SseEvent::default().data("[DONE]")));
     });

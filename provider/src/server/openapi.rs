@@ -274,8 +274,27 @@ pub(super) struct CompletionRequest {
     /// 0 is greedy [default: 0].
     #[schema(minimum = 0.0, maximum = 3.4028234663852886e38)]
     temperature: Option<f64>,
-    /// The sampling seed [default: the clock].
+    /// Nucleus sampling: the likeliest tokens whose probabilities add up to this [default: 1].
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
+    top_p: Option<f64>,
+    /// Sample from this many likeliest tokens; 0 or -1: all [default: 0].
+    #[schema(minimum = -1)]
+    top_k: Option<i64>,
+    /// Subtracted once from the logit of every token already generated [default: 0].
+    #[schema(minimum = -2.0, maximum = 2.0)]
+    presence_penalty: Option<f64>,
+    /// Subtracted from a token's logit per time it was generated [default: 0].
+    #[schema(minimum = -2.0, maximum = 2.0)]
+    frequency_penalty: Option<f64>,
+    /// The sampling seed: the same request and seed give the same text on every provider of
+    /// the same kernels [default: drawn at random].
     seed: Option<u64>,
+    /// Choices to generate, each its own draw [default: 1].
+    #[schema(minimum = 1, maximum = 8)]
+    n: Option<u64>,
+    /// Log-probabilities of each chosen token and of this many likeliest alternatives.
+    #[schema(minimum = 0, maximum = 5)]
+    logprobs: Option<u8>,
     #[schema(schema_with = stop)]
     stop: Option<Value>,
     /// Server-sent events, `data: [DONE]` last.
@@ -290,7 +309,7 @@ pub(super) struct ChatCompletionRequest {
     model: String,
     /// An adapter (alias or id); wins over `model`.
     adapter: Option<String>,
-    /// The conversation, rendered by the protocol's one chat template.
+    /// The conversation, rendered by the model's own chat template.
     #[schema(min_items = 1)]
     messages: Vec<ChatMessage>,
     /// New tokens at most (prompt + max_tokens within the context) [default: 16].
@@ -302,8 +321,29 @@ pub(super) struct ChatCompletionRequest {
     /// 0 is greedy [default: 0].
     #[schema(minimum = 0.0, maximum = 3.4028234663852886e38)]
     temperature: Option<f64>,
-    /// The sampling seed [default: the clock].
+    /// Nucleus sampling: the likeliest tokens whose probabilities add up to this [default: 1].
+    #[schema(exclusive_minimum = 0.0, maximum = 1.0)]
+    top_p: Option<f64>,
+    /// Sample from this many likeliest tokens; 0 or -1: all [default: 0].
+    #[schema(minimum = -1)]
+    top_k: Option<i64>,
+    /// Subtracted once from the logit of every token already generated [default: 0].
+    #[schema(minimum = -2.0, maximum = 2.0)]
+    presence_penalty: Option<f64>,
+    /// Subtracted from a token's logit per time it was generated [default: 0].
+    #[schema(minimum = -2.0, maximum = 2.0)]
+    frequency_penalty: Option<f64>,
+    /// The sampling seed: the same request and seed give the same text on every provider of
+    /// the same kernels [default: drawn at random].
     seed: Option<u64>,
+    /// Choices to generate, each its own draw [default: 1].
+    #[schema(minimum = 1, maximum = 8)]
+    n: Option<u64>,
+    /// Log-probabilities of each chosen token [default: false].
+    logprobs: Option<bool>,
+    /// With `logprobs`, this many likeliest alternatives per token [default: 0].
+    #[schema(minimum = 0, maximum = 20)]
+    top_logprobs: Option<u8>,
     #[schema(schema_with = stop)]
     stop: Option<Value>,
     /// Server-sent events, `data: [DONE]` last.

@@ -255,6 +255,7 @@ pub(super) async fn sample(
         sampling: Sampling {
             temperature,
             seed: body.get("seed")?.unwrap_or_else(unix_now),
+            ..Sampling::default()
         },
         stop,
     };

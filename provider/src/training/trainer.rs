@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use candle_core::DType;
-use cx_kernels::rng::{ChaCha20Rng, seeded};
 use serde::Serialize;
 
 use super::client::{
@@ -412,8 +411,6 @@ fn generate(
     request: &SampleRequest,
 ) -> Result<Sample> {
     use crate::engine::FinishReason;
-    let eos = model.config().eos_ids();
-    let mut rng: ChaCha20Rng = seeded(request.sampling.seed);
     let mut cache = KvCache::default();
     let mut next: Vec<u32> = request.prompt.clone();
     let mut tokens = Vec::new();
@@ -427,8 +424,9 @@ fn generate(
                 adapter: Some(adapter),
             }])?
             .remove(0);
-        let token = crate::engine::decode::choose(&logits, request.sampling, &mut rng);
-        if eos.contains(&token) {
+        let position = cache.len();
+        let token = crate::engine::sample::choose(&logits, &request.sampling, &tokens, position);
+        if tokenizer.is_stop(token) {
             finish = FinishReason::Stop;
             break;
         }

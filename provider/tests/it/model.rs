@@ -201,34 +201,26 @@ const WORD_LEVEL_TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"paddin
 "normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
 "model":{"type":"WordLevel","vocab":{"hello":0,"world":1,"[UNK]":2},"unk_token":"[UNK]"}}"#;
 
-/// A model directory with `tokenizer.json` uses it with `hf-tokenizer`, and is refused with a
-/// message naming the feature without it.
+/// A model directory's `tokenizer.json` is read through the Hugging Face `tokenizers` crate
+/// in every build (it once needed a feature the default build lacked, so no provider on the
+/// market could serve a real model).
 #[test]
-fn tokenizer_json_needs_the_feature() {
+fn tokenizer_json_is_read_in_every_build() {
     let dir = TempDir::new("tokenizer");
     let (path, config) = tiny_model(dir.path(), 1);
     std::fs::write(path.join("tokenizer.json"), WORD_LEVEL_TOKENIZER).unwrap();
-    let result = cx_provider::tokenizer::Tokenizer::for_model(&path, &config);
-    #[cfg(not(feature = "hf-tokenizer"))]
-    {
-        let err = result.unwrap_err().to_string();
-        assert!(err.contains("--features hf-tokenizer"), "{err}");
-    }
-    #[cfg(feature = "hf-tokenizer")]
-    {
-        let tokenizer = result.unwrap();
-        assert_eq!(tokenizer.name(), "tokenizer.json");
-        assert_eq!(
-            tokenizer.encode("hello world hello").unwrap(),
-            vec![0, 1, 0]
-        );
-        assert_eq!(tokenizer.decode(&[1, 0]).unwrap(), "world hello");
-    }
+    let tokenizer = cx_provider::tokenizer::Tokenizer::for_model(&path, &config).unwrap();
+    assert_eq!(tokenizer.name(), "tokenizer.json");
+    assert_eq!(
+        tokenizer.encode("hello world hello").unwrap(),
+        vec![0, 1, 0]
+    );
+    assert_eq!(tokenizer.decode(&[1, 0]).unwrap(), "world hello");
 }
 
 /// `gen-model` writes a real byte-level `tokenizer.json` (so llama.cpp's converter,
 /// transformers and vLLM take generated models); the provider recognises it and keeps its own
-/// byte tokenizer, with or without `hf-tokenizer`, and a changed file is not mistaken for it.
+/// byte tokenizer, and a changed file is not mistaken for it.
 #[test]
 fn generated_tokenizer_json_is_served_by_the_byte_tokenizer() {
     let dir = TempDir::new("gen-tokenizer");
@@ -252,8 +244,5 @@ fn generated_tokenizer_json_is_served_by_the_byte_tokenizer() {
     other["model"]["byte_fallback"] = serde_json::json!(false);
     std::fs::write(path.join("tokenizer.json"), other.to_string()).unwrap();
     let result = cx_provider::tokenizer::Tokenizer::for_model(&path, &config);
-    #[cfg(not(feature = "hf-tokenizer"))]
-    assert!(result.is_err(), "another tokenizer.json needs the feature");
-    #[cfg(feature = "hf-tokenizer")]
     assert_eq!(result.unwrap().name(), "tokenizer.json");
 }

@@ -56,10 +56,7 @@ async fn generate(engine: &Engine, text: &str, hold: bool) -> (String, Vec<u32>)
         adapter: None,
         max_tokens: 12,
         stop: Vec::new(),
-        sampling: Sampling {
-            temperature: 0.0,
-            seed: 0,
-        },
+        sampling: Sampling::default(),
         events: tx,
         stream: true,
         conversation: hold.then(|| Conversation {
@@ -70,7 +67,7 @@ async fn generate(engine: &Engine, text: &str, hold: bool) -> (String, Vec<u32>)
     let (mut reply, mut tokens) = (String::new(), Vec::new());
     while let Some(event) = rx.recv().await {
         match event {
-            Event::Text { delta, token } => {
+            Event::Text { delta, token, .. } => {
                 reply.push_str(&delta);
                 tokens.push(token);
             }
