@@ -75,7 +75,7 @@ async fn the_openapi_document_is_valid_and_names_every_route() {
         json!(["lora_name", "lora_path"])
     );
     assert_eq!(
-        schemas["CompletionRequest"]["properties"]["n"]["const"], 1,
+        schemas["CompletionRequest"]["properties"]["best_of"]["const"], 1,
         "the neutral-only parameters are documented with their one value"
     );
     let too_many = &doc["paths"]["/v1/completions"]["post"]["responses"]["429"];
@@ -221,12 +221,12 @@ async fn an_unsupported_field_is_still_refused_by_name() {
     let (status, body) = call_json(
         &s.app,
         "/v1/completions",
-        json!({"model": "tiny", "prompt": "x", "n": 2}),
+        json!({"model": "tiny", "prompt": "x", "best_of": 2}),
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_error_shape(&body, "unsupported_parameter");
-    assert_eq!(body["error"]["field"], "n");
+    assert_eq!(body["error"]["field"], "best_of");
     for (uri, request) in [
         (
             "/v1/chat/completions",

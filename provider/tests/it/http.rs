@@ -707,10 +707,7 @@ async fn a_failing_sequence_does_not_take_the_batch_down() {
             adapter: None,
             max_tokens: 6,
             stop: Vec::new(),
-            sampling: Sampling {
-                temperature: 0.0,
-                seed: 0,
-            },
+            sampling: Sampling::default(),
             events: tx,
             stream: true,
             conversation: None,

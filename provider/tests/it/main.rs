@@ -10,4 +10,5 @@ mod http;
 mod http_safety;
 mod model;
 mod prefix;
+mod sampling;
 mod training;
