@@ -6,8 +6,9 @@
 //! Fields are named and defaulted as `transformers`' `LlamaConfig` writes them (Mistral, Qwen2
 //! and other Llama-family configs share these names). [`ModelConfig::validate`] holds the checks
 //! every reader needs (sizes positive, heads that divide); a reader that computes with a field
-//! refuses the values it does not support on its own (the provider refuses biases, other
-//! activations and unknown RoPE scalings; sizing adapters needs none of them).
+//! refuses the values it does not support on its own (the provider refuses other
+//! architectures, activations and unknown RoPE scalings, and applies Qwen3's own `head_dim`
+//! default of 128; sizing adapters needs none of the rest).
 //!
 //! ```
 //! use cx_protocol::model_config::{DType, ModelConfig, Projection};

@@ -18,10 +18,10 @@
 //!   (regular files, bounded sizes).
 //! * [`lora`] — PEFT adapters: parse, check against the base's shapes, content id; a seeded
 //!   generator.
-//! * [`model`] — the Llama forward by blocks (`config`, `weights`, attention, MLP, decoder
-//!   layer, rotary embedding; the seeded checkpoint generator in [`model::generate`]): base
-//!   projections by cx-kernels' GEMM and each sequence's delta by cx-kernels' SGMV, never
-//!   merged. Its `config.json` type is cx-protocol's
+//! * [`model`] — the Llama-family forward by blocks (Llama, Mistral, Qwen2, Qwen3; `config`,
+//!   `weights`, attention, MLP, decoder layer, rotary embedding; the seeded checkpoint
+//!   generator in [`model::generate`]): base projections by cx-kernels' GEMM and each
+//!   sequence's delta by cx-kernels' SGMV, never merged. Its `config.json` type is cx-protocol's
 //!   [`ModelConfig`](cx_protocol::model_config::ModelConfig), the one parse of it in the
 //!   project (`cx capacity` uses it too).
 //! * [`exchange_link`] — the provider on an exchange's market: HTTPS out, a signed offer of

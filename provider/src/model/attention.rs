@@ -1,11 +1,15 @@
 //! Grouped-query self-attention (Ainslie et al. 2023), as Hugging Face's `LlamaAttention`:
-//! q/k/v projections, rotary embeddings on q and k, causal softmax attention over the
-//! sequence's cache, the o projection. Every LoRA delta rides on its projection ([`Linear`]).
+//! q/k/v projections (with their biases, where the architecture has them: Qwen2's q/k/v,
+//! Llama's and Qwen3's `attention_bias`), Qwen3's per-head RMSNorm of q and k
+//! (`Qwen3Attention`'s `q_norm`/`k_norm`), rotary embeddings on q and k, causal softmax
+//! attention over the sequence's cache, the o projection. Every LoRA delta rides on its
+//! projection ([`Linear`]).
 //!
-//! Scores, softmax and the weighted sum are plain sequential loops over one row and one head,
-//! so a row's bits do not depend on the other rows of the batch (class D).
+//! Scores, softmax, the weighted sum and the per-head norms are plain sequential loops over one
+//! row and one head, so a row's bits do not depend on the other rows of the batch (class D).
 
 use super::config::{ModelConfig, Projection};
+use super::layer::RmsNorm;
 use super::linear::Linear;
 use super::rotary::RotaryTables;
 use super::{SeqInput, Step};
@@ -18,6 +22,10 @@ pub(super) struct Attention {
     k_proj: Linear,
     v_proj: Linear,
     o_proj: Linear,
+    /// Qwen3's RMSNorm over each query head (`head_dim`), before RoPE.
+    q_norm: Option<RmsNorm>,
+    /// Qwen3's RMSNorm over each key head (`head_dim`), before RoPE.
+    k_norm: Option<RmsNorm>,
     layer: usize,
     heads: usize,
     kv_heads: usize,
@@ -25,14 +33,26 @@ pub(super) struct Attention {
 }
 
 impl Attention {
-    /// `projections` are q, k, v, o in [`Projection::ALL`] order.
-    pub(super) fn new(config: &ModelConfig, layer: usize, projections: [Linear; 4]) -> Self {
+    /// `projections` are q, k, v, o in [`Projection::ALL`] order; `qk_norm` the per-head
+    /// norms of q and k (weights of `head_dim`), where the architecture has them.
+    pub(super) fn new(
+        config: &ModelConfig,
+        layer: usize,
+        projections: [Linear; 4],
+        qk_norm: Option<[RmsNorm; 2]>,
+    ) -> Self {
         let [q_proj, k_proj, v_proj, o_proj] = projections;
+        let (q_norm, k_norm) = match qk_norm {
+            Some([q, k]) => (Some(q), Some(k)),
+            None => (None, None),
+        };
         Self {
             q_proj,
             k_proj,
             v_proj,
             o_proj,
+            q_norm,
+            k_norm,
             layer,
             heads: config.num_attention_heads,
             kv_heads: config.kv_heads(),
@@ -43,6 +63,21 @@ impl Attention {
     /// The projections, in [`Projection::ALL`] order.
     pub(super) fn projections(&self) -> [&Linear; 4] {
         [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj]
+    }
+
+    /// The per-head norms of q and k, where the architecture has them.
+    pub(super) fn qk_norms(&self) -> Option<[&RmsNorm; 2]> {
+        Some([self.q_norm.as_ref()?, self.k_norm.as_ref()?])
+    }
+
+    /// Elements of all its weights (projections, biases, norms).
+    pub(super) fn len(&self) -> usize {
+        let norms = [&self.q_norm, &self.k_norm]
+            .into_iter()
+            .flatten()
+            .map(RmsNorm::len)
+            .sum::<usize>();
+        self.projections().iter().map(|p| p.len()).sum::<usize>() + norms
     }
 
     /// This block with `adapter` merged into its projections.
@@ -73,6 +108,14 @@ impl Attention {
         let mut q = self.q_proj.forward(h, step)?;
         let mut k = self.k_proj.forward(h, step)?;
         let v = self.v_proj.forward(h, step)?;
+        // Qwen3: each head of q and k normalised on its own (the norm's weight is one head
+        // wide, so `RmsNorm::forward` takes the rows × heads buffer head by head).
+        if let Some(norm) = &self.q_norm {
+            q = norm.forward(&q);
+        }
+        if let Some(norm) = &self.k_norm {
+            k = norm.forward(&k);
+        }
         for r in 0..step.rows {
             rope.apply(r, &mut q[r * q_width..(r + 1) * q_width]);
             rope.apply(r, &mut k[r * kv_width..(r + 1) * kv_width]);

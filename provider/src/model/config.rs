@@ -2,6 +2,17 @@
 //! ([`ModelConfig`], from cx-protocol, shared with `cx capacity`), read from a model directory
 //! as transformers writes it today, and checked for what this forward supports.
 //!
+//! # Architectures
+//! `model_type` names the [`Architecture`]: `llama`, `mistral`, `qwen2` (Qwen2 and Qwen2.5) and
+//! `qwen3`, each Llama's blocks plus what transformers' `modeling_<model_type>.py` adds: Qwen2's
+//! q/k/v biases (always there; its file has no field for them), Qwen3's RMSNorm over each
+//! head of q and k before RoPE (and q/k/v/o biases when `attention_bias`), Llama's own
+//! `attention_bias`/`mlp_bias`. A flag an architecture's transformers class does not read
+//! (`attention_bias` on Mistral or Qwen2, `mlp_bias` on all but Llama) is refused when set:
+//! its weights would not be what transformers computes with. Defaults follow each
+//! transformers config class where they differ from Llama's (Qwen3's `head_dim` 128,
+//! Mistral's `sliding_window` 4096).
+//!
 //! # Two ways of writing RoPE
 //! transformers ≥ 5 writes `rope_parameters` (`{"rope_type", "rope_theta", …scaling fields}`)
 //! where 4.x wrote a top-level `rope_theta` and `rope_scaling`. The shared type knows only the
@@ -11,11 +22,13 @@
 //!
 //! # What is refused
 //! A field that changes the computation and that this forward does not implement is refused
-//! with its name, never ignored: biases, activations other than SiLU, RoPE types other than
-//! `default`/`linear`/`llama3` (and unknown keys inside the RoPE object), partial rotary
-//! embeddings, sliding windows, soft-capping, quantised weights, and architectures other than
-//! Llama and Mistral (Qwen2 has q/k/v biases without saying so in a field; Qwen3 normalises
-//! q and k). Fields that do not change the forward (`use_cache`, `initializer_range`,
+//! with its name, never ignored: other `model_type`s, activations other than SiLU, RoPE types
+//! other than `default`/`linear`/`llama3` (and unknown keys inside the RoPE object), partial
+//! rotary embeddings, sliding windows that mask (Mistral's `sliding_window` below the context;
+//! Qwen's `use_sliding_window` with a window below the context on some layer), soft-capping,
+//! quantised weights, per-layer attention kinds. Qwen's `sliding_window` and
+//! `max_window_layers` are read only when `use_sliding_window` is true, as transformers reads
+//! them. Fields that do not change the forward (`use_cache`, `initializer_range`,
 //! `pretraining_tp`, which only slices the same product, …) are accepted.
 
 use std::path::Path;
@@ -25,8 +38,95 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
-/// `model_type`s whose forward is exactly this one (when the fields below allow it).
-const SUPPORTED_MODEL_TYPES: [&str; 2] = ["llama", "mistral"];
+/// The `model_type`s this forward runs, as listed in messages.
+const SUPPORTED_MODEL_TYPES: &str = "llama, mistral, qwen2, qwen3";
+
+/// Qwen3's `head_dim` when `config.json` has none (transformers' `Qwen3Config` default; not
+/// `hidden_size / num_attention_heads` as for the others).
+const QWEN3_DEFAULT_HEAD_DIM: usize = 128;
+
+/// Mistral's `sliding_window` when `config.json` has none (transformers' `MistralConfig`).
+const MISTRAL_DEFAULT_SLIDING_WINDOW: u64 = 4096;
+
+/// Qwen's `max_window_layers` when `config.json` has none (transformers' `Qwen2Config` and
+/// `Qwen3Config`): layers from this index on slide when `use_sliding_window` is true.
+const QWEN_DEFAULT_MAX_WINDOW_LAYERS: u64 = 28;
+
+/// The architectures this forward runs, by `config.json`'s `model_type`: Llama's decoder
+/// blocks, and what each architecture adds to them in transformers' `modeling_<model_type>.py`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    /// `llama` (and a file without `model_type`): biases on q/k/v/o when `attention_bias`, on
+    /// gate/up/down when `mlp_bias`.
+    Llama,
+    /// `mistral`: Llama without biases; its sliding window is refused unless it never masks.
+    Mistral,
+    /// `qwen2` (Qwen2 and Qwen2.5): biases on q, k and v, always; none on o or the MLP.
+    Qwen2,
+    /// `qwen3`: an RMSNorm over each head of q and of k (`q_norm`, `k_norm`, width
+    /// `head_dim`) after the projection and before RoPE; biases on q/k/v/o when
+    /// `attention_bias`, none on the MLP.
+    Qwen3,
+}
+
+impl Architecture {
+    /// The architecture `model_type` names (`None`: the file has none, which is Llama).
+    pub fn from_model_type(model_type: Option<&str>) -> Option<Self> {
+        match model_type {
+            None | Some("llama") => Some(Self::Llama),
+            Some("mistral") => Some(Self::Mistral),
+            Some("qwen2") => Some(Self::Qwen2),
+            Some("qwen3") => Some(Self::Qwen3),
+            Some(_) => None,
+        }
+    }
+
+    /// The architecture of `config`; an unknown `model_type` is refused by name.
+    pub fn of(config: &ModelConfig) -> Result<Self> {
+        let model_type = config.model_type.as_deref();
+        Self::from_model_type(model_type)
+            .ok_or_else(|| Error::Model(format!("`model_type`: {}", unsupported(model_type))))
+    }
+
+    /// `model_type` as `config.json` writes it.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Mistral => "mistral",
+            Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
+        }
+    }
+
+    /// Whether `projection` carries a bias (`model.layers.N.<module_path>.bias`, `d_out`) in
+    /// `config`'s model, as transformers builds its `nn.Linear`.
+    pub fn has_bias(self, config: &ModelConfig, projection: Projection) -> bool {
+        let attention = projection.parent() == "self_attn";
+        match self {
+            Self::Llama if attention => config.attention_bias,
+            Self::Llama => config.mlp_bias,
+            Self::Mistral => false,
+            Self::Qwen2 => matches!(projection, Projection::Q | Projection::K | Projection::V),
+            Self::Qwen3 => attention && config.attention_bias,
+        }
+    }
+
+    /// Whether queries and keys are RMS-normalised per head before RoPE (Qwen3's `q_norm` and
+    /// `k_norm`, weights of `head_dim`).
+    pub fn has_qk_norm(self) -> bool {
+        self == Self::Qwen3
+    }
+
+    /// Whether transformers' class reads `attention_bias` (Mistral's and Qwen2's do not).
+    fn reads_attention_bias(self) -> bool {
+        matches!(self, Self::Llama | Self::Qwen3)
+    }
+
+    /// Whether transformers' class reads `mlp_bias` (only Llama's does).
+    fn reads_mlp_bias(self) -> bool {
+        self == Self::Llama
+    }
+}
 
 /// RoPE types this forward implements.
 const SUPPORTED_ROPE_TYPES: [&str; 3] = ["default", "linear", "llama3"];
@@ -60,6 +160,11 @@ pub fn parse_config(text: &str, path: &Path) -> Result<ModelConfig> {
         reason: e.to_string(),
     })?;
     check_unsupported_fields(&raw, path)?;
+    if config.model_type.as_deref() == Some("qwen3")
+        && raw.get("head_dim").is_none_or(Value::is_null)
+    {
+        config.head_dim = Some(QWEN3_DEFAULT_HEAD_DIM);
+    }
     if let Some(rope) = raw.get("rope_parameters").filter(|v| !v.is_null()) {
         apply_rope_parameters(&mut config, rope, path)?;
     } else if let Some(rope) = raw.get("rope_scaling").filter(|v| !v.is_null()) {
@@ -70,11 +175,20 @@ pub fn parse_config(text: &str, path: &Path) -> Result<ModelConfig> {
 }
 
 /// The common checks ([`ModelConfig::validate`]) and the fields this forward refuses rather than
-/// ignores: biases, activations other than SiLU, RoPE scalings other than `llama3`/`linear`,
-/// odd head widths (RoPE rotates the two halves of a head).
+/// ignores: other architectures, bias flags the architecture does not read, activations other
+/// than SiLU, RoPE scalings other than `llama3`/`linear`, odd head widths (RoPE rotates the two
+/// halves of a head).
 pub fn validate(config: &ModelConfig, path: &Path) -> Result<()> {
     config.validate().map_err(|e| malformed(path, e))?;
     check_supported(config, path)
+}
+
+/// Why `model_type` is refused.
+fn unsupported(model_type: Option<&str>) -> String {
+    format!(
+        "`{}` is not supported ({SUPPORTED_MODEL_TYPES})",
+        model_type.unwrap_or_default()
+    )
 }
 
 fn refuse(path: &Path, field: &str, reason: String) -> Error {
@@ -87,42 +201,11 @@ fn refuse(path: &Path, field: &str, reason: String) -> Error {
 
 /// Top-level fields the shared type does not carry but that change the forward.
 fn check_unsupported_fields(raw: &Map<String, Value>, path: &Path) -> Result<()> {
-    if let Some(model_type) = raw.get("model_type").and_then(Value::as_str)
-        && !SUPPORTED_MODEL_TYPES.contains(&model_type)
-    {
-        return Err(refuse(
-            path,
-            "model_type",
-            format!("`{model_type}` is not supported (llama, mistral)"),
-        ));
-    }
-    let max_positions = raw
-        .get("max_position_embeddings")
-        .and_then(Value::as_u64)
-        .unwrap_or(2048);
-    // Mistral writes `sliding_window`; a window at least the context long never masks.
-    if let Some(window) = raw.get("sliding_window").filter(|v| !v.is_null()) {
-        match window.as_u64() {
-            Some(w) if w >= max_positions => {}
-            _ => {
-                return Err(refuse(
-                    path,
-                    "sliding_window",
-                    format!(
-                        "{window} (sliding-window attention is not supported; null or ≥ \
-                         max_position_embeddings {max_positions} is)"
-                    ),
-                ));
-            }
-        }
-    }
-    if raw.get("use_sliding_window").and_then(Value::as_bool) == Some(true) {
-        return Err(refuse(
-            path,
-            "use_sliding_window",
-            "sliding-window attention is not supported".into(),
-        ));
-    }
+    let model_type = raw.get("model_type").and_then(Value::as_str);
+    let Some(architecture) = Architecture::from_model_type(model_type) else {
+        return Err(refuse(path, "model_type", unsupported(model_type)));
+    };
+    check_sliding_window(raw, architecture, path)?;
     if let Some(factor) = raw.get("partial_rotary_factor").filter(|v| !v.is_null())
         && factor.as_f64() != Some(1.0)
     {
@@ -149,6 +232,83 @@ fn check_unsupported_fields(raw: &Map<String, Value>, path: &Path) -> Result<()>
             "layer_types",
             format!("{other} (only full_attention layers are supported)"),
         ));
+    }
+    Ok(())
+}
+
+/// The sliding window, as each architecture's transformers class reads it: refused unless it
+/// never masks within the context this forward allows (`max_position_embeddings`).
+fn check_sliding_window(
+    raw: &Map<String, Value>,
+    architecture: Architecture,
+    path: &Path,
+) -> Result<()> {
+    let max_positions = raw
+        .get("max_position_embeddings")
+        .and_then(Value::as_u64)
+        .unwrap_or(2048);
+    let use_sliding_window = raw.get("use_sliding_window").and_then(Value::as_bool);
+    let window = match raw.get("sliding_window") {
+        // Mistral's config class defaults to a window of 4096 when the file has none.
+        None if architecture == Architecture::Mistral => {
+            Some(Value::from(MISTRAL_DEFAULT_SLIDING_WINDOW))
+        }
+        None => None,
+        Some(v) if v.is_null() => None,
+        Some(v) => Some(v.clone()),
+    };
+    let masks = |window: &Value| window.as_u64().is_none_or(|w| w < max_positions);
+    match architecture {
+        // Qwen's config classes drop `sliding_window` unless `use_sliding_window` (default
+        // false), and then slide only layers from `max_window_layers` on.
+        Architecture::Qwen2 | Architecture::Qwen3 => {
+            if use_sliding_window != Some(true) {
+                return Ok(());
+            }
+            let from_layer = raw
+                .get("max_window_layers")
+                .and_then(Value::as_u64)
+                .unwrap_or(QWEN_DEFAULT_MAX_WINDOW_LAYERS);
+            let layers = raw
+                .get("num_hidden_layers")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            if let Some(window) = window
+                && from_layer < layers
+                && masks(&window)
+            {
+                return Err(refuse(
+                    path,
+                    "use_sliding_window",
+                    format!(
+                        "true with sliding_window {window} below max_position_embeddings \
+                         {max_positions} on layers {from_layer}.. (sliding-window attention is \
+                         not supported)"
+                    ),
+                ));
+            }
+        }
+        Architecture::Llama | Architecture::Mistral => {
+            if let Some(window) = window
+                && masks(&window)
+            {
+                return Err(refuse(
+                    path,
+                    "sliding_window",
+                    format!(
+                        "{window} (sliding-window attention is not supported; null or ≥ \
+                         max_position_embeddings {max_positions} is)"
+                    ),
+                ));
+            }
+            if use_sliding_window == Some(true) {
+                return Err(refuse(
+                    path,
+                    "use_sliding_window",
+                    "sliding-window attention is not supported".into(),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -273,19 +433,28 @@ fn check_supported(config: &ModelConfig, path: &Path) -> Result<()> {
             ),
         ));
     }
-    if config.attention_bias {
-        return Err(refuse(
-            path,
+    let model_type = config.model_type.as_deref();
+    let architecture = Architecture::from_model_type(model_type)
+        .ok_or_else(|| refuse(path, "model_type", unsupported(model_type)))?;
+    for (field, set, read) in [
+        (
             "attention_bias",
-            "true is not supported (Llama has no biases)".into(),
-        ));
-    }
-    if config.mlp_bias {
-        return Err(refuse(
-            path,
-            "mlp_bias",
-            "true is not supported (Llama has no biases)".into(),
-        ));
+            config.attention_bias,
+            architecture.reads_attention_bias(),
+        ),
+        ("mlp_bias", config.mlp_bias, architecture.reads_mlp_bias()),
+    ] {
+        if set && !read {
+            return Err(refuse(
+                path,
+                field,
+                format!(
+                    "true is not part of `{}` (transformers' class does not read it; its \
+                     biases are fixed by the architecture)",
+                    architecture.model_type()
+                ),
+            ));
+        }
     }
     if let Some(act) = &config.hidden_act
         && act != "silu"
@@ -385,11 +554,37 @@ mod tests {
     #[test]
     fn fields_that_change_the_forward_are_refused_by_name() {
         for (extra, field) in [
-            (r#", "mlp_bias": true"#, "mlp_bias"),
-            (r#", "attention_bias": true"#, "attention_bias"),
             (r#", "hidden_act": "gelu""#, "hidden_act"),
-            (r#", "model_type": "qwen2""#, "model_type"),
+            (r#", "model_type": "qwen2_moe""#, "model_type"),
+            (r#", "model_type": "qwen3_moe""#, "model_type"),
             (r#", "sliding_window": 16"#, "sliding_window"),
+            // Flags an architecture's transformers class does not read.
+            (
+                r#", "model_type": "mistral", "attention_bias": true"#,
+                "attention_bias",
+            ),
+            (
+                r#", "model_type": "qwen2", "attention_bias": true"#,
+                "attention_bias",
+            ),
+            (r#", "model_type": "qwen3", "mlp_bias": true"#, "mlp_bias"),
+            // Windows that mask: Mistral's default (4096) below a longer context, Qwen's when
+            // `use_sliding_window` turns it on for a layer.
+            (
+                r#", "model_type": "mistral", "max_position_embeddings": 32768"#,
+                "sliding_window",
+            ),
+            (
+                r#", "model_type": "qwen2", "use_sliding_window": true, "sliding_window": 16,
+                "max_window_layers": 1"#,
+                "use_sliding_window",
+            ),
+            (
+                r#", "model_type": "qwen3", "use_sliding_window": true, "sliding_window": 16,
+                "max_window_layers": 0"#,
+                "use_sliding_window",
+            ),
+            (r#", "use_sliding_window": true"#, "use_sliding_window"),
             (r#", "partial_rotary_factor": 0.5"#, "partial_rotary_factor"),
             (
                 r#", "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4}"#,
@@ -428,5 +623,76 @@ mod tests {
             "sliding_window": null, "model_type": "mistral", "dtype": "float32""#,
         )
         .unwrap();
+    }
+
+    /// Qwen2.5's files (written by transformers 4.x) carry a `sliding_window` and
+    /// `max_window_layers` beside `use_sliding_window: false`; transformers drops the window
+    /// then, and so do we. Windows that never mask within the context pass too.
+    #[test]
+    fn windows_that_never_mask_are_accepted() {
+        for extra in [
+            r#", "model_type": "qwen2", "use_sliding_window": false, "sliding_window": 4096,
+            "max_window_layers": 1, "max_position_embeddings": 32768"#,
+            r#", "model_type": "qwen2", "sliding_window": 32768, "max_window_layers": 21"#,
+            r#", "model_type": "qwen3", "use_sliding_window": false, "sliding_window": 16"#,
+            // On: but from layer 2 of 2 (no layer slides), or wider than the context.
+            r#", "model_type": "qwen2", "use_sliding_window": true, "sliding_window": 16,
+            "max_window_layers": 2"#,
+            r#", "model_type": "qwen2", "use_sliding_window": true, "sliding_window": 4096,
+            "max_window_layers": 0, "max_position_embeddings": 4096"#,
+            // Mistral's default window (4096) is not below the default context here (2048).
+            r#", "model_type": "mistral""#,
+            r#", "model_type": "mistral", "sliding_window": 4096, "max_position_embeddings": 4096"#,
+        ] {
+            parse(extra).unwrap_or_else(|e| panic!("{extra}: {e}"));
+        }
+    }
+
+    #[test]
+    fn each_architecture_has_its_own_biases_and_norms() {
+        use Projection::*;
+        let biased = |extra: &str| {
+            let config = parse(extra).unwrap();
+            let architecture = Architecture::of(&config).unwrap();
+            let biased: Vec<Projection> = Projection::ALL
+                .into_iter()
+                .filter(|&p| architecture.has_bias(&config, p))
+                .collect();
+            (architecture, biased, architecture.has_qk_norm())
+        };
+        assert_eq!(biased(""), (Architecture::Llama, vec![], false));
+        assert_eq!(
+            biased(r#", "attention_bias": true, "mlp_bias": true"#),
+            (Architecture::Llama, Projection::ALL.to_vec(), false)
+        );
+        assert_eq!(
+            biased(r#", "model_type": "mistral""#),
+            (Architecture::Mistral, vec![], false)
+        );
+        // Qwen2's biases need no field.
+        assert_eq!(
+            biased(r#", "model_type": "qwen2""#),
+            (Architecture::Qwen2, vec![Q, K, V], false)
+        );
+        assert_eq!(
+            biased(r#", "model_type": "qwen3", "head_dim": 8"#),
+            (Architecture::Qwen3, vec![], true)
+        );
+        assert_eq!(
+            biased(r#", "model_type": "qwen3", "head_dim": 8, "attention_bias": true"#),
+            (Architecture::Qwen3, vec![Q, K, V, O], true)
+        );
+    }
+
+    /// transformers' `Qwen3Config` defaults `head_dim` to 128, not hidden/heads.
+    #[test]
+    fn qwen3_head_dim_defaults_as_transformers_does() {
+        let c = parse(r#", "model_type": "qwen3""#).unwrap();
+        assert_eq!(c.head_dim(), 128);
+        assert_eq!(c.projection_shape(Projection::Q), (32, 4 * 128));
+        let c = parse(r#", "model_type": "qwen3", "head_dim": 24"#).unwrap();
+        assert_eq!(c.head_dim(), 24);
+        // The others keep hidden / heads.
+        assert_eq!(parse(r#", "model_type": "qwen2""#).unwrap().head_dim(), 8);
     }
 }

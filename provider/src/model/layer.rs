@@ -8,7 +8,8 @@ use super::{SeqInput, Step};
 use crate::error::Result;
 use crate::lora::Adapter;
 
-/// RMSNorm (Zhang & Sennrich 2019), as Hugging Face's `LlamaRMSNorm`.
+/// RMSNorm (Zhang & Sennrich 2019), as Hugging Face's `LlamaRMSNorm` (and `Qwen3RMSNorm`,
+/// which Qwen3 also applies to each head of q and k).
 #[derive(Clone, Debug)]
 pub(super) struct RmsNorm {
     weight: Vec<f32>,
@@ -35,7 +36,8 @@ impl RmsNorm {
 
     /// `w ⊙ x / sqrt(mean(x²) + eps)` per row, one sequential sum per row.
     ///
-    /// Shapes: `x` is `rows × d` with `d` the weight's length; returns the same shape.
+    /// Shapes: `x` is `rows × d` with `d` the weight's length (a head's width for Qwen3's q/k
+    /// norms, whose rows are then heads); returns the same shape.
     pub(super) fn forward(&self, x: &[f32]) -> Vec<f32> {
         let d = self.weight.len();
         let mut out = vec![0f32; x.len()];
@@ -65,14 +67,11 @@ pub(super) struct DecoderLayer {
 impl DecoderLayer {
     /// Elements of all its weights.
     pub(super) fn len(&self) -> usize {
-        let projections: usize = self
-            .self_attn
-            .projections()
-            .iter()
-            .map(|p| p.len())
-            .chain(self.mlp.projections().iter().map(|p| p.len()))
-            .sum();
-        self.input_layernorm.len() + self.post_attention_layernorm.len() + projections
+        let mlp: usize = self.mlp.projections().iter().map(|p| p.len()).sum();
+        self.input_layernorm.len()
+            + self.post_attention_layernorm.len()
+            + self.self_attn.len()
+            + mlp
     }
 
     /// This layer with `adapter` merged into its projections.

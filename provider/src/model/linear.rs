@@ -1,11 +1,14 @@
-//! A projection of a decoder layer: the frozen base weight `W` and, for the rows whose adapter
-//! adapts it, the LoRA delta `s·(x·Aᵀ)·Bᵀ` by cx-kernels' SGMV. The delta is never merged.
+//! A projection of a decoder layer: the frozen base weight `W` (and bias `b`, where the
+//! architecture has one) and, for the rows whose adapter adapts it, the LoRA delta
+//! `s·(x·Aᵀ)·Bᵀ` by cx-kernels' SGMV. The delta is never merged.
 //!
 //! # Why every reduction is ours
 //! Class D (`Mode::Deterministic`) multiplies with [`cx_kernels::gemm_xwt`] on the tensor's own
 //! buffer and [`cx_kernels::Device::sgmv`], whose reductions have a fixed order per output
 //! element; `Mode::Fast` (class D∞) runs the same GEMM with fused multiply-adds, faster where
-//! the CPU has them, but with bits that differ between CPUs with and without FMA.
+//! the CPU has them, but with bits that differ between CPUs with and without FMA. The bias is
+//! one addition per element, after the product and before the delta (PEFT adds the delta to
+//! the base layer's output, bias included), the same in both modes.
 
 use candle_core::Tensor;
 use cx_kernels::{CpuConfig, LoraAdapter, gemm_xwt, segments_from_row_adapters};
@@ -74,10 +77,13 @@ impl Weight {
     }
 }
 
-/// Projection `projection` of decoder layer `layer`: base weight plus the batch's LoRA deltas.
+/// Projection `projection` of decoder layer `layer`: base weight (and bias) plus the batch's
+/// LoRA deltas.
 #[derive(Clone, Debug)]
 pub(super) struct Linear {
     weight: Weight,
+    /// `d_out`, where the architecture has a bias on this projection.
+    bias: Option<Vec<f32>>,
     layer: usize,
     projection: Projection,
 }
@@ -88,26 +94,55 @@ impl Linear {
         &self.weight
     }
 
-    pub(super) fn new(weight: Weight, layer: usize, projection: Projection) -> Self {
-        Self {
+    /// The frozen bias (`d_out`), if any.
+    pub(super) fn bias(&self) -> Option<&[f32]> {
+        self.bias.as_deref()
+    }
+
+    /// `bias`, when given, must be `weight.d_out` long.
+    pub(super) fn new(
+        weight: Weight,
+        bias: Option<Vec<f32>>,
+        layer: usize,
+        projection: Projection,
+    ) -> Result<Self> {
+        if let Some(b) = &bias
+            && b.len() != weight.d_out
+        {
+            return Err(Error::Model(format!(
+                "layer {layer} {} bias has {} elements, the projection {}",
+                projection.name(),
+                b.len(),
+                weight.d_out
+            )));
+        }
+        Ok(Self {
             weight,
+            bias,
             layer,
             projection,
-        }
+        })
     }
 
-    /// Elements of the base weight.
+    /// Elements of the base weight and bias.
     pub(super) fn len(&self) -> usize {
-        self.weight.len()
+        self.weight.len() + self.bias.as_ref().map_or(0, Vec::len)
     }
 
-    /// `y = x·Wᵀ + Σ_segments s·(x·Aᵀ)·Bᵀ`, each row's delta from its own adapter (none for
-    /// rows whose adapter does not adapt this projection).
+    /// `y = x·Wᵀ + b + Σ_segments s·(x·Aᵀ)·Bᵀ`, each row's delta from its own adapter (none
+    /// for rows whose adapter does not adapt this projection).
     ///
     /// Shapes: `x` is `step.rows × d_in`; returns `step.rows × d_out`.
     pub(super) fn forward(&self, x: &[f32], step: &Step<'_>) -> Result<Vec<f32>> {
         let (d_in, d_out) = (self.weight.d_in, self.weight.d_out);
         let mut y = self.weight.apply(x, step.rows, step.cpu)?;
+        if let Some(bias) = &self.bias {
+            for row in y.chunks_mut(d_out) {
+                for (v, b) in row.iter_mut().zip(bias) {
+                    *v += b;
+                }
+            }
+        }
         // The table holds the adapters that adapt this projection; rows of others get no delta.
         let mut table: Vec<&LoraAdapter<f32>> = Vec::new();
         let mut slot: Vec<Option<usize>> = Vec::with_capacity(step.adapters.len());
@@ -132,7 +167,7 @@ impl Linear {
     }
 
     /// This projection with `W + s·B·A` of `adapter` folded in (unchanged when the adapter
-    /// does not adapt it).
+    /// does not adapt it; the bias is kept as it is).
     pub(super) fn merged(&self, adapter: &Adapter) -> Result<Self> {
         let Some(lora) = adapter.projection(self.layer, self.projection) else {
             return Ok(self.clone());

@@ -6,7 +6,8 @@
 //! * [`config`] — the `config.json` type (cx-protocol's [`ModelConfig`], the project's one parse)
 //!   and what this forward refuses;
 //! * `weights` — safetensors loading, widened to `f32`;
-//! * `linear` — a projection: base `x·Wᵀ` plus each row's LoRA delta (SGMV), never merged;
+//! * `linear` — a projection: base `x·Wᵀ` (`+ b` where the architecture has a bias) plus each
+//!   row's LoRA delta (SGMV), never merged;
 //! * `rotary`, `attention`, `mlp`, `layer` — `RotaryEmbedding`, `Attention`, `Mlp`,
 //!   `DecoderLayer` with `RmsNorm`, each with its own `forward`;
 //! * here — [`Model`]: embeddings, the layers, the final norm and `lm_head` (tied or not);
@@ -20,9 +21,10 @@
 //! Determinism class D asks that a sequence's output bits do not depend on what else is in the
 //! batch or on the thread count. With [`cx_kernels::Mode::Deterministic`] the projections go
 //! through [`cx_kernels::gemm_xwt`] and [`cx_kernels::Device::sgmv`], whose reductions have a
-//! fixed order per output element; RMSNorm, attention and softmax are plain sequential loops
-//! over one row, one head, one sequence. Nothing reduces across rows, so a row is computed by
-//! the same operations whatever its neighbours are. With [`cx_kernels::Mode::Fast`] the same
+//! fixed order per output element; RMSNorm (Qwen3's per-head q/k norms too), attention and
+//! softmax are plain sequential loops over one row, one head, one sequence, and a bias is one
+//! addition per element. Nothing reduces across rows, so a row is computed by the same
+//! operations whatever its neighbours are. With [`cx_kernels::Mode::Fast`] the same
 //! kernels fuse multiply and add where the CPU can (faster; class D∞: equal up to rounding).
 
 mod attention;
@@ -38,7 +40,7 @@ use std::path::Path;
 
 use cx_kernels::{CpuConfig, Device};
 
-pub use config::{DType, ModelConfig, Projection, read_config};
+pub use config::{Architecture, DType, ModelConfig, Projection, read_config};
 pub use generate::{
     GENERATED_BOS, GENERATED_EOS, GenModelOptions, generated_config, generated_tensors,
     generated_tokenizer_json, write_generated_model,
@@ -227,12 +229,17 @@ pub(crate) struct FrozenLayer {
     pub(crate) post_attention_layernorm: Vec<f32>,
     /// `d_out × d_in` per projection, in [`Projection::ALL`] order.
     pub(crate) projections: [candle_core::Tensor; 7],
+    /// `d_out` per projection that has a bias, in [`Projection::ALL`] order.
+    pub(crate) biases: [Option<Vec<f32>>; 7],
+    /// Qwen3's per-head norms of q and k (`head_dim` each), where the architecture has them.
+    pub(crate) qk_norm: Option<[Vec<f32>; 2]>,
 }
 
-/// A Llama model ready to run.
+/// A Llama-family model ready to run.
 #[derive(Clone)]
 pub struct Model {
     config: ModelConfig,
+    architecture: Architecture,
     embed_tokens: Weight,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
@@ -260,8 +267,10 @@ impl Model {
         Self::new(config, tensors, cpu)
     }
 
-    /// Builds a model from named `f32` tensors (name → (shape, data)), checking every shape.
+    /// Builds a model from named `f32` tensors (name → (shape, data)), checking every shape;
+    /// the tensors must be exactly those `config`'s [`Architecture`] uses.
     pub fn new(config: ModelConfig, tensors: NamedTensors, cpu: CpuConfig) -> Result<Self> {
+        let architecture = Architecture::of(&config)?;
         let mut store = TensorStore(tensors);
         let d = config.hidden_size;
         let vocab = config.vocab_size;
@@ -274,23 +283,35 @@ impl Model {
         for i in 0..config.num_hidden_layers {
             let mut linear = |p: Projection| -> Result<Linear> {
                 let (d_in, d_out) = config.projection_shape(p);
-                let name = format!("model.layers.{i}.{}.weight", p.module_path());
-                let data = store.take(&name, &[d_out, d_in])?;
-                Ok(Linear::new(Weight::new(data, d_out, d_in)?, i, p))
+                let prefix = format!("model.layers.{i}.{}", p.module_path());
+                let data = store.take(&format!("{prefix}.weight"), &[d_out, d_in])?;
+                let bias = if architecture.has_bias(&config, p) {
+                    Some(store.take(&format!("{prefix}.bias"), &[d_out])?)
+                } else {
+                    None
+                };
+                Linear::new(Weight::new(data, d_out, d_in)?, bias, i, p)
             };
             let [q, k, v, o] = attention::PROJECTIONS;
-            let self_attn =
-                Attention::new(&config, i, [linear(q)?, linear(k)?, linear(v)?, linear(o)?]);
+            let attention = [linear(q)?, linear(k)?, linear(v)?, linear(o)?];
             let [gate, up, down] = mlp::PROJECTIONS;
             let mlp = Mlp::new([linear(gate)?, linear(up)?, linear(down)?]);
-            let mut norm = |name: &str| -> Result<RmsNorm> {
-                let weight = store.take(&format!("model.layers.{i}.{name}.weight"), &[d])?;
+            // `name` is the path inside the layer; `width` the weight's length.
+            let mut norm = |name: &str, width: usize| -> Result<RmsNorm> {
+                let weight = store.take(&format!("model.layers.{i}.{name}.weight"), &[width])?;
                 Ok(RmsNorm::new(weight, config.rms_norm_eps))
             };
+            let qk_norm = if architecture.has_qk_norm() {
+                let hd = config.head_dim();
+                Some([norm("self_attn.q_norm", hd)?, norm("self_attn.k_norm", hd)?])
+            } else {
+                None
+            };
+            let self_attn = Attention::new(&config, i, attention, qk_norm);
             layers.push(DecoderLayer {
-                input_layernorm: norm("input_layernorm")?,
+                input_layernorm: norm("input_layernorm", d)?,
                 self_attn,
-                post_attention_layernorm: norm("post_attention_layernorm")?,
+                post_attention_layernorm: norm("post_attention_layernorm", d)?,
                 mlp,
             });
         }
@@ -307,10 +328,11 @@ impl Model {
                 d,
             )?)
         };
-        store.finish()?;
+        store.finish(architecture)?;
         Ok(Self {
             rotary: RotaryEmbedding::new(&config),
             config,
+            architecture,
             embed_tokens,
             layers,
             norm,
@@ -323,6 +345,11 @@ impl Model {
     /// The configuration.
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The architecture (`model_type`) the forward runs.
+    pub fn architecture(&self) -> Architecture {
+        self.architecture
     }
 
     /// How the CPU kernels run.
@@ -353,11 +380,16 @@ impl Model {
             .map(|layer| {
                 let [q, k, v, o] = layer.self_attn.projections();
                 let [gate, up, down] = layer.mlp.projections();
-                let t = |l: &Linear| l.weight().tensor().clone();
+                let all = [q, k, v, o, gate, up, down];
                 FrozenLayer {
                     input_layernorm: layer.input_layernorm.parts().0.to_vec(),
                     post_attention_layernorm: layer.post_attention_layernorm.parts().0.to_vec(),
-                    projections: [t(q), t(k), t(v), t(o), t(gate), t(up), t(down)],
+                    projections: all.map(|l| l.weight().tensor().clone()),
+                    biases: all.map(|l| l.bias().map(<[f32]>::to_vec)),
+                    qk_norm: layer
+                        .self_attn
+                        .qk_norms()
+                        .map(|norms| norms.map(|n| n.parts().0.to_vec())),
                 }
             })
             .collect();
@@ -396,7 +428,7 @@ impl Model {
         })
     }
 
-    /// Bytes of weights (as held, `f32`).
+    /// Bytes of weights (as held, `f32`), biases and norms included.
     pub fn weight_bytes(&self) -> usize {
         let layers: usize = self.layers.iter().map(DecoderLayer::len).sum();
         (self.embed_tokens.len()

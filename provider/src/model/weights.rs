@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::config::Architecture;
 use crate::error::{Error, Result};
 
 /// Named `f32` tensors: name → (shape, data), as Hugging Face names them.
@@ -203,10 +204,11 @@ impl TensorStore {
         Ok(data)
     }
 
-    /// Refuses what is left: a tensor the forward does not use (a bias, a norm of another
-    /// architecture, …) changes the computation, so it is an error, never silently dropped.
-    /// Old checkpoints store RoPE's `inv_freq` buffers; the config recomputes them.
-    pub(super) fn finish(self) -> Result<()> {
+    /// Refuses what is left: a tensor `architecture`'s forward does not use (a bias its
+    /// config does not announce, a norm of another architecture, …) changes the computation,
+    /// so it is an error, never silently dropped. Old checkpoints store RoPE's `inv_freq`
+    /// buffers; the config recomputes them.
+    pub(super) fn finish(self, architecture: Architecture) -> Result<()> {
         let mut left: Vec<&String> = self
             .0
             .keys()
@@ -216,9 +218,10 @@ impl TensorStore {
         match left.first() {
             None => Ok(()),
             Some(first) => Err(Error::Model(format!(
-                "tensor {first} (and {} more) is not part of a Llama forward; this \
-                 architecture is not supported",
-                left.len() - 1
+                "tensor {first} (and {} more) is not part of a `{}` forward as config.json \
+                 describes it; this architecture or variant is not supported",
+                left.len() - 1,
+                architecture.model_type()
             ))),
         }
     }

@@ -2,7 +2,9 @@
 //! (`Tensor::backward`) gives the gradients of the LoRA weights: the same blocks, in the same
 //! order and with the same constants as [`crate::model`] (RMSNorm with the serving `eps` in
 //! `f32`, RoPE from the serving inverse frequencies, grouped-query causal attention, SwiGLU,
-//! each projection `x·Wᵀ + s·(x·Aᵀ)·Bᵀ`), over a padded batch instead of per-sequence caches.
+//! each projection `x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ` with the bias where the architecture has one,
+//! Qwen3's per-head q/k RMSNorm before RoPE), over a padded batch instead of per-sequence
+//! caches.
 //!
 //! Why a second forward: the serving forward is plain loops over `f32` slices (its reductions
 //! have a fixed order for class D), which autograd cannot see. This one shares the frozen base
@@ -39,6 +41,10 @@ struct BaseLayer {
     input_layernorm: Tensor,
     post_attention_layernorm: Tensor,
     projections: [Tensor; 7],
+    /// `d_out` per projection that has one (Qwen2's q/k/v, `attention_bias`, `mlp_bias`).
+    biases: [Option<Tensor>; 7],
+    /// Qwen3's per-head norms of q and k (`head_dim` each).
+    qk_norm: Option<[Tensor; 2]>,
 }
 
 impl Base {
@@ -54,6 +60,8 @@ impl Base {
             .iter()
             .map(|l| {
                 let p = &l.projections;
+                let b = &l.biases;
+                let bias = |b: &Option<Vec<f32>>| b.as_deref().map(vector).transpose();
                 Ok(BaseLayer {
                     input_layernorm: vector(&l.input_layernorm)?,
                     post_attention_layernorm: vector(&l.post_attention_layernorm)?,
@@ -66,6 +74,19 @@ impl Base {
                         convert(&p[5])?,
                         convert(&p[6])?,
                     ],
+                    biases: [
+                        bias(&b[0])?,
+                        bias(&b[1])?,
+                        bias(&b[2])?,
+                        bias(&b[3])?,
+                        bias(&b[4])?,
+                        bias(&b[5])?,
+                        bias(&b[6])?,
+                    ],
+                    qk_norm: match &l.qk_norm {
+                        Some([q, k]) => Some([vector(q)?, vector(k)?]),
+                        None => None,
+                    },
                 })
             })
             .collect::<Result<_>>()?;
@@ -205,9 +226,19 @@ fn frozen_matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     Ok(x.contiguous()?.apply_op1(FrozenMatmul { w: w.clone() })?)
 }
 
-/// `x·Wᵀ + s·(x·Aᵀ)·Bᵀ`. Shapes: `x` is `n × d_in`; returns `n × d_out`.
-fn project(x: &Tensor, w: &Tensor, lora: Option<(Tensor, Tensor)>, scale: f64) -> Result<Tensor> {
-    let y = frozen_matmul(x, w)?;
+/// `x·Wᵀ + b + s·(x·Aᵀ)·Bᵀ` (no `b` where `bias` is `None`). Shapes: `x` is `n × d_in`,
+/// `bias` is `d_out`; returns `n × d_out`.
+fn project(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    lora: Option<(Tensor, Tensor)>,
+    scale: f64,
+) -> Result<Tensor> {
+    let mut y = frozen_matmul(x, w)?;
+    if let Some(bias) = bias {
+        y = y.broadcast_add(bias)?;
+    }
     match lora {
         None => Ok(y),
         Some((a, b)) => {
@@ -281,11 +312,28 @@ pub(crate) fn logits(base: &Base, delta: &Delta<'_>, batch: &Batch) -> Result<Te
     let attn_scale = 1.0 / (hd as f64).sqrt();
     let s = delta.scale;
     for (l, layer) in base.layers.iter().enumerate() {
-        let p = &layer.projections;
+        // Projection `j` of this layer, its bias and the adapter's pair.
+        let proj = |x: &Tensor, j: Projection| {
+            let i = j.index();
+            project(
+                x,
+                &layer.projections[i],
+                layer.biases[i].as_ref(),
+                delta.pair(l, j),
+                s,
+            )
+        };
         let h = rms_norm(&x, &layer.input_layernorm, base.rms_eps)?;
-        let q = project(&h, &p[0], delta.pair(l, Projection::Q), s)?;
-        let k = project(&h, &p[1], delta.pair(l, Projection::K), s)?;
-        let v = project(&h, &p[2], delta.pair(l, Projection::V), s)?;
+        let mut q = proj(&h, Projection::Q)?;
+        let mut k = proj(&h, Projection::K)?;
+        let v = proj(&h, Projection::V)?;
+        // Qwen3: each head of q and k RMS-normalised over `head_dim`, before RoPE.
+        if let Some([q_norm, k_norm]) = &layer.qk_norm {
+            q = rms_norm(&q.reshape((b * t * heads, hd))?, q_norm, base.rms_eps)?
+                .reshape((b * t, heads * hd))?;
+            k = rms_norm(&k.reshape((b * t * kv_heads, hd))?, k_norm, base.rms_eps)?
+                .reshape((b * t, kv_heads * hd))?;
+        }
         let q = q
             .reshape((b, t, heads, hd))?
             .transpose(1, 2)?
@@ -313,17 +361,12 @@ pub(crate) fn logits(base: &Base, delta: &Delta<'_>, batch: &Batch) -> Result<Te
             .transpose(1, 2)?
             .contiguous()?
             .reshape((b * t, heads * hd))?;
-        let o = project(&attn, &p[3], delta.pair(l, Projection::O), s)?;
+        let o = proj(&attn, Projection::O)?;
         x = (x + o)?;
         let h = rms_norm(&x, &layer.post_attention_layernorm, base.rms_eps)?;
-        let gate = project(&h, &p[4], delta.pair(l, Projection::Gate), s)?;
-        let up = project(&h, &p[5], delta.pair(l, Projection::Up), s)?;
-        let down = project(
-            &(gate.silu()? * up)?,
-            &p[6],
-            delta.pair(l, Projection::Down),
-            s,
-        )?;
+        let gate = proj(&h, Projection::Gate)?;
+        let up = proj(&h, Projection::Up)?;
+        let down = proj(&(gate.silu()? * up)?, Projection::Down)?;
         x = (x + down)?;
     }
     let x = rms_norm(&x, &base.norm, base.rms_eps)?;
