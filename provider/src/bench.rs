@@ -29,10 +29,15 @@
 //!
 //! And those of `cx-provider bench prefix` ([`prefix()`]): a continuation's time to first token with
 //! its conversation prefix held and without, at a few prefix lengths.
+//!
+//! And those of `cx-provider bench real --model DIR` ([`real()`]): a real checkpoint's prefill and
+//! decode tokens/s at batch 1 and 8, beside the bound reading its weights sets.
 
 mod prefix;
+mod real;
 
 pub use prefix::{PrefixBenchOptions, PrefixFigures, PrefixRow, prefix};
+pub use real::{RealBenchOptions, RealFigures, RealRow, real};
 
 pub use cx_kernels::bench::matmul::{MatmulBenchOptions, MatmulFigures, MatmulSize, matmul};
 

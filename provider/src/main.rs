@@ -377,6 +377,31 @@ enum BenchCommand {
         #[arg(long)]
         quick: bool,
     },
+    /// Prefill and decode tokens/s of a real checkpoint at batch 1 and 8, beside the bound
+    /// reading its weights sets.
+    Real {
+        /// The model directory (a Hugging Face checkpoint).
+        #[arg(long)]
+        model: PathBuf,
+        /// Print one JSON object as the last line.
+        #[arg(long)]
+        json: bool,
+        /// Timed repeats per figure (median; 1 to 1000).
+        #[arg(long, default_value_t = 3, value_parser = positive(1000))]
+        repeats: usize,
+        /// Prompt tokens per sequence.
+        #[arg(long, default_value_t = 128, value_parser = positive(4096))]
+        prompt_tokens: usize,
+        /// Decode steps per timed repeat.
+        #[arg(long, default_value_t = 32, value_parser = positive(4096))]
+        decode_steps: usize,
+        /// Worker threads (1 to 1024).
+        #[arg(long, value_parser = positive(1024))]
+        threads: Option<usize>,
+        /// Fast mode (FMA in the kernels; class D∞).
+        #[arg(long)]
+        fast: bool,
+    },
     /// Training: forward_backward tokens/s, optimizer step time, peak memory per client, and
     /// one step against three forwards.
     Train {
@@ -709,6 +734,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 repeats,
                 cpu: cpu(threads, false),
                 quick,
+            })?;
+            print!("{}", figures.table());
+            if json {
+                println!("{}", serde_json::to_string(&figures)?);
+            }
+        }
+        Command::Bench {
+            which:
+                BenchCommand::Real {
+                    model,
+                    json,
+                    repeats,
+                    prompt_tokens,
+                    decode_steps,
+                    threads,
+                    fast,
+                },
+        } => {
+            let figures = cx_provider::bench::real(&cx_provider::bench::RealBenchOptions {
+                model,
+                repeats,
+                prompt_tokens,
+                decode_steps,
+                cpu: cpu(threads, fast),
             })?;
             print!("{}", figures.table());
             if json {
