@@ -216,7 +216,10 @@ fn market_bodies(market: &Restartable, per_agent: u64) -> HashMap<(usize, u64), 
     let mut bodies = HashMap::new();
     for agent in 0..market.agents.len() {
         for nonce in 1..=per_agent {
-            let max_price = if nonce % 7 == 0 { 1 } else { 1_000_000_000 };
+            // Every seventh is refused: no price is below 1 wei. (A limit of 1 wei was refused
+            // only while the debug provider's self-benchmark was slow enough to price a job
+            // above it; with the kernels optimised in test builds it is not.)
+            let max_price = if nonce % 7 == 0 { 0 } else { 1_000_000_000 };
             bodies.insert((agent, nonce), market.intent(agent, nonce, max_price, 20));
         }
     }
