@@ -339,6 +339,7 @@ mod tests {
         let request = InferenceRequest {
             prompt: "hi".into(),
             max_tokens: 4,
+            ..Default::default()
         };
         let adapter = "ab".repeat(32);
         let job = JobTerms {

@@ -429,6 +429,7 @@ impl Parties<'_> {
         let request = InferenceRequest {
             prompt: format!("job {nonce}"),
             max_tokens: 8,
+            ..Default::default()
         };
         let intent = Intent {
             want: "model".into(),

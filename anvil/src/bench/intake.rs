@@ -144,6 +144,7 @@ pub(crate) fn request() -> InferenceRequest {
     InferenceRequest {
         prompt: "Summarise the residency rule in one sentence.".into(),
         max_tokens: 32,
+        ..Default::default()
     }
 }
 

@@ -620,10 +620,7 @@ mod devnet {
         assert_eq!(report["stream"]["content"], answer, "{report}");
         assert_eq!(report["stream"]["total_tokens"], 13);
         assert_eq!(report["completion"]["text"], answer);
-        assert_eq!(
-            report["temperature"]["class"], "BadRequestError",
-            "{report}"
-        );
+        assert_eq!(report["logprobs"]["class"], "BadRequestError", "{report}");
         assert_eq!(
             report["bad_key"]["class"], "AuthenticationError",
             "{report}"

@@ -22,10 +22,13 @@ def main() -> None:
 
     report["models"] = sorted(m.id for m in client.models.list())
 
+    # Sampled, as most agent frameworks call by default.
     chat = client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": "Say hello."}],
         max_tokens=8,
+        temperature=0.7,
+        seed=7,
     )
     report["chat"] = {
         "content": chat.choices[0].message.content,
@@ -54,8 +57,8 @@ def main() -> None:
     report["completion"] = {"text": completion.choices[0].text}
 
     for name, call in [
-        ("temperature", lambda: client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "x"}], temperature=0.7)),
+        ("logprobs", lambda: client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "x"}], logprobs=True)),
         ("bad_key", lambda: openai.OpenAI(base_url=base_url, api_key="cxs_wrong")
             .chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}])),
         ("unknown_model", lambda: client.chat.completions.create(

@@ -42,7 +42,7 @@
 //! let domain = chain.domain();
 //! client.bind(&keys.binding(&domain, 0)?).await?;
 //!
-//! let request = InferenceRequest { prompt: "Say hello.".into(), max_tokens: 16 };
+//! let request = InferenceRequest { prompt: "Say hello.".into(), max_tokens: 16, ..Default::default() };
 //! let now_s = 1_800_000_000;
 //! let intent = Intent {
 //!     want: "llama-8b".into(), adapter_id: None, request_hash: request_hash(&request),
@@ -67,7 +67,7 @@
 //! let keys = AgentKeys::from_secrets(&[7; 32], Identity::from_seed([9; 32])).unwrap();
 //! let domain = cx_protocol::order::domain(31337, cx_protocol::order::Address::repeat_byte(0x5e));
 //! assert!(keys.binding(&domain, 0).unwrap().verify(&domain).is_ok());
-//! let request = InferenceRequest { prompt: "hi".into(), max_tokens: 1 };
+//! let request = InferenceRequest { prompt: "hi".into(), max_tokens: 1, ..Default::default() };
 //! assert_eq!(request_hash(&request), request_hash(&request.clone()));
 //! ```
 //!

@@ -65,7 +65,8 @@ pub use kinds::{
     Intent, PqBinding, Rent, RentTarget, Reserve, Search, SessionGrant, TabTerms, search_witness,
 };
 pub use request::{
-    InferenceRequest, canonical_json, chat_prompt, request_hash, request_value_hash,
+    ChatMessage, InferenceRequest, SamplingParams, canonical_json, chat_prompt, request_hash,
+    request_value_hash,
 };
 pub use signed::{ORDER_CONTEXT, Signed, Verified, account_of, recover_signer, sign, sign_digest};
 pub use wallet::{eip712_message, wallet_typed_data};

@@ -49,6 +49,7 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::unbounded_channel;
 use zeroize::Zeroizing;
 
+use crate::chat_template::ChatMessage;
 use crate::engine::{Conversation, Engine, Event, FinishReason, GenerateRequest, Sampling};
 use crate::error::{Error, Result};
 use crate::lora::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_id};
@@ -684,7 +685,19 @@ impl Link {
         request: &InferenceRequest,
         adapter: Option<crate::engine::AdapterRef>,
     ) -> Result<Output> {
-        let prompt = self.engine.tokenizer().encode(&request.prompt)?;
+        request.check()?;
+        let tokenizer = self.engine.tokenizer();
+        // A chat is rendered by this model's own template; what was signed is the messages.
+        let prompt = if request.messages.is_empty() {
+            tokenizer.encode(&request.prompt)?
+        } else {
+            let messages: Vec<ChatMessage> = request
+                .messages
+                .iter()
+                .map(|m| ChatMessage::new(m.role.clone(), m.content.clone()))
+                .collect();
+            tokenizer.encode_chat(&messages)?.1
+        };
         let limit = self.engine.model().config().max_position_embeddings;
         let max_tokens = request.max_tokens as usize;
         if prompt.is_empty() || max_tokens == 0 || prompt.len() + max_tokens > limit {
@@ -699,14 +712,19 @@ impl Link {
             prompt,
             adapter,
             max_tokens,
-            stop: Vec::new(),
-            sampling: Sampling::default(),
+            stop: request
+                .sampling
+                .as_ref()
+                .map_or_else(Vec::new, |s| s.stop.clone()),
+            sampling: sampling_of(request.sampling.as_ref()),
             events: tx,
             stream: true,
-            // Named by the catalog model, as the exchange names the prefix it routes by.
+            // Named by the catalog model and the request's text in the protocol's role-tagged
+            // form, as the exchange names the prefix it routes by (the KV held is of the tokens
+            // this model's template made; a continuation reuses it token by token).
             conversation: Some(Conversation {
                 model: self.config.model_name.clone(),
-                prompt_text: request.prompt.clone(),
+                prompt_text: request.text(),
             }),
         });
         let mut text = String::new();
@@ -851,4 +869,21 @@ fn measure_flops(engine: &Engine) -> Result<f64> {
         }
     }
     Ok(2.0 * parameters * tokens.len() as f64 / best.max(1e-9))
+}
+
+/// The engine's sampling for a job's request: greedy when it names none; the request's
+/// thousandths as the OpenAI values they stand for.
+fn sampling_of(params: Option<&cx_protocol::order::SamplingParams>) -> Sampling {
+    match params {
+        None => Sampling::default(),
+        Some(p) => Sampling {
+            temperature: p.temperature_milli as f32 / 1000.0,
+            top_p: p.top_p_milli as f32 / 1000.0,
+            top_k: p.top_k,
+            presence_penalty: p.presence_penalty_milli as f32 / 1000.0,
+            frequency_penalty: p.frequency_penalty_milli as f32 / 1000.0,
+            seed: p.seed,
+            ..Sampling::default()
+        },
+    }
 }

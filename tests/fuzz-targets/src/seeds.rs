@@ -72,6 +72,7 @@ fn intent_submissions() -> Vec<Vec<u8>> {
     let request = InferenceRequest {
         prompt: order::chat_prompt([("user", "Say hello.")]),
         max_tokens: 16,
+        ..Default::default()
     };
     let matmul = MatmulRequest {
         m: 4,

@@ -904,6 +904,7 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
     let request = InferenceRequest {
         prompt: cmd.prompt.clone(),
         max_tokens: cmd.max_tokens,
+        ..Default::default()
     };
     let now = now_s();
     let intent = Intent {

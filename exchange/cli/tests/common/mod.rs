@@ -1296,6 +1296,7 @@ impl Signer {
         let request = cx_protocol::order::InferenceRequest {
             prompt: format!("Say hello to agent {agent}, order {nonce}."),
             max_tokens: 4,
+            ..Default::default()
         };
         let intent = cx_protocol::order::Intent {
             want: MODEL.into(),

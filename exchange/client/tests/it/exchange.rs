@@ -162,6 +162,7 @@ fn request() -> InferenceRequest {
     InferenceRequest {
         prompt: "Say hello in one word.".into(),
         max_tokens: 16,
+        ..Default::default()
     }
 }
 
@@ -306,6 +307,7 @@ async fn refused_intents_arrive_as_typed_errors_and_a_client_without_the_ca_cann
     let other = InferenceRequest {
         prompt: "Something else".into(),
         max_tokens: 16,
+        ..Default::default()
     };
     let err = client.submit_intent(&signed, &other).await.unwrap_err();
     assert_eq!(err.code(), Some("request_hash_mismatch"), "{err}");
@@ -339,10 +341,12 @@ fn the_client_hashes_requests_exactly_as_the_exchange_does() {
         let ours = InferenceRequest {
             prompt: prompt.into(),
             max_tokens,
+            ..Default::default()
         };
         let theirs = cx_exchange_server::intake::InferenceRequest {
             prompt: prompt.into(),
             max_tokens,
+            ..Default::default()
         };
         assert_eq!(
             request_hash(&ours),

@@ -9,10 +9,13 @@
 //! 504 at the deadline, when the hold is released and nothing is charged).
 //!
 //! `model` is a catalog model, or an adapter's content id (as vLLM serves adapters under their
-//! names; the adapter's `base_model_name_or_path` must then be a catalog model). Decoding is
-//! greedy (classes D and S are reproducible): a `temperature` above 0, `top_p` below 1, `n` above
-//! 1, `stop`, `logprobs`, tools and every other field that would change the output are refused by
-//! name, never ignored.
+//! names; the adapter's `base_model_name_or_path` must then be a catalog model). A chat's
+//! `messages` go into the job's request as they are, and the provider renders them with its
+//! model's own template. `temperature`, `top_p`, `presence_penalty`, `frequency_penalty`, `seed`
+//! and `stop` are carried in the request as integers ([`SamplingParams`]); a sampled call
+//! without a seed gets one drawn here, so the job's bytes are fixed and every replica of it
+//! (T1/T3) draws the same. `n` above 1, `logprobs`, tools and every other field that would
+//! change the output are refused by name, never ignored.
 
 use super::sessions::bearer;
 use super::{ApiError, AppJson, AppState};
@@ -24,7 +27,8 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use cx_protocol::order::{InferenceRequest, chat_prompt};
+use cx_protocol::order::request::{MAX_STOP_BYTES, MAX_STOP_SEQUENCES};
+use cx_protocol::order::{ChatMessage, InferenceRequest, SamplingParams};
 use cx_protocol::{DeterminismClass, Tier};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -56,6 +60,10 @@ pub(super) struct DoorRequest {
     #[serde(default)]
     top_p: Option<f64>,
     #[serde(default)]
+    presence_penalty: Option<f64>,
+    #[serde(default)]
+    frequency_penalty: Option<f64>,
+    #[serde(default)]
     n: Option<u32>,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
@@ -64,10 +72,10 @@ pub(super) struct DoorRequest {
     stream: Option<bool>,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
-    /// Irrelevant to greedy decoding; accepted so clients that always send it work.
+    /// The draws' seed; a sampled call without one gets one drawn by the exchange, written
+    /// into the job's request (and so into what every replica runs).
     #[serde(default)]
-    #[allow(dead_code)]
-    seed: Option<i64>,
+    seed: Option<u64>,
     /// An end-user id for the caller's own bookkeeping; changes nothing.
     #[serde(default)]
     #[allow(dead_code)]
@@ -88,9 +96,9 @@ struct StreamOptions {
 struct Message {
     role: String,
     content: Content,
-    /// A participant name; changes nothing in the fixed template.
+    /// A participant name; not passed to the model's template (refused when set, as it would
+    /// change the prompt some templates render).
     #[serde(default)]
-    #[allow(dead_code)]
     name: Option<String>,
 }
 
@@ -219,39 +227,12 @@ struct Call {
 
 impl Call {
     fn of(r: &DoorRequest, kind: Kind) -> Result<Self, ApiError> {
-        if let Some(t) = r.temperature
-            && t != 0.0
-        {
-            return Err(ApiError::invalid(
-                "temperature",
-                "the exchange decodes greedily (reproducible classes D and S): temperature must \
-                 be 0 or absent",
-            ));
-        }
-        if let Some(p) = r.top_p
-            && p != 1.0
-        {
-            return Err(ApiError::invalid(
-                "top_p",
-                "greedy decoding only: top_p must be 1 or absent",
-            ));
-        }
         if let Some(n) = r.n
             && n != 1
         {
             return Err(ApiError::invalid("n", "one choice per call: n must be 1"));
         }
-        let stop_empty = match &r.stop {
-            None | Some(Value::Null) => true,
-            Some(Value::Array(a)) => a.is_empty(),
-            Some(_) => false,
-        };
-        if !stop_empty {
-            return Err(ApiError::invalid(
-                "stop",
-                "stop sequences are not supported by the exchange yet",
-            ));
-        }
+        let sampling = sampling(r)?;
         let stream = r.stream.unwrap_or(false);
         if r.stream_options.is_some() && !stream {
             return Err(ApiError::invalid(
@@ -272,7 +253,7 @@ impl Call {
         if max_tokens == 0 {
             return Err(ApiError::invalid("max_tokens", "must be at least 1"));
         }
-        let prompt = match kind {
+        let (prompt, messages) = match kind {
             Kind::Chat => {
                 if r.prompt.is_some() {
                     return Err(ApiError::invalid(
@@ -280,7 +261,10 @@ impl Call {
                         "chat completions take `messages`; `prompt` is for /v1/completions",
                     ));
                 }
-                chat_text(r.messages.as_deref().unwrap_or_default())?
+                (
+                    String::new(),
+                    chat_messages(r.messages.as_deref().unwrap_or_default())?,
+                )
             }
             Kind::Completion => {
                 if r.messages.is_some() {
@@ -289,7 +273,7 @@ impl Call {
                         "completions take `prompt`; `messages` is for /v1/chat/completions",
                     ));
                 }
-                match &r.prompt {
+                let prompt = match &r.prompt {
                     Some(Prompt::One(p)) => p.clone(),
                     Some(Prompt::Batch(b)) if b.len() == 1 => b[0].clone(),
                     Some(Prompt::Batch(_)) => {
@@ -299,10 +283,11 @@ impl Call {
                         ));
                     }
                     None => return Err(ApiError::invalid("prompt", "required")),
-                }
+                };
+                (prompt, Vec::new())
             }
         };
-        if prompt.is_empty() {
+        if prompt.is_empty() && messages.iter().all(|m| m.content.is_empty()) {
             return Err(ApiError::invalid(
                 if kind == Kind::Chat {
                     "messages"
@@ -313,45 +298,138 @@ impl Call {
             ));
         }
         Ok(Self {
-            request: InferenceRequest { prompt, max_tokens },
+            request: InferenceRequest {
+                prompt,
+                messages,
+                max_tokens,
+                sampling,
+            },
             stream,
             include_usage: r.stream_options.as_ref().is_some_and(|o| o.include_usage),
         })
     }
 }
 
-/// The chat as one prompt ([`chat_prompt`]); roles the template has no place for are refused.
-fn chat_text(messages: &[Message]) -> Result<String, ApiError> {
+/// The chat's messages as the request carries them (the provider renders them with its model's
+/// own template); text parts are joined, a message's `name` is refused rather than dropped.
+fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid(
             "messages",
             "must hold at least one message",
         ));
     }
-    let mut texts = Vec::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        if !matches!(
-            m.role.as_str(),
-            "system" | "developer" | "user" | "assistant"
-        ) {
-            return Err(ApiError::invalid(
-                format!("messages[{i}].role"),
-                format!(
-                    "role `{}` is not supported: system, developer, user or assistant",
-                    m.role
-                ),
-            ));
-        }
-        let text = match &m.content {
-            Content::Text(t) => t.clone(),
-            Content::Parts(parts) => parts
-                .iter()
-                .map(|Part::Text { text }| text.as_str())
-                .collect(),
-        };
-        texts.push((m.role.as_str(), text));
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            if m.role.is_empty() {
+                return Err(ApiError::invalid(
+                    format!("messages[{i}].role"),
+                    "must not be empty",
+                ));
+            }
+            if m.name.is_some() {
+                return Err(ApiError::invalid(
+                    format!("messages[{i}].name"),
+                    "participant names are not supported (they would change the rendered prompt)",
+                ));
+            }
+            let content = match &m.content {
+                Content::Text(t) => t.clone(),
+                Content::Parts(parts) => parts
+                    .iter()
+                    .map(|Part::Text { text }| text.as_str())
+                    .collect(),
+            };
+            Ok(ChatMessage {
+                role: m.role.clone(),
+                content,
+            })
+        })
+        .collect()
+}
+
+/// A value of OpenAI's float parameters in thousandths, or a 400 naming it when it is outside
+/// `range` (given in thousandths) or not finite.
+fn milli(
+    value: Option<f64>,
+    default: f64,
+    field: &'static str,
+    range: std::ops::RangeInclusive<i64>,
+) -> Result<i64, ApiError> {
+    let v = value.unwrap_or(default);
+    let m = (v * 1000.0).round();
+    if !v.is_finite() || !(*range.start() as f64..=*range.end() as f64).contains(&m) {
+        return Err(ApiError::invalid(
+            field,
+            format!(
+                "{v} is outside {} to {}",
+                *range.start() as f64 / 1000.0,
+                *range.end() as f64 / 1000.0
+            ),
+        ));
     }
-    Ok(chat_prompt(texts.iter().map(|(r, t)| (*r, t.as_str()))))
+    Ok(m as i64)
+}
+
+/// The call's sampling, as the request carries it (thousandths; see [`SamplingParams`]): `None`
+/// when it decodes greedily with nothing to stop at. A sampled call without a `seed` gets one
+/// drawn here, so the job — and every replica of it — runs one fixed draw.
+fn sampling(r: &DoorRequest) -> Result<Option<SamplingParams>, ApiError> {
+    let temperature_milli = milli(r.temperature, 0.0, "temperature", 0..=2000)? as u32;
+    let top_p_milli = milli(r.top_p, 1.0, "top_p", 1..=1000)? as u32;
+    let presence_penalty_milli =
+        milli(r.presence_penalty, 0.0, "presence_penalty", -2000..=2000)? as i32;
+    let frequency_penalty_milli =
+        milli(r.frequency_penalty, 0.0, "frequency_penalty", -2000..=2000)? as i32;
+    let stop: Vec<String> = match &r.stop {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| ApiError::invalid("stop", "a string or a list of strings"))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(ApiError::invalid("stop", "a string or a list of strings")),
+    };
+    let stop: Vec<String> = stop.into_iter().filter(|s| !s.is_empty()).collect();
+    if stop.len() > MAX_STOP_SEQUENCES || stop.iter().any(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::invalid(
+            "stop",
+            format!(
+                "at most {MAX_STOP_SEQUENCES} stop sequences of at most {MAX_STOP_BYTES} bytes"
+            ),
+        ));
+    }
+    let greedy = temperature_milli == 0
+        && presence_penalty_milli == 0
+        && frequency_penalty_milli == 0
+        && stop.is_empty();
+    if greedy {
+        return Ok(None);
+    }
+    let seed = match r.seed {
+        Some(seed) => seed,
+        None => {
+            let mut bytes = [0u8; 8];
+            getrandom::fill(&mut bytes)
+                .map_err(|e| ApiError::Internal(format!("drawing a seed: {e}").into()))?;
+            u64::from_le_bytes(bytes)
+        }
+    };
+    Ok(Some(SamplingParams {
+        temperature_milli,
+        top_p_milli,
+        top_k: 0,
+        presence_penalty_milli,
+        frequency_penalty_milli,
+        seed,
+        stop,
+    }))
 }
 
 /// What the call wants: its session's defaults, with the call's `cx` overrides.

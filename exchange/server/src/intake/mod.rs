@@ -931,11 +931,12 @@ impl Intake {
         if request.max_tokens == 0 {
             return Err(Error::ZeroMaxTokens);
         }
-        if request.prompt.len() > MAX_PROMPT_BYTES {
+        if request.input_bytes() > MAX_PROMPT_BYTES {
             return Err(Error::PromptTooLong {
                 limit_bytes: MAX_PROMPT_BYTES,
             });
         }
+        request.check()?;
         want.check_deadline(now_s)?;
         // The adapter's size is |a| of the feasibility test; an id the store lacks is refused.
         let adapter = match want.adapter_id {
@@ -976,7 +977,7 @@ impl Intake {
         let shape = model
             .shape
             .ok_or_else(|| Error::NotClearable(model.name.clone()))?;
-        let context_tokens = estimate_tokens(&request.prompt)
+        let context_tokens = estimate_tokens(&request.text())
             .checked_add(request.max_tokens)
             .ok_or(Error::ContextTooLarge)?;
         let kv_bytes = shape
@@ -1008,7 +1009,10 @@ impl Intake {
 /// prefix at the catalog's `2 · parameters` FLOPs per (estimated) token, the rate `job` is
 /// priced at. `None` for a first turn or a plain prompt.
 fn continued_prefix(job: &Job, request: &InferenceRequest) -> Option<cx_protocol::PrefixNeed> {
-    let transcript = cx_protocol::prefix::continued_transcript(&request.prompt)?;
+    // A chat's prefix is named over its messages in the protocol's role-tagged form, whatever
+    // template the provider renders them with: both sides compute it from the messages alone.
+    let text = request.text();
+    let transcript = cx_protocol::prefix::continued_transcript(&text)?;
     let per_token = job.compute_flops / f64::from(job.context_tokens.max(1));
     let tokens = cx_exchange::routing::features::estimate_tokens(transcript);
     Some(cx_protocol::PrefixNeed {

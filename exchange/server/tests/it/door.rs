@@ -309,7 +309,7 @@ async fn a_session_key_buys_a_chat_completion_a_provider_returns_with_a_signed_r
         door.post(
             "/v1/chat/completions",
             Some("cxs_secret"),
-            &chat(json!({"cx": {"deadline_in_s": 20}})),
+            &chat(json!({"cx": {"deadline_in_s": 20}, "temperature": 0.7, "top_p": 0.95})),
         )
         .await
     };
@@ -324,11 +324,20 @@ async fn a_session_key_buys_a_chat_completion_a_provider_returns_with_a_signed_r
         assert_eq!(status, StatusCode::OK, "{pulled}");
         let job = pulled["jobs"][0].clone();
         assert_eq!(pulled["jobs"].as_array().unwrap().len(), 1);
+        // What was asked is what is run: the messages (the provider renders them with its
+        // model's template) and the sampling, with the seed the exchange drew for the call.
         assert_eq!(
-            job["request"]["prompt"],
-            "<|user|>\nSay hello.\n<|assistant|>\n"
+            job["request"]["messages"],
+            json!([{"role": "user", "content": "Say hello."}])
         );
+        assert!(job["request"].get("prompt").is_none(), "{job}");
         assert_eq!(job["request"]["max_tokens"], 8);
+        let sampling = &job["request"]["sampling"];
+        assert_eq!(
+            (&sampling["temperature_milli"], &sampling["top_p_milli"]),
+            (&json!(700), &json!(950))
+        );
+        assert!(sampling["seed"].is_u64(), "{sampling}");
         // The exchange signed the terms for this provider's key, under the key it publishes.
         let (_, exchange) = door
             .call(Request::get("/v1/exchange").body(Body::empty()).unwrap())
@@ -453,10 +462,24 @@ async fn the_door_refuses_what_it_cannot_honour_and_writes_nothing() {
         ),
         (
             Some("cxs_key"),
-            chat(json!({"temperature": 0.7})),
+            chat(json!({"temperature": 2.5})),
             StatusCode::BAD_REQUEST,
             "invalid_field",
             Some("temperature"),
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"top_p": 0})),
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            Some("top_p"),
+        ),
+        (
+            Some("cxs_key"),
+            chat(json!({"seed": -1})),
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            Some("seed"),
         ),
         (
             Some("cxs_key"),
@@ -474,7 +497,7 @@ async fn the_door_refuses_what_it_cannot_honour_and_writes_nothing() {
         ),
         (
             Some("cxs_key"),
-            chat(json!({"stop": ["\n"]})),
+            chat(json!({"stop": ["a", "b", "c", "d", "e"]})),
             StatusCode::BAD_REQUEST,
             "invalid_field",
             Some("stop"),
@@ -502,7 +525,7 @@ async fn the_door_refuses_what_it_cannot_honour_and_writes_nothing() {
         ),
         (
             Some("cxs_key"),
-            chat(json!({"messages": [{"role": "tool", "content": "x"}]})),
+            chat(json!({"messages": [{"role": "", "content": "x"}]})),
             StatusCode::BAD_REQUEST,
             "invalid_field",
             Some("messages[0].role"),
@@ -938,6 +961,7 @@ async fn a_leaving_providers_jobs_are_re_cleared_or_refunded() {
     let request = cx_protocol::order::InferenceRequest {
         prompt: "Say hello in one word.".into(),
         max_tokens: 8,
+        ..Default::default()
     };
     let intent = cx_protocol::order::Intent {
         want: "llama-8b".into(),

@@ -75,6 +75,7 @@ fn request() -> InferenceRequest {
     InferenceRequest {
         prompt: "Say hello in one word.".into(),
         max_tokens: 16,
+        ..Default::default()
     }
 }
 
@@ -875,6 +876,7 @@ async fn a_continuation_goes_to_the_prefix_holder_and_its_page_names_the_hit() {
     let request = InferenceRequest {
         prompt: next,
         max_tokens: 4,
+        ..Default::default()
     };
     let intent = Intent {
         want: "llama-8b".into(),

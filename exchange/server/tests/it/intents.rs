@@ -139,6 +139,7 @@ fn request() -> InferenceRequest {
     InferenceRequest {
         prompt: "Say hello in one word.".into(),
         max_tokens: 16,
+        ..Default::default()
     }
 }
 

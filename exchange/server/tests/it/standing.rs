@@ -363,6 +363,7 @@ mod reserves {
         let request = InferenceRequest {
             prompt: "Say hello in one word.".into(),
             max_tokens: 16,
+            ..Default::default()
         };
         let intent = Intent {
             want: "llama-8b".into(),

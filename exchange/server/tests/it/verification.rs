@@ -123,6 +123,7 @@ fn request() -> InferenceRequest {
     InferenceRequest {
         prompt: "Say hello in one word.".into(),
         max_tokens: 8,
+        ..Default::default()
     }
 }
 

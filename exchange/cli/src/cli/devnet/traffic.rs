@@ -582,10 +582,7 @@ impl Agent {
         adapter: Option<String>,
         rng: &mut ChaCha20Rng,
     ) -> anyhow::Result<B256> {
-        let request = InferenceRequest {
-            prompt: prompt(rng),
-            max_tokens: rng.gen_range(4..=16),
-        };
+        let request = InferenceRequest::completion(prompt(rng), rng.gen_range(4..=16));
         // Mostly T1 (class D: re-executed on a second provider, paid only once both agree),
         // some T0 (stake only), some T3 (three operators, majority) where the fleet has them.
         let min_tier = match rng.gen_range(0..20) {
