@@ -109,7 +109,10 @@ fn add(args: AddArgs) -> anyhow::Result<()> {
         let catalog = Catalog::from_toml_str(&existing)
             .with_context(|| args.catalog.display().to_string())?;
         if catalog.resolve(&name).is_ok() {
-            bail!("{} already has a model named {name}", args.catalog.display());
+            bail!(
+                "{} already has a model named {name}",
+                args.catalog.display()
+            );
         }
     }
     let provider = "cx-fleet";
