@@ -86,7 +86,8 @@ fn engine(dir: &Path, model: Arc<Model>) -> Engine {
     Engine::start(
         model,
         Arc::new(tokenizer),
-        ResidencyCache::new(CacheConfig::new(1_000_000, EvictionPolicy::ValuePerByte)),
+        // Room for a few held turns: a token of this model's KV is 46 kB.
+        ResidencyCache::new(CacheConfig::new(100_000_000, EvictionPolicy::ValuePerByte)),
         EngineConfig::default(),
     )
 }
@@ -218,4 +219,68 @@ fn a_seeded_sample_of_a_real_model_is_the_same_on_two_providers_and_batches() {
     }
     assert_eq!(alone, batched);
     assert!(!alone.1.is_empty());
+}
+
+/// A conversation continued on a real template (ChatML, with the default system message the
+/// template adds): the turn is held under the id both the exchange and the provider compute
+/// from the messages' role-tagged form, the continuation finds it and reuses the KV of the
+/// tokens the template made (checked token by token), and answers exactly what a provider
+/// holding nothing answers.
+#[test]
+fn a_continuation_on_a_real_template_reuses_its_prefix_and_answers_as_a_fresh_run() {
+    use cx_protocol::order::chat_prompt;
+    use cx_protocol::prefix::{continued_prefix_id, held_prefix_id};
+    use cx_provider::engine::Conversation;
+
+    const MODEL: &str = "smollm2";
+    let (dir, _) = real_model();
+    let model = Arc::new(Model::load(&dir, CpuConfig::deterministic().with_threads(2)).unwrap());
+    let tokenizer = Tokenizer::for_model(&dir, model.config()).unwrap();
+    // What the provider's exchange link runs for a job of `messages`: the template's ids,
+    // named by the role-tagged text.
+    let run = |engine: &Engine, messages: &[(&str, &str)], hold: bool| {
+        let chat: Vec<ChatMessage> = messages
+            .iter()
+            .map(|(r, c)| ChatMessage::new(*r, *c))
+            .collect();
+        let (_, prompt) = tokenizer.encode_chat(&chat).unwrap();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        engine.submit(GenerateRequest {
+            prompt,
+            adapter: None,
+            max_tokens: 12,
+            stop: Vec::new(),
+            sampling: Sampling::default(),
+            events: tx,
+            stream: true,
+            conversation: hold.then(|| Conversation {
+                model: MODEL.into(),
+                prompt_text: chat_prompt(messages.iter().copied()),
+            }),
+        });
+        drain(rx)
+    };
+    let holder = engine(&dir, model.clone());
+    let first = [("user", "What is the capital of France?")];
+    let (_, reply) = run(&holder, &first, true);
+    let held = held_prefix_id(MODEL, None, &chat_prompt(first), &reply).unwrap();
+    assert!(holder.holds_prefix(&held), "the first turn is held");
+    let next = [
+        ("user", "What is the capital of France?"),
+        ("assistant", reply.as_str()),
+        ("user", "And of Italy?"),
+    ];
+    assert_eq!(
+        continued_prefix_id(MODEL, None, &chat_prompt(next)).as_deref(),
+        Some(held.as_str())
+    );
+    let (hit, _) = run(&holder, &next, true);
+    assert_eq!(holder.metrics().cache.prefix_hits, 1);
+    let reused = holder.metrics().stats.prefix_reused_tokens;
+    assert!(
+        reused >= 37,
+        "reused {reused} tokens of the first turn's 37-token prompt"
+    );
+    let (fresh, _) = run(&engine(&dir, model.clone()), &next, false);
+    assert_eq!(hit, fresh, "class D: a prefix hit changes no output token");
 }
