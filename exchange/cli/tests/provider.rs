@@ -502,51 +502,26 @@ async fn a_real_instruct_model_answers_the_openai_client_through_the_market() {
     } = common::deploy_chain(&dir.0, 3, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
     let exchange = common::start_exchange(&dir.0, &deployments, &db.url, &[]).await;
-    let (url, ca, exchange_key) = (
-        exchange.url.clone(),
-        exchange.ca.clone(),
-        exchange.key_hash.clone(),
-    );
-    let identity = dir.0.join("provider.key");
-    let out = run(&bin, &["keygen", "--out", path(&identity)], "");
-    assert!(out.status.success());
-    let evm_key = dir.0.join("provider-evm.key");
-    common::write_evm_key(&evm_key, &anvil.keys[2]);
-    common::stake_provider(&bin, &evm_key, &deployments, &identity);
-    let payout = anvil.keys[2].address();
     let _provider = Killed(
-        Command::new(&bin)
-            .args(["serve", "--model", path(&model_dir)])
-            .args(["--port", &free_port().unwrap().to_string()])
-            .args(["--served-model-name", NAME, "--threads", "2"])
-            .args(["--exchange", &url, "--exchange-ca", path(&ca)])
-            .args(["--exchange-key-hash", &format!("0x{exchange_key}")])
-            .args(["--identity", path(&identity)])
-            .args(["--payout", &payout.to_string(), "--operator", "op-real"])
-            .args(["--ask-wei-per-s", "1000", "--bundle-id", "real-cpu-0"])
-            .args(["--model-name", NAME])
-            .args(["--fetched-adapters", path(&dir.0.join("fetched"))])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cx-provider runs"),
+        common::serving_command(
+            &bin,
+            &dir.0,
+            "real-cpu-0",
+            (&model_dir, NAME),
+            &exchange,
+            &deployments,
+            &anvil.keys[2],
+            "1000",
+            &[],
+        )
+        .spawn()
+        .expect("cx-provider runs"),
     );
+    let (url, ca) = (exchange.url.clone(), exchange.ca.clone());
     let client = cx_client::Client::new(&url, Some(&ca))
         .unwrap()
         .with_timeout(Duration::from_secs(60));
-    let waited = Instant::now();
-    while !client
-        .providers()
-        .await
-        .is_ok_and(|bundles| bundles.iter().any(|b| b.id == "real-cpu-0"))
-    {
-        assert!(
-            waited.elapsed() < Duration::from_secs(120),
-            "the provider never registered"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    common::registered(&client, "real-cpu-0").await;
     let agent =
         common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
     let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;

@@ -47,10 +47,10 @@ pub(super) fn advance(
             return;
         }
     }
-    // A copy: `r` is updated below while the text is read.
-    let text = &r.text.clone();
+    // Borrowed field by field: `r`'s other fields are updated below while the text is read.
+    let text = r.text.as_str();
     let mut finish = eos.then_some(FinishReason::Stop);
-    let mut visible = text.as_str();
+    let mut visible = text;
     // Only the new text, and the longest stop's length before it, can hold a first match:
     // what came before was searched at earlier tokens. Searching the whole text at every
     // token cost each step O(text × stops) on the batch thread, which every other request

@@ -674,6 +674,33 @@ pub fn provider_command(
     ask_wei_per_s: &str,
     extra: &[&str],
 ) -> Command {
+    serving_command(
+        bin,
+        dir,
+        name,
+        (model_dir, MODEL),
+        exchange,
+        deployments,
+        key,
+        ask_wei_per_s,
+        extra,
+    )
+}
+
+/// [`provider_command`] for the catalog model `model.1` served from the directory `model.0`.
+#[allow(clippy::too_many_arguments)]
+pub fn serving_command(
+    bin: &Path,
+    dir: &Path,
+    name: &str,
+    model: (&Path, &str),
+    exchange: &Exchange,
+    deployments: &Path,
+    key: &alloy::signers::local::PrivateKeySigner,
+    ask_wei_per_s: &str,
+    extra: &[&str],
+) -> Command {
+    let (model_dir, model_name) = model;
     let identity = dir.join(format!("{name}.key"));
     let out = run(bin, &["keygen", "--out", path(&identity)], "");
     assert!(
@@ -688,7 +715,7 @@ pub fn provider_command(
     command
         .args(["serve", "--model", path(model_dir)])
         .args(["--port", &cx_devnet::free_port().unwrap().to_string()])
-        .args(["--served-model-name", MODEL, "--threads", "1"])
+        .args(["--served-model-name", model_name, "--threads", "1"])
         .args([
             "--exchange",
             &exchange.url,
@@ -699,7 +726,7 @@ pub fn provider_command(
         .args(["--identity", path(&identity)])
         .args(["--payout", &key.address().to_string(), "--operator", name])
         .args(["--ask-wei-per-s", ask_wei_per_s, "--bundle-id", name])
-        .args(["--model-name", MODEL])
+        .args(["--model-name", model_name])
         .args([
             "--fetched-adapters",
             path(&dir.join(format!("{name}-fetched"))),
