@@ -61,12 +61,26 @@ fn build_signer(cargo: &Path) -> std::result::Result<PathBuf, String> {
     let output = command
         .output()
         .map_err(|e| format!("running cargo: {e}"))?;
-    if !output.status.success() {
-        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
-    }
-    String::from_utf8_lossy(&output.stdout)
+    let messages: Vec<serde_json::Value> = String::from_utf8_lossy(&output.stdout)
         .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    if !output.status.success() {
+        // With --message-format=json the compiler's own words go to stdout, and stderr only
+        // says "could not compile": keep the rendered errors, or a failure (a full disk, say)
+        // cannot be told from a broken build.
+        let rendered: String = messages
+            .iter()
+            .filter(|m| m["reason"] == "compiler-message" && m["message"]["level"] == "error")
+            .filter_map(|m| m["message"]["rendered"].as_str())
+            .collect();
+        return Err(format!(
+            "{}{rendered}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    messages
+        .iter()
         .filter(|m| m["target"]["name"] == "cx-signer")
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
         .ok_or_else(|| "cargo reported no cx-signer executable".to_string())
