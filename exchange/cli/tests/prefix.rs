@@ -113,7 +113,15 @@ async fn a_continuation_is_cleared_onto_the_provider_holding_its_prefix() {
             .unwrap()
             .to_string();
         let job_id: B256 = answered["cx"]["job_id"].as_str().unwrap().parse().unwrap();
-        (reply, client.job(job_id).await.unwrap())
+        (
+            reply,
+            client
+                .clone()
+                .reading_as(cx_client::ReadAs::Session(api_key.clone()))
+                .job(job_id)
+                .await
+                .unwrap(),
+        )
     };
 
     // Turn one, on the only provider; it holds the turn and says so in its residency report.

@@ -442,7 +442,12 @@ async fn a_hung_providers_job_is_re_cleared_onto_another_and_answered() {
         "{answered}"
     );
     let job_id: B256 = answered["cx"]["job_id"].as_str().unwrap().parse().unwrap();
-    let job = client.job(job_id).await.unwrap();
+    let job = client
+        .clone()
+        .reading_as(cx_client::ReadAs::Session(api_key.clone()))
+        .job(job_id)
+        .await
+        .unwrap();
     assert_eq!(job.bundle_id.as_deref(), Some("cpu-2"), "{job:?}");
     assert!(
         job.events.iter().any(|e| e.status == "re-cleared"),

@@ -80,7 +80,12 @@ async fn providers_whose_clocks_are_minutes_off_serve_by_the_exchanges_deadlines
             .await
             .unwrap_or_else(|e| panic!("{name} ({skew}) answers within the deadline: {e}"));
         let job_id: B256 = answered["cx"]["job_id"].as_str().unwrap().parse().unwrap();
-        let job = client.job(job_id).await.unwrap();
+        let job = client
+            .clone()
+            .reading_as(cx_client::ReadAs::Session(api_key.clone()))
+            .job(job_id)
+            .await
+            .unwrap();
         assert_eq!(job.bundle_id.as_deref(), Some(name.as_str()), "{job:?}");
         assert_eq!(job.status, "done", "{skew}: {job:?}");
         assert!(job.receipt.is_some(), "{skew}: paid on a signed receipt");

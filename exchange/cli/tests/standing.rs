@@ -209,7 +209,12 @@ async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_pai
     assert_eq!(accepted["held_wei"], "0", "{accepted}");
     let job_id: B256 = accepted["job_id"].as_str().unwrap().parse().unwrap();
     let served = until("the drawn intent done", Duration::from_secs(30), || async {
-        client.job(job_id).await.ok().filter(|j| j.status == "done")
+        agent
+            .reader(client)
+            .job(job_id)
+            .await
+            .ok()
+            .filter(|j| j.status == "done")
     })
     .await;
     assert_eq!(served.held_wei, 0);

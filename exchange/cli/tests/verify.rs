@@ -94,6 +94,7 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
     // The agent's T1 class-D intent on a tab.
     let agent = common::Agent::import(&dir.0, market, B256::from(anvil.keys[1].to_bytes())).await;
     let escrow_id = agent.open_tab(&client, 5_000_000, deployments).await;
+    let reader = agent.reader(&client);
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let accepted = cx_json(
         agent.args(&[
@@ -126,9 +127,9 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
     // honest providers, one of them the referee its conflict called for.
     let waited = Instant::now();
     let (cheat_job, honest_jobs) = loop {
-        let mut all = vec![client.job(original).await.unwrap()];
+        let mut all = vec![reader.job(original).await.unwrap()];
         for id in ids {
-            if let Ok(job) = client.job(id).await {
+            if let Ok(job) = reader.job(id).await {
                 all.push(job);
             }
         }
@@ -161,7 +162,7 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
         assert_eq!(detail["runs"].as_array().unwrap().len(), 3);
     }
     // The buyer's job carries the majority's output, whoever ran it.
-    let delivered = client.job(original).await.unwrap();
+    let delivered = reader.job(original).await.unwrap();
     let text = delivered.result.as_ref().unwrap()["text"].as_str().unwrap();
     assert!(!text.contains("altered"), "{text}");
 
@@ -177,7 +178,7 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
         assert!(
             waited.elapsed() < Duration::from_secs(90),
             "the cheat was never slashed: {:?}",
-            client.job(cheat_job.id).await
+            reader.job(cheat_job.id).await
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -186,7 +187,7 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
         assert_eq!(staked, U256::from(1_000u64), "honest stakes untouched");
     }
     let waited = Instant::now();
-    while !client
+    while !reader
         .job(cheat_job.id)
         .await
         .unwrap()

@@ -11,7 +11,7 @@ use crate::types::{AdapterFiles, Assignment, Claim, Completed, StoredAdapter, St
 use bytes::Bytes;
 use cx_protocol::Bundle;
 use cx_protocol::offer::SignedOffer;
-use cx_protocol::order::{B256, Binding, Intent, Kind, SessionGrant, Signed};
+use cx_protocol::order::{B256, Binding, Intent, Kind, SessionGrant, Signed, SigningKey};
 use cx_protocol::receipt::SignedReceipt;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Request, Uri, header};
@@ -38,7 +38,29 @@ pub struct Client {
     base: String,
     http: legacy::Client<Connector, Full<Bytes>>,
     timeout: Duration,
+    reader: Option<Reader>,
 }
+
+/// How a client proves whose jobs it reads ([`Client::reading_as`]): job reads are the buyer's.
+#[derive(Clone)]
+pub enum ReadAs {
+    /// The account's own key: each read carries a fresh signed read credential
+    /// ([`cx_protocol::read`]) for this exchange.
+    Account(SigningKey),
+    /// One of the account's session keys (`Authorization: Bearer`).
+    Session(String),
+}
+
+/// A [`ReadAs`] with the exchange's key hash, learnt once (`GET /v1/exchange`).
+#[derive(Clone)]
+struct Reader {
+    how: ReadAs,
+    exchange: Arc<tokio::sync::OnceCell<B256>>,
+}
+
+/// How long each signed read credential is good for: a minute is plenty for one request and
+/// bounds what a copied header can read.
+const READ_CREDENTIAL_S: u64 = 60;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -80,7 +102,18 @@ impl Client {
             base,
             http,
             timeout: DEFAULT_TIMEOUT,
+            reader: None,
         }
+    }
+
+    /// The same client reading jobs as `how`'s account (`GET /v1/jobs…` refuses a caller
+    /// without the buyer's credential).
+    pub fn reading_as(mut self, how: ReadAs) -> Self {
+        self.reader = Some(Reader {
+            how,
+            exchange: Arc::new(tokio::sync::OnceCell::new()),
+        });
+        self
     }
 
     /// The same client with another per-request timeout.
@@ -264,9 +297,10 @@ impl Client {
 
     // ---- jobs and tabs ------------------------------------------------------------------------
 
-    /// `GET /v1/jobs/{id}`.
+    /// `GET /v1/jobs/{id}` with the reader's credential ([`Client::reading_as`]): the job, its
+    /// output once the buyer owes for it.
     pub async fn job(&self, id: B256) -> Result<JobRecord> {
-        self.get(&format!("/v1/jobs/{id}")).await
+        self.get_as_reader(&format!("/v1/jobs/{id}")).await
     }
 
     /// `GET /v1/jobs?account=&status=&limit=`: an account's jobs, newest first.
@@ -279,7 +313,7 @@ impl Client {
         if let Some(limit) = query.limit {
             path.push_str(&format!("&limit={limit}"));
         }
-        self.get(&path).await
+        self.get_as_reader(&path).await
     }
 
     /// `GET /v1/tabs/{chain_id}/{escrow_id}`: the tab as the books see it (once the chain
@@ -431,6 +465,55 @@ impl Client {
         self.send::<T, ()>(Method::GET, path, None).await
     }
 
+    /// A GET with the reader's credential (none without [`Client::reading_as`]: the exchange
+    /// then answers 401, which says what to send).
+    async fn get_as_reader<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let authorization = match &self.reader {
+            None => None,
+            Some(Reader {
+                how: ReadAs::Session(key),
+                ..
+            }) => Some(format!("Bearer {key}")),
+            Some(Reader {
+                how: ReadAs::Account(key),
+                exchange,
+            }) => {
+                let exchange = *exchange
+                    .get_or_try_init(|| async {
+                        let info: serde_json::Value = self.get("/v1/exchange").await?;
+                        info["mldsa_key_hash"]
+                            .as_str()
+                            .and_then(|h| h.parse::<B256>().ok())
+                            .ok_or_else(|| Error::Decode {
+                                method: "GET",
+                                path: "/v1/exchange".into(),
+                                source: serde::de::Error::custom(
+                                    "no mldsa_key_hash: an exchange names its key there",
+                                ),
+                            })
+                    })
+                    .await?;
+                let now_s = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let grant = cx_protocol::read::ReadGrant {
+                    account: cx_protocol::order::account_of(key),
+                    exchange,
+                    expires_s: now_s + READ_CREDENTIAL_S,
+                };
+                Some(grant.authorization(key))
+            }
+        };
+        let (_, bytes, _) = self
+            .call(Method::GET, path, None, authorization.as_deref())
+            .await?;
+        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
+            method: "GET",
+            path: strip_query(path).to_owned(),
+            source,
+        })
+    }
+
     async fn send<T: DeserializeOwned, B: Serialize + ?Sized>(
         &self,
         method: Method,
@@ -453,7 +536,10 @@ impl Client {
             .transpose()
             .expect("request bodies are plain data and always serialize");
         let method_name = method_name(&method);
-        let (_, bytes, _) = self.call(method, path, body, bearer).await?;
+        let authorization = bearer.map(|token| format!("Bearer {token}"));
+        let (_, bytes, _) = self
+            .call(method, path, body, authorization.as_deref())
+            .await?;
         serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
             method: method_name,
             path: strip_query(path).to_owned(),
@@ -461,13 +547,14 @@ impl Client {
         })
     }
 
-    /// One request: its status, body and the connection's TLS details, or the server's error.
+    /// One request, with `authorization` as its `Authorization` header when given: its status,
+    /// body and the connection's TLS details, or the server's error.
     async fn call(
         &self,
         method: Method,
         path: &str,
         body: Option<Bytes>,
-        bearer: Option<&str>,
+        authorization: Option<&str>,
     ) -> Result<(u16, Bytes, Option<TlsInfo>)> {
         let url = format!("{}{path}", self.base);
         let method_name = method_name(&method);
@@ -486,8 +573,8 @@ impl Client {
         if body.is_some() {
             request = request.header(header::CONTENT_TYPE, "application/json");
         }
-        if let Some(token) = bearer {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        if let Some(value) = authorization {
+            request = request.header(header::AUTHORIZATION, value);
         }
         let request = request
             .body(Full::new(body.unwrap_or_default()))

@@ -8,7 +8,7 @@
 
 use anyhow::{Context, anyhow, bail};
 use cx_client::types::{ChainInfo, JobsQuery};
-use cx_client::{AgentKeys, Client, InferenceRequest, request_hash};
+use cx_client::{AgentKeys, Client, InferenceRequest, ReadAs, request_hash};
 use cx_contracts::DeploymentsFile;
 use cx_protocol::order::{self, Address, B256, Intent, TabTerms, U256};
 use cx_protocol::pq::Identity;
@@ -898,7 +898,9 @@ async fn run_chat(args: &Args, cmd: &ChatArgs) -> anyhow::Result<()> {
 
 async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
     let keys = args.load_keys()?;
-    let client = args.client()?;
+    let client = args
+        .client()?
+        .reading_as(ReadAs::Account(keys.signing_key().clone()));
     let chain = pick_chain(&client, args.chain, false).await?;
     let domain = chain.domain();
     let request = InferenceRequest {
@@ -973,7 +975,9 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
 async fn run_matmul(args: &Args, cmd: &MatmulArgs) -> anyhow::Result<()> {
     use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest};
     let keys = args.load_keys()?;
-    let client = args.client()?;
+    let client = args
+        .client()?
+        .reading_as(ReadAs::Account(keys.signing_key().clone()));
     let chain = pick_chain(&client, args.chain, false).await?;
     let request = MatmulRequest {
         m: cmd.m,
@@ -1057,7 +1061,9 @@ held_wei         {}
 
 async fn run_jobs(args: &Args, cmd: &JobsArgs) -> anyhow::Result<()> {
     let keys = args.load_keys()?;
-    let client = args.client()?;
+    let client = args
+        .client()?
+        .reading_as(ReadAs::Account(keys.signing_key().clone()));
     let jobs = client
         .jobs(&JobsQuery {
             account: keys.account(),

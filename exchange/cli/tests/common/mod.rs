@@ -527,6 +527,7 @@ pub fn gen_model(bin: &Path, dir: &Path) -> PathBuf {
 /// An agent as `cx agent` drives it: its key file (an imported Anvil key) and the exchange.
 pub struct Agent {
     prefix: Vec<String>,
+    secret: alloy::primitives::B256,
 }
 
 impl Agent {
@@ -555,7 +556,15 @@ impl Agent {
                 "--keys",
                 path(&keys),
             ]),
+            secret,
         }
+    }
+
+    /// `client` reading jobs as this agent's account (job reads are the buyer's).
+    pub fn reader(&self, client: &cx_client::Client) -> cx_client::Client {
+        let key = cx_protocol::order::SigningKey::from_slice(self.secret.as_slice())
+            .expect("an imported secp256k1 secret");
+        client.clone().reading_as(cx_client::ReadAs::Account(key))
     }
 
     /// The `cx` arguments of `cx agent … rest`.

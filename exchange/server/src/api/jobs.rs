@@ -1,10 +1,11 @@
 //! Jobs and tabs: `GET /v1/jobs/{id}`, `GET /v1/jobs?account=&status=&limit=`,
-//! `GET /v1/tabs/{chain_id}/{escrow_id}`.
+//! `GET /v1/tabs/{chain_id}/{escrow_id}`. Job reads are the buyer's ([`super::reader`]).
 
-use super::{ApiError, AppJson, AppPath, AppState};
+use super::{ApiError, AppJson, AppPath, AppState, reader};
 use crate::books::{JobRecord, Tab};
 use alloy::primitives::{Address, B256};
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -18,19 +19,22 @@ fn job_id(id: &str) -> Result<B256, ApiError> {
         .map_err(|_| ApiError::invalid("id", "a job id is 32 bytes of 0x-hex"))
 }
 
-#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "job id, 0x-hex", pattern = "^0x[0-9a-fA-F]{64}$")), responses((status = 200, body = crate::books::JobRecord), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path, description = "job id, 0x-hex", pattern = "^0x[0-9a-fA-F]{64}$")), security(("read_credential" = []), ("session_key" = [])), responses((status = 200, body = crate::books::JobRecord), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn job(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<AppJson<JobRecord>, ApiError> {
+    // The credential first: a caller without one learns nothing of the path's validity.
+    let account = reader::account(&state, &headers).await?;
     let id = job_id(&id)?;
-    state
+    let job = state
         .intake()?
         .books()
         .job(id)
         .await?
-        .map(AppJson)
-        .ok_or(ApiError::NotFound { what: "job".into() })
+        .ok_or(ApiError::NotFound { what: "job".into() })?;
+    reader::visible(job, account).map(AppJson)
 }
 
 #[derive(Debug, Deserialize)]
@@ -41,11 +45,13 @@ pub(super) struct ListQuery {
     limit: Option<u32>,
 }
 
-#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(("account" = String, Query, description = "whose jobs: a 0x-hex EVM address", pattern = "^0x[0-9a-fA-F]{40}$"), ("status" = Option<String>, Query, description = "only jobs in this state", pattern = "^[a-z_]{1,32}$"), ("limit" = Option<u32>, Query, description = "1..=500, default 100", minimum = 1, maximum = 500)), responses((status = 200, body = Vec<crate::books::JobRecord>), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(("account" = String, Query, description = "whose jobs: a 0x-hex EVM address", pattern = "^0x[0-9a-fA-F]{40}$"), ("status" = Option<String>, Query, description = "only jobs in this state", pattern = "^[a-z_]{1,32}$"), ("limit" = Option<u32>, Query, description = "1..=500, default 100", minimum = 1, maximum = 500)), security(("read_credential" = []), ("session_key" = [])), responses((status = 200, body = Vec<crate::books::JobRecord>), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn list_jobs(
     State(state): State<AppState>,
+    headers: HeaderMap,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<AppJson<Vec<JobRecord>>, ApiError> {
+    let reader = reader::account(&state, &headers).await?;
     let Query(query) = query.map_err(|e| ApiError::Invalid {
         field: None,
         message: e.body_text(),
@@ -63,12 +69,20 @@ pub(super) async fn list_jobs(
             format!("must be within 1..={MAX_LIMIT}"),
         ));
     }
+    if account != reader {
+        return Err(ApiError::Refused {
+            status: axum::http::StatusCode::FORBIDDEN,
+            code: "forbidden",
+            message: format!("the credential is {reader}'s: an account lists its own jobs only"),
+            field: Some("account".into()),
+        });
+    }
     let jobs = state
         .intake()?
         .books()
         .jobs(account, query.status.as_deref(), limit)
         .await?;
-    Ok(AppJson(jobs))
+    Ok(AppJson(jobs.into_iter().map(reader::redacted).collect()))
 }
 
 /// A tab's path: `/v1/tabs/{chain_id}/{escrow_id}`.
@@ -101,11 +115,13 @@ const EVENTS_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 /// `GET /v1/jobs/{id}/events`: the job's state transitions as server-sent events (`event:` the
 /// state, `data:` the event's JSON), those already past first, then each as it happens; the
 /// stream ends after a state the job never leaves.
-#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "job id, 0x-hex", pattern = "^0x[0-9a-fA-F]{64}$")), responses((status = 200, description = "server-sent events: `event:` the state, `data:` its JSON; ends at a final state", content_type = "text/event-stream"), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path, description = "job id, 0x-hex", pattern = "^0x[0-9a-fA-F]{64}$")), security(("read_credential" = []), ("session_key" = [])), responses((status = 200, description = "server-sent events: `event:` the state, `data:` its JSON; ends at a final state", content_type = "text/event-stream"), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn events(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let account = reader::account(&state, &headers).await?;
     let id = job_id(&id)?;
     let intake = state.intake()?;
     // Subscribe before the first read, so no change between the two is missed.
@@ -113,6 +129,7 @@ pub(super) async fn events(
     let Some(mut job) = intake.books().job(id).await? else {
         return Err(ApiError::NotFound { what: "job".into() });
     };
+    job = reader::visible(job, account)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(16);
     tokio::spawn(async move {
         let mut sent = 0;

@@ -17,6 +17,7 @@ mod openai;
 mod openapi;
 mod orders;
 mod providers;
+mod reader;
 mod sessions;
 mod settlement;
 

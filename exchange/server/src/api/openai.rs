@@ -543,15 +543,13 @@ async fn outcome(
         .ok_or(ApiError::NotFound { what: "job".into() })?;
     // A replicated job whose own provider was outvoted is `failed` (never paid) but carries the
     // majority's verified output, which is the buyer's answer.
-    let outvoted =
-        job.status == "failed" && job.events.iter().any(|e| e.status == "verification_failed");
-    let status = if outvoted {
+    let status = if job.output_released() {
         "done"
     } else {
         job.status.as_str()
     };
     match (status, job.result) {
-        ("done" | "settled", Some(result)) => Ok(serde_json::from_value(result)
+        ("done", Some(result)) => Ok(serde_json::from_value(result)
             .map_err(|e| ApiError::Internal(Box::new(crate::Error::Json(e))))?),
         ("cancelled", _) => Err(ApiError::Conflict {
             field: None,
@@ -723,7 +721,11 @@ fn stream(
         let done = outcome(intake, reply.accepted.job_id, until);
         tokio::pin!(done);
         let mut streamed = String::new();
-        let mut pieces_open = true;
+        // Pieces are the provider's preview, relayed before any check. A job verified by
+        // replicas gets no preview: the text is the buyer's only once the verdict makes it owe
+        // for it, or a buyer could read it and stall its own replica until the job expires
+        // unpaid.
+        let mut pieces_open = reply.accepted.tier == Tier::T0;
         let result = loop {
             tokio::select! {
                 result = &mut done => break result,

@@ -8,7 +8,7 @@ use super::{
 };
 use axum::Json;
 use utoipa::OpenApi;
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -67,7 +67,8 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 )]
 struct ApiDoc;
 
-/// The two bearer credentials: an agent's session key and a provider's dispatch token.
+/// The credentials: an agent's session key and a provider's dispatch token (bearer secrets),
+/// and an account's signed read credential.
 struct Security;
 
 impl utoipa::Modify for Security {
@@ -93,6 +94,15 @@ impl utoipa::Modify for Security {
                 ),
             );
         }
+        components.add_security_scheme(
+            "read_credential",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "Authorization",
+                "`CX-Read account=0x…,expires=<unix s>,signature=0x…`: the account's EIP-191 \
+                 personal_sign of `compute-exchange read\\naccount: <EIP-55>\\nexchange: <ML-DSA key \
+                 hash of GET /v1/exchange>\\nexpires: <unix s>`, good for at most an hour",
+            ))),
+        );
     }
 }
 

@@ -113,6 +113,23 @@ pub struct JobRecord {
     pub events: Vec<JobEvent>,
 }
 
+impl JobRecord {
+    /// Whether its buyer may see the output: once it owes for it — the job is done (or
+    /// settled), or it is a replicated job whose own provider was outvoted, which carries the
+    /// majority's verified output. Never while a verdict is pending, nor for a job that ended
+    /// unpaid (a buyer who stalls its own replica must not get the honest answer for free).
+    pub fn output_released(&self) -> bool {
+        match self.status.as_str() {
+            "done" | "settled" => true,
+            "failed" => self
+                .events
+                .iter()
+                .any(|e| e.status == "verification_failed"),
+            _ => false,
+        }
+    }
+}
+
 /// One state transition.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct JobEvent {

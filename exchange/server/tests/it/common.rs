@@ -54,3 +54,40 @@ impl Drop for TestDb {
         .join();
     }
 }
+
+/// `GET path` on `router` with the read credential of `key`'s account (job reads are the
+/// buyer's): the exchange's key hash from `GET /v1/exchange`, a credential good for a minute.
+pub(crate) async fn read_as(
+    router: &axum::Router,
+    key: &cx_protocol::order::SigningKey,
+    path: &str,
+) -> (axum::http::StatusCode, serde_json::Value) {
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let get = |request: Request<Body>| async {
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap_or_default(),
+        )
+    };
+    let (_, exchange) = get(Request::get("/v1/exchange").body(Body::empty()).unwrap()).await;
+    let grant = cx_protocol::read::ReadGrant {
+        account: cx_protocol::order::account_of(key),
+        exchange: exchange["mldsa_key_hash"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap(),
+        expires_s: cx_exchange_server::intake::now_s() + 60,
+    };
+    get(Request::get(path)
+        .header(axum::http::header::AUTHORIZATION, grant.authorization(key))
+        .body(Body::empty())
+        .unwrap())
+    .await
+}

@@ -185,6 +185,15 @@ impl Door {
         (status, String::from_utf8_lossy(&bytes).into_owned())
     }
 
+    pub(crate) fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// `GET path` as the buyer (`key`'s read credential).
+    pub(crate) async fn read(&self, path: &str) -> (StatusCode, Value) {
+        crate::common::read_as(&self.router, &self.key, path).await
+    }
+
     pub(crate) async fn call(&self, request: Request<Body>) -> (StatusCode, Value) {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
@@ -394,13 +403,7 @@ async fn a_session_key_buys_a_chat_completion_a_provider_returns_with_a_signed_r
     assert_eq!(status, StatusCode::OK, "{session}");
     assert_eq!(session["spent_wei"], (price / 2).to_string());
     let job_id = completion["cx"]["job_id"].as_str().unwrap();
-    let (_, job) = door
-        .call(
-            Request::get(format!("/v1/jobs/{job_id}"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (_, job) = door.read(&format!("/v1/jobs/{job_id}")).await;
     let states: Vec<&str> = job["events"]
         .as_array()
         .unwrap()
@@ -667,11 +670,10 @@ async fn a_job_no_provider_finishes_expires_and_its_hold_returns() {
     // Another session's key cannot cancel it (nor learn that it exists).
     door.session("cxs_other", 1_000_000, 2).await;
     let (_, jobs) = door
-        .call(
-            Request::get(format!("/v1/jobs?account={}", order::account_of(&door.key)))
-                .body(Body::empty())
-                .unwrap(),
-        )
+        .read(&format!(
+            "/v1/jobs?account={}",
+            order::account_of(&door.key)
+        ))
         .await;
     let first = jobs[0]["id"].as_str().unwrap().to_owned();
     let (status, _) = door

@@ -903,7 +903,8 @@ async fn a_continuation_goes_to_the_prefix_holder_and_its_page_names_the_hit() {
     assert_eq!(body["terms"]["prefix_hit"], true, "{body}");
     let job: B256 = body["job_id"].as_str().unwrap().parse().unwrap();
 
-    let (status, detail) = w.json(&format!("/v1/jobs/{job}")).await;
+    let (status, detail) =
+        crate::common::read_as(&w.router, &w.key, &format!("/v1/jobs/{job}")).await;
     assert_eq!(status, StatusCode::OK, "{detail}");
     let decision = &detail["decision"];
     assert_eq!(decision["prefix_id"], held.as_str(), "{decision}");

@@ -186,6 +186,11 @@ impl World {
         .await
     }
 
+    /// `GET path` as the buyer (`key`'s read credential).
+    async fn read(&self, path: &str) -> (StatusCode, Value) {
+        crate::common::read_as(&self.router, &self.key, path).await
+    }
+
     async fn call(&self, request: Request<Body>) -> (StatusCode, Value) {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let status = response.status();
@@ -224,13 +229,7 @@ async fn a_signed_intent_is_cleared_onto_the_bundle_that_holds_its_base_and_held
     assert!(held > 0 && held <= 100_000);
 
     let id = body["job_id"].as_str().unwrap();
-    let (status, job) = w
-        .call(
-            Request::get(format!("/v1/jobs/{id}"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (status, job) = w.read(&format!("/v1/jobs/{id}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(job["status"], "assigned");
     assert_eq!(job["decision"]["chosen"], "warm");
@@ -242,11 +241,7 @@ async fn a_signed_intent_is_cleared_onto_the_bundle_that_holds_its_base_and_held
     assert!(cold["factor"].as_f64().unwrap() > 1.0);
     let account = order::account_of(&w.key);
     let (status, list) = w
-        .call(
-            Request::get(format!("/v1/jobs?account={account}&status=assigned"))
-                .body(Body::empty())
-                .unwrap(),
-        )
+        .read(&format!("/v1/jobs?account={account}&status=assigned"))
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(list.as_array().unwrap().len(), 1);
@@ -640,13 +635,7 @@ async fn min_tier_is_the_weakest_accepted_a_stronger_one_clears_when_none_offers
         (json!("T1"), json!("t1-only"))
     );
     let id = body["job_id"].as_str().unwrap();
-    let (_, job) = w
-        .call(
-            Request::get(format!("/v1/jobs/{id}"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (_, job) = w.read(&format!("/v1/jobs/{id}")).await;
     assert_eq!(job["decision"]["tier"], "T1");
 }
 

@@ -6,8 +6,7 @@
 
 use crate::door::{Door, domain, now_s};
 use alloy::primitives::{Address, B256};
-use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use base64::Engine as _;
 use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest, product_hash, product_to_bytes};
 use cx_protocol::offer::{Offer, SignedOffer};
@@ -151,13 +150,7 @@ async fn run_job(door: &Door, prov: &Identity, wrong: bool) -> ((StatusCode, Val
 }
 
 async fn job(door: &Door, id: &str) -> Value {
-    let (status, job) = door
-        .call(
-            Request::get(format!("/v1/jobs/{id}"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (status, job) = door.read(&format!("/v1/jobs/{id}")).await;
     assert_eq!(status, StatusCode::OK, "{job}");
     job
 }
@@ -255,13 +248,7 @@ async fn a_right_product_is_verified_by_freivalds_and_done() {
     assert_eq!(receipt.receipt.input_hash, input.0);
     // A list of jobs leaves products out (each up to 5.6 MB); the job's own page has it.
     let account = order::account_of(&door.key);
-    let (status, list) = door
-        .call(
-            Request::get(format!("/v1/jobs?account={account}"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (status, list) = door.read(&format!("/v1/jobs?account={account}")).await;
     assert_eq!(status, StatusCode::OK, "{list}");
     assert_eq!(list[0]["status"], "done");
     assert!(list[0]["result"]["product"].is_null(), "{}", list[0]);

@@ -283,11 +283,7 @@ async fn a_train_order_is_cleared_on_a_trainer_and_done_when_its_adapter_is_stor
     assert_eq!(status, StatusCode::OK, "{done}");
     assert_eq!(done["charged_wei"], held.to_string());
     let (status, record) = door
-        .call(
-            Request::get(format!("/v1/jobs/{}", job["job_id"].as_str().unwrap()))
-                .body(Body::empty())
-                .unwrap(),
-        )
+        .read(&format!("/v1/jobs/{}", job["job_id"].as_str().unwrap()))
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(record["status"], "done");
@@ -471,13 +467,7 @@ async fn a_job_its_provider_gives_up_is_refunded_at_once_with_the_reason() {
     assert_eq!(status, StatusCode::OK, "{released}");
     assert_eq!(released["moved_to"], Value::Null);
     assert_eq!(door.held().await, 0);
-    let (_, record) = door
-        .call(
-            Request::get(format!("/v1/jobs/{id}"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (_, record) = door.read(&format!("/v1/jobs/{id}")).await;
     assert_eq!(record["status"], "refunded", "{record}");
     let events: Vec<&Value> = record["events"].as_array().unwrap().iter().collect();
     let released = events.iter().find(|e| e["status"] == "released").unwrap();

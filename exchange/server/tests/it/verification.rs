@@ -150,13 +150,7 @@ async fn submit(door: &Door, tier: Tier, nonce: u64) -> (StatusCode, Value) {
 }
 
 async fn job(door: &Door, id: &str) -> Value {
-    let (status, job) = door
-        .call(
-            Request::get(format!("/v1/jobs/{id}"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (status, job) = door.read(&format!("/v1/jobs/{id}")).await;
     assert_eq!(status, StatusCode::OK, "{job}");
     job
 }
@@ -528,4 +522,102 @@ async fn the_door_answers_a_call_whose_own_provider_was_outvoted_with_the_majori
     let ((status, completion), ()) = tokio::join!(agent, providers);
     assert_eq!(status, StatusCode::OK, "{completion}");
     assert_eq!(completion["choices"][0]["message"]["content"], HONEST);
+}
+
+/// GET `path` with `authorization` as the header (or none).
+async fn get_with(door: &Door, path: &str, authorization: Option<&str>) -> (StatusCode, Value) {
+    let mut request = Request::get(path);
+    if let Some(value) = authorization {
+        request = request.header(axum::http::header::AUTHORIZATION, value);
+    }
+    door.call(request.body(Body::empty()).unwrap()).await
+}
+
+/// The copying replica: while a T1 job awaits its verdict, its replica's provider (or anyone
+/// else) cannot read the original's output to sign the same hash without computing — not by
+/// id, not by the buyer's list, not by the events stream — and the buyer sees the output only
+/// once the verdict makes it owe for it.
+#[tokio::test]
+async fn a_replica_cannot_read_the_output_it_verifies_and_the_buyer_sees_it_after_the_verdict() {
+    let door = Door::new().await;
+    let (a, b) = (Prov::new(41, "op-a"), Prov::new(42, "op-b"));
+    a.register(&door).await;
+    b.register(&door).await;
+    let (status, accepted) = submit(&door, Tier::T1, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let pulled = pull_all(&door, &[&a, &b]).await;
+    assert_eq!(pulled.len(), 2, "{pulled:?}");
+    let provs = [&a, &b];
+    let (first, first_job) = &pulled[0];
+    let (second, second_job) = &pulled[1];
+    provs[*first].answer(&door, first_job, HONEST).await;
+    let first_id = first_job["job_id"].as_str().unwrap();
+    let copier = provs[*second];
+    let buyer = order::account_of(&door.key);
+    for path in [
+        format!("/v1/jobs/{first_id}"),
+        format!("/v1/jobs/{first_id}/events"),
+        format!("/v1/jobs?account={buyer}"),
+    ] {
+        for credential in [None, Some(format!("Bearer {}", copier.token))] {
+            let (status, body) = get_with(&door, &path, credential.as_deref()).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
+            assert_eq!(body["error"]["code"], "unauthorized", "{body}");
+            assert!(!body.to_string().contains(HONEST));
+        }
+    }
+    // Another account's own, valid credential reads nothing of the buyer's.
+    let stranger = order::SigningKey::from_slice(&[77; 32]).unwrap();
+    let (status, _) =
+        crate::common::read_as(door.router(), &stranger, &format!("/v1/jobs/{first_id}")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = crate::common::read_as(
+        door.router(),
+        &stranger,
+        &format!("/v1/jobs?account={buyer}"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    // The buyer itself sees the job verifying, without the output, until the verdict.
+    let (status, pending) = door.read(&format!("/v1/jobs/{first_id}")).await;
+    assert_eq!(status, StatusCode::OK, "{pending}");
+    assert_eq!(pending["status"], "verifying");
+    assert_eq!(pending["result"], Value::Null, "{pending}");
+    assert_eq!(pending["receipt"], Value::Null, "{pending}");
+    let (_, list) = door.read(&format!("/v1/jobs?account={buyer}")).await;
+    assert!(!list.to_string().contains(HONEST), "{list}");
+
+    copier.answer(&door, second_job, HONEST).await;
+    let (status, done) = door.read(&format!("/v1/jobs/{first_id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(done["status"], "done");
+    assert_eq!(done["result"]["text"], HONEST, "{done}");
+    assert!(done["receipt"].is_object());
+}
+
+/// The stalling buyer: a buyer who controls a replica lets the group expire unpaid; the
+/// honest output it did not pay for is never shown to it.
+#[tokio::test]
+async fn a_job_that_ends_unpaid_never_shows_its_output_to_the_buyer() {
+    let door = Door::new().await;
+    let (a, b) = (Prov::new(43, "op-a"), Prov::new(44, "op-b"));
+    a.register(&door).await;
+    b.register(&door).await;
+    let (status, accepted) = submit(&door, Tier::T1, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let pulled = pull_all(&door, &[&a, &b]).await;
+    let provs = [&a, &b];
+    let (first, first_job) = &pulled[0];
+    provs[*first].answer(&door, first_job, HONEST).await;
+    let first_id = first_job["job_id"].as_str().unwrap();
+    // The replica never answers: the sweep ends the group at its deadline.
+    let expired = door.books.expire_due(now_s() + 3_600).await.unwrap();
+    assert_eq!(expired.len(), 2, "the job and its run");
+    let (status, job) = door.read(&format!("/v1/jobs/{first_id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["status"], "expired", "{job}");
+    assert_eq!(job["result"], Value::Null, "{job}");
+    let buyer = order::account_of(&door.key);
+    let (_, list) = door.read(&format!("/v1/jobs?account={buyer}")).await;
+    assert!(!list.to_string().contains(HONEST), "{list}");
 }

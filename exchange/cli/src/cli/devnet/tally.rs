@@ -1,6 +1,6 @@
 //! What settled on chain: the tabs the agents closed are watched until the exchange reports them
 //! `settled`; then each of their jobs' `settled` event names its batch and chain
-//! (`GET /v1/tabs/…`, `GET /v1/jobs/{id}`, the same API anyone can read).
+//! (`GET /v1/tabs/…`, anyone's to read; `GET /v1/jobs/{id}` as the tab's buyer reads it).
 
 use super::traffic::Closed;
 use cx_client::Client;
@@ -72,7 +72,7 @@ impl Tally {
             match status.as_str() {
                 "settled" => {
                     for id in &tab.jobs {
-                        let Ok(job) = client.job(*id).await else {
+                        let Ok(job) = tab.reader.job(*id).await else {
                             continue;
                         };
                         if let Some(event) = job.events.iter().find(|e| e.status == "settled") {

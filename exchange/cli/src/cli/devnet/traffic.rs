@@ -7,7 +7,7 @@
 
 use anyhow::Context;
 use cx_client::types::ChainInfo;
-use cx_client::{AgentKeys, Client, InferenceRequest, request_hash};
+use cx_client::{AgentKeys, Client, InferenceRequest, ReadAs, request_hash};
 use cx_contracts::Deployment;
 use cx_protocol::order::{B256, Intent, SessionGrant, TabTerms, U256};
 use cx_protocol::pq::Identity;
@@ -89,6 +89,8 @@ pub(super) struct Closed {
     pub(super) chain_id: u64,
     pub(super) escrow_id: u64,
     pub(super) jobs: Vec<B256>,
+    /// The exchange as the tab's buyer reads it (job reads are the buyer's).
+    pub(super) reader: Client,
 }
 
 /// A tab open on one chain, with the session key its chats use.
@@ -106,6 +108,8 @@ pub(super) struct Agent {
     pub(super) name: String,
     pub(super) keys: AgentKeys,
     evm: Vec<EvmClient>,
+    /// The market's client reading jobs as this agent (made at first use).
+    reader: std::sync::OnceLock<Client>,
 }
 
 fn now_s() -> u64 {
@@ -194,7 +198,22 @@ impl Agent {
                     .with_context(|| format!("chain {} at {}", s.info.chain_id, s.rpc_url))
             })
             .collect::<anyhow::Result<_>>()?;
-        Ok(Self { name, keys, evm })
+        Ok(Self {
+            name,
+            keys,
+            evm,
+            reader: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The market's client, reading jobs with this agent's signed read credential.
+    fn reader(&self, market: &Market) -> &Client {
+        self.reader.get_or_init(|| {
+            market
+                .client
+                .clone()
+                .reading_as(ReadAs::Account(self.keys.signing_key().clone()))
+        })
     }
 
     /// Binds the ML-DSA key to the account (once; any served chain carries it).
@@ -352,7 +371,7 @@ impl Agent {
             .await
             .context("matmul")?;
         market.stats.matmuls.fetch_add(1, Ordering::Relaxed);
-        wait_ended(market, accepted.job_id).await
+        wait_ended(self.reader(market), accepted.job_id).await
     }
 
     /// One train order in the model's `cx/train/<base>` market: a few random byte sequences
@@ -409,7 +428,7 @@ impl Agent {
             .await
             .context("train")?;
         market.stats.trains.fetch_add(1, Ordering::Relaxed);
-        wait_ended(market, accepted.job_id).await
+        wait_ended(self.reader(market), accepted.job_id).await
     }
 
     /// A session key on tab `escrow_id` (as `cx agent session` makes one).
@@ -521,6 +540,7 @@ impl Agent {
                     chain_id: chain.chain_id,
                     escrow_id: old.escrow_id,
                     jobs: old.jobs.clone(),
+                    reader: self.reader(market).clone(),
                 });
             }
             Err(e) => {
@@ -605,15 +625,15 @@ impl Agent {
             .await
             .context("intent")?;
         market.stats.intents.fetch_add(1, Ordering::Relaxed);
-        wait_ended(market, accepted.job_id).await
+        wait_ended(self.reader(market), accepted.job_id).await
     }
 }
 
 /// Waits until job `id` ends (so no tab closes under a job still running); returns it.
-async fn wait_ended(market: &Market, id: B256) -> anyhow::Result<B256> {
+async fn wait_ended(reader: &Client, id: B256) -> anyhow::Result<B256> {
     let waited = Instant::now();
     loop {
-        let job = market.client.job(id).await?;
+        let job = reader.job(id).await?;
         if cx_exchange_server::dispatch::is_terminal(&job.status) {
             return Ok(id);
         }
