@@ -58,6 +58,20 @@ pub struct Assignment {
     pub signed: Option<cx_protocol::assignment::SignedAssignment>,
 }
 
+/// A provider's result as [`Books::complete_job`] takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct JobResult<'a> {
+    /// What the job produced, as the job's `result` keeps it.
+    pub output: &'a serde_json::Value,
+    /// The provider's signed receipt, kept as received.
+    pub receipt: &'a serde_json::Value,
+    /// What the job is charged, wei (the receipt's amount).
+    pub charged_wei: u128,
+    /// The verdict of the check the result passed before it was taken (a product's Freivalds
+    /// test), recorded as the job's `verified` event; `None` when none ran.
+    pub verified: Option<&'a serde_json::Value>,
+}
+
 /// What accepting a result did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Completed {
@@ -283,19 +297,44 @@ impl Books {
         row.map(AssignmentRow::into_assignment).transpose()
     }
 
+    /// Refuses a result for job `job_id` of provider `key_hash` at `now_s` that
+    /// [`Books::complete_job`] would refuse: a job that is not this provider's, not running or
+    /// past its deadline. Asked before a result's costly checks (a product's Freivalds rounds),
+    /// so a result that cannot be taken costs no check and writes nothing; `complete_job`
+    /// judges again under the job's lock, and that judgment is the one that counts.
+    pub async fn check_result_open(&self, job_id: B256, key_hash: B256, now_s: u64) -> Result<()> {
+        let row: Option<(String, i64)> = sqlx::query_as(
+            "SELECT j.status, j.deadline_s \
+             FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
+             WHERE j.id = $1 AND b.provider_key_hash = $2",
+        )
+        .bind(job_id.as_slice())
+        .bind(key_hash.as_slice())
+        .fetch_optional(&self.pool)
+        .await?;
+        let (status, deadline_s) = row.ok_or(Error::UnknownJob)?;
+        result_open(status, deadline_s, now_s)
+    }
+
     /// Accepts a provider's result for a job it runs, at `now_s`, in one transaction: the job is
-    /// `done` with its output, charged `charged_wei` (at most what it holds), the rest of its
-    /// hold goes back to its tab and session, and the receipt is kept. A job that is not this
+    /// `done` with its output, charged the result's `charged_wei` (at most what it holds), the
+    /// rest of its hold goes back to its tab and session, the receipt is kept, and the verdict
+    /// of the check it passed, if any, is the job's `verified` event — written here, not
+    /// before, so a result refused here leaves no verdict behind. A job that is not this
     /// provider's, not running or past its deadline is refused and nothing changes.
     pub async fn complete_job(
         &self,
         job_id: B256,
         key_hash: B256,
         now_s: u64,
-        output: &serde_json::Value,
-        receipt: &serde_json::Value,
-        charged_wei: u128,
+        result: &JobResult<'_>,
     ) -> Result<Completed> {
+        let &JobResult {
+            output,
+            receipt,
+            charged_wei,
+            verified,
+        } = result;
         let mut tx = self.pool.begin().await?;
         let row: Option<RunningRow> = sqlx::query_as(
             "SELECT j.status, j.held_wei::text AS held_wei, j.session_id, j.chain_id, j.escrow_id, \
@@ -322,14 +361,7 @@ impl Books {
         };
         // A replicated job's result waits for its runs' majority before it is paid.
         let new_status = if replicated { "verifying" } else { "done" };
-        if status != "running" {
-            return Err(Error::JobNotRunning { status });
-        }
-        if (deadline_s as u64) < now_s {
-            return Err(Error::ResultLate {
-                deadline_s: deadline_s as u64,
-            });
-        }
+        result_open(status, deadline_s, now_s)?;
         let held_wei = parse_wei(&held)?;
         if charged_wei > held_wei {
             return Err(Error::OverCharged {
@@ -376,6 +408,17 @@ impl Books {
         .bind(receipt.to_string())
         .execute(&mut *tx)
         .await?;
+        if let Some(detail) = verified {
+            sqlx::query(
+                "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+                 SELECT $1, coalesce(max(seq), -1) + 1, 'verified', $2::jsonb \
+                 FROM exchange_job_events WHERE job_id = $1",
+            )
+            .bind(job_id.as_slice())
+            .bind(detail.to_string())
+            .execute(&mut *tx)
+            .await?;
+        }
         sqlx::query(
             "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
              SELECT $1, coalesce(max(seq), -1) + 1, $4, \
@@ -395,6 +438,19 @@ impl Books {
             status: new_status,
         })
     }
+}
+
+/// Whether a job in `status` with deadline `deadline_s` takes a result at `now_s`: only while
+/// it runs and its deadline has not passed (the deadline sweep expires it after that).
+pub(super) fn result_open(status: String, deadline_s: i64, now_s: u64) -> Result<()> {
+    if status != "running" {
+        return Err(Error::JobNotRunning { status });
+    }
+    let deadline_s = u64::try_from(deadline_s).unwrap_or(0);
+    if deadline_s < now_s {
+        return Err(Error::ResultLate { deadline_s });
+    }
+    Ok(())
 }
 
 #[derive(sqlx::FromRow)]
