@@ -89,15 +89,26 @@ pub struct Completed {
 }
 
 impl Books {
-    /// Registers (or re-registers) a provider and its bundles in one transaction. A bundle id
-    /// another key registered is refused, and so is an operator other than the key's first.
+    /// Registers (or re-registers) a provider and its bundles in one transaction; returns the
+    /// ids of the bundles this offer withdrew, for the engine to drop. A bundle id another key
+    /// registered is refused, and so is an operator other than the key's first.
+    ///
+    /// The offer *replaces* the provider's bundle set: were bundles only ever added, a provider
+    /// re-offering fresh ids would grow this table and the engine without bound (the silence
+    /// sweep never takes the bundles of a provider that keeps offering). The set is bounded by
+    /// one offer's, [`cx_protocol::offer::MAX_OFFER_BUNDLES`] (checked with the signature).
+    /// A bundle no longer offered is marked `leaving`, and at the provider's next offer its row
+    /// is deleted if nothing names it, else `kept`: the next offer, not this one, so an order
+    /// cleared onto it just before it left has written its job by then, and a job, its
+    /// re-clearing or a standing order naming a withdrawn bundle keeps the row its provider is
+    /// found by — the job still runs, completes and settles, and no other key takes the id.
     pub async fn register_provider(
         &self,
         provider: &Provider,
         token_hash: B256,
         offer: &serde_json::Value,
         bundles: &[Bundle],
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         let mut tx = self.pool.begin().await?;
         let operator: Result<(String,), sqlx::Error> = sqlx::query_as(
             "INSERT INTO exchange_providers (key_hash, mldsa_key, operator, payout, token_hash, offer) \
@@ -126,7 +137,8 @@ impl Books {
         for bundle in bundles {
             let done = sqlx::query(
                 "INSERT INTO exchange_bundles (id, body, provider_key_hash) VALUES ($1, $2::jsonb, $3) \
-                 ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, updated_at = now() \
+                 ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, updated_at = now(), \
+                     withdrawal = NULL \
                  WHERE exchange_bundles.provider_key_hash = EXCLUDED.provider_key_hash",
             )
             .bind(&bundle.id)
@@ -138,8 +150,41 @@ impl Books {
                 return Err(Error::BundleOwned(bundle.id.clone()));
             }
         }
+        let key = provider.key_hash.as_slice();
+        // What the previous offer withdrew (and this one did not offer again, which made it
+        // live above): gone if nothing names it, kept as history if something does.
+        sqlx::query(
+            "DELETE FROM exchange_bundles b \
+             WHERE b.provider_key_hash = $1 AND b.withdrawal = 'leaving' \
+               AND NOT EXISTS (SELECT 1 FROM exchange_jobs j WHERE j.bundle_id = b.id) \
+               AND NOT EXISTS (SELECT 1 FROM exchange_job_events e \
+                               WHERE e.status = 're-cleared' AND e.detail->>'from' = b.id) \
+               AND NOT EXISTS (SELECT 1 FROM exchange_standing_orders s \
+                               WHERE s.bundle_id = b.id) \
+               AND NOT EXISTS (SELECT 1 FROM exchange_reserve_bids r WHERE r.bundle_id = b.id)",
+        )
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE exchange_bundles SET withdrawal = 'kept' \
+             WHERE provider_key_hash = $1 AND withdrawal = 'leaving'",
+        )
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+        let offered: Vec<&str> = bundles.iter().map(|b| b.id.as_str()).collect();
+        let withdrawn: Vec<(String,)> = sqlx::query_as(
+            "UPDATE exchange_bundles SET withdrawal = 'leaving', updated_at = now() \
+             WHERE provider_key_hash = $1 AND withdrawal IS NULL AND NOT (id = ANY($2)) \
+             RETURNING id",
+        )
+        .bind(key)
+        .bind(&offered)
+        .fetch_all(&mut *tx)
+        .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(withdrawn.into_iter().map(|(id,)| id).collect())
     }
 
     /// The bundles whose provider has not re-registered for `silent_s` seconds before `now_s`.
