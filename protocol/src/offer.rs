@@ -38,7 +38,9 @@ pub const OFFER_CONTEXT: &[u8] = b"cx-offer-v1";
 /// How old an offer may be when it arrives, seconds (and how far ahead of the exchange's clock).
 pub const MAX_OFFER_AGE_S: u64 = 300;
 
-/// Most bundles one offer registers.
+/// Most bundles one offer registers, and so most a provider has on offer at an exchange: each
+/// offer replaces the provider's whole set (the bundles it leaves out are withdrawn), so this
+/// one bound keeps a provider from growing the exchange's books and matching engine.
 pub const MAX_OFFER_BUNDLES: usize = 64;
 
 /// What a provider offers: its bundles, who runs them, where it is paid.
@@ -128,7 +130,11 @@ impl Offer {
         if self.bundles.len() > MAX_OFFER_BUNDLES {
             return Err(invalid(
                 "offer.bundles".into(),
-                format!("at most {MAX_OFFER_BUNDLES} bundles per offer"),
+                format!(
+                    "has {} bundles; at most {MAX_OFFER_BUNDLES} per offer (an offer replaces \
+                     the provider's whole set)",
+                    self.bundles.len()
+                ),
             ));
         }
         for (i, bundle) in self.bundles.iter().enumerate() {

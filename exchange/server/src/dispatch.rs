@@ -530,6 +530,12 @@ impl crate::intake::Intake {
             .assignment(job_id, provider.key_hash)
             .await?
             .ok_or(Error::UnknownJob)?;
+        // A result the job can no longer take (finished, failed, expired, late) is refused
+        // before any work is spent on it: a product's Freivalds rounds cost a pass over its
+        // operands, and a verdict for a result that is then refused must never be written.
+        self.books()
+            .check_result_open(job_id, provider.key_hash, now_s)
+            .await?;
         let receipt = &signed.receipt;
         let adapter_hash = adapter_hash(job.adapter.as_deref())?;
         let kind = if job.model == cx_protocol::matmul::MATMUL_MODEL {
@@ -657,18 +663,21 @@ impl crate::intake::Intake {
                     })?;
             crate::train::check_trained(&stored.config, &request, &base)?;
         }
+        let mut verified = None;
         if let Some((request, bytes)) = product {
             let rounds = self.freivalds_rounds();
             let verdict = crate::matmul::check(request, bytes, rounds).await?;
             let detail = serde_json::to_value(&verdict)?;
             if !verdict.passed {
                 self.books()
-                    .fail_verification(job_id, provider.key_hash, &detail)
+                    .fail_verification(job_id, provider.key_hash, now_s, &detail)
                     .await?;
                 self.waiters().notify(job_id);
                 return Err(Error::ProductRejected { rounds });
             }
-            self.books().record_verified(job_id, &detail).await?;
+            // Recorded with the result, in its transaction: the job may have left `running`
+            // while the rounds ran, and then neither is kept.
+            verified = Some(detail);
         }
         let completed = self
             .books()
@@ -676,9 +685,12 @@ impl crate::intake::Intake {
                 job_id,
                 provider.key_hash,
                 now_s,
-                &serde_json::to_value(&submission.output)?,
-                &serde_json::to_value(signed)?,
-                receipt.amount_owed_wei,
+                &crate::books::JobResult {
+                    output: &serde_json::to_value(&submission.output)?,
+                    receipt: &serde_json::to_value(signed)?,
+                    charged_wei: receipt.amount_owed_wei,
+                    verified: verified.as_ref(),
+                },
             )
             .await?;
         self.waiters().notify(job_id);

@@ -21,6 +21,10 @@ pub struct Market {
     engine: RwLock<Engine>,
     maker: RwLock<MarketMaker>,
     policy: cx_exchange::clearing::Policy,
+    /// Held across an offer's transaction and its write to the engine: two offers of one
+    /// provider committed A then B but applied to the engine B then A would leave A's
+    /// withdrawn bundles live in the engine, out of the books' reach until a restart.
+    offers: tokio::sync::Mutex<()>,
 }
 
 /// One market's open quote, as `GET /v1/market` shows it.
@@ -61,6 +65,7 @@ impl Market {
             engine: RwLock::new(Engine::new(weights)?),
             maker: RwLock::new(MarketMaker::new(MarketParams::default())?),
             policy: Default::default(),
+            offers: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -101,7 +106,9 @@ impl Market {
     }
 
     /// Registers a provider's offered bundles: validated, written to the books with the provider
-    /// in one transaction, then to the engine.
+    /// in one transaction, then to the engine. The offer replaces the provider's set: the
+    /// bundles it no longer offers leave the engine ([`Books::register_provider`] says what
+    /// becomes of their rows and jobs).
     pub async fn register_offer(
         &self,
         books: &Books,
@@ -115,11 +122,18 @@ impl Market {
                 .validate()
                 .map_err(|e| e.within(&format!("offer.bundles[{i}]")))?;
         }
-        books
+        let _one_at_a_time = self.offers.lock().await;
+        let withdrawn = books
             .register_provider(provider, token_hash, offer, &bundles)
             .await?;
         {
             let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
+            for id in &withdrawn {
+                // Absent already when its provider had gone silent.
+                if engine.bundle(id).is_some() {
+                    engine.remove(id)?;
+                }
+            }
             for bundle in bundles {
                 engine.upsert(bundle)?;
             }

@@ -33,7 +33,7 @@ pub use bindings::StoredBinding;
 pub use chain::{KEPT_BLOCKS, Rewind, SeenBatch, SeenBlock, TabEvent};
 pub use datasets::DatasetSummary;
 pub use jobs::{JobEvent, JobRecord, NewJob, NewOrder, NewRun};
-pub use providers::{Assignment, Completed, Provider};
+pub use providers::{Assignment, Completed, JobResult, Provider};
 pub use quotes::{QUOTE_HISTORY_S, QuotePoint};
 pub use reclear::{Reassigned, Stranded};
 pub use rent::{CommittedRent, RentCommitment, RentFill};

@@ -58,6 +58,20 @@ pub struct Assignment {
     pub signed: Option<cx_protocol::assignment::SignedAssignment>,
 }
 
+/// A provider's result as [`Books::complete_job`] takes it.
+#[derive(Debug, Clone, Copy)]
+pub struct JobResult<'a> {
+    /// What the job produced, as the job's `result` keeps it.
+    pub output: &'a serde_json::Value,
+    /// The provider's signed receipt, kept as received.
+    pub receipt: &'a serde_json::Value,
+    /// What the job is charged, wei (the receipt's amount).
+    pub charged_wei: u128,
+    /// The verdict of the check the result passed before it was taken (a product's Freivalds
+    /// test), recorded as the job's `verified` event; `None` when none ran.
+    pub verified: Option<&'a serde_json::Value>,
+}
+
 /// What accepting a result did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Completed {
@@ -75,15 +89,26 @@ pub struct Completed {
 }
 
 impl Books {
-    /// Registers (or re-registers) a provider and its bundles in one transaction. A bundle id
-    /// another key registered is refused, and so is an operator other than the key's first.
+    /// Registers (or re-registers) a provider and its bundles in one transaction; returns the
+    /// ids of the bundles this offer withdrew, for the engine to drop. A bundle id another key
+    /// registered is refused, and so is an operator other than the key's first.
+    ///
+    /// The offer *replaces* the provider's bundle set: were bundles only ever added, a provider
+    /// re-offering fresh ids would grow this table and the engine without bound (the silence
+    /// sweep never takes the bundles of a provider that keeps offering). The set is bounded by
+    /// one offer's, [`cx_protocol::offer::MAX_OFFER_BUNDLES`] (checked with the signature).
+    /// A bundle no longer offered is marked `leaving`, and at the provider's next offer its row
+    /// is deleted if nothing names it, else `kept`: the next offer, not this one, so an order
+    /// cleared onto it just before it left has written its job by then, and a job, its
+    /// re-clearing or a standing order naming a withdrawn bundle keeps the row its provider is
+    /// found by — the job still runs, completes and settles, and no other key takes the id.
     pub async fn register_provider(
         &self,
         provider: &Provider,
         token_hash: B256,
         offer: &serde_json::Value,
         bundles: &[Bundle],
-    ) -> Result<()> {
+    ) -> Result<Vec<String>> {
         let mut tx = self.pool.begin().await?;
         let operator: Result<(String,), sqlx::Error> = sqlx::query_as(
             "INSERT INTO exchange_providers (key_hash, mldsa_key, operator, payout, token_hash, offer) \
@@ -112,7 +137,8 @@ impl Books {
         for bundle in bundles {
             let done = sqlx::query(
                 "INSERT INTO exchange_bundles (id, body, provider_key_hash) VALUES ($1, $2::jsonb, $3) \
-                 ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, updated_at = now() \
+                 ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body, updated_at = now(), \
+                     withdrawal = NULL \
                  WHERE exchange_bundles.provider_key_hash = EXCLUDED.provider_key_hash",
             )
             .bind(&bundle.id)
@@ -124,8 +150,41 @@ impl Books {
                 return Err(Error::BundleOwned(bundle.id.clone()));
             }
         }
+        let key = provider.key_hash.as_slice();
+        // What the previous offer withdrew (and this one did not offer again, which made it
+        // live above): gone if nothing names it, kept as history if something does.
+        sqlx::query(
+            "DELETE FROM exchange_bundles b \
+             WHERE b.provider_key_hash = $1 AND b.withdrawal = 'leaving' \
+               AND NOT EXISTS (SELECT 1 FROM exchange_jobs j WHERE j.bundle_id = b.id) \
+               AND NOT EXISTS (SELECT 1 FROM exchange_job_events e \
+                               WHERE e.status = 're-cleared' AND e.detail->>'from' = b.id) \
+               AND NOT EXISTS (SELECT 1 FROM exchange_standing_orders s \
+                               WHERE s.bundle_id = b.id) \
+               AND NOT EXISTS (SELECT 1 FROM exchange_reserve_bids r WHERE r.bundle_id = b.id)",
+        )
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE exchange_bundles SET withdrawal = 'kept' \
+             WHERE provider_key_hash = $1 AND withdrawal = 'leaving'",
+        )
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+        let offered: Vec<&str> = bundles.iter().map(|b| b.id.as_str()).collect();
+        let withdrawn: Vec<(String,)> = sqlx::query_as(
+            "UPDATE exchange_bundles SET withdrawal = 'leaving', updated_at = now() \
+             WHERE provider_key_hash = $1 AND withdrawal IS NULL AND NOT (id = ANY($2)) \
+             RETURNING id",
+        )
+        .bind(key)
+        .bind(&offered)
+        .fetch_all(&mut *tx)
+        .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(withdrawn.into_iter().map(|(id,)| id).collect())
     }
 
     /// The bundles whose provider has not re-registered for `silent_s` seconds before `now_s`.
@@ -283,19 +342,44 @@ impl Books {
         row.map(AssignmentRow::into_assignment).transpose()
     }
 
+    /// Refuses a result for job `job_id` of provider `key_hash` at `now_s` that
+    /// [`Books::complete_job`] would refuse: a job that is not this provider's, not running or
+    /// past its deadline. Asked before a result's costly checks (a product's Freivalds rounds),
+    /// so a result that cannot be taken costs no check and writes nothing; `complete_job`
+    /// judges again under the job's lock, and that judgment is the one that counts.
+    pub async fn check_result_open(&self, job_id: B256, key_hash: B256, now_s: u64) -> Result<()> {
+        let row: Option<(String, i64)> = sqlx::query_as(
+            "SELECT j.status, j.deadline_s \
+             FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
+             WHERE j.id = $1 AND b.provider_key_hash = $2",
+        )
+        .bind(job_id.as_slice())
+        .bind(key_hash.as_slice())
+        .fetch_optional(&self.pool)
+        .await?;
+        let (status, deadline_s) = row.ok_or(Error::UnknownJob)?;
+        result_open(status, deadline_s, now_s)
+    }
+
     /// Accepts a provider's result for a job it runs, at `now_s`, in one transaction: the job is
-    /// `done` with its output, charged `charged_wei` (at most what it holds), the rest of its
-    /// hold goes back to its tab and session, and the receipt is kept. A job that is not this
+    /// `done` with its output, charged the result's `charged_wei` (at most what it holds), the
+    /// rest of its hold goes back to its tab and session, the receipt is kept, and the verdict
+    /// of the check it passed, if any, is the job's `verified` event — written here, not
+    /// before, so a result refused here leaves no verdict behind. A job that is not this
     /// provider's, not running or past its deadline is refused and nothing changes.
     pub async fn complete_job(
         &self,
         job_id: B256,
         key_hash: B256,
         now_s: u64,
-        output: &serde_json::Value,
-        receipt: &serde_json::Value,
-        charged_wei: u128,
+        result: &JobResult<'_>,
     ) -> Result<Completed> {
+        let &JobResult {
+            output,
+            receipt,
+            charged_wei,
+            verified,
+        } = result;
         let mut tx = self.pool.begin().await?;
         let row: Option<RunningRow> = sqlx::query_as(
             "SELECT j.status, j.held_wei::text AS held_wei, j.session_id, j.chain_id, j.escrow_id, \
@@ -322,14 +406,7 @@ impl Books {
         };
         // A replicated job's result waits for its runs' majority before it is paid.
         let new_status = if replicated { "verifying" } else { "done" };
-        if status != "running" {
-            return Err(Error::JobNotRunning { status });
-        }
-        if (deadline_s as u64) < now_s {
-            return Err(Error::ResultLate {
-                deadline_s: deadline_s as u64,
-            });
-        }
+        result_open(status, deadline_s, now_s)?;
         let held_wei = parse_wei(&held)?;
         if charged_wei > held_wei {
             return Err(Error::OverCharged {
@@ -376,6 +453,17 @@ impl Books {
         .bind(receipt.to_string())
         .execute(&mut *tx)
         .await?;
+        if let Some(detail) = verified {
+            sqlx::query(
+                "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+                 SELECT $1, coalesce(max(seq), -1) + 1, 'verified', $2::jsonb \
+                 FROM exchange_job_events WHERE job_id = $1",
+            )
+            .bind(job_id.as_slice())
+            .bind(detail.to_string())
+            .execute(&mut *tx)
+            .await?;
+        }
         sqlx::query(
             "INSERT INTO exchange_job_events (job_id, seq, status, detail) \
              SELECT $1, coalesce(max(seq), -1) + 1, $4, \
@@ -395,6 +483,19 @@ impl Books {
             status: new_status,
         })
     }
+}
+
+/// Whether a job in `status` with deadline `deadline_s` takes a result at `now_s`: only while
+/// it runs and its deadline has not passed (the deadline sweep expires it after that).
+pub(super) fn result_open(status: String, deadline_s: i64, now_s: u64) -> Result<()> {
+    if status != "running" {
+        return Err(Error::JobNotRunning { status });
+    }
+    let deadline_s = u64::try_from(deadline_s).unwrap_or(0);
+    if deadline_s < now_s {
+        return Err(Error::ResultLate { deadline_s });
+    }
+    Ok(())
 }
 
 #[derive(sqlx::FromRow)]

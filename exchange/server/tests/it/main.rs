@@ -7,6 +7,7 @@ mod door;
 mod explorer;
 mod intents;
 mod matmul;
+mod offers;
 mod standing;
 mod tls;
 mod train;

@@ -92,6 +92,16 @@ async fn submit(door: &Door, intent: Intent, body: Value) -> (StatusCode, Value)
 /// Pulls the one job, computes its product (perturbed when `wrong`), and returns it with an
 /// honest receipt over the bytes sent: the result's answer and the job id.
 async fn run_job(door: &Door, prov: &Identity, wrong: bool) -> ((StatusCode, Value), String) {
+    let (id, result) = pull_and_compute(door, prov, wrong).await;
+    let answer = door
+        .post(&format!("/v1/jobs/{id}/result"), Some(TOKEN), &result)
+        .await;
+    (answer, id)
+}
+
+/// Pulls the one job and computes its product (perturbed when `wrong`): the job id and the
+/// result body (output and an honest receipt over the bytes), not yet sent.
+async fn pull_and_compute(door: &Door, prov: &Identity, wrong: bool) -> (String, Value) {
     let (status, pulled) = door
         .post(
             "/v1/providers/jobs",
@@ -138,15 +148,10 @@ async fn run_job(door: &Door, prov: &Identity, wrong: bool) -> ((StatusCode, Val
         "text": "", "finish_reason": "product", "prompt_tokens": 0, "completion_tokens": 0,
         "product": base64::engine::general_purpose::STANDARD.encode(&bytes),
     });
-    let id = job_id.to_string();
-    let answer = door
-        .post(
-            &format!("/v1/jobs/{id}/result"),
-            Some(TOKEN),
-            &json!({"output": output, "receipt": receipt}),
-        )
-        .await;
-    (answer, id)
+    (
+        job_id.to_string(),
+        json!({"output": output, "receipt": receipt}),
+    )
 }
 
 async fn job(door: &Door, id: &str) -> Value {
@@ -361,4 +366,85 @@ async fn matmul_intents_out_of_bounds_or_terms_are_refused_by_field_and_write_no
     assert_eq!(door.count("exchange_jobs").await, 0);
     assert_eq!(door.count("exchange_orders").await, 0);
     assert_eq!(door.held().await, 0);
+}
+
+/// The statuses of job `id`'s events, in order.
+async fn states(door: &Door, id: &str) -> Vec<String> {
+    let job = door.books.job(id.parse().unwrap()).await.unwrap().unwrap();
+    job.events.into_iter().map(|e| e.status).collect()
+}
+
+/// What broke: a product returned after its job's deadline ran the Freivalds check first and
+/// wrote its verdict (a `verified` event, or — for a wrong product — the job `failed`) before
+/// the job's own transaction refused the result as late. A refused result must change nothing:
+/// the job is still `running`, for the deadline sweep to expire and refund.
+#[tokio::test]
+async fn a_late_matmul_result_is_refused_before_any_write() {
+    for wrong in [false, true] {
+        let door = Door::new().await;
+        provider(&door).await;
+        let (status, accepted) = submit(
+            &door,
+            intent(&request(), 1, |_| {}),
+            json!({"matmul": request()}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+        let held = door.held().await;
+        let prov = Identity::from_seed([21; 32]);
+        let (id, result) = pull_and_compute(&door, &prov, wrong).await;
+        let before = states(&door, &id).await;
+        assert_eq!(before, ["assigned", "running"]);
+        let deadline_s = door
+            .books
+            .job(id.parse().unwrap())
+            .await
+            .unwrap()
+            .unwrap()
+            .deadline_s;
+        let intake = door.intake();
+        let provider = intake.provider(TOKEN).await.unwrap();
+        let submission = serde_json::from_value(result).unwrap();
+        let refused = intake
+            .accept_result(&provider, id.parse().unwrap(), &submission, deadline_s + 1)
+            .await;
+        assert!(
+            matches!(refused, Err(cx_exchange_server::Error::ResultLate { .. })),
+            "wrong product: {wrong}: {refused:?}"
+        );
+        assert_eq!(states(&door, &id).await, before, "wrong product: {wrong}");
+        let job = door.books.job(id.parse().unwrap()).await.unwrap().unwrap();
+        assert_eq!(job.status, "running");
+        assert!(job.result.is_none());
+        assert_eq!(door.count("exchange_receipts").await, 0);
+        assert_eq!(door.held().await, held);
+    }
+}
+
+/// What broke: a second copy of a right product for a job already `done` was checked again
+/// and wrote a second `verified` event before it was refused as not running.
+#[tokio::test]
+async fn a_result_for_a_finished_matmul_job_is_refused_before_any_write() {
+    let door = Door::new().await;
+    let prov = provider(&door).await;
+    let (status, accepted) = submit(
+        &door,
+        intent(&request(), 1, |_| {}),
+        json!({"matmul": request()}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let (id, result) = pull_and_compute(&door, &prov, false).await;
+    let path = format!("/v1/jobs/{id}/result");
+    let (status, done) = door.post(&path, Some(TOKEN), &result).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    let after = states(&door, &id).await;
+    assert_eq!(after, ["assigned", "running", "verified", "done"]);
+    let held = door.held().await;
+    let (status, again) = door.post(&path, Some(TOKEN), &result).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{again}");
+    assert_eq!(again["error"]["code"], "job_not_running");
+    assert_eq!(states(&door, &id).await, after);
+    assert_eq!(door.count("exchange_receipts").await, 1);
+    assert_eq!(door.held().await, held);
 }

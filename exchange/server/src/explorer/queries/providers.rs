@@ -22,7 +22,7 @@ pub(crate) struct ProviderSummary {
     pub(crate) registered_at_ms: i64,
     /// When it last re-registered, unix ms.
     pub(crate) seen_at_ms: i64,
-    /// Bundles it registered.
+    /// Bundles its latest offer registered (not those it withdrew).
     pub(crate) bundles: i64,
     /// Its jobs that ended with a receipt.
     pub(crate) completed: i64,
@@ -96,7 +96,8 @@ const SELECT: &str = concat!(
     " AS registered_ms, ",
     ms!("p.seen_at"),
     " AS seen_ms, \
-     (SELECT count(*) FROM exchange_bundles b WHERE b.provider_key_hash = p.key_hash) AS bundles, \
+     (SELECT count(*) FROM exchange_bundles b \
+      WHERE b.provider_key_hash = p.key_hash AND b.withdrawal IS NULL) AS bundles, \
      coalesce(js.completed, 0) AS completed, coalesce(js.failed, 0) AS failed, \
      coalesce(js.open, 0) AS open, \
      (SELECT coalesce(sum(r.amount_owed_wei), 0)::text FROM exchange_receipts r \
