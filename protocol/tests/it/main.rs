@@ -2,3 +2,4 @@
 
 mod eip712_python;
 mod order;
+mod read_python;
