@@ -454,8 +454,12 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
             .committee
             .sign(digest.as_slice(), &key, request(slim, Some(previous_root)))
             .await;
-        if let Err(Error::Refused { reason, .. }) = &signed
-            && reason.contains(crate::signer::UNKNOWN_BALANCES)
+        // Sending the full list to every signer costs only a larger request, so one signer's
+        // word is enough here (unlike dropping a job, which the exchange leaves to t signers).
+        if let Err(Error::Refused { refusals }) = &signed
+            && refusals
+                .iter()
+                .any(|r| r.reason.contains(crate::signer::UNKNOWN_BALANCES))
         {
             how = "the full balances list (a signer did not hold the previous one)";
             signed = self
