@@ -146,6 +146,8 @@ pub struct Committee {
     sign_timeout: Duration,
     channels: Mutex<HashMap<u16, Channel>>,
     last_signers: std::sync::Mutex<Vec<u16>>,
+    /// Members left out of the last signing's sets, and why.
+    last_left_out: std::sync::Mutex<Vec<(u16, String)>>,
     /// Members chosen last until the instant given, and why.
     cooling: std::sync::Mutex<HashMap<u16, (Instant, String)>>,
 }
@@ -247,6 +249,7 @@ impl Committee {
             sign_timeout: SIGN_TIMEOUT,
             channels: Mutex::new(HashMap::new()),
             last_signers: std::sync::Mutex::new(Vec::new()),
+            last_left_out: std::sync::Mutex::new(Vec::new()),
             cooling: std::sync::Mutex::new(HashMap::new()),
         })
     }
@@ -417,6 +420,11 @@ impl Committee {
                     }
                     drop(cooling);
                     *self.last_signers.lock().unwrap_or_else(|p| p.into_inner()) = chosen;
+                    *self.last_left_out.lock().unwrap_or_else(|p| p.into_inner()) = signing
+                        .faults
+                        .iter()
+                        .map(|(index, fault)| (*index, fault.to_string()))
+                        .collect();
                     return Ok(signature);
                 }
                 Round::Failed { faults, approved } => self.record(&mut signing, faults, approved),
@@ -668,6 +676,15 @@ impl Committee {
                 })
             }
         }
+    }
+
+    /// The members left out of the last signature's signing (a refusal, a share that did not
+    /// verify, a dropped round), and why: for the record, next to [`Committee::last_signers`].
+    pub fn last_left_out(&self) -> Vec<(u16, String)> {
+        self.last_left_out
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Members currently chosen last, and why (a share that did not verify, a round dropped).

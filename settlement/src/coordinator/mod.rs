@@ -499,6 +499,24 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 ),
             )
             .await?;
+        // Who was left out on the way, and why: a cheater named by aggregation, a signer that
+        // stalled, a refusal the others did not share (its reason is only its signer's word).
+        let left_out = self.committee.last_left_out();
+        if !left_out.is_empty() {
+            let detail = left_out
+                .iter()
+                .map(|(index, why)| format!("signer {index} {why}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            self.store
+                .log_step(
+                    part.batch_id,
+                    Some(part.batch.chain_id),
+                    "left out",
+                    &detail,
+                )
+                .await?;
+        }
         Ok(())
     }
 

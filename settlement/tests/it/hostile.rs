@@ -261,6 +261,11 @@ async fn a_signer_sending_a_bad_share_is_named_and_left_out_and_the_rest_sign() 
         matches!(&cooling[..], [(1, why)] if why.contains("does not verify")),
         "the cheater is named: {cooling:?}"
     );
+    let left_out = bench.committee.last_left_out();
+    assert!(
+        matches!(&left_out[..], [(1, why)] if why.contains("does not verify")),
+        "for the record: {left_out:?}"
+    );
     // The next signing does not start with it again.
     let asked = bench.commits_asked_of(1);
     bench.sign(b"batch 2").await.expect("signed again");
@@ -319,6 +324,13 @@ async fn a_signer_refusing_a_good_batch_is_left_out_and_the_rest_sign() {
     .await;
     bench.sign(b"batch 1").await.expect("the others sign");
     assert!(!bench.committee.last_signers().contains(&1));
+    // Recorded with its reason, and not cooled down: a refusal concerns one message.
+    let left_out = bench.committee.last_left_out();
+    assert!(
+        matches!(&left_out[..], [(1, why)] if why.contains(&hex::encode([7; 32]))),
+        "{left_out:?}"
+    );
+    assert!(bench.committee.cooling_down().is_empty());
 }
 
 /// When no set can sign, the refusals come back one per signer, and every member that answers
