@@ -186,13 +186,13 @@ pub enum Error {
     /// The framed transport failed: connection, timeout, oversized or malformed frame.
     #[error("transport: {0}")]
     Transport(String),
-    /// A signer refused to commit or sign, and said why.
-    #[error("signer {signer} refused: {reason}")]
+    /// Signers refused to commit or sign, and the signers left cannot form a set without them.
+    /// Each refusal is kept apart with its signer: one signer's word is one vote, and a caller
+    /// acts on a reason only when enough signers give it (see [`Refusal`]).
+    #[error("{}", refusals_text(refusals))]
     Refused {
-        /// The refusing signer's FROST identifier (1-based index).
-        signer: u16,
-        /// Its reason.
-        reason: String,
+        /// Every refusal of the signing, one per refusing signer, by index.
+        refusals: Vec<Refusal>,
     },
     /// The distributed key generation failed.
     #[error("DKG: {0}")]
@@ -350,6 +350,27 @@ pub enum Error {
         /// The parser's complaint.
         reason: String,
     },
+}
+
+/// One signer's refusal to commit or sign, as it gave it.
+///
+/// A reason is the refusing signer's own text: a faulty or hostile signer may say anything in
+/// it, so nothing should be done on one refusal alone that the committee's threshold would not
+/// also do (the exchange drops a job only when t signers name it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The refusing signer's FROST identifier (1-based index).
+    pub signer: u16,
+    /// Its reason.
+    pub reason: String,
+}
+
+fn refusals_text(refusals: &[Refusal]) -> String {
+    refusals
+        .iter()
+        .map(|r| format!("signer {} refused: {}", r.signer, r.reason))
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 impl Error {

@@ -90,4 +90,4 @@ pub mod slash;
 pub mod transport;
 pub mod wire;
 
-pub use error::{Error, Result};
+pub use error::{Error, Refusal, Result};

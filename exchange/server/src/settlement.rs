@@ -10,8 +10,10 @@
 //!
 //! Batches are cut by size (the coordinator's part limit), by age (`max_age_s` after the first
 //! tab waits) and by count (`min_jobs` waiting); every tab that closes is in the next cut. A
-//! batch the committee refuses is given up and the jobs its reasons name are taken out of
-//! settlement (their tabs settle without them), so one bad voucher never stops the rest.
+//! batch the committee refuses is given up and the jobs that at least t signers' refusals name
+//! are taken out of settlement (their tabs settle without them), so one bad voucher never stops
+//! the rest — and one lying signer never takes a job out (a job fewer than t name stays, and the
+//! batch is asked again).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -24,6 +26,7 @@ use cx_protocol::order::request_value_hash;
 use cx_protocol::pq::Identity;
 use cx_protocol::receipt::SignedReceipt;
 use cx_protocol::voucher::{Authority, Voucher};
+use cx_settlement::Refusal;
 use cx_settlement::config::{MarketTerms, Member};
 use cx_settlement::coordinator::{Committee, Coordinator, EvmChain, PgStore, Store};
 use cx_settlement::ledger::Fee;
@@ -94,6 +97,8 @@ pub struct Settler {
     settle_margin_s: u64,
     batching: Batching,
     waiting_since: Mutex<Option<Instant>>,
+    /// Signers per signature, t: how many must name a job in their refusals to drop it.
+    threshold: u16,
 }
 
 impl std::fmt::Debug for Settler {
@@ -187,6 +192,7 @@ impl Settler {
             batching: config.batching,
             // Whatever a previous process left pending waits one `max_age_s` from now.
             waiting_since: Mutex::new(Some(Instant::now())),
+            threshold: config.threshold,
         })
     }
 
@@ -241,8 +247,8 @@ impl Settler {
                 || since.is_none_or(|t| t.elapsed().as_secs() >= self.batching.max_age_s));
         if due {
             pass.batch = match self.coordinator.run_once().await {
-                Err(cx_settlement::Error::Refused { signer, reason }) => {
-                    self.drop_refused(signer, &reason).await?;
+                Err(cx_settlement::Error::Refused { refusals }) => {
+                    self.drop_refused(&refusals).await?;
                     None
                 }
                 other => other.map_err(s)?,
@@ -328,20 +334,35 @@ impl Settler {
             .await
     }
 
-    /// The committee refused the batch being signed: the jobs its reasons name (a provider
-    /// whose key is no longer registered, say) are taken out of settlement with the reason —
-    /// their tabs settle without them, the buyer credited what they held — and the batch is
-    /// given up, so the next one settles the rest. A refusal that names no job leaves the batch
-    /// to be asked again.
-    async fn drop_refused(&self, signer: u16, reason: &str) -> Result<()> {
+    /// The committee refused the batch being signed. The jobs at least t signers' refusals name
+    /// (a provider whose key is no longer registered, say) are taken out of settlement with the
+    /// reasons — their tabs settle without them, the buyer credited what they held — and the
+    /// batch is given up, so the next one settles the rest.
+    ///
+    /// A reason is only its signer's word, and a job dropped is a provider's pay lost, so fewer
+    /// than t refusals naming a job do not drop it: t is the committee's own trust assumption
+    /// (any t sign, so fewer than t are taken to lie). Such a job, and a refusal that names no
+    /// job, is logged and the batch left to be asked again: the committee leaves the refusers out
+    /// when it can still form a set without them.
+    async fn drop_refused(&self, refusals: &[Refusal]) -> Result<()> {
         let s = |e: cx_settlement::Error| Error::Settlement(e.to_string());
-        let named = named_jobs(reason);
-        tracing::warn!(
-            signer,
-            jobs = named.len(),
-            "the committee refused a batch: {reason}"
-        );
-        if named.is_empty() {
+        for refusal in refusals {
+            tracing::warn!(
+                signer = refusal.signer,
+                "a signer refused a batch: {}",
+                refusal.reason
+            );
+        }
+        let (agreed, disputed) = jobs_named(refusals, self.threshold);
+        for (job, signers) in &disputed {
+            tracing::warn!(
+                job = %hex::encode(job),
+                ?signers,
+                threshold = self.threshold,
+                "named by fewer signers than the threshold: the job stays, the batch is asked again"
+            );
+        }
+        if agreed.is_empty() {
             return Ok(());
         }
         let store = self.coordinator.store();
@@ -354,10 +375,24 @@ impl Settler {
         else {
             return Ok(());
         };
-        let why = format!("refused by signer {signer}: {reason}");
-        self.coordinator.abandon(batch_id, &why).await.map_err(s)?;
-        for job in named {
-            self.coordinator.reject(job, &why).await.map_err(s)?;
+        let why = |signers: &[u16]| {
+            let reasons = refusals
+                .iter()
+                .filter(|r| signers.contains(&r.signer))
+                .map(|r| format!("signer {}: {}", r.signer, r.reason))
+                .collect::<Vec<_>>();
+            format!("refused by signers {signers:?}: {}", reasons.join(" | "))
+        };
+        let all: Vec<u16> = agreed.iter().flat_map(|(_, s)| s.iter().copied()).collect();
+        self.coordinator
+            .abandon(batch_id, &why(&all))
+            .await
+            .map_err(s)?;
+        for (job, signers) in &agreed {
+            self.coordinator
+                .reject(*job, &why(signers))
+                .await
+                .map_err(s)?;
         }
         Ok(())
     }
@@ -458,7 +493,26 @@ impl Settler {
     }
 }
 
-/// The job ids a signer's refusal names (`… of job <64 hex digits>: …`).
+/// The jobs `refusals` name with the signers naming each, split into those at least `threshold`
+/// distinct signers name (to drop) and the rest (one signer's claim, or fewer than t agreeing).
+/// Each signer counts once per job however often it names it.
+type Named = Vec<([u8; 32], Vec<u16>)>;
+fn jobs_named(refusals: &[Refusal], threshold: u16) -> (Named, Named) {
+    let mut by_job: std::collections::BTreeMap<[u8; 32], Vec<u16>> = Default::default();
+    for refusal in refusals {
+        for job in named_jobs(&refusal.reason) {
+            let signers = by_job.entry(job).or_default();
+            if !signers.contains(&refusal.signer) {
+                signers.push(refusal.signer);
+            }
+        }
+    }
+    by_job
+        .into_iter()
+        .partition(|(_, signers)| signers.len() >= usize::from(threshold))
+}
+
+/// The job ids one refusal names (`… of job <64 hex digits>: …`).
 fn named_jobs(reason: &str) -> Vec<[u8; 32]> {
     let mut out = Vec::new();
     for (at, _) in reason.match_indices("job ") {
@@ -488,6 +542,56 @@ fn read_poster_key(path: &Path) -> Result<alloy::signers::local::PrivateKeySigne
 
 #[cfg(test)]
 mod tests {
+    use cx_settlement::Refusal;
+
+    fn refusal(signer: u16, jobs: &[[u8; 32]]) -> Refusal {
+        let reason = jobs
+            .iter()
+            .map(|j| {
+                format!(
+                    "receipt of job {}: provider 0x11 has not registered key",
+                    hex::encode(j)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        Refusal { signer, reason }
+    }
+
+    /// What broke: the refusal's text was scanned for job ids whoever wrote it, so one lying
+    /// signer naming a job took it out of settlement for good and its provider was never paid.
+    /// A job is dropped only when at least t signers' refusals name it.
+    #[test]
+    fn one_lying_signer_cannot_drop_a_job_from_settlement() {
+        let (good, bad) = ([0xab; 32], [0x0c; 32]);
+        // 3 of 5: signer 1 lies about `good` (and names it twice); 2 and 3 name `bad`.
+        let refusals = [
+            refusal(1, &[good, good]),
+            refusal(2, &[bad]),
+            refusal(3, &[bad]),
+        ];
+        let (agreed, disputed) = super::jobs_named(&refusals, 3);
+        assert!(agreed.is_empty(), "{agreed:?}");
+        assert_eq!(disputed, vec![(bad, vec![2, 3]), (good, vec![1])]);
+        // A third signer naming `bad` makes t: it goes; the liar's job still stays.
+        let refusals = [
+            refusals[0].clone(),
+            refusals[1].clone(),
+            refusals[2].clone(),
+            refusal(4, &[bad]),
+        ];
+        let (agreed, disputed) = super::jobs_named(&refusals, 3);
+        assert_eq!(agreed, vec![(bad, vec![2, 3, 4])]);
+        assert_eq!(disputed, vec![(good, vec![1])]);
+        // The same signer repeating itself is one voice.
+        let refusals = [
+            refusal(1, &[good]),
+            refusal(1, &[good]),
+            refusal(1, &[good]),
+        ];
+        assert!(super::jobs_named(&refusals, 3).0.is_empty());
+    }
+
     #[test]
     fn a_refusal_names_its_jobs() {
         let a = "ab".repeat(32);

@@ -454,8 +454,12 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
             .committee
             .sign(digest.as_slice(), &key, request(slim, Some(previous_root)))
             .await;
-        if let Err(Error::Refused { reason, .. }) = &signed
-            && reason.contains(crate::signer::UNKNOWN_BALANCES)
+        // Sending the full list to every signer costs only a larger request, so one signer's
+        // word is enough here (unlike dropping a job, which the exchange leaves to t signers).
+        if let Err(Error::Refused { refusals }) = &signed
+            && refusals
+                .iter()
+                .any(|r| r.reason.contains(crate::signer::UNKNOWN_BALANCES))
         {
             how = "the full balances list (a signer did not hold the previous one)";
             signed = self
@@ -495,6 +499,24 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 ),
             )
             .await?;
+        // Who was left out on the way, and why: a cheater named by aggregation, a signer that
+        // stalled, a refusal the others did not share (its reason is only its signer's word).
+        let left_out = self.committee.last_left_out();
+        if !left_out.is_empty() {
+            let detail = left_out
+                .iter()
+                .map(|(index, why)| format!("signer {index} {why}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            self.store
+                .log_step(
+                    part.batch_id,
+                    Some(part.batch.chain_id),
+                    "left out",
+                    &detail,
+                )
+                .await?;
+        }
         Ok(())
     }
 

@@ -39,6 +39,12 @@ pub trait ThresholdSigner: Send + Sync {
         Vec::new()
     }
 
+    /// The members left out of the last signature's signing and why (a refusal, a share that
+    /// did not verify, a dropped round), for the record (empty when unknown).
+    fn last_left_out(&self) -> Vec<(u16, String)> {
+        Vec::new()
+    }
+
     /// Has every member take part in key generation for `epoch`; returns the group's public
     /// key package.
     fn dkg(&self, epoch: u32)
@@ -60,6 +66,10 @@ impl ThresholdSigner for Committee {
 
     fn last_signers(&self) -> Vec<u16> {
         Committee::last_signers(self)
+    }
+
+    fn last_left_out(&self) -> Vec<(u16, String)> {
+        Committee::last_left_out(self)
     }
 
     async fn dkg(&self, epoch: u32) -> Result<frost::keys::PublicKeyPackage> {
