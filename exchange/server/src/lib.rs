@@ -50,6 +50,7 @@ pub mod intake;
 pub mod limits;
 pub mod market;
 pub mod matmul;
+pub mod min_rate;
 pub mod settlement;
 pub mod stake;
 pub mod tls;

@@ -535,7 +535,14 @@ pub struct Limits {
     pub handshake_timeout: Duration,
     /// Connections open at once; further clients wait in the kernel's accept queue.
     pub max_connections: usize,
-    /// A request whose headers do not arrive within this is answered 408 and closed.
+    /// Connections one IP address may hold open at once (0: no limit); past it a new one is
+    /// closed at once, so one address cannot take every slot of [`Limits::max_connections`].
+    pub max_connections_per_ip: usize,
+    /// The pace every request body must keep (a body trickled in holds a connection and a shed
+    /// slot while its handler waits for it).
+    pub body_pace: crate::min_rate::Pace,
+    /// A request whose headers do not arrive within this is answered 408 and closed; it also
+    /// bounds how long a kept-alive connection may sit idle between requests.
     pub header_read_timeout: Duration,
     /// After the shutdown signal, how long open connections get to finish their requests.
     pub shutdown_grace: Duration,
@@ -553,6 +560,14 @@ impl Default for Limits {
             handshake_timeout: Duration::from_secs(10),
             // Under the common 1024 open-file soft limit, with room for the database pool and logs.
             max_connections: 768,
+            // The devnet's processes and `cx bench load` (64 connections) share one loopback
+            // address; a sixth of the slots leaves the rest to everyone else.
+            max_connections_per_ip: 128,
+            // An honest client sends a 160 MB adapter at over 64 KiB/s; a trickle is cut off.
+            body_pace: crate::min_rate::Pace {
+                grace: Duration::from_secs(10),
+                min_bytes_per_s: 64 << 10,
+            },
             header_read_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
             // Keep-alive clients handshake once per connection: the devnet's twelve processes
@@ -618,6 +633,7 @@ async fn serve(
         limits.handshakes_per_ip_per_s,
         limits.handshake_burst_per_ip,
     );
+    let per_ip = PerIp::default();
     loop {
         // A slot first, then the accept: at the cap we stop taking connections off the queue.
         let slot = tokio::select! {
@@ -640,6 +656,10 @@ async fn serve(
                 }
             },
         };
+        let Some(peer_slot) = per_ip.enter(peer.ip(), limits.max_connections_per_ip) else {
+            tracing::debug!(%peer, "connection closed: past the per-IP connection cap");
+            continue;
+        };
         if acceptor.is_some()
             && let Some(handshakes) = &handshakes
             && handshakes.take(&peer.ip()).is_err()
@@ -651,10 +671,13 @@ async fn serve(
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let stopping = stop.subscribe();
-        // Each request carries its peer, for the per-IP rate limit.
+        // Each request carries its peer, for the per-IP rate limit, and its body a pace.
+        let pace = limits.body_pace;
         let service = TowerToHyperService::new(tower::ServiceExt::map_request(
             router.clone(),
-            move |mut request: hyper::Request<hyper::body::Incoming>| {
+            move |request: hyper::Request<hyper::body::Incoming>| {
+                let mut request = request
+                    .map(|body| axum::body::Body::new(crate::min_rate::MinRate::new(body, pace)));
                 request
                     .extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));
@@ -663,7 +686,7 @@ async fn serve(
         ));
         let http = http.clone();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, peer_slot);
             match acceptor {
                 None => serve_connection(tcp, &http, service, stopping).await,
                 Some(acceptor) => {
@@ -720,6 +743,45 @@ async fn serve_connection<IO, S>(
     };
     if let Err(err) = ended {
         tracing::debug!("connection ended with an error: {err}");
+    }
+}
+
+/// Connections open per IP address.
+#[derive(Clone, Default)]
+struct PerIp(Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>);
+
+/// One open connection of an address; dropping it frees its place.
+struct PeerSlot {
+    per_ip: PerIp,
+    ip: IpAddr,
+}
+
+impl PerIp {
+    /// A place for one more connection from `ip`, if it holds fewer than `max` (0: no limit).
+    fn enter(&self, ip: IpAddr, max: usize) -> Option<PeerSlot> {
+        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(ip).or_default();
+        if max > 0 && *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot {
+            per_ip: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.per_ip.0.lock().unwrap_or_else(|p| p.into_inner());
+        // An address with nothing open is forgotten, so the map holds only live peers.
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
     }
 }
 

@@ -125,6 +125,16 @@ pub(crate) struct Args {
     #[arg(long, env = "CX_MAX_IN_FLIGHT", value_name = "N",
           default_value_t = cx_exchange_server::limits::MAX_IN_FLIGHT)]
     max_in_flight: usize,
+    /// Connections one IP address may hold open at once (0: no limit); past it a new one is
+    /// closed at once.
+    #[arg(long, env = "CX_MAX_CONNECTIONS_PER_IP", value_name = "N",
+          default_value_t = Limits::default().max_connections_per_ip)]
+    max_connections_per_ip: usize,
+    /// Bytes a second a request body must average after its first 10 s (0: no bound); a
+    /// slower one is cut off.
+    #[arg(long, env = "CX_MIN_BODY_BYTES_PER_S", value_name = "N",
+          default_value_t = Limits::default().body_pace.min_bytes_per_s)]
+    min_body_bytes_per_s: u64,
 }
 
 /// The registries providers must be staked in: one read-only view per served chain.
@@ -363,7 +373,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let state = state.with_chain_explorers(explorers);
     let sweeps = tokio::spawn(state.clone().run_sweeps());
     let router = app(state);
-    let limits = Limits::default();
+    let defaults = Limits::default();
+    let limits = Limits {
+        max_connections_per_ip: args.max_connections_per_ip,
+        body_pace: cx_exchange_server::min_rate::Pace {
+            min_bytes_per_s: args.min_body_bytes_per_s,
+            ..defaults.body_pace
+        },
+        ..defaults
+    };
     let shutdown = async move {
         stop_signal().await;
         let _ = stop.send(true);

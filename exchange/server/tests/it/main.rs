@@ -8,6 +8,7 @@ mod explorer;
 mod intents;
 mod matmul;
 mod offers;
+mod slow_clients;
 mod standing;
 mod tls;
 mod train;
