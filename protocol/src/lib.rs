@@ -24,8 +24,8 @@
 //! - [`pq`]: ML-DSA-65 identities and hybrid ML-KEM-768 + X25519 sessions.
 //! - [`receipt`]: provider-signed (ML-DSA) receipts with a canonical byte encoding.
 //! - [`bid`]: provider-signed (ML-DSA) bids on open reserves.
-//! - [`read`]: a buyer's read credential (an EIP-191 signed line naming the account, the
-//!   exchange and an expiry) for reading its own jobs without a session key.
+//! - [`access`]: an account's access credential (EIP-191 signed lines naming what it allows —
+//!   reading its jobs, storing content —, the account, the exchange and an expiry).
 //! - [`replica`]: verification runs (T1, T3): the ids of the runs that re-execute a job.
 //! - [`order`]: signed orders — EIP-712 typed data (alloy `sol!`) for intents, reserves, rents,
 //!   searches, tab terms, session grants and key bindings, each signed by the account
@@ -44,6 +44,7 @@
 //! assert_eq!(job.tier, Tier::T1);
 //! ```
 
+pub mod access;
 pub mod assignment;
 pub mod bid;
 pub mod bundle;
@@ -59,7 +60,6 @@ pub mod order;
 pub mod pq;
 pub mod prefix;
 pub mod price;
-pub mod read;
 pub mod receipt;
 pub mod replica;
 pub mod tab_close;

@@ -537,7 +537,9 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
     let try_keys = cx_client::AgentKeys::load(&dir.0.join("agents/try.json")).unwrap();
     let job = client
         .clone()
-        .reading_as(cx_client::ReadAs::Account(try_keys.signing_key().clone()))
+        .with_credential(cx_client::Credential::Account(
+            try_keys.signing_key().clone(),
+        ))
         .job(third["job_id"].as_str().unwrap().parse().unwrap())
         .await
         .unwrap();

@@ -117,7 +117,7 @@ async fn a_continuation_is_cleared_onto_the_provider_holding_its_prefix() {
             reply,
             client
                 .clone()
-                .reading_as(cx_client::ReadAs::Session(api_key.clone()))
+                .with_credential(cx_client::Credential::Session(api_key.clone()))
                 .job(job_id)
                 .await
                 .unwrap(),

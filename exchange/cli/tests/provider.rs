@@ -444,7 +444,7 @@ async fn a_hung_providers_job_is_re_cleared_onto_another_and_answered() {
     let job_id: B256 = answered["cx"]["job_id"].as_str().unwrap().parse().unwrap();
     let job = client
         .clone()
-        .reading_as(cx_client::ReadAs::Session(api_key.clone()))
+        .with_credential(cx_client::Credential::Session(api_key.clone()))
         .job(job_id)
         .await
         .unwrap();

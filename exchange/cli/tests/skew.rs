@@ -82,7 +82,7 @@ async fn providers_whose_clocks_are_minutes_off_serve_by_the_exchanges_deadlines
         let job_id: B256 = answered["cx"]["job_id"].as_str().unwrap().parse().unwrap();
         let job = client
             .clone()
-            .reading_as(cx_client::ReadAs::Session(api_key.clone()))
+            .with_credential(cx_client::Credential::Session(api_key.clone()))
             .job(job_id)
             .await
             .unwrap();

@@ -307,6 +307,9 @@ async fn a_rented_adapter_is_pinned_by_its_provider_and_its_term_paid_on_chain()
         B256::from(world.anvil.keys[1].to_bytes()),
     )
     .await;
+    // Storing needs a bound account with an open tab.
+    let escrow_id = agent.open_tab(client, 5_000_000, &world.deployments).await;
+    cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let stored = cx_json(
         agent.args(&[
             "put-adapter",
@@ -317,8 +320,6 @@ async fn a_rented_adapter_is_pinned_by_its_provider_and_its_term_paid_on_chain()
     )
     .await;
     let adapter = stored["id"].as_str().unwrap().to_owned();
-    let escrow_id = agent.open_tab(client, 5_000_000, &world.deployments).await;
-    cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let tab = escrow_id.to_string();
 
     // A 20 s term, at most 1 000 000 wei, tolerating up to half the observations absent (the

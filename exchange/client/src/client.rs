@@ -10,6 +10,7 @@ use crate::types::{
 use crate::types::{AdapterFiles, Assignment, Claim, Completed, StoredAdapter, StoredDataset};
 use bytes::Bytes;
 use cx_protocol::Bundle;
+use cx_protocol::access::{AccessGrant, Scope};
 use cx_protocol::offer::SignedOffer;
 use cx_protocol::order::{B256, Binding, Intent, Kind, SessionGrant, Signed, SigningKey};
 use cx_protocol::receipt::SignedReceipt;
@@ -38,29 +39,30 @@ pub struct Client {
     base: String,
     http: legacy::Client<Connector, Full<Bytes>>,
     timeout: Duration,
-    reader: Option<Reader>,
+    account: Option<Account>,
 }
 
-/// How a client proves whose jobs it reads ([`Client::reading_as`]): job reads are the buyer's.
+/// How a client proves which account it acts for ([`Client::with_credential`]): job reads are
+/// the buyer's, and storing adapters and datasets counts against an account's quota.
 #[derive(Clone)]
-pub enum ReadAs {
-    /// The account's own key: each read carries a fresh signed read credential
-    /// ([`cx_protocol::read`]) for this exchange.
+pub enum Credential {
+    /// The account's own key: each request carries a fresh signed access credential
+    /// ([`cx_protocol::access`]) for this exchange, scoped to what it does.
     Account(SigningKey),
     /// One of the account's session keys (`Authorization: Bearer`).
     Session(String),
 }
 
-/// A [`ReadAs`] with the exchange's key hash, learnt once (`GET /v1/exchange`).
+/// A [`Credential`] with the exchange's key hash, learnt once (`GET /v1/exchange`).
 #[derive(Clone)]
-struct Reader {
-    how: ReadAs,
+struct Account {
+    how: Credential,
     exchange: Arc<tokio::sync::OnceCell<B256>>,
 }
 
-/// How long each signed read credential is good for: a minute is plenty for one request and
-/// bounds what a copied header can read.
-const READ_CREDENTIAL_S: u64 = 60;
+/// How long each signed access credential is good for: a minute is plenty for one request and
+/// bounds what a copied header can do.
+const CREDENTIAL_S: u64 = 60;
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -102,14 +104,14 @@ impl Client {
             base,
             http,
             timeout: DEFAULT_TIMEOUT,
-            reader: None,
+            account: None,
         }
     }
 
-    /// The same client reading jobs as `how`'s account (`GET /v1/jobs…` refuses a caller
-    /// without the buyer's credential).
-    pub fn reading_as(mut self, how: ReadAs) -> Self {
-        self.reader = Some(Reader {
+    /// The same client acting for `how`'s account: reading its jobs (`GET /v1/jobs…` refuses a
+    /// caller without the buyer's credential) and storing adapters and datasets under its quota.
+    pub fn with_credential(mut self, how: Credential) -> Self {
+        self.account = Some(Account {
             how,
             exchange: Arc::new(tokio::sync::OnceCell::new()),
         });
@@ -206,7 +208,8 @@ impl Client {
 
     /// `PUT /v1/adapters`: stores an adapter's `adapter_config.json` text and
     /// `adapter_model.safetensors` bytes under their content id (checked against `id` when
-    /// given); an intent or a call then names it by that id.
+    /// given), owned by the account of [`Client::with_credential`] and counted against its
+    /// store quota; an intent or a call then names it by that id.
     pub async fn put_adapter(
         &self,
         config: &str,
@@ -220,19 +223,36 @@ impl Client {
             adapter_model_safetensors_base64: base64::engine::general_purpose::STANDARD
                 .encode(weights),
         };
-        self.send(Method::PUT, "/v1/adapters", Some(&body)).await
+        let body =
+            serde_json::to_vec(&body).expect("request bodies are plain data and always serialize");
+        let authorization = self.authorization(Scope::Store).await?;
+        let (_, bytes, _) = self
+            .call(
+                Method::PUT,
+                "/v1/adapters",
+                Some(Bytes::from(body)),
+                authorization.as_deref(),
+            )
+            .await?;
+        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
+            method: "PUT",
+            path: "/v1/adapters".to_owned(),
+            source,
+        })
     }
 
     /// `PUT /v1/datasets`: stores a training dataset file (`{"sequences": …, "loss_mask": …}`,
     /// [`cx_protocol::train::Dataset`]) as sent, under its content id
-    /// ([`cx_protocol::train::dataset_id`] of these bytes), which a train order's `data` names.
+    /// ([`cx_protocol::train::dataset_id`] of these bytes), which a train order's `data` names;
+    /// owned by the account of [`Client::with_credential`], counted against its store quota.
     pub async fn put_dataset(&self, file: &[u8]) -> Result<StoredDataset> {
+        let authorization = self.authorization(Scope::Store).await?;
         let (_, bytes, _) = self
             .call(
                 Method::PUT,
                 "/v1/datasets",
                 Some(Bytes::copy_from_slice(file)),
-                None,
+                authorization.as_deref(),
             )
             .await?;
         serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
@@ -297,10 +317,10 @@ impl Client {
 
     // ---- jobs and tabs ------------------------------------------------------------------------
 
-    /// `GET /v1/jobs/{id}` with the reader's credential ([`Client::reading_as`]): the job, its
-    /// output once the buyer owes for it.
+    /// `GET /v1/jobs/{id}` with the account's credential ([`Client::with_credential`]): the
+    /// job, its output once the buyer owes for it.
     pub async fn job(&self, id: B256) -> Result<JobRecord> {
-        self.get_as_reader(&format!("/v1/jobs/{id}")).await
+        self.get_as_account(&format!("/v1/jobs/{id}")).await
     }
 
     /// `GET /v1/jobs?account=&status=&limit=`: an account's jobs, newest first.
@@ -313,7 +333,7 @@ impl Client {
         if let Some(limit) = query.limit {
             path.push_str(&format!("&limit={limit}"));
         }
-        self.get_as_reader(&path).await
+        self.get_as_account(&path).await
     }
 
     /// `GET /v1/tabs/{chain_id}/{escrow_id}`: the tab as the books see it (once the chain
@@ -465,45 +485,46 @@ impl Client {
         self.send::<T, ()>(Method::GET, path, None).await
     }
 
-    /// A GET with the reader's credential (none without [`Client::reading_as`]: the exchange
-    /// then answers 401, which says what to send).
-    async fn get_as_reader<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        let authorization = match &self.reader {
-            None => None,
-            Some(Reader {
-                how: ReadAs::Session(key),
-                ..
-            }) => Some(format!("Bearer {key}")),
-            Some(Reader {
-                how: ReadAs::Account(key),
-                exchange,
-            }) => {
-                let exchange = *exchange
-                    .get_or_try_init(|| async {
-                        let info: serde_json::Value = self.get("/v1/exchange").await?;
-                        info["mldsa_key_hash"]
-                            .as_str()
-                            .and_then(|h| h.parse::<B256>().ok())
-                            .ok_or_else(|| Error::Decode {
-                                method: "GET",
-                                path: "/v1/exchange".into(),
-                                source: serde::de::Error::custom(
-                                    "no mldsa_key_hash: an exchange names its key there",
-                                ),
-                            })
-                    })
-                    .await?;
-                let now_s = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_secs());
-                let grant = cx_protocol::read::ReadGrant {
-                    account: cx_protocol::order::account_of(key),
-                    exchange,
-                    expires_s: now_s + READ_CREDENTIAL_S,
-                };
-                Some(grant.authorization(key))
-            }
+    /// The `Authorization` value for `scope` from the account's credential (none without
+    /// [`Client::with_credential`]: the exchange then answers 401, which says what to send).
+    async fn authorization(&self, scope: Scope) -> Result<Option<String>> {
+        let Some(Account { how, exchange }) = &self.account else {
+            return Ok(None);
         };
+        let key = match how {
+            Credential::Session(key) => return Ok(Some(format!("Bearer {key}"))),
+            Credential::Account(key) => key,
+        };
+        let exchange = *exchange
+            .get_or_try_init(|| async {
+                let info: serde_json::Value = self.get("/v1/exchange").await?;
+                info["mldsa_key_hash"]
+                    .as_str()
+                    .and_then(|h| h.parse::<B256>().ok())
+                    .ok_or_else(|| Error::Decode {
+                        method: "GET",
+                        path: "/v1/exchange".into(),
+                        source: serde::de::Error::custom(
+                            "no mldsa_key_hash: an exchange names its key there",
+                        ),
+                    })
+            })
+            .await?;
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let grant = AccessGrant {
+            scope,
+            account: cx_protocol::order::account_of(key),
+            exchange,
+            expires_s: now_s + CREDENTIAL_S,
+        };
+        Ok(Some(grant.authorization(key)))
+    }
+
+    /// A GET with the account's read credential.
+    async fn get_as_account<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let authorization = self.authorization(Scope::Read).await?;
         let (_, bytes, _) = self
             .call(Method::GET, path, None, authorization.as_deref())
             .await?;

@@ -80,7 +80,7 @@ pub mod provider;
 pub mod tls;
 pub mod types;
 
-pub use client::{Client, DEFAULT_TIMEOUT, ReadAs};
+pub use client::{Client, Credential, DEFAULT_TIMEOUT};
 pub use error::{Error, Result};
 pub use keys::AgentKeys;
 pub use tls::TlsInfo;

@@ -298,6 +298,19 @@ pub enum Error {
         /// The operator it registered with.
         registered: String,
     },
+    /// Storing this would take the account past its store quota.
+    #[error(
+        "the account owns {used} bytes of stored adapters and datasets; {bytes} more would pass \
+         its quota of {quota}"
+    )]
+    StoreQuota {
+        /// Bytes it owns now.
+        used: u64,
+        /// Bytes of this upload.
+        bytes: u64,
+        /// Its quota.
+        quota: u64,
+    },
     /// No provider has this dispatch token.
     #[error("no provider has this dispatch token (register with POST /v1/providers/register)")]
     UnknownProvider,

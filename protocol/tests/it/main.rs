@@ -1,5 +1,5 @@
 //! cx-protocol's integration tests, one binary (link time on 2 cores).
 
+mod access_python;
 mod eip712_python;
 mod order;
-mod read_python;

@@ -157,15 +157,16 @@ impl Https {
             .await
     }
 
-    /// `PUT path` with a JSON body, the answer's JSON.
-    pub(crate) async fn put<B: Serialize, R: DeserializeOwned>(
+    /// `PUT path` with a JSON body and a bearer token, the answer's JSON.
+    pub(crate) async fn put_with_token<B: Serialize, R: DeserializeOwned>(
         &self,
         path: &str,
+        bearer: &str,
         body: &B,
         timeout: Duration,
     ) -> Result<R> {
         let body = serde_json::to_vec(body).map_err(|e| Error::Exchange(e.to_string()))?;
-        self.send(hyper::Method::PUT, path, None, body, timeout)
+        self.send(hyper::Method::PUT, path, Some(bearer), body, timeout)
             .await
     }
 

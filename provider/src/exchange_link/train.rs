@@ -144,8 +144,11 @@ impl Link {
         let weights = read("adapter_model.safetensors")?;
         let stored: Stored = self
             .https
-            .put(
+            // With the dispatch token: the exchange stores what a provider trains for the
+            // buyers of its running training jobs, under their quota.
+            .put_with_token(
                 "/v1/adapters",
+                self.token.as_str(),
                 &AdapterUpload {
                     id,
                     adapter_config: &config,

@@ -8,7 +8,7 @@
 
 use anyhow::{Context, anyhow, bail};
 use cx_client::types::{ChainInfo, JobsQuery};
-use cx_client::{AgentKeys, Client, InferenceRequest, ReadAs, request_hash};
+use cx_client::{AgentKeys, Client, Credential, InferenceRequest, request_hash};
 use cx_contracts::DeploymentsFile;
 use cx_protocol::order::{self, Address, B256, Intent, TabTerms, U256};
 use cx_protocol::pq::Identity;
@@ -514,6 +514,15 @@ impl Args {
         Ok(AgentKeys::load(self.key_path()?)?)
     }
 
+    /// The client acting for the key file's account (its own signed credentials: reading its
+    /// jobs, storing content under its quota).
+    fn account_client(&self) -> anyhow::Result<Client> {
+        let keys = self.load_keys()?;
+        Ok(self
+            .client()?
+            .with_credential(Credential::Account(keys.signing_key().clone())))
+    }
+
     fn client(&self) -> anyhow::Result<Client> {
         let ca = match &self.ca {
             Some(path) => Some(path.clone()),
@@ -777,7 +786,7 @@ async fn run_put_adapter(args: &Args, cmd: &PutAdapterArgs) -> anyhow::Result<()
         ("adapter_model.safetensors", &weights),
     ]);
     let stored = args
-        .client()?
+        .account_client()?
         .put_adapter(config_text, &weights, Some(&id))
         .await
         .context("storing the adapter")?;
@@ -900,7 +909,7 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
     let keys = args.load_keys()?;
     let client = args
         .client()?
-        .reading_as(ReadAs::Account(keys.signing_key().clone()));
+        .with_credential(Credential::Account(keys.signing_key().clone()));
     let chain = pick_chain(&client, args.chain, false).await?;
     let domain = chain.domain();
     let request = InferenceRequest {
@@ -977,7 +986,7 @@ async fn run_matmul(args: &Args, cmd: &MatmulArgs) -> anyhow::Result<()> {
     let keys = args.load_keys()?;
     let client = args
         .client()?
-        .reading_as(ReadAs::Account(keys.signing_key().clone()));
+        .with_credential(Credential::Account(keys.signing_key().clone()));
     let chain = pick_chain(&client, args.chain, false).await?;
     let request = MatmulRequest {
         m: cmd.m,
@@ -1063,7 +1072,7 @@ async fn run_jobs(args: &Args, cmd: &JobsArgs) -> anyhow::Result<()> {
     let keys = args.load_keys()?;
     let client = args
         .client()?
-        .reading_as(ReadAs::Account(keys.signing_key().clone()));
+        .with_credential(Credential::Account(keys.signing_key().clone()));
     let jobs = client
         .jobs(&JobsQuery {
             account: keys.account(),

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use cx_client::{AgentKeys, Client, ReadAs};
+use cx_client::{AgentKeys, Client, Credential};
 use cx_exchange::clearing::Policy;
 use rand::SeedableRng;
 use rand::distributions::{Distribution, WeightedIndex};
@@ -293,7 +293,8 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
     let mut cost = 0f64;
     let mut tab = None;
     // The chats' jobs are the session's account's: read them with its key.
-    let reader = Client::clone(&client).reading_as(ReadAs::Session(api_key.trim().to_owned()));
+    let reader =
+        Client::clone(&client).with_credential(Credential::Session(api_key.trim().to_owned()));
     for (took, id) in &done {
         let job = reader.job(*id).await?;
         tab = Some((job.chain_id, job.escrow_id));

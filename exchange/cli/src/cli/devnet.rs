@@ -668,12 +668,11 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
             })
         })
         .collect::<anyhow::Result<_>>()?;
-    let mut adapters = Vec::new();
-    for k in 0..ADAPTERS {
-        adapters.push(
-            traffic::put_adapter(&client, &adapters_dir.join(format!("adapter-{k:03}"))).await?,
-        );
-    }
+    // The adapters' ids now; they are stored once the first agent holds a tab (storing needs an
+    // account with money at stake).
+    let adapters = (0..ADAPTERS)
+        .map(|k| traffic::adapter_id(&adapters_dir.join(format!("adapter-{k:03}"))))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let traffic_log = std::fs::File::create(dir.join("traffic.log"))?;
     let market = Arc::new(Market {
         client: client.clone(),
@@ -713,6 +712,12 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
             // The first tabs close soon (staggered), so batches land within the first minute.
             let close_after = Duration::from_secs(8 + 3 * u64::from(a) + 2 * side as u64);
             tabs.push(agent.open_tab(&market, side, close_after).await?);
+        }
+        if a == 0 {
+            for k in 0..ADAPTERS {
+                let dir = adapters_dir.join(format!("adapter-{k:03}"));
+                traffic::put_adapter(agent.own(&market), &dir).await?;
+            }
         }
         agents.push((agent, tabs));
     }

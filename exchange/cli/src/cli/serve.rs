@@ -125,6 +125,10 @@ pub(crate) struct Args {
     #[arg(long, env = "CX_MAX_IN_FLIGHT", value_name = "N",
           default_value_t = cx_exchange_server::limits::MAX_IN_FLIGHT)]
     max_in_flight: usize,
+    /// Bytes of adapters and datasets one account may keep stored (what it stored, each once).
+    #[arg(long, env = "CX_STORE_QUOTA_BYTES", value_name = "N",
+          default_value_t = cx_exchange_server::books::DEFAULT_STORE_QUOTA_BYTES)]
+    store_quota_bytes: u64,
     /// Connections one IP address may hold open at once (0: no limit); past it a new one is
     /// closed at once.
     #[arg(long, env = "CX_MAX_CONNECTIONS_PER_IP", value_name = "N",
@@ -270,7 +274,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         account_per_s: args.rate_per_account,
         account_burst: args.burst_per_account,
     })
-    .with_max_in_flight(args.max_in_flight);
+    .with_max_in_flight(args.max_in_flight)
+    .with_store_quota_bytes(args.store_quota_bytes);
     let settler = match &args.settlement {
         None => None,
         Some(path) => {

@@ -564,7 +564,9 @@ impl Agent {
     pub fn reader(&self, client: &cx_client::Client) -> cx_client::Client {
         let key = cx_protocol::order::SigningKey::from_slice(self.secret.as_slice())
             .expect("an imported secp256k1 secret");
-        client.clone().reading_as(cx_client::ReadAs::Account(key))
+        client
+            .clone()
+            .with_credential(cx_client::Credential::Account(key))
     }
 
     /// The `cx` arguments of `cx agent … rest`.

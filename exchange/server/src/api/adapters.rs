@@ -1,16 +1,22 @@
 //! Adapters by content: `PUT /v1/adapters` stores PEFT's two files under their content id
-//! (checked, size-limited); `GET /v1/adapters/{id}` serves them to providers.
+//! (checked, size-limited), owned by the uploading account and counted against its quota;
+//! `GET /v1/adapters/{id}` serves them to their owners and to the providers whose work needs
+//! them, and to no one else (not even whether they are stored).
 //!
 //! The id is [`cx_protocol::content_id`] of `adapter_config.json` and
 //! `adapter_model.safetensors` — what `cx-provider` computes for the same files — so an intent's
 //! `adapter_id` names exactly these bytes, and their size is the |a| clearing prices.
 
+use super::credential::{self, Caller};
 use super::{ApiError, AppJson, AppState};
-use crate::books::StoredAdapter;
+use crate::books::{Content, StoredAdapter, Upload};
+use crate::intake::now_s;
+use alloy::primitives::Address;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use cx_protocol::access::Scope;
 use serde::{Deserialize, Serialize};
 
 /// The largest request body `PUT /v1/adapters` takes (base64 weights are 4/3 of their size).
@@ -41,11 +47,18 @@ pub(super) struct Stored {
     created: bool,
 }
 
-#[utoipa::path(put, path = "/v1/adapters", tag = "adapters", request_body = AdapterFiles, responses((status = 201, body = Stored), (status = 200, description = "already stored", body = Stored), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(put, path = "/v1/adapters", tag = "adapters", request_body = AdapterFiles, security(("store_credential" = []), ("session_key" = []), ("provider_token" = [])), responses((status = 201, body = Stored), (status = 200, description = "already stored", body = Stored), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn put(
     State(state): State<AppState>,
-    AppJson(files): AppJson<AdapterFiles>,
+    headers: HeaderMap,
+    body: axum::body::Body,
 ) -> Result<(StatusCode, AppJson<Stored>), ApiError> {
+    // The credential first, before a byte of the body is read.
+    let owners = uploaders(&state, &headers, Content::Adapter).await?;
+    let bytes = axum::body::to_bytes(body, BODY_LIMIT_BYTES)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge)?;
+    let AppJson(files) = AppJson::<AdapterFiles>::from_bytes(&bytes)?;
     let intake = state.intake()?;
     if files.adapter_config.len() > MAX_CONFIG_BYTES {
         return Err(ApiError::invalid(
@@ -98,16 +111,22 @@ pub(super) async fn put(
             ),
         ));
     }
-    let created = intake
-        .books()
-        .put_adapter(
-            &id,
-            &StoredAdapter {
-                config: files.adapter_config.into_bytes(),
-                weights,
-            },
-        )
-        .await?;
+    let adapter = StoredAdapter {
+        config: files.adapter_config.into_bytes(),
+        weights,
+    };
+    let mut created = false;
+    for owner in owners {
+        created |= intake
+            .books()
+            .store(
+                &id,
+                Upload::Adapter(&adapter),
+                owner,
+                intake.store_quota_bytes(),
+            )
+            .await?;
+    }
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -123,28 +142,44 @@ pub(super) async fn put(
     ))
 }
 
-#[utoipa::path(get, path = "/v1/adapters/{id}", tag = "adapters", params(("id" = String, Path, description = "content id, 64 hex digits (0x optional)", pattern = "^(0x)?[0-9a-fA-F]{64}$")), responses((status = 200, body = AdapterFiles), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/adapters/{id}", tag = "adapters", params(("id" = String, Path, description = "content id, 64 hex digits (0x optional)", pattern = "^(0x)?[0-9a-fA-F]{64}$")), security(("read_credential" = []), ("session_key" = []), ("provider_token" = [])), responses((status = 200, body = AdapterFiles), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    headers: axum::http::HeaderMap,
+    headers: HeaderMap,
 ) -> Result<AppJson<AdapterFiles>, ApiError> {
     let id = id.trim_start_matches("0x").to_ascii_lowercase();
     if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(ApiError::invalid("id", "an adapter id is 32 bytes of hex"));
     }
     let intake = state.intake()?;
-    // A provider fetching with its dispatch token an adapter it was cleared on as holding has
-    // revealed that claim false (SPEC §8); anyone else fetches anonymously.
-    if headers.contains_key(axum::http::header::AUTHORIZATION) {
-        let provider = intake.provider(super::sessions::bearer(&headers)?).await?;
-        let misses = intake
-            .books()
-            .record_fetch_misses(provider.key_hash, &id)
-            .await?;
-        if misses > 0 {
-            tracing::info!(provider = %provider.key_hash, adapter = %id, jobs = misses,
-                "residency miss: fetched an adapter it was cleared on as holding");
+    let hidden = || ApiError::NotFound {
+        what: "adapter among yours or your work's".into(),
+    };
+    match credential::caller(&state, &headers, Scope::Read).await? {
+        Caller::Account(account) => {
+            if !intake.books().owns(Content::Adapter, &id, account).await? {
+                return Err(hidden());
+            }
+        }
+        Caller::Provider(provider) => {
+            if !intake
+                .books()
+                .works_with_adapter(provider.key_hash, &id)
+                .await?
+            {
+                return Err(hidden());
+            }
+            // A provider fetching an adapter it was cleared on as holding has revealed that
+            // claim false (SPEC §8).
+            let misses = intake
+                .books()
+                .record_fetch_misses(provider.key_hash, &id)
+                .await?;
+            if misses > 0 {
+                tracing::info!(provider = %provider.key_hash, adapter = %id, jobs = misses,
+                    "residency miss: fetched an adapter it was cleared on as holding");
+            }
         }
     }
     let adapter = intake
@@ -160,4 +195,42 @@ pub(super) async fn get(
         adapter_config: config,
         adapter_model_safetensors_base64: BASE64.encode(&adapter.weights),
     }))
+}
+
+/// Who owns what the request stores: the account its credential proves (one that has bound its
+/// key and holds an open tab: storage is for parties with money at stake), or, for a provider
+/// storing the adapter it trained, the buyers of its running training jobs (their quota pays).
+pub(super) async fn uploaders(
+    state: &AppState,
+    headers: &HeaderMap,
+    kind: Content,
+) -> Result<Vec<Address>, ApiError> {
+    let forbidden = |message: &str| ApiError::Refused {
+        status: StatusCode::FORBIDDEN,
+        code: "store_forbidden",
+        message: message.to_owned(),
+        field: None,
+    };
+    let intake = state.intake()?;
+    match credential::caller(state, headers, Scope::Store).await? {
+        Caller::Account(account) => {
+            if !intake.books().may_store(account, now_s()).await? {
+                return Err(forbidden(
+                    "an account stores content once it has bound its key (POST /v1/bindings) and \
+                     holds an open tab",
+                ));
+            }
+            Ok(vec![account])
+        }
+        Caller::Provider(provider) if kind == Content::Adapter => {
+            let buyers = intake.books().training_buyers(provider.key_hash).await?;
+            if buyers.is_empty() {
+                return Err(forbidden(
+                    "a provider stores only the adapter it trains, while its training job runs",
+                ));
+            }
+            Ok(buyers)
+        }
+        Caller::Provider(_) => Err(forbidden("a provider stores no datasets")),
+    }
 }

@@ -1,12 +1,12 @@
 //! Training data by content: `PUT /v1/datasets` stores a dataset file (checked, size-limited)
-//! under its content id; `GET /v1/datasets/{id}` gives it to the provider running a training
+//! under its content id, owned by the uploading account and counted against its quota; `GET /v1/datasets/{id}` gives it to the provider running a training
 //! job that names it, and to no one else (the buyer already has it).
 //!
 //! The id is [`cx_protocol::train::dataset_id`] of the bytes sent, so a train order's `data`
 //! names exactly these bytes, and the provider re-checks them on arrival.
 
 use super::{ApiError, AppJson, AppState, Bearer};
-use crate::books::DatasetSummary;
+use crate::books::{Content, DatasetSummary, Upload};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -47,13 +47,18 @@ fn json_body(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-#[utoipa::path(put, path = "/v1/datasets", operation_id = "put_dataset", tag = "datasets", request_body(content = Object, description = "the dataset file: `{\"sequences\": [[token id, …], …], \"loss_mask\": [[weight, …], …]}`, one weight per token, entry 0 of each row 0", content_type = "application/json"), responses((status = 201, body = StoredDataset), (status = 200, description = "already stored", body = StoredDataset), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(put, path = "/v1/datasets", operation_id = "put_dataset", tag = "datasets", request_body(content = Object, description = "the dataset file: `{\"sequences\": [[token id, …], …], \"loss_mask\": [[weight, …], …]}`, one weight per token, entry 0 of each row 0", content_type = "application/json"), security(("store_credential" = []), ("session_key" = [])), responses((status = 201, body = StoredDataset), (status = 200, description = "already stored", body = StoredDataset), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn put(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Result<(StatusCode, AppJson<StoredDataset>), ApiError> {
     json_body(&headers)?;
+    // The credential first, before a byte of the body is read.
+    let owners = super::adapters::uploaders(&state, &headers, Content::Dataset).await?;
+    let body = axum::body::to_bytes(body, BODY_LIMIT_BYTES)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge)?;
     let intake = state.intake()?;
     let data = Dataset::parse(&body).map_err(crate::Error::from)?;
     let id = dataset_id(&body);
@@ -62,7 +67,21 @@ pub(super) async fn put(
         tokens: data.sequences.iter().map(|s| s.len() as u64).sum(),
         max_token: data.max_token(),
     };
-    let created = intake.books().put_dataset(&id, &body, summary).await?;
+    let mut created = false;
+    for owner in owners {
+        created |= intake
+            .books()
+            .store(
+                &id,
+                Upload::Dataset {
+                    body: &body,
+                    summary,
+                },
+                owner,
+                intake.store_quota_bytes(),
+            )
+            .await?;
+    }
     let status = if created {
         StatusCode::CREATED
     } else {

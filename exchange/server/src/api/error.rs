@@ -388,6 +388,7 @@ impl From<crate::Error> for ApiError {
                 &err,
             ),
             E::UnknownProvider => refuse(StatusCode::UNAUTHORIZED, "unknown_provider", None, &err),
+            E::StoreQuota { .. } => refuse(StatusCode::FORBIDDEN, "store_quota", None, &err),
             E::SearchNotOpen => refuse(StatusCode::CONFLICT, "search_not_open", None, &err),
             E::ReserveNotOpen { .. } => {
                 refuse(StatusCode::CONFLICT, "reserve_not_open", None, &err)

@@ -1,13 +1,14 @@
 //! Jobs and tabs: `GET /v1/jobs/{id}`, `GET /v1/jobs?account=&status=&limit=`,
 //! `GET /v1/tabs/{chain_id}/{escrow_id}`. Job reads are the buyer's ([`super::reader`]).
 
-use super::{ApiError, AppJson, AppPath, AppState, reader};
+use super::{ApiError, AppJson, AppPath, AppState, credential};
 use crate::books::{JobRecord, Tab};
 use alloy::primitives::{Address, B256};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use cx_protocol::access::Scope;
 use serde::Deserialize;
 use std::convert::Infallible;
 
@@ -26,7 +27,7 @@ pub(super) async fn job(
     headers: HeaderMap,
 ) -> Result<AppJson<JobRecord>, ApiError> {
     // The credential first: a caller without one learns nothing of the path's validity.
-    let account = reader::account(&state, &headers).await?;
+    let account = credential::account(&state, &headers, Scope::Read).await?;
     let id = job_id(&id)?;
     let job = state
         .intake()?
@@ -34,7 +35,7 @@ pub(super) async fn job(
         .job(id)
         .await?
         .ok_or(ApiError::NotFound { what: "job".into() })?;
-    reader::visible(job, account).map(AppJson)
+    credential::visible(job, account).map(AppJson)
 }
 
 #[derive(Debug, Deserialize)]
@@ -51,7 +52,7 @@ pub(super) async fn list_jobs(
     headers: HeaderMap,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<AppJson<Vec<JobRecord>>, ApiError> {
-    let reader = reader::account(&state, &headers).await?;
+    let reader = credential::account(&state, &headers, Scope::Read).await?;
     let Query(query) = query.map_err(|e| ApiError::Invalid {
         field: None,
         message: e.body_text(),
@@ -82,7 +83,9 @@ pub(super) async fn list_jobs(
         .books()
         .jobs(account, query.status.as_deref(), limit)
         .await?;
-    Ok(AppJson(jobs.into_iter().map(reader::redacted).collect()))
+    Ok(AppJson(
+        jobs.into_iter().map(credential::redacted).collect(),
+    ))
 }
 
 /// A tab's path: `/v1/tabs/{chain_id}/{escrow_id}`.
@@ -121,7 +124,7 @@ pub(super) async fn events(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let account = reader::account(&state, &headers).await?;
+    let account = credential::account(&state, &headers, Scope::Read).await?;
     let id = job_id(&id)?;
     let intake = state.intake()?;
     // Subscribe before the first read, so no change between the two is missed.
@@ -129,7 +132,7 @@ pub(super) async fn events(
     let Some(mut job) = intake.books().job(id).await? else {
         return Err(ApiError::NotFound { what: "job".into() });
     };
-    job = reader::visible(job, account)?;
+    job = credential::visible(job, account)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(16);
     tokio::spawn(async move {
         let mut sent = 0;

@@ -6,6 +6,7 @@
 
 mod adapters;
 mod bindings;
+mod credential;
 mod datasets;
 mod error;
 mod extract;
@@ -17,7 +18,6 @@ mod openai;
 mod openapi;
 mod orders;
 mod providers;
-mod reader;
 mod sessions;
 mod settlement;
 

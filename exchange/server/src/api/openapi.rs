@@ -7,6 +7,7 @@ use super::{
     sessions, settlement,
 };
 use axum::Json;
+use cx_protocol::access::Scope;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 
@@ -94,15 +95,24 @@ impl utoipa::Modify for Security {
                 ),
             );
         }
-        components.add_security_scheme(
-            "read_credential",
-            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
-                "Authorization",
-                "`CX-Read account=0x…,expires=<unix s>,signature=0x…`: the account's EIP-191 \
-                 personal_sign of `compute-exchange read\\naccount: <EIP-55>\\nexchange: <ML-DSA key \
-                 hash of GET /v1/exchange>\\nexpires: <unix s>`, good for at most an hour",
-            ))),
-        );
+        for (name, scope, word) in [
+            ("read_credential", Scope::Read, "read"),
+            ("store_credential", Scope::Store, "store"),
+        ] {
+            let scheme = scope.scheme();
+            components.add_security_scheme(
+                name,
+                SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                    "Authorization",
+                    format!(
+                        "`{scheme} account=0x…,expires=<unix s>,signature=0x…`: the account's \
+                         EIP-191 personal_sign of `compute-exchange {word}\\naccount: <EIP-55>\\n\
+                         exchange: <ML-DSA key hash of GET /v1/exchange>\\nexpires: <unix s>`, \
+                         good for at most an hour"
+                    ),
+                ))),
+            );
+        }
     }
 }
 

@@ -1,4 +1,5 @@
-//! Adapters by content id: stored once, served to providers, sized for clearing.
+//! Adapters by content id: stored once ([`Books::store`]), served to their owners and to the
+//! providers whose work needs them, sized for clearing.
 
 use super::Books;
 use crate::error::Result;
@@ -13,23 +14,6 @@ pub struct StoredAdapter {
 }
 
 impl Books {
-    /// Stores an adapter under its content id (the caller has checked the id); storing the same
-    /// content again changes nothing. Returns whether it was new.
-    pub async fn put_adapter(&self, id: &str, adapter: &StoredAdapter) -> Result<bool> {
-        let bytes = (adapter.config.len() + adapter.weights.len()) as i64;
-        let done = sqlx::query(
-            "INSERT INTO exchange_adapters (id, config, weights, bytes) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(id)
-        .bind(&adapter.config)
-        .bind(&adapter.weights)
-        .bind(bytes)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
     /// The adapter `id`, if stored.
     pub async fn adapter(&self, id: &str) -> Result<Option<StoredAdapter>> {
         let row: Option<(Vec<u8>, Vec<u8>)> =

@@ -17,28 +17,6 @@ pub struct DatasetSummary {
 }
 
 impl Books {
-    /// Stores a dataset file under its content id (the caller has checked it and the id);
-    /// storing the same bytes again changes nothing. Returns whether it was new.
-    pub async fn put_dataset(
-        &self,
-        id: &str,
-        body: &[u8],
-        summary: DatasetSummary,
-    ) -> Result<bool> {
-        let done = sqlx::query(
-            "INSERT INTO exchange_datasets (id, body, sequences, tokens, max_token) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(id)
-        .bind(body)
-        .bind(summary.sequences as i32)
-        .bind(summary.tokens as i64)
-        .bind(i64::from(summary.max_token))
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
     /// The file of dataset `id`, if stored.
     pub async fn dataset(&self, id: &str) -> Result<Option<Vec<u8>>> {
         let row: Option<(Vec<u8>,)> =

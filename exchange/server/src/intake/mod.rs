@@ -187,6 +187,7 @@ pub struct Intake {
     freivalds_rounds: usize,
     limits: crate::limits::RateLimits,
     in_flight: Option<crate::limits::InFlight>,
+    store_quota_bytes: u64,
 }
 
 /// Bound ML-DSA keys kept in memory at most (each ~2 KB).
@@ -217,6 +218,7 @@ impl Intake {
             freivalds_rounds: crate::matmul::DEFAULT_FREIVALDS_ROUNDS,
             limits: crate::limits::RateLimits::default(),
             in_flight: crate::limits::InFlight::new(crate::limits::MAX_IN_FLIGHT),
+            store_quota_bytes: crate::books::DEFAULT_STORE_QUOTA_BYTES,
         }
     }
 
@@ -285,6 +287,17 @@ impl Intake {
     pub fn with_max_in_flight(mut self, max: usize) -> Self {
         self.in_flight = crate::limits::InFlight::new(max);
         self
+    }
+
+    /// Bytes of adapters and datasets one account may keep stored ([`Books::store`]).
+    pub fn with_store_quota_bytes(mut self, bytes: u64) -> Self {
+        self.store_quota_bytes = bytes;
+        self
+    }
+
+    /// Bytes of adapters and datasets one account may keep stored.
+    pub fn store_quota_bytes(&self) -> u64 {
+        self.store_quota_bytes
     }
 
     /// The bound on requests doing work at once, if any.

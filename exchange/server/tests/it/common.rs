@@ -91,3 +91,28 @@ pub(crate) async fn read_as(
         .unwrap())
     .await
 }
+
+/// An `Authorization` value for `scope`, signed by `key`, for the exchange of `intake`.
+pub(crate) fn credential(
+    intake: &cx_exchange_server::intake::Intake,
+    key: &cx_protocol::order::SigningKey,
+    scope: cx_protocol::access::Scope,
+) -> String {
+    credential_at(intake.identity().public().id().0.into(), key, scope)
+}
+
+/// An `Authorization` value for `scope`, signed by `key`, for the exchange whose ML-DSA key
+/// hash is `exchange`.
+pub(crate) fn credential_at(
+    exchange: alloy::primitives::B256,
+    key: &cx_protocol::order::SigningKey,
+    scope: cx_protocol::access::Scope,
+) -> String {
+    cx_protocol::access::AccessGrant {
+        scope,
+        account: cx_protocol::order::account_of(key),
+        exchange,
+        expires_s: cx_exchange_server::intake::now_s() + 60,
+    }
+    .authorization(key)
+}

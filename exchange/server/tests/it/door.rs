@@ -189,6 +189,11 @@ impl Door {
         &self.router
     }
 
+    /// The buyer's (`key`'s) signed credential for `scope`.
+    pub(crate) fn credential(&self, scope: cx_protocol::access::Scope) -> String {
+        crate::common::credential(self.intake(), &self.key, scope)
+    }
+
     /// `GET path` as the buyer (`key`'s read credential).
     pub(crate) async fn read(&self, path: &str) -> (StatusCode, Value) {
         crate::common::read_as(&self.router, &self.key, path).await
@@ -1077,14 +1082,18 @@ async fn a_residency_claim_the_work_contradicts_is_recorded_against_the_provider
         "adapter_config": r#"{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]}"#,
         "adapter_model_safetensors_base64": base64::engine::general_purpose::STANDARD.encode(&weights),
     });
-    let (status, stored) = door
-        .call(
-            Request::put("/v1/adapters")
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(files.to_string()))
-                .unwrap(),
-        )
-        .await;
+    let put = |authorization: Option<String>| {
+        let mut request =
+            Request::put("/v1/adapters").header(header::CONTENT_TYPE, "application/json");
+        if let Some(value) = authorization {
+            request = request.header(header::AUTHORIZATION, value);
+        }
+        door.call(request.body(Body::from(files.to_string())).unwrap())
+    };
+    // Storing needs an account's credential; it is then the adapter's owner.
+    let (status, refused) = put(None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused}");
+    let (status, stored) = put(Some(door.credential(cx_protocol::access::Scope::Store))).await;
     assert_eq!(status, StatusCode::CREATED, "{stored}");
     let adapter = stored["id"].as_str().unwrap().to_owned();
     let mut warm = bundle("warm");
@@ -1114,9 +1123,26 @@ async fn a_residency_claim_the_work_contradicts_is_recorded_against_the_provider
             }
             door.call(request.body(Body::empty()).unwrap())
         };
-        // Anyone may fetch anonymously, and that proves nothing about anyone.
+        // No one fetches anonymously, and a stranger's credential finds nothing.
         let (status, _) = fetch(None).await;
-        assert_eq!(status, StatusCode::OK);
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let stranger = SigningKey::from_slice(&[78; 32]).unwrap();
+        let (status, _) = door
+            .call(
+                Request::get(format!("/v1/adapters/{adapter}"))
+                    .header(
+                        header::AUTHORIZATION,
+                        crate::common::credential(
+                            door.intake(),
+                            &stranger,
+                            cx_protocol::access::Scope::Read,
+                        ),
+                    )
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(door.count("exchange_residency_misses").await, 0);
         // A bad token is refused, not treated as anonymous.
         let (status, _) = fetch(Some("not-a-provider")).await;

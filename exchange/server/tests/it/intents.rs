@@ -496,9 +496,10 @@ async fn a_binding_must_verify_both_ways_and_a_key_binds_one_account() {
     assert_eq!(err["error"]["code"], "account_bound");
 }
 
-fn put(path: &str, body: &Value) -> Request<Body> {
+fn put(path: &str, body: &Value, authorization: &str) -> Request<Body> {
     Request::put(path)
         .header(header::CONTENT_TYPE, "application/json")
+        .header(header::AUTHORIZATION, authorization)
         .body(Body::from(body.to_string()))
         .unwrap()
 }
@@ -523,7 +524,19 @@ async fn adapters_are_stored_by_content_served_back_and_priced_by_their_bytes() 
         "adapter_config": config,
         "adapter_model_safetensors_base64": base64::engine::general_purpose::STANDARD.encode(&weights),
     });
-    let (status, stored) = w.call(put("/v1/adapters", &files)).await;
+    let (_, exchange) = w
+        .call(Request::get("/v1/exchange").body(Body::empty()).unwrap())
+        .await;
+    let store = crate::common::credential_at(
+        exchange["mldsa_key_hash"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap(),
+        &w.key,
+        cx_protocol::access::Scope::Store,
+    );
+    let (status, stored) = w.call(put("/v1/adapters", &files, &store)).await;
     assert_eq!(status, StatusCode::CREATED, "{stored}");
     let id = stored["id"].as_str().unwrap().to_owned();
     assert_eq!(
@@ -534,7 +547,7 @@ async fn adapters_are_stored_by_content_served_back_and_priced_by_their_bytes() 
         ])
     );
     assert_eq!(stored["bytes"], config.len() + weights.len());
-    let (status, again) = w.call(put("/v1/adapters", &files)).await;
+    let (status, again) = w.call(put("/v1/adapters", &files, &store)).await;
     assert_eq!(
         (status, again["created"].clone()),
         (StatusCode::OK, json!(false))
@@ -555,31 +568,19 @@ async fn adapters_are_stored_by_content_served_back_and_priced_by_their_bytes() 
         (not_safetensors, "adapter_model_safetensors_base64"),
         (not_json, "adapter_config"),
     ] {
-        let (status, err) = w.call(put("/v1/adapters", &body)).await;
+        let (status, err) = w.call(put("/v1/adapters", &body, &store)).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
         assert_eq!(err["error"]["field"], field, "{err}");
     }
 
-    let (status, back) = w
-        .call(
-            Request::get(format!("/v1/adapters/{id}"))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (status, back) = w.read(&format!("/v1/adapters/{id}")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(back["adapter_config"], config);
     assert_eq!(
         back["adapter_model_safetensors_base64"],
         files["adapter_model_safetensors_base64"]
     );
-    let (status, _) = w
-        .call(
-            Request::get(format!("/v1/adapters/{}", "ab".repeat(32)))
-                .body(Body::empty())
-                .unwrap(),
-        )
-        .await;
+    let (status, _) = w.read(&format!("/v1/adapters/{}", "ab".repeat(32))).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // An intent naming the adapter: no bundle holds it, so clearing prices its load (μ2).

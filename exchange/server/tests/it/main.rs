@@ -10,6 +10,7 @@ mod matmul;
 mod offers;
 mod slow_clients;
 mod standing;
+mod store;
 mod tls;
 mod train;
 mod verification;

@@ -526,6 +526,10 @@ mod rents {
             .call(
                 Request::put("/v1/adapters")
                     .header(header::CONTENT_TYPE, "application/json")
+                    .header(
+                        header::AUTHORIZATION,
+                        door.credential(cx_protocol::access::Scope::Store),
+                    )
                     .body(Body::from(files.to_string()))
                     .unwrap(),
             )

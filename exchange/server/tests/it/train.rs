@@ -74,6 +74,10 @@ async fn put_dataset(door: &Door, body: &[u8], content_type: &str) -> (StatusCod
     door.call(
         Request::put("/v1/datasets")
             .header(header::CONTENT_TYPE, content_type)
+            .header(
+                header::AUTHORIZATION,
+                door.credential(cx_protocol::access::Scope::Store),
+            )
             .body(Body::from(body.to_vec()))
             .unwrap(),
     )
@@ -133,6 +137,8 @@ fn adapter(r: &TrainRequest, base: &str, rank: u32) -> (String, Vec<u8>) {
     (config, weights)
 }
 
+/// Stores an adapter as the provider that trained it, with its dispatch token (its training
+/// job running: the buyer owns what it stores).
 async fn store_adapter(door: &Door, config: &str, weights: &[u8]) -> String {
     let body = json!({
         "adapter_config": config,
@@ -142,6 +148,7 @@ async fn store_adapter(door: &Door, config: &str, weights: &[u8]) -> String {
         .call(
             Request::put("/v1/adapters")
                 .header(header::CONTENT_TYPE, "application/json")
+                .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
                 .body(Body::from(body.to_string()))
                 .unwrap(),
         )

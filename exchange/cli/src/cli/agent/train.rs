@@ -111,7 +111,7 @@ pub(super) async fn run_put_dataset(args: &Args, cmd: &PutDatasetArgs) -> anyhow
     Dataset::parse(&bytes).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let id = dataset_id(&bytes);
     let stored = args
-        .client()?
+        .account_client()?
         .put_dataset(&bytes)
         .await
         .context("storing the dataset")?;
@@ -133,7 +133,9 @@ pub(super) async fn run_put_dataset(args: &Args, cmd: &PutDatasetArgs) -> anyhow
 
 pub(super) async fn run_train(args: &Args, cmd: &TrainArgs) -> anyhow::Result<()> {
     let keys = args.load_keys()?;
-    let client = args.client()?;
+    let client = args
+        .client()?
+        .with_credential(cx_client::Credential::Account(keys.signing_key().clone()));
     let chain = pick_chain(&client, args.chain, false).await?;
     let target_modules = if cmd.target_modules.is_empty() {
         cx_protocol::model_config::Projection::ALL

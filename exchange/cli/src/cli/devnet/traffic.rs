@@ -7,7 +7,7 @@
 
 use anyhow::Context;
 use cx_client::types::ChainInfo;
-use cx_client::{AgentKeys, Client, InferenceRequest, ReadAs, request_hash};
+use cx_client::{AgentKeys, Client, Credential, InferenceRequest, request_hash};
 use cx_contracts::Deployment;
 use cx_protocol::order::{B256, Intent, SessionGrant, TabTerms, U256};
 use cx_protocol::pq::Identity;
@@ -108,8 +108,8 @@ pub(super) struct Agent {
     pub(super) name: String,
     pub(super) keys: AgentKeys,
     evm: Vec<EvmClient>,
-    /// The market's client reading jobs as this agent (made at first use).
-    reader: std::sync::OnceLock<Client>,
+    /// The market's client acting as this agent (made at first use).
+    own: std::sync::OnceLock<Client>,
 }
 
 fn now_s() -> u64 {
@@ -202,17 +202,18 @@ impl Agent {
             name,
             keys,
             evm,
-            reader: std::sync::OnceLock::new(),
+            own: std::sync::OnceLock::new(),
         })
     }
 
-    /// The market's client, reading jobs with this agent's signed read credential.
-    fn reader(&self, market: &Market) -> &Client {
-        self.reader.get_or_init(|| {
+    /// The market's client acting as this agent, with its signed credentials (reading its
+    /// jobs, storing its datasets and adapters).
+    pub(super) fn own(&self, market: &Market) -> &Client {
+        self.own.get_or_init(|| {
             market
                 .client
                 .clone()
-                .reading_as(ReadAs::Account(self.keys.signing_key().clone()))
+                .with_credential(Credential::Account(self.keys.signing_key().clone()))
         })
     }
 
@@ -371,7 +372,7 @@ impl Agent {
             .await
             .context("matmul")?;
         market.stats.matmuls.fetch_add(1, Ordering::Relaxed);
-        wait_ended(self.reader(market), accepted.job_id).await
+        wait_ended(self.own(market), accepted.job_id).await
     }
 
     /// One train order in the model's `cx/train/<base>` market: a few random byte sequences
@@ -401,8 +402,8 @@ impl Agent {
             sequences,
             loss_mask,
         })?;
-        let data = market
-            .client
+        let data = self
+            .own(market)
             .put_dataset(&file)
             .await
             .context("storing a dataset")?
@@ -428,7 +429,7 @@ impl Agent {
             .await
             .context("train")?;
         market.stats.trains.fetch_add(1, Ordering::Relaxed);
-        wait_ended(self.reader(market), accepted.job_id).await
+        wait_ended(self.own(market), accepted.job_id).await
     }
 
     /// A session key on tab `escrow_id` (as `cx agent session` makes one).
@@ -540,7 +541,7 @@ impl Agent {
                     chain_id: chain.chain_id,
                     escrow_id: old.escrow_id,
                     jobs: old.jobs.clone(),
-                    reader: self.reader(market).clone(),
+                    reader: self.own(market).clone(),
                 });
             }
             Err(e) => {
@@ -625,7 +626,7 @@ impl Agent {
             .await
             .context("intent")?;
         market.stats.intents.fetch_add(1, Ordering::Relaxed);
-        wait_ended(self.reader(market), accepted.job_id).await
+        wait_ended(self.own(market), accepted.job_id).await
     }
 }
 
@@ -669,8 +670,8 @@ fn prompt(rng: &mut ChaCha20Rng) -> String {
         .join(" ")
 }
 
-/// Reads one adapter directory and stores it at the exchange; returns its content id.
-pub(super) async fn put_adapter(client: &Client, dir: &Path) -> anyhow::Result<String> {
+/// One adapter directory's two files and their content id.
+fn read_adapter(dir: &Path) -> anyhow::Result<(String, Vec<u8>, String)> {
     let config = std::fs::read(dir.join("adapter_config.json"))
         .with_context(|| format!("{}", dir.display()))?;
     let weights = std::fs::read(dir.join("adapter_model.safetensors"))
@@ -680,6 +681,18 @@ pub(super) async fn put_adapter(client: &Client, dir: &Path) -> anyhow::Result<S
         ("adapter_model.safetensors", &weights),
     ]);
     let text = String::from_utf8(config).context("adapter_config.json is not UTF-8")?;
+    Ok((text, weights, id))
+}
+
+/// The content id of the adapter in `dir`.
+pub(super) fn adapter_id(dir: &Path) -> anyhow::Result<String> {
+    Ok(read_adapter(dir)?.2)
+}
+
+/// Stores the adapter in `dir` at the exchange with `client`'s account (it owns it, its quota
+/// pays); returns its content id.
+pub(super) async fn put_adapter(client: &Client, dir: &Path) -> anyhow::Result<String> {
+    let (text, weights, id) = read_adapter(dir)?;
     let stored = client
         .put_adapter(&text, &weights, Some(&id))
         .await

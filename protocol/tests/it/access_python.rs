@@ -5,8 +5,8 @@
 
 use std::process::Command;
 
+use cx_protocol::access::{AccessError, AccessGrant, Scope};
 use cx_protocol::order::{Address, B256};
-use cx_protocol::read::{ReadError, ReadGrant};
 
 #[test]
 fn a_read_credential_signed_by_eth_account_is_accepted_for_its_account_and_exchange_only() {
@@ -23,7 +23,8 @@ fn a_read_credential_signed_by_eth_account_is_accepted_for_its_account_and_excha
         .unwrap();
     let exchange = B256::repeat_byte(0xab);
     let now_s = 1_800_000_000;
-    let grant = ReadGrant {
+    let grant = AccessGrant {
+        scope: Scope::Read,
         account,
         exchange,
         expires_s: now_s + 300,
@@ -57,16 +58,19 @@ print("0x" + bytes(signed.signature).hex())
         grant.expires_s,
         signature.trim()
     );
-    assert_eq!(ReadGrant::verify(&header, exchange, now_s), Ok(account));
+    assert_eq!(
+        AccessGrant::verify(&header, Scope::Read, exchange, now_s),
+        Ok(account)
+    );
     // The same signature read at another exchange, or claimed for another account, is refused.
     assert_eq!(
-        ReadGrant::verify(&header, B256::repeat_byte(0xcd), now_s),
-        Err(ReadError::NotSigner(account))
+        AccessGrant::verify(&header, Scope::Read, B256::repeat_byte(0xcd), now_s),
+        Err(AccessError::NotSigner(account))
     );
     let other = Address::repeat_byte(0x11);
     let claimed = header.replace(&account.to_string(), &other.to_string());
     assert_eq!(
-        ReadGrant::verify(&claimed, exchange, now_s),
-        Err(ReadError::NotSigner(other))
+        AccessGrant::verify(&claimed, Scope::Read, exchange, now_s),
+        Err(AccessError::NotSigner(other))
     );
 }
