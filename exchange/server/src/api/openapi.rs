@@ -109,7 +109,8 @@ impl utoipa::Modify for Security {
                          EIP-191 personal_sign of `compute-exchange {word}\\naccount: <EIP-55>\\n\
                          exchange: <ML-DSA key hash of GET /v1/exchange>\\nexpires: <unix s>`, \
                          good for at most an hour"
-                    ),
+                    )
+                    .as_str(),
                 ))),
             );
         }

@@ -76,17 +76,17 @@ pub(crate) async fn read_as(
         )
     };
     let (_, exchange) = get(Request::get("/v1/exchange").body(Body::empty()).unwrap()).await;
-    let grant = cx_protocol::read::ReadGrant {
-        account: cx_protocol::order::account_of(key),
-        exchange: exchange["mldsa_key_hash"]
+    let credential = credential_at(
+        exchange["mldsa_key_hash"]
             .as_str()
             .unwrap()
             .parse()
             .unwrap(),
-        expires_s: cx_exchange_server::intake::now_s() + 60,
-    };
+        key,
+        cx_protocol::access::Scope::Read,
+    );
     get(Request::get(path)
-        .header(axum::http::header::AUTHORIZATION, grant.authorization(key))
+        .header(axum::http::header::AUTHORIZATION, credential)
         .body(Body::empty())
         .unwrap())
     .await
