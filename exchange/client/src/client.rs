@@ -225,20 +225,13 @@ impl Client {
         };
         let body =
             serde_json::to_vec(&body).expect("request bodies are plain data and always serialize");
-        let authorization = self.authorization(Scope::Store).await?;
-        let (_, bytes, _) = self
-            .call(
-                Method::PUT,
-                "/v1/adapters",
-                Some(Bytes::from(body)),
-                authorization.as_deref(),
-            )
-            .await?;
-        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
-            method: "PUT",
-            path: "/v1/adapters".to_owned(),
-            source,
-        })
+        self.send_scoped(
+            Method::PUT,
+            "/v1/adapters",
+            Some(Bytes::from(body)),
+            Scope::Store,
+        )
+        .await
     }
 
     /// `PUT /v1/datasets`: stores a training dataset file (`{"sequences": …, "loss_mask": …}`,
@@ -246,20 +239,9 @@ impl Client {
     /// ([`cx_protocol::train::dataset_id`] of these bytes), which a train order's `data` names;
     /// owned by the account of [`Client::with_credential`], counted against its store quota.
     pub async fn put_dataset(&self, file: &[u8]) -> Result<StoredDataset> {
-        let authorization = self.authorization(Scope::Store).await?;
-        let (_, bytes, _) = self
-            .call(
-                Method::PUT,
-                "/v1/datasets",
-                Some(Bytes::copy_from_slice(file)),
-                authorization.as_deref(),
-            )
-            .await?;
-        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
-            method: "PUT",
-            path: "/v1/datasets".to_owned(),
-            source,
-        })
+        let body = Some(Bytes::copy_from_slice(file));
+        self.send_scoped(Method::PUT, "/v1/datasets", body, Scope::Store)
+            .await
     }
 
     /// `POST /v1/intents` for a train order (the intent's `want` is `cx/train/<base>`, its
@@ -524,12 +506,24 @@ impl Client {
 
     /// A GET with the account's read credential.
     async fn get_as_account<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
-        let authorization = self.authorization(Scope::Read).await?;
+        self.send_scoped(Method::GET, path, None, Scope::Read).await
+    }
+
+    /// A request carrying the account's credential for `scope`, its JSON answer.
+    async fn send_scoped<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        scope: Scope,
+    ) -> Result<T> {
+        let method_name = method_name(&method);
+        let authorization = self.authorization(scope).await?;
         let (_, bytes, _) = self
-            .call(Method::GET, path, None, authorization.as_deref())
+            .call(method, path, body, authorization.as_deref())
             .await?;
         serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
-            method: "GET",
+            method: method_name,
             path: strip_query(path).to_owned(),
             source,
         })
