@@ -100,6 +100,7 @@ fn market(cluster: &Cluster) -> cx_settlement::config::MarketTerms {
     cx_settlement::config::MarketTerms {
         exchange_key: cluster.exchange.public().to_bytes().to_vec(),
         fee: cluster.fee,
+        slash: Default::default(),
     }
 }
 
