@@ -199,6 +199,7 @@ impl Cluster {
                 market: MarketTerms {
                     exchange_key: exchange.public().to_bytes().to_vec(),
                     fee,
+                    slash: Default::default(),
                 },
                 rule,
                 limits: Default::default(),

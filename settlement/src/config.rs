@@ -139,6 +139,9 @@ pub struct MarketTerms {
     pub exchange_key: Vec<u8>,
     /// The exchange's fee.
     pub fee: crate::ledger::Fee,
+    /// What a slash takes and who receives it (default: 10x the job's price, burnt).
+    #[serde(default)]
+    pub slash: crate::slash::SlashPolicy,
 }
 
 impl MarketTerms {
@@ -160,6 +163,14 @@ impl SignerConfig {
         })?;
         config.me()?;
         config.market.exchange()?;
+        config
+            .market
+            .slash
+            .validate()
+            .map_err(|reason| Error::SlashTerms {
+                path: path.to_path_buf(),
+                reason,
+            })?;
         config.check()?;
         Ok(config)
     }

@@ -331,6 +331,14 @@ pub enum Error {
         /// The index.
         index: u16,
     },
+    /// The market's slash terms cannot be signed under.
+    #[error("{path}: market.slash: {reason}; fix the slash terms")]
+    SlashTerms {
+        /// The config file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// Two committee entries share one index.
     #[error("the committee list has two entries with one index; give each member its own")]
     DuplicateMember,

@@ -12,14 +12,123 @@
 //! that the evidence was not used on chain, before it signs `ProviderRegistry.slashDigest`.
 //! The digest carries an expiry, so a signature cannot be held back and used much later; a
 //! signer refuses one that has passed or that reaches further than [`MAX_SLASH_VALIDITY_S`].
+//!
+//! What a slash takes and who receives it are not the requester's to choose: [`SlashPolicy`],
+//! pinned in each signer's market terms and in the exchange's settlement config, makes them a
+//! function of the evidence alone — a stated multiple of the price the accused itself signed for
+//! the job, paid to a fixed account (the burn address by default). The exchange asks for exactly
+//! [`SlashPolicy::terms`], and every signer recomputes it ([`SlashPolicy::check`]) and refuses
+//! anything else. Why: a slash paid to the buyer pays a buyer who can outvote an honest provider
+//! with providers of its own, and a slash of any amount lets a compromised exchange take whole
+//! stakes; bounded and paid away from every party of the job, framing someone pays nobody.
 
-use alloy::primitives::{Address, B256, keccak256};
+use alloy::primitives::{Address, B256, U256, address, keccak256};
 use cx_protocol::DeterminismClass;
 use cx_protocol::receipt::SignedReceipt;
 use serde::{Deserialize, Serialize};
 
 /// The longest a slash signature may stay valid (chain time), one day.
 pub const MAX_SLASH_VALIDITY_S: u64 = 86_400;
+
+/// Where slashed stake goes unless the terms name another account: an address no key controls.
+pub const BURN_ADDRESS: Address = address!("0x000000000000000000000000000000000000dEaD");
+
+/// The multiple of the accused job's price a slash takes unless the terms say otherwise.
+pub const DEFAULT_SLASH_MULTIPLE: u32 = 10;
+
+/// The largest multiple any terms may name: a signer refuses a config above it, so one mistyped
+/// or hostile term cannot turn a small job into a whole stake.
+pub const MAX_SLASH_MULTIPLE: u32 = 100;
+
+/// What a slash takes and who receives it, as a market term (every signer pins it; the exchange
+/// asks with the same terms): `multiple` × the price the accused signed for the job (its
+/// receipt's `amount_owed_wei`; of two conflicting receipts the larger), paid to `recipient`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SlashPolicy {
+    /// The multiple of the job's price taken, 1..=[`MAX_SLASH_MULTIPLE`].
+    pub multiple: u32,
+    /// Who receives what is taken: a burn address or an insurance account, never a party the
+    /// exchange names per slash.
+    pub recipient: Address,
+}
+
+impl Default for SlashPolicy {
+    fn default() -> Self {
+        Self {
+            multiple: DEFAULT_SLASH_MULTIPLE,
+            recipient: BURN_ADDRESS,
+        }
+    }
+}
+
+impl SlashPolicy {
+    /// Refuses terms no slash may be signed under: a multiple of zero or above
+    /// [`MAX_SLASH_MULTIPLE`], or the zero recipient (the registry refuses it).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.multiple == 0 || self.multiple > MAX_SLASH_MULTIPLE {
+            return Err(format!(
+                "the slash multiple must be 1..={MAX_SLASH_MULTIPLE}, not {}",
+                self.multiple
+            ));
+        }
+        if self.recipient.is_zero() {
+            return Err("the slash recipient must not be the zero address".into());
+        }
+        Ok(())
+    }
+
+    /// The price of the accused job as the accused signed it: its receipt's amount owed (of two
+    /// conflicting receipts, the larger: both are its own word).
+    pub fn price_wei(evidence: &SlashEvidence) -> U256 {
+        match evidence {
+            SlashEvidence::ConflictingReceipts { first, second } => U256::from(
+                first
+                    .receipt
+                    .amount_owed_wei
+                    .max(second.receipt.amount_owed_wei),
+            ),
+            SlashEvidence::ReplicaDisagreement { accused, .. } => {
+                U256::from(accused.receipt.amount_owed_wei)
+            }
+        }
+    }
+
+    /// The amount and recipient of the slash `evidence` warrants under these terms: the one
+    /// function both the exchange (asking) and every signer (checking) compute.
+    pub fn terms(&self, evidence: &SlashEvidence) -> Result<(U256, Address), String> {
+        self.validate()?;
+        let amount = Self::price_wei(evidence).saturating_mul(U256::from(self.multiple));
+        if amount.is_zero() {
+            return Err("the accused job's price is zero: there is nothing to slash".into());
+        }
+        Ok((amount, self.recipient))
+    }
+
+    /// Refuses a slash request whose amount or recipient is not exactly [`SlashPolicy::terms`].
+    pub fn check(
+        &self,
+        evidence: &SlashEvidence,
+        amount: U256,
+        recipient: Address,
+    ) -> Result<(), String> {
+        let (bound, to) = self.terms(evidence)?;
+        if amount != bound {
+            return Err(format!(
+                "the slash asks {amount} wei; this signer's terms take exactly {bound} wei \
+                 ({}x the job's price {})",
+                self.multiple,
+                Self::price_wei(evidence)
+            ));
+        }
+        if recipient != to {
+            return Err(format!(
+                "the slash pays {recipient}; this signer's terms pay slashed stake to {to} only"
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// Evidence of provider misbehaviour.
 // Evidence is rare and short-lived (checked, signed over, dropped): two receipts inline cost
@@ -102,6 +211,43 @@ impl SlashEvidence {
             if on_chain != Some(key) {
                 return Err(format!(
                     "provider {provider} has not registered the key that signed the evidence"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The providers whose agreement the evidence rests on (a replica disagreement's majority;
+    /// none for conflicting receipts, which rest on the accused's own signatures).
+    pub fn witnesses(&self) -> Vec<Address> {
+        match self {
+            Self::ConflictingReceipts { .. } => Vec::new(),
+            Self::ReplicaDisagreement { majority, .. } => majority
+                .iter()
+                .map(|r| Address::from(r.receipt.provider))
+                .collect(),
+        }
+    }
+
+    /// Checks that every witness ([`SlashEvidence::witnesses`]) is a distinct provider with at
+    /// least `min_stake` (and something) at stake on chain: `staked` holds what the registry has
+    /// for each. A majority counts registered, staked identities, never throwaway accounts.
+    pub fn check_staked(&self, staked: &[(Address, U256)], min_stake: U256) -> Result<(), String> {
+        let witnesses = self.witnesses();
+        for (i, provider) in witnesses.iter().enumerate() {
+            if witnesses[..i].contains(provider) {
+                return Err(format!(
+                    "provider {provider} appears twice in the majority: it counts once"
+                ));
+            }
+            let stake = staked
+                .iter()
+                .find(|(p, _)| p == provider)
+                .map_or(U256::ZERO, |(_, s)| *s);
+            if stake.is_zero() || stake < min_stake {
+                return Err(format!(
+                    "provider {provider} of the majority has {stake} wei at stake, below the \
+                     registry's minimum {min_stake}: an unstaked identity is no vote"
                 ));
             }
         }
@@ -455,5 +601,98 @@ mod tests {
             disagreement(run_receipt(10, 0, 9), vec![run_receipt(11, 1, 3), forged]),
             "receipt of job",
         );
+    }
+
+    /// What broke: a signer checked only that a slash's amount and recipient were non-zero, so
+    /// the exchange could ask `U256::MAX` of an outvoted provider's stake paid to the buyer (a
+    /// buyer who outvotes an honest provider with two of its own took the whole stake), or to
+    /// itself. Now the amount is exactly the pinned multiple of the accused's signed price and
+    /// the recipient exactly the pinned account; anything else is refused.
+    #[test]
+    fn a_signer_refuses_a_slash_above_the_bound_or_to_another_recipient() {
+        let evidence = disagreement(
+            run_receipt(10, 0, 9),
+            vec![run_receipt(11, 1, 3), run_receipt(12, 2, 3)],
+        );
+        let terms = SlashPolicy::default();
+        let (amount, recipient) = terms.terms(&evidence).unwrap();
+        // The receipts above owe 1 wei: ten times it, burnt.
+        assert_eq!(amount, U256::from(10));
+        assert_eq!(recipient, BURN_ADDRESS);
+        terms.check(&evidence, amount, recipient).unwrap();
+        let buyer = Address::repeat_byte(0xbb);
+        for (amount, recipient, why) in [
+            (U256::MAX, recipient, "take exactly"),
+            (amount + U256::from(1), recipient, "take exactly"),
+            (amount - U256::from(1), recipient, "take exactly"),
+            (amount, buyer, "pay slashed stake to"),
+            (amount, Address::repeat_byte(0xee), "pay slashed stake to"),
+        ] {
+            let err = terms.check(&evidence, amount, recipient).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+        // An insurance account and another multiple, as a market pins them.
+        let insured = SlashPolicy {
+            multiple: 3,
+            recipient: Address::repeat_byte(0x1c),
+        };
+        insured
+            .check(&evidence, U256::from(3), Address::repeat_byte(0x1c))
+            .unwrap();
+        // Terms no signer may hold: no multiple, an unbounded one, the zero recipient.
+        for bad in [
+            SlashPolicy {
+                multiple: 0,
+                ..terms
+            },
+            SlashPolicy {
+                multiple: MAX_SLASH_MULTIPLE + 1,
+                ..terms
+            },
+            SlashPolicy {
+                recipient: Address::ZERO,
+                ..terms
+            },
+        ] {
+            assert!(bad.terms(&evidence).is_err(), "{bad:?}");
+        }
+        // The terms as JSON: absent means the defaults.
+        let market: crate::config::MarketTerms = serde_json::from_value(serde_json::json!({
+            "exchange_key": "00", "fee": {"bps": 0, "account": Address::ZERO},
+        }))
+        .unwrap();
+        assert_eq!(market.slash, SlashPolicy::default());
+    }
+
+    #[test]
+    fn a_majority_counts_distinct_staked_providers_only() {
+        let evidence = disagreement(
+            run_receipt(10, 0, 9),
+            vec![run_receipt(11, 1, 3), run_receipt(12, 2, 3)],
+        );
+        let min = U256::from(100);
+        let staked = |a: u64, b: u64| {
+            vec![
+                (Address::repeat_byte(11), U256::from(a)),
+                (Address::repeat_byte(12), U256::from(b)),
+            ]
+        };
+        evidence.check_staked(&staked(100, 500), min).unwrap();
+        for (a, b) in [(0, 500), (100, 99)] {
+            let err = evidence.check_staked(&staked(a, b), min).unwrap_err();
+            assert!(err.contains("is no vote"), "{err}");
+        }
+        let err = evidence
+            .check_staked(&staked(100, 500)[..1], min)
+            .unwrap_err();
+        assert!(err.contains("is no vote"), "{err}");
+        // Conflicting receipts rest on the accused's signatures alone: no witnesses.
+        let (a, b) = pair(DeterminismClass::D);
+        let own = SlashEvidence::ConflictingReceipts {
+            first: a,
+            second: b,
+        };
+        assert!(own.witnesses().is_empty());
+        own.check_staked(&[], min).unwrap();
     }
 }

@@ -5,9 +5,10 @@
 //! under a correctly signed receipt). An agent's T1 class-D intent goes to the cheap cheat and is
 //! re-executed on a second provider; the outputs disagree, a referee on the third decides, the
 //! cheat's job fails, every signer checks the evidence (the cheat's receipt against the two
-//! agreeing ones, each key registered on chain) and the slash lands: the cheat's stake in
-//! `ProviderRegistry` falls to nothing. When the tab settles, the honest providers are credited
-//! and the cheat is not.
+//! agreeing ones, each key registered on chain and staked) and the slash lands on the market's
+//! terms: the cheat's stake in `ProviderRegistry` loses a bounded multiple of its job's price,
+//! paid to the burn address, never to the buyer. When the tab settles, the honest providers are
+//! credited and the cheat is not.
 
 mod common;
 
@@ -167,12 +168,20 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
     assert!(!text.contains("altered"), "{text}");
 
     // The slash lands: the committee signed it on evidence each signer checked, and the cheat's
-    // stake is gone; the transaction is a job event.
+    // stake lost what the market's terms take (10x its job's price, at most what it has), paid
+    // to the burn address; the transaction is a job event.
     let registry = EvmClient::connect(&anvil.rpc_url(), anvil.keys[0].clone(), deployment).unwrap();
+    let burn = cx_settlement::slash::BURN_ADDRESS;
     let waited = Instant::now();
     loop {
         let (staked, unbonding, _) = registry.provider_stake(payouts[0]).await.unwrap();
-        if staked.is_zero() && unbonding.is_zero() {
+        let left = staked + unbonding;
+        if left < U256::from(1_000u64) {
+            assert_eq!(
+                registry.asset_balance(burn).await.unwrap(),
+                U256::from(1_000u64) - left,
+                "what was taken went to the burn address (a fresh chain's burn address holds nothing)"
+            );
             break;
         }
         assert!(

@@ -31,7 +31,7 @@ use cx_settlement::config::{MarketTerms, Member};
 use cx_settlement::coordinator::{Committee, Coordinator, EvmChain, PgStore, Store};
 use cx_settlement::ledger::Fee;
 use cx_settlement::onchain::ChainView;
-use cx_settlement::slash::SlashEvidence;
+use cx_settlement::slash::{SlashEvidence, SlashPolicy};
 use serde::{Deserialize, Serialize};
 
 use crate::books::{Books, PaidJob};
@@ -57,6 +57,10 @@ pub struct SettlementConfig {
     /// When a batch is cut.
     #[serde(default)]
     pub batching: Batching,
+    /// What a slash takes and who receives it: the same terms each signer pins (default: 10x
+    /// the accused job's price, burnt). Signers refuse a slash on any other terms.
+    #[serde(default)]
+    pub slash: SlashPolicy,
 }
 
 /// When waiting tabs are cut into a batch: as soon as `min_jobs` jobs wait, or `max_age_s` after
@@ -99,6 +103,8 @@ pub struct Settler {
     waiting_since: Mutex<Option<Instant>>,
     /// Signers per signature, t: how many must name a job in their refusals to drop it.
     threshold: u16,
+    /// What a slash takes and who receives it (the committee's market terms).
+    slash: SlashPolicy,
 }
 
 impl std::fmt::Debug for Settler {
@@ -138,11 +144,6 @@ pub struct Pass {
     pub slashed: usize,
 }
 
-/// What a slash takes: the whole stake (staked first, then unbonding; the registry takes what
-/// there is). A provider caught returning bytes that are not the job's has shown what its stake
-/// is worth; it also falls below the market's minimum and leaves the engine.
-pub const SLASH_AMOUNT: alloy::primitives::U256 = alloy::primitives::U256::MAX;
-
 /// How long a slash signature stays valid on chain, seconds.
 pub const SLASH_VALIDITY_S: u64 = 3_600;
 
@@ -177,9 +178,14 @@ impl Settler {
             let view = ChainView::connect(chain).map_err(s)?;
             evm.push(EvmChain::new(view, poster.clone()).map_err(s)?);
         }
+        config
+            .slash
+            .validate()
+            .map_err(|e| Error::Settlement(format!("settlement config: slash: {e}")))?;
         let market = MarketTerms {
             exchange_key: exchange.public().to_bytes().to_vec(),
             fee: config.fee,
+            slash: config.slash,
         };
         let coordinator =
             Coordinator::new(PgStore::new(books.pool().clone()), committee, evm, &market)
@@ -193,6 +199,7 @@ impl Settler {
             // Whatever a previous process left pending waits one `max_age_s` from now.
             waiting_since: Mutex::new(Some(Instant::now())),
             threshold: config.threshold,
+            slash: config.slash,
         })
     }
 
@@ -271,7 +278,9 @@ impl Settler {
     }
 
     /// Has the committee sign and post the slashes verification found (each signer checks the
-    /// evidence on its own), paying what is taken to the buyer the outvoted provider cheated;
+    /// evidence on its own), on the market's slash terms: a bounded multiple of the accused
+    /// job's price, paid to the account the terms name (never the buyer: a buyer able to outvote
+    /// an honest provider must gain nothing by it);
     /// records each transaction as a `slashed` event of the accused job. A slash the committee
     /// or the chain refuses is retried at the next passes, then given up with its reason.
     async fn post_slashes(&self) -> Result<usize> {
@@ -287,13 +296,21 @@ impl Settler {
                         continue;
                     }
                 };
-            let SlashEvidence::ReplicaDisagreement { accused, .. } = &evidence else {
+            if !matches!(evidence, SlashEvidence::ReplicaDisagreement { .. }) {
                 continue;
+            }
+            let (amount, recipient) = match self.slash.terms(&evidence) {
+                Ok(terms) => terms,
+                Err(err) => {
+                    self.books
+                        .slash_attempt_failed(slash.evidence_hash, &err)
+                        .await?;
+                    continue;
+                }
             };
-            let recipient = Address::from(accused.receipt.buyer);
             match self
                 .coordinator
-                .slash(&evidence, SLASH_AMOUNT, recipient, SLASH_VALIDITY_S)
+                .slash(&evidence, amount, recipient, SLASH_VALIDITY_S)
                 .await
             {
                 Ok((_, tx)) => {

@@ -53,7 +53,13 @@ pub fn runs_needed(tier: Tier, class: DeterminismClass) -> usize {
     }
 }
 
-/// Results that must agree for a verdict: two, whichever tier.
+/// Results that must agree for a verdict: two, whichever tier, of distinct on-chain identities.
+///
+/// An identity is the payout account a receipt names (the exchange accepts a receipt only when
+/// it is the provider's registered payout, and admits a provider only when that account has
+/// its key registered and its stake in `ProviderRegistry`). ML-DSA keys and the `operator`
+/// strings of offers cost nothing to make: counting them, one party with two keys could outvote
+/// an honest third and have it failed and slashed.
 const QUORUM: usize = 2;
 
 /// A verification run placed with a job.
@@ -130,18 +136,24 @@ pub fn judge(runs: &[RunRecord]) -> Judgement {
     {
         return Judgement::Settled;
     }
-    let results: Vec<[u8; 32]> = runs
+    // (output hash, on-chain identity) of each result in.
+    let results: Vec<([u8; 32], [u8; 20])> = runs
         .iter()
         .filter(|r| r.status == "verifying")
-        .filter_map(output_hash)
+        .filter_map(receipt)
+        .map(|r| (r.receipt.output_hash, r.receipt.provider))
         .collect();
     let pending = runs
         .iter()
         .any(|r| r.status == "assigned" || r.status == "running");
-    if let Some(agreed) = results
-        .iter()
-        .find(|h| results.iter().filter(|o| o == h).count() >= QUORUM)
-    {
+    if let Some((agreed, _)) = results.iter().find(|(h, _)| {
+        let identities: HashSet<[u8; 20]> = results
+            .iter()
+            .filter(|(o, _)| o == h)
+            .map(|(_, identity)| *identity)
+            .collect();
+        identities.len() >= QUORUM
+    }) {
         return Judgement::Decided(*agreed);
     }
     if pending {
@@ -386,7 +398,14 @@ impl Intake {
             match run.status.as_str() {
                 "verifying" if output_hash(run) == Some(agreed) => {
                     verdict.passed.push(run.id);
-                    majority.extend(receipt(run));
+                    // One receipt per identity: the evidence's majority is distinct providers.
+                    if let Some(r) = receipt(run)
+                        && !majority
+                            .iter()
+                            .any(|m: &SignedReceipt| m.receipt.provider == r.receipt.provider)
+                    {
+                        majority.push(r);
+                    }
                 }
                 "verifying" => verdict.failed.push(run.id),
                 "assigned" | "running" => verdict.cancelled.push(run.id),
@@ -675,6 +694,34 @@ mod tests {
             judge(&[run(0, "expired", None), run(1, "expired", None)]),
             Settled
         );
+    }
+
+    /// Run `n` by a provider of its own key whose receipt names payout account `identity`.
+    fn run_as(n: u8, identity: u8, status: &str, output: u8) -> RunRecord {
+        let mut r = run(n, status, Some(output));
+        let mut signed: SignedReceipt = serde_json::from_value(r.receipt.take().unwrap()).unwrap();
+        signed.receipt.provider = [identity; 20];
+        let signed =
+            SignedReceipt::sign(signed.receipt, &Identity::from_seed([n + 1; 32])).unwrap();
+        r.receipt = Some(serde_json::to_value(signed).unwrap());
+        r
+    }
+
+    /// What broke: agreement was counted per run (per ML-DSA key), so two keys of one payout
+    /// account, the one identity the registry stakes, made a majority on their own.
+    #[test]
+    fn agreement_counts_distinct_on_chain_identities_not_keys() {
+        use Judgement::*;
+        let v = "verifying";
+        // Runs 1 and 2 are two keys of account 7; the honest run 0 is account 5.
+        let sybil = [run_as(0, 5, v, 1), run_as(1, 7, v, 2), run_as(2, 7, v, 2)];
+        assert_eq!(judge(&sybil), NoMajority, "one identity is one vote");
+        // A T1 pair of one identity agreeing proves nothing: a referee of another decides.
+        let pair = [run_as(0, 7, v, 2), run_as(1, 7, v, 2)];
+        assert_eq!(judge(&pair), AnotherRun);
+        let mut refereed = pair.to_vec();
+        refereed.push(run_as(2, 8, v, 2));
+        assert_eq!(judge(&refereed), Decided([2; 32]));
     }
 
     #[test]

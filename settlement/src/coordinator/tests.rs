@@ -56,6 +56,7 @@ impl Market {
         let market = crate::config::MarketTerms {
             exchange_key: exchange.public().to_bytes().to_vec(),
             fee: Default::default(),
+            slash: Default::default(),
         };
         Market {
             coordinator: Coordinator::new(store, committee, chains, &market).unwrap(),

@@ -847,8 +847,10 @@ impl Signer {
             .map_err(|e| format!("FROST round 2: {e}"))
     }
 
-    /// Signs a slash only on evidence it checked itself (see [`crate::slash`]): the pair of
-    /// receipts, the provider's key as registered on chain, evidence not used yet, and an expiry
+    /// Signs a slash only on evidence it checked itself (see [`crate::slash`]): the receipts,
+    /// each signer's key as registered on chain, a majority of distinct staked providers, the
+    /// amount and recipient its market terms give ([`crate::slash::SlashPolicy`]), evidence not
+    /// used yet, and an expiry
     /// ahead of the chain's clock by at most [`crate::slash::MAX_SLASH_VALIDITY_S`].
     async fn sign_slash(
         &self,
@@ -865,9 +867,12 @@ impl Signer {
                 request.chain_id
             ));
         }
-        if request.amount.is_zero() || request.recipient.is_zero() {
-            return Err("a slash needs an amount and a recipient".into());
-        }
+        // The amount and recipient are the market's terms applied to this evidence, whatever
+        // the coordinator asks: a bounded multiple of the accused's price, to the pinned account.
+        self.config
+            .market
+            .slash
+            .check(evidence, request.amount, request.recipient)?;
         let chain = self
             .chain(request.chain_id, None)
             .await?
@@ -878,13 +883,14 @@ impl Signer {
         let (now, used, on_chain) =
             tokio::join!(chain.now_s(), chain.evidence_used(hash), chain.group_key());
         // Every key that signed the evidence (the accused's, and for a replica disagreement each
-        // of the majority's) as its provider registered it on chain.
+        // of the majority's) as its provider registered it on chain, and what each has at stake:
+        // a majority counts distinct registered providers with stake, never throwaway accounts.
         let mut registered = Vec::new();
+        let mut staked = Vec::new();
         for (provider, _) in evidence.signers() {
-            registered.push((
-                provider,
-                chain.provider_key_hash(provider).await.map_err(e)?,
-            ));
+            let (stake, key) = chain.provider_standing(provider).await.map_err(e)?;
+            registered.push((provider, key));
+            staked.push((provider, stake));
         }
         let now = now.map_err(e)?;
         if request.expires_at_s <= now {
@@ -901,6 +907,9 @@ impl Signer {
             ));
         }
         evidence.check_registered(&registered)?;
+        if !evidence.witnesses().is_empty() {
+            evidence.check_staked(&staked, chain.min_stake().await.map_err(e)?)?;
+        }
         if used.map_err(e)? {
             return Err(format!("evidence {hash} was already used for a slash"));
         }

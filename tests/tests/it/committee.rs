@@ -100,6 +100,7 @@ fn market(cluster: &Cluster) -> cx_settlement::config::MarketTerms {
     cx_settlement::config::MarketTerms {
         exchange_key: cluster.exchange.public().to_bytes().to_vec(),
         fee: cluster.fee,
+        slash: Default::default(),
     }
 }
 
@@ -1320,6 +1321,9 @@ async fn sign_requests_carry_balance_changes_and_signers_keep_their_own_balances
 /// be signed. Now a slash names its evidence (two receipts by one provider for one class-D job
 /// with different outputs), every signer checks it on its own, and the signed digest carries an
 /// expiry: valid evidence lands once; reused, stale, or not-conflicting evidence does not.
+/// And (issue 32 item 4) the signers checked only that amount and recipient were non-zero: a
+/// coordinator could take a whole stake and pay it to anyone. Now every signer refuses any amount
+/// but its market's multiple of the accused's price, and any recipient but the market's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not() {
     use cx_protocol::receipt::SignedReceipt;
@@ -1364,8 +1368,10 @@ async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not
     };
     let ids = chain.open_jobs(3, 1_000).await.unwrap();
     let evidence = conflicting(ids[0]);
-    let amount = U256::from(1_000_000_000u64);
-    let recipient = chain.buyer.account();
+    let (amount, recipient) = market(&cluster).slash.terms(&evidence).unwrap();
+    // 10x the 100 wei the receipts owe, burnt.
+    assert_eq!(amount, U256::from(1_000u64));
+    assert_eq!(recipient, cx_settlement::slash::BURN_ADDRESS);
     let staked = async || {
         chain
             .operator
@@ -1374,6 +1380,23 @@ async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not
             .unwrap()
             .0
     };
+
+    // 0. Valid evidence on other terms: the whole stake, or the right amount to the buyer.
+    for (hostile_amount, to, why) in [
+        (U256::MAX, recipient, "take exactly"),
+        (amount + U256::from(1u64), recipient, "take exactly"),
+        (amount, chain.buyer.account(), "pay slashed stake to"),
+    ] {
+        let err = coordinator
+            .slash(&evidence, hostile_amount, to, 3_600)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Refused { .. } if err.to_string().contains(why)),
+            "{err}"
+        );
+    }
+    assert_eq!(staked().await, stake, "nothing was taken");
 
     // 1. Valid evidence: it lands, and the recipient is paid.
     let before = chain.operator.asset_balance(recipient).await.unwrap();

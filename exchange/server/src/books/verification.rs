@@ -378,14 +378,20 @@ impl Books {
             .transpose()
     }
 
-    /// Every bundle of the providers `keys`.
+    /// Every bundle of the providers `keys`, and of every provider that shares an on-chain
+    /// identity (payout account, the address `ProviderRegistry` stakes and slashes) with one of
+    /// them: keys are free to make, so two keys of one account are one provider to replication.
     pub async fn bundles_of(&self, keys: &[B256]) -> Result<Vec<String>> {
         let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
-        let rows: Vec<(String,)> =
-            sqlx::query_as("SELECT id FROM exchange_bundles WHERE provider_key_hash = ANY($1)")
-                .bind(keys)
-                .fetch_all(&self.pool)
-                .await?;
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "SELECT b.id FROM exchange_bundles b \
+             LEFT JOIN exchange_providers p ON p.key_hash = b.provider_key_hash \
+             WHERE b.provider_key_hash = ANY($1) \
+                OR p.payout IN (SELECT payout FROM exchange_providers WHERE key_hash = ANY($1))",
+        )
+        .bind(keys)
+        .fetch_all(&self.pool)
+        .await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 

@@ -857,7 +857,8 @@ async fn a_continuation_goes_to_the_prefix_holder_and_its_page_names_the_hit() {
     holder.provider = "op-holder".into();
     let offer = Offer {
         operator: "op-holder".into(),
-        payout: PAYOUT,
+        // Its own on-chain identity: the T1 replica must run under another payout account.
+        payout: Address::repeat_byte(0x5e),
         bundles: vec![holder],
         token_hash: Offer::token_hash_of(b"holder-token"),
         issued_at_s: now_s(),

@@ -426,6 +426,73 @@ async fn t3_runs_on_three_operators_and_the_majority_outvotes_the_buyers_own_pro
     assert_eq!(evidence.provider(), provs[pulled[0].0].payout);
 }
 
+/// What broke: replicas were placed on distinct ML-DSA keys and self-declared operator strings,
+/// and a majority was any two agreeing runs. Keys and operator strings cost nothing, so one party
+/// with two keys of one payout account (the one identity `ProviderRegistry` stakes and slashes)
+/// could take two of a T3 job's three runs, agree with itself, and have the honest third failed
+/// and unpaid. Now replicas go to distinct payout accounts only, and agreement counts distinct
+/// payout accounts: two keys of one account are one vote.
+#[tokio::test]
+async fn two_providers_of_one_identity_cannot_outvote_an_honest_third() {
+    let door = Door::new().await;
+    let sybil = Address::repeat_byte(0x5b);
+    let (mut s1, mut s2, honest) = (
+        Prov::new(61, "op-a"),
+        Prov::new(62, "op-b"),
+        Prov::new(63, "op-c"),
+    );
+    s1.payout = sybil;
+    s2.payout = sybil;
+    for p in [&s1, &s2, &honest] {
+        p.register(&door).await;
+    }
+    // Three keys and three operator strings, but two on-chain identities: no T3 committee.
+    let (status, body) = submit(&door, Tier::T3, 1).await;
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "two keys of one account took two replicas: {body}"
+    );
+    assert_eq!(body["error"]["code"], "no_diverse_committee", "{body}");
+
+    // The second key shows another account while the job is placed, then moves back to the
+    // first one's (an exchange without chains cannot tell): its vote still counts once.
+    s2.payout = Address::repeat_byte(62);
+    s2.register(&door).await;
+    let (status, accepted) = submit(&door, Tier::T3, 2).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    s2.payout = sybil;
+    s2.register(&door).await;
+    let provs = [&s1, &s2, &honest];
+    let pulled = pull_all(&door, &provs).await;
+    assert_eq!(pulled.len(), 3, "{pulled:?}");
+    let mut honest_job = None;
+    // The honest provider answers last, after the two keys of one account agreed.
+    for (i, j) in pulled.iter().filter(|(i, _)| *i != 2) {
+        provs[*i].answer(&door, j, CHEAT).await;
+    }
+    for (i, j) in pulled.iter().filter(|(i, _)| *i == 2) {
+        provs[*i].answer(&door, j, HONEST).await;
+        honest_job = Some(j["job_id"].as_str().unwrap().to_owned());
+    }
+    let honest_job = job(&door, &honest_job.unwrap()).await;
+    assert_ne!(
+        honest_job["status"], "failed",
+        "the honest third was outvoted by one identity: {honest_job}"
+    );
+    for (_, j) in &pulled {
+        let run = job(&door, j["job_id"].as_str().unwrap()).await;
+        assert_ne!(
+            run["status"], "done",
+            "nobody is paid without a majority: {run}"
+        );
+    }
+    assert!(
+        slashes(&door).await.is_empty(),
+        "no evidence against anyone"
+    );
+}
+
 #[tokio::test]
 async fn intake_refuses_a_tier_the_fleet_cannot_verify_and_writes_nothing() {
     let door = Door::new().await;
