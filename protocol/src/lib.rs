@@ -27,6 +27,7 @@
 //! - [`read`]: a buyer's read credential (an EIP-191 signed line naming the account, the
 //!   exchange and an expiry) for reading its own jobs without a session key.
 //! - [`replica`]: verification runs (T1, T3): the ids of the runs that re-execute a job.
+//! - [`tolerance`]: class D∞'s check: when two runs' outputs agree within the stated tolerance.
 //! - [`order`]: signed orders — EIP-712 typed data (alloy `sol!`) for intents, reserves, rents,
 //!   searches, tab terms, session grants and key bindings, each signed by the account
 //!   (secp256k1) and co-signed by its bound ML-DSA-65 key; the wallet JSON for each kind.
@@ -63,6 +64,7 @@ pub mod read;
 pub mod receipt;
 pub mod replica;
 pub mod tab_close;
+pub mod tolerance;
 pub mod train;
 pub mod voucher;
 
