@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use alloy::providers::Provider;
 use alloy::signers::local::PrivateKeySigner;
-use cx_contracts::ChainEntry;
+use cx_contracts::{ChainEntry, ChainKind};
 use cx_settlement::evm::read_provider;
 
 use crate::error::{Error, Result};
@@ -206,6 +206,8 @@ impl AnvilInstance {
             chain_id: self.chain_id,
             rpc_url: self.rpc_url(),
             explorer_url: None,
+            kind: ChainKind::Anvil,
+            finality_blocks: None,
         }
     }
 

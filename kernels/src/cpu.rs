@@ -27,6 +27,11 @@ pub(crate) const KC: usize = 512;
 /// Output columns produced together by the expand kernel.
 const EXPAND_COLS: usize = 32;
 
+/// The kernel corpus of [`Mode::Deterministic`]: what a bundle names beside class D, since its
+/// output bits are equal to those of other runs of this corpus only. Bump the version whenever a
+/// change to the deterministic kernels (reduction order, blocking, rounding) changes any bit.
+pub const DETERMINISTIC_CORPUS: &str = "cx-cpu-det-v1";
+
 /// How the CPU kernels may trade reproducibility for speed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mode {

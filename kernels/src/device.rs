@@ -48,6 +48,19 @@ impl Device {
         }
     }
 
+    /// The kernel corpus whose bits this device reproduces (class D), if any: the CPU in
+    /// [`crate::Mode::Deterministic`] is [`crate::DETERMINISTIC_CORPUS`]; the fast CPU mode
+    /// (FMA where the CPU has it) and the GPU kernels are equal only up to float rounding
+    /// (class D∞) and name none.
+    pub fn kernel_corpus(&self) -> Option<&'static str> {
+        match self {
+            Self::Cpu(config) if config.mode == crate::Mode::Deterministic => {
+                Some(crate::DETERMINISTIC_CORPUS)
+            }
+            _ => None,
+        }
+    }
+
     /// A short name for logs and tables.
     pub fn name(&self) -> String {
         match self {
@@ -85,5 +98,22 @@ impl Device {
             #[cfg(feature = "cuda")]
             Self::Cuda(kernels) => kernels.sgmv_host(x, y, d_in, d_out, segments, adapters),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_deterministic_cpu_kernels_name_a_corpus() {
+        let det = CpuConfig::deterministic();
+        assert_eq!(
+            Device::cpu(det).kernel_corpus(),
+            Some(crate::DETERMINISTIC_CORPUS)
+        );
+        let mut fast = det;
+        fast.mode = crate::Mode::Fast;
+        assert_eq!(Device::cpu(fast).kernel_corpus(), None);
     }
 }

@@ -68,7 +68,7 @@ mod pool;
 pub mod rng;
 mod sgmv;
 
-pub use cpu::{CpuConfig, Mode, default_threads};
+pub use cpu::{CpuConfig, DETERMINISTIC_CORPUS, Mode, default_threads};
 pub use device::Device;
 pub use element::Element;
 pub use error::{Error, Result};

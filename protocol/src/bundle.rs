@@ -34,6 +34,12 @@ pub struct Bundle {
     pub context_max: u32,
     /// K(d): determinism classes honoured.
     pub determinism: ClassSet,
+    /// The kernel corpus its class D runs on (e.g. `cx-cpu-det-v1`, cx-kernels' fixed-order CPU
+    /// kernels): class D means the same output bytes as any other run *of the same corpus*, not
+    /// of every kernel, so a class-D job's replicas are placed only on bundles naming the corpus
+    /// of the job's own bundle. A bundle that honours D∞ or S only names none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_corpus: Option<String>,
     /// T(b): verification tiers offered.
     pub tiers: TierSet,
     /// φ: observed failure rate in [0, 1].

@@ -27,6 +27,7 @@
 //! - [`access`]: an account's access credential (EIP-191 signed lines naming what it allows —
 //!   reading its jobs, storing content —, the account, the exchange and an expiry).
 //! - [`replica`]: verification runs (T1, T3): the ids of the runs that re-execute a job.
+//! - [`tolerance`]: class D∞'s check: when two runs' outputs agree within the stated tolerance.
 //! - [`order`]: signed orders — EIP-712 typed data (alloy `sol!`) for intents, reserves, rents,
 //!   searches, tab terms, session grants and key bindings, each signed by the account
 //!   (secp256k1) and co-signed by its bound ML-DSA-65 key; the wallet JSON for each kind.
@@ -63,6 +64,7 @@ pub mod price;
 pub mod receipt;
 pub mod replica;
 pub mod tab_close;
+pub mod tolerance;
 pub mod train;
 pub mod voucher;
 

@@ -108,6 +108,7 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
             failure_rate: 0.02 * rng.next_f64(),
             resident_bases,
             resident_adapters,
+            kernel_corpus: None,
             resident_prefixes: vec![],
         };
         engine.upsert(bundle).expect("generated bundles are valid");

@@ -288,6 +288,13 @@ impl Market {
         self.engine_read().bundle(id).map(|b| b.provider.clone())
     }
 
+    /// The kernel corpus bundle `id` runs class D on (`None`: it names none, or is unknown).
+    pub fn kernel_corpus_of(&self, id: &str) -> Option<String> {
+        self.engine_read()
+            .bundle(id)
+            .and_then(|b| b.kernel_corpus.clone())
+    }
+
     fn engine_read(&self) -> std::sync::RwLockReadGuard<'_, Engine> {
         // A panic while holding the lock cannot leave the engine half-written: every mutation is
         // one `upsert`, which validates before it changes anything.

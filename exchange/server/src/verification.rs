@@ -93,12 +93,14 @@ impl PlacedRun {
     }
 }
 
-/// Who already runs a job: the providers (by key), their operators and their bundles.
+/// Who already runs a job: the providers (by key), their operators and their bundles, and the
+/// kernel corpus of the first bundle taken (the job's own).
 #[derive(Debug, Default)]
 struct Taken {
     keys: Vec<B256>,
     operators: HashSet<String>,
     bundles: HashSet<String>,
+    corpus: Option<Option<String>>,
 }
 
 /// What the output hashes of a group say.
@@ -263,13 +265,17 @@ impl Intake {
         if let Some(operator) = self.market().operator_of(id) {
             taken.operators.insert(operator);
         }
+        if taken.corpus.is_none() {
+            taken.corpus = Some(self.market().kernel_corpus_of(id));
+        }
         taken.bundles.insert(id.to_owned());
         Ok(())
     }
 
     /// Clears one run of `job` onto a bundle of a provider not in `taken`, charging at most
     /// `left_wei`: T3 only among other operators, T1 among them first and then among any other
-    /// provider. `Ok(Err(why))` when none can take it.
+    /// provider; a class-D run only on a bundle of the kernel corpus of the job's own bundle
+    /// ([`cx_protocol::Bundle::kernel_corpus`]). `Ok(Err(why))` when none can take it.
     async fn place_run(
         &self,
         job: &Job,
@@ -287,14 +293,20 @@ impl Intake {
             max_price_wei: Some(left_wei),
             ..job.clone()
         };
+        // Class D is byte equality among runs of one kernel corpus: a replica on other kernels
+        // (FMA, a GPU) may differ in honest bits and would outvote, and slash, the job's provider.
+        let corpus = taken.corpus.clone().flatten();
+        let same_corpus = |b: &cx_protocol::Bundle| {
+            job.determinism != DeterminismClass::D || b.kernel_corpus == corpus
+        };
         let (decision, charge) = self.market().clear_among(&job, |b| {
-            !excluded.contains(&b.id) && !taken.operators.contains(&b.provider)
+            !excluded.contains(&b.id) && !taken.operators.contains(&b.provider) && same_corpus(b)
         })?;
         let (decision, charge) = if decision.chosen.is_some() || job.tier == Tier::T3 {
             (decision, charge)
         } else {
             self.market()
-                .clear_among(&job, |b| !excluded.contains(&b.id))?
+                .clear_among(&job, |b| !excluded.contains(&b.id) && same_corpus(b))?
         };
         match (decision.chosen.clone(), charge) {
             (Some(id), Some(charge)) => Ok(Ok((id, charge, DecisionRecord::of(decision, &job)))),

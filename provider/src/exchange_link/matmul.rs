@@ -66,6 +66,7 @@ impl Link {
             flops_per_s: self.matmul_flops_per_s,
             context_max: 1,
             determinism,
+            kernel_corpus: None,
             tiers: [Tier::T2].into_iter().collect::<TierSet>(),
             failure_rate: 0.0,
             resident_bases: vec![MATMUL_MODEL.to_owned()],

@@ -302,8 +302,15 @@ impl Link {
     /// The bundle as offered now.
     pub fn bundle(&self) -> Bundle {
         let mut determinism = ClassSet::EMPTY;
-        // Greedy decoding on the deterministic kernels: bit-equal across runs (class D).
-        determinism.insert(DeterminismClass::D);
+        // Greedy decoding on the deterministic kernels: bit-equal across runs of the same kernel
+        // corpus (class D, naming the corpus). `--fast` (FMA) and `--gpu` differ from them in the
+        // last bits, which greedy decoding can turn into other tokens: they offer D∞, so a class-D
+        // replica never votes them down and slashes an honest provider for being fast.
+        let kernel_corpus = self.engine.model().kernel_corpus();
+        determinism.insert(match kernel_corpus {
+            Some(_) => DeterminismClass::D,
+            None => DeterminismClass::DInf,
+        });
         // Replication (T1, T3) asks nothing of a provider beyond running the job as asked; a
         // tier priced apart is its own bundle's ([`Link::bundles`]).
         let apart = self.ask.tiers();
@@ -332,6 +339,7 @@ impl Link {
             context_max: u32::try_from(self.engine.model().config().max_position_embeddings)
                 .unwrap_or(u32::MAX),
             determinism,
+            kernel_corpus: kernel_corpus.map(str::to_owned),
             tiers,
             failure_rate: 0.0,
             resident_bases: vec![self.config.model_name.clone()],
@@ -614,7 +622,11 @@ impl Link {
             output_text: &output.text,
             tokens: u64::from(output.prompt_tokens) + u64::from(output.completion_tokens),
             compute_ms,
-            class: DeterminismClass::D,
+            // What the kernels honour, as the bundle offered it: D on a kernel corpus, else D∞.
+            class: match self.engine.model().kernel_corpus() {
+                Some(_) => DeterminismClass::D,
+                None => DeterminismClass::DInf,
+            },
             amount_owed_wei: job.price_wei,
         };
         let receipt = Receipt::for_output(&terms, &work, self.config.payout, self.identity.id().0)?;

@@ -47,6 +47,7 @@ impl Link {
         Some(Bundle {
             id: format!("{}{BUNDLE_SUFFIX}", self.config.bundle_id),
             determinism: [DeterminismClass::S].into_iter().collect::<ClassSet>(),
+            kernel_corpus: None,
             tiers: [Tier::T0].into_iter().collect::<TierSet>(),
             resident_bases: vec![train_market(&self.config.model_name)],
             resident_adapters: Vec::new(),

@@ -367,6 +367,16 @@ impl Model {
         &self.device
     }
 
+    /// The kernel corpus the whole forward reproduces bit for bit (class D), if any: both the
+    /// CPU projections and the SGMV device must run the deterministic kernels, so `--fast` (FMA)
+    /// and `--gpu` name none and are class D∞.
+    pub fn kernel_corpus(&self) -> Option<&'static str> {
+        match self.cpu.mode {
+            cx_kernels::Mode::Deterministic => self.device.kernel_corpus(),
+            cx_kernels::Mode::Fast => None,
+        }
+    }
+
     /// The device SGMV runs on, by name (what an offer states as the bundle's device).
     pub fn device_name(&self) -> String {
         self.device.name()

@@ -186,3 +186,68 @@ fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_b
         (7, "op")
     );
 }
+
+/// The bundle a provider whose kernels run with `cpu` offers (a tiny model, no adapters).
+fn bundle_on(cpu: cx_kernels::CpuConfig) -> cx_protocol::Bundle {
+    use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
+    use cx_provider::engine::{Engine, EngineConfig};
+    use cx_provider::exchange_link::{Link, LinkConfig};
+    use cx_provider::model::Model;
+    use cx_provider::tokenizer::Tokenizer;
+    use std::sync::Arc;
+
+    let dir = TempDir::new("corpus");
+    let (model_dir, _) = tiny_model(dir.path(), 4);
+    let engine = Engine::start(
+        Arc::new(Model::load(&model_dir, cpu).unwrap()),
+        Arc::new(Tokenizer::generated()),
+        ResidencyCache::new(CacheConfig::new(10_000_000, EvictionPolicy::Lru)),
+        EngineConfig::default(),
+    );
+    let link = Link::new(
+        LinkConfig {
+            exchange: "http://127.0.0.1:9".into(),
+            exchange_ca: None,
+            exchange_key_hash: None,
+            operator: "op".into(),
+            payout: cx_protocol::order::Address::repeat_byte(1),
+            ask_wei_per_s: 7,
+            tier_asks: Vec::new(),
+            reserve_discount_bps: 1000,
+            bundle_id: "b-0".into(),
+            model_name: "tiny".into(),
+            memory_bytes: 10_000_000,
+            bandwidth_bps: 1e9,
+            rtt_s: 0.005,
+            fetched_adapters: dir.path().join("fetched"),
+            fault: None,
+        },
+        cx_protocol::pq::Identity::from_seed([9; 32]),
+        engine,
+    )
+    .unwrap();
+    let bundle = link.bundle();
+    bundle.validate().unwrap();
+    bundle
+}
+
+// Issue 32 item 12: `--fast` (FMA) and `--gpu` providers advertised class D, though their bits
+// differ from the deterministic kernels'; a T1/T3 replica on those kernels outvoted them and
+// slashed an honest provider for being fast. Class D now names its kernel corpus, and only the
+// deterministic CPU kernels have one.
+#[test]
+fn a_fast_provider_offers_d_inf_not_d() {
+    use cx_protocol::DeterminismClass;
+    let deterministic = bundle_on(cx_kernels::CpuConfig::deterministic());
+    assert!(deterministic.determinism.contains(DeterminismClass::D));
+    assert_eq!(
+        deterministic.kernel_corpus.as_deref(),
+        Some(cx_kernels::DETERMINISTIC_CORPUS)
+    );
+    let mut fast = cx_kernels::CpuConfig::deterministic();
+    fast.mode = cx_kernels::Mode::Fast;
+    let fast = bundle_on(fast);
+    assert!(!fast.determinism.contains(DeterminismClass::D), "{fast:?}");
+    assert!(fast.determinism.contains(DeterminismClass::DInf));
+    assert_eq!(fast.kernel_corpus, None);
+}

@@ -202,3 +202,109 @@ async fn a_reorg_of_depth_1_to_3_is_seen_and_the_books_follow_the_new_chain() {
         .unwrap();
     assert_eq!(halted, 1);
 }
+
+/// Accepts a job drawing on the tab `escrow_id` of `chain_id`, as an agent's intent would.
+async fn draw_on(books: &Books, chain_id: u64, buyer: alloy::primitives::Address, escrow_id: u64) {
+    let key = cx_protocol::pq::Identity::from_seed([3; 32]);
+    books
+        .bind(&cx_exchange_server::books::StoredBinding {
+            account: buyer,
+            chain_id,
+            mldsa_key: key.public().to_bytes().to_vec(),
+            mldsa_key_hash: B256::from(key.public().id().0),
+            binding: serde_json::json!({}),
+        })
+        .await
+        .unwrap();
+    let digest = B256::repeat_byte(escrow_id as u8 ^ 0x5a);
+    books
+        .accept(
+            &cx_exchange_server::books::NewOrder {
+                digest,
+                kind: "intent",
+                account: buyer,
+                chain_id,
+                nonce: escrow_id,
+                body: serde_json::json!({}),
+            },
+            &cx_exchange_server::books::NewJob {
+                id: digest,
+                escrow_id,
+                model: "m".into(),
+                status: "assigned",
+                bundle_id: Some("b".into()),
+                held_wei: 10,
+                needed_until_s: 0,
+                decision: serde_json::json!({}),
+                deadline_s: u64::from(u32::MAX),
+                adapter: None,
+                request: serde_json::json!({"prompt": "p", "max_tokens": 1}),
+            },
+        )
+        .await
+        .unwrap();
+}
+
+// Issue 32 item 10: every chain was watched at `--confirmations` 0 by default, so on a public
+// chain a tab was believed in the block that opened it; an order drew on it at once, and the
+// ordinary one-block reorg that replaced that block stopped the chain's watcher for good. A chain
+// the registry does not call Anvil is now read at its finality depth: a reorg shallower than that
+// replaces blocks the books never read, and the watcher goes on.
+#[tokio::test(flavor = "current_thread")]
+async fn a_reorg_shallower_than_the_finality_depth_does_not_stop_the_watcher() {
+    let committee = DealerCommittee::generate(5, 3, &mut ChaCha20Rng::seed_from_u64(6)).unwrap();
+    let chain = ScenarioChain::start(31337, committee.group_key().unwrap())
+        .await
+        .unwrap();
+    let db = TempDatabase::create().await.unwrap();
+    let books = Books::open(&db.url).await.unwrap();
+    // The same chain, as the registry would list a public one (no `kind`), with a depth of 3.
+    let mut entry = chain.entry();
+    entry.chain.kind = cx_contracts::ChainKind::Public;
+    entry.chain.finality_blocks = Some(3);
+    let confirmations = entry.chain.confirmations(None);
+    let watcher = Watcher::new(books.clone(), entry, confirmations).unwrap();
+    let buyer = chain.buyer.account();
+
+    let ids = chain.open_jobs(1, 5_000).await.unwrap();
+    watcher.poll_once().await.unwrap();
+    // Every tab the books believe is drawn on at once, as an eager agent would.
+    for (escrow_id, _) in tabs_in_books(&books).await {
+        draw_on(&books, 31337, buyer, escrow_id).await;
+    }
+    // The block that opened the tab is replaced.
+    chain.anvil.reorg(1).await.unwrap();
+    assert!(
+        !tabs_on_chain(&chain)
+            .await
+            .iter()
+            .any(|(id, _)| *id == ids[0])
+    );
+    for _ in 0..2 {
+        watcher
+            .poll_once()
+            .await
+            .expect("a reorg shallower than the finality depth does not stop the watcher");
+    }
+    let halted: i64 = sqlx::query_scalar("SELECT count(*) FROM exchange_chain_reorgs WHERE halted")
+        .fetch_one(books.pool())
+        .await
+        .unwrap();
+    assert_eq!(halted, 0);
+
+    // The watcher goes on: a tab opened now is read once 3 blocks cover it.
+    let later = chain.open_jobs(1, 7_000).await.unwrap();
+    watcher.poll_once().await.unwrap();
+    assert!(
+        books.tab(31337, later[0]).await.unwrap().is_none(),
+        "too shallow yet"
+    );
+    chain.open_jobs(3, 1).await.unwrap();
+    watcher.poll_once().await.unwrap();
+    let tab = books
+        .tab(31337, later[0])
+        .await
+        .unwrap()
+        .expect("deep enough now");
+    assert_eq!(tab.amount_wei, 7_000);
+}

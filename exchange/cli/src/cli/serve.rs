@@ -67,9 +67,11 @@ pub(crate) struct Args {
     /// them): a fixture until providers register themselves.
     #[arg(long, env = "CX_BUNDLES", value_name = "JSON")]
     bundles: Option<PathBuf>,
-    /// Blocks a chain event must be under before the watcher believes it (0 on the devnet).
-    #[arg(long, env = "CX_CONFIRMATIONS", default_value_t = 0)]
-    confirmations: u64,
+    /// Blocks a chain event must be under before the watcher believes it, on every chain
+    /// [default: each chain's finality depth in the deployments file: 0 for `"kind": "anvil"`,
+    /// 12 for any other chain, or its own `finality_blocks`].
+    #[arg(long, env = "CX_CONFIRMATIONS")]
+    confirmations: Option<u64>,
     /// The exchange's ML-DSA-65 identity (a 0600 seed file, made on first start): it signs the
     /// assignments providers and signers check.
     #[arg(
@@ -237,7 +239,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut watchers = Vec::new();
     for chain in &chains {
-        let watcher = Watcher::new(books.clone(), chain.clone(), args.confirmations)?;
+        let confirmations = chain.chain.confirmations(args.confirmations);
+        let watcher = Watcher::new(books.clone(), chain.clone(), confirmations)?;
         let mut stopped = stopped.clone();
         watchers.push(tokio::spawn(watcher.run(
             Duration::from_secs(1),
@@ -335,7 +338,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             chain.chain.chain_id,
             chain.chain.rpc_url,
             chain.deployment.settlement,
-            args.confirmations
+            chain.chain.confirmations(args.confirmations)
         );
     }
     match &settler {

@@ -63,6 +63,7 @@ fn bundle() -> impl Strategy<Value = Bundle> {
                     .into_iter()
                     .map(|i| ADAPTERS[i].to_owned())
                     .collect(),
+                kernel_corpus: None,
                 resident_prefixes: prefixes
                     .into_iter()
                     .map(|i| PREFIXES[i].to_owned())
@@ -248,6 +249,7 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
         failure_rate: 0.0,
         resident_bases: bases,
         resident_adapters: vec![],
+        kernel_corpus: None,
         resident_prefixes: vec![],
     };
     engine.upsert(mk("cheap", 139, 1e9, vec![])).unwrap();

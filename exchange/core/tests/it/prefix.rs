@@ -23,6 +23,7 @@ fn bundle(id: &str, price_wei_per_s: u64, holds_prefix: bool) -> Bundle {
         failure_rate: 0.0,
         resident_bases: vec!["m".into()],
         resident_adapters: vec![],
+        kernel_corpus: None,
         resident_prefixes: if holds_prefix {
             vec![PREFIX.into()]
         } else {

@@ -28,6 +28,8 @@ struct Prov {
     operator: String,
     payout: Address,
     bundle: String,
+    price_wei_per_s: &'static str,
+    kernel_corpus: Option<&'static str>,
 }
 
 impl Prov {
@@ -38,17 +40,34 @@ impl Prov {
             operator: operator.into(),
             payout: Address::repeat_byte(seed),
             bundle: format!("bundle-{seed}"),
+            price_wei_per_s: "1000000",
+            kernel_corpus: None,
+        }
+    }
+
+    /// A provider whose class D runs on kernel corpus `corpus`, asking `price_wei_per_s`.
+    fn on_corpus(
+        seed: u8,
+        operator: &str,
+        price_wei_per_s: &'static str,
+        corpus: &'static str,
+    ) -> Self {
+        Self {
+            price_wei_per_s,
+            kernel_corpus: Some(corpus),
+            ..Self::new(seed, operator)
         }
     }
 
     fn offer(&self) -> Value {
-        let bundle: Bundle = serde_json::from_value(json!({
-            "id": self.bundle, "provider": self.operator, "price_wei_per_s": "1000000",
+        let mut bundle: Bundle = serde_json::from_value(json!({
+            "id": self.bundle, "provider": self.operator, "price_wei_per_s": self.price_wei_per_s,
             "memory_bytes": 80_000_000_000u64, "bandwidth_bps": 1e10, "rtt_s": 0.01,
             "flops_per_s": 4e14, "context_max": 32768, "determinism": ["D", "S"],
             "tiers": ["T0", "T1", "T3"], "resident_bases": ["llama-3.1-8b-instruct"],
         }))
         .unwrap();
+        bundle.kernel_corpus = self.kernel_corpus.map(str::to_owned);
         let offer = Offer {
             operator: self.operator.clone(),
             payout: self.payout,
@@ -687,4 +706,33 @@ async fn a_job_that_ends_unpaid_never_shows_its_output_to_the_buyer() {
     let buyer = order::account_of(&door.key);
     let (_, list) = door.read(&format!("/v1/jobs?account={buyer}")).await;
     assert!(!list.to_string().contains(HONEST), "{list}");
+}
+
+// Issue 32 item 12: class D is byte equality among runs of one kernel corpus, yet a class-D job's
+// replica went to the cheapest other provider whatever kernels it ran; a replica on other kernels
+// may honestly differ in the last bits, outvote the job's provider and have it slashed. Here the
+// cheapest other provider runs another corpus: the replica goes to the dearer one of the job's.
+#[tokio::test]
+async fn replicas_of_a_class_d_job_run_on_its_kernel_corpus_only() {
+    let door = Door::new().await;
+    let own = Prov::on_corpus(41, "op-a", "1000000", "cx-cpu-det-v1");
+    let other = Prov::on_corpus(42, "op-b", "1100000", "other-det-v1");
+    let same = Prov::on_corpus(43, "op-c", "1500000", "cx-cpu-det-v1");
+    for p in [&own, &other, &same] {
+        p.register(&door).await;
+    }
+    let (status, accepted) = submit(&door, Tier::T1, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    assert_eq!(accepted["bundle_id"], own.bundle, "{accepted}");
+    let runs = accepted["verification_runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{accepted}");
+    assert_eq!(runs[0]["bundle_id"], same.bundle, "{accepted}");
+
+    // Without a second provider of the corpus, the job cannot be verified: refused.
+    let door = Door::new().await;
+    own.register(&door).await;
+    other.register(&door).await;
+    let (status, refused) = submit(&door, Tier::T1, 2).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["error"]["code"], "no_replica", "{refused}");
 }
