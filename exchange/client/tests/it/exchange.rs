@@ -234,6 +234,13 @@ async fn an_agent_binds_submits_and_reads_its_job_and_tab_over_post_quantum_http
         "the warm bundle holds the base"
     );
 
+    // Job reads are the buyer's: without its credential, 401; with it (a fresh signed read
+    // credential per request), the job.
+    match client.job(accepted.job_id).await {
+        Err(cx_client::Error::Api { status: 401, .. }) => {}
+        other => panic!("read without a credential: {other:?}"),
+    }
+    let client = client.with_credential(cx_client::Credential::Account(keys.signing_key().clone()));
     let job = client.job(accepted.job_id).await.unwrap();
     assert_eq!(job.decision.chosen.as_deref(), Some("warm"));
     assert_eq!(job.decision.terms, Some(accepted.terms));
