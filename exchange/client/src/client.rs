@@ -517,16 +517,9 @@ impl Client {
         body: Option<Bytes>,
         scope: Scope,
     ) -> Result<T> {
-        let method_name = method_name(&method);
         let authorization = self.authorization(scope).await?;
-        let (_, bytes, _) = self
-            .call(method, path, body, authorization.as_deref())
-            .await?;
-        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
-            method: method_name,
-            path: strip_query(path).to_owned(),
-            source,
-        })
+        self.call_json(method, path, body, authorization.as_deref())
+            .await
     }
 
     async fn send<T: DeserializeOwned, B: Serialize + ?Sized>(
@@ -550,11 +543,21 @@ impl Client {
             .map(|b| serde_json::to_vec(b).map(Bytes::from))
             .transpose()
             .expect("request bodies are plain data and always serialize");
-        let method_name = method_name(&method);
         let authorization = bearer.map(|token| format!("Bearer {token}"));
-        let (_, bytes, _) = self
-            .call(method, path, body, authorization.as_deref())
-            .await?;
+        self.call_json(method, path, body, authorization.as_deref())
+            .await
+    }
+
+    /// [`Client::call`], its answer decoded as JSON.
+    async fn call_json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+        authorization: Option<&str>,
+    ) -> Result<T> {
+        let method_name = method_name(&method);
+        let (_, bytes, _) = self.call(method, path, body, authorization).await?;
         serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
             method: method_name,
             path: strip_query(path).to_owned(),

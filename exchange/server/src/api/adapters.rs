@@ -115,18 +115,15 @@ pub(super) async fn put(
         config: files.adapter_config.into_bytes(),
         weights,
     };
-    let mut created = false;
-    for owner in owners {
-        created |= intake
-            .books()
-            .store(
-                &id,
-                Upload::Adapter(&adapter),
-                owner,
-                intake.store_quota_bytes(),
-            )
-            .await?;
-    }
+    let created = intake
+        .books()
+        .store(
+            &id,
+            Upload::Adapter(&adapter),
+            &owners,
+            intake.store_quota_bytes(),
+        )
+        .await?;
     let status = if created {
         StatusCode::CREATED
     } else {

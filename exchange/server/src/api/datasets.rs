@@ -67,21 +67,18 @@ pub(super) async fn put(
         tokens: data.sequences.iter().map(|s| s.len() as u64).sum(),
         max_token: data.max_token(),
     };
-    let mut created = false;
-    for owner in owners {
-        created |= intake
-            .books()
-            .store(
-                &id,
-                Upload::Dataset {
-                    body: &body,
-                    summary,
-                },
-                owner,
-                intake.store_quota_bytes(),
-            )
-            .await?;
-    }
+    let created = intake
+        .books()
+        .store(
+            &id,
+            Upload::Dataset {
+                body: &body,
+                summary,
+            },
+            &owners,
+            intake.store_quota_bytes(),
+        )
+        .await?;
     let status = if created {
         StatusCode::CREATED
     } else {

@@ -59,42 +59,49 @@ impl Upload<'_> {
 }
 
 impl Books {
-    /// Stores `upload` under `id` (the caller has checked both) owned by `account`, refusing
-    /// with [`Error::StoreQuota`] what would take the account past `quota` bytes owned. The same
-    /// content stored again is stored once; owning it already changes nothing. One
-    /// transaction: a refusal leaves nothing behind. Returns whether the content was new.
+    /// Stores `upload` under `id` (the caller has checked both) owned by each of `owners`,
+    /// refusing with [`Error::StoreQuota`] what would take any of them past `quota` bytes owned.
+    /// The same content stored again is stored once; owning it already changes nothing. One
+    /// transaction for every owner: a refusal leaves nothing behind. Returns whether the content
+    /// was new.
     pub async fn store(
         &self,
         id: &str,
         upload: Upload<'_>,
-        account: Address,
+        owners: &[Address],
         quota: u64,
     ) -> Result<bool> {
         let (kind, bytes) = (upload.kind(), upload.bytes());
+        // Locks in address order, so two uploads naming the same owners cannot deadlock.
+        let mut owners = owners.to_vec();
+        owners.sort_unstable();
+        owners.dedup();
         let mut tx = self.pool.begin().await?;
-        // One upload of an account at a time, so two cannot both fit under its quota.
-        sqlx::query(
-            "SELECT pg_advisory_xact_lock(hashtextextended('cx-store:' || encode($1, 'hex'), 0))",
-        )
-        .bind(account.as_slice())
-        .execute(&mut *tx)
-        .await?;
-        let (owned, used): (bool, i64) = sqlx::query_as(
-            "SELECT EXISTS (SELECT 1 FROM exchange_content_owners \
-                            WHERE kind = $1 AND id = $2 AND account = $3), \
-                    coalesce((SELECT sum(bytes) FROM exchange_content_owners WHERE account = $3), 0)::bigint",
-        )
-        .bind(kind.as_str())
-        .bind(id)
-        .bind(account.as_slice())
-        .fetch_one(&mut *tx)
-        .await?;
-        if !owned && used as u64 + bytes > quota {
-            return Err(Error::StoreQuota {
-                used: used as u64,
-                bytes,
-                quota,
-            });
+        for account in &owners {
+            // One upload of an account at a time, so two cannot both fit under its quota.
+            sqlx::query(
+                "SELECT pg_advisory_xact_lock(hashtextextended('cx-store:' || encode($1, 'hex'), 0))",
+            )
+            .bind(account.as_slice())
+            .execute(&mut *tx)
+            .await?;
+            let (owned, used): (bool, i64) = sqlx::query_as(
+                "SELECT EXISTS (SELECT 1 FROM exchange_content_owners \
+                                WHERE kind = $1 AND id = $2 AND account = $3), \
+                        coalesce((SELECT sum(bytes) FROM exchange_content_owners WHERE account = $3), 0)::bigint",
+            )
+            .bind(kind.as_str())
+            .bind(id)
+            .bind(account.as_slice())
+            .fetch_one(&mut *tx)
+            .await?;
+            if !owned && used as u64 + bytes > quota {
+                return Err(Error::StoreQuota {
+                    used: used as u64,
+                    bytes,
+                    quota,
+                });
+            }
         }
         let created = match upload {
             Upload::Adapter(adapter) => sqlx::query(
@@ -121,16 +128,18 @@ impl Books {
             .await?
             .rows_affected(),
         } == 1;
-        sqlx::query(
-            "INSERT INTO exchange_content_owners (kind, id, account, bytes) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(kind.as_str())
-        .bind(id)
-        .bind(account.as_slice())
-        .bind(bytes as i64)
-        .execute(&mut *tx)
-        .await?;
+        for account in &owners {
+            sqlx::query(
+                "INSERT INTO exchange_content_owners (kind, id, account, bytes) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            )
+            .bind(kind.as_str())
+            .bind(id)
+            .bind(account.as_slice())
+            .bind(bytes as i64)
+            .execute(&mut *tx)
+            .await?;
+        }
         tx.commit().await?;
         Ok(created)
     }

@@ -95,7 +95,7 @@ async fn an_account_cannot_store_past_its_quota_and_a_refusal_writes_nothing() {
     let id = |n: u8| format!("{n:02x}").repeat(32);
     assert!(
         door.books
-            .store(&id(1), Upload::Adapter(&a), account, quota)
+            .store(&id(1), Upload::Adapter(&a), &[account], quota)
             .await
             .unwrap()
     );
@@ -103,13 +103,13 @@ async fn an_account_cannot_store_past_its_quota_and_a_refusal_writes_nothing() {
     assert!(
         !door
             .books
-            .store(&id(1), Upload::Adapter(&a), account, quota)
+            .store(&id(1), Upload::Adapter(&a), &[account], quota)
             .await
             .unwrap()
     );
     match door
         .books
-        .store(&id(2), Upload::Adapter(&b), account, quota)
+        .store(&id(2), Upload::Adapter(&b), &[account], quota)
         .await
     {
         Err(Error::StoreQuota {
