@@ -11,7 +11,9 @@ import {Settlement} from "./Settlement.sol";
 /// threshold signature by the settlement committee can trigger; plus provider metadata (endpoint
 /// and the hash of the provider's ML-DSA receipt-signing key).
 /// @dev Stake is in the same asset as the deployment's `Settlement`. Unbonding stake stays
-/// slashable until withdrawn, so unbonding cannot dodge a slash for earlier misbehaviour.
+/// slashable until withdrawn, so unbonding cannot dodge a slash for earlier misbehaviour; for the
+/// same reason a key the provider replaces keeps answering for what it signed
+/// (`keyAnswers`) for `unbondingDelay_s` after it was replaced, so changing keys cannot either.
 contract ProviderRegistry is IProviderRegistry {
     /// @notice Domain tag of slash messages.
     bytes32 public constant SLASH_TAG = keccak256("compute-exchange/registry/slash/v2");
@@ -38,6 +40,12 @@ contract ProviderRegistry is IProviderRegistry {
     mapping(address provider => Provider) internal _providers;
     /// @notice Evidence hashes already used for a slash.
     mapping(bytes32 evidenceHash => bool) public evidenceUsed;
+    /// @notice The key history: when each ML-DSA key hash a provider registered stopped being its
+    /// key (unix seconds); `KEY_CURRENT` while it is, 0 for a key it never registered.
+    mapping(address provider => mapping(bytes32 keyHash => uint64 retiredAt)) public keyRetiredAt;
+
+    /// @notice `keyRetiredAt` of a provider's current key.
+    uint64 public constant KEY_CURRENT = type(uint64).max;
 
     constructor(Settlement settlement_, uint256 minStake_, uint64 unbondingDelay_s_) {
         settlement = settlement_;
@@ -51,12 +59,33 @@ contract ProviderRegistry is IProviderRegistry {
         return _providers[provider];
     }
 
-    /// @notice Publishes the caller's endpoint and ML-DSA key hash.
+    /// @notice Publishes the caller's endpoint and ML-DSA key hash. A replaced key is retired, not
+    /// forgotten: it answers for what it signed for `unbondingDelay_s` more (`keyAnswers`).
     function setMetadata(string calldata endpoint, bytes32 mlDsaKeyHash) external {
         Provider storage p = _providers[msg.sender];
+        bytes32 previous = p.mlDsaKeyHash;
+        if (previous != mlDsaKeyHash) {
+            if (previous != bytes32(0)) {
+                keyRetiredAt[msg.sender][previous] = uint64(block.timestamp);
+                emit KeyRetired(msg.sender, previous, block.timestamp);
+            }
+            if (mlDsaKeyHash != bytes32(0)) keyRetiredAt[msg.sender][mlDsaKeyHash] = KEY_CURRENT;
+        }
         p.endpoint = endpoint;
         p.mlDsaKeyHash = mlDsaKeyHash;
         emit MetadataSet(msg.sender, endpoint, mlDsaKeyHash);
+    }
+
+    /// @notice Whether `keyHash` answers for `provider` now: it is the provider's key, or was
+    /// until less than `unbondingDelay_s` ago. The committee checks slashing evidence against
+    /// this, not against the current key alone: otherwise a provider could sign a wrong result
+    /// and change its key before the slash lands. The window is the unbonding delay because it is
+    /// how long stake stays slashable after a provider decides to leave: a key change buys no
+    /// more time than a withdrawal would.
+    function keyAnswers(address provider, bytes32 keyHash) external view returns (bool) {
+        uint64 retiredAt = keyRetiredAt[provider][keyHash];
+        if (retiredAt == 0) return false;
+        return retiredAt == KEY_CURRENT || block.timestamp < uint256(retiredAt) + unbondingDelay_s;
     }
 
     /// @notice Adds `amount` to the caller's stake; the result must reach `minStake`.

@@ -54,6 +54,50 @@ contract ProviderRegistryTest is Deployment {
         vm.assertEq(keccak256(bytes(p.endpoint)), keccak256("https://p1.example:9001"));
     }
 
+    /// What broke: the registry kept only the current key, and the committee checks evidence
+    /// against the key registered for the provider; a provider that signed a wrong result could
+    /// change its key before the slash landed and the evidence no longer matched. A replaced key
+    /// now answers for `UNBONDING_S` more, as long as stake stays slashable after an unbond.
+    function test_AReplacedKeyAnswersForTheUnbondingDelay() public {
+        vm.assertFalse(registry.keyAnswers(PROVIDER, bytes32("old")), "never registered");
+        vm.startPrank(PROVIDER);
+        registry.setMetadata("https://p1.example", bytes32("old"));
+        vm.assertTrue(registry.keyAnswers(PROVIDER, bytes32("old")));
+        vm.assertEq(registry.keyRetiredAt(PROVIDER, bytes32("old")), registry.KEY_CURRENT());
+        // The same key again (a new endpoint) retires nothing.
+        registry.setMetadata("https://p1.example:9001", bytes32("old"));
+        vm.assertEq(registry.keyRetiredAt(PROVIDER, bytes32("old")), registry.KEY_CURRENT());
+        uint256 changedAt = block.timestamp;
+        vm.expectEmit(address(registry));
+        emit IProviderRegistry.KeyRetired(PROVIDER, bytes32("old"), changedAt);
+        registry.setMetadata("https://p1.example:9001", bytes32("new"));
+        vm.stopPrank();
+        vm.assertTrue(registry.keyAnswers(PROVIDER, bytes32("new")));
+        vm.assertTrue(registry.keyAnswers(PROVIDER, bytes32("old")), "within the delay");
+        vm.assertFalse(registry.keyAnswers(BUYER, bytes32("old")), "per provider");
+        vm.warp(changedAt + UNBONDING_S - 1);
+        vm.assertTrue(registry.keyAnswers(PROVIDER, bytes32("old")));
+        vm.warp(changedAt + UNBONDING_S);
+        vm.assertFalse(registry.keyAnswers(PROVIDER, bytes32("old")), "past the delay");
+        vm.assertTrue(registry.keyAnswers(PROVIDER, bytes32("new")));
+        // Taking an old key back makes it current again.
+        vm.prank(PROVIDER);
+        registry.setMetadata("https://p1.example:9001", bytes32("old"));
+        vm.assertTrue(registry.keyAnswers(PROVIDER, bytes32("old")));
+    }
+
+    /// Clearing the key (zero) retires the old one like any change and never makes zero a key.
+    function test_ClearingTheKeyRetiresIt() public {
+        vm.startPrank(PROVIDER);
+        registry.setMetadata("https://p1.example", bytes32("old"));
+        registry.setMetadata("https://p1.example", bytes32(0));
+        vm.stopPrank();
+        vm.assertFalse(registry.keyAnswers(PROVIDER, bytes32(0)));
+        vm.assertTrue(registry.keyAnswers(PROVIDER, bytes32("old")));
+        vm.warp(block.timestamp + UNBONDING_S);
+        vm.assertFalse(registry.keyAnswers(PROVIDER, bytes32("old")));
+    }
+
     function test_Stake() public {
         vm.expectEmit(address(registry));
         emit IProviderRegistry.Staked(PROVIDER, MIN_STAKE, MIN_STAKE);

@@ -231,6 +231,18 @@ impl ChainView {
             .mlDsaKeyHash)
     }
 
+    /// Whether ML-DSA key `key_hash` answers for `provider` (`ProviderRegistry.keyAnswers`): its
+    /// registered key, or one it replaced less than the unbonding delay ago. Slashing evidence is
+    /// checked against this, so changing keys does not void what the old key signed.
+    pub async fn key_answers(&self, provider: Address, key_hash: B256) -> Result<bool> {
+        let registry = ProviderRegistry::new(self.deployment.registry, self.provider.clone());
+        Ok(registry
+            .keyAnswers(provider, key_hash)
+            .block(self.block_id())
+            .call()
+            .await?)
+    }
+
     /// Whether `ProviderRegistry` already slashed with `evidence_hash` (each is used once).
     pub async fn evidence_used(&self, evidence_hash: B256) -> Result<bool> {
         let registry = ProviderRegistry::new(self.deployment.registry, self.provider.clone());

@@ -199,18 +199,20 @@ impl SlashEvidence {
         }
     }
 
-    /// Checks that every key that signed the evidence is the one its provider registered on
-    /// chain: `registered` holds, for each of [`SlashEvidence::signers`]' providers, the key hash
-    /// the registry has for it (zero when it has none).
-    pub fn check_registered(&self, registered: &[(Address, B256)]) -> Result<(), String> {
+    /// Checks that every key that signed the evidence answers for its provider on chain
+    /// (`ProviderRegistry.keyAnswers`: the registered key, or one replaced less than the
+    /// unbonding delay ago — a provider that changes keys after signing a wrong result is still
+    /// answerable for it): `answers` holds, for each of [`SlashEvidence::signers`], whether the
+    /// registry says its key answers for its provider.
+    pub fn check_keys_answer(&self, answers: &[(Address, B256, bool)]) -> Result<(), String> {
         for (provider, key) in self.signers() {
-            let on_chain = registered
+            let answers = answers
                 .iter()
-                .find(|(p, _)| *p == provider)
-                .map(|(_, k)| *k);
-            if on_chain != Some(key) {
+                .any(|(p, k, answers)| *p == provider && *k == key && *answers);
+            if !answers {
                 return Err(format!(
-                    "provider {provider} has not registered the key that signed the evidence"
+                    "provider {provider} has not registered the key {key} that signed the \
+                     evidence (nor replaced it within the unbonding delay)"
                 ));
             }
         }
@@ -522,22 +524,28 @@ mod tests {
     }
 
     #[test]
-    fn every_key_of_a_disagreement_must_be_registered_on_chain() {
+    fn every_key_of_a_disagreement_must_answer_for_its_provider_on_chain() {
         let evidence = disagreement(
             run_receipt(10, 0, 9),
             vec![run_receipt(11, 1, 3), run_receipt(12, 2, 3)],
         );
-        let registered: Vec<(Address, B256)> = evidence.signers();
-        evidence.check_registered(&registered).unwrap();
-        // A majority receipt signed by a key its provider never registered (another key on
-        // chain, or none at all).
-        for changed in [B256::repeat_byte(0xee), B256::ZERO] {
-            let mut other = registered.clone();
-            other[2].1 = changed;
-            let err = evidence.check_registered(&other).unwrap_err();
-            assert!(err.contains("has not registered"), "{err}");
-        }
-        let err = evidence.check_registered(&registered[..2]).unwrap_err();
+        let answering: Vec<(Address, B256, bool)> = evidence
+            .signers()
+            .into_iter()
+            .map(|(p, k)| (p, k, true))
+            .collect();
+        evidence.check_keys_answer(&answering).unwrap();
+        // A majority receipt signed by a key that does not answer for its provider (never
+        // registered, or replaced longer than the unbonding delay ago).
+        let mut stale = answering.clone();
+        stale[2].2 = false;
+        let err = evidence.check_keys_answer(&stale).unwrap_err();
+        assert!(err.contains("has not registered"), "{err}");
+        // An answer about another key of the same provider proves nothing about this one.
+        let mut other = answering.clone();
+        other[2].1 = B256::repeat_byte(0xee);
+        assert!(evidence.check_keys_answer(&other).is_err());
+        let err = evidence.check_keys_answer(&answering[..2]).unwrap_err();
         assert!(err.contains(&Address::repeat_byte(12).to_string()), "{err}");
     }
 

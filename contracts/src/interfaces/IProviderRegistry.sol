@@ -35,4 +35,7 @@ interface IProviderRegistry {
     event Slashed(address indexed provider, bytes32 indexed evidenceHash, uint256 amount, address recipient);
     /// @notice `provider` published its endpoint and the hash of its ML-DSA public key.
     event MetadataSet(address indexed provider, string endpoint, bytes32 mlDsaKeyHash);
+    /// @notice `provider` replaced key `keyHash` at `retiredAt` (unix seconds); it still answers
+    /// for what it signed until `retiredAt + unbondingDelay_s`.
+    event KeyRetired(address indexed provider, bytes32 indexed keyHash, uint256 retiredAt);
 }

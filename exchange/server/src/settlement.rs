@@ -282,7 +282,9 @@ impl Settler {
     /// job's price, paid to the account the terms name (never the buyer: a buyer able to outvote
     /// an honest provider must gain nothing by it);
     /// records each transaction as a `slashed` event of the accused job. A slash the committee
-    /// or the chain refuses is retried at the next passes, then given up with its reason.
+    /// or the chain refuses is retried with backoff for as long as the accused could still
+    /// answer for it ([`crate::books::SLASH_RETRY_HORIZON_S`]), then given up with its
+    /// reason.
     async fn post_slashes(&self) -> Result<usize> {
         let mut posted = 0;
         for slash in self.books.pending_slashes(SLASHES_PER_PASS).await? {
@@ -291,7 +293,7 @@ impl Settler {
                     Ok(e) => e,
                     Err(err) => {
                         self.books
-                            .slash_attempt_failed(slash.evidence_hash, &err.to_string())
+                            .slash_given_up(slash.evidence_hash, &err.to_string())
                             .await?;
                         continue;
                     }
@@ -302,9 +304,7 @@ impl Settler {
             let (amount, recipient) = match self.slash.terms(&evidence) {
                 Ok(terms) => terms,
                 Err(err) => {
-                    self.books
-                        .slash_attempt_failed(slash.evidence_hash, &err)
-                        .await?;
+                    self.books.slash_given_up(slash.evidence_hash, &err).await?;
                     continue;
                 }
             };

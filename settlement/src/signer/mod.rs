@@ -882,14 +882,20 @@ impl Signer {
         let hash = evidence.hash();
         let (now, used, on_chain) =
             tokio::join!(chain.now_s(), chain.evidence_used(hash), chain.group_key());
-        // Every key that signed the evidence (the accused's, and for a replica disagreement each
-        // of the majority's) as its provider registered it on chain, and what each has at stake:
-        // a majority counts distinct registered providers with stake, never throwaway accounts.
-        let mut registered = Vec::new();
+        // Whether every key that signed the evidence (the accused's, and for a replica
+        // disagreement each of the majority's) answers for its provider on chain — its key, or
+        // one it replaced within the unbonding delay, so a key change after a wrong result does
+        // not void the evidence — and what each has at stake: a majority counts distinct
+        // registered providers with stake, never throwaway accounts.
+        let mut answers = Vec::new();
         let mut staked = Vec::new();
-        for (provider, _) in evidence.signers() {
-            let (stake, key) = chain.provider_standing(provider).await.map_err(e)?;
-            registered.push((provider, key));
+        for (provider, key) in evidence.signers() {
+            let (answering, (stake, _)) = tokio::try_join!(
+                chain.key_answers(provider, key),
+                chain.provider_standing(provider)
+            )
+            .map_err(e)?;
+            answers.push((provider, key, answering));
             staked.push((provider, stake));
         }
         let now = now.map_err(e)?;
@@ -906,7 +912,7 @@ impl Signer {
                 crate::slash::MAX_SLASH_VALIDITY_S
             ));
         }
-        evidence.check_registered(&registered)?;
+        evidence.check_keys_answer(&answers)?;
         if !evidence.witnesses().is_empty() {
             evidence.check_staked(&staked, chain.min_stake().await.map_err(e)?)?;
         }

@@ -1511,3 +1511,99 @@ async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not
     assert!(err.to_string().contains("SlashExpired"), "{err}");
     assert_eq!(staked().await, stake - amount, "nothing more was taken");
 }
+
+/// Issue 32, item 3: a provider that signed a wrong result changes its ML-DSA key before the
+/// slash lands. Before the key history, every signer checked the evidence against the key
+/// registered *now* and refused ("has not registered the key"): the provider kept its stake.
+/// Now the replaced key answers for what it signed for the registry's unbonding delay (the time
+/// stake stays slashable after a provider decides to leave), and no longer after it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_that_changes_its_key_after_a_wrong_result_is_still_slashed() {
+    use alloy::primitives::B256;
+    use cx_protocol::receipt::SignedReceipt;
+    use cx_settlement::slash::SlashEvidence;
+
+    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 1)).unwrap();
+    let committee = cluster.committee(2, 1).unwrap();
+    let package = committee.dkg(0).await.unwrap();
+    let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
+    let chain = ScenarioChain::start(31337, key).await.unwrap();
+    write_deployments(&cluster.deployments_file, &[chain.entry()]);
+    let db = TempDatabase::create().await.unwrap();
+    let store = store(&db).await;
+    store.save_group_key(0, &package).await.unwrap();
+    let poster = chain.anvil.keys[3].clone();
+    let coordinator = Coordinator::new(
+        store,
+        cluster.committee(2, 1).unwrap(),
+        evm_chains(vec![chain.view().unwrap()], &poster),
+        &market(&cluster),
+    )
+    .unwrap();
+    let stake = U256::from(3_000_000_000u64);
+    cx_devnet::deploy::mint_test_tokens(&chain.operator, chain.provider.account(), stake)
+        .await
+        .unwrap();
+    chain.provider.approve_all().await.unwrap();
+    chain.provider.stake(stake).await.unwrap();
+    let conflicting = |escrow_id: u64| {
+        let first = chain
+            .vouchers(&[escrow_id], 100, &cluster.exchange)
+            .unwrap()
+            .remove(0)
+            .receipt;
+        let mut other = first.receipt.clone();
+        other.output_hash = [0xee; 32];
+        let second = SignedReceipt::sign(other, &chain.provider_identity).unwrap();
+        SlashEvidence::ConflictingReceipts { first, second }
+    };
+    let ids = chain.open_jobs(2, 1_000).await.unwrap();
+    let (first, later) = (conflicting(ids[0]), conflicting(ids[1]));
+    let (amount, recipient) = market(&cluster).slash.terms(&first).unwrap();
+
+    // The provider swaps its key after signing both pairs.
+    let new_key = B256::from(Identity::generate().id().0);
+    chain
+        .provider
+        .set_metadata("http://127.0.0.1:9001", new_key)
+        .await
+        .unwrap();
+    let registered = chain
+        .operator
+        .provider_stake(chain.provider.account())
+        .await
+        .unwrap();
+    assert_eq!(registered.0, stake);
+
+    // Within the unbonding delay the old key still answers: the slash lands.
+    coordinator
+        .slash(&first, amount, recipient, 3_600)
+        .await
+        .unwrap();
+    let staked = chain
+        .operator
+        .provider_stake(chain.provider.account())
+        .await
+        .unwrap()
+        .0;
+    assert_eq!(staked, stake - amount);
+
+    // Past it, the old key answers for nothing more: every signer refuses, nothing is taken.
+    let delay = cx_devnet::deploy::devnet_params(key).unbonding_delay_s;
+    chain.anvil.advance_time(delay).await.unwrap();
+    let err = coordinator
+        .slash(&later, amount, recipient, 3_600)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { .. } if err.to_string().contains("has not registered")),
+        "{err}"
+    );
+    let after = chain
+        .operator
+        .provider_stake(chain.provider.account())
+        .await
+        .unwrap()
+        .0;
+    assert_eq!(after, stake - amount, "nothing more was taken");
+}

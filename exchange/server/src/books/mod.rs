@@ -45,7 +45,10 @@ pub use sessions::Session;
 pub use settlement::{PaidJob, SettledJob};
 pub use standing::StandingOrder;
 pub use tabs::Tab;
-pub use verification::{GroupHead, MAX_SLASH_ATTEMPTS, PendingSlash, RunRecord, Verdict};
+pub use verification::{
+    GroupHead, PendingSlash, RunRecord, SLASH_RETRY_FIRST_S, SLASH_RETRY_HORIZON_S,
+    SLASH_RETRY_MAX_S, Verdict,
+};
 
 use crate::error::Result;
 use sqlx::Postgres;

@@ -92,8 +92,16 @@ pub struct PendingSlash {
     pub attempts: i32,
 }
 
-/// Posting attempts before a slash is given up (`failed`, with its last error).
-pub const MAX_SLASH_ATTEMPTS: i32 = 5;
+/// How long a refused slash keeps being retried (`failed`, with its last error, after): longer
+/// than any unbonding delay a registry is deployed with here (the devnet's is one day), after
+/// which neither the accused's old keys nor its withdrawn stake answer for the evidence.
+pub const SLASH_RETRY_HORIZON_S: i64 = 30 * 86_400;
+
+/// The longest wait between two tries of a refused slash; the first retry comes after
+/// [`SLASH_RETRY_FIRST_S`], each next one after twice as long.
+pub const SLASH_RETRY_MAX_S: i64 = 3_600;
+/// See [`SLASH_RETRY_MAX_S`].
+pub const SLASH_RETRY_FIRST_S: i64 = 15;
 
 fn b256(bytes: &[u8], what: &'static str) -> Result<B256> {
     B256::try_from(bytes).map_err(|_| Error::Corrupt {
@@ -399,7 +407,8 @@ impl Books {
     pub async fn pending_slashes(&self, limit: i64) -> Result<Vec<PendingSlash>> {
         let rows = sqlx::query(
             "SELECT evidence_hash, job_id, chain_id, evidence::text AS evidence, attempts \
-             FROM exchange_slashes WHERE status = 'pending' ORDER BY created_at LIMIT $1",
+             FROM exchange_slashes WHERE status = 'pending' AND next_attempt_at <= now() \
+             ORDER BY next_attempt_at LIMIT $1",
         )
         .bind(limit)
         .fetch_all(&self.pool)
@@ -447,18 +456,41 @@ impl Books {
         Ok(())
     }
 
-    /// Records a failed attempt at the slash on `evidence_hash`; after
-    /// [`MAX_SLASH_ATTEMPTS`] it is given up (`failed`, the reason kept).
+    /// Records a refused attempt at the slash on `evidence_hash`: it is tried again after a
+    /// backoff ([`SLASH_RETRY_FIRST_S`] doubling up to [`SLASH_RETRY_MAX_S`]) until
+    /// [`SLASH_RETRY_HORIZON_S`] after it was found, then given up (`failed`, the reason kept).
+    /// A refusal may be passing (a stalled committee, a chain down, a signer behind): a fixed
+    /// number of tries would let an accused provider wait it out.
     pub async fn slash_attempt_failed(&self, evidence_hash: B256, reason: &str) -> Result<()> {
         sqlx::query(
             "UPDATE exchange_slashes SET attempts = attempts + 1, last_error = $2, \
-                    status = CASE WHEN attempts + 1 >= $3 THEN 'failed' ELSE status END, \
+                    next_attempt_at = now() + make_interval(secs => \
+                        least($4::float8, $3::float8 * power(2, least(attempts, 20)))), \
+                    status = CASE WHEN created_at + make_interval(secs => $5::float8) < now() \
+                                  THEN 'failed' ELSE status END, \
                     updated_at = now() \
              WHERE evidence_hash = $1",
         )
         .bind(evidence_hash.as_slice())
         .bind(reason)
-        .bind(MAX_SLASH_ATTEMPTS)
+        .bind(SLASH_RETRY_FIRST_S as f64)
+        .bind(SLASH_RETRY_MAX_S as f64)
+        .bind(SLASH_RETRY_HORIZON_S as f64)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Gives up the slash on `evidence_hash` at once (`failed`, with `reason`): for what no retry
+    /// can change (evidence that does not parse, terms under which it takes nothing).
+    pub async fn slash_given_up(&self, evidence_hash: B256, reason: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE exchange_slashes SET attempts = attempts + 1, last_error = $2, \
+                    status = 'failed', updated_at = now() \
+             WHERE evidence_hash = $1",
+        )
+        .bind(evidence_hash.as_slice())
+        .bind(reason)
         .execute(&self.pool)
         .await?;
         Ok(())

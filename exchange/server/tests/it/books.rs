@@ -293,3 +293,69 @@ async fn a_key_binds_one_account_and_an_account_one_key() {
         B256::repeat_byte(1)
     );
 }
+
+/// Issue 32, item 3: the exchange gave a slash up after five refused tries, so an accused
+/// provider only had to outlast five passes (a key change, a committee stalled for a minute).
+/// A refused slash is now retried with backoff until the retry horizon; only then is it failed.
+#[tokio::test]
+async fn a_refused_slash_is_retried_with_backoff_until_its_horizon_not_given_up_after_five() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    open_tab(&books, 1, 1_000, 1_000).await;
+    let o = order(0, 1);
+    books.accept(&o, &job(&o, 1, 30)).await.unwrap();
+    let evidence = B256::repeat_byte(0x5a);
+    sqlx::query(
+        "INSERT INTO exchange_slashes (evidence_hash, job_id, chain_id, evidence) \
+         VALUES ($1, $2, $3, '{}'::jsonb)",
+    )
+    .bind(evidence.as_slice())
+    .bind(o.digest.as_slice())
+    .bind(CHAIN as i64)
+    .execute(books.pool())
+    .await
+    .unwrap();
+    let state = async || -> (String, i32, bool) {
+        sqlx::query_as(
+            "SELECT status, attempts, next_attempt_at > now() FROM exchange_slashes \
+             WHERE evidence_hash = $1",
+        )
+        .bind(evidence.as_slice())
+        .fetch_one(books.pool())
+        .await
+        .unwrap()
+    };
+    assert_eq!(books.pending_slashes(8).await.unwrap().len(), 1);
+    for _ in 0..8 {
+        books
+            .slash_attempt_failed(evidence, "refused by 3 signers")
+            .await
+            .unwrap();
+    }
+    assert_eq!(state().await, ("pending".into(), 8, true));
+    // Waiting out its backoff, it is not offered to the next pass.
+    assert!(books.pending_slashes(8).await.unwrap().is_empty());
+    // The backoff is capped (1 h), so it comes back within the hour.
+    let wait_s: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM next_attempt_at - now())::float8 FROM exchange_slashes",
+    )
+    .fetch_one(books.pool())
+    .await
+    .unwrap();
+    assert!(wait_s <= 3_600.0, "{wait_s}");
+    sqlx::query("UPDATE exchange_slashes SET next_attempt_at = now()")
+        .execute(books.pool())
+        .await
+        .unwrap();
+    assert_eq!(books.pending_slashes(8).await.unwrap().len(), 1);
+    // Past the horizon, the next refusal gives it up, reason kept.
+    sqlx::query("UPDATE exchange_slashes SET created_at = now() - interval '31 days'")
+        .execute(books.pool())
+        .await
+        .unwrap();
+    books
+        .slash_attempt_failed(evidence, "nothing at stake")
+        .await
+        .unwrap();
+    assert_eq!(state().await.0, "failed");
+}
