@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 
 use crate::assignment::SignedAssignment;
 use crate::error::{Error, Result};
+use crate::order::binding::Binding;
 use crate::order::{Intent, Rent, RentTarget, Reserve, Search, SessionGrant, Signed};
 use crate::pq::PublicIdentity;
 use crate::receipt::SignedReceipt;
@@ -77,6 +78,11 @@ pub enum Authority {
 pub struct Voucher {
     /// The buyer's order.
     pub authority: Authority,
+    /// The buyer's binding of its account to the ML-DSA key that co-signed the order (both
+    /// halves signed): the post-quantum half of the buyer's word. A signer checks the binding
+    /// and the co-signature itself instead of trusting the exchange's word that it did — with
+    /// secp256k1 alone, whoever breaks it (or a compromised exchange) could forge orders.
+    pub binding: Binding,
     /// The exchange's assignment of the job to the provider.
     pub assignment: SignedAssignment,
     /// The provider's receipt.
@@ -109,17 +115,40 @@ impl Voucher {
         self.receipt.receipt.job_id
     }
 
+    /// Checks the buyer's binding under `binding_domain` (the domain of the chain it names,
+    /// `binding.chain_id`, which the caller looks up in its own registry) and that it binds the
+    /// receipt's buyer; returns the ML-DSA key the buyer's orders are co-signed with, for
+    /// [`Voucher::check`]. A checker of many vouchers checks each distinct binding once.
+    pub fn check_binding(&self, binding_domain: &Eip712Domain) -> Result<PublicIdentity> {
+        let bound = self
+            .binding
+            .verify(binding_domain)
+            .map_err(|e| e.within("binding"))?;
+        let buyer = Address::from(self.receipt.receipt.buyer);
+        if bound.account != buyer {
+            return Err(broken(
+                "binding.account",
+                format!("binds {}, not the receipt's buyer {buyer}", bound.account),
+            ));
+        }
+        Ok(bound.key)
+    }
+
     /// Checks every link: the receipt's signature under the key it names, the assignment's
     /// under `exchange` (the exchange key the checker pinned), the order's EIP-712 signature
     /// under `domain` (the receipt's chain and Settlement contract) recovering the receipt's
-    /// buyer, and that each link agrees with the one it answers. Returns what the job spends of
-    /// its order's limit (an intent's or a session grant's, shared with the verification runs
-    /// of the same job), which only a sum over all vouchers can check; `None` for a search,
-    /// whose one job is checked against its limit here.
+    /// buyer and its ML-DSA co-signature under `buyer_key` (what [`Voucher::check_binding`]
+    /// returned), and that each link agrees with the one it answers — for a session call, that
+    /// its assignment's deadline is within what the grant allows
+    /// ([`SessionGrant::last_deadline_s`]). Returns what the job spends of its order's limit (an
+    /// intent's or a session grant's, shared with the verification runs of the same job), which
+    /// only a sum over all vouchers can check; `None` for a search, whose one job is checked
+    /// against its limit here.
     pub fn check(
         &self,
         exchange: &PublicIdentity,
         domain: &Eip712Domain,
+        buyer_key: &PublicIdentity,
     ) -> Result<Option<OrderSpend>> {
         let r = &self.receipt.receipt;
         let a = &self.assignment.assignment;
@@ -180,27 +209,27 @@ impl Voucher {
             other => (other, r.job_id),
         };
         let buyer = Address::from(r.buyer);
+        // Both halves of the buyer's word: the EIP-712 signature recovers the buyer, and the
+        // ML-DSA co-signature over the same digest verifies under the key its binding names.
+        fn both<T: crate::order::Order>(
+            signed: &Signed<T>,
+            domain: &Eip712Domain,
+            key: &PublicIdentity,
+        ) -> Result<crate::order::signed::Verified> {
+            let verified = signed.recover(domain).map_err(|e| e.within("authority"))?;
+            signed
+                .check_cosignature(&verified, key)
+                .map_err(|e| e.within("authority"))?;
+            Ok(verified)
+        }
         let (recovered, tab_id) = match authority {
-            Authority::Intent(signed) => (
-                signed.recover(domain).map_err(|e| e.within("authority"))?,
-                signed.order.tab_id,
-            ),
-            Authority::Session(signed) => (
-                signed.recover(domain).map_err(|e| e.within("authority"))?,
-                signed.order.tab_id,
-            ),
-            Authority::Search { order, .. } => (
-                order.recover(domain).map_err(|e| e.within("authority"))?,
-                order.order.tab_id,
-            ),
-            Authority::Reserve(signed) => (
-                signed.recover(domain).map_err(|e| e.within("authority"))?,
-                signed.order.tab_id,
-            ),
-            Authority::Rent(signed) => (
-                signed.recover(domain).map_err(|e| e.within("authority"))?,
-                signed.order.tab_id,
-            ),
+            Authority::Intent(signed) => (both(signed, domain, buyer_key)?, signed.order.tab_id),
+            Authority::Session(signed) => (both(signed, domain, buyer_key)?, signed.order.tab_id),
+            Authority::Search { order, .. } => {
+                (both(order, domain, buyer_key)?, order.order.tab_id)
+            }
+            Authority::Reserve(signed) => (both(signed, domain, buyer_key)?, signed.order.tab_id),
+            Authority::Rent(signed) => (both(signed, domain, buyer_key)?, signed.order.tab_id),
             Authority::Verification { .. } => {
                 return Err(broken(
                     "authority.of",
@@ -379,11 +408,27 @@ impl Voucher {
                 }
                 Ok(None)
             }
-            Authority::Session(signed) => Ok(Some(OrderSpend {
-                order: recovered.digest,
-                cap_wei: signed.order.spend_cap_wei,
-                owed_wei: r.amount_owed_wei,
-            })),
+            Authority::Session(signed) => {
+                let grant = &signed.order;
+                if a.deadline_s > grant.last_deadline_s() {
+                    return Err(broken(
+                        "assignment.deadline_s",
+                        format!(
+                            "{} is past the last deadline a call under this session may have \
+                             ({}: its expiry {} + {} s): the call came after the grant expired",
+                            a.deadline_s,
+                            grant.last_deadline_s(),
+                            grant.expiry_s,
+                            SessionGrant::MAX_CALL_DEADLINE_S
+                        ),
+                    ));
+                }
+                Ok(Some(OrderSpend {
+                    order: recovered.digest,
+                    cap_wei: grant.spend_cap_wei,
+                    owed_wei: r.amount_owed_wei,
+                }))
+            }
             Authority::Verification { .. } => Err(broken(
                 "authority.of",
                 "a verification run verifies an intent's or a session call's job".into(),
@@ -409,6 +454,11 @@ pub struct Parties<'a> {
 }
 
 impl Parties<'_> {
+    /// The buyer's binding of its account to its ML-DSA identity under `domain`.
+    pub fn binding(&self, domain: &Eip712Domain) -> Result<Binding> {
+        Binding::sign(self.buyer, self.buyer_identity, domain, 0)
+    }
+
     /// The voucher of one intent-made job on tab `escrow_id` (chain and contract from
     /// `domain`): the buyer's intent (limit `limit_wei`, replay guard `nonce`), the exchange's
     /// assignment at `price_wei`, the provider's receipt claiming `owed_wei` for the output
@@ -478,6 +528,7 @@ impl Parties<'_> {
         let receipt = Receipt::for_output(&terms, &work, self.payout, self.provider.id().0)?;
         Ok(Voucher {
             authority: Authority::Intent(signed),
+            binding: self.binding(domain)?,
             assignment,
             receipt: SignedReceipt::sign(receipt, self.provider)?,
         })
@@ -548,6 +599,7 @@ impl Parties<'_> {
         };
         Ok(Voucher {
             authority: Authority::Reserve(signed),
+            binding: self.binding(domain)?,
             assignment,
             receipt: SignedReceipt::sign(receipt, self.provider)?,
         })
@@ -616,6 +668,7 @@ impl Parties<'_> {
         };
         Ok(Voucher {
             authority: Authority::Rent(signed),
+            binding: self.binding(domain)?,
             assignment,
             receipt: SignedReceipt::sign(receipt, self.provider)?,
         })
@@ -651,6 +704,7 @@ impl Parties<'_> {
                 original: B256::from(original.job_id()),
                 run,
             },
+            binding: original.binding.clone(),
             assignment: SignedAssignment::sign(assignment, self.exchange)?,
             receipt: SignedReceipt::sign(receipt, self.provider)?,
         })
@@ -700,7 +754,10 @@ mod tests {
         let v = parties(&w)
             .intent_job(&domain(), 4, 1, 1_000, 900, 800)
             .unwrap();
-        let spend = v.check(&w.exchange.public(), &domain()).unwrap().unwrap();
+        let spend = v
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (spend.order.0, spend.cap_wei, spend.owed_wei),
             (v.job_id(), 1_000, 800),
@@ -712,24 +769,32 @@ mod tests {
 
         // Under another exchange key, or another chain's domain.
         let other = Identity::from_seed([9; 32]);
-        let err = v.check(&other.public(), &domain()).unwrap_err();
+        let err = v
+            .check(&other.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("assignment"), "{err}");
         let elsewhere = crate::order::domain(31338, Address::repeat_byte(0xcc));
-        let err = v.check(&w.exchange.public(), &elsewhere).unwrap_err();
+        let err = v
+            .check(&w.exchange.public(), &elsewhere, &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("chain"), "{err}");
 
         // A price above the buyer's limit, signed by the exchange itself.
         let dear = parties(&w)
             .intent_job(&domain(), 4, 2, 1_000, 1_001, 800)
             .unwrap();
-        let err = dear.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = dear
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("limit"), "{err}");
 
         // A receipt claiming more than the assignment, re-signed by the provider.
         let greedy = parties(&w)
             .intent_job(&domain(), 4, 3, 1_000, 900, 901)
             .unwrap();
-        let err = greedy.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = greedy
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("assigned price"), "{err}");
     }
 
@@ -788,11 +853,15 @@ mod tests {
         };
         let voucher = |receipt: Receipt| Voucher {
             authority: Authority::Intent(signed.clone()),
+            binding: parties(&w).binding(&domain()).unwrap(),
             assignment: SignedAssignment::sign(assignment.clone(), &w.exchange).unwrap(),
             receipt: SignedReceipt::sign(receipt, &w.provider).unwrap(),
         };
         let v = voucher(receipt.clone());
-        let spend = v.check(&w.exchange.public(), &domain()).unwrap().unwrap();
+        let spend = v
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (spend.cap_wei, spend.owed_wei),
             (signed.order.max_price_wei, 900)
@@ -806,7 +875,9 @@ mod tests {
             input_hash: other.hash().0,
             ..receipt
         });
-        let err = v.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = v
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("input_hash"), "{err}");
     }
 
@@ -826,7 +897,9 @@ mod tests {
             receipt: SignedReceipt::sign(receipt.clone(), &mallory).unwrap(),
             ..honest.clone()
         };
-        let err = forged.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = forged
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("provider_key"), "{err}");
 
         // Nor with an assignment she signed herself as "the exchange".
@@ -839,14 +912,18 @@ mod tests {
             &mallory,
         )
         .unwrap();
-        let err = own.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = own
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("assignment"), "{err}");
 
         // Nor on another escrow of the same buyer: the order names its tab.
         let mut moved = honest.clone();
         moved.receipt.receipt.escrow_id = 5;
         moved.receipt = SignedReceipt::sign(moved.receipt.receipt.clone(), &w.provider).unwrap();
-        let err = moved.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = moved
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("escrow_id"), "{err}");
     }
 
@@ -858,7 +935,12 @@ mod tests {
         let honest = p
             .reserve_job(&domain(), (4, 4), 1, 2_500, 1_000, 2_000, 2_000)
             .unwrap();
-        assert_eq!(honest.check(&w.exchange.public(), &domain()).unwrap(), None);
+        assert_eq!(
+            honest
+                .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+                .unwrap(),
+            None
+        );
         let json = serde_json::to_string(&honest).unwrap();
         assert_eq!(serde_json::from_str::<Voucher>(&json).unwrap(), honest);
 
@@ -866,14 +948,18 @@ mod tests {
         let dear = p
             .reserve_job(&domain(), (4, 4), 2, 2_500, 1_000, 2_501, 2_501)
             .unwrap();
-        let err = dear.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = dear
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("limit"), "{err}");
 
         // Paid from another tab of the same buyer than the one the reserve names.
         let moved = p
             .reserve_job(&domain(), (4, 5), 3, 2_500, 1_000, 2_000, 2_000)
             .unwrap();
-        let err = moved.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = moved
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("tab"), "{err}");
 
         // The job id must be the reserve's digest: another reserve's voucher cannot be reused.
@@ -884,7 +970,9 @@ mod tests {
             authority: other.authority,
             ..honest
         };
-        let err = swapped.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = swapped
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("digest"), "{err}");
     }
 
@@ -896,18 +984,27 @@ mod tests {
         let honest = p
             .rent_job(&domain(), (4, 4), 1, adapter, 5_000, 4_000, 4_000)
             .unwrap();
-        assert_eq!(honest.check(&w.exchange.public(), &domain()).unwrap(), None);
+        assert_eq!(
+            honest
+                .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+                .unwrap(),
+            None
+        );
 
         let dear = p
             .rent_job(&domain(), (4, 4), 2, adapter, 5_000, 5_001, 5_001)
             .unwrap();
-        let err = dear.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = dear
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("limit"), "{err}");
 
         let moved = p
             .rent_job(&domain(), (4, 5), 3, adapter, 5_000, 4_000, 4_000)
             .unwrap();
-        let err = moved.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = moved
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("tab"), "{err}");
 
         // A receipt for another adapter than the one rented (the exchange signed it too).
@@ -922,7 +1019,9 @@ mod tests {
             &w.exchange,
         )
         .unwrap();
-        let err = other.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = other
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("adapter"), "{err}");
     }
 
@@ -939,7 +1038,10 @@ mod tests {
             ..parties(&w)
         };
         let run = replica.run_job(&original, 1, 400, 350, "output").unwrap();
-        let spend = run.check(&w.exchange.public(), &domain()).unwrap().unwrap();
+        let spend = run
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap()
+            .unwrap();
         assert_eq!(
             spend.order.0,
             original.job_id(),
@@ -962,7 +1064,7 @@ mod tests {
                 run: index,
             };
             let err = unrelated
-                .check(&w.exchange.public(), &domain())
+                .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
                 .unwrap_err();
             assert!(err.to_string().contains("receipt.job_id"), "{err}");
         }
@@ -972,7 +1074,9 @@ mod tests {
             original: B256::from(original.job_id()),
             run: 0,
         };
-        let err = zero.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = zero
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("authority.run"), "{err}");
 
         // A run of another intent's job (the order's digest is not the verified job).
@@ -986,7 +1090,9 @@ mod tests {
             original: B256::from(other.job_id()),
             run: 1,
         };
-        let err = swapped.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = swapped
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("EIP-712 digest"), "{err}");
 
         // A run of a run is not a thing.
@@ -996,7 +1102,108 @@ mod tests {
             original: B256::from(original.job_id()),
             run: 1,
         };
-        let err = nested.check(&w.exchange.public(), &domain()).unwrap_err();
+        let err = nested
+            .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
+            .unwrap_err();
         assert!(err.to_string().contains("authority.of"), "{err}");
+    }
+
+    /// Issue 32, item 11: the committee trusted the exchange for the post-quantum half. An
+    /// order whose EIP-712 signature is good but whose ML-DSA co-signature is not the bound
+    /// key's (forged by whoever breaks secp256k1, or a compromised exchange) is refused, as is a
+    /// binding that is not the buyer's or whose halves do not verify.
+    #[test]
+    fn the_buyers_co_signature_and_binding_are_checked_not_taken_on_trust() {
+        let w = world();
+        let p = parties(&w);
+        let v = p.intent_job(&domain(), 4, 1, 1_000, 900, 800).unwrap();
+        let key = v.check_binding(&domain()).unwrap();
+        assert_eq!(key, w.buyer_identity.public());
+        v.check(&w.exchange.public(), &domain(), &key).unwrap();
+
+        // The co-signature by another ML-DSA key than the bound one.
+        let mallory = Identity::from_seed([66; 32]);
+        let mut forged = v.clone();
+        if let Authority::Intent(signed) = &mut forged.authority {
+            let digest = signed.digest(&domain());
+            signed.mldsa_signature = alloy_primitives::Bytes::copy_from_slice(
+                &mallory
+                    .sign(crate::order::signed::ORDER_CONTEXT, digest.as_slice())
+                    .unwrap(),
+            );
+        }
+        let err = forged
+            .check(&w.exchange.public(), &domain(), &key)
+            .unwrap_err();
+        assert!(err.to_string().contains("mldsa_signature"), "{err}");
+        // Or none at all.
+        if let Authority::Intent(signed) = &mut forged.authority {
+            signed.mldsa_signature = Default::default();
+        }
+        assert!(forged.check(&w.exchange.public(), &domain(), &key).is_err());
+
+        // A binding of Mallory's key to Mallory's own account, passed off as the buyer's.
+        let mallory_account = SigningKey::from_slice(&[0x66; 32]).unwrap();
+        let mut borrowed = v.clone();
+        borrowed.binding = Binding::sign(&mallory_account, &mallory, &domain(), 0).unwrap();
+        let err = borrowed.check_binding(&domain()).unwrap_err();
+        assert!(err.to_string().contains("binding.account"), "{err}");
+        // The buyer's binding with Mallory's key swapped in: the account never signed for it.
+        let mut swapped = v.clone();
+        swapped.binding.mldsa_key =
+            alloy_primitives::Bytes::copy_from_slice(&mallory.public().to_bytes());
+        assert!(swapped.check_binding(&domain()).is_err());
+        // The binding under another deployment's domain than the one it names.
+        let elsewhere = crate::order::domain(31338, Address::repeat_byte(0xcc));
+        assert!(v.check_binding(&elsewhere).is_err());
+    }
+
+    /// Issue 32, item 11: a call under a session grant is paid only if it was assigned before
+    /// the grant expired, which its assignment's deadline bounds: at most the grant's expiry plus
+    /// the longest deadline a call may ask for.
+    #[test]
+    fn a_session_call_assigned_after_the_grant_expired_is_refused() {
+        use crate::order::SessionGrant;
+        let w = world();
+        let p = parties(&w);
+        let intent_made = p.intent_job(&domain(), 4, 1, 1_000, 900, 800).unwrap();
+        let grant = SessionGrant {
+            tab_id: 4,
+            spend_cap_wei: 10_000,
+            expiry_s: 1_000_000,
+            default_deadline_s: 60,
+            default_tier: crate::Tier::T0,
+            default_determinism: crate::DeterminismClass::D,
+            default_max_price_wei: 1_000,
+            bearer_hash: SessionGrant::bearer_hash_of(b"secret"),
+            nonce: 7,
+        };
+        let signed =
+            crate::order::sign(grant.clone(), &domain(), &w.buyer, &w.buyer_identity).unwrap();
+        let call = |deadline_s: u64| {
+            let mut v = intent_made.clone();
+            v.authority = Authority::Session(signed.clone());
+            v.assignment = SignedAssignment::sign(
+                crate::assignment::Assignment {
+                    deadline_s,
+                    ..intent_made.assignment.assignment.clone()
+                },
+                &w.exchange,
+            )
+            .unwrap();
+            v
+        };
+        let key = w.buyer_identity.public();
+        let last = grant.last_deadline_s();
+        assert_eq!(last, 1_000_000 + 86_400);
+        let spend = call(last)
+            .check(&w.exchange.public(), &domain(), &key)
+            .unwrap()
+            .unwrap();
+        assert_eq!(spend.cap_wei, 10_000);
+        let err = call(last + 1)
+            .check(&w.exchange.public(), &domain(), &key)
+            .unwrap_err();
+        assert!(err.to_string().contains("after the grant expired"), "{err}");
     }
 }

@@ -27,10 +27,11 @@ use crate::batch::{BatchMessage, ranges_from_ids};
 use crate::error::{Error, Result};
 use crate::merkle::{BalancesTree, MerkleTree, receipt_leaf};
 
-/// Receipts one chain's part of a batch holds at most. A voucher is ~24 KB of JSON (three
-/// ML-DSA-65 signatures, the receipt's key, the buyer's order; hex), and a part travels whole in
-/// one sign request, which must fit one frame ([`crate::transport::Limits::max_frame_bytes`],
-/// 16 MiB): 400 vouchers are ~9.5 MB, leaving room for the two cumulative-balances lists
+/// Receipts one chain's part of a batch holds at most. A voucher is ~35 KB of JSON (four
+/// ML-DSA-65 signatures, the receipt's key, the buyer's order and its key binding; hex), and a
+/// part travels whole in one sign request, which must fit one frame
+/// ([`crate::transport::Limits::max_frame_bytes`], 24 MiB): 400 vouchers are ~14 MB, leaving
+/// room for the two cumulative-balances lists
 /// (previous and new, ~110 bytes a party each) when they travel: with 25,000 parties on the
 /// chain a full part with its lists fits. (Usually they do not: the coordinator sends the root
 /// and each signer keeps its own lists; the full lists go only to a signer that lacks them.)
@@ -290,21 +291,52 @@ pub fn assemble(
 }
 
 /// Every broken link among a part's vouchers, as reasons: each voucher's chain of signatures
-/// under the pinned `exchange` key and the chain's `domain` ([`Voucher::check`]), and, per
-/// order, that what its jobs are owed together stays within its limit: a session grant's cap
-/// over its calls, an intent's limit over its job and the job's verification runs. (A tab
-/// settles once, whole, so every job of an order is in the same part.) The caller still checks that
-/// each receipt's key is the one its provider registered on chain.
+/// under the pinned `exchange` key and the chain's `domain` ([`Voucher::check`]), the buyer's
+/// ML-DSA co-signature under the key its binding names, the binding itself under the domain of
+/// the chain it names (`binding_domain`: the checker's own registry, `None` for a chain it does
+/// not know; each distinct binding is checked once), and, per order, that what its jobs are owed
+/// together stays within its limit: a session grant's cap over its calls, an intent's limit over
+/// its job and the job's verification runs. (A tab settles once, whole, so every job of an order
+/// is in the same part.) The caller still checks that each receipt's key is the one its provider
+/// registered on chain.
 pub fn check_vouchers(
     receipts: &[Voucher],
     exchange: &PublicIdentity,
     domain: &alloy::sol_types::Eip712Domain,
+    binding_domain: impl Fn(u64) -> Option<alloy::sol_types::Eip712Domain>,
 ) -> Vec<String> {
     let mut reasons = Vec::new();
     let mut spent: BTreeMap<B256, (u128, u128)> = BTreeMap::new();
+    // A tab is one buyer's: a part holds few distinct bindings, each checked once.
+    let mut bindings: Vec<(
+        &cx_protocol::order::binding::Binding,
+        std::result::Result<PublicIdentity, String>,
+    )> = Vec::new();
     for v in receipts {
-        match v.check(exchange, domain) {
-            Err(e) => reasons.push(format!("voucher of job {}: {e}", hex::encode(v.job_id()))),
+        let job = hex::encode(v.job_id());
+        let key = match bindings.iter().find(|(b, _)| *b == &v.binding) {
+            Some((_, key)) => key.clone(),
+            None => {
+                let key = match binding_domain(v.binding.chain_id) {
+                    None => Err(format!(
+                        "binding.chain_id: chain {} is not in this signer's registry",
+                        v.binding.chain_id
+                    )),
+                    Some(d) => v.check_binding(&d).map_err(|e| e.to_string()),
+                };
+                bindings.push((&v.binding, key.clone()));
+                key
+            }
+        };
+        let key = match key {
+            Ok(key) => key,
+            Err(e) => {
+                reasons.push(format!("voucher of job {job}: {e}"));
+                continue;
+            }
+        };
+        match v.check(exchange, domain, &key) {
+            Err(e) => reasons.push(format!("voucher of job {job}: {e}")),
             Ok(None) => {}
             Ok(Some(spend)) => {
                 let (total, cap) = spent.entry(spend.order).or_insert((0, spend.cap_wei));
@@ -399,6 +431,11 @@ mod tests {
 
     fn domain() -> alloy::sol_types::Eip712Domain {
         cx_protocol::order::domain(7, Address::ZERO)
+    }
+
+    /// The registry of the tests' one chain, as a signer's: the domain of chain 7 only.
+    fn known(chain_id: u64) -> Option<alloy::sol_types::Eip712Domain> {
+        (chain_id == 7).then(domain)
     }
 
     impl World {
@@ -560,10 +597,16 @@ mod tests {
         let w = world();
         let good = w.voucher(0, 1, 5);
         assert!(
-            check_vouchers(std::slice::from_ref(&good), &w.exchange.public(), &domain()).is_empty()
+            check_vouchers(
+                std::slice::from_ref(&good),
+                &w.exchange.public(),
+                &domain(),
+                known
+            )
+            .is_empty()
         );
         let stranger = Identity::from_seed([9; 32]);
-        let reasons = check_vouchers(&[good], &stranger.public(), &domain());
+        let reasons = check_vouchers(&[good], &stranger.public(), &domain(), known);
         assert_eq!(reasons.len(), 1, "{reasons:?}");
         assert!(reasons[0].contains("assignment"), "{reasons:?}");
     }
@@ -589,11 +632,17 @@ mod tests {
         };
         let within = replica.run_job(&original, 1, 500, 500, "output").unwrap();
         assert!(
-            check_vouchers(&[original.clone(), within], &w.exchange.public(), &domain()).is_empty()
+            check_vouchers(
+                &[original.clone(), within],
+                &w.exchange.public(),
+                &domain(),
+                known
+            )
+            .is_empty()
         );
         // Each link is fine alone (500 ≤ 1,000 each), but together 1,100 > 1,000.
         let over = replica.run_job(&original, 1, 600, 600, "output").unwrap();
-        let reasons = check_vouchers(&[original, over], &w.exchange.public(), &domain());
+        let reasons = check_vouchers(&[original, over], &w.exchange.public(), &domain(), known);
         assert_eq!(reasons.len(), 1, "{reasons:?}");
         assert!(
             reasons[0].contains("1100 wei, over the 1000 wei"),

@@ -38,8 +38,10 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            // A batch of ~1,000 signed receipts (3.3 KB signature + 2 KB key each, hex) fits.
-            max_frame_bytes: 16 << 20,
+            // A full batch part fits: 400 vouchers of ~35 KB of JSON each (four ML-DSA-65
+            // signatures and two keys, hex) and both balance lists of 25,000 parties
+            // (`ledger::MAX_RECEIPTS_PER_BATCH`, its test `a_full_part_fits_one_frame`).
+            max_frame_bytes: 24 << 20,
             io_timeout: Duration::from_secs(10),
         }
     }

@@ -15,6 +15,7 @@
 //! the rest — and one lying signer never takes a job out (a job fewer than t name stays, and the
 //! batch is asked again).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use alloy::primitives::Address;
 use cx_contracts::ChainDeployment;
 use cx_protocol::assignment::{Assignment, SignedAssignment};
+use cx_protocol::order::binding::Binding;
 use cx_protocol::order::request_value_hash;
 use cx_protocol::pq::Identity;
 use cx_protocol::receipt::SignedReceipt;
@@ -332,9 +334,21 @@ impl Settler {
     /// Hands tab `(chain_id, escrow_id)` to the coordinator: every job it paid, as vouchers.
     async fn submit_tab(&self, chain_id: u64, escrow_id: u64) -> Result<()> {
         let jobs = self.books.paid_jobs(chain_id, escrow_id).await?;
+        // A tab is one buyer's: its binding (both halves, as the buyer sent them) rides in each
+        // voucher, so every signer checks the order's ML-DSA co-signature itself.
+        let mut bindings: HashMap<Address, Binding> = HashMap::new();
+        for job in &jobs {
+            if let std::collections::hash_map::Entry::Vacant(slot) = bindings.entry(job.buyer) {
+                let stored = self.books.binding(job.buyer).await?.ok_or(Error::Corrupt {
+                    what: "a paid job's buyer binding",
+                    value: format!("account {} has no key binding", job.buyer),
+                })?;
+                slot.insert(serde_json::from_value(stored.binding)?);
+            }
+        }
         let vouchers = jobs
             .iter()
-            .map(|job| self.voucher(chain_id, escrow_id, job))
+            .map(|job| self.voucher(chain_id, escrow_id, job, &bindings[&job.buyer]))
             .collect::<Result<Vec<_>>>()?;
         if !vouchers.is_empty() {
             self.coordinator
@@ -415,7 +429,13 @@ impl Settler {
     }
 
     /// The voucher of `job` on tab `(chain_id, escrow_id)`.
-    fn voucher(&self, chain_id: u64, escrow_id: u64, job: &PaidJob) -> Result<Voucher> {
+    fn voucher(
+        &self,
+        chain_id: u64,
+        escrow_id: u64,
+        job: &PaidJob,
+        binding: &Binding,
+    ) -> Result<Voucher> {
         let corrupt = |what: &'static str| Error::Corrupt {
             what,
             value: job.job_id.to_string(),
@@ -486,6 +506,7 @@ impl Settler {
         )?;
         Ok(Voucher {
             authority,
+            binding: binding.clone(),
             assignment,
             receipt,
         })

@@ -38,7 +38,7 @@ const MAGIC: &[u8; 6] = b"CXPQB1";
 pub const KEY_MESSAGE_BYTES: usize = 6 + 8 + 20 + 20 + 32 + 8;
 
 /// An account's binding to an ML-DSA-65 key, signed by both (see the module notes).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Binding {
     /// The Ethereum account.

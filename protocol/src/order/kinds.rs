@@ -608,6 +608,16 @@ pub struct SessionGrant {
 }
 
 impl SessionGrant {
+    /// The longest deadline a call under a session may ask for, seconds after it arrives.
+    pub const MAX_CALL_DEADLINE_S: u64 = 24 * 3600;
+
+    /// The latest deadline any call under this grant can have: one arriving just before its
+    /// expiry with the longest deadline. A settlement signer refuses a call assigned a later
+    /// one — it was made after the grant expired.
+    pub fn last_deadline_s(&self) -> u64 {
+        self.expiry_s.saturating_add(Self::MAX_CALL_DEADLINE_S)
+    }
+
     /// The `bearer_hash` of a bearer secret: SHA-256 of its bytes.
     pub fn bearer_hash_of(secret: &[u8]) -> B256 {
         use sha2::{Digest, Sha256};

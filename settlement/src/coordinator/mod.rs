@@ -164,7 +164,11 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
         for (chain_id, vouchers) in &by_chain {
             let chain = self.chain(*chain_id)?;
             let domain = cx_protocol::order::domain(*chain_id, chain.settlement());
-            let reasons = ledger::check_vouchers(vouchers, &self.exchange, &domain);
+            let reasons = ledger::check_vouchers(vouchers, &self.exchange, &domain, |id| {
+                self.chain(id)
+                    .ok()
+                    .map(|c| cx_protocol::order::domain(id, c.settlement()))
+            });
             if !reasons.is_empty() {
                 return Err(Error::InvalidBatch(reasons.join("; ")));
             }

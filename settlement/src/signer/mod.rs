@@ -709,7 +709,20 @@ impl Signer {
         // taken from the coordinator.
         let exchange = self.config.market.exchange().map_err(e)?;
         let domain = cx_protocol::order::domain(batch.chain_id, chain.deployment.settlement);
-        let mut reasons = ledger::check_vouchers(&batch.receipts, &exchange, &domain);
+        // The buyers' bindings may name another chain than this part's (an account binds its
+        // key once): their domains come from this signer's own registry.
+        let mut binding_domains = HashMap::new();
+        for voucher in &batch.receipts {
+            let id = voucher.binding.chain_id;
+            if let std::collections::hash_map::Entry::Vacant(slot) = binding_domains.entry(id)
+                && let Ok(view) = self.chain(id, None).await
+            {
+                slot.insert(cx_protocol::order::domain(id, view.deployment.settlement));
+            }
+        }
+        let mut reasons = ledger::check_vouchers(&batch.receipts, &exchange, &domain, |id| {
+            binding_domains.get(&id).cloned()
+        });
         let mut registered: HashMap<Address, B256> = HashMap::new();
         while let Some(joined) = key_reads.join_next().await {
             let (provider, hash) = joined.map_err(|j| j.to_string())?;

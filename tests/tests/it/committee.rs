@@ -661,6 +661,72 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
     );
     assert_eq!(nonce(&chain).await, 0);
 
+    // Issue 32, item 11: the post-quantum half is checked by the signers, not taken from the
+    // exchange. A forged order whose EIP-712 signature holds (as it would for whoever breaks
+    // secp256k1, or for a compromised exchange holding the buyer's account key) but whose
+    // ML-DSA co-signature is by another key than the buyer's binding names: every signer
+    // refuses. Before, signers never looked at the co-signature and signed.
+    let assemble = |vouchers: Vec<cx_protocol::voucher::Voucher>| {
+        ledger::assemble(
+            ledger::Head {
+                chain_id: 31337,
+                contract: chain.deployment.settlement,
+                key_epoch: 0,
+                nonce: 1,
+                fee: cluster.fee,
+            },
+            vouchers,
+            &escrows,
+            Vec::new(),
+        )
+        .unwrap()
+    };
+    let mut cosigned_elsewhere = receipts[0].clone();
+    if let cx_protocol::voucher::Authority::Intent(signed) = &mut cosigned_elsewhere.authority {
+        let domain = cx_protocol::order::domain(31337, chain.deployment.settlement);
+        let digest = signed.digest(&domain);
+        signed.mldsa_signature = mallory
+            .sign(cx_protocol::order::signed::ORDER_CONTEXT, digest.as_slice())
+            .unwrap()
+            .into();
+    }
+    let forged_order = assemble(vec![cosigned_elsewhere]);
+    let err = committee
+        .sign(
+            forged_order.digest().as_slice(),
+            &package,
+            sign_request(&forged_order),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { .. } if err.to_string().contains("mldsa_signature")),
+        "{err}"
+    );
+    // The buyer's binding swapped for one binding Mallory's key to Mallory's own account.
+    let mut borrowed = receipts[0].clone();
+    borrowed.binding = cx_protocol::order::binding::Binding::sign(
+        chain.anvil.keys[3].credential(),
+        &mallory,
+        &cx_protocol::order::domain(31337, chain.deployment.settlement),
+        0,
+    )
+    .unwrap();
+    let borrowed = assemble(vec![borrowed]);
+    let err = committee
+        .sign(
+            borrowed.digest().as_slice(),
+            &package,
+            sign_request(&borrowed),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { .. } if err.to_string().contains("binding.account")),
+        "{err}"
+    );
+    assert_eq!(nonce(&chain).await, 0);
+
     // 2. The coordinator dies between aggregation and posting.
     let db = TempDatabase::create().await.unwrap();
     let poster = chain.anvil.keys[3].clone();

@@ -38,8 +38,9 @@ use std::time::Duration;
 /// `max_tokens` when a call names none (the job is priced by its context, so it needs a bound).
 pub(super) const DEFAULT_MAX_TOKENS: u32 = 256;
 
-/// Longest deadline a call may ask for, seconds.
-const MAX_DEADLINE_S: u64 = 24 * 3600;
+/// Longest deadline a call may ask for, seconds: what settlement signers allow past a grant's
+/// expiry (`SessionGrant::last_deadline_s`).
+const MAX_DEADLINE_S: u64 = cx_protocol::order::SessionGrant::MAX_CALL_DEADLINE_S;
 
 /// Both routes' body: OpenAI's fields this door implements, and `cx`. Unknown fields are refused
 /// by name.
