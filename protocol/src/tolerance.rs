@@ -17,7 +17,8 @@
 //! A flip early in a long answer can make honest runs drift apart by more than the bound: they
 //! then disagree, and the tier's rule applies (a referee at T1, the majority at T3; with no two
 //! agreeing nobody is paid). D∞ disagreement is never slashing evidence: only class D's byte
-//! equality is.
+//! equality is. The exchange judges T1 and T3 groups of D∞ jobs by this rule
+//! (`exchange/server/src/verification.rs`).
 
 /// The largest edit distance two agreeing D∞ runs may have, in percent of the longer output.
 pub const D_INF_MAX_EDIT_PERCENT: usize = 10;
