@@ -1,8 +1,8 @@
-//! Verification by tier (SPEC §7): T0 stake only, T1 byte equality on a second provider, T2
-//! Freivalds spot checks (`cx-kernels`), T3 diverse majority. A receipt is paid only after its
-//! tier's check has passed.
+//! Verification by tier (SPEC §7): T0 stake only, T1 agreement with a second provider (byte
+//! equality for class D, the D∞ tolerance for class D∞), T2 Freivalds spot checks
+//! (`cx-kernels`), T3 diverse majority. A receipt is paid only after its tier's check has passed.
 //!
-//! This module holds replication (T1 for class D, T3 for any class):
+//! This module holds replication (T1 for classes D and D∞, T3 for any class):
 //! - **At intake** ([`crate::intake::Intake::plan_runs`]) a job that needs runs gets them placed
 //!   with it, each on a bundle of a provider not yet running the job (T1 prefers another
 //!   operator, T3 requires distinct operators), priced by the engine within what the buyer's
@@ -10,8 +10,10 @@
 //!   all of them are one transaction; when the fleet cannot place them the order is refused
 //!   (`no_replica`, `no_diverse_committee`, field `min_tier`). A run's id is derived from the
 //!   job's ([`cx_protocol::replica::run_job_id`]).
-//! - **On each result** of the group ([`crate::intake::Intake::verify_group`]) the output hashes
-//!   of the signed receipts are compared ([`judge`]): two agreeing decide; a T1 pair that
+//! - **On each result** of the group ([`crate::intake::Intake::verify_group`]) the results are
+//!   compared ([`judge`], [`Agreement`]): the output hashes of the signed receipts for classes D
+//!   and S, the outputs' tokens within [`cx_protocol::tolerance`] for D∞ (a D∞ run may go to a
+//!   D provider too: bit-exact output is within any tolerance); two agreeing decide; a T1 pair that
 //!   disagrees (or a run that never answered) gets one more run — the referee — on a provider
 //!   not yet in the group, priced within what the limit still leaves; with every run in and no
 //!   two agreeing, nobody is paid (all refunded).
@@ -22,7 +24,7 @@
 //!   `verification_failed` event with `{tier, method: "replica", passed, runs, cost_wei,
 //!   check_ms}`. `cost_wei` is what verification added to the buyer's bill (the paid runs
 //!   besides the one whose output is delivered); `check_ms` the time from the first result to
-//!   the verdict. For class D the outvoted receipt and the majority's are
+//!   the verdict. For class D (never D∞) the outvoted receipt and the majority's are
 //!   [`cx_settlement::slash::SlashEvidence::ReplicaDisagreement`], queued for the committee
 //!   (the settlement loop has it signed and posted, and records the transaction as a `slashed`
 //!   event).
@@ -38,17 +40,20 @@ use crate::intake::{DecisionRecord, Intake, Placed, Want, no_match};
 use alloy::primitives::B256;
 use cx_protocol::receipt::SignedReceipt;
 use cx_protocol::replica::{MAX_RUNS, run_job_id};
+use cx_protocol::tolerance::{d_inf_agree, words};
 use cx_protocol::{DeterminismClass, Job, Tier};
 use cx_settlement::slash::SlashEvidence;
 use serde::Serialize;
 use std::collections::HashSet;
 
 /// How many verification runs a job of `tier` and `class` needs besides itself: T1 re-executes
-/// class-D work once (byte equality means nothing for other classes), T3 runs it twice more.
+/// class-D work once (judged by byte equality) and class-D∞ work once (judged within the
+/// tolerance of [`cx_protocol::tolerance`]); a sampled (S) output has nothing to agree with, so
+/// T1 does not replicate it. T3 runs any class twice more.
 pub fn runs_needed(tier: Tier, class: DeterminismClass) -> usize {
     match (tier, class) {
         (Tier::T3, _) => 2,
-        (Tier::T1, DeterminismClass::D) => 1,
+        (Tier::T1, DeterminismClass::D | DeterminismClass::DInf) => 1,
         _ => 0,
     }
 }
@@ -103,15 +108,86 @@ struct Taken {
     corpus: Option<Option<String>>,
 }
 
-/// What the output hashes of a group say.
+/// How two runs of a group are compared, by the class the job was cleared for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agreement {
+    /// Equal signed output hashes (class D; class S, which only T3 replicates).
+    Bytes,
+    /// Within the D∞ tolerance of [`cx_protocol::tolerance`] on the outputs' tokens (class D∞).
+    Tolerance,
+}
+
+impl Agreement {
+    /// How runs of a job of `class` are compared.
+    pub fn of(class: DeterminismClass) -> Self {
+        match class {
+            DeterminismClass::DInf => Self::Tolerance,
+            DeterminismClass::D | DeterminismClass::S => Self::Bytes,
+        }
+    }
+
+    /// The name the verification events carry.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Bytes => "output_hash",
+            Self::Tolerance => "d_inf_tolerance",
+        }
+    }
+
+    /// Whether the results of runs `a` and `b` (both with a receipt) agree.
+    fn agree(self, a: &RunRecord, b: &RunRecord) -> bool {
+        let equal = matches!((output_hash(a), output_hash(b)), (Some(x), Some(y)) if x == y);
+        match self {
+            Self::Bytes => equal,
+            Self::Tolerance => equal || within_tolerance(a, b),
+        }
+    }
+}
+
+/// Whether two D∞ runs' outputs agree within the tolerance ([`cx_protocol::tolerance`]): on
+/// their token ids where both results report them, else on the words of their texts. Token ids
+/// are not covered by the receipt (it signs the text's hash) and the text is what the buyer is
+/// given, so where ids are compared the texts must agree as well: a run cannot pass with the
+/// right ids beside another text. A result without a text agrees with nothing.
+fn within_tolerance(a: &RunRecord, b: &RunRecord) -> bool {
+    let (Some(a), Some(b)) = (a.result.as_ref(), b.result.as_ref()) else {
+        return false;
+    };
+    let (Some(a_words), Some(b_words)) = (text_words(a), text_words(b)) else {
+        return false;
+    };
+    let words_agree = d_inf_agree(&a_words, &b_words);
+    match (token_ids(a), token_ids(b)) {
+        (Some(a_ids), Some(b_ids)) => words_agree && d_inf_agree(&a_ids, &b_ids),
+        _ => words_agree,
+    }
+}
+
+/// The words of a result's `text`, if it has one.
+fn text_words(result: &serde_json::Value) -> Option<Vec<&str>> {
+    result.get("text")?.as_str().map(words)
+}
+
+/// A result's `token_ids` (the generated tokens' ids), when it reports them all as `u32`s.
+fn token_ids(result: &serde_json::Value) -> Option<Vec<u32>> {
+    result
+        .get("token_ids")?
+        .as_array()?
+        .iter()
+        .map(|id| id.as_u64().and_then(|id| u32::try_from(id).ok()))
+        .collect()
+}
+
+/// What the results of a group say.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Judgement {
     /// A verdict was applied already (or every run ended without a result): nothing to do.
     Settled,
     /// Runs are still out and no output has a quorum yet.
     Wait,
-    /// At least [`QUORUM`] results agree on this output hash.
-    Decided([u8; 32]),
+    /// At least [`QUORUM`] results agree: these runs (by run number, ascending) are the
+    /// agreeing group.
+    Decided(Vec<u8>),
     /// Every run is in (or gone) and none agree: one more run may decide, if one is left.
     AnotherRun,
     /// Every run is in and no more can be placed: no majority.
@@ -129,34 +205,47 @@ fn receipt(run: &RunRecord) -> Option<SignedReceipt> {
         .and_then(|r| serde_json::from_value(r.clone()).ok())
 }
 
-/// Judges a group (the verified job and its runs, any order) by the output hashes of the runs
-/// whose result is in (`verifying`): pure, so every rule is tested without a database.
-pub fn judge(runs: &[RunRecord]) -> Judgement {
+/// Judges a group (the verified job and its runs, any order) by the results that are in
+/// (`verifying`), compared as `agreement` says: pure, so every rule is tested without a
+/// database.
+///
+/// The results are grouped in run order: each joins the first group whose *first* run it
+/// agrees with, else starts a group of its own. For byte equality that is grouping by output
+/// hash; within a tolerance, which is not transitive, it makes the groups one function of the
+/// results (a run between two others joins the earlier one's group). The first group, in that
+/// order, holding results of [`QUORUM`] distinct on-chain identities decides.
+pub fn judge(runs: &[RunRecord], agreement: Agreement) -> Judgement {
     if runs
         .iter()
         .any(|r| r.status == "done" || r.status == "failed")
     {
         return Judgement::Settled;
     }
-    // (output hash, on-chain identity) of each result in.
-    let results: Vec<([u8; 32], [u8; 20])> = runs
+    // Each result in with the on-chain identity its receipt names, in run order.
+    let mut results: Vec<(&RunRecord, [u8; 20])> = runs
         .iter()
         .filter(|r| r.status == "verifying")
-        .filter_map(receipt)
-        .map(|r| (r.receipt.output_hash, r.receipt.provider))
+        .filter_map(|r| receipt(r).map(|s| (r, s.receipt.provider)))
         .collect();
+    results.sort_by_key(|(r, _)| r.run);
+    let mut groups: Vec<Vec<(&RunRecord, [u8; 20])>> = Vec::new();
+    for result in results.iter().copied() {
+        match groups
+            .iter_mut()
+            .find(|g| agreement.agree(g[0].0, result.0))
+        {
+            Some(group) => group.push(result),
+            None => groups.push(vec![result]),
+        }
+    }
     let pending = runs
         .iter()
         .any(|r| r.status == "assigned" || r.status == "running");
-    if let Some((agreed, _)) = results.iter().find(|(h, _)| {
-        let identities: HashSet<[u8; 20]> = results
-            .iter()
-            .filter(|(o, _)| o == h)
-            .map(|(_, identity)| *identity)
-            .collect();
+    if let Some(group) = groups.iter().find(|g| {
+        let identities: HashSet<[u8; 20]> = g.iter().map(|(_, identity)| *identity).collect();
         identities.len() >= QUORUM
     }) {
-        return Judgement::Decided(*agreed);
+        return Judgement::Decided(group.iter().map(|(r, _)| r.run).collect());
     }
     if pending {
         return Judgement::Wait;
@@ -275,7 +364,9 @@ impl Intake {
     /// Clears one run of `job` onto a bundle of a provider not in `taken`, charging at most
     /// `left_wei`: T3 only among other operators, T1 among them first and then among any other
     /// provider; a class-D run only on a bundle of the kernel corpus of the job's own bundle
-    /// ([`cx_protocol::Bundle::kernel_corpus`]). `Ok(Err(why))` when none can take it.
+    /// ([`cx_protocol::Bundle::kernel_corpus`]); a class-D∞ run on a bundle offering D∞, else on
+    /// one offering D (bit-exact output is within any tolerance). `Ok(Err(why))` when none can
+    /// take it.
     async fn place_run(
         &self,
         job: &Job,
@@ -299,17 +390,44 @@ impl Intake {
         let same_corpus = |b: &cx_protocol::Bundle| {
             job.determinism != DeterminismClass::D || b.kernel_corpus == corpus
         };
-        let (decision, charge) = self.market().clear_among(&job, |b| {
-            !excluded.contains(&b.id) && !taken.operators.contains(&b.provider) && same_corpus(b)
-        })?;
+        // The engine matches a bundle's offered classes exactly; a D∞ run may also go to a
+        // provider that offers only D, cleared as a class-D job (any kernel corpus: the run is
+        // judged within the tolerance, never by bytes).
+        let mut as_classes = vec![job.clone()];
+        if job.determinism == DeterminismClass::DInf {
+            as_classes.push(Job {
+                determinism: DeterminismClass::D,
+                ..job.clone()
+            });
+        }
+        let clear = |other_operator: bool| -> Result<_> {
+            let mut first = None;
+            for cleared in &as_classes {
+                let (decision, charge) = self.market().clear_among(cleared, |b| {
+                    !excluded.contains(&b.id)
+                        && (!other_operator || !taken.operators.contains(&b.provider))
+                        && same_corpus(b)
+                })?;
+                if decision.chosen.is_some() {
+                    return Ok((decision, charge));
+                }
+                first.get_or_insert((decision, charge));
+            }
+            Ok(first.expect("the job's own class is always tried"))
+        };
+        let (decision, charge) = clear(true)?;
         let (decision, charge) = if decision.chosen.is_some() || job.tier == Tier::T3 {
             (decision, charge)
         } else {
-            self.market()
-                .clear_among(&job, |b| !excluded.contains(&b.id) && same_corpus(b))?
+            clear(false)?
         };
         match (decision.chosen.clone(), charge) {
-            (Some(id), Some(charge)) => Ok(Ok((id, charge, DecisionRecord::of(decision, &job)))),
+            (Some(id), Some(charge)) => {
+                // Recorded with the job's own class, so the assignment asks for D∞ (which a D
+                // receipt satisfies) and a re-clearing of a stranded run keeps it.
+                let record = DecisionRecord::of(decision, &job);
+                Ok(Ok((id, charge, record)))
+            }
             _ => Ok(Err(match no_match(&decision) {
                 Error::NoMatch { detail } => detail,
                 other => other.to_string(),
@@ -376,10 +494,10 @@ impl Intake {
             };
             let original_id = original.id;
             let terms = terms(&original.decision)?;
-            let judgement = judge(&runs);
+            let judgement = judge(&runs, Agreement::of(terms.determinism));
             let verdict = match &judgement {
                 Judgement::Settled | Judgement::Wait => return Ok(judgement),
-                Judgement::Decided(agreed) => self.decided(&runs, &terms, *agreed),
+                Judgement::Decided(agreeing) => decided(&runs, &terms, agreeing),
                 Judgement::AnotherRun => {
                     if self.referee(&head, &runs, &terms).await? {
                         self.waiters().work_added();
@@ -400,120 +518,6 @@ impl Intake {
             "the verification of job {id} kept changing under its verdict; the next result or \
              the deadline decides it"
         )))
-    }
-
-    /// The verdict when `agreed` has a quorum.
-    fn decided(&self, runs: &[RunRecord], terms: &Terms, agreed: [u8; 32]) -> Verdict {
-        let mut verdict = Verdict::default();
-        let mut majority = Vec::new();
-        for run in runs {
-            match run.status.as_str() {
-                "verifying" if output_hash(run) == Some(agreed) => {
-                    verdict.passed.push(run.id);
-                    // One receipt per identity: the evidence's majority is distinct providers.
-                    if let Some(r) = receipt(run)
-                        && !majority
-                            .iter()
-                            .any(|m: &SignedReceipt| m.receipt.provider == r.receipt.provider)
-                    {
-                        majority.push(r);
-                    }
-                }
-                "verifying" => verdict.failed.push(run.id),
-                "assigned" | "running" => verdict.cancelled.push(run.id),
-                _ => {}
-            }
-        }
-        let delivered = runs
-            .iter()
-            .filter(|r| verdict.passed.contains(&r.id))
-            .min_by_key(|r| r.run);
-        let original = runs.iter().find(|r| r.run == 0);
-        if let (Some(original), Some(delivered)) = (original, delivered)
-            && delivered.id != original.id
-        {
-            verdict.result = delivered.result.clone();
-        }
-        let paid: u128 = runs
-            .iter()
-            .filter(|r| verdict.passed.contains(&r.id))
-            .map(|r| r.held_wei)
-            .sum();
-        let cost_wei = paid.saturating_sub(delivered.map_or(0, |d| d.held_wei));
-        let detail = self.detail(runs, terms, cost_wei);
-        for run in runs {
-            let passed = verdict.passed.contains(&run.id);
-            if passed || verdict.failed.contains(&run.id) {
-                let mut d = detail.clone();
-                d["passed"] = passed.into();
-                let status = if passed {
-                    "verified"
-                } else {
-                    "verification_failed"
-                };
-                verdict.events.push((run.id, status, d));
-            }
-        }
-        // Evidence against each outvoted class-D receipt: the majority's receipts beside it.
-        if let Some(original) = original {
-            for run in runs.iter().filter(|r| verdict.failed.contains(&r.id)) {
-                let Some(accused) = receipt(run) else {
-                    continue;
-                };
-                if accused.receipt.class != DeterminismClass::D
-                    || terms.determinism != DeterminismClass::D
-                {
-                    continue;
-                }
-                let evidence = SlashEvidence::ReplicaDisagreement {
-                    original: original.id,
-                    accused,
-                    majority: majority
-                        .iter()
-                        .take(usize::from(MAX_RUNS))
-                        .cloned()
-                        .collect(),
-                };
-                match (evidence.check(), serde_json::to_value(&evidence)) {
-                    (Ok(()), Ok(json)) => {
-                        verdict
-                            .slashes
-                            .push((evidence.hash(), run.id, evidence.chain_id(), json))
-                    }
-                    (Err(why), _) => {
-                        tracing::warn!(job = %run.id, %why, "outvoted, but no evidence the committee would take")
-                    }
-                    (_, Err(err)) => tracing::warn!(job = %run.id, %err, "evidence not encoded"),
-                }
-            }
-        }
-        verdict
-    }
-
-    /// The verification event's detail (`passed` set per run).
-    fn detail(&self, runs: &[RunRecord], terms: &Terms, cost_wei: u128) -> serde_json::Value {
-        let first_ms = runs.iter().filter_map(|r| r.result_at_ms).min();
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        serde_json::json!({
-            "tier": terms.tier,
-            "method": "replica",
-            "passed": false,
-            "runs": runs
-                .iter()
-                .map(|r| serde_json::json!({
-                    "job": r.id.to_string(),
-                    "run": r.run,
-                    "provider": r.provider_key_hash.map(|k| k.to_string()),
-                    "operator": r.operator,
-                    "status": r.status,
-                    "output_hash": output_hash(r).map(|h| format!("0x{}", hex::encode(h))),
-                }))
-                .collect::<Vec<_>>(),
-            "cost_wei": cost_wei.to_string(),
-            "check_ms": first_ms.map_or(0, |f| (now_ms - f).max(0)),
-        })
     }
 
     /// Places one more run (a referee, or a replacement of a run that never answered) on a
@@ -594,6 +598,132 @@ impl Intake {
     }
 }
 
+/// The verdict when the runs `agreeing` (run numbers) have a quorum: they are paid, the
+/// other results outvoted; pure, so it is tested without a database.
+fn decided(runs: &[RunRecord], terms: &Terms, agreeing: &[u8]) -> Verdict {
+    let mut verdict = Verdict::default();
+    let mut majority = Vec::new();
+    for run in runs {
+        match run.status.as_str() {
+            "verifying" if agreeing.contains(&run.run) => {
+                verdict.passed.push(run.id);
+                // One receipt per identity: the evidence's majority is distinct providers.
+                if let Some(r) = receipt(run)
+                    && !majority
+                        .iter()
+                        .any(|m: &SignedReceipt| m.receipt.provider == r.receipt.provider)
+                {
+                    majority.push(r);
+                }
+            }
+            "verifying" => verdict.failed.push(run.id),
+            "assigned" | "running" => verdict.cancelled.push(run.id),
+            _ => {}
+        }
+    }
+    // The output the buyer gets: the original's (run 0) when it is among the agreeing, else
+    // the lowest-numbered agreeing run's. Within a D∞ tolerance the agreeing outputs may differ
+    // in a token; the original's is the one the buyer's order cleared onto and the one its
+    // job's receipt signs, so keeping it leaves the job's result and receipt one pair. Only
+    // when it was outvoted is another run's output carried, and the lowest number makes that
+    // choice one function of the group.
+    let delivered = runs
+        .iter()
+        .filter(|r| verdict.passed.contains(&r.id))
+        .min_by_key(|r| r.run);
+    let original = runs.iter().find(|r| r.run == 0);
+    if let (Some(original), Some(delivered)) = (original, delivered)
+        && delivered.id != original.id
+    {
+        verdict.result = delivered.result.clone();
+    }
+    let paid: u128 = runs
+        .iter()
+        .filter(|r| verdict.passed.contains(&r.id))
+        .map(|r| r.held_wei)
+        .sum();
+    let cost_wei = paid.saturating_sub(delivered.map_or(0, |d| d.held_wei));
+    let detail = detail(runs, terms, cost_wei);
+    for run in runs {
+        let passed = verdict.passed.contains(&run.id);
+        if passed || verdict.failed.contains(&run.id) {
+            let mut d = detail.clone();
+            d["passed"] = passed.into();
+            let status = if passed {
+                "verified"
+            } else {
+                "verification_failed"
+            };
+            verdict.events.push((run.id, status, d));
+        }
+    }
+    // Evidence against each outvoted class-D receipt: the majority's receipts beside it. Only
+    // byte equality is slashing evidence: outvoted within a D∞ tolerance (an honest fast run
+    // may drift past the bound after one flipped token) a run is not paid, and nothing more.
+    if let Some(original) = original
+        && Agreement::of(terms.determinism) == Agreement::Bytes
+    {
+        for run in runs.iter().filter(|r| verdict.failed.contains(&r.id)) {
+            let Some(accused) = receipt(run) else {
+                continue;
+            };
+            if accused.receipt.class != DeterminismClass::D
+                || terms.determinism != DeterminismClass::D
+            {
+                continue;
+            }
+            let evidence = SlashEvidence::ReplicaDisagreement {
+                original: original.id,
+                accused,
+                majority: majority
+                    .iter()
+                    .take(usize::from(MAX_RUNS))
+                    .cloned()
+                    .collect(),
+            };
+            match (evidence.check(), serde_json::to_value(&evidence)) {
+                (Ok(()), Ok(json)) => {
+                    verdict
+                        .slashes
+                        .push((evidence.hash(), run.id, evidence.chain_id(), json))
+                }
+                (Err(why), _) => {
+                    tracing::warn!(job = %run.id, %why, "outvoted, but no evidence the committee would take")
+                }
+                (_, Err(err)) => tracing::warn!(job = %run.id, %err, "evidence not encoded"),
+            }
+        }
+    }
+    verdict
+}
+
+/// The verification event's detail (`passed` set per run).
+fn detail(runs: &[RunRecord], terms: &Terms, cost_wei: u128) -> serde_json::Value {
+    let first_ms = runs.iter().filter_map(|r| r.result_at_ms).min();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    serde_json::json!({
+        "tier": terms.tier,
+        "method": "replica",
+        "agreement": Agreement::of(terms.determinism).name(),
+        "passed": false,
+        "runs": runs
+            .iter()
+            .map(|r| serde_json::json!({
+                "job": r.id.to_string(),
+                "run": r.run,
+                "provider": r.provider_key_hash.map(|k| k.to_string()),
+                "operator": r.operator,
+                "status": r.status,
+                "output_hash": output_hash(r).map(|h| format!("0x{}", hex::encode(h))),
+            }))
+            .collect::<Vec<_>>(),
+        "cost_wei": cost_wei.to_string(),
+        "check_ms": first_ms.map_or(0, |f| (now_ms - f).max(0)),
+    })
+}
+
 /// The verdict when no output can reach a quorum: every run still unfinished is refunded and
 /// nobody is paid.
 fn no_majority(runs: &[RunRecord], terms: &Terms) -> Verdict {
@@ -626,6 +756,7 @@ fn no_majority(runs: &[RunRecord], terms: &Terms) -> Verdict {
 
 #[cfg(test)]
 mod tests {
+    use super::Agreement::{Bytes, Tolerance};
     use super::*;
     use cx_protocol::pq::Identity;
     use cx_protocol::receipt::Receipt;
@@ -669,41 +800,56 @@ mod tests {
     fn two_agreeing_outputs_decide_one_pair_that_differs_asks_a_referee() {
         use Judgement::*;
         let v = "verifying";
-        assert_eq!(judge(&[run(0, v, Some(1)), run(1, "running", None)]), Wait);
         assert_eq!(
-            judge(&[run(0, v, Some(1)), run(1, v, Some(1))]),
-            Decided([1; 32])
-        );
-        assert_eq!(judge(&[run(0, v, Some(1)), run(1, v, Some(2))]), AnotherRun);
-        assert_eq!(
-            judge(&[run(0, v, Some(1)), run(1, v, Some(2)), run(2, v, Some(2))]),
-            Decided([2; 32])
+            judge(&[run(0, v, Some(1)), run(1, "running", None)], Bytes),
+            Wait
         );
         assert_eq!(
-            judge(&[run(0, v, Some(1)), run(1, v, Some(2)), run(2, v, Some(3))]),
+            judge(&[run(0, v, Some(1)), run(1, v, Some(1))], Bytes),
+            Decided(vec![0, 1])
+        );
+        assert_eq!(
+            judge(&[run(0, v, Some(1)), run(1, v, Some(2))], Bytes),
+            AnotherRun
+        );
+        assert_eq!(
+            judge(
+                &[run(0, v, Some(1)), run(1, v, Some(2)), run(2, v, Some(2))],
+                Bytes
+            ),
+            Decided(vec![1, 2])
+        );
+        assert_eq!(
+            judge(
+                &[run(0, v, Some(1)), run(1, v, Some(2)), run(2, v, Some(3))],
+                Bytes
+            ),
             NoMajority
         );
         // T3: two of three agree while the third is still out.
         assert_eq!(
-            judge(&[
-                run(0, v, Some(4)),
-                run(1, v, Some(4)),
-                run(2, "running", None)
-            ]),
-            Decided([4; 32])
+            judge(
+                &[
+                    run(0, v, Some(4)),
+                    run(1, v, Some(4)),
+                    run(2, "running", None)
+                ],
+                Bytes
+            ),
+            Decided(vec![0, 1])
         );
         // A replica that expired: one more run may decide.
         assert_eq!(
-            judge(&[run(0, v, Some(1)), run(1, "expired", None)]),
+            judge(&[run(0, v, Some(1)), run(1, "expired", None)], Bytes),
             AnotherRun
         );
         // Already decided, or nothing left to judge.
         assert_eq!(
-            judge(&[run(0, "done", Some(1)), run(1, "done", Some(1))]),
+            judge(&[run(0, "done", Some(1)), run(1, "done", Some(1))], Bytes),
             Settled
         );
         assert_eq!(
-            judge(&[run(0, "expired", None), run(1, "expired", None)]),
+            judge(&[run(0, "expired", None), run(1, "expired", None)], Bytes),
             Settled
         );
     }
@@ -727,21 +873,197 @@ mod tests {
         let v = "verifying";
         // Runs 1 and 2 are two keys of account 7; the honest run 0 is account 5.
         let sybil = [run_as(0, 5, v, 1), run_as(1, 7, v, 2), run_as(2, 7, v, 2)];
-        assert_eq!(judge(&sybil), NoMajority, "one identity is one vote");
+        assert_eq!(judge(&sybil, Bytes), NoMajority, "one identity is one vote");
         // A T1 pair of one identity agreeing proves nothing: a referee of another decides.
         let pair = [run_as(0, 7, v, 2), run_as(1, 7, v, 2)];
-        assert_eq!(judge(&pair), AnotherRun);
+        assert_eq!(judge(&pair, Bytes), AnotherRun);
         let mut refereed = pair.to_vec();
         refereed.push(run_as(2, 8, v, 2));
-        assert_eq!(judge(&refereed), Decided([2; 32]));
+        assert_eq!(judge(&refereed, Bytes), Decided(vec![0, 1, 2]));
+    }
+
+    /// What broke: T1 replicated class D only, so a D∞ job (what `--fast` and `--gpu` providers
+    /// offer) at T1 was paid unverified.
+    #[test]
+    fn class_d_and_d_inf_at_t1_and_every_class_at_t3_are_replicated() {
+        assert_eq!(runs_needed(Tier::T1, DeterminismClass::D), 1);
+        assert_eq!(runs_needed(Tier::T1, DeterminismClass::DInf), 1);
+        assert_eq!(runs_needed(Tier::T1, DeterminismClass::S), 0);
+        for class in DeterminismClass::ALL {
+            assert_eq!(runs_needed(Tier::T3, class), 2);
+            assert_eq!(runs_needed(Tier::T0, class), 0);
+            assert_eq!(runs_needed(Tier::T2, class), 0);
+        }
+    }
+
+    /// Twenty words: an honest D∞ answer.
+    const TWENTY: &str = "The capital of France is Paris, a city on the Seine that has been the \
+                          seat of government for centuries.";
+
+    /// `TWENTY` with its word `k` replaced: one flipped token.
+    fn flipped(k: usize) -> String {
+        let mut words: Vec<&str> = TWENTY.split_whitespace().collect();
+        words[k] = "FLIPPED";
+        words.join(" ")
+    }
+
+    /// Run `n` of a D∞ group by identity `n`, its result `text` (and `token_ids`, if given)
+    /// under a receipt signing the text's hash.
+    fn d_inf_run(n: u8, text: &str, token_ids: Option<&[u32]>) -> RunRecord {
+        use sha2::{Digest, Sha256};
+        let mut r = run(n, "verifying", Some(0));
+        let mut signed: SignedReceipt = serde_json::from_value(r.receipt.take().unwrap()).unwrap();
+        signed.receipt.output_hash = Sha256::digest(text.as_bytes()).into();
+        signed.receipt.class = DeterminismClass::DInf;
+        let signed =
+            SignedReceipt::sign(signed.receipt, &Identity::from_seed([n + 1; 32])).unwrap();
+        r.receipt = Some(serde_json::to_value(signed).unwrap());
+        let mut result = serde_json::json!({"text": text, "finish_reason": "length",
+                                            "prompt_tokens": 6, "completion_tokens": 20});
+        if let Some(ids) = token_ids {
+            result["token_ids"] = serde_json::json!(ids);
+        }
+        r.result = Some(result);
+        r
+    }
+
+    fn d_inf_terms(tier: Tier) -> Terms {
+        Terms {
+            tier,
+            determinism: DeterminismClass::DInf,
+            limit_wei: 1_000,
+        }
+    }
+
+    /// What broke: a D∞ pair was compared by output hash, so two honest fast runs one flipped
+    /// token apart never agreed (and at T1 the job was not replicated at all).
+    #[test]
+    fn d_inf_runs_one_flipped_token_apart_agree_and_both_are_paid() {
+        assert_eq!(TWENTY.split_whitespace().count(), 20);
+        let pair = [d_inf_run(0, TWENTY, None), d_inf_run(1, &flipped(7), None)];
+        assert_eq!(judge(&pair, Bytes), Judgement::AnotherRun, "bytes differ");
+        assert_eq!(judge(&pair, Tolerance), Judgement::Decided(vec![0, 1]));
+        let verdict = decided(&pair, &d_inf_terms(Tier::T1), &[0, 1]);
+        assert_eq!(verdict.passed, vec![pair[0].id, pair[1].id]);
+        assert!(verdict.failed.is_empty() && verdict.slashes.is_empty());
+        assert_eq!(
+            verdict.result, None,
+            "the buyer keeps its own provider's output"
+        );
+        let event = &verdict.events[0].2;
+        assert_eq!(event["agreement"], "d_inf_tolerance", "{event}");
     }
 
     #[test]
-    fn only_class_d_t1_and_every_t3_job_is_replicated() {
-        assert_eq!(runs_needed(Tier::T1, DeterminismClass::D), 1);
-        assert_eq!(runs_needed(Tier::T1, DeterminismClass::S), 0);
-        assert_eq!(runs_needed(Tier::T3, DeterminismClass::S), 2);
-        assert_eq!(runs_needed(Tier::T0, DeterminismClass::D), 0);
-        assert_eq!(runs_needed(Tier::T2, DeterminismClass::D), 0);
+    fn a_d_inf_run_with_another_text_disagrees_and_a_referee_decides() {
+        let cheat = "I cannot help with that request today, sorry.";
+        let pair = [d_inf_run(0, TWENTY, None), d_inf_run(1, cheat, None)];
+        assert_eq!(judge(&pair, Tolerance), Judgement::AnotherRun);
+        let mut refereed = pair.to_vec();
+        refereed.push(d_inf_run(2, &flipped(19), None));
+        assert_eq!(judge(&refereed, Tolerance), Judgement::Decided(vec![0, 2]));
+        // A cut-off answer is another text too.
+        let cut: String = TWENTY
+            .split_whitespace()
+            .take(15)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let pair = [d_inf_run(0, TWENTY, None), d_inf_run(1, &cut, None)];
+        assert_eq!(judge(&pair, Tolerance), Judgement::AnotherRun);
+    }
+
+    /// What broke: nothing yet, but the one slashing path is built for any outvoted receipt of
+    /// class D: a D∞ group must never reach it, not even with a D provider's receipt in it.
+    #[test]
+    fn t3_outvotes_a_d_inf_cheat_unpaid_and_builds_no_slash_evidence() {
+        let cheat = "Send your keys to mallory, they will be safe there, trust me.";
+        let mut runs = vec![
+            d_inf_run(0, cheat, None),
+            d_inf_run(1, TWENTY, None),
+            d_inf_run(2, &flipped(3), None),
+        ];
+        assert_eq!(judge(&runs, Tolerance), Judgement::Decided(vec![1, 2]));
+        // The cheat's receipt claims class D (a D provider placed as a D∞ replica would).
+        let mut signed: SignedReceipt =
+            serde_json::from_value(runs[0].receipt.take().unwrap()).unwrap();
+        signed.receipt.class = DeterminismClass::D;
+        let signed = SignedReceipt::sign(signed.receipt, &Identity::from_seed([1; 32])).unwrap();
+        runs[0].receipt = Some(serde_json::to_value(signed).unwrap());
+        let verdict = decided(&runs, &d_inf_terms(Tier::T3), &[1, 2]);
+        assert_eq!(verdict.failed, vec![runs[0].id], "outvoted and unpaid");
+        assert_eq!(verdict.passed, vec![runs[1].id, runs[2].id]);
+        assert!(verdict.slashes.is_empty(), "D∞ disagreement is no evidence");
+        assert_eq!(
+            verdict.result.as_ref().unwrap()["text"],
+            TWENTY,
+            "the original was outvoted: the lowest agreeing run's output"
+        );
+    }
+
+    #[test]
+    fn d_inf_groups_by_agreement_with_each_groups_first_run_in_run_order() {
+        // 20 words each, 2 edits allowed: run 1 is 3 edits from run 0, run 2 is 2 from run 0 and
+        // 1 from run 1. Run 2 joins the earlier group, run 0's; run 1 stands alone.
+        let mut one: Vec<&str> = TWENTY.split_whitespace().collect();
+        let mut two = one.clone();
+        one[5] = "X";
+        one[6] = "Y";
+        one[7] = "Z";
+        two[5] = "X";
+        two[6] = "Y";
+        let runs = [
+            d_inf_run(0, TWENTY, None),
+            d_inf_run(1, &one.join(" "), None),
+            d_inf_run(2, &two.join(" "), None),
+        ];
+        assert_eq!(judge(&runs, Tolerance), Judgement::Decided(vec![0, 2]));
+        let mut reversed = runs.to_vec();
+        reversed.reverse();
+        assert_eq!(
+            judge(&reversed, Tolerance),
+            Judgement::Decided(vec![0, 2]),
+            "any order"
+        );
+    }
+
+    #[test]
+    fn d_inf_compares_token_ids_where_both_report_them_and_the_texts_as_well() {
+        let ids: Vec<u32> = (0..20).collect();
+        let mut one_flip = ids.clone();
+        one_flip[4] = 999;
+        let mut many = ids.clone();
+        many[..5].copy_from_slice(&[900, 901, 902, 903, 904]);
+        // Equal texts, ids one flip apart: agree; ids far apart: disagree.
+        let runs = [
+            d_inf_run(0, TWENTY, Some(&ids)),
+            d_inf_run(1, &flipped(2), Some(&one_flip)),
+        ];
+        assert_eq!(judge(&runs, Tolerance), Judgement::Decided(vec![0, 1]));
+        let runs = [
+            d_inf_run(0, TWENTY, Some(&ids)),
+            d_inf_run(1, TWENTY, Some(&many)),
+        ];
+        assert_eq!(
+            judge(&runs, Tolerance),
+            Judgement::Decided(vec![0, 1]),
+            "byte-equal outputs agree whatever ids are reported"
+        );
+        let runs = [
+            d_inf_run(0, &flipped(1), Some(&ids)),
+            d_inf_run(1, TWENTY, Some(&many)),
+        ];
+        assert_eq!(judge(&runs, Tolerance), Judgement::AnotherRun);
+        // The ids are not signed: right ids beside another text do not agree.
+        let runs = [
+            d_inf_run(0, TWENTY, Some(&ids)),
+            d_inf_run(1, "Send your keys to mallory.", Some(&ids)),
+        ];
+        assert_eq!(judge(&runs, Tolerance), Judgement::AnotherRun);
+        // Only one reports ids: the words decide.
+        let runs = [
+            d_inf_run(0, TWENTY, Some(&many)),
+            d_inf_run(1, &flipped(2), None),
+        ];
+        assert_eq!(judge(&runs, Tolerance), Judgement::Decided(vec![0, 1]));
     }
 }

@@ -1,7 +1,8 @@
-//! Verification by replication on a real PostgreSQL (T1 class D, T3): the runs placed with the
-//! job on other providers, the verdict by the majority of signed output hashes, the referee on a
-//! conflict, the outvoted provider failed with the slashing evidence queued, and the intake that
-//! refuses what the fleet cannot verify.
+//! Verification by replication on a real PostgreSQL (T1 classes D and D∞, T3): the runs placed
+//! with the job on other providers, the verdict by the majority of signed output hashes (within
+//! the D∞ tolerance for D∞), the referee on a conflict, the outvoted provider failed with the
+//! slashing evidence queued (class D only), and the intake that refuses what the fleet cannot
+//! verify.
 
 use crate::door::{Door, domain, now_s};
 use alloy::primitives::{Address, B256};
@@ -30,6 +31,10 @@ struct Prov {
     bundle: String,
     price_wei_per_s: &'static str,
     kernel_corpus: Option<&'static str>,
+    /// The classes its bundle offers.
+    determinism: &'static [&'static str],
+    /// The class its receipts claim.
+    class: DeterminismClass,
 }
 
 impl Prov {
@@ -42,6 +47,26 @@ impl Prov {
             bundle: format!("bundle-{seed}"),
             price_wei_per_s: "1000000",
             kernel_corpus: None,
+            determinism: &["D", "S"],
+            class: DeterminismClass::D,
+        }
+    }
+
+    /// A fast provider (FMA or a GPU): it offers D∞, not D, and signs D∞ receipts.
+    fn fast(seed: u8, operator: &str) -> Self {
+        Self {
+            determinism: &["D_inf", "S"],
+            class: DeterminismClass::DInf,
+            ..Self::new(seed, operator)
+        }
+    }
+
+    /// A provider on the deterministic kernels: it offers D only.
+    fn deterministic(seed: u8, operator: &str) -> Self {
+        Self {
+            determinism: &["D"],
+            kernel_corpus: Some("cx-cpu-det-v1"),
+            ..Self::new(seed, operator)
         }
     }
 
@@ -63,7 +88,7 @@ impl Prov {
         let mut bundle: Bundle = serde_json::from_value(json!({
             "id": self.bundle, "provider": self.operator, "price_wei_per_s": self.price_wei_per_s,
             "memory_bytes": 80_000_000_000u64, "bandwidth_bps": 1e10, "rtt_s": 0.01,
-            "flops_per_s": 4e14, "context_max": 32768, "determinism": ["D", "S"],
+            "flops_per_s": 4e14, "context_max": 32768, "determinism": self.determinism,
             "tiers": ["T0", "T1", "T3"], "resident_bases": ["llama-3.1-8b-instruct"],
         }))
         .unwrap();
@@ -115,7 +140,7 @@ impl Prov {
                 adapter_hash: [0; 32],
                 tokens: 14,
                 compute_ms: 5,
-                class: DeterminismClass::D,
+                class: self.class,
                 provider: self.payout.0.0,
                 provider_key: self.id.id().0,
                 amount_owed_wei: price,
@@ -147,6 +172,15 @@ fn request() -> InferenceRequest {
 }
 
 async fn submit(door: &Door, tier: Tier, nonce: u64) -> (StatusCode, Value) {
+    submit_class(door, tier, DeterminismClass::D, nonce).await
+}
+
+async fn submit_class(
+    door: &Door,
+    tier: Tier,
+    determinism: DeterminismClass,
+    nonce: u64,
+) -> (StatusCode, Value) {
     let intent = Intent {
         want: "llama-8b".into(),
         adapter_id: None,
@@ -154,7 +188,7 @@ async fn submit(door: &Door, tier: Tier, nonce: u64) -> (StatusCode, Value) {
         deadline_s: now_s() + 120,
         max_price_wei: 100_000,
         min_tier: tier,
-        determinism: DeterminismClass::D,
+        determinism,
         tab_id: 3,
         nonce,
         expiry_s: now_s() + 60,
@@ -735,4 +769,123 @@ async fn replicas_of_a_class_d_job_run_on_its_kernel_corpus_only() {
     let (status, refused) = submit(&door, Tier::T1, 2).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
     assert_eq!(refused["error"]["code"], "no_replica", "{refused}");
+}
+
+/// Twenty words, as a fast provider answers.
+const FAST: &str = "The capital of France is Paris, a city on the Seine that has been the seat \
+                    of government for centuries.";
+
+/// `FAST` with one word flipped, as another fast provider's rounding may answer.
+fn fast_flipped() -> String {
+    FAST.replace("seat", "centre")
+}
+
+// Issue 32 item 12: class D∞ (what `--fast` and `--gpu` providers offer) was replicated by T3
+// only and judged by output hash, so a T1 D∞ job was paid unverified, and two honest fast runs
+// one flipped token apart never agreed. Now T1 places a replica and D∞ runs agree within the
+// tolerance of `cx_protocol::tolerance`.
+#[tokio::test]
+async fn t1_replicates_a_d_inf_job_and_pays_both_runs_one_token_of_twenty_apart() {
+    let door = Door::new().await;
+    let (a, b) = (Prov::fast(71, "op-a"), Prov::fast(72, "op-b"));
+    a.register(&door).await;
+    b.register(&door).await;
+    let (status, accepted) = submit_class(&door, Tier::T1, DeterminismClass::DInf, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let original: B256 = accepted["job_id"].as_str().unwrap().parse().unwrap();
+    let runs = accepted["verification_runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "T1 places a D∞ replica: {accepted}");
+    let run_id = B256::from(run_job_id(original.0, 1));
+    let pulled = pull_all(&door, &[&a, &b]).await;
+    assert_eq!(pulled.len(), 2, "one job each: {pulled:?}");
+    let provs = [&a, &b];
+    let flipped = fast_flipped();
+    for (i, j) in &pulled {
+        let text = if j["job_id"] == original.to_string() {
+            FAST
+        } else {
+            flipped.as_str()
+        };
+        provs[*i].answer(&door, j, text).await;
+    }
+    for id in [original, run_id] {
+        let job = job(&door, &id.to_string()).await;
+        assert_eq!(job["status"], "done", "{job}");
+        let d = &event(&job, "verified").expect("a verified event")["detail"];
+        assert_eq!(d["passed"], true, "{d}");
+        assert_eq!(d["agreement"], "d_inf_tolerance", "{d}");
+    }
+    assert_eq!(
+        job(&door, &original.to_string()).await["result"]["text"],
+        FAST,
+        "the buyer gets its own provider's output"
+    );
+    let paid = door.books.paid_jobs(31337, 3).await.unwrap();
+    assert_eq!(paid.len(), 2, "both runs are paid");
+    assert!(slashes(&door).await.is_empty());
+}
+
+// The D∞ replica posts another text: the referee (on the one provider left, which offers only
+// class D, whose bits are within any tolerance) agrees with the original; the cheat is failed
+// and unpaid, and no slashing evidence is built (D∞ disagreement is never evidence).
+#[tokio::test]
+async fn a_d_inf_replica_with_another_text_is_outvoted_by_the_referee_unpaid_and_not_slashed() {
+    let door = Door::new().await;
+    let provs = [
+        Prov::fast(81, "op-a"),
+        Prov::fast(82, "op-b"),
+        Prov::deterministic(83, "op-c"),
+    ];
+    for p in &provs {
+        p.register(&door).await;
+    }
+    let (status, accepted) = submit_class(&door, Tier::T1, DeterminismClass::DInf, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let original: B256 = accepted["job_id"].as_str().unwrap().parse().unwrap();
+    let refs: Vec<&Prov> = provs.iter().collect();
+    let pulled = pull_all(&door, &refs).await;
+    assert_eq!(pulled.len(), 2, "{pulled:?}");
+    assert!(
+        pulled.iter().all(|(i, _)| *i != 2),
+        "the D∞ providers first: {pulled:?}"
+    );
+    let (honest_i, honest_job) = pulled
+        .iter()
+        .find(|(_, j)| j["job_id"] == original.to_string())
+        .unwrap();
+    let (cheat_i, cheat_job) = pulled
+        .iter()
+        .find(|(_, j)| j["job_id"] != original.to_string())
+        .unwrap();
+    provs[*honest_i].answer(&door, honest_job, FAST).await;
+    provs[*cheat_i].answer(&door, cheat_job, CHEAT).await;
+
+    let referee = provs[2].pull(&door).await;
+    assert_eq!(referee.len(), 1, "a referee on the D provider");
+    let referee_id = B256::from(run_job_id(original.0, 2));
+    assert_eq!(referee[0]["job_id"], referee_id.to_string());
+    provs[2].answer(&door, &referee[0], &fast_flipped()).await;
+
+    let cheat_id = cheat_job["job_id"].as_str().unwrap();
+    let cheated = job(&door, cheat_id).await;
+    assert_eq!(cheated["status"], "failed", "{cheated}");
+    assert_eq!(
+        event(&cheated, "verification_failed").unwrap()["detail"]["passed"],
+        false
+    );
+    for id in [original, referee_id] {
+        let j = job(&door, &id.to_string()).await;
+        assert_eq!(j["status"], "done", "{j}");
+    }
+    assert_eq!(
+        job(&door, &original.to_string()).await["result"]["text"],
+        FAST
+    );
+    let paid = door.books.paid_jobs(31337, 3).await.unwrap();
+    assert_eq!(paid.len(), 2);
+    assert!(paid.iter().all(|p| p.job_id.to_string() != cheat_id));
+    assert!(
+        slashes(&door).await.is_empty(),
+        "D∞ disagreement is never slashing evidence"
+    );
 }
