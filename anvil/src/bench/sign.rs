@@ -51,7 +51,7 @@ impl SignBenchReport {
         for (name, value, target) in [
             ("handshake_ms", self.handshake_ms, "<= 2"),
             ("dkg_ms", self.dkg_ms, ""),
-            ("sign_p50_ms", self.sign_p50_ms, "<= 20"),
+            ("sign_p50_ms", self.sign_p50_ms, "<= 10"),
             ("sign_p99_ms", self.sign_p99_ms, ""),
         ] {
             out += &format!("{name:<16} {value:>10.3} {target:>10}\n");

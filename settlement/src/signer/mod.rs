@@ -646,6 +646,29 @@ impl Signer {
         }
         let chain = self.chain(batch.chain_id, Some(batch.contract)).await?;
         let e = |e: Error| e.to_string();
+        // Each job's chain of signatures — the buyer's binding and order, the exchange's
+        // assignment under the key pinned in this signer's config, the provider's receipt — is
+        // checked here, not taken from the coordinator. It is the check's CPU work (a few ML-DSA
+        // verifications per job), so it runs on a blocking thread while the chain is read.
+        let exchange = self.config.market.exchange().map_err(e)?;
+        let domain = cx_protocol::order::domain(batch.chain_id, chain.deployment.settlement);
+        // The buyers' bindings may name another chain than this part's (an account binds its
+        // key once): their domains come from this signer's own registry.
+        let mut binding_domains = HashMap::new();
+        for voucher in &batch.receipts {
+            let id = voucher.binding.chain_id;
+            if let std::collections::hash_map::Entry::Vacant(slot) = binding_domains.entry(id)
+                && let Ok(view) = self.chain(id, None).await
+            {
+                slot.insert(cx_protocol::order::domain(id, view.deployment.settlement));
+            }
+        }
+        let vouchers = batch.receipts.clone();
+        let voucher_check = tokio::task::spawn_blocking(move || {
+            ledger::check_vouchers(&vouchers, &exchange, &domain, |id| {
+                binding_domains.get(&id).cloned()
+            })
+        });
         // Every read below is made at this one block (see `crate::onchain`).
         let chain = chain.pinned().await.map_err(e)?;
         if batch.contract != chain.deployment.settlement {
@@ -704,25 +727,7 @@ impl Signer {
                 batch.chain_id
             ));
         }
-        // Each job's chain of signatures — the buyer's order, the exchange's assignment under
-        // the key pinned in this signer's config, the provider's receipt — checked here, not
-        // taken from the coordinator.
-        let exchange = self.config.market.exchange().map_err(e)?;
-        let domain = cx_protocol::order::domain(batch.chain_id, chain.deployment.settlement);
-        // The buyers' bindings may name another chain than this part's (an account binds its
-        // key once): their domains come from this signer's own registry.
-        let mut binding_domains = HashMap::new();
-        for voucher in &batch.receipts {
-            let id = voucher.binding.chain_id;
-            if let std::collections::hash_map::Entry::Vacant(slot) = binding_domains.entry(id)
-                && let Ok(view) = self.chain(id, None).await
-            {
-                slot.insert(cx_protocol::order::domain(id, view.deployment.settlement));
-            }
-        }
-        let mut reasons = ledger::check_vouchers(&batch.receipts, &exchange, &domain, |id| {
-            binding_domains.get(&id).cloned()
-        });
+        let mut reasons = voucher_check.await.map_err(|j| j.to_string())?;
         let mut registered: HashMap<Address, B256> = HashMap::new();
         while let Some(joined) = key_reads.join_next().await {
             let (provider, hash) = joined.map_err(|j| j.to_string())?;
