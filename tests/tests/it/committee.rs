@@ -1383,6 +1383,76 @@ async fn sign_requests_carry_balance_changes_and_signers_keep_their_own_balances
     assert_eq!(amount, U256::from(1_600));
 }
 
+/// Three signers (2 of 3), one chain, the coordinator, and the chain's provider staked
+/// 3 000 000 000: where a slash is signed and lands.
+struct SlashScene {
+    cluster: Cluster,
+    chain: ScenarioChain,
+    _db: TempDatabase,
+    coordinator: Coordinator<PgStore, EvmChain, cx_settlement::coordinator::Committee>,
+    /// A second handle on the committee, for signing requests the coordinator would not send.
+    committee: cx_settlement::coordinator::Committee,
+    package: frost::keys::PublicKeyPackage,
+    key: EvmGroupKey,
+    stake: U256,
+}
+
+impl SlashScene {
+    async fn start() -> Self {
+        let cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 1)).unwrap();
+        let committee = cluster.committee(2, 1).unwrap();
+        let package = committee.dkg(0).await.unwrap();
+        let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
+        let chain = ScenarioChain::start(31337, key).await.unwrap();
+        write_deployments(&cluster.deployments_file, &[chain.entry()]);
+        let db = TempDatabase::create().await.unwrap();
+        let store = store(&db).await;
+        store.save_group_key(0, &package).await.unwrap();
+        let poster = chain.anvil.keys[3].clone();
+        let coordinator = Coordinator::new(
+            store,
+            cluster.committee(2, 1).unwrap(),
+            evm_chains(vec![chain.view().unwrap()], &poster),
+            &market(&cluster),
+        )
+        .unwrap();
+        let stake = U256::from(3_000_000_000u64);
+        cx_devnet::deploy::mint_test_tokens(&chain.operator, chain.provider.account(), stake)
+            .await
+            .unwrap();
+        chain.provider.approve_all().await.unwrap();
+        chain.provider.stake(stake).await.unwrap();
+        Self {
+            cluster,
+            chain,
+            _db: db,
+            coordinator,
+            committee,
+            package,
+            key,
+            stake,
+        }
+    }
+}
+
+/// Two outputs for one deterministic job (escrow `escrow_id`), both signed by the provider.
+fn conflicting_receipts(
+    cluster: &Cluster,
+    chain: &ScenarioChain,
+    escrow_id: u64,
+) -> cx_settlement::slash::SlashEvidence {
+    let first = chain
+        .vouchers(&[escrow_id], 100, &cluster.exchange)
+        .unwrap()
+        .remove(0)
+        .receipt;
+    let mut other = first.receipt.clone();
+    other.output_hash = [0xee; 32];
+    let second =
+        cx_protocol::receipt::SignedReceipt::sign(other, &chain.provider_identity).unwrap();
+    cx_settlement::slash::SlashEvidence::ConflictingReceipts { first, second }
+}
+
 /// What broke: the committee had no slash request at all, so the registry's slashing could never
 /// be signed. Now a slash names its evidence (two receipts by one provider for one class-D job
 /// with different outputs), every signer checks it on its own, and the signed digest carries an
@@ -1392,46 +1462,21 @@ async fn sign_requests_carry_balance_changes_and_signers_keep_their_own_balances
 /// but its market's multiple of the accused's price, and any recipient but the market's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not() {
-    use cx_protocol::receipt::SignedReceipt;
     use cx_settlement::slash::SlashEvidence;
     use cx_settlement::wire::SignSlashRequest;
 
-    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 1)).unwrap();
-    let committee = cluster.committee(2, 1).unwrap();
-    let package = committee.dkg(0).await.unwrap();
-    let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
-    let chain = ScenarioChain::start(31337, key).await.unwrap();
-    write_deployments(&cluster.deployments_file, &[chain.entry()]);
-    let db = TempDatabase::create().await.unwrap();
-    let store = store(&db).await;
-    store.save_group_key(0, &package).await.unwrap();
-    let poster = chain.anvil.keys[3].clone();
-    let coordinator = Coordinator::new(
-        store,
-        cluster.committee(2, 1).unwrap(),
-        evm_chains(vec![chain.view().unwrap()], &poster),
-        &market(&cluster),
-    )
-    .unwrap();
-    let stake = U256::from(3_000_000_000u64);
-    cx_devnet::deploy::mint_test_tokens(&chain.operator, chain.provider.account(), stake)
-        .await
-        .unwrap();
-    chain.provider.approve_all().await.unwrap();
-    chain.provider.stake(stake).await.unwrap();
+    let SlashScene {
+        cluster,
+        chain,
+        _db,
+        coordinator,
+        committee,
+        package,
+        stake,
+        ..
+    } = SlashScene::start().await;
 
-    // Two outputs for one deterministic job, both signed by the provider.
-    let conflicting = |escrow_id: u64| {
-        let first = chain
-            .vouchers(&[escrow_id], 100, &cluster.exchange)
-            .unwrap()
-            .remove(0)
-            .receipt;
-        let mut other = first.receipt.clone();
-        other.output_hash = [0xee; 32];
-        let second = SignedReceipt::sign(other, &chain.provider_identity).unwrap();
-        SlashEvidence::ConflictingReceipts { first, second }
-    };
+    let conflicting = |escrow_id: u64| conflicting_receipts(&cluster, &chain, escrow_id);
     let ids = chain.open_jobs(3, 1_000).await.unwrap();
     let evidence = conflicting(ids[0]);
     let (amount, recipient) = market(&cluster).slash.terms(&evidence).unwrap();
@@ -1586,43 +1631,17 @@ async fn a_slash_with_valid_evidence_lands_and_stale_or_reused_evidence_does_not
 #[tokio::test(flavor = "multi_thread")]
 async fn a_provider_that_changes_its_key_after_a_wrong_result_is_still_slashed() {
     use alloy::primitives::B256;
-    use cx_protocol::receipt::SignedReceipt;
-    use cx_settlement::slash::SlashEvidence;
 
-    let cluster = Cluster::start(&signer_binary(), &["a", "b", "c"], rule(2, 1)).unwrap();
-    let committee = cluster.committee(2, 1).unwrap();
-    let package = committee.dkg(0).await.unwrap();
-    let key = EvmGroupKey::from_verifying_key(package.verifying_key()).unwrap();
-    let chain = ScenarioChain::start(31337, key).await.unwrap();
-    write_deployments(&cluster.deployments_file, &[chain.entry()]);
-    let db = TempDatabase::create().await.unwrap();
-    let store = store(&db).await;
-    store.save_group_key(0, &package).await.unwrap();
-    let poster = chain.anvil.keys[3].clone();
-    let coordinator = Coordinator::new(
-        store,
-        cluster.committee(2, 1).unwrap(),
-        evm_chains(vec![chain.view().unwrap()], &poster),
-        &market(&cluster),
-    )
-    .unwrap();
-    let stake = U256::from(3_000_000_000u64);
-    cx_devnet::deploy::mint_test_tokens(&chain.operator, chain.provider.account(), stake)
-        .await
-        .unwrap();
-    chain.provider.approve_all().await.unwrap();
-    chain.provider.stake(stake).await.unwrap();
-    let conflicting = |escrow_id: u64| {
-        let first = chain
-            .vouchers(&[escrow_id], 100, &cluster.exchange)
-            .unwrap()
-            .remove(0)
-            .receipt;
-        let mut other = first.receipt.clone();
-        other.output_hash = [0xee; 32];
-        let second = SignedReceipt::sign(other, &chain.provider_identity).unwrap();
-        SlashEvidence::ConflictingReceipts { first, second }
-    };
+    let SlashScene {
+        cluster,
+        chain,
+        _db,
+        coordinator,
+        key,
+        stake,
+        ..
+    } = SlashScene::start().await;
+    let conflicting = |escrow_id: u64| conflicting_receipts(&cluster, &chain, escrow_id);
     let ids = chain.open_jobs(2, 1_000).await.unwrap();
     let (first, later) = (conflicting(ids[0]), conflicting(ids[1]));
     let (amount, recipient) = market(&cluster).slash.terms(&first).unwrap();
