@@ -299,7 +299,7 @@ async fn commit_bound(books: &Books, agents: &[Agent], config: IntakeBenchConfig
                         id: order.digest,
                         escrow_id,
                         model: "llama-3.1-8b-instruct".into(),
-                        status: "assigned",
+                        status: cx_exchange_server::books::JobStatus::Assigned,
                         bundle_id: Some("bundle-0000".into()),
                         held_wei: 1_000,
                         needed_until_s: 0,

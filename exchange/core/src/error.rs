@@ -14,7 +14,7 @@ pub enum Error {
     /// A lifecycle event that the order's current state does not allow.
     #[error("{order} order in state `{state}` cannot take event `{event}`")]
     IllegalTransition {
-        /// Kind of order (intent, reserve, rent, search).
+        /// Kind of order (reserve, rent).
         order: &'static str,
         /// State it was in (unchanged).
         state: String,
@@ -32,9 +32,6 @@ pub enum Error {
     /// A draw on a reserve larger than what is left of it, or outside its window.
     #[error("reserve cannot cover the draw: {0}")]
     ReserveExhausted(String),
-    /// A search witness that does not satisfy the predicate.
-    #[error("witness does not satisfy the predicate")]
-    InvalidWitness,
     /// A tier that no bundle on this exchange can offer.
     #[error("tier {0} cannot be offered here")]
     TierUnavailable(Tier),

@@ -13,27 +13,12 @@
 //! The books are the truth: a waiter subscribes first, then reads the job from the books, and a
 //! notification only tells it to read again, so a change between the two is never missed.
 
+use crate::books::JobStatus;
 use alloy::primitives::B256;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::broadcast;
-
-/// States that end a job's run: no provider works on it again, and waiters stop waiting (`done`
-/// still becomes `settled` when its batch lands).
-pub const TERMINAL: [&str; 6] = [
-    "done",
-    "expired",
-    "failed",
-    "cancelled",
-    "refunded",
-    "settled",
-];
-
-/// Whether `status` is one a job never leaves.
-pub fn is_terminal(status: &str) -> bool {
-    TERMINAL.contains(&status)
-}
 
 /// Notifications queued per job before a slow waiter misses some (it then re-reads the books,
 /// which is all a notification asks of it).
@@ -694,7 +679,7 @@ impl crate::intake::Intake {
             )
             .await?;
         self.waiters().notify(job_id);
-        if completed.status == "verifying" {
+        if completed.status == JobStatus::Verifying {
             // The result is kept whatever the verdict: a verification that fails to run now is
             // judged again at the group's next result, or refunded at its deadline.
             if let Err(err) = self.verify_group(job_id).await {

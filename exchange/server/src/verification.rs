@@ -34,7 +34,7 @@
 //! The buyer waiting on a replicated job is answered once the verdict is in: `verifying` is not
 //! a terminal state.
 
-use crate::books::{NewRun, RunRecord, Verdict};
+use crate::books::{JobStatus, NewRun, RunRecord, Verdict};
 use crate::error::{Error, Result};
 use crate::intake::{DecisionRecord, Intake, Placed, Want, no_match};
 use alloy::primitives::B256;
@@ -217,14 +217,14 @@ fn receipt(run: &RunRecord) -> Option<SignedReceipt> {
 pub fn judge(runs: &[RunRecord], agreement: Agreement) -> Judgement {
     if runs
         .iter()
-        .any(|r| r.status == "done" || r.status == "failed")
+        .any(|r| matches!(r.status, JobStatus::Done | JobStatus::Failed))
     {
         return Judgement::Settled;
     }
     // Each result in with the on-chain identity its receipt names, in run order.
     let mut results: Vec<(&RunRecord, [u8; 20])> = runs
         .iter()
-        .filter(|r| r.status == "verifying")
+        .filter(|r| r.status == JobStatus::Verifying)
         .filter_map(|r| receipt(r).map(|s| (r, s.receipt.provider)))
         .collect();
     results.sort_by_key(|(r, _)| r.run);
@@ -238,9 +238,7 @@ pub fn judge(runs: &[RunRecord], agreement: Agreement) -> Judgement {
             None => groups.push(vec![result]),
         }
     }
-    let pending = runs
-        .iter()
-        .any(|r| r.status == "assigned" || r.status == "running");
+    let pending = runs.iter().any(|r| r.status.is_open());
     if let Some(group) = groups.iter().find(|g| {
         let identities: HashSet<[u8; 20]> = g.iter().map(|(_, identity)| *identity).collect();
         identities.len() >= QUORUM
@@ -537,7 +535,7 @@ impl Intake {
         }
         let spent: u128 = runs
             .iter()
-            .filter(|r| matches!(r.status.as_str(), "assigned" | "running" | "verifying"))
+            .filter(|r| r.status.is_pending())
             .map(|r| r.held_wei)
             .sum();
         let left = terms.limit_wei.saturating_sub(spent);
@@ -604,8 +602,8 @@ fn decided(runs: &[RunRecord], terms: &Terms, agreeing: &[u8]) -> Verdict {
     let mut verdict = Verdict::default();
     let mut majority = Vec::new();
     for run in runs {
-        match run.status.as_str() {
-            "verifying" if agreeing.contains(&run.run) => {
+        match run.status {
+            JobStatus::Verifying if agreeing.contains(&run.run) => {
                 verdict.passed.push(run.id);
                 // One receipt per identity: the evidence's majority is distinct providers.
                 if let Some(r) = receipt(run)
@@ -616,8 +614,8 @@ fn decided(runs: &[RunRecord], terms: &Terms, agreeing: &[u8]) -> Verdict {
                     majority.push(r);
                 }
             }
-            "verifying" => verdict.failed.push(run.id),
-            "assigned" | "running" => verdict.cancelled.push(run.id),
+            JobStatus::Verifying => verdict.failed.push(run.id),
+            JobStatus::Assigned | JobStatus::Running => verdict.cancelled.push(run.id),
             _ => {}
         }
     }
@@ -729,7 +727,7 @@ fn detail(runs: &[RunRecord], terms: &Terms, cost_wei: u128) -> serde_json::Valu
 fn no_majority(runs: &[RunRecord], terms: &Terms) -> Verdict {
     let mut verdict = Verdict::default();
     for run in runs {
-        if matches!(run.status.as_str(), "assigned" | "running" | "verifying") {
+        if run.status.is_pending() {
             verdict.refunded.push(run.id);
             verdict.events.push((
                 run.id,
@@ -784,7 +782,7 @@ mod tests {
         RunRecord {
             id: B256::repeat_byte(n),
             run: n,
-            status: status.into(),
+            status: serde_json::from_value(status.into()).expect("a job status"),
             bundle_id: Some(format!("b{n}")),
             provider_key_hash: None,
             operator: None,

@@ -610,9 +610,7 @@ async fn job_once_ended(
     if let Some(wait_s) = wait_s {
         let give_up =
             std::time::Instant::now() + std::time::Duration::from_secs(wait_s.saturating_add(10));
-        while !cx_exchange_server::dispatch::is_terminal(&job.status)
-            && std::time::Instant::now() < give_up
-        {
+        while !super::is_terminal(&job.status) && std::time::Instant::now() < give_up {
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             job = client.job(id).await?;
         }

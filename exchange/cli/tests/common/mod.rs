@@ -1427,10 +1427,10 @@ pub async fn all_jobs_end(
                 .fetch_all(books.pool())
                 .await
                 .unwrap();
-        if counts
-            .iter()
-            .all(|(s, _)| cx_exchange_server::dispatch::is_terminal(s))
-        {
+        if counts.iter().all(|(s, _)| {
+            s.parse::<cx_exchange_server::books::JobStatus>()
+                .is_ok_and(|s| s.is_terminal())
+        }) {
             return counts;
         }
         assert!(

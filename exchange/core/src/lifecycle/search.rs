@@ -6,8 +6,7 @@
 //! preimage below a target, as proof-of-work puzzles define it). Checking a witness costs one
 //! hash; finding one costs `1/q` hashes on average, `q = target / 2²⁵⁶`.
 
-use crate::error::{Error, Result, invalid};
-use serde::Serialize;
+use crate::error::{Result, invalid};
 
 /// The target under which a digest must fall for `leading_zero_bits` leading zero bits
 /// (`2^(256−bits)`), with `bits` clamped to 1..=255 (the target must fit in 256 bits).
@@ -57,101 +56,6 @@ pub fn expected_trials(success_probability: f64, trial_probability: f64) -> Resu
     Ok(n.ceil().max(1.0) as u64)
 }
 
-/// Where a search order is.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum SearchState {
-    /// Waiting for a witness.
-    Open,
-    /// Settled on the first valid witness.
-    Solved {
-        /// Who found it.
-        solver: String,
-        /// The witness.
-        nonce: u64,
-    },
-    /// The deadline passed with no witness; the price goes back.
-    Refunded,
-}
-
-/// A search order.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Search {
-    /// Order id.
-    pub id: String,
-    /// The domain: the bytes every candidate is prefixed with.
-    pub prefix: Vec<u8>,
-    /// The target, 256-bit big-endian.
-    pub target: [u8; 32],
-    /// Deadline, seconds on the exchange clock.
-    pub deadline_at_s: f64,
-    /// Price, wei: expected trials × price per trial.
-    pub price_wei: u128,
-    /// Current state.
-    pub state: SearchState,
-}
-
-impl Search {
-    /// A search priced on expected work: `expected_trials(P, q) × wei_per_trial`.
-    pub fn new(
-        id: impl Into<String>,
-        prefix: Vec<u8>,
-        target: [u8; 32],
-        success_probability: f64,
-        deadline_at_s: f64,
-        wei_per_trial: u128,
-    ) -> Result<Self> {
-        let trials = expected_trials(success_probability, trial_probability(&target))?;
-        Ok(Self {
-            id: id.into(),
-            prefix,
-            target,
-            deadline_at_s,
-            price_wei: u128::from(trials).saturating_mul(wei_per_trial),
-            state: SearchState::Open,
-        })
-    }
-
-    /// A witness from `solver` at `now_s`: the first valid one before the deadline wins.
-    pub fn submit(&mut self, now_s: f64, solver: &str, nonce: u64) -> Result<()> {
-        if self.state != SearchState::Open || now_s > self.deadline_at_s {
-            return Err(Error::IllegalTransition {
-                order: "search",
-                state: match self.state {
-                    SearchState::Open => "open (deadline passed)".to_owned(),
-                    SearchState::Solved { .. } => "solved".to_owned(),
-                    SearchState::Refunded => "refunded".to_owned(),
-                },
-                event: "submit",
-            });
-        }
-        if !is_witness(&self.prefix, nonce, &self.target) {
-            return Err(Error::InvalidWitness);
-        }
-        self.state = SearchState::Solved {
-            solver: solver.to_owned(),
-            nonce,
-        };
-        Ok(())
-    }
-
-    /// After the deadline with no witness: refund the price.
-    pub fn expire(&mut self, now_s: f64) -> Result<u128> {
-        if self.state != SearchState::Open || now_s <= self.deadline_at_s {
-            return Err(Error::IllegalTransition {
-                order: "search",
-                state: match self.state {
-                    SearchState::Open => "open (deadline not passed)".to_owned(),
-                    _ => "settled".to_owned(),
-                },
-                event: "expire",
-            });
-        }
-        self.state = SearchState::Refunded;
-        Ok(self.price_wei)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,37 +71,13 @@ mod tests {
     }
 
     #[test]
-    fn first_valid_witness_wins_and_a_bad_one_changes_nothing() {
+    fn a_solved_nonce_is_a_witness_and_others_are_not() {
         let target = target_for_zero_bits(10);
-        let mut s = Search::new("s", b"cx-test".to_vec(), target, 0.99, 60.0, 3).unwrap();
-        // ln(0.01)/ln(1 − 2⁻¹⁰) ≈ 4713.6 trials.
-        assert_eq!(s.price_wei, 4714 * 3);
         let nonce = solve(b"cx-test", &target, 0, 1 << 20).unwrap();
+        assert!(is_witness(b"cx-test", nonce, &target));
         let bad = (0..)
             .find(|n| !is_witness(b"cx-test", *n, &target))
             .unwrap();
-        assert_eq!(s.submit(1.0, "p1", bad), Err(Error::InvalidWitness));
-        assert_eq!(s.state, SearchState::Open);
-        s.submit(2.0, "p2", nonce).unwrap();
-        assert!(
-            s.submit(3.0, "p3", nonce).is_err(),
-            "second witness too late"
-        );
-        assert_eq!(
-            s.state,
-            SearchState::Solved {
-                solver: "p2".into(),
-                nonce
-            }
-        );
-        assert!(s.expire(100.0).is_err());
-    }
-
-    #[test]
-    fn no_witness_by_the_deadline_refunds() {
-        let mut s = Search::new("s", vec![1], target_for_zero_bits(200), 0.5, 10.0, 1).unwrap();
-        assert!(s.expire(5.0).is_err());
-        assert_eq!(s.expire(11.0).unwrap(), s.price_wei);
-        assert!(s.submit(12.0, "late", 0).is_err());
+        assert!(!is_witness(b"cx-test", bad, &target));
     }
 }

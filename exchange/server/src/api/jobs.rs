@@ -150,7 +150,7 @@ pub(super) async fn events(
                 }
             }
             sent = job.events.len();
-            if crate::dispatch::is_terminal(&job.status) {
+            if job.status.is_terminal() {
                 return;
             }
             let _ = tokio::time::timeout(EVENTS_POLL, changed.recv()).await;

@@ -19,7 +19,7 @@
 
 use super::sessions::bearer;
 use super::{ApiError, AppJson, AppState};
-use crate::books::Session;
+use crate::books::{JobStatus, Session};
 use crate::dispatch::{Output, SWEEP_PERIOD};
 use crate::intake::{Accepted, Intake, Want, now_s};
 use alloy::primitives::B256;
@@ -545,18 +545,18 @@ async fn outcome(
     // A replicated job whose own provider was outvoted is `failed` (never paid) but carries the
     // majority's verified output, which is the buyer's answer.
     let status = if job.output_released() {
-        "done"
+        JobStatus::Done
     } else {
-        job.status.as_str()
+        job.status
     };
     match (status, job.result) {
-        ("done", Some(result)) => Ok(serde_json::from_value(result)
+        (JobStatus::Done, Some(result)) => Ok(serde_json::from_value(result)
             .map_err(|e| ApiError::Internal(Box::new(crate::Error::Json(e))))?),
-        ("cancelled", _) => Err(ApiError::Conflict {
+        (JobStatus::Cancelled, _) => Err(ApiError::Conflict {
             field: None,
             message: "the job was cancelled (DELETE /v1/jobs/{id}); nothing was charged".into(),
         }),
-        ("refunded", _) => Err(crate::Error::Refunded {
+        (JobStatus::Refunded, _) => Err(crate::Error::Refunded {
             job_id,
             reason: job
                 .events

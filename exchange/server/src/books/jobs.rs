@@ -2,7 +2,7 @@
 //! is either wholly in the books (nonce spent, tab held, job and its first event written) or not
 //! at all.
 
-use super::{Books, parse_wei, to_i64, wei_text};
+use super::{Books, JobStatus, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use serde::Serialize;
@@ -34,7 +34,7 @@ pub struct NewJob {
     /// The model it runs.
     pub model: String,
     /// `assigned` once cleared onto a bundle.
-    pub status: &'static str,
+    pub status: JobStatus,
     /// The bundle it was cleared onto.
     pub bundle_id: Option<String>,
     /// What it holds on the tab, wei.
@@ -84,7 +84,7 @@ pub struct JobRecord {
     /// The model.
     pub model: String,
     /// Lifecycle state.
-    pub status: String,
+    pub status: JobStatus,
     /// The bundle it was cleared onto.
     pub bundle_id: Option<String>,
     /// What it holds on its tab, wei.
@@ -119,9 +119,9 @@ impl JobRecord {
     /// majority's verified output. Never while a verdict is pending, nor for a job that ended
     /// unpaid (a buyer who stalls its own replica must not get the honest answer for free).
     pub fn output_released(&self) -> bool {
-        match self.status.as_str() {
-            "done" | "settled" => true,
-            "failed" => self
+        match self.status {
+            JobStatus::Done => true,
+            JobStatus::Failed => self
                 .events
                 .iter()
                 .any(|e| e.status == "verification_failed"),
@@ -304,7 +304,7 @@ impl Books {
         super::residency::record_deadline_misses(&mut tx, now).await?;
         let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&release_sql(
             "status IN ('assigned', 'running', 'verifying') AND deadline_s < $1",
-            "expired",
+            JobStatus::Expired,
             "no result (or no verified result) by the deadline",
         ))
         .bind(now)
@@ -320,7 +320,7 @@ impl Books {
     pub async fn cancel_job(&self, id: B256, session_id: B256) -> Result<bool> {
         let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&release_sql(
             "id = $1 AND session_id = $2 AND status = 'assigned'",
-            "cancelled",
+            JobStatus::Cancelled,
             "cancelled by the buyer before a provider took it",
         ))
         .bind(id.as_slice())
@@ -401,7 +401,7 @@ struct JobRow {
     chain_id: i64,
     escrow_id: i64,
     model: String,
-    status: String,
+    status: JobStatus,
     bundle_id: Option<String>,
     held_wei: String,
     decision: String,
@@ -445,7 +445,8 @@ impl JobRow {
 /// hold returns to its tab (and its session's cap), nothing is charged, and an event records
 /// what was released and why. One statement, so a job is either ended with its hold released
 /// or untouched. Returns the ended jobs' ids.
-pub(super) fn release_sql(condition: &str, status: &str, reason: &str) -> String {
+pub(super) fn release_sql(condition: &str, status: JobStatus, reason: &str) -> String {
+    let status = status.as_str();
     format!(
         "WITH ended AS ( \
              UPDATE exchange_jobs SET status = '{status}', updated_at = now() WHERE {condition} \

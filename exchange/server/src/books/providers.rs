@@ -2,7 +2,7 @@
 //! transaction a result is accepted in (job done, receipt kept, the unspent hold returned).
 
 use super::jobs::constraint;
-use super::{Books, parse_wei, to_i64, wei_text};
+use super::{Books, JobStatus, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use cx_protocol::Bundle;
@@ -85,7 +85,7 @@ pub struct Completed {
     pub released_wei: u128,
     /// `done`, or `verifying` when the job is verified by replication (T1, T3) and is paid only
     /// once the majority of its runs agrees with it.
-    pub status: &'static str,
+    pub status: JobStatus,
 }
 
 impl Books {
@@ -348,7 +348,7 @@ impl Books {
     /// so a result that cannot be taken costs no check and writes nothing; `complete_job`
     /// judges again under the job's lock, and that judgment is the one that counts.
     pub async fn check_result_open(&self, job_id: B256, key_hash: B256, now_s: u64) -> Result<()> {
-        let row: Option<(String, i64)> = sqlx::query_as(
+        let row: Option<(JobStatus, i64)> = sqlx::query_as(
             "SELECT j.status, j.deadline_s \
              FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
              WHERE j.id = $1 AND b.provider_key_hash = $2",
@@ -405,7 +405,11 @@ impl Books {
             return Err(Error::UnknownJob);
         };
         // A replicated job's result waits for its runs' majority before it is paid.
-        let new_status = if replicated { "verifying" } else { "done" };
+        let new_status = if replicated {
+            JobStatus::Verifying
+        } else {
+            JobStatus::Done
+        };
         result_open(status, deadline_s, now_s)?;
         let held_wei = parse_wei(&held)?;
         if charged_wei > held_wei {
@@ -487,8 +491,8 @@ impl Books {
 
 /// Whether a job in `status` with deadline `deadline_s` takes a result at `now_s`: only while
 /// it runs and its deadline has not passed (the deadline sweep expires it after that).
-pub(super) fn result_open(status: String, deadline_s: i64, now_s: u64) -> Result<()> {
-    if status != "running" {
+pub(super) fn result_open(status: JobStatus, deadline_s: i64, now_s: u64) -> Result<()> {
+    if status != JobStatus::Running {
         return Err(Error::JobNotRunning { status });
     }
     let deadline_s = u64::try_from(deadline_s).unwrap_or(0);
@@ -509,7 +513,7 @@ struct ProviderRow {
 /// A job as a result finds it.
 #[derive(sqlx::FromRow)]
 struct RunningRow {
-    status: String,
+    status: JobStatus,
     held_wei: String,
     session_id: Option<Vec<u8>>,
     chain_id: i64,

@@ -187,7 +187,7 @@ impl Books {
     pub async fn refund_stranded(&self, id: B256) -> Result<bool> {
         let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&super::jobs::release_sql(
             "id = $1 AND status IN ('assigned', 'running')",
-            "refunded",
+            super::JobStatus::Refunded,
             "its provider left the market or gave it up, and no other bundle can take it by its \
              deadline",
         ))

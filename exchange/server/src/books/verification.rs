@@ -4,7 +4,7 @@
 //! against it queued for the committee), plus the outbox of slashes.
 
 use super::jobs::{NewRun, release_sql};
-use super::{Books, parse_wei, to_i64, wei_text};
+use super::{Books, JobStatus, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use sqlx::Row;
@@ -18,7 +18,7 @@ pub struct RunRecord {
     /// Which run (0: the verified job itself).
     pub run: u8,
     /// Its state.
-    pub status: String,
+    pub status: JobStatus,
     /// The bundle it was cleared onto.
     pub bundle_id: Option<String>,
     /// The key hash of the provider whose bundle it is.
@@ -302,23 +302,23 @@ impl Books {
         if passed.rows_affected() != verdict.passed.len() as u64 {
             return Ok(false);
         }
-        let steps: [(&[B256], &str, &str, &str); 3] = [
+        let steps: [(&[B256], &str, JobStatus, &str); 3] = [
             (
                 &verdict.failed,
                 "status = 'verifying'",
-                "failed",
+                JobStatus::Failed,
                 "outvoted: its output is not the majority of the verification runs",
             ),
             (
                 &verdict.cancelled,
                 "status IN ('assigned', 'running')",
-                "cancelled",
+                JobStatus::Cancelled,
                 "not needed: the verification runs reached a majority without it",
             ),
             (
                 &verdict.refunded,
                 "status IN ('assigned', 'running', 'verifying')",
-                "refunded",
+                JobStatus::Refunded,
                 "no majority of the verification runs agrees: nobody is paid",
             ),
         ];

@@ -26,7 +26,7 @@ pub use standing::{
     StandingAccepted,
 };
 
-use crate::books::{Books, JobRecord, NewJob, NewOrder, Session};
+use crate::books::{Books, JobRecord, JobStatus, NewJob, NewOrder, Session};
 use crate::dispatch::Waiters;
 use crate::error::{Error, Result};
 use crate::market::Market;
@@ -85,7 +85,7 @@ pub struct Accepted {
     #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
     pub job_id: B256,
     /// Its state.
-    pub status: &'static str,
+    pub status: JobStatus,
     /// The bundle it was cleared onto.
     pub bundle_id: String,
     /// What it holds on the tab, wei (the bundle's charge, at most the buyer's limit).
@@ -641,7 +641,7 @@ impl Intake {
             let Some(job) = self.books.job(id).await? else {
                 return Ok(None);
             };
-            if crate::dispatch::is_terminal(&job.status) || tokio::time::Instant::now() >= until {
+            if job.status.is_terminal() || tokio::time::Instant::now() >= until {
                 return Ok(Some(job));
             }
             // A notification, or a poll every few seconds in case one was lost with a lagging
@@ -1106,7 +1106,7 @@ impl Placed {
             id,
             escrow_id: tab_id,
             model: self.job.base_model.clone(),
-            status: "assigned",
+            status: JobStatus::Assigned,
             bundle_id: Some(self.bundle_id.clone()),
             held_wei: self.held_wei,
             needed_until_s: self.deadline_s.saturating_add(settle_margin_s),
@@ -1120,7 +1120,7 @@ impl Placed {
     fn accepted(self, job_id: B256, runs: Vec<crate::verification::PlacedRun>) -> Accepted {
         Accepted {
             job_id,
-            status: "assigned",
+            status: JobStatus::Assigned,
             bundle_id: self.bundle_id,
             held_wei: runs
                 .iter()

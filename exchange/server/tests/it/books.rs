@@ -5,7 +5,9 @@
 use crate::common::{TestDb, with_database};
 use alloy::primitives::{Address, B256};
 use cx_exchange_server::Error;
-use cx_exchange_server::books::{Books, NewJob, NewOrder, StoredBinding, TabEvent, database_url};
+use cx_exchange_server::books::{
+    Books, JobStatus, NewJob, NewOrder, StoredBinding, TabEvent, database_url,
+};
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
@@ -104,7 +106,7 @@ fn job(order: &NewOrder, escrow_id: u64, held_wei: u128) -> NewJob {
         id: order.digest,
         escrow_id,
         model: "m".into(),
-        status: "assigned",
+        status: JobStatus::Assigned,
         bundle_id: Some("b1".into()),
         held_wei,
         needed_until_s: 100,
@@ -221,7 +223,7 @@ async fn a_replayed_nonce_or_a_closed_tab_writes_nothing() {
     assert_eq!(count(&books, "exchange_jobs").await, 1);
     assert_eq!(books.tab(CHAIN, 1).await.unwrap().unwrap().held_wei, 10);
     let stored = books.job(first.digest).await.unwrap().unwrap();
-    assert_eq!(stored.status, "assigned");
+    assert_eq!(stored.status, JobStatus::Assigned);
     assert_eq!(stored.events.len(), 1);
     assert_eq!(
         books
@@ -358,4 +360,38 @@ async fn a_refused_slash_is_retried_with_backoff_until_its_horizon_not_given_up_
         .await
         .unwrap();
     assert_eq!(state().await.0, "failed");
+}
+
+/// `exchange_jobs.status` takes exactly the names of `JobStatus`: each state a job can be in is
+/// written and read back through the enum, and any other name (a typo in a statement, or
+/// `settled`, which is a batch's state, not a job's) is refused by the column's CHECK.
+#[tokio::test]
+async fn job_status_check_allows_exactly_the_lifecycle() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    open_tab(&books, 1, 1_000, 1_000).await;
+    let o = order(1, 1);
+    books.accept(&o, &job(&o, 1, 30)).await.unwrap();
+    for status in JobStatus::ALL {
+        sqlx::query("UPDATE exchange_jobs SET status = $2 WHERE id = $1")
+            .bind(o.digest.as_slice())
+            .bind(status)
+            .execute(books.pool())
+            .await
+            .unwrap();
+        let stored = books.job(o.digest).await.unwrap().unwrap();
+        assert_eq!(stored.status, status);
+    }
+    for name in ["settled", "Running", "pending", ""] {
+        let err = sqlx::query("UPDATE exchange_jobs SET status = $2 WHERE id = $1")
+            .bind(o.digest.as_slice())
+            .bind(name)
+            .execute(books.pool())
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("exchange_jobs_status_check"),
+            "{name}: {err}"
+        );
+    }
 }

@@ -11,7 +11,7 @@ use axum::http::{Request, StatusCode, header};
 use cx_exchange::objective::Weights;
 use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::api::{AppState, app};
-use cx_exchange_server::books::{Books, TabEvent};
+use cx_exchange_server::books::{Books, JobStatus, TabEvent};
 use cx_exchange_server::intake::{InferenceRequest, Intake, request_hash};
 use cx_exchange_server::market::Market;
 use cx_protocol::offer::{Offer, SignedOffer};
@@ -694,7 +694,7 @@ async fn a_job_no_provider_finishes_expires_and_its_hold_returns() {
     assert_eq!(expired.len(), 1);
     assert_eq!(door.held().await, 0, "the hold went back to the tab");
     let job = door.books.job(expired[0]).await.unwrap().unwrap();
-    assert_eq!(job.status, "expired");
+    assert_eq!(job.status, JobStatus::Expired);
     // The provider's failure rate is what the exchange saw, whatever its offer says: one
     // failure in one job, against a prior of 1 in 20.
     let (status, body) = door
@@ -1056,7 +1056,7 @@ async fn a_leaving_providers_jobs_are_re_cleared_or_refunded() {
     assert_eq!((left.bundles, left.moved, left.refunded), (1, 0, 1));
     assert_eq!(
         door.books.job(job_id).await.unwrap().unwrap().status,
-        "refunded"
+        JobStatus::Refunded
     );
     assert_eq!(door.held().await, 0, "the hold went back to the tab");
 }

@@ -414,7 +414,7 @@ async fn a_late_matmul_result_is_refused_before_any_write() {
         );
         assert_eq!(states(&door, &id).await, before, "wrong product: {wrong}");
         let job = door.books.job(id.parse().unwrap()).await.unwrap().unwrap();
-        assert_eq!(job.status, "running");
+        assert_eq!(job.status, cx_exchange_server::books::JobStatus::Running);
         assert!(job.result.is_none());
         assert_eq!(door.count("exchange_receipts").await, 0);
         assert_eq!(door.held().await, held);

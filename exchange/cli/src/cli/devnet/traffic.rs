@@ -635,7 +635,7 @@ async fn wait_ended(reader: &Client, id: B256) -> anyhow::Result<B256> {
     let waited = Instant::now();
     loop {
         let job = reader.job(id).await?;
-        if cx_exchange_server::dispatch::is_terminal(&job.status) {
+        if crate::cli::is_terminal(&job.status) {
             return Ok(id);
         }
         if waited.elapsed() > Duration::from_secs(30) {
