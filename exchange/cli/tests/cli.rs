@@ -588,3 +588,33 @@ fn catalog_add_learns_a_model_from_its_config_and_refuses_a_second_of_the_name()
     assert_eq!(std::fs::read_to_string(&catalog).unwrap(), before);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `cx devnet --model DIR` refuses a directory that holds no checkpoint before it starts
+/// anything (no chain, no database, no folder emptied), in one line naming the flag.
+#[test]
+fn devnet_refuses_a_model_directory_without_a_config() {
+    let dir = std::env::temp_dir().join(format!("cx-devnet-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kept = dir.join("kept.txt");
+    std::fs::write(&kept, "not emptied").unwrap();
+    let empty = dir.join("no-model");
+    std::fs::create_dir_all(&empty).unwrap();
+    let err = error_line(
+        &[
+            "devnet",
+            "--model",
+            empty.to_str().unwrap(),
+            "--dir",
+            dir.to_str().unwrap(),
+            "--port-offset",
+            "7300",
+        ],
+        None,
+    );
+    assert!(
+        err.contains("--model") && err.contains("config.json"),
+        "{err}"
+    );
+    assert!(kept.exists(), "the devnet's folder was left as it was");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

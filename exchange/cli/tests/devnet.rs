@@ -623,3 +623,74 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `cx devnet --model DIR` runs the market on a real checkpoint (SmolLM2-135M-Instruct, which
+/// `scripts/setup.sh` installs): the catalog learns it under its Hub name, the provider serves
+/// it, the agents' chats and intents are its answers, and their jobs settle on chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_devnet_runs_the_market_on_a_real_checkpoint() {
+    const NAME: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
+    let model_dir =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/models/smollm2-135m-instruct");
+    assert!(
+        model_dir.join("model.safetensors").exists(),
+        "{}: the real model is installed by scripts/setup.sh (scripts/real-model.sh)",
+        model_dir.display()
+    );
+    let offset = (0..200)
+        .map(|i| 21_000 + ((std::process::id() as u16 % 100) + i) % 200 * 40)
+        .find(|o| all_free(*o))
+        .expect("some free offset");
+    let db = cx_devnet::db::TempDatabase::create().await.unwrap();
+    let dir = common::TempDir::new("devnet-real");
+    let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
+    let provider = common::provider_bin();
+    let out = tokio::task::spawn_blocking({
+        let dir = dir.0.clone();
+        let url = db.url.clone();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_cx"))
+                .args(["devnet", "--exit-after-settled", "3"])
+                .args(["--providers", "1", "--agents", "1", "--timeout-s", "400"])
+                .arg("--model")
+                .arg(&model_dir)
+                .args(["--model-name", NAME])
+                .args(["--port-offset", &offset.to_string()])
+                .arg("--dir")
+                .arg(&dir)
+                .env("DATABASE_URL", url)
+                .env("CX_SIGNER_BIN", signer)
+                .env("CX_PROVIDER_BIN", provider)
+                .stdin(Stdio::null())
+                .output()
+                .expect("cx runs")
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "cx devnet --model failed ({}):\n{stdout}\n{stderr}\nexchange log:\n{}",
+        out.status,
+        std::fs::read_to_string(dir.0.join("exchange.log")).unwrap_or_default()
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().expect("a summary")).expect("JSON, last");
+    assert!(summary["settled_jobs"].as_u64().unwrap() >= 3, "{summary}");
+    assert!(
+        stdout.contains(&format!(" intent --model {NAME} ")),
+        "{stdout}"
+    );
+    let catalog = std::fs::read_to_string(dir.0.join("catalog.toml")).unwrap();
+    assert!(catalog.contains(&format!("name = {NAME:?}")), "{catalog}");
+    let adapter: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.0.join("adapters/adapter-000/adapter_config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(adapter["base_model_name_or_path"], NAME);
+    if let Err(held) = freed(offset) {
+        panic!("a child outlived the devnet: ports {held:?} still listen");
+    }
+}

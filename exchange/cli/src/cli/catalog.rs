@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use cx_exchange::capacity::{ModelConfig, Projection};
 use cx_exchange::routing::catalog::Catalog;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -41,13 +41,13 @@ pub(crate) struct AddArgs {
 
 /// What was added.
 #[derive(Debug, Serialize)]
-struct Added {
-    name: String,
-    parameters: u64,
-    base_bytes: u64,
-    kv_bytes_per_token: u64,
-    context_limit_tokens: usize,
-    catalog: String,
+pub(super) struct Added {
+    pub(super) name: String,
+    pub(super) parameters: u64,
+    pub(super) base_bytes: u64,
+    pub(super) kv_bytes_per_token: u64,
+    pub(super) context_limit_tokens: usize,
+    pub(super) catalog: String,
 }
 
 /// Bytes of one weight or KV element as a provider holds it: providers widen bf16 and f16 to
@@ -77,15 +77,46 @@ fn parameters(c: &ModelConfig) -> u64 {
 }
 
 fn add(args: AddArgs) -> anyhow::Result<()> {
-    let config_path = args.dir.join("config.json");
+    let added = append_model(
+        &args.dir,
+        &args.catalog,
+        args.name,
+        &args.aliases,
+        (args.input_wei_per_mtok, args.output_wei_per_mtok),
+    )?;
+    let table = format!(
+        "added {} to {}: {} parameters, {} bytes as served (f32), {} KV bytes per token, \
+         context {}\n",
+        added.name,
+        added.catalog,
+        added.parameters,
+        added.base_bytes,
+        added.kv_bytes_per_token,
+        added.context_limit_tokens
+    );
+    super::emit(args.json, &table, &added)
+}
+
+/// Appends the model of directory `dir` to the catalog file `catalog_path` (created if
+/// missing) under `name` (default: the directory's name) and `aliases`, at retail `prices`
+/// (input, output wei per million tokens); refuses a name the catalog already has. `cx devnet
+/// --model` adds its checkpoint the same way.
+pub(super) fn append_model(
+    dir: &Path,
+    catalog_path: &Path,
+    name: Option<String>,
+    aliases: &[String],
+    prices: (u64, u64),
+) -> anyhow::Result<Added> {
+    let (input_wei_per_mtok, output_wei_per_mtok) = prices;
+    let config_path = dir.join("config.json");
     let text = std::fs::read_to_string(&config_path)
         .with_context(|| format!("cannot read {}", config_path.display()))?;
     let config =
         ModelConfig::from_json(&text).with_context(|| config_path.display().to_string())?;
-    let name = match args.name {
+    let name = match name {
         Some(name) => name,
-        None => args
-            .dir
+        None => dir
             .canonicalize()
             .ok()
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -100,18 +131,18 @@ fn add(args: AddArgs) -> anyhow::Result<()> {
         * config.num_hidden_layers as u64
         * (config.kv_heads() * config.head_dim()) as u64
         * SERVED_ELEMENT_BYTES;
-    let existing = match std::fs::read_to_string(&args.catalog) {
+    let existing = match std::fs::read_to_string(catalog_path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e).with_context(|| args.catalog.display().to_string()),
+        Err(e) => return Err(e).with_context(|| catalog_path.display().to_string()),
     };
     if !existing.is_empty() {
         let catalog = Catalog::from_toml_str(&existing)
-            .with_context(|| args.catalog.display().to_string())?;
+            .with_context(|| catalog_path.display().to_string())?;
         if catalog.resolve(&name).is_ok() {
             bail!(
                 "{} already has a model named {name}",
-                args.catalog.display()
+                catalog_path.display()
             );
         }
     }
@@ -122,7 +153,7 @@ fn add(args: AddArgs) -> anyhow::Result<()> {
             "[[providers]]\nname = \"{provider}\"\ndescription = \"providers on this market\"\n\n"
         ));
     }
-    let aliases: Vec<String> = args.aliases.iter().map(|a| format!("{a:?}")).collect();
+    let aliases: Vec<String> = aliases.iter().map(|a| format!("{a:?}")).collect();
     entry.push_str(&format!(
         "[[models]]\nname = {name:?}\naliases = [{}]\nquality = 0.3\nlatency_s = 0.5\ncode = 0.1\n\
          vision = 0.0\nshape = {{ base_bytes = {base_bytes}, parameters = {parameters}, \
@@ -133,10 +164,10 @@ fn add(args: AddArgs) -> anyhow::Result<()> {
         aliases.join(", "),
         format!("cx/{name}"),
         config.max_position_embeddings,
-        args.input_wei_per_mtok,
-        args.output_wei_per_mtok,
-        args.input_wei_per_mtok * 2 / 3,
-        args.output_wei_per_mtok * 5 / 8,
+        input_wei_per_mtok,
+        output_wei_per_mtok,
+        input_wei_per_mtok * 2 / 3,
+        output_wei_per_mtok * 5 / 8,
     ));
     let mut updated = existing.clone();
     if !updated.is_empty() && !updated.ends_with("\n\n") {
@@ -149,7 +180,7 @@ fn add(args: AddArgs) -> anyhow::Result<()> {
     updated.push_str(&entry);
     // The whole file must still be a catalog the exchange takes, with the name once.
     let catalog = Catalog::from_toml_str(&updated)
-        .with_context(|| format!("{} with {name} added", args.catalog.display()))?;
+        .with_context(|| format!("{} with {name} added", catalog_path.display()))?;
     if !existing.is_empty()
         && Catalog::from_toml_str(&existing)
             .map(|c| c.resolve(&name).is_ok())
@@ -157,26 +188,18 @@ fn add(args: AddArgs) -> anyhow::Result<()> {
     {
         bail!(
             "{} already has a model named {name}",
-            args.catalog.display()
+            catalog_path.display()
         );
     }
     catalog.resolve(&name).map_err(|e| anyhow::anyhow!("{e}"))?;
-    std::fs::write(&args.catalog, updated)
-        .with_context(|| format!("cannot write {}", args.catalog.display()))?;
-    let added = Added {
-        name: name.clone(),
+    std::fs::write(catalog_path, updated)
+        .with_context(|| format!("cannot write {}", catalog_path.display()))?;
+    Ok(Added {
+        name,
         parameters,
         base_bytes,
         kv_bytes_per_token,
         context_limit_tokens: config.max_position_embeddings,
-        catalog: args.catalog.display().to_string(),
-    };
-    let table = format!(
-        "added {name} to {}: {parameters} parameters, {base_bytes} bytes as served (f32), {} \
-         KV bytes per token, context {}\n",
-        args.catalog.display(),
-        kv_bytes_per_token,
-        config.max_position_embeddings
-    );
-    super::emit(args.json, &table, &added)
+        catalog: catalog_path.display().to_string(),
+    })
 }

@@ -42,11 +42,14 @@ const CHAIN_IDS: [u64; 2] = [31337, 31338];
 const SIGNERS: u16 = 5;
 const THRESHOLD: u16 = 3;
 const MIN_OPERATORS: usize = 3;
-/// The catalog model every provider serves (a generated Llama of 0.13 M parameters).
+/// The catalog model every provider serves unless `--model` names a checkpoint (a generated
+/// Llama of 0.13 M parameters).
 const MODEL: &str = "tiny-llama";
 /// Adapters generated and stored at the exchange, and their ranks (cycled).
 const ADAPTERS: usize = 50;
 const RANKS: &str = "4,8,16,32";
+/// The projections the adapters of a `--model` checkpoint target.
+const REAL_MODEL_TARGETS: &str = "q_proj,v_proj";
 /// Seconds the coordinator keeps before a tab's deadline; the contracts' grace period exceeds
 /// its reclaim margin (900 s) plus this.
 const SETTLE_MARGIN_S: u64 = 60;
@@ -97,6 +100,16 @@ pub(crate) struct Args {
     /// `cheapest_capable`.
     #[arg(long, default_value = "residency_aware")]
     clearing: cx_exchange::clearing::Policy,
+    /// Serve this checkpoint (a Hugging Face model directory: config.json, safetensors,
+    /// tokenizer.json, its chat template) instead of the generated model: the exchange's catalog
+    /// learns it from its config.json (`cx catalog add`), every provider serves it, the adapters
+    /// are generated for its shape and the agents' chats get its answers.
+    #[arg(long, value_name = "DIR")]
+    model: Option<PathBuf>,
+    /// The name the checkpoint of --model is served and asked for by (as on the Hub, e.g.
+    /// `HuggingFaceTB/SmolLM2-135M-Instruct`) [default: its directory's name].
+    #[arg(long, value_name = "NAME", requires = "model")]
+    model_name: Option<String>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -339,6 +352,21 @@ fn arg(path: &Path) -> &str {
     path.to_str().unwrap_or_default()
 }
 
+/// Bytes of the files under `dir`, recursively.
+fn dir_bytes(dir: &Path) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).with_context(|| dir.display().to_string())? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            dir_bytes(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
+
 /// What differs between providers: asks, threads, memory and bandwidth.
 struct Profile {
     ask_wei_per_s: u64,
@@ -348,13 +376,20 @@ struct Profile {
     stake_wei: u64,
 }
 
-fn profile(i: u16) -> Profile {
+/// Provider `i`'s profile; `adapter_bytes` is what the devnet's adapters take together (their
+/// size follows the model's shape), `None` for the generated model's.
+fn profile(i: u16, adapter_bytes: Option<u64>) -> Profile {
     let i = u64::from(i);
+    // From room for a handful of adapters to room for all of them: the generated model's are
+    // ~5 MB together; a real checkpoint's take their share of the same fractions.
+    let cache_bytes = match adapter_bytes {
+        None => [400_000, 1_500_000, 6_000_000][i as usize % 3],
+        Some(total) => [total / 12, total * 3 / 10, total * 6 / 5][i as usize % 3].max(1),
+    };
     Profile {
         // Close enough that residency (adapters in cache) decides as often as the ask does.
         ask_wei_per_s: 900_000 + 100_000 * (i % 4),
-        // From room for a handful of adapters to room for all of them.
-        cache_bytes: [400_000, 1_500_000, 6_000_000][i as usize % 3],
+        cache_bytes,
         bandwidth_bps: [1e9, 2.5e8, 1e10][i as usize % 3],
         max_batch: [16, 32, 64][i as usize % 3],
         stake_wei: 1_000_000 * (i + 1),
@@ -362,6 +397,15 @@ fn profile(i: u16) -> Profile {
 }
 
 async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
+    // A checkpoint that cannot be served is refused before anything starts.
+    if let Some(model) = &args.model
+        && !model.join("config.json").is_file()
+    {
+        anyhow::bail!(
+            "--model {}: no config.json there (a Hugging Face model directory is needed)",
+            model.display()
+        );
+    }
     let ports = Ports::new(args.port_offset, args.providers, SIGNERS);
     ports.check_free()?;
     let dir = std::path::absolute(&args.dir).with_context(|| format!("{}", args.dir.display()))?;
@@ -487,6 +531,22 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
     )?;
     let catalog = dir.join("catalog.toml");
     std::fs::write(&catalog, CATALOG)?;
+    // The model every provider serves: the generated one, or --model's checkpoint, which the
+    // catalog learns from its config.json as `cx catalog add` does.
+    let model_name = match &args.model {
+        None => MODEL.to_owned(),
+        Some(model) => {
+            super::catalog::append_model(
+                model,
+                &catalog,
+                args.model_name.clone(),
+                &[],
+                (60_000, 80_000),
+            )
+            .with_context(|| format!("--model {}", model.display()))?
+            .name
+        }
+    };
     let ca_dir = dir.join("ca");
     let ca = DevCa::open_or_create(&ca_dir).context("the devnet's CA")?;
     let ca_pem = ca.cert_path();
@@ -523,43 +583,56 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
     )
     .await?;
 
-    steps.step("a generated model and 50 adapters of ranks 4 to 32");
-    let model_dir = dir.join("model");
     let adapters_dir = dir.join("adapters");
     let tools_log = dir.join("tools.log");
-    run_tool(
-        &provider_bin,
-        &[
-            "gen-model",
-            "--out",
-            arg(&model_dir),
-            "--hidden",
-            "64",
-            "--layers",
-            "2",
-            "--seed",
-            "5",
-        ],
-        &tools_log,
-    )?;
+    let model_dir = match &args.model {
+        Some(model) => {
+            steps.step(&format!(
+                "{model_name} and 50 adapters of ranks 4 to 32 for it"
+            ));
+            model.clone()
+        }
+        None => {
+            steps.step("a generated model and 50 adapters of ranks 4 to 32");
+            let model_dir = dir.join("model");
+            run_tool(
+                &provider_bin,
+                &[
+                    "gen-model",
+                    "--out",
+                    arg(&model_dir),
+                    "--hidden",
+                    "64",
+                    "--layers",
+                    "2",
+                    "--seed",
+                    "5",
+                ],
+                &tools_log,
+            )?;
+            model_dir
+        }
+    };
     let count = ADAPTERS.to_string();
-    run_tool(
-        &provider_bin,
-        &[
-            "gen-adapters",
-            "--model",
-            arg(&model_dir),
-            "--out",
-            arg(&adapters_dir),
-            "--count",
-            &count,
-            "--ranks",
-            RANKS,
-            "--seed",
-            "7",
-        ],
-        &tools_log,
-    )?;
+    let mut gen_adapters = vec![
+        "gen-adapters",
+        "--model",
+        arg(&model_dir),
+        "--out",
+        arg(&adapters_dir),
+        "--count",
+        &count,
+        "--ranks",
+        RANKS,
+        "--seed",
+        "7",
+    ];
+    if args.model.is_some() {
+        // A real checkpoint's layers are wide and many: adapters on every projection would be
+        // ~1 GB for 50 (past an account's store quota); q and v are PEFT's classic LoRA targets.
+        gen_adapters.extend(["--targets", REAL_MODEL_TARGETS]);
+    }
+    run_tool(&provider_bin, &gen_adapters, &tools_log)?;
     // Name the base as PEFT's save_pretrained does: the exchange maps an adapter to its catalog
     // model by it (a rent is kept by a bundle that serves that base).
     for k in 0..ADAPTERS {
@@ -568,9 +641,13 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
             .join("adapter_config.json");
         let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)
             .with_context(|| format!("{}", path.display()))?;
-        config["base_model_name_or_path"] = json!(MODEL);
+        config["base_model_name_or_path"] = json!(model_name);
         std::fs::write(&path, serde_json::to_vec_pretty(&config)?)?;
     }
+    let adapter_bytes = match args.model {
+        Some(_) => Some(dir_bytes(&adapters_dir)?),
+        None => None,
+    };
 
     steps.step(&format!(
         "{} providers, staked on both chains",
@@ -580,7 +657,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
     let providers_dir = dir.join("providers");
     std::fs::create_dir_all(&providers_dir)?;
     for i in 0..args.providers {
-        let p = profile(i);
+        let p = profile(i, adapter_bytes);
         let name = format!("provider-{}", i + 1);
         let identity = providers_dir.join(format!("{name}.key"));
         let evm_key = providers_dir.join(format!("{name}-evm.key"));
@@ -611,7 +688,12 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
             .arg("serve")
             .args(["--model", arg(&model_dir)])
             .args(["--port", &ports.provider(i).to_string()])
-            .args(["--served-model-name", MODEL, "--model-name", MODEL])
+            .args([
+                "--served-model-name",
+                &model_name,
+                "--model-name",
+                &model_name,
+            ])
             .args(["--threads", "1"])
             .args(["--cache-bytes", &p.cache_bytes.to_string()])
             .args(["--max-batch", &p.max_batch.to_string()])
@@ -677,7 +759,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
     let market = Arc::new(Market {
         client: client.clone(),
         sides,
-        model: MODEL.to_owned(),
+        model: model_name.clone(),
         adapters,
         verified_tier: if args.providers >= 2 {
             cx_protocol::Tier::T1
@@ -770,13 +852,13 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
     );
     println!("Try:");
     println!(
-        "  cx agent {agent_flags} --chain {} intent --model {MODEL} --prompt 'Say hello.' --max-tokens 8 --max-price-wei {} --tab {}",
+        "  cx agent {agent_flags} --chain {} intent --model {model_name} --prompt 'Say hello.' --max-tokens 8 --max-price-wei {} --tab {}",
         CHAIN_IDS[0],
         traffic::MAX_PRICE_WEI,
         try_tabs[0].escrow_id
     );
     println!(
-        "  SSL_CERT_FILE={} .tools/py/bin/python -c 'import openai; c = openai.OpenAI(base_url=\"{url}/v1\", api_key=open(\"{}\").read().strip()); print(c.chat.completions.create(model=\"{MODEL}\", messages=[{{\"role\": \"user\", \"content\": \"Say hello.\"}}], max_tokens=8).choices[0].message.content)'",
+        "  SSL_CERT_FILE={} .tools/py/bin/python -c 'import openai; c = openai.OpenAI(base_url=\"{url}/v1\", api_key=open(\"{}\").read().strip()); print(c.chat.completions.create(model=\"{model_name}\", messages=[{{\"role\": \"user\", \"content\": \"Say hello.\"}}], max_tokens=8).choices[0].message.content)'",
         ca_pem.display(),
         try_session.display()
     );
