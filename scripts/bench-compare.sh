@@ -4,7 +4,10 @@
 # (base, new; then new, base; ...), then prints each figure's median on both sides and its ratio
 # new ÷ base, with the CPU it ran on. Not part of CI: it takes ~30 min and a quiet machine.
 #
-#   scripts/bench-compare.sh [BASE] [--rounds N] [--only clearing,intake,market,sign,lora]
+#   scripts/bench-compare.sh [BASE] [--rounds N] [--only clearing,intake,market,sign,lora] [--reuse]
+#
+# --reuse runs the benches again on the binaries the last run built (runtime/bench-compare/),
+# without building: more rounds, or another bench, for the same pair.
 #
 # BASE defaults to the previous main: the upstream of this branch if it has one; otherwise HEAD
 # when the working tree has changes (what you are about to commit against what is committed),
@@ -22,10 +25,12 @@ cd "$root"
 base=""
 rounds=3
 only="clearing,intake,market,sign,lora"
+reuse=false
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) rounds="${2:?--rounds needs a number}"; shift 2 ;;
     --only) only="${2:?--only needs a list}"; shift 2 ;;
+    --reuse) reuse=true; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     -*) echo "bench-compare: unknown option $1" >&2; exit 2 ;;
     *) [[ -z "$base" ]] || { echo "bench-compare: one BASE only" >&2; exit 2; }; base="$1"; shift ;;
@@ -51,11 +56,11 @@ base_rev="$(git rev-parse --verify --quiet "$base^{commit}")" \
 
 scripts/setup.sh >&2
 export PATH="$root/.tools:$PATH"
+# Both sides' binaries find Anvil here, not beside the worktree they were built in (removed).
+export CX_ANVIL="$root/.tools/anvil"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 work="$root/runtime/bench-compare"
 tree="$(dirname "$root")/.bench-compare-base"
-rm -rf "$work"
-mkdir -p "$work/base" "$work/new" "$work/results"
 
 cleanup() { git -C "$root" worktree remove --force "$tree" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -67,13 +72,26 @@ build() {
   cp "$CARGO_TARGET_DIR/release/cx" "$CARGO_TARGET_DIR/release/cx-provider" \
     "$CARGO_TARGET_DIR/release/cx-signer" "$2/"
 }
-cleanup
-echo "== building base $base ($base_rev) in $tree" >&2
-git worktree add --detach "$tree" "$base_rev" >&2
-build "$tree" "$work/base"
-cleanup
-echo "== building the working tree" >&2
-build "$root" "$work/new"
+if $reuse; then
+  for side in base new; do
+    [[ -x "$work/$side/cx" ]] || { echo "bench-compare: --reuse: no $side build in $work" >&2; exit 2; }
+  done
+  base_rev="$(cat "$work/base/REV")"
+  echo "== reusing the last build: base $base_rev and the working tree as it was then" >&2
+  rm -rf "$work/results"
+  mkdir -p "$work/results"
+else
+  rm -rf "$work"
+  mkdir -p "$work/base" "$work/new" "$work/results"
+  cleanup
+  echo "== building base $base ($base_rev) in $tree" >&2
+  git worktree add --detach "$tree" "$base_rev" >&2
+  build "$tree" "$work/base"
+  echo "$base_rev" >"$work/base/REV"
+  cleanup
+  echo "== building the working tree" >&2
+  build "$root" "$work/new"
+fi
 
 # The quick form of each bench, run with the binaries of $1.
 run_bench() {
@@ -107,7 +125,7 @@ done
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
 echo
-echo "base $base ($base_rev) vs the working tree; $rounds round(s), medians; $cpu, $(nproc) threads"
+echo "base $base_rev vs the working tree; $rounds round(s), medians; $cpu, $(nproc) threads"
 python3 - "$work/results" "$only" <<'PY'
 import json, os, statistics, sys
 

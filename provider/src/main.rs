@@ -473,6 +473,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    // What it does as it runs goes to stderr through `tracing` (one line an event, level and
+    // target first); a failure that ends it stays the single `error:` line below.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(std::io::stderr)
+        .try_init();
     match run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
@@ -570,7 +576,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("loading the model in {}", model.display()))?;
             if gpu {
                 let device = cx_kernels::Device::cuda(0).context("--gpu")?;
-                eprintln!("SGMV on {}", device.name());
+                tracing::info!("SGMV on {}", device.name());
                 loaded.set_device(device);
             }
             let tokenizer = Tokenizer::for_model(&model, loaded.config())?;
@@ -597,7 +603,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let aliases = engine
                     .register_dir(&dir)
                     .with_context(|| format!("--adapters {}", dir.display()))?;
-                eprintln!(
+                tracing::info!(
                     "registered {} adapters from {}",
                     aliases.len(),
                     dir.display()
@@ -645,9 +651,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 })?;
                 // The address bound (`--port 0` picks a free one).
                 let addr = listener.local_addr().unwrap_or(addr);
-                eprintln!(
+                tracing::info!(
                     "cx-provider serving `{name}` on http://{addr} ({} threads, {:?})",
-                    cpu.threads, cpu.mode
+                    cpu.threads,
+                    cpu.mode
                 );
                 // Each request carries its peer address: the per-IP rate limit keys on it.
                 let serve = axum::serve(
@@ -877,10 +884,10 @@ fn link(
         }),
     };
     if let Some(fault) = market.fault {
-        eprintln!("testing aid: --fault {fault:?} (this provider misbehaves on purpose)");
+        tracing::warn!("testing aid: --fault {fault:?} (this provider misbehaves on purpose)");
     }
     let link = Link::new(config, identity, engine.clone())?;
-    eprintln!("self-benchmark: {:.3e} FLOP/s", link.flops_per_s());
+    tracing::info!("self-benchmark: {:.3e} FLOP/s", link.flops_per_s());
     Ok(link)
 }
 

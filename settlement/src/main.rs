@@ -53,6 +53,12 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    // What it does as it runs goes to stderr through `tracing` (one line an event, level and
+    // target first); a failure that ends it stays the single `error:` line below.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(std::io::stderr)
+        .try_init();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -96,7 +102,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(&address)
                 .await
                 .with_context(|| format!("listening on {address} (is the port in use?)"))?;
-            eprintln!("signer {} listening on {address}", signer.id());
+            tracing::info!("signer {} listening on {address}", signer.id());
             signer.serve(listener).await?;
         }
         Command::Keygen { out, force } => {

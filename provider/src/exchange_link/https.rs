@@ -121,7 +121,7 @@ impl Https {
         };
         let before = self.clock_offset_s.swap(offset, Ordering::Relaxed);
         if (offset - before).abs() >= CLOCK_RESOLUTION_S {
-            eprintln!(
+            tracing::warn!(
                 "the exchange's clock is {offset:+} s from this machine's; deadlines and signed times follow the exchange's"
             );
         }

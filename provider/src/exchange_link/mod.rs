@@ -397,7 +397,7 @@ impl Link {
                 self.identity.id()
             )));
         }
-        eprintln!(
+        tracing::info!(
             "registered at {}: bundles {:?}, key {}, {:.3e} FLOP/s",
             self.https.base(),
             registered.bundles,
@@ -429,7 +429,7 @@ impl Link {
                     () = held_changed.notified() => {}
                 }
                 if let Err(e) = reregister.register().await {
-                    eprintln!("re-registering the offer failed (retrying): {e}");
+                    tracing::warn!("re-registering the offer failed (retrying): {e}");
                 }
             }
         });
@@ -466,12 +466,13 @@ impl Link {
                                 .unwrap_or_else(|e| e.into_inner())
                                 .remove(&id);
                             match served {
-                                Ok(done) => eprintln!(
+                                Ok(done) => tracing::info!(
                                     "job {id}: done, charged {} wei, released {} wei",
-                                    done.charged_wei, done.released_wei
+                                    done.charged_wei,
+                                    done.released_wei
                                 ),
                                 Err(e) => {
-                                    eprintln!("job {id} failed: {e}");
+                                    tracing::warn!("job {id} failed: {e}");
                                     link.release(id, &e.to_string()).await;
                                 }
                             }
@@ -479,7 +480,7 @@ impl Link {
                     }
                 }
                 Err(e) => {
-                    eprintln!("pulling jobs failed (retrying in 2 s): {e}");
+                    tracing::warn!("pulling jobs failed (retrying in 2 s): {e}");
                     // An exchange that restarted, or expired the offer while this one could not
                     // reach it, no longer knows the token: register again before the next poll.
                     link.residency_changed.notify_one();
@@ -512,9 +513,11 @@ impl Link {
             )
             .await;
         match released {
-            Ok(Released { moved_to: Some(to) }) => eprintln!("job {id}: released, now on {to}"),
-            Ok(Released { moved_to: None }) => eprintln!("job {id}: released and refunded"),
-            Err(e) => eprintln!("job {id}: not released ({e})"),
+            Ok(Released { moved_to: Some(to) }) => {
+                tracing::info!("job {id}: released, now on {to}")
+            }
+            Ok(Released { moved_to: None }) => tracing::info!("job {id}: released and refunded"),
+            Err(e) => tracing::warn!("job {id}: not released ({e})"),
         }
     }
 
@@ -537,7 +540,7 @@ impl Link {
                 key.id()
             )));
         }
-        eprintln!(
+        tracing::info!(
             "exchange key {} (assignments must be signed by it)",
             key.id()
         );
@@ -662,7 +665,7 @@ impl Link {
                 Err(Error::ExchangeAway(e))
                     if self.now_s() + RESULT_RETRY_S.as_secs() < job.deadline_s =>
                 {
-                    eprintln!(
+                    tracing::warn!(
                         "job {}: sending the result failed (again in 1 s): {e}",
                         job.job_id
                     );
@@ -686,7 +689,7 @@ impl Link {
             )
             .await;
         if let Err(e) = sent {
-            eprintln!("job {}: streaming a piece failed: {e}", job.job_id);
+            tracing::warn!("job {}: streaming a piece failed: {e}", job.job_id);
         }
     }
 
@@ -824,7 +827,7 @@ impl Link {
         })
         .await
         .unwrap_or(Err(Error::LoadPanicked))?;
-        eprintln!(
+        tracing::info!(
             "adapter {id}: fetched and loaded in {} ms ({} bytes, rank {}, evicted {})",
             started.elapsed().as_millis(),
             loaded.bytes,

@@ -68,7 +68,7 @@ pub(super) async fn run(link: Arc<Link>) {
         let listed = match listed {
             Ok(listed) => listed,
             Err(e) => {
-                eprintln!("reading pins failed (retrying): {e}");
+                tracing::warn!("reading pins failed (retrying): {e}");
                 continue;
             }
         };
@@ -86,13 +86,13 @@ pub(super) async fn run(link: Arc<Link>) {
                 Err(e) => Err(e),
             };
             if let Err(e) = result {
-                eprintln!("rent {}: {e}", pin.id);
+                tracing::warn!("rent {}: {e}", pin.id);
             }
         }
         let mut changed = false;
         for id in pinned.difference(&live) {
             changed |= link.engine.set_pinned(id, false);
-            eprintln!("adapter {id}: its rent ended, unpinned");
+            tracing::info!("adapter {id}: its rent ended, unpinned");
         }
         for id in live.difference(&pinned) {
             changed |= link.engine.set_pinned(id, true);
@@ -167,7 +167,7 @@ async fn claim(link: &Arc<Link>, pin: &Pin, rent: &Rent) -> Result<()> {
             Duration::from_secs(20),
         )
         .await?;
-    eprintln!(
+    tracing::info!(
         "rent {}: claimed {owed} wei ({rent_wei} less a {rebate_wei} wei rebate)",
         pin.id
     );

@@ -63,7 +63,7 @@ pub(super) async fn run(link: Arc<Link>) {
         let listed = match listed {
             Ok(listed) => listed,
             Err(e) => {
-                eprintln!("reading reserves failed (retrying): {e}");
+                tracing::warn!("reading reserves failed (retrying): {e}");
                 continue;
             }
         };
@@ -86,7 +86,7 @@ pub(super) async fn run(link: Arc<Link>) {
                 _ => Ok(()),
             };
             if let Err(e) = result {
-                eprintln!("reserve {}: {e}", reserve.id);
+                tracing::warn!("reserve {}: {e}", reserve.id);
             }
         }
     }
@@ -140,9 +140,10 @@ async fn bid(link: &Arc<Link>, reserve: &OpenReserve) -> Result<()> {
             Duration::from_secs(20),
         )
         .await?;
-    eprintln!(
+    tracing::info!(
         "reserve {}: bid {rate} wei/s for {} ms",
-        reserve.id, order.compute_ms
+        reserve.id,
+        order.compute_ms
     );
     Ok(())
 }
@@ -187,6 +188,6 @@ async fn claim(link: &Arc<Link>, reserve: &OpenReserve) -> Result<bool> {
             Duration::from_secs(20),
         )
         .await?;
-    eprintln!("reserve {}: take-or-pay claimed, {owed} wei", reserve.id);
+    tracing::info!("reserve {}: take-or-pay claimed, {owed} wei", reserve.id);
     Ok(true)
 }

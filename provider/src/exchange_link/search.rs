@@ -64,7 +64,7 @@ pub(super) async fn run(link: Arc<Link>) {
         let open = match open {
             Ok(open) => open,
             Err(e) => {
-                eprintln!("reading open searches failed (retrying): {e}");
+                tracing::warn!("reading open searches failed (retrying): {e}");
                 continue;
             }
         };
@@ -77,7 +77,7 @@ pub(super) async fn run(link: Arc<Link>) {
                 continue;
             }
             if let Err(e) = work(&link, &search).await {
-                eprintln!("search {}: {e}", search.id);
+                tracing::warn!("search {}: {e}", search.id);
             }
         }
     }
@@ -104,7 +104,7 @@ async fn work(link: &Arc<Link>, search: &OpenSearch) -> Result<()> {
     .await
     .map_err(|e| crate::error::Error::Exchange(format!("search thread: {e}")))?;
     let Some(witness) = found else {
-        eprintln!("search {}: no witness by its deadline", search.id);
+        tracing::info!("search {}: no witness by its deadline", search.id);
         return Ok(());
     };
     let receipt = Receipt {
@@ -135,9 +135,10 @@ async fn work(link: &Arc<Link>, search: &OpenSearch) -> Result<()> {
             Duration::from_secs(20),
         )
         .await?;
-    eprintln!(
+    tracing::info!(
         "search {}: witness {witness} accepted, {} wei",
-        search.id, search.held_wei
+        search.id,
+        search.held_wei
     );
     Ok(())
 }

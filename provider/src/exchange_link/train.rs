@@ -99,9 +99,13 @@ impl Link {
         .await
         .map_err(|_| Error::ForwardPanicked)??;
         let compute_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        eprintln!(
+        tracing::info!(
             "job {}: trained adapter {} in {compute_ms} ms ({} steps, loss {:.4} → {:.4})",
-            job.job_id, trained.adapter_id, trained.steps, trained.loss_first, trained.loss_last
+            job.job_id,
+            trained.adapter_id,
+            trained.steps,
+            trained.loss_first,
+            trained.loss_last
         );
         // Resident here now: the offer says so at once.
         self.residency_changed.notify_one();

@@ -263,9 +263,10 @@ impl Signer {
                         let peer = channel.peer();
                         match me.clone().session_slot(peer) {
                             Some(_slot) => me.session(channel).await,
-                            None => eprintln!(
+                            None => tracing::warn!(
                                 "signer {}: {peer} already holds {} sessions; closing a new one",
-                                me.config.index, me.config.limits.max_sessions_per_peer
+                                me.config.index,
+                                me.config.limits.max_sessions_per_peer
                             ),
                         }
                     }
@@ -273,7 +274,7 @@ impl Signer {
                     // not worth a line; a refused handshake is.
                     Err(Error::Transport(_)) => {}
                     // Log who/what was refused, never key material.
-                    Err(e) => eprintln!("signer {}: session refused: {e}", me.config.index),
+                    Err(e) => tracing::warn!("signer {}: session refused: {e}", me.config.index),
                 }
             });
         }
@@ -316,7 +317,7 @@ impl Signer {
                 Ok(r) => r,
                 Err(Error::Transport(_)) => return,
                 Err(e) => {
-                    eprintln!(
+                    tracing::warn!(
                         "signer {}: closing session with {peer}: {e}",
                         self.config.index
                     );

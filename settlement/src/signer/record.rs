@@ -101,7 +101,7 @@ impl SignedLog {
                 }
                 // Torn by a crash before its fsync returned: its share never left.
                 Err(_) => {
-                    eprintln!(
+                    tracing::warn!(
                         "signer record {}: cutting off a torn last record of {} bytes (a crash \
                          before it was synced; its share was never released)",
                         log.path.display(),
