@@ -768,6 +768,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
         },
         // Operators are assigned round robin over three (`operator-{i % 3 + 1}`).
         t3: args.providers >= 3,
+        adapters_stored: Default::default(),
         stats: Default::default(),
         log: std::sync::Mutex::new(traffic_log),
     });
@@ -799,6 +800,14 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
             for k in 0..ADAPTERS {
                 let dir = adapters_dir.join(format!("adapter-{k:03}"));
                 traffic::put_adapter(agent.own(&market), &dir).await?;
+            }
+            market
+                .adapters_stored
+                .store(true, std::sync::atomic::Ordering::Release);
+            // Its tabs opened before the adapters were stored: their rents go in now.
+            for (side, tab) in tabs.iter().enumerate() {
+                let rented = agent.rent(&market, side, tab.escrow_id).await;
+                market.count_refused(&agent.name, rented);
             }
         }
         agents.push((agent, tabs));

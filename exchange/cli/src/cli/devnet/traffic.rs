@@ -51,6 +51,10 @@ pub(super) struct Market {
     pub(super) sides: Vec<Side>,
     pub(super) model: String,
     pub(super) adapters: Vec<String>,
+    /// Whether `adapters` are stored at the exchange yet: storing needs an account with a tab,
+    /// so the first agent's first tabs open before it, and a rent on an adapter the exchange
+    /// does not hold yet is refused (`unknown_adapter`).
+    pub(super) adapters_stored: std::sync::atomic::AtomicBool,
     /// The verified tier the traffic asks: T1 (class D, re-executed on a second provider) when
     /// the devnet has two providers or more, else T0 (one provider cannot verify another).
     pub(super) verified_tier: Tier,
@@ -76,6 +80,15 @@ pub(super) struct Stats {
 }
 
 impl Market {
+    /// Counts and logs a standing order the exchange refused: the traffic's error, not the
+    /// tab's.
+    pub(super) fn count_refused(&self, agent: &str, outcome: anyhow::Result<()>) {
+        if let Err(refused) = outcome {
+            self.stats.errors.fetch_add(1, Ordering::Relaxed);
+            self.note(&format!("{agent}: {refused:#}"));
+        }
+    }
+
     fn note(&self, line: &str) {
         if let Ok(mut log) = self.log.lock() {
             let _ = writeln!(log, "{line}");
@@ -274,13 +287,9 @@ impl Agent {
         let session_key = self.session(market, side, escrow_id).await?;
         // Standing orders on the tab; one refused (say, no bundle with room for the rent yet)
         // is the traffic's error, not the tab's.
-        let standing = [
-            self.reserve(market, side, escrow_id).await,
-            self.rent(market, side, escrow_id).await,
-        ];
-        for refused in standing.into_iter().filter_map(Result::err) {
-            market.stats.errors.fetch_add(1, Ordering::Relaxed);
-            market.note(&format!("{}: {refused:#}", self.name));
+        market.count_refused(&self.name, self.reserve(market, side, escrow_id).await);
+        if market.adapters_stored.load(Ordering::Acquire) {
+            market.count_refused(&self.name, self.rent(market, side, escrow_id).await);
         }
         Ok(OpenTab {
             escrow_id,
@@ -322,7 +331,12 @@ impl Agent {
     /// the term may be missed before a rebate: the holder fetches it after the rent is
     /// committed). The exchange commits it to the cheapest bundle with room, which pins it and
     /// claims the term at its end (the tab settles after that).
-    async fn rent(&self, market: &Market, side: usize, escrow_id: u64) -> anyhow::Result<()> {
+    pub(super) async fn rent(
+        &self,
+        market: &Market,
+        side: usize,
+        escrow_id: u64,
+    ) -> anyhow::Result<()> {
         let Some(adapter) = market.adapters.first() else {
             return Ok(());
         };
