@@ -800,7 +800,7 @@ pub fn train(options: &TrainBenchOptions) -> Result<TrainFigures> {
         generated_tensors(&config, model_options.seed),
         options.cpu,
     )?;
-    let base_parameters = model.weight_bytes() as u64 / 4;
+    let base_parameters = model.parameters() as u64;
     let [sequences, len] = batch;
     let tokens: Vec<Vec<u32>> = (0..sequences)
         .map(|s| {

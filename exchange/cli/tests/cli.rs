@@ -553,10 +553,16 @@ fn catalog_add_learns_a_model_from_its_config_and_refuses_a_second_of_the_name()
         None,
     ));
     assert_eq!(added["name"], "org/tiny-qwen2");
+    // An f32 checkpoint is held as stored: its bytes are the safetensors file's data (biases
+    // included, which the parameter count from config.json leaves out).
+    let weights = std::fs::read(format!("{model}/model.safetensors")).unwrap();
+    let header = u64::from_le_bytes(weights[..8].try_into().unwrap());
     assert_eq!(
         added["base_bytes"],
-        added["parameters"].as_u64().unwrap() * 4
+        weights.len() as u64 - 8 - header,
+        "{added}"
     );
+    assert!(added["base_bytes"].as_u64().unwrap() >= added["parameters"].as_u64().unwrap() * 4);
     let before = std::fs::read_to_string(&catalog).unwrap();
     let err = error_line(
         &[

@@ -867,7 +867,7 @@ fn measure_flops(engine: &Engine) -> Result<f64> {
         .max(1))
         .map(|i| (i % config.vocab_size) as u32)
         .collect();
-    let parameters = (model.weight_bytes() / 4) as f64;
+    let parameters = model.parameters() as f64;
     let started = Instant::now();
     let mut best = f64::INFINITY;
     while best.is_infinite() || started.elapsed() < BENCH_BUDGET {

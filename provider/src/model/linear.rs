@@ -10,20 +10,29 @@
 //! one addition per element, after the product and before the delta (PEFT adds the delta to
 //! the base layer's output, bias included), the same in both modes.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 use cx_kernels::{CpuConfig, LoraAdapter, gemm_xwt, segments_from_row_adapters};
 
 use super::Step;
 use super::config::Projection;
+use super::weights::WeightData;
 use crate::error::{Error, Result};
 use crate::lora::Adapter;
 
-/// A `Linear` weight (`d_out × d_in`, `f32`, contiguous) held as a candle tensor.
+/// A `Linear` weight (`d_out × d_in`, contiguous) held as a candle tensor, `f32` or `bf16` as
+/// the checkpoint stored it (a bf16 weight is never widened in memory: the GEMM widens each
+/// panel as it reads it, exactly, so the products are the bits an `f32` copy would give).
 #[derive(Clone, Debug)]
 pub(super) struct Weight {
     tensor: Tensor,
     pub(super) d_out: usize,
     pub(super) d_in: usize,
+}
+
+/// A weight's elements, borrowed.
+enum Elements<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [half::bf16]),
 }
 
 impl Weight {
@@ -35,31 +44,73 @@ impl Weight {
         })
     }
 
-    /// Calls `f` with the weight's `d_out × d_in` row-major buffer.
-    pub(super) fn with_slice<R>(&self, f: impl FnOnce(&[f32]) -> Result<R>) -> Result<R> {
+    /// A weight from a checkpoint's tensor, kept in the type it was stored in.
+    pub(super) fn stored(data: WeightData, d_out: usize, d_in: usize) -> Result<Self> {
+        match data {
+            WeightData::F32(data) => Self::new(data, d_out, d_in),
+            WeightData::Bf16(data) => Ok(Self {
+                tensor: Tensor::from_vec(data, (d_out, d_in), &candle_core::Device::Cpu)?,
+                d_out,
+                d_in,
+            }),
+        }
+    }
+
+    /// Calls `f` with the weight's `d_out × d_in` row-major elements.
+    fn with_elements<R>(&self, f: impl FnOnce(Elements<'_>) -> Result<R>) -> Result<R> {
         let (storage, layout) = self.tensor.storage_and_layout();
+        let range = layout.start_offset()..layout.start_offset() + self.d_out * self.d_in;
         match &*storage {
-            candle_core::Storage::Cpu(cpu) => {
-                let all = cpu.as_slice::<f32>()?;
-                let start = layout.start_offset();
-                f(&all[start..start + self.d_out * self.d_in])
+            candle_core::Storage::Cpu(cpu) if self.tensor.dtype() == DType::BF16 => {
+                f(Elements::Bf16(&cpu.as_slice::<half::bf16>()?[range]))
             }
+            candle_core::Storage::Cpu(cpu) => f(Elements::F32(&cpu.as_slice::<f32>()?[range])),
             _ => Err(Error::Model("weights must live in host memory".into())),
         }
     }
 
-    /// The `d_out × d_in` tensor itself (shared storage, not a copy).
+    /// The `d_out × d_in` tensor itself (shared storage, not a copy), `f32` or `bf16`.
     pub(super) fn tensor(&self) -> &Tensor {
         &self.tensor
     }
 
+    /// Its elements as `f32` (a copy).
     fn to_vec(&self) -> Result<Vec<f32>> {
-        self.with_slice(|w| Ok(w.to_vec()))
+        self.with_elements(|w| {
+            Ok(match w {
+                Elements::F32(w) => w.to_vec(),
+                Elements::Bf16(w) => w.iter().map(|v| v.to_f32()).collect(),
+            })
+        })
+    }
+
+    /// Writes row `row` of each `rows[i]` into `out[i·d_in..]` as `f32` (an embedding lookup).
+    pub(super) fn gather_rows(&self, rows: &[u32], out: &mut [f32]) -> Result<()> {
+        let d = self.d_in;
+        self.with_elements(|w| {
+            for (i, &r) in rows.iter().enumerate() {
+                let (r, dst) = (r as usize, &mut out[i * d..(i + 1) * d]);
+                match w {
+                    Elements::F32(w) => dst.copy_from_slice(&w[r * d..(r + 1) * d]),
+                    Elements::Bf16(w) => {
+                        for (o, v) in dst.iter_mut().zip(&w[r * d..(r + 1) * d]) {
+                            *o = v.to_f32();
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Elements held.
     pub(super) fn len(&self) -> usize {
         self.d_out * self.d_in
+    }
+
+    /// Bytes held (2 an element for a bf16 weight, 4 for an `f32` one).
+    pub(super) fn bytes(&self) -> usize {
+        self.len() * self.tensor.dtype().size_in_bytes()
     }
 
     /// `x·Wᵀ`. Shapes: `x` is `rows × d_in`; returns `rows × d_out`.
@@ -69,9 +120,12 @@ impl Weight {
     /// candle's path was the slower one (one stream at hidden 2048: 26.6 tokens/s against the
     /// deterministic kernel's 65).
     pub(super) fn apply(&self, x: &[f32], rows: usize, cpu: &CpuConfig) -> Result<Vec<f32>> {
-        self.with_slice(|w| {
+        self.with_elements(|w| {
             let mut y = vec![0f32; rows * self.d_out];
-            gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?;
+            match w {
+                Elements::F32(w) => gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?,
+                Elements::Bf16(w) => gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?,
+            }
             Ok(y)
         })
     }

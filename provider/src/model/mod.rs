@@ -45,7 +45,7 @@ pub use generate::{
     GENERATED_BOS, GENERATED_EOS, GenModelOptions, generated_config, generated_tensors,
     generated_tokenizer_json, write_generated_model,
 };
-pub use weights::{NamedTensors, tensors_from_bytes};
+pub use weights::{Checkpoint, NamedTensors, tensors_from_bytes};
 
 use crate::error::{Error, Result};
 use crate::lora::Adapter;
@@ -269,13 +269,17 @@ impl Model {
 
     /// Builds a model from named `f32` tensors (name → (shape, data)), checking every shape;
     /// the tensors must be exactly those `config`'s [`Architecture`] uses.
-    pub fn new(config: ModelConfig, tensors: NamedTensors, cpu: CpuConfig) -> Result<Self> {
+    pub fn new(
+        config: ModelConfig,
+        tensors: impl Into<Checkpoint>,
+        cpu: CpuConfig,
+    ) -> Result<Self> {
         let architecture = Architecture::of(&config)?;
-        let mut store = TensorStore(tensors);
+        let mut store = TensorStore(tensors.into());
         let d = config.hidden_size;
         let vocab = config.vocab_size;
-        let embed_tokens = Weight::new(
-            store.take("model.embed_tokens.weight", &[vocab, d])?,
+        let embed_tokens = Weight::stored(
+            store.take_weight("model.embed_tokens.weight", &[vocab, d])?,
             vocab,
             d,
         )?;
@@ -284,13 +288,13 @@ impl Model {
             let mut linear = |p: Projection| -> Result<Linear> {
                 let (d_in, d_out) = config.projection_shape(p);
                 let prefix = format!("model.layers.{i}.{}", p.module_path());
-                let data = store.take(&format!("{prefix}.weight"), &[d_out, d_in])?;
+                let data = store.take_weight(&format!("{prefix}.weight"), &[d_out, d_in])?;
                 let bias = if architecture.has_bias(&config, p) {
                     Some(store.take(&format!("{prefix}.bias"), &[d_out])?)
                 } else {
                     None
                 };
-                Linear::new(Weight::new(data, d_out, d_in)?, bias, i, p)
+                Linear::new(Weight::stored(data, d_out, d_in)?, bias, i, p)
             };
             let [q, k, v, o] = attention::PROJECTIONS;
             let attention = [linear(q)?, linear(k)?, linear(v)?, linear(o)?];
@@ -319,11 +323,11 @@ impl Model {
         let lm_head = if config.tie_word_embeddings {
             // Some tied checkpoints also store the head; tied means it is the embedding, as
             // transformers reads it, so the copy is not an unused tensor.
-            store.0.remove("lm_head.weight");
+            store.drop("lm_head.weight");
             None
         } else {
-            Some(Weight::new(
-                store.take("lm_head.weight", &[vocab, d])?,
+            Some(Weight::stored(
+                store.take_weight("lm_head.weight", &[vocab, d])?,
                 vocab,
                 d,
             )?)
@@ -438,14 +442,30 @@ impl Model {
         })
     }
 
-    /// Bytes of weights (as held, `f32`), biases and norms included.
-    pub fn weight_bytes(&self) -> usize {
+    /// Parameters: weights, biases and norms.
+    pub fn parameters(&self) -> usize {
         let layers: usize = self.layers.iter().map(DecoderLayer::len).sum();
-        (self.embed_tokens.len()
+        self.embed_tokens.len()
             + layers
             + self.norm.len()
-            + self.lm_head.as_ref().map_or(0, Weight::len))
-            * 4
+            + self.lm_head.as_ref().map_or(0, Weight::len)
+    }
+
+    /// Bytes of weights as held (bf16 matrices at 2 bytes an element, everything else `f32`),
+    /// biases and norms included: what residency of this base costs.
+    pub fn weight_bytes(&self) -> usize {
+        let matrices = self
+            .layers
+            .iter()
+            .flat_map(|layer| {
+                let [q, k, v, o] = layer.self_attn.projections();
+                let [gate, up, down] = layer.mlp.projections();
+                [q, k, v, o, gate, up, down].map(Linear::weight)
+            })
+            .chain(std::iter::once(&self.embed_tokens))
+            .chain(self.lm_head.as_ref());
+        let narrowed: usize = matrices.map(|w| w.len() * 4 - w.bytes()).sum();
+        self.parameters() * 4 - narrowed
     }
 
     /// Runs one step for a batch of sequences and returns, per sequence, the logits
@@ -457,13 +477,7 @@ impl Model {
         let d = self.config.hidden_size;
         let step = Step::new(&self.config, batch, &self.cpu, &self.device)?;
         let mut x = vec![0f32; step.rows * d];
-        self.embed_tokens.with_slice(|embed| {
-            for (r, &t) in step.tokens.iter().enumerate() {
-                let t = t as usize;
-                x[r * d..(r + 1) * d].copy_from_slice(&embed[t * d..(t + 1) * d]);
-            }
-            Ok(())
-        })?;
+        self.embed_tokens.gather_rows(&step.tokens, &mut x)?;
         let rope = self.rotary.tables(&step.row_pos);
         for layer in &self.layers {
             layer.forward(&mut x, &step, &rope, batch)?;

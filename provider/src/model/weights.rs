@@ -1,7 +1,9 @@
 //! Weights from a Hugging Face directory: `model.safetensors`, or the shards a
-//! `model.safetensors.index.json` names; F32, BF16 or F16, read by candle and widened to `f32`,
-//! under the names Hugging Face writes (`model.embed_tokens.weight`,
-//! `model.layers.{i}.self_attn.q_proj.weight`, …).
+//! `model.safetensors.index.json` names, under the names Hugging Face writes
+//! (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`, …). BF16 tensors
+//! stay BF16 (two bytes an element: memory is what residency costs, and the kernels widen a
+//! bf16 weight exactly as they read it); F32 and F16 are held as `f32` (f16 → f32 is exact; the
+//! kernels take `f32` and `bf16` only).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,38 @@ use crate::error::{Error, Result};
 
 /// Named `f32` tensors: name → (shape, data), as Hugging Face names them.
 pub type NamedTensors = HashMap<String, (Vec<usize>, Vec<f32>)>;
+
+/// A checkpoint's tensors as loaded: those stored as BF16 kept so, the others as `f32`. A name
+/// is in one map only.
+#[derive(Debug, Clone, Default)]
+pub struct Checkpoint {
+    pub(super) f32: NamedTensors,
+    pub(super) bf16: HashMap<String, (Vec<usize>, Vec<half::bf16>)>,
+}
+
+impl From<NamedTensors> for Checkpoint {
+    fn from(f32: NamedTensors) -> Self {
+        Self {
+            f32,
+            bf16: HashMap::new(),
+        }
+    }
+}
+
+impl Checkpoint {
+    /// Every tensor as `f32` (bf16 widened, exactly).
+    pub fn into_f32(self) -> NamedTensors {
+        let mut all = self.f32;
+        for (name, (shape, data)) in self.bf16 {
+            all.insert(name, (shape, data.iter().map(|v| v.to_f32()).collect()));
+        }
+        all
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.f32.contains_key(name) || self.bf16.contains_key(name)
+    }
+}
 
 /// The safetensors files of a model directory: the shards named by
 /// `model.safetensors.index.json`, or `model.safetensors`.
@@ -45,13 +79,13 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     }
 }
 
-/// Every tensor of a model directory, widened to `f32`: name → (shape, data).
+/// Every tensor of a model directory: name → (shape, data), BF16 kept as stored.
 ///
-/// Read tensor by tensor, in bounded chunks, straight into the `f32` buffers the model keeps:
+/// Read tensor by tensor, in bounded chunks, straight into the buffers the model keeps:
 /// reading a whole file first (or a candle tensor per weight, then its `f32` copy) held two to
 /// three copies of the weights at the peak. Now the peak is the steady state plus one chunk.
-pub(super) fn load_tensors(dir: &Path) -> Result<NamedTensors> {
-    let mut out = HashMap::new();
+pub(super) fn load_tensors(dir: &Path) -> Result<Checkpoint> {
+    let mut out = Checkpoint::default();
     for file in weight_files(dir)? {
         read_safetensors(&file, &mut out)?;
     }
@@ -70,7 +104,7 @@ struct HeaderEntry {
     data_offsets: [u64; 2],
 }
 
-fn read_safetensors(path: &Path, out: &mut NamedTensors) -> Result<()> {
+fn read_safetensors(path: &Path, out: &mut Checkpoint) -> Result<()> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     read_safetensors_from(path, file, file_len, out)
@@ -78,16 +112,17 @@ fn read_safetensors(path: &Path, out: &mut NamedTensors) -> Result<()> {
 
 /// The tensors of one safetensors file held in memory, as [`Model::load`](super::Model::load)
 /// reads them from disk (the same reader, over the bytes): name → (shape, data). `path` only
-/// names the file in errors. The fuzz targets parse weight files through this.
+/// names the file in errors; every tensor as `f32` (BF16 widened exactly). The fuzz targets
+/// parse weight files through this.
 pub fn tensors_from_bytes(path: &Path, bytes: &[u8]) -> Result<NamedTensors> {
-    let mut out = HashMap::new();
+    let mut out = Checkpoint::default();
     read_safetensors_from(
         path,
         std::io::Cursor::new(bytes),
         bytes.len() as u64,
         &mut out,
     )?;
-    Ok(out)
+    Ok(out.into_f32())
 }
 
 /// Reads a safetensors file of `file_len` bytes from `file` (a file, or bytes in memory) into
@@ -96,7 +131,7 @@ fn read_safetensors_from(
     path: &Path,
     mut file: impl std::io::Read + std::io::Seek,
     file_len: u64,
-    out: &mut NamedTensors,
+    out: &mut Checkpoint,
 ) -> Result<()> {
     use std::io::SeekFrom;
     let bad = |reason: String| Error::Safetensors {
@@ -156,52 +191,93 @@ fn read_safetensors_from(
         }
         file.seek(SeekFrom::Start(data_start + start))
             .map_err(|e| Error::io(path, e))?;
-        let mut data: Vec<f32> = Vec::with_capacity(elements);
-        let mut left = (end - start) as usize;
-        while left > 0 {
-            // Whole elements per chunk (CHUNK_BYTES is a multiple of 4).
-            let take = left.min(CHUNK_BYTES);
-            let buf = &mut chunk[..take];
-            file.read_exact(buf).map_err(|e| Error::io(path, e))?;
-            match entry.dtype.as_str() {
-                "F32" => data.extend(
-                    buf.chunks_exact(4)
-                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                ),
-                "BF16" => data.extend(
-                    buf.chunks_exact(2)
-                        .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()),
-                ),
-                _ => data.extend(
-                    buf.chunks_exact(2)
-                        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()),
-                ),
-            }
-            left -= take;
-        }
-        if out.insert(name.clone(), (entry.shape, data)).is_some() {
+        if out.contains(&name) {
             return Err(bad(format!("{name} appears in two files")));
+        }
+        let bytes = (end - start) as usize;
+        if entry.dtype == "BF16" {
+            let data = read_elements(&mut file, path, bytes, &mut chunk, |b: &[u8; 2]| {
+                half::bf16::from_le_bytes(*b)
+            })?;
+            out.bf16.insert(name, (entry.shape, data));
+        } else {
+            let data = if entry.dtype == "F32" {
+                read_elements(&mut file, path, bytes, &mut chunk, |b: &[u8; 4]| {
+                    f32::from_le_bytes(*b)
+                })?
+            } else {
+                read_elements(&mut file, path, bytes, &mut chunk, |b: &[u8; 2]| {
+                    half::f16::from_le_bytes(*b).to_f32()
+                })?
+            };
+            out.f32.insert(name, (entry.shape, data));
         }
     }
     Ok(())
 }
 
+/// `bytes` bytes of little-endian elements of `N` bytes each, read from `file` through `chunk`
+/// (whole elements per read: its length is a multiple of 4) and decoded by `decode`.
+fn read_elements<T, const N: usize>(
+    file: &mut impl std::io::Read,
+    path: &Path,
+    bytes: usize,
+    chunk: &mut [u8],
+    decode: impl Fn(&[u8; N]) -> T,
+) -> Result<Vec<T>> {
+    let mut data = Vec::with_capacity(bytes / N);
+    let mut left = bytes;
+    while left > 0 {
+        let take = left.min(chunk.len());
+        let buf = &mut chunk[..take];
+        file.read_exact(buf).map_err(|e| Error::io(path, e))?;
+        data.extend(
+            buf.chunks_exact(N)
+                .map(|b| decode(b.try_into().expect("chunks of N bytes"))),
+        );
+        left -= take;
+    }
+    Ok(data)
+}
+
 /// Tensors handed out by name, each once, with the shape the config implies checked.
-pub(super) struct TensorStore(pub(super) NamedTensors);
+pub(super) struct TensorStore(pub(super) Checkpoint);
+
+/// A weight matrix's elements as stored.
+pub(super) enum WeightData {
+    F32(Vec<f32>),
+    Bf16(Vec<half::bf16>),
+}
 
 impl TensorStore {
-    /// Removes `name`, which must have `shape`.
+    /// Removes `name`, which must have `shape`, as `f32` (a BF16 tensor widened: norms and
+    /// biases, which the forward reads as `f32`).
     pub(super) fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
-        let (got, data) = self
-            .0
-            .remove(name)
-            .ok_or_else(|| Error::Model(format!("missing tensor {name}")))?;
+        Ok(match self.take_weight(name, shape)? {
+            WeightData::F32(data) => data,
+            WeightData::Bf16(data) => data.iter().map(|v| v.to_f32()).collect(),
+        })
+    }
+
+    /// Removes weight matrix `name`, which must have `shape`, as stored.
+    pub(super) fn take_weight(&mut self, name: &str, shape: &[usize]) -> Result<WeightData> {
+        let (got, data) = match (self.0.f32.remove(name), self.0.bf16.remove(name)) {
+            (Some((got, data)), _) => (got, WeightData::F32(data)),
+            (None, Some((got, data))) => (got, WeightData::Bf16(data)),
+            (None, None) => return Err(Error::Model(format!("missing tensor {name}"))),
+        };
         if got != shape {
             return Err(Error::Model(format!(
                 "{name} has shape {got:?}, config.json implies {shape:?}"
             )));
         }
         Ok(data)
+    }
+
+    /// Drops `name` if present (a tied checkpoint's stored copy of the head).
+    pub(super) fn drop(&mut self, name: &str) {
+        self.0.f32.remove(name);
+        self.0.bf16.remove(name);
     }
 
     /// Refuses what is left: a tensor `architecture`'s forward does not use (a bias its
@@ -211,7 +287,9 @@ impl TensorStore {
     pub(super) fn finish(self, architecture: Architecture) -> Result<()> {
         let mut left: Vec<&String> = self
             .0
+            .f32
             .keys()
+            .chain(self.0.bf16.keys())
             .filter(|name| !name.ends_with("rotary_emb.inv_freq"))
             .collect();
         left.sort();

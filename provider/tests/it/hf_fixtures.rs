@@ -85,7 +85,7 @@ fn rope_parameters_theta_matches_transformers() {
         &candle_core::Device::Cpu,
     )
     .unwrap();
-    let named = tensors
+    let named: NamedTensors = tensors
         .into_iter()
         .map(|(n, t)| {
             let shape = t.dims().to_vec();

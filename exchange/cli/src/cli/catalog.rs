@@ -50,9 +50,77 @@ pub(super) struct Added {
     pub(super) catalog: String,
 }
 
-/// Bytes of one weight or KV element as a provider holds it: providers widen bf16 and f16 to
-/// f32 when they load (cx-provider's forward computes in f32), so that is what residency costs.
+/// Bytes of one KV element, and of a weight the provider widens, as a provider holds it:
+/// cx-provider computes in f32 and widens f32 and f16 weights, norms and biases to it; a BF16
+/// weight matrix it keeps as stored (2 bytes).
 const SERVED_ELEMENT_BYTES: u64 = 4;
+
+/// Bytes of the checkpoint in `dir` as cx-provider holds it, from its safetensors headers
+/// (`model.safetensors`, or the shards `model.safetensors.index.json` names): BF16 matrices at
+/// 2 bytes an element, every other tensor at 4; a `tied` model's stored copy of the head is not
+/// held. `None` when it has no weight files.
+fn served_bytes(dir: &Path, tied: bool) -> anyhow::Result<Option<u64>> {
+    let index = dir.join("model.safetensors.index.json");
+    let files: Vec<PathBuf> = if index.exists() {
+        #[derive(serde::Deserialize)]
+        struct Index {
+            weight_map: std::collections::BTreeMap<String, String>,
+        }
+        let text = std::fs::read_to_string(&index)
+            .with_context(|| format!("cannot read {}", index.display()))?;
+        let parsed: Index =
+            serde_json::from_str(&text).with_context(|| index.display().to_string())?;
+        let names: std::collections::BTreeSet<String> = parsed.weight_map.into_values().collect();
+        names.into_iter().map(|f| dir.join(f)).collect()
+    } else if dir.join("model.safetensors").exists() {
+        vec![dir.join("model.safetensors")]
+    } else {
+        return Ok(None);
+    };
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        dtype: String,
+        shape: Vec<u64>,
+    }
+    let mut total = 0u64;
+    for file in files {
+        use std::io::Read as _;
+        let mut f = std::fs::File::open(&file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let mut len = [0u8; 8];
+        f.read_exact(&mut len)
+            .with_context(|| format!("{}: no safetensors header", file.display()))?;
+        let len = u64::from_le_bytes(len);
+        // safetensors' own limit on the header (100 MB).
+        anyhow::ensure!(len <= 100_000_000, "{}: header too long", file.display());
+        let mut header = vec![0u8; len as usize];
+        f.read_exact(&mut header)
+            .with_context(|| format!("{}: safetensors header", file.display()))?;
+        let mut entries: std::collections::BTreeMap<String, serde_json::Value> =
+            serde_json::from_slice(&header)
+                .with_context(|| format!("{}: safetensors header", file.display()))?;
+        entries.remove("__metadata__");
+        for (name, value) in entries {
+            if tied && name == "lm_head.weight" {
+                continue;
+            }
+            let entry: Entry = serde_json::from_value(value)
+                .with_context(|| format!("{}: tensor {name}", file.display()))?;
+            let elements = entry
+                .shape
+                .iter()
+                .try_fold(1u64, |n, &d| n.checked_mul(d))
+                .with_context(|| format!("{}: tensor {name} overflows", file.display()))?;
+            let element_bytes = if entry.dtype == "BF16" && entry.shape.len() == 2 {
+                2
+            } else {
+                SERVED_ELEMENT_BYTES
+            };
+            total = total.saturating_add(elements.saturating_mul(element_bytes));
+        }
+    }
+    Ok(Some(total))
+}
 
 pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
@@ -85,7 +153,7 @@ fn add(args: AddArgs) -> anyhow::Result<()> {
         (args.input_wei_per_mtok, args.output_wei_per_mtok),
     )?;
     let table = format!(
-        "added {} to {}: {} parameters, {} bytes as served (f32), {} KV bytes per token, \
+        "added {} to {}: {} parameters, {} bytes as served, {} KV bytes per token, \
          context {}\n",
         added.name,
         added.catalog,
@@ -126,7 +194,8 @@ pub(super) fn append_model(
         bail!("--name {name:?} is not a model name");
     }
     let parameters = parameters(&config);
-    let base_bytes = parameters * SERVED_ELEMENT_BYTES;
+    let base_bytes =
+        served_bytes(dir, config.tie_word_embeddings)?.unwrap_or(parameters * SERVED_ELEMENT_BYTES);
     let kv_bytes_per_token = 2
         * config.num_hidden_layers as u64
         * (config.kv_heads() * config.head_dim()) as u64
