@@ -23,6 +23,32 @@ fn all_free(offset: u16) -> bool {
         .all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok())
 }
 
+/// A port offset from `base` (steps of 40, spread by the process id, so two runs of the suite
+/// rarely meet) at which every devnet port is free: away from a devnet someone runs on the
+/// defaults, and from the other tests' ranges.
+fn free_offset(base: u16) -> u16 {
+    (0..200)
+        .map(|i| base + ((std::process::id() as u16 % 100) + i) % 200 * 40)
+        .find(|o| all_free(*o))
+        .expect("some free offset")
+}
+
+/// `cx devnet` on ports `offset`, in `dir`, on database `url`, with the built signer `signer`
+/// and provider; its flags follow.
+fn devnet_command(offset: u16, dir: &Path, url: &str, signer: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cx"));
+    command
+        .arg("devnet")
+        .args(["--port-offset", &offset.to_string()])
+        .arg("--dir")
+        .arg(dir)
+        .env("DATABASE_URL", url)
+        .env("CX_SIGNER_BIN", signer)
+        .env("CX_PROVIDER_BIN", common::provider_bin())
+        .stdin(Stdio::null());
+    command
+}
+
 /// The ports of `offset` that some socket still listens on (`/proc/net/tcp` and `tcp6`, state
 /// `0A`). Not a bind attempt: the other devnet tests of this process run beside this one, and
 /// their outgoing connections take ephemeral local ports, which can be one of these (the
@@ -120,31 +146,19 @@ fn secrets_under(dir: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
-    // Ports away from a devnet someone runs on the defaults, and from another run of this test.
-    let offset = (0..200)
-        .map(|i| 20_000 + ((std::process::id() as u16 % 100) + i) % 200 * 40)
-        .find(|o| all_free(*o))
-        .expect("some free offset");
+    let offset = free_offset(20_000);
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
     let dir = common::TempDir::new("devnet");
     let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
-    let provider = common::provider_bin();
 
     let started = Instant::now();
     let out = tokio::task::spawn_blocking({
         let dir = dir.0.clone();
         let url = db.url.clone();
         move || {
-            Command::new(env!("CARGO_BIN_EXE_cx"))
-                .args(["devnet", "--exit-after-settled", "5"])
+            devnet_command(offset, &dir, &url, &signer)
+                .args(["--exit-after-settled", "5"])
                 .args(["--providers", "2", "--agents", "2", "--timeout-s", "150"])
-                .args(["--port-offset", &offset.to_string()])
-                .arg("--dir")
-                .arg(&dir)
-                .env("DATABASE_URL", url)
-                .env("CX_SIGNER_BIN", signer)
-                .env("CX_PROVIDER_BIN", provider)
-                .stdin(Stdio::null())
                 .output()
                 .expect("cx runs")
         }
@@ -229,23 +243,13 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
 /// under `out/browser/devnet-*.png`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_job_of_the_devnet_shows_in_a_real_browser() {
-    let offset = (0..200)
-        .map(|i| 28_020 + ((std::process::id() as u16 % 100) + i) % 200 * 40)
-        .find(|o| all_free(*o))
-        .expect("some free offset");
+    let offset = free_offset(28_020);
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
     let dir = common::TempDir::new("devnet-browser");
     let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
     let mut devnet = common::Interrupted(
-        Command::new(env!("CARGO_BIN_EXE_cx"))
-            .args(["devnet", "--providers", "1", "--agents", "1"])
-            .args(["--port-offset", &offset.to_string()])
-            .arg("--dir")
-            .arg(&dir.0)
-            .env("DATABASE_URL", &db.url)
-            .env("CX_SIGNER_BIN", signer)
-            .env("CX_PROVIDER_BIN", common::provider_bin())
-            .stdin(Stdio::null())
+        devnet_command(offset, &dir.0, &db.url, &signer)
+            .args(["--providers", "1", "--agents", "1"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -347,10 +351,7 @@ async fn a_settled_job_of_the_devnet_shows_in_a_real_browser() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_killed_one() {
     const CHAIN: u64 = 31338;
-    let offset = (0..200)
-        .map(|i| 36_020 + ((std::process::id() as u16 % 100) + i) % 200 * 40)
-        .find(|o| all_free(*o))
-        .expect("some free offset");
+    let offset = free_offset(36_020);
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
     let dir = common::TempDir::new("devnet-market");
     let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
@@ -358,22 +359,8 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
     let outs = common::TempDir::new("devnet-market-out");
     let out_path = outs.0.join("devnet.out");
     let mut devnet = common::Interrupted(
-        Command::new(env!("CARGO_BIN_EXE_cx"))
-            .args([
-                "devnet",
-                "--no-traffic",
-                "--providers",
-                "3",
-                "--agents",
-                "1",
-            ])
-            .args(["--port-offset", &offset.to_string()])
-            .arg("--dir")
-            .arg(&dir.0)
-            .env("DATABASE_URL", &db.url)
-            .env("CX_SIGNER_BIN", signer)
-            .env("CX_PROVIDER_BIN", common::provider_bin())
-            .stdin(Stdio::null())
+        devnet_command(offset, &dir.0, &db.url, &signer)
+            .args(["--no-traffic", "--providers", "3", "--agents", "1"])
             .stdout(std::fs::File::create(&out_path).unwrap())
             .stderr(std::fs::File::create(outs.0.join("devnet.err")).unwrap())
             .spawn()
@@ -637,31 +624,20 @@ async fn the_devnet_runs_the_market_on_a_real_checkpoint() {
         "{}: the real model is installed by scripts/setup.sh (scripts/real-model.sh)",
         model_dir.display()
     );
-    let offset = (0..200)
-        .map(|i| 21_000 + ((std::process::id() as u16 % 100) + i) % 200 * 40)
-        .find(|o| all_free(*o))
-        .expect("some free offset");
+    let offset = free_offset(44_020);
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
     let dir = common::TempDir::new("devnet-real");
     let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
-    let provider = common::provider_bin();
     let out = tokio::task::spawn_blocking({
         let dir = dir.0.clone();
         let url = db.url.clone();
         move || {
-            Command::new(env!("CARGO_BIN_EXE_cx"))
-                .args(["devnet", "--exit-after-settled", "3"])
+            devnet_command(offset, &dir, &url, &signer)
+                .args(["--exit-after-settled", "3"])
                 .args(["--providers", "1", "--agents", "1", "--timeout-s", "400"])
                 .arg("--model")
                 .arg(&model_dir)
                 .args(["--model-name", NAME])
-                .args(["--port-offset", &offset.to_string()])
-                .arg("--dir")
-                .arg(&dir)
-                .env("DATABASE_URL", url)
-                .env("CX_SIGNER_BIN", signer)
-                .env("CX_PROVIDER_BIN", provider)
-                .stdin(Stdio::null())
                 .output()
                 .expect("cx runs")
         }

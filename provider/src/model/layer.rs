@@ -2,6 +2,7 @@
 //! `x += attention(rms_norm(x))`, then `x += mlp(rms_norm(x))`.
 
 use super::attention::Attention;
+use super::linear::Linear;
 use super::mlp::Mlp;
 use super::rotary::RotaryTables;
 use super::{SeqInput, Step};
@@ -65,6 +66,13 @@ pub(super) struct DecoderLayer {
 }
 
 impl DecoderLayer {
+    /// Its seven projections in Hugging Face's order: q, k, v, o, gate, up, down.
+    pub(super) fn projections(&self) -> [&Linear; 7] {
+        let [q, k, v, o] = self.self_attn.projections();
+        let [gate, up, down] = self.mlp.projections();
+        [q, k, v, o, gate, up, down]
+    }
+
     /// Elements of all its weights.
     pub(super) fn len(&self) -> usize {
         let mlp: usize = self.mlp.projections().iter().map(|p| p.len()).sum();

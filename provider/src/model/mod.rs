@@ -392,9 +392,7 @@ impl Model {
             .layers
             .iter()
             .map(|layer| {
-                let [q, k, v, o] = layer.self_attn.projections();
-                let [gate, up, down] = layer.mlp.projections();
-                let all = [q, k, v, o, gate, up, down];
+                let all = layer.projections();
                 FrozenLayer {
                     input_layernorm: layer.input_layernorm.parts().0.to_vec(),
                     post_attention_layernorm: layer.post_attention_layernorm.parts().0.to_vec(),
@@ -457,11 +455,7 @@ impl Model {
         let matrices = self
             .layers
             .iter()
-            .flat_map(|layer| {
-                let [q, k, v, o] = layer.self_attn.projections();
-                let [gate, up, down] = layer.mlp.projections();
-                [q, k, v, o, gate, up, down].map(Linear::weight)
-            })
+            .flat_map(|layer| layer.projections().map(Linear::weight))
             .chain(std::iter::once(&self.embed_tokens))
             .chain(self.lm_head.as_ref());
         let narrowed: usize = matrices.map(|w| w.len() * 4 - w.bytes()).sum();
