@@ -29,15 +29,19 @@ pub(crate) struct AddArgs {
     #[arg(long, value_delimiter = ',')]
     aliases: Vec<String>,
     /// Retail price per million input tokens, wei (the routing core's reference).
-    #[arg(long, default_value_t = 60_000)]
+    #[arg(long, default_value_t = RETAIL_WEI_PER_MTOK.0)]
     input_wei_per_mtok: u64,
     /// Retail price per million output tokens, wei.
-    #[arg(long, default_value_t = 80_000)]
+    #[arg(long, default_value_t = RETAIL_WEI_PER_MTOK.1)]
     output_wei_per_mtok: u64,
     /// Print one JSON object, last.
     #[arg(long)]
     json: bool,
 }
+
+/// The retail prices a model is added at unless told otherwise, wei per million (input,
+/// output) tokens.
+pub(super) const RETAIL_WEI_PER_MTOK: (u64, u64) = (60_000, 80_000);
 
 /// What was added.
 #[derive(Debug, Serialize)]

@@ -541,7 +541,7 @@ async fn devnet(args: &Args, children: &mut Children) -> anyhow::Result<()> {
                 &catalog,
                 args.model_name.clone(),
                 &[],
-                (60_000, 80_000),
+                super::catalog::RETAIL_WEI_PER_MTOK,
             )
             .with_context(|| format!("--model {}", model.display()))?
             .name
