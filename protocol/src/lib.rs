@@ -7,6 +7,11 @@
 //! - [`class`]: determinism classes (D, D∞, S) and verification tiers (T0–T3, attested), with
 //!   compact sets of each that bundles advertise.
 //! - [`job`]: a job `j = (m, c, Δ, κ, τ, V)` as the exchange clears it (SPEC §2).
+//! - [`workload`]: what a job computes — an inference, a product or a training run — as one
+//!   type, decided where the order comes in and carried from there.
+//! - [`wire`]: the bodies the exchange's API and its providers exchange (assignments, results,
+//!   registrations), each declared once for the exchange, its providers and its clients.
+//! - [`job_status`]: where a job is in its life, as the API reports it and the books keep it.
 //! - [`matmul`]: the `matmul` job kind (T2): its reserved market, request, bounds and product
 //!   encoding.
 //! - [`model_config`]: the Hugging Face `config.json` of a Llama-family base (the one parse of it),
@@ -54,6 +59,7 @@ pub mod error;
 pub mod id;
 pub mod inventory;
 pub mod job;
+pub mod job_status;
 pub mod matmul;
 pub mod model_config;
 pub mod offer;
@@ -67,6 +73,8 @@ pub mod tab_close;
 pub mod tolerance;
 pub mod train;
 pub mod voucher;
+pub mod wire;
+pub mod workload;
 
 pub use bundle::Bundle;
 pub use class::{ClassSet, DeterminismClass, Tier, TierSet};

@@ -306,7 +306,13 @@ async fn commit_bound(books: &Books, agents: &[Agent], config: IntakeBenchConfig
                         decision: serde_json::json!({"chosen": "bundle-0000"}),
                         deadline_s: u64::from(u32::MAX),
                         adapter: None,
-                        request: serde_json::json!({"prompt": "p", "max_tokens": 16}),
+                        workload: cx_protocol::workload::Workload::Inference(
+                            cx_protocol::order::InferenceRequest {
+                                prompt: "p".into(),
+                                max_tokens: 16,
+                                ..Default::default()
+                            },
+                        ),
                     };
                     books.accept(&order, &job).await.map_err(bench_err)?;
                 }

@@ -23,19 +23,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use alloy::primitives::B256;
 use bytes::Bytes;
 use cx_exchange_server::books::Books;
-use cx_exchange_server::intake::{InferenceRequest, Intake, request_hash};
+use cx_exchange_server::intake::{Intake, request_hash};
 use cx_exchange_server::limits::RateConfig;
 use cx_protocol::offer::{Offer, SignedOffer};
 use cx_protocol::order::{self, Intent, SessionGrant};
 use cx_protocol::pq::Identity;
-use cx_protocol::receipt::{Receipt, SignedReceipt};
+use cx_protocol::receipt::{JobTerms, Receipt, SignedReceipt, Work};
+use cx_protocol::wire::{Assignment, Output, ResultSubmission};
 use cx_protocol::{DeterminismClass, Tier};
 use http_body_util::{BodyExt, Full};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, mpsc};
 
 use super::intake::{
@@ -709,54 +708,34 @@ fn answer(
     payout: alloy::primitives::Address,
     job: &serde_json::Value,
 ) -> Result<(String, serde_json::Value)> {
-    let field = |name: &str| {
-        job.get(name)
-            .ok_or_else(|| Error::BenchFailed(format!("a pulled job has no {name}")))
+    let job: Assignment = serde_json::from_value(job.clone()).map_err(bench_err)?;
+    let request = job
+        .workload
+        .inference()
+        .ok_or_else(|| Error::BenchFailed(format!("job {} is not an inference", job.job_id)))?;
+    let output = Output::text(ANSWER.to_owned(), "length", 6, 8);
+    let terms = JobTerms {
+        job_id: job.job_id,
+        chain_id: job.chain_id,
+        escrow_id: job.escrow_id,
+        buyer: job.buyer,
+        request,
+        adapter: job.adapter.as_deref(),
     };
-    let request: InferenceRequest =
-        serde_json::from_value(field("request")?.clone()).map_err(bench_err)?;
-    let parse_b256 = |v: &serde_json::Value| -> Result<B256> {
-        v.as_str()
-            .unwrap_or_default()
-            .parse()
-            .map_err(|_| Error::BenchFailed(format!("a pulled job's id is not hex: {v}")))
+    let work = Work {
+        output_text: &output.text,
+        tokens: 14,
+        compute_ms: 1,
+        class: DeterminismClass::D,
+        amount_owed_wei: job.price_wei / 2,
     };
-    let job_id = parse_b256(field("job_id")?)?;
-    let buyer: alloy::primitives::Address = field("buyer")?
-        .as_str()
-        .unwrap_or_default()
-        .parse()
+    let receipt = Receipt::for_output(&terms, &work, payout, id.id().0)
+        .and_then(|receipt| SignedReceipt::sign(receipt, id))
         .map_err(bench_err)?;
-    let price: u128 = field("price_wei")?
-        .as_str()
-        .unwrap_or_default()
-        .parse()
-        .map_err(bench_err)?;
-    let receipt = SignedReceipt::sign(
-        Receipt {
-            job_id: job_id.0,
-            chain_id: field("chain_id")?.as_u64().unwrap_or_default(),
-            escrow_id: field("escrow_id")?.as_u64().unwrap_or_default(),
-            input_hash: request_hash(&request).0,
-            output_hash: Sha256::digest(ANSWER.as_bytes()).into(),
-            adapter_hash: [0; 32],
-            tokens: 14,
-            compute_ms: 1,
-            class: DeterminismClass::D,
-            provider: payout.0.0,
-            provider_key: id.id().0,
-            amount_owed_wei: price / 2,
-            buyer: buyer.0.0,
-        },
-        id,
-    )
-    .map_err(bench_err)?;
+    let body = ResultSubmission { output, receipt };
     Ok((
-        format!("/v1/jobs/{job_id}/result"),
-        serde_json::json!({
-            "output": {"text": ANSWER, "finish_reason": "length", "prompt_tokens": 6, "completion_tokens": 8},
-            "receipt": receipt,
-        }),
+        format!("/v1/jobs/{}/result", job.job_id),
+        serde_json::to_value(&body).map_err(bench_err)?,
     ))
 }
 

@@ -505,12 +505,8 @@ mod devnet {
         let (mut done, mut charged) = (0, 0);
         while done < jobs {
             for job in client.pull_jobs(token, 4, 30).await.unwrap() {
-                let output = Output {
-                    text: answer.to_owned(),
-                    finish_reason: "length".into(),
-                    prompt_tokens: 5,
-                    completion_tokens: job.request.max_tokens,
-                };
+                let max_tokens = job.workload.inference().unwrap().max_tokens;
+                let output = Output::text(answer.to_owned(), "length", 5, max_tokens);
                 let receipt = cx_client::provider::sign_receipt(
                     &job,
                     &output,

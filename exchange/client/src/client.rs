@@ -4,8 +4,8 @@ use crate::error::{Error, Result};
 use crate::tls::{self, Connector, TlsInfo};
 use crate::types::{
     Accepted, Bound, ChainInfo, ErrorBody, Health, InferenceRequest, IntentSubmission, JobRecord,
-    JobsQuery, ModelInfo, OpenSession, Output, Pulled, Registered, ResultSubmission, SessionInfo,
-    SessionOpened, Tab,
+    JobsQuery, ModelInfo, OpenSession, Output, Pull, Pulled, Registered, ResultSubmission,
+    SessionInfo, SessionOpened, Tab,
 };
 use crate::types::{AdapterFiles, Assignment, Claim, Completed, StoredAdapter, StoredDataset};
 use bytes::Bytes;
@@ -272,7 +272,7 @@ impl Client {
         max_jobs: u32,
         wait_s: u32,
     ) -> Result<Vec<Assignment>> {
-        let body = serde_json::json!({"max_jobs": max_jobs, "wait_s": wait_s});
+        let body = Pull { max_jobs, wait_s };
         let pulled: Pulled = self
             .send_as(Method::POST, "/v1/providers/jobs", Some(&body), Some(token))
             .await?;
@@ -288,10 +288,14 @@ impl Client {
         output: &Output,
         receipt: &SignedReceipt,
     ) -> Result<Completed> {
+        let body = ResultSubmission {
+            output: output.clone(),
+            receipt: receipt.clone(),
+        };
         self.send_as(
             Method::POST,
             &format!("/v1/jobs/{job_id}/result"),
-            Some(&ResultSubmission { output, receipt }),
+            Some(&body),
             Some(token),
         )
         .await

@@ -11,7 +11,8 @@ use cx_protocol::receipt::{JobTerms, Receipt, SignedReceipt, Work};
 /// Signs the receipt for `output` of `job` as `identity`, paid to `payout`: it names the job,
 /// its tab and buyer, the request's hash as input, the output text's SHA-256, the adapter and
 /// what the provider claims (at most the job's price, or the exchange refuses it). The receipt is
-/// built by [`Receipt::for_output`], the one construction `cx-provider` uses too.
+/// built by [`Receipt::for_output`], the one construction `cx-provider` uses too. An inference
+/// job's only: a product's or a training run's receipt hashes what they return instead.
 pub fn sign_receipt(
     job: &Assignment,
     output: &Output,
@@ -21,12 +22,22 @@ pub fn sign_receipt(
     compute_ms: u64,
     class: DeterminismClass,
 ) -> Result<SignedReceipt> {
+    let request = job
+        .workload
+        .inference()
+        .ok_or_else(|| cx_protocol::Error::InvalidField {
+            field: job.workload.kind().key().into(),
+            reason: format!(
+                "is a {} job's: a receipt for text signs an inference",
+                job.workload.kind().as_str()
+            ),
+        })?;
     let terms = JobTerms {
         job_id: job.job_id,
         chain_id: job.chain_id,
         escrow_id: job.escrow_id,
         buyer: job.buyer,
-        request: &job.request,
+        request,
         adapter: job.adapter.as_deref(),
     };
     let work = Work {

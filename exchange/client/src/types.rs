@@ -9,6 +9,9 @@ use cx_protocol::price::wei_string;
 use serde::{Deserialize, Serialize};
 
 pub use cx_protocol::order::{InferenceRequest, canonical_json, request_hash};
+pub use cx_protocol::wire::{
+    Assignment, Completed, Output, Pull, Pulled, Registered, ResultSubmission,
+};
 
 /// `POST /v1/intents`: the signed intent and the request it commits to.
 #[derive(Clone, Debug, Serialize)]
@@ -473,90 +476,6 @@ pub struct SessionInfo {
     pub left_wei: u128,
     /// Whether it was revoked.
     pub revoked: bool,
-}
-
-/// `POST /v1/providers/register`: what the exchange registered.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Registered {
-    /// The provider's name from now on: SHA-256 of its ML-DSA-65 key.
-    pub key_hash: B256,
-    /// Its operator.
-    pub operator: String,
-    /// The account its receipts pay.
-    pub payout: Address,
-    /// The bundles registered.
-    pub bundles: Vec<String>,
-}
-
-/// A job handed to a provider by `POST /v1/providers/jobs`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Assignment {
-    /// The job id (the receipt's `job_id`).
-    pub job_id: B256,
-    /// The bundle it was cleared onto.
-    pub bundle_id: String,
-    /// The buyer (the receipt's `buyer`).
-    pub buyer: Address,
-    /// The tab's chain.
-    pub chain_id: u64,
-    /// The tab.
-    pub escrow_id: u64,
-    /// The catalog model.
-    pub model: String,
-    /// The adapter by content id, if any.
-    #[serde(default)]
-    pub adapter: Option<String>,
-    /// The inference request.
-    pub request: InferenceRequest,
-    /// The most the receipt may claim, wei.
-    #[serde(with = "wei_string")]
-    pub price_wei: u128,
-    /// When the result must be in, unix seconds.
-    pub deadline_s: u64,
-    /// The exchange's ML-DSA-65 signature on these terms for this provider (check it under the
-    /// key `GET /v1/exchange` publishes, pinned).
-    #[serde(default)]
-    pub signed: Option<cx_protocol::assignment::SignedAssignment>,
-}
-
-/// `POST /v1/providers/jobs`' answer.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Pulled {
-    /// The jobs handed out (none when the wait ran out).
-    pub jobs: Vec<Assignment>,
-}
-
-/// What a job produced, as a provider returns it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Output {
-    /// The generated text.
-    pub text: String,
-    /// `stop` or `length`.
-    pub finish_reason: String,
-    /// Tokens of the prompt.
-    pub prompt_tokens: u32,
-    /// Tokens generated.
-    pub completion_tokens: u32,
-}
-
-/// `POST /v1/jobs/{id}/result`: the output and its signed receipt.
-#[derive(Clone, Debug, Serialize)]
-pub struct ResultSubmission<'a> {
-    /// The output.
-    pub output: &'a Output,
-    /// The receipt.
-    pub receipt: &'a cx_protocol::receipt::SignedReceipt,
-}
-
-/// What the exchange did with a result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Completed {
-    /// What the job is charged, wei.
-    #[serde(with = "wei_string")]
-    pub charged_wei: u128,
-    /// What went back to the buyer's tab, wei.
-    #[serde(with = "wei_string")]
-    pub released_wei: u128,
 }
 
 /// `PUT /v1/adapters`: an adapter's two PEFT files.

@@ -15,6 +15,8 @@
 
 use crate::books::JobStatus;
 use alloy::primitives::B256;
+use cx_protocol::wire::{Assignment, Completed, Output, ResultSubmission};
+use cx_protocol::workload::Workload;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -284,55 +286,15 @@ async fn unstaked_bundles(intake: &crate::intake::Intake) -> crate::Result<Vec<S
     Ok(out)
 }
 
-/// What a provider returned for an inference job, as the books keep it in the job's `result`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Output {
-    /// The generated text.
-    pub text: String,
-    /// `stop` (an end token or a stop sequence) or `length` (`max_tokens` reached).
-    pub finish_reason: String,
-    /// Tokens of the prompt, as the provider's tokenizer counted them.
-    pub prompt_tokens: u32,
-    /// Tokens generated.
-    pub completion_tokens: u32,
-    /// A `cx/matmul-f32` job's product `C`: its `f32` little-endian bytes, base64 (standard
-    /// alphabet, padded); the receipt's `output_hash` is SHA-256 of the bytes. Absent for
-    /// inference (whose `text` is the output; a matmul job's `text` is empty, its tokens 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub product: Option<String>,
-    /// A training job's adapter (stored at the exchange before the result is sent) and its
-    /// losses; the receipt's `output_hash` is the adapter's content id. Absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trained: Option<cx_protocol::train::Trained>,
-}
-
 /// Longest base64 text of a product: that of 4 MiB (2²⁰ `f32`s, the largest product allowed).
 pub const MAX_PRODUCT_BASE64_BYTES: usize =
     (cx_protocol::matmul::MAX_MATMUL_ELEMENTS as usize * 4).div_ceil(3) * 4;
-
-/// Most jobs one pull hands out.
-pub const MAX_PULL_JOBS: u32 = 32;
-
-/// Longest a pull waits for work, seconds.
-pub const MAX_PULL_WAIT_S: u32 = 30;
 
 /// Longest output text a result may carry, bytes.
 pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
 
 /// Longest piece of streamed output one progress call may carry, bytes.
 pub const MAX_PROGRESS_BYTES: usize = 64 << 10;
-
-/// A provider's result: the output and its signed receipt.
-#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ResultSubmission {
-    /// What the job produced.
-    pub output: Output,
-    /// The provider's ML-DSA-signed receipt for it.
-    #[schema(value_type = Object, required = true)]
-    pub receipt: cx_protocol::receipt::SignedReceipt,
-}
 
 impl crate::intake::Intake {
     /// Registers a provider's signed offer at `now_s`: the signature under the key it carries,
@@ -403,7 +365,7 @@ impl crate::intake::Intake {
         provider: &crate::books::Provider,
         max_jobs: u32,
         wait: Duration,
-    ) -> crate::Result<Vec<crate::books::Assignment>> {
+    ) -> crate::Result<Vec<Assignment>> {
         let until = tokio::time::Instant::now() + wait;
         loop {
             let work = self.waiters().work();
@@ -465,7 +427,7 @@ impl crate::intake::Intake {
     fn sign_assignment(
         &self,
         provider: &crate::books::Provider,
-        job: &crate::books::Assignment,
+        job: &Assignment,
     ) -> crate::Result<cx_protocol::assignment::SignedAssignment> {
         let adapter_hash = adapter_hash(job.adapter.as_deref())?;
         let terms = cx_protocol::assignment::Assignment {
@@ -476,8 +438,7 @@ impl crate::intake::Intake {
             provider_key: provider.key_hash.0,
             price_wei: job.price_wei,
             deadline_s: job.deadline_s,
-            // The stored request's canonical hash, whatever its kind (inference or product).
-            input_hash: cx_protocol::order::request_value_hash(&job.request).0,
+            input_hash: job.workload.hash().0,
             adapter_hash,
         };
         Ok(cx_protocol::assignment::SignedAssignment::sign(
@@ -498,7 +459,7 @@ impl crate::intake::Intake {
         job_id: B256,
         submission: &ResultSubmission,
         now_s: u64,
-    ) -> crate::Result<crate::books::Completed> {
+    ) -> crate::Result<Completed> {
         use crate::Error;
         use sha2::{Digest, Sha256};
         if submission.output.text.len() > MAX_OUTPUT_BYTES {
@@ -523,20 +484,17 @@ impl crate::intake::Intake {
             .await?;
         let receipt = &signed.receipt;
         let adapter_hash = adapter_hash(job.adapter.as_deref())?;
-        let kind = if job.model == cx_protocol::matmul::MATMUL_MODEL {
-            Kind::Matmul
-        } else if let Some(base) = cx_protocol::train::trained_base(&job.model) {
-            Kind::Train(base.to_owned())
-        } else {
-            Kind::Inference
-        };
         let output = &submission.output;
         for (field, given, expected) in [
-            ("product", output.product.is_some(), kind == Kind::Matmul),
+            (
+                "product",
+                output.product.is_some(),
+                matches!(job.workload, Workload::Matmul(_)),
+            ),
             (
                 "trained",
                 output.trained.is_some(),
-                matches!(kind, Kind::Train(_)),
+                matches!(job.workload, Workload::Train(_)),
             ),
         ] {
             if given && !expected {
@@ -546,16 +504,20 @@ impl crate::intake::Intake {
                 });
             }
         }
-        let (output_hash, tokens, product, trained, hashed) = match &kind {
-            Kind::Matmul => {
-                let request: cx_protocol::matmul::MatmulRequest =
-                    serde_json::from_value(job.request.clone())?;
-                let bytes = decode_product(output, &request)?;
+        let (output_hash, tokens, product, trained, hashed) = match &job.workload {
+            Workload::Matmul(request) => {
+                let bytes = decode_product(output, request)?;
                 let hash = cx_protocol::matmul::product_hash(&bytes);
-                (hash, 0, Some((request, bytes)), None, "the product's bytes")
+                (
+                    hash,
+                    0,
+                    Some((*request, bytes)),
+                    None,
+                    "the product's bytes",
+                )
             }
-            Kind::Train(base) => {
-                let (hash, tokens, checked) = self.trained_output(&job, output, base).await?;
+            Workload::Train(request) => {
+                let (hash, tokens, checked) = self.trained_output(&job, request, output).await?;
                 (
                     hash,
                     tokens,
@@ -564,7 +526,7 @@ impl crate::intake::Intake {
                     "the trained adapter's content id",
                 )
             }
-            Kind::Inference => {
+            Workload::Inference(_) => {
                 let hash: [u8; 32] = Sha256::digest(output.text.as_bytes()).into();
                 let tokens = u64::from(output.prompt_tokens) + u64::from(output.completion_tokens);
                 (hash, tokens, None, None, "output.text")
@@ -611,7 +573,7 @@ impl crate::intake::Intake {
             ),
             (
                 "input_hash",
-                receipt.input_hash == cx_protocol::order::request_value_hash(&job.request).0,
+                receipt.input_hash == job.workload.hash().0,
                 "is not the SHA-256 of the job's request (canonical JSON)".into(),
             ),
             (
@@ -690,24 +652,15 @@ impl crate::intake::Intake {
     }
 }
 
-/// A job's kind, by its market.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Kind {
-    Inference,
-    Matmul,
-    /// Training on the named base.
-    Train(String),
-}
-
 impl crate::intake::Intake {
     /// A training job's result before its receipt is checked: the output hash it must carry
     /// (the adapter id's bytes), the tokens the order's schedule trains on (from the stored
     /// dataset), and what the adapter is then checked against (id, request, base).
     async fn trained_output(
         &self,
-        job: &crate::books::Assignment,
+        job: &Assignment,
+        request: &cx_protocol::train::TrainRequest,
         output: &Output,
-        base: &str,
     ) -> crate::Result<(
         [u8; 32],
         u64,
@@ -721,8 +674,11 @@ impl crate::intake::Intake {
                 "is missing: a training job returns its adapter's id".into(),
             )
         })?;
-        let request: cx_protocol::train::TrainRequest =
-            serde_json::from_value(job.request.clone())?;
+        let base =
+            cx_protocol::train::trained_base(&job.model).ok_or_else(|| crate::Error::Corrupt {
+                what: "a training job's market",
+                value: job.model.clone(),
+            })?;
         if trained.steps != request.steps {
             return Err(invalid(
                 "trained.steps",
@@ -740,7 +696,7 @@ impl crate::intake::Intake {
         Ok((
             hash,
             tokens,
-            (trained.adapter_id.clone(), request, base.to_owned()),
+            (trained.adapter_id.clone(), request.clone(), base.to_owned()),
         ))
     }
 }

@@ -21,8 +21,8 @@ use cx_protocol::receipt::Receipt;
 use cx_protocol::{Bundle, DeterminismClass};
 
 use super::Link;
-use super::wire::{Assignment, Completed, Output};
 use crate::error::{Error, Result};
+use cx_protocol::wire::{Assignment, Completed, Output};
 
 /// How long the product self-benchmark runs at most.
 const BENCH_BUDGET: Duration = Duration::from_millis(300);
@@ -76,9 +76,11 @@ impl Link {
     }
 
     /// Runs one product job and returns its result with a signed receipt.
-    pub(super) async fn serve_matmul(&self, job: &Assignment) -> Result<Completed> {
-        let request: MatmulRequest = serde_json::from_value(job.request.clone())
-            .map_err(|e| Error::BadRequest(format!("a matmul request: {e}")))?;
+    pub(super) async fn serve_matmul(
+        &self,
+        job: &Assignment,
+        request: MatmulRequest,
+    ) -> Result<Completed> {
         request.validate()?;
         let wrong = self.config.fault == Some(super::Fault::WrongProduct);
         let device = self.engine.model().device().clone();
@@ -99,7 +101,7 @@ impl Link {
             job_id: job.job_id.0,
             chain_id: job.chain_id,
             escrow_id: job.escrow_id,
-            input_hash: cx_protocol::order::request_value_hash(&job.request).0,
+            input_hash: job.workload.hash().0,
             output_hash: product_hash(&bytes),
             adapter_hash: [0; 32],
             tokens: 0,
@@ -111,13 +113,9 @@ impl Link {
             buyer: job.buyer.0.0,
         };
         let output = Output {
-            text: String::new(),
-            finish_reason: "product",
-            prompt_tokens: 0,
-            completion_tokens: 0,
             product: Some(BASE64.encode(&bytes)),
-            trained: None,
+            ..Output::text(String::new(), "product", 0, 0)
         };
-        self.post_result(job, &output, receipt).await
+        self.post_result(job, output, receipt).await
     }
 }

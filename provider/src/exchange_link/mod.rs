@@ -54,10 +54,12 @@ use crate::engine::{Conversation, Engine, Event, FinishReason, GenerateRequest, 
 use crate::error::{Error, Result};
 use crate::lora::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_id};
 use crate::model::{KvCache, SeqInput};
-use https::Https;
-use wire::{
-    AdapterFiles, Assignment, Completed, ExchangeInfo, Output, Pull, Pulled, Registered, ResultBody,
+use cx_protocol::wire::{
+    Assignment, Completed, Output, Pull, Pulled, Registered, ResultSubmission,
 };
+use cx_protocol::workload::Workload;
+use https::Https;
+use wire::{AdapterFiles, ExchangeInfo};
 
 /// How long a provider waits before sending a result again to an exchange that is away.
 const RESULT_RETRY_S: Duration = Duration::from_secs(1);
@@ -574,7 +576,7 @@ impl Link {
             && terms.provider_key == self.identity.id().0
             && terms.price_wei == job.price_wei
             && terms.deadline_s == job.deadline_s
-            && terms.input_hash == cx_protocol::order::request_value_hash(&job.request).0
+            && terms.input_hash == job.workload.hash().0
             && terms.adapter_hash == adapter_hash;
         if !matches {
             return Err(refused("the signed terms are not the job handed out"));
@@ -589,14 +591,11 @@ impl Link {
         if job.deadline_s <= self.now_s() {
             return Err(Error::BadRequest("its deadline has passed".into()));
         }
-        if job.model == cx_protocol::matmul::MATMUL_MODEL {
-            return self.serve_matmul(&job).await;
-        }
-        if cx_protocol::train::trained_base(&job.model).is_some() {
-            return self.serve_train(&job).await;
-        }
-        let request: InferenceRequest = serde_json::from_value(job.request.clone())
-            .map_err(|e| Error::BadRequest(format!("an inference request: {e}")))?;
+        let request = match &job.workload {
+            Workload::Matmul(request) => return self.serve_matmul(&job, *request).await,
+            Workload::Train(request) => return self.serve_train(&job, request).await,
+            Workload::Inference(request) => request,
+        };
         if job.model != self.config.model_name {
             return Err(Error::BadRequest(format!(
                 "the job is for model `{}`, this provider serves `{}`",
@@ -608,7 +607,7 @@ impl Link {
             None => None,
         };
         let started = Instant::now();
-        let mut output = self.generate(&job, &request, adapter).await?;
+        let mut output = self.generate(&job, request, adapter).await?;
         if self.config.fault == Some(Fault::WrongOutput) {
             output.text.push_str(" [altered by --fault wrong-output]");
         }
@@ -618,7 +617,7 @@ impl Link {
             chain_id: job.chain_id,
             escrow_id: job.escrow_id,
             buyer: job.buyer,
-            request: &request,
+            request,
             adapter: job.adapter.as_deref(),
         };
         let work = Work {
@@ -633,17 +632,20 @@ impl Link {
             amount_owed_wei: job.price_wei,
         };
         let receipt = Receipt::for_output(&terms, &work, self.config.payout, self.identity.id().0)?;
-        self.post_result(&job, &output, receipt).await
+        self.post_result(&job, output, receipt).await
     }
 
     /// Signs `receipt` and sends it with `output` as job `job`'s result.
     async fn post_result(
         &self,
         job: &Assignment,
-        output: &Output,
+        output: Output,
         receipt: Receipt,
     ) -> Result<Completed> {
-        let receipt = SignedReceipt::sign(receipt, &self.identity)?;
+        let body = ResultSubmission {
+            output,
+            receipt: SignedReceipt::sign(receipt, &self.identity)?,
+        };
         // The work is done: an exchange that is away (restarting after a crash, its database
         // restarting) gets the result again until the job's deadline, rather than the job
         // expiring there with its output thrown away. The exchange takes a result once (only
@@ -654,10 +656,7 @@ impl Link {
                 .post(
                     &format!("/v1/jobs/{}/result", job.job_id),
                     Some(self.token.as_str()),
-                    &ResultBody {
-                        output,
-                        receipt: &receipt,
-                    },
+                    &body,
                     Duration::from_secs(60),
                 )
                 .await;
@@ -763,17 +762,16 @@ impl Link {
                     completion_tokens,
                 }) => {
                     let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-                    return Ok(Output {
+                    let finish_reason = match finish_reason {
+                        FinishReason::Stop => "stop",
+                        FinishReason::Length => "length",
+                    };
+                    return Ok(Output::text(
                         text,
-                        finish_reason: match finish_reason {
-                            FinishReason::Stop => "stop",
-                            FinishReason::Length => "length",
-                        },
-                        prompt_tokens: count(prompt_tokens),
-                        completion_tokens: count(completion_tokens),
-                        product: None,
-                        trained: None,
-                    });
+                        finish_reason,
+                        count(prompt_tokens),
+                        count(completion_tokens),
+                    ));
                 }
                 Some(Event::Failed(error)) => {
                     return Err(Error::BadRequest(format!("generation: {error}")));

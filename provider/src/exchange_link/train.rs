@@ -16,9 +16,9 @@ use cx_protocol::{Bundle, DeterminismClass};
 use serde::{Deserialize, Serialize};
 
 use super::Link;
-use super::wire::{Assignment, Completed, Output};
 use crate::error::{Error, Result};
 use crate::training::{AdamWParams, LoraSpec, Trainer};
+use cx_protocol::wire::{Assignment, Completed, Output};
 
 /// The suffix of the training bundle's id (after the inference bundle's).
 pub(super) const BUNDLE_SUFFIX: &str = "-train";
@@ -57,7 +57,11 @@ impl Link {
     }
 
     /// Runs one training job and returns its result with a signed receipt.
-    pub(super) async fn serve_train(&self, job: &Assignment) -> Result<Completed> {
+    pub(super) async fn serve_train(
+        &self,
+        job: &Assignment,
+        request: &TrainRequest,
+    ) -> Result<Completed> {
         let trainer = self
             .trainer
             .clone()
@@ -68,8 +72,6 @@ impl Link {
                 job.model, self.config.model_name
             )));
         }
-        let request: TrainRequest = serde_json::from_value(job.request.clone())
-            .map_err(|e| Error::BadRequest(format!("a train request: {e}")))?;
         request.validate()?;
         let bytes = self
             .https
@@ -115,7 +117,7 @@ impl Link {
             job_id: job.job_id.0,
             chain_id: job.chain_id,
             escrow_id: job.escrow_id,
-            input_hash: cx_protocol::order::request_value_hash(&job.request).0,
+            input_hash: job.workload.hash().0,
             output_hash: trained.output_hash()?,
             adapter_hash: [0; 32],
             tokens: request.tokens(&data),
@@ -127,14 +129,10 @@ impl Link {
             buyer: job.buyer.0.0,
         };
         let output = Output {
-            text: String::new(),
-            finish_reason: "trained",
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            product: None,
             trained: Some(trained),
+            ..Output::text(String::new(), "trained", 0, 0)
         };
-        self.post_result(job, &output, receipt).await
+        self.post_result(job, output, receipt).await
     }
 
     /// Stores the saved adapter at `dir` in the exchange's store under `id` (the store checks

@@ -1,11 +1,11 @@
 //! Receipts: a provider's result body and the ML-DSA-65 signature on its receipt.
 
 use cx_exchange_server::api::AppJson;
-use cx_exchange_server::dispatch::ResultSubmission;
 use cx_protocol::order::ORDER_CONTEXT;
 use cx_protocol::pq::PublicIdentity;
 use cx_protocol::pq::identity::{SIGNATURE_BYTES, VERIFICATION_KEY_BYTES};
 use cx_protocol::receipt::{RECEIPT_BYTES, RECEIPT_CONTEXT, SignedReceipt};
+use cx_protocol::wire::ResultSubmission;
 use sha2::{Digest, Sha256};
 
 use crate::assert_json_round_trip;
@@ -27,7 +27,7 @@ pub fn receipt(data: &[u8]) {
         serde_json::from_slice(&serde_json::to_vec(signed).expect("encodes")).expect("decodes");
     assert_eq!(&back, signed, "receipt: decode(encode(x)) != x");
     let output = &submission.output;
-    let back: cx_exchange_server::dispatch::Output =
+    let back: cx_protocol::wire::Output =
         serde_json::from_slice(&serde_json::to_vec(output).expect("encodes")).expect("decodes");
     assert_eq!(&back, output, "output: decode(encode(x)) != x");
     let canonical = signed.receipt.canonical_bytes();

@@ -184,7 +184,13 @@ async fn a_reorg_of_depth_1_to_3_is_seen_and_the_books_follow_the_new_chain() {
                 decision: serde_json::json!({}),
                 deadline_s: u64::from(u32::MAX),
                 adapter: None,
-                request: serde_json::json!({"prompt": "p", "max_tokens": 1}),
+                workload: cx_protocol::workload::Workload::Inference(
+                    cx_protocol::order::InferenceRequest {
+                        prompt: "p".into(),
+                        max_tokens: 1,
+                        ..Default::default()
+                    },
+                ),
             },
         )
         .await
@@ -238,7 +244,13 @@ async fn draw_on(books: &Books, chain_id: u64, buyer: alloy::primitives::Address
                 decision: serde_json::json!({}),
                 deadline_s: u64::from(u32::MAX),
                 adapter: None,
-                request: serde_json::json!({"prompt": "p", "max_tokens": 1}),
+                workload: cx_protocol::workload::Workload::Inference(
+                    cx_protocol::order::InferenceRequest {
+                        prompt: "p".into(),
+                        max_tokens: 1,
+                        ..Default::default()
+                    },
+                ),
             },
         )
         .await

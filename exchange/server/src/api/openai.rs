@@ -20,7 +20,7 @@
 use super::sessions::bearer;
 use super::{ApiError, AppJson, AppState};
 use crate::books::{JobStatus, Session};
-use crate::dispatch::{Output, SWEEP_PERIOD};
+use crate::dispatch::SWEEP_PERIOD;
 use crate::intake::{Accepted, Intake, Want, now_s};
 use alloy::primitives::B256;
 use axum::extract::State;
@@ -29,6 +29,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use cx_protocol::order::request::{MAX_STOP_BYTES, MAX_STOP_SEQUENCES};
 use cx_protocol::order::{ChatMessage, InferenceRequest, SamplingParams};
+use cx_protocol::wire::Output;
 use cx_protocol::{DeterminismClass, Tier};
 use serde::Deserialize;
 use serde_json::{Value, json};

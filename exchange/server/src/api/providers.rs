@@ -4,30 +4,20 @@
 //! provider's dispatch token as `Authorization: Bearer`.
 
 use super::{ApiError, AppJson, AppState, Bearer};
-use crate::books::{Assignment, Completed};
-use crate::dispatch::{MAX_PULL_JOBS, MAX_PULL_WAIT_S, ResultSubmission};
 use crate::intake::now_s;
-use alloy::primitives::{Address, B256};
+use alloy::primitives::B256;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use cx_protocol::offer::SignedOffer;
+use cx_protocol::wire::{
+    Completed, MAX_PULL_JOBS, MAX_PULL_WAIT_S, Pull, Pulled, Registered, ResultSubmission,
+};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// Largest result body: the largest product's base64 ([`crate::dispatch::MAX_PRODUCT_BASE64_BYTES`],
 /// 5.6 MB) or the longest text, with room for the receipt and the JSON around them.
 pub(super) const RESULT_BODY_LIMIT_BYTES: usize = 8 << 20;
-
-/// A registered provider.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct Registered {
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
-    key_hash: B256,
-    operator: String,
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
-    payout: Address,
-    bundles: Vec<String>,
-}
 
 #[utoipa::path(post, path = "/v1/providers/register", tag = "providers", request_body(content = Object, description = "a `SignedOffer`: the offer, the ML-DSA-65 key and its signature (context `cx-offer-v1`)"), responses((status = 201, body = Registered), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn register(
@@ -44,30 +34,6 @@ pub(super) async fn register(
             bundles: signed.offer.bundles.iter().map(|b| b.id.clone()).collect(),
         }),
     ))
-}
-
-/// `POST /v1/providers/jobs`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub(super) struct Pull {
-    /// Most jobs to take (1 to 32).
-    #[serde(default = "one")]
-    #[schema(minimum = 1, maximum = 32)]
-    max_jobs: u32,
-    /// Seconds to wait for one when none is assigned (0 to 30).
-    #[serde(default)]
-    #[schema(maximum = 30)]
-    wait_s: u32,
-}
-
-fn one() -> u32 {
-    1
-}
-
-/// The jobs handed out.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(super) struct Pulled {
-    jobs: Vec<Assignment>,
 }
 
 #[utoipa::path(post, path = "/v1/providers/jobs", tag = "providers", request_body = Pull, security(("provider_token" = [])), responses((status = 200, body = Pulled), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
@@ -100,7 +66,7 @@ pub(super) async fn pull(
     Ok(AppJson(Pulled { jobs }))
 }
 
-#[utoipa::path(post, path = "/v1/jobs/{id}/result", tag = "providers", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), request_body = crate::dispatch::ResultSubmission, security(("provider_token" = [])), responses((status = 200, body = crate::books::Completed), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/jobs/{id}/result", tag = "providers", params(("id" = String, Path, description = "0x-hex, 32 bytes", pattern = "^0x[0-9a-fA-F]{64}$")), request_body = ResultSubmission, security(("provider_token" = [])), responses((status = 200, body = Completed), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn result(
     State(state): State<AppState>,
     Path(id): Path<String>,

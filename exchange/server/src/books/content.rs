@@ -185,7 +185,7 @@ impl Books {
         let rows: Vec<(Vec<u8>,)> = sqlx::query_as(
             "SELECT DISTINCT j.account FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
              WHERE b.provider_key_hash = $1 AND j.status IN ('assigned', 'running') \
-               AND j.model LIKE 'cx/train/%' ORDER BY j.account",
+               AND j.workload = 'train' ORDER BY j.account",
         )
         .bind(key_hash.as_slice())
         .fetch_all(&self.pool)

@@ -34,7 +34,7 @@ impl Books {
         let row: Option<(i32,)> = sqlx::query_as(
             "SELECT 1 FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
              WHERE b.provider_key_hash = $1 AND j.status IN ('assigned', 'running') \
-               AND j.model LIKE 'cx/train/%' AND j.request->>'data' = $2 LIMIT 1",
+               AND j.workload = 'train' AND j.request->>'data' = $2 LIMIT 1",
         )
         .bind(key_hash.as_slice())
         .bind(id)

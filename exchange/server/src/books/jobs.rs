@@ -47,8 +47,8 @@ pub struct NewJob {
     pub deadline_s: u64,
     /// The adapter it runs with (content id), if any.
     pub adapter: Option<String>,
-    /// The inference request the provider runs.
-    pub request: serde_json::Value,
+    /// What it computes.
+    pub workload: cx_protocol::workload::Workload,
 }
 
 /// A verification run of a job (T1, T3), written with it: the same order, request, model,
@@ -249,9 +249,9 @@ impl Books {
              job AS ( \
                  INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
                                             status, bundle_id, held_wei, decision, deadline_s, \
-                                            adapter, request) \
+                                            adapter, request, workload) \
                  SELECT $13, digest, $3, $4, $7, $8, $10, $11, $9::numeric, $14::jsonb, $15, $16, \
-                        $17::jsonb FROM ord \
+                        $17::jsonb, $20 FROM ord \
                  RETURNING id), \
              event AS ( \
                  INSERT INTO exchange_job_events (job_id, seq, status) SELECT id, 0, $10 FROM job \
@@ -274,9 +274,10 @@ impl Books {
         .bind(job.decision.to_string())
         .bind(to_i64(job.deadline_s, "deadline")?)
         .bind(job.adapter.as_deref())
-        .bind(job.request.to_string())
+        .bind(job.workload.request_value().to_string())
         .bind(wei_text(total_wei))
         .bind(1 + runs.len() as i32)
+        .bind(job.workload.kind().as_str())
         .fetch_one(&mut **tx)
         .await;
         match done {

@@ -6,7 +6,8 @@ use super::{Books, JobStatus, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use cx_protocol::Bundle;
-use serde::Serialize;
+use cx_protocol::wire::{Assignment, Completed};
+use cx_protocol::workload::{Workload, WorkloadKind};
 
 /// A registered provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,43 +22,6 @@ pub struct Provider {
     pub payout: Address,
 }
 
-/// A job handed to a provider: what to run, for whom, by when, and at most for how much.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Assignment {
-    /// The job id (the receipt's `job_id`).
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub job_id: B256,
-    /// The bundle it was cleared onto.
-    pub bundle_id: String,
-    /// The buyer (the receipt's `buyer`).
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
-    pub buyer: Address,
-    /// The tab's chain (the receipt's `chain_id`).
-    pub chain_id: u64,
-    /// The tab (the receipt's `escrow_id`).
-    pub escrow_id: u64,
-    /// The catalog model.
-    pub model: String,
-    /// The adapter by content id (fetch it from `GET /v1/adapters/{id}`), if any.
-    pub adapter: Option<String>,
-    /// The inference request; its SHA-256 (canonical JSON) is the receipt's `input_hash`.
-    #[schema(value_type = Object)]
-    pub request: serde_json::Value,
-    /// The most the receipt may claim, wei (what the job holds on the tab).
-    #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
-    pub price_wei: u128,
-    /// When the result must be in, unix seconds.
-    pub deadline_s: u64,
-    /// The determinism class the job was cleared for: the receipt must claim it or a stricter
-    /// one (D satisfies every class, D∞ also S).
-    #[schema(value_type = String)]
-    pub determinism: cx_protocol::DeterminismClass,
-    /// The exchange's signature on these terms for this provider (set when it is handed out).
-    #[schema(value_type = Option<Object>)]
-    pub signed: Option<cx_protocol::assignment::SignedAssignment>,
-}
-
 /// A provider's result as [`Books::complete_job`] takes it.
 #[derive(Debug, Clone, Copy)]
 pub struct JobResult<'a> {
@@ -70,22 +34,6 @@ pub struct JobResult<'a> {
     /// The verdict of the check the result passed before it was taken (a product's Freivalds
     /// test), recorded as the job's `verified` event; `None` when none ran.
     pub verified: Option<&'a serde_json::Value>,
-}
-
-/// What accepting a result did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct Completed {
-    /// What the job is charged, wei (the receipt's amount).
-    #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
-    pub charged_wei: u128,
-    /// What went back to the tab (and the session's cap), wei.
-    #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
-    pub released_wei: u128,
-    /// `done`, or `verifying` when the job is verified by replication (T1, T3) and is paid only
-    /// once the majority of its runs agrees with it.
-    pub status: JobStatus,
 }
 
 impl Books {
@@ -307,8 +255,8 @@ impl Books {
                  UPDATE exchange_jobs j SET status = 'running', updated_at = now() FROM picked \
                  WHERE j.id = picked.id \
                  RETURNING j.id, j.bundle_id, j.account, j.chain_id, j.escrow_id, j.model, \
-                           j.adapter, j.request::text AS request, j.held_wei::text AS held_wei, \
-                           j.deadline_s, \
+                           j.adapter, j.workload, j.request::text AS request, \
+                           j.held_wei::text AS held_wei, j.deadline_s, \
                            coalesce(j.decision->>'determinism', 'D') AS determinism), \
              events AS ( \
                  INSERT INTO exchange_job_events (job_id, seq, status, detail) \
@@ -333,7 +281,11 @@ impl Books {
     /// The job `job_id` as it was handed to the provider `key_hash`, if it is one of its jobs.
     pub async fn assignment(&self, job_id: B256, key_hash: B256) -> Result<Option<Assignment>> {
         let row: Option<AssignmentRow> = sqlx::query_as(
-            "SELECT j.id, j.bundle_id, j.account, j.chain_id, j.escrow_id, j.model, j.adapter,                     j.request::text AS request, j.held_wei::text AS held_wei, j.deadline_s, coalesce(j.decision->>'determinism', 'D') AS determinism              FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id              WHERE j.id = $1 AND b.provider_key_hash = $2",
+            "SELECT j.id, j.bundle_id, j.account, j.chain_id, j.escrow_id, j.model, j.adapter, \
+                    j.workload, j.request::text AS request, j.held_wei::text AS held_wei, \
+                    j.deadline_s, coalesce(j.decision->>'determinism', 'D') AS determinism \
+             FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
+             WHERE j.id = $1 AND b.provider_key_hash = $2",
         )
         .bind(job_id.as_slice())
         .bind(key_hash.as_slice())
@@ -531,6 +483,7 @@ struct AssignmentRow {
     escrow_id: i64,
     model: String,
     adapter: Option<String>,
+    workload: Option<String>,
     request: Option<String>,
     held_wei: String,
     deadline_s: i64,
@@ -553,10 +506,7 @@ impl AssignmentRow {
             escrow_id: self.escrow_id as u64,
             model: self.model,
             adapter: self.adapter,
-            request: match self.request {
-                Some(r) => serde_json::from_str(&r)?,
-                None => serde_json::Value::Null,
-            },
+            workload: stored_workload(self.workload.as_deref(), self.request.as_deref())?,
             price_wei: parse_wei(&self.held_wei)?,
             deadline_s: self.deadline_s as u64,
             determinism: serde_json::from_value(serde_json::Value::String(
@@ -569,4 +519,17 @@ impl AssignmentRow {
             signed: None,
         })
     }
+}
+
+/// A job's workload as the books keep it: its kind (the `workload` column) and its request.
+pub(super) fn stored_workload(kind: Option<&str>, request: Option<&str>) -> Result<Workload> {
+    let corrupt = |what: &'static str, value: &str| Error::Corrupt {
+        what,
+        value: value.to_owned(),
+    };
+    let (Some(kind), Some(request)) = (kind, request) else {
+        return Err(corrupt("a job without a workload", kind.unwrap_or("")));
+    };
+    let kind = WorkloadKind::parse(kind).ok_or_else(|| corrupt("a workload kind", kind))?;
+    Ok(Workload::from_stored(kind, serde_json::from_str(request)?)?)
 }

@@ -18,8 +18,8 @@ pub struct Stranded {
     pub model: String,
     /// The adapter's content id, if any.
     pub adapter: Option<String>,
-    /// The request.
-    pub request: serde_json::Value,
+    /// What it computes.
+    pub workload: cx_protocol::workload::Workload,
     /// When the result is due.
     pub deadline_s: u64,
     /// What it holds on its tab.
@@ -201,7 +201,7 @@ impl Books {
 /// The query of [`Stranded`] jobs meeting `condition` (over `exchange_jobs j`), soonest due first.
 fn stranded_sql(condition: &str) -> String {
     format!(
-        "SELECT j.id, j.account, j.model, j.adapter, j.request::text AS request, \
+        "SELECT j.id, j.account, j.model, j.adapter, j.workload, j.request::text AS request, \
                     j.deadline_s, j.held_wei::text AS held, j.decision::text AS decision, \
                     j.bundle_id, \
                     (CASE WHEN o.kind = 'intent' THEN \
@@ -237,7 +237,10 @@ fn stranded_of(r: &sqlx::postgres::PgRow) -> Result<Stranded> {
         })?,
         model: r.try_get("model")?,
         adapter: r.try_get("adapter")?,
-        request: serde_json::from_str(&r.try_get::<String, _>("request")?)?,
+        workload: super::providers::stored_workload(
+            r.try_get::<Option<String>, _>("workload")?.as_deref(),
+            r.try_get::<Option<String>, _>("request")?.as_deref(),
+        )?,
         deadline_s: r.try_get::<i64, _>("deadline_s")? as u64,
         held_wei,
         limit_wei,

@@ -208,9 +208,9 @@ impl Books {
             "WITH job AS ( \
                  INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
                                             status, bundle_id, held_wei, decision, deadline_s, \
-                                            adapter, request, session_id) \
+                                            adapter, request, session_id, workload) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::jsonb, $11, $12, \
-                         $13::jsonb, $2) \
+                         $13::jsonb, $2, $14) \
                  RETURNING id) \
              INSERT INTO exchange_job_events (job_id, seq, status) SELECT id, 0, $7 FROM job",
         )
@@ -226,7 +226,8 @@ impl Books {
         .bind(job.decision.to_string())
         .bind(to_i64(job.deadline_s, "deadline")?)
         .bind(job.adapter.as_deref())
-        .bind(job.request.to_string())
+        .bind(job.workload.request_value().to_string())
+        .bind(job.workload.kind().as_str())
         .execute(&mut *tx)
         .await?;
         super::verification::insert_runs(&mut tx, job.id, runs).await?;

@@ -52,8 +52,8 @@ pub struct GroupHead {
     pub model: String,
     /// The adapter's content id, if any.
     pub adapter: Option<String>,
-    /// The request.
-    pub request: serde_json::Value,
+    /// What the group computes.
+    pub workload: cx_protocol::workload::Workload,
     /// When every run's result is due.
     pub deadline_s: u64,
 }
@@ -111,7 +111,7 @@ fn b256(bytes: &[u8], what: &'static str) -> Result<B256> {
 }
 
 /// Writes `runs` of job `original` (inserted in the same transaction): each copies the
-/// original's order, buyer, tab, session, model, adapter, request and deadline, and starts
+/// original's order, buyer, tab, session, model, adapter, workload and deadline, and starts
 /// `assigned` with an event naming the job it verifies.
 pub(super) async fn insert_runs(
     tx: &mut PgConnection,
@@ -123,9 +123,11 @@ pub(super) async fn insert_runs(
             "WITH job AS ( \
                  INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
                                             status, bundle_id, held_wei, decision, deadline_s, \
-                                            adapter, request, session_id, verifies, run) \
+                                            adapter, workload, request, session_id, verifies, \
+                                            run) \
                  SELECT $1, order_digest, account, chain_id, escrow_id, model, 'assigned', $2, \
-                        $3::numeric, $4::jsonb, deadline_s, adapter, request, session_id, id, $5 \
+                        $3::numeric, $4::jsonb, deadline_s, adapter, workload, request, \
+                        session_id, id, $5 \
                  FROM exchange_jobs WHERE id = $6 \
                  RETURNING id) \
              INSERT INTO exchange_job_events (job_id, seq, status, detail) \
@@ -171,7 +173,8 @@ impl Books {
             "SELECT j.id, j.run, j.status, j.bundle_id, b.provider_key_hash, p.operator, \
                     j.held_wei::text AS held, r.receipt::text AS receipt, j.result::text AS result, \
                     j.decision::text AS decision, j.account, j.chain_id, j.escrow_id, \
-                    j.session_id, j.model, j.adapter, j.request::text AS request, j.deadline_s, \
+                    j.session_id, j.model, j.adapter, j.workload, j.request::text AS request, \
+                    j.deadline_s, \
                     (extract(epoch FROM r.received_at) * 1000)::bigint AS result_at_ms \
              FROM exchange_jobs j \
              LEFT JOIN exchange_bundles b ON b.id = j.bundle_id \
@@ -199,11 +202,10 @@ impl Books {
                 .transpose()?,
             model: first.try_get("model")?,
             adapter: first.try_get("adapter")?,
-            request: first
-                .try_get::<Option<String>, _>("request")?
-                .map(|t| serde_json::from_str(&t))
-                .transpose()?
-                .unwrap_or(serde_json::Value::Null),
+            workload: super::providers::stored_workload(
+                first.try_get::<Option<String>, _>("workload")?.as_deref(),
+                first.try_get::<Option<String>, _>("request")?.as_deref(),
+            )?,
             deadline_s: first.try_get::<i64, _>("deadline_s")? as u64,
         };
         let json = |r: &sqlx::postgres::PgRow, col: &str| -> Result<Option<serde_json::Value>> {

@@ -35,6 +35,7 @@ use cx_exchange::clearing::Decision;
 use cx_exchange::routing::features::estimate_tokens;
 use cx_protocol::order::{self, Eip712Domain, Intent, Order, SessionGrant, Signed, Verified};
 use cx_protocol::pq::PublicIdentity;
+use cx_protocol::workload::Workload;
 use cx_protocol::{Job, Tier};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -439,70 +440,46 @@ impl Intake {
             min_tier: intent.min_tier,
             determinism: intent.determinism,
         };
-        let (field, request, placed) =
-            match (&submission.request, &submission.matmul, &submission.train) {
-                (Some(request), None, None) => {
-                    if request_hash(request) != intent.request_hash {
-                        return Err(Error::RequestHashMismatch);
-                    }
-                    // The tab's committed reserves in their window take it first, at no price of
-                    // its own.
-                    let tab = (signed.chain_id, intent.tab_id);
-                    let placed = match self
-                        .drawn(&want, request, verified.account, tab, now_s)
-                        .await?
-                    {
-                        Some(drawn) => drawn,
-                        None => self.place(&want, request, verified.account, now_s).await?,
-                    };
-                    ("request", serde_json::to_value(request)?, placed)
+        let workload = Workload::exactly_one(
+            submission.request.clone(),
+            submission.matmul,
+            submission.train.clone(),
+        )?;
+        if workload.hash() != intent.request_hash {
+            return Err(Error::RequestHashMismatch);
+        }
+        let placed = match &workload {
+            Workload::Inference(request) => {
+                // The tab's committed reserves in their window take it first, at no price of
+                // its own.
+                let tab = (signed.chain_id, intent.tab_id);
+                match self
+                    .drawn(&want, request, verified.account, tab, now_s)
+                    .await?
+                {
+                    Some(drawn) => drawn,
+                    None => self.place(&want, request, verified.account, now_s).await?,
                 }
-                (None, Some(matmul), None) => {
-                    if matmul.hash() != intent.request_hash {
-                        return Err(Error::RequestHashMismatch);
-                    }
-                    let placed = self
-                        .place_matmul(&want, matmul, verified.account, now_s)
-                        .await?;
-                    ("matmul", serde_json::to_value(matmul)?, placed)
-                }
-                (None, None, Some(train)) => {
-                    if train.hash() != intent.request_hash {
-                        return Err(Error::RequestHashMismatch);
-                    }
-                    let placed = self
-                        .place_train(&want, train, verified.account, now_s)
-                        .await?;
-                    ("train", serde_json::to_value(train)?, placed)
-                }
-                (request, _, train) => {
-                    // None sent names `request`; two or more name the later of them.
-                    let field = match (request, train) {
-                        (None, None) => "request",
-                        (_, Some(_)) => "train",
-                        (Some(_), None) => "matmul",
-                    };
-                    return Err(cx_protocol::Error::InvalidField {
-                        field: field.to_owned(),
-                        reason:
-                            "send exactly one of `request` (an inference), `matmul` (a product \
-                             in the cx/matmul-f32 market) and `train` (training in the \
-                             cx/train/<base> market)"
-                                .to_owned(),
-                    }
-                    .into());
-                }
-            };
+            }
+            Workload::Matmul(matmul) => {
+                self.place_matmul(&want, matmul, verified.account, now_s)
+                    .await?
+            }
+            Workload::Train(train) => {
+                self.place_train(&want, train, verified.account, now_s)
+                    .await?
+            }
+        };
         let order = NewOrder {
             digest: verified.digest,
             kind: "intent",
             account: verified.account,
             chain_id: signed.chain_id,
             nonce: intent.nonce,
-            body: serde_json::json!({
-                "intent": signed,
-                field: request,
-            }),
+            body: {
+                let key = workload.kind().key();
+                serde_json::json!({ "intent": signed, key: workload.request_value() })
+            },
         };
         let mut placed = placed;
         let runs = self
@@ -511,7 +488,7 @@ impl Intake {
         let new_job = placed.new_job(
             verified.digest,
             intent.tab_id,
-            &request,
+            &workload,
             self.settle_margin_s,
         )?;
         let stored_runs = new_runs(&runs)?;
@@ -529,10 +506,7 @@ impl Intake {
                     )
                     .await? =>
             {
-                let inference = submission
-                    .request
-                    .as_ref()
-                    .ok_or(Error::RequestHashMismatch)?;
+                let inference = workload.inference().ok_or(Error::RequestHashMismatch)?;
                 let mut placed = self
                     .place(&want, inference, verified.account, now_s)
                     .await?;
@@ -542,7 +516,7 @@ impl Intake {
                 let new_job = placed.new_job(
                     verified.digest,
                     intent.tab_id,
-                    &request,
+                    &workload,
                     self.settle_margin_s,
                 )?;
                 self.books
@@ -623,7 +597,7 @@ impl Intake {
         let new_job = placed.new_job(
             id,
             session.grant.tab_id,
-            &serde_json::to_value(request)?,
+            &Workload::Inference(request.clone()),
             self.settle_margin_s,
         )?;
         self.books
@@ -698,18 +672,17 @@ impl Intake {
             min_tier: decided.tier,
             determinism: decided.determinism,
         };
-        let placed = if job.model == cx_protocol::matmul::MATMUL_MODEL {
-            let request = serde_json::from_value(job.request.clone())?;
-            self.place_matmul(&want, &request, job.account, now_s).await
-        } else if cx_protocol::train::trained_base(&job.model).is_some() {
-            let request = serde_json::from_value(job.request.clone())?;
-            self.place_train(&want, &request, job.account, now_s).await
-        } else {
-            let request: InferenceRequest = serde_json::from_value(job.request.clone())?;
+        let placed = match &job.workload {
+            Workload::Matmul(request) => {
+                self.place_matmul(&want, request, job.account, now_s).await
+            }
+            Workload::Train(request) => self.place_train(&want, request, job.account, now_s).await,
             // A verification run (or a job with runs) moves only to a provider not already in
             // its group, or the replicas would check nothing.
-            self.place_apart(job.id, &want, &request, job.account, now_s)
-                .await
+            Workload::Inference(request) => {
+                self.place_apart(job.id, &want, request, job.account, now_s)
+                    .await
+            }
         };
         let grouped = self
             .books
@@ -1094,7 +1067,7 @@ impl Placed {
         &self,
         id: B256,
         tab_id: u64,
-        request: &serde_json::Value,
+        workload: &Workload,
         settle_margin_s: u64,
     ) -> Result<NewJob> {
         let mut decision = serde_json::to_value(&self.decision)?;
@@ -1113,7 +1086,7 @@ impl Placed {
             decision,
             deadline_s: self.deadline_s,
             adapter: self.job.adapter.clone(),
-            request: request.clone(),
+            workload: workload.clone(),
         })
     }
 

@@ -113,7 +113,13 @@ fn job(order: &NewOrder, escrow_id: u64, held_wei: u128) -> NewJob {
         decision: serde_json::json!({"chosen": "b1"}),
         deadline_s: 90,
         adapter: None,
-        request: serde_json::json!({"prompt": "p", "max_tokens": 4}),
+        workload: cx_protocol::workload::Workload::Inference(
+            cx_protocol::order::InferenceRequest {
+                prompt: "p".into(),
+                max_tokens: 4,
+                ..Default::default()
+            },
+        ),
     }
 }
 
@@ -392,6 +398,41 @@ async fn job_status_check_allows_exactly_the_lifecycle() {
         assert!(
             err.to_string().contains("exchange_jobs_status_check"),
             "{name}: {err}"
+        );
+    }
+}
+
+/// `exchange_jobs.workload` takes exactly the names of `WorkloadKind`, and a job has one exactly
+/// when it has a request: what a job computes is kept beside it, never worked out again from its
+/// market's name.
+#[tokio::test]
+async fn job_workload_check_allows_exactly_the_kinds() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    open_tab(&books, 1, 1_000, 1_000).await;
+    let o = order(1, 1);
+    books.accept(&o, &job(&o, 1, 30)).await.unwrap();
+    let set = |kind: Option<&'static str>| {
+        sqlx::query("UPDATE exchange_jobs SET workload = $2 WHERE id = $1")
+            .bind(o.digest.as_slice())
+            .bind(kind)
+            .execute(books.pool())
+    };
+    let stored: (Option<String>,) =
+        sqlx::query_as("SELECT workload FROM exchange_jobs WHERE id = $1")
+            .bind(o.digest.as_slice())
+            .fetch_one(books.pool())
+            .await
+            .unwrap();
+    assert_eq!(stored.0.as_deref(), Some("inference"));
+    for kind in cx_protocol::workload::WorkloadKind::ALL {
+        set(Some(kind.as_str())).await.unwrap();
+    }
+    for name in [Some("search"), Some("Inference"), Some(""), None] {
+        let err = set(name).await.unwrap_err();
+        assert!(
+            err.to_string().contains("exchange_jobs_workload_check"),
+            "{name:?}: {err}"
         );
     }
 }

@@ -112,7 +112,7 @@ async fn pull_and_compute(door: &Door, prov: &Identity, wrong: bool) -> (String,
     assert_eq!(status, StatusCode::OK, "{pulled}");
     let job = pulled["jobs"][0].clone();
     assert_eq!(job["model"], MATMUL_MODEL);
-    let r: MatmulRequest = serde_json::from_value(job["request"].clone()).unwrap();
+    let r: MatmulRequest = serde_json::from_value(job["matmul"].clone()).unwrap();
     assert_eq!(r, request(), "the provider gets the shapes and seeds");
     let (m, k, n) = r.dims();
     let (a, b) = cx_kernels::matmul::operands(m, k, n, r.seed_a, r.seed_b);

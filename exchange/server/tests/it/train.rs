@@ -175,7 +175,7 @@ async fn result(
             job_id: job_id.0,
             chain_id: job["chain_id"].as_u64().unwrap(),
             escrow_id: job["escrow_id"].as_u64().unwrap(),
-            input_hash: order::request_value_hash(&job["request"]).0,
+            input_hash: order::request_value_hash(&job["train"]).0,
             output_hash,
             adapter_hash: [0; 32],
             tokens,
@@ -242,7 +242,7 @@ async fn a_train_order_is_cleared_on_a_trainer_and_done_when_its_adapter_is_stor
     assert_eq!(status, StatusCode::OK, "{pulled}");
     let job = pulled["jobs"][0].clone();
     assert_eq!(job["model"], train_market(BASE));
-    assert_eq!(job["request"], serde_json::to_value(&r).unwrap());
+    assert_eq!(job["train"], serde_json::to_value(&r).unwrap());
     let (status, body) = get_dataset(&door, &data, Some(TOKEN)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(

@@ -1,5 +1,5 @@
-//! A job's lifecycle state, as `exchange_jobs.status` holds it (the column's CHECK allows
-//! exactly these names: migration `exchange_job_status_check`).
+//! A job's lifecycle state, as the exchange's API reports it and `exchange_jobs.status` holds it
+//! (the column's CHECK allows exactly these names: migration `exchange_job_status_check`).
 //!
 //! ```text
 //! assigned ──taken──▶ running ──result──▶ done                 (unreplicated: paid)
@@ -15,12 +15,15 @@
 use serde::{Deserialize, Serialize};
 
 /// Where a job is in its life.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 // `type_name = "text"`: the column is TEXT with a CHECK, not a PostgreSQL enum type, so the
 // derive must not name a type of its own (sqlx would then expect a type called `JobStatus`).
-#[sqlx(type_name = "text", rename_all = "snake_case")]
+#[cfg_attr(
+    feature = "sqlx",
+    derive(sqlx::Type),
+    sqlx(type_name = "text", rename_all = "snake_case")
+)]
 #[serde(rename_all = "snake_case")]
 pub enum JobStatus {
     /// Cleared onto a bundle, waiting for its provider to take it.

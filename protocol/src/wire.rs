@@ -1,0 +1,219 @@
+//! The bodies of the exchange's provider door, declared once: the exchange writes them, its
+//! providers and `cx-client` read them, and the other way round for what a provider sends.
+//!
+//! - `POST /v1/providers/register` answers [`Registered`];
+//! - `POST /v1/providers/jobs` takes [`Pull`] and answers [`Pulled`], a list of [`Assignment`]s;
+//! - `POST /v1/jobs/{id}/result` takes [`ResultSubmission`] (an [`Output`] and its signed receipt)
+//!   and answers [`Completed`].
+//!
+//! A body a party reads is read leniently where it is another's answer (an exchange that adds a
+//! field does not break a running provider) and strictly where it is a request the exchange
+//! checks (`deny_unknown_fields`: a misspelt field is refused by name, never ignored).
+
+use crate::assignment::SignedAssignment;
+use crate::class::DeterminismClass;
+use crate::job_status::JobStatus;
+use crate::order::{Address, B256};
+use crate::receipt::SignedReceipt;
+use crate::train::Trained;
+use crate::workload::Workload;
+use serde::{Deserialize, Serialize};
+
+/// Most jobs one pull hands out.
+pub const MAX_PULL_JOBS: u32 = 32;
+
+/// Longest a pull waits for work, seconds.
+pub const MAX_PULL_WAIT_S: u32 = 30;
+
+/// A job handed to a provider: what to run, for whom, by when, and at most for how much.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Assignment {
+    /// The job id (the receipt's `job_id`).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
+    pub job_id: B256,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// The buyer (the receipt's `buyer`).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
+    pub buyer: Address,
+    /// The tab's chain (the receipt's `chain_id`).
+    pub chain_id: u64,
+    /// The tab (the receipt's `escrow_id`).
+    pub escrow_id: u64,
+    /// The market: a catalog model, `cx/matmul-f32` or `cx/train/<base>`.
+    pub model: String,
+    /// The adapter by content id (fetch it from `GET /v1/adapters/{id}`), if any.
+    #[serde(default)]
+    pub adapter: Option<String>,
+    /// What to compute, under its kind's key (`request`, `matmul` or `train`); the request's
+    /// SHA-256 (canonical JSON) is the receipt's `input_hash`.
+    #[serde(flatten)]
+    pub workload: Workload,
+    /// The most the receipt may claim, wei (what the job holds on the tab).
+    #[serde(with = "crate::price::wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
+    pub price_wei: u128,
+    /// When the result must be in, unix seconds.
+    pub deadline_s: u64,
+    /// The determinism class the job was cleared for: the receipt must claim it or a stricter
+    /// one (D satisfies every class, D∞ also S).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub determinism: DeterminismClass,
+    /// The exchange's ML-DSA-65 signature on these terms for this provider (check it under the
+    /// key `GET /v1/exchange` publishes, pinned); set when it is handed out.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub signed: Option<SignedAssignment>,
+}
+
+/// `POST /v1/providers/jobs`: a long poll for assigned jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Pull {
+    /// Most jobs to take (1 to [`MAX_PULL_JOBS`]).
+    #[serde(default = "one")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 32))]
+    pub max_jobs: u32,
+    /// Seconds to wait for one when none is assigned (0 to [`MAX_PULL_WAIT_S`]).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(maximum = 30))]
+    pub wait_s: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The jobs a pull handed out (none when the wait ran out).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Pulled {
+    /// The jobs.
+    pub jobs: Vec<Assignment>,
+}
+
+/// What a job produced, as its provider returns it and the books keep it in the job's `result`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Output {
+    /// The generated text.
+    pub text: String,
+    /// `stop` (an end token or a stop sequence) or `length` (`max_tokens` reached).
+    pub finish_reason: String,
+    /// Tokens of the prompt, as the provider's tokenizer counted them.
+    pub prompt_tokens: u32,
+    /// Tokens generated.
+    pub completion_tokens: u32,
+    /// A `cx/matmul-f32` job's product `C`: its `f32` little-endian bytes, base64 (standard
+    /// alphabet, padded); the receipt's `output_hash` is SHA-256 of the bytes. Absent for
+    /// inference (whose `text` is the output; a matmul job's `text` is empty, its tokens 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product: Option<String>,
+    /// A training job's adapter (stored at the exchange before the result is sent) and its
+    /// losses; the receipt's `output_hash` is the adapter's content id. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trained: Option<Trained>,
+}
+
+impl Output {
+    /// An inference's output: its text, why it ended and its token counts.
+    pub fn text(
+        text: String,
+        finish_reason: &str,
+        prompt_tokens: u32,
+        completion_tokens: u32,
+    ) -> Self {
+        Self {
+            text,
+            finish_reason: finish_reason.to_owned(),
+            prompt_tokens,
+            completion_tokens,
+            product: None,
+            trained: None,
+        }
+    }
+}
+
+/// `POST /v1/jobs/{id}/result`: the output and the provider's signed receipt for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ResultSubmission {
+    /// What the job produced.
+    pub output: Output,
+    /// The provider's ML-DSA-signed receipt for it.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object, required = true))]
+    pub receipt: SignedReceipt,
+}
+
+/// What the exchange did with a result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Completed {
+    /// What the job is charged, wei (the receipt's amount).
+    #[serde(with = "crate::price::wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
+    pub charged_wei: u128,
+    /// What went back to the tab (and the session's cap), wei.
+    #[serde(with = "crate::price::wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
+    pub released_wei: u128,
+    /// `done`, or `verifying` when the job is verified by replication (T1, T3) and is paid only
+    /// once the majority of its runs agrees with it.
+    pub status: JobStatus,
+}
+
+/// `POST /v1/providers/register`: what the exchange registered.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Registered {
+    /// The provider's name from now on: SHA-256 of its ML-DSA-65 key.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
+    pub key_hash: B256,
+    /// Its operator.
+    pub operator: String,
+    /// The account its receipts pay.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
+    pub payout: Address,
+    /// The bundles registered.
+    pub bundles: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matmul::MatmulRequest;
+
+    #[test]
+    fn an_assignment_carries_its_workload_under_the_kind_s_key() {
+        let assignment = Assignment {
+            job_id: B256::repeat_byte(1),
+            bundle_id: "b".into(),
+            buyer: Address::repeat_byte(2),
+            chain_id: 31337,
+            escrow_id: 4,
+            model: crate::matmul::MATMUL_MODEL.into(),
+            adapter: None,
+            workload: Workload::Matmul(MatmulRequest {
+                m: 1,
+                k: 2,
+                n: 3,
+                seed_a: 4,
+                seed_b: 5,
+            }),
+            price_wei: 10,
+            deadline_s: 20,
+            determinism: DeterminismClass::D,
+            signed: None,
+        };
+        let json = serde_json::to_value(&assignment).unwrap();
+        assert_eq!(json["matmul"]["k"], 2);
+        assert!(json.get("request").is_none());
+        assert_eq!(json["price_wei"], "10");
+        let back: Assignment = serde_json::from_value(json).unwrap();
+        assert_eq!(back, assignment);
+    }
+}
