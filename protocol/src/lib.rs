@@ -11,6 +11,9 @@
 //!   type, decided where the order comes in and carried from there.
 //! - [`wire`]: the bodies the exchange's API and its providers exchange (assignments, results,
 //!   registrations), each declared once for the exchange, its providers and its clients.
+//! - [`decision`]: a clearing decision — the choice, each cost term, the feasible and refused
+//!   bundles with their binding constraints — as the clearing core computes it and every party
+//!   reads it.
 //! - [`job_status`]: where a job is in its life, as the API reports it and the books keep it.
 //! - [`matmul`]: the `matmul` job kind (T2): its reserved market, request, bounds and product
 //!   encoding.
@@ -55,6 +58,7 @@ pub mod assignment;
 pub mod bid;
 pub mod bundle;
 pub mod class;
+pub mod decision;
 pub mod error;
 pub mod id;
 pub mod inventory;

@@ -85,6 +85,6 @@ pub use error::{Error, Result};
 pub use keys::AgentKeys;
 pub use tls::TlsInfo;
 pub use types::{
-    Accepted, Bound, ChainInfo, Claim, Decision, Health, InferenceRequest, JobRecord, JobsQuery,
-    ModelInfo, SessionInfo, SessionOpened, StoredDataset, Tab, Terms, request_hash,
+    Accepted, Bound, ChainInfo, Claim, DecisionRecord, Health, InferenceRequest, JobRecord,
+    JobsQuery, ModelInfo, SessionInfo, SessionOpened, StoredDataset, Tab, Terms, request_hash,
 };

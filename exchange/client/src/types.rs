@@ -8,6 +8,7 @@ use cx_protocol::order::{Address, B256, Eip712Domain, Intent, SessionGrant, Sign
 use cx_protocol::price::wei_string;
 use serde::{Deserialize, Serialize};
 
+pub use cx_protocol::decision::{Constraint, DecisionRecord, Ranked, Rejection, Terms, Violation};
 pub use cx_protocol::order::{InferenceRequest, canonical_json, request_hash};
 pub use cx_protocol::wire::{
     Assignment, Completed, Output, Pull, Pulled, Registered, ResultSubmission,
@@ -99,101 +100,6 @@ pub struct Accepted {
     pub terms: Terms,
 }
 
-/// A clearing decision as the books keep it: the chosen bundle and its cost terms, the cheapest
-/// feasible bundles and the nearest rejected ones with their binding constraints (SPEC §2), and
-/// how many of each there were.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Decision {
-    /// The chosen bundle, `None` when nothing was feasible.
-    #[serde(default)]
-    pub chosen: Option<String>,
-    /// The chosen bundle's cost terms.
-    #[serde(default)]
-    pub terms: Option<Terms>,
-    /// Feasible bundles, cheapest first (the server keeps the first few).
-    #[serde(default)]
-    pub feasible: Vec<Ranked>,
-    /// How many bundles were feasible.
-    #[serde(default)]
-    pub feasible_total: usize,
-    /// Rejected bundles, nearest first (the server keeps the first few), each with why.
-    #[serde(default)]
-    pub rejected: Vec<Rejection>,
-    /// How many bundles were rejected.
-    #[serde(default)]
-    pub rejected_total: usize,
-    /// The conversation prefix the job continues (`cx_protocol::prefix`), if any; whether the
-    /// chosen bundle held it is the terms' `prefix_hit`.
-    #[serde(default)]
-    pub prefix_id: Option<String>,
-}
-
-/// Each term of the objective, in whole units of the asset, and their sum.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Terms {
-    /// p(b)·t_compute.
-    pub compute: f64,
-    /// λ_L·ℓ.
-    pub latency: f64,
-    /// λ_F·φ.
-    pub failure: f64,
-    /// λ_V·v(τ).
-    pub verification: f64,
-    /// λ_D·δ.
-    pub deadline_risk: f64,
-    /// μ1·(1−β): the base model is not resident.
-    pub base_load: f64,
-    /// μ2·(1−α): the adapter is not resident.
-    pub adapter_load: f64,
-    /// μ_P·(1−π): the job continues a prefix the bundle does not hold.
-    pub prefix_miss: f64,
-    /// π: the bundle holds the prefix the job continues.
-    pub prefix_hit: bool,
-    /// The sum clearing minimises.
-    pub total: f64,
-    /// t̂, seconds (not a cost).
-    pub completion_s: f64,
-}
-
-/// A feasible bundle and its objective value.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Ranked {
-    /// Bundle id.
-    pub id: String,
-    /// Objective value.
-    pub total: f64,
-    /// t̂, seconds.
-    pub completion_s: f64,
-}
-
-/// A bundle that could not take the job.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Rejection {
-    /// Bundle id.
-    pub id: String,
-    /// The binding constraint (`memory`, `context`, `determinism`, `tier`, `deadline`, `price`).
-    pub binding: String,
-    /// By what factor it was missed (`None` for a categorical constraint).
-    #[serde(default)]
-    pub factor: Option<f64>,
-    /// Every violated constraint.
-    #[serde(default)]
-    pub violations: Vec<Violation>,
-}
-
-/// One violated constraint.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Violation {
-    /// Which constraint.
-    pub constraint: String,
-    /// needed / available, or t̂ / Δ; `None` when categorical.
-    #[serde(default)]
-    pub factor: Option<f64>,
-    /// In words, with units.
-    pub detail: String,
-}
-
 /// `GET /v1/jobs/{id}` and each entry of `GET /v1/jobs`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
@@ -217,7 +123,7 @@ pub struct JobRecord {
     pub held_wei: u128,
     /// The clearing decision.
     #[serde(default)]
-    pub decision: Decision,
+    pub decision: DecisionRecord,
     /// When a result must be back, unix seconds.
     #[serde(default)]
     pub deadline_s: u64,

@@ -3,10 +3,11 @@
 //! constraint. This is what `cx clear` prints and the reference the engine must equal.
 
 use crate::candidate::Candidate;
-use crate::feasibility::{self, Constraint, PriceCeiling, Violation};
+use crate::feasibility::{self, PriceCeiling};
 use crate::objective::{self, Terms, Weights};
 use crate::ring::{affinity_distance, hash64};
 use cx_protocol::Job;
+pub use cx_protocol::decision::{Ranked, Rejection};
 use serde::Serialize;
 use std::cmp::Ordering;
 
@@ -21,30 +22,6 @@ pub struct Decision {
     pub feasible: Vec<Ranked>,
     /// Every infeasible bundle and why.
     pub rejected: Vec<Rejection>,
-}
-
-/// A feasible bundle and its total cost.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Ranked {
-    /// Bundle id.
-    pub id: String,
-    /// Objective value.
-    pub total: f64,
-    /// t̂, seconds.
-    pub completion_s: f64,
-}
-
-/// A refused bundle.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Rejection {
-    /// Bundle id.
-    pub id: String,
-    /// The constraint that binds (categorical first, else the largest factor).
-    pub binding: Constraint,
-    /// Its factor (`None` for a categorical constraint).
-    pub factor: Option<f64>,
-    /// Every violated constraint.
-    pub violations: Vec<Violation>,
 }
 
 /// The order clearing ranks feasible bundles by: cost, then consistent-hash distance from the

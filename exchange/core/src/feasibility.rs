@@ -11,57 +11,8 @@
 
 use crate::candidate::View;
 use crate::pricing::market::Quote;
+pub use cx_protocol::decision::{Constraint, Violation};
 use cx_protocol::{Job, price};
-use serde::Serialize;
-use std::fmt;
-
-/// One of the five hard constraints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Constraint {
-    /// Free memory against what must be loaded plus the KV cache.
-    Memory,
-    /// Context length against the device's maximum.
-    Context,
-    /// Determinism class honoured by the device.
-    Determinism,
-    /// Verification tier offered by the bundle.
-    Tier,
-    /// Estimated completion time against the deadline.
-    Deadline,
-    /// The bundle's ask against the price ceiling (the market's quote, the buyer's maximum).
-    Price,
-    /// A job kind the exchange defines (a `cx/…` market such as `cx/matmul-f32`) that the bundle
-    /// does not offer: it is not among the bundle's resident bases, and there are no weights
-    /// to fetch instead.
-    Kind,
-}
-
-impl fmt::Display for Constraint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Memory => "memory",
-            Self::Context => "context",
-            Self::Determinism => "determinism",
-            Self::Tier => "tier",
-            Self::Deadline => "deadline",
-            Self::Price => "price",
-            Self::Kind => "kind",
-        })
-    }
-}
-
-/// A violated constraint and by how much.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Violation {
-    /// Which constraint.
-    pub constraint: Constraint,
-    /// needed / available (memory, context) or t̂ / Δ (deadline); `None` for the categorical
-    /// constraints (determinism, tier), which no amount of a resource can fix.
-    pub factor: Option<f64>,
-    /// What was needed against what was there, in words with units.
-    pub detail: String,
-}
 
 /// Estimated completion time t̂(j, b) in seconds.
 pub fn completion_s(job: &Job, view: &View) -> f64 {

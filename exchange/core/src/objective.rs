@@ -30,6 +30,7 @@ use crate::candidate::View;
 use crate::error::{Result, invalid};
 use crate::feasibility::{adapter_present, completion_s};
 use cx_protocol::Job;
+pub use cx_protocol::decision::Terms;
 use serde::{Deserialize, Serialize};
 
 /// The λ and μ weights of the objective.
@@ -105,33 +106,6 @@ impl Weights {
             self.mu_adapter * ratio
         })
     }
-}
-
-/// Each term of the objective, in whole units of the asset, and their sum.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Terms {
-    /// p(b)·t_compute.
-    pub compute: f64,
-    /// λ_L·ℓ.
-    pub latency: f64,
-    /// λ_F·φ.
-    pub failure: f64,
-    /// λ_V·v(τ).
-    pub verification: f64,
-    /// λ_D·δ.
-    pub deadline_risk: f64,
-    /// μ1·(1−β).
-    pub base_load: f64,
-    /// μ2·(1−α).
-    pub adapter_load: f64,
-    /// μ_P·(1−π): the job continues a prefix this bundle does not hold.
-    pub prefix_miss: f64,
-    /// π: the bundle holds the prefix the job continues (false when it continues none).
-    pub prefix_hit: bool,
-    /// The sum, which clearing minimises.
-    pub total: f64,
-    /// t̂ in seconds (not a cost; reported beside them).
-    pub completion_s: f64,
 }
 
 /// The objective's terms for a (feasible) bundle.

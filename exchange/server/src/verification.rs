@@ -36,8 +36,9 @@
 
 use crate::books::{JobStatus, NewRun, RunRecord, Verdict};
 use crate::error::{Error, Result};
-use crate::intake::{DecisionRecord, Intake, Placed, Want, no_match};
+use crate::intake::{Intake, Placed, Want, no_match};
 use alloy::primitives::B256;
+use cx_protocol::decision::DecisionRecord;
 use cx_protocol::receipt::SignedReceipt;
 use cx_protocol::replica::{MAX_RUNS, run_job_id};
 use cx_protocol::tolerance::{d_inf_agree, words};
@@ -267,18 +268,8 @@ struct Terms {
 }
 
 fn terms(decision: &serde_json::Value) -> Result<Terms> {
-    #[derive(serde::Deserialize)]
-    struct Decided {
-        tier: Tier,
-        #[serde(default = "class_d")]
-        determinism: DeterminismClass,
-        #[serde(default)]
-        limit_wei: Option<String>,
-    }
-    fn class_d() -> DeterminismClass {
-        DeterminismClass::D
-    }
-    let d: Decided = serde_json::from_value(decision.clone())?;
+    let d: DecisionRecord = serde_json::from_value(decision.clone())?;
+    let tier = crate::intake::cleared_tier(&d)?;
     let limit_wei = match d.limit_wei {
         Some(text) => text.parse().map_err(|_| Error::Corrupt {
             what: "a verification limit",
@@ -287,7 +278,7 @@ fn terms(decision: &serde_json::Value) -> Result<Terms> {
         None => 0,
     };
     Ok(Terms {
-        tier: d.tier,
+        tier,
         determinism: d.determinism,
         limit_wei,
     })
@@ -423,7 +414,7 @@ impl Intake {
             (Some(id), Some(charge)) => {
                 // Recorded with the job's own class, so the assignment asks for D∞ (which a D
                 // receipt satisfies) and a re-clearing of a stranded run keeps it.
-                let record = DecisionRecord::of(decision, &job);
+                let record = crate::intake::decision_record(decision, &job);
                 Ok(Ok((id, charge, record)))
             }
             _ => Ok(Err(match no_match(&decision) {

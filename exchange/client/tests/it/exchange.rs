@@ -251,7 +251,7 @@ async fn an_agent_binds_submits_and_reads_its_job_and_tab_over_post_quantum_http
         .iter()
         .find(|r| r.id == "cold-cheap")
         .expect("the cheap bundle is explained");
-    assert_eq!(cold.binding, "deadline");
+    assert_eq!(cold.binding.to_string(), "deadline");
     assert_eq!(job.id, accepted.job_id);
     assert_eq!(job.account, keys.account());
     assert_eq!(job.escrow_id, ESCROW);

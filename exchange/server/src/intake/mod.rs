@@ -33,6 +33,7 @@ use crate::market::Market;
 use alloy::primitives::{Address, B256};
 use cx_exchange::clearing::Decision;
 use cx_exchange::routing::features::estimate_tokens;
+use cx_protocol::decision::DecisionRecord;
 use cx_protocol::order::{self, Eip712Domain, Intent, Order, SessionGrant, Signed, Verified};
 use cx_protocol::pq::PublicIdentity;
 use cx_protocol::workload::Workload;
@@ -105,71 +106,39 @@ pub struct Accepted {
     pub verification_runs: Vec<crate::verification::PlacedRun>,
 }
 
-/// The clearing decision as the books keep it: the choice and every cost term, the cheapest
-/// feasible bundles and the nearest refused ones (each with its binding constraint and factor),
-/// and how many of each there were.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct DecisionRecord {
-    /// The tier the job was cleared (and will be verified) at.
-    pub tier: Tier,
-    /// The determinism class the job was cleared for (what a re-clearing keeps).
-    #[serde(default = "class_d")]
-    pub determinism: cx_protocol::DeterminismClass,
-    /// The chosen bundle.
-    pub chosen: Option<String>,
-    /// Its cost terms.
-    #[schema(value_type = Option<Object>)]
-    pub terms: Option<cx_exchange::objective::Terms>,
-    /// Feasible bundles, cheapest first (at most [`DECISION_KEEPS`]).
-    #[schema(value_type = Vec<Object>)]
-    pub feasible: Vec<cx_exchange::clearing::Ranked>,
-    /// How many bundles were feasible.
-    pub feasible_total: usize,
-    /// Refused bundles, nearest first (smallest factor; categorical last), at most
-    /// [`DECISION_KEEPS`], each with its binding constraint and factor.
-    #[schema(value_type = Vec<Object>)]
-    pub rejected: Vec<cx_exchange::clearing::Rejection>,
-    /// How many bundles were refused.
-    pub rejected_total: usize,
-    /// The conversation prefix the job continues ([`cx_protocol::prefix`]), if any; whether
-    /// the chosen bundle held it is the terms' `prefix_hit`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prefix_id: Option<String>,
-    /// The buyer's limit for the job and all its verification runs together, wei (decimal);
-    /// kept where the job is verified by replication, so a referee run is priced within it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limit_wei: Option<String>,
+/// The tier a stored decision says its job was cleared at (every job's decision names one).
+pub(crate) fn cleared_tier(decision: &DecisionRecord) -> Result<Tier> {
+    decision.tier.ok_or_else(|| Error::Corrupt {
+        what: "a job's decision without a tier",
+        value: decision.chosen.clone().unwrap_or_default(),
+    })
 }
 
-fn class_d() -> cx_protocol::DeterminismClass {
-    cx_protocol::DeterminismClass::D
-}
-
-impl DecisionRecord {
-    pub(crate) fn of(decision: Decision, job: &Job) -> Self {
-        let (tier, determinism) = (job.tier, job.determinism);
-        let Decision {
-            chosen,
-            terms,
-            mut feasible,
-            mut rejected,
-        } = decision;
-        let (feasible_total, rejected_total) = (feasible.len(), rejected.len());
-        feasible.truncate(DECISION_KEEPS);
-        rejected.sort_by(nearest_first);
-        rejected.truncate(DECISION_KEEPS);
-        Self {
-            tier,
-            determinism,
-            chosen,
-            terms,
-            feasible,
-            feasible_total,
-            rejected,
-            rejected_total,
-            prefix_id: job.prefix.as_ref().map(|p| p.id.clone()),
-            limit_wei: None,
-        }
+/// The clearing decision as the books keep it ([`DecisionRecord`]): the tier and class `job`
+/// was cleared for, the choice and its terms, and the first [`DECISION_KEEPS`] feasible and
+/// refused bundles (the nearest first) of how many there were.
+pub(crate) fn decision_record(decision: Decision, job: &Job) -> DecisionRecord {
+    let Decision {
+        chosen,
+        terms,
+        mut feasible,
+        mut rejected,
+    } = decision;
+    let (feasible_total, rejected_total) = (feasible.len(), rejected.len());
+    feasible.truncate(DECISION_KEEPS);
+    rejected.sort_by(nearest_first);
+    rejected.truncate(DECISION_KEEPS);
+    DecisionRecord {
+        tier: Some(job.tier),
+        determinism: job.determinism,
+        chosen,
+        terms,
+        feasible,
+        feasible_total,
+        rejected,
+        rejected_total,
+        prefix_id: job.prefix.as_ref().map(|p| p.id.clone()),
+        limit_wei: None,
     }
 }
 
@@ -646,14 +615,7 @@ impl Intake {
         now_s: u64,
         avoid: Option<&str>,
     ) -> Result<Option<String>> {
-        /// What a stored decision says the job was cleared for.
-        #[derive(Deserialize)]
-        struct Decided {
-            tier: Tier,
-            #[serde(default = "class_d")]
-            determinism: cx_protocol::DeterminismClass,
-        }
-        let decided: Decided = serde_json::from_value(job.decision.clone())?;
+        let decided: DecisionRecord = serde_json::from_value(job.decision.clone())?;
         let adapter_id = job
             .adapter
             .as_deref()
@@ -669,7 +631,7 @@ impl Intake {
             adapter_id,
             deadline_s: job.deadline_s,
             max_price_wei: job.limit_wei,
-            min_tier: decided.tier,
+            min_tier: cleared_tier(&decided)?,
             determinism: decided.determinism,
         };
         let placed = match &job.workload {
@@ -850,7 +812,7 @@ impl Intake {
             return Err(no_match(&decision));
         };
         Ok(Placed {
-            decision: DecisionRecord::of(decision, &job),
+            decision: decision_record(decision, &job),
             job,
             bundle_id,
             terms,
@@ -894,7 +856,7 @@ impl Intake {
             return Err(no_match(&decision));
         };
         Ok(Placed {
-            decision: DecisionRecord::of(decision, &job),
+            decision: decision_record(decision, &job),
             job,
             bundle_id,
             terms,

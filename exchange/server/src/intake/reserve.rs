@@ -9,7 +9,7 @@
 //! provider rate × compute_ms for the whole commitment, drawn or not. An intent that the
 //! reserve's remainder cannot wholly cover goes to spot as usual.
 
-use super::{DecisionRecord, InferenceRequest, Intake, Placed, Want};
+use super::{InferenceRequest, Intake, Placed, Want};
 use crate::books::{Drawable, Provider, StandingOrder};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
@@ -358,7 +358,7 @@ impl Intake {
                 continue;
             }
             return Ok(Some(Placed {
-                decision: DecisionRecord::of(decision, &job),
+                decision: super::decision_record(decision, &job),
                 job,
                 bundle_id,
                 terms,

@@ -7,7 +7,8 @@ use crate::explorer::Config;
 use crate::explorer::html::{
     self, Dl, Html, Table, badge, code, esc, id_token, json_details, num, section, time_ms, time_s,
 };
-use crate::explorer::queries::jobs::{Decision, JobDetail};
+use crate::explorer::queries::jobs::JobDetail;
+use cx_protocol::decision::DecisionRecord;
 use serde::Serialize;
 
 /// The job page's data: the job, with each settlement part's explorer link filled in.
@@ -64,13 +65,13 @@ const TERMS: [(&str, &str, &str); 8] = [
     ),
 ];
 
-fn decision_section(d: &Decision, job: &JobDetail) -> Html {
+fn decision_section(d: &DecisionRecord, job: &JobDetail) -> Html {
     let mut out = Html::default();
     let mut dl = Dl::new();
     dl.text(
         Some("decision-tier"),
         "cleared at tier",
-        d.tier.as_deref().unwrap_or("—"),
+        &d.tier.map_or_else(|| "—".to_owned(), |t| t.to_string()),
     );
     dl.text(
         Some("chosen-bundle"),
@@ -182,7 +183,7 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
     out.lit(&format!(
         "<h3>Feasible bundles ({} of {} shown)</h3>",
         d.feasible.len(),
-        d.feasible_total.unwrap_or(d.feasible.len() as u64)
+        d.feasible_total
     ));
     let mut feasible = Table::new("feasible", &["bundle", "total", "t̂ (s)", ""]);
     for r in &d.feasible {
@@ -203,7 +204,7 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
     out.lit(&format!(
         "<h3>Rejected bundles ({} of {} shown, nearest first)</h3>",
         d.rejected.len(),
-        d.rejected_total.unwrap_or(d.rejected.len() as u64)
+        d.rejected_total
     ));
     let mut rejected = Table::new(
         "rejected",
@@ -218,7 +219,7 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
         let mut violations = Html::raw("<ul>");
         for v in &r.violations {
             violations.lit("<li>");
-            violations.push(&code(&v.constraint));
+            violations.push(&code(&v.constraint.to_string()));
             violations.lit(" ");
             if let Some(f) = v.factor {
                 violations.push_text(&format!("×{} ", num(f)));
@@ -233,7 +234,7 @@ fn decision_section(d: &Decision, job: &JobDetail) -> Html {
                 Html::text(&r.id),
                 Html::raw(format!(
                     "<span class=\"binding\">{}</span>",
-                    esc(&r.binding)
+                    esc(&r.binding.to_string())
                 )),
                 Html::raw(format!(
                     "<span class=\"factor\">{}</span>",

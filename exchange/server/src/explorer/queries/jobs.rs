@@ -7,7 +7,8 @@ use crate::explorer::params::{Before, JobFilter, Paging};
 use crate::explorer::queries::settlement::{self, Part, Step};
 use alloy::primitives::B256;
 use cx_protocol::Bundle;
-use serde::{Deserialize, Serialize};
+use cx_protocol::decision::DecisionRecord;
+use serde::Serialize;
 use sqlx::PgPool;
 
 /// One row of the jobs list.
@@ -170,95 +171,6 @@ pub(crate) async fn status_counts(pool: &PgPool) -> Result<Vec<(String, i64)>> {
     .await?)
 }
 
-/// The clearing decision as the intake stores it (`crate::intake::DecisionRecord`): read back
-/// field by field with defaults, so a decision of an older shape still shows what it has.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct Decision {
-    /// The tier the job was cleared (and is verified) at.
-    pub(crate) tier: Option<String>,
-    /// The chosen bundle.
-    pub(crate) chosen: Option<String>,
-    /// Its cost terms.
-    pub(crate) terms: Option<Terms>,
-    /// The cheapest feasible bundles.
-    pub(crate) feasible: Vec<Ranked>,
-    /// How many were feasible.
-    pub(crate) feasible_total: Option<u64>,
-    /// The nearest refused bundles.
-    pub(crate) rejected: Vec<Rejection>,
-    /// How many were refused.
-    pub(crate) rejected_total: Option<u64>,
-    /// The conversation prefix the job continued, if any.
-    pub(crate) prefix_id: Option<String>,
-}
-
-/// `cx_exchange::objective::Terms` as stored.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct Terms {
-    /// p(b)·t_compute.
-    pub(crate) compute: f64,
-    /// λ_L·ℓ.
-    pub(crate) latency: f64,
-    /// λ_F·φ.
-    pub(crate) failure: f64,
-    /// λ_V·v(τ).
-    pub(crate) verification: f64,
-    /// λ_D·δ.
-    pub(crate) deadline_risk: f64,
-    /// μ1·(1−β).
-    pub(crate) base_load: f64,
-    /// μ2·(1−α).
-    pub(crate) adapter_load: f64,
-    /// μ_P·(1−π): the job continued a prefix the bundle did not hold.
-    pub(crate) prefix_miss: f64,
-    /// π: the bundle held the prefix the job continued.
-    pub(crate) prefix_hit: bool,
-    /// The sum clearing minimised.
-    pub(crate) total: f64,
-    /// t̂, seconds.
-    pub(crate) completion_s: f64,
-}
-
-/// `cx_exchange::clearing::Ranked` as stored.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct Ranked {
-    /// The bundle.
-    pub(crate) id: String,
-    /// Its objective value.
-    pub(crate) total: f64,
-    /// Its t̂, seconds.
-    pub(crate) completion_s: f64,
-}
-
-/// `cx_exchange::clearing::Rejection` as stored.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct Rejection {
-    /// The bundle.
-    pub(crate) id: String,
-    /// The binding constraint.
-    pub(crate) binding: String,
-    /// By what factor it was missed (none: categorical).
-    pub(crate) factor: Option<f64>,
-    /// Every violated constraint.
-    pub(crate) violations: Vec<Violation>,
-}
-
-/// `cx_exchange::feasibility::Violation` as stored.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct Violation {
-    /// The constraint.
-    pub(crate) constraint: String,
-    /// Its factor.
-    pub(crate) factor: Option<f64>,
-    /// Needed against available, in words.
-    pub(crate) detail: String,
-}
-
 /// What the chosen bundle held when the job was cleared, read from the decision's terms: the
 /// residency terms are μ1·(1−β) and μ2·(1−α), so a zero term means the base (adapter) was
 /// resident. A job without an adapter has α = 1 by definition.
@@ -270,13 +182,13 @@ pub(crate) struct Residency {
     pub(crate) adapter_resident: bool,
 }
 
-impl Decision {
-    /// β and α of the chosen bundle at clearing time.
-    pub(crate) fn residency(&self) -> Option<Residency> {
-        let terms = self.terms?;
-        Some(Residency {
-            base_resident: terms.base_load == 0.0,
-            adapter_resident: terms.adapter_load == 0.0,
+impl Residency {
+    /// β and α of `decision`'s chosen bundle at clearing time.
+    fn of(decision: &DecisionRecord) -> Option<Self> {
+        let (base_resident, adapter_resident) = decision.residency()?;
+        Some(Self {
+            base_resident,
+            adapter_resident,
         })
     }
 }
@@ -402,7 +314,7 @@ pub(crate) struct JobDetail {
     /// The signed order.
     pub(crate) order: OrderView,
     /// The clearing decision.
-    pub(crate) decision: Decision,
+    pub(crate) decision: DecisionRecord,
     /// β and α of the chosen bundle at clearing time.
     pub(crate) residency: Option<Residency>,
     /// The chosen bundle as registered now.
@@ -478,7 +390,7 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
     };
     let events = events(pool, id).await?;
     let receipt = receipt(pool, id).await?;
-    let decision: Decision = serde_json::from_str(&row.decision).unwrap_or_default();
+    let decision: DecisionRecord = serde_json::from_str(&row.decision).unwrap_or_default();
     let body = json(&row.order_body)?;
     // The order's body is `{"intent": signed, "request": …}` (or `"matmul"` / `"train"` for
     // those kinds; or `{"grant": signed}`): the signed order is the member that is not the
@@ -537,7 +449,7 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
         tier: field("tier")
             .and_then(|v| v.as_str())
             .map(str::to_owned)
-            .or_else(|| decision.tier.clone()),
+            .or_else(|| decision.tier.map(|t| t.to_string())),
         cost: decision.terms.map(|t| t.verification),
         result: verification_events.last().map(|e| {
             e.detail
@@ -561,7 +473,7 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
     };
     let settlement = settlement_of(pool, id, &summary, row.sr_received_ms).await?;
     Ok(Some(JobDetail {
-        residency: decision.residency(),
+        residency: Residency::of(&decision),
         deadline_s: row.deadline_s,
         session_id: hex0x_opt(row.session_id.as_ref()),
         order,

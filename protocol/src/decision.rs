@@ -1,0 +1,218 @@
+//! A clearing decision as every party reads it: the chosen bundle and each term of its cost, the
+//! cheapest feasible bundles and the nearest refused ones, each with the constraint that binds
+//! and by how much (SPEC §2). The exchange's clearing core (`cx-exchange`) computes with these
+//! types, its books keep [`DecisionRecord`] in a job's `decision`, and `GET /v1/jobs/{id}`, the
+//! explorer and `cx-client` read that same record.
+//!
+//! Reading is lenient (every field of a record has a default), so a decision of an older shape,
+//! or a job that cleared nothing of its own (a search's fill, a rent's term), still reads.
+
+use crate::class::{DeterminismClass, Tier};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One of the hard constraints a bundle must meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum Constraint {
+    /// Free memory against what must be loaded plus the KV cache.
+    Memory,
+    /// Context length against the device's maximum.
+    Context,
+    /// Determinism class honoured by the device.
+    Determinism,
+    /// Verification tier offered by the bundle.
+    Tier,
+    /// Estimated completion time against the deadline.
+    Deadline,
+    /// The bundle's ask against the price ceiling (the market's quote, the buyer's maximum).
+    Price,
+    /// A job kind the exchange defines (a `cx/…` market such as `cx/matmul-f32`) that the bundle
+    /// does not offer: it is not among the bundle's resident bases, and there are no weights
+    /// to fetch instead.
+    Kind,
+}
+
+impl fmt::Display for Constraint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Memory => "memory",
+            Self::Context => "context",
+            Self::Determinism => "determinism",
+            Self::Tier => "tier",
+            Self::Deadline => "deadline",
+            Self::Price => "price",
+            Self::Kind => "kind",
+        })
+    }
+}
+
+/// A violated constraint and by how much.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Violation {
+    /// Which constraint.
+    pub constraint: Constraint,
+    /// needed / available (memory, context) or t̂ / Δ (deadline); `None` for the categorical
+    /// constraints (determinism, tier), which no amount of a resource can fix.
+    #[serde(default)]
+    pub factor: Option<f64>,
+    /// What was needed against what was there, in words with units.
+    pub detail: String,
+}
+
+/// Each term of the objective, in whole units of the asset, and their sum.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Terms {
+    /// p(b)·t_compute.
+    pub compute: f64,
+    /// λ_L·ℓ.
+    pub latency: f64,
+    /// λ_F·φ.
+    pub failure: f64,
+    /// λ_V·v(τ).
+    pub verification: f64,
+    /// λ_D·δ.
+    pub deadline_risk: f64,
+    /// μ1·(1−β): the base model is not resident.
+    pub base_load: f64,
+    /// μ2·(1−α): the adapter is not resident.
+    pub adapter_load: f64,
+    /// μ_P·(1−π): the job continues a prefix this bundle does not hold.
+    pub prefix_miss: f64,
+    /// π: the bundle holds the prefix the job continues (false when it continues none).
+    pub prefix_hit: bool,
+    /// The sum, which clearing minimises.
+    pub total: f64,
+    /// t̂ in seconds (not a cost; reported beside them).
+    pub completion_s: f64,
+}
+
+/// A feasible bundle and its total cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Ranked {
+    /// Bundle id.
+    pub id: String,
+    /// Objective value.
+    pub total: f64,
+    /// t̂, seconds.
+    pub completion_s: f64,
+}
+
+/// A refused bundle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Rejection {
+    /// Bundle id.
+    pub id: String,
+    /// The constraint that binds (categorical first, else the largest factor).
+    pub binding: Constraint,
+    /// Its factor (`None` for a categorical constraint).
+    #[serde(default)]
+    pub factor: Option<f64>,
+    /// Every violated constraint.
+    #[serde(default)]
+    pub violations: Vec<Violation>,
+}
+
+/// The clearing decision as the books keep it in a job's `decision` and the API shows it: the
+/// choice and every cost term, the cheapest feasible bundles and the nearest refused ones (each
+/// with its binding constraint and factor), and how many of each there were.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DecisionRecord {
+    /// The tier the job was cleared (and will be verified) at; absent where nothing was
+    /// cleared for the job itself (a search's fill, a rent's term).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub tier: Option<Tier>,
+    /// The determinism class the job was cleared for (what a re-clearing keeps).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub determinism: DeterminismClass,
+    /// The chosen bundle.
+    pub chosen: Option<String>,
+    /// Its cost terms.
+    pub terms: Option<Terms>,
+    /// Feasible bundles, cheapest first (the exchange keeps the first few).
+    pub feasible: Vec<Ranked>,
+    /// How many bundles were feasible.
+    pub feasible_total: usize,
+    /// Refused bundles, nearest first (smallest factor; categorical last; the exchange keeps
+    /// the first few), each with its binding constraint and factor.
+    pub rejected: Vec<Rejection>,
+    /// How many bundles were refused.
+    pub rejected_total: usize,
+    /// The conversation prefix the job continues ([`crate::prefix`]), if any; whether the
+    /// chosen bundle held it is the terms' `prefix_hit`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_id: Option<String>,
+    /// The buyer's limit for the job and all its verification runs together, wei (decimal);
+    /// kept where the job is verified by replication, so a referee run is priced within it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_wei: Option<String>,
+}
+
+impl Default for DecisionRecord {
+    /// Nothing chosen, nothing ranked; class D, which a decision older than the field was
+    /// cleared for.
+    fn default() -> Self {
+        Self {
+            tier: None,
+            determinism: DeterminismClass::D,
+            chosen: None,
+            terms: None,
+            feasible: Vec::new(),
+            feasible_total: 0,
+            rejected: Vec::new(),
+            rejected_total: 0,
+            prefix_id: None,
+            limit_wei: None,
+        }
+    }
+}
+
+impl DecisionRecord {
+    /// β and α of the chosen bundle when the job was cleared: the residency terms are μ1·(1−β)
+    /// and μ2·(1−α), so a zero term means the base (the adapter) was resident; a job without an
+    /// adapter has α = 1. `None` when nothing was chosen.
+    pub fn residency(&self) -> Option<(bool, bool)> {
+        let terms = self.terms?;
+        Some((terms.base_load == 0.0, terms.adapter_load == 0.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_of_another_shape_still_reads() {
+        let fill: DecisionRecord =
+            serde_json::from_str(r#"{"kind": "search", "witness": 3}"#).unwrap();
+        assert_eq!(fill, DecisionRecord::default());
+        let record = DecisionRecord {
+            tier: Some(Tier::T1),
+            chosen: Some("b".into()),
+            rejected: vec![Rejection {
+                id: "c".into(),
+                binding: Constraint::Memory,
+                factor: Some(2.0),
+                violations: Vec::new(),
+            }],
+            rejected_total: 1,
+            ..DecisionRecord::default()
+        };
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(json["rejected"][0]["binding"], "memory");
+        assert_eq!(json["determinism"], "D");
+        assert_eq!(
+            serde_json::from_value::<DecisionRecord>(json).unwrap(),
+            record
+        );
+    }
+}
