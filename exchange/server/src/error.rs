@@ -321,7 +321,7 @@ pub enum Error {
     #[error("the job is {status}, not running: its result is not taken")]
     JobNotRunning {
         /// Its state.
-        status: crate::books::JobStatus,
+        status: cx_protocol::job_status::JobStatus,
     },
     /// The result came after the job's deadline.
     #[error("the result came after the job's deadline ({deadline_s})")]

@@ -7,7 +7,9 @@
 //!   ([`api::ApiError`]) and the JSON extractor whose rejection is that error ([`api::AppJson`]);
 //! - [`intake`]: an order in — both signatures against the bound key, the request hash, the job
 //!   from the catalog model's shape, clearing, and one transaction that spends the nonce, holds the
-//!   charge on the tab and writes the job;
+//!   charge on the tab and writes the job; [`intake::Intake`] is the state every path shares;
+//! - [`placement`]: what a job asks of the market, what clearing made of it, the decision the
+//!   books keep and the answer an order gets — shared by every order kind and by verification;
 //! - [`market`]: the catalog and the matching engine, a cache of the books' bundles;
 //! - [`matmul`]: the `cx/matmul-f32` job kind — its job for clearing and the Freivalds check
 //!   (tier T2) a returned product passes before the job is done;
@@ -16,10 +18,15 @@
 //! - [`books`]: the exchange's durable state in PostgreSQL (bindings, tabs, orders, jobs and their
 //!   events, bundles, adapters, the watcher's cursor), the only module that writes it;
 //! - [`chain`]: the chain watcher — tabs opened and reclaimed, batches landed;
-//! - [`dispatch`]: assignments handed to providers over their own outbound connections;
+//! - [`dispatch`]: assignments handed to providers over their own outbound connections, and
+//!   [`waiters`]: who waits on a job and who long-polls for work;
 //! - [`verification`]: receipts checked by tier (T1 byte equality, T2 Freivalds, T3 majority);
 //! - [`settlement`]: the loop that hands verified receipts to the committee's coordinator;
-//! - [`explorer`]: the pages that show each step.
+//! - [`api::explorer`]: the pages that show each step, served beside the API on its state.
+//!
+//! No module imports one that imports it back (no circle between files either): shared types
+//! live in the leaf a path needs ([`placement`], [`waiters`], `books::store`, `api::state`), not
+//! in the module whose paths use them.
 //!
 //! Clearing itself is not here: it is the pure core, `cx-exchange`, which this crate calls.
 //!
@@ -45,16 +52,17 @@ pub mod books;
 pub mod chain;
 pub mod dispatch;
 mod error;
-pub mod explorer;
 pub mod intake;
 pub mod limits;
 pub mod market;
 pub mod matmul;
 pub mod min_rate;
+pub mod placement;
 pub mod settlement;
 pub mod stake;
 pub mod tls;
 pub mod train;
 pub mod verification;
+pub mod waiters;
 
 pub use error::{Error, Result};

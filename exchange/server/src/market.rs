@@ -1,17 +1,15 @@
 //! The market the service clears on: the model catalog and the matching engine, whose memory is a
 //! cache of the books' bundles (rebuilt at start, written through on every registration).
 
-use crate::books::{Books, Provider};
+use crate::books::{Books, MarketQuote, Provider};
 use crate::error::Result;
 use alloy::primitives::B256;
 use cx_exchange::clearing::Decision;
 use cx_exchange::engine::Engine;
 use cx_exchange::objective::Weights;
-use cx_exchange::pricing::hmm::Regime;
 use cx_exchange::pricing::market::{MarketMaker, MarketParams};
 use cx_exchange::routing::catalog::Catalog;
-use cx_protocol::{Bundle, Job, Tier};
-use serde::Serialize;
+use cx_protocol::{Bundle, Job};
 use std::sync::RwLock;
 
 /// The catalog, the engine and the market maker.
@@ -25,36 +23,6 @@ pub struct Market {
     /// provider committed A then B but applied to the engine B then A would leave A's
     /// withdrawn bundles live in the engine, out of the books' reach until a restart.
     offers: tokio::sync::Mutex<()>,
-}
-
-/// One market's open quote, as `GET /v1/market` shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct MarketQuote {
-    /// The catalog model (the market's class).
-    pub model: String,
-    /// The verification tier.
-    pub tier: Tier,
-    /// What the exchange pays a provider, wei per compute-second (the open quote: no deadline
-    /// pressure).
-    #[serde(with = "cx_protocol::price::rate_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,19}$")]
-    pub bid_wei_per_s: u64,
-    /// What a buyer pays, wei per compute-second; a bundle asking more is not eligible.
-    #[serde(with = "cx_protocol::price::rate_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,19}$")]
-    pub ask_wei_per_s: u64,
-    /// The regime the quote was made in: `calm`, `busy` or `surge`.
-    #[schema(value_type = String)]
-    pub regime: Regime,
-    /// The regime belief (calm, busy, surge).
-    pub belief: [f64; 3],
-    /// Load reports folded in so far.
-    pub observations: u64,
-    /// The reference the market opened at: the median ask of the live bundles, wei per
-    /// compute-second.
-    #[serde(with = "cx_protocol::price::rate_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,19}$")]
-    pub reference_wei_per_s: u64,
 }
 
 impl Market {

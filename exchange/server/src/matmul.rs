@@ -9,7 +9,7 @@
 //! the job event's `cost_fraction` records.
 
 use crate::error::{Error, Result, invalid};
-use crate::intake::Want;
+use crate::placement::Want;
 use alloy::primitives::Address;
 use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest};
 use cx_protocol::{Job, Tier};

@@ -14,7 +14,7 @@
 //! name it.
 
 use crate::error::{Error, Result, invalid};
-use crate::intake::Want;
+use crate::placement::Want;
 use alloy::primitives::Address;
 use cx_exchange::routing::catalog::Shape;
 use cx_protocol::train::{Dataset, TrainRequest, train_market, trained_base};

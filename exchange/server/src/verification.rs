@@ -36,7 +36,8 @@
 
 use crate::books::{JobStatus, NewRun, RunRecord, Verdict};
 use crate::error::{Error, Result};
-use crate::intake::{Intake, Placed, Want, no_match};
+use crate::intake::Intake;
+use crate::placement::{Placed, PlacedRun, Want, no_match};
 use alloy::primitives::B256;
 use cx_protocol::decision::DecisionRecord;
 use cx_protocol::receipt::SignedReceipt;
@@ -44,7 +45,6 @@ use cx_protocol::replica::{MAX_RUNS, run_job_id};
 use cx_protocol::tolerance::{d_inf_agree, words};
 use cx_protocol::{DeterminismClass, Job, Tier};
 use cx_settlement::slash::SlashEvidence;
-use serde::Serialize;
 use std::collections::HashSet;
 
 /// How many verification runs a job of `tier` and `class` needs besides itself: T1 re-executes
@@ -67,37 +67,6 @@ pub fn runs_needed(tier: Tier, class: DeterminismClass) -> usize {
 /// strings of offers cost nothing to make: counting them, one party with two keys could outvote
 /// an honest third and have it failed and slashed.
 const QUORUM: usize = 2;
-
-/// A verification run placed with a job.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct PlacedRun {
-    /// The run's job id (derived from the job's).
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub job_id: B256,
-    /// Which run (1..=2).
-    pub run: u8,
-    /// The bundle it was cleared onto.
-    pub bundle_id: String,
-    /// What it holds on the tab, wei.
-    #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
-    pub held_wei: u128,
-    #[serde(skip)]
-    decision: serde_json::Value,
-}
-
-impl PlacedRun {
-    /// The books' form.
-    pub(crate) fn to_new(&self) -> Result<NewRun> {
-        Ok(NewRun {
-            id: self.job_id,
-            run: self.run,
-            bundle_id: self.bundle_id.clone(),
-            held_wei: self.held_wei,
-            decision: self.decision.clone(),
-        })
-    }
-}
 
 /// Who already runs a job: the providers (by key), their operators and their bundles, and the
 /// kernel corpus of the first bundle taken (the job's own).
@@ -269,7 +238,7 @@ struct Terms {
 
 fn terms(decision: &serde_json::Value) -> Result<Terms> {
     let d: DecisionRecord = serde_json::from_value(decision.clone())?;
-    let tier = crate::intake::cleared_tier(&d)?;
+    let tier = crate::placement::cleared_tier(&d)?;
     let limit_wei = match d.limit_wei {
         Some(text) => text.parse().map_err(|_| Error::Corrupt {
             what: "a verification limit",
@@ -414,7 +383,7 @@ impl Intake {
             (Some(id), Some(charge)) => {
                 // Recorded with the job's own class, so the assignment asks for D∞ (which a D
                 // receipt satisfies) and a re-clearing of a stranded run keeps it.
-                let record = crate::intake::decision_record(decision, &job);
+                let record = crate::placement::decision_record(decision, &job);
                 Ok(Ok((id, charge, record)))
             }
             _ => Ok(Err(match no_match(&decision) {

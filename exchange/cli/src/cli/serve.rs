@@ -95,7 +95,7 @@ pub(crate) struct Args {
     clearing: cx_exchange::clearing::Policy,
     /// Seconds a provider may go without a fresh offer before it leaves the engine and its
     /// jobs are re-cleared (keep it above the providers' re-registration period, 30 s).
-    #[arg(long, env = "CX_PROVIDER_SILENCE_S", default_value_t = cx_exchange_server::dispatch::PROVIDER_SILENCE_S,
+    #[arg(long, env = "CX_PROVIDER_SILENCE_S", default_value_t = cx_exchange_server::intake::PROVIDER_SILENCE_S,
           value_parser = clap::value_parser!(u64).range(1..))]
     provider_silence_s: u64,
     /// Freivalds rounds per returned `cx/matmul-f32` product (tier T2): a wrong product passes

@@ -8,7 +8,9 @@
 //! `adapter_id` names exactly these bytes, and their size is the |a| clearing prices.
 
 use super::credential::{self, Caller};
-use super::{ApiError, AppJson, AppState};
+use super::error::ApiError;
+use super::extract::AppJson;
+use super::state::AppState;
 use crate::books::{Content, StoredAdapter, Upload};
 use crate::intake::now_s;
 use alloy::primitives::Address;

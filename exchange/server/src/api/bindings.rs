@@ -2,7 +2,9 @@
 //! account's EIP-712 signature over `PqBinding`, the key's signature over the account) before the
 //! books keep it; binding the same key again is a no-op, another key is a conflict.
 
-use super::{ApiError, AppJson, AppState};
+use super::error::ApiError;
+use super::extract::AppJson;
+use super::state::AppState;
 use crate::books::StoredBinding;
 use alloy::primitives::{Address, B256};
 use axum::extract::State;

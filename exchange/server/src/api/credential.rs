@@ -9,7 +9,8 @@
 //! `Authorization: Bearer <session key>` of one of the account's live sessions. A provider's
 //! dispatch token proves a provider ([`caller`]), never an account.
 
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::AppState;
 use crate::books::JobRecord;
 use crate::intake::now_s;
 use alloy::primitives::Address;

@@ -5,7 +5,9 @@
 //! The id is [`cx_protocol::train::dataset_id`] of the bytes sent, so a train order's `data`
 //! names exactly these bytes, and the provider re-checks them on arrival.
 
-use super::{ApiError, AppJson, AppState, Bearer};
+use super::error::ApiError;
+use super::extract::{AppJson, Bearer};
+use super::state::AppState;
 use crate::books::{Content, DatasetSummary, Upload};
 use axum::body::Bytes;
 use axum::extract::{Path, State};

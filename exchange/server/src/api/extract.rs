@@ -1,12 +1,12 @@
 //! [`AppJson`]: `axum::Json` with our error shape, and the JSON path of the field to blame;
 //! [`AppPath`]: `axum::extract::Path` with our error shape, naming the path parameter.
 
-use super::ApiError;
+use super::error::ApiError;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
@@ -78,7 +78,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Bearer {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        super::sessions::bearer(&parts.headers).map(|token| Bearer(token.to_owned()))
+        bearer(&parts.headers).map(|token| Bearer(token.to_owned()))
     }
 }
 
@@ -199,6 +199,25 @@ fn integral_floats_to_integers(value: &mut serde_json::Value) {
         Value::Object(map) => map.values_mut().for_each(integral_floats_to_integers),
         _ => {}
     }
+}
+
+/// The token of `Authorization: Bearer <token>`.
+pub(super) fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+    let missing = || ApiError::Unauthorized {
+        message: "send the session key as `Authorization: Bearer <key>` (make one with `cx agent \
+                  session`)"
+            .to_owned(),
+    };
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(missing)?
+        .to_str()
+        .map_err(|_| missing())?;
+    let (scheme, token) = value.split_once(' ').ok_or_else(missing)?;
+    if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
+        return Err(missing());
+    }
+    Ok(token.trim())
 }
 
 #[cfg(test)]

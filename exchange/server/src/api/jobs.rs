@@ -1,7 +1,10 @@
 //! Jobs and tabs: `GET /v1/jobs/{id}`, `GET /v1/jobs?account=&status=&limit=`,
 //! `GET /v1/tabs/{chain_id}/{escrow_id}`. Job reads are the buyer's ([`super::reader`]).
 
-use super::{ApiError, AppJson, AppPath, AppState, credential};
+use super::credential;
+use super::error::ApiError;
+use super::extract::{AppJson, AppPath};
+use super::state::AppState;
 use crate::books::{JobRecord, Tab};
 use alloy::primitives::{Address, B256};
 use axum::extract::{Path, Query, State};

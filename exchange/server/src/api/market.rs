@@ -2,7 +2,9 @@
 //! (`/v1/eip712/{kind}?chain_id=`), the catalog (`/v1/models`), the bundles (`/v1/providers`),
 //! the market maker's quotes (`/v1/market`).
 
-use super::{ApiError, AppJson, AppState};
+use super::error::ApiError;
+use super::extract::AppJson;
+use super::state::AppState;
 use axum::extract::{Path, Query, State};
 use cx_exchange::routing::catalog::Model;
 use cx_protocol::Bundle;
@@ -120,10 +122,10 @@ pub(super) async fn providers(
 
 /// `GET /v1/market`: the market maker's open quote in every market (model × tier): bid, ask,
 /// regime and its belief.
-#[utoipa::path(get, path = "/v1/market", tag = "market", responses((status = 200, body = Vec<crate::market::MarketQuote>)))]
+#[utoipa::path(get, path = "/v1/market", tag = "market", responses((status = 200, body = Vec<crate::books::MarketQuote>)))]
 pub(super) async fn quotes(
     State(state): State<AppState>,
-) -> Result<AppJson<Vec<crate::market::MarketQuote>>, ApiError> {
+) -> Result<AppJson<Vec<crate::books::MarketQuote>>, ApiError> {
     Ok(AppJson(state.intake()?.market().quotes()?))
 }
 

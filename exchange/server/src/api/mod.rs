@@ -1,4 +1,5 @@
-//! The HTTP door: one router, one error shape, one JSON extractor.
+//! The HTTP door: one router, one error shape, one JSON extractor, and the explorer's pages
+//! ([`explorer`]) served beside the API on the same state.
 //!
 //! Every failure a client sees is `{"error": {"code", "message", "field"}}` with the right
 //! status ([`ApiError`]); malformed bodies get the same shape because [`AppJson`] rejects with
@@ -9,6 +10,7 @@ mod bindings;
 mod credential;
 mod datasets;
 mod error;
+pub mod explorer;
 mod extract;
 mod health;
 mod jobs;
@@ -20,147 +22,20 @@ mod orders;
 mod providers;
 mod sessions;
 mod settlement;
+mod state;
 
 pub use error::ApiError;
 pub use extract::{AppJson, AppPath, Bearer};
+pub use state::AppState;
 
-use crate::intake::Intake;
 use axum::Router;
-use axum::http::StatusCode;
 use axum::routing::{get, post};
-use std::sync::Arc;
-use std::time::Instant;
-
-/// What every handler shares. Cheap to clone (one `Arc`).
-#[derive(Clone, Debug)]
-pub struct AppState {
-    inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    started_at: Instant,
-    intake: Option<Intake>,
-    settler: Option<Arc<crate::settlement::Settler>>,
-    metrics: metrics::Metrics,
-    explorer: crate::explorer::Config,
-}
-
-impl AppState {
-    /// A state that answers health checks only (no books, no market): every market route
-    /// answers 503 until [`AppState::with_intake`] gives it one. The uptime counts from here.
-    pub fn new() -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                started_at: Instant::now(),
-                intake: None,
-                settler: None,
-                metrics: metrics::Metrics::default(),
-                explorer: crate::explorer::Config::default(),
-            }),
-        }
-    }
-
-    /// The state of a serving exchange: its books, market and chains.
-    pub fn with_intake(intake: Intake) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                started_at: Instant::now(),
-                intake: Some(intake),
-                settler: None,
-                metrics: metrics::Metrics::default(),
-                explorer: crate::explorer::Config::default(),
-            }),
-        }
-    }
-
-    /// The state of a serving exchange that also settles: `settler` serves the claims.
-    pub fn with_settlement(intake: Intake, settler: Arc<crate::settlement::Settler>) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                started_at: Instant::now(),
-                intake: Some(intake),
-                settler: Some(settler),
-                metrics: metrics::Metrics::default(),
-                explorer: crate::explorer::Config::default(),
-            }),
-        }
-    }
-
-    /// The background sweeps of a serving exchange ([`crate::dispatch::run_sweeps`]); pending
-    /// forever on a state without books.
-    pub async fn run_sweeps(self) {
-        match &self.inner.intake {
-            Some(intake) => crate::dispatch::run_sweeps(intake).await,
-            None => std::future::pending().await,
-        }
-    }
-
-    /// The same state with each chain's block explorer (`chain id → base URL`), which the
-    /// explorer's pages link transaction hashes to (EIP-3091 `{url}/tx/{hash}`). Call it before
-    /// the state is cloned (it sets nothing on a state already shared).
-    pub fn with_chain_explorers(mut self, urls: impl IntoIterator<Item = (u64, String)>) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.explorer.chain_explorers = urls.into_iter().collect();
-        }
-        self
-    }
-
-    /// What the explorer is configured with.
-    pub(crate) fn explorer(&self) -> &crate::explorer::Config {
-        &self.inner.explorer
-    }
-
-    fn metrics(&self) -> &metrics::Metrics {
-        &self.inner.metrics
-    }
-
-    /// The intake of a serving state (`None` for one that answers health checks only): for the
-    /// sweeps and for tests that drive them.
-    pub fn serving(&self) -> Option<&Intake> {
-        self.inner.intake.as_ref()
-    }
-
-    /// The intake path, or the 503 a server without books answers.
-    pub(crate) fn intake(&self) -> Result<&Intake, ApiError> {
-        self.inner.intake.as_ref().ok_or_else(|| ApiError::Refused {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            code: "not_serving",
-            message: "this server has no books or market configured".to_owned(),
-            field: None,
-        })
-    }
-
-    /// The settlement loop, or the 503 of an exchange that does not settle.
-    fn settler(&self) -> Result<&crate::settlement::Settler, ApiError> {
-        self.inner
-            .settler
-            .as_deref()
-            .ok_or_else(|| ApiError::Refused {
-                status: StatusCode::SERVICE_UNAVAILABLE,
-                code: "not_settling",
-                message: "this exchange runs no settlement (cx serve --settlement)".to_owned(),
-                field: None,
-            })
-    }
-
-    /// Seconds since [`AppState::new`].
-    pub fn uptime_s(&self) -> u64 {
-        self.inner.started_at.elapsed().as_secs()
-    }
-}
-
-impl Default for AppState {
-    fn default() -> Self {
-        Self::new()
-    }
-}
 
 /// The exchange's router. Tests drive it with `tower::ServiceExt::oneshot`, without a socket.
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
-        .route("/metrics", get(metrics::metrics))
+        .route("/metrics", get(health::metrics))
         .route("/openapi.json", get(openapi::document))
         .route(
             "/v1/adapters",
@@ -225,7 +100,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/exchange", get(market::exchange))
         .route("/v1/models", get(market::models))
         .route("/v1/providers", get(market::providers))
-        .merge(crate::explorer::routes())
+        .merge(crate::api::explorer::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), shed))

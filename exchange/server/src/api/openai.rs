@@ -17,11 +17,14 @@
 //! (T1/T3) draws the same. `n` above 1, `logprobs`, tools and every other field that would
 //! change the output are refused by name, never ignored.
 
-use super::sessions::bearer;
-use super::{ApiError, AppJson, AppState};
+use super::error::ApiError;
+use super::extract::AppJson;
+use super::extract::bearer;
+use super::state::AppState;
 use crate::books::{JobStatus, Session};
 use crate::dispatch::SWEEP_PERIOD;
-use crate::intake::{Accepted, Intake, Want, now_s};
+use crate::intake::{Intake, now_s};
+use crate::placement::{Accepted, Want};
 use alloy::primitives::B256;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -701,7 +704,7 @@ fn stream(
     state: AppState,
     reply: Reply,
     until: tokio::time::Instant,
-    mut text: tokio::sync::broadcast::Receiver<crate::dispatch::Progress>,
+    mut text: tokio::sync::broadcast::Receiver<crate::waiters::Progress>,
 ) -> Response {
     use tokio::sync::broadcast::error::RecvError;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);

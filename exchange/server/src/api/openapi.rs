@@ -3,8 +3,8 @@
 //! cannot drift from what the server parses and writes.
 
 use super::{
-    adapters, bindings, datasets, health, jobs, market, metrics, openai, orders, providers,
-    sessions, settlement,
+    adapters, bindings, datasets, health, jobs, market, openai, orders, providers, sessions,
+    settlement,
 };
 use axum::Json;
 use cx_protocol::access::Scope;
@@ -21,7 +21,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
     ),
     paths(
         health::healthz,
-        metrics::metrics,
+        health::metrics,
         adapters::put,
         adapters::get,
         datasets::put,

@@ -3,7 +3,9 @@
 //! output with its signed receipt). Providers connect out to the exchange; the last two carry the
 //! provider's dispatch token as `Authorization: Bearer`.
 
-use super::{ApiError, AppJson, AppState, Bearer};
+use super::error::ApiError;
+use super::extract::{AppJson, Bearer};
+use super::state::AppState;
 use crate::intake::now_s;
 use alloy::primitives::B256;
 use axum::extract::{Path, State};

@@ -2,12 +2,14 @@
 //! secret then calls the OpenAI-compatible door, and `GET`/`DELETE /v1/sessions/{id}` (with that
 //! bearer) show and revoke it.
 
-use super::{ApiError, AppJson, AppState};
+use super::error::ApiError;
+use super::extract::{AppJson, bearer};
+use super::state::AppState;
 use crate::books::Session;
 use crate::intake::{SessionOpened, now_s};
 use alloy::primitives::B256;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use cx_protocol::order::{SessionGrant, Signed};
 use serde::{Deserialize, Serialize};
 
@@ -96,25 +98,6 @@ async fn own_session(state: &AppState, id: &str, headers: &HeaderMap) -> Result<
         return Err(crate::Error::UnknownSession.into());
     }
     Ok(session)
-}
-
-/// The token of `Authorization: Bearer <token>`.
-pub(super) fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
-    let missing = || ApiError::Unauthorized {
-        message: "send the session key as `Authorization: Bearer <key>` (make one with `cx agent \
-                  session`)"
-            .to_owned(),
-    };
-    let value = headers
-        .get(header::AUTHORIZATION)
-        .ok_or_else(missing)?
-        .to_str()
-        .map_err(|_| missing())?;
-    let (scheme, token) = value.split_once(' ').ok_or_else(missing)?;
-    if !scheme.eq_ignore_ascii_case("bearer") || token.trim().is_empty() {
-        return Err(missing());
-    }
-    Ok(token.trim())
 }
 
 /// What a cancellation did.

@@ -4,7 +4,9 @@
 //! (`GET /v1/claims/{chain_id}/{account}`: the balances are public on chain through their root,
 //! and only the account itself can claim).
 
-use super::{ApiError, AppJson, AppPath, AppState};
+use super::error::ApiError;
+use super::extract::{AppJson, AppPath};
+use super::state::AppState;
 use crate::books::Tab;
 use crate::settlement::Claim;
 use alloy::primitives::{Address, Bytes};

@@ -1,7 +1,7 @@
 //! Adapters by content id: stored once ([`Books::store`]), served to their owners and to the
 //! providers whose work needs them, sized for clearing.
 
-use super::Books;
+use super::store::Books;
 use crate::error::Result;
 
 /// An adapter's two PEFT files.

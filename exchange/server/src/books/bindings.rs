@@ -1,6 +1,6 @@
 //! Agents' identities: the binding of an Ethereum account to its ML-DSA-65 key, made once.
 
-use super::{Books, to_i64};
+use super::store::{Books, to_i64};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 

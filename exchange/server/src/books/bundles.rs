@@ -1,6 +1,6 @@
 //! Registered bundles: the table the matching engine's memory is rebuilt from.
 
-use super::Books;
+use super::store::Books;
 use crate::error::Result;
 use cx_protocol::Bundle;
 

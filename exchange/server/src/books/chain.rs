@@ -5,7 +5,7 @@
 //! differs means the chain reorganised under what the books read, and [`Books::rewind_chain`]
 //! undoes what came from the replaced blocks so the watcher reads them again.
 
-use super::{Books, to_i64, wei_text};
+use super::store::{Books, to_i64, wei_text};
 use crate::error::Result;
 use alloy::primitives::{Address, B256};
 

@@ -1,7 +1,7 @@
 //! Who owns stored content, and the quota it counts against: an adapter or dataset is stored
 //! once by content id, and every account that stored it owns it and is charged its bytes.
 
-use super::Books;
+use super::store::Books;
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 
@@ -31,13 +31,13 @@ impl Content {
 #[derive(Clone, Copy, Debug)]
 pub enum Upload<'a> {
     /// An adapter's two PEFT files.
-    Adapter(&'a super::StoredAdapter),
+    Adapter(&'a super::adapters::StoredAdapter),
     /// A dataset file and what it holds.
     Dataset {
         /// The file, as sent.
         body: &'a [u8],
         /// What it holds.
-        summary: super::DatasetSummary,
+        summary: super::datasets::DatasetSummary,
     },
 }
 

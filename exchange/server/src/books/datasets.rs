@@ -1,7 +1,7 @@
 //! Training data by content id: stored once, read at intake to price a train order, and by the
 //! provider running a training job that names it.
 
-use super::Books;
+use super::store::Books;
 use crate::error::Result;
 use alloy::primitives::B256;
 

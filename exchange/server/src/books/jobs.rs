@@ -2,10 +2,14 @@
 //! is either wholly in the books (nonce spent, tab held, job and its first event written) or not
 //! at all.
 
-use super::{Books, JobStatus, parse_wei, to_i64, wei_text};
+use super::store::constraint;
+use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
+use cx_protocol::job_status::JobStatus;
+use cx_protocol::workload::{Workload, WorkloadKind};
 use serde::Serialize;
+use sqlx::postgres::PgConnection;
 
 /// A signed order as it is stored.
 #[derive(Debug, Clone)]
@@ -282,7 +286,7 @@ impl Books {
         .await;
         match done {
             Ok((1, 1)) => {
-                super::verification::insert_runs(tx, job.id, runs).await?;
+                super::jobs::insert_runs(tx, job.id, runs).await?;
                 Ok(None)
             }
             Ok(_) => Ok(Some(total_wei)),
@@ -484,7 +488,55 @@ fn ids(rows: Vec<(Vec<u8>,)>) -> Result<Vec<B256>> {
         .collect()
 }
 
-/// The name of the constraint a database error violated, if it is one.
-pub(super) fn constraint(err: &sqlx::Error) -> Option<&str> {
-    err.as_database_error().and_then(|e| e.constraint())
+/// Writes `runs` of job `original` (inserted in the same transaction): each copies the
+/// original's order, buyer, tab, session, model, adapter, workload and deadline, and starts
+/// `assigned` with an event naming the job it verifies.
+pub(super) async fn insert_runs(
+    tx: &mut PgConnection,
+    original: B256,
+    runs: &[NewRun],
+) -> Result<()> {
+    for run in runs {
+        let inserted = sqlx::query(
+            "WITH job AS ( \
+                 INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
+                                            status, bundle_id, held_wei, decision, deadline_s, \
+                                            adapter, workload, request, session_id, verifies, \
+                                            run) \
+                 SELECT $1, order_digest, account, chain_id, escrow_id, model, 'assigned', $2, \
+                        $3::numeric, $4::jsonb, deadline_s, adapter, workload, request, \
+                        session_id, id, $5 \
+                 FROM exchange_jobs WHERE id = $6 \
+                 RETURNING id) \
+             INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+             SELECT id, 0, 'assigned', jsonb_build_object('verifies', $7::text, 'run', $5) \
+             FROM job",
+        )
+        .bind(run.id.as_slice())
+        .bind(&run.bundle_id)
+        .bind(wei_text(run.held_wei))
+        .bind(run.decision.to_string())
+        .bind(i16::from(run.run))
+        .bind(original.as_slice())
+        .bind(original.to_string())
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() != 1 {
+            return Err(Error::UnknownJob);
+        }
+    }
+    Ok(())
+}
+
+/// A job's workload as the books keep it: its kind (the `workload` column) and its request.
+pub(super) fn stored_workload(kind: Option<&str>, request: Option<&str>) -> Result<Workload> {
+    let corrupt = |what: &'static str, value: &str| Error::Corrupt {
+        what,
+        value: value.to_owned(),
+    };
+    let (Some(kind), Some(request)) = (kind, request) else {
+        return Err(corrupt("a job without a workload", kind.unwrap_or("")));
+    };
+    let kind = WorkloadKind::parse(kind).ok_or_else(|| corrupt("a workload kind", kind))?;
+    Ok(Workload::from_stored(kind, serde_json::from_str(request)?)?)
 }

@@ -1,13 +1,14 @@
 //! Providers and dispatch: who offered which bundles, the jobs a provider pulls, and the one
 //! transaction a result is accepted in (job done, receipt kept, the unspent hold returned).
 
-use super::jobs::constraint;
-use super::{Books, JobStatus, parse_wei, to_i64, wei_text};
+use super::jobs::stored_workload;
+use super::store::constraint;
+use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use cx_protocol::Bundle;
+use cx_protocol::job_status::JobStatus;
 use cx_protocol::wire::{Assignment, Completed};
-use cx_protocol::workload::{Workload, WorkloadKind};
 
 /// A registered provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -519,17 +520,4 @@ impl AssignmentRow {
             signed: None,
         })
     }
-}
-
-/// A job's workload as the books keep it: its kind (the `workload` column) and its request.
-pub(super) fn stored_workload(kind: Option<&str>, request: Option<&str>) -> Result<Workload> {
-    let corrupt = |what: &'static str, value: &str| Error::Corrupt {
-        what,
-        value: value.to_owned(),
-    };
-    let (Some(kind), Some(request)) = (kind, request) else {
-        return Err(corrupt("a job without a workload", kind.unwrap_or("")));
-    };
-    let kind = WorkloadKind::parse(kind).ok_or_else(|| corrupt("a workload kind", kind))?;
-    Ok(Workload::from_stored(kind, serde_json::from_str(request)?)?)
 }

@@ -1,9 +1,41 @@
 //! The market maker's quotes over time: sampled by the sweep ([`crate::dispatch::run_sweeps`])
 //! so the explorer can chart bid, ask and regime per market; pruned to [`QUOTE_HISTORY_S`].
 
-use super::Books;
+use super::store::Books;
 use crate::error::Result;
-use crate::market::MarketQuote;
+use cx_exchange::pricing::hmm::Regime;
+use cx_protocol::Tier;
+use serde::Serialize;
+
+/// One market's open quote, as `GET /v1/market` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct MarketQuote {
+    /// The catalog model (the market's class).
+    pub model: String,
+    /// The verification tier.
+    pub tier: Tier,
+    /// What the exchange pays a provider, wei per compute-second (the open quote: no deadline
+    /// pressure).
+    #[serde(with = "cx_protocol::price::rate_string")]
+    #[schema(value_type = String, pattern = "^[0-9]{1,19}$")]
+    pub bid_wei_per_s: u64,
+    /// What a buyer pays, wei per compute-second; a bundle asking more is not eligible.
+    #[serde(with = "cx_protocol::price::rate_string")]
+    #[schema(value_type = String, pattern = "^[0-9]{1,19}$")]
+    pub ask_wei_per_s: u64,
+    /// The regime the quote was made in: `calm`, `busy` or `surge`.
+    #[schema(value_type = String)]
+    pub regime: Regime,
+    /// The regime belief (calm, busy, surge).
+    pub belief: [f64; 3],
+    /// Load reports folded in so far.
+    pub observations: u64,
+    /// The reference the market opened at: the median ask of the live bundles, wei per
+    /// compute-second.
+    #[serde(with = "cx_protocol::price::rate_string")]
+    #[schema(value_type = String, pattern = "^[0-9]{1,19}$")]
+    pub reference_wei_per_s: u64,
+}
 
 /// How long sampled quotes are kept, seconds (a day).
 pub const QUOTE_HISTORY_S: u64 = 86_400;

@@ -2,7 +2,7 @@
 //! moved to another bundle while its deadline allows, else refunded at once (the hold returns to
 //! its tab and session; nothing is charged).
 
-use super::{Books, parse_wei, wei_text};
+use super::store::{Books, parse_wei, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use sqlx::Row;
@@ -187,7 +187,7 @@ impl Books {
     pub async fn refund_stranded(&self, id: B256) -> Result<bool> {
         let rows: Vec<(Vec<u8>,)> = sqlx::query_as(&super::jobs::release_sql(
             "id = $1 AND status IN ('assigned', 'running')",
-            super::JobStatus::Refunded,
+            cx_protocol::job_status::JobStatus::Refunded,
             "its provider left the market or gave it up, and no other bundle can take it by its \
              deadline",
         ))
@@ -237,7 +237,7 @@ fn stranded_of(r: &sqlx::postgres::PgRow) -> Result<Stranded> {
         })?,
         model: r.try_get("model")?,
         adapter: r.try_get("adapter")?,
-        workload: super::providers::stored_workload(
+        workload: super::jobs::stored_workload(
             r.try_get::<Option<String>, _>("workload")?.as_deref(),
             r.try_get::<Option<String>, _>("request")?.as_deref(),
         )?,

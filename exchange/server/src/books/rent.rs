@@ -3,51 +3,11 @@
 //! rent less its rebate, so it settles with its tab like any other. The accrual, the SLA and
 //! the rebate are the pure core's ([`cx_exchange::lifecycle::rent`]); this module keeps the rows.
 
-use super::{Books, parse_wei, to_i64, wei_text};
+use super::fills::RentFill;
+use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::B256;
 use cx_exchange::lifecycle::rent::{PinObject, Rent as Term, RentState};
-use serde::Serialize;
-
-/// A rent's commitment and its measured residency, as `GET /v1/orders/{id}` shows them.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct RentFill {
-    /// The provider holding the adapter.
-    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub provider_key_hash: Option<B256>,
-    /// The bundle that keeps it resident.
-    pub bundle_id: Option<String>,
-    /// ρ: the committed price, wei per gigabyte-hour of the adapter's bytes.
-    #[serde(with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
-    pub rho_wei_per_gb_hour: Option<u128>,
-    /// |a|: the adapter's bytes.
-    pub size_bytes: Option<u64>,
-    /// When the term started, unix seconds (it ends at the order's `ends_s`).
-    pub starts_s: Option<u64>,
-    /// Sweeps whose fresh report found the adapter resident on the bundle.
-    pub resident_reports: u64,
-    /// Sweeps that found it absent (or the bundle's report missing or stale).
-    pub absent_reports: u64,
-    /// Jobs of the adapter on the bundle that missed their deadline in the term (absent too).
-    pub missed_deadlines: u64,
-    /// Whether the SLA holds so far: the absent share of all observations ≤ ε.
-    pub sla_met: bool,
-    /// ρ·|a|·term: the whole term's rent, wei.
-    #[serde(with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
-    pub rent_wei: Option<u128>,
-    /// What a missed SLA rebates of it at the observations so far, wei.
-    #[serde(with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
-    pub rebate_wei: Option<u128>,
-    /// What the provider was charged to the tab, wei, once it claimed the term.
-    #[serde(with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
-    pub charged_wei: Option<u128>,
-    /// The rent job's state: `done` once claimed, `settled` once its batch landed.
-    pub settlement: Option<String>,
-}
 
 impl RentFill {
     /// The term as the pure core models it, with the observations so far; `None` until
@@ -156,7 +116,7 @@ impl Books {
         &self,
         provider_key_hash: B256,
         limit: i64,
-    ) -> Result<Vec<super::StandingOrder>> {
+    ) -> Result<Vec<super::standing::StandingOrder>> {
         let ids: Vec<(Vec<u8>,)> = sqlx::query_as(
             "SELECT digest FROM exchange_standing_orders \
              WHERE kind = 'rent' AND status = 'committed' AND provider_key_hash = $1 \

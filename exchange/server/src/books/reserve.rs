@@ -4,52 +4,11 @@
 //! claims (rate × compute_ms), so it settles with its tab like any other. The choice of winner
 //! is the pure core's ([`cx_exchange::lifecycle::reserve::award`]); this module keeps the rows.
 
-use super::{Books, StandingOrder, parse_wei, to_i64};
+use super::fills::{ReserveFill, StoredBid};
+use super::standing::StandingOrder;
+use super::store::{Books, parse_wei, to_i64};
 use crate::error::{Error, Result};
 use alloy::primitives::B256;
-use serde::Serialize;
-
-/// A bid as the books keep it.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct StoredBid {
-    /// The bidding provider's key hash.
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub provider_key_hash: B256,
-    /// Its bundle.
-    pub bundle_id: String,
-    /// Its rate, wei per compute-second.
-    pub rate_wei_per_s: u64,
-    /// `open` until the window starts, then `won` or `lost`.
-    pub status: String,
-    /// Why it lost (the binding reason), once awarded.
-    #[schema(value_type = Option<Object>)]
-    pub refusal: Option<serde_json::Value>,
-}
-
-/// What became of a reserve: its bids, the winner's commitment, the draws on it and what its
-/// take-or-pay charged.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct ReserveFill {
-    /// Every bid, lowest rate first.
-    pub bids: Vec<StoredBid>,
-    /// The provider it is committed to, once awarded.
-    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub provider_key_hash: Option<B256>,
-    /// The committed bundle.
-    pub bundle_id: Option<String>,
-    /// The committed rate, wei per compute-second.
-    pub rate_wei_per_s: Option<u64>,
-    /// Compute drawn by the buyer's intents, milliseconds.
-    pub used_ms: u64,
-    /// How many intents drew on it.
-    pub draws: u64,
-    /// What the take-or-pay charged the tab, wei, once the provider claimed it.
-    #[serde(with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
-    pub charged_wei: Option<u128>,
-    /// The take-or-pay job's state: `done` once claimed, `settled` once its batch landed.
-    pub settlement: Option<String>,
-}
 
 /// A committed reserve an intent may draw on.
 #[derive(Debug, Clone)]

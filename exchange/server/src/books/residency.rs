@@ -15,7 +15,7 @@
 //! say nothing. A job no provider took is not counted either (an absent provider claimed
 //! nothing false; it counts in its observed failure rate instead).
 
-use super::Books;
+use super::store::Books;
 use crate::error::Result;
 use alloy::primitives::B256;
 use serde::Serialize;

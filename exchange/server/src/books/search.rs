@@ -2,7 +2,8 @@
 //! fill becomes a job (its id the search's digest, `done` with the witness) charged what the
 //! provider's receipt claims, so it settles with its tab like any other.
 
-use super::{Books, StandingOrder, to_i64};
+use super::standing::StandingOrder;
+use super::store::{Books, to_i64};
 use crate::error::Result;
 use alloy::primitives::B256;
 
@@ -50,7 +51,7 @@ impl Books {
             id,
             account,
             tab: (chain_id, escrow_id),
-            held_wei: super::parse_wei(&held)?,
+            held_wei: super::store::parse_wei(&held)?,
             ends_s,
             model: "search",
             adapter: None,

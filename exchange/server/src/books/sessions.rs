@@ -1,8 +1,9 @@
 //! Session keys: a grant's terms and bearer hash, what its calls spent, and the one transaction a
 //! call is accepted in (the session's cap and the tab's hold taken together, or neither).
 
-use super::jobs::constraint;
-use super::{Books, NewJob, NewOrder, parse_wei, to_i64, wei_text};
+use super::jobs::{NewJob, NewOrder};
+use super::store::constraint;
+use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use cx_protocol::order::SessionGrant;
@@ -131,7 +132,7 @@ impl Books {
         session_id: B256,
         now_s: u64,
         job: &NewJob,
-        runs: &[super::NewRun],
+        runs: &[super::jobs::NewRun],
     ) -> Result<()> {
         let total_wei = runs
             .iter()
@@ -230,7 +231,7 @@ impl Books {
         .bind(job.workload.kind().as_str())
         .execute(&mut *tx)
         .await?;
-        super::verification::insert_runs(&mut tx, job.id, runs).await?;
+        super::jobs::insert_runs(&mut tx, job.id, runs).await?;
         tx.commit().await?;
         Ok(())
     }

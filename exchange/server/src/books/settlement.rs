@@ -6,7 +6,7 @@
 //! jobs is in flight and none of its standing orders open. The coordinator's outbox
 //! (`settlement_*`, the same database) takes it from there.
 
-use super::{Books, parse_wei, to_i64};
+use super::store::{Books, parse_wei, to_i64};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use sqlx::Row;
@@ -63,7 +63,7 @@ impl Books {
         chain_id: u64,
         escrow_id: u64,
         buyer: Address,
-    ) -> Result<Option<super::Tab>> {
+    ) -> Result<Option<super::tabs::Tab>> {
         sqlx::query(
             "UPDATE exchange_tabs SET status = 'closing', updated_at = now() \
              WHERE chain_id = $1 AND escrow_id = $2 AND buyer = $3 AND status = 'open'",

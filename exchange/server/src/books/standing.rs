@@ -1,8 +1,9 @@
 //! Standing orders (reserves, rents, searches): accepted with their hold on the tab in one
 //! statement, as intents are, and swept when they end unfilled.
 
-use super::jobs::constraint;
-use super::{Books, NewOrder, parse_wei, to_i64, wei_text};
+use super::jobs::NewOrder;
+use super::store::constraint;
+use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use serde::Serialize;
@@ -35,10 +36,10 @@ pub struct StandingOrder {
     pub order: serde_json::Value,
     /// A reserve's bids, commitment, draws and take-or-pay (absent for other kinds).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reserve: Option<super::ReserveFill>,
+    pub reserve: Option<super::fills::ReserveFill>,
     /// A rent's commitment, measured residency and rebate (absent for other kinds).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rent: Option<super::RentFill>,
+    pub rent: Option<super::fills::RentFill>,
 }
 
 impl Books {

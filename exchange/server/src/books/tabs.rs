@@ -1,6 +1,6 @@
 //! Tabs: on-chain escrows mirrored by the chain watcher, and what jobs hold of each.
 
-use super::{Books, parse_wei, to_i64};
+use super::store::{Books, parse_wei, to_i64};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use serde::Serialize;

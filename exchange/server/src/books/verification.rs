@@ -3,12 +3,12 @@
 //! in one transaction (majority `done`, outvoted `failed` with its hold returned, the evidence
 //! against it queued for the committee), plus the outbox of slashes.
 
-use super::jobs::{NewRun, release_sql};
-use super::{Books, JobStatus, parse_wei, to_i64, wei_text};
+use super::jobs::{NewRun, insert_runs, release_sql};
+use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
+use cx_protocol::job_status::JobStatus;
 use sqlx::Row;
-use sqlx::postgres::PgConnection;
 
 /// One job of a verification group (the verified job is run 0) as the books hold it.
 #[derive(Debug, Clone)]
@@ -110,46 +110,6 @@ fn b256(bytes: &[u8], what: &'static str) -> Result<B256> {
     })
 }
 
-/// Writes `runs` of job `original` (inserted in the same transaction): each copies the
-/// original's order, buyer, tab, session, model, adapter, workload and deadline, and starts
-/// `assigned` with an event naming the job it verifies.
-pub(super) async fn insert_runs(
-    tx: &mut PgConnection,
-    original: B256,
-    runs: &[NewRun],
-) -> Result<()> {
-    for run in runs {
-        let inserted = sqlx::query(
-            "WITH job AS ( \
-                 INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
-                                            status, bundle_id, held_wei, decision, deadline_s, \
-                                            adapter, workload, request, session_id, verifies, \
-                                            run) \
-                 SELECT $1, order_digest, account, chain_id, escrow_id, model, 'assigned', $2, \
-                        $3::numeric, $4::jsonb, deadline_s, adapter, workload, request, \
-                        session_id, id, $5 \
-                 FROM exchange_jobs WHERE id = $6 \
-                 RETURNING id) \
-             INSERT INTO exchange_job_events (job_id, seq, status, detail) \
-             SELECT id, 0, 'assigned', jsonb_build_object('verifies', $7::text, 'run', $5) \
-             FROM job",
-        )
-        .bind(run.id.as_slice())
-        .bind(&run.bundle_id)
-        .bind(wei_text(run.held_wei))
-        .bind(run.decision.to_string())
-        .bind(i16::from(run.run))
-        .bind(original.as_slice())
-        .bind(original.to_string())
-        .execute(&mut *tx)
-        .await?;
-        if inserted.rows_affected() != 1 {
-            return Err(Error::UnknownJob);
-        }
-    }
-    Ok(())
-}
-
 impl Books {
     /// The group of job `id` (the verified job, run 0, and its runs), by run; `None` when `id`
     /// is no job. Asked with a run's id, the group of the job it verifies.
@@ -202,7 +162,7 @@ impl Books {
                 .transpose()?,
             model: first.try_get("model")?,
             adapter: first.try_get("adapter")?,
-            workload: super::providers::stored_workload(
+            workload: super::jobs::stored_workload(
                 first.try_get::<Option<String>, _>("workload")?.as_deref(),
                 first.try_get::<Option<String>, _>("request")?.as_deref(),
             )?,
@@ -272,8 +232,8 @@ impl Books {
         match insert_runs(&mut tx, original, std::slice::from_ref(run)).await {
             Ok(()) => {}
             Err(Error::Database(err))
-                if super::jobs::constraint(&err) == Some("exchange_jobs_runs")
-                    || super::jobs::constraint(&err) == Some("exchange_jobs_pkey") =>
+                if super::store::constraint(&err) == Some("exchange_jobs_runs")
+                    || super::store::constraint(&err) == Some("exchange_jobs_pkey") =>
             {
                 return Ok(false);
             }

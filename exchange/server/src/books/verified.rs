@@ -3,9 +3,9 @@
 //! transaction it ends its job in. A passed check's `verified` event is written by
 //! [`Books::complete_job`], in the transaction that takes the result.
 
-use super::Books;
 use super::jobs::release_sql;
 use super::providers::result_open;
+use super::store::Books;
 use crate::error::{Error, Result};
 use alloy::primitives::B256;
 
@@ -25,7 +25,7 @@ impl Books {
         detail: &serde_json::Value,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
-        let row: Option<(super::JobStatus, i64)> = sqlx::query_as(
+        let row: Option<(cx_protocol::job_status::JobStatus, i64)> = sqlx::query_as(
             "SELECT j.status, j.deadline_s \
              FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
              WHERE j.id = $1 AND b.provider_key_hash = $2 FOR UPDATE OF j",
@@ -47,7 +47,7 @@ impl Books {
         .await?;
         sqlx::query(&release_sql(
             "id = $1 AND status = 'running'",
-            super::JobStatus::Failed,
+            cx_protocol::job_status::JobStatus::Failed,
             "the result failed its verification",
         ))
         .bind(job_id.as_slice())

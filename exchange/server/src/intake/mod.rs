@@ -18,6 +18,7 @@
 mod rent;
 mod reserve;
 mod standing;
+mod state;
 
 pub use rent::RENT_REPORT_FRESH_S;
 pub use reserve::RESERVE_CLAIM_GRACE_S;
@@ -25,22 +26,19 @@ pub use standing::{
     MAX_RENT_TERM_S, MAX_SEARCH_PREFIX_BYTES, RentSubmission, ReserveSubmission, SearchSubmission,
     StandingAccepted,
 };
+pub use state::{Intake, PROVIDER_SILENCE_S};
 
-use crate::books::{Books, JobRecord, JobStatus, NewJob, NewOrder, Session};
-use crate::dispatch::Waiters;
+use crate::books::{JobRecord, NewOrder, Session};
 use crate::error::{Error, Result};
-use crate::market::Market;
+use crate::placement::{Accepted, Placed, Want, cleared_tier, decision_record, new_runs, no_match};
 use alloy::primitives::{Address, B256};
-use cx_exchange::clearing::Decision;
 use cx_exchange::routing::features::estimate_tokens;
 use cx_protocol::decision::DecisionRecord;
-use cx_protocol::order::{self, Eip712Domain, Intent, Order, SessionGrant, Signed, Verified};
+use cx_protocol::order::{Intent, Order, SessionGrant, Signed, Verified};
 use cx_protocol::pq::PublicIdentity;
 use cx_protocol::workload::Workload;
 use cx_protocol::{Job, Tier};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::sync::RwLock;
 
 /// Seconds a tab must stay open after a job's deadline, for its receipt to be verified and
 /// settled before the buyer may reclaim the escrow.
@@ -76,230 +74,7 @@ pub struct IntentSubmission {
     pub wait: bool,
 }
 
-/// Feasible and rejected bundles a stored decision keeps: the nearest ones explain a choice; a
-/// fleet of ten thousand would otherwise write ten thousand rows of JSON per intent.
-pub const DECISION_KEEPS: usize = 32;
-
-/// What an accepted intent became.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Accepted {
-    /// The job id (the order's EIP-712 digest).
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub job_id: B256,
-    /// Its state.
-    pub status: JobStatus,
-    /// The bundle it was cleared onto.
-    pub bundle_id: String,
-    /// What it holds on the tab, wei (the bundle's charge, at most the buyer's limit).
-    #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
-    pub held_wei: u128,
-    /// The tier the job is verified at (the intent's `min_tier`, or the first stronger one a
-    /// bundle offers).
-    pub tier: Tier,
-    /// The chosen bundle's cost terms (the whole decision is at `GET /v1/jobs/{id}`).
-    #[schema(value_type = Object, required = true)]
-    pub terms: cx_exchange::objective::Terms,
-    /// The verification runs placed with it (T1 and T3 re-execute the job on other providers;
-    /// `held_wei` above includes what they hold).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub verification_runs: Vec<crate::verification::PlacedRun>,
-}
-
-/// The tier a stored decision says its job was cleared at (every job's decision names one).
-pub(crate) fn cleared_tier(decision: &DecisionRecord) -> Result<Tier> {
-    decision.tier.ok_or_else(|| Error::Corrupt {
-        what: "a job's decision without a tier",
-        value: decision.chosen.clone().unwrap_or_default(),
-    })
-}
-
-/// The clearing decision as the books keep it ([`DecisionRecord`]): the tier and class `job`
-/// was cleared for, the choice and its terms, and the first [`DECISION_KEEPS`] feasible and
-/// refused bundles (the nearest first) of how many there were.
-pub(crate) fn decision_record(decision: Decision, job: &Job) -> DecisionRecord {
-    let Decision {
-        chosen,
-        terms,
-        mut feasible,
-        mut rejected,
-    } = decision;
-    let (feasible_total, rejected_total) = (feasible.len(), rejected.len());
-    feasible.truncate(DECISION_KEEPS);
-    rejected.sort_by(nearest_first);
-    rejected.truncate(DECISION_KEEPS);
-    DecisionRecord {
-        tier: Some(job.tier),
-        determinism: job.determinism,
-        chosen,
-        terms,
-        feasible,
-        feasible_total,
-        rejected,
-        rejected_total,
-        prefix_id: job.prefix.as_ref().map(|p| p.id.clone()),
-        limit_wei: None,
-    }
-}
-
-/// What the intake path needs: the books, the market and the domains of the chains it serves.
-#[derive(Debug)]
-pub struct Intake {
-    books: Books,
-    market: Market,
-    domains: HashMap<u64, Eip712Domain>,
-    settle_margin_s: u64,
-    waiters: Waiters,
-    bound: RwLock<HashMap<Address, PublicIdentity>>,
-    identity: std::sync::Arc<cx_protocol::pq::Identity>,
-    registries: crate::stake::Registries,
-    provider_silence_s: u64,
-    freivalds_rounds: usize,
-    limits: crate::limits::RateLimits,
-    in_flight: Option<crate::limits::InFlight>,
-    store_quota_bytes: u64,
-}
-
-/// Bound ML-DSA keys kept in memory at most (each ~2 KB).
-const BOUND_KEYS_CACHED: usize = 100_000;
-
 impl Intake {
-    /// The intake over `books` and `market`, serving the chains whose Settlement contracts are
-    /// given as `(chain_id, settlement)`.
-    pub fn new(
-        books: Books,
-        market: Market,
-        chains: impl IntoIterator<Item = (u64, Address)>,
-        settle_margin_s: u64,
-    ) -> Self {
-        Self {
-            books,
-            market,
-            domains: chains
-                .into_iter()
-                .map(|(id, settlement)| (id, order::domain(id, settlement)))
-                .collect(),
-            settle_margin_s,
-            waiters: Waiters::default(),
-            bound: RwLock::new(HashMap::new()),
-            identity: std::sync::Arc::new(cx_protocol::pq::Identity::generate()),
-            registries: Default::default(),
-            provider_silence_s: crate::dispatch::PROVIDER_SILENCE_S,
-            freivalds_rounds: crate::matmul::DEFAULT_FREIVALDS_ROUNDS,
-            limits: crate::limits::RateLimits::default(),
-            in_flight: crate::limits::InFlight::new(crate::limits::MAX_IN_FLIGHT),
-            store_quota_bytes: crate::books::DEFAULT_STORE_QUOTA_BYTES,
-        }
-    }
-
-    /// The same intake checking returned products with `rounds` Freivalds rounds (soundness
-    /// 2⁻ʳᵒᵘⁿᵈˢ; [`crate::matmul::DEFAULT_FREIVALDS_ROUNDS`] by default), clamped to
-    /// 1..=[`crate::matmul::MAX_FREIVALDS_ROUNDS`].
-    pub fn with_freivalds_rounds(mut self, rounds: usize) -> Self {
-        self.freivalds_rounds = rounds.clamp(1, crate::matmul::MAX_FREIVALDS_ROUNDS);
-        self
-    }
-
-    /// Freivalds rounds per product check.
-    pub fn freivalds_rounds(&self) -> usize {
-        self.freivalds_rounds
-    }
-
-    /// The same intake signing assignments as `identity` (the exchange's ML-DSA-65 key, which
-    /// providers and signers pin); [`Intake::new`] makes a fresh one.
-    pub fn with_identity(mut self, identity: std::sync::Arc<cx_protocol::pq::Identity>) -> Self {
-        self.identity = identity;
-        self
-    }
-
-    /// The same intake admitting only providers staked in `registries` (see [`crate::stake`]);
-    /// without, any provider whose offer verifies is admitted (tests without chains).
-    pub fn with_registries(mut self, registries: crate::stake::Registries) -> Self {
-        self.registries = registries;
-        self
-    }
-
-    /// The same intake taking providers silent for `seconds` (no fresh offer) out of the engine
-    /// ([`crate::dispatch::PROVIDER_SILENCE_S`] by default; keep it above the providers'
-    /// re-registration period, 30 s for `cx-provider`).
-    pub fn with_provider_silence_s(mut self, seconds: u64) -> Self {
-        self.provider_silence_s = seconds;
-        self
-    }
-
-    /// How long a provider may go without a fresh offer before it leaves the engine.
-    pub fn provider_silence_s(&self) -> u64 {
-        self.provider_silence_s
-    }
-
-    /// The registries providers must be staked in.
-    pub fn registries(&self) -> &crate::stake::Registries {
-        &self.registries
-    }
-
-    /// The exchange's ML-DSA-65 identity (it signs assignments).
-    pub fn identity(&self) -> &cx_protocol::pq::Identity {
-        &self.identity
-    }
-
-    /// Rate limits per IP address and per account ([`crate::limits`]); the defaults otherwise.
-    pub fn with_rate_limits(mut self, config: crate::limits::RateConfig) -> Self {
-        self.limits = crate::limits::RateLimits::new(config);
-        self
-    }
-
-    /// The rate limits.
-    pub fn limits(&self) -> &crate::limits::RateLimits {
-        &self.limits
-    }
-
-    /// At most `max` requests doing work at once ([`crate::limits::InFlight`]; 0: no bound).
-    pub fn with_max_in_flight(mut self, max: usize) -> Self {
-        self.in_flight = crate::limits::InFlight::new(max);
-        self
-    }
-
-    /// Bytes of adapters and datasets one account may keep stored ([`Books::store`]).
-    pub fn with_store_quota_bytes(mut self, bytes: u64) -> Self {
-        self.store_quota_bytes = bytes;
-        self
-    }
-
-    /// Bytes of adapters and datasets one account may keep stored.
-    pub fn store_quota_bytes(&self) -> u64 {
-        self.store_quota_bytes
-    }
-
-    /// The bound on requests doing work at once, if any.
-    pub fn in_flight(&self) -> Option<&crate::limits::InFlight> {
-        self.in_flight.as_ref()
-    }
-
-    /// The books.
-    pub fn books(&self) -> &Books {
-        &self.books
-    }
-
-    /// The market.
-    pub fn market(&self) -> &Market {
-        &self.market
-    }
-
-    /// The chains this exchange serves.
-    pub fn chain_ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.domains.keys().copied()
-    }
-
-    /// The EIP-712 domain of `chain_id`, if this exchange serves it.
-    pub fn domain(&self, chain_id: u64) -> Option<&Eip712Domain> {
-        self.domains.get(&chain_id)
-    }
-
-    /// Who waits on which job.
-    pub fn waiters(&self) -> &Waiters {
-        &self.waiters
-    }
-
     /// Checks a signed order at `now_s`, cheapest first: its domain is one of ours, its times,
     /// the EIP-712 signature (recovering the account), then the ML-DSA co-signature under the key
     /// the books bound to that account. `within` prefixes the error's field path.
@@ -384,7 +159,7 @@ impl Intake {
             })?;
         let key = PublicIdentity::from_bytes(&binding.mldsa_key)?;
         let mut bound = self.bound.write().unwrap_or_else(|e| e.into_inner());
-        if bound.len() >= BOUND_KEYS_CACHED {
+        if bound.len() >= state::BOUND_KEYS_CACHED {
             // Bounded memory: start over rather than track recency; the books have them all.
             bound.clear();
         }
@@ -972,101 +747,6 @@ fn continued_prefix(job: &Job, request: &InferenceRequest) -> Option<cx_protocol
 /// How long a waiter sleeps at most between reads of the books.
 const POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// What a job asks of the market, whoever signed for it: an intent's own fields, or a session
-/// grant's defaults with a call's overrides.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Want {
-    /// A catalog model (name or alias).
-    pub model: String,
-    /// The adapter, by content id.
-    pub adapter_id: Option<B256>,
-    /// When the result must be back, unix seconds.
-    pub deadline_s: u64,
-    /// The most the buyer pays, wei.
-    pub max_price_wei: u128,
-    /// The weakest verification tier accepted.
-    pub min_tier: Tier,
-    /// The determinism class.
-    pub determinism: cx_protocol::DeterminismClass,
-}
-
-impl Want {
-    /// Refuses a deadline that is not after `now_s`, naming `deadline_s`.
-    pub(crate) fn check_deadline(&self, now_s: u64) -> Result<()> {
-        if self.deadline_s <= now_s {
-            return Err(cx_protocol::Error::DeadlinePassed {
-                field: "deadline_s".to_owned(),
-                deadline_s: self.deadline_s,
-                now_s,
-            }
-            .into());
-        }
-        Ok(())
-    }
-}
-
-/// A cleared job before it is committed.
-pub(crate) struct Placed {
-    pub(crate) job: Job,
-    pub(crate) bundle_id: String,
-    pub(crate) terms: cx_exchange::objective::Terms,
-    pub(crate) held_wei: u128,
-    pub(crate) deadline_s: u64,
-    pub(crate) decision: DecisionRecord,
-    /// The reserve it draws on, if it does (then it is priced zero).
-    pub(crate) drawn: Option<reserve::Drawn>,
-}
-
-/// The books' form of the runs placed with a job.
-fn new_runs(runs: &[crate::verification::PlacedRun]) -> Result<Vec<crate::books::NewRun>> {
-    runs.iter()
-        .map(crate::verification::PlacedRun::to_new)
-        .collect()
-}
-
-impl Placed {
-    fn new_job(
-        &self,
-        id: B256,
-        tab_id: u64,
-        workload: &Workload,
-        settle_margin_s: u64,
-    ) -> Result<NewJob> {
-        let mut decision = serde_json::to_value(&self.decision)?;
-        if let (Some(drawn), Some(fields)) = (self.drawn, decision.as_object_mut()) {
-            fields.insert("reserve".into(), drawn.reserve.to_string().into());
-            fields.insert("drawn_ms".into(), drawn.compute_ms.into());
-        }
-        Ok(NewJob {
-            id,
-            escrow_id: tab_id,
-            model: self.job.base_model.clone(),
-            status: JobStatus::Assigned,
-            bundle_id: Some(self.bundle_id.clone()),
-            held_wei: self.held_wei,
-            needed_until_s: self.deadline_s.saturating_add(settle_margin_s),
-            decision,
-            deadline_s: self.deadline_s,
-            adapter: self.job.adapter.clone(),
-            workload: workload.clone(),
-        })
-    }
-
-    fn accepted(self, job_id: B256, runs: Vec<crate::verification::PlacedRun>) -> Accepted {
-        Accepted {
-            job_id,
-            status: JobStatus::Assigned,
-            bundle_id: self.bundle_id,
-            held_wei: runs
-                .iter()
-                .fold(self.held_wei, |sum, r| sum.saturating_add(r.held_wei)),
-            tier: self.job.tier,
-            terms: self.terms,
-            verification_runs: runs,
-        }
-    }
-}
-
 /// What a stored session grant allows.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct SessionOpened {
@@ -1093,38 +773,4 @@ pub fn now_s() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// Refused bundles by how near they came: the smallest binding factor first, categorical
-/// refusals (no factor: no amount of a resource fixes them) last.
-fn nearest_first(
-    a: &cx_exchange::clearing::Rejection,
-    b: &cx_exchange::clearing::Rejection,
-) -> std::cmp::Ordering {
-    a.factor
-        .unwrap_or(f64::INFINITY)
-        .total_cmp(&b.factor.unwrap_or(f64::INFINITY))
-}
-
-/// No bundle can take the job: say which came nearest and what it missed by.
-pub(crate) fn no_match(decision: &Decision) -> Error {
-    let nearest = decision.rejected.iter().min_by(|a, b| nearest_first(a, b));
-    match nearest {
-        None => Error::NoMatch {
-            detail: "no provider bundle is registered for this market".to_owned(),
-        },
-        Some(r) => Error::NoMatch {
-            detail: format!(
-                "nearest: bundle {} misses {}{} ({})",
-                r.id,
-                r.binding,
-                r.factor.map_or(String::new(), |f| format!(" by {f:.3}×")),
-                r.violations
-                    .iter()
-                    .map(|v| v.detail.as_str())
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
-        },
-    }
 }

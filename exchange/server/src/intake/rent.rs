@@ -9,7 +9,7 @@
 //! rent = `ρ·|a|·term` ([`cx_exchange::lifecycle::rent::Rent::accrue`]). The cheapest capable
 //! bundle is the lowest ρ; its term's rent must be at most the buyer's `max_rent_wei`.
 
-use super::Intake;
+use super::state::Intake;
 use crate::books::{Provider, RentCommitment};
 use crate::error::{Error, Result};
 use alloy::primitives::B256;

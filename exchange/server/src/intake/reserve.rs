@@ -9,12 +9,14 @@
 //! provider rate × compute_ms for the whole commitment, drawn or not. An intent that the
 //! reserve's remainder cannot wholly cover goes to spot as usual.
 
-use super::{InferenceRequest, Intake, Placed, Want};
+use super::state::Intake;
 use crate::books::{Drawable, Provider, StandingOrder};
 use crate::error::{Error, Result};
+use crate::placement::{Drawn, Placed, Want};
 use alloy::primitives::{Address, B256};
 use cx_exchange::lifecycle::reserve::{Bid, Reserve as Commitment, ReserveState, award};
 use cx_protocol::bid::SignedBid;
+use cx_protocol::order::InferenceRequest;
 use cx_protocol::order::{Reserve, Signed};
 use cx_protocol::receipt::SignedReceipt;
 
@@ -22,15 +24,6 @@ use cx_protocol::receipt::SignedReceipt;
 /// most half the settle margin, so the tab still settles before its buyer may reclaim it);
 /// unclaimed by then, the hold returns to the tab.
 pub const RESERVE_CLAIM_GRACE_S: u64 = 60;
-
-/// A draw an intent makes on a reserve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Drawn {
-    /// The reserve.
-    pub(super) reserve: B256,
-    /// Its estimated compute on the committed bundle, milliseconds.
-    pub(super) compute_ms: u64,
-}
 
 fn signed_reserve(order: &StandingOrder) -> Result<Signed<Reserve>> {
     Ok(serde_json::from_value(
@@ -358,7 +351,7 @@ impl Intake {
                 continue;
             }
             return Ok(Some(Placed {
-                decision: super::decision_record(decision, &job),
+                decision: crate::placement::decision_record(decision, &job),
                 job,
                 bundle_id,
                 terms,

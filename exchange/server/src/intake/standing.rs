@@ -3,7 +3,7 @@
 //! the most it can cost held on its tab; providers fill them (the providers' issue), and one that
 //! ends unfilled returns its hold at the sweep.
 
-use super::Intake;
+use super::state::Intake;
 use crate::books::NewOrder;
 use crate::error::{Error, Result};
 use alloy::primitives::B256;

@@ -759,7 +759,7 @@ async fn batches_providers_markets_and_accounts_show_what_the_books_hold() {
     assert!(page.contains("<polyline id=\"series-llama-3-1-8b-instruct-t1\""));
     // The quotes over time: two samples (as the sweep takes them), the regime changing between.
     assert!(page.contains("<p id=\"quote-chart\" class=\"empty\">"));
-    let sample = |bid: u64, regime| cx_exchange_server::market::MarketQuote {
+    let sample = |bid: u64, regime| cx_exchange_server::books::MarketQuote {
         model: "llama-3.1-8b-instruct".into(),
         tier: Tier::T1,
         bid_wei_per_s: bid,

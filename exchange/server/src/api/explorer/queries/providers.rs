@@ -2,8 +2,8 @@
 //! went (completed against expired or failed) and what their receipts earned.
 
 use super::{hex0x, json, ms};
+use crate::api::explorer::params::Paging;
 use crate::error::Result;
-use crate::explorer::params::Paging;
 use alloy::primitives::B256;
 use cx_protocol::Bundle;
 use serde::Serialize;

@@ -19,7 +19,8 @@ mod params;
 mod queries;
 mod svg;
 
-use crate::api::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::AppState;
 use axum::Router;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -28,22 +29,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use params::{Before, JobsQuery, ListQuery};
 use serde::Serialize;
-use std::collections::BTreeMap;
-
-/// What the explorer is configured with beyond the books: each chain's block explorer.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Config {
-    /// Block-explorer base URL per chain id (EIP-3091: `{url}/tx/{hash}` shows a transaction).
-    pub chain_explorers: BTreeMap<u64, String>,
-}
-
-impl Config {
-    /// The EIP-3091 link to transaction `tx_hash` on `chain_id`, if that chain has an explorer.
-    pub(crate) fn tx_url(&self, chain_id: i64, tx_hash: &str) -> Option<String> {
-        let url = self.chain_explorers.get(&u64::try_from(chain_id).ok()?)?;
-        Some(format!("{}/tx/{tx_hash}", url.trim_end_matches('/')))
-    }
-}
 
 /// How long a provider page waits for a chain to say what the provider has at stake.
 const STAKE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);

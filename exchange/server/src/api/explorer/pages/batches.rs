@@ -2,15 +2,15 @@
 //! chain, gas, the signers that signed, and the jobs they settle.
 
 use super::{batch_link, job_link, pager, tx_cell, wei_opt};
-use crate::explorer::Config;
-use crate::explorer::html::{self, Dl, Html, Table, badge, time_ms};
-use crate::explorer::params::Paging;
-use crate::explorer::queries::settlement::{
+use crate::api::explorer::html::{self, Dl, Html, Table, badge, time_ms};
+use crate::api::explorer::params::Paging;
+use crate::api::explorer::queries::settlement::{
     BATCH_JOBS_SHOWN, BatchDetail, BatchSummary, Part, Step,
 };
+use crate::api::state::ExplorerConfig;
 use serde::Serialize;
 
-fn link_parts<'a>(parts: impl Iterator<Item = &'a mut Part>, config: &Config) {
+fn link_parts<'a>(parts: impl Iterator<Item = &'a mut Part>, config: &ExplorerConfig) {
     for part in parts {
         part.tx_url = part
             .tx_hash
@@ -33,7 +33,7 @@ impl BatchesPage {
         mut batches: Vec<BatchSummary>,
         more: bool,
         paging: Paging,
-        config: &Config,
+        config: &ExplorerConfig,
     ) -> Self {
         link_parts(batches.iter_mut().flat_map(|b| b.parts.iter_mut()), config);
         let next = match batches.last() {
@@ -56,7 +56,7 @@ pub(crate) struct BatchPage {
 }
 
 impl BatchPage {
-    pub(crate) fn new(mut batch: BatchDetail, config: &Config) -> Self {
+    pub(crate) fn new(mut batch: BatchDetail, config: &ExplorerConfig) -> Self {
         link_parts(batch.summary.parts.iter_mut(), config);
         Self { batch }
     }

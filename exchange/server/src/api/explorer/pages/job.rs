@@ -3,11 +3,11 @@
 use super::{
     account_link, batch_link, job_link, json_fields, provider_link, text_opt, tx_cell, wei, wei_opt,
 };
-use crate::explorer::Config;
-use crate::explorer::html::{
+use crate::api::explorer::html::{
     self, Dl, Html, Table, badge, code, esc, id_token, json_details, num, section, time_ms, time_s,
 };
-use crate::explorer::queries::jobs::JobDetail;
+use crate::api::explorer::queries::jobs::JobDetail;
+use crate::api::state::ExplorerConfig;
 use cx_protocol::decision::DecisionRecord;
 use serde::Serialize;
 
@@ -20,7 +20,7 @@ pub(crate) struct JobPage {
 }
 
 impl JobPage {
-    pub(crate) fn new(mut job: JobDetail, config: &Config) -> Self {
+    pub(crate) fn new(mut job: JobDetail, config: &ExplorerConfig) -> Self {
         if let Some(s) = &mut job.settlement {
             for part in &mut s.parts {
                 part.tx_url = part

@@ -2,11 +2,11 @@
 //! regime and its belief), its quotes over time (bid and ask per market, with the regimes they
 //! were made in) and the prices jobs paid, as SVG charts.
 
+use crate::api::explorer::html::{self, Html, Table, badge, id_token, num, query_value, time_ms};
+use crate::api::explorer::queries::markets::PricePoint;
+use crate::api::explorer::svg::{self, Series};
+use crate::books::MarketQuote;
 use crate::books::QuotePoint;
-use crate::explorer::html::{self, Html, Table, badge, id_token, num, query_value, time_ms};
-use crate::explorer::queries::markets::PricePoint;
-use crate::explorer::svg::{self, Series};
-use crate::market::MarketQuote;
 use serde::Serialize;
 use std::collections::BTreeMap;
 

@@ -2,9 +2,9 @@
 //! the clearing decision, the assignment, the receipt, the events, verification and settlement.
 
 use super::{SETTLEMENT_JOINS, SHOWN_STATUS, hex0x, hex0x_opt, json, ms, wei};
+use crate::api::explorer::params::{Before, JobFilter, Paging};
+use crate::api::explorer::queries::settlement::{self, Part, Step};
 use crate::error::Result;
-use crate::explorer::params::{Before, JobFilter, Paging};
-use crate::explorer::queries::settlement::{self, Part, Step};
 use alloy::primitives::B256;
 use cx_protocol::Bundle;
 use cx_protocol::decision::DecisionRecord;

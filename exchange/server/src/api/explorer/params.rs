@@ -1,7 +1,7 @@
 //! The query strings and path segments the explorer accepts, checked before any SQL runs: every
 //! bad value is a 400 naming its field (our JSON error shape for JSON, an error page for HTML).
 
-use crate::api::ApiError;
+use crate::api::error::ApiError;
 use alloy::primitives::{Address, B256};
 use serde::{Deserialize, Serialize};
 

@@ -22,7 +22,7 @@ macro_rules! ms {
 }
 pub(crate) use ms;
 
-/// The status a job shows (see [`crate::explorer::params::STATUSES`]), given the job `j`, its
+/// The status a job shows (see [`crate::api::explorer::params::STATUSES`]), given the job `j`, its
 /// settlement receipt `sr` and that receipt's batch part on the job's chain `bp`.
 pub(crate) const SHOWN_STATUS: &str = "CASE WHEN bp.status = 'posted' THEN 'settled' \
      WHEN sr.batch_id IS NOT NULL THEN 'batched' ELSE j.status END";

@@ -2,9 +2,9 @@
 //! status, paged by number or by the `before` cursor.
 
 use super::{account_link, batch_link, job_link, pager, provider_link, text_opt, wei};
-use crate::explorer::html::{self, Html, Table, badge, esc, query_value, time_ms};
-use crate::explorer::params::{Before, JobFilter, MAX_LIMIT, Paging, STATUSES, TIERS};
-use crate::explorer::queries::jobs::{JobList, JobSummary};
+use crate::api::explorer::html::{self, Html, Table, badge, esc, query_value, time_ms};
+use crate::api::explorer::params::{Before, JobFilter, MAX_LIMIT, Paging, STATUSES, TIERS};
+use crate::api::explorer::queries::jobs::{JobList, JobSummary};
 use alloy::primitives::B256;
 use serde::Serialize;
 
@@ -36,7 +36,7 @@ impl JobsPage {
     ) -> Self {
         let url = |extra: &[(&str, String)]| {
             let mut pairs = filter.pairs();
-            if paging.limit != crate::explorer::params::DEFAULT_LIMIT {
+            if paging.limit != crate::api::explorer::params::DEFAULT_LIMIT {
                 pairs.push(("limit", paging.limit.to_string()));
             }
             pairs.extend(extra.iter().map(|(k, v)| (*k, v.clone())));

@@ -1,9 +1,9 @@
 //! `/explorer`: how many jobs are in each state, the latest jobs and batches, and where to go.
 
 use super::batches;
-use crate::explorer::html::{self, Html, esc, query_value};
-use crate::explorer::queries::jobs::JobSummary;
-use crate::explorer::queries::settlement::BatchSummary;
+use crate::api::explorer::html::{self, Html, esc, query_value};
+use crate::api::explorer::queries::jobs::JobSummary;
+use crate::api::explorer::queries::settlement::BatchSummary;
 use serde::Serialize;
 
 /// How many jobs show one status.

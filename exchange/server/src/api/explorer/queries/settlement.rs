@@ -2,8 +2,8 @@
 //! transaction hash), the steps it took, and the receipts (jobs) each batch settles.
 
 use super::{hex0x, hex0x_opt, ms};
+use crate::api::explorer::params::{Before, Paging};
 use crate::error::Result;
-use crate::explorer::params::{Before, Paging};
 use serde::Serialize;
 use sqlx::PgPool;
 

@@ -2,8 +2,8 @@
 //! (amount, held, spent, settled, open), standing orders and what it can claim.
 
 use super::{account_link, batch_link, page_links, pager, wei};
-use crate::explorer::html::{self, Dl, Html, Table, badge, esc, query_value, time_ms, time_s};
-use crate::explorer::queries::accounts::{AccountDetail, AccountSummary};
+use crate::api::explorer::html::{self, Dl, Html, Table, badge, esc, query_value, time_ms, time_s};
+use crate::api::explorer::queries::accounts::{AccountDetail, AccountSummary};
 use serde::Serialize;
 
 /// The accounts list's data.

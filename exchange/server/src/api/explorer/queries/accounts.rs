@@ -3,8 +3,8 @@
 //! pays out against a Merkle proof.
 
 use super::{amount_text, hex0x, ms};
+use crate::api::explorer::params::Paging;
 use crate::error::Result;
-use crate::explorer::params::Paging;
 use alloy::primitives::Address;
 use serde::Serialize;
 use sqlx::PgPool;

@@ -2,8 +2,8 @@
 //! shadow price, observed failure rate and earnings.
 
 use super::{page_links, pager, provider_link, wei};
-use crate::explorer::html::{self, Dl, Html, Table, esc, id_token, num, time_ms};
-use crate::explorer::queries::providers::{ProviderDetail, ProviderSummary};
+use crate::api::explorer::html::{self, Dl, Html, Table, esc, id_token, num, time_ms};
+use crate::api::explorer::queries::providers::{ProviderDetail, ProviderSummary};
 use serde::Serialize;
 
 /// The providers list's data.

@@ -1,0 +1,150 @@
+//! [`AppState`]: what every handler of the API and the explorer shares — the intake (none on a
+//! state that answers health checks only), the settler, the metrics and the explorer's settings
+//! ([`ExplorerConfig`]).
+
+use super::error::ApiError;
+use crate::intake::Intake;
+use axum::http::StatusCode;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What every handler shares. Cheap to clone (one `Arc`).
+#[derive(Clone, Debug)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    started_at: Instant,
+    intake: Option<Intake>,
+    settler: Option<Arc<crate::settlement::Settler>>,
+    metrics: super::metrics::Metrics,
+    explorer: ExplorerConfig,
+}
+
+impl AppState {
+    /// A state that answers health checks only (no books, no market): every market route
+    /// answers 503 until [`AppState::with_intake`] gives it one. The uptime counts from here.
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                started_at: Instant::now(),
+                intake: None,
+                settler: None,
+                metrics: super::metrics::Metrics::default(),
+                explorer: ExplorerConfig::default(),
+            }),
+        }
+    }
+
+    /// The state of a serving exchange: its books, market and chains.
+    pub fn with_intake(intake: Intake) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                started_at: Instant::now(),
+                intake: Some(intake),
+                settler: None,
+                metrics: super::metrics::Metrics::default(),
+                explorer: ExplorerConfig::default(),
+            }),
+        }
+    }
+
+    /// The state of a serving exchange that also settles: `settler` serves the claims.
+    pub fn with_settlement(intake: Intake, settler: Arc<crate::settlement::Settler>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                started_at: Instant::now(),
+                intake: Some(intake),
+                settler: Some(settler),
+                metrics: super::metrics::Metrics::default(),
+                explorer: ExplorerConfig::default(),
+            }),
+        }
+    }
+
+    /// The background sweeps of a serving exchange ([`crate::dispatch::run_sweeps`]); pending
+    /// forever on a state without books.
+    pub async fn run_sweeps(self) {
+        match &self.inner.intake {
+            Some(intake) => crate::dispatch::run_sweeps(intake).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The same state with each chain's block explorer (`chain id → base URL`), which the
+    /// explorer's pages link transaction hashes to (EIP-3091 `{url}/tx/{hash}`). Call it before
+    /// the state is cloned (it sets nothing on a state already shared).
+    pub fn with_chain_explorers(mut self, urls: impl IntoIterator<Item = (u64, String)>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.explorer.chain_explorers = urls.into_iter().collect();
+        }
+        self
+    }
+
+    /// What the explorer is configured with.
+    pub(crate) fn explorer(&self) -> &ExplorerConfig {
+        &self.inner.explorer
+    }
+
+    pub(super) fn metrics(&self) -> &super::metrics::Metrics {
+        &self.inner.metrics
+    }
+
+    /// The intake of a serving state (`None` for one that answers health checks only): for the
+    /// sweeps and for tests that drive them.
+    pub fn serving(&self) -> Option<&Intake> {
+        self.inner.intake.as_ref()
+    }
+
+    /// The intake path, or the 503 a server without books answers.
+    pub(crate) fn intake(&self) -> Result<&Intake, ApiError> {
+        self.inner.intake.as_ref().ok_or_else(|| ApiError::Refused {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "not_serving",
+            message: "this server has no books or market configured".to_owned(),
+            field: None,
+        })
+    }
+
+    /// The settlement loop, or the 503 of an exchange that does not settle.
+    pub(super) fn settler(&self) -> Result<&crate::settlement::Settler, ApiError> {
+        self.inner
+            .settler
+            .as_deref()
+            .ok_or_else(|| ApiError::Refused {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "not_settling",
+                message: "this exchange runs no settlement (cx serve --settlement)".to_owned(),
+                field: None,
+            })
+    }
+
+    /// Seconds since [`AppState::new`].
+    pub fn uptime_s(&self) -> u64 {
+        self.inner.started_at.elapsed().as_secs()
+    }
+}
+
+impl Default for AppState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What the explorer is configured with beyond the books: each chain's block explorer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ExplorerConfig {
+    /// Block-explorer base URL per chain id (EIP-3091: `{url}/tx/{hash}` shows a transaction).
+    pub(crate) chain_explorers: BTreeMap<u64, String>,
+}
+
+impl ExplorerConfig {
+    /// The EIP-3091 link to transaction `tx_hash` on `chain_id`, if that chain has an explorer.
+    pub(crate) fn tx_url(&self, chain_id: i64, tx_hash: &str) -> Option<String> {
+        let url = self.chain_explorers.get(&u64::try_from(chain_id).ok()?)?;
+        Some(format!("{}/tx/{tx_hash}", url.trim_end_matches('/')))
+    }
+}

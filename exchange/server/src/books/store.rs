@@ -1,0 +1,88 @@
+//! The pool the books are kept in, opened and migrated, and the conversions every table's
+//! statements share (wei as `NUMERIC` text, unsigned ids as `BIGINT`, constraint names).
+
+use crate::error::Result;
+use sqlx::Postgres;
+use sqlx::migrate::{MigrateDatabase, Migrator};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+/// The exchange's migrations (`migrations/` at the workspace root).
+pub static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
+
+/// The devnet's database on the local server, where `DATABASE_URL` is not set.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/cx";
+
+/// `DATABASE_URL`, else [`DEFAULT_DATABASE_URL`].
+pub fn database_url() -> String {
+    std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.to_owned())
+}
+
+/// Connections the pool keeps at most: a small service on shared machines.
+const MAX_CONNECTIONS: u32 = 16;
+
+/// How long a query waits for a pooled connection (a new one while the server is away).
+const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The exchange's database, migrated.
+#[derive(Clone, Debug)]
+pub struct Books {
+    pub(super) pool: PgPool,
+    /// When this process opened the books, unix seconds on the database's clock: what an
+    /// earlier process left in flight is what changed before it.
+    pub(super) opened_at_s: f64,
+}
+
+impl Books {
+    /// Connects to `database_url`, creating the database if it does not exist, and applies every
+    /// migration it lacks. Safe to run at every start, and from two processes at once (PostgreSQL's
+    /// advisory lock serialises the migrations; a database another process just created is used).
+    pub async fn open(database_url: &str) -> Result<Self> {
+        if !Postgres::database_exists(database_url).await?
+            && let Err(err) = Postgres::create_database(database_url).await
+            // Another process may have created it between our check and our create.
+            && !Postgres::database_exists(database_url).await?
+        {
+            return Err(err.into());
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            // While PostgreSQL restarts a request waits this long for a connection, then is
+            // answered 503 (sqlx's default, 30 s, held clients past their own timeouts).
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect(database_url)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        let opened_at_s = sqlx::query_scalar("SELECT extract(epoch FROM now())::float8")
+            .fetch_one(&pool)
+            .await?;
+        Ok(Self { pool, opened_at_s })
+    }
+
+    /// The pool, for the settlement coordinator's store, which keeps its outbox in these books.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// A `u128` amount as PostgreSQL `NUMERIC` text (sqlx has no `u128`; the SQL casts `::numeric`).
+pub(super) fn wei_text(wei: u128) -> String {
+    wei.to_string()
+}
+
+/// A `NUMERIC` read back as text (`::text` in the SQL) into a `u128`.
+pub(super) fn parse_wei(text: &str) -> Result<u128> {
+    text.parse().map_err(|_| crate::Error::Corrupt {
+        what: "a wei amount",
+        value: text.to_owned(),
+    })
+}
+
+/// A chain id or block number as the `BIGINT` PostgreSQL stores.
+pub(super) fn to_i64(value: u64, what: &'static str) -> Result<i64> {
+    i64::try_from(value).map_err(|_| crate::Error::OutOfRange { what, value })
+}
+
+/// The name of the constraint a database error violated, if it is one.
+pub(super) fn constraint(err: &sqlx::Error) -> Option<&str> {
+    err.as_database_error().and_then(|e| e.constraint())
+}

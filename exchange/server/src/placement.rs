@@ -1,0 +1,246 @@
+//! Placement: what a job asks of the market ([`Want`]), what clearing made of it before it is
+//! committed ([`Placed`], with its verification runs and any reserve it draws on), the decision
+//! the books keep, and the answer an intent gets ([`Accepted`]). Every order kind and the
+//! verification that re-places jobs build on these; this module depends on none of them.
+
+use crate::books::{JobStatus, NewJob, NewRun};
+use crate::error::{Error, Result};
+use alloy::primitives::B256;
+use cx_exchange::clearing::Decision;
+use cx_protocol::decision::DecisionRecord;
+use cx_protocol::workload::Workload;
+use cx_protocol::{Job, Tier};
+use serde::Serialize;
+
+/// Feasible and rejected bundles a stored decision keeps: the nearest ones explain a choice; a
+/// fleet of ten thousand would otherwise write ten thousand rows of JSON per intent.
+pub const DECISION_KEEPS: usize = 32;
+
+/// What an accepted intent became.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct Accepted {
+    /// The job id (the order's EIP-712 digest).
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
+    pub job_id: B256,
+    /// Its state.
+    pub status: JobStatus,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// What it holds on the tab, wei (the bundle's charge, at most the buyer's limit).
+    #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
+    pub held_wei: u128,
+    /// The tier the job is verified at (the intent's `min_tier`, or the first stronger one a
+    /// bundle offers).
+    pub tier: Tier,
+    /// The chosen bundle's cost terms (the whole decision is at `GET /v1/jobs/{id}`).
+    #[schema(value_type = Object, required = true)]
+    pub terms: cx_exchange::objective::Terms,
+    /// The verification runs placed with it (T1 and T3 re-execute the job on other providers;
+    /// `held_wei` above includes what they hold).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub verification_runs: Vec<PlacedRun>,
+}
+
+/// The tier a stored decision says its job was cleared at (every job's decision names one).
+pub(crate) fn cleared_tier(decision: &DecisionRecord) -> Result<Tier> {
+    decision.tier.ok_or_else(|| Error::Corrupt {
+        what: "a job's decision without a tier",
+        value: decision.chosen.clone().unwrap_or_default(),
+    })
+}
+
+/// The clearing decision as the books keep it ([`DecisionRecord`]): the tier and class `job`
+/// was cleared for, the choice and its terms, and the first [`DECISION_KEEPS`] feasible and
+/// refused bundles (the nearest first) of how many there were.
+pub(crate) fn decision_record(decision: Decision, job: &Job) -> DecisionRecord {
+    let Decision {
+        chosen,
+        terms,
+        mut feasible,
+        mut rejected,
+    } = decision;
+    let (feasible_total, rejected_total) = (feasible.len(), rejected.len());
+    feasible.truncate(DECISION_KEEPS);
+    rejected.sort_by(nearest_first);
+    rejected.truncate(DECISION_KEEPS);
+    DecisionRecord {
+        tier: Some(job.tier),
+        determinism: job.determinism,
+        chosen,
+        terms,
+        feasible,
+        feasible_total,
+        rejected,
+        rejected_total,
+        prefix_id: job.prefix.as_ref().map(|p| p.id.clone()),
+        limit_wei: None,
+    }
+}
+
+/// What a job asks of the market, whoever signed for it: an intent's own fields, or a session
+/// grant's defaults with a call's overrides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Want {
+    /// A catalog model (name or alias).
+    pub model: String,
+    /// The adapter, by content id.
+    pub adapter_id: Option<B256>,
+    /// When the result must be back, unix seconds.
+    pub deadline_s: u64,
+    /// The most the buyer pays, wei.
+    pub max_price_wei: u128,
+    /// The weakest verification tier accepted.
+    pub min_tier: Tier,
+    /// The determinism class.
+    pub determinism: cx_protocol::DeterminismClass,
+}
+
+impl Want {
+    /// Refuses a deadline that is not after `now_s`, naming `deadline_s`.
+    pub(crate) fn check_deadline(&self, now_s: u64) -> Result<()> {
+        if self.deadline_s <= now_s {
+            return Err(cx_protocol::Error::DeadlinePassed {
+                field: "deadline_s".to_owned(),
+                deadline_s: self.deadline_s,
+                now_s,
+            }
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// A cleared job before it is committed.
+pub(crate) struct Placed {
+    pub(crate) job: Job,
+    pub(crate) bundle_id: String,
+    pub(crate) terms: cx_exchange::objective::Terms,
+    pub(crate) held_wei: u128,
+    pub(crate) deadline_s: u64,
+    pub(crate) decision: DecisionRecord,
+    /// The reserve it draws on, if it does (then it is priced zero).
+    pub(crate) drawn: Option<Drawn>,
+}
+
+/// The books' form of the runs placed with a job.
+pub(crate) fn new_runs(runs: &[PlacedRun]) -> Result<Vec<crate::books::NewRun>> {
+    runs.iter().map(PlacedRun::to_new).collect()
+}
+
+impl Placed {
+    pub(crate) fn new_job(
+        &self,
+        id: B256,
+        tab_id: u64,
+        workload: &Workload,
+        settle_margin_s: u64,
+    ) -> Result<NewJob> {
+        let mut decision = serde_json::to_value(&self.decision)?;
+        if let (Some(drawn), Some(fields)) = (self.drawn, decision.as_object_mut()) {
+            fields.insert("reserve".into(), drawn.reserve.to_string().into());
+            fields.insert("drawn_ms".into(), drawn.compute_ms.into());
+        }
+        Ok(NewJob {
+            id,
+            escrow_id: tab_id,
+            model: self.job.base_model.clone(),
+            status: JobStatus::Assigned,
+            bundle_id: Some(self.bundle_id.clone()),
+            held_wei: self.held_wei,
+            needed_until_s: self.deadline_s.saturating_add(settle_margin_s),
+            decision,
+            deadline_s: self.deadline_s,
+            adapter: self.job.adapter.clone(),
+            workload: workload.clone(),
+        })
+    }
+
+    pub(crate) fn accepted(self, job_id: B256, runs: Vec<PlacedRun>) -> Accepted {
+        Accepted {
+            job_id,
+            status: JobStatus::Assigned,
+            bundle_id: self.bundle_id,
+            held_wei: runs
+                .iter()
+                .fold(self.held_wei, |sum, r| sum.saturating_add(r.held_wei)),
+            tier: self.job.tier,
+            terms: self.terms,
+            verification_runs: runs,
+        }
+    }
+}
+
+/// Refused bundles by how near they came: the smallest binding factor first, categorical
+/// refusals (no factor: no amount of a resource fixes them) last.
+fn nearest_first(
+    a: &cx_exchange::clearing::Rejection,
+    b: &cx_exchange::clearing::Rejection,
+) -> std::cmp::Ordering {
+    a.factor
+        .unwrap_or(f64::INFINITY)
+        .total_cmp(&b.factor.unwrap_or(f64::INFINITY))
+}
+
+/// No bundle can take the job: say which came nearest and what it missed by.
+pub(crate) fn no_match(decision: &Decision) -> Error {
+    let nearest = decision.rejected.iter().min_by(|a, b| nearest_first(a, b));
+    match nearest {
+        None => Error::NoMatch {
+            detail: "no provider bundle is registered for this market".to_owned(),
+        },
+        Some(r) => Error::NoMatch {
+            detail: format!(
+                "nearest: bundle {} misses {}{} ({})",
+                r.id,
+                r.binding,
+                r.factor.map_or(String::new(), |f| format!(" by {f:.3}×")),
+                r.violations
+                    .iter()
+                    .map(|v| v.detail.as_str())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        },
+    }
+}
+
+/// A draw an intent makes on a reserve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Drawn {
+    /// The reserve.
+    pub(crate) reserve: B256,
+    /// Its estimated compute on the committed bundle, milliseconds.
+    pub(crate) compute_ms: u64,
+}
+
+/// A verification run placed with a job.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct PlacedRun {
+    /// The run's job id (derived from the job's).
+    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
+    pub job_id: B256,
+    /// Which run (1..=2).
+    pub run: u8,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// What it holds on the tab, wei.
+    #[serde(with = "cx_protocol::price::wei_string")]
+    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
+    pub held_wei: u128,
+    #[serde(skip)]
+    pub(crate) decision: serde_json::Value,
+}
+
+impl PlacedRun {
+    /// The books' form.
+    pub(crate) fn to_new(&self) -> Result<NewRun> {
+        Ok(NewRun {
+            id: self.job_id,
+            run: self.run,
+            bundle_id: self.bundle_id.clone(),
+            held_wei: self.held_wei,
+            decision: self.decision.clone(),
+        })
+    }
+}
