@@ -5,13 +5,9 @@
 //! ([`crate::intake::Intake::pull`]), each handed out with the exchange's signed assignment,
 //! stream pieces of the text ([`crate::intake::Intake::progress`]) and return the output with a
 //! signed receipt checked against the job ([`crate::intake::Intake::accept_result`]).
-//! [`Waiters`] wakes the tasks waiting on a job (`"wait": true`, the events stream, the
-//! OpenAI-compatible door) when its state changes and relays the streamed pieces, and
+//! Every change is told to whoever waits on the job ([`crate::waiters::Waiters`]), and
 //! [`run_sweeps`] expires jobs no one finished by their deadline (returning their holds) and
 //! takes silent providers' bundles out of the engine.
-//!
-//! The books are the truth: a waiter subscribes first, then reads the job from the books, and a
-//! notification only tells it to read again, so a change between the two is never missed.
 
 use crate::books::JobStatus;
 use crate::waiters::Progress;
