@@ -30,8 +30,7 @@ use cx_exchange_server::limits::RateConfig;
 use cx_protocol::offer::{Offer, SignedOffer};
 use cx_protocol::order::{self, Intent, SessionGrant};
 use cx_protocol::pq::Identity;
-use cx_protocol::receipt::{JobTerms, Receipt, SignedReceipt, Work};
-use cx_protocol::wire::{Assignment, Output, ResultSubmission};
+use cx_protocol::wire::{Assignment, Output, Pulled, ResultSubmission};
 use cx_protocol::{DeterminismClass, Tier};
 use http_body_util::{BodyExt, Full};
 use serde::Serialize;
@@ -580,14 +579,17 @@ impl Responder {
                         if sender.ready().await.is_err() {
                             sender = connect(address, config.clone()).await?;
                         }
-                        let pulled = post_json(
-                            &mut sender,
-                            "/v1/providers/jobs",
-                            &token,
-                            serde_json::json!({"max_jobs": 32, "wait_s": 1}),
+                        let pulled: Pulled = serde_json::from_value(
+                            post_json(
+                                &mut sender,
+                                "/v1/providers/jobs",
+                                &token,
+                                serde_json::json!({"max_jobs": 32, "wait_s": 1}),
+                            )
+                            .await?,
                         )
-                        .await?;
-                        for job in pulled["jobs"].as_array().into_iter().flatten() {
+                        .map_err(bench_err)?;
+                        for job in &pulled.jobs {
                             let (path, body) = answer(&id, payout, job)?;
                             post_json(&mut sender, &path, &token, body).await?;
                             answered.fetch_add(1, Ordering::Relaxed);
@@ -702,36 +704,23 @@ async fn post_json(
     }
 }
 
-/// The result and receipt for one pulled job.
+/// The result and receipt for one pulled job, signed as `cx-client`'s providers sign theirs.
 fn answer(
     id: &Identity,
     payout: alloy::primitives::Address,
-    job: &serde_json::Value,
+    job: &Assignment,
 ) -> Result<(String, serde_json::Value)> {
-    let job: Assignment = serde_json::from_value(job.clone()).map_err(bench_err)?;
-    let request = job
-        .workload
-        .inference()
-        .ok_or_else(|| Error::BenchFailed(format!("job {} is not an inference", job.job_id)))?;
     let output = Output::text(ANSWER.to_owned(), "length", 6, 8);
-    let terms = JobTerms {
-        job_id: job.job_id,
-        chain_id: job.chain_id,
-        escrow_id: job.escrow_id,
-        buyer: job.buyer,
-        request,
-        adapter: job.adapter.as_deref(),
-    };
-    let work = Work {
-        output_text: &output.text,
-        tokens: 14,
-        compute_ms: 1,
-        class: DeterminismClass::D,
-        amount_owed_wei: job.price_wei / 2,
-    };
-    let receipt = Receipt::for_output(&terms, &work, payout, id.id().0)
-        .and_then(|receipt| SignedReceipt::sign(receipt, id))
-        .map_err(bench_err)?;
+    let receipt = cx_client::provider::sign_receipt(
+        job,
+        &output,
+        id,
+        payout,
+        job.price_wei / 2,
+        1,
+        DeterminismClass::D,
+    )
+    .map_err(bench_err)?;
     let body = ResultSubmission { output, receipt };
     Ok((
         format!("/v1/jobs/{}/result", job.job_id),

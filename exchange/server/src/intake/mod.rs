@@ -34,7 +34,7 @@ use crate::placement::{Accepted, Placed, Want, cleared_tier, decision_record, ne
 use alloy::primitives::{Address, B256};
 use cx_exchange::routing::features::estimate_tokens;
 use cx_protocol::decision::DecisionRecord;
-use cx_protocol::order::{Intent, Order, SessionGrant, Signed, Verified};
+use cx_protocol::order::{self, Intent, Order, SessionGrant, Signed, Verified};
 use cx_protocol::pq::PublicIdentity;
 use cx_protocol::workload::Workload;
 use cx_protocol::{Job, Tier};
@@ -189,7 +189,9 @@ impl Intake {
             submission.matmul,
             submission.train.clone(),
         )?;
-        if workload.hash() != intent.request_hash {
+        // The request's JSON once: hashed against the signed hash, and kept with the order.
+        let request = workload.request_value();
+        if order::request_value_hash(&request) != intent.request_hash {
             return Err(Error::RequestHashMismatch);
         }
         let placed = match &workload {
@@ -222,7 +224,7 @@ impl Intake {
             nonce: intent.nonce,
             body: {
                 let key = workload.kind().key();
-                serde_json::json!({ "intent": signed, key: workload.request_value() })
+                serde_json::json!({ "intent": signed, key: request })
             },
         };
         let mut placed = placed;
