@@ -24,6 +24,7 @@ use cx_protocol::voucher::Voucher;
 use serde::{Deserialize, Serialize};
 
 use crate::batch::{BatchMessage, ranges_from_ids};
+use crate::checked::CheckedVouchers;
 use crate::error::{Error, Result};
 use crate::merkle::{BalancesTree, MerkleTree, receipt_leaf};
 
@@ -305,6 +306,22 @@ pub fn check_vouchers(
     domain: &alloy::sol_types::Eip712Domain,
     binding_domain: impl Fn(u64) -> Option<alloy::sol_types::Eip712Domain>,
 ) -> Vec<String> {
+    let none = std::sync::Mutex::new(CheckedVouchers::new(0));
+    check_vouchers_once(receipts, exchange, domain, binding_domain, &none)
+}
+
+/// [`check_vouchers`], skipping the signatures of a voucher `checked` holds (checked before under
+/// the same domains) and keeping each voucher that passes in it. The sums per order are always
+/// redone. `checked` is locked only to look up and to keep, never while verifying, so a signing
+/// round's check does not wait behind vouchers being checked as they arrive.
+pub fn check_vouchers_once(
+    receipts: &[Voucher],
+    exchange: &PublicIdentity,
+    domain: &alloy::sol_types::Eip712Domain,
+    binding_domain: impl Fn(u64) -> Option<alloy::sol_types::Eip712Domain>,
+    checked: &std::sync::Mutex<CheckedVouchers>,
+) -> Vec<String> {
+    let memo = || checked.lock().unwrap_or_else(|p| p.into_inner());
     let mut reasons = Vec::new();
     let mut spent: BTreeMap<B256, (u128, u128)> = BTreeMap::new();
     // A tab is one buyer's: a part holds few distinct bindings, each checked once.
@@ -314,35 +331,49 @@ pub fn check_vouchers(
     )> = Vec::new();
     for v in receipts {
         let job = hex::encode(v.job_id());
-        let key = match bindings.iter().find(|(b, _)| *b == &v.binding) {
-            Some((_, key)) => key.clone(),
+        let Some(binding_domain) = binding_domain(v.binding.chain_id) else {
+            reasons.push(format!(
+                "voucher of job {job}: binding.chain_id: chain {} is not in this signer's registry",
+                v.binding.chain_id
+            ));
+            continue;
+        };
+        let memo_key = CheckedVouchers::key(v, domain, &binding_domain);
+        let known = memo().get(&memo_key);
+        let spend = match known {
+            Some(spend) => spend,
             None => {
-                let key = match binding_domain(v.binding.chain_id) {
-                    None => Err(format!(
-                        "binding.chain_id: chain {} is not in this signer's registry",
-                        v.binding.chain_id
-                    )),
-                    Some(d) => v.check_binding(&d).map_err(|e| e.to_string()),
+                let key = match bindings.iter().find(|(b, _)| *b == &v.binding) {
+                    Some((_, key)) => key.clone(),
+                    None => {
+                        let key = v.check_binding(&binding_domain).map_err(|e| e.to_string());
+                        bindings.push((&v.binding, key.clone()));
+                        key
+                    }
                 };
-                bindings.push((&v.binding, key.clone()));
-                key
+                let key = match key {
+                    Ok(key) => key,
+                    Err(e) => {
+                        reasons.push(format!("voucher of job {job}: {e}"));
+                        continue;
+                    }
+                };
+                match v.check(exchange, domain, &key) {
+                    Err(e) => {
+                        reasons.push(format!("voucher of job {job}: {e}"));
+                        continue;
+                    }
+                    Ok(spend) => {
+                        memo().insert(memo_key, spend);
+                        spend
+                    }
+                }
             }
         };
-        let key = match key {
-            Ok(key) => key,
-            Err(e) => {
-                reasons.push(format!("voucher of job {job}: {e}"));
-                continue;
-            }
-        };
-        match v.check(exchange, domain, &key) {
-            Err(e) => reasons.push(format!("voucher of job {job}: {e}")),
-            Ok(None) => {}
-            Ok(Some(spend)) => {
-                let (total, cap) = spent.entry(spend.order).or_insert((0, spend.cap_wei));
-                *total = total.saturating_add(spend.owed_wei);
-                *cap = (*cap).min(spend.cap_wei);
-            }
+        if let Some(spend) = spend {
+            let (total, cap) = spent.entry(spend.order).or_insert((0, spend.cap_wei));
+            *total = total.saturating_add(spend.owed_wei);
+            *cap = (*cap).min(spend.cap_wei);
         }
     }
     for (order, (total, cap)) in spent {
@@ -609,6 +640,37 @@ mod tests {
         let reasons = check_vouchers(&[good], &stranger.public(), &domain(), known);
         assert_eq!(reasons.len(), 1, "{reasons:?}");
         assert!(reasons[0].contains("assignment"), "{reasons:?}");
+    }
+
+    /// A voucher checked as it arrived is not verified again in the signing round, but only the
+    /// very voucher under the very domains: one changed in any field, or read under another
+    /// chain's domain, is checked afresh and refused; a refused one is never remembered.
+    #[test]
+    fn a_voucher_checked_ahead_counts_only_for_the_same_bytes_and_domains() {
+        let w = world();
+        let checked = std::sync::Mutex::new(CheckedVouchers::new(16));
+        let good = w.voucher(0, 1, 5);
+        let exchange = w.exchange.public();
+        let once = |vouchers: &[Voucher], domain: &alloy::sol_types::Eip712Domain| {
+            check_vouchers_once(vouchers, &exchange, domain, known, &checked)
+        };
+        assert!(once(std::slice::from_ref(&good), &domain()).is_empty());
+        assert_eq!(checked.lock().unwrap().len(), 1);
+        // Claiming more than the provider signed for: a different voucher, checked and refused.
+        let mut inflated = good.clone();
+        inflated.receipt.receipt.amount_owed_wei += 1;
+        let reasons = once(std::slice::from_ref(&inflated), &domain());
+        assert_eq!(reasons.len(), 1, "{reasons:?}");
+        assert!(reasons[0].contains("receipt"), "{reasons:?}");
+        // The same voucher presented as another chain's: its order was not signed there.
+        let elsewhere = cx_protocol::order::domain(7, Address::repeat_byte(1));
+        assert_eq!(once(std::slice::from_ref(&good), &elsewhere).len(), 1);
+        assert_eq!(checked.lock().unwrap().len(), 1, "refusals are not kept");
+        // The sums per order are redone whatever was remembered: the remembered voucher twice
+        // is owed 10 against its intent's limit of 5.
+        let reasons = once(&[good.clone(), good], &domain());
+        assert_eq!(reasons.len(), 1, "{reasons:?}");
+        assert!(reasons[0].contains("over the"), "{reasons:?}");
     }
 
     #[test]

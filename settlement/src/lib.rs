@@ -23,7 +23,8 @@
 //! - [`ledger`]: receipts + escrows + previous balances → one chain's batch, the function the
 //!   coordinator builds with and every signer re-checks with;
 //! - [`signer`]: the `cx-signer run` service — checks a batch against the chain ([`onchain`])
-//!   and its own record before it signs; [`config`] is its configuration;
+//!   and its own record before it signs (the vouchers' signatures once, as they arrive:
+//!   [`checked`]); [`config`] is its configuration;
 //! - [`slash`]: evidence against a provider (two conflicting class-D receipts) that every signer
 //!   checks before it signs a slash with an expiry;
 //! - [`coordinator`]: signer-agnostic batching, any-t-of-n signing under a diversity rule,
@@ -75,6 +76,7 @@
 //! No feature flags: the EVM client is always built (alloy with HTTP transport only).
 
 pub mod batch;
+pub mod checked;
 pub mod config;
 pub mod coordinator;
 pub mod dkg;

@@ -22,6 +22,10 @@ pub enum Request {
     Dkg(DkgRequest),
     /// Round 1 of FROST signing: commit to fresh nonces under the key `group_key`.
     Commit(CommitRequest),
+    /// Check vouchers as the coordinator takes them in, ahead of the batch that will hold them
+    /// ([`crate::checked`]): answered [`Response::Ack`] when every one passed, else refused
+    /// with the reasons. Nothing is signed.
+    CheckVouchers(CheckVouchersRequest),
     /// Round 2: check the batch and sign it.
     SignBatch(SignBatchRequest),
     /// Round 2 for a key rotation: check the new key and sign the rotation message.
@@ -104,6 +108,13 @@ pub struct Committed {
     pub round_id: B256,
     /// Commitments to the fresh nonces.
     pub commitments: frost::round1::SigningCommitments,
+}
+
+/// Vouchers to check ahead of signing.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CheckVouchersRequest {
+    /// At most [`crate::ledger::MAX_RECEIPTS_PER_BATCH`] (one part's worth: the frame's bound).
+    pub vouchers: Vec<cx_protocol::voucher::Voucher>,
 }
 
 /// Round 2 for a batch.

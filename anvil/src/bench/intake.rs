@@ -294,6 +294,7 @@ async fn commit_bound(books: &Books, agents: &[Agent], config: IntakeBenchConfig
                         chain_id: CHAIN,
                         nonce: n as u64,
                         body: serde_json::json!({"n": n}),
+                        limit_wei: Some(1_000_000),
                     };
                     let job = NewJob {
                         id: order.digest,

@@ -28,14 +28,16 @@ use std::time::{Duration, Instant};
 
 use alloy::primitives::B256;
 use cx_protocol::pq::Identity;
+use cx_protocol::voucher::Voucher;
 use frost_secp256k1 as frost;
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
 use crate::config::Member;
 use crate::error::{Error, Refusal, Result};
+use crate::ledger;
 use crate::transport::{Channel, Limits};
-use crate::wire::{CommitRequest, DkgRequest, Request, Response};
+use crate::wire::{CheckVouchersRequest, CommitRequest, DkgRequest, Request, Response};
 
 /// Rounds of one signing that may be lost to signers dropping out before a member that dropped
 /// out is left out for good (until then it is asked again when no set forms without it: a drop
@@ -366,6 +368,44 @@ impl Committee {
                 }
             })
             .collect()
+    }
+
+    /// Hands `vouchers` to every member not cooling down, to check their signatures now rather
+    /// than inside the round that signs their batch ([`crate::checked`]); returns how many
+    /// members checked them all. Best effort: a member that refuses or does not answer within
+    /// the io timeout checks them in round 2 instead, so nothing depends on this.
+    pub async fn check_ahead(&self, vouchers: &[Voucher]) -> usize {
+        let now = Instant::now();
+        let cooling: BTreeSet<u16> = self
+            .cooling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, (until, _))| *until > now)
+            .map(|(index, _)| *index)
+            .collect();
+        let mut checked: BTreeMap<u16, bool> = BTreeMap::new();
+        for part in vouchers.chunks(ledger::MAX_RECEIPTS_PER_BATCH) {
+            let requests = self
+                .members
+                .iter()
+                .filter(|m| !cooling.contains(&m.index))
+                .map(|m| {
+                    let request = Request::CheckVouchers(CheckVouchersRequest {
+                        vouchers: part.to_vec(),
+                    });
+                    (m.index, request)
+                })
+                .collect();
+            for (index, answer) in self.call_many(requests, self.limits.io_timeout).await {
+                let ok = matches!(answer, Ok(Response::Ack));
+                if !ok {
+                    tracing::debug!(signer = index, "vouchers not checked ahead: {answer:?}");
+                }
+                *checked.entry(index).or_insert(true) &= ok;
+            }
+        }
+        checked.values().filter(|ok| **ok).count()
     }
 
     /// Drops every open session (the next call reconnects).

@@ -173,7 +173,11 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
                 return Err(Error::InvalidBatch(reasons.join("; ")));
             }
         }
-        self.store.add_receipts(receipts).await
+        let added = self.store.add_receipts(receipts).await?;
+        // The signers check the signatures now, so the round that signs the batch finds them
+        // done ([`crate::checked`]).
+        self.committee.check_ahead(receipts).await;
+        Ok(added)
     }
 
     /// Runs a DKG among all signers for key `epoch` and records the group's public keys.

@@ -11,6 +11,7 @@ use std::future::Future;
 use std::sync::Mutex;
 
 use alloy::primitives::B256;
+use cx_protocol::voucher::Voucher;
 use frost_secp256k1 as frost;
 
 use super::committee::{Committee, check_rule, choose_signers};
@@ -32,6 +33,14 @@ pub trait ThresholdSigner: Send + Sync {
     ) -> impl Future<Output = Result<frost::Signature>> + Send
     where
         F: Fn(B256, frost::SigningPackage) -> Request + Send + Sync;
+
+    /// Hands vouchers the coordinator took in to the signers to check now, ahead of the round
+    /// that signs their batch (best effort: a signer that did not checks them in that round).
+    /// Signers in this process have nothing to check ahead.
+    fn check_ahead(&self, vouchers: &[Voucher]) -> impl Future<Output = ()> + Send {
+        let _ = vouchers;
+        std::future::ready(())
+    }
 
     /// The signers (by index) whose shares made the last signature, for the record (empty
     /// when unknown).
@@ -62,6 +71,10 @@ impl ThresholdSigner for Committee {
         F: Fn(B256, frost::SigningPackage) -> Request + Send + Sync,
     {
         Committee::sign(self, message, public, sign_request).await
+    }
+
+    async fn check_ahead(&self, vouchers: &[Voucher]) {
+        Committee::check_ahead(self, vouchers).await;
     }
 
     fn last_signers(&self) -> Vec<u16> {

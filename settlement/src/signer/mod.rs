@@ -8,7 +8,8 @@
 //!   this round;
 //! - every receipt carries a valid ML-DSA-65 signature under a key whose hash the provider
 //!   registered on that chain's `ProviderRegistry`;
-//! - every receipt comes with its voucher ([`cx_protocol::voucher`]): the exchange's signed
+//! - every receipt comes with its voucher ([`cx_protocol::voucher`]; its signatures checked when
+//!   the coordinator handed it over, [`crate::checked`], or here): the exchange's signed
 //!   assignment under the exchange key pinned in its config (job, tab, buyer, provider key,
 //!   input and adapter as the receipt says; the amount owed within the assigned price) and the
 //!   buyer's EIP-712 signed order under this chain's domain (the intent the job is, within its
@@ -48,17 +49,20 @@
 //! signed; `balances`: its own copy of the balances). Splitting the handlers from the state they
 //! guard would make a reader jump between files to follow one request.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use alloy::primitives::{Address, B256};
+use cx_protocol::order::Eip712Domain;
 use cx_protocol::pq::{Identity, IdentityId};
+use cx_protocol::voucher::Voucher;
 use frost_secp256k1 as frost;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::batch::rotation_digest;
+use crate::checked::{self, CheckedVouchers};
 use crate::config::SignerConfig;
 use crate::dkg::{self, Inbox};
 use crate::error::{Error, Result};
@@ -164,6 +168,8 @@ pub struct Signer {
     log: Mutex<SignedLog>,
     balances: Mutex<BalanceBook>,
     chains: Mutex<HashMap<u64, ChainView>>,
+    /// Vouchers whose signatures passed, checked as they arrived ([`crate::checked`]).
+    checked: Arc<Mutex<CheckedVouchers>>,
     limits: Limits,
 }
 
@@ -227,6 +233,7 @@ impl Signer {
             log: Mutex::new(log),
             balances: Mutex::new(balances),
             chains: Mutex::new(HashMap::new()),
+            checked: Arc::new(Mutex::new(CheckedVouchers::new(checked::SIGNER_CAPACITY))),
             limits: Limits::default(),
             config,
         })
@@ -357,6 +364,10 @@ impl Signer {
                 Err(e) => refused(e.to_string()),
             },
             Request::Commit(request) => self.commit(request.round_id, &request.group_key),
+            Request::CheckVouchers(request) => match self.check_ahead(request.vouchers).await {
+                Ok(()) => Response::Ack,
+                Err(reasons) => refused(reasons),
+            },
             Request::SignBatch(request) => {
                 let round = request.round_id;
                 match self.sign_batch(request).await {
@@ -629,6 +640,74 @@ impl Signer {
         Ok(view)
     }
 
+    /// The domains of the chains `vouchers`' bindings name. A binding may name another chain
+    /// than its receipt's (an account binds its key once): each domain comes from this signer's
+    /// own registry; a chain missing there is missing here, and its vouchers are refused.
+    async fn binding_domains(&self, vouchers: &[Voucher]) -> HashMap<u64, Eip712Domain> {
+        let mut domains = HashMap::new();
+        for voucher in vouchers {
+            let id = voucher.binding.chain_id;
+            if let std::collections::hash_map::Entry::Vacant(slot) = domains.entry(id)
+                && let Ok(view) = self.chain(id, None).await
+            {
+                slot.insert(cx_protocol::order::domain(id, view.deployment.settlement));
+            }
+        }
+        domains
+    }
+
+    /// Checks the signatures of vouchers the coordinator took in, ahead of the batch that will
+    /// hold them, and keeps those that pass ([`crate::checked`]). Only the signatures: the chain
+    /// (keys registered, escrows open) is read when the batch is signed, at the batch's block.
+    async fn check_ahead(&self, vouchers: Vec<Voucher>) -> std::result::Result<(), String> {
+        if vouchers.len() > ledger::MAX_RECEIPTS_PER_BATCH {
+            return Err(format!(
+                "{} vouchers is over the {} one request may hold",
+                vouchers.len(),
+                ledger::MAX_RECEIPTS_PER_BATCH
+            ));
+        }
+        let exchange = self.config.market.exchange().map_err(|e| e.to_string())?;
+        let binding_domains = self.binding_domains(&vouchers).await;
+        let mut by_chain: HashMap<u64, Vec<Voucher>> = HashMap::new();
+        for voucher in vouchers {
+            by_chain
+                .entry(voucher.receipt.receipt.chain_id)
+                .or_default()
+                .push(voucher);
+        }
+        let mut reasons = Vec::new();
+        for (chain_id, vouchers) in by_chain {
+            let chain = match self.chain(chain_id, None).await {
+                Ok(chain) => chain,
+                Err(e) => {
+                    reasons.push(e);
+                    continue;
+                }
+            };
+            let domain = cx_protocol::order::domain(chain_id, chain.deployment.settlement);
+            let (exchange, binding_domains) = (exchange.clone(), binding_domains.clone());
+            let checked = self.checked.clone();
+            let found = tokio::task::spawn_blocking(move || {
+                ledger::check_vouchers_once(
+                    &vouchers,
+                    &exchange,
+                    &domain,
+                    |id| binding_domains.get(&id).cloned(),
+                    &checked,
+                )
+            })
+            .await
+            .map_err(|j| j.to_string())?;
+            reasons.extend(found);
+        }
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons.join("; "))
+        }
+    }
+
     /// Checks `batch` against the chain and recomputes it. With `slim`, the request carried no
     /// balance lists: the previous list is this signer's own (already in `batch`), and the new
     /// list is what it recomputes (only the root is signed, and it is compared).
@@ -653,22 +732,17 @@ impl Signer {
         // verifications per job), so it runs on a blocking thread while the chain is read.
         let exchange = self.config.market.exchange().map_err(e)?;
         let domain = cx_protocol::order::domain(batch.chain_id, chain.deployment.settlement);
-        // The buyers' bindings may name another chain than this part's (an account binds its
-        // key once): their domains come from this signer's own registry.
-        let mut binding_domains = HashMap::new();
-        for voucher in &batch.receipts {
-            let id = voucher.binding.chain_id;
-            if let std::collections::hash_map::Entry::Vacant(slot) = binding_domains.entry(id)
-                && let Ok(view) = self.chain(id, None).await
-            {
-                slot.insert(cx_protocol::order::domain(id, view.deployment.settlement));
-            }
-        }
+        let binding_domains = self.binding_domains(&batch.receipts).await;
         let vouchers = batch.receipts.clone();
+        let checked = self.checked.clone();
         let voucher_check = tokio::task::spawn_blocking(move || {
-            ledger::check_vouchers(&vouchers, &exchange, &domain, |id| {
-                binding_domains.get(&id).cloned()
-            })
+            ledger::check_vouchers_once(
+                &vouchers,
+                &exchange,
+                &domain,
+                |id| binding_domains.get(&id).cloned(),
+                &checked,
+            )
         });
         // Every read below is made at this one block (see `crate::onchain`).
         let chain = chain.pinned().await.map_err(e)?;
@@ -678,36 +752,19 @@ impl Signer {
                 batch.contract, batch.chain_id, chain.deployment.settlement
             ));
         }
-        // Every chain read of the check is issued at once: the reads are independent, and a
-        // signer's latency is what the coordinator waits for.
-        let mut providers: HashSet<Address> = HashSet::new();
-        let mut escrow_ids: HashSet<u64> = HashSet::new();
+        // Every chain read of the check goes in one request (a JSON-RPC batch): the reads are
+        // independent, and a signer's latency is what the coordinator waits for.
+        let mut providers: BTreeSet<Address> = BTreeSet::new();
+        let mut escrow_ids: BTreeSet<u64> = BTreeSet::new();
         for voucher in &batch.receipts {
             providers.insert(Address::from(voucher.receipt.receipt.provider));
             escrow_ids.insert(voucher.receipt.receipt.escrow_id);
         }
-        let mut key_reads = tokio::task::JoinSet::new();
-        for provider in providers {
-            let chain = chain.clone();
-            key_reads.spawn(async move { (provider, chain.provider_key_hash(provider).await) });
-        }
-        let mut escrow_reads = tokio::task::JoinSet::new();
-        for id in escrow_ids {
-            let chain = chain.clone();
-            escrow_reads.spawn(async move { (id, chain.open_escrow(id).await) });
-        }
-        let (last, on_chain, root, now) = tokio::join!(
-            chain.batch_nonce(),
-            chain.group_key(),
-            chain.balances_root(),
-            chain.now_s()
-        );
-        let (last, on_chain, root, now) = (
-            last.map_err(e)?,
-            on_chain.map_err(e)?,
-            root.map_err(e)?,
-            now.map_err(e)?,
-        );
+        let providers: Vec<Address> = providers.into_iter().collect();
+        let escrow_ids: Vec<u64> = escrow_ids.into_iter().collect();
+        let state = chain.part_state(&escrow_ids, &providers).await.map_err(e)?;
+        let (last, on_chain, root) = (state.nonce, state.group_key, state.balances_root);
+        let now = chain.now_s().await.map_err(e)?;
         if batch.nonce != last + 1 {
             return Err(format!(
                 "nonce {} is not the next one: chain {} is at {last}",
@@ -729,15 +786,10 @@ impl Signer {
             ));
         }
         let mut reasons = voucher_check.await.map_err(|j| j.to_string())?;
-        let mut registered: HashMap<Address, B256> = HashMap::new();
-        while let Some(joined) = key_reads.join_next().await {
-            let (provider, hash) = joined.map_err(|j| j.to_string())?;
-            registered.insert(provider, hash.map_err(e)?);
-        }
+        let registered: HashMap<Address, B256> = state.provider_keys.into_iter().collect();
         let mut escrows = HashMap::new();
-        while let Some(joined) = escrow_reads.join_next().await {
-            let (id, escrow) = joined.map_err(|j| j.to_string())?;
-            match escrow.map_err(e)? {
+        for (id, escrow) in state.escrows {
+            match escrow {
                 Some(escrow) if escrow.reclaimable_at_s <= now.saturating_add(SIGN_RECLAIM_MARGIN_S) => {
                     reasons.push(format!(
                         "escrow {id} becomes reclaimable at {} (chain time {now}): inside this \

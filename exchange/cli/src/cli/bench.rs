@@ -91,7 +91,8 @@ pub(crate) struct SignArgs {
     /// Threshold.
     #[arg(long, default_value_t = 3)]
     t: u16,
-    /// Signing rounds to measure.
+    /// Signing rounds to measure of each kind (vouchers checked ahead, and not), each a fresh
+    /// batch posted on chain.
     #[arg(long, default_value_t = 50)]
     rounds: usize,
     /// Receipts in the signed batch.

@@ -167,10 +167,8 @@ impl Books {
                             WHERE b.provider_key_hash = $1 AND j.adapter = $2 \
                               AND j.status IN ('assigned', 'running', 'verifying')) \
                  OR EXISTS (SELECT 1 FROM exchange_standing_orders s \
-                            JOIN exchange_orders o ON o.digest = s.digest \
                             WHERE s.kind = 'rent' AND s.status = 'committed' \
-                              AND s.provider_key_hash = $1 \
-                              AND lower(substr(o.body #>> '{rent,order,target}', 3)) = $2)",
+                              AND s.provider_key_hash = $1 AND s.target = $2)",
         )
         .bind(key_hash.as_slice())
         .bind(id)

@@ -26,6 +26,9 @@ pub struct NewOrder {
     pub nonce: u64,
     /// The whole request as received (order, both signatures, the request body).
     pub body: serde_json::Value,
+    /// An intent's limit (`max_price_wei`): what its job and the job's verification runs may
+    /// cost together; `None` for other orders.
+    pub limit_wei: Option<u128>,
 }
 
 /// The job an order creates.
@@ -194,9 +197,8 @@ impl Books {
         let mut tx = self.pool.begin().await?;
         let drawn = sqlx::query(
             "UPDATE exchange_standing_orders s SET used_ms = s.used_ms + $2, updated_at = now() \
-             FROM exchange_orders o WHERE o.digest = s.digest AND s.digest = $1 \
-               AND s.kind = 'reserve' AND s.status = 'committed' \
-               AND s.used_ms + $2 <= (o.body #>> '{reserve,order,compute_ms}')::bigint",
+             WHERE s.digest = $1 AND s.kind = 'reserve' AND s.status = 'committed' \
+               AND s.used_ms + $2 <= s.compute_ms",
         )
         .bind(reserve.as_slice())
         .bind(to_i64(compute_ms, "compute")?)
@@ -247,8 +249,10 @@ impl Books {
                    AND deadline_s >= $12 AND held_wei + $18::numeric <= amount_wei AND jobs + $19 <= 400 \
                  RETURNING 1), \
              ord AS ( \
-                 INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body) \
-                 SELECT $1, $2, $3, $4, $5::numeric, $6::jsonb WHERE EXISTS (SELECT 1 FROM hold) \
+                 INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body, \
+                                              limit_wei) \
+                 SELECT $1, $2, $3, $4, $5::numeric, $6::jsonb, $21::numeric \
+                 WHERE EXISTS (SELECT 1 FROM hold) \
                  RETURNING digest), \
              job AS ( \
                  INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
@@ -282,6 +286,7 @@ impl Books {
         .bind(wei_text(total_wei))
         .bind(1 + runs.len() as i32)
         .bind(job.workload.kind().as_str())
+        .bind(order.limit_wei.map(wei_text))
         .fetch_one(&mut **tx)
         .await;
         match done {

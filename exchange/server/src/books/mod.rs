@@ -47,7 +47,7 @@ pub use reserve::Drawable;
 pub use residency::ResidencyMisses;
 pub use sessions::Session;
 pub use settlement::{PaidJob, SettledJob};
-pub use standing::StandingOrder;
+pub use standing::{StandingOrder, StandingTerms};
 pub use store::{Books, DEFAULT_DATABASE_URL, MIGRATOR, database_url};
 pub use tabs::Tab;
 pub use verification::{

@@ -204,13 +204,11 @@ fn stranded_sql(condition: &str) -> String {
         "SELECT j.id, j.account, j.model, j.adapter, j.workload, j.request::text AS request, \
                     j.deadline_s, j.held_wei::text AS held, j.decision::text AS decision, \
                     j.bundle_id, \
-                    (CASE WHEN o.kind = 'intent' THEN \
-                         (o.body->'intent'->'order'->>'max_price_wei')::numeric \
+                    (o.limit_wei \
                          - coalesce((SELECT sum(k.held_wei) FROM exchange_jobs k \
                                      WHERE k.order_digest = j.order_digest AND k.id <> j.id \
                                        AND k.status NOT IN ('expired', 'refunded', 'failed', \
-                                                            'cancelled')), 0) \
-                     END)::text AS limit_wei \
+                                                            'cancelled')), 0))::text AS limit_wei \
              FROM exchange_jobs j LEFT JOIN exchange_orders o ON o.digest = j.order_digest \
              WHERE {condition} ORDER BY j.deadline_s"
     )

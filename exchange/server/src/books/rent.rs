@@ -85,11 +85,11 @@ impl Books {
         limit: i64,
     ) -> Result<Vec<CommittedRent>> {
         let rows: Vec<(Vec<u8>, String, String, bool)> = sqlx::query_as(
-            "SELECT s.digest, s.bundle_id, o.body #>> '{rent,order,target}', \
+            "SELECT s.digest, s.bundle_id, s.target, \
                     EXISTS (SELECT 1 FROM exchange_providers p \
                             WHERE p.key_hash = s.provider_key_hash \
                               AND p.seen_at >= to_timestamp($3)) \
-             FROM exchange_standing_orders s JOIN exchange_orders o ON o.digest = s.digest \
+             FROM exchange_standing_orders s \
              WHERE s.kind = 'rent' AND s.status = 'committed' AND s.ends_s > $1 \
              ORDER BY s.ends_s, s.digest LIMIT $2",
         )
@@ -103,7 +103,7 @@ impl Books {
                 Ok(CommittedRent {
                     id: b256(&id)?,
                     bundle_id,
-                    adapter: hex_id(&target),
+                    adapter: target,
                     fresh,
                 })
             })
@@ -145,19 +145,19 @@ impl Books {
     }
 
     /// The fill of rent `id`: commitment, observations, and the claim.
-    pub(super) async fn rent_fill(&self, id: B256, epsilon_ppm: u32) -> Result<RentFill> {
+    pub(super) async fn rent_fill(&self, id: B256) -> Result<RentFill> {
         let row: FillRow = sqlx::query_as(
             "SELECT s.provider_key_hash, s.bundle_id, s.rho_wei_per_gb_hour::text AS rho, \
                     s.size_bytes, s.starts_s, s.ends_s, s.resident_reports, s.absent_reports, \
-                    o.body #>> '{rent,order,target}' AS target, \
+                    s.target, s.epsilon_ppm, \
                     (SELECT count(*) FROM exchange_jobs m WHERE m.bundle_id = s.bundle_id \
-                       AND m.adapter = substr(o.body #>> '{rent,order,target}', 3) \
+                       AND m.adapter = s.target \
                        AND m.status = 'expired' AND m.deadline_s >= s.starts_s \
                        AND m.deadline_s <= s.ends_s) AS missed, \
                     j.held_wei::text AS charged, \
                     CASE WHEN EXISTS (SELECT 1 FROM exchange_job_events e WHERE e.job_id = j.id \
                                       AND e.status = 'settled') THEN 'settled' ELSE j.status END AS settlement \
-             FROM exchange_standing_orders s JOIN exchange_orders o ON o.digest = s.digest \
+             FROM exchange_standing_orders s \
              LEFT JOIN exchange_jobs j ON j.id = s.digest \
              WHERE s.digest = $1",
         )
@@ -179,8 +179,11 @@ impl Books {
             charged_wei: row.charged.map(|c| parse_wei(&c)).transpose()?,
             settlement: row.settlement,
         };
-        let adapter = hex_id(&row.target);
-        if let Some(mut term) = fill.term(id, &adapter, row.ends_s as u64, epsilon_ppm) {
+        let epsilon_ppm = u32::try_from(row.epsilon_ppm).map_err(|_| Error::Corrupt {
+            what: "a rent's epsilon_ppm",
+            value: row.epsilon_ppm.to_string(),
+        })?;
+        if let Some(mut term) = fill.term(id, &row.target, row.ends_s as u64, epsilon_ppm) {
             fill.sla_met = term.sla_met();
             if let Ok(RentState::Ended {
                 paid_wei,
@@ -208,19 +211,17 @@ impl Books {
         let mut tx = self.pool.begin().await?;
         let row: Option<(Vec<u8>, i64, i64, String, i64, String)> = sqlx::query_as(
             "UPDATE exchange_standing_orders s SET status = 'filled', updated_at = now() \
-             FROM exchange_orders o WHERE o.digest = s.digest AND s.digest = $1 \
+             WHERE s.digest = $1 \
                AND s.kind = 'rent' AND s.status = 'committed' AND s.provider_key_hash = $2 \
-             RETURNING s.account, s.chain_id, s.escrow_id, s.held_wei::text, s.ends_s, \
-                       o.body #>> '{rent,order,target}'",
+             RETURNING s.account, s.chain_id, s.escrow_id, s.held_wei::text, s.ends_s, s.target",
         )
         .bind(id.as_slice())
         .bind(key_hash.as_slice())
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((account, chain_id, escrow_id, held, ends_s, target)) = row else {
+        let Some((account, chain_id, escrow_id, held, ends_s, adapter)) = row else {
             return Ok(false);
         };
-        let adapter = hex_id(&target);
         let filled = super::standing::Filled {
             id,
             account,
@@ -249,6 +250,7 @@ struct FillRow {
     resident_reports: i64,
     absent_reports: i64,
     target: String,
+    epsilon_ppm: i64,
     missed: Option<i64>,
     charged: Option<String>,
     settlement: Option<String>,
@@ -259,9 +261,4 @@ fn b256(bytes: &[u8]) -> Result<B256> {
         what: "a 32-byte hash",
         value: hex::encode(bytes),
     })
-}
-
-/// A content id as reports and jobs name it: lowercase hex without `0x`.
-fn hex_id(target: &str) -> String {
-    target.strip_prefix("0x").unwrap_or(target).to_lowercase()
 }

@@ -41,9 +41,7 @@ impl Books {
             "INSERT INTO exchange_reserve_bids (reserve, provider_key_hash, bundle_id, \
                                                 rate_wei_per_s, bid) \
              SELECT s.digest, $2, $3, $4, $5::jsonb FROM exchange_standing_orders s \
-             JOIN exchange_orders o ON o.digest = s.digest \
-             WHERE s.digest = $1 AND s.kind = 'reserve' AND s.status = 'open' \
-               AND (o.body #>> '{reserve,order,window_start_s}')::bigint > $6 \
+             WHERE s.digest = $1 AND s.kind = 'reserve' AND s.status = 'open' AND s.starts_s > $6 \
              ON CONFLICT (reserve, provider_key_hash) DO UPDATE SET bundle_id = EXCLUDED.bundle_id, \
                  rate_wei_per_s = EXCLUDED.rate_wei_per_s, bid = EXCLUDED.bid, updated_at = now()",
         )
@@ -69,9 +67,7 @@ impl Books {
     ) -> Result<Vec<StandingOrder>> {
         let ids: Vec<(Vec<u8>,)> = sqlx::query_as(
             "SELECT s.digest FROM exchange_standing_orders s \
-             JOIN exchange_orders o ON o.digest = s.digest \
-             WHERE s.kind = 'reserve' AND ((s.status = 'open' \
-                 AND (o.body #>> '{reserve,order,window_start_s}')::bigint > $1) \
+             WHERE s.kind = 'reserve' AND ((s.status = 'open' AND s.starts_s > $1) \
                OR (s.status = 'committed' AND s.provider_key_hash = $2)) \
              ORDER BY s.ends_s, s.digest LIMIT $3",
         )
@@ -87,9 +83,7 @@ impl Books {
     pub async fn reserves_due(&self, now_s: u64, limit: i64) -> Result<Vec<StandingOrder>> {
         let ids: Vec<(Vec<u8>,)> = sqlx::query_as(
             "SELECT s.digest FROM exchange_standing_orders s \
-             JOIN exchange_orders o ON o.digest = s.digest \
-             WHERE s.kind = 'reserve' AND s.status = 'open' \
-               AND (o.body #>> '{reserve,order,window_start_s}')::bigint <= $1 \
+             WHERE s.kind = 'reserve' AND s.status = 'open' AND s.starts_s <= $1 \
              ORDER BY s.ends_s, s.digest LIMIT $2",
         )
         .bind(to_i64(now_s, "time")?)
@@ -103,11 +97,9 @@ impl Books {
     /// `[start_s, end_s)`, milliseconds.
     pub async fn committed_ms(&self, bundle_id: &str, start_s: u64, end_s: u64) -> Result<u64> {
         let (ms,): (Option<i64>,) = sqlx::query_as(
-            "SELECT sum((o.body #>> '{reserve,order,compute_ms}')::bigint)::bigint \
-             FROM exchange_standing_orders s JOIN exchange_orders o ON o.digest = s.digest \
+            "SELECT sum(s.compute_ms)::bigint FROM exchange_standing_orders s \
              WHERE s.kind = 'reserve' AND s.bundle_id = $1 AND s.status IN ('committed', 'filled') \
-               AND (o.body #>> '{reserve,order,window_start_s}')::bigint < $3 \
-               AND (o.body #>> '{reserve,order,window_end_s}')::bigint > $2",
+               AND s.starts_s < $3 AND s.ends_s > $2",
         )
         .bind(bundle_id)
         .bind(to_i64(start_s, "time")?)
@@ -191,7 +183,7 @@ impl Books {
              FROM exchange_standing_orders s JOIN exchange_orders o ON o.digest = s.digest \
              WHERE s.account = $1 AND s.chain_id = $2 AND s.escrow_id = $3 \
                AND s.kind = 'reserve' AND s.status = 'committed' \
-               AND (o.body #>> '{reserve,order,window_start_s}')::bigint <= $4 AND s.ends_s > $4 \
+               AND s.starts_s <= $4 AND s.ends_s > $4 \
              ORDER BY s.ends_s, s.digest",
         )
         .bind(account.as_slice())
@@ -227,10 +219,9 @@ impl Books {
         let mut tx = self.pool.begin().await?;
         let row: Option<(Vec<u8>, i64, i64, String, i64, String)> = sqlx::query_as(
             "UPDATE exchange_standing_orders s SET status = 'filled', updated_at = now() \
-             FROM exchange_orders o WHERE o.digest = s.digest AND s.digest = $1 \
+             WHERE s.digest = $1 \
                AND s.kind = 'reserve' AND s.status = 'committed' AND s.provider_key_hash = $2 \
-             RETURNING s.account, s.chain_id, s.escrow_id, s.held_wei::text, s.ends_s, \
-                       o.body #>> '{reserve,order,model}'",
+             RETURNING s.account, s.chain_id, s.escrow_id, s.held_wei::text, s.ends_s, s.model",
         )
         .bind(id.as_slice())
         .bind(key_hash.as_slice())

@@ -42,17 +42,37 @@ pub struct StandingOrder {
     pub rent: Option<super::fills::RentFill>,
 }
 
+/// The terms of a standing order that the books' statements compare, copied from the signed
+/// order into columns when it is accepted (the order itself is kept whole, as received): what a
+/// kind declares of itself ([`crate::intake::Standing`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StandingTerms {
+    /// When it ends: a reserve's window end, a rent's term end, a search's deadline.
+    pub ends_s: u64,
+    /// A reserve's window start (a rent's term starts when it is committed).
+    pub starts_s: Option<u64>,
+    /// A reserve's catalog model.
+    pub model: Option<String>,
+    /// A reserve's compute, milliseconds.
+    pub compute_ms: Option<u64>,
+    /// A rent's target, by content id.
+    pub target: Option<B256>,
+    /// A rent's SLA tolerance, parts per million.
+    pub epsilon_ppm: Option<u32>,
+}
+
 impl Books {
-    /// Accepts a standing order: the nonce spent, `held_wei` held on its tab (which must stay
-    /// open until `needed_until_s`) and the order written, or nothing.
+    /// Accepts a standing order with its `terms`: the nonce spent, `held_wei` held on its tab
+    /// (which must stay open until `needed_until_s`) and the order written, or nothing.
     pub async fn accept_standing(
         &self,
         order: &NewOrder,
         escrow_id: u64,
         held_wei: u128,
-        ends_s: u64,
+        terms: &StandingTerms,
         needed_until_s: u64,
     ) -> Result<()> {
+        let optional = |v: Option<u64>, what| v.map(|v| to_i64(v, what)).transpose();
         let done: Result<(i64, i64), sqlx::Error> = sqlx::query_as(
             "WITH hold AS ( \
                  UPDATE exchange_tabs SET jobs = jobs + 1, held_wei = held_wei + $8::numeric, \
@@ -66,8 +86,10 @@ impl Books {
                  RETURNING digest), \
              standing AS ( \
                  INSERT INTO exchange_standing_orders (digest, kind, account, chain_id, escrow_id, \
-                                                       held_wei, ends_s) \
-                 SELECT digest, $2, $3, $4, $7, $8::numeric, $9 FROM ord RETURNING 1) \
+                                                       held_wei, ends_s, starts_s, model, \
+                                                       compute_ms, target, epsilon_ppm) \
+                 SELECT digest, $2, $3, $4, $7, $8::numeric, $9, $11, $12, $13, $14, $15 \
+                 FROM ord RETURNING 1) \
              SELECT (SELECT count(*) FROM hold), (SELECT count(*) FROM standing)",
         )
         .bind(order.digest.as_slice())
@@ -78,8 +100,13 @@ impl Books {
         .bind(order.body.to_string())
         .bind(to_i64(escrow_id, "escrow id")?)
         .bind(wei_text(held_wei))
-        .bind(to_i64(ends_s, "end")?)
+        .bind(to_i64(terms.ends_s, "end")?)
         .bind(to_i64(needed_until_s, "deadline")?)
+        .bind(optional(terms.starts_s, "start")?)
+        .bind(terms.model.as_deref())
+        .bind(optional(terms.compute_ms, "compute_ms")?)
+        .bind(terms.target.map(|t| hex::encode(t.as_slice())))
+        .bind(terms.epsilon_ppm.map(i64::from))
         .fetch_one(&self.pool)
         .await;
         match done {
@@ -118,16 +145,7 @@ impl Books {
             order.reserve = Some(self.reserve_fill(id).await?);
         }
         if order.kind == "rent" {
-            let epsilon_ppm = order
-                .order
-                .pointer("/rent/order/epsilon_ppm")
-                .and_then(serde_json::Value::as_u64)
-                .and_then(|e| u32::try_from(e).ok())
-                .ok_or(Error::Corrupt {
-                    what: "a rent order",
-                    value: id.to_string(),
-                })?;
-            order.rent = Some(self.rent_fill(id, epsilon_ppm).await?);
+            order.rent = Some(self.rent_fill(id).await?);
         }
         Ok(Some(order))
     }

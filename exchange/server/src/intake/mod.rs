@@ -24,7 +24,7 @@ pub use rent::RENT_REPORT_FRESH_S;
 pub use reserve::RESERVE_CLAIM_GRACE_S;
 pub use standing::{
     MAX_RENT_TERM_S, MAX_SEARCH_PREFIX_BYTES, RentSubmission, ReserveSubmission, SearchSubmission,
-    StandingAccepted,
+    Standing, StandingAccepted,
 };
 pub use state::{Intake, PROVIDER_SILENCE_S};
 
@@ -226,6 +226,7 @@ impl Intake {
                 let key = workload.kind().key();
                 serde_json::json!({ "intent": signed, key: request })
             },
+            limit_wei: Some(intent.max_price_wei),
         };
         let mut placed = placed;
         let runs = self
@@ -298,6 +299,7 @@ impl Intake {
             chain_id: signed.chain_id,
             nonce: grant.nonce,
             body: serde_json::json!({ "grant": signed }),
+            limit_wei: None,
         };
         self.books.open_session(&order, grant).await?;
         Ok(SessionOpened {

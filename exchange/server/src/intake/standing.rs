@@ -4,7 +4,7 @@
 //! ends unfilled returns its hold at the sweep.
 
 use super::state::Intake;
-use crate::books::NewOrder;
+use crate::books::{NewOrder, StandingTerms};
 use crate::error::{Error, Result};
 use alloy::primitives::B256;
 use cx_protocol::order::{Order, Rent, RentTarget, Reserve, Search, Signed, Verified};
@@ -58,6 +58,45 @@ pub struct StandingAccepted {
     pub ends_s: u64,
 }
 
+/// A kind of standing order: the terms the books keep of it in columns, read from the signed
+/// order once, when it is accepted ([`StandingTerms`]).
+pub trait Standing: Order {
+    /// Its terms when accepted at `now_s` (a rent's term runs from then).
+    fn terms(&self, now_s: u64) -> StandingTerms;
+}
+
+impl Standing for Reserve {
+    fn terms(&self, _now_s: u64) -> StandingTerms {
+        StandingTerms {
+            ends_s: self.window_end_s,
+            starts_s: Some(self.window_start_s),
+            model: Some(self.model.clone()),
+            compute_ms: Some(self.compute_ms),
+            ..StandingTerms::default()
+        }
+    }
+}
+
+impl Standing for Rent {
+    fn terms(&self, now_s: u64) -> StandingTerms {
+        StandingTerms {
+            ends_s: now_s.saturating_add(self.term_s),
+            target: Some(self.target),
+            epsilon_ppm: Some(self.epsilon_ppm),
+            ..StandingTerms::default()
+        }
+    }
+}
+
+impl Standing for Search {
+    fn terms(&self, _now_s: u64) -> StandingTerms {
+        StandingTerms {
+            ends_s: self.deadline_s,
+            ..StandingTerms::default()
+        }
+    }
+}
+
 impl Intake {
     /// A reserve: capacity for a catalog model over a window, take-or-pay, so the whole
     /// `compute_ms × max_price_wei_per_s` is held.
@@ -73,8 +112,7 @@ impl Intake {
             .resolve(&reserve.model)
             .map_err(|_| Error::UnknownModel(reserve.model.clone()))?;
         let held_wei = reserve.most_wei();
-        self.standing(&verified, signed, held_wei, reserve.window_end_s)
-            .await
+        self.standing(&verified, signed, held_wei, now_s).await
     }
 
     /// A rent: an adapter kept resident for a term at most `max_rent_wei`, committed at once
@@ -118,7 +156,7 @@ impl Intake {
         let holder = self.rent_holder(rent, &adapter, &base, size_bytes).await?;
         // The price is known now: the term's rent is the most it can cost.
         let mut accepted = self
-            .standing(&verified, signed, holder.rent_wei, now_s + rent.term_s)
+            .standing(&verified, signed, holder.rent_wei, now_s)
             .await?;
         if self
             .commit_rent(accepted.order_id, &holder, size_bytes, now_s)
@@ -145,7 +183,7 @@ impl Intake {
             }
             .into());
         }
-        self.standing(&verified, signed, search.max_price_wei, search.deadline_s)
+        self.standing(&verified, signed, search.max_price_wei, now_s)
             .await
     }
 
@@ -217,15 +255,17 @@ impl Intake {
         Ok(())
     }
 
-    /// Commits a verified standing order with its hold; the tab must stay open until it ends
-    /// plus the settlement margin.
-    async fn standing<T: Order>(
+    /// Commits a verified standing order accepted at `now_s` with its hold; the tab must stay
+    /// open until it ends plus the settlement margin.
+    async fn standing<T: Standing>(
         &self,
         verified: &Verified,
         signed: &Signed<T>,
         held_wei: u128,
-        ends_s: u64,
+        now_s: u64,
     ) -> Result<StandingAccepted> {
+        let terms = signed.order.terms(now_s);
+        let ends_s = terms.ends_s;
         let kind = T::KIND.as_str();
         let escrow_id = signed.order.tab_id().ok_or(Error::Corrupt {
             what: "a standing order without a tab",
@@ -238,13 +278,14 @@ impl Intake {
             chain_id: signed.chain_id,
             nonce: signed.order.nonce(),
             body: serde_json::json!({ kind: signed }),
+            limit_wei: None,
         };
         self.books()
             .accept_standing(
                 &order,
                 escrow_id,
                 held_wei,
-                ends_s,
+                &terms,
                 ends_s.saturating_add(self.settle_margin_s),
             )
             .await?;

@@ -6,7 +6,7 @@ use crate::common::{TestDb, with_database};
 use alloy::primitives::{Address, B256};
 use cx_exchange_server::Error;
 use cx_exchange_server::books::{
-    Books, JobStatus, NewJob, NewOrder, StoredBinding, TabEvent, database_url,
+    Books, JobStatus, NewJob, NewOrder, StandingTerms, StoredBinding, TabEvent, database_url,
 };
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
@@ -98,6 +98,8 @@ fn order(nonce: u64, digest_byte: u64) -> NewOrder {
         chain_id: CHAIN,
         nonce,
         body: serde_json::json!({"nonce": nonce}),
+        // No room past what a job holds, as the synthetic body had no limit to read.
+        limit_wei: Some(0),
     }
 }
 
@@ -435,4 +437,120 @@ async fn job_workload_check_allows_exactly_the_kinds() {
             "{name:?}: {err}"
         );
     }
+}
+
+/// A standing order's terms that statements compare are columns, written with the order in one
+/// statement: each kind has exactly its own (the CHECK refuses a reserve without its window or a
+/// rent without its target), and a refused order leaves nothing behind, its hold included.
+#[tokio::test]
+async fn standing_order_terms_are_columns_each_kind_exactly_its_own() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    open_tab(&books, 1, 1_000, 1_000).await;
+    let standing = |kind: &'static str, nonce: u64| NewOrder {
+        kind,
+        limit_wei: None,
+        ..order(nonce, 100 + nonce)
+    };
+    let reserve = StandingTerms {
+        ends_s: 200,
+        starts_s: Some(100),
+        model: Some("tiny".into()),
+        compute_ms: Some(300),
+        ..StandingTerms::default()
+    };
+    let rent = StandingTerms {
+        ends_s: 250,
+        target: Some(B256::repeat_byte(0xab)),
+        epsilon_ppm: Some(50_000),
+        ..StandingTerms::default()
+    };
+    let search = StandingTerms {
+        ends_s: 300,
+        ..StandingTerms::default()
+    };
+    books
+        .accept_standing(&standing("reserve", 1), 1, 10, &reserve, 500)
+        .await
+        .unwrap();
+    books
+        .accept_standing(&standing("rent", 2), 1, 10, &rent, 500)
+        .await
+        .unwrap();
+    books
+        .accept_standing(&standing("search", 3), 1, 10, &search, 500)
+        .await
+        .unwrap();
+    type Row = (
+        String,
+        i64,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+        Option<String>,
+        Option<i64>,
+    );
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT kind, ends_s, starts_s, model, compute_ms, target, epsilon_ppm \
+         FROM exchange_standing_orders ORDER BY ends_s",
+    )
+    .fetch_all(books.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            (
+                "reserve".into(),
+                200,
+                Some(100),
+                Some("tiny".into()),
+                Some(300),
+                None,
+                None
+            ),
+            (
+                "rent".into(),
+                250,
+                None,
+                None,
+                None,
+                Some("ab".repeat(32)),
+                Some(50_000)
+            ),
+            ("search".into(), 300, None, None, None, None, None),
+        ]
+    );
+    let held = |books: Books| async move {
+        sqlx::query_scalar::<_, String>("SELECT held_wei::text FROM exchange_tabs")
+            .fetch_one(books.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(held(books.clone()).await, "30");
+    let without_window = StandingTerms {
+        starts_s: None,
+        ..reserve.clone()
+    };
+    let without_target = StandingTerms {
+        target: None,
+        ..rent.clone()
+    };
+    for (kind, nonce, terms) in [
+        ("reserve", 4, &without_window),
+        ("rent", 5, &without_target),
+        ("search", 6, &reserve),
+    ] {
+        let err = books
+            .accept_standing(&standing(kind, nonce), 1, 10, terms, 500)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("exchange_standing_orders_terms"),
+            "{kind}: {err}"
+        );
+    }
+    assert_eq!(count(&books, "exchange_standing_orders").await, 3);
+    assert_eq!(count(&books, "exchange_orders").await, 3);
+    assert_eq!(held(books.clone()).await, "30");
 }

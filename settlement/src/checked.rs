@@ -1,0 +1,122 @@
+//! Vouchers a signer has already checked, so that checking them is done once, when they arrive,
+//! and not again inside a signing round.
+//!
+//! Checking a voucher is a handful of ML-DSA-65 verifications and an ECDSA recovery (the
+//! buyer's binding and order, the exchange's assignment, the provider's receipt). Done inside
+//! round 2 it is most of a round's time: t signers verify at once while they hold their nonces
+//! and the coordinator waits for the slowest. The coordinator therefore hands each tab's vouchers
+//! to every signer as it takes them in ([`crate::wire::Request::CheckVouchers`]); the signer
+//! checks them then and keeps what passed here, and round 2 finds them done.
+//!
+//! An entry's key is a hash of everything the check reads: the whole voucher (every field and
+//! signature, as serialized) and the domains it was checked under (its chain's Settlement and the
+//! binding's chain). The exchange key it is checked against is the signer's configuration, fixed
+//! for the life of the process that holds this. So a hit is the answer the same computation gave,
+//! and a voucher that differs in any byte is checked afresh. Only passes are kept: a refusal is
+//! recomputed, so it is always reported with its reason. Sums over an order's jobs are never kept:
+//! they depend on the whole part and are redone every time ([`crate::ledger::check_vouchers`]).
+//!
+//! Bounded: past `capacity` entries the oldest goes first (a voucher evicted before its batch is
+//! signed is simply checked again in round 2).
+
+use std::collections::{HashMap, VecDeque};
+
+use alloy::primitives::B256;
+use cx_protocol::order::Eip712Domain;
+use cx_protocol::voucher::{OrderSpend, Voucher};
+use sha2::{Digest, Sha256};
+
+/// How many checked vouchers a signer keeps: a part holds at most
+/// [`crate::ledger::MAX_RECEIPTS_PER_BATCH`], and several tabs' worth may arrive before a batch
+/// is cut. An entry is ~100 bytes.
+pub const SIGNER_CAPACITY: usize = 16_384;
+
+/// Checked vouchers and what each spends of its order, oldest first out.
+#[derive(Debug, Default)]
+pub struct CheckedVouchers {
+    capacity: usize,
+    entries: HashMap<B256, Option<OrderSpend>>,
+    order: VecDeque<B256>,
+}
+
+impl CheckedVouchers {
+    /// An empty memo holding at most `capacity` vouchers (0: it keeps nothing).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            ..Self::default()
+        }
+    }
+
+    /// The key of `voucher` checked under `domain` (its chain's) with its binding under
+    /// `binding_domain`. SHA-256 runs on the CPU's SHA extensions where it has them: a voucher is
+    /// ~35 KB of JSON and hashing it costs a few percent of verifying it.
+    pub fn key(voucher: &Voucher, domain: &Eip712Domain, binding_domain: &Eip712Domain) -> B256 {
+        let mut hash = Sha256::new();
+        hash.update(domain.separator());
+        hash.update(binding_domain.separator());
+        // Serializing a voucher cannot fail (plain fields, string keys); were it ever to, the
+        // empty body would make a key no checked voucher has, and the voucher is checked again.
+        hash.update(serde_json::to_vec(voucher).unwrap_or_default());
+        B256::from(<[u8; 32]>::from(hash.finalize()))
+    }
+
+    /// What the voucher of `key` spends of its order, when it was checked and passed.
+    pub fn get(&self, key: &B256) -> Option<Option<OrderSpend>> {
+        self.entries.get(key).copied()
+    }
+
+    /// Keeps a voucher that passed, evicting the oldest past the capacity.
+    pub fn insert(&mut self, key: B256, spend: Option<OrderSpend>) {
+        if self.capacity == 0 || self.entries.insert(key, spend).is_some() {
+            return;
+        }
+        self.order.push_back(key);
+        while self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.entries.remove(&old);
+            }
+        }
+    }
+
+    /// Vouchers held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spend(n: u8) -> Option<OrderSpend> {
+        Some(OrderSpend {
+            order: B256::repeat_byte(n),
+            cap_wei: 10,
+            owed_wei: 1,
+        })
+    }
+
+    #[test]
+    fn the_oldest_goes_first_and_nothing_is_kept_at_capacity_zero() {
+        let mut memo = CheckedVouchers::new(2);
+        for n in 1..=3 {
+            memo.insert(B256::repeat_byte(n), spend(n));
+        }
+        assert_eq!(memo.len(), 2);
+        assert_eq!(memo.get(&B256::repeat_byte(1)), None);
+        assert_eq!(memo.get(&B256::repeat_byte(3)), Some(spend(3)));
+        // Inserting a key again neither grows it nor evicts another.
+        memo.insert(B256::repeat_byte(2), spend(2));
+        assert_eq!(memo.get(&B256::repeat_byte(2)), Some(spend(2)));
+        assert_eq!(memo.len(), 2);
+        let mut none = CheckedVouchers::new(0);
+        none.insert(B256::repeat_byte(1), None);
+        assert!(none.is_empty());
+    }
+}
