@@ -16,8 +16,13 @@
 //! recomputed, so it is always reported with its reason. Sums over an order's jobs are never kept:
 //! they depend on the whole part and are redone every time ([`crate::ledger::check_vouchers`]).
 //!
-//! Bounded: past `capacity` entries the oldest goes first (a voucher evicted before its batch is
-//! signed is simply checked again in round 2).
+//! A signer also holds the vouchers themselves that passed ([`CheckedVouchers::hold`]), by
+//! [`voucher_id`], so the sign request can name a part's vouchers by id instead of carrying
+//! them (~35 KB of JSON each, decoded by every signer of the round). A voucher it does not hold
+//! makes it refuse with [`UNKNOWN_VOUCHERS`], and the coordinator sends the part whole.
+//!
+//! Bounded: past its capacity the oldest entry goes first (a voucher evicted before its batch is
+//! signed is simply sent and checked again in round 2).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -31,34 +36,73 @@ use sha2::{Digest, Sha256};
 /// is cut. An entry is ~100 bytes.
 pub const SIGNER_CAPACITY: usize = 16_384;
 
-/// Checked vouchers and what each spends of its order, oldest first out.
+/// How many checked vouchers a signer holds whole, for sign requests that name them by id: two
+/// full parts' worth ([`crate::ledger::MAX_RECEIPTS_PER_BATCH`]), ~20 KB each in memory.
+pub const SIGNER_HELD: usize = 2 * crate::ledger::MAX_RECEIPTS_PER_BATCH;
+
+/// What a signer answers a sign request naming a voucher it does not hold (the coordinator then
+/// sends the part with its vouchers).
+pub const UNKNOWN_VOUCHERS: &str = "unknown voucher";
+
+/// A voucher's id: the SHA-256 of its JSON, every field and signature. Sign requests name held
+/// vouchers by it, and a voucher's check is remembered under it.
+pub fn voucher_id(voucher: &Voucher) -> B256 {
+    // Serializing a voucher cannot fail (plain fields, string keys); were it ever to, the empty
+    // body would make an id no voucher has, and the voucher is checked and sent whole.
+    B256::from(<[u8; 32]>::from(Sha256::digest(
+        serde_json::to_vec(voucher).unwrap_or_default(),
+    )))
+}
+
+/// Checked vouchers and what each spends of its order, and the vouchers held whole; oldest first
+/// out.
 #[derive(Debug, Default)]
 pub struct CheckedVouchers {
     capacity: usize,
     entries: HashMap<B256, Option<OrderSpend>>,
     order: VecDeque<B256>,
+    held_capacity: usize,
+    held: HashMap<B256, Voucher>,
+    held_order: VecDeque<B256>,
 }
 
 impl CheckedVouchers {
-    /// An empty memo holding at most `capacity` vouchers (0: it keeps nothing).
-    pub fn new(capacity: usize) -> Self {
+    /// An empty memo remembering at most `capacity` checks and holding at most `held_capacity`
+    /// vouchers whole (0: it keeps nothing).
+    pub fn new(capacity: usize, held_capacity: usize) -> Self {
         Self {
             capacity,
+            held_capacity,
             ..Self::default()
         }
     }
 
-    /// The key of `voucher` checked under `domain` (its chain's) with its binding under
-    /// `binding_domain`. SHA-256 runs on the CPU's SHA extensions where it has them: a voucher is
-    /// ~35 KB of JSON and hashing it costs a few percent of verifying it.
-    pub fn key(voucher: &Voucher, domain: &Eip712Domain, binding_domain: &Eip712Domain) -> B256 {
+    /// The key of the check of voucher `id` ([`voucher_id`]) under `domain` (its chain's) with
+    /// its binding under `binding_domain`.
+    pub fn key(id: &B256, domain: &Eip712Domain, binding_domain: &Eip712Domain) -> B256 {
         let mut hash = Sha256::new();
         hash.update(domain.separator());
         hash.update(binding_domain.separator());
-        // Serializing a voucher cannot fail (plain fields, string keys); were it ever to, the
-        // empty body would make a key no checked voucher has, and the voucher is checked again.
-        hash.update(serde_json::to_vec(voucher).unwrap_or_default());
+        hash.update(id);
         B256::from(<[u8; 32]>::from(hash.finalize()))
+    }
+
+    /// Holds `voucher` (its id `id`) whole, evicting the oldest past the held capacity.
+    pub fn hold(&mut self, id: B256, voucher: Voucher) {
+        if self.held_capacity == 0 || self.held.insert(id, voucher).is_some() {
+            return;
+        }
+        self.held_order.push_back(id);
+        while self.held_order.len() > self.held_capacity {
+            if let Some(old) = self.held_order.pop_front() {
+                self.held.remove(&old);
+            }
+        }
+    }
+
+    /// The voucher of `id`, when held.
+    pub fn held(&self, id: &B256) -> Option<Voucher> {
+        self.held.get(id).cloned()
     }
 
     /// What the voucher of `key` spends of its order, when it was checked and passed.
@@ -104,7 +148,7 @@ mod tests {
 
     #[test]
     fn the_oldest_goes_first_and_nothing_is_kept_at_capacity_zero() {
-        let mut memo = CheckedVouchers::new(2);
+        let mut memo = CheckedVouchers::new(2, 0);
         for n in 1..=3 {
             memo.insert(B256::repeat_byte(n), spend(n));
         }
@@ -115,7 +159,7 @@ mod tests {
         memo.insert(B256::repeat_byte(2), spend(2));
         assert_eq!(memo.get(&B256::repeat_byte(2)), Some(spend(2)));
         assert_eq!(memo.len(), 2);
-        let mut none = CheckedVouchers::new(0);
+        let mut none = CheckedVouchers::new(0, 0);
         none.insert(B256::repeat_byte(1), None);
         assert!(none.is_empty());
     }

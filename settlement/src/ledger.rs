@@ -306,22 +306,50 @@ pub fn check_vouchers(
     domain: &alloy::sol_types::Eip712Domain,
     binding_domain: impl Fn(u64) -> Option<alloy::sol_types::Eip712Domain>,
 ) -> Vec<String> {
-    let none = std::sync::Mutex::new(CheckedVouchers::new(0));
-    check_vouchers_once(receipts, exchange, domain, binding_domain, &none)
+    check(receipts, None, exchange, domain, binding_domain)
 }
 
-/// [`check_vouchers`], skipping the signatures of a voucher `checked` holds (checked before under
-/// the same domains) and keeping each voucher that passes in it. The sums per order are always
-/// redone. `checked` is locked only to look up and to keep, never while verifying, so a signing
-/// round's check does not wait behind vouchers being checked as they arrive.
+/// [`check_vouchers`], skipping the signatures of a voucher whose check `checked` remembers
+/// (under the same domains) and remembering each voucher that passes. `ids` are the vouchers'
+/// [`voucher_id`]s, in order. The sums per order are always redone. `checked` is locked only to
+/// look up and to keep, never while verifying, so a signing round's check does not wait behind
+/// vouchers being checked as they arrive.
 pub fn check_vouchers_once(
     receipts: &[Voucher],
+    ids: &[B256],
     exchange: &PublicIdentity,
     domain: &alloy::sol_types::Eip712Domain,
     binding_domain: impl Fn(u64) -> Option<alloy::sol_types::Eip712Domain>,
     checked: &std::sync::Mutex<CheckedVouchers>,
 ) -> Vec<String> {
-    let memo = || checked.lock().unwrap_or_else(|p| p.into_inner());
+    if ids.len() != receipts.len() {
+        return vec![format!(
+            "{} voucher ids for {} vouchers",
+            ids.len(),
+            receipts.len()
+        )];
+    }
+    check(
+        receipts,
+        Some((ids, checked)),
+        exchange,
+        domain,
+        binding_domain,
+    )
+}
+
+fn lock(checked: &std::sync::Mutex<CheckedVouchers>) -> std::sync::MutexGuard<'_, CheckedVouchers> {
+    // A panic while holding it leaves plain data behind (a remembered check is whole or absent).
+    checked.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn check(
+    receipts: &[Voucher],
+    memo: Option<(&[B256], &std::sync::Mutex<CheckedVouchers>)>,
+    exchange: &PublicIdentity,
+    domain: &alloy::sol_types::Eip712Domain,
+    binding_domain: impl Fn(u64) -> Option<alloy::sol_types::Eip712Domain>,
+) -> Vec<String> {
     let mut reasons = Vec::new();
     let mut spent: BTreeMap<B256, (u128, u128)> = BTreeMap::new();
     // A tab is one buyer's: a part holds few distinct bindings, each checked once.
@@ -329,7 +357,7 @@ pub fn check_vouchers_once(
         &cx_protocol::order::binding::Binding,
         std::result::Result<PublicIdentity, String>,
     )> = Vec::new();
-    for v in receipts {
+    for (i, v) in receipts.iter().enumerate() {
         let job = hex::encode(v.job_id());
         let Some(binding_domain) = binding_domain(v.binding.chain_id) else {
             reasons.push(format!(
@@ -338,8 +366,13 @@ pub fn check_vouchers_once(
             ));
             continue;
         };
-        let memo_key = CheckedVouchers::key(v, domain, &binding_domain);
-        let known = memo().get(&memo_key);
+        let memo = memo.map(|(ids, checked)| {
+            (
+                CheckedVouchers::key(&ids[i], domain, &binding_domain),
+                checked,
+            )
+        });
+        let known = memo.and_then(|(key, checked)| lock(checked).get(&key));
         let spend = match known {
             Some(spend) => spend,
             None => {
@@ -364,7 +397,9 @@ pub fn check_vouchers_once(
                         continue;
                     }
                     Ok(spend) => {
-                        memo().insert(memo_key, spend);
+                        if let Some((key, checked)) = memo {
+                            lock(checked).insert(key, spend);
+                        }
                         spend
                     }
                 }
@@ -440,6 +475,7 @@ pub fn differences(proposed: &ChainBatch, recomputed: &ChainBatch) -> Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checked::voucher_id;
     use cx_protocol::pq::Identity;
     use cx_protocol::voucher::Parties;
     use k256::ecdsa::SigningKey;
@@ -648,11 +684,12 @@ mod tests {
     #[test]
     fn a_voucher_checked_ahead_counts_only_for_the_same_bytes_and_domains() {
         let w = world();
-        let checked = std::sync::Mutex::new(CheckedVouchers::new(16));
+        let checked = std::sync::Mutex::new(CheckedVouchers::new(16, 0));
         let good = w.voucher(0, 1, 5);
         let exchange = w.exchange.public();
         let once = |vouchers: &[Voucher], domain: &alloy::sol_types::Eip712Domain| {
-            check_vouchers_once(vouchers, &exchange, domain, known, &checked)
+            let ids: Vec<B256> = vouchers.iter().map(voucher_id).collect();
+            check_vouchers_once(vouchers, &ids, &exchange, domain, known, &checked)
         };
         assert!(once(std::slice::from_ref(&good), &domain()).is_empty());
         assert_eq!(checked.lock().unwrap().len(), 1);

@@ -130,8 +130,65 @@ pub struct SignBatchRequest {
     /// that does not hold that list answers [`crate::signer::UNKNOWN_BALANCES`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_root: Option<B256>,
+    /// The receipts' voucher ids ([`crate::checked::voucher_id`]), in order, when the batch
+    /// travels without them (`batch.receipts` empty): the signer takes each from the vouchers it
+    /// checked ahead, and answers [`crate::checked::UNKNOWN_VOUCHERS`] for one it does not hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_receipts: Option<Vec<B256>>,
     /// Commitments of every signer of the round and the message (the batch digest).
     pub signing_package: frost::SigningPackage,
+}
+
+/// What a [`SignBatchRequest`] carries of one part, the same in every round that signs it.
+#[derive(Clone, Debug)]
+pub struct PartToSign {
+    batch: ChainBatch,
+    previous_root: Option<B256>,
+    held_receipts: Option<Vec<B256>>,
+}
+
+impl PartToSign {
+    /// `batch` as the coordinator sends it first: without the balance lists (their root
+    /// instead) and without the vouchers (their ids instead), which every signer holds when it
+    /// signed the previous part and checked the vouchers as they were taken in.
+    pub fn named(batch: &ChainBatch) -> crate::error::Result<Self> {
+        Self::whole(batch).vouchers_by_id().lists_by_root()
+    }
+
+    /// `batch` with everything: for a signer that lacks what [`PartToSign::named`] names.
+    pub fn whole(batch: &ChainBatch) -> Self {
+        Self {
+            batch: batch.clone(),
+            previous_root: None,
+            held_receipts: None,
+        }
+    }
+
+    /// The vouchers named by their ids ([`crate::checked::voucher_id`]) instead of carried.
+    pub fn vouchers_by_id(mut self) -> Self {
+        let receipts = std::mem::take(&mut self.batch.receipts);
+        self.held_receipts = Some(receipts.iter().map(crate::checked::voucher_id).collect());
+        self
+    }
+
+    /// The balance lists named by the previous list's root instead of carried.
+    pub fn lists_by_root(mut self) -> crate::error::Result<Self> {
+        self.previous_root = Some(crate::ledger::balances_root(&self.batch.previous_balances)?);
+        self.batch.previous_balances = Vec::new();
+        self.batch.new_balances = Vec::new();
+        Ok(self)
+    }
+
+    /// The round-2 request of round `round_id`, with its commitments and message.
+    pub fn request(&self, round_id: B256, signing_package: frost::SigningPackage) -> Request {
+        Request::SignBatch(SignBatchRequest {
+            round_id,
+            batch: self.batch.clone(),
+            previous_root: self.previous_root,
+            held_receipts: self.held_receipts.clone(),
+            signing_package,
+        })
+    }
 }
 
 /// Round 2 for a key rotation.

@@ -4,11 +4,12 @@
 //!   connect to first answered request (median of 21);
 //! - `dkg_ms`: a full DKG among the n signer processes (each pair over its own session);
 //! - `sign_p50_ms` / `sign_p99_ms`: commit + sign + aggregate + verify for one batch, with every
-//!   signer re-checking the batch against the chain (Anvil) before it signs, its vouchers'
-//!   signatures checked when the coordinator handed them over (`check_ahead_p50_ms`, all n
-//!   signers, off the round) as settlement does;
-//! - `sign_unchecked_p50_ms` / `sign_unchecked_p99_ms`: the same round when the signers check
-//!   the vouchers' signatures inside it (a batch cut before they were handed over).
+//!   signer re-checking the batch against the chain (Anvil) before it signs, its vouchers
+//!   checked when the coordinator handed them over (`check_ahead_p50_ms`, all n signers, off the
+//!   round) and named by id in the sign request, as settlement does;
+//! - `sign_unchecked_p50_ms` / `sign_unchecked_p99_ms`: the same round when the request carries
+//!   the vouchers and the signers check their signatures inside it (a batch cut before they were
+//!   handed over).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use cx_contracts::DeploymentsFile;
 use cx_settlement::frost::{EvmGroupKey, EvmSignature};
 use cx_settlement::ledger;
 use cx_settlement::transport::{Channel, Limits};
-use cx_settlement::wire::{Request, Response, SignBatchRequest};
+use cx_settlement::wire::{PartToSign, Request, Response};
 
 use crate::cluster::Cluster;
 use crate::error::Result;
@@ -185,16 +186,18 @@ pub async fn sign_bench(
             checking.push(start.elapsed());
             checked_ahead_by = checked_ahead_by.min(members);
         }
+        // The balance lists travel whole either way (two signers of five did not sign the
+        // previous part and do not hold its list); the vouchers travel as ids when they were
+        // checked ahead, as the coordinator sends them.
+        let part = match checked_ahead {
+            true => PartToSign::whole(&batch).vouchers_by_id(),
+            false => PartToSign::whole(&batch),
+        };
         let digest = batch.digest();
         let start = Instant::now();
         let signature = committee
-            .sign(digest.as_slice(), &package, |round_id, signing_package| {
-                Request::SignBatch(SignBatchRequest {
-                    round_id,
-                    batch: batch.clone(),
-                    previous_root: None,
-                    signing_package,
-                })
+            .sign(digest.as_slice(), &package, |round, signing_package| {
+                part.request(round, signing_package)
             })
             .await?;
         let took = start.elapsed();

@@ -301,10 +301,15 @@ impl Committee {
                                 return Ok((channel, response));
                             }
                             // A session cached from before the signer restarted fails on first
-                            // use. Only a ping or an info request is repeated on a fresh one:
-                            // other requests may have reached the signer and must not be sent
-                            // twice.
-                            Err(e) if !matches!(request, Request::Ping | Request::Info) => {
+                            // use. Only a request that may be answered twice (a ping, an info
+                            // request, vouchers to check) is repeated on a fresh one: the others
+                            // may have reached the signer and must not be sent twice.
+                            Err(e)
+                                if !matches!(
+                                    request,
+                                    Request::Ping | Request::Info | Request::CheckVouchers(_)
+                                ) =>
+                            {
                                 return Err(e);
                             }
                             Err(_) => {}

@@ -52,7 +52,7 @@ use crate::batch::rotation_digest;
 use crate::error::{Error, Result};
 use crate::frost::{EvmGroupKey, EvmSignature};
 use crate::ledger::{self, ChainBatch};
-use crate::wire::{Request, SignBatchRequest, SignRotationRequest};
+use crate::wire::{PartToSign, Request, SignRotationRequest};
 
 /// How close to its reclaim time (`deadline + gracePeriod_s`, chain time) an escrow may be for
 /// the coordinator to put it in a batch. A batch naming an escrow that its buyer reclaims before
@@ -434,45 +434,40 @@ impl<S: Store, C: Chain, K: ThresholdSigner> Coordinator<S, C, K> {
         Ok(())
     }
 
-    /// Signs one part. The request carries the receipts and the balances root the part builds
-    /// on, not the balance lists (each signer keeps its own, [`crate::signer`]); only when a
-    /// signer does not hold that root is the part sent again with the full previous list.
+    /// Signs one part. The request carries the balances root the part builds on and its
+    /// vouchers' ids, not the balance lists nor the vouchers (each signer keeps its own lists,
+    /// [`crate::signer`], and holds the vouchers it checked as they were taken in,
+    /// [`crate::checked`]); only when a signer does not hold one of them is the part sent again
+    /// whole.
     async fn sign_part(&self, part: &StoredPart) -> Result<()> {
         let chain = self.chain(part.batch.chain_id)?;
         let key = self.current_key(chain).await?;
         let digest = part.batch.digest();
-        let previous_root = ledger::balances_root(&part.batch.previous_balances)?;
-        let slim = ChainBatch {
-            previous_balances: Vec::new(),
-            new_balances: Vec::new(),
-            ..part.batch.clone()
-        };
-        let request = |batch: ChainBatch, previous_root: Option<B256>| {
-            move |round_id, signing_package| {
-                Request::SignBatch(SignBatchRequest {
-                    round_id,
-                    batch: batch.clone(),
-                    previous_root,
-                    signing_package,
-                })
-            }
-        };
-        let mut how = "balance changes";
+        let named = PartToSign::named(&part.batch)?;
+        let mut how = "balance changes and voucher ids";
         let mut signed = self
             .committee
-            .sign(digest.as_slice(), &key, request(slim, Some(previous_root)))
+            .sign(digest.as_slice(), &key, |round, package| {
+                named.request(round, package)
+            })
             .await;
-        // Sending the full list to every signer costs only a larger request, so one signer's
-        // word is enough here (unlike dropping a job, which the exchange leaves to t signers).
+        // Sending the lists and vouchers to every signer costs only a larger request, so one
+        // signer's word is enough here (unlike dropping a job, which the exchange leaves to t
+        // signers).
         if let Err(Error::Refused { refusals }) = &signed
-            && refusals
-                .iter()
-                .any(|r| r.reason.contains(crate::signer::UNKNOWN_BALANCES))
+            && refusals.iter().any(|r| {
+                r.reason.contains(crate::signer::UNKNOWN_BALANCES)
+                    || r.reason.contains(crate::checked::UNKNOWN_VOUCHERS)
+            })
         {
-            how = "the full balances list (a signer did not hold the previous one)";
+            how = "the full balances list and vouchers (a signer did not hold the previous list \
+                   or a voucher)";
+            let whole = PartToSign::whole(&part.batch);
             signed = self
                 .committee
-                .sign(digest.as_slice(), &key, request(part.batch.clone(), None))
+                .sign(digest.as_slice(), &key, |round, package| {
+                    whole.request(round, package)
+                })
                 .await;
         }
         let signature = match signed {

@@ -62,7 +62,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use crate::batch::rotation_digest;
-use crate::checked::{self, CheckedVouchers};
+use crate::checked::{self, CheckedVouchers, UNKNOWN_VOUCHERS};
 use crate::config::SignerConfig;
 use crate::dkg::{self, Inbox};
 use crate::error::{Error, Result};
@@ -233,7 +233,10 @@ impl Signer {
             log: Mutex::new(log),
             balances: Mutex::new(balances),
             chains: Mutex::new(HashMap::new()),
-            checked: Arc::new(Mutex::new(CheckedVouchers::new(checked::SIGNER_CAPACITY))),
+            checked: Arc::new(Mutex::new(CheckedVouchers::new(
+                checked::SIGNER_CAPACITY,
+                checked::SIGNER_HELD,
+            ))),
             limits: Limits::default(),
             config,
         })
@@ -657,8 +660,8 @@ impl Signer {
     }
 
     /// Checks the signatures of vouchers the coordinator took in, ahead of the batch that will
-    /// hold them, and keeps those that pass ([`crate::checked`]). Only the signatures: the chain
-    /// (keys registered, escrows open) is read when the batch is signed, at the batch's block.
+    /// hold them, and keeps those that pass, whole ([`crate::checked`]). Only the signatures: the
+    /// chain (keys registered, escrows open) is read when the batch is signed, at its block.
     async fn check_ahead(&self, vouchers: Vec<Voucher>) -> std::result::Result<(), String> {
         if vouchers.len() > ledger::MAX_RECEIPTS_PER_BATCH {
             return Err(format!(
@@ -689,13 +692,27 @@ impl Signer {
             let (exchange, binding_domains) = (exchange.clone(), binding_domains.clone());
             let checked = self.checked.clone();
             let found = tokio::task::spawn_blocking(move || {
-                ledger::check_vouchers_once(
+                let ids: Vec<B256> = vouchers.iter().map(checked::voucher_id).collect();
+                let reasons = ledger::check_vouchers_once(
                     &vouchers,
+                    &ids,
                     &exchange,
                     &domain,
                     |id| binding_domains.get(&id).cloned(),
                     &checked,
-                )
+                );
+                let mut memo = lock(&checked);
+                for (id, voucher) in ids.into_iter().zip(vouchers) {
+                    let passed = binding_domains
+                        .get(&voucher.binding.chain_id)
+                        .is_some_and(|b| {
+                            memo.get(&CheckedVouchers::key(&id, &domain, b)).is_some()
+                        });
+                    if passed {
+                        memo.hold(id, voucher);
+                    }
+                }
+                reasons
             })
             .await
             .map_err(|j| j.to_string())?;
@@ -710,12 +727,14 @@ impl Signer {
 
     /// Checks `batch` against the chain and recomputes it. With `slim`, the request carried no
     /// balance lists: the previous list is this signer's own (already in `batch`), and the new
-    /// list is what it recomputes (only the root is signed, and it is compared).
+    /// list is what it recomputes (only the root is signed, and it is compared). `ids` are the
+    /// receipts' voucher ids when the request named them (else they are computed here).
     async fn check_batch(
         &self,
         batch: &ChainBatch,
         key: &StoredKey,
         slim: bool,
+        ids: Option<Vec<B256>>,
     ) -> std::result::Result<ChainBatch, String> {
         if batch.receipts.len() > ledger::MAX_RECEIPTS_PER_BATCH {
             return Err(format!(
@@ -736,8 +755,10 @@ impl Signer {
         let vouchers = batch.receipts.clone();
         let checked = self.checked.clone();
         let voucher_check = tokio::task::spawn_blocking(move || {
+            let ids = ids.unwrap_or_else(|| vouchers.iter().map(checked::voucher_id).collect());
             ledger::check_vouchers_once(
                 &vouchers,
+                &ids,
                 &exchange,
                 &domain,
                 |id| binding_domains.get(&id).cloned(),
@@ -854,6 +875,28 @@ impl Signer {
     ) -> std::result::Result<frost::round2::SignatureShare, String> {
         let (pending, key) = self.take_round(request.round_id, &request.signing_package)?;
         let mut proposed = request.batch;
+        let ids = match request.held_receipts {
+            None => None,
+            Some(_) if !proposed.receipts.is_empty() => {
+                return Err("a part names its vouchers by id or carries them, not both".into());
+            }
+            Some(ids) if ids.len() > ledger::MAX_RECEIPTS_PER_BATCH => {
+                return Err(format!(
+                    "{} receipts is over the {} a batch part may hold",
+                    ids.len(),
+                    ledger::MAX_RECEIPTS_PER_BATCH
+                ));
+            }
+            Some(ids) => {
+                let memo = lock(&self.checked);
+                for id in &ids {
+                    proposed.receipts.push(memo.held(id).ok_or_else(|| {
+                        format!("{UNKNOWN_VOUCHERS} {id}: send the part's vouchers")
+                    })?);
+                }
+                Some(ids)
+            }
+        };
         let slim = request.previous_root.is_some();
         if let Some(root) = request.previous_root {
             proposed.previous_balances = lock(&self.balances)
@@ -865,7 +908,7 @@ impl Signer {
                     )
                 })?;
         }
-        let batch = self.check_batch(&proposed, &key, slim).await?;
+        let batch = self.check_batch(&proposed, &key, slim, ids).await?;
         if !slim {
             // A full list that hashes to the chain's root (checked above): worth keeping.
             lock(&self.balances)

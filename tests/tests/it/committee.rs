@@ -26,6 +26,7 @@ use cx_devnet::db::TempDatabase;
 use cx_devnet::{Cluster, ScenarioChain};
 use cx_protocol::pq::Identity;
 use cx_settlement::Error;
+use cx_settlement::checked::UNKNOWN_VOUCHERS;
 use cx_settlement::config::CommitteeRule;
 use cx_settlement::coordinator::{Coordinator, EvmChain, PartStatus, PgStore, Store};
 use cx_settlement::frost::{EvmGroupKey, EvmSignature};
@@ -33,7 +34,7 @@ use cx_settlement::ledger::{self, ChainBatch};
 use cx_settlement::merkle::BalancesTree;
 use cx_settlement::onchain::ChainView;
 use cx_settlement::transport::{Channel, Limits};
-use cx_settlement::wire::{Request, Response, SignBatchRequest};
+use cx_settlement::wire::{PartToSign, Request, Response, SignBatchRequest};
 use frost_secp256k1 as frost;
 
 /// `cx-signer`, built by Cargo for this test run (see [`cx_devnet::signer_binary`] for why not
@@ -529,6 +530,7 @@ fn sign_request(
             round_id,
             batch: batch.clone(),
             previous_root: None,
+            held_receipts: None,
             signing_package,
         })
     }
@@ -615,6 +617,32 @@ async fn tampering_crashes_and_session_attacks_are_refused() {
         matches!(&err, Error::Refused { .. } if err.to_string().contains("digest")),
         "{err}"
     );
+    // Vouchers named by id are taken only from those a signer checked ahead and holds: before
+    // they were handed over, and for a forged one handed over (refused, never held), every
+    // signer asks for the vouchers instead of signing; the honest ones, once handed over, are
+    // held by all five.
+    let by_id = |batch: &ChainBatch| {
+        let part = PartToSign::whole(batch).vouchers_by_id();
+        move |round, signing_package| part.request(round, signing_package)
+    };
+    let err = committee
+        .sign(honest.digest().as_slice(), &package, by_id(&honest))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { .. } if err.to_string().contains(UNKNOWN_VOUCHERS)),
+        "{err}"
+    );
+    assert_eq!(committee.check_ahead(&forged.receipts).await, 0);
+    let err = committee
+        .sign(forged.digest().as_slice(), &package, by_id(&forged))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Refused { .. } if err.to_string().contains(UNKNOWN_VOUCHERS)),
+        "{err}"
+    );
+    assert_eq!(committee.check_ahead(&honest.receipts).await, 5);
     // A registered provider takes an escrow it was never assigned: Mallory registers her own
     // key on chain, signs a receipt for the buyer's first job claiming the whole escrow, and
     // carries the job's real order and assignment. Every signer refuses: the assignment names

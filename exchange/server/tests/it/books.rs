@@ -545,6 +545,9 @@ async fn standing_order_terms_are_columns_each_kind_exactly_its_own() {
             .accept_standing(&standing(kind, nonce), 1, 10, terms, 500)
             .await
             .unwrap_err();
+        let Error::Database(err) = err else {
+            panic!("{kind}: {err}");
+        };
         assert!(
             err.to_string().contains("exchange_standing_orders_terms"),
             "{kind}: {err}"
