@@ -311,7 +311,9 @@ pub fn check_vouchers(
 
 /// [`check_vouchers`], skipping the signatures of a voucher whose check `checked` remembers
 /// (under the same domains) and remembering each voucher that passes. `ids` are the vouchers'
-/// [`voucher_id`]s, in order. The sums per order are always redone. `checked` is locked only to
+/// [`crate::checked::voucher_id`]s, in order, as the caller computed them or held the vouchers
+/// under (a hit is trusted: an id that is not its voucher's would lend it another's check). The
+/// sums per order are always redone. `checked` is locked only to
 /// look up and to keep, never while verifying, so a signing round's check does not wait behind
 /// vouchers being checked as they arrive.
 pub fn check_vouchers_once(

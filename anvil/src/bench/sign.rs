@@ -189,9 +189,10 @@ pub async fn sign_bench(
         // The balance lists travel whole either way (two signers of five did not sign the
         // previous part and do not hold its list); the vouchers travel as ids when they were
         // checked ahead, as the coordinator sends them.
-        let part = match checked_ahead {
-            true => PartToSign::whole(&batch).vouchers_by_id(),
-            false => PartToSign::whole(&batch),
+        let part = if checked_ahead {
+            PartToSign::whole(&batch).vouchers_by_id()
+        } else {
+            PartToSign::whole(&batch)
         };
         let digest = batch.digest();
         let start = Instant::now();

@@ -138,7 +138,8 @@ pub(super) async fn release(
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ProgressBody {
-    /// Bytes of output already sent before this piece.
+    /// Bytes of output already sent before this piece (an output is at most 1 MiB).
+    #[schema(maximum = 1_048_576)]
     offset: usize,
     /// The piece (UTF-8).
     text: String,
