@@ -30,6 +30,9 @@
 //!
 //! Clearing itself is not here: it is the pure core, `cx-exchange`, which this crate calls.
 //!
+//! Adding an order kind (a workload an intent asks for, or a standing order) is written down step
+//! by step in `docs/adding-an-order-kind.md`.
+//!
 //! ```
 //! use axum::body::Body;
 //! use axum::http::{Request, StatusCode};
