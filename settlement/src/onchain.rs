@@ -179,8 +179,9 @@ impl ChainView {
     /// Everything a signer reads to check one part of a batch, at this view's block, in one
     /// JSON-RPC batch request: the batch nonce, group key and balances root, whether each of
     /// `escrow_ids` is open (and its terms), and each of `providers`' registered key hash. One
-    /// request rather than ~20: with several signers checking at once, the node's per-request
-    /// work, not the calls' execution, was most of a signing round's time.
+    /// request rather than ~20 per signer: t signers' requests to one node queued behind each
+    /// other (`cx bench sign`'s p50 15 → 13 ms on 2 cores). A full part (400 escrows) is at most
+    /// 803 calls, under geth's default limit of 1,000 per batch.
     pub async fn part_state(&self, escrow_ids: &[u64], providers: &[Address]) -> Result<PartState> {
         let grace_s = self.grace_period_s().await?;
         let block = self.block_id();
