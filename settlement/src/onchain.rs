@@ -37,6 +37,10 @@ pub struct ChainView {
     at: Option<PinnedBlock>,
 }
 
+/// Calls one JSON-RPC batch request holds at most: nodes cap a batch (geth at 1,000 by
+/// default, hosted RPCs often lower), and a full part of a batch is up to ~1,200 reads.
+const MAX_BATCH_CALLS: usize = 200;
+
 /// What [`ChainView::part_state`] read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartState {
@@ -176,49 +180,47 @@ impl ChainView {
         Ok(block.header.timestamp)
     }
 
-    /// Everything a signer reads to check one part of a batch, at this view's block, in one
-    /// JSON-RPC batch request: the batch nonce, group key and balances root, whether each of
-    /// `escrow_ids` is open (and its terms), and each of `providers`' registered key hash. One
-    /// request rather than ~20 per signer: t signers' requests to one node queued behind each
-    /// other (`cx bench sign`'s p50 15 → 13 ms on 2 cores). A full part (400 escrows) is at most
-    /// 803 calls, under geth's default limit of 1,000 per batch.
+    /// Everything a signer reads to check one part of a batch, at this view's block, in
+    /// JSON-RPC batch requests: the batch nonce, group key and balances root, whether each of
+    /// `escrow_ids` is open (and its terms), and each of `providers`' registered key hash. A few
+    /// requests rather than ~20 per signer: t signers' requests to one node queued behind each
+    /// other (`cx bench sign`'s p50 15 → 13 ms on 2 cores).
     pub async fn part_state(&self, escrow_ids: &[u64], providers: &[Address]) -> Result<PartState> {
         let grace_s = self.grace_period_s().await?;
-        let block = self.block_id();
         let settlement = self.settlement();
         let registry = ProviderRegistry::new(self.deployment.registry, self.provider.clone());
-        let mut batch = alloy::rpc::client::BatchRequest::new(self.provider.client());
-        let mut call = |to: Address, data: &Bytes| {
-            let request = TransactionRequest::default()
-                .to(to)
-                .input(data.clone().into());
-            batch.add_call::<_, Bytes>("eth_call", &(request, block))
-        };
         let (nonce, key, root) = (
             settlement.batchState(),
             settlement.groupKey(),
             settlement.balancesRoot(),
         );
         let s = self.deployment.settlement;
-        let nonce_answer = call(s, nonce.calldata())?;
-        let key_answer = call(s, key.calldata())?;
-        let root_answer = call(s, root.calldata())?;
-        let mut escrow_answers = Vec::with_capacity(escrow_ids.len());
+        let mut calls = vec![
+            (s, nonce.calldata().clone()),
+            (s, key.calldata().clone()),
+            (s, root.calldata().clone()),
+        ];
         for &id in escrow_ids {
-            let (open, job) = (settlement.isOpen(id), settlement.jobs(id));
-            escrow_answers.push((id, call(s, open.calldata())?, call(s, job.calldata())?));
+            calls.push((s, settlement.isOpen(id).calldata().clone()));
+            calls.push((s, settlement.jobs(id).calldata().clone()));
         }
-        let mut key_answers = Vec::with_capacity(providers.len());
         for &provider in providers {
             let read = registry.providers(provider);
-            key_answers.push((provider, call(self.deployment.registry, read.calldata())?));
+            calls.push((self.deployment.registry, read.calldata().clone()));
         }
-        batch.send().await?;
-        let on_chain = key.decode_output(key_answer.await?)?;
-        let mut escrows = Vec::with_capacity(escrow_answers.len());
-        for (id, open_answer, job_answer) in escrow_answers {
-            let open = settlement.isOpen(id).decode_output(open_answer.await?)?;
-            let job = settlement.jobs(id).decode_output(job_answer.await?)?;
+        let mut answers = self.call_all(calls).await?.into_iter();
+        let mut next = || {
+            answers.next().ok_or(crate::Error::Transport(
+                "a JSON-RPC batch answered fewer calls than it was sent".into(),
+            ))
+        };
+        let nonce = nonce.decode_output(next()?)?.nonce;
+        let on_chain = key.decode_output(next()?)?;
+        let balances_root = root.decode_output(next()?)?;
+        let mut escrows = Vec::with_capacity(escrow_ids.len());
+        for &id in escrow_ids {
+            let open = settlement.isOpen(id).decode_output(next()?)?;
+            let job = settlement.jobs(id).decode_output(next()?)?;
             escrows.push((
                 id,
                 open.then(|| Escrow {
@@ -229,13 +231,13 @@ impl ChainView {
                 }),
             ));
         }
-        let mut provider_keys = Vec::with_capacity(key_answers.len());
-        for (provider, answer) in key_answers {
-            let p = registry.providers(provider).decode_output(answer.await?)?;
+        let mut provider_keys = Vec::with_capacity(providers.len());
+        for &provider in providers {
+            let p = registry.providers(provider).decode_output(next()?)?;
             provider_keys.push((provider, p.mlDsaKeyHash));
         }
         Ok(PartState {
-            nonce: nonce.decode_output(nonce_answer.await?)?.nonce,
+            nonce,
             group_key: OnChainGroupKey {
                 key: EvmGroupKey {
                     x: on_chain.x,
@@ -243,10 +245,36 @@ impl ChainView {
                 },
                 epoch: on_chain.epoch,
             },
-            balances_root: root.decode_output(root_answer.await?)?,
+            balances_root,
             escrows,
             provider_keys,
         })
+    }
+
+    /// `eth_call`s of `calls` (contract, calldata) at this view's block, answered in order: in
+    /// batch requests of at most [`MAX_BATCH_CALLS`], sent at once.
+    async fn call_all(&self, calls: Vec<(Address, Bytes)>) -> Result<Vec<Bytes>> {
+        let block = self.block_id();
+        let mut sends = tokio::task::JoinSet::new();
+        let mut waiters = Vec::with_capacity(calls.len());
+        for chunk in calls.chunks(MAX_BATCH_CALLS) {
+            let mut batch = alloy::rpc::client::BatchRequest::new(self.provider.client());
+            for (to, data) in chunk {
+                let request = TransactionRequest::default()
+                    .to(*to)
+                    .input(data.clone().into());
+                waiters.push(batch.add_call::<_, Bytes>("eth_call", &(request, block))?);
+            }
+            sends.spawn(batch.send());
+        }
+        while let Some(sent) = sends.join_next().await {
+            sent.map_err(|e| crate::Error::Transport(e.to_string()))??;
+        }
+        let mut answers = Vec::with_capacity(waiters.len());
+        for waiter in waiters {
+            answers.push(waiter.await?);
+        }
+        Ok(answers)
     }
 
     /// Escrow `id` while it is open; `None` once settled or reclaimed, or if never opened.
