@@ -56,14 +56,40 @@ pub fn voucher_id(voucher: &Voucher) -> B256 {
 
 /// Checked vouchers and what each spends of its order, and the vouchers held whole; oldest first
 /// out.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CheckedVouchers {
+    checks: Bounded<Option<OrderSpend>>,
+    held: Bounded<Voucher>,
+}
+
+/// A map of at most `capacity` entries, the oldest evicted first (0: it keeps nothing).
+#[derive(Debug)]
+struct Bounded<V> {
     capacity: usize,
-    entries: HashMap<B256, Option<OrderSpend>>,
+    entries: HashMap<B256, V>,
     order: VecDeque<B256>,
-    held_capacity: usize,
-    held: HashMap<B256, Voucher>,
-    held_order: VecDeque<B256>,
+}
+
+impl<V> Bounded<V> {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    fn insert(&mut self, key: B256, value: V) {
+        if self.capacity == 0 || self.entries.insert(key, value).is_some() {
+            return;
+        }
+        self.order.push_back(key);
+        while self.order.len() > self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.entries.remove(&old);
+            }
+        }
+    }
 }
 
 impl CheckedVouchers {
@@ -71,9 +97,8 @@ impl CheckedVouchers {
     /// vouchers whole (0: it keeps nothing).
     pub fn new(capacity: usize, held_capacity: usize) -> Self {
         Self {
-            capacity,
-            held_capacity,
-            ..Self::default()
+            checks: Bounded::new(capacity),
+            held: Bounded::new(held_capacity),
         }
     }
 
@@ -89,48 +114,32 @@ impl CheckedVouchers {
 
     /// Holds `voucher` (its id `id`) whole, evicting the oldest past the held capacity.
     pub fn hold(&mut self, id: B256, voucher: Voucher) {
-        if self.held_capacity == 0 || self.held.insert(id, voucher).is_some() {
-            return;
-        }
-        self.held_order.push_back(id);
-        while self.held_order.len() > self.held_capacity {
-            if let Some(old) = self.held_order.pop_front() {
-                self.held.remove(&old);
-            }
-        }
+        self.held.insert(id, voucher);
     }
 
     /// The voucher of `id`, when held.
     pub fn held(&self, id: &B256) -> Option<Voucher> {
-        self.held.get(id).cloned()
+        self.held.entries.get(id).cloned()
     }
 
     /// What the voucher of `key` spends of its order, when it was checked and passed.
     pub fn get(&self, key: &B256) -> Option<Option<OrderSpend>> {
-        self.entries.get(key).copied()
+        self.checks.entries.get(key).copied()
     }
 
     /// Keeps a voucher that passed, evicting the oldest past the capacity.
     pub fn insert(&mut self, key: B256, spend: Option<OrderSpend>) {
-        if self.capacity == 0 || self.entries.insert(key, spend).is_some() {
-            return;
-        }
-        self.order.push_back(key);
-        while self.order.len() > self.capacity {
-            if let Some(old) = self.order.pop_front() {
-                self.entries.remove(&old);
-            }
-        }
+        self.checks.insert(key, spend);
     }
 
-    /// Vouchers held.
+    /// Checks remembered.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.checks.entries.len()
     }
 
-    /// Whether it holds none.
+    /// Whether it remembers none.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.checks.entries.is_empty()
     }
 }
 

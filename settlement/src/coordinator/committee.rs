@@ -380,15 +380,7 @@ impl Committee {
     /// members checked them all. Best effort: a member that refuses or does not answer within
     /// the io timeout checks them in round 2 instead, so nothing depends on this.
     pub async fn check_ahead(&self, vouchers: &[Voucher]) -> usize {
-        let now = Instant::now();
-        let cooling: BTreeSet<u16> = self
-            .cooling
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|(_, (until, _))| *until > now)
-            .map(|(index, _)| *index)
-            .collect();
+        let cooling = self.cooling_now();
         let mut checked: BTreeMap<u16, bool> = BTreeMap::new();
         for part in vouchers.chunks(ledger::MAX_RECEIPTS_PER_BATCH) {
             let requests = self
@@ -411,6 +403,18 @@ impl Committee {
             }
         }
         checked.values().filter(|ok| **ok).count()
+    }
+
+    /// The members chosen last right now (a cool-down not yet over).
+    fn cooling_now(&self) -> BTreeSet<u16> {
+        let now = Instant::now();
+        self.cooling
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, (until, _))| *until > now)
+            .map(|(index, _)| *index)
+            .collect()
     }
 
     /// Drops every open session (the next call reconnects).
@@ -488,15 +492,7 @@ impl Committee {
     /// every member that answers has given its verdict, so a refusal t signers agree on is told
     /// from one signer's claim.
     fn choose(&self, available: &[Member], signing: &Signing) -> Option<(Vec<u16>, bool)> {
-        let now = Instant::now();
-        let cooling: BTreeSet<u16> = self
-            .cooling
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|(_, (until, _))| *until > now)
-            .map(|(index, _)| *index)
-            .collect();
+        let cooling = self.cooling_now();
         let pick = |keep: &dyn Fn(&Member) -> bool| -> Vec<&Member> {
             available.iter().filter(|m| keep(m)).collect()
         };
