@@ -465,7 +465,12 @@ impl Intake {
                 }
                 Judgement::NoMajority => no_majority(&runs, &terms),
             };
-            if self.books().apply_verdict(original_id, &verdict).await? {
+            let judged: Vec<B256> = runs.iter().map(|r| r.id).collect();
+            if self
+                .books()
+                .apply_verdict(original_id, &judged, &verdict)
+                .await?
+            {
                 for run in &runs {
                     self.waiters().notify(run.id);
                 }

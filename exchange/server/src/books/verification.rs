@@ -202,6 +202,9 @@ impl Books {
     /// False when they do not, or when that run was added meanwhile.
     pub async fn add_run(&self, original: B256, head: &GroupHead, run: &NewRun) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
+        // The group's lock, as a verdict takes it: a verdict judged without this run must not
+        // commit beside it (it would end the group while the run is still placed).
+        lock_group(&mut tx, original).await?;
         let held = sqlx::query(
             "UPDATE exchange_tabs SET jobs = jobs + 1, held_wei = held_wei + $3::numeric, \
                     updated_at = now() \
@@ -246,14 +249,29 @@ impl Books {
     /// Applies `verdict` to the group of `original` in one transaction. False (and nothing
     /// changed) when a run moved on meanwhile — a result came in, a deadline passed — so the
     /// caller reads the group again and judges anew.
-    pub async fn apply_verdict(&self, original: B256, verdict: &Verdict) -> Result<bool> {
+    ///
+    /// `judged` are the runs the verdict was judged on: a run placed since (a referee another
+    /// result's judgement placed) makes it stale as well.
+    pub async fn apply_verdict(
+        &self,
+        original: B256,
+        judged: &[B256],
+        verdict: &Verdict,
+    ) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
-        // One verdict at a time per group: the verified job's row is the group's lock.
-        sqlx::query("SELECT 1 FROM exchange_jobs WHERE id = $1 FOR UPDATE")
-            .bind(original.as_slice())
-            .execute(&mut *tx)
-            .await?;
+        lock_group(&mut tx, original).await?;
         let list = |ids: &[B256]| ids.iter().map(|i| i.to_vec()).collect::<Vec<Vec<u8>>>();
+        let unjudged: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM exchange_jobs \
+             WHERE (id = $1 OR verifies = $1) AND NOT (id = ANY($2))",
+        )
+        .bind(original.as_slice())
+        .bind(list(judged))
+        .fetch_one(&mut *tx)
+        .await?;
+        if unjudged != 0 {
+            return Ok(false);
+        }
         let passed = sqlx::query(
             "UPDATE exchange_jobs SET status = 'done', updated_at = now() \
              WHERE id = ANY($1) AND status = 'verifying'",
@@ -457,4 +475,14 @@ impl Books {
         .await?;
         Ok(())
     }
+}
+
+/// One verdict or added run at a time per verification group: the verified job's row is the
+/// group's lock, held to the end of `tx`.
+async fn lock_group(tx: &mut sqlx::PgConnection, original: B256) -> Result<()> {
+    sqlx::query("SELECT 1 FROM exchange_jobs WHERE id = $1 FOR UPDATE")
+        .bind(original.as_slice())
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
 }

@@ -8,6 +8,7 @@ use crate::door::{Door, domain, now_s};
 use alloy::primitives::{Address, B256};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use cx_exchange_server::books::Verdict;
 use cx_exchange_server::intake::{InferenceRequest, request_hash};
 use cx_protocol::offer::{Offer, SignedOffer};
 use cx_protocol::order::{self, Intent};
@@ -425,6 +426,69 @@ async fn t1_bytes_that_disagree_go_to_a_referee_and_the_outvoted_provider_fails_
         .await
         .unwrap();
     assert!(phi > 1.0 / 20.0, "{phi}");
+}
+
+/// Guards a race the cross-process verify test hit: the two disagreeing results of a T1 pair
+/// came in together, one judgement placed the referee, and the other, judged on the pair
+/// alone, found no referee to add (it was there already) and refunded the whole group beside
+/// it ("no majority"), so the cheat was never outvoted. A verdict judged on fewer runs than the
+/// group now holds changes nothing, and the referee still decides.
+#[tokio::test]
+async fn a_verdict_judged_before_the_referee_was_placed_changes_nothing() {
+    let door = Door::new().await;
+    let provs = [
+        Prov::new(41, "op-a"),
+        Prov::new(42, "op-b"),
+        Prov::new(43, "op-c"),
+    ];
+    for p in &provs {
+        p.register(&door).await;
+    }
+    let (status, accepted) = submit(&door, Tier::T1, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let original: B256 = accepted["job_id"].as_str().unwrap().parse().unwrap();
+    let refs: Vec<&Prov> = provs.iter().collect();
+    let pulled = pull_all(&door, &refs).await;
+    assert_eq!(pulled.len(), 2, "{pulled:?}");
+    let (honest_i, honest_job) = pulled
+        .iter()
+        .find(|(_, j)| j["job_id"] == original.to_string())
+        .unwrap();
+    let (cheat_i, cheat_job) = pulled
+        .iter()
+        .find(|(_, j)| j["job_id"] != original.to_string())
+        .unwrap();
+    provs[*honest_i].answer(&door, honest_job, HONEST).await;
+    provs[*cheat_i].answer(&door, cheat_job, CHEAT).await;
+    let cheat_id: B256 = cheat_job["job_id"].as_str().unwrap().parse().unwrap();
+
+    // The other judgement, on the pair as it read it before the referee was placed.
+    let stale = Verdict {
+        refunded: vec![original, cheat_id],
+        ..Verdict::default()
+    };
+    let applied = door
+        .books
+        .apply_verdict(original, &[original, cheat_id], &stale)
+        .await
+        .unwrap();
+    assert!(!applied, "a verdict that never saw the referee is stale");
+    for id in [original, cheat_id] {
+        let j = job(&door, &id.to_string()).await;
+        assert_eq!(j["status"], "verifying", "{j}");
+    }
+
+    // The referee is still out and decides.
+    let referee_i = (0..3).find(|i| i != honest_i && i != cheat_i).unwrap();
+    let referee = provs[referee_i].pull(&door).await;
+    assert_eq!(referee.len(), 1);
+    provs[referee_i].answer(&door, &referee[0], HONEST).await;
+    let cheated = job(&door, &cheat_id.to_string()).await;
+    assert_eq!(cheated["status"], "failed", "{cheated}");
+    for id in [original, B256::from(run_job_id(original.0, 2))] {
+        let j = job(&door, &id.to_string()).await;
+        assert_eq!(j["status"], "done", "{j}");
+    }
 }
 
 #[tokio::test]
