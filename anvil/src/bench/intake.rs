@@ -19,12 +19,12 @@ use alloy::primitives::{Address, B256};
 use bytes::Bytes;
 use cx_exchange::objective::Weights;
 use cx_exchange::routing::catalog::Catalog;
-use cx_exchange_server::api::{AppState, app};
 use cx_exchange_server::books::{Books, NewJob, NewOrder, StoredBinding, TabEvent};
 use cx_exchange_server::intake::{InferenceRequest, Intake, IntentSubmission, request_hash};
 use cx_exchange_server::limits::RateConfig;
 use cx_exchange_server::market::Market;
-use cx_exchange_server::tls::{self, DevCa, Limits};
+use cx_exchange_server::service::{Edge, Running, Service};
+use cx_exchange_server::tls::{self, DevCa};
 use cx_protocol::order::{self, Intent, Order, SigningKey};
 use cx_protocol::pq::Identity;
 use cx_protocol::{Bundle, DeterminismClass, Tier};
@@ -445,13 +445,12 @@ pub(crate) async fn open_tabs(
         .map_err(bench_err)
 }
 
-/// The exchange's API on loopback, HTTPS with a development CA, until [`Server::stop`].
+/// The exchange on loopback (the service `cx serve` runs, HTTPS with a development CA) until
+/// [`Server::stop`].
 pub(crate) struct Server {
     pub(crate) address: std::net::SocketAddr,
     pub(crate) client_config: Arc<rustls::ClientConfig>,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
-    sweeps: tokio::task::JoinHandle<()>,
+    running: Running,
     _scratch: ScratchDir,
 }
 
@@ -465,37 +464,21 @@ impl Server {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| Error::BenchFailed(format!("bind: {e}")))?;
-        let address = listener
-            .local_addr()
-            .map_err(|e| Error::BenchFailed(format!("local address: {e}")))?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let state = AppState::with_intake(intake);
-        // The sweeps `cx serve` runs beside its API (expiries, and the pruning of waiters whose
-        // calls ended): without them a soak measures a server that never forgets a waiter.
-        let sweeps = tokio::spawn(state.clone().run_sweeps());
-        let task = tokio::spawn(tls::serve_https(
-            listener,
-            server_config,
-            app(state),
-            Limits::default(),
-            async {
-                let _ = stopped.await;
-            },
-        ));
+        // With its sweeps (expiries, the pruning of waiters whose calls ended): without them a
+        // soak measures a server that never forgets a waiter.
+        let running = Service::new(intake)
+            .launch(listener, Edge::Https(server_config))
+            .map_err(|e| Error::BenchFailed(format!("launch: {e}")))?;
         Ok(Self {
-            address,
+            address: running.address(),
             client_config,
-            stop,
-            task,
-            sweeps,
+            running,
             _scratch: scratch,
         })
     }
 
     pub(crate) async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
-        self.sweeps.abort();
+        self.running.stop().await;
     }
 }
 

@@ -20,9 +20,14 @@
 //! - [`chain`]: the chain watcher — tabs opened and reclaimed, batches landed;
 //! - [`dispatch`]: assignments handed to providers over their own outbound connections, and
 //!   [`waiters`]: who waits on a job and who long-polls for work;
+//! - [`sweeps`]: what runs every second beside the API — deadlines, reserves, rents, standing
+//!   orders, silent and unstaked providers, the market maker's quote samples;
 //! - [`verification`]: receipts checked by tier (T1 byte equality, T2 Freivalds, T3 majority);
 //! - [`settlement`]: the loop that hands verified receipts to the committee's coordinator;
-//! - [`api::explorer`]: the pages that show each step, served beside the API on its state.
+//! - [`api::explorer`]: the pages that show each step, served beside the API on its state;
+//! - [`service`]: all of it as one running service — the API on its listener with the sweeps,
+//!   the chain watchers and the settlement loop beside it, launched and stopped as one (what
+//!   `cx serve` and the benches run).
 //!
 //! No module imports one that imports it back (no circle between files either): shared types
 //! live in the leaf a path needs ([`placement`], [`waiters`], `books::store`, `api::state`), not
@@ -61,8 +66,10 @@ pub mod market;
 pub mod matmul;
 pub mod min_rate;
 pub mod placement;
+pub mod service;
 pub mod settlement;
 pub mod stake;
+pub mod sweeps;
 pub mod tls;
 pub mod train;
 pub mod verification;

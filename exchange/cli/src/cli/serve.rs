@@ -9,11 +9,11 @@ use anyhow::{Context, anyhow};
 use cx_contracts::DeploymentsFile;
 use cx_exchange::objective::Weights;
 use cx_exchange::routing::catalog::Catalog;
-use cx_exchange_server::api::{AppState, app};
 use cx_exchange_server::books::{self, Books};
 use cx_exchange_server::chain::Watcher;
 use cx_exchange_server::intake::{DEFAULT_SETTLE_MARGIN_S, Intake};
 use cx_exchange_server::market::Market;
+use cx_exchange_server::service::{self, Service};
 use cx_exchange_server::settlement::{SettlementConfig, Settler};
 use cx_exchange_server::stake::Registries;
 use cx_exchange_server::tls::{self, DevCa, Identity, Limits};
@@ -21,7 +21,6 @@ use cx_protocol::Bundle;
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 use tokio::net::TcpListener;
 
 /// The catalog `cx serve` uses without `--catalog`: the example shipped with the market core.
@@ -236,19 +235,16 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
         (None, false) => Vec::new(),
     };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut watchers = Vec::new();
-    for chain in &chains {
-        let confirmations = chain.chain.confirmations(args.confirmations);
-        let watcher = Watcher::new(books.clone(), chain.clone(), confirmations)?;
-        let mut stopped = stopped.clone();
-        watchers.push(tokio::spawn(watcher.run(
-            Duration::from_secs(1),
-            async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            },
-        )));
-    }
+    let watchers = chains
+        .iter()
+        .map(|chain| {
+            Watcher::new(
+                books.clone(),
+                chain.clone(),
+                chain.chain.confirmations(args.confirmations),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     if let Some(dir) = args.identity.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--identity: cannot create {}", dir.display()))?;
@@ -355,32 +351,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     println!("  explorer   {url}/explorer");
     println!("Ctrl-C stops it.");
 
-    // Jobs no provider finished by their deadline are expired and their holds returned; silent
-    // providers leave the engine.
-    let (state, settling) = match settler {
-        Some((settler, _)) => {
-            let mut stopped = stopped.clone();
-            let task = tokio::spawn({
-                let settler = settler.clone();
-                async move {
-                    settler
-                        .run(Duration::from_secs(1), async move {
-                            let _ = stopped.wait_for(|s| *s).await;
-                        })
-                        .await
-                }
-            });
-            (AppState::with_settlement(intake, settler), Some(task))
-        }
-        None => (AppState::with_intake(intake), None),
-    };
-    let explorers: Vec<(u64, String)> = chains
-        .iter()
-        .filter_map(|c| Some((c.chain.chain_id, c.chain.explorer_url.clone()?)))
-        .collect();
-    let state = state.with_chain_explorers(explorers);
-    let sweeps = tokio::spawn(state.clone().run_sweeps());
-    let router = app(state);
     let defaults = Limits::default();
     let limits = Limits {
         max_connections_per_ip: args.max_connections_per_ip,
@@ -390,21 +360,25 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         },
         ..defaults
     };
-    let shutdown = async move {
-        stop_signal().await;
-        let _ = stop.send(true);
+    let explorers = chains
+        .iter()
+        .filter_map(|c| Some((c.chain.chain_id, c.chain.explorer_url.clone()?)));
+    let mut service = Service::new(intake)
+        .with_watchers(watchers)
+        .with_chain_explorers(explorers)
+        .with_limits(limits);
+    if let Some((settler, _)) = settler {
+        service = service.with_settler(settler);
+    }
+    let edge = match config {
+        Some(config) => service::Edge::Https(config),
+        None => service::Edge::InsecureHttp,
     };
-    match config {
-        Some(config) => tls::serve_https(listener, config, router, limits, shutdown).await,
-        None => tls::serve_insecure_http(listener, router, limits, shutdown).await,
-    }
-    sweeps.abort();
-    if let Some(task) = settling {
-        let _ = task.await;
-    }
-    for watcher in watchers {
-        let _ = watcher.await;
-    }
+    service
+        .launch(listener, edge)
+        .context("starting the service")?
+        .until(stop_signal())
+        .await;
     books.pool().close().await;
     println!("cx serve: stopped");
     Ok(())

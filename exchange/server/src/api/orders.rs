@@ -34,7 +34,7 @@ pub(super) async fn submit_intent(
             let deadline_s = submission.intent.order.deadline_s;
             let until = tokio::time::Instant::now()
                 + std::time::Duration::from_secs(deadline_s.saturating_sub(now_s()))
-                + 2 * crate::dispatch::SWEEP_PERIOD;
+                + 2 * crate::sweeps::SWEEP_PERIOD;
             let job = state
                 .intake()?
                 .wait(accepted.job_id, until)

@@ -65,11 +65,11 @@ impl AppState {
         }
     }
 
-    /// The background sweeps of a serving exchange ([`crate::dispatch::run_sweeps`]); pending
+    /// The background sweeps of a serving exchange ([`crate::sweeps::run_sweeps`]); pending
     /// forever on a state without books.
-    pub async fn run_sweeps(self) {
+    pub(crate) async fn run_sweeps(self) {
         match &self.inner.intake {
-            Some(intake) => crate::dispatch::run_sweeps(intake).await,
+            Some(intake) => crate::sweeps::run_sweeps(intake).await,
             None => std::future::pending().await,
         }
     }

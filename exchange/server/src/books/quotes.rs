@@ -1,4 +1,4 @@
-//! The market maker's quotes over time: sampled by the sweep ([`crate::dispatch::run_sweeps`])
+//! The market maker's quotes over time: sampled by the sweep ([`crate::sweeps::run_sweeps`])
 //! so the explorer can chart bid, ask and regime per market; pruned to [`QUOTE_HISTORY_S`].
 
 use super::store::Books;

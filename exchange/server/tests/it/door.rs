@@ -1000,7 +1000,7 @@ async fn a_leaving_providers_jobs_are_re_cleared_or_refunded() {
     let held = door.held().await;
 
     let intake = door.state.serving().unwrap();
-    let left = cx_exchange_server::dispatch::leave(intake, &[gone_bundle.into()], now_s())
+    let left = cx_exchange_server::sweeps::leave(intake, &[gone_bundle.into()], now_s())
         .await
         .unwrap();
     assert_eq!((left.bundles, left.moved, left.refunded), (1, 1, 0));
@@ -1038,7 +1038,7 @@ async fn a_leaving_providers_jobs_are_re_cleared_or_refunded() {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let before = door.held().await;
-    let left = cx_exchange_server::dispatch::leave(intake, &[other_bundle.into()], now_s())
+    let left = cx_exchange_server::sweeps::leave(intake, &[other_bundle.into()], now_s())
         .await
         .unwrap();
     assert_eq!((left.bundles, left.moved, left.refunded), (1, 1, 0));
@@ -1050,7 +1050,7 @@ async fn a_leaving_providers_jobs_are_re_cleared_or_refunded() {
 
     // The dearer one leaves: nothing can take the job, so it is refunded now, not at its
     // deadline.
-    let left = cx_exchange_server::dispatch::leave(intake, &["dear".into()], now_s())
+    let left = cx_exchange_server::sweeps::leave(intake, &["dear".into()], now_s())
         .await
         .unwrap();
     assert_eq!((left.bundles, left.moved, left.refunded), (1, 0, 1));

@@ -1,0 +1,177 @@
+//! The exchange as one running service: the API on a listener and the duties that run beside
+//! it — the sweeps ([`crate::sweeps::run_sweeps`]), a watcher per chain and the settlement loop —
+//! started by one [`Service::launch`] and stopped by one [`Running::stop`].
+//!
+//! `cx serve` and the benches launch the exchange through here, so what a bench measures is the
+//! service `cx serve` runs, with the same duties beside its API.
+
+use crate::api::{AppState, app};
+use crate::chain::Watcher;
+use crate::intake::Intake;
+use crate::settlement::Settler;
+use crate::tls::{self, Limits};
+use rustls::ServerConfig;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How often a chain watcher polls its chain and the settlement loop makes a pass.
+pub const DUTY_PERIOD: Duration = Duration::from_secs(1);
+
+/// How the API speaks on its listener.
+#[derive(Clone, Debug)]
+pub enum Edge {
+    /// HTTPS (TLS 1.3, X25519MLKEM768 first) under this configuration ([`tls::server_config`]).
+    Https(Arc<ServerConfig>),
+    /// Plain HTTP: for a TLS-terminating proxy in front or a local test only.
+    InsecureHttp,
+}
+
+/// An exchange ready to launch: its intake (books, market, chains) and what runs beside the API.
+pub struct Service {
+    intake: Intake,
+    settler: Option<Arc<Settler>>,
+    watchers: Vec<Watcher>,
+    chain_explorers: Vec<(u64, String)>,
+    limits: Limits,
+}
+
+impl Service {
+    /// The service over `intake`, with the default connection limits, no chain watcher and no
+    /// settlement loop.
+    pub fn new(intake: Intake) -> Self {
+        Self {
+            intake,
+            settler: None,
+            watchers: Vec::new(),
+            chain_explorers: Vec::new(),
+            limits: Limits::default(),
+        }
+    }
+
+    /// Settles through `settler` (its loop runs beside the API, which serves its claims).
+    pub fn with_settler(mut self, settler: Arc<Settler>) -> Self {
+        self.settler = Some(settler);
+        self
+    }
+
+    /// Watches these chains (tabs opened and reclaimed, batches landed).
+    pub fn with_watchers(mut self, watchers: impl IntoIterator<Item = Watcher>) -> Self {
+        self.watchers.extend(watchers);
+        self
+    }
+
+    /// Each chain's block explorer (`chain id → base URL`) for the explorer's links.
+    pub fn with_chain_explorers(mut self, urls: impl IntoIterator<Item = (u64, String)>) -> Self {
+        self.chain_explorers.extend(urls);
+        self
+    }
+
+    /// The edge's connection limits.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Serves the API on `listener` through `edge` and starts the duties beside it; they run
+    /// until [`Running::stop`].
+    pub fn launch(self, listener: TcpListener, edge: Edge) -> std::io::Result<Running> {
+        let address = listener.local_addr()?;
+        let (stop, stopped) = watch::channel(false);
+        let until_stopped = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }
+        };
+        let mut duties: Vec<JoinHandle<()>> = self
+            .watchers
+            .into_iter()
+            .map(|watcher| tokio::spawn(watcher.run(DUTY_PERIOD, until_stopped())))
+            .collect();
+        let state = match self.settler {
+            Some(settler) => {
+                let stop = until_stopped();
+                duties.push(tokio::spawn({
+                    let settler = settler.clone();
+                    async move { settler.run(DUTY_PERIOD, stop).await }
+                }));
+                AppState::with_settlement(self.intake, settler)
+            }
+            None => AppState::with_intake(self.intake),
+        }
+        .with_chain_explorers(self.chain_explorers);
+        // The sweeps hold no work a stop must finish (each pass is one transaction per job):
+        // they are aborted, not awaited.
+        let sweeps = tokio::spawn(state.clone().run_sweeps());
+        let router = app(state.clone());
+        let shutdown = until_stopped();
+        let api = match edge {
+            Edge::Https(config) => tokio::spawn(tls::serve_https(
+                listener,
+                config,
+                router,
+                self.limits,
+                shutdown,
+            )),
+            Edge::InsecureHttp => tokio::spawn(tls::serve_insecure_http(
+                listener,
+                router,
+                self.limits,
+                shutdown,
+            )),
+        };
+        Ok(Running {
+            address,
+            state,
+            stop,
+            api,
+            sweeps,
+            duties,
+        })
+    }
+}
+
+/// A launched exchange.
+#[derive(Debug)]
+pub struct Running {
+    address: SocketAddr,
+    state: AppState,
+    stop: watch::Sender<bool>,
+    api: JoinHandle<()>,
+    sweeps: JoinHandle<()>,
+    duties: Vec<JoinHandle<()>>,
+}
+
+impl Running {
+    /// Where the API listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// What the API's handlers share (the intake, the settler).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Runs until `signal` completes (Ctrl-C, a test's end), then stops.
+    pub async fn until(self, signal: impl Future<Output = ()>) {
+        signal.await;
+        self.stop().await;
+    }
+
+    /// Stops taking connections and waits for open ones (within the edge's grace), stops the
+    /// sweeps, and lets the watchers and the settlement loop finish their pass.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.api.await;
+        self.sweeps.abort();
+        for duty in self.duties {
+            let _ = duty.await;
+        }
+    }
+}
