@@ -4,7 +4,8 @@
 //!
 //! - [`routes`] mounts the pages under `/explorer`; each handler checks its input
 //!   ([`params`]), reads the books ([`queries`], read-only SQL), and answers with the page's
-//!   data either as HTML ([`pages`], built with [`html`] and [`svg`]) or, when the request's
+//!   data either as HTML ([`pages`], maud templates built from [`html`]'s blocks inside [`layout`]'s
+//!   document, charts from [`svg`], values formatted by [`format`]) or, when the request's
 //!   `Accept` names `application/json`, as that same data in JSON. Errors follow the same rule:
 //!   our JSON error shape, or an HTML page with the same status and message.
 //! - No script and no build step: inline CSS, charts as inline SVG, links between every page
@@ -13,7 +14,9 @@
 //! - Transaction hashes link to a chain's block explorer (EIP-3091 `{url}/tx/{hash}`) when the
 //!   state was given one for that chain ([`AppState::with_chain_explorers`]).
 
+mod format;
 mod html;
+mod layout;
 mod pages;
 mod params;
 mod queries;
@@ -27,6 +30,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use maud::Markup;
 use params::{Before, JobsQuery, ListQuery};
 use serde::Serialize;
 
@@ -79,7 +83,7 @@ impl Format {
 fn respond<T: Serialize>(
     format: Format,
     result: Result<T, ApiError>,
-    render: impl FnOnce(&T) -> String,
+    render: impl FnOnce(&T) -> Markup,
 ) -> Response {
     let mut response = match (result, format) {
         (Ok(data), Format::Json) => axum::Json(data).into_response(),
@@ -101,13 +105,15 @@ fn respond<T: Serialize>(
     response
 }
 
-/// The pages run no script and load nothing: a policy that says so makes any markup that
-/// escaped [`html::esc`] inert, whatever it is.
+/// The pages run no script and load nothing: a policy that says so makes inert any markup that
+/// got past the templates' escaping, whatever it is.
 const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; style-src 'unsafe-inline'; \
      img-src data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
-fn html_response(status: StatusCode, page: String) -> Response {
-    let mut response = (status, axum::response::Html(page)).into_response();
+// maud's own `axum` feature would answer a `Markup` directly; the page goes through axum's
+// `Html` instead, so that the status and the security policy are set here in one place.
+fn html_response(status: StatusCode, page: Markup) -> Response {
+    let mut response = (status, axum::response::Html(page.into_string())).into_response();
     response.headers_mut().insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
@@ -351,6 +357,6 @@ async fn unknown(headers: HeaderMap) -> Response {
     respond::<()>(
         Format::of(&headers),
         Err(not_found("explorer page")),
-        |_| String::new(),
+        |_| maud::html! {},
     )
 }

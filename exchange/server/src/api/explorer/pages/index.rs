@@ -1,9 +1,13 @@
 //! `/explorer`: how many jobs are in each state, the latest jobs and batches, and where to go.
 
-use super::batches;
-use crate::api::explorer::html::{self, Html, esc, query_value};
+use super::batches::batches_table;
+use super::jobs::jobs_table;
+use crate::api::explorer::format::{id_token, query_value};
+use crate::api::explorer::html::section;
+use crate::api::explorer::layout;
 use crate::api::explorer::queries::jobs::JobSummary;
 use crate::api::explorer::queries::settlement::BatchSummary;
+use maud::{Markup, html};
 use serde::Serialize;
 
 /// How many jobs show one status.
@@ -27,30 +31,25 @@ pub(crate) struct IndexPage {
 }
 
 /// The page.
-pub(crate) fn render(p: &IndexPage) -> String {
-    let mut body = Html::raw("<div class=\"cards\" id=\"status-counts\">");
+pub(crate) fn render(p: &IndexPage) -> Markup {
     let total: i64 = p.statuses.iter().map(|c| c.jobs).sum();
-    body.lit(&format!(
-        "<a class=\"card\" id=\"count-all\" href=\"/explorer/jobs\"><b>{total}</b>jobs</a>"
-    ));
-    for StatusCount { status, jobs: n } in &p.statuses {
-        body.lit(&format!(
-            "<a class=\"card\" id=\"count-{}\" href=\"/explorer/jobs?status={}\"><b>{n}</b>{}</a>",
-            esc(&html::id_token(status)),
-            esc(&query_value(status)),
-            esc(status)
-        ));
-    }
-    body.lit("</div>");
-    body.push(&html::section(
-        "recent-jobs",
-        "Latest jobs",
-        &super::jobs::table("recent-jobs", &p.recent_jobs),
-    ));
-    body.push(&html::section(
-        "recent-batches",
-        "Latest batches",
-        &batches::table("recent-batches", &p.recent_batches),
-    ));
-    html::page("Explorer", "index", &body)
+    let body = html! {
+        div class="cards" id="status-counts" {
+            a class="card" id="count-all" href="/explorer/jobs" { b { (total) } "jobs" }
+            @for StatusCount { status, jobs } in &p.statuses {
+                a class="card" id={ "count-" (id_token(status)) }
+                    href={ "/explorer/jobs?status=" (query_value(status)) } {
+                    b { (jobs) }
+                    (status)
+                }
+            }
+        }
+        (section("recent-jobs", "Latest jobs", jobs_table("recent-jobs", &p.recent_jobs)))
+        (section(
+            "recent-batches",
+            "Latest batches",
+            batches_table("recent-batches", &p.recent_batches),
+        ))
+    };
+    layout::page("Explorer", "index", body)
 }

@@ -3,12 +3,13 @@
 use super::{
     account_link, batch_link, job_link, json_fields, provider_link, text_opt, tx_cell, wei, wei_opt,
 };
-use crate::api::explorer::html::{
-    self, Dl, Html, Table, badge, code, esc, id_token, json_details, num, section, time_ms, time_s,
-};
+use crate::api::explorer::format::{id_token, num, time_ms, time_s};
+use crate::api::explorer::html::{badge, code, json_details, section, short, table};
+use crate::api::explorer::layout;
 use crate::api::explorer::queries::jobs::JobDetail;
 use crate::api::state::ExplorerConfig;
 use cx_protocol::decision::DecisionRecord;
+use maud::{Markup, html};
 use serde::Serialize;
 
 /// The job page's data: the job, with each settlement part's explorer link filled in.
@@ -65,231 +66,202 @@ const TERMS: [(&str, &str, &str); 8] = [
     ),
 ];
 
-fn decision_section(d: &DecisionRecord, job: &JobDetail) -> Html {
-    let mut out = Html::default();
-    let mut dl = Dl::new();
-    dl.text(
-        Some("decision-tier"),
-        "cleared at tier",
-        &d.tier.map_or_else(|| "—".to_owned(), |t| t.to_string()),
-    );
-    dl.text(
-        Some("chosen-bundle"),
-        "chosen bundle",
-        d.chosen.as_deref().unwrap_or("none"),
-    );
-    match job.residency {
-        Some(r) => {
-            dl.text(
-                Some("beta"),
-                "β base resident then",
-                if r.base_resident {
-                    "1 (resident)"
-                } else {
-                    "0 (loaded for this job)"
-                },
-            );
-            dl.text(
-                Some("alpha"),
-                "α adapter resident then",
-                match (r.adapter_resident, job.summary.adapter.is_some()) {
-                    (_, false) => "1 (no adapter)",
-                    (true, true) => "1 (resident)",
-                    (false, true) => "0 (loaded for this job)",
-                },
-            );
-        }
-        None => {
-            dl.text(Some("beta"), "β base resident then", "not recorded");
-            dl.text(Some("alpha"), "α adapter resident then", "not recorded");
-        }
-    }
-    if let Some(prefix) = &d.prefix_id {
-        let held = d.terms.is_some_and(|t| t.prefix_hit);
-        dl.text(
-            Some("prefix"),
-            "π conversation prefix",
-            &format!(
-                "{prefix}: {}",
-                if held {
-                    "1 (held by the chosen bundle: its prefill skipped)"
-                } else {
-                    "0 (not held: prefilled again)"
+/// What clearing decided: the tier, the chosen bundle, residency (β, α, π), every cost term of
+/// the chosen bundle, the feasible bundles and the rejected ones with their binding constraint.
+fn decision_section(d: &DecisionRecord, job: &JobDetail) -> Markup {
+    let (beta, alpha) = match job.residency {
+        Some(r) => (
+            if r.base_resident {
+                "1 (resident)"
+            } else {
+                "0 (loaded for this job)"
+            },
+            match (r.adapter_resident, job.summary.adapter.is_some()) {
+                (_, false) => "1 (no adapter)",
+                (true, true) => "1 (resident)",
+                (false, true) => "0 (loaded for this job)",
+            },
+        ),
+        None => ("not recorded", "not recorded"),
+    };
+    html! {
+        dl #decision {
+            dt { "cleared at tier" }
+            dd #decision-tier {
+                @match d.tier {
+                    Some(t) => (t),
+                    None => "—",
                 }
-            ),
-        );
-    }
-    if let Some(t) = d.terms {
-        dl.text(
-            Some("completion"),
-            "t̂ estimated completion",
-            &format!("{} s", num(t.completion_s)),
-        );
-    }
-    out.push(&dl.finish(Some("decision")));
-
-    // Every cost term of the chosen bundle.
-    out.lit("<h3>Cost terms of the chosen bundle</h3>");
-    match d.terms {
-        Some(t) => {
-            let value = |name: &str| match name {
-                "compute" => t.compute,
-                "latency" => t.latency,
-                "failure" => t.failure,
-                "verification" => t.verification,
-                "deadline_risk" => t.deadline_risk,
-                "base_load" => t.base_load,
-                "adapter_load" => t.adapter_load,
-                "prefix_miss" => t.prefix_miss,
-                _ => f64::NAN,
-            };
-            let mut table = Table::new("cost-terms", &["term", "symbol", "prices", "value"]);
-            for (name, symbol, what) in TERMS {
-                table.row(
-                    Some(&format!("term-{}", id_token(name))),
-                    vec![
-                        code(name),
-                        Html::text(symbol),
-                        Html::text(what),
-                        Html::raw(format!(
-                            "<span class=\"term-value\">{}</span>",
-                            esc(&num(value(name)))
-                        )),
-                    ],
-                );
             }
-            table.row(
-                Some("term-total"),
-                vec![
-                    Html::raw("<b>total</b>"),
-                    Html::text("Σ"),
-                    Html::text("what clearing minimised over the feasible bundles"),
-                    Html::raw(format!(
-                        "<b class=\"term-value\">{}</b>",
-                        esc(&num(t.total))
-                    )),
-                ],
-            );
-            out.push(&table.finish(""));
-            out.lit(
-                "<p class=\"note\">Terms in whole units of the asset; residency (β, α) is read \
-                 from the load terms: a zero term means the bundle held it when the job cleared.</p>",
-            );
-        }
-        None => out.lit("<p id=\"cost-terms\" class=\"empty\">no cost terms recorded</p>"),
-    }
-
-    // Feasible bundles, cheapest first.
-    out.lit(&format!(
-        "<h3>Feasible bundles ({} of {} shown)</h3>",
-        d.feasible.len(),
-        d.feasible_total
-    ));
-    let mut feasible = Table::new("feasible", &["bundle", "total", "t̂ (s)", ""]);
-    for r in &d.feasible {
-        let chosen = d.chosen.as_deref() == Some(r.id.as_str());
-        feasible.row(
-            Some(&format!("feasible-{}", id_token(&r.id))),
-            vec![
-                Html::text(&r.id),
-                Html::text(&num(r.total)),
-                Html::text(&num(r.completion_s)),
-                Html::text(if chosen { "chosen" } else { "" }),
-            ],
-        );
-    }
-    out.push(&feasible.finish("none recorded"));
-
-    // Refused bundles, each with its binding constraint and factor.
-    out.lit(&format!(
-        "<h3>Rejected bundles ({} of {} shown, nearest first)</h3>",
-        d.rejected.len(),
-        d.rejected_total
-    ));
-    let mut rejected = Table::new(
-        "rejected",
-        &[
-            "bundle",
-            "binding constraint",
-            "missed by",
-            "every violation",
-        ],
-    );
-    for r in &d.rejected {
-        let mut violations = Html::raw("<ul>");
-        for v in &r.violations {
-            violations.lit("<li>");
-            violations.push(&code(&v.constraint.to_string()));
-            violations.lit(" ");
-            if let Some(f) = v.factor {
-                violations.push_text(&format!("×{} ", num(f)));
+            dt { "chosen bundle" } dd #chosen-bundle { (d.chosen.as_deref().unwrap_or("none")) }
+            dt { "β base resident then" } dd #beta { (beta) }
+            dt { "α adapter resident then" } dd #alpha { (alpha) }
+            @if let Some(prefix) = &d.prefix_id {
+                dt { "π conversation prefix" }
+                dd #prefix {
+                    (prefix) ": "
+                    @if d.terms.is_some_and(|t| t.prefix_hit) {
+                        "1 (held by the chosen bundle: its prefill skipped)"
+                    } @else {
+                        "0 (not held: prefilled again)"
+                    }
+                }
             }
-            violations.push_text(&v.detail);
-            violations.lit("</li>");
+            @if let Some(t) = d.terms {
+                dt { "t̂ estimated completion" } dd #completion { (num(t.completion_s)) " s" }
+            }
         }
-        violations.lit("</ul>");
-        rejected.row(
-            Some(&format!("rejected-{}", id_token(&r.id))),
-            vec![
-                Html::text(&r.id),
-                Html::raw(format!(
-                    "<span class=\"binding\">{}</span>",
-                    esc(&r.binding.to_string())
-                )),
-                Html::raw(format!(
-                    "<span class=\"factor\">{}</span>",
-                    esc(&r
-                        .factor
-                        .map_or_else(|| "categorical".to_owned(), |f| format!("×{}", num(f))))
-                )),
-                violations,
-            ],
-        );
+        // Every cost term of the chosen bundle.
+        h3 { "Cost terms of the chosen bundle" }
+        (cost_terms(d))
+        // Feasible bundles, cheapest first.
+        h3 { "Feasible bundles (" (d.feasible.len()) " of " (d.feasible_total) " shown)" }
+        (feasible_table(d))
+        // Refused bundles, each with its binding constraint and factor.
+        h3 {
+            "Rejected bundles (" (d.rejected.len()) " of " (d.rejected_total)
+            " shown, nearest first)"
+        }
+        (rejected_table(d))
     }
-    out.push(&rejected.finish("no bundle was refused"));
-    out
 }
 
-fn bundle_section(job: &JobDetail) -> Html {
-    let Some(b) = &job.bundle else {
-        return Html::raw(
-            "<p id=\"bundle-now\" class=\"empty\">the bundle is no longer registered</p>",
-        );
+/// The chosen bundle's cost terms in the objective's order, and their total.
+fn cost_terms(d: &DecisionRecord) -> Markup {
+    let Some(t) = d.terms else {
+        return html! { p id="cost-terms" class="empty" { "no cost terms recorded" } };
     };
-    let mut dl = Dl::new();
-    dl.text(None, "id", &b.id)
-        .text(None, "operator", &b.provider)
-        .text(None, "device", &b.device)
-        .html(
-            None,
-            "ask",
-            Html::text(&format!("{} wei per compute-second", b.price_wei_per_s)),
-        )
-        .text(None, "free memory", &format!("{} bytes", b.memory_bytes))
-        .text(
-            None,
-            "bandwidth",
-            &format!("{} bit/s", num(b.bandwidth_bps)),
-        )
-        .text(None, "round trip", &format!("{} s", num(b.rtt_s)))
-        .text(
-            None,
-            "throughput",
-            &format!("{} FLOP/s", num(b.flops_per_s)),
-        )
-        .text(None, "resident bases", &list_or_none(&b.resident_bases))
-        .text(
-            None,
-            "resident adapters",
-            &format!(
-                "{} ({})",
-                b.resident_adapters.len(),
-                list_or_none(&b.resident_adapters)
-            ),
-        );
-    let mut out = dl.finish(Some("bundle-now"));
-    out.lit("<p class=\"note\">As the bundle is registered now; β and α above are what it held when the job cleared.</p>");
-    out
+    let value = |name: &str| match name {
+        "compute" => t.compute,
+        "latency" => t.latency,
+        "failure" => t.failure,
+        "verification" => t.verification,
+        "deadline_risk" => t.deadline_risk,
+        "base_load" => t.base_load,
+        "adapter_load" => t.adapter_load,
+        "prefix_miss" => t.prefix_miss,
+        _ => f64::NAN,
+    };
+    let mut rows: Vec<Markup> = TERMS
+        .iter()
+        .map(|(name, symbol, what)| {
+            html! {
+                tr id={ "term-" (id_token(name)) } {
+                    td { (code(name)) }
+                    td { (symbol) }
+                    td { (what) }
+                    td { span.term-value { (num(value(name))) } }
+                }
+            }
+        })
+        .collect();
+    rows.push(html! {
+        tr #term-total {
+            td { b { "total" } }
+            td { "Σ" }
+            td { "what clearing minimised over the feasible bundles" }
+            td { b.term-value { (num(t.total)) } }
+        }
+    });
+    html! {
+        (table("cost-terms", &["term", "symbol", "prices", "value"], &rows, ""))
+        p.note {
+            "Terms in whole units of the asset; residency (β, α) is read from the load terms: a \
+             zero term means the bundle held it when the job cleared."
+        }
+    }
+}
+
+/// The feasible bundles with their total and estimated completion, the chosen one marked.
+fn feasible_table(d: &DecisionRecord) -> Markup {
+    let rows: Vec<Markup> = d
+        .feasible
+        .iter()
+        .map(|r| {
+            html! {
+                tr id={ "feasible-" (id_token(&r.id)) } {
+                    td { (r.id) }
+                    td { (num(r.total)) }
+                    td { (num(r.completion_s)) }
+                    td {
+                        @if d.chosen.as_deref() == Some(r.id.as_str()) { "chosen" }
+                    }
+                }
+            }
+        })
+        .collect();
+    table(
+        "feasible",
+        &["bundle", "total", "t̂ (s)", ""],
+        &rows,
+        "none recorded",
+    )
+}
+
+/// The rejected bundles: the binding constraint, by how much it was missed, every violation.
+fn rejected_table(d: &DecisionRecord) -> Markup {
+    let rows: Vec<Markup> = d
+        .rejected
+        .iter()
+        .map(|r| {
+            let factor = r
+                .factor
+                .map_or_else(|| "categorical".to_owned(), |f| format!("×{}", num(f)));
+            html! {
+                tr id={ "rejected-" (id_token(&r.id)) } {
+                    td { (r.id) }
+                    td { span.binding { (r.binding) } }
+                    td { span.factor { (factor) } }
+                    td {
+                        ul {
+                            @for v in &r.violations {
+                                li {
+                                    (code(&v.constraint.to_string()))
+                                    " "
+                                    @if let Some(f) = v.factor { "×" (num(f)) " " }
+                                    (v.detail)
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        })
+        .collect();
+    let columns = [
+        "bundle",
+        "binding constraint",
+        "missed by",
+        "every violation",
+    ];
+    table("rejected", &columns, &rows, "no bundle was refused")
+}
+
+/// The chosen bundle as it is registered now.
+fn bundle_section(job: &JobDetail) -> Markup {
+    let Some(b) = &job.bundle else {
+        return html! {
+            p id="bundle-now" class="empty" { "the bundle is no longer registered" }
+        };
+    };
+    html! {
+        dl #bundle-now {
+            dt { "id" } dd { (b.id) }
+            dt { "operator" } dd { (b.provider) }
+            dt { "device" } dd { (b.device) }
+            dt { "ask" } dd { (b.price_wei_per_s) " wei per compute-second" }
+            dt { "free memory" } dd { (b.memory_bytes) " bytes" }
+            dt { "bandwidth" } dd { (num(b.bandwidth_bps)) " bit/s" }
+            dt { "round trip" } dd { (num(b.rtt_s)) " s" }
+            dt { "throughput" } dd { (num(b.flops_per_s)) " FLOP/s" }
+            dt { "resident bases" } dd { (list_or_none(&b.resident_bases)) }
+            dt { "resident adapters" }
+            dd { (b.resident_adapters.len()) " (" (list_or_none(&b.resident_adapters)) ")" }
+        }
+        p.note {
+            "As the bundle is registered now; β and α above are what it held when the job cleared."
+        }
+    }
 }
 
 fn list_or_none(items: &[String]) -> String {
@@ -300,302 +272,276 @@ fn list_or_none(items: &[String]) -> String {
     }
 }
 
-/// The page.
-pub(crate) fn render(p: &JobPage) -> String {
-    let j = &p.job;
+/// The job at a glance: status, account, tab, model, tier, bundle, provider, amounts, times.
+fn summary(j: &JobDetail) -> Markup {
     let s = &j.summary;
-    let mut body = Html::default();
-
-    let mut dl = Dl::new();
-    dl.html(Some("status"), "status", badge(&s.status))
-        .text(Some("job-status"), "lifecycle state", &s.job_status)
-        .html(Some("account"), "account", account_link(&s.account))
-        .text(
-            Some("tab"),
-            "tab",
-            &format!("chain {} · escrow {}", s.chain_id, s.escrow_id),
-        )
-        .text(Some("model"), "model", &s.model)
-        .html(Some("adapter"), "adapter", text_opt(s.adapter.as_deref()))
-        .html(Some("tier"), "tier", text_opt(s.tier.as_deref()))
-        .html(Some("bundle"), "bundle", text_opt(s.bundle_id.as_deref()))
-        .html(
-            Some("provider"),
-            "provider",
-            s.provider_key_hash.as_deref().map_or(Html::text("—"), |k| {
-                Html::raw(format!(
-                    "<a id=\"provider-link\" href=\"/explorer/providers/{}\">{}</a>",
-                    esc(k),
-                    esc(k)
-                ))
-            }),
-        )
-        .html(Some("held"), "held on the tab", wei(&s.held_wei))
-        .html(
-            Some("charged"),
-            "charged",
-            wei_opt(s.charged_wei.as_deref()),
-        )
-        .text(Some("accepted"), "accepted", &time_ms(s.created_at_ms))
-        .text(
-            Some("deadline"),
-            "deadline",
-            &time_s(u64::try_from(j.deadline_s).unwrap_or(0)),
-        )
-        .html(
-            Some("batch"),
-            "settlement batch",
-            s.batch_id.map_or(Html::text("—"), |b| {
-                Html::raw(format!(
-                    "<a id=\"batch-link\" href=\"/explorer/batches/{b}\">batch {b}</a>"
-                ))
-            }),
-        );
-    if let Some(session) = &j.session_id {
-        dl.html(Some("session"), "session", html::short(session));
-    }
-    if let Some(t) = &j.trained {
-        dl.text(Some("trained-adapter"), "trained adapter", &t.adapter_id)
-            .text(
-                Some("trained-loss"),
-                "loss",
-                &format!(
-                    "{} → {} in {} steps",
-                    num(t.loss_first),
-                    num(t.loss_last),
-                    t.steps
-                ),
-            );
-    }
-    body.push(&dl.finish(Some("summary")));
-
-    // The signed order.
-    let o = &j.order;
-    let mut order = Dl::new();
-    order
-        .html(Some("order-digest"), "digest", code(&o.digest))
-        .text(Some("order-kind"), "kind", &o.kind)
-        .html(None, "signer", account_link(&o.account))
-        .text(None, "domain chain", &o.chain_id.to_string())
-        .text(None, "nonce", &o.nonce)
-        .text(None, "received", &time_ms(o.received_at_ms));
-    let mut order_html = order.finish(Some("order"));
-    order_html.lit("<h3>Signed terms</h3>");
-    order_html.push(&json_fields(
-        o.signed.get("order").unwrap_or(&serde_json::Value::Null),
-        "order-",
-    ));
-    if let Some(sig) = o.signed.get("signature").and_then(|v| v.as_str()) {
-        let mut sigs = Dl::new();
-        sigs.html(
-            Some("order-signature"),
-            "EIP-712 signature",
-            html::short(sig),
-        );
-        if let Some(pq) = o.signed.get("mldsa_signature").and_then(|v| v.as_str()) {
-            sigs.html(
-                Some("order-mldsa-signature"),
-                "ML-DSA-65 co-signature",
-                Html::text(&format!("{} bytes", pq.len().saturating_sub(2) / 2)),
-            );
-        }
-        order_html.push(&sigs.finish(None));
-    }
-    order_html.push(&json_details("the signed order as received", &o.signed));
-    body.push(&section("order", "Signed order", &order_html));
-
-    body.push(&section(
-        "decision",
-        "Clearing decision",
-        &decision_section(&j.decision, j),
-    ));
-    body.push(&section("bundle", "Chosen bundle", &bundle_section(j)));
-
-    // The assignment.
-    let assignment = match &j.assignment {
-        Some(a) => {
-            let mut dl = Dl::new();
-            dl.text(Some("assignment-bundle"), "bundle", &a.bundle_id)
-                .html(
-                    Some("assignment-provider"),
-                    "provider",
-                    a.provider_key_hash
-                        .as_deref()
-                        .map_or(Html::text("—"), provider_link),
-                )
-                .html(None, "operator", text_opt(a.operator.as_deref()))
-                .html(
-                    Some("assignment-price"),
-                    "price (most the receipt may claim)",
-                    wei(&a.price_wei),
-                )
-                .text(
-                    None,
-                    "due",
-                    &time_s(u64::try_from(a.deadline_s).unwrap_or(0)),
-                )
-                .text(
-                    Some("assignment-taken"),
-                    "taken by the provider",
-                    &a.taken_at_ms.map_or_else(|| "not yet".to_owned(), time_ms),
-                );
-            let mut out = dl.finish(Some("assignment"));
-            if let Some(signed) = &a.signed {
-                out.push(&json_details(
-                    "the exchange's signed assignment (from the job's voucher)",
-                    signed,
-                ));
-            }
-            out
-        }
-        None => Html::raw("<p id=\"assignment\" class=\"empty\">not assigned</p>"),
-    };
-    body.push(&section("assignment", "Assignment", &assignment));
-
-    // The receipt.
-    let receipt = match &j.receipt {
-        Some(r) => {
-            let mut dl = Dl::new();
-            dl.html(
-                Some("receipt-amount"),
-                "amount owed",
-                wei(&r.amount_owed_wei),
-            )
-            .html(None, "signed by", provider_link(&r.provider_key_hash))
-            .text(None, "received", &time_ms(r.received_at_ms));
-            let mut out = dl.finish(Some("receipt"));
-            out.push(&json_fields(
-                r.signed.get("receipt").unwrap_or(&serde_json::Value::Null),
-                "receipt-",
-            ));
-            out.push(&json_details("the signed receipt as received", &r.signed));
-            out
-        }
-        None => Html::raw("<p id=\"receipt\" class=\"empty\">no receipt yet</p>"),
-    };
-    body.push(&section("receipt", "Receipt", &receipt));
-
-    // Verification.
-    let v = &j.verification;
-    let mut dl = Dl::new();
-    dl.html(
-        Some("verification-tier"),
-        "tier",
-        text_opt(v.tier.as_deref()),
-    )
-    .text(
-        Some("verification-cost"),
-        "cost (λ_V·v(τ) when cleared)",
-        &v.cost.map_or_else(|| "—".to_owned(), num),
-    )
-    .text(
-        Some("verification-result"),
-        "result",
-        v.result.as_deref().unwrap_or(match v.tier.as_deref() {
-            Some("T0") => "none needed (T0: stake only)",
-            _ => "none recorded yet",
-        }),
-    );
-    if let Some(method) = &v.method {
-        dl.text(Some("verification-method"), "method", method)
-            .text(
-                Some("verification-passed"),
-                "passed",
-                match v.passed {
-                    Some(true) => "yes",
-                    Some(false) => "no",
+    html! {
+        dl #summary {
+            dt { "status" } dd #status { (badge(&s.status)) }
+            dt { "lifecycle state" } dd #job-status { (s.job_status) }
+            dt { "account" } dd #account { (account_link(&s.account)) }
+            dt { "tab" } dd #tab { "chain " (s.chain_id) " · escrow " (s.escrow_id) }
+            dt { "model" } dd #model { (s.model) }
+            dt { "adapter" } dd #adapter { (text_opt(s.adapter.as_deref())) }
+            dt { "tier" } dd #tier { (text_opt(s.tier.as_deref())) }
+            dt { "bundle" } dd #bundle { (text_opt(s.bundle_id.as_deref())) }
+            dt { "provider" }
+            dd #provider {
+                @match &s.provider_key_hash {
+                    Some(k) => a id="provider-link" href={ "/explorer/providers/" (k) } { (k) },
                     None => "—",
-                },
-            )
-            .html(
-                Some("verification-cost-wei"),
-                "cost of the check",
-                wei_opt(v.cost_wei.as_deref()),
-            )
-            .text(
-                Some("verification-check-ms"),
-                "check took",
-                &v.check_ms
-                    .map_or_else(|| "—".to_owned(), |ms| format!("{ms} ms")),
-            );
-    }
-    let mut verification = dl.finish(Some("verification"));
-    if !v.runs.is_empty() {
-        let mut runs = Table::new("verification-runs", &["job", "provider", "output hash"]);
-        let s =
-            |r: &serde_json::Value, k: &str| r.get(k).and_then(|x| x.as_str()).map(str::to_owned);
-        for r in &v.runs {
-            runs.row(
-                None,
-                vec![
-                    s(r, "job").map_or_else(|| Html::text("—"), |j| job_link(&j)),
-                    s(r, "provider").map_or_else(|| Html::text("—"), |p| provider_link(&p)),
-                    s(r, "output_hash").map_or_else(|| Html::text("—"), |h| html::short(&h)),
-                ],
-            );
+                }
+            }
+            dt { "held on the tab" } dd #held { (wei(&s.held_wei)) }
+            dt { "charged" } dd #charged { (wei_opt(s.charged_wei.as_deref())) }
+            dt { "accepted" } dd #accepted { (time_ms(s.created_at_ms)) }
+            dt { "deadline" } dd #deadline { (time_s(u64::try_from(j.deadline_s).unwrap_or(0))) }
+            dt { "settlement batch" }
+            dd #batch {
+                @match s.batch_id {
+                    Some(b) => a id="batch-link" href={ "/explorer/batches/" (b) } { "batch " (b) },
+                    None => "—",
+                }
+            }
+            @if let Some(session) = &j.session_id {
+                dt { "session" } dd #session { (short(session)) }
+            }
+            @if let Some(t) = &j.trained {
+                dt { "trained adapter" } dd #trained-adapter { (t.adapter_id) }
+                dt { "loss" }
+                dd #trained-loss {
+                    (num(t.loss_first)) " → " (num(t.loss_last)) " in " (t.steps) " steps"
+                }
+            }
         }
-        verification.push(&runs.finish("no runs"));
     }
-    for e in &v.events {
-        verification.push(&json_details(
-            &format!("{} at {}", e.status, time_ms(e.at_ms)),
-            &e.detail,
-        ));
-    }
-    body.push(&section("verification", "Verification", &verification));
+}
 
-    // Settlement.
-    let settlement = match &j.settlement {
-        Some(st) => {
-            let mut dl = Dl::new();
-            dl.html(Some("settlement-state"), "state", badge(&st.state));
-            if let Some(b) = st.batch_id {
-                dl.html(None, "batch", batch_link(b));
-            }
-            if let Some(reason) = &st.rejected_reason {
-                dl.text(Some("settlement-rejected"), "refused because", reason);
-            }
-            if let Some(at) = st.received_at_ms {
-                dl.text(None, "receipt taken by the coordinator", &time_ms(at));
-            }
-            let mut out = dl.finish(Some("settlement"));
-            let mut parts = Table::new("parts", &["chain", "nonce", "status", "transaction"]);
-            for part in &st.parts {
-                parts.row(
-                    Some(&format!("part-{}", part.chain_id)),
-                    vec![
-                        Html::text(&part.chain_id.to_string()),
-                        Html::text(&part.nonce.to_string()),
-                        badge(&part.status),
-                        tx_cell(part),
-                    ],
-                );
-            }
-            out.push(&parts.finish("no batch parts yet"));
-            out.push(&super::batches::steps_table(&st.steps));
-            out
+/// The signed order: its digest, kind, signer and nonce, its signed terms, its signatures.
+fn order_section(j: &JobDetail) -> Markup {
+    let o = &j.order;
+    let signature = o.signed.get("signature").and_then(|v| v.as_str());
+    let mldsa = o.signed.get("mldsa_signature").and_then(|v| v.as_str());
+    html! {
+        dl #order {
+            dt { "digest" } dd #order-digest { (code(&o.digest)) }
+            dt { "kind" } dd #order-kind { (o.kind) }
+            dt { "signer" } dd { (account_link(&o.account)) }
+            dt { "domain chain" } dd { (o.chain_id) }
+            dt { "nonce" } dd { (o.nonce) }
+            dt { "received" } dd { (time_ms(o.received_at_ms)) }
         }
-        None => Html::raw(
-            "<p id=\"settlement\" class=\"empty\">not in settlement (no receipt handed to the committee yet)</p>",
-        ),
+        h3 { "Signed terms" }
+        (json_fields(o.signed.get("order").unwrap_or(&serde_json::Value::Null), "order-"))
+        @if let Some(sig) = signature {
+            dl {
+                dt { "EIP-712 signature" } dd #order-signature { (short(sig)) }
+                @if let Some(pq) = mldsa {
+                    dt { "ML-DSA-65 co-signature" }
+                    dd #order-mldsa-signature { (pq.len().saturating_sub(2) / 2) " bytes" }
+                }
+            }
+        }
+        (json_details("the signed order as received", &o.signed))
+    }
+}
+
+/// Who the job was assigned to, at what price, and when the provider took it.
+fn assignment_section(j: &JobDetail) -> Markup {
+    let Some(a) = &j.assignment else {
+        return html! { p id="assignment" class="empty" { "not assigned" } };
     };
-    body.push(&section("settlement", "Settlement", &settlement));
-
-    // Every event.
-    let mut events = Html::raw("<ol id=\"events\">");
-    for e in &j.events {
-        events.lit(&format!("<li id=\"event-{}\">", e.seq));
-        events.push_text(&time_ms(e.at_ms));
-        events.lit(" ");
-        events.push(&badge(&e.status));
-        if e.detail.as_object().is_some_and(|m| !m.is_empty()) {
-            events.lit(" ");
-            events.push(&code(&e.detail.to_string()));
+    html! {
+        dl #assignment {
+            dt { "bundle" } dd #assignment-bundle { (a.bundle_id) }
+            dt { "provider" }
+            dd #assignment-provider {
+                @match &a.provider_key_hash {
+                    Some(k) => (provider_link(k)),
+                    None => "—",
+                }
+            }
+            dt { "operator" } dd { (text_opt(a.operator.as_deref())) }
+            dt { "price (most the receipt may claim)" } dd #assignment-price { (wei(&a.price_wei)) }
+            dt { "due" } dd { (time_s(u64::try_from(a.deadline_s).unwrap_or(0))) }
+            dt { "taken by the provider" }
+            dd #assignment-taken {
+                @match a.taken_at_ms {
+                    Some(at) => (time_ms(at)),
+                    None => "not yet",
+                }
+            }
         }
-        events.lit("</li>");
+        @if let Some(signed) = &a.signed {
+            (json_details("the exchange's signed assignment (from the job's voucher)", signed))
+        }
     }
-    events.lit("</ol>");
-    body.push(&section("events", "Timeline", &events));
+}
 
-    html::page(&format!("Job {}", s.id), "jobs", &body)
+/// The provider's signed receipt: what it claims and when it came.
+fn receipt_section(j: &JobDetail) -> Markup {
+    let Some(r) = &j.receipt else {
+        return html! { p id="receipt" class="empty" { "no receipt yet" } };
+    };
+    html! {
+        dl #receipt {
+            dt { "amount owed" } dd #receipt-amount { (wei(&r.amount_owed_wei)) }
+            dt { "signed by" } dd { (provider_link(&r.provider_key_hash)) }
+            dt { "received" } dd { (time_ms(r.received_at_ms)) }
+        }
+        (json_fields(r.signed.get("receipt").unwrap_or(&serde_json::Value::Null), "receipt-"))
+        (json_details("the signed receipt as received", &r.signed))
+    }
+}
+
+/// The job's verification: tier, cost, result, the check's method and runs, its events.
+fn verification_section(j: &JobDetail) -> Markup {
+    let v = &j.verification;
+    let result = v.result.as_deref().unwrap_or(match v.tier.as_deref() {
+        Some("T0") => "none needed (T0: stake only)",
+        _ => "none recorded yet",
+    });
+    let field =
+        |r: &serde_json::Value, k: &str| r.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+    let runs: Vec<Markup> = v
+        .runs
+        .iter()
+        .map(|r| {
+            html! {
+                tr {
+                    td {
+                        @match field(r, "job") {
+                            Some(job) => (job_link(&job)),
+                            None => "—",
+                        }
+                    }
+                    td {
+                        @match field(r, "provider") {
+                            Some(p) => (provider_link(&p)),
+                            None => "—",
+                        }
+                    }
+                    td {
+                        @match field(r, "output_hash") {
+                            Some(h) => (short(&h)),
+                            None => "—",
+                        }
+                    }
+                }
+            }
+        })
+        .collect();
+    html! {
+        dl #verification {
+            dt { "tier" } dd #verification-tier { (text_opt(v.tier.as_deref())) }
+            dt { "cost (λ_V·v(τ) when cleared)" }
+            dd #verification-cost {
+                @match v.cost {
+                    Some(c) => (num(c)),
+                    None => "—",
+                }
+            }
+            dt { "result" } dd #verification-result { (result) }
+            @if let Some(method) = &v.method {
+                dt { "method" } dd #verification-method { (method) }
+                dt { "passed" }
+                dd #verification-passed {
+                    @match v.passed {
+                        Some(true) => "yes",
+                        Some(false) => "no",
+                        None => "—",
+                    }
+                }
+                dt { "cost of the check" }
+                dd #verification-cost-wei { (wei_opt(v.cost_wei.as_deref())) }
+                dt { "check took" }
+                dd #verification-check-ms {
+                    @match v.check_ms {
+                        Some(ms) => { (ms) " ms" }
+                        None => "—",
+                    }
+                }
+            }
+        }
+        @if !v.runs.is_empty() {
+            (table("verification-runs", &["job", "provider", "output hash"], &runs, "no runs"))
+        }
+        @for e in &v.events {
+            (json_details(&format!("{} at {}", e.status, time_ms(e.at_ms)), &e.detail))
+        }
+    }
+}
+
+/// The job's settlement: its state and batch, the batch's parts on each chain, its steps.
+fn settlement_section(j: &JobDetail) -> Markup {
+    let Some(st) = &j.settlement else {
+        return html! {
+            p id="settlement" class="empty" {
+                "not in settlement (no receipt handed to the committee yet)"
+            }
+        };
+    };
+    let parts: Vec<Markup> = st
+        .parts
+        .iter()
+        .map(|part| {
+            html! {
+                tr id={ "part-" (part.chain_id) } {
+                    td { (part.chain_id) }
+                    td { (part.nonce) }
+                    td { (badge(&part.status)) }
+                    td { (tx_cell(part)) }
+                }
+            }
+        })
+        .collect();
+    html! {
+        dl #settlement {
+            dt { "state" } dd #settlement-state { (badge(&st.state)) }
+            @if let Some(b) = st.batch_id {
+                dt { "batch" } dd { (batch_link(b)) }
+            }
+            @if let Some(reason) = &st.rejected_reason {
+                dt { "refused because" } dd #settlement-rejected { (reason) }
+            }
+            @if let Some(at) = st.received_at_ms {
+                dt { "receipt taken by the coordinator" } dd { (time_ms(at)) }
+            }
+        }
+        (table("parts", &["chain", "nonce", "status", "transaction"], &parts, "no batch parts yet"))
+        (super::batches::steps_table(&st.steps))
+    }
+}
+
+/// Every event of the job, in order.
+fn timeline(j: &JobDetail) -> Markup {
+    html! {
+        ol #events {
+            @for e in &j.events {
+                li id={ "event-" (e.seq) } {
+                    (time_ms(e.at_ms)) " " (badge(&e.status))
+                    @if e.detail.as_object().is_some_and(|m| !m.is_empty()) {
+                        " " (code(&e.detail.to_string()))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The page.
+pub(crate) fn render(p: &JobPage) -> Markup {
+    let j = &p.job;
+    let body = html! {
+        (summary(j))
+        (section("order", "Signed order", order_section(j)))
+        (section("decision", "Clearing decision", decision_section(&j.decision, j)))
+        (section("bundle", "Chosen bundle", bundle_section(j)))
+        (section("assignment", "Assignment", assignment_section(j)))
+        (section("receipt", "Receipt", receipt_section(j)))
+        (section("verification", "Verification", verification_section(j)))
+        (section("settlement", "Settlement", settlement_section(j)))
+        (section("events", "Timeline", timeline(j)))
+    };
+    layout::page(&format!("Job {}", j.summary.id), "jobs", body)
 }

@@ -2,10 +2,13 @@
 //! status, paged by number or by the `before` cursor.
 
 use super::{account_link, batch_link, job_link, pager, provider_link, text_opt, wei};
-use crate::api::explorer::html::{self, Html, Table, badge, esc, query_value, time_ms};
+use crate::api::explorer::format::{query_value, time_ms};
+use crate::api::explorer::html::{badge, short, table};
+use crate::api::explorer::layout;
 use crate::api::explorer::params::{Before, JobFilter, MAX_LIMIT, Paging, STATUSES, TIERS};
 use crate::api::explorer::queries::jobs::{JobList, JobSummary};
 use alloy::primitives::B256;
+use maud::{Markup, html};
 use serde::Serialize;
 
 /// The jobs page's data.
@@ -82,105 +85,103 @@ pub(crate) fn list_url(pairs: &[(&str, String)]) -> String {
 }
 
 /// The jobs table (shared with the index and account pages).
-pub(crate) fn table(id: &str, jobs: &[JobSummary]) -> Html {
-    let mut t = Table::new(
-        id,
-        &[
-            "job",
-            "accepted",
-            "status",
-            "account",
-            "model",
-            "adapter",
-            "tier",
-            "bundle",
-            "provider",
-            "charged / held",
-            "batch",
-        ],
-    );
-    for j in jobs {
-        t.row(
-            Some(&format!("job-{}", j.id)),
-            vec![
-                job_link(&j.id),
-                Html::text(&time_ms(j.created_at_ms)),
-                badge(&j.status),
-                account_link(&j.account),
-                Html::text(&j.model),
-                j.adapter.as_deref().map_or(Html::text("—"), html::short),
-                text_opt(j.tier.as_deref()),
-                text_opt(j.bundle_id.as_deref()),
-                j.provider_key_hash
-                    .as_deref()
-                    .map_or(Html::text("—"), provider_link),
-                wei(j.charged_wei.as_deref().unwrap_or(&j.held_wei)),
-                j.batch_id.map_or(Html::text("—"), batch_link),
-            ],
-        );
-    }
-    t.finish("no jobs match")
+pub(crate) fn jobs_table(id: &str, jobs: &[JobSummary]) -> Markup {
+    let rows: Vec<Markup> = jobs
+        .iter()
+        .map(|j| {
+            html! {
+                tr id={ "job-" (j.id) } {
+                    td { (job_link(&j.id)) }
+                    td { (time_ms(j.created_at_ms)) }
+                    td { (badge(&j.status)) }
+                    td { (account_link(&j.account)) }
+                    td { (j.model) }
+                    td {
+                        @match &j.adapter {
+                            Some(a) => (short(a)),
+                            None => "—",
+                        }
+                    }
+                    td { (text_opt(j.tier.as_deref())) }
+                    td { (text_opt(j.bundle_id.as_deref())) }
+                    td {
+                        @match &j.provider_key_hash {
+                            Some(k) => (provider_link(k)),
+                            None => "—",
+                        }
+                    }
+                    td { (wei(j.charged_wei.as_deref().unwrap_or(&j.held_wei))) }
+                    td {
+                        @match j.batch_id {
+                            Some(b) => (batch_link(b)),
+                            None => "—",
+                        }
+                    }
+                }
+            }
+        })
+        .collect();
+    let columns = [
+        "job",
+        "accepted",
+        "status",
+        "account",
+        "model",
+        "adapter",
+        "tier",
+        "bundle",
+        "provider",
+        "charged / held",
+        "batch",
+    ];
+    table(id, &columns, &rows, "no jobs match")
 }
 
-fn input(name: &str, value: Option<&str>, placeholder: &str) -> Html {
-    Html::raw(format!(
-        "<input name=\"{}\" id=\"filter-{}\" value=\"{}\" placeholder=\"{}\">",
-        esc(name),
-        esc(name),
-        esc(value.unwrap_or("")),
-        esc(placeholder)
-    ))
+/// A filter's text field, holding the value the list is filtered by.
+fn input(name: &str, value: Option<&str>, placeholder: &str) -> Markup {
+    html! {
+        input name=(name) id={ "filter-" (name) } value=(value.unwrap_or("")) placeholder=(placeholder);
+    }
 }
 
-fn select(name: &str, value: Option<&str>, options: &[&str]) -> Html {
-    let mut out = Html::raw(format!(
-        "<select name=\"{}\" id=\"filter-{}\"><option value=\"\">any {}</option>",
-        esc(name),
-        esc(name),
-        esc(name)
-    ));
-    for o in options {
-        let selected = if value == Some(*o) { " selected" } else { "" };
-        out.lit(&format!(
-            "<option value=\"{}\"{selected}>{}</option>",
-            esc(o),
-            esc(o)
-        ));
+/// A filter's choice among `options`, or any.
+fn select(name: &str, value: Option<&str>, options: &[&str]) -> Markup {
+    html! {
+        select name=(name) id={ "filter-" (name) } {
+            option value="" { "any " (name) }
+            @for o in options {
+                option value=(o) selected[value == Some(*o)] { (o) }
+            }
+        }
     }
-    out.lit("</select>");
-    out
 }
 
 /// The page.
-pub(crate) fn render(p: &JobsPage) -> String {
+pub(crate) fn render(p: &JobsPage) -> Markup {
     let f = &p.filter;
-    let mut body = Html::raw(
-        "<form class=\"filters\" id=\"filters\" method=\"get\" action=\"/explorer/jobs\">",
-    );
-    body.push(&input(
-        "account",
-        f.account.map(|a| a.to_string()).as_deref(),
-        "account 0x…",
-    ));
-    body.push(&input(
-        "provider",
-        f.provider.map(|a| a.to_string()).as_deref(),
-        "provider key hash 0x…",
-    ));
-    body.push(&input("model", f.model.as_deref(), "model"));
-    body.push(&input("adapter", f.adapter.as_deref(), "adapter id"));
-    body.push(&select("tier", f.tier.as_deref(), &TIERS));
-    body.push(&select("status", f.status.as_deref(), &STATUSES));
-    body.lit(&format!(
-        "<input name=\"limit\" id=\"filter-limit\" type=\"number\" min=\"1\" max=\"{MAX_LIMIT}\" value=\"{}\">",
-        p.limit
-    ));
-    body.lit("<button type=\"submit\">filter</button> <a href=\"/explorer/jobs\">clear</a></form>");
-    body.push(&table("jobs", &p.jobs));
-    body.push(&pager(p.prev.as_deref(), p.next.as_deref()));
-    body.lit(
-        "<p class=\"note\">Status: the job's own state, or <b>batched</b> once its receipt is in a \
-         settlement batch and <b>settled</b> once that batch is posted on the job's chain.</p>",
-    );
-    html::page("Jobs", "jobs", &body)
+    let body = html! {
+        form class="filters" id="filters" method="get" action="/explorer/jobs" {
+            (input("account", f.account.map(|a| a.to_string()).as_deref(), "account 0x…"))
+            (input(
+                "provider",
+                f.provider.map(|a| a.to_string()).as_deref(),
+                "provider key hash 0x…",
+            ))
+            (input("model", f.model.as_deref(), "model"))
+            (input("adapter", f.adapter.as_deref(), "adapter id"))
+            (select("tier", f.tier.as_deref(), &TIERS))
+            (select("status", f.status.as_deref(), &STATUSES))
+            input name="limit" id="filter-limit" type="number" min="1" max=(MAX_LIMIT) value=(p.limit);
+            button type="submit" { "filter" }
+            " "
+            a href="/explorer/jobs" { "clear" }
+        }
+        (jobs_table("jobs", &p.jobs))
+        (pager(p.prev.as_deref(), p.next.as_deref()))
+        p.note {
+            "Status: the job's own state, or " b { "batched" } " once its receipt is in a \
+             settlement batch and " b { "settled" } " once that batch is posted on the job's chain."
+        }
+    };
+    layout::page("Jobs", "jobs", body)
 }

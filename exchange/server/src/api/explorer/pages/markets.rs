@@ -2,11 +2,14 @@
 //! regime and its belief), its quotes over time (bid and ask per market, with the regimes they
 //! were made in) and the prices jobs paid, as SVG charts.
 
-use crate::api::explorer::html::{self, Html, Table, badge, id_token, num, query_value, time_ms};
+use crate::api::explorer::format::{id_token, num, query_value, time_ms};
+use crate::api::explorer::html::{badge, link, section, table};
+use crate::api::explorer::layout;
 use crate::api::explorer::queries::markets::PricePoint;
 use crate::api::explorer::svg::{self, Series};
 use crate::books::MarketQuote;
 use crate::books::QuotePoint;
+use maud::{Markup, html};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -22,63 +25,51 @@ pub(crate) struct MarketsPage {
 }
 
 /// The page.
-pub(crate) fn render(p: &MarketsPage) -> String {
-    let mut t = Table::new(
-        "quotes",
-        &[
-            "model",
-            "tier",
-            "bid (wei/s)",
-            "ask (wei/s)",
-            "regime",
-            "belief calm / busy / surge",
-            "load reports",
-            "reference (wei/s)",
-        ],
-    );
-    for q in &p.quotes {
-        let tier = format!("{:?}", q.tier);
-        let regime = serde_json::to_value(q.regime)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        t.row(
-            Some(&format!("quote-{}-{}", id_token(&q.model), id_token(&tier))),
-            vec![
-                html::link(
-                    &format!(
-                        "/explorer/jobs?model={}&tier={}",
-                        query_value(&q.model),
-                        query_value(&tier)
-                    ),
-                    &q.model,
-                ),
-                Html::text(&tier),
-                Html::raw(format!("<span class=\"bid\">{}</span>", q.bid_wei_per_s)),
-                Html::raw(format!("<span class=\"ask\">{}</span>", q.ask_wei_per_s)),
-                badge(&regime),
-                Html::text(
-                    &q.belief
-                        .iter()
-                        .map(|b| format!("{b:.2}"))
-                        .collect::<Vec<_>>()
-                        .join(" / "),
-                ),
-                Html::text(&q.observations.to_string()),
-                Html::text(&q.reference_wei_per_s.to_string()),
-            ],
-        );
-    }
-    let mut body = t.finish("no open markets: no provider bundle is registered");
-    body.lit(
-        "<p class=\"note\">Open quotes with no deadline pressure; a job's quote is modulated by \
-         its deadline and tier. Bid &lt; ask always.</p>",
-    );
-    body.push(&html::section(
-        "quote-history",
-        "Quotes over time",
-        &quote_chart(&p.quote_history),
-    ));
+pub(crate) fn render(p: &MarketsPage) -> Markup {
+    let quotes: Vec<Markup> = p
+        .quotes
+        .iter()
+        .map(|q| {
+            let tier = format!("{:?}", q.tier);
+            let regime = serde_json::to_value(q.regime)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let belief = q
+                .belief
+                .iter()
+                .map(|b| format!("{b:.2}"))
+                .collect::<Vec<_>>()
+                .join(" / ");
+            let jobs = format!(
+                "/explorer/jobs?model={}&tier={}",
+                query_value(&q.model),
+                query_value(&tier)
+            );
+            html! {
+                tr id={ "quote-" (id_token(&q.model)) "-" (id_token(&tier)) } {
+                    td { (link(&jobs, &q.model)) }
+                    td { (tier) }
+                    td { span.bid { (q.bid_wei_per_s) } }
+                    td { span.ask { (q.ask_wei_per_s) } }
+                    td { (badge(&regime)) }
+                    td { (belief) }
+                    td { (q.observations) }
+                    td { (q.reference_wei_per_s) }
+                }
+            }
+        })
+        .collect();
+    let columns = [
+        "model",
+        "tier",
+        "bid (wei/s)",
+        "ask (wei/s)",
+        "regime",
+        "belief calm / busy / surge",
+        "load reports",
+        "reference (wei/s)",
+    ];
     let mut by_market: BTreeMap<(String, String), Vec<(i64, f64)>> = BTreeMap::new();
     for point in &p.history {
         if let Ok(price) = point.price_wei.parse::<f64>() {
@@ -95,27 +86,35 @@ pub(crate) fn render(p: &MarketsPage) -> String {
             points,
         })
         .collect();
-    let mut chart = svg::line_chart(
-        "price-chart",
-        "wei per job",
-        &series,
-        "no prices yet: the chart draws the jobs' prices once there are jobs",
-    );
-    chart.lit(&format!(
-        "<p class=\"note\">What each of the latest {} jobs paid (its receipt's amount, or what it \
-         holds while unfinished), by model × tier; mean {} wei.</p>",
-        p.history.len(),
-        num(mean(&p.history))
-    ));
-    body.push(&html::section("price-history", "Price over time", &chart));
-    html::page("Markets", "markets", &body)
+    let body = html! {
+        (table("quotes", &columns, &quotes, "no open markets: no provider bundle is registered"))
+        p.note {
+            "Open quotes with no deadline pressure; a job's quote is modulated by its deadline \
+             and tier. Bid < ask always."
+        }
+        (section("quote-history", "Quotes over time", quote_chart(&p.quote_history)))
+        (section("price-history", "Price over time", html! {
+            (svg::line_chart(
+                "price-chart",
+                "wei per job",
+                &series,
+                "no prices yet: the chart draws the jobs' prices once there are jobs",
+            ))
+            p.note {
+                "What each of the latest " (p.history.len()) " jobs paid (its receipt's amount, \
+                 or what it holds while unfinished), by model × tier; mean "
+                (num(mean(&p.history))) " wei."
+            }
+        }))
+    };
+    layout::page("Markets", "markets", body)
 }
 
 /// A market (model, tier) and a side of its quote (`bid` or `ask`).
 type Line<'a> = (String, String, &'a str);
 
 /// Bid and ask per market over time, and when each market's regime changed.
-fn quote_chart(points: &[QuotePoint]) -> Html {
+fn quote_chart(points: &[QuotePoint]) -> Markup {
     let mut lines: BTreeMap<Line, Vec<(i64, f64)>> = BTreeMap::new();
     let mut regimes: BTreeMap<(String, String), Vec<(i64, &str)>> = BTreeMap::new();
     for q in points {
@@ -138,33 +137,34 @@ fn quote_chart(points: &[QuotePoint]) -> Html {
             points,
         })
         .collect();
-    let mut out = svg::line_chart(
-        "quote-chart",
-        "wei per compute-second",
-        &series,
-        "no quotes yet: the exchange samples every market's quote while providers are registered",
-    );
-    let mut t = Table::new("regimes", &["model", "tier", "regime", "since"]);
-    for ((model, tier), changes) in &regimes {
-        for (at_ms, regime) in changes {
-            t.row(
-                None,
-                vec![
-                    Html::text(model),
-                    Html::text(tier),
-                    badge(regime),
-                    Html::text(&time_ms(*at_ms)),
-                ],
-            );
+    let rows: Vec<Markup> = regimes
+        .iter()
+        .flat_map(|((model, tier), changes)| {
+            changes.iter().map(move |(at_ms, regime)| {
+                html! {
+                    tr {
+                        td { (model) }
+                        td { (tier) }
+                        td { (badge(regime)) }
+                        td { (time_ms(*at_ms)) }
+                    }
+                }
+            })
+        })
+        .collect();
+    html! {
+        (svg::line_chart(
+            "quote-chart",
+            "wei per compute-second",
+            &series,
+            "no quotes yet: the exchange samples every market's quote while providers are registered",
+        ))
+        (table("regimes", &["model", "tier", "regime", "since"], &rows, "no quotes sampled yet"))
+        p.note {
+            "The open quote of every market, sampled every few seconds (" (points.len())
+            " samples kept, the last day at most)."
         }
     }
-    out.push(&t.finish("no quotes sampled yet"));
-    out.lit(&format!(
-        "<p class=\"note\">The open quote of every market, sampled every few seconds ({} \
-         samples kept, the last day at most).</p>",
-        points.len()
-    ));
-    out
 }
 
 fn mean(points: &[PricePoint]) -> f64 {
