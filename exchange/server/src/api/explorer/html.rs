@@ -17,10 +17,14 @@ pub(crate) fn link(href: &str, text: &str) -> Markup {
 
 /// A long hex value shortened for a table cell (`0x1234…cdef`), the full value in its title.
 pub(crate) fn short(hex: &str) -> Markup {
-    if hex.len() <= 18 {
+    // By characters, not bytes: what is shortened is hex today, but a value that is not must
+    // not panic the page on a character boundary.
+    let chars = hex.chars().count();
+    if chars <= 18 {
         return code(hex);
     }
-    let (head, tail) = (&hex[..10], &hex[hex.len() - 6..]);
+    let head: String = hex.chars().take(10).collect();
+    let tail: String = hex.chars().skip(chars - 6).collect();
     html! { code title=(hex) { (head) "…" (tail) } }
 }
 
@@ -87,6 +91,19 @@ mod tests {
         assert_eq!(
             badge("Posted <b>").into_string(),
             "<span class=\"badge s-posted--b-\">Posted &lt;b&gt;</span>"
+        );
+    }
+
+    #[test]
+    fn a_shortened_value_keeps_its_ends_and_never_splits_a_character() {
+        assert_eq!(
+            short("0x0123456789abcdef0123").into_string(),
+            "<code title=\"0x0123456789abcdef0123\">0x01234567…ef0123</code>"
+        );
+        let wide = "ééééééééééééééééééééé";
+        assert_eq!(
+            short(wide).into_string(),
+            format!("<code title=\"{wide}\">éééééééééé…éééééé</code>")
         );
     }
 
