@@ -239,6 +239,27 @@ async fn slashes(door: &Door) -> Vec<(Vec<u8>, Value)> {
         .collect()
 }
 
+/// The three providers registered, a T1 job placed with its replica, and the pair answered
+/// apart: the job's own provider honestly, the replica's with altered bytes, correctly signed.
+/// The job id and `[(honest provider, its job), (cheat, its job)]`.
+async fn disagreeing_pair(door: &Door, provs: &[Prov; 3]) -> (B256, [(usize, Value); 2]) {
+    for p in provs {
+        p.register(door).await;
+    }
+    let (status, accepted) = submit(door, Tier::T1, 1).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let original: B256 = accepted["job_id"].as_str().unwrap().parse().unwrap();
+    let refs: Vec<&Prov> = provs.iter().collect();
+    let pulled = pull_all(door, &refs).await;
+    assert_eq!(pulled.len(), 2, "{pulled:?}");
+    let own = |(_, j): &&(usize, Value)| j["job_id"] == original.to_string();
+    let honest = pulled.iter().find(own).unwrap().clone();
+    let cheat = pulled.iter().find(|p| !own(p)).unwrap().clone();
+    provs[honest.0].answer(door, &honest.1, HONEST).await;
+    provs[cheat.0].answer(door, &cheat.1, CHEAT).await;
+    (original, [honest, cheat])
+}
+
 #[tokio::test]
 async fn t1_places_a_replica_on_another_provider_and_pays_both_once_their_bytes_agree() {
     let door = Door::new().await;
@@ -356,26 +377,8 @@ async fn t1_bytes_that_disagree_go_to_a_referee_and_the_outvoted_provider_fails_
         Prov::new(32, "op-b"),
         Prov::new(33, "op-c"),
     ];
-    for p in &provs {
-        p.register(&door).await;
-    }
-    let (status, accepted) = submit(&door, Tier::T1, 1).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
-    let original: B256 = accepted["job_id"].as_str().unwrap().parse().unwrap();
-    let refs: Vec<&Prov> = provs.iter().collect();
-    let pulled = pull_all(&door, &refs).await;
-    assert_eq!(pulled.len(), 2, "{pulled:?}");
-    // The replica's provider cheats: altered bytes, correctly signed.
-    let (honest_i, honest_job) = pulled
-        .iter()
-        .find(|(_, j)| j["job_id"] == original.to_string())
-        .unwrap();
-    let (cheat_i, cheat_job) = pulled
-        .iter()
-        .find(|(_, j)| j["job_id"] != original.to_string())
-        .unwrap();
-    provs[*honest_i].answer(&door, honest_job, HONEST).await;
-    provs[*cheat_i].answer(&door, cheat_job, CHEAT).await;
+    let (original, pulled) = disagreeing_pair(&door, &provs).await;
+    let [(honest_i, _), (cheat_i, cheat_job)] = &pulled;
 
     // A referee run on the third provider.
     let referee_i = (0..3).find(|i| i != honest_i && i != cheat_i).unwrap();
@@ -441,25 +444,8 @@ async fn a_verdict_judged_before_the_referee_was_placed_changes_nothing() {
         Prov::new(42, "op-b"),
         Prov::new(43, "op-c"),
     ];
-    for p in &provs {
-        p.register(&door).await;
-    }
-    let (status, accepted) = submit(&door, Tier::T1, 1).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
-    let original: B256 = accepted["job_id"].as_str().unwrap().parse().unwrap();
-    let refs: Vec<&Prov> = provs.iter().collect();
-    let pulled = pull_all(&door, &refs).await;
-    assert_eq!(pulled.len(), 2, "{pulled:?}");
-    let (honest_i, honest_job) = pulled
-        .iter()
-        .find(|(_, j)| j["job_id"] == original.to_string())
-        .unwrap();
-    let (cheat_i, cheat_job) = pulled
-        .iter()
-        .find(|(_, j)| j["job_id"] != original.to_string())
-        .unwrap();
-    provs[*honest_i].answer(&door, honest_job, HONEST).await;
-    provs[*cheat_i].answer(&door, cheat_job, CHEAT).await;
+    let (original, pulled) = disagreeing_pair(&door, &provs).await;
+    let [(honest_i, _), (cheat_i, cheat_job)] = &pulled;
     let cheat_id: B256 = cheat_job["job_id"].as_str().unwrap().parse().unwrap();
 
     // The other judgement, on the pair as it read it before the referee was placed.
