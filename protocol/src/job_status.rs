@@ -106,6 +106,14 @@ impl std::str::FromStr for JobStatus {
     }
 }
 
+/// A state compares with its name (`job.status == "done"`), as a client reading the API would
+/// compare the text.
+impl PartialEq<&str> for JobStatus {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
 /// A status name that is none of [`JobStatus`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown job status `{0}`")]

@@ -6,12 +6,17 @@
 //! - `POST /v1/jobs/{id}/result` takes [`ResultSubmission`] (an [`Output`] and its signed receipt)
 //!   and answers [`Completed`].
 //!
+//! And the buyer's: an intent, a door call or a train order placed answers [`Accepted`];
+//! `GET /v1/jobs/{id}` and `GET /v1/jobs` answer [`JobRecord`]s.
+//!
 //! A body a party reads is read leniently where it is another's answer (an exchange that adds a
 //! field does not break a running provider) and strictly where it is a request the exchange
 //! checks (`deny_unknown_fields`: a misspelt field is refused by name, never ignored).
 
 use crate::assignment::SignedAssignment;
-use crate::class::DeterminismClass;
+use crate::class::{DeterminismClass, Tier};
+use crate::decision::{DecisionRecord, Terms};
+use crate::error::Error;
 use crate::job_status::JobStatus;
 use crate::order::{Address, B256};
 use crate::receipt::SignedReceipt;
@@ -216,4 +221,191 @@ mod tests {
         let back: Assignment = serde_json::from_value(json).unwrap();
         assert_eq!(back, assignment);
     }
+}
+
+/// What a job placed by intake became (`POST /v1/intents` and the other ways in answer it, 202).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Accepted {
+    /// The job id (the order's EIP-712 digest).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
+    pub job_id: B256,
+    /// Its state.
+    pub status: JobStatus,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// What it holds on the tab, wei (the bundle's charge, at most the buyer's limit; with its
+    /// verification runs' holds).
+    #[serde(with = "crate::price::wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
+    pub held_wei: u128,
+    /// The tier the job is verified at (the intent's `min_tier`, or the first stronger one a
+    /// bundle offers).
+    pub tier: Tier,
+    /// The chosen bundle's cost terms (the whole decision is in the job's [`JobRecord`]).
+    pub terms: Terms,
+    /// The verification runs placed with it (T1 and T3 re-execute the job on other providers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verification_runs: Vec<PlacedRun>,
+}
+
+/// A verification run placed with a job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PlacedRun {
+    /// The run's job id (derived from the job's: [`crate::replica::run_job_id`]).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
+    pub job_id: B256,
+    /// Which run (1..=[`crate::replica::MAX_RUNS`]).
+    pub run: u8,
+    /// The bundle it was cleared onto.
+    pub bundle_id: String,
+    /// What it holds on the tab, wei.
+    #[serde(with = "crate::price::wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
+    pub held_wei: u128,
+}
+
+/// A job as `GET /v1/jobs/{id}` (and each entry of `GET /v1/jobs`) reports it to its buyer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobRecord {
+    /// The job id.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
+    pub id: B256,
+    /// The account that ordered it.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$"))]
+    pub account: Address,
+    /// The tab's chain.
+    pub chain_id: u64,
+    /// The tab's escrow id.
+    pub escrow_id: u64,
+    /// The model.
+    pub model: String,
+    /// Lifecycle state.
+    pub status: JobStatus,
+    /// The bundle it was cleared onto.
+    #[serde(default)]
+    pub bundle_id: Option<String>,
+    /// What it holds on its tab, wei.
+    #[serde(with = "crate::price::wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
+    pub held_wei: u128,
+    /// The clearing decision.
+    #[serde(default)]
+    pub decision: DecisionRecord,
+    /// When a result must be back, unix seconds.
+    #[serde(default)]
+    pub deadline_s: u64,
+    /// The adapter it runs with (content id), if any.
+    #[serde(default)]
+    pub adapter: Option<String>,
+    /// The session whose call made it, if one did (its order is that session's grant).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$"))]
+    pub session_id: Option<B256>,
+    /// What the provider returned, once the buyer owes for it ([`JobRecord::output_released`]).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub result: Option<serde_json::Value>,
+    /// The provider's signed receipt for the result (in `GET /v1/jobs/{id}`; lists leave it
+    /// out), under the same rule as `result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub receipt: Option<SignedReceipt>,
+    /// Every state it went through, in order.
+    #[serde(default)]
+    pub events: Vec<JobEvent>,
+}
+
+impl JobRecord {
+    /// Whether its buyer may see the output: once it owes for it — the job is done, or it is a
+    /// replicated job whose own provider was outvoted, which carries the majority's verified
+    /// output. Never while a verdict is pending, nor for a job that ended unpaid (a buyer who
+    /// stalls its own replica must not get the honest answer for free).
+    pub fn output_released(&self) -> bool {
+        match self.status {
+            JobStatus::Done => true,
+            JobStatus::Failed => self
+                .events
+                .iter()
+                .any(|e| e.status == "verification_failed"),
+            _ => false,
+        }
+    }
+
+    /// A training job's result, checked against the provider's receipt: its adapter id must be
+    /// the receipt's `output_hash`. `None` while the job has no trained adapter (not done, or
+    /// not a train order).
+    pub fn trained(&self) -> Result<Option<crate::train::Trained>, Error> {
+        let Some(value) = self.result.as_ref().and_then(|r| r.get("trained")) else {
+            return Ok(None);
+        };
+        let trained: crate::train::Trained =
+            serde_json::from_value(value.clone()).map_err(|e| Error::InvalidField {
+                field: "result.trained".to_owned(),
+                reason: e.to_string(),
+            })?;
+        let receipt = self.receipt.as_ref().ok_or_else(|| Error::InvalidField {
+            field: "receipt".to_owned(),
+            reason: "is missing: a trained adapter is checked against it".into(),
+        })?;
+        if trained.output_hash()? != receipt.receipt.output_hash {
+            return Err(Error::InvalidField {
+                field: "receipt.output_hash".to_owned(),
+                reason: "is not the trained adapter's content id".into(),
+            });
+        }
+        Ok(Some(trained))
+    }
+
+    /// A done `cx/matmul-f32` job's product `C` (`f32` little-endian bytes), checked against its
+    /// receipt: the bytes must be base64 and their SHA-256 the receipt's `output_hash`. `None`
+    /// while the job has no product (not done, or not a matmul job).
+    pub fn checked_product(&self) -> Result<Option<Vec<u8>>, Error> {
+        use base64::Engine as _;
+        let invalid = |field: &str, reason: String| Error::InvalidField {
+            field: field.to_owned(),
+            reason,
+        };
+        let Some(text) = self
+            .result
+            .as_ref()
+            .and_then(|r| r.get("product"))
+            .and_then(serde_json::Value::as_str)
+        else {
+            return Ok(None);
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| invalid("result.product", format!("is not base64: {e}")))?;
+        let receipt = self.receipt.as_ref().ok_or_else(|| {
+            invalid(
+                "receipt",
+                "is missing: a product is checked against it".into(),
+            )
+        })?;
+        if crate::matmul::product_hash(&bytes) != receipt.receipt.output_hash {
+            return Err(invalid(
+                "receipt.output_hash",
+                "is not the SHA-256 of the returned product".into(),
+            ));
+        }
+        Ok(Some(bytes))
+    }
+}
+
+/// One state transition of a job (a [`JobStatus`], or a step beside one: `verified`,
+/// `verification_failed`, `re-cleared`, `slashed`, …).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobEvent {
+    /// The state entered.
+    pub status: String,
+    /// What came with it.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub detail: serde_json::Value,
+    /// When, unix milliseconds.
+    pub at_ms: i64,
 }

@@ -8,39 +8,13 @@ use crate::error::{Error, Result};
 use alloy::primitives::B256;
 use cx_exchange::clearing::Decision;
 use cx_protocol::decision::DecisionRecord;
+use cx_protocol::wire::{Accepted, PlacedRun};
 use cx_protocol::workload::Workload;
 use cx_protocol::{Job, Tier};
-use serde::Serialize;
 
 /// Feasible and rejected bundles a stored decision keeps: the nearest ones explain a choice; a
 /// fleet of ten thousand would otherwise write ten thousand rows of JSON per intent.
 pub const DECISION_KEEPS: usize = 32;
-
-/// What an accepted intent became.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct Accepted {
-    /// The job id (the order's EIP-712 digest).
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub job_id: B256,
-    /// Its state.
-    pub status: JobStatus,
-    /// The bundle it was cleared onto.
-    pub bundle_id: String,
-    /// What it holds on the tab, wei (the bundle's charge, at most the buyer's limit).
-    #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
-    pub held_wei: u128,
-    /// The tier the job is verified at (the intent's `min_tier`, or the first stronger one a
-    /// bundle offers).
-    pub tier: Tier,
-    /// The chosen bundle's cost terms (the whole decision is at `GET /v1/jobs/{id}`).
-    #[schema(value_type = Object, required = true)]
-    pub terms: cx_exchange::objective::Terms,
-    /// The verification runs placed with it (T1 and T3 re-execute the job on other providers;
-    /// `held_wei` above includes what they hold).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub verification_runs: Vec<PlacedRun>,
-}
 
 /// The tier a stored decision says its job was cleared at (every job's decision names one).
 pub(crate) fn cleared_tier(decision: &DecisionRecord) -> Result<Tier> {
@@ -123,11 +97,6 @@ pub(crate) struct Placed {
     pub(crate) drawn: Option<Drawn>,
 }
 
-/// The books' form of the runs placed with a job.
-pub(crate) fn new_runs(runs: &[PlacedRun]) -> Result<Vec<crate::books::NewRun>> {
-    runs.iter().map(PlacedRun::to_new).collect()
-}
-
 impl Placed {
     pub(crate) fn new_job(
         &self,
@@ -156,7 +125,8 @@ impl Placed {
         })
     }
 
-    pub(crate) fn accepted(self, job_id: B256, runs: Vec<PlacedRun>) -> Accepted {
+    /// What the buyer is told of the job placed with `runs`.
+    pub(crate) fn accepted(self, job_id: B256, runs: &[NewRun]) -> Accepted {
         Accepted {
             job_id,
             status: JobStatus::Assigned,
@@ -166,7 +136,15 @@ impl Placed {
                 .fold(self.held_wei, |sum, r| sum.saturating_add(r.held_wei)),
             tier: self.job.tier,
             terms: self.terms,
-            verification_runs: runs,
+            verification_runs: runs
+                .iter()
+                .map(|r| PlacedRun {
+                    job_id: r.id,
+                    run: r.run,
+                    bundle_id: r.bundle_id.clone(),
+                    held_wei: r.held_wei,
+                })
+                .collect(),
         }
     }
 }
@@ -212,35 +190,4 @@ pub(crate) struct Drawn {
     pub(crate) reserve: B256,
     /// Its estimated compute on the committed bundle, milliseconds.
     pub(crate) compute_ms: u64,
-}
-
-/// A verification run placed with a job.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct PlacedRun {
-    /// The run's job id (derived from the job's).
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub job_id: B256,
-    /// Which run (1..=2).
-    pub run: u8,
-    /// The bundle it was cleared onto.
-    pub bundle_id: String,
-    /// What it holds on the tab, wei.
-    #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
-    pub held_wei: u128,
-    #[serde(skip)]
-    pub(crate) decision: serde_json::Value,
-}
-
-impl PlacedRun {
-    /// The books' form.
-    pub(crate) fn to_new(&self) -> Result<NewRun> {
-        Ok(NewRun {
-            id: self.job_id,
-            run: self.run,
-            bundle_id: self.bundle_id.clone(),
-            held_wei: self.held_wei,
-            decision: self.decision.clone(),
-        })
-    }
 }

@@ -37,7 +37,7 @@
 use crate::books::{JobStatus, NewRun, RunRecord, Verdict};
 use crate::error::{Error, Result};
 use crate::intake::Intake;
-use crate::placement::{Placed, PlacedRun, Want, no_match};
+use crate::placement::{Placed, Want, no_match};
 use alloy::primitives::B256;
 use cx_protocol::decision::DecisionRecord;
 use cx_protocol::receipt::SignedReceipt;
@@ -263,7 +263,7 @@ impl Intake {
         placed: &mut Placed,
         job_id: B256,
         limit_wei: u128,
-    ) -> Result<Vec<PlacedRun>> {
+    ) -> Result<Vec<NewRun>> {
         let tier = placed.job.tier;
         let needed = runs_needed(tier, placed.job.determinism);
         if needed == 0 {
@@ -291,8 +291,8 @@ impl Intake {
                 })?;
             self.take(&mut taken, &bundle_id).await?;
             left = left.saturating_sub(held_wei);
-            runs.push(PlacedRun {
-                job_id: B256::from(run_job_id(job_id.0, run)),
+            runs.push(NewRun {
+                id: B256::from(run_job_id(job_id.0, run)),
                 run,
                 bundle_id,
                 held_wei,

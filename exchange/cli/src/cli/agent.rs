@@ -610,7 +610,7 @@ async fn job_once_ended(
     if let Some(wait_s) = wait_s {
         let give_up =
             std::time::Instant::now() + std::time::Duration::from_secs(wait_s.saturating_add(10));
-        while !super::is_terminal(&job.status) && std::time::Instant::now() < give_up {
+        while !job.status.is_terminal() && std::time::Instant::now() < give_up {
             tokio::time::sleep(std::time::Duration::from_millis(250)).await;
             job = client.job(id).await?;
         }
@@ -938,9 +938,7 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
         "job              {}\nstatus           {}\nbundle           {}\nheld_wei         {}\n",
         accepted.job_id, accepted.status, accepted.bundle_id, accepted.held_wei
     );
-    if let Some(tier) = accepted.tier {
-        let _ = writeln!(table, "tier             {tier}");
-    }
+    let _ = writeln!(table, "tier             {}", accepted.tier);
     let _ = writeln!(
         table,
         "terms            total {:.6} = compute {:.6} + latency {:.6} + failure {:.6} + verification {:.6} + deadline_risk {:.6} + base_load {:.6} + adapter_load {:.6}\ncompletion_s     {:.3}",

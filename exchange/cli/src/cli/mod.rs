@@ -70,11 +70,3 @@ fn emit<T: Serialize>(json: bool, table: &str, report: &T) -> anyhow::Result<()>
     }
     Ok(())
 }
-
-/// Whether a job's status, as the exchange's API reports it, is one it never leaves (a waiter
-/// stops waiting); a name this build does not know is not.
-fn is_terminal(status: &str) -> bool {
-    status
-        .parse::<cx_exchange_server::books::JobStatus>()
-        .is_ok_and(|s| s.is_terminal())
-}

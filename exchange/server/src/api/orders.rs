@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-#[utoipa::path(post, path = "/v1/intents", tag = "orders", request_body = crate::intake::IntentSubmission, responses((status = 202, body = crate::placement::Accepted), (status = 200, description = "with `wait: true`: the job when done or at its deadline", body = crate::books::JobRecord), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/intents", tag = "orders", request_body = crate::intake::IntentSubmission, responses((status = 202, body = cx_protocol::wire::Accepted), (status = 200, description = "with `wait: true`: the job when done or at its deadline", body = crate::books::JobRecord), (status = "4XX", description = "refused: `{error: {code, message, field}}`", body = crate::api::error::ErrorBody), (status = "5XX", description = "failed inside the server", body = crate::api::error::ErrorBody)))]
 pub(super) async fn submit_intent(
     State(state): State<AppState>,
     AppJson(submission): AppJson<IntentSubmission>,

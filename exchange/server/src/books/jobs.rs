@@ -7,8 +7,8 @@ use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use cx_protocol::job_status::JobStatus;
+use cx_protocol::wire::{JobEvent, JobRecord};
 use cx_protocol::workload::{Workload, WorkloadKind};
-use serde::Serialize;
 use sqlx::postgres::PgConnection;
 
 /// A signed order as it is stored.
@@ -73,80 +73,6 @@ pub struct NewRun {
     pub held_wei: u128,
     /// Its clearing decision.
     pub decision: serde_json::Value,
-}
-
-/// A job as the API reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct JobRecord {
-    /// The job id (hex).
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub id: B256,
-    /// The account that ordered it.
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{40}$")]
-    pub account: Address,
-    /// The tab's chain.
-    pub chain_id: u64,
-    /// The tab's escrow id.
-    pub escrow_id: u64,
-    /// The model.
-    pub model: String,
-    /// Lifecycle state.
-    pub status: JobStatus,
-    /// The bundle it was cleared onto.
-    pub bundle_id: Option<String>,
-    /// What it holds on its tab, wei.
-    #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
-    pub held_wei: u128,
-    /// The clearing decision.
-    #[schema(value_type = Object)]
-    pub decision: serde_json::Value,
-    /// When a result must be back, unix seconds.
-    pub deadline_s: u64,
-    /// The adapter it runs with (content id), if any.
-    pub adapter: Option<String>,
-    /// The session whose call made it, if one did (its order is that session's grant).
-    #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub session_id: Option<B256>,
-    /// What the provider returned, once it has.
-    #[schema(value_type = Option<Object>)]
-    pub result: Option<serde_json::Value>,
-    /// The provider's signed receipt for the result, as received (in `GET /v1/jobs/{id}`; lists
-    /// leave it out).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub receipt: Option<serde_json::Value>,
-    /// Every state it went through, in order.
-    pub events: Vec<JobEvent>,
-}
-
-impl JobRecord {
-    /// Whether its buyer may see the output: once it owes for it — the job is done (or
-    /// settled), or it is a replicated job whose own provider was outvoted, which carries the
-    /// majority's verified output. Never while a verdict is pending, nor for a job that ended
-    /// unpaid (a buyer who stalls its own replica must not get the honest answer for free).
-    pub fn output_released(&self) -> bool {
-        match self.status {
-            JobStatus::Done => true,
-            JobStatus::Failed => self
-                .events
-                .iter()
-                .any(|e| e.status == "verification_failed"),
-            _ => false,
-        }
-    }
-}
-
-/// One state transition.
-#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
-pub struct JobEvent {
-    /// The state entered.
-    pub status: String,
-    /// What came with it.
-    #[schema(value_type = Object)]
-    pub detail: serde_json::Value,
-    /// When, unix milliseconds.
-    pub at_ms: i64,
 }
 
 impl Books {

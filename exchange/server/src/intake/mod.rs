@@ -30,12 +30,13 @@ pub use state::{Intake, PROVIDER_SILENCE_S};
 
 use crate::books::{JobRecord, NewOrder, Session};
 use crate::error::{Error, Result};
-use crate::placement::{Accepted, Placed, Want, cleared_tier, decision_record, new_runs, no_match};
+use crate::placement::{Placed, Want, cleared_tier, decision_record, no_match};
 use alloy::primitives::{Address, B256};
 use cx_exchange::routing::features::estimate_tokens;
 use cx_protocol::decision::DecisionRecord;
 use cx_protocol::order::{self, Intent, Order, SessionGrant, Signed, Verified};
 use cx_protocol::pq::PublicIdentity;
+use cx_protocol::wire::Accepted;
 use cx_protocol::workload::Workload;
 use cx_protocol::{Job, Tier};
 use serde::{Deserialize, Serialize};
@@ -238,19 +239,12 @@ impl Intake {
             &workload,
             self.settle_margin_s,
         )?;
-        let stored_runs = new_runs(&runs)?;
         match placed.drawn {
             // The reserve's rest went to a concurrent intent: this one goes to spot.
             Some(drawn)
                 if !self
                     .books
-                    .accept_drawing(
-                        &order,
-                        &new_job,
-                        &stored_runs,
-                        drawn.reserve,
-                        drawn.compute_ms,
-                    )
+                    .accept_drawing(&order, &new_job, &runs, drawn.reserve, drawn.compute_ms)
                     .await? =>
             {
                 let inference = workload.inference().ok_or(Error::RequestHashMismatch)?;
@@ -266,21 +260,15 @@ impl Intake {
                     &workload,
                     self.settle_margin_s,
                 )?;
-                self.books
-                    .accept_with_runs(&order, &new_job, &new_runs(&runs)?)
-                    .await?;
+                self.books.accept_with_runs(&order, &new_job, &runs).await?;
                 self.waiters.work_added();
-                return Ok(placed.accepted(verified.digest, runs));
+                return Ok(placed.accepted(verified.digest, &runs));
             }
             Some(_) => {}
-            None => {
-                self.books
-                    .accept_with_runs(&order, &new_job, &stored_runs)
-                    .await?
-            }
+            None => self.books.accept_with_runs(&order, &new_job, &runs).await?,
         }
         self.waiters.work_added();
-        Ok(placed.accepted(verified.digest, runs))
+        Ok(placed.accepted(verified.digest, &runs))
     }
 
     /// Verifies and stores a session grant at `now_s`: the bearer of its secret may then spend
@@ -349,10 +337,10 @@ impl Intake {
             self.settle_margin_s,
         )?;
         self.books
-            .accept_call_with_runs(session.id, now_s, &new_job, &new_runs(&runs)?)
+            .accept_call_with_runs(session.id, now_s, &new_job, &runs)
             .await?;
         self.waiters.work_added();
-        Ok(placed.accepted(id, runs))
+        Ok(placed.accepted(id, &runs))
     }
 
     /// Waits until job `id` reaches a state it never leaves, or until `until` passes; returns

@@ -649,7 +649,7 @@ async fn wait_ended(reader: &Client, id: B256) -> anyhow::Result<B256> {
     let waited = Instant::now();
     loop {
         let job = reader.job(id).await?;
-        if crate::cli::is_terminal(&job.status) {
+        if job.status.is_terminal() {
             return Ok(id);
         }
         if waited.elapsed() > Duration::from_secs(30) {
