@@ -103,8 +103,8 @@ pub(super) fn openapi() -> Value {
     doc
 }
 
-/// Every `{"format": "int64", "minimum": ≥ 0}` under `schema` (only the doc types' u64 fields
-/// have both) becomes `uint64` up to 2⁶⁴ - 1.
+/// Every `{"format": "int64", "minimum": ≥ 0}` under `schema` (the u64 fields have both)
+/// becomes `uint64`, up to 2⁶⁴ - 1 where the field names no maximum of its own.
 fn unsigned_64(schema: &mut Value) {
     match schema {
         Value::Object(object) => {
@@ -115,7 +115,7 @@ fn unsigned_64(schema: &mut Value) {
                     .is_some_and(|m| m >= 0.0);
             if unsigned {
                 object.insert("format".into(), json!("uint64"));
-                object.insert("maximum".into(), json!(u64::MAX));
+                object.entry("maximum").or_insert(json!(u64::MAX));
             }
             object.values_mut().for_each(unsigned_64);
         }
@@ -231,6 +231,20 @@ mod tests {
                 assert!(accepts(value), "{name}: its documented value is refused");
             }
         }
+    }
+
+    /// The uint64 rewrite set every u64's maximum to 2⁶⁴ - 1, `n`'s 8 too: the document
+    /// offered `n` = 9, which the server refuses.
+    #[test]
+    fn a_u64_fields_own_maximum_survives_the_uint64_rewrite() {
+        let doc = openapi();
+        for schema in ["CompletionRequest", "ChatCompletionRequest"] {
+            let n = &doc["components"]["schemas"][schema]["properties"]["n"];
+            assert_eq!(n["format"], "uint64", "{schema}");
+            assert_eq!(n["maximum"], u64::from(openai::MAX_CHOICES), "{schema}");
+        }
+        let seed = &doc["components"]["schemas"]["CompletionRequest"]["properties"]["seed"];
+        assert_eq!(seed["maximum"], u64::MAX);
     }
 
     #[test]
