@@ -3,17 +3,18 @@
 
 use std::path::PathBuf;
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
-use super::body::Body;
+use super::body::{Body, Request};
 use super::{ApiError, AppState, unix_now};
 use crate::error::Error;
 
-#[utoipa::path(get, path = "/v1/models", operation_id = "list_models", tag = "adapters", responses((status = 200, description = "the base, then every adapter", body = super::openapi::ModelList)))]
+#[utoipa::path(get, path = "/v1/models", operation_id = "list_models", tag = "adapters", responses((status = 200, description = "the base, then every adapter", body = super::openapi::responses::ModelList)))]
 pub(super) async fn models(State(state): State<AppState>) -> axum::Json<Value> {
     let created = unix_now();
     let max_len = state.engine.model().config().max_position_embeddings;
@@ -32,27 +33,46 @@ pub(super) async fn models(State(state): State<AppState>) -> axum::Json<Value> {
     axum::Json(json!({ "object": "list", "data": data }))
 }
 
-/// The fields `/v1/load_lora_adapter` reads.
-pub(super) const LOAD_LORA_FIELDS: &[&str] = &["lora_name", "lora_path", "pin"];
+/// `POST /v1/load_lora_adapter` (vLLM's).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LoadLoraRequest {
+    /// The alias to register (new, non-empty, not the base model's name).
+    #[schema(value_type = String, min_length = 1)]
+    lora_name: Option<String>,
+    /// A PEFT adapter folder under one of the server's --adapter-root directories.
+    #[schema(value_type = String)]
+    lora_path: Option<PathBuf>,
+    /// Never evicted while pinned [default: false].
+    pin: Option<bool>,
+}
 
-/// The fields `/v1/unload_lora_adapter` reads.
-pub(super) const UNLOAD_LORA_FIELDS: &[&str] = &["lora_name"];
+impl Request for LoadLoraRequest {}
 
-#[utoipa::path(post, path = "/v1/load_lora_adapter", operation_id = "load_lora_adapter", tag = "adapters", request_body = super::openapi::LoadLoraRequest, responses((status = 200, description = "loaded and resident", body = super::openapi::LoadedAdapter), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+/// `POST /v1/unload_lora_adapter` (vLLM's).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct UnloadLoraRequest {
+    /// The alias to unregister.
+    #[schema(value_type = String)]
+    lora_name: Option<String>,
+}
+
+impl Request for UnloadLoraRequest {}
+
+#[utoipa::path(post, path = "/v1/load_lora_adapter", operation_id = "load_lora_adapter", tag = "adapters", request_body = LoadLoraRequest, responses((status = 200, description = "loaded and resident", body = super::openapi::responses::LoadedAdapter), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn load_lora(
     State(state): State<AppState>,
-    body: Bytes,
+    Body(request): Body<LoadLoraRequest>,
 ) -> Result<Response, ApiError> {
-    let body = Body::parse(&body)?;
-    body.refuse_unknown(LOAD_LORA_FIELDS)?;
-    let lora_name: String = body
-        .get("lora_name")?
+    let lora_name = request
+        .lora_name
         .ok_or_else(|| ApiError::bad_request("`lora_name` is required").field("lora_name"))?;
-    let lora_path: PathBuf = body
-        .get("lora_path")?
+    let lora_path = request
+        .lora_path
         .ok_or_else(|| ApiError::bad_request("`lora_path` is required").field("lora_path"))?;
     // Rent on state: never evicted while pinned.
-    let pin: bool = body.get("pin")?.unwrap_or(false);
+    let pin = request.pin.unwrap_or(false);
     if lora_name.is_empty() || lora_name == state.model_name {
         return Err(
             ApiError::bad_request("lora_name must be a new, non-empty name").field("lora_name"),
@@ -82,15 +102,13 @@ pub(super) async fn load_lora(
     .into_response())
 }
 
-#[utoipa::path(post, path = "/v1/unload_lora_adapter", operation_id = "unload_lora_adapter", tag = "adapters", request_body = super::openapi::UnloadLoraRequest, responses((status = 200, description = "unregistered", body = super::openapi::Unloaded), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/unload_lora_adapter", operation_id = "unload_lora_adapter", tag = "adapters", request_body = UnloadLoraRequest, responses((status = 200, description = "unregistered", body = super::openapi::responses::Unloaded), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn unload_lora(
     State(state): State<AppState>,
-    body: Bytes,
+    Body(request): Body<UnloadLoraRequest>,
 ) -> Result<Response, ApiError> {
-    let body = Body::parse(&body)?;
-    body.refuse_unknown(UNLOAD_LORA_FIELDS)?;
-    let lora_name: String = body
-        .get("lora_name")?
+    let lora_name = request
+        .lora_name
         .ok_or_else(|| ApiError::bad_request("`lora_name` is required").field("lora_name"))?;
     state.engine.unload_adapter(&lora_name)?;
     Ok(axum::Json(json!({

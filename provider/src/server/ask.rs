@@ -3,12 +3,15 @@
 //! new ask is signed into a fresh offer and registered at once; jobs already assigned keep the
 //! price they were assigned at.
 
-use super::body::Body;
-use super::{ApiError, AppState};
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
+use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use super::body::{Body, Request};
+use super::openapi::fields;
+use super::{ApiError, AppState};
 
 fn ask(state: &AppState) -> Result<&crate::exchange_link::Ask, ApiError> {
     state.ask.as_ref().ok_or_else(|| {
@@ -20,7 +23,7 @@ fn ask(state: &AppState) -> Result<&crate::exchange_link::Ask, ApiError> {
     })
 }
 
-#[utoipa::path(get, path = "/v1/exchange/ask", operation_id = "get_ask", tag = "exchange", responses((status = 200, description = "the asks now", body = super::openapi::AskView), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/exchange/ask", operation_id = "get_ask", tag = "exchange", responses((status = 200, description = "the asks now", body = super::openapi::responses::AskView), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 /// The asks now: the model's, and each tier priced apart.
 pub(super) async fn get(State(state): State<AppState>) -> Result<axum::Json<Value>, ApiError> {
     let ask = ask(&state)?;
@@ -34,21 +37,31 @@ pub(super) async fn get(State(state): State<AppState>) -> Result<axum::Json<Valu
     ))
 }
 
-/// The fields `PUT /v1/exchange/ask` reads.
-pub(super) const ASK_FIELDS: &[&str] = &["ask_wei_per_s", "tier"];
+/// `PUT /v1/exchange/ask`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AskRequest {
+    // A decimal string or a number: read whole, its refusal says what it must be.
+    #[schema(schema_with = fields::wei, required = true)]
+    ask_wei_per_s: Option<Value>,
+    /// Sets that tier's ask alone (offered apart from then on) [default: the model's ask].
+    tier: Option<cx_protocol::Tier>,
+}
+
+impl Request for AskRequest {}
 
 /// Sets an ask: `{"ask_wei_per_s": "<integer wei>"}` (a decimal string or a number) for the
 /// model, with `"tier": "T0" | "T1" | "T3"` for that tier alone (offered apart from then on).
-#[utoipa::path(put, path = "/v1/exchange/ask", operation_id = "set_ask", tag = "exchange", request_body = super::openapi::AskRequest, responses((status = 200, description = "the ask set, signed into a fresh offer", body = super::openapi::AskSet), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(put, path = "/v1/exchange/ask", operation_id = "set_ask", tag = "exchange", request_body = AskRequest, responses((status = 200, description = "the ask set, signed into a fresh offer", body = super::openapi::responses::AskSet), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn put(
     State(state): State<AppState>,
-    body: Bytes,
+    // Read after the exchange check: a provider on none answers 404 to any body.
+    request: Result<Body<AskRequest>, ApiError>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let handle = ask(&state)?;
-    let body = Body::parse(&body)?;
-    body.refuse_unknown(ASK_FIELDS)?;
-    let tier: Option<cx_protocol::Tier> = body.get("tier")?;
-    let value: Value = body.get("ask_wei_per_s")?.ok_or_else(|| {
+    let Body(request) = request?;
+    let tier = request.tier;
+    let value = request.ask_wei_per_s.ok_or_else(|| {
         ApiError::bad_request("`ask_wei_per_s` is required").field("ask_wei_per_s")
     })?;
     let wei = match &value {

@@ -5,7 +5,10 @@
 //! * `adapters` — `/v1/models`, `/v1/load_lora_adapter`, `/v1/unload_lora_adapter`, each a
 //!   call to the engine (which owns the registry and the cache).
 //! * `metrics` — `/metrics` in Prometheus text.
-//! * `openapi` — `/openapi.json`, the OpenAPI 3.1 document of all of it.
+//! * `body` — the one door of request bodies: JSON into the route's request type, unknown
+//!   fields and wrong types refused by name.
+//! * `openapi` — `/openapi.json`, the OpenAPI 3.1 document of all of it, its request schemas
+//!   from the same request types.
 //! * `limits` — the door every request passes first: a rate per client IP address (429
 //!   `rate_limited`) and a bound on requests in flight (503 `overloaded`), see [`HttpLimits`].
 //! * `training` — `/v1/training/clients`: create, inspect, `forward_backward`, `optim_step`,
@@ -162,6 +165,11 @@ async fn json_errors(response: Response) -> Response {
     if !(status.is_client_error() || status.is_server_error()) || is_json {
         return response;
     }
+    status_error(status).into_response()
+}
+
+/// The error of a status that axum chose, in our shape.
+fn status_error(status: StatusCode) -> ApiError {
     let (code, message) = match status {
         StatusCode::METHOD_NOT_ALLOWED => (
             "method_not_allowed",
@@ -179,7 +187,7 @@ async fn json_errors(response: Response) -> Response {
             other.canonical_reason().unwrap_or("error").to_string(),
         ),
     };
-    ApiError::new(status, code, message).into_response()
+    ApiError::new(status, code, message)
 }
 
 fn unix_now() -> u64 {

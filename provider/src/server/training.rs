@@ -1,5 +1,5 @@
-//! `/v1/training/clients`: LoRA training on the served base (SPEC §6). Each handler checks its
-//! body field by field (a type error names its field, unknown fields are refused), then asks
+//! `/v1/training/clients`: LoRA training on the served base (SPEC §6). Each handler reads its
+//! body through the door (a type error names its field, unknown fields are refused), then asks
 //! the [`Trainer`](crate::training::Trainer), which owns the clients; the forward and backward
 //! passes, sampling and saving run off the async workers.
 //!
@@ -14,19 +14,21 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
+use utoipa::ToSchema;
 
-use super::body::Body;
+use super::body::{Body, OptionalBody, Request};
+use super::openai::request::Stop;
+use super::openapi::fields;
 use super::{ApiError, AppState, unix_now};
 use crate::engine::Sampling;
 use crate::error::{Error, Result};
 use crate::model::Projection;
-use crate::training::{AdamWParams, LoraSpec, SampleRequest, Trainer};
+use crate::training::{AdamWParams, LoraSpec, Trainer};
 
 /// The trainer, or a 503 naming how to turn training on.
 fn trainer(state: &AppState) -> Result<Arc<Trainer>, ApiError> {
@@ -53,41 +55,110 @@ fn required<T>(value: Option<T>, field: &'static str) -> Result<T, ApiError> {
     value.ok_or_else(|| ApiError::bad_request(format!("`{field}` is required")).field(field))
 }
 
-/// The fields `POST /v1/training/clients` reads.
-pub(super) const CREATE_FIELDS: &[&str] = &[
-    "base_model",
-    "rank",
-    "lora_alpha",
-    "target_modules",
-    "use_rslora",
-    "seed",
-];
+/// `POST /v1/training/clients`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CreateClientRequest {
+    /// The base to train on: this server's model [default: it].
+    base_model: Option<String>,
+    /// LoRA rank, at most the server's --max-lora-rank [default: 8].
+    #[schema(value_type = Option<u64>, minimum = 1)]
+    rank: Option<usize>,
+    /// `alpha` of the scale `alpha / rank` [default: 2 × rank].
+    lora_alpha: Option<f64>,
+    #[schema(schema_with = fields::target_modules)]
+    target_modules: Option<Vec<String>>,
+    /// rsLoRA: scale `alpha / √rank` [default: false].
+    use_rslora: Option<bool>,
+    /// Seed of `A`'s initialisation [default: 0].
+    seed: Option<u64>,
+}
 
-/// The fields `forward_backward` reads.
-pub(super) const FORWARD_BACKWARD_FIELDS: &[&str] = &["tokens", "loss_mask"];
+/// `POST /v1/training/clients/{id}/forward_backward`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ForwardBackwardRequest {
+    /// Token ids of each sequence.
+    #[schema(value_type = Vec<Vec<u32>>, min_items = 1)]
+    tokens: Option<Vec<Vec<u32>>>,
+    #[schema(schema_with = fields::loss_mask)]
+    loss_mask: Option<Vec<Vec<f32>>>,
+}
 
-/// The fields `optim_step` reads.
-pub(super) const OPTIM_STEP_FIELDS: &[&str] =
-    &["lr", "betas", "eps", "weight_decay", "max_grad_norm"];
+/// `POST /v1/training/clients/{id}/optim_step` (AdamW).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct OptimStepRequest {
+    /// Learning rate.
+    #[schema(value_type = f64, exclusive_minimum = 0.0)]
+    lr: Option<f64>,
+    #[schema(schema_with = fields::betas)]
+    betas: Option<[f64; 2]>,
+    /// [default: 1e-8]
+    #[schema(exclusive_minimum = 0.0)]
+    eps: Option<f64>,
+    /// Decoupled weight decay [default: 0.01].
+    #[schema(minimum = 0.0)]
+    weight_decay: Option<f64>,
+    /// Clip the gradients' global L2 norm to this [default: no clipping].
+    #[schema(exclusive_minimum = 0.0)]
+    max_grad_norm: Option<f64>,
+}
 
-/// The fields `sample` reads.
-pub(super) const SAMPLE_FIELDS: &[&str] = &["prompt", "max_tokens", "temperature", "seed", "stop"];
+/// `POST /v1/training/clients/{id}/sample`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SampleRequest {
+    #[schema(schema_with = fields::sample_prompt, required = true)]
+    prompt: Option<Prompt>,
+    /// New tokens at most [default: 16].
+    #[schema(value_type = Option<u64>, minimum = 1)]
+    max_tokens: Option<usize>,
+    /// 0 is greedy [default: 0].
+    #[schema(minimum = 0.0, maximum = 3.4028234663852886e38)]
+    temperature: Option<f64>,
+    /// The sampling seed [default: the clock].
+    seed: Option<u64>,
+    #[schema(schema_with = fields::stop)]
+    stop: Option<Stop>,
+}
 
-/// The fields `save_weights` reads.
-pub(super) const SAVE_WEIGHTS_FIELDS: &[&str] = &["name", "pin"];
+/// `POST /v1/training/clients/{id}/save_weights` (an empty body is `{}`).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SaveWeightsRequest {
+    /// The alias to register it under (not the base model's name) [default: its id].
+    #[schema(min_length = 1)]
+    name: Option<String>,
+    /// Never evicted while pinned [default: false].
+    pin: Option<bool>,
+}
+
+impl Request for CreateClientRequest {}
+impl Request for ForwardBackwardRequest {}
+impl Request for OptimStepRequest {}
+impl Request for SampleRequest {}
+impl Request for SaveWeightsRequest {}
+
+/// `prompt` of `sample`: a text or token ids.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
 
 /// The rank of a client whose request names none.
 const DEFAULT_RANK: usize = 8;
 
-#[utoipa::path(post, path = "/v1/training/clients", operation_id = "create_training_client", tag = "training", request_body = super::openapi::CreateClientRequest, responses((status = 201, description = "the new client", body = super::openapi::ClientInfo), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/training/clients", operation_id = "create_training_client", tag = "training", request_body = CreateClientRequest, responses((status = 201, description = "the new client", body = super::openapi::responses::ClientInfo), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn create(
     State(state): State<AppState>,
-    body: Bytes,
+    request: Result<Body<CreateClientRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
-    let body = Body::parse(&body)?;
-    body.refuse_unknown(CREATE_FIELDS)?;
-    if let Some(base) = body.get::<String>("base_model")?
+    let Body(request) = request?;
+    if let Some(base) = request.base_model
         && base != trainer.model_name()
     {
         return Err(ApiError::new(
@@ -100,9 +171,9 @@ pub(super) async fn create(
         )
         .field("base_model"));
     }
-    let rank: usize = body.get("rank")?.unwrap_or(DEFAULT_RANK);
-    let lora_alpha: f64 = body.get("lora_alpha")?.unwrap_or(2.0 * rank as f64);
-    let names: Vec<String> = body.get("target_modules")?.unwrap_or_else(|| {
+    let rank = request.rank.unwrap_or(DEFAULT_RANK);
+    let lora_alpha = request.lora_alpha.unwrap_or(2.0 * rank as f64);
+    let names = request.target_modules.unwrap_or_else(|| {
         Projection::ALL
             .iter()
             .map(|p| p.name().to_string())
@@ -120,21 +191,21 @@ pub(super) async fn create(
         targets.push(target);
     }
     let spec = LoraSpec {
-        use_rslora: body.get("use_rslora")?.unwrap_or(false),
-        seed: body.get("seed")?.unwrap_or(0),
+        use_rslora: request.use_rslora.unwrap_or(false),
+        seed: request.seed.unwrap_or(0),
         ..LoraSpec::new(rank, lora_alpha, &targets)
     };
     let info = blocking(move || trainer.create(&spec)).await?;
     Ok((StatusCode::CREATED, axum::Json(info)).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/training/clients", operation_id = "list_training_clients", tag = "training", responses((status = 200, description = "every client", body = super::openapi::ClientList), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/training/clients", operation_id = "list_training_clients", tag = "training", responses((status = 200, description = "every client", body = super::openapi::responses::ClientList), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn list(State(state): State<AppState>) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
     Ok(axum::Json(json!({ "object": "list", "data": trainer.list() })).into_response())
 }
 
-#[utoipa::path(get, path = "/v1/training/clients/{id}", operation_id = "get_training_client", tag = "training", params(("id" = String, Path, description = "the training client's id")), responses((status = 200, description = "the client, with its loss history", body = super::openapi::ClientInfo), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/training/clients/{id}", operation_id = "get_training_client", tag = "training", params(("id" = String, Path, description = "the training client's id")), responses((status = 200, description = "the client, with its loss history", body = super::openapi::responses::ClientInfo), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -143,7 +214,7 @@ pub(super) async fn get(
     Ok(axum::Json(trainer.get(&id)?).into_response())
 }
 
-#[utoipa::path(delete, path = "/v1/training/clients/{id}", operation_id = "delete_training_client", tag = "training", params(("id" = String, Path, description = "the training client's id")), responses((status = 200, description = "deleted", body = super::openapi::Deleted), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(delete, path = "/v1/training/clients/{id}", operation_id = "delete_training_client", tag = "training", params(("id" = String, Path, description = "the training client's id")), responses((status = 200, description = "deleted", body = super::openapi::responses::Deleted), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -153,18 +224,17 @@ pub(super) async fn delete(
     Ok(axum::Json(json!({ "id": id, "deleted": true })).into_response())
 }
 
-#[utoipa::path(post, path = "/v1/training/clients/{id}/forward_backward", operation_id = "forward_backward", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = super::openapi::ForwardBackwardRequest, responses((status = 200, description = "the loss; gradients accumulated", body = super::openapi::ForwardBackward), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/training/clients/{id}/forward_backward", operation_id = "forward_backward", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = ForwardBackwardRequest, responses((status = 200, description = "the loss; gradients accumulated", body = super::openapi::responses::ForwardBackward), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn forward_backward(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    request: Result<Body<ForwardBackwardRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
-    let body = Body::parse(&body)?;
-    body.refuse_unknown(FORWARD_BACKWARD_FIELDS)?;
-    let tokens: Vec<Vec<u32>> = required(body.get("tokens")?, "tokens")?;
+    let Body(request) = request?;
+    let tokens = required(request.tokens, "tokens")?;
     // Without a mask, every token but the first is a target.
-    let loss_mask: Vec<Vec<f32>> = match body.get("loss_mask")? {
+    let loss_mask = match request.loss_mask {
         Some(mask) => mask,
         None => tokens
             .iter()
@@ -179,52 +249,35 @@ pub(super) async fn forward_backward(
     Ok(axum::Json(outcome).into_response())
 }
 
-#[utoipa::path(post, path = "/v1/training/clients/{id}/optim_step", operation_id = "optim_step", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = super::openapi::OptimStepRequest, responses((status = 200, description = "one AdamW step taken", body = super::openapi::OptimStep), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/training/clients/{id}/optim_step", operation_id = "optim_step", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = OptimStepRequest, responses((status = 200, description = "one AdamW step taken", body = super::openapi::responses::OptimStep), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn optim_step(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    request: Result<Body<OptimStepRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
-    let body = Body::parse(&body)?;
-    body.refuse_unknown(OPTIM_STEP_FIELDS)?;
+    let Body(request) = request?;
     let defaults = AdamWParams::default();
-    let betas: Option<[f64; 2]> = body.get("betas")?;
     let params = AdamWParams {
-        lr: required(body.get("lr")?, "lr")?,
-        betas: betas.map_or(defaults.betas, |[b1, b2]| (b1, b2)),
-        eps: body.get("eps")?.unwrap_or(defaults.eps),
-        weight_decay: body.get("weight_decay")?.unwrap_or(defaults.weight_decay),
-        max_grad_norm: body.get("max_grad_norm")?,
+        lr: required(request.lr, "lr")?,
+        betas: request.betas.map_or(defaults.betas, |[b1, b2]| (b1, b2)),
+        eps: request.eps.unwrap_or(defaults.eps),
+        weight_decay: request.weight_decay.unwrap_or(defaults.weight_decay),
+        max_grad_norm: request.max_grad_norm,
     };
     let outcome = blocking(move || trainer.optim_step(&id, &params)).await?;
     Ok(axum::Json(outcome).into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Prompt {
-    Text(String),
-    Tokens(Vec<u32>),
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Stop {
-    One(String),
-    Many(Vec<String>),
-}
-
-#[utoipa::path(post, path = "/v1/training/clients/{id}/sample", operation_id = "sample", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = super::openapi::SampleRequest, responses((status = 200, description = "the sample", body = super::openapi::Sample), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/training/clients/{id}/sample", operation_id = "sample", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = SampleRequest, responses((status = 200, description = "the sample", body = super::openapi::responses::Sample), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn sample(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    request: Result<Body<SampleRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
-    let body = Body::parse(&body)?;
-    body.refuse_unknown(SAMPLE_FIELDS)?;
-    let prompt = match required(body.get::<Prompt>("prompt")?, "prompt")? {
+    let Body(request) = request?;
+    let prompt = match required(request.prompt, "prompt")? {
         Prompt::Tokens(tokens) => tokens,
         Prompt::Text(text) => state
             .engine
@@ -232,13 +285,9 @@ pub(super) async fn sample(
             .encode(&text)
             .map_err(|e| ApiError::from(e).field("prompt"))?,
     };
-    let max_tokens: usize = body.get("max_tokens")?.unwrap_or(16);
-    let temperature = super::openai::temperature(&body)?;
-    let stop = match body.get::<Stop>("stop")? {
-        None => Vec::new(),
-        Some(Stop::One(s)) => vec![s],
-        Some(Stop::Many(v)) => v,
-    };
+    let max_tokens = request.max_tokens.unwrap_or(16);
+    let temperature = super::openai::temperature(request.temperature)?;
+    let stop = Stop::into_vec(request.stop);
     if stop.len() > super::openai::MAX_STOP_SEQUENCES
         || stop.iter().any(|s| s.len() > super::openai::MAX_STOP_BYTES)
     {
@@ -249,12 +298,12 @@ pub(super) async fn sample(
         ))
         .field("stop"));
     }
-    let request = SampleRequest {
+    let request = crate::training::SampleRequest {
         prompt,
         max_tokens,
         sampling: Sampling {
             temperature,
-            seed: body.get("seed")?.unwrap_or_else(unix_now),
+            seed: request.seed.unwrap_or_else(unix_now),
             ..Sampling::default()
         },
         stop,
@@ -263,17 +312,16 @@ pub(super) async fn sample(
     Ok(axum::Json(sample).into_response())
 }
 
-#[utoipa::path(post, path = "/v1/training/clients/{id}/save_weights", operation_id = "save_weights", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = Option<super::openapi::SaveWeightsRequest>, responses((status = 200, description = "saved, registered and resident", body = super::openapi::Saved), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/training/clients/{id}/save_weights", operation_id = "save_weights", tag = "training", params(("id" = String, Path, description = "the training client's id")), request_body = Option<SaveWeightsRequest>, responses((status = 200, description = "saved, registered and resident", body = super::openapi::responses::Saved), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn save_weights(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Bytes,
+    // An empty (or null) body saves under the id, unpinned.
+    request: Result<OptionalBody<SaveWeightsRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     let trainer = trainer(&state)?;
-    // An empty (or null) body saves under the id, unpinned.
-    let body = Body::parse_optional(&body)?;
-    body.refuse_unknown(SAVE_WEIGHTS_FIELDS)?;
-    let name: Option<String> = body.get("name")?;
+    let OptionalBody(request) = request?;
+    let name = request.name;
     if let Some(name) = &name
         && (name.is_empty() || name == &state.model_name)
     {
@@ -282,7 +330,7 @@ pub(super) async fn save_weights(
         )
         .field("name"));
     }
-    let pin: bool = body.get("pin")?.unwrap_or(false);
+    let pin = request.pin.unwrap_or(false);
     let saved = blocking(move || trainer.save(&id, name.as_deref(), pin))
         .await
         .map_err(|e| {

@@ -3,12 +3,10 @@
 
 use std::convert::Infallible;
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::unbounded_channel;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -19,36 +17,11 @@ use crate::chat_template::ChatMessage as TemplateMessage;
 use crate::engine::{Conversation, Event, FinishReason, GenerateRequest, Sampling, TokenLogprobs};
 use crate::error::Error;
 use crate::tokenizer::Tokenizer;
+use request::{
+    ChatCompletionRequest, ChatMessage, Common, CompletionRequest, Logprobs, Prompt, Stop,
+};
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Prompt {
-    Text(String),
-    Texts(Vec<String>),
-    Tokens(Vec<u32>),
-    TokenBatches(Vec<Vec<u32>>),
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Stop {
-    One(String),
-    Many(Vec<String>),
-}
-
-#[derive(Deserialize)]
-struct ChatMessage {
-    role: String,
-    content: Value,
-}
-
-/// `logprobs`: a flag on chat, the number of alternatives on the legacy completions.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Logprobs {
-    Flag(bool),
-    Count(u8),
-}
+pub(super) mod request;
 
 /// Default `max_tokens` when a request names none.
 const DEFAULT_MAX_TOKENS: u64 = 16;
@@ -61,171 +34,6 @@ pub(super) const MAX_STOP_SEQUENCES: usize = 4;
 /// all the others.
 pub(super) const MAX_STOP_BYTES: usize = 512;
 
-/// Refuses every field of `body` that is neither read (`read`) nor an unimplemented one at
-/// its neutral value: a parameter the server does not implement is never silently ignored.
-fn refuse_unsupported(body: &Body, read: &[&str]) -> Result<(), ApiError> {
-    {
-        for (key, value) in &body.0 {
-            if read.contains(&key.as_str()) || value.is_null() {
-                continue;
-            }
-            let Some(&(name, neutral, _)) = NEUTRAL.iter().find(|(n, _, _)| n == key) else {
-                return Err(leaked_field(
-                    key,
-                    format!(
-                        "unknown parameter `{key}`; this server implements {}",
-                        read.join(", ")
-                    ),
-                ));
-            };
-            if !neutral(value) {
-                return Err(leaked_field(
-                    name,
-                    format!(
-                        "`{name}` = {value} is not implemented by this server (only its default)"
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-}
-
-/// A 400 naming a field given by the client (its name is not `'static`, so it is matched
-/// against the known names or quoted in the message only).
-fn leaked_field(key: &str, message: String) -> ApiError {
-    let known = NEUTRAL.iter().map(|(n, _, _)| *n).find(|n| *n == key);
-    let error = ApiError::new(StatusCode::BAD_REQUEST, "unsupported_parameter", message);
-    match known {
-        Some(name) => error.field(name),
-        None => error,
-    }
-}
-
-type Neutral = fn(&Value) -> bool;
-
-/// Parameters of the OpenAI and vLLM APIs this server does not implement, each with the test
-/// for its neutral value (the one that changes nothing) and the JSON schema of what that test
-/// accepts (for `/openapi.json`). Anything else is refused.
-pub(super) const NEUTRAL: &[(&str, Neutral, &str)] = &[
-    (
-        "best_of",
-        |v| v.as_u64() == Some(1),
-        r#"{"type": "integer", "const": 1}"#,
-    ),
-    (
-        "echo",
-        |v| v == &Value::Bool(false),
-        r#"{"type": "boolean", "const": false}"#,
-    ),
-    (
-        "min_p",
-        |v| v.as_f64() == Some(0.0),
-        r#"{"type": "number", "const": 0}"#,
-    ),
-    (
-        "repetition_penalty",
-        |v| v.as_f64() == Some(1.0),
-        r#"{"type": "number", "const": 1}"#,
-    ),
-    (
-        "logit_bias",
-        |v| v.as_object().is_some_and(|o| o.is_empty()),
-        r#"{"type": "object", "maxProperties": 0}"#,
-    ),
-    (
-        "suffix",
-        |v| v.as_str() == Some(""),
-        r#"{"type": "string", "const": ""}"#,
-    ),
-    (
-        "min_tokens",
-        |v| v.as_u64() == Some(0),
-        r#"{"type": "integer", "const": 0}"#,
-    ),
-    (
-        "ignore_eos",
-        |v| v == &Value::Bool(false),
-        r#"{"type": "boolean", "const": false}"#,
-    ),
-    (
-        "stop_token_ids",
-        |v| v.as_array().is_some_and(|a| a.is_empty()),
-        r#"{"type": "array", "maxItems": 0}"#,
-    ),
-    (
-        "tools",
-        |v| v.as_array().is_some_and(|a| a.is_empty()),
-        r#"{"type": "array", "maxItems": 0}"#,
-    ),
-    (
-        "tool_choice",
-        |v| v.as_str() == Some("none"),
-        r#"{"type": "string", "const": "none"}"#,
-    ),
-    (
-        "response_format",
-        |v| v.get("type").and_then(Value::as_str) == Some("text"),
-        r#"{"type": "object", "required": ["type"], "properties": {"type": {"const": "text"}}}"#,
-    ),
-    (
-        "stream_options",
-        |v| {
-            v.get("include_usage")
-                .is_none_or(|u| u == &Value::Bool(false))
-        },
-        r#"{"type": "object", "properties": {"include_usage": {"const": false}}}"#,
-    ),
-    // Informational: they change nothing the server computes.
-    ("user", |_| true, "{}"),
-    ("parallel_tool_calls", |_| true, "{}"),
-    (
-        "skip_special_tokens",
-        |v| v == &Value::Bool(true),
-        r#"{"type": "boolean", "const": true}"#,
-    ),
-];
-
-/// The fields `/v1/completions` reads (the schema of `/openapi.json` has these and
-/// [`NEUTRAL`]'s, and a test holds them equal).
-pub(super) const COMPLETION_FIELDS: &[&str] = &[
-    "model",
-    "adapter",
-    "max_tokens",
-    "max_completion_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "presence_penalty",
-    "frequency_penalty",
-    "seed",
-    "n",
-    "logprobs",
-    "stop",
-    "stream",
-    "prompt",
-];
-
-/// The fields `/v1/chat/completions` reads.
-pub(super) const CHAT_FIELDS: &[&str] = &[
-    "model",
-    "adapter",
-    "max_tokens",
-    "max_completion_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "presence_penalty",
-    "frequency_penalty",
-    "seed",
-    "n",
-    "logprobs",
-    "top_logprobs",
-    "stop",
-    "stream",
-    "messages",
-];
-
 /// Choices per request at most (`n`): each is a sequence of its own in the batch.
 pub(super) const MAX_CHOICES: u32 = 8;
 
@@ -237,8 +45,8 @@ pub(super) const MAX_COMPLETION_LOGPROBS: u8 = 5;
 
 /// `temperature` [default: 0]: read as an f64 and checked before it narrows, so a value past
 /// f32's range is refused rather than rounded to `f32::MAX` (or to infinity).
-pub(super) fn temperature(body: &Body) -> Result<f32, ApiError> {
-    let temperature = body.get::<f64>("temperature")?.unwrap_or(0.0);
+pub(super) fn temperature(temperature: Option<f64>) -> Result<f32, ApiError> {
+    let temperature = temperature.unwrap_or(0.0);
     if !(0.0..=f64::from(f32::MAX)).contains(&temperature) {
         return Err(ApiError::bad_request(format!(
             "temperature must be ≥ 0 and at most {:e}",
@@ -252,13 +60,13 @@ pub(super) fn temperature(body: &Body) -> Result<f32, ApiError> {
 
 /// A number field within `range`, or a 400 naming it.
 fn number_in(
-    body: &Body,
+    value: Option<f64>,
     name: &'static str,
     default: f64,
     range: std::ops::RangeInclusive<f64>,
     what: &str,
 ) -> Result<f64, ApiError> {
-    let value = body.get::<f64>(name)?.unwrap_or(default);
+    let value = value.unwrap_or(default);
     if !range.contains(&value) {
         return Err(
             ApiError::bad_request(format!("`{name}` must be {what}, got {value}")).field(name),
@@ -269,10 +77,16 @@ fn number_in(
 
 /// OpenAI's sampling parameters and `n`. Without a `seed`, one is drawn from the operating
 /// system (and each choice draws on its own stream of it).
-fn sampling(body: &Body, kind: Kind) -> Result<(Sampling, u32), ApiError> {
-    let temperature = temperature(body)?;
-    let top_p = number_in(body, "top_p", 1.0, f64::MIN_POSITIVE..=1.0, "in (0, 1]")?;
-    let top_k = match body.get::<i64>("top_k")?.unwrap_or(0) {
+fn sampling(body: &Common, kind: Kind) -> Result<(Sampling, u32), ApiError> {
+    let temperature = temperature(body.temperature)?;
+    let top_p = number_in(
+        body.top_p,
+        "top_p",
+        1.0,
+        f64::MIN_POSITIVE..=1.0,
+        "in (0, 1]",
+    )?;
+    let top_k = match body.top_k.unwrap_or(0) {
         -1 | 0 => 0,
         k => u32::try_from(k).map_err(|_| {
             ApiError::bad_request(format!(
@@ -281,19 +95,20 @@ fn sampling(body: &Body, kind: Kind) -> Result<(Sampling, u32), ApiError> {
             .field("top_k")
         })?,
     };
-    let presence_penalty = number_in(body, "presence_penalty", 0.0, -2.0..=2.0, "in [-2, 2]")?;
-    let frequency_penalty = number_in(body, "frequency_penalty", 0.0, -2.0..=2.0, "in [-2, 2]")?;
-    let n = body.get::<u64>("n")?.unwrap_or(1);
+    let penalty = |value, name| number_in(value, name, 0.0, -2.0..=2.0, "in [-2, 2]");
+    let presence_penalty = penalty(body.presence_penalty, "presence_penalty")?;
+    let frequency_penalty = penalty(body.frequency_penalty, "frequency_penalty")?;
+    let n = body.n.unwrap_or(1);
     if !(1..=u64::from(MAX_CHOICES)).contains(&n) {
         return Err(ApiError::bad_request(format!(
             "`n` must be 1 to {MAX_CHOICES} choices, got {n}"
         ))
         .field("n"));
     }
-    let logprobs = match (kind, body.get::<Logprobs>("logprobs")?) {
+    let logprobs = match (kind, &body.logprobs) {
         (_, None | Some(Logprobs::Flag(false))) => None,
         (Kind::Chat, Some(Logprobs::Flag(true))) => {
-            let top = body.get::<u64>("top_logprobs")?.unwrap_or(0);
+            let top = body.top_logprobs.unwrap_or(0);
             if top > u64::from(MAX_TOP_LOGPROBS) {
                 return Err(ApiError::bad_request(format!(
                     "`top_logprobs` must be 0 to {MAX_TOP_LOGPROBS}, got {top}"
@@ -302,7 +117,7 @@ fn sampling(body: &Body, kind: Kind) -> Result<(Sampling, u32), ApiError> {
             }
             Some(top as u8)
         }
-        (Kind::Completion, Some(Logprobs::Count(k))) if k <= MAX_COMPLETION_LOGPROBS => Some(k),
+        (Kind::Completion, Some(Logprobs::Count(k))) if *k <= MAX_COMPLETION_LOGPROBS => Some(*k),
         (Kind::Chat, Some(Logprobs::Count(_))) => {
             return Err(ApiError::bad_request(
                 "`logprobs` is a boolean on chat completions (the number of alternatives is \
@@ -318,12 +133,12 @@ fn sampling(body: &Body, kind: Kind) -> Result<(Sampling, u32), ApiError> {
             .field("logprobs"));
         }
     };
-    if logprobs.is_none() && body.get::<u64>("top_logprobs")?.is_some_and(|k| k > 0) {
+    if logprobs.is_none() && body.top_logprobs.is_some_and(|k| k > 0) {
         return Err(
             ApiError::bad_request("`top_logprobs` needs `logprobs: true`").field("top_logprobs"),
         );
     }
-    let seed = match body.get::<u64>("seed")? {
+    let seed = match body.seed {
         Some(seed) => seed,
         None => getrandom::u64().unwrap_or_else(|_| unix_now()),
     };
@@ -354,15 +169,11 @@ struct CommonParams {
 }
 
 impl CommonParams {
-    /// The fields both endpoints read; `fields` is all the route reads.
-    fn read(body: &Body, fields: &[&str], kind: Kind) -> Result<Self, ApiError> {
-        refuse_unsupported(body, fields)?;
-        let (max_tokens, max_tokens_field) = match body.get::<u64>("max_completion_tokens")? {
+    /// The fields both endpoints read, checked.
+    fn read(body: Common, kind: Kind) -> Result<Self, ApiError> {
+        let (max_tokens, max_tokens_field) = match body.max_completion_tokens {
             Some(n) => (n, "max_completion_tokens"),
-            None => (
-                body.get::<u64>("max_tokens")?.unwrap_or(DEFAULT_MAX_TOKENS),
-                "max_tokens",
-            ),
+            None => (body.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS), "max_tokens"),
         };
         if max_tokens == 0 {
             return Err(ApiError::bad_request(format!(
@@ -370,12 +181,8 @@ impl CommonParams {
             ))
             .field(max_tokens_field));
         }
-        let (sampling, n) = sampling(body, kind)?;
-        let stop = match body.get::<Stop>("stop")? {
-            None => Vec::new(),
-            Some(Stop::One(s)) => vec![s],
-            Some(Stop::Many(v)) => v,
-        };
+        let (sampling, n) = sampling(&body, kind)?;
+        let stop = Stop::into_vec(body.stop);
         if stop.len() > MAX_STOP_SEQUENCES {
             return Err(ApiError::bad_request(format!(
                 "at most {MAX_STOP_SEQUENCES} stop sequences, got {}",
@@ -391,14 +198,14 @@ impl CommonParams {
             .field("stop"));
         }
         Ok(Self {
-            model: body.get("model")?,
-            adapter: body.get("adapter")?,
+            model: body.model,
+            adapter: body.adapter,
             max_tokens,
             max_tokens_field,
             sampling,
             n,
             stop: stop.into_iter().filter(|s| !s.is_empty()).collect(),
-            stream: body.get("stream")?.unwrap_or(false),
+            stream: body.stream.unwrap_or(false),
         })
     }
 }
@@ -510,13 +317,13 @@ enum Kind {
     Chat,
 }
 
-#[utoipa::path(post, path = "/v1/completions", operation_id = "create_completion", tag = "openai", request_body = super::openapi::CompletionRequest, responses((status = 200, description = "the completion, or with `stream` its server-sent events (each `data:` a chunk, `data: [DONE]` last)", content((super::openapi::Completion = "application/json"), (String = "text/event-stream"))), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/completions", operation_id = "create_completion", tag = "openai", request_body = request::CompletionRequest, responses((status = 200, description = "the completion, or with `stream` its server-sent events (each `data:` a chunk, `data: [DONE]` last)", content((super::openapi::responses::Completion = "application/json"), (String = "text/event-stream"))), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn completions(
     State(state): State<AppState>,
-    body: Bytes,
+    Body(request): Body<CompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let body = Body::parse(&body)?;
-    let common = CommonParams::read(&body, COMPLETION_FIELDS, Kind::Completion)?;
+    let (common, prompt) = request.split();
+    let common = CommonParams::read(common, Kind::Completion)?;
     let one_prompt = || {
         ApiError::bad_request(
             "send one prompt per request (batched prompts are not supported; send each as \
@@ -524,7 +331,7 @@ pub(super) async fn completions(
         )
         .field("prompt")
     };
-    let (prompt, text) = match body.get::<Prompt>("prompt")? {
+    let (prompt, text) = match prompt {
         None => return Err(ApiError::bad_request("`prompt` is required").field("prompt")),
         Some(Prompt::Text(text)) => (encode(&state, &text)?, Some(text)),
         Some(Prompt::Texts(mut texts)) if texts.len() == 1 => {
@@ -539,15 +346,14 @@ pub(super) async fn completions(
     run(state, prepared, Kind::Completion).await
 }
 
-#[utoipa::path(post, path = "/v1/chat/completions", operation_id = "create_chat_completion", tag = "openai", request_body = super::openapi::ChatCompletionRequest, responses((status = 200, description = "the chat completion, or with `stream` its server-sent events (each `data:` a chunk, `data: [DONE]` last)", content((super::openapi::ChatCompletion = "application/json"), (String = "text/event-stream"))), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::ErrorBody)))]
+#[utoipa::path(post, path = "/v1/chat/completions", operation_id = "create_chat_completion", tag = "openai", request_body = request::ChatCompletionRequest, responses((status = 200, description = "the chat completion, or with `stream` its server-sent events (each `data:` a chunk, `data: [DONE]` last)", content((super::openapi::responses::ChatCompletion = "application/json"), (String = "text/event-stream"))), (status = "4XX", description = "refused: `{error: {message, type, param, code, field}}`", body = super::openapi::responses::ErrorBody), (status = "5XX", description = "failed inside the server", body = super::openapi::responses::ErrorBody)))]
 pub(super) async fn chat_completions(
     State(state): State<AppState>,
-    body: Bytes,
+    Body(request): Body<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let body = Body::parse(&body)?;
-    let common = CommonParams::read(&body, CHAT_FIELDS, Kind::Chat)?;
-    let messages: Vec<ChatMessage> = body
-        .get("messages")?
+    let (common, messages) = request.split();
+    let common = CommonParams::read(common, Kind::Chat)?;
+    let messages = messages
         .ok_or_else(|| ApiError::bad_request("`messages` is required").field("messages"))?;
     if messages.is_empty() {
         return Err(ApiError::bad_request("messages is empty").field("messages"));
