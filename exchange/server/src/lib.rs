@@ -22,7 +22,8 @@
 //!   [`waiters`]: who waits on a job and who long-polls for work;
 //! - [`sweeps`]: what runs every second beside the API — deadlines, reserves, rents, standing
 //!   orders, silent and unstaked providers, the market maker's quote samples;
-//! - [`verification`]: receipts checked by tier (T1 byte equality, T2 Freivalds, T3 majority);
+//! - [`verification`]: receipts checked by tier (T1 byte equality, T2 Freivalds, T3 majority),
+//!   and `replicas`: where the T1 and T3 runs that re-execute a job go;
 //! - [`settlement`]: the loop that hands verified receipts to the committee's coordinator;
 //! - [`api::explorer`]: the pages that show each step, served beside the API on its state;
 //! - [`service`]: all of it as one running service — the API on its listener with the sweeps,
@@ -66,6 +67,7 @@ pub mod market;
 pub mod matmul;
 pub mod min_rate;
 pub mod placement;
+mod replicas;
 pub mod service;
 pub mod settlement;
 pub mod stake;
