@@ -3,8 +3,10 @@
 
 use super::{Args, fresh_nonce, now_s, parse_tier, pick_chain};
 use anyhow::{Context, anyhow};
+use cx_client::Client;
 use cx_protocol::Tier;
-use cx_protocol::order::B256;
+use cx_protocol::order::{B256, Order, Rent, RentTarget, Reserve, Search, Signed};
+use std::time::Duration;
 
 #[derive(Debug, clap::Args)]
 pub(super) struct SearchArgs {
@@ -97,40 +99,116 @@ pub(super) struct RentArgs {
     json: bool,
 }
 
-pub(super) async fn run_search(args: &Args, cmd: &SearchArgs) -> anyhow::Result<()> {
+/// A kind of standing order: the door it is submitted at and the status it rests in while it
+/// waits for a provider (its name in messages is its [`Order::KIND`]).
+trait StandingOrder: Order {
+    /// The status `--wait` waits out: a search or reserve is `open` until a witness or a bid
+    /// fills it; a rent is `committed` at once and stays so until its term is claimed.
+    const WAITING: &'static str;
+    /// How often `--wait` asks (a rent's term is seconds long, so it asks less often).
+    const POLL: Duration;
+
+    /// Submits the signed order; the exchange answers with the standing order it accepted.
+    async fn submit(client: &Client, signed: &Signed<Self>)
+    -> cx_client::Result<serde_json::Value>;
+}
+
+impl StandingOrder for Search {
+    const WAITING: &'static str = "open";
+    const POLL: Duration = Duration::from_millis(250);
+
+    async fn submit(
+        client: &Client,
+        signed: &Signed<Self>,
+    ) -> cx_client::Result<serde_json::Value> {
+        client.submit_search(signed).await
+    }
+}
+
+impl StandingOrder for Reserve {
+    const WAITING: &'static str = "open";
+    const POLL: Duration = Duration::from_millis(250);
+
+    async fn submit(
+        client: &Client,
+        signed: &Signed<Self>,
+    ) -> cx_client::Result<serde_json::Value> {
+        client.submit_reserve(signed).await
+    }
+}
+
+impl StandingOrder for Rent {
+    const WAITING: &'static str = "committed";
+    const POLL: Duration = Duration::from_millis(500);
+
+    async fn submit(
+        client: &Client,
+        signed: &Signed<Self>,
+    ) -> cx_client::Result<serde_json::Value> {
+        client.submit_rent(signed).await
+    }
+}
+
+/// A standing order as the exchange has it after [`place`].
+struct Placed<O> {
+    /// Its id (its EIP-712 digest).
+    id: B256,
+    /// What was signed.
+    signed: Signed<O>,
+    /// `GET /v1/orders/{id}`: its status, what it holds, and its fill.
+    order: serde_json::Value,
+}
+
+/// Places a standing order for the agent: `build` makes it once the chain is known, the agent's
+/// keys sign it for that chain, the exchange takes it, and it is read back by the id the
+/// exchange answered with; with `wait`, until it leaves [`StandingOrder::WAITING`].
+async fn place<O: StandingOrder>(
+    args: &Args,
+    wait: bool,
+    build: impl FnOnce() -> anyhow::Result<O>,
+) -> anyhow::Result<Placed<O>> {
     let keys = args.load_keys()?;
     let client = args.client()?;
     let chain = pick_chain(&client, args.chain, false).await?;
-    let prefix = hex::decode(cmd.prefix.trim_start_matches("0x"))
-        .map_err(|_| anyhow!("--prefix: not hex"))?;
-    let now = now_s();
-    let search = cx_protocol::order::Search {
-        prefix: prefix.into(),
-        target: cx_protocol::order::B256::from(
-            cx_exchange::lifecycle::search::target_for_zero_bits(cmd.zero_bits),
-        ),
-        deadline_s: now.saturating_add(cmd.deadline_in),
-        max_price_wei: cmd.max_price_wei,
-        tab_id: cmd.tab,
-        nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
-        expiry_s: now.saturating_add(cmd.deadline_in),
-    };
-    let signed = keys.sign(search, &chain.domain())?;
-    let accepted = client
-        .submit_search(&signed)
+    let signed = keys.sign(build()?, &chain.domain())?;
+    let accepted = O::submit(&client, &signed)
         .await
-        .context("submitting the search")?;
-    let id: cx_protocol::order::B256 = accepted["order_id"]
+        .with_context(|| format!("submitting the {}", O::KIND.as_str()))?;
+    let id: B256 = accepted["order_id"]
         .as_str()
         .and_then(|id| id.parse().ok())
         .ok_or_else(|| {
-            anyhow!("the exchange accepted the search without an order_id: {accepted}")
+            anyhow!(
+                "the exchange accepted the {} without an order_id: {accepted}",
+                O::KIND.as_str()
+            )
         })?;
     let mut order = client.standing_order(id).await?;
-    while cmd.wait && order["status"] == "open" {
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    while wait && order["status"] == O::WAITING {
+        tokio::time::sleep(O::POLL).await;
         order = client.standing_order(id).await?;
     }
+    Ok(Placed { id, signed, order })
+}
+
+pub(super) async fn run_search(args: &Args, cmd: &SearchArgs) -> anyhow::Result<()> {
+    let Placed { id, order, .. } = place(args, cmd.wait, || {
+        let prefix = hex::decode(cmd.prefix.trim_start_matches("0x"))
+            .map_err(|_| anyhow!("--prefix: not hex"))?;
+        let now = now_s();
+        Ok(Search {
+            prefix: prefix.into(),
+            target: B256::from(cx_exchange::lifecycle::search::target_for_zero_bits(
+                cmd.zero_bits,
+            )),
+            deadline_s: now.saturating_add(cmd.deadline_in),
+            max_price_wei: cmd.max_price_wei,
+            tab_id: cmd.tab,
+            nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
+            expiry_s: now.saturating_add(cmd.deadline_in),
+        })
+    })
+    .await?;
     let table = format!(
         "search           {id}\nstatus           {}\nheld_wei         {}\nends_s           {}\n",
         order["status"].as_str().unwrap_or("?"),
@@ -141,45 +219,28 @@ pub(super) async fn run_search(args: &Args, cmd: &SearchArgs) -> anyhow::Result<
 }
 
 pub(super) async fn run_reserve(args: &Args, cmd: &ReserveArgs) -> anyhow::Result<()> {
-    let keys = args.load_keys()?;
-    let client = args.client()?;
-    let chain = pick_chain(&client, args.chain, false).await?;
-    let now = now_s();
-    let start = now.saturating_add(cmd.start_in);
-    let reserve = cx_protocol::order::Reserve {
-        model: cmd.model.clone(),
-        tier: cmd.tier,
-        window_start_s: start,
-        window_end_s: start.saturating_add(cmd.window_s),
-        compute_ms: cmd.compute_ms,
-        max_price_wei_per_s: cmd.max_price_wei_per_s,
-        tab_id: cmd.tab,
-        nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
-        expiry_s: start,
-    };
-    let signed = keys.sign(reserve, &chain.domain())?;
-    let accepted = client
-        .submit_reserve(&signed)
-        .await
-        .context("submitting the reserve")?;
-    let id: cx_protocol::order::B256 = accepted["order_id"]
-        .as_str()
-        .and_then(|id| id.parse().ok())
-        .ok_or_else(|| {
-            anyhow!("the exchange accepted the reserve without an order_id: {accepted}")
-        })?;
-    let mut order = client.standing_order(id).await?;
-    while cmd.wait && order["status"] == "open" {
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        order = client.standing_order(id).await?;
-    }
+    let Placed { id, signed, order } = place(args, cmd.wait, || {
+        let start = now_s().saturating_add(cmd.start_in);
+        Ok(Reserve {
+            model: cmd.model.clone(),
+            tier: cmd.tier,
+            window_start_s: start,
+            window_end_s: start.saturating_add(cmd.window_s),
+            compute_ms: cmd.compute_ms,
+            max_price_wei_per_s: cmd.max_price_wei_per_s,
+            tab_id: cmd.tab,
+            nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
+            expiry_s: start,
+        })
+    })
+    .await?;
     let fill = &order["reserve"];
     let table = format!(
         "reserve          {id}\nstatus           {}\nheld_wei         {}\nwindow           {} .. {}\n\
          bundle           {}\nrate_wei_per_s   {}\nbids             {}\n",
         order["status"].as_str().unwrap_or("?"),
         order["held_wei"].as_str().unwrap_or("?"),
-        start,
+        signed.order.window_start_s,
         order["ends_s"],
         fill["bundle_id"].as_str().unwrap_or("-"),
         fill["rate_wei_per_s"],
@@ -189,33 +250,19 @@ pub(super) async fn run_reserve(args: &Args, cmd: &ReserveArgs) -> anyhow::Resul
 }
 
 pub(super) async fn run_rent(args: &Args, cmd: &RentArgs) -> anyhow::Result<()> {
-    let keys = args.load_keys()?;
-    let client = args.client()?;
-    let chain = pick_chain(&client, args.chain, false).await?;
-    let rent = cx_protocol::order::Rent {
-        target_kind: cx_protocol::order::RentTarget::Adapter,
-        target: cmd.adapter,
-        term_s: cmd.term_s,
-        max_rent_wei: cmd.max_rent_wei,
-        epsilon_ppm: cmd.epsilon_ppm,
-        tab_id: cmd.tab,
-        nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
-        expiry_s: now_s().saturating_add(60),
-    };
-    let signed = keys.sign(rent, &chain.domain())?;
-    let accepted = client
-        .submit_rent(&signed)
-        .await
-        .context("submitting the rent")?;
-    let id: B256 = accepted["order_id"]
-        .as_str()
-        .and_then(|id| id.parse().ok())
-        .ok_or_else(|| anyhow!("the exchange accepted the rent without an order_id: {accepted}"))?;
-    let mut order = client.standing_order(id).await?;
-    while cmd.wait && order["status"] == "committed" {
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        order = client.standing_order(id).await?;
-    }
+    let Placed { id, order, .. } = place(args, cmd.wait, || {
+        Ok(Rent {
+            target_kind: RentTarget::Adapter,
+            target: cmd.adapter,
+            term_s: cmd.term_s,
+            max_rent_wei: cmd.max_rent_wei,
+            epsilon_ppm: cmd.epsilon_ppm,
+            tab_id: cmd.tab,
+            nonce: cmd.nonce.unwrap_or_else(fresh_nonce),
+            expiry_s: now_s().saturating_add(60),
+        })
+    })
+    .await?;
     let fill = &order["rent"];
     let table = format!(
         "rent             {id}\nstatus           {}\nheld_wei         {}\nends_s           {}\n\
