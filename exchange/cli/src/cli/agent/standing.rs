@@ -113,41 +113,26 @@ trait StandingOrder: Order {
     -> cx_client::Result<serde_json::Value>;
 }
 
-impl StandingOrder for Search {
-    const WAITING: &'static str = "open";
-    const POLL: Duration = Duration::from_millis(250);
+/// A kind's door and waiting status: `standing_order!(Kind, client method, status, poll ms)`.
+macro_rules! standing_order {
+    ($order:ty, $submit:ident, $waiting:literal, $poll_ms:literal) => {
+        impl StandingOrder for $order {
+            const WAITING: &'static str = $waiting;
+            const POLL: Duration = Duration::from_millis($poll_ms);
 
-    async fn submit(
-        client: &Client,
-        signed: &Signed<Self>,
-    ) -> cx_client::Result<serde_json::Value> {
-        client.submit_search(signed).await
-    }
+            async fn submit(
+                client: &Client,
+                signed: &Signed<Self>,
+            ) -> cx_client::Result<serde_json::Value> {
+                client.$submit(signed).await
+            }
+        }
+    };
 }
 
-impl StandingOrder for Reserve {
-    const WAITING: &'static str = "open";
-    const POLL: Duration = Duration::from_millis(250);
-
-    async fn submit(
-        client: &Client,
-        signed: &Signed<Self>,
-    ) -> cx_client::Result<serde_json::Value> {
-        client.submit_reserve(signed).await
-    }
-}
-
-impl StandingOrder for Rent {
-    const WAITING: &'static str = "committed";
-    const POLL: Duration = Duration::from_millis(500);
-
-    async fn submit(
-        client: &Client,
-        signed: &Signed<Self>,
-    ) -> cx_client::Result<serde_json::Value> {
-        client.submit_rent(signed).await
-    }
-}
+standing_order!(Search, submit_search, "open", 250);
+standing_order!(Reserve, submit_reserve, "open", 250);
+standing_order!(Rent, submit_rent, "committed", 500);
 
 /// A standing order as the exchange has it after [`place`].
 struct Placed<O> {
