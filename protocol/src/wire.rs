@@ -6,7 +6,8 @@
 //! - `POST /v1/jobs/{id}/result` takes [`ResultSubmission`] (an [`Output`] and its signed receipt)
 //!   and answers [`Completed`].
 //!
-//! And the buyer's: an intent, a door call or a train order placed answers [`Accepted`];
+//! And the buyer's: `POST /v1/intents` takes [`IntentSubmission`]; an intent, a door call or a
+//! train order placed answers [`Accepted`];
 //! `GET /v1/jobs/{id}` and `GET /v1/jobs` answer [`JobRecord`]s.
 //!
 //! A body a party reads is read leniently where it is another's answer (an exchange that adds a
@@ -21,8 +22,160 @@ use crate::job_status::JobStatus;
 use crate::order::{Address, B256};
 use crate::receipt::SignedReceipt;
 use crate::train::Trained;
-use crate::workload::Workload;
+use crate::workload::{Workload, WorkloadKind};
 use serde::{Deserialize, Serialize};
+
+/// `POST /v1/intents`: the signed intent and the workload its `request_hash` commits to, under
+/// its kind's key (`request`, `matmul` or `train`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IntentSubmission {
+    /// The intent with both signatures.
+    pub intent: crate::order::Signed<crate::order::Intent>,
+    /// The workloads under their kinds' keys, as sent: exactly one is valid
+    /// ([`Self::workload`]), kept as sent so that the refusal can name the key to blame.
+    pub workloads: Vec<Workload>,
+    /// Answer when the job is done (or its deadline passed) instead of at once with 202.
+    pub wait: bool,
+}
+
+impl IntentSubmission {
+    /// A submission of `workload`, answered at once (202), without `wait`.
+    pub fn new(intent: crate::order::Signed<crate::order::Intent>, workload: Workload) -> Self {
+        Self {
+            intent,
+            workloads: vec![workload],
+            wait: false,
+        }
+    }
+
+    /// Its one workload. None is refused naming `request`, two or more naming the later of
+    /// them in the kinds' order (`request`, `matmul`, `train`).
+    pub fn workload(&self) -> Result<&Workload, Error> {
+        match self.workloads.as_slice() {
+            [one] => Ok(one),
+            many => {
+                let field = many
+                    .iter()
+                    .map(Workload::kind)
+                    .max_by_key(|k| WorkloadKind::ALL.iter().position(|a| a == k))
+                    .filter(|_| many.len() > 1)
+                    .map_or("request", WorkloadKind::key);
+                Err(Error::InvalidField {
+                    field: field.to_owned(),
+                    reason: format!(
+                        "send exactly one workload, under one of {}: an inference, a product in \
+                         the cx/matmul-f32 market or training in the cx/train/<base> market",
+                        WorkloadKind::keys()
+                    ),
+                })
+            }
+        }
+    }
+}
+
+impl Serialize for IntentSubmission {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("intent", &self.intent)?;
+        for workload in &self.workloads {
+            let key = workload.kind().key();
+            crate::each_workload!(workload, request => map.serialize_entry(key, request))?;
+        }
+        if self.wait {
+            map.serialize_entry("wait", &true)?;
+        }
+        map.end()
+    }
+}
+
+/// Read by hand rather than derived: `deny_unknown_fields` does not combine with a flattened
+/// workload, and an unknown key must still be refused by name.
+impl<'de> Deserialize<'de> for IntentSubmission {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use crate::workload::refuse_unknown;
+        use serde::de::{Error as _, MapAccess, Visitor};
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = IntentSubmission;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object: `intent`, a workload and `wait`")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let (mut intent, mut workloads, mut wait) = (None, Vec::new(), None);
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "intent" if intent.is_none() => intent = Some(map.next_value()?),
+                        "wait" if wait.is_none() => wait = Some(map.next_value()?),
+                        "intent" => return Err(A::Error::duplicate_field("intent")),
+                        "wait" => return Err(A::Error::duplicate_field("wait")),
+                        other => match WorkloadKind::by_key(other) {
+                            Some(kind) => workloads.push(Workload::read_keyed(kind, &mut map)?),
+                            None => refuse_unknown(other, &["intent", "wait"], &mut map)?,
+                        },
+                    }
+                }
+                Ok(IntentSubmission {
+                    intent: intent.ok_or_else(|| A::Error::missing_field("intent"))?,
+                    workloads,
+                    wait: wait.unwrap_or(false),
+                })
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+/// The API document's view of [`IntentSubmission`]: the intent, one workload flattened beside
+/// it, and `wait` (the type itself keeps every workload sent, to name the one to blame).
+#[cfg(feature = "openapi")]
+mod intent_schema {
+    use super::Workload;
+    use crate::order::{Intent, Signed};
+
+    #[derive(serde::Serialize, utoipa::ToSchema)]
+    #[allow(
+        dead_code,
+        reason = "a schema only: never built, read by utoipa's derive"
+    )]
+    pub(super) struct IntentSubmission {
+        /// The intent with both signatures.
+        intent: Signed<Intent>,
+        /// What it asks computed: the request's SHA-256 (canonical JSON) must be the intent's
+        /// `request_hash`. An inference's `want` is a catalog model, a product's
+        /// `cx/matmul-f32`, a training's `cx/train/<base>` (its `data` a stored dataset).
+        #[serde(flatten)]
+        workload: Workload,
+        /// Answer when the job is done (or its deadline passed) instead of at once with 202.
+        #[serde(default)]
+        wait: bool,
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for IntentSubmission {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        intent_schema::IntentSubmission::schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for IntentSubmission {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "IntentSubmission".into()
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        intent_schema::IntentSubmission::schemas(schemas);
+    }
+}
 
 /// Most jobs one pull hands out.
 pub const MAX_PULL_JOBS: u32 = 32;

@@ -12,20 +12,79 @@
 //! use cx_protocol::order::InferenceRequest;
 //!
 //! let request = InferenceRequest { prompt: "hi".into(), max_tokens: 4, ..Default::default() };
-//! let workload = Workload::exactly_one(Some(request.clone()), None, None).unwrap();
+//! let workload = Workload::Inference(request.clone());
 //! assert_eq!(workload.kind(), WorkloadKind::Inference);
 //! assert_eq!(workload.hash(), cx_protocol::order::request_hash(&request));
 //! let stored = Workload::from_stored(workload.kind(), workload.request_value()).unwrap();
 //! assert_eq!(stored, workload);
-//! // None, or two at once, is refused naming a key.
-//! assert!(Workload::exactly_one(None, None, None).is_err());
+//! // Every party dispatches on a workload through one macro, one arm for every kind.
+//! let key = cx_protocol::each_workload!(&workload, request => key_of(request));
+//! fn key_of<R: cx_protocol::workload::Request>(_: &R) -> &'static str { R::KIND.key() }
+//! assert_eq!(key, "request");
 //! ```
+//!
+//! Adding a kind is adding it here: its variant in [`Workload`] and [`WorkloadKind`] (with
+//! their arms in this file, [`each_workload!`] among them) and [`Request`] for its request
+//! type. Every party's own code for the kind is then an impl of that party's trait for the
+//! request type, which the compiler asks for at each [`each_workload!`]
+//! (`docs/adding-an-order-kind.md`).
 
-use crate::error::{Error, Result};
 use crate::matmul::MatmulRequest;
 use crate::order::{B256, InferenceRequest, request_value_hash};
 use crate::train::TrainRequest;
+use serde::de::{DeserializeOwned, DeserializeSeed, Deserializer, MapAccess};
 use serde::{Deserialize, Serialize};
+
+/// `match` on a [`Workload`] (or a reference to one) with the same arm for every kind, its
+/// request bound to `$request`: the one list of kinds every party dispatches through, so a
+/// party's code for a kind is an impl of its own trait for the kind's request type (which the
+/// compiler then asks for), never an arm of its own.
+#[macro_export]
+macro_rules! each_workload {
+    ($workload:expr, $request:ident => $body:expr) => {
+        match $workload {
+            $crate::workload::Workload::Inference($request) => $body,
+            $crate::workload::Workload::Matmul($request) => $body,
+            $crate::workload::Workload::Train($request) => $body,
+        }
+    };
+}
+
+/// What every workload's request is: the kind it is the request of, and its JSON.
+pub trait Request: Serialize + DeserializeOwned + Into<Workload> {
+    /// Its kind.
+    const KIND: WorkloadKind;
+}
+
+impl Request for InferenceRequest {
+    const KIND: WorkloadKind = WorkloadKind::Inference;
+}
+
+impl Request for MatmulRequest {
+    const KIND: WorkloadKind = WorkloadKind::Matmul;
+}
+
+impl Request for TrainRequest {
+    const KIND: WorkloadKind = WorkloadKind::Train;
+}
+
+impl From<InferenceRequest> for Workload {
+    fn from(request: InferenceRequest) -> Self {
+        Self::Inference(request)
+    }
+}
+
+impl From<MatmulRequest> for Workload {
+    fn from(request: MatmulRequest) -> Self {
+        Self::Matmul(request)
+    }
+}
+
+impl From<TrainRequest> for Workload {
+    fn from(request: TrainRequest) -> Self {
+        Self::Train(request)
+    }
+}
 
 /// What a job computes, with its request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -81,37 +140,20 @@ impl WorkloadKind {
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.as_str() == name)
     }
+
+    /// The kind whose request an object carries under `key` ([`Self::key`]), if any.
+    pub fn by_key(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.key() == key)
+    }
+
+    /// Every kind's key, as a refusal lists them: `` `request`, `matmul`, `train` ``.
+    pub fn keys() -> String {
+        let keys: Vec<String> = Self::ALL.iter().map(|k| format!("`{}`", k.key())).collect();
+        keys.join(", ")
+    }
 }
 
 impl Workload {
-    /// The one workload of an order that may send any of the three keys: exactly one must be
-    /// given. None names `request`; two or more name the later of them.
-    pub fn exactly_one(
-        request: Option<InferenceRequest>,
-        matmul: Option<MatmulRequest>,
-        train: Option<TrainRequest>,
-    ) -> Result<Self> {
-        match (request, matmul, train) {
-            (Some(request), None, None) => Ok(Self::Inference(request)),
-            (None, Some(matmul), None) => Ok(Self::Matmul(matmul)),
-            (None, None, Some(train)) => Ok(Self::Train(train)),
-            (request, _, train) => {
-                let field = match (request, train) {
-                    (None, None) => "request",
-                    (_, Some(_)) => "train",
-                    (Some(_), None) => "matmul",
-                };
-                Err(Error::InvalidField {
-                    field: field.to_owned(),
-                    reason: "send exactly one of `request` (an inference), `matmul` (a product \
-                             in the cx/matmul-f32 market) and `train` (training in the \
-                             cx/train/<base> market)"
-                        .to_owned(),
-                })
-            }
-        }
-    }
-
     /// A workload as the books keep it: its kind and its request's JSON.
     pub fn from_stored(kind: WorkloadKind, request: serde_json::Value) -> serde_json::Result<Self> {
         Ok(match kind {
@@ -123,21 +165,34 @@ impl Workload {
 
     /// Its kind.
     pub fn kind(&self) -> WorkloadKind {
-        match self {
-            Self::Inference(_) => WorkloadKind::Inference,
-            Self::Matmul(_) => WorkloadKind::Matmul,
-            Self::Train(_) => WorkloadKind::Train,
+        fn kind_of<R: Request>(_: &R) -> WorkloadKind {
+            R::KIND
+        }
+        crate::each_workload!(self, request => kind_of(request))
+    }
+
+    /// Reads, from `map` (an object being deserialized whose next value is under the key of
+    /// `kind`), the request of that kind.
+    pub fn read_keyed<'de, A: MapAccess<'de>>(
+        kind: WorkloadKind,
+        map: &mut A,
+    ) -> std::result::Result<Workload, A::Error> {
+        fn read<'de, R: Request, A: MapAccess<'de>>(
+            map: &mut A,
+        ) -> std::result::Result<Workload, A::Error> {
+            map.next_value::<R>().map(Into::into)
+        }
+        match kind {
+            WorkloadKind::Inference => read::<InferenceRequest, A>(map),
+            WorkloadKind::Matmul => read::<MatmulRequest, A>(map),
+            WorkloadKind::Train => read::<TrainRequest, A>(map),
         }
     }
 
     /// The request's JSON, without its key: what the books store and what is hashed.
     pub fn request_value(&self) -> serde_json::Value {
-        let value = match self {
-            Self::Inference(request) => serde_json::to_value(request),
-            Self::Matmul(request) => serde_json::to_value(request),
-            Self::Train(request) => serde_json::to_value(request),
-        };
-        value.expect("a request always serializes")
+        crate::each_workload!(self, request => serde_json::to_value(request))
+            .expect("a request always serializes")
     }
 
     /// The intent's `request_hash`, the assignment's and the receipt's `input_hash`: SHA-256 of
@@ -153,6 +208,33 @@ impl Workload {
             _ => None,
         }
     }
+}
+
+/// A value refused whatever it is, with `reason`: how an object's visitor blames one of its keys.
+struct Refuse(String);
+
+impl<'de> DeserializeSeed<'de> for Refuse {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, _: D) -> std::result::Result<(), D::Error> {
+        Err(serde::de::Error::custom(self.0))
+    }
+}
+
+/// Refuses the value under an unknown key of an object whose keys are `known` and the
+/// workloads': the refusal's path is that key.
+pub fn refuse_unknown<'de, A: MapAccess<'de>>(
+    key: &str,
+    known: &[&str],
+    map: &mut A,
+) -> std::result::Result<(), A::Error> {
+    let known: Vec<String> = known.iter().map(|k| format!("`{k}`")).collect();
+    let reason = format!(
+        "unknown field `{key}`, expected {} or a workload ({})",
+        known.join(", "),
+        WorkloadKind::keys()
+    );
+    map.next_value_seed(Refuse(reason))
 }
 
 #[cfg(test)]
@@ -199,23 +281,6 @@ mod tests {
         assert_eq!(json["matmul"]["m"], 2);
         assert_eq!(json["job"], 7);
         assert_eq!(serde_json::from_value::<Carrier>(json).unwrap(), carrier);
-    }
-
-    #[test]
-    fn exactly_one_names_the_key_that_is_wrong() {
-        let field = |r: Result<Workload>| match r {
-            Err(Error::InvalidField { field, .. }) => field,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(field(Workload::exactly_one(None, None, None)), "request");
-        assert_eq!(
-            field(Workload::exactly_one(
-                Some(InferenceRequest::default()),
-                Some(matmul()),
-                None
-            )),
-            "matmul"
-        );
     }
 
     #[test]

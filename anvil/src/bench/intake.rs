@@ -184,16 +184,7 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
                 expiry_s: deadline,
             };
             let signed = order::sign(intent, &domain, &agent.key, &agent.pq).map_err(bench_err)?;
-            Ok((
-                client,
-                IntentSubmission {
-                    intent: signed,
-                    request: Some(request()),
-                    matmul: None,
-                    train: None,
-                    wait: false,
-                },
-            ))
+            Ok((client, IntentSubmission::new(signed, request().into())))
         })
         .collect::<Result<_>>()?;
 
@@ -209,7 +200,7 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
 
     let mut per_client: Vec<Vec<Bytes>> = vec![Vec::new(); config.clients];
     for (client, submission) in &signed {
-        let body = serde_json::json!({"intent": submission.intent, "request": submission.request});
+        let body = serde_json::to_value(submission).map_err(bench_err)?;
         per_client[*client].push(Bytes::from(body.to_string()));
     }
     let started = Instant::now();

@@ -3,11 +3,14 @@
 use crate::error::{Error, Result};
 use crate::tls::{self, Connector, TlsInfo};
 use crate::types::{
-    Accepted, Bound, ChainInfo, ErrorBody, Health, InferenceRequest, IntentSubmission, JobRecord,
-    JobsQuery, ModelInfo, OpenSession, Output, Pull, Pulled, Registered, ResultSubmission,
-    SessionInfo, SessionOpened, Tab,
+    Accepted, Bound, ChainInfo, ErrorBody, Health, InferenceRequest, JobRecord, JobsQuery,
+    ModelInfo, OpenSession, Output, Pull, Pulled, Registered, ResultSubmission, SessionInfo,
+    SessionOpened, Tab,
 };
-use crate::types::{AdapterFiles, Assignment, Claim, Completed, StoredAdapter, StoredDataset};
+use crate::types::{
+    AdapterFiles, Assignment, Claim, Completed, IntentSubmission, StoredAdapter, StoredDataset,
+    Workload,
+};
 use bytes::Bytes;
 use cx_protocol::Bundle;
 use cx_protocol::access::{AccessGrant, Scope};
@@ -144,7 +147,14 @@ impl Client {
         intent: &Signed<Intent>,
         request: &InferenceRequest,
     ) -> Result<Accepted> {
-        let body = IntentSubmission { intent, request };
+        self.submit(intent, request.clone().into()).await
+    }
+
+    /// `POST /v1/intents` with a workload of any kind under its key: the one way every kind
+    /// is submitted ([`Client::submit_intent`], [`Client::submit_matmul`] and
+    /// [`Client::submit_train`] name the kinds the exchange has always had).
+    pub async fn submit(&self, intent: &Signed<Intent>, workload: Workload) -> Result<Accepted> {
+        let body = IntentSubmission::new(intent.clone(), workload);
         self.send(Method::POST, "/v1/intents", Some(&body)).await
     }
 
@@ -156,8 +166,7 @@ impl Client {
         intent: &Signed<Intent>,
         matmul: &cx_protocol::matmul::MatmulRequest,
     ) -> Result<Accepted> {
-        let body = crate::types::MatmulSubmission { intent, matmul };
-        self.send(Method::POST, "/v1/intents", Some(&body)).await
+        self.submit(intent, (*matmul).into()).await
     }
 
     // ---- session keys and the OpenAI-compatible door -----------------------------------------
@@ -252,8 +261,7 @@ impl Client {
         intent: &Signed<Intent>,
         train: &cx_protocol::train::TrainRequest,
     ) -> Result<Accepted> {
-        let body = crate::types::TrainSubmission { intent, train };
-        self.send(Method::POST, "/v1/intents", Some(&body)).await
+        self.submit(intent, train.clone().into()).await
     }
 
     // ---- providers ----------------------------------------------------------------------------

@@ -4,45 +4,17 @@
 //! and reading is lenient (unknown fields are ignored) so that a newer exchange that adds a field
 //! does not break an older agent. Money is integer wei, written as decimal strings.
 
-use cx_protocol::order::{Address, B256, Eip712Domain, Intent, SessionGrant, Signed};
+use cx_protocol::order::{Address, B256, Eip712Domain, SessionGrant, Signed};
 use cx_protocol::price::wei_string;
 use serde::{Deserialize, Serialize};
 
 pub use cx_protocol::decision::{Constraint, DecisionRecord, Ranked, Rejection, Terms, Violation};
 pub use cx_protocol::order::{InferenceRequest, canonical_json, request_hash};
 pub use cx_protocol::wire::{
-    Accepted, Assignment, Completed, JobEvent, JobRecord, Output, PlacedRun, Pull, Pulled,
-    Registered, ResultSubmission,
+    Accepted, Assignment, Completed, IntentSubmission, JobEvent, JobRecord, Output, PlacedRun,
+    Pull, Pulled, Registered, ResultSubmission,
 };
-
-/// `POST /v1/intents`: the signed intent and the request it commits to.
-#[derive(Clone, Debug, Serialize)]
-pub struct IntentSubmission<'a> {
-    /// The intent with both signatures.
-    pub intent: &'a Signed<Intent>,
-    /// The request.
-    pub request: &'a InferenceRequest,
-}
-
-/// `POST /v1/intents` for a product in the `cx/matmul-f32` market: the signed intent and the
-/// matmul request its `request_hash` commits to ([`cx_protocol::matmul::MatmulRequest::hash`]).
-#[derive(Clone, Debug, Serialize)]
-pub struct MatmulSubmission<'a> {
-    /// The intent with both signatures.
-    pub intent: &'a Signed<Intent>,
-    /// The product to compute.
-    pub matmul: &'a cx_protocol::matmul::MatmulRequest,
-}
-
-/// `POST /v1/intents` for a train order in the `cx/train/<base>` market: the signed intent and
-/// the train request its `request_hash` commits to ([`cx_protocol::train::TrainRequest::hash`]).
-#[derive(Clone, Debug, Serialize)]
-pub struct TrainSubmission<'a> {
-    /// The intent with both signatures.
-    pub intent: &'a Signed<Intent>,
-    /// The training to do.
-    pub train: &'a cx_protocol::train::TrainRequest,
-}
+pub use cx_protocol::workload::Workload;
 
 /// `GET /healthz`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,15 +9,11 @@
 //! finishes by their deadline are the sweeps' ([`crate::sweeps`]).
 
 use crate::books::JobStatus;
+use crate::orders::{Produced, WorkloadOrder};
 use crate::waiters::Progress;
 use alloy::primitives::B256;
-use cx_protocol::wire::{Assignment, Completed, Output, ResultSubmission};
-use cx_protocol::workload::Workload;
+use cx_protocol::wire::{Assignment, Completed, ResultSubmission};
 use std::time::Duration;
-
-/// Longest base64 text of a product: that of 4 MiB (2²⁰ `f32`s, the largest product allowed).
-pub const MAX_PRODUCT_BASE64_BYTES: usize =
-    (cx_protocol::matmul::MAX_MATMUL_ELEMENTS as usize * 4).div_ceil(3) * 4;
 
 /// Longest output text a result may carry, bytes.
 pub const MAX_OUTPUT_BYTES: usize = 1 << 20;
@@ -178,10 +174,11 @@ impl crate::intake::Intake {
 
     /// Accepts the provider's result for job `job_id` at `now_s` after checking that the
     /// receipt is signed by the provider's registered key and describes exactly this job and
-    /// this output: job, chain, tab, buyer, input (the request's hash), output (the text's
-    /// SHA-256), adapter, payout account, and an amount within the job's price. A product
-    /// (`cx/matmul-f32`) is then checked by Freivalds' test before its job is done: one that fails
-    /// ends the job `failed`, never charged, and is refused with [`crate::Error::ProductRejected`].
+    /// this output: job, chain, tab, buyer, input (the request's hash), output (as its kind
+    /// hashes it: [`WorkloadOrder::produced`]), adapter, payout account, and an amount within
+    /// the job's price. The kind's own check follows before its job is done
+    /// ([`WorkloadOrder::confirm`]: Freivalds' test of a product, the stored adapter of a
+    /// training).
     pub async fn accept_result(
         &self,
         provider: &crate::books::Provider,
@@ -190,7 +187,6 @@ impl crate::intake::Intake {
         now_s: u64,
     ) -> crate::Result<Completed> {
         use crate::Error;
-        use sha2::{Digest, Sha256};
         if submission.output.text.len() > MAX_OUTPUT_BYTES {
             return Err(Error::ReceiptMismatch {
                 field: "output_hash",
@@ -211,61 +207,42 @@ impl crate::intake::Intake {
         self.books()
             .check_result_open(job_id, provider.key_hash, now_s)
             .await?;
+        cx_protocol::each_workload!(&job.workload, request => {
+            self.completed(request, provider, &job, submission, now_s).await
+        })
+    }
+
+    /// The rest of [`Self::accept_result`] for job `job` of `request`'s kind: what its output
+    /// produced ([`WorkloadOrder::produced`]), the receipt compared with the job field by
+    /// field, the kind's own check ([`WorkloadOrder::confirm`]), then the job `done` (or
+    /// `verifying`, judged with its group).
+    async fn completed<W: WorkloadOrder>(
+        &self,
+        request: &W,
+        provider: &crate::books::Provider,
+        job: &Assignment,
+        submission: &ResultSubmission,
+        now_s: u64,
+    ) -> crate::Result<Completed> {
+        use crate::Error;
+        let job_id = job.job_id;
+        let signed = &submission.receipt;
         let receipt = &signed.receipt;
         let adapter_hash = adapter_hash(job.adapter.as_deref())?;
         let output = &submission.output;
-        for (field, given, expected) in [
-            (
-                "product",
-                output.product.is_some(),
-                matches!(job.workload, Workload::Matmul(_)),
-            ),
-            (
-                "trained",
-                output.trained.is_some(),
-                matches!(job.workload, Workload::Train(_)),
-            ),
-        ] {
-            if given && !expected {
-                return Err(Error::InvalidOutput {
-                    field,
-                    reason: format!("is not returned for a job in the {} market", job.model),
-                });
-            }
+        if let Some(field) = crate::orders::returned(output).find(|f| !W::RETURNS.contains(f)) {
+            return Err(Error::InvalidOutput {
+                field,
+                reason: format!("is not returned for a job in the {} market", job.model),
+            });
         }
-        let (output_hash, tokens, product, trained, hashed) = match &job.workload {
-            Workload::Matmul(request) => {
-                let bytes = decode_product(output, request)?;
-                let hash = cx_protocol::matmul::product_hash(&bytes);
-                (
-                    hash,
-                    0,
-                    Some((*request, bytes)),
-                    None,
-                    "the product's bytes",
-                )
-            }
-            Workload::Train(request) => {
-                let (hash, tokens, checked) = self.trained_output(&job, request, output).await?;
-                (
-                    hash,
-                    tokens,
-                    None,
-                    Some(checked),
-                    "the trained adapter's content id",
-                )
-            }
-            Workload::Inference(_) => {
-                let hash: [u8; 32] = Sha256::digest(output.text.as_bytes()).into();
-                let tokens = u64::from(output.prompt_tokens) + u64::from(output.completion_tokens);
-                (hash, tokens, None, None, "output.text")
-            }
-        };
-        let tokens_are = if trained.is_some() {
-            "the tokens the order's schedule trains on"
-        } else {
-            "output.prompt_tokens + output.completion_tokens"
-        };
+        let Produced {
+            output_hash,
+            hashed,
+            tokens,
+            tokens_are,
+            then,
+        } = request.produced(self, job, output).await?;
         let checks: [(&'static str, bool, String); 10] = [
             (
                 "class",
@@ -324,37 +301,7 @@ impl crate::intake::Intake {
         if let Some((field, _, reason)) = checks.into_iter().find(|(_, ok, _)| !ok) {
             return Err(Error::ReceiptMismatch { field, reason });
         }
-        if let Some((adapter_id, request, base)) = trained {
-            // The adapter the receipt names must be in the store, and be the LoRA the buyer
-            // signed for: else the buyer could not use what it paid for.
-            let stored =
-                self.books()
-                    .adapter(&adapter_id)
-                    .await?
-                    .ok_or_else(|| Error::InvalidOutput {
-                        field: "trained.adapter_id",
-                        reason: "names no adapter in this exchange's store: PUT it to \
-                             /v1/adapters before the result"
-                            .into(),
-                    })?;
-            crate::train::check_trained(&stored.config, &request, &base)?;
-        }
-        let mut verified = None;
-        if let Some((request, bytes)) = product {
-            let rounds = self.freivalds_rounds();
-            let verdict = crate::matmul::check(request, bytes, rounds).await?;
-            let detail = serde_json::to_value(&verdict)?;
-            if !verdict.passed {
-                self.books()
-                    .fail_verification(job_id, provider.key_hash, now_s, &detail)
-                    .await?;
-                self.waiters().notify(job_id);
-                return Err(Error::ProductRejected { rounds });
-            }
-            // Recorded with the result, in its transaction: the job may have left `running`
-            // while the rounds ran, and then neither is kept.
-            verified = Some(detail);
-        }
+        let verified = request.confirm(self, job_id, provider, then, now_s).await?;
         let completed = self
             .books()
             .complete_job(
@@ -379,91 +326,6 @@ impl crate::intake::Intake {
         }
         Ok(completed)
     }
-}
-
-impl crate::intake::Intake {
-    /// A training job's result before its receipt is checked: the output hash it must carry
-    /// (the adapter id's bytes), the tokens the order's schedule trains on (from the stored
-    /// dataset), and what the adapter is then checked against (id, request, base).
-    async fn trained_output(
-        &self,
-        job: &Assignment,
-        request: &cx_protocol::train::TrainRequest,
-        output: &Output,
-    ) -> crate::Result<(
-        [u8; 32],
-        u64,
-        (String, cx_protocol::train::TrainRequest, String),
-    )> {
-        let invalid =
-            |field: &'static str, reason: String| crate::Error::InvalidOutput { field, reason };
-        let trained = output.trained.as_ref().ok_or_else(|| {
-            invalid(
-                "trained",
-                "is missing: a training job returns its adapter's id".into(),
-            )
-        })?;
-        let base =
-            cx_protocol::train::trained_base(&job.model).ok_or_else(|| crate::Error::Corrupt {
-                what: "a training job's market",
-                value: job.model.clone(),
-            })?;
-        if trained.steps != request.steps {
-            return Err(invalid(
-                "trained.steps",
-                format!("is {}, the order asked {}", trained.steps, request.steps),
-            ));
-        }
-        let hash = trained.output_hash()?;
-        let bytes = self
-            .books()
-            .dataset(&request.data)
-            .await?
-            .ok_or(crate::Error::UnknownDataset)?;
-        let data = cx_protocol::train::Dataset::parse(&bytes)?;
-        let tokens = request.tokens(&data);
-        Ok((
-            hash,
-            tokens,
-            (trained.adapter_id.clone(), request.clone(), base.to_owned()),
-        ))
-    }
-}
-
-/// The bytes of a matmul job's returned product: present, base64, and exactly `4·m·n` bytes.
-fn decode_product(
-    output: &Output,
-    request: &cx_protocol::matmul::MatmulRequest,
-) -> crate::Result<Vec<u8>> {
-    use base64::Engine as _;
-    let invalid = |reason: String| crate::Error::InvalidOutput {
-        field: "product",
-        reason,
-    };
-    let text = output.product.as_deref().ok_or_else(|| {
-        invalid(
-            "is missing: a cx/matmul-f32 job returns its product (f32 little-endian, base64)"
-                .into(),
-        )
-    })?;
-    if text.len() > MAX_PRODUCT_BASE64_BYTES {
-        return Err(invalid(format!(
-            "is longer than {MAX_PRODUCT_BASE64_BYTES} base64 characters"
-        )));
-    }
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text)
-        .map_err(|e| invalid(format!("is not base64 (standard, padded): {e}")))?;
-    if bytes.len() != request.product_bytes() {
-        return Err(invalid(format!(
-            "is {} bytes; C is {} × {} f32s, {} bytes",
-            bytes.len(),
-            request.m,
-            request.n,
-            request.product_bytes()
-        )));
-    }
-    Ok(bytes)
 }
 
 /// Whether work done in class `done` answers a job of class `asked`: bit-exact work (D) answers

@@ -11,10 +11,9 @@
 //! - [`placement`]: what a job asks of the market, what clearing made of it, the decision the
 //!   books keep and the answer an order gets — shared by every order kind and by verification;
 //! - [`market`]: the catalog and the matching engine, a cache of the books' bundles;
-//! - [`matmul`]: the `cx/matmul-f32` job kind — its job for clearing and the Freivalds check
-//!   (tier T2) a returned product passes before the job is done;
-//! - [`train`]: train orders (`cx/train/<base>`) — their job for clearing and the check of the
-//!   trained adapter a result names;
+//! - [`orders`]: the workload kinds, a file each — where a kind's job goes and what its result
+//!   must pass before the job is done ([`orders::inference`], [`orders::matmul`] with its
+//!   Freivalds check at T2, [`orders::train`] with the check of the trained adapter);
 //! - [`books`]: the exchange's durable state in PostgreSQL (bindings, tabs, orders, jobs and their
 //!   events, bundles, adapters, the watcher's cursor), the only module that writes it;
 //! - [`chain`]: the chain watcher — tabs opened and reclaimed, batches landed;
@@ -64,8 +63,8 @@ mod error;
 pub mod intake;
 pub mod limits;
 pub mod market;
-pub mod matmul;
 pub mod min_rate;
+pub mod orders;
 pub mod placement;
 mod replicas;
 pub mod service;
@@ -73,7 +72,6 @@ pub mod settlement;
 pub mod stake;
 pub mod sweeps;
 pub mod tls;
-pub mod train;
 pub mod verification;
 pub mod waiters;
 

@@ -20,7 +20,7 @@ use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest, product_hash, product_to_
 use cx_protocol::receipt::Receipt;
 use cx_protocol::{Bundle, DeterminismClass};
 
-use super::Link;
+use super::{Link, Serve};
 use crate::error::{Error, Result};
 use cx_protocol::wire::{Assignment, Completed, Output};
 
@@ -76,11 +76,7 @@ impl Link {
     }
 
     /// Runs one product job and returns its result with a signed receipt.
-    pub(super) async fn serve_matmul(
-        &self,
-        job: &Assignment,
-        request: MatmulRequest,
-    ) -> Result<Completed> {
+    async fn serve_matmul(&self, job: &Assignment, request: MatmulRequest) -> Result<Completed> {
         request.validate()?;
         let wrong = self.config.fault == Some(super::Fault::WrongProduct);
         let device = self.engine.model().device().clone();
@@ -117,5 +113,11 @@ impl Link {
             ..Output::text(String::new(), "product", 0, 0)
         };
         self.post_result(job, output, receipt).await
+    }
+}
+
+impl Serve for MatmulRequest {
+    async fn serve(&self, link: &Link, job: &Assignment) -> Result<Completed> {
+        link.serve_matmul(job, *self).await
     }
 }

@@ -25,6 +25,7 @@
 //! and neither the token nor the identity's seed is ever logged.
 
 mod https;
+mod inference;
 pub mod key_file;
 mod matmul;
 mod rent;
@@ -43,7 +44,7 @@ use cx_protocol::class::{ClassSet, Tier, TierSet};
 use cx_protocol::offer::{Offer, SignedOffer};
 use cx_protocol::order::{Address, InferenceRequest};
 use cx_protocol::pq::{Identity, PublicIdentity};
-use cx_protocol::receipt::{JobTerms, Receipt, SignedReceipt, Work};
+use cx_protocol::receipt::{Receipt, SignedReceipt};
 use cx_protocol::{Bundle, DeterminismClass};
 use tokio::sync::Notify;
 use tokio::sync::mpsc::unbounded_channel;
@@ -57,9 +58,18 @@ use crate::model::{KvCache, SeqInput};
 use cx_protocol::wire::{
     Assignment, Completed, Output, Pull, Pulled, Registered, ResultSubmission,
 };
-use cx_protocol::workload::Workload;
+use cx_protocol::workload::Request;
 use https::Https;
 use wire::{AdapterFiles, ExchangeInfo};
+
+/// One workload kind on a provider: how it runs an assignment of its kind (checked and
+/// within its deadline) and returns the result with its signed receipt. Implemented by the
+/// kind's request type in `exchange_link/<kind>.rs`; [`Link::serve_job`] reaches it through
+/// the protocol's one list of kinds ([`cx_protocol::each_workload!`]).
+trait Serve: Request {
+    /// Runs job `job` (whose request is `self`) on `link` and posts its result.
+    async fn serve(&self, link: &Link, job: &Assignment) -> Result<Completed>;
+}
 
 /// How long a provider waits before sending a result again to an exchange that is away.
 const RESULT_RETRY_S: Duration = Duration::from_secs(1);
@@ -591,48 +601,7 @@ impl Link {
         if job.deadline_s <= self.now_s() {
             return Err(Error::BadRequest("its deadline has passed".into()));
         }
-        let request = match &job.workload {
-            Workload::Matmul(request) => return self.serve_matmul(&job, *request).await,
-            Workload::Train(request) => return self.serve_train(&job, request).await,
-            Workload::Inference(request) => request,
-        };
-        if job.model != self.config.model_name {
-            return Err(Error::BadRequest(format!(
-                "the job is for model `{}`, this provider serves `{}`",
-                job.model, self.config.model_name
-            )));
-        }
-        let adapter = match &job.adapter {
-            Some(id) => Some(self.ensure_adapter(id).await?),
-            None => None,
-        };
-        let started = Instant::now();
-        let mut output = self.generate(&job, request, adapter).await?;
-        if self.config.fault == Some(Fault::WrongOutput) {
-            output.text.push_str(" [altered by --fault wrong-output]");
-        }
-        let compute_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let terms = JobTerms {
-            job_id: job.job_id,
-            chain_id: job.chain_id,
-            escrow_id: job.escrow_id,
-            buyer: job.buyer,
-            request,
-            adapter: job.adapter.as_deref(),
-        };
-        let work = Work {
-            output_text: &output.text,
-            tokens: u64::from(output.prompt_tokens) + u64::from(output.completion_tokens),
-            compute_ms,
-            // What the kernels honour, as the bundle offered it: D on a kernel corpus, else D∞.
-            class: match self.engine.model().kernel_corpus() {
-                Some(_) => DeterminismClass::D,
-                None => DeterminismClass::DInf,
-            },
-            amount_owed_wei: job.price_wei,
-        };
-        let receipt = Receipt::for_output(&terms, &work, self.config.payout, self.identity.id().0)?;
-        self.post_result(&job, output, receipt).await
+        cx_protocol::each_workload!(&job.workload, request => request.serve(self, &job).await)
     }
 
     /// Signs `receipt` and sends it with `output` as job `job`'s result.

@@ -15,7 +15,7 @@ use cx_protocol::train::{Dataset, TrainRequest, Trained, dataset_id, train_marke
 use cx_protocol::{Bundle, DeterminismClass};
 use serde::{Deserialize, Serialize};
 
-use super::Link;
+use super::{Link, Serve};
 use crate::error::{Error, Result};
 use crate::training::{AdamWParams, LoraSpec, Trainer};
 use cx_protocol::wire::{Assignment, Completed, Output};
@@ -57,11 +57,7 @@ impl Link {
     }
 
     /// Runs one training job and returns its result with a signed receipt.
-    pub(super) async fn serve_train(
-        &self,
-        job: &Assignment,
-        request: &TrainRequest,
-    ) -> Result<Completed> {
+    async fn serve_train(&self, job: &Assignment, request: &TrainRequest) -> Result<Completed> {
         let trainer = self
             .trainer
             .clone()
@@ -232,4 +228,10 @@ fn train(
     // Its memory goes back to the cache; the saved adapter stays resident.
     trainer.delete(&client)?;
     outcome
+}
+
+impl Serve for TrainRequest {
+    async fn serve(&self, link: &Link, job: &Assignment) -> Result<Completed> {
+        link.serve_train(job, self).await
+    }
 }

@@ -2,10 +2,9 @@
 
 use cx_exchange_server::api::AppJson;
 use cx_exchange_server::intake::IntentSubmission;
-use cx_protocol::order::{
-    B256, Intent, ORDER_CONTEXT, Order, SolStruct, recover_signer, request_hash,
-};
+use cx_protocol::order::{B256, Intent, ORDER_CONTEXT, Order, SolStruct, recover_signer};
 use cx_protocol::order::{Signed, typed};
+use cx_protocol::workload::Workload;
 
 use crate::assert_json_round_trip;
 use crate::fixtures::{NOW_S, fixtures};
@@ -42,26 +41,29 @@ pub fn intent_submission(data: &[u8]) {
         });
         assert_eq!(&from_typed, intent, "from_typed(to_typed(x)) != x");
     }
-    if let Some(request) = &submission.request {
-        assert_json_round_trip(request, "request");
-        let _ = request_hash(request) == intent.request_hash;
-    }
-    if let Some(matmul) = &submission.matmul {
-        assert_json_round_trip(matmul, "matmul");
-        let _ = matmul.hash();
-        if matmul.validate().is_ok() {
-            let _ = (
-                matmul.flops(),
-                matmul.product_bytes(),
-                matmul.working_bytes(),
-            );
+    // The whole submission survives the trip too: its one workload under its kind's key.
+    assert_json_round_trip(&submission, "submission");
+    let Ok(workload) = submission.workload() else {
+        return;
+    };
+    let _ = workload.hash() == intent.request_hash;
+    match workload {
+        Workload::Inference(request) => assert_json_round_trip(request, "request"),
+        Workload::Matmul(matmul) => {
+            assert_json_round_trip(matmul, "matmul");
+            if matmul.validate().is_ok() {
+                let _ = (
+                    matmul.flops(),
+                    matmul.product_bytes(),
+                    matmul.working_bytes(),
+                );
+            }
         }
-    }
-    if let Some(train) = &submission.train {
-        assert_json_round_trip(train, "train");
-        let _ = train.hash();
-        if train.validate().is_ok() {
-            let _ = train.lora.projections();
+        Workload::Train(train) => {
+            assert_json_round_trip(train, "train");
+            if train.validate().is_ok() {
+                let _ = train.lora.projections();
+            }
         }
     }
 }

@@ -60,21 +60,14 @@ enum Command {
     Bind(keys::BindArgs),
     /// Open a tab on chain: sign its terms, deposit, and open an escrow whose ref is their hash.
     OpenTab(tabs::OpenTabArgs),
-    /// Sign an intent for a request, submit it, and print the job the exchange cleared.
-    Intent(jobs::IntentArgs),
-    /// Order a product C = A·B in the cx/matmul-f32 market (operands generated from seeds,
-    /// verified by Freivalds' check at T2); with `--wait`, until it is done or fails, checking
-    /// the returned product's SHA-256 against the provider's receipt.
-    Matmul(jobs::MatmulArgs),
+    /// An order of a workload, one command per kind (`intent`, `matmul`, `train`).
+    #[command(flatten)]
+    Workload(jobs::Workload),
     /// Store an adapter (a PEFT directory) in the exchange's store under its content id.
     PutAdapter(jobs::PutAdapterArgs),
     /// Store a training dataset (token sequences and loss masks, JSON) in the exchange's store
     /// under its content id, for train orders to name.
     PutDataset(train::PutDatasetArgs),
-    /// Order a LoRA adapter trained on a base (the cx/train/<base> market) on a stored dataset;
-    /// with `--wait`, until it is trained, printing the adapter id (checked against the
-    /// provider's receipt) that the agent's intents can then use.
-    Train(train::TrainArgs),
     /// Make a session key for the OpenAI-compatible door: sign a grant (tab, spend cap, expiry,
     /// the calls' defaults) naming the hash of a fresh secret, and print the secret (the key).
     Session(sessions::SessionArgs),
@@ -144,11 +137,9 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
         Command::Keygen(_) => unreachable!("handled before the runtime"),
         Command::Bind(bind) => keys::run_bind(&args, bind).await,
         Command::OpenTab(open) => tabs::run_open_tab(&args, open).await,
-        Command::Intent(intent) => jobs::run_intent(&args, intent).await,
-        Command::Matmul(matmul) => jobs::run_matmul(&args, matmul).await,
+        Command::Workload(workload) => jobs::run(&args, workload).await,
         Command::PutAdapter(put) => jobs::run_put_adapter(&args, put).await,
         Command::PutDataset(put) => train::run_put_dataset(&args, put).await,
-        Command::Train(train) => train::run_train(&args, train).await,
         Command::Session(session) => sessions::run_session(&args, session).await,
         Command::Chat(chat) => sessions::run_chat(&args, chat).await,
         Command::Jobs(list) => jobs::run_jobs(&args, list).await,

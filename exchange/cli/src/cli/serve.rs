@@ -100,9 +100,9 @@ pub(crate) struct Args {
     /// Freivalds rounds per returned `cx/matmul-f32` product (tier T2): a wrong product passes
     /// with probability 2^-K, and the check costs about 2K·(mk + kn + mn) FLOPs (1 to 256).
     #[arg(long, env = "CX_FREIVALDS_ROUNDS", value_name = "K",
-          default_value_t = cx_exchange_server::matmul::DEFAULT_FREIVALDS_ROUNDS,
+          default_value_t = cx_exchange_server::orders::matmul::DEFAULT_FREIVALDS_ROUNDS,
           value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
-              .range(1..=cx_exchange_server::matmul::MAX_FREIVALDS_ROUNDS as u64))]
+              .range(1..=cx_exchange_server::orders::matmul::MAX_FREIVALDS_ROUNDS as u64))]
     freivalds_rounds: usize,
     /// Requests a second one IP address may send (0: no limit); past it, 429 with Retry-After.
     #[arg(long, env = "CX_RATE_PER_IP", value_name = "N",

@@ -17,7 +17,7 @@ use cx_protocol::wire::{
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// Largest result body: the largest product's base64 ([`crate::dispatch::MAX_PRODUCT_BASE64_BYTES`],
+/// Largest result body: the largest product's base64 ([`crate::orders::matmul::MAX_PRODUCT_BASE64_BYTES`],
 /// 5.6 MB) or the longest text, with room for the receipt and the JSON around them.
 pub(super) const RESULT_BODY_LIMIT_BYTES: usize = 8 << 20;
 

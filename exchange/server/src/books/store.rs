@@ -2,6 +2,7 @@
 //! statements share (wei as `NUMERIC` text, unsigned ids as `BIGINT`, constraint names).
 
 use crate::error::Result;
+use cx_protocol::workload::WorkloadKind;
 use sqlx::Postgres;
 use sqlx::migrate::{MigrateDatabase, Migrator};
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -52,6 +53,16 @@ impl Books {
             .connect(database_url)
             .await?;
         MIGRATOR.run(&pool).await?;
+        // The kinds this build knows, which jobs name (a foreign key): a kind added to the
+        // protocol needs no migration of its own.
+        let kinds: Vec<&str> = WorkloadKind::ALL.iter().map(|k| k.as_str()).collect();
+        sqlx::query(
+            "INSERT INTO exchange_workload_kinds (name) SELECT unnest($1::text[]) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&kinds)
+        .execute(&pool)
+        .await?;
         let opened_at_s = sqlx::query_scalar("SELECT extract(epoch FROM now())::float8")
             .fetch_one(&pool)
             .await?;

@@ -7,7 +7,8 @@
 //! 3. the EIP-712 signature recovers the account, and the ML-DSA co-signature verifies under the
 //!    key bound to that account in the books;
 //! 4. the request hashes to the signed `request_hash` ([`request_hash`]): an inference request
-//!    (`request`), or a matrix product (`matmul`, the `cx/matmul-f32` market, [`crate::matmul`]);
+//!    (under its kind's key: `request`, `matmul`, `train`), and the kind places its job
+//!    ([`crate::orders`]);
 //! 5. the model is in the catalog with a shape, the job it makes is cleared (feasibility first,
 //!    then the cost with the residency terms), and a bundle was chosen within the buyer's limit;
 //! 6. one transaction spends the nonce, holds the bundle's charge on the tab and writes the job.
@@ -30,16 +31,17 @@ pub use state::{Intake, PROVIDER_SILENCE_S};
 
 use crate::books::{JobRecord, NewOrder, Session};
 use crate::error::{Error, Result};
+use crate::orders::{Placing, WorkloadOrder};
 use crate::placement::{Placed, Want, cleared_tier, decision_record, no_match};
 use alloy::primitives::{Address, B256};
-use cx_exchange::routing::features::estimate_tokens;
 use cx_protocol::decision::DecisionRecord;
-use cx_protocol::order::{self, Intent, Order, SessionGrant, Signed, Verified};
+use cx_protocol::each_workload;
+use cx_protocol::order::{self, Order, SessionGrant, Signed, Verified};
 use cx_protocol::pq::PublicIdentity;
 use cx_protocol::wire::Accepted;
 use cx_protocol::workload::Workload;
 use cx_protocol::{Job, Tier};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// Seconds a tab must stay open after a job's deadline, for its receipt to be verified and
 /// settled before the buyer may reclaim the escrow.
@@ -50,30 +52,7 @@ pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 
 pub use cx_protocol::order::{InferenceRequest, request_hash};
 
-/// `POST /v1/intents`: the signed intent and the request it commits to — exactly one of
-/// `request` (inference), `matmul` (a product in the `cx/matmul-f32` market) and `train` (a
-/// LoRA trained in the `cx/train/<base>` market).
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct IntentSubmission {
-    /// The intent with both signatures.
-    pub intent: Signed<Intent>,
-    /// The inference request; its [`request_hash`] must equal the intent's `request_hash`.
-    #[serde(default)]
-    pub request: Option<InferenceRequest>,
-    /// The matrix product to compute (the intent's `want` is `cx/matmul-f32`); its hash
-    /// ([`cx_protocol::matmul::MatmulRequest::hash`]) must equal the intent's `request_hash`.
-    #[serde(default)]
-    pub matmul: Option<cx_protocol::matmul::MatmulRequest>,
-    /// The training to do (the intent's `want` is `cx/train/<base>`, [`cx_protocol::train`]);
-    /// its hash ([`cx_protocol::train::TrainRequest::hash`]) must equal the intent's
-    /// `request_hash`, and its `data` must be a stored dataset.
-    #[serde(default)]
-    pub train: Option<cx_protocol::train::TrainRequest>,
-    /// Answer when the job is done (or its deadline passed) instead of at once with 202.
-    #[serde(default)]
-    pub wait: bool,
-}
+pub use cx_protocol::wire::IntentSubmission;
 
 impl Intake {
     /// Checks a signed order at `now_s`, cheapest first: its domain is one of ours, its times,
@@ -185,38 +164,18 @@ impl Intake {
             min_tier: intent.min_tier,
             determinism: intent.determinism,
         };
-        let workload = Workload::exactly_one(
-            submission.request.clone(),
-            submission.matmul,
-            submission.train.clone(),
-        )?;
+        let workload = submission.workload()?;
         // The request's JSON once: hashed against the signed hash, and kept with the order.
         let request = workload.request_value();
         if order::request_value_hash(&request) != intent.request_hash {
             return Err(Error::RequestHashMismatch);
         }
-        let placed = match &workload {
-            Workload::Inference(request) => {
-                // The tab's committed reserves in their window take it first, at no price of
-                // its own.
-                let tab = (signed.chain_id, intent.tab_id);
-                match self
-                    .drawn(&want, request, verified.account, tab, now_s)
-                    .await?
-                {
-                    Some(drawn) => drawn,
-                    None => self.place(&want, request, verified.account, now_s).await?,
-                }
-            }
-            Workload::Matmul(matmul) => {
-                self.place_matmul(&want, matmul, verified.account, now_s)
-                    .await?
-            }
-            Workload::Train(train) => {
-                self.place_train(&want, train, verified.account, now_s)
-                    .await?
-            }
+        let placing = Placing {
+            account: verified.account,
+            now_s,
+            tab: Some((signed.chain_id, intent.tab_id)),
         };
+        let placed = each_workload!(workload, r => r.place(self, &want, placing).await)?;
         let order = NewOrder {
             digest: verified.digest,
             kind: "intent",
@@ -236,7 +195,7 @@ impl Intake {
         let new_job = placed.new_job(
             verified.digest,
             intent.tab_id,
-            &workload,
+            workload,
             self.settle_margin_s,
         )?;
         match placed.drawn {
@@ -247,17 +206,18 @@ impl Intake {
                     .accept_drawing(&order, &new_job, &runs, drawn.reserve, drawn.compute_ms)
                     .await? =>
             {
-                let inference = workload.inference().ok_or(Error::RequestHashMismatch)?;
-                let mut placed = self
-                    .place(&want, inference, verified.account, now_s)
-                    .await?;
+                let spot = Placing {
+                    tab: None,
+                    ..placing
+                };
+                let mut placed = each_workload!(workload, r => r.place(self, &want, spot).await)?;
                 let runs = self
                     .plan_runs(&mut placed, verified.digest, want.max_price_wei)
                     .await?;
                 let new_job = placed.new_job(
                     verified.digest,
                     intent.tab_id,
-                    &workload,
+                    workload,
                     self.settle_margin_s,
                 )?;
                 self.books.accept_with_runs(&order, &new_job, &runs).await?;
@@ -401,18 +361,13 @@ impl Intake {
             min_tier: cleared_tier(&decided)?,
             determinism: decided.determinism,
         };
-        let placed = match &job.workload {
-            Workload::Matmul(request) => {
-                self.place_matmul(&want, request, job.account, now_s).await
-            }
-            Workload::Train(request) => self.place_train(&want, request, job.account, now_s).await,
-            // A verification run (or a job with runs) moves only to a provider not already in
-            // its group, or the replicas would check nothing.
-            Workload::Inference(request) => {
-                self.place_apart(job.id, &want, request, job.account, now_s)
-                    .await
-            }
+        let placing = Placing {
+            account: job.account,
+            now_s,
+            tab: None,
         };
+        let placed =
+            each_workload!(&job.workload, r => r.place_again(self, job.id, &want, placing).await);
         let grouped = self
             .books
             .verification_group(job.id)
@@ -494,73 +449,6 @@ impl Intake {
         self.reclear_avoiding(&job, now_s, Some(&from)).await
     }
 
-    /// Where a job goes: the adapter's size from the store, the job from the catalog, and the
-    /// clearing (at `min_tier`, else at the first stronger tier a bundle offers).
-    async fn place(
-        &self,
-        want: &Want,
-        request: &InferenceRequest,
-        account: Address,
-        now_s: u64,
-    ) -> Result<Placed> {
-        let job = self.job_of(want, request, account, now_s).await?;
-        self.clear(job, want.deadline_s)
-    }
-
-    /// Clears inference job `job` (due at `deadline_s`) at its tier, else at a stronger one.
-    pub(crate) fn clear(&self, mut job: Job, deadline_s: u64) -> Result<Placed> {
-        // T2 is Freivalds' check of a product: no inference is verified at it, so an inference
-        // asking T2 is cleared at the next stronger tier.
-        if job.tier == Tier::T2 {
-            job.tier = Tier::T3;
-        }
-        self.clear_placed(job, deadline_s, &[Tier::T1, Tier::T3])
-    }
-
-    /// Where a matrix product goes (the `cx/matmul-f32` market): its bounds, the T2 tier it is
-    /// always verified at, and the clearing over the bundles that offer it.
-    async fn place_matmul(
-        &self,
-        want: &Want,
-        request: &cx_protocol::matmul::MatmulRequest,
-        account: Address,
-        now_s: u64,
-    ) -> Result<Placed> {
-        let job = crate::matmul::job(want, request, account, now_s)?;
-        self.clear_placed(job, want.deadline_s, &[])
-    }
-
-    /// Where a train order goes (the `cx/train/<base>` market): the base from the catalog, the
-    /// dataset from the store (an id the store lacks is refused), the job [`crate::train::job`]
-    /// prices, and the clearing over the bundles that train on the base.
-    async fn place_train(
-        &self,
-        want: &Want,
-        request: &cx_protocol::train::TrainRequest,
-        account: Address,
-        now_s: u64,
-    ) -> Result<Placed> {
-        let named = crate::train::base_of(want)?;
-        let model = self
-            .market
-            .catalog()
-            .resolve(named)
-            .map_err(|_| Error::UnknownModel(named.to_owned()))?;
-        let shape = model
-            .shape
-            .ok_or_else(|| Error::NotClearable(model.name.clone()))?;
-        request.validate().map_err(|e| e.within("train"))?;
-        let bytes = self
-            .books
-            .dataset(&request.data)
-            .await?
-            .ok_or(Error::UnknownDataset)?;
-        let data =
-            cx_protocol::train::Dataset::parse(&bytes).map_err(|e| e.within("train.data"))?;
-        let job = crate::train::job(want, request, &data, &model.name, &shape, account, now_s)?;
-        self.clear_placed(job, want.deadline_s, &[])
-    }
-
     /// Clears `job` (due at `deadline_s`) over the live bundles other than `avoid` and those of
     /// `operator`.
     fn clear_avoiding(
@@ -591,7 +479,12 @@ impl Intake {
 
     /// Clears `job` at its tier, and only when no bundle takes it there at each tier of
     /// `stronger` above it in turn.
-    fn clear_placed(&self, mut job: Job, deadline_s: u64, stronger: &[Tier]) -> Result<Placed> {
+    pub(crate) fn clear_placed(
+        &self,
+        mut job: Job,
+        deadline_s: u64,
+        stronger: &[Tier],
+    ) -> Result<Placed> {
         // `min_tier` is the lowest tier the buyer accepts: cleared at it first, and only when no
         // bundle takes the job there at each stronger tier in turn (dearer to verify, never
         // weaker than asked). The refusal explains the buyer's own tier.
@@ -632,108 +525,6 @@ impl Intake {
             drawn: None,
         })
     }
-
-    /// The job a want describes, checked (a request with something to generate, bounded, a
-    /// deadline ahead) and with its adapter's size from the store (an id the store lacks is
-    /// refused): what clearing takes.
-    pub(crate) async fn job_of(
-        &self,
-        want: &Want,
-        request: &InferenceRequest,
-        account: Address,
-        now_s: u64,
-    ) -> Result<Job> {
-        if request.max_tokens == 0 {
-            return Err(Error::ZeroMaxTokens);
-        }
-        if request.input_bytes() > MAX_PROMPT_BYTES {
-            return Err(Error::PromptTooLong {
-                limit_bytes: MAX_PROMPT_BYTES,
-            });
-        }
-        request.check()?;
-        want.check_deadline(now_s)?;
-        // The adapter's size is |a| of the feasibility test; an id the store lacks is refused.
-        let adapter = match want.adapter_id {
-            None => None,
-            Some(id) => {
-                let id = hex::encode(id);
-                let bytes = self
-                    .books
-                    .adapter_bytes(&id)
-                    .await?
-                    .ok_or(Error::UnknownAdapter)?;
-                Some((id, bytes))
-            }
-        };
-        let mut job = self.job(want, request, account, now_s)?;
-        if let Some((id, bytes)) = adapter {
-            job.adapter = Some(id);
-            job.adapter_bytes = bytes;
-        }
-        job.prefix = continued_prefix(&job, request);
-        Ok(job)
-    }
-
-    /// The job a want describes: the model's shape from the catalog, the context from the
-    /// request, the deadline from now.
-    fn job(
-        &self,
-        want: &Want,
-        request: &InferenceRequest,
-        account: Address,
-        now_s: u64,
-    ) -> Result<Job> {
-        let model = self
-            .market
-            .catalog()
-            .resolve(&want.model)
-            .map_err(|_| Error::UnknownModel(want.model.clone()))?;
-        let shape = model
-            .shape
-            .ok_or_else(|| Error::NotClearable(model.name.clone()))?;
-        let context_tokens = estimate_tokens(&request.text())
-            .checked_add(request.max_tokens)
-            .ok_or(Error::ContextTooLarge)?;
-        let kv_bytes = shape
-            .kv_bytes_per_token
-            .checked_mul(u64::from(context_tokens))
-            .ok_or(Error::ContextTooLarge)?;
-        Ok(Job {
-            agent: account.to_string(),
-            base_model: model.name.clone(),
-            adapter: None,
-            base_bytes: shape.base_bytes,
-            adapter_bytes: 0,
-            kv_bytes,
-            context_tokens,
-            // `place` made sure the deadline is after now.
-            deadline_s: (want.deadline_s - now_s) as f64,
-            determinism: want.determinism,
-            tier: want.min_tier,
-            compute_flops: 2.0 * shape.parameters as f64 * f64::from(context_tokens),
-            value_wei: want.max_price_wei,
-            max_price_wei: Some(want.max_price_wei),
-            prefix: None,
-        })
-    }
-}
-
-/// The conversation prefix a chat-shaped request continues (SPEC §4), as the provider that
-/// served its last turn holds it ([`cx_protocol::prefix`]): the id, and the prefill work of the
-/// prefix at the catalog's `2 · parameters` FLOPs per (estimated) token, the rate `job` is
-/// priced at. `None` for a first turn or a plain prompt.
-fn continued_prefix(job: &Job, request: &InferenceRequest) -> Option<cx_protocol::PrefixNeed> {
-    // A chat's prefix is named over its messages in the protocol's role-tagged form, whatever
-    // template the provider renders them with: both sides compute it from the messages alone.
-    let text = request.text();
-    let transcript = cx_protocol::prefix::continued_transcript(&text)?;
-    let per_token = job.compute_flops / f64::from(job.context_tokens.max(1));
-    let tokens = cx_exchange::routing::features::estimate_tokens(transcript);
-    Some(cx_protocol::PrefixNeed {
-        id: cx_protocol::prefix::prefix_id(&job.base_model, job.adapter.as_deref(), transcript),
-        flops: (per_token * f64::from(tokens)).min(job.compute_flops),
-    })
 }
 
 /// How long a waiter sleeps at most between reads of the books.

@@ -298,7 +298,7 @@ impl Intake {
     /// in its window serves its model at a tier at least the intent's minimum and has compute
     /// left for it: onto the committed bundle (feasible by its deadline there), at no price.
     /// `None`: it goes to spot.
-    pub(super) async fn drawn(
+    pub(crate) async fn drawn(
         &self,
         want: &Want,
         request: &InferenceRequest,

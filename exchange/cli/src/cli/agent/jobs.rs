@@ -11,6 +11,31 @@ use serde_json::json;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+/// The commands that order a workload, one per kind: a new kind's command is a variant here
+/// and its arm in [`run`].
+#[derive(Debug, clap::Subcommand)]
+pub(super) enum Workload {
+    /// Sign an intent for a request, submit it, and print the job the exchange cleared.
+    Intent(IntentArgs),
+    /// Order a product C = A·B in the cx/matmul-f32 market (operands generated from seeds,
+    /// verified by Freivalds' check at T2); with `--wait`, until it is done or fails, checking
+    /// the returned product's SHA-256 against the provider's receipt.
+    Matmul(MatmulArgs),
+    /// Order a LoRA adapter trained on a base (the cx/train/<base> market) on a stored dataset;
+    /// with `--wait`, until it is trained, printing the adapter id (checked against the
+    /// provider's receipt) that the agent's intents can then use.
+    Train(super::train::TrainArgs),
+}
+
+/// Runs one workload command.
+pub(super) async fn run(args: &Args, cmd: &Workload) -> anyhow::Result<()> {
+    match cmd {
+        Workload::Intent(intent) => run_intent(args, intent).await,
+        Workload::Matmul(matmul) => run_matmul(args, matmul).await,
+        Workload::Train(train) => super::train::run_train(args, train).await,
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub(super) struct IntentArgs {
     /// The catalog model (or a task the router maps to one).
@@ -117,7 +142,7 @@ pub(super) struct JobsArgs {
     json: bool,
 }
 
-pub(super) async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
+async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
     let keys = args.load_keys()?;
     let client = args
         .client()?
@@ -191,7 +216,7 @@ pub(super) async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<
     super::super::emit(cmd.json, &table, &report)
 }
 
-pub(super) async fn run_matmul(args: &Args, cmd: &MatmulArgs) -> anyhow::Result<()> {
+async fn run_matmul(args: &Args, cmd: &MatmulArgs) -> anyhow::Result<()> {
     use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest};
     let keys = args.load_keys()?;
     let client = args

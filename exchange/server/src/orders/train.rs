@@ -13,11 +13,14 @@
 //! its config's rank, alpha, rsLoRA, target modules and base — so the buyer's next intents can
 //! name it.
 
+use super::{Placing, Produced, WorkloadOrder};
 use crate::error::{Error, Result, invalid};
-use crate::placement::Want;
-use alloy::primitives::Address;
+use crate::intake::Intake;
+use crate::placement::{Placed, Want};
+use alloy::primitives::{Address, B256};
 use cx_exchange::routing::catalog::Shape;
 use cx_protocol::train::{Dataset, TrainRequest, train_market, trained_base};
+use cx_protocol::wire::{Assignment, Output};
 use cx_protocol::{DeterminismClass, Job, Tier};
 
 /// Activation bytes a training position holds, in KV-cache positions: backprop keeps every
@@ -29,6 +32,110 @@ pub const ACTIVATION_KV_FACTOR: u64 = 64;
 
 /// FLOPs per parameter and token of one training step (forward 2, backward 4).
 pub const TRAIN_FLOPS_PER_PARAMETER_TOKEN: f64 = 6.0;
+
+impl WorkloadOrder for TrainRequest {
+    const RETURNS: &'static [&'static str] = &["trained"];
+    /// The adapter the result names, and the base it must be trained on.
+    type Then = (String, String);
+
+    /// The base from the catalog, the dataset from the store (an id the store lacks is
+    /// refused), the job [`job`] prices, and the clearing over the bundles that train on the
+    /// base.
+    async fn place(&self, intake: &Intake, want: &Want, placing: Placing) -> Result<Placed> {
+        let named = base_of(want)?;
+        let model = intake
+            .market()
+            .catalog()
+            .resolve(named)
+            .map_err(|_| Error::UnknownModel(named.to_owned()))?;
+        let shape = model
+            .shape
+            .ok_or_else(|| Error::NotClearable(model.name.clone()))?;
+        self.validate().map_err(|e| e.within("train"))?;
+        let data = dataset(intake, self).await?;
+        let job = job(
+            want,
+            self,
+            &data,
+            &model.name,
+            &shape,
+            placing.account,
+            placing.now_s,
+        )?;
+        intake.clear_placed(job, want.deadline_s, &[])
+    }
+
+    /// The output hash it must carry (the adapter id's bytes), the tokens the order's
+    /// schedule trains on (from the stored dataset), and the adapter to check.
+    async fn produced(
+        &self,
+        intake: &Intake,
+        job: &Assignment,
+        output: &Output,
+    ) -> Result<Produced<Self::Then>> {
+        let invalid = |field: &'static str, reason: String| Error::InvalidOutput { field, reason };
+        let trained = output.trained.as_ref().ok_or_else(|| {
+            invalid(
+                "trained",
+                "is missing: a training job returns its adapter's id".into(),
+            )
+        })?;
+        let base = trained_base(&job.model).ok_or_else(|| Error::Corrupt {
+            what: "a training job's market",
+            value: job.model.clone(),
+        })?;
+        if trained.steps != self.steps {
+            return Err(invalid(
+                "trained.steps",
+                format!("is {}, the order asked {}", trained.steps, self.steps),
+            ));
+        }
+        let output_hash = trained.output_hash()?;
+        let tokens = self.tokens(&dataset(intake, self).await?);
+        Ok(Produced {
+            output_hash,
+            hashed: "the trained adapter's content id",
+            tokens,
+            tokens_are: "the tokens the order's schedule trains on",
+            then: (trained.adapter_id.clone(), base.to_owned()),
+        })
+    }
+
+    /// The adapter the receipt names must be in the store, and be the LoRA the buyer signed
+    /// for: else the buyer could not use what it paid for.
+    async fn confirm(
+        &self,
+        intake: &Intake,
+        _: B256,
+        _: &crate::books::Provider,
+        (adapter_id, base): Self::Then,
+        _: u64,
+    ) -> Result<Option<serde_json::Value>> {
+        let stored =
+            intake
+                .books()
+                .adapter(&adapter_id)
+                .await?
+                .ok_or_else(|| Error::InvalidOutput {
+                    field: "trained.adapter_id",
+                    reason: "names no adapter in this exchange's store: PUT it to /v1/adapters \
+                         before the result"
+                        .into(),
+                })?;
+        check_trained(&stored.config, self, &base)?;
+        Ok(None)
+    }
+}
+
+/// The stored dataset `request` trains on (an id the store lacks is refused).
+async fn dataset(intake: &Intake, request: &TrainRequest) -> Result<Dataset> {
+    let bytes = intake
+        .books()
+        .dataset(&request.data)
+        .await?
+        .ok_or(Error::UnknownDataset)?;
+    Dataset::parse(&bytes).map_err(|e| e.within("train.data").into())
+}
 
 /// The base a train intent's `want` names (`cx/train/<base>`), or the refusal naming `want`.
 pub fn base_of(want: &Want) -> Result<&str> {

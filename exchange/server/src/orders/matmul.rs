@@ -8,10 +8,13 @@
 //! them. Its cost is `2k·(m·k + k·n + m·n)` FLOPs against the product's `2·m·k·n`, which is what
 //! the job event's `cost_fraction` records.
 
+use super::{Placing, Produced, WorkloadOrder};
 use crate::error::{Error, Result, invalid};
-use crate::placement::Want;
-use alloy::primitives::Address;
+use crate::intake::Intake;
+use crate::placement::{Placed, Want};
+use alloy::primitives::{Address, B256};
 use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest};
+use cx_protocol::wire::{Assignment, Output};
 use cx_protocol::{Job, Tier};
 use serde::Serialize;
 
@@ -20,6 +23,99 @@ pub const DEFAULT_FREIVALDS_ROUNDS: usize = 20;
 
 /// Most rounds a check may be configured with (each costs a pass over the operands).
 pub const MAX_FREIVALDS_ROUNDS: usize = 256;
+
+/// Longest base64 text of a product: that of 4 MiB (2²⁰ `f32`s, the largest product allowed).
+pub const MAX_PRODUCT_BASE64_BYTES: usize =
+    (cx_protocol::matmul::MAX_MATMUL_ELEMENTS as usize * 4).div_ceil(3) * 4;
+
+impl WorkloadOrder for MatmulRequest {
+    const RETURNS: &'static [&'static str] = &["product"];
+    /// The request and the product's bytes, for Freivalds' check.
+    type Then = (MatmulRequest, Vec<u8>);
+
+    /// Its bounds, the T2 tier it is always verified at, and the clearing over the bundles
+    /// that offer the kernel (no stronger tier: none checks a product).
+    async fn place(&self, intake: &Intake, want: &Want, placing: Placing) -> Result<Placed> {
+        let job = job(want, self, placing.account, placing.now_s)?;
+        intake.clear_placed(job, want.deadline_s, &[])
+    }
+
+    /// The product's bytes (present, base64, `4·m·n` of them), hashed.
+    async fn produced(
+        &self,
+        _: &Intake,
+        _: &Assignment,
+        output: &Output,
+    ) -> Result<Produced<Self::Then>> {
+        let bytes = decode_product(output, self)?;
+        Ok(Produced {
+            output_hash: cx_protocol::matmul::product_hash(&bytes),
+            hashed: "the product's bytes",
+            tokens: 0,
+            tokens_are: "output.prompt_tokens + output.completion_tokens",
+            then: (*self, bytes),
+        })
+    }
+
+    /// Freivalds' check: a product that fails ends the job `failed`, never charged, and is
+    /// refused with [`Error::ProductRejected`]; the verdict of one that passes is recorded.
+    async fn confirm(
+        &self,
+        intake: &Intake,
+        job_id: B256,
+        provider: &crate::books::Provider,
+        (request, bytes): Self::Then,
+        now_s: u64,
+    ) -> Result<Option<serde_json::Value>> {
+        let rounds = intake.freivalds_rounds();
+        let verdict = check(request, bytes, rounds).await?;
+        let detail = serde_json::to_value(&verdict)?;
+        if !verdict.passed {
+            intake
+                .books()
+                .fail_verification(job_id, provider.key_hash, now_s, &detail)
+                .await?;
+            intake.waiters().notify(job_id);
+            return Err(Error::ProductRejected { rounds });
+        }
+        // Recorded with the result, in its transaction: the job may have left `running` while
+        // the rounds ran, and then neither is kept.
+        Ok(Some(detail))
+    }
+}
+
+/// The bytes of a matmul job's returned product: present, base64, and exactly `4·m·n` bytes.
+fn decode_product(output: &Output, request: &MatmulRequest) -> Result<Vec<u8>> {
+    use base64::Engine as _;
+    let invalid = |reason: String| Error::InvalidOutput {
+        field: "product",
+        reason,
+    };
+    let text = output.product.as_deref().ok_or_else(|| {
+        invalid(
+            "is missing: a cx/matmul-f32 job returns its product (f32 little-endian, base64)"
+                .into(),
+        )
+    })?;
+    if text.len() > MAX_PRODUCT_BASE64_BYTES {
+        return Err(invalid(format!(
+            "is longer than {MAX_PRODUCT_BASE64_BYTES} base64 characters"
+        )));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| invalid(format!("is not base64 (standard, padded): {e}")))?;
+    if bytes.len() != request.product_bytes() {
+        return Err(invalid(format!(
+            "is {} bytes; C is {} × {} f32s, {} bytes",
+            bytes.len(),
+            request.m,
+            request.n,
+            request.product_bytes()
+        )));
+    }
+    Ok(bytes)
+}
 
 /// The job a product intent is cleared as, at `now_s`: the `cx/matmul-f32` kernel market (only
 /// bundles that list it among their resident bases take it), T2, `2·m·k·n` FLOPs, the operands

@@ -1,0 +1,200 @@
+//! Inference, the first workload: a completion or a chat in a catalog model's market. Its job
+//! is priced from the model's shape (`2 · parameters` FLOPs per token of context, the KV cache
+//! as its memory), continues a conversation's prefix where it has one, may draw on its tab's
+//! committed reserves, and is verified by re-execution (T1, T3) — never by T2, which is a
+//! product's check. Its result is the text, hashed as it is.
+
+use super::{Placing, Produced, WorkloadOrder};
+use crate::error::{Error, Result};
+use crate::intake::{Intake, MAX_PROMPT_BYTES};
+use crate::placement::{Placed, Want};
+use alloy::primitives::{Address, B256};
+use cx_exchange::routing::features::estimate_tokens;
+use cx_protocol::order::InferenceRequest;
+use cx_protocol::wire::{Assignment, Output};
+use cx_protocol::{Job, Tier};
+
+impl WorkloadOrder for InferenceRequest {
+    const RETURNS: &'static [&'static str] = &[];
+    type Then = ();
+
+    /// The tab's committed reserves in their window take it first, at no price of its own;
+    /// else spot.
+    async fn place(&self, intake: &Intake, want: &Want, placing: Placing) -> Result<Placed> {
+        let Placing {
+            account,
+            now_s,
+            tab,
+        } = placing;
+        if let Some(tab) = tab
+            && let Some(drawn) = intake.drawn(want, self, account, tab, now_s).await?
+        {
+            return Ok(drawn);
+        }
+        intake.place(want, self, account, now_s).await
+    }
+
+    /// A verification run (or a job with runs) moves only to a provider not already in its
+    /// group, or the replicas would check nothing.
+    async fn place_again(
+        &self,
+        intake: &Intake,
+        id: B256,
+        want: &Want,
+        placing: Placing,
+    ) -> Result<Placed> {
+        intake
+            .place_apart(id, want, self, placing.account, placing.now_s)
+            .await
+    }
+
+    async fn produced(&self, _: &Intake, _: &Assignment, output: &Output) -> Result<Produced<()>> {
+        use sha2::{Digest, Sha256};
+        Ok(Produced {
+            output_hash: Sha256::digest(output.text.as_bytes()).into(),
+            hashed: "output.text",
+            tokens: u64::from(output.prompt_tokens) + u64::from(output.completion_tokens),
+            tokens_are: "output.prompt_tokens + output.completion_tokens",
+            then: (),
+        })
+    }
+
+    async fn confirm(
+        &self,
+        _: &Intake,
+        _: B256,
+        _: &crate::books::Provider,
+        (): (),
+        _: u64,
+    ) -> Result<Option<serde_json::Value>> {
+        // Checked by its tier's replicas, if any (crate::verification), not here.
+        Ok(None)
+    }
+}
+
+impl Intake {
+    /// Where a job goes: the adapter's size from the store, the job from the catalog, and the
+    /// clearing (at `min_tier`, else at the first stronger tier a bundle offers).
+    pub(crate) async fn place(
+        &self,
+        want: &Want,
+        request: &InferenceRequest,
+        account: Address,
+        now_s: u64,
+    ) -> Result<Placed> {
+        let job = self.job_of(want, request, account, now_s).await?;
+        self.clear(job, want.deadline_s)
+    }
+
+    /// Clears inference job `job` (due at `deadline_s`) at its tier, else at a stronger one.
+    pub(crate) fn clear(&self, mut job: Job, deadline_s: u64) -> Result<Placed> {
+        // T2 is Freivalds' check of a product: no inference is verified at it, so an inference
+        // asking T2 is cleared at the next stronger tier.
+        if job.tier == Tier::T2 {
+            job.tier = Tier::T3;
+        }
+        self.clear_placed(job, deadline_s, &[Tier::T1, Tier::T3])
+    }
+
+    /// The job a want describes, checked (a request with something to generate, bounded, a
+    /// deadline ahead) and with its adapter's size from the store (an id the store lacks is
+    /// refused): what clearing takes.
+    pub(crate) async fn job_of(
+        &self,
+        want: &Want,
+        request: &InferenceRequest,
+        account: Address,
+        now_s: u64,
+    ) -> Result<Job> {
+        if request.max_tokens == 0 {
+            return Err(Error::ZeroMaxTokens);
+        }
+        if request.input_bytes() > MAX_PROMPT_BYTES {
+            return Err(Error::PromptTooLong {
+                limit_bytes: MAX_PROMPT_BYTES,
+            });
+        }
+        request.check()?;
+        want.check_deadline(now_s)?;
+        // The adapter's size is |a| of the feasibility test; an id the store lacks is refused.
+        let adapter = match want.adapter_id {
+            None => None,
+            Some(id) => {
+                let id = hex::encode(id);
+                let bytes = self
+                    .books()
+                    .adapter_bytes(&id)
+                    .await?
+                    .ok_or(Error::UnknownAdapter)?;
+                Some((id, bytes))
+            }
+        };
+        let mut job = self.job(want, request, account, now_s)?;
+        if let Some((id, bytes)) = adapter {
+            job.adapter = Some(id);
+            job.adapter_bytes = bytes;
+        }
+        job.prefix = continued_prefix(&job, request);
+        Ok(job)
+    }
+
+    /// The job a want describes: the model's shape from the catalog, the context from the
+    /// request, the deadline from now.
+    fn job(
+        &self,
+        want: &Want,
+        request: &InferenceRequest,
+        account: Address,
+        now_s: u64,
+    ) -> Result<Job> {
+        let model = self
+            .market()
+            .catalog()
+            .resolve(&want.model)
+            .map_err(|_| Error::UnknownModel(want.model.clone()))?;
+        let shape = model
+            .shape
+            .ok_or_else(|| Error::NotClearable(model.name.clone()))?;
+        let context_tokens = estimate_tokens(&request.text())
+            .checked_add(request.max_tokens)
+            .ok_or(Error::ContextTooLarge)?;
+        let kv_bytes = shape
+            .kv_bytes_per_token
+            .checked_mul(u64::from(context_tokens))
+            .ok_or(Error::ContextTooLarge)?;
+        Ok(Job {
+            agent: account.to_string(),
+            base_model: model.name.clone(),
+            adapter: None,
+            base_bytes: shape.base_bytes,
+            adapter_bytes: 0,
+            kv_bytes,
+            context_tokens,
+            // `place` made sure the deadline is after now.
+            deadline_s: (want.deadline_s - now_s) as f64,
+            determinism: want.determinism,
+            tier: want.min_tier,
+            compute_flops: 2.0 * shape.parameters as f64 * f64::from(context_tokens),
+            value_wei: want.max_price_wei,
+            max_price_wei: Some(want.max_price_wei),
+            prefix: None,
+        })
+    }
+}
+
+/// The conversation prefix a chat-shaped request continues (SPEC §4), as the provider that
+/// served its last turn holds it ([`cx_protocol::prefix`]): the id, and the prefill work of the
+/// prefix at the catalog's `2 · parameters` FLOPs per (estimated) token, the rate `job` is
+/// priced at. `None` for a first turn or a plain prompt.
+fn continued_prefix(job: &Job, request: &InferenceRequest) -> Option<cx_protocol::PrefixNeed> {
+    // A chat's prefix is named over its messages in the protocol's role-tagged form, whatever
+    // template the provider renders them with: both sides compute it from the messages alone.
+    let text = request.text();
+    let transcript = cx_protocol::prefix::continued_transcript(&text)?;
+    let per_token = job.compute_flops / f64::from(job.context_tokens.max(1));
+    let tokens = cx_exchange::routing::features::estimate_tokens(transcript);
+    Some(cx_protocol::PrefixNeed {
+        id: cx_protocol::prefix::prefix_id(&job.base_model, job.adapter.as_deref(), transcript),
+        flops: (per_token * f64::from(tokens)).min(job.compute_flops),
+    })
+}
