@@ -28,6 +28,12 @@ use crate::rng::{UniformVec, seeded};
 /// Half-width of the operands' uniform range.
 pub const OPERAND_SCALE: f32 = 1.0;
 
+/// Freivalds rounds per check unless configured: a wrong product passes with probability 2⁻²⁰.
+pub const DEFAULT_FREIVALDS_ROUNDS: usize = 20;
+
+/// Most rounds a check may be configured with (each costs a pass over the operands).
+pub const MAX_FREIVALDS_ROUNDS: usize = 256;
+
 /// `A` (`m × k`) from `seed_a` and `B` (`k × n`) from `seed_b`, row-major.
 pub fn operands(m: usize, k: usize, n: usize, seed_a: u64, seed_b: u64) -> (Vec<f32>, Vec<f32>) {
     (

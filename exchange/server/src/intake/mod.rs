@@ -19,7 +19,7 @@
 mod rent;
 mod reserve;
 mod standing;
-mod state;
+pub(crate) mod state;
 
 pub use rent::RENT_REPORT_FRESH_S;
 pub use reserve::RESERVE_CLAIM_GRACE_S;
@@ -47,8 +47,7 @@ use serde::Serialize;
 /// settled before the buyer may reclaim the escrow.
 pub const DEFAULT_SETTLE_MARGIN_S: u64 = 600;
 
-/// Longest prompt accepted, bytes (the body limit bounds it too; this bounds the token estimate).
-pub const MAX_PROMPT_BYTES: usize = 1 << 20;
+pub use crate::orders::inference::MAX_PROMPT_BYTES;
 
 pub use cx_protocol::order::{InferenceRequest, request_hash};
 

@@ -58,7 +58,7 @@ impl Intake {
             identity: std::sync::Arc::new(cx_protocol::pq::Identity::generate()),
             registries: Default::default(),
             provider_silence_s: PROVIDER_SILENCE_S,
-            freivalds_rounds: crate::orders::matmul::DEFAULT_FREIVALDS_ROUNDS,
+            freivalds_rounds: cx_kernels::matmul::DEFAULT_FREIVALDS_ROUNDS,
             limits: crate::limits::RateLimits::default(),
             in_flight: crate::limits::InFlight::new(crate::limits::MAX_IN_FLIGHT),
             store_quota_bytes: crate::books::DEFAULT_STORE_QUOTA_BYTES,
@@ -66,10 +66,10 @@ impl Intake {
     }
 
     /// The same intake checking returned products with `rounds` Freivalds rounds (soundness
-    /// 2⁻ʳᵒᵘⁿᵈˢ; [`crate::orders::matmul::DEFAULT_FREIVALDS_ROUNDS`] by default), clamped to
-    /// 1..=[`crate::orders::matmul::MAX_FREIVALDS_ROUNDS`].
+    /// 2⁻ʳᵒᵘⁿᵈˢ; [`cx_kernels::matmul::DEFAULT_FREIVALDS_ROUNDS`] by default), clamped to
+    /// 1..=[`cx_kernels::matmul::MAX_FREIVALDS_ROUNDS`].
     pub fn with_freivalds_rounds(mut self, rounds: usize) -> Self {
-        self.freivalds_rounds = rounds.clamp(1, crate::orders::matmul::MAX_FREIVALDS_ROUNDS);
+        self.freivalds_rounds = rounds.clamp(1, cx_kernels::matmul::MAX_FREIVALDS_ROUNDS);
         self
     }
 

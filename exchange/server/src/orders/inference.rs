@@ -6,13 +6,16 @@
 
 use super::{Placing, Produced, WorkloadOrder};
 use crate::error::{Error, Result};
-use crate::intake::{Intake, MAX_PROMPT_BYTES};
+use crate::intake::state::Intake;
 use crate::placement::{Placed, Want};
 use alloy::primitives::{Address, B256};
 use cx_exchange::routing::features::estimate_tokens;
 use cx_protocol::order::InferenceRequest;
 use cx_protocol::wire::{Assignment, Output};
 use cx_protocol::{Job, Tier};
+
+/// Longest prompt accepted, bytes (the body limit bounds it too; this bounds the token estimate).
+pub const MAX_PROMPT_BYTES: usize = 1 << 20;
 
 impl WorkloadOrder for InferenceRequest {
     const RETURNS: &'static [&'static str] = &[];

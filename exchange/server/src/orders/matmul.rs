@@ -10,7 +10,7 @@
 
 use super::{Placing, Produced, WorkloadOrder};
 use crate::error::{Error, Result, invalid};
-use crate::intake::Intake;
+use crate::intake::state::Intake;
 use crate::placement::{Placed, Want};
 use alloy::primitives::{Address, B256};
 use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest};
@@ -18,11 +18,7 @@ use cx_protocol::wire::{Assignment, Output};
 use cx_protocol::{Job, Tier};
 use serde::Serialize;
 
-/// Freivalds rounds per check unless configured: a wrong product passes with probability 2⁻²⁰.
-pub const DEFAULT_FREIVALDS_ROUNDS: usize = 20;
-
-/// Most rounds a check may be configured with (each costs a pass over the operands).
-pub const MAX_FREIVALDS_ROUNDS: usize = 256;
+pub use cx_kernels::matmul::{DEFAULT_FREIVALDS_ROUNDS, MAX_FREIVALDS_ROUNDS};
 
 /// Longest base64 text of a product: that of 4 MiB (2²⁰ `f32`s, the largest product allowed).
 pub const MAX_PRODUCT_BASE64_BYTES: usize =

@@ -15,7 +15,7 @@ pub mod matmul;
 pub mod train;
 
 use crate::error::Result;
-use crate::intake::Intake;
+use crate::intake::state::Intake;
 use crate::placement::{Placed, Want};
 use alloy::primitives::{Address, B256};
 use cx_protocol::wire::{Assignment, Output};

@@ -15,7 +15,7 @@
 
 use super::{Placing, Produced, WorkloadOrder};
 use crate::error::{Error, Result, invalid};
-use crate::intake::Intake;
+use crate::intake::state::Intake;
 use crate::placement::{Placed, Want};
 use alloy::primitives::{Address, B256};
 use cx_exchange::routing::catalog::Shape;
