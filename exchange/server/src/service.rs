@@ -127,7 +127,6 @@ impl Service {
         };
         Ok(Running {
             address,
-            state,
             stop,
             api,
             sweeps,
@@ -140,7 +139,6 @@ impl Service {
 #[derive(Debug)]
 pub struct Running {
     address: SocketAddr,
-    state: AppState,
     stop: watch::Sender<bool>,
     api: JoinHandle<()>,
     sweeps: JoinHandle<()>,
@@ -151,11 +149,6 @@ impl Running {
     /// Where the API listens.
     pub fn address(&self) -> SocketAddr {
         self.address
-    }
-
-    /// What the API's handlers share (the intake, the settler).
-    pub fn state(&self) -> &AppState {
-        &self.state
     }
 
     /// Runs until `signal` completes (Ctrl-C, a test's end), then stops.

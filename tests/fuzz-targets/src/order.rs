@@ -47,24 +47,22 @@ pub fn intent_submission(data: &[u8]) {
         return;
     };
     let _ = workload.hash() == intent.request_hash;
-    match workload {
-        Workload::Inference(request) => assert_json_round_trip(request, "request"),
-        Workload::Matmul(matmul) => {
-            assert_json_round_trip(matmul, "matmul");
-            if matmul.validate().is_ok() {
-                let _ = (
-                    matmul.flops(),
-                    matmul.product_bytes(),
-                    matmul.working_bytes(),
-                );
-            }
-        }
-        Workload::Train(train) => {
-            assert_json_round_trip(train, "train");
-            if train.validate().is_ok() {
-                let _ = train.lora.projections();
-            }
-        }
+    let key = workload.kind().key();
+    cx_protocol::each_workload!(workload, request => assert_json_round_trip(request, key));
+    // What intake computes from a valid request of each kind that has more than its hash.
+    if let Workload::Matmul(matmul) = workload
+        && matmul.validate().is_ok()
+    {
+        let _ = (
+            matmul.flops(),
+            matmul.product_bytes(),
+            matmul.working_bytes(),
+        );
+    }
+    if let Workload::Train(train) = workload
+        && train.validate().is_ok()
+    {
+        let _ = train.lora.projections();
     }
 }
 
