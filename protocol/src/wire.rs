@@ -402,6 +402,27 @@ pub struct Accepted {
     pub verification_runs: Vec<PlacedRun>,
 }
 
+/// What an accepted standing order became (`POST /v1/reserves`, `/v1/rents`, `/v1/searches`
+/// answer it, 202).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StandingAccepted {
+    /// The order's id (its EIP-712 digest): `GET /v1/orders/{id}`.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
+    pub order_id: B256,
+    /// `reserve`, `rent` or `search`.
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub kind: crate::order::Kind,
+    /// `open` until a provider fills it; a rent is `committed` to its bundle at once.
+    pub status: String,
+    /// What it holds on the tab, wei: the most it can cost.
+    #[serde(with = "crate::price::wei_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
+    pub held_wei: u128,
+    /// When it ends, unix seconds.
+    pub ends_s: u64,
+}
+
 /// A verification run placed with a job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

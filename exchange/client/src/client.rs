@@ -8,8 +8,8 @@ use crate::types::{
     SessionOpened, Tab,
 };
 use crate::types::{
-    AdapterFiles, Assignment, Claim, Completed, IntentSubmission, StoredAdapter, StoredDataset,
-    Workload,
+    AdapterFiles, Assignment, Claim, Completed, IntentSubmission, StandingAccepted, StoredAdapter,
+    StoredDataset, Workload,
 };
 use bytes::Bytes;
 use cx_protocol::Bundle;
@@ -342,7 +342,7 @@ impl Client {
     pub async fn submit_search(
         &self,
         search: &Signed<cx_protocol::order::Search>,
-    ) -> Result<serde_json::Value> {
+    ) -> Result<StandingAccepted> {
         self.send(
             Method::POST,
             "/v1/searches",
@@ -358,7 +358,7 @@ impl Client {
     pub async fn submit_rent(
         &self,
         rent: &Signed<cx_protocol::order::Rent>,
-    ) -> Result<serde_json::Value> {
+    ) -> Result<StandingAccepted> {
         self.send(
             Method::POST,
             "/v1/rents",
@@ -373,7 +373,7 @@ impl Client {
     pub async fn submit_reserve(
         &self,
         reserve: &Signed<cx_protocol::order::Reserve>,
-    ) -> Result<serde_json::Value> {
+    ) -> Result<StandingAccepted> {
         self.send(
             Method::POST,
             "/v1/reserves",

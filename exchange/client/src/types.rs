@@ -12,7 +12,7 @@ pub use cx_protocol::decision::{Constraint, DecisionRecord, Ranked, Rejection, T
 pub use cx_protocol::order::{InferenceRequest, canonical_json, request_hash};
 pub use cx_protocol::wire::{
     Accepted, Assignment, Completed, IntentSubmission, JobEvent, JobRecord, Output, PlacedRun,
-    Pull, Pulled, Registered, ResultSubmission,
+    Pull, Pulled, Registered, ResultSubmission, StandingAccepted,
 };
 pub use cx_protocol::workload::Workload;
 

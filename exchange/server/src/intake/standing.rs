@@ -8,7 +8,7 @@ use crate::books::{NewOrder, StandingTerms};
 use crate::error::{Error, Result};
 use alloy::primitives::B256;
 use cx_protocol::order::{Order, Rent, RentTarget, Reserve, Search, Signed, Verified};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 /// Longest search prefix accepted, bytes.
 pub const MAX_SEARCH_PREFIX_BYTES: usize = 1024;
@@ -40,23 +40,7 @@ pub struct SearchSubmission {
     pub search: Signed<Search>,
 }
 
-/// What an accepted standing order became.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct StandingAccepted {
-    /// The order's id (its EIP-712 digest): `GET /v1/orders/{id}`.
-    #[schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$")]
-    pub order_id: B256,
-    /// `reserve`, `rent` or `search`.
-    pub kind: &'static str,
-    /// `open` until a provider fills it; a rent is `committed` to its bundle at once.
-    pub status: &'static str,
-    /// What it holds on the tab, wei: the most it can cost.
-    #[serde(with = "cx_protocol::price::wei_string")]
-    #[schema(value_type = String, pattern = "^[0-9]{1,38}$")]
-    pub held_wei: u128,
-    /// When it ends, unix seconds.
-    pub ends_s: u64,
-}
+pub use cx_protocol::wire::StandingAccepted;
 
 /// A kind of standing order: the terms the books keep of it in columns, read from the signed
 /// order once, when it is accepted ([`StandingTerms`]).
@@ -162,7 +146,7 @@ impl Intake {
             .commit_rent(accepted.order_id, &holder, size_bytes, now_s)
             .await?
         {
-            accepted.status = "committed";
+            accepted.status = "committed".into();
         }
         Ok(accepted)
     }
@@ -291,8 +275,8 @@ impl Intake {
             .await?;
         Ok(StandingAccepted {
             order_id: verified.digest,
-            kind,
-            status: "open",
+            kind: T::KIND,
+            status: "open".into(),
             held_wei,
             ends_s,
         })

@@ -4,6 +4,7 @@
 use super::{Args, fresh_nonce, now_s, parse_tier, pick_chain};
 use anyhow::{Context, anyhow};
 use cx_client::Client;
+use cx_client::types::StandingAccepted;
 use cx_protocol::Tier;
 use cx_protocol::order::{B256, Order, Rent, RentTarget, Reserve, Search, Signed};
 use std::time::Duration;
@@ -109,8 +110,7 @@ trait StandingOrder: Order {
     const POLL: Duration;
 
     /// Submits the signed order; the exchange answers with the standing order it accepted.
-    async fn submit(client: &Client, signed: &Signed<Self>)
-    -> cx_client::Result<serde_json::Value>;
+    async fn submit(client: &Client, signed: &Signed<Self>) -> cx_client::Result<StandingAccepted>;
 }
 
 /// A kind's door and waiting status: `standing_order!(Kind, client method, status, poll ms)`.
@@ -123,7 +123,7 @@ macro_rules! standing_order {
             async fn submit(
                 client: &Client,
                 signed: &Signed<Self>,
-            ) -> cx_client::Result<serde_json::Value> {
+            ) -> cx_client::Result<StandingAccepted> {
                 client.$submit(signed).await
             }
         }
@@ -159,15 +159,7 @@ async fn place<O: StandingOrder>(
     let accepted = O::submit(&client, &signed)
         .await
         .with_context(|| format!("submitting the {}", O::KIND.as_str()))?;
-    let id: B256 = accepted["order_id"]
-        .as_str()
-        .and_then(|id| id.parse().ok())
-        .ok_or_else(|| {
-            anyhow!(
-                "the exchange accepted the {} without an order_id: {accepted}",
-                O::KIND.as_str()
-            )
-        })?;
+    let id = accepted.order_id;
     let mut order = client.standing_order(id).await?;
     while wait && order["status"] == O::WAITING {
         tokio::time::sleep(O::POLL).await;

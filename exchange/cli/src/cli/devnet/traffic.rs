@@ -177,10 +177,7 @@ impl Agent {
             .await
             .context("search")?;
         market.stats.searches.fetch_add(1, Ordering::Relaxed);
-        let id: B256 = accepted["order_id"]
-            .as_str()
-            .and_then(|id| id.parse().ok())
-            .ok_or_else(|| anyhow::anyhow!("a search accepted without an order_id: {accepted}"))?;
+        let id = accepted.order_id;
         let waited = Instant::now();
         loop {
             let order = market.client.standing_order(id).await?;
