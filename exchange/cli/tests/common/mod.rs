@@ -137,7 +137,7 @@ pub const MODEL: &str = "tiny-llama";
 
 /// A catalog with one model whose shape is the generated checkpoint's (hidden 64, 2 layers,
 /// vocabulary 512: about 0.13 M parameters in f32).
-pub const CATALOG: &str = include_str!("../../fixtures/tiny-catalog.toml");
+pub use cx_devnet::devnet::CATALOG;
 
 /// A child process killed on drop.
 pub struct Killed(pub Child);
