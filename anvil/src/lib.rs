@@ -13,6 +13,9 @@
 //!   the receipts it signs) for benches and tests;
 //! - [`db`]: the database URL, the workspace's migrations and throwaway databases;
 //! - [`bench`]: `cx-devnet bench gas` and `bench sign`, as functions returning their reports;
+//! - [`harness`]: the cross-process test harness — markets of real processes (one chain, a
+//!   settling committee, a restartable exchange, a private PostgreSQL) that `cx-cli`'s
+//!   integration tests start;
 //! - [`devnet`]: `cx devnet`'s orchestration — the whole market, each party its own process, with
 //!   seeded traffic and a tally of what settled — behind a plain [`devnet::Config`] and
 //!   [`devnet::run`] (the `cx` binary keeps only the flags).
@@ -45,6 +48,7 @@ pub mod db;
 pub mod deploy;
 pub mod devnet;
 mod error;
+pub mod harness;
 pub mod lagging;
 pub mod scenario;
 pub mod supervise;
