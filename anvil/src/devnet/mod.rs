@@ -8,11 +8,13 @@
 //! Logs and configs land under [`Config::dir`] (`runtime/devnet/`); the `stop` future given to
 //! [`run`] (Ctrl-C or SIGTERM in `cx devnet`) stops every child.
 //!
-//! The parts: `ports` (every port, checked free first), `children` (what was started, stopped on
+//! The parts: `ports` (every port, checked free first), `agents` (bound, with tabs, before the
+//! traffic), `children` (what was started, stopped on
 //! drop), `steps` (progress), `tools` (a tool run, the database and folder made afresh),
 //! `providers` (the fleet's profiles), `traffic` (the agents), `tally` (what settled) and
 //! `watch` (the run after the start, and its summary).
 
+mod agents;
 mod children;
 mod ports;
 mod providers;
@@ -24,7 +26,7 @@ mod watch;
 
 use crate::deploy::{DeployParams, deploy};
 use crate::{AnvilInstance, Cluster, Placement, Supervised, provider_binary, signer_binary};
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use children::Children;
 use cx_client::Client;
 use cx_contracts::{ChainDeployment, DeploymentsFile};
@@ -46,7 +48,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use steps::Steps;
 use tools::{arg, dir_bytes, fresh_dir, recreate_database, run_tool, wait_for};
-use traffic::{Agent, Market, Side};
 
 /// The devnet's chains: Anvil on 8545 and 8546.
 const CHAIN_IDS: [u64; 2] = [31337, 31338];
@@ -120,8 +121,9 @@ pub struct Config {
     /// The name the checkpoint of `model` is served and asked for by [default: its directory's
     /// name].
     pub model_name: Option<String>,
-    /// The `cx` binary: its `serve` runs the exchange. Its folder is also where `cx-provider`
-    /// is looked for (unless `CX_PROVIDER_BIN` names it).
+    /// The `cx` binary: its `serve` runs the exchange. (`cx-provider` is found by
+    /// [`crate::provider_binary`]: beside the running binary unless `CX_PROVIDER_BIN` names it;
+    /// `cx-signer` by [`crate::signer_binary`].)
     pub exchange_bin: PathBuf,
     /// Adds `model`'s checkpoint to the exchange's catalog file, learned from its config.json,
     /// and returns the name it is served by: `(model directory, catalog file, model_name)`.
@@ -476,89 +478,18 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
         "{} agents: bound, adapters stored, tabs on both chains",
         config.agents
     ));
-    let served = client.chains().await?;
-    let sides: Vec<Side> = file
-        .chains
-        .iter()
-        .map(|c| {
-            let info = served
-                .iter()
-                .find(|s| s.chain_id == c.chain.chain_id)
-                .cloned()
-                .ok_or_else(|| anyhow!("the exchange does not serve chain {}", c.chain.chain_id))?;
-            Ok(Side {
-                info,
-                rpc_url: c.chain.rpc_url.clone(),
-                deployment: c.deployment,
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
-    // The adapters' ids now; they are stored once the first agent holds a tab (storing needs an
-    // account with money at stake).
-    let adapters = (0..ADAPTERS)
-        .map(|k| traffic::adapter_id(&adapters_dir.join(format!("adapter-{k:03}"))))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let traffic_log = std::fs::File::create(dir.join("traffic.log"))?;
-    let market = Arc::new(Market {
-        client: client.clone(),
-        sides,
-        model: model_name.clone(),
-        adapters,
-        verified_tier: if config.providers >= 2 {
-            cx_protocol::Tier::T1
-        } else {
-            cx_protocol::Tier::T0
-        },
-        // Operators are assigned round robin over three (`operator-{i % 3 + 1}`).
-        t3: config.providers >= 3,
-        adapters_stored: Default::default(),
-        stats: Default::default(),
-        log: std::sync::Mutex::new(traffic_log),
-    });
-    let agents_dir = dir.join("agents");
-    std::fs::create_dir_all(&agents_dir)?;
-    let first_agent_key = 2 + usize::from(config.providers);
-    let mut agents = Vec::new();
-    for a in 0..=config.agents {
-        // The last one is left for the commands printed below.
-        let name = if a == config.agents {
-            "try".to_owned()
-        } else {
-            format!("agent-{}", a + 1)
-        };
-        let agent = Agent::new(
-            name.clone(),
-            &keys[first_agent_key + usize::from(a)],
-            &market.sides,
-            &agents_dir.join(format!("{name}.json")),
-        )?;
-        agent.bind(&market).await?;
-        let mut tabs = Vec::new();
-        for side in 0..market.sides.len() {
-            // The first tabs close soon (staggered), so batches land within the first minute.
-            let close_after = Duration::from_secs(8 + 3 * u64::from(a) + 2 * side as u64);
-            tabs.push(agent.open_tab(&market, side, close_after).await?);
-        }
-        if a == 0 {
-            for k in 0..ADAPTERS {
-                let dir = adapters_dir.join(format!("adapter-{k:03}"));
-                traffic::put_adapter(agent.own(&market), &dir).await?;
-            }
-            market
-                .adapters_stored
-                .store(true, std::sync::atomic::Ordering::Release);
-            // Its tabs opened before the adapters were stored: their rents go in now.
-            for (side, tab) in tabs.iter().enumerate() {
-                let rented = agent.rent(&market, side, tab.escrow_id).await;
-                market.count_refused(&agent.name, rented);
-            }
-        }
-        agents.push((agent, tabs));
-    }
-    // Its tabs stay open: nothing sends on them but the person trying the commands.
-    let (_try_agent, try_tabs) = agents.pop().expect("the agent to try");
+    let agents = agents::start(
+        config,
+        &client,
+        &file,
+        &keys,
+        &dir,
+        &adapters_dir,
+        &model_name,
+    )
+    .await?;
     let try_session = dir.join("try-session.key");
-    cx_settlement::keyfile::write_secret(&try_session, try_tabs[0].session_key.as_bytes())?;
+    cx_settlement::keyfile::write_secret(&try_session, agents.try_tabs[0].session_key.as_bytes())?;
     let ready = steps.done();
 
     // Where to look.
@@ -600,14 +531,14 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
     let agent_flags = format!(
         "--exchange {url} --ca {} --keys {}",
         ca_pem.display(),
-        agents_dir.join("try.json").display()
+        agents.dir.join("try.json").display()
     );
     println!("Try:");
     println!(
         "  cx agent {agent_flags} --chain {} intent --model {model_name} --prompt 'Say hello.' --max-tokens 8 --max-price-wei {} --tab {}",
         CHAIN_IDS[0],
         traffic::MAX_PRICE_WEI,
-        try_tabs[0].escrow_id
+        agents.try_tabs[0].escrow_id
     );
     println!(
         "  SSL_CERT_FILE={} .tools/py/bin/python -c 'import openai; c = openai.OpenAI(base_url=\"{url}/v1\", api_key=open(\"{}\").read().strip()); print(c.chat.completions.create(model=\"{model_name}\", messages=[{{\"role\": \"user\", \"content\": \"Say hello.\"}}], max_tokens=8).choices[0].message.content)'",
@@ -617,7 +548,7 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
     println!(
         "  cx agent --exchange {url} --ca {} --keys {} --chain {} claim --deployments {}   (once one of its tabs settled)",
         ca_pem.display(),
-        agents_dir.join("agent-1.json").display(),
+        agents.dir.join("agent-1.json").display(),
         CHAIN_IDS[0],
         deployments.display()
     );
@@ -627,8 +558,8 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
         config,
         children,
         &client,
-        market,
-        agents,
+        agents.market,
+        agents.seeded,
         ready,
         &dir,
         &providers_dir,
