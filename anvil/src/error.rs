@@ -77,6 +77,19 @@ pub enum Error {
     /// A benchmark over real processes could not run (what failed, in words).
     #[error("bench: {0}")]
     BenchFailed(String),
+    /// A binary the devnet or a test starts is not built.
+    #[error(
+        "{path} is missing: build it (`cargo build -p {package}`; scripts/run.sh builds the \
+         release ones) or set {env}"
+    )]
+    MissingBinary {
+        /// Where it was looked for.
+        path: PathBuf,
+        /// The package that builds it.
+        package: &'static str,
+        /// The environment variable that names another.
+        env: &'static str,
+    },
     /// `cargo build` of the signer binary failed.
     #[error("building cx-signer failed ({0}); run `cargo build -p cx-settlement --bin cx-signer`")]
     BuildSigner(String),

@@ -2,7 +2,8 @@
 //! machine so the production crates never have to.
 //!
 //! - [`supervise`]: child processes (start with a log, wait for a port, kill on drop), scratch
-//!   folders, free ports — one place for Anvil and signers now, the exchange and providers later;
+//!   folders, free ports, the binaries it starts — one place for Anvil, signers, the exchange and
+//!   providers;
 //! - [`anvil`]: Anvil chains from the project-local `.tools/`, with their funded accounts;
 //! - [`deploy`]: every contract to every chain of a registry, and the devnet-only calls (test
 //!   stablecoin, gas probe); writes cx-contracts' deployments file;
@@ -11,10 +12,17 @@
 //! - [`scenario`]: a market on one chain (deployment, a funded buyer, a registered provider and
 //!   the receipts it signs) for benches and tests;
 //! - [`db`]: the database URL, the workspace's migrations and throwaway databases;
-//! - [`bench`]: `cx-devnet bench gas` and `bench sign`, as functions returning their reports.
+//! - [`bench`]: `cx-devnet bench gas` and `bench sign`, as functions returning their reports;
+//! - [`harness`]: the cross-process test harness — markets of real processes (one chain, a
+//!   settling committee, a restartable exchange, a private PostgreSQL) that `cx-cli`'s
+//!   integration tests start;
+//! - [`devnet`]: `cx devnet`'s orchestration — the whole market, each party its own process, with
+//!   seeded traffic and a tally of what settled — behind a plain [`devnet::Config`] and
+//!   [`devnet::run`] (the `cx` binary keeps only the flags).
 //!
 //! Data flows: [`anvil`] starts chains → [`deploy`] puts contracts on them → [`cluster`] starts
-//! signers that read the deployments file → the coordinator (cx-settlement) settles on them.
+//! signers that read the deployments file → the coordinator (cx-settlement) settles on them;
+//! [`devnet`] composes all of them with the exchange and providers.
 //!
 //! ```no_run
 //! # async fn demo() -> cx_devnet::Result<()> {
@@ -31,14 +39,16 @@
 //! ```
 //!
 //! `.tools/` and `runtime/` are found under [`workspace_root`] (this crate's parent folder);
-//! `CX_ANVIL` and `CX_SIGNER_BIN` override the binaries. No feature flags.
+//! `CX_ANVIL`, `CX_SIGNER_BIN` and `CX_PROVIDER_BIN` override the binaries. No feature flags.
 
 pub mod anvil;
 pub mod bench;
 pub mod cluster;
 pub mod db;
 pub mod deploy;
+pub mod devnet;
 mod error;
+pub mod harness;
 pub mod lagging;
 pub mod scenario;
 pub mod supervise;
@@ -47,4 +57,4 @@ pub use anvil::{AnvilInstance, anvil_binary, workspace_root};
 pub use cluster::{Cluster, Placement, signer_binary};
 pub use error::{Error, Result};
 pub use scenario::ScenarioChain;
-pub use supervise::{ScratchDir, Supervised, Usage, free_port};
+pub use supervise::{ScratchDir, Supervised, Usage, free_port, provider_binary};

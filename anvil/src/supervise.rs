@@ -16,6 +16,39 @@ pub fn free_port() -> Result<u16> {
     Ok(listener.local_addr().map_err(Error::NoFreePort)?.port())
 }
 
+/// The `cx-provider` binary: `CX_PROVIDER_BIN`, else the one beside the running executable (`cx`
+/// in `target/<profile>/`), else the one a folder up (a test binary runs from
+/// `target/<profile>/deps/`). Not built here: `cargo test --workspace` and `scripts/run.sh`
+/// build it.
+pub fn provider_binary() -> Result<PathBuf> {
+    built_binary("cx-provider", "cx-provider", "CX_PROVIDER_BIN")
+}
+
+/// Binary `name` of `package`: `env`, else beside the running executable, else a folder up (from
+/// a test binary in `target/<profile>/deps/`, its crate's binaries are in `target/<profile>/`).
+pub(crate) fn built_binary(
+    name: &str,
+    package: &'static str,
+    env: &'static str,
+) -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os(env) {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().map_err(Error::io("the running executable"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let beside = dir.join(name);
+    for candidate in [&beside, &dir.join("..").join(name)] {
+        if candidate.exists() {
+            return Ok(candidate.clone());
+        }
+    }
+    Err(Error::MissingBinary {
+        path: beside,
+        package,
+        env,
+    })
+}
+
 /// A folder removed on drop (`CX_KEEP_SCRATCH=1` keeps it, configs and logs, for a post-mortem),
 /// or one that is kept ([`ScratchDir::kept`]: the devnet's `runtime/devnet/…`, read after a run).
 #[derive(Debug)]

@@ -3,40 +3,15 @@
 
 mod common;
 
-use common::TempDir;
+use common::{last_json, scratch};
 use serde_json::Value;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
+/// `cx args…`; the tests say what they mean: the environment of whoever runs them does not leak
+/// in (the harness's [`common::run`] drops the `cx agent` variables).
 fn cx(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cx"))
-        .args(args)
-        // The tests say what they mean; the environment of whoever runs them does not leak in.
-        .env_remove("CX_AGENT_KEYS")
-        .env_remove("CX_EXCHANGE")
-        .env_remove("CX_CA")
-        .env_remove("CX_CHAIN")
-        .env_remove("CX_RPC")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cx runs");
-    let mut input = child.stdin.take().expect("stdin is piped");
-    input.write_all(stdin.as_bytes()).expect("stdin accepts");
-    drop(input);
-    child.wait_with_output().expect("cx exits")
-}
-
-fn last_json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "cx failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.lines().last().expect("some output")).expect("last line is JSON")
+    common::run(&common::cx_binary(), args, stdin)
 }
 
 /// Runs `cx` expecting failure; returns its single stderr line.
@@ -56,8 +31,8 @@ fn mode(path: &Path) -> u32 {
 
 #[test]
 fn keygen_writes_a_0600_key_file_refuses_to_overwrite_it_and_replaces_it_with_force() {
-    let dir = TempDir::new("keygen");
-    let path = dir.0.join("agent.json");
+    let dir = scratch("keygen");
+    let path = dir.path.join("agent.json");
     let file = path.to_str().unwrap();
 
     let first = last_json(&cx(&["agent", "keygen", "--out", file, "--json"], ""));
@@ -88,13 +63,13 @@ fn keygen_writes_a_0600_key_file_refuses_to_overwrite_it_and_replaces_it_with_fo
     assert_ne!(second["account"], first["account"]);
     assert_eq!(mode(&path), 0o600);
     // Nothing but the key file in the directory: no temporary file left behind.
-    assert_eq!(std::fs::read_dir(&dir.0).unwrap().count(), 1);
+    assert_eq!(std::fs::read_dir(&dir.path).unwrap().count(), 1);
 }
 
 #[test]
 fn keygen_imports_a_wallet_secret_from_stdin() {
-    let dir = TempDir::new("import");
-    let path = dir.0.join("agent.json");
+    let dir = scratch("import");
+    let path = dir.path.join("agent.json");
     // Anvil's first deterministic account.
     let secret = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80\n";
     let out = cx(
@@ -118,8 +93,8 @@ fn keygen_imports_a_wallet_secret_from_stdin() {
 #[test]
 fn a_key_file_others_can_read_is_refused_naming_the_path() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = TempDir::new("perm");
-    let path = dir.0.join("agent.json");
+    let dir = scratch("perm");
+    let path = dir.path.join("agent.json");
     let file = path.to_str().unwrap();
     last_json(&cx(&["agent", "keygen", "--out", file, "--json"], ""));
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -140,8 +115,8 @@ fn commands_that_need_keys_say_how_to_get_them() {
 
 #[test]
 fn an_unreachable_exchange_is_one_line_naming_the_url() {
-    let dir = TempDir::new("unreachable");
-    let path = dir.0.join("agent.json");
+    let dir = scratch("unreachable");
+    let path = dir.path.join("agent.json");
     let file = path.to_str().unwrap();
     last_json(&cx(&["agent", "keygen", "--out", file, "--json"], ""));
     let err = error_line(&[
@@ -158,7 +133,7 @@ fn an_unreachable_exchange_is_one_line_naming_the_url() {
 // ---- the whole agent path: Anvil, a real exchange over HTTPS, the `cx agent` commands ----------
 
 mod devnet {
-    use super::common::{Serve, TempDir, group_key, path, strings};
+    use super::common::{ScratchDir, Serve, group_key, path, scratch, strings};
     use super::{error_line, last_json};
     use alloy::primitives::{Address, B256, U256};
     use cx_contracts::{ChainDeployment, DeploymentsFile};
@@ -205,7 +180,7 @@ mod devnet {
     /// `bundles` fixture), and an agent key file importing Anvil's second account.
     struct Env {
         anvil: AnvilInstance,
-        dir: TempDir,
+        dir: ScratchDir,
         deployments: std::path::PathBuf,
         _db: TempDatabase,
         _serve: Serve,
@@ -233,8 +208,8 @@ mod devnet {
                 chain: anvil.entry(),
                 deployment,
             };
-            let dir = TempDir::new(tag);
-            let deployments = dir.0.join("deployments.json");
+            let dir = scratch(tag);
+            let deployments = dir.path.join("deployments.json");
             DeploymentsFile {
                 chains: vec![chain.clone()],
             }
@@ -244,14 +219,14 @@ mod devnet {
             // The exchange, as a person starts it: `cx serve` on the chain the devnet deployed,
             // a bundle fixture, a fresh database and development CA.
             let db = TempDatabase::create().await.unwrap();
-            let bundles_file = dir.0.join("bundles.json");
+            let bundles_file = dir.path.join("bundles.json");
             std::fs::write(&bundles_file, serde_json::to_string(bundles).unwrap()).unwrap();
             let listen = format!("127.0.0.1:{}", free_port().unwrap());
             let serve_args = [
                 "--listen".to_owned(),
                 listen,
                 "--ca-dir".to_owned(),
-                path(&dir.0.join("ca")).to_owned(),
+                path(&dir.path.join("ca")).to_owned(),
                 "--deployments".to_owned(),
                 path(&deployments).to_owned(),
                 "--bundles".to_owned(),
@@ -274,7 +249,7 @@ mod devnet {
             .unwrap();
 
             // The agent: Anvil's second account, imported.
-            let keys = dir.0.join("agent.json");
+            let keys = dir.path.join("agent.json");
             let secret = format!("{}\n", B256::from(anvil.keys[1].to_bytes()));
             let account = anvil.keys[1].address();
             let made = last_json(
@@ -544,7 +519,7 @@ mod devnet {
         .unwrap();
         let provider = tokio::spawn(provider(env.url.clone(), env.ca.clone(), 4, answer, staker));
 
-        let key_file = env.dir.0.join("session.key");
+        let key_file = env.dir.path.join("session.key");
         let session = last_json(
             &cx(
                 env.agent(&[

@@ -148,12 +148,12 @@ fn secrets_under(dir: &Path) -> Vec<String> {
 async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
     let offset = free_offset(20_000);
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
-    let dir = common::TempDir::new("devnet");
+    let dir = common::scratch("devnet");
     let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
 
     let started = Instant::now();
     let out = tokio::task::spawn_blocking({
-        let dir = dir.0.clone();
+        let dir = dir.path.clone();
         let url = db.url.clone();
         move || {
             devnet_command(offset, &dir, &url, &signer)
@@ -171,7 +171,7 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
         out.status.success(),
         "cx devnet failed ({}):\n{stdout}\n{stderr}\nexchange log:\n{}",
         out.status,
-        std::fs::read_to_string(dir.0.join("exchange.log")).unwrap_or_default()
+        std::fs::read_to_string(dir.path.join("exchange.log")).unwrap_or_default()
     );
     let summary: serde_json::Value =
         serde_json::from_str(stdout.lines().last().expect("a summary")).expect("JSON, last");
@@ -205,7 +205,7 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
         "chain-31337/anvil.log",
         "signers/signer-1.log",
     ] {
-        assert!(Path::new(&dir.0.join(log)).exists(), "{log}");
+        assert!(Path::new(&dir.path.join(log)).exists(), "{log}");
     }
     // Nothing it started still listens.
     if let Err(held) = freed(offset) {
@@ -214,9 +214,9 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
     // No secret it generated is in any log: every key file's secret (the whole file for raw
     // keys; the `*secret*`/`*seed*` fields of JSON key files), the session key, searched for
     // in every `.log` under its folder, as stored and without its 0x.
-    let secrets = secrets_under(&dir.0);
+    let secrets = secrets_under(&dir.path);
     assert!(secrets.len() >= 15, "found only {} secrets", secrets.len());
-    for log in files_under(&dir.0)
+    for log in files_under(&dir.path)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
     {
@@ -245,10 +245,10 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
 async fn a_settled_job_of_the_devnet_shows_in_a_real_browser() {
     let offset = free_offset(28_020);
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
-    let dir = common::TempDir::new("devnet-browser");
+    let dir = common::scratch("devnet-browser");
     let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
     let mut devnet = common::Interrupted(
-        devnet_command(offset, &dir.0, &db.url, &signer)
+        devnet_command(offset, &dir.path, &db.url, &signer)
             .args(["--providers", "1", "--agents", "1"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -256,14 +256,14 @@ async fn a_settled_job_of_the_devnet_shows_in_a_real_browser() {
             .expect("cx runs"),
     );
     let exchange = format!("https://127.0.0.1:{}", 8443 + offset);
-    let cert = dir.0.join("ca/server.pem");
+    let cert = dir.path.join("ca/server.pem");
     let shots = common::screenshots_dir();
     let started = Instant::now();
     let job_path = loop {
         assert!(
             devnet.0.try_wait().unwrap().is_none(),
             "the devnet exited: {}",
-            std::fs::read_to_string(dir.0.join("exchange.log")).unwrap_or_default()
+            std::fs::read_to_string(dir.path.join("exchange.log")).unwrap_or_default()
         );
         if cert.exists() {
             let list = tokio::task::block_in_place(|| {
@@ -286,7 +286,7 @@ async fn a_settled_job_of_the_devnet_shows_in_a_real_browser() {
         assert!(
             started.elapsed().as_secs() < 150,
             "no job settled in 150 s: {}",
-            std::fs::read_to_string(dir.0.join("exchange.log")).unwrap_or_default()
+            std::fs::read_to_string(dir.path.join("exchange.log")).unwrap_or_default()
         );
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     };
@@ -353,22 +353,22 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
     const CHAIN: u64 = 31338;
     let offset = free_offset(36_020);
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
-    let dir = common::TempDir::new("devnet-market");
+    let dir = common::scratch("devnet-market");
     let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
     // Its output beside, not inside, its folder (which it makes afresh).
-    let outs = common::TempDir::new("devnet-market-out");
-    let out_path = outs.0.join("devnet.out");
+    let outs = common::scratch("devnet-market-out");
+    let out_path = outs.path.join("devnet.out");
     let mut devnet = common::Interrupted(
-        devnet_command(offset, &dir.0, &db.url, &signer)
+        devnet_command(offset, &dir.path, &db.url, &signer)
             .args(["--no-traffic", "--providers", "3", "--agents", "1"])
             .stdout(std::fs::File::create(&out_path).unwrap())
-            .stderr(std::fs::File::create(outs.0.join("devnet.err")).unwrap())
+            .stderr(std::fs::File::create(outs.path.join("devnet.err")).unwrap())
             .spawn()
             .expect("cx runs"),
     );
     let log = |name: &str| {
-        std::fs::read_to_string(outs.0.join(name))
-            .or_else(|_| std::fs::read_to_string(dir.0.join(name)))
+        std::fs::read_to_string(outs.path.join(name))
+            .or_else(|_| std::fs::read_to_string(dir.path.join(name)))
             .unwrap_or_default()
     };
     let started = Instant::now();
@@ -382,8 +382,8 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
     let url = format!("https://127.0.0.1:{}", 8443 + offset);
-    let ca = dir.0.join("ca/ca.pem");
-    let deployments = dir.0.join("deployments.json");
+    let ca = dir.path.join("ca/ca.pem");
+    let deployments = dir.path.join("deployments.json");
     let client = cx_client::Client::new(&url, Some(&ca)).unwrap();
     let agent = |rest: &[&str]| {
         let mut args = common::strings(&[
@@ -393,7 +393,7 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
             "--ca",
             common::path(&ca),
             "--keys",
-            common::path(&dir.0.join("agents/try.json")),
+            common::path(&dir.path.join("agents/try.json")),
             "--chain",
             &CHAIN.to_string(),
         ]);
@@ -430,7 +430,7 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
     let adapter = common::cx_json(
         agent(&[
             "put-adapter",
-            common::path(&dir.0.join("adapters/adapter-007")),
+            common::path(&dir.path.join("adapters/adapter-007")),
             "--json",
         ]),
         String::new(),
@@ -505,7 +505,7 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
     // `--provider-silence-s` (75 s) it leaves, and the job moves to another provider, which
     // answers the waiting agent.
     let name = holder.trim_end_matches("-cpu");
-    let identity = dir.0.join(format!("providers/{name}.key"));
+    let identity = dir.path.join(format!("providers/{name}.key"));
     let killed = Command::new("pkill")
         .args(["-KILL", "-f", &identity.display().to_string()])
         .status()
@@ -521,7 +521,7 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
     let moved_to = third["bundle_id"].as_str().unwrap();
     assert_ne!(moved_to, holder, "{third}");
     // The devnet's `try` agent's job: read with its key.
-    let try_keys = cx_client::AgentKeys::load(&dir.0.join("agents/try.json")).unwrap();
+    let try_keys = cx_client::AgentKeys::load(&dir.path.join("agents/try.json")).unwrap();
     let job = client
         .clone()
         .with_credential(cx_client::Credential::Account(
@@ -592,7 +592,7 @@ async fn an_agent_is_served_by_the_provider_holding_its_adapter_and_outlives_a_k
         &[
             "claim",
             "--evm-key",
-            common::path(&dir.0.join(format!("providers/{name}-evm.key"))),
+            common::path(&dir.path.join(format!("providers/{name}-evm.key"))),
             "--deployments",
             common::path(&deployments),
             "--chain",
@@ -626,10 +626,10 @@ async fn the_devnet_runs_the_market_on_a_real_checkpoint() {
     );
     let offset = free_offset(44_020);
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
-    let dir = common::TempDir::new("devnet-real");
+    let dir = common::scratch("devnet-real");
     let signer = tokio::task::block_in_place(cx_devnet::signer_binary).unwrap();
     let out = tokio::task::spawn_blocking({
-        let dir = dir.0.clone();
+        let dir = dir.path.clone();
         let url = db.url.clone();
         move || {
             devnet_command(offset, &dir, &url, &signer)
@@ -650,7 +650,7 @@ async fn the_devnet_runs_the_market_on_a_real_checkpoint() {
         out.status.success(),
         "cx devnet --model failed ({}):\n{stdout}\n{stderr}\nexchange log:\n{}",
         out.status,
-        std::fs::read_to_string(dir.0.join("exchange.log")).unwrap_or_default()
+        std::fs::read_to_string(dir.path.join("exchange.log")).unwrap_or_default()
     );
     let summary: serde_json::Value =
         serde_json::from_str(stdout.lines().last().expect("a summary")).expect("JSON, last");
@@ -659,10 +659,10 @@ async fn the_devnet_runs_the_market_on_a_real_checkpoint() {
         stdout.contains(&format!(" intent --model {NAME} ")),
         "{stdout}"
     );
-    let catalog = std::fs::read_to_string(dir.0.join("catalog.toml")).unwrap();
+    let catalog = std::fs::read_to_string(dir.path.join("catalog.toml")).unwrap();
     assert!(catalog.contains(&format!("name = {NAME:?}")), "{catalog}");
     let adapter: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(dir.0.join("adapters/adapter-000/adapter_config.json")).unwrap(),
+        &std::fs::read(dir.path.join("adapters/adapter-000/adapter_config.json")).unwrap(),
     )
     .unwrap();
     assert_eq!(adapter["base_model_name_or_path"], NAME);

@@ -452,10 +452,10 @@ async fn the_exchange_killed_between_signing_and_posting_a_batch_settles_it_once
     let bin = common::provider_bin();
     // Keys: 0 deploys, 1 the agent, 2 the provider, 3 posts.
     let mut world = common::settling("faults-settle", 500, 4, 3).await;
-    let model = common::gen_model(&bin, &world.dir.0);
+    let model = common::gen_model(&bin, &world.dir.path);
     let _provider = common::start_provider(
         &bin,
-        &world.dir.0,
+        &world.dir.path,
         "p0",
         &model,
         &world.market,
@@ -467,7 +467,7 @@ async fn the_exchange_killed_between_signing_and_posting_a_batch_settles_it_once
     let payout = world.anvil.keys[2].address();
     common::registered(&world.client, "p0").await;
     let agent = common::Agent::import(
-        &world.dir.0,
+        &world.dir.path,
         &world.market,
         B256::from(world.anvil.keys[1].to_bytes()),
     )

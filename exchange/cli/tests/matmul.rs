@@ -12,7 +12,7 @@
 mod common;
 
 use alloy::primitives::B256;
-use common::{TempDir, cx_json, group_key, provider_bin, registered, run, start_provider};
+use common::{cx_json, group_key, provider_bin, registered, run, scratch, start_provider};
 use cx_devnet::db::TempDatabase;
 use std::path::Path;
 use std::time::Duration;
@@ -46,26 +46,31 @@ fn matmul_args(tab: u64, seed: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_product_is_caught_and_refunded_and_a_right_one_is_verified_and_done() {
     let bin = provider_bin();
-    let dir = TempDir::new("matmul");
+    let dir = scratch("matmul");
     let common::Chain {
         anvil, deployments, ..
-    } = common::deploy_chain(&dir.0, 4, group_key(), 1).await;
+    } = common::deploy_chain(&dir.path, 4, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
-    let exchange =
-        common::start_exchange(&dir.0, &deployments, &db.url, &["--freivalds-rounds", "20"]).await;
+    let exchange = common::start_exchange(
+        &dir.path,
+        &deployments,
+        &db.url,
+        &["--freivalds-rounds", "20"],
+    )
+    .await;
     let client = cx_client::Client::new(&exchange.url, Some(&exchange.ca))
         .unwrap()
         .with_timeout(Duration::from_secs(60));
-    let model_dir = common::gen_model(&bin, &dir.0);
+    let model_dir = common::gen_model(&bin, &dir.path);
     let agent =
-        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
+        common::Agent::import(&dir.path, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
     let tab = agent.open_tab(&client, 5_000_000, &deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
 
     // First only the faulty provider offers products.
     let _faulty = start_provider(
         &bin,
-        &dir.0,
+        &dir.path,
         "faulty",
         &model_dir,
         &exchange,
@@ -111,7 +116,7 @@ async fn a_wrong_product_is_caught_and_refunded_and_a_right_one_is_verified_and_
     // An honest provider, cheaper, takes the next product.
     let _honest = start_provider(
         &bin,
-        &dir.0,
+        &dir.path,
         "honest",
         &model_dir,
         &exchange,

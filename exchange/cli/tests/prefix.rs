@@ -14,7 +14,7 @@
 mod common;
 
 use alloy::primitives::B256;
-use common::{Killed, MODEL, TempDir, cx_json, group_key, path, provider_bin, run};
+use common::{Killed, MODEL, cx_json, group_key, path, provider_bin, run, scratch};
 use cx_devnet::db::TempDatabase;
 use cx_devnet::free_port;
 use cx_protocol::order::chat_prompt;
@@ -26,30 +26,30 @@ use std::time::{Duration, Instant};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_continuation_is_cleared_onto_the_provider_holding_its_prefix() {
     let bin = provider_bin();
-    let dir = TempDir::new("prefix");
+    let dir = scratch("prefix");
     let common::Chain {
         anvil, deployments, ..
-    } = common::deploy_chain(&dir.0, 4, group_key(), 1).await;
+    } = common::deploy_chain(&dir.path, 4, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
-    let exchange = common::start_exchange(&dir.0, &deployments, &db.url, &[]).await;
+    let exchange = common::start_exchange(&dir.path, &deployments, &db.url, &[]).await;
     let (url, ca, exchange_key) = (
         exchange.url.clone(),
         exchange.ca.clone(),
         exchange.key_hash.clone(),
     );
-    let model_dir = common::gen_model(&bin, &dir.0);
+    let model_dir = common::gen_model(&bin, &dir.path);
     let client = cx_client::Client::new(&url, Some(&ca))
         .unwrap()
         .with_timeout(Duration::from_secs(90));
     let start_provider = |n: usize, ask_wei_per_s: u64| {
-        let identity = dir.0.join(format!("provider-{n}.key"));
+        let identity = dir.path.join(format!("provider-{n}.key"));
         let out = run(&bin, &["keygen", "--out", path(&identity)], "");
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let evm_key = dir.0.join(format!("provider-{n}-evm.key"));
+        let evm_key = dir.path.join(format!("provider-{n}-evm.key"));
         common::write_evm_key(&evm_key, &anvil.keys[1 + n]);
         common::stake_provider(&bin, &evm_key, &deployments, &identity);
         Killed(
@@ -92,7 +92,7 @@ async fn a_continuation_is_cleared_onto_the_provider_holding_its_prefix() {
     until("cpu-1", &|_| true).await;
 
     let agent =
-        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[0].to_bytes())).await;
+        common::Agent::import(&dir.path, &exchange, B256::from(anvil.keys[0].to_bytes())).await;
     let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let api_key = agent.session(escrow_id, "4000000", "1000000", "80").await;

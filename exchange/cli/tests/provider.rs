@@ -12,7 +12,7 @@
 mod common;
 
 use alloy::primitives::B256;
-use common::{Killed, MODEL, TempDir, cx_json, group_key, path, provider_bin, run};
+use common::{Killed, MODEL, cx_json, group_key, path, provider_bin, run, scratch};
 use cx_devnet::db::TempDatabase;
 use cx_devnet::free_port;
 use serde_json::json;
@@ -22,15 +22,15 @@ use std::time::{Duration, Instant};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_receipt() {
     let bin = provider_bin();
-    let dir = TempDir::new("market");
+    let dir = scratch("market");
 
     // The chain and its contracts; the exchange: the tiny catalog, no bundles but those
     // providers register.
     let common::Chain {
         anvil, deployments, ..
-    } = common::deploy_chain(&dir.0, 3, group_key(), 1).await;
+    } = common::deploy_chain(&dir.path, 3, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
-    let mut exchange = common::start_exchange(&dir.0, &deployments, &db.url, &[]).await;
+    let mut exchange = common::start_exchange(&dir.path, &deployments, &db.url, &[]).await;
     assert!(exchange.serve.field("bundles").starts_with('0'));
     let (url, ca, exchange_key) = (
         exchange.url.clone(),
@@ -39,8 +39,8 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
     );
 
     // The provider: a generated model, its own identity, `serve --exchange`.
-    let model_dir = common::gen_model(&bin, &dir.0);
-    let identity = dir.0.join("provider.key");
+    let model_dir = common::gen_model(&bin, &dir.path);
+    let identity = dir.path.join("provider.key");
     let out = run(&bin, &["keygen", "--out", path(&identity)], "");
     assert!(
         out.status.success(),
@@ -48,7 +48,7 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
         String::from_utf8_lossy(&out.stderr)
     );
     // Staked on chain under its key, as the exchange admits only staked providers.
-    let evm_key = dir.0.join("provider-evm.key");
+    let evm_key = dir.path.join("provider-evm.key");
     common::write_evm_key(&evm_key, &anvil.keys[2]);
     common::stake_provider(&bin, &evm_key, &deployments, &identity);
     let provider_port = free_port().unwrap();
@@ -64,7 +64,7 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
             .args(["--payout", &payout.to_string(), "--operator", "op-test"])
             .args(["--ask-wei-per-s", "1000000", "--bundle-id", "tiny-cpu-0"])
             .args(["--model-name", MODEL])
-            .args(["--fetched-adapters", path(&dir.0.join("fetched"))])
+            .args(["--fetched-adapters", path(&dir.path.join("fetched"))])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -96,7 +96,7 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
 
     // The agent: Anvil's second account, a tab on chain, bound, a session key.
     let agent =
-        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
+        common::Agent::import(&dir.path, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
     let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let api_key = agent.session(escrow_id, "4000000", "1000000", "60").await;
@@ -130,7 +130,7 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
 
     // An adapter the provider has never seen: stored at the exchange, named by the call; the
     // provider fetches it by content id, checks it, loads it and runs the job with it.
-    let adapters = dir.0.join("adapters");
+    let adapters = dir.path.join("adapters");
     let out = run(
         &bin,
         &[
@@ -334,14 +334,14 @@ async fn a_real_provider_registers_pulls_a_job_runs_it_greedily_and_is_paid_its_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_providers_job_is_re_cleared_onto_another_and_answered() {
     let bin = provider_bin();
-    let dir = TempDir::new("hung");
+    let dir = scratch("hung");
     let common::Chain {
         anvil, deployments, ..
-    } = common::deploy_chain(&dir.0, 4, group_key(), 1).await;
+    } = common::deploy_chain(&dir.path, 4, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
     // Silent after 35 s: above the providers' 30 s re-registration, so a live one never is.
     let exchange = common::start_exchange(
-        &dir.0,
+        &dir.path,
         &deployments,
         &db.url,
         &["--provider-silence-s", "35"],
@@ -352,20 +352,20 @@ async fn a_hung_providers_job_is_re_cleared_onto_another_and_answered() {
         exchange.ca.clone(),
         exchange.key_hash.clone(),
     );
-    let model_dir = common::gen_model(&bin, &dir.0);
+    let model_dir = common::gen_model(&bin, &dir.path);
     let client = cx_client::Client::new(&url, Some(&ca))
         .unwrap()
         .with_timeout(Duration::from_secs(90));
     // Two providers, each staked under its own key; the first starts alone.
     let start_provider = |n: usize| {
-        let identity = dir.0.join(format!("provider-{n}.key"));
+        let identity = dir.path.join(format!("provider-{n}.key"));
         let out = run(&bin, &["keygen", "--out", path(&identity)], "");
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let evm_key = dir.0.join(format!("provider-{n}-evm.key"));
+        let evm_key = dir.path.join(format!("provider-{n}-evm.key"));
         common::write_evm_key(&evm_key, &anvil.keys[1 + n]);
         common::stake_provider(&bin, &evm_key, &deployments, &identity);
         Killed(
@@ -413,7 +413,7 @@ async fn a_hung_providers_job_is_re_cleared_onto_another_and_answered() {
 
     // The agent: Anvil's first account, a tab, bound, a session key.
     let agent =
-        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[0].to_bytes())).await;
+        common::Agent::import(&dir.path, &exchange, B256::from(anvil.keys[0].to_bytes())).await;
     let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let api_key = agent.session(escrow_id, "4000000", "1000000", "80").await;
@@ -469,7 +469,7 @@ async fn a_hung_providers_job_is_re_cleared_onto_another_and_answered() {
 async fn a_real_instruct_model_answers_the_openai_client_through_the_market() {
     const NAME: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
     let bin = provider_bin();
-    let dir = TempDir::new("real-market");
+    let dir = scratch("real-market");
     let model_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../.tools/models/smollm2-135m-instruct");
     assert!(
@@ -477,7 +477,7 @@ async fn a_real_instruct_model_answers_the_openai_client_through_the_market() {
         "{}: the real model is installed by scripts/setup.sh (scripts/real-model.sh)",
         model_dir.display()
     );
-    let catalog = dir.0.join("catalog.toml");
+    let catalog = dir.path.join("catalog.toml");
     let out = run(
         std::path::Path::new(env!("CARGO_BIN_EXE_cx")),
         &[
@@ -504,13 +504,13 @@ async fn a_real_instruct_model_answers_the_openai_client_through_the_market() {
 
     let common::Chain {
         anvil, deployments, ..
-    } = common::deploy_chain(&dir.0, 3, group_key(), 1).await;
+    } = common::deploy_chain(&dir.path, 3, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
-    let exchange = common::start_exchange(&dir.0, &deployments, &db.url, &[]).await;
+    let exchange = common::start_exchange(&dir.path, &deployments, &db.url, &[]).await;
     let _provider = Killed(
         common::serving_command(
             &bin,
-            &dir.0,
+            &dir.path,
             "real-cpu-0",
             (&model_dir, NAME),
             &exchange,
@@ -528,7 +528,7 @@ async fn a_real_instruct_model_answers_the_openai_client_through_the_market() {
         .with_timeout(Duration::from_secs(60));
     common::registered(&client, "real-cpu-0").await;
     let agent =
-        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
+        common::Agent::import(&dir.path, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
     let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let api_key = agent.session(escrow_id, "4000000", "1000000", "60").await;

@@ -44,15 +44,15 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     assert_eq!(format!("{}", exchange.id()), exchange_hash);
 
     // The provider: a generated model, its key registered on chain for its payout account.
-    let model_dir = common::gen_model(&bin, &dir.0);
-    let identity = dir.0.join("provider.key");
+    let model_dir = common::gen_model(&bin, &dir.path);
+    let identity = dir.path.join("provider.key");
     let out = run(&bin, &["keygen", "--out", path(&identity)], "");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let evm_key = dir.0.join("provider-evm.key");
+    let evm_key = dir.path.join("provider-evm.key");
     common::write_evm_key(&evm_key, &anvil.keys[2]);
     common::stake_provider(&bin, &evm_key, deployments, &identity);
     let provider_account =
@@ -92,7 +92,8 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     }
 
     // The agent buys one completion on a tab of 5,000,000 wei.
-    let agent = common::Agent::import(&dir.0, market, B256::from(anvil.keys[1].to_bytes())).await;
+    let agent =
+        common::Agent::import(&dir.path, market, B256::from(anvil.keys[1].to_bytes())).await;
     let amount = 5_000_000u128;
     let escrow_id = agent.open_tab(&client, amount, deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;

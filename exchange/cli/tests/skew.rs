@@ -13,7 +13,7 @@
 mod common;
 
 use alloy::primitives::B256;
-use common::{TempDir, cx_json, group_key, provider_bin};
+use common::{cx_json, group_key, provider_bin, scratch};
 use cx_devnet::db::TempDatabase;
 use serde_json::json;
 use std::time::Duration;
@@ -33,18 +33,18 @@ fn libfaketime() -> std::path::PathBuf {
 async fn providers_whose_clocks_are_minutes_off_serve_by_the_exchanges_deadlines() {
     let lib = libfaketime();
     let bin = provider_bin();
-    let dir = TempDir::new("skew");
+    let dir = scratch("skew");
     let common::Chain {
         anvil, deployments, ..
-    } = common::deploy_chain(&dir.0, 4, group_key(), 1).await;
+    } = common::deploy_chain(&dir.path, 4, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
-    let exchange = common::start_exchange(&dir.0, &deployments, &db.url, &[]).await;
-    let model_dir = common::gen_model(&bin, &dir.0);
+    let exchange = common::start_exchange(&dir.path, &deployments, &db.url, &[]).await;
+    let model_dir = common::gen_model(&bin, &dir.path);
     let client = cx_client::Client::new(&exchange.url, Some(&exchange.ca))
         .unwrap()
         .with_timeout(Duration::from_secs(90));
     let agent =
-        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[0].to_bytes())).await;
+        common::Agent::import(&dir.path, &exchange, B256::from(anvil.keys[0].to_bytes())).await;
     let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let api_key = agent.session(escrow_id, "4000000", "1000000", "20").await;
@@ -55,7 +55,7 @@ async fn providers_whose_clocks_are_minutes_off_serve_by_the_exchanges_deadlines
         let name = format!("cpu-{n}");
         let mut command = common::provider_command(
             &bin,
-            &dir.0,
+            &dir.path,
             &name,
             &model_dir,
             &exchange,

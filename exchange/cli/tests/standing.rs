@@ -39,81 +39,81 @@ async fn until<T, F: std::future::Future<Output = Option<T>>>(
     }
 }
 
-impl common::Settling {
-    /// A real `cx-provider` of `model_dir` staked with Anvil key `key`, serving bundle `name` at
-    /// `ask` wei/s; and its payout account.
-    fn provider(
-        &self,
-        model_dir: &std::path::Path,
-        name: &str,
-        key: usize,
-        ask: &str,
-    ) -> (Killed, Address) {
-        let bin = provider_bin();
-        let identity = self.dir.0.join(format!("{name}.key"));
-        let out = run(&bin, &["keygen", "--out", path(&identity)], "");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let evm_key = self.dir.0.join(format!("{name}-evm.key"));
-        common::write_evm_key(&evm_key, &self.anvil.keys[key]);
-        common::stake_provider(&bin, &evm_key, &self.deployments, &identity);
-        let account = EvmClient::connect(
-            &self.anvil.rpc_url(),
-            self.anvil.keys[key].clone(),
-            self.deployment,
-        )
-        .unwrap()
-        .account();
-        let child = Command::new(&bin)
-            .args(["serve", "--model", path(model_dir)])
-            .args(["--port", &free_port().unwrap().to_string()])
-            .args(["--served-model-name", MODEL, "--threads", "1"])
-            .args([
-                "--exchange",
-                &self.market.url,
-                "--exchange-ca",
-                path(&self.market.ca),
-            ])
-            .args([
-                "--exchange-key-hash",
-                &format!("0x{}", self.market.key_hash),
-            ])
-            .args(["--identity", path(&identity)])
-            .args(["--payout", &account.to_string()])
-            .args(["--operator", &format!("op-{name}")])
-            .args(["--ask-wei-per-s", ask, "--bundle-id", name])
-            .args(["--model-name", MODEL])
-            .args([
-                "--fetched-adapters",
-                path(&self.dir.0.join(format!("{name}-fetched"))),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cx-provider runs");
-        (Killed(child), account)
-    }
+/// A real `cx-provider` of `model_dir` staked with Anvil key `key`, serving bundle `name` at
+/// `ask` wei/s on `world`'s market; and its payout account.
+fn provider(
+    world: &common::Settling,
+    model_dir: &std::path::Path,
+    name: &str,
+    key: usize,
+    ask: &str,
+) -> (Killed, Address) {
+    let bin = provider_bin();
+    let identity = world.dir.path.join(format!("{name}.key"));
+    let out = run(&bin, &["keygen", "--out", path(&identity)], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let evm_key = world.dir.path.join(format!("{name}-evm.key"));
+    common::write_evm_key(&evm_key, &world.anvil.keys[key]);
+    common::stake_provider(&bin, &evm_key, &world.deployments, &identity);
+    let account = EvmClient::connect(
+        &world.anvil.rpc_url(),
+        world.anvil.keys[key].clone(),
+        world.deployment,
+    )
+    .unwrap()
+    .account();
+    let child = Command::new(&bin)
+        .args(["serve", "--model", path(model_dir)])
+        .args(["--port", &free_port().unwrap().to_string()])
+        .args(["--served-model-name", MODEL, "--threads", "1"])
+        .args([
+            "--exchange",
+            &world.market.url,
+            "--exchange-ca",
+            path(&world.market.ca),
+        ])
+        .args([
+            "--exchange-key-hash",
+            &format!("0x{}", world.market.key_hash),
+        ])
+        .args(["--identity", path(&identity)])
+        .args(["--payout", &account.to_string()])
+        .args(["--operator", &format!("op-{name}")])
+        .args(["--ask-wei-per-s", ask, "--bundle-id", name])
+        .args(["--model-name", MODEL])
+        .args([
+            "--fetched-adapters",
+            path(&world.dir.path.join(format!("{name}-fetched"))),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("cx-provider runs");
+    (Killed(child), account)
+}
 
-    /// Waits until bundles `ids` are registered (each provider also offers its matmul bundle).
-    async fn registered(&self, ids: &[&str]) {
-        until(
-            "the providers registered",
-            Duration::from_secs(60),
-            || async {
-                self.client
-                    .providers()
-                    .await
-                    .ok()
-                    .filter(|b| ids.iter().all(|id| b.iter().any(|b| b.id == *id)))
-                    .map(|_| ())
-            },
-        )
-        .await;
-    }
+/// Waits until bundles `ids` are registered at `world`'s exchange (each provider also offers its
+/// matmul bundle).
+async fn registered(world: &common::Settling, ids: &[&str]) {
+    until(
+        "the providers registered",
+        Duration::from_secs(60),
+        || async {
+            world
+                .client
+                .providers()
+                .await
+                .ok()
+                .filter(|b| ids.iter().all(|id| b.iter().any(|b| b.id == *id)))
+                .map(|_| ())
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -124,18 +124,22 @@ async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_pai
 
     // Two providers of the same model, asking 1 000 000 and 2 000 000 wei/s; each bids 10 %
     // below its ask (the default --reserve-discount-bps).
-    let model_dir = common::gen_model(&provider_bin(), &world.dir.0);
+    let model_dir = common::gen_model(&provider_bin(), &world.dir.path);
     let mut providers = Vec::new();
     let mut payouts = Vec::new();
     for (name, key, ask) in [("cheap", 2, "1000000"), ("dear", 4, "2000000")] {
-        let (child, payout) = world.provider(&model_dir, name, key, ask);
+        let (child, payout) = provider(&world, &model_dir, name, key, ask);
         providers.push(child);
         payouts.push(payout);
     }
-    world.registered(&["cheap", "dear"]).await;
+    registered(&world, &["cheap", "dear"]).await;
 
-    let agent =
-        common::Agent::import(&world.dir.0, market, B256::from(anvil.keys[1].to_bytes())).await;
+    let agent = common::Agent::import(
+        &world.dir.path,
+        market,
+        B256::from(anvil.keys[1].to_bytes()),
+    )
+    .await;
     let amount = 5_000_000u128;
     let escrow_id = agent.open_tab(client, amount, deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
@@ -270,12 +274,12 @@ async fn a_rented_adapter_is_pinned_by_its_provider_and_its_term_paid_on_chain()
     let world = common::settling("rent", 500, 5, 3).await;
     let client = &world.client;
     let bin = provider_bin();
-    let model_dir = common::gen_model(&bin, &world.dir.0);
-    let (provider, payout) = world.provider(&model_dir, "holder", 2, "1000000");
-    world.registered(&["holder"]).await;
+    let model_dir = common::gen_model(&bin, &world.dir.path);
+    let (provider, payout) = provider(&world, &model_dir, "holder", 2, "1000000");
+    registered(&world, &["holder"]).await;
 
     // An adapter the provider has never seen, on the catalog's base.
-    let adapters = world.dir.0.join("adapters");
+    let adapters = world.dir.path.join("adapters");
     let out = run(
         &bin,
         &[
@@ -302,7 +306,7 @@ async fn a_rented_adapter_is_pinned_by_its_provider_and_its_term_paid_on_chain()
     config["base_model_name_or_path"] = json!(MODEL);
     std::fs::write(&config_path, config.to_string()).unwrap();
     let agent = common::Agent::import(
-        &world.dir.0,
+        &world.dir.path,
         &world.market,
         B256::from(world.anvil.keys[1].to_bytes()),
     )

@@ -11,7 +11,7 @@
 mod common;
 
 use alloy::primitives::B256;
-use common::{TempDir, cx_json, group_key, path, provider_bin, registered, run, start_provider};
+use common::{cx_json, group_key, path, provider_bin, registered, run, scratch, start_provider};
 use cx_devnet::db::TempDatabase;
 use std::time::Duration;
 
@@ -35,18 +35,18 @@ fn dataset() -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_orders_an_adapter_trained_and_its_next_intents_use_it() {
     let bin = provider_bin();
-    let dir = TempDir::new("train");
+    let dir = scratch("train");
     let common::Chain {
         anvil, deployments, ..
-    } = common::deploy_chain(&dir.0, 4, group_key(), 1).await;
+    } = common::deploy_chain(&dir.path, 4, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
-    let exchange = common::start_exchange(&dir.0, &deployments, &db.url, &[]).await;
+    let exchange = common::start_exchange(&dir.path, &deployments, &db.url, &[]).await;
     let client = cx_client::Client::new(&exchange.url, Some(&exchange.ca))
         .unwrap()
         .with_timeout(Duration::from_secs(60));
     // The tiny catalog's shape with lm_head tied to the embeddings: untied, the generated
     // head bounds every logit too tightly for any adapter to make one token certain.
-    let model_dir = dir.0.join("model");
+    let model_dir = dir.path.join("model");
     let out = run(
         &bin,
         &[
@@ -69,12 +69,12 @@ async fn an_agent_orders_an_adapter_trained_and_its_next_intents_use_it() {
         String::from_utf8_lossy(&out.stderr)
     );
     let agent =
-        common::Agent::import(&dir.0, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
+        common::Agent::import(&dir.path, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
     let tab = agent.open_tab(&client, 50_000_000, &deployments).await;
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;
     let _provider = start_provider(
         &bin,
-        &dir.0,
+        &dir.path,
         "trainer",
         &model_dir,
         &exchange,
@@ -85,7 +85,7 @@ async fn an_agent_orders_an_adapter_trained_and_its_next_intents_use_it() {
     );
     registered(&client, "trainer-train").await;
 
-    let file = dir.0.join("mapping.json");
+    let file = dir.path.join("mapping.json");
     std::fs::write(&file, dataset().to_string()).unwrap();
     let stored = cx_json(
         agent.args(&["put-dataset", path(&file), "--json"]),

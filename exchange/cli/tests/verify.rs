@@ -39,7 +39,7 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
     );
 
     // Three providers of three operators; the cheat asks least, so the job goes to it first.
-    let model_dir = common::gen_model(&bin, &dir.0);
+    let model_dir = common::gen_model(&bin, &dir.path);
     let mut providers = Vec::new();
     let mut payouts = Vec::new();
     for (i, (operator, ask, fault)) in [
@@ -50,14 +50,14 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
     .into_iter()
     .enumerate()
     {
-        let identity = dir.0.join(format!("provider-{i}.key"));
+        let identity = dir.path.join(format!("provider-{i}.key"));
         let out = run(&bin, &["keygen", "--out", path(&identity)], "");
         assert!(
             out.status.success(),
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let evm_key = dir.0.join(format!("provider-{i}-evm.key"));
+        let evm_key = dir.path.join(format!("provider-{i}-evm.key"));
         common::write_evm_key(&evm_key, &anvil.keys[2 + i]);
         common::stake_provider(&bin, &evm_key, deployments, &identity);
         let payout = anvil.keys[2 + i].address();
@@ -93,7 +93,8 @@ async fn a_provider_returning_wrong_bytes_under_t1_is_outvoted_slashed_on_chain_
     }
 
     // The agent's T1 class-D intent on a tab.
-    let agent = common::Agent::import(&dir.0, market, B256::from(anvil.keys[1].to_bytes())).await;
+    let agent =
+        common::Agent::import(&dir.path, market, B256::from(anvil.keys[1].to_bytes())).await;
     let escrow_id = agent.open_tab(&client, 5_000_000, deployments).await;
     let reader = agent.reader(&client);
     cx_json(agent.args(&["bind", "--json"]), String::new()).await;

@@ -7,6 +7,7 @@
 
 use anyhow::{Context, anyhow};
 use cx_contracts::DeploymentsFile;
+use cx_devnet::db::redact_password;
 use cx_exchange::objective::Weights;
 use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::books::{self, Books};
@@ -426,36 +427,5 @@ pub(super) async fn stop_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`, for printing.
-pub(super) fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((userinfo, host)) = rest.split_once('@') else {
-        return url.to_owned();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_password;
-
-    #[test]
-    fn passwords_are_not_printed() {
-        assert_eq!(
-            redact_password("postgres://cx:hunter2@db:5432/cx"),
-            "postgres://cx:***@db:5432/cx"
-        );
-        assert_eq!(
-            redact_password("postgres://postgres@127.0.0.1:5432/cx"),
-            "postgres://postgres@127.0.0.1:5432/cx"
-        );
     }
 }
