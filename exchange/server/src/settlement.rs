@@ -500,7 +500,7 @@ impl Settler {
                 price_wei: job.charged_wei,
                 deadline_s: job.deadline_s,
                 input_hash,
-                adapter_hash: crate::dispatch::adapter_hash(job.adapter.as_deref())?,
+                adapter_hash: crate::jobs::dispatch::adapter_hash(job.adapter.as_deref())?,
             },
             &self.exchange,
         )?;

@@ -228,7 +228,7 @@ pub(crate) struct Terms {
 
 fn terms(decision: &serde_json::Value) -> Result<Terms> {
     let d: DecisionRecord = serde_json::from_value(decision.clone())?;
-    let tier = crate::placement::cleared_tier(&d)?;
+    let tier = crate::jobs::placement::cleared_tier(&d)?;
     let limit_wei = match d.limit_wei {
         Some(text) => text.parse().map_err(|_| Error::Corrupt {
             what: "a verification limit",

@@ -23,7 +23,7 @@ use super::extract::bearer;
 use super::state::AppState;
 use crate::books::{JobStatus, Session};
 use crate::intake::{Intake, now_s};
-use crate::placement::Want;
+use crate::jobs::placement::Want;
 use crate::sweeps::SWEEP_PERIOD;
 use alloy::primitives::B256;
 use axum::extract::State;
@@ -705,7 +705,7 @@ fn stream(
     state: AppState,
     reply: Reply,
     until: tokio::time::Instant,
-    mut text: tokio::sync::broadcast::Receiver<crate::waiters::Progress>,
+    mut text: tokio::sync::broadcast::Receiver<crate::jobs::waiters::Progress>,
 ) -> Response {
     use tokio::sync::broadcast::error::RecvError;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(64);

@@ -31,8 +31,8 @@ pub use state::{Intake, PROVIDER_SILENCE_S};
 
 use crate::books::{JobRecord, NewOrder, Session};
 use crate::error::{Error, Result};
+use crate::jobs::placement::{Placed, Want, cleared_tier, decision_record, no_match};
 use crate::orders::{Placing, WorkloadOrder};
-use crate::placement::{Placed, Want, cleared_tier, decision_record, no_match};
 use alloy::primitives::{Address, B256};
 use cx_protocol::decision::DecisionRecord;
 use cx_protocol::each_workload;

@@ -12,7 +12,7 @@
 use super::state::Intake;
 use crate::books::{Drawable, Provider, StandingOrder};
 use crate::error::{Error, Result};
-use crate::placement::{Drawn, Placed, Want};
+use crate::jobs::placement::{Drawn, Placed, Want};
 use alloy::primitives::{Address, B256};
 use cx_exchange::lifecycle::reserve::{Bid, Reserve as Commitment, ReserveState, award};
 use cx_protocol::bid::SignedBid;
@@ -351,7 +351,7 @@ impl Intake {
                 continue;
             }
             return Ok(Some(Placed {
-                decision: crate::placement::decision_record(decision, &job),
+                decision: crate::jobs::placement::decision_record(decision, &job),
                 job,
                 bundle_id,
                 terms,

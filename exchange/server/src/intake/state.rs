@@ -3,8 +3,8 @@
 //! orders of each kind, dispatch, verification — are `impl Intake` blocks of their own modules.
 
 use crate::books::Books;
+use crate::jobs::waiters::Waiters;
 use crate::market::Market;
-use crate::waiters::Waiters;
 use alloy::primitives::Address;
 use cx_protocol::order::{self, Eip712Domain};
 use cx_protocol::pq::PublicIdentity;

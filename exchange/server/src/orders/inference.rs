@@ -7,7 +7,7 @@
 use super::{Placing, Produced, WorkloadOrder};
 use crate::error::{Error, Result};
 use crate::intake::state::Intake;
-use crate::placement::{Placed, Want};
+use crate::jobs::placement::{Placed, Want};
 use alloy::primitives::{Address, B256};
 use cx_exchange::routing::features::estimate_tokens;
 use cx_protocol::order::InferenceRequest;

@@ -11,7 +11,7 @@
 use super::{Placing, Produced, WorkloadOrder};
 use crate::error::{Error, Result, invalid};
 use crate::intake::state::Intake;
-use crate::placement::{Placed, Want};
+use crate::jobs::placement::{Placed, Want};
 use alloy::primitives::{Address, B256};
 use cx_protocol::matmul::{MATMUL_MODEL, MatmulRequest};
 use cx_protocol::wire::{Assignment, Output};

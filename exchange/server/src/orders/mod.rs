@@ -1,13 +1,13 @@
 //! The workload kinds, one file each: what the exchange does with an intent's request of that
-//! kind — where its job goes ([`WorkloadOrder::place`]), and what a provider's result of it
-//! must carry and pass before the job is `done` ([`WorkloadOrder::produced`],
-//! [`WorkloadOrder::confirm`]).
+//! kind — where its job goes (`WorkloadOrder::place`), and what a provider's result of it
+//! must carry and pass before the job is `done` (`WorkloadOrder::produced`,
+//! `WorkloadOrder::confirm`).
 //!
 //! The rest of the path is the same for every kind and never names one: intake verifies the
 //! intent and commits the job ([`crate::intake`]), dispatch hands it out, the result's receipt
-//! is compared field by field ([`crate::dispatch`]), verification and settlement follow. Each
+//! is compared field by field ([`crate::jobs::dispatch`]), verification and settlement follow. Each
 //! of them reaches a kind's code through [`cx_protocol::each_workload!`], the protocol's one
-//! list of kinds, so a kind is an impl of [`WorkloadOrder`] for its request type, written in
+//! list of kinds, so a kind is an impl of `WorkloadOrder` for its request type, written in
 //! `orders/<kind>.rs` — never an arm in those files (`docs/adding-an-order-kind.md`).
 
 pub mod inference;
@@ -16,7 +16,7 @@ pub mod train;
 
 use crate::error::Result;
 use crate::intake::state::Intake;
-use crate::placement::{Placed, Want};
+use crate::jobs::placement::{Placed, Want};
 use alloy::primitives::{Address, B256};
 use cx_protocol::wire::{Assignment, Output};
 use cx_protocol::workload::Request;
@@ -43,7 +43,7 @@ pub(crate) struct Produced<C> {
     pub(crate) tokens: u64,
     /// What those tokens are, as a refusal names them.
     pub(crate) tokens_are: &'static str,
-    /// What [`WorkloadOrder::confirm`] checks once the receipt matched.
+    /// What `WorkloadOrder::confirm` checks once the receipt matched.
     pub(crate) then: C,
 }
 
@@ -93,7 +93,7 @@ pub(crate) trait WorkloadOrder: Request {
     ) -> Result<Option<serde_json::Value>>;
 }
 
-/// The optional fields of `output` that are set: what [`WorkloadOrder::RETURNS`] is checked
+/// The optional fields of `output` that are set: what `WorkloadOrder::RETURNS` is checked
 /// against.
 pub(crate) fn returned(output: &Output) -> impl Iterator<Item = &'static str> {
     [

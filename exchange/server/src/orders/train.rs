@@ -16,7 +16,7 @@
 use super::{Placing, Produced, WorkloadOrder};
 use crate::error::{Error, Result, invalid};
 use crate::intake::state::Intake;
-use crate::placement::{Placed, Want};
+use crate::jobs::placement::{Placed, Want};
 use alloy::primitives::{Address, B256};
 use cx_exchange::routing::catalog::Shape;
 use cx_protocol::train::{Dataset, TrainRequest, train_market, trained_base};

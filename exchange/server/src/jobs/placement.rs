@@ -1,5 +1,5 @@
 //! Placement: what a job asks of the market ([`Want`]), what clearing made of it before it is
-//! committed ([`Placed`], with its verification runs and any reserve it draws on), the decision
+//! committed (`Placed`, with its verification runs and any reserve it draws on), the decision
 //! the books keep, and the answer an intent gets ([`Accepted`]). Every order kind and the
 //! verification that re-places jobs build on these; this module depends on none of them.
 

@@ -6,7 +6,7 @@
 use crate::books::{NewRun, RunRecord};
 use crate::error::{Error, Result};
 use crate::intake::Intake;
-use crate::placement::{Placed, Want, no_match};
+use crate::jobs::placement::{Placed, Want, no_match};
 use crate::verification::{Terms, runs_needed};
 use alloy::primitives::B256;
 use cx_protocol::decision::DecisionRecord;
@@ -154,7 +154,7 @@ impl Intake {
             (Some(id), Some(charge)) => {
                 // Recorded with the job's own class, so the assignment asks for D∞ (which a D
                 // receipt satisfies) and a re-clearing of a stranded run keeps it.
-                let record = crate::placement::decision_record(decision, &job);
+                let record = crate::jobs::placement::decision_record(decision, &job);
                 Ok(Ok((id, charge, record)))
             }
             _ => Ok(Err(match no_match(&decision) {
