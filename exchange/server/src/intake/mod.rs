@@ -342,24 +342,14 @@ impl Intake {
         avoid: Option<&str>,
     ) -> Result<Option<String>> {
         let decided: DecisionRecord = serde_json::from_value(job.decision.clone())?;
-        let adapter_id = job
-            .adapter
-            .as_deref()
-            .map(|id| {
-                id.parse::<B256>().map_err(|_| Error::Corrupt {
-                    what: "an adapter id",
-                    value: id.to_owned(),
-                })
-            })
-            .transpose()?;
-        let want = Want {
-            model: job.model.clone(),
-            adapter_id,
-            deadline_s: job.deadline_s,
-            max_price_wei: job.limit_wei,
-            min_tier: cleared_tier(&decided)?,
-            determinism: decided.determinism,
-        };
+        let want = Want::of_stored(
+            &job.model,
+            job.adapter.as_deref(),
+            job.deadline_s,
+            job.limit_wei,
+            cleared_tier(&decided)?,
+            decided.determinism,
+        )?;
         let placing = Placing {
             account: job.account,
             now_s,

@@ -71,6 +71,35 @@ pub struct Want {
 }
 
 impl Want {
+    /// The want of a job the books already hold (a stranded job placed again, a referee run):
+    /// its model, its adapter by the stored hex id, its deadline, at most `max_price_wei`, at
+    /// `min_tier` in class `determinism`.
+    pub(crate) fn of_stored(
+        model: &str,
+        adapter: Option<&str>,
+        deadline_s: u64,
+        max_price_wei: u128,
+        min_tier: Tier,
+        determinism: cx_protocol::DeterminismClass,
+    ) -> Result<Self> {
+        let adapter_id = adapter
+            .map(|id| {
+                id.parse::<B256>().map_err(|_| Error::Corrupt {
+                    what: "an adapter id",
+                    value: id.to_owned(),
+                })
+            })
+            .transpose()?;
+        Ok(Self {
+            model: model.to_owned(),
+            adapter_id,
+            deadline_s,
+            max_price_wei,
+            min_tier,
+            determinism,
+        })
+    }
+
     /// Refuses a deadline that is not after `now_s`, naming `deadline_s`.
     pub(crate) fn check_deadline(&self, now_s: u64) -> Result<()> {
         if self.deadline_s <= now_s {

@@ -235,24 +235,14 @@ impl Intake {
         let Some(request) = head.workload.inference() else {
             return Ok(false);
         };
-        let adapter_id = head
-            .adapter
-            .as_deref()
-            .map(|id| {
-                id.parse::<B256>().map_err(|_| Error::Corrupt {
-                    what: "an adapter id",
-                    value: id.to_owned(),
-                })
-            })
-            .transpose()?;
-        let want = Want {
-            model: head.model.clone(),
-            adapter_id,
-            deadline_s: head.deadline_s,
-            max_price_wei: left,
-            min_tier: terms.tier,
-            determinism: terms.determinism,
-        };
+        let want = Want::of_stored(
+            &head.model,
+            head.adapter.as_deref(),
+            head.deadline_s,
+            left,
+            terms.tier,
+            terms.determinism,
+        )?;
         let now = crate::intake::now_s();
         let job = match self.job_of(&want, request, head.account, now).await {
             Ok(job) => job,
