@@ -17,7 +17,8 @@
 # is more of that figure (good for per-second figures, bad for latencies: the name says which);
 # a number equal on both sides (the run's shape: bundles, intents) is left out.
 # The two builds share the working tree's target directory (CARGO_TARGET_DIR), so dependencies
-# are compiled once; each side's binaries are copied out before the other is built.
+# are compiled once; each side's sources are touched before its build (see `build`) and its
+# binaries copied out before the other is built.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -66,7 +67,13 @@ cleanup() { git -C "$root" worktree remove --force "$tree" >/dev/null 2>&1 || tr
 trap cleanup EXIT
 
 # One build of the three binaries from $1 into $2.
+#
+# Cargo names a workspace crate's artifacts the same whatever folder it is built from, and
+# judges them fresh when no source is newer than them: after the base's build in the worktree,
+# the working tree's older sources would be "fresh" and its binaries the base's (or a failed
+# mix). So every tracked file of the tree is touched first: each side is built from its own.
 build() {
+  git -C "$1" ls-files -z | (cd "$1" && xargs -0 touch -c)
   (cd "$1" && cargo build --release --locked -p cx-cli --bin cx -p cx-provider --bin cx-provider \
     -p cx-settlement --bin cx-signer >&2)
   cp "$CARGO_TARGET_DIR/release/cx" "$CARGO_TARGET_DIR/release/cx-provider" \
