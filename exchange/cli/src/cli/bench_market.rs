@@ -304,9 +304,13 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
                 .find(|e| e.status == status)
                 .map(|e| e.at_ms)
         };
-        let (Some(assigned), Some(running), Some(finished)) =
-            (at("assigned"), at("running"), at("done"))
-        else {
+        // A job ends with its `done` event (T0), or with `verified` once its replicas agreed
+        // (T1, T3: verifying → verified, with no `done` event of its own).
+        let (Some(assigned), Some(running), Some(finished)) = (
+            at("assigned"),
+            at("running"),
+            at("done").or_else(|| at("verified")),
+        ) else {
             continue;
         };
         let took_ms = took.as_secs_f64() * 1e3;
