@@ -7,10 +7,11 @@
 
 use anyhow::Context;
 use cx_client::types::ChainInfo;
-use cx_client::{AgentKeys, Client, Credential, InferenceRequest, request_hash};
+use cx_client::{AgentKeys, Client, Credential, InferenceRequest};
 use cx_contracts::Deployment;
 use cx_protocol::order::{B256, Intent, SessionGrant, TabTerms, U256};
 use cx_protocol::pq::Identity;
+use cx_protocol::workload::Workload;
 use cx_protocol::{DeterminismClass, Tier};
 use cx_settlement::evm::EvmClient;
 use rand::distributions::{Distribution, WeightedIndex};
@@ -369,21 +370,15 @@ impl Agent {
             seed_a: rng.r#gen(),
             seed_b: rng.r#gen(),
         };
-        let intent = intent_on(
-            tab,
-            cx_protocol::matmul::MATMUL_MODEL.to_owned(),
-            request.hash(),
-            Tier::T2,
-            DeterminismClass::DInf,
-        );
-        let signed = self.keys.sign(intent, &market.sides[side].info.domain())?;
-        let accepted = market
-            .client
-            .submit_matmul(&signed, &request)
+        let order = Order {
+            want: cx_protocol::matmul::MATMUL_MODEL.to_owned(),
+            workload: request.into(),
+            adapter_id: None,
+            min_tier: Tier::T2,
+            determinism: DeterminismClass::DInf,
+        };
+        self.order(market, side, tab, order, &market.stats.matmuls)
             .await
-            .context("matmul")?;
-        market.stats.matmuls.fetch_add(1, Ordering::Relaxed);
-        wait_ended(self.own(market), accepted.job_id).await
     }
 
     /// One train order in the model's `cx/train/<base>` market: a few random byte sequences
@@ -426,21 +421,15 @@ impl Agent {
         request.lora.lora_alpha = 8.0;
         request.lora.target_modules = vec!["q_proj".into(), "v_proj".into()];
         request.lora.seed = rng.r#gen();
-        let intent = intent_on(
-            tab,
-            train_market(&market.model),
-            request.hash(),
-            Tier::T0,
-            DeterminismClass::S,
-        );
-        let signed = self.keys.sign(intent, &market.sides[side].info.domain())?;
-        let accepted = market
-            .client
-            .submit_train(&signed, &request)
+        let order = Order {
+            want: train_market(&market.model),
+            workload: request.into(),
+            adapter_id: None,
+            min_tier: Tier::T0,
+            determinism: DeterminismClass::S,
+        };
+        self.order(market, side, tab, order, &market.stats.trains)
             .await
-            .context("train")?;
-        market.stats.trains.fetch_add(1, Ordering::Relaxed);
-        wait_ended(self.own(market), accepted.job_id).await
     }
 
     /// A session key on tab `escrow_id` (as `cx agent session` makes one).
@@ -622,23 +611,65 @@ impl Agent {
             6..=8 if market.t3 => Tier::T3,
             _ => market.verified_tier,
         };
-        let mut intent = intent_on(
-            tab,
-            market.model.clone(),
-            request_hash(&request),
+        let order = Order {
+            want: market.model.clone(),
+            workload: request.into(),
+            adapter_id: adapter.map(|a| format!("0x{a}").parse()).transpose()?,
             min_tier,
-            DeterminismClass::D,
-        );
-        intent.adapter_id = adapter.map(|a| format!("0x{a}").parse()).transpose()?;
+            determinism: DeterminismClass::D,
+        };
+        self.order(market, side, tab, order, &market.stats.intents)
+            .await
+    }
+
+    /// Signs an intent on `tab` for `order` (due in 60 s at the traffic's price limit, with a
+    /// fresh nonce), submits it, counts it in `counted` and waits until its job ends (so no tab
+    /// closes under a job still running); returns its job.
+    async fn order(
+        &self,
+        market: &Market,
+        side: usize,
+        tab: &OpenTab,
+        order: Order,
+        counted: &AtomicU64,
+    ) -> anyhow::Result<B256> {
+        let now = now_s();
+        let intent = Intent {
+            want: order.want,
+            adapter_id: order.adapter_id,
+            request_hash: order.workload.hash(),
+            deadline_s: now + 60,
+            max_price_wei: MAX_PRICE_WEI,
+            min_tier: order.min_tier,
+            determinism: order.determinism,
+            tab_id: tab.escrow_id,
+            nonce: fresh_nonce(),
+            expiry_s: now + 60,
+        };
+        let kind = order.workload.kind().as_str();
         let signed = self.keys.sign(intent, &market.sides[side].info.domain())?;
         let accepted = market
             .client
-            .submit_intent(&signed, &request)
+            .submit(&signed, order.workload)
             .await
-            .context("intent")?;
-        market.stats.intents.fetch_add(1, Ordering::Relaxed);
+            .context(kind)?;
+        counted.fetch_add(1, Ordering::Relaxed);
         wait_ended(self.own(market), accepted.job_id).await
     }
+}
+
+/// What one of the traffic's intents orders.
+struct Order {
+    /// The market.
+    want: String,
+    /// What it computes.
+    workload: Workload,
+    /// The adapter, by content id.
+    adapter_id: Option<B256>,
+    /// The weakest tier accepted.
+    min_tier: Tier,
+    /// The class.
+    determinism: DeterminismClass,
 }
 
 /// Waits until job `id` ends (so no tab closes under a job still running); returns it.
@@ -709,28 +740,4 @@ pub(super) async fn put_adapter(client: &Client, dir: &Path) -> anyhow::Result<S
         .await
         .with_context(|| format!("storing {}", dir.display()))?;
     Ok(stored.id)
-}
-
-/// An intent on `tab` for `want` (its request hashed to `request_hash`), due in 60 s at the
-/// traffic's price limit, with a fresh nonce and no adapter.
-fn intent_on(
-    tab: &OpenTab,
-    want: String,
-    request_hash: B256,
-    min_tier: Tier,
-    determinism: DeterminismClass,
-) -> Intent {
-    let now = now_s();
-    Intent {
-        want,
-        adapter_id: None,
-        request_hash,
-        deadline_s: now + 60,
-        max_price_wei: MAX_PRICE_WEI,
-        min_tier,
-        determinism,
-        tab_id: tab.escrow_id,
-        nonce: fresh_nonce(),
-        expiry_s: now + 60,
-    }
 }
