@@ -1,33 +1,18 @@
 //! The `cx` binary as users run it: tables, `--json` last lines, one-line errors.
 
+use cx_devnet::harness::process::{last_json, run};
 use serde_json::Value;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::Output;
 
+/// `cx args…` with `stdin`, as the harness runs every binary (without the caller's `CX_*`
+/// variables).
 fn cx(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cx"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cx runs");
-    let mut input = child.stdin.take().expect("stdin is piped");
-    input
-        .write_all(stdin.unwrap_or("").as_bytes())
-        .expect("stdin accepts");
-    drop(input);
-    child.wait_with_output().expect("cx exits")
-}
-
-fn last_json(out: &Output) -> Value {
-    assert!(
-        out.status.success(),
-        "cx failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.lines().last().expect("some output")).expect("last line is JSON")
+    run(
+        Path::new(env!("CARGO_BIN_EXE_cx")),
+        args,
+        stdin.unwrap_or(""),
+    )
 }
 
 /// Runs `cx` expecting failure; returns its single stderr line.
