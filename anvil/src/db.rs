@@ -1,6 +1,6 @@
 //! PostgreSQL for the devnet and the tests: the URL (`DATABASE_URL`, else the devnet's local
 //! server) and the exchange's migrations, both from the exchange's books, and throwaway databases
-//! that tests create and drop; [`redact_password`] for printing a URL.
+//! that tests create and drop.
 
 use cx_exchange_server::books::{Books, database_url};
 use sqlx::Connection;
@@ -69,37 +69,5 @@ impl Drop for TempDatabase {
             });
         })
         .join();
-    }
-}
-
-/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`, for printing (`cx serve` and
-/// `cx devnet` show the database they use, never its password).
-pub fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let Some((userinfo, host)) = rest.split_once('@') else {
-        return url.to_owned();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact_password;
-
-    #[test]
-    fn passwords_are_not_printed() {
-        assert_eq!(
-            redact_password("postgres://cx:hunter2@db:5432/cx"),
-            "postgres://cx:***@db:5432/cx"
-        );
-        assert_eq!(
-            redact_password("postgres://postgres@127.0.0.1:5432/cx"),
-            "postgres://postgres@127.0.0.1:5432/cx"
-        );
     }
 }

@@ -500,7 +500,7 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
     println!("  ca sha256  {}", ca.fingerprint_sha256());
     println!(
         "  database   {} (created afresh at this start)",
-        crate::db::redact_password(&database_url)
+        cx_exchange_server::books::redact_password(&database_url)
     );
     for c in &file.chains {
         println!(

@@ -7,9 +7,9 @@
 
 use anyhow::{Context, anyhow};
 use cx_contracts::DeploymentsFile;
-use cx_devnet::db::redact_password;
 use cx_exchange::objective::Weights;
 use cx_exchange::routing::catalog::Catalog;
+use cx_exchange_server::books::redact_password;
 use cx_exchange_server::books::{self, Books};
 use cx_exchange_server::chain::Watcher;
 use cx_exchange_server::intake::{DEFAULT_SETTLE_MARGIN_S, Intake};

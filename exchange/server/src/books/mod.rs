@@ -49,7 +49,7 @@ pub use residency::ResidencyMisses;
 pub use sessions::Session;
 pub use settlement::{PaidJob, SettledJob};
 pub use standing::{StandingOrder, StandingTerms};
-pub use store::{Books, DEFAULT_DATABASE_URL, MIGRATOR, database_url};
+pub use store::{Books, DEFAULT_DATABASE_URL, MIGRATOR, database_url, redact_password};
 pub use tabs::Tab;
 pub use verification::{
     GroupHead, PendingSlash, RunRecord, SLASH_RETRY_FIRST_S, SLASH_RETRY_HORIZON_S,

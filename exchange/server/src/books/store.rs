@@ -97,3 +97,35 @@ pub(super) fn to_i64(value: u64, what: &'static str) -> Result<i64> {
 pub(super) fn constraint(err: &sqlx::Error) -> Option<&str> {
     err.as_database_error().and_then(|e| e.constraint())
 }
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`, for printing (`cx serve` and
+/// `cx devnet` show the database they use, never its password).
+pub fn redact_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_password;
+
+    #[test]
+    fn passwords_are_not_printed() {
+        assert_eq!(
+            redact_password("postgres://cx:hunter2@db:5432/cx"),
+            "postgres://cx:***@db:5432/cx"
+        );
+        assert_eq!(
+            redact_password("postgres://postgres@127.0.0.1:5432/cx"),
+            "postgres://postgres@127.0.0.1:5432/cx"
+        );
+    }
+}
