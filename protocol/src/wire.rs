@@ -57,8 +57,7 @@ impl IntentSubmission {
                 let field = many
                     .iter()
                     .map(Workload::kind)
-                    .max_by_key(|k| WorkloadKind::ALL.iter().position(|a| a == k))
-                    .filter(|_| many.len() > 1)
+                    .max()
                     .map_or("request", WorkloadKind::key);
                 Err(Error::InvalidField {
                     field: field.to_owned(),
@@ -112,7 +111,7 @@ impl<'de> Deserialize<'de> for IntentSubmission {
                         "intent" => return Err(A::Error::duplicate_field("intent")),
                         "wait" => return Err(A::Error::duplicate_field("wait")),
                         other => match WorkloadKind::by_key(other) {
-                            Some(kind) => workloads.push(Workload::read_keyed(kind, &mut map)?),
+                            Some(kind) => workloads.push(map.next_value_seed(kind)?),
                             None => refuse_unknown(other, &["intent", "wait"], &mut map)?,
                         },
                     }
@@ -373,6 +372,74 @@ mod tests {
         assert_eq!(json["price_wei"], "10");
         let back: Assignment = serde_json::from_value(json).unwrap();
         assert_eq!(back, assignment);
+    }
+
+    fn submission_body(workloads: serde_json::Value) -> serde_json::Value {
+        use crate::order::{self, Intent, SigningKey};
+        let intent = Intent {
+            want: "llama-8b".into(),
+            adapter_id: None,
+            request_hash: B256::repeat_byte(1),
+            deadline_s: 2_000,
+            max_price_wei: 5_000_000,
+            min_tier: Tier::T1,
+            determinism: DeterminismClass::D,
+            tab_id: 3,
+            nonce: 1,
+            expiry_s: 1_500,
+        };
+        let signed = order::sign(
+            intent,
+            &order::domain(31337, Address::repeat_byte(0x5e)),
+            &SigningKey::from_slice(&[7; 32]).unwrap(),
+            &crate::pq::Identity::from_seed([9; 32]),
+        )
+        .unwrap();
+        let mut body = workloads;
+        body["intent"] = serde_json::to_value(signed).unwrap();
+        body
+    }
+
+    #[test]
+    fn an_intent_submission_carries_exactly_one_workload_and_names_the_key_to_blame() {
+        let matmul = MatmulRequest {
+            m: 1,
+            k: 2,
+            n: 3,
+            seed_a: 4,
+            seed_b: 5,
+        };
+        let inference = serde_json::json!({"prompt": "hi", "max_tokens": 1});
+        let read = |workloads| -> IntentSubmission {
+            serde_json::from_value(submission_body(workloads)).unwrap()
+        };
+        let blamed = |submission: IntentSubmission| match submission.workload() {
+            Err(Error::InvalidField { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        // One: read under its key, and written back the same.
+        let one = read(serde_json::json!({"matmul": matmul}));
+        assert_eq!(one.workload().unwrap(), &Workload::Matmul(matmul));
+        let again: IntentSubmission =
+            serde_json::from_value(serde_json::to_value(&one).unwrap()).unwrap();
+        assert_eq!(again, one);
+        // None names `request`; two name the later kind whatever their order in the body.
+        assert_eq!(blamed(read(serde_json::json!({}))), "request");
+        assert_eq!(
+            blamed(read(
+                serde_json::json!({"matmul": matmul, "request": inference})
+            )),
+            "matmul"
+        );
+        // An unknown key is refused, naming it.
+        let err = serde_json::from_value::<IntentSubmission>(submission_body(
+            serde_json::json!({"request": inference, "priority": 1}),
+        ))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("unknown field `priority`"),
+            "{err}"
+        );
     }
 }
 

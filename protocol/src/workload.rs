@@ -24,7 +24,7 @@
 //! ```
 //!
 //! Adding a kind is adding it here: its variant in [`Workload`] and [`WorkloadKind`] (with
-//! their arms in this file, [`each_workload!`] among them) and [`Request`] for its request
+//! their arms in this file, [`each_workload!`] and the kind's `DeserializeSeed` among them) and [`Request`] for its request
 //! type. Every party's own code for the kind is then an impl of that party's trait for the
 //! request type, which the compiler asks for at each [`each_workload!`]
 //! (`docs/adding-an-order-kind.md`).
@@ -101,8 +101,9 @@ pub enum Workload {
     Train(TrainRequest),
 }
 
-/// A workload's kind without its request: what the books' `workload` column holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A workload's kind without its request: what the books' `workload` column holds. Ordered as
+/// declared, which is [`WorkloadKind::ALL`]'s order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum WorkloadKind {
@@ -156,11 +157,7 @@ impl WorkloadKind {
 impl Workload {
     /// A workload as the books keep it: its kind and its request's JSON.
     pub fn from_stored(kind: WorkloadKind, request: serde_json::Value) -> serde_json::Result<Self> {
-        Ok(match kind {
-            WorkloadKind::Inference => Self::Inference(serde_json::from_value(request)?),
-            WorkloadKind::Matmul => Self::Matmul(serde_json::from_value(request)?),
-            WorkloadKind::Train => Self::Train(serde_json::from_value(request)?),
-        })
+        kind.deserialize(request)
     }
 
     /// Its kind.
@@ -169,24 +166,6 @@ impl Workload {
             R::KIND
         }
         crate::each_workload!(self, request => kind_of(request))
-    }
-
-    /// Reads, from `map` (an object being deserialized whose next value is under the key of
-    /// `kind`), the request of that kind.
-    pub fn read_keyed<'de, A: MapAccess<'de>>(
-        kind: WorkloadKind,
-        map: &mut A,
-    ) -> std::result::Result<Workload, A::Error> {
-        fn read<'de, R: Request, A: MapAccess<'de>>(
-            map: &mut A,
-        ) -> std::result::Result<Workload, A::Error> {
-            map.next_value::<R>().map(Into::into)
-        }
-        match kind {
-            WorkloadKind::Inference => read::<InferenceRequest, A>(map),
-            WorkloadKind::Matmul => read::<MatmulRequest, A>(map),
-            WorkloadKind::Train => read::<TrainRequest, A>(map),
-        }
     }
 
     /// The request's JSON, without its key: what the books store and what is hashed.
@@ -206,6 +185,26 @@ impl Workload {
         match self {
             Self::Inference(request) => Some(request),
             _ => None,
+        }
+    }
+}
+
+/// A kind reads its own request: the one place a kind is mapped to its request type, for the
+/// books' stored requests ([`Workload::from_stored`]) and an object's keyed value
+/// (`map.next_value_seed(kind)`, as `wire::IntentSubmission` reads it).
+impl<'de> DeserializeSeed<'de> for WorkloadKind {
+    type Value = Workload;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Workload, D::Error> {
+        fn read<'de, R: Request, D: Deserializer<'de>>(
+            d: D,
+        ) -> std::result::Result<Workload, D::Error> {
+            R::deserialize(d).map(Into::into)
+        }
+        match self {
+            WorkloadKind::Inference => read::<InferenceRequest, D>(d),
+            WorkloadKind::Matmul => read::<MatmulRequest, D>(d),
+            WorkloadKind::Train => read::<TrainRequest, D>(d),
         }
     }
 }
@@ -289,5 +288,9 @@ mod tests {
             assert_eq!(WorkloadKind::parse(kind.as_str()), Some(kind));
         }
         assert_eq!(WorkloadKind::parse("search"), None);
+        assert!(
+            WorkloadKind::ALL.is_sorted(),
+            "ALL lists the kinds in their order"
+        );
     }
 }

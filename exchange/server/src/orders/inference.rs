@@ -61,18 +61,6 @@ impl WorkloadOrder for InferenceRequest {
             then: (),
         })
     }
-
-    async fn confirm(
-        &self,
-        _: &Intake,
-        _: B256,
-        _: &crate::books::Provider,
-        (): (),
-        _: u64,
-    ) -> Result<Option<serde_json::Value>> {
-        // Checked by its tier's replicas, if any (crate::verification), not here.
-        Ok(None)
-    }
 }
 
 impl Intake {

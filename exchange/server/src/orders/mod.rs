@@ -83,14 +83,17 @@ pub(crate) trait WorkloadOrder: Request {
 
     /// The check of a result whose receipt matched, before the job is `done`: `Some` is what
     /// the job's `verified` event records. A result that fails is refused (and may end the job).
+    /// None unless the kind has one (an inference is checked by its tier's replicas, if any).
     async fn confirm(
         &self,
-        intake: &Intake,
-        job_id: B256,
-        provider: &crate::books::Provider,
-        then: Self::Then,
-        now_s: u64,
-    ) -> Result<Option<serde_json::Value>>;
+        _intake: &Intake,
+        _job_id: B256,
+        _provider: &crate::books::Provider,
+        _then: Self::Then,
+        _now_s: u64,
+    ) -> Result<Option<serde_json::Value>> {
+        Ok(None)
+    }
 }
 
 /// The optional fields of `output` that are set: what `WorkloadOrder::RETURNS` is checked
