@@ -89,6 +89,10 @@ pub struct Terms {
     pub total: f64,
     /// t̂ in seconds (not a cost; reported beside them).
     pub completion_s: f64,
+    /// t_compute on the bundle, seconds (part of t̂): the work the job adds to its queue.
+    pub compute_s: f64,
+    /// The work queued on the bundle ahead of the job when it was cleared, seconds (part of t̂).
+    pub queue_s: f64,
 }
 
 /// A feasible bundle and its total cost.

@@ -36,6 +36,9 @@ pub struct View {
     pub prefix_resident: bool,
     /// t_compute for this job on this bundle, seconds.
     pub compute_s: f64,
+    /// Work already queued on the bundle ahead of this job, seconds at its throughput (what
+    /// the exchange assigned it and has not seen done): a busy holder is as late as its queue.
+    pub queue_s: f64,
     /// c_max(d), tokens.
     pub context_max: u32,
     /// K(d).
@@ -52,6 +55,7 @@ impl View {
         nonzero("memory_bytes", self.memory_bytes)?;
         validate_link(self.bandwidth_bps, self.rtt_s, self.context_max)?;
         non_negative("compute_s", self.compute_s)?;
+        non_negative("queue_s", self.queue_s)?;
         validate_capabilities(self.determinism, self.tiers, self.failure_rate)
     }
 

@@ -70,6 +70,7 @@ impl Hot {
                 prefix_resident: false,
                 rtt_s: b.rtt_s,
                 compute_s: 0.0,
+                queue_s: 0.0,
                 context_max: b.context_max,
                 determinism: b.determinism,
                 tiers: b.tiers,
@@ -165,6 +166,8 @@ impl Engine {
     /// Adds a bundle, or replaces the one with the same id. Invalid bundles change nothing.
     pub fn upsert(&mut self, bundle: Bundle) -> Result<()> {
         bundle.validate().map_err(|e| e.within("bundle"))?;
+        // The queue is the exchange's count, not the bundle's: a re-offer keeps it.
+        let queue_s = self.queue_s(&bundle.id).unwrap_or(0.0);
         if self.by_id.contains_key(&bundle.id) {
             self.remove(&bundle.id)?;
         }
@@ -188,6 +191,7 @@ impl Engine {
             }
         };
         self.hot[slot as usize] = Hot::of(&bundle);
+        self.hot[slot as usize].view.queue_s = queue_s;
         self.by_id.insert(bundle.id.clone(), slot);
         let entry = Entry {
             bundle,
@@ -227,6 +231,31 @@ impl Engine {
     /// Records a bundle's free memory after loads, evictions or running work.
     pub fn set_free_memory(&mut self, id: &str, memory_bytes: u64) -> Result<()> {
         self.update(id, |b| b.memory_bytes = memory_bytes)
+    }
+
+    /// Sets the work queued on bundle `id`, seconds at its throughput (what the exchange assigned
+    /// it and has not seen done); t̂ of every later clear counts it. Not finite or negative is
+    /// refused.
+    pub fn set_queue_s(&mut self, id: &str, queue_s: f64) -> Result<()> {
+        if !(queue_s.is_finite() && queue_s >= 0.0) {
+            return Err(crate::error::invalid(
+                "queue_s",
+                format!("must be a finite number >= 0, got {queue_s}"),
+            ));
+        }
+        let slot = *self
+            .by_id
+            .get(id)
+            .ok_or_else(|| Error::UnknownBundle(id.to_owned()))?;
+        self.hot[slot as usize].view.queue_s = queue_s;
+        Ok(())
+    }
+
+    /// The work queued on bundle `id`, seconds.
+    pub fn queue_s(&self, id: &str) -> Option<f64> {
+        self.by_id
+            .get(id)
+            .map(|s| self.hot[*s as usize].view.queue_s)
     }
 
     fn update(&mut self, id: &str, change: impl FnOnce(&mut Bundle)) -> Result<()> {

@@ -2,8 +2,14 @@
 //!
 //! ```text
 //! M ≥ (1−β)|w_m| + (1−α)|a| + |kv(c)|  ∧  c ≤ c_max(d)  ∧  κ ∈ K(d)  ∧  τ ∈ T(b)  ∧  t̂(j,b) ≤ Δ
-//! t̂(j,b) = ℓ0 + (1−β)·|w_m|/B + (1−α)·|a|/B + t_compute
+//! t̂(j,b) = ℓ0 + (1−β)·|w_m|/B + (1−α)·|a|/B + t_queue + t_compute
 //! ```
+//!
+//! `t_queue` is the work already assigned to the bundle and not yet done (SPEC §2's t̂ with the
+//! congestion it leaves implicit): without it, affinity sends every call of an agent to the one
+//! provider holding its adapter whatever that provider's queue, and residency turns into a hot
+//! spot. With it, a resident adapter is worth exactly the fetch it saves: a holder whose queue is
+//! longer than a cold bundle's fetch is later, and loses on ℓ and δ.
 //!
 //! Memory counts what is resident: a resident base or adapter needs no bytes again. Every
 //! violated constraint is reported with the factor by which it was missed, so a buyer sees not
@@ -23,7 +29,7 @@ pub fn completion_s(job: &Job, view: &View) -> f64 {
     if !adapter_present(job, view) {
         bits += job.adapter_bytes as f64 * 8.0;
     }
-    view.rtt_s + bits / view.bandwidth_bps + view.compute_s
+    view.rtt_s + bits / view.bandwidth_bps + view.queue_s + view.compute_s
 }
 
 /// α as the job sees it: a job without an adapter never waits for one.
@@ -219,6 +225,7 @@ mod tests {
             prefix_resident: false,
             rtt_s: 0.05,
             compute_s: 2.0,
+            queue_s: 0.0,
             context_max: 8192,
             determinism: [DeterminismClass::D].into_iter().collect(),
             tiers: [Tier::T0, Tier::T1].into_iter().collect(),

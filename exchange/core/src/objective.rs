@@ -8,7 +8,9 @@
 //! bundle's integer ask converts once, through [`cx_protocol::price::to_units`]) and are
 //! reported separately. Our definitions of the terms the
 //! SPEC leaves open:
-//! - ℓ (latency) is t̂, the estimated time until the result is back, in seconds.
+//! - ℓ (latency) is t̂, the estimated time until the result is back, in seconds — counting the
+//!   bundle's queue ([`crate::feasibility::completion_s`]), so residency is worth the load it
+//!   saves and no more.
 //! - φ is the bundle's observed failure rate.
 //! - v(τ) is the verification work of the tier, in units of the job's own compute, priced at the
 //!   bundle's rate: `v(τ) = work(τ)·p(b)·t_compute` (T1 re-executes once, T2's Freivalds rounds
@@ -151,6 +153,8 @@ pub fn terms(job: &Job, view: &View, weights: &Weights, t_hat_s: f64) -> Terms {
         prefix_hit,
         total,
         completion_s: t_hat_s,
+        compute_s: view.compute_s,
+        queue_s: view.queue_s,
     }
 }
 

@@ -49,6 +49,9 @@ struct CandidateInput {
     adapter_resident: bool,
     rtt_s: f64,
     compute_s: f64,
+    /// Work queued ahead of the job, seconds (0 when left out).
+    #[serde(default)]
+    queue_s: f64,
     context_max: u32,
     determinism: ClassSet,
     tiers: TierSet,
@@ -83,6 +86,7 @@ impl CandidateInput {
                 prefix_resident: false,
                 rtt_s: self.rtt_s,
                 compute_s: self.compute_s,
+                queue_s: self.queue_s,
                 context_max: self.context_max,
                 determinism: self.determinism,
                 tiers: self.tiers,

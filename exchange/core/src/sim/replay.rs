@@ -146,6 +146,7 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
                 prefix_resident: false,
                 rtt_s: b.rtt_s + (s.busy_until_s - now).max(0.0),
                 compute_s: job.compute_flops / b.flops_per_s,
+                queue_s: 0.0,
                 context_max: 32_768,
                 determinism: classes,
                 tiers,

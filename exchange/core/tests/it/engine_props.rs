@@ -119,7 +119,14 @@ fn job() -> impl Strategy<Value = Job> {
         )
 }
 
-/// β, α, π and t_compute computed here, independently of the engine's indexes.
+/// The work queued on a bundle in these tests (0–2 s, from its id): enough to move t̂ past some
+/// deadlines and to turn some holders' affinity into a loss.
+fn queue_of(id: &str) -> f64 {
+    let i: u32 = id.trim_start_matches('b').parse().unwrap_or(0);
+    f64::from(i * 7 % 5) * 0.5
+}
+
+/// β, α, π, t_compute and the queue computed here, independently of the engine's indexes.
 fn brute_candidates(bundles: &[Bundle], job: &Job) -> Vec<Candidate> {
     bundles
         .iter()
@@ -145,6 +152,7 @@ fn brute_candidates(bundles: &[Bundle], job: &Job) -> Vec<Candidate> {
                 prefix_resident: hit.is_some(),
                 rtt_s: b.rtt_s,
                 compute_s: (job.compute_flops - hit.map_or(0.0, |p| p.flops)) / b.flops_per_s,
+                queue_s: queue_of(&b.id),
                 context_max: b.context_max,
                 determinism: b.determinism,
                 tiers: b.tiers,
@@ -178,8 +186,10 @@ proptest! {
             .collect();
         for b in &bundles {
             engine.upsert(b.clone()).unwrap();
+            engine.set_queue_s(&b.id, queue_of(&b.id)).unwrap();
         }
-        // Churn: removals and residency changes must keep every index consistent.
+        // Churn: removals and residency changes must keep every index consistent (and the
+        // queues, which a re-upsert of the same bundle keeps).
         for r in removed {
             if r < bundles.len() {
                 let gone = bundles.remove(r);
@@ -277,4 +287,65 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
     let cheap = why.rejected.iter().find(|r| r.id == "cheap").unwrap();
     assert_eq!(cheap.binding.to_string(), "deadline");
     assert!(cheap.factor.unwrap() > 30.0);
+}
+
+#[test]
+fn a_holder_busier_than_the_fetch_it_saves_loses_to_an_idle_bundle() {
+    // Both hold the base; only "holder" holds the agent's 20 MB adapter, which "idle" would fetch
+    // in 0.16 s over 1 Gb/s. Idle, the holder wins (affinity); with 3 s of work queued ahead of
+    // the job it is later than the fetch saves, and the job goes to the idle bundle.
+    let mut engine = Engine::new(Weights::default()).unwrap();
+    let mk = |id: &str, adapters: Vec<String>| Bundle {
+        id: id.into(),
+        provider: String::new(),
+        device: String::new(),
+        price_wei_per_s: 1_000,
+        memory_bytes: 80_000_000_000,
+        bandwidth_bps: 1e9,
+        rtt_s: 0.01,
+        flops_per_s: 1e14,
+        context_max: 8192,
+        determinism: [DeterminismClass::S].into_iter().collect(),
+        tiers: [Tier::T0].into_iter().collect(),
+        failure_rate: 0.0,
+        resident_bases: vec!["m".into()],
+        resident_adapters: adapters,
+        kernel_corpus: None,
+        resident_prefixes: vec![],
+    };
+    engine.upsert(mk("holder", vec!["a".into()])).unwrap();
+    engine.upsert(mk("idle", vec![])).unwrap();
+    let job = Job {
+        agent: "agent".into(),
+        base_model: "m".into(),
+        adapter: Some("a".into()),
+        base_bytes: 1_000_000_000,
+        adapter_bytes: 20_000_000,
+        kv_bytes: 1_000_000,
+        context_tokens: 512,
+        deadline_s: 10.0,
+        determinism: DeterminismClass::S,
+        tier: Tier::T0,
+        compute_flops: 1e14,
+        value_wei: 0,
+        max_price_wei: None,
+        prefix: None,
+    };
+    assert_eq!(engine.clear(&job, None).unwrap().unwrap().bundle_id, "holder");
+    engine.set_queue_s("holder", 3.0).unwrap();
+    let busy = engine.clear(&job, None).unwrap().unwrap();
+    assert_eq!(busy.bundle_id, "idle");
+    // A re-offer of the holder (residency report) keeps the exchange's count of its queue.
+    engine.set_adapter_resident("holder", "b", true).unwrap();
+    assert_eq!(engine.queue_s("holder"), Some(3.0));
+    let why = engine.explain(&job, None).unwrap();
+    let holder = why.feasible.iter().find(|r| r.id == "holder").unwrap();
+    assert!((holder.completion_s - (0.01 + 3.0 + 1.0)).abs() < 1e-9, "{holder:?}");
+    // A queue past the deadline makes the holder infeasible, named as the deadline.
+    engine.set_queue_s("holder", 20.0).unwrap();
+    let why = engine.explain(&job, None).unwrap();
+    let refused = why.rejected.iter().find(|r| r.id == "holder").unwrap();
+    assert_eq!(refused.binding.to_string(), "deadline");
+    assert!(engine.set_queue_s("holder", f64::NAN).is_err());
+    assert!(engine.set_queue_s("nope", 1.0).is_err());
 }
