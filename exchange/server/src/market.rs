@@ -1,16 +1,18 @@
 //! The market the service clears on: the model catalog and the matching engine, whose memory is a
 //! cache of the books' bundles (rebuilt at start, written through on every registration).
 
-use crate::books::{Books, MarketQuote, Provider};
+use crate::books::{Books, MarketQuote, OpenWork, Provider};
 use crate::error::Result;
 use alloy::primitives::B256;
 use cx_exchange::clearing::Decision;
 use cx_exchange::engine::Engine;
 use cx_exchange::objective::Weights;
-use cx_exchange::pricing::market::{MarketMaker, MarketParams};
+use cx_exchange::pricing::load::{Arrivals, MarketLoad, WINDOW_S};
+use cx_exchange::pricing::market::{MARKET_TIERS, MarketMaker, MarketParams, Quote};
 use cx_exchange::routing::catalog::Catalog;
-use cx_protocol::{Bundle, Job};
-use std::sync::RwLock;
+use cx_protocol::{Bundle, Job, Tier};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, RwLock};
 
 /// The catalog, the engine and the market maker.
 #[derive(Debug)]
@@ -18,6 +20,9 @@ pub struct Market {
     catalog: Catalog,
     engine: RwLock<Engine>,
     maker: RwLock<MarketMaker>,
+    /// Work placed into each market (model × tier) over the last seconds: the maker's offered
+    /// load. Counted here, as jobs are placed, not read back from the books every sweep.
+    arrivals: Mutex<BTreeMap<(String, Tier), Arrivals>>,
     policy: cx_exchange::clearing::Policy,
     /// Held across an offer's transaction and its write to the engine: two offers of one
     /// provider committed A then B but applied to the engine B then A would leave A's
@@ -32,6 +37,7 @@ impl Market {
             catalog,
             engine: RwLock::new(Engine::new(weights)?),
             maker: RwLock::new(MarketMaker::new(MarketParams::default())?),
+            arrivals: Mutex::new(BTreeMap::new()),
             policy: Default::default(),
             offers: tokio::sync::Mutex::new(()),
         })
@@ -174,6 +180,124 @@ impl Market {
             });
         }
         Ok(out)
+    }
+
+    /// Counts work placed at `now_s` on bundle `bundle_id` in market (`model`, `tier`):
+    /// `compute_s` joins the bundle's queue at once (the next clear sees it, before the sweep
+    /// reads the books again) and the market's arrivals.
+    pub fn placed(&self, bundle_id: &str, model: &str, tier: Tier, compute_s: f64, now_s: u64) {
+        let compute_s = if compute_s.is_finite() {
+            compute_s.max(0.0)
+        } else {
+            0.0
+        };
+        {
+            let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
+            if let Some(queued) = engine.queue_s(bundle_id) {
+                // Finite and ≥ 0 both: accepted.
+                let _ = engine.set_queue_s(bundle_id, queued + compute_s);
+            }
+        }
+        self.arrivals
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((model.to_owned(), tier))
+            .or_default()
+            .record(now_s, compute_s);
+    }
+
+    /// One sweep's load at `now_s`, from the books' `open` work: every live bundle's queue set
+    /// to its open work (t̂ counts it), and every open market that some bundle offers (its tier,
+    /// holding its base) observed by the maker — its regime and price move. Returns how many
+    /// markets were observed.
+    pub fn observe_load(&self, open: &[OpenWork], now_s: u64) -> Result<usize> {
+        let mut queues: HashMap<&str, f64> = HashMap::new();
+        let mut committed: HashMap<(&str, Tier), (u64, f64)> = HashMap::new();
+        for w in open {
+            *queues.entry(&w.bundle_id).or_default() += w.compute_s;
+            let c = committed.entry((&w.model, w.tier)).or_default();
+            c.0 += w.jobs;
+            c.1 += w.compute_s;
+        }
+        let mut servers: HashMap<(String, Tier), u32> = HashMap::new();
+        {
+            let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<String> = engine.bundles().map(|b| b.id.clone()).collect();
+            for id in ids {
+                engine.set_queue_s(&id, queues.get(id.as_str()).copied().unwrap_or(0.0))?;
+            }
+            for b in engine.bundles() {
+                for model in &b.resident_bases {
+                    for tier in b.tiers.iter() {
+                        *servers.entry((model.clone(), tier)).or_default() += 1;
+                    }
+                }
+            }
+        }
+        let arrivals = self.arrivals.lock().unwrap_or_else(|e| e.into_inner());
+        let mut maker = self.maker.write().unwrap_or_else(|e| e.into_inner());
+        let mut observed = 0;
+        for model in self.catalog.models() {
+            for tier in MARKET_TIERS {
+                if maker.state(&model.name, tier).is_none() {
+                    continue;
+                }
+                let (arrived_jobs, arrived_s) = arrivals
+                    .get(&(model.name.clone(), tier))
+                    .map_or((0, 0.0), |a| a.in_window(now_s));
+                let (committed_jobs, committed_s) = committed
+                    .get(&(model.name.as_str(), tier))
+                    .copied()
+                    .unwrap_or_default();
+                let load = MarketLoad {
+                    servers: servers
+                        .get(&(model.name.clone(), tier))
+                        .copied()
+                        .unwrap_or(0),
+                    arrived_jobs,
+                    arrived_s,
+                    committed_jobs,
+                    committed_s,
+                };
+                if let Some(observation) = load.observation(WINDOW_S as f64) {
+                    maker.observe(&model.name, tier, &observation)?;
+                    observed += 1;
+                }
+            }
+        }
+        Ok(observed)
+    }
+
+    /// The market's quote for `job` (its model, the tier it is cleared at, its deadline and its
+    /// work at the fleet's median throughput): deterministic given the job and the market's
+    /// state. `None` where no market is open for it (no live bundle yet, or a model outside the
+    /// catalog).
+    pub fn quote_for(&self, job: &Job) -> Result<Option<Quote>> {
+        let Some(flops_per_s) = self.median_flops_per_s() else {
+            return Ok(None);
+        };
+        let maker = self.maker.read().unwrap_or_else(|e| e.into_inner());
+        if maker.state(&job.base_model, job.tier).is_none() {
+            return Ok(None);
+        }
+        let compute_s = job.compute_flops / flops_per_s;
+        Ok(Some(maker.quote(
+            &job.base_model,
+            job.tier,
+            job.deadline_s,
+            compute_s,
+        )?))
+    }
+
+    /// The median throughput of the live bundles, FLOP/s (none: no market).
+    fn median_flops_per_s(&self) -> Option<f64> {
+        let mut rates: Vec<f64> = self
+            .engine_read()
+            .bundles()
+            .map(|b| b.flops_per_s)
+            .collect();
+        rates.sort_unstable_by(f64::total_cmp);
+        rates.get(rates.len() / 2).copied()
     }
 
     /// The catalog.

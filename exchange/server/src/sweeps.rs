@@ -1,7 +1,8 @@
 //! The sweeps beside the API, every [`SWEEP_PERIOD`]: jobs past their deadline expired and
 //! their holds returned, reserves awarded and unclaimed ones released, running rents observed,
 //! standing orders that ended unfilled released, silent and unstaked providers' bundles taken
-//! out of the engine ([`leave`], which re-clears their jobs), and the market maker's quotes
+//! out of the engine ([`leave`], which re-clears their jobs), the live load read (every bundle's
+//! queue for t̂, every market's load for the market maker), and the market maker's quotes
 //! sampled. Each runs once per tick on the books as they are; a failed one is logged and runs
 //! again at the next tick.
 
@@ -15,7 +16,9 @@ pub const SWEEP_PERIOD: Duration = Duration::from_secs(1);
 /// and wakes their waiters; observes the residency of every running rent; returns the holds of
 /// standing orders that ended unfilled (or whose provider never claimed them); takes the
 /// bundles of providers silent for [`crate::intake::PROVIDER_SILENCE_S`] (or the intake's own setting) out of
-/// the engine, re-clearing their jobs; and samples the market maker's quotes every
+/// the engine, re-clearing their jobs; reads the open work from the books — each bundle's queue
+/// goes to the engine (t̂ counts it), each market's load to the market maker (its regime and
+/// price follow, [`crate::market::Market::observe_load`]); and samples the market maker's quotes every
 /// [`QUOTE_SAMPLE_TICKS`] (the explorer's price history). A failed sweep is logged and retried
 /// at the next tick.
 pub async fn run_sweeps(intake: &crate::intake::Intake) {
@@ -69,6 +72,13 @@ pub async fn run_sweeps(intake: &crate::intake::Intake) {
             Err(err) => Err(err),
         };
         log_left(silent, "providers went silent");
+        let observed = match books.open_work().await {
+            Ok(open) => intake.market().observe_load(&open, now),
+            Err(err) => Err(err),
+        };
+        if let Err(err) = observed {
+            tracing::warn!(error = %format!("{err:#}"), "load sweep failed");
+        }
         if ticks.is_multiple_of(STAKE_SWEEP_TICKS) && !intake.registries().is_empty() {
             let unstaked = match unstaked_bundles(intake).await {
                 Ok(ids) => leave(intake, &ids, now).await,

@@ -3,6 +3,8 @@
 //! - [`hmm`]: the regime model over observed load — forward filter online, Baum–Welch offline.
 //! - [`leapfrog`]: price dynamics, a damped symplectic step in a regime-dependent anharmonic
 //!   potential over occupancy.
+//! - [`load`]: what the maker observes of a live market (offered load and occupancy from
+//!   arrivals, committed work and servers).
 //! - [`market`]: the market maker, one state per (model class × tier) market; deterministic
 //!   open quotes with `bid < ask` and no tier crossing; [`market::eligible`] turns providers'
 //!   asks into reservation prices.
@@ -29,6 +31,7 @@
 pub mod bench;
 pub mod hmm;
 pub mod leapfrog;
+pub mod load;
 pub mod market;
 pub mod sim;
 pub mod tenant;

@@ -220,14 +220,28 @@ impl Intake {
                     self.settle_margin_s,
                 )?;
                 self.books.accept_with_runs(&order, &new_job, &runs).await?;
-                self.waiters.work_added();
+                self.placed(&placed, &runs, now_s);
                 return Ok(placed.accepted(verified.digest, &runs));
             }
             Some(_) => {}
             None => self.books.accept_with_runs(&order, &new_job, &runs).await?,
         }
-        self.waiters.work_added();
+        self.placed(&placed, &runs, now_s);
         Ok(placed.accepted(verified.digest, &runs))
+    }
+
+    /// Work `placed` (and its replicas `runs`) was committed at `now_s`: its bundles' queues and
+    /// its market's arrivals count it at once, and the providers' waiting polls wake.
+    fn placed(&self, placed: &Placed, runs: &[crate::books::NewRun], now_s: u64) {
+        let (model, tier) = (&placed.job.base_model, placed.job.tier);
+        self.market
+            .placed(&placed.bundle_id, model, tier, placed.terms.compute_s, now_s);
+        for run in runs {
+            let compute_s = run.decision["terms"]["compute_s"].as_f64().unwrap_or(0.0);
+            self.market
+                .placed(&run.bundle_id, model, tier, compute_s, now_s);
+        }
+        self.waiters.work_added();
     }
 
     /// Verifies and stores a session grant at `now_s`: the bearer of its secret may then spend
@@ -298,7 +312,7 @@ impl Intake {
         self.books
             .accept_call_with_runs(session.id, now_s, &new_job, &runs)
             .await?;
-        self.waiters.work_added();
+        self.placed(&placed, &runs, now_s);
         Ok(placed.accepted(id, &runs))
     }
 
@@ -389,7 +403,7 @@ impl Intake {
                     .await?;
                 match moved {
                     crate::books::Reassigned::Moved => {
-                        self.waiters.work_added();
+                        self.placed(&placed, &[], now_s);
                         self.waiters.notify(job.id);
                         Ok(Some(placed.bundle_id))
                     }
