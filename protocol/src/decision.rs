@@ -159,6 +159,28 @@ pub struct DecisionRecord {
     /// kept where the job is verified by replication, so a referee run is priced within it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit_wei: Option<String>,
+    /// The market quote a market order was cleared under (the buyer left its limit to the
+    /// market): only bundles asking at most its ask were eligible.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quote: Option<QuotedLimit>,
+}
+
+/// The market maker's quote for one job (its model, tier, deadline and work), as a market
+/// order's decision records it: what gated the bundles it could go to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QuotedLimit {
+    /// What the exchange pays a provider, wei per compute-second.
+    #[serde(with = "crate::price::rate_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,19}$"))]
+    pub bid_wei_per_s: u64,
+    /// The most a bundle could ask and take the job, wei per compute-second: the market's ask
+    /// for this job, modulated by its deadline and tier.
+    #[serde(with = "crate::price::rate_string")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,19}$"))]
+    pub ask_wei_per_s: u64,
+    /// The market's regime when the job was cleared: `calm`, `busy` or `surge`.
+    pub regime: String,
 }
 
 impl Default for DecisionRecord {
@@ -176,6 +198,7 @@ impl Default for DecisionRecord {
             rejected_total: 0,
             prefix_id: None,
             limit_wei: None,
+            quote: None,
         }
     }
 }

@@ -314,10 +314,11 @@ impl Market {
     }
 
     /// The full clearing decision for `job` (chosen bundle, every term, every rejection), and
-    /// what the chosen bundle would charge for it, wei.
-    pub fn clear(&self, job: &Job) -> Result<(Decision, Option<u128>)> {
+    /// what the chosen bundle would charge for it, wei. Under a market `quote`, a bundle asking
+    /// more than its ask is refused (binding: price).
+    pub fn clear(&self, job: &Job, quote: Option<&Quote>) -> Result<(Decision, Option<u128>)> {
         let engine = self.engine_read();
-        let decision = engine.explain_with(job, None, self.policy)?;
+        let decision = engine.explain_with(job, quote, self.policy)?;
         let charge = decision
             .chosen
             .as_deref()

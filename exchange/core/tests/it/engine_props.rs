@@ -331,7 +331,10 @@ fn a_holder_busier_than_the_fetch_it_saves_loses_to_an_idle_bundle() {
         max_price_wei: None,
         prefix: None,
     };
-    assert_eq!(engine.clear(&job, None).unwrap().unwrap().bundle_id, "holder");
+    assert_eq!(
+        engine.clear(&job, None).unwrap().unwrap().bundle_id,
+        "holder"
+    );
     engine.set_queue_s("holder", 3.0).unwrap();
     let busy = engine.clear(&job, None).unwrap().unwrap();
     assert_eq!(busy.bundle_id, "idle");
@@ -340,7 +343,10 @@ fn a_holder_busier_than_the_fetch_it_saves_loses_to_an_idle_bundle() {
     assert_eq!(engine.queue_s("holder"), Some(3.0));
     let why = engine.explain(&job, None).unwrap();
     let holder = why.feasible.iter().find(|r| r.id == "holder").unwrap();
-    assert!((holder.completion_s - (0.01 + 3.0 + 1.0)).abs() < 1e-9, "{holder:?}");
+    assert!(
+        (holder.completion_s - (0.01 + 3.0 + 1.0)).abs() < 1e-9,
+        "{holder:?}"
+    );
     // A queue past the deadline makes the holder infeasible, named as the deadline.
     engine.set_queue_s("holder", 20.0).unwrap();
     let why = engine.explain(&job, None).unwrap();

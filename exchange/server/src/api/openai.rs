@@ -139,13 +139,39 @@ struct CxFields {
     tier: Option<Tier>,
     #[serde(default)]
     determinism: Option<DeterminismClass>,
-    #[serde(default, with = "cx_protocol::price::wei_string_opt")]
-    #[schema(value_type = Option<String>, pattern = "^[0-9]{1,38}$")]
-    max_price_wei: Option<u128>,
+    /// The most the call may cost, wei (a decimal string), or `"market"`: cleared under the
+    /// market's quote for the call (its ask, modulated by the deadline and tier), within what
+    /// the session has left.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, pattern = "^([0-9]{1,38}|market)$")]
+    max_price_wei: Option<Limit>,
     /// The adapter, by content id, when `model` names the base.
     #[serde(default)]
     #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$")]
     adapter_id: Option<B256>,
+}
+
+/// A call's price limit: wei, or left to the market.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Limit {
+    Wei(u128),
+    Market,
+}
+
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(d)?;
+        if value == "market" {
+            return Ok(Self::Market);
+        }
+        cx_protocol::price::wei_string::deserialize(value)
+            .map(Self::Wei)
+            .map_err(|e| {
+                serde::de::Error::custom(format!(
+                    "expected wei (a decimal string) or \"market\": {e}"
+                ))
+            })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -456,12 +482,18 @@ async fn want(
             format!("must be within 1..={MAX_DEADLINE_S} seconds"),
         ));
     }
-    let max_price_wei = cx
-        .and_then(|c| c.max_price_wei)
-        .unwrap_or(grant.default_max_price_wei);
-    if max_price_wei == 0 {
-        return Err(ApiError::invalid("cx.max_price_wei", "must be above zero"));
-    }
+    let (max_price_wei, market_limit) = match cx.and_then(|c| c.max_price_wei) {
+        Some(Limit::Wei(0)) => {
+            return Err(ApiError::invalid("cx.max_price_wei", "must be above zero"));
+        }
+        Some(Limit::Wei(wei)) => (wei, false),
+        // The quote gates the bundles; what the session may still spend bounds the charge.
+        Some(Limit::Market) => (
+            grant.spend_cap_wei.saturating_sub(session.spent_wei).max(1),
+            true,
+        ),
+        None => (grant.default_max_price_wei, false),
+    };
     let min_tier = cx.and_then(|c| c.tier).unwrap_or(grant.default_tier);
     if min_tier == Tier::Attested {
         return Err(ApiError::invalid(
@@ -479,6 +511,7 @@ async fn want(
         determinism: cx
             .and_then(|c| c.determinism)
             .unwrap_or(grant.default_determinism),
+        market_limit,
     })
 }
 

@@ -162,6 +162,7 @@ impl Intake {
             max_price_wei: intent.max_price_wei,
             min_tier: intent.min_tier,
             determinism: intent.determinism,
+            market_limit: false,
         };
         let workload = submission.workload()?;
         // The request's JSON once: hashed against the signed hash, and kept with the order.
@@ -234,8 +235,13 @@ impl Intake {
     /// its market's arrivals count it at once, and the providers' waiting polls wake.
     fn placed(&self, placed: &Placed, runs: &[crate::books::NewRun], now_s: u64) {
         let (model, tier) = (&placed.job.base_model, placed.job.tier);
-        self.market
-            .placed(&placed.bundle_id, model, tier, placed.terms.compute_s, now_s);
+        self.market.placed(
+            &placed.bundle_id,
+            model,
+            tier,
+            placed.terms.compute_s,
+            now_s,
+        );
         for run in runs {
             let compute_s = run.decision["terms"]["compute_s"].as_f64().unwrap_or(0.0);
             self.market
@@ -480,20 +486,20 @@ impl Intake {
         })
     }
 
-    /// Clears `job` at its tier, and only when no bundle takes it there at each tier of
-    /// `stronger` above it in turn.
+    /// Clears `job` (for `want`) at its tier, and only when no bundle takes it there at each
+    /// tier of `stronger` above it in turn.
     pub(crate) fn clear_placed(
         &self,
         mut job: Job,
-        deadline_s: u64,
+        want: &Want,
         stronger: &[Tier],
     ) -> Result<Placed> {
         // `min_tier` is the lowest tier the buyer accepts: cleared at it first, and only when no
         // bundle takes the job there at each stronger tier in turn (dearer to verify, never
         // weaker than asked). The refusal explains the buyer's own tier.
-        let (decision, charge) = self.market.clear(&job)?;
-        let (decision, charge) = if decision.chosen.is_some() {
-            (decision, charge)
+        let (decision, charge, quote) = self.clear_quoted(&job, want)?;
+        let (decision, charge, quote) = if decision.chosen.is_some() {
+            (decision, charge, quote)
         } else {
             let mut found = None;
             for tier in stronger.iter().copied().filter(|t| *t > job.tier) {
@@ -501,10 +507,10 @@ impl Intake {
                     tier,
                     ..job.clone()
                 };
-                let (d, c) = self.market.clear(&stronger)?;
+                let (d, c, q) = self.clear_quoted(&stronger, want)?;
                 if d.chosen.is_some() {
                     job = stronger;
-                    found = Some((d, c));
+                    found = Some((d, c, q));
                     break;
                 }
             }
@@ -518,15 +524,53 @@ impl Intake {
         else {
             return Err(no_match(&decision));
         };
+        let mut decision = decision_record(decision, &job);
+        decision.quote = quote.map(|q| cx_protocol::decision::QuotedLimit {
+            bid_wei_per_s: q.bid_wei_per_s,
+            ask_wei_per_s: q.ask_wei_per_s,
+            regime: q.regime.to_string(),
+        });
         Ok(Placed {
-            decision: decision_record(decision, &job),
+            decision,
             job,
             bundle_id,
             terms,
             held_wei,
-            deadline_s,
+            deadline_s: want.deadline_s,
             drawn: None,
         })
+    }
+
+    /// [`Market::clear`](crate::market::Market::clear) of `job`, under the market's quote for it
+    /// when `want` left its limit to the market (a market with no quote yet is refused, naming
+    /// `max_price_wei`: there is nothing to price the order at).
+    fn clear_quoted(
+        &self,
+        job: &Job,
+        want: &Want,
+    ) -> Result<(
+        cx_exchange::clearing::Decision,
+        Option<u128>,
+        Option<cx_exchange::pricing::market::Quote>,
+    )> {
+        let quote = if want.market_limit {
+            let quote =
+                self.market
+                    .quote_for(job)?
+                    .ok_or_else(|| cx_protocol::Error::InvalidField {
+                        field: "max_price_wei".to_owned(),
+                        reason: format!(
+                            "no market quote for {} at {} yet (no live bundle offers it): give a \
+                         limit in wei",
+                            job.base_model, job.tier
+                        ),
+                    })?;
+            Some(quote)
+        } else {
+            None
+        };
+        let (decision, charge) = self.market.clear(job, quote.as_ref())?;
+        Ok((decision, charge, quote))
     }
 }
 

@@ -49,6 +49,7 @@ pub(crate) fn decision_record(decision: Decision, job: &Job) -> DecisionRecord {
         rejected_total,
         prefix_id: job.prefix.as_ref().map(|p| p.id.clone()),
         limit_wei: None,
+        quote: None,
     }
 }
 
@@ -68,6 +69,10 @@ pub struct Want {
     pub min_tier: Tier,
     /// The determinism class.
     pub determinism: cx_protocol::DeterminismClass,
+    /// The buyer left its limit to the market: only bundles asking at most the market's quote
+    /// for the job (its ask, modulated by the job's deadline and tier) are eligible, and the
+    /// quote is recorded in the decision; `max_price_wei` stays the most the job may cost.
+    pub market_limit: bool,
 }
 
 impl Want {
@@ -97,6 +102,8 @@ impl Want {
             max_price_wei,
             min_tier,
             determinism,
+            // A stored job is placed again within what it holds, not re-quoted.
+            market_limit: false,
         })
     }
 

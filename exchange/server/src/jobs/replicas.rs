@@ -180,7 +180,7 @@ impl Intake {
             None => Vec::new(),
         };
         if others.is_empty() {
-            return self.clear(job, want.deadline_s);
+            return self.clear(job, want);
         }
         let job = Job {
             tier: want.min_tier,

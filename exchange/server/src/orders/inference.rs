@@ -74,17 +74,17 @@ impl Intake {
         now_s: u64,
     ) -> Result<Placed> {
         let job = self.job_of(want, request, account, now_s).await?;
-        self.clear(job, want.deadline_s)
+        self.clear(job, want)
     }
 
-    /// Clears inference job `job` (due at `deadline_s`) at its tier, else at a stronger one.
-    pub(crate) fn clear(&self, mut job: Job, deadline_s: u64) -> Result<Placed> {
+    /// Clears inference job `job` (for `want`) at its tier, else at a stronger one.
+    pub(crate) fn clear(&self, mut job: Job, want: &Want) -> Result<Placed> {
         // T2 is Freivalds' check of a product: no inference is verified at it, so an inference
         // asking T2 is cleared at the next stronger tier.
         if job.tier == Tier::T2 {
             job.tier = Tier::T3;
         }
-        self.clear_placed(job, deadline_s, &[Tier::T1, Tier::T3])
+        self.clear_placed(job, want, &[Tier::T1, Tier::T3])
     }
 
     /// The job a want describes, checked (a request with something to generate, bounded, a

@@ -33,7 +33,7 @@ impl WorkloadOrder for MatmulRequest {
     /// that offer the kernel (no stronger tier: none checks a product).
     async fn place(&self, intake: &Intake, want: &Want, placing: Placing) -> Result<Placed> {
         let job = job(want, self, placing.account, placing.now_s)?;
-        intake.clear_placed(job, want.deadline_s, &[])
+        intake.clear_placed(job, want, &[])
     }
 
     /// The product's bytes (present, base64, `4·m·n` of them), hashed.

@@ -62,7 +62,7 @@ impl WorkloadOrder for TrainRequest {
             placing.account,
             placing.now_s,
         )?;
-        intake.clear_placed(job, want.deadline_s, &[])
+        intake.clear_placed(job, want, &[])
     }
 
     /// The output hash it must carry (the adapter id's bytes), the tokens the order's
@@ -269,6 +269,7 @@ mod tests {
             max_price_wei: 10_000,
             min_tier: Tier::T0,
             determinism: DeterminismClass::S,
+            market_limit: false,
         }
     }
 

@@ -6,6 +6,7 @@ mod common;
 mod door;
 mod explorer;
 mod intents;
+mod market_live;
 mod matmul;
 mod offers;
 mod slow_clients;

@@ -1,0 +1,222 @@
+//! The market maker on live load, and market orders: a door call that leaves its limit to the
+//! market is cleared under the market's quote for it (bundles asking more are refused, the quote
+//! is recorded in the decision), refused when the quote costs more than the session has left;
+//! and the regime moves off calm when work piles up and back when it drains.
+
+use crate::door::{Door, Prov, bundle, chat, now_s};
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use cx_exchange::pricing::hmm::Regime;
+use cx_protocol::Tier;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const MODEL: &str = "llama-3.1-8b-instruct";
+
+/// A bundle of the door's fleet asking `ask_wei_per_s`, holding the base or not.
+fn priced(id: &str, ask_wei_per_s: u64, holds_base: bool) -> cx_protocol::Bundle {
+    let mut b = bundle(id);
+    b.price_wei_per_s = ask_wei_per_s;
+    if !holds_base {
+        b.resident_bases.clear();
+    }
+    b
+}
+
+/// Two bundles at 1 M wei/s that would have to fetch the base, one at 50 M wei/s holding it:
+/// the median ask (the market's reference) is 1 M wei/s.
+async fn fleet(door: &Door) {
+    let prov = Prov::new(4);
+    let offer = prov.offer(vec![
+        priced("cold-a", 1_000_000, false),
+        priced("cold-b", 1_000_000, false),
+        priced("dear", 50_000_000, true),
+    ]);
+    let (status, body) = door.post("/v1/providers/register", None, &offer).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+/// Sends a door call in the background (it would wait for a provider) and returns the decision
+/// of the job it placed, read from the books.
+async fn placed_decision(door: &Door, call: Value) -> Value {
+    let request = Request::post("/v1/chat/completions")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::AUTHORIZATION, "Bearer cxs_market")
+        .body(Body::from(call.to_string()))
+        .unwrap();
+    let before = door.count("exchange_jobs").await;
+    let router = door.router().clone();
+    let waiting = tokio::spawn(async move { router.oneshot(request).await });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if door.count("exchange_jobs").await > before {
+            break;
+        }
+        assert!(
+            !waiting.is_finished(),
+            "the call ended without placing a job"
+        );
+        assert!(std::time::Instant::now() < deadline, "no job placed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    waiting.abort();
+    sqlx::query_scalar("SELECT decision FROM exchange_jobs ORDER BY created_at DESC LIMIT 1")
+        .fetch_one(door.books.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_market_order_clears_under_the_quote_and_records_it() {
+    let door = Door::new().await;
+    fleet(&door).await;
+    let (status, opened) = door.session("cxs_market", 2_000_000, 1).await;
+    assert_eq!(status, StatusCode::CREATED, "{opened}");
+
+    // With a limit in wei, the bundle holding the base wins, whatever it asks (μ1).
+    let fixed = placed_decision(&door, chat(json!({"cx": {"deadline_in_s": 30}}))).await;
+    assert_eq!(fixed["chosen"], "dear", "{fixed}");
+    assert!(fixed.get("quote").is_none(), "{fixed}");
+
+    // Left to the market, only bundles asking at most the quote's ask may take it.
+    let market = placed_decision(
+        &door,
+        chat(json!({"cx": {"deadline_in_s": 30, "max_price_wei": "market"}})),
+    )
+    .await;
+    let quote = &market["quote"];
+    let ask: u64 = quote["ask_wei_per_s"].as_str().unwrap().parse().unwrap();
+    let bid: u64 = quote["bid_wei_per_s"].as_str().unwrap().parse().unwrap();
+    assert!(
+        bid < ask && (1_000_000..2_000_000).contains(&ask),
+        "{quote}"
+    );
+    assert!(quote["regime"].is_string(), "{quote}");
+    assert!(
+        ["cold-a", "cold-b"].contains(&market["chosen"].as_str().unwrap()),
+        "{market}"
+    );
+    let dear = market["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "dear")
+        .expect("the dear bundle is refused");
+    assert_eq!(dear["binding"], "price", "{dear}");
+
+    // Deterministic: the same job in the same market state gets the same quote.
+    let again = placed_decision(
+        &door,
+        chat(json!({"cx": {"deadline_in_s": 30, "max_price_wei": "market"}})),
+    )
+    .await;
+    assert_eq!(again["quote"], market["quote"]);
+}
+
+#[tokio::test]
+async fn a_market_order_is_refused_when_the_quote_costs_more_than_the_session_has_left() {
+    let door = Door::new().await;
+    fleet(&door).await;
+    // 1 wei of room: no bundle's charge at or under the quote fits.
+    let (status, opened) = door.session("cxs_market", 1, 1).await;
+    assert_eq!(status, StatusCode::CREATED, "{opened}");
+    let (status, body) = door
+        .post(
+            "/v1/chat/completions",
+            Some("cxs_market"),
+            &chat(json!({"cx": {"max_price_wei": "market"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["error"]["code"], "no_match", "{body}");
+    assert_eq!(door.count("exchange_jobs").await, 0);
+    assert_eq!(door.held().await, 0);
+
+    // A limit that is neither wei nor "market" is refused by name.
+    let (status, body) = door
+        .post(
+            "/v1/chat/completions",
+            Some("cxs_market"),
+            &chat(json!({"cx": {"max_price_wei": "cheap"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"].to_string().contains("max_price_wei"),
+        "{body}"
+    );
+    assert_eq!(door.count("exchange_jobs").await, 0);
+}
+
+#[tokio::test]
+async fn the_regime_moves_off_calm_under_a_backlog_and_back_when_it_drains() {
+    let door = Door::new().await;
+    let prov = Prov::new(4);
+    let (status, body) = door
+        .post(
+            "/v1/providers/register",
+            None,
+            &prov.offer(vec![priced("only", 1_000_000, true)]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, opened) = door.session("cxs_market", 2_000_000, 1).await;
+    assert_eq!(status, StatusCode::CREATED, "{opened}");
+    let market = door.intake().market();
+    let mut now = now_s();
+    // Idle: the sweeps see no work on the one bundle offering the market, and it calms.
+    for _ in 0..20 {
+        now += 1;
+        let open = door.books.open_work().await.unwrap();
+        market.observe_load(&open, now).unwrap();
+    }
+    let state = |market: &cx_exchange_server::market::Market| {
+        market
+            .quotes()
+            .unwrap()
+            .into_iter()
+            .find(|q| q.model == MODEL && q.tier == Tier::T0)
+            .unwrap()
+    };
+    let calm = state(market);
+    assert_eq!(calm.regime, Regime::Calm, "{calm:?}");
+    assert!(calm.observations >= 20);
+
+    // Eight calls nobody runs pile up on it: the engine's queue counts them at once, and the
+    // maker sees eight jobs per server.
+    for _ in 0..8 {
+        placed_decision(&door, chat(json!({"cx": {"deadline_in_s": 30}}))).await;
+    }
+    let open = door.books.open_work().await.unwrap();
+    assert_eq!(open.iter().map(|w| w.jobs).sum::<u64>(), 8, "{open:?}");
+    let mut surged_after = None;
+    for sweep in 1..=10 {
+        now += 1;
+        market.observe_load(&open, now).unwrap();
+        if surged_after.is_none() && state(market).regime == Regime::Surge {
+            surged_after = Some(sweep);
+        }
+    }
+    let surge = state(market);
+    assert!(surged_after.is_some_and(|s| s <= 3), "{surge:?}");
+    assert!(
+        surge.ask_wei_per_s > calm.ask_wei_per_s,
+        "{surge:?} vs {calm:?}"
+    );
+
+    // Their deadlines pass: the work drains, and the market calms again, its ask back down.
+    door.books.expire_due(now + 60).await.unwrap();
+    let mut calmed_after = None;
+    for sweep in 1..=60 {
+        now += 1;
+        let open = door.books.open_work().await.unwrap();
+        assert!(open.is_empty());
+        market.observe_load(&open, now + 60).unwrap();
+        if calmed_after.is_none() && state(market).regime == Regime::Calm {
+            calmed_after = Some(sweep);
+        }
+    }
+    let after = state(market);
+    assert!(calmed_after.is_some_and(|s| s <= 10), "{after:?}");
+    assert!(after.ask_wei_per_s < surge.ask_wei_per_s, "{after:?}");
+}
