@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::tls::{self, Connector, TlsInfo};
 use crate::types::{
     Accepted, Bound, ChainInfo, ErrorBody, Health, InferenceRequest, JobRecord, JobsQuery,
-    ModelInfo, OpenSession, Output, Pull, Pulled, Registered, ResultSubmission, SessionInfo,
+    MarketQuote, ModelInfo, OpenSession, Output, Pull, Pulled, Registered, ResultSubmission, SessionInfo,
     SessionOpened, Tab,
 };
 use crate::types::{
@@ -445,6 +445,11 @@ impl Client {
         }
         let list: List = self.get("/v1/models").await?;
         Ok(list.data)
+    }
+
+    /// `GET /v1/market`: every open market's quote and regime.
+    pub async fn market(&self) -> Result<Vec<MarketQuote>> {
+        self.get("/v1/market").await
     }
 
     /// `GET /v1/providers`: the registered bundles.

@@ -86,5 +86,5 @@ pub use keys::AgentKeys;
 pub use tls::TlsInfo;
 pub use types::{
     Accepted, Bound, ChainInfo, Claim, DecisionRecord, Health, InferenceRequest, JobRecord,
-    JobsQuery, ModelInfo, SessionInfo, SessionOpened, StoredDataset, Tab, Terms, request_hash,
+    JobsQuery, MarketQuote, ModelInfo, SessionInfo, SessionOpened, StoredDataset, Tab, Terms, request_hash,
 };

@@ -108,6 +108,33 @@ impl Tab {
     }
 }
 
+/// One market's open quote, as `GET /v1/market` shows it: what the exchange pays providers
+/// (bid) and charges buyers (ask) per compute-second with no deadline pressure, the regime the
+/// market maker believes it is in, and the reference it opened at (the fleet's median ask).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MarketQuote {
+    /// The catalog model (the market's class).
+    pub model: String,
+    /// The verification tier.
+    pub tier: cx_protocol::Tier,
+    /// Wei per compute-second the exchange pays a provider.
+    #[serde(with = "cx_protocol::price::rate_string")]
+    pub bid_wei_per_s: u64,
+    /// Wei per compute-second a buyer pays; a bundle asking more is not eligible for a market
+    /// order.
+    #[serde(with = "cx_protocol::price::rate_string")]
+    pub ask_wei_per_s: u64,
+    /// `calm`, `busy` or `surge`.
+    pub regime: String,
+    /// The regime belief (calm, busy, surge).
+    pub belief: [f64; 3],
+    /// Load observations folded in so far (one per sweep).
+    pub observations: u64,
+    /// The fleet's median ask the market is referenced to, wei per compute-second.
+    #[serde(with = "cx_protocol::price::rate_string")]
+    pub reference_wei_per_s: u64,
+}
+
 /// One model of `GET /v1/models` (the catalog): its names and, if it can be cleared, its shape.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelInfo {

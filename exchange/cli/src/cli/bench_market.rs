@@ -9,6 +9,17 @@
 //! exchange's job events (assigned → running → done) and the providers' logs (cold adapter
 //! fetches and their measured time). Then it settles the tab and times the batch.
 //!
+//! Then, on the residency-aware market, a **load step**: open-loop market orders (`cx.max_price_wei:
+//! "market"`) at `--step-rate` calls/s, ×4 for `--step-s` seconds, then back; `GET /v1/market`
+//! sampled every second. It reports how many sweeps (one observation each) the market maker took to
+//! leave its regime after the step began and to return after it ended, the quote's ask before,
+//! at its peak and after, and whether every filled order went to a bundle asking at most the
+//! quote its decision recorded.
+//!
+//! Each run also reports how its jobs spread over the bundles (the busiest bundle's share): with
+//! no queueing term in t̂, residency-aware clearing sent an agent's every call to the provider
+//! holding its adapter, a hot spot.
+//!
 //! Latency is split per job: clearing (the door, clearing and the hold: the call's time less
 //! what the job's events span), dispatch (assigned → a provider took it), inference (running →
 //! done, or its own result when it is replicated), verification (verifying → done: the runs on
@@ -47,6 +58,12 @@ pub(crate) struct MarketArgs {
     /// Fixes the arrivals.
     #[arg(long, default_value_t = 7)]
     seed: u64,
+    /// Calls per second before and after the load step (×4 during it); 0 skips the step.
+    #[arg(long, default_value_t = 3.0)]
+    step_rate: f64,
+    /// Seconds the load step lasts (20 s of the base rate before it, as long after it).
+    #[arg(long, default_value_t = 60)]
+    step_s: u64,
     /// Added to every devnet port (the second market uses this + 100).
     #[arg(long, default_value_t = 30_000)]
     port_offset: u16,
@@ -74,6 +91,43 @@ struct Run {
     cold_fetches: usize,
     cold_fetch_ms_total: u64,
     cold_fetch_ms_mean: f64,
+    /// The share of the jobs (replicas included) that went to the busiest bundle.
+    busiest_bundle_share: f64,
+    /// The load step (the residency-aware market only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<Step>,
+}
+
+/// The market maker under a load step.
+#[derive(Debug, Serialize)]
+struct Step {
+    /// The market sampled: the model and the tier the calls cleared at.
+    model: String,
+    tier: String,
+    rate_per_s: f64,
+    step_rate_per_s: f64,
+    before_s: u64,
+    step_s: u64,
+    after_s: u64,
+    calls: usize,
+    filled: usize,
+    /// Filled calls whose decision recorded a market quote and whose bundle asked at most its ask.
+    filled_at_quote: usize,
+    /// The regime when the step began, the highest during it, and at the end.
+    regime_at_step: String,
+    regime_peak: String,
+    regime_at_end: String,
+    /// Sweeps from the step's start until the regime rose above the one it began in.
+    rose_after_sweeps: Option<u64>,
+    /// Sweeps from the step's end until the regime fell back to the one it began in (or calmer).
+    fell_after_sweeps: Option<u64>,
+    /// The quote's ask, wei per compute-second: the median before the step, the highest during
+    /// it, and the last sample.
+    ask_before_wei_per_s: u64,
+    ask_peak_wei_per_s: u64,
+    ask_end_wei_per_s: u64,
+    /// Every sample: seconds since the first, regime, ask.
+    trace: Vec<(f64, String, u64)>,
 }
 
 /// Zipf exponent of adapter popularity (as the devnet's traffic).
@@ -104,11 +158,12 @@ pub(crate) fn run(args: MarketArgs) -> anyhow::Result<()> {
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let table = format!(
         "cx bench market: {} chats per policy, {} at a time, {} providers, deadline {} s\n\
-         {:<18} {:>8} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9}\n{}{}\
+         {:<18} {:>8} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>8}\n{}{}\
          residency_aware / cheapest_capable: deadline hits ×{:.2}, mean cost ×{:.2}, cold \
          fetches ×{:.2}, p50 ×{:.2}\n\
          (verification: its own result until its replicas agreed, 0 for T0; settlement is the \
-         tab's batch, close to on chain, over its jobs)\n",
+         tab's batch, close to on chain, over its jobs; busiest: the busiest bundle's share of \
+         the jobs)\n{}",
         args.jobs,
         args.concurrency,
         args.providers,
@@ -125,12 +180,14 @@ pub(crate) fn run(args: MarketArgs) -> anyhow::Result<()> {
         "settle ms",
         "cold",
         "cold ms",
+        "busiest",
         row(ours),
         row(cheapest),
         ratio(ours.deadline_hit_rate, cheapest.deadline_hit_rate),
         ratio(ours.mean_cost_wei, cheapest.mean_cost_wei),
         ratio(ours.cold_fetches as f64, cheapest.cold_fetches as f64),
         ratio(ours.p50_ms, cheapest.p50_ms),
+        ours.step.as_ref().map(step_table).unwrap_or_default(),
     );
     let summary = json!({
         "runs": runs,
@@ -144,9 +201,36 @@ pub(crate) fn run(args: MarketArgs) -> anyhow::Result<()> {
     super::emit(args.json, &table, &summary)
 }
 
+fn step_table(s: &Step) -> String {
+    let sweeps = |n: Option<u64>| n.map_or("never".to_owned(), |n| format!("{n} sweeps"));
+    format!(
+        "load step on {}/{}: {:.1} calls/s, ×4 for {} s, then {:.1}/s for {} s: {} market orders, \
+         {} filled ({} at or under their quote)\n\
+         regime {} at the step, {} at its peak (rose after {}), {} at the end (fell back after \
+         {}); ask {} → peak {} → {} wei/s\n",
+        s.model,
+        s.tier,
+        s.rate_per_s,
+        s.step_s,
+        s.rate_per_s,
+        s.after_s,
+        s.calls,
+        s.filled,
+        s.filled_at_quote,
+        s.regime_at_step,
+        s.regime_peak,
+        sweeps(s.rose_after_sweeps),
+        s.regime_at_end,
+        sweeps(s.fell_after_sweeps),
+        s.ask_before_wei_per_s,
+        s.ask_peak_wei_per_s,
+        s.ask_end_wei_per_s,
+    )
+}
+
 fn row(r: &Run) -> String {
     format!(
-        "{:<18} {:>8.2} {:>9.3} {:>10.0} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6} {:>9}\n",
+        "{:<18} {:>8.2} {:>9.3} {:>10.0} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6} {:>9} {:>8.2}\n",
         r.policy,
         r.jobs_per_s,
         r.deadline_hit_rate,
@@ -158,7 +242,8 @@ fn row(r: &Run) -> String {
         r.inference_p50_ms,
         r.settlement_amortised_ms,
         r.cold_fetches,
-        r.cold_fetch_ms_total
+        r.cold_fetch_ms_total,
+        r.busiest_bundle_share
     )
 }
 
@@ -292,12 +377,16 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
     let mut verification = Vec::new();
     let mut cost = 0f64;
     let mut tab = None;
+    let mut per_bundle: std::collections::BTreeMap<String, usize> = Default::default();
     // The chats' jobs are the session's account's: read them with its key.
     let reader =
         Client::clone(&client).with_credential(Credential::Session(api_key.trim().to_owned()));
     for (took, id) in &done {
         let job = reader.job(*id).await?;
         tab = Some((job.chain_id, job.escrow_id));
+        if let Some(bundle) = &job.bundle_id {
+            *per_bundle.entry(bundle.clone()).or_default() += 1;
+        }
         let at = |status: &str| {
             job.events
                 .iter()
@@ -324,6 +413,17 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
         cost += job.held_wei as f64;
     }
 
+    let busiest_bundle_share =
+        per_bundle.values().max().copied().unwrap_or(0) as f64 / done.len().max(1) as f64;
+    let (cold_fetches, cold_fetch_ms_total) = cold_fetches(&dir.join("providers"));
+
+    let step = if policy == Policy::ResidencyAware && args.step_rate > 0.0 {
+        Some(load_step(args, &client, &reader, api_key.trim(), model, &adapters).await?)
+    } else {
+        None
+    };
+    let settled_jobs = done.len() + step.as_ref().map_or(0, |s| s.filled);
+
     // Settlement: the tab closes now; its batch lands.
     let keys = AgentKeys::load(&dir.join("agents/try.json"))?;
     let mut settlement_ms = 0.0;
@@ -348,10 +448,9 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        settlement_ms = closed.elapsed().as_secs_f64() * 1e3 / done.len().max(1) as f64;
+        settlement_ms = closed.elapsed().as_secs_f64() * 1e3 / settled_jobs.max(1) as f64;
     }
 
-    let (cold_fetches, cold_fetch_ms_total) = cold_fetches(&dir.join("providers"));
     drop(devnet);
     let _ = std::fs::remove_dir_all(&dir);
     let completed = done.len();
@@ -372,6 +471,173 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
         cold_fetches,
         cold_fetch_ms_total,
         cold_fetch_ms_mean: cold_fetch_ms_total as f64 / cold_fetches.max(1) as f64,
+        busiest_bundle_share,
+        step,
+    })
+}
+
+/// The load step: open-loop market orders at the base rate, ×4 for `--step-s`, then the base
+/// rate again; the market sampled every second.
+async fn load_step(
+    args: &MarketArgs,
+    client: &Arc<Client>,
+    reader: &Client,
+    api_key: &str,
+    model: &str,
+    adapters: &[String],
+) -> anyhow::Result<Step> {
+    anyhow::ensure!(
+        args.step_rate.is_finite() && args.step_rate <= 50.0,
+        "--step-rate must be within 0..=50 calls/s"
+    );
+    let before_s = 20u64;
+    let (step_s, after_s) = (args.step_s, args.step_s.max(20));
+    let total_s = before_s + step_s + after_s;
+    // Exponential gaps (a Poisson stream), seeded: the same schedule every run.
+    let mut rng = ChaCha20Rng::seed_from_u64(args.seed ^ 0x5eed);
+    let mut schedule = Vec::new();
+    let mut t = 0.0f64;
+    loop {
+        let in_step = t >= before_s as f64 && t < (before_s + step_s) as f64;
+        let rate = if in_step {
+            4.0 * args.step_rate
+        } else {
+            args.step_rate
+        };
+        let u: f64 = rand::Rng::r#gen(&mut rng);
+        t += -(1.0 - u).ln() / rate;
+        if t >= total_s as f64 {
+            break;
+        }
+        schedule.push(t);
+    }
+    let started = tokio::time::Instant::now();
+    let mut calls = tokio::task::JoinSet::new();
+    for (i, at) in schedule.iter().enumerate() {
+        let (client, key) = (client.clone(), api_key.to_owned());
+        let body = json!({
+            "model": model,
+            "messages": [{"role": "user", "content": format!("Step {i}: say hello.")}],
+            "max_tokens": 8,
+            "cx": {
+                "adapter_id": format!("0x{}", adapters[i % adapters.len().min(8).max(1)]),
+                "deadline_in_s": args.deadline_s,
+                "max_price_wei": "market",
+            },
+        });
+        let at = started + Duration::from_secs_f64(*at);
+        calls.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            client.chat(&key, &body).await
+        });
+    }
+    // One sample a second, until the schedule is over.
+    let mut samples: Vec<(f64, Vec<cx_client::MarketQuote>)> = Vec::new();
+    while started.elapsed() < Duration::from_secs(total_s) {
+        let at = started.elapsed().as_secs_f64();
+        if let Ok(quotes) = client.market().await {
+            samples.push((at, quotes));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let mut filled_ids = Vec::new();
+    while let Some(joined) = calls.join_next().await {
+        if let Ok(completion) = joined? {
+            if let Some(id) = completion["cx"]["job_id"]
+                .as_str()
+                .and_then(|id| id.parse::<cx_protocol::order::B256>().ok())
+            {
+                filled_ids.push(id);
+            }
+        }
+    }
+    // The market the calls cleared in, and whether each went to a bundle within its quote.
+    let asks: std::collections::HashMap<String, u64> = client
+        .providers()
+        .await?
+        .into_iter()
+        .map(|b| (b.id, b.price_wei_per_s))
+        .collect();
+    let mut tiers: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut filled_at_quote = 0;
+    for id in &filled_ids {
+        let job = reader.job(*id).await?;
+        if let Some(tier) = job.decision.tier {
+            *tiers.entry(tier.to_string()).or_default() += 1;
+        }
+        let within = match (&job.decision.quote, &job.bundle_id) {
+            (Some(quote), Some(bundle)) => asks
+                .get(bundle)
+                .is_some_and(|ask| *ask <= quote.ask_wei_per_s),
+            _ => false,
+        };
+        filled_at_quote += usize::from(within);
+    }
+    let tier = tiers
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(t, _)| t)
+        .unwrap_or_else(|| "T0".to_owned());
+    let trace: Vec<(f64, String, u64, u64)> = samples
+        .iter()
+        .filter_map(|(at, quotes)| {
+            let q = quotes
+                .iter()
+                .find(|q| q.model == model && q.tier.to_string() == tier)?;
+            Some((*at, q.regime.clone(), q.ask_wei_per_s, q.observations))
+        })
+        .collect();
+    let rank = |r: &str| match r {
+        "calm" => 0,
+        "busy" => 1,
+        _ => 2,
+    };
+    let (step_at, end_at) = (before_s as f64, (before_s + step_s) as f64);
+    let at_step = trace.iter().rfind(|s| s.0 <= step_at).or(trace.first());
+    let regime_at_step = at_step.map_or("calm".to_owned(), |s| s.1.clone());
+    let start_rank = rank(&regime_at_step);
+    let during = || trace.iter().filter(|s| s.0 > step_at && s.0 <= end_at);
+    let peak = during().max_by_key(|s| rank(&s.1));
+    let rose_after_sweeps = during()
+        .find(|s| rank(&s.1) > start_rank)
+        .zip(at_step)
+        .map(|(s, a)| s.3.saturating_sub(a.3));
+    let at_end = trace.iter().rfind(|s| s.0 <= end_at);
+    let fell_after_sweeps = trace
+        .iter()
+        .filter(|s| s.0 > end_at)
+        .find(|s| rank(&s.1) <= start_rank)
+        .zip(at_end)
+        .map(|(s, a)| s.3.saturating_sub(a.3));
+    let mut before: Vec<u64> = trace
+        .iter()
+        .filter(|s| s.0 <= step_at)
+        .map(|s| s.2)
+        .collect();
+    before.sort_unstable();
+    Ok(Step {
+        model: model.to_owned(),
+        tier,
+        rate_per_s: args.step_rate,
+        step_rate_per_s: 4.0 * args.step_rate,
+        before_s,
+        step_s,
+        after_s,
+        calls: schedule.len(),
+        filled: filled_ids.len(),
+        filled_at_quote,
+        regime_at_step,
+        regime_peak: peak.map_or("calm".to_owned(), |s| s.1.clone()),
+        regime_at_end: trace.last().map_or("calm".to_owned(), |s| s.1.clone()),
+        rose_after_sweeps,
+        fell_after_sweeps,
+        ask_before_wei_per_s: before.get(before.len() / 2).copied().unwrap_or(0),
+        ask_peak_wei_per_s: during().map(|s| s.2).max().unwrap_or(0),
+        ask_end_wei_per_s: trace.last().map_or(0, |s| s.2),
+        trace: trace
+            .into_iter()
+            .map(|(at, regime, ask, _)| (at, regime, ask))
+            .collect(),
     })
 }
 
