@@ -382,6 +382,7 @@ mod tests {
             request_hash: B256::repeat_byte(1),
             deadline_s: 2_000,
             max_price_wei: 5_000_000,
+            market_limit: false,
             min_tier: Tier::T1,
             determinism: DeterminismClass::D,
             tab_id: 3,

@@ -177,6 +177,7 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
                 request_hash: hash,
                 deadline_s: deadline,
                 max_price_wei: 10_000_000,
+                market_limit: false,
                 min_tier: Tier::T1,
                 determinism: DeterminismClass::D,
                 tab_id: client as u64,

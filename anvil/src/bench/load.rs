@@ -320,6 +320,7 @@ impl Source {
                             request_hash: hash,
                             deadline_s: deadline,
                             max_price_wei: 10_000_000,
+                            market_limit: false,
                             min_tier: Tier::T0,
                             determinism: DeterminismClass::D,
                             tab_id: a as u64 + round * n as u64,

@@ -640,6 +640,7 @@ impl Agent {
             request_hash: order.workload.hash(),
             deadline_s: now + 60,
             max_price_wei: MAX_PRICE_WEI,
+            market_limit: false,
             min_tier: order.min_tier,
             determinism: order.determinism,
             tab_id: tab.escrow_id,

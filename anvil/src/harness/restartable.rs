@@ -298,6 +298,7 @@ impl Signer {
             request_hash: cx_protocol::order::request_hash(&request),
             deadline_s: now + deadline_in_s,
             max_price_wei,
+            market_limit: false,
             min_tier: cx_protocol::Tier::T0,
             determinism: cx_protocol::DeterminismClass::D,
             tab_id: self.agents[agent].tab,

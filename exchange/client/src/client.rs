@@ -4,8 +4,8 @@ use crate::error::{Error, Result};
 use crate::tls::{self, Connector, TlsInfo};
 use crate::types::{
     Accepted, Bound, ChainInfo, ErrorBody, Health, InferenceRequest, JobRecord, JobsQuery,
-    MarketQuote, ModelInfo, OpenSession, Output, Pull, Pulled, Registered, ResultSubmission, SessionInfo,
-    SessionOpened, Tab,
+    MarketQuote, ModelInfo, OpenSession, Output, Pull, Pulled, Registered, ResultSubmission,
+    SessionInfo, SessionOpened, Tab,
 };
 use crate::types::{
     AdapterFiles, Assignment, Claim, Completed, IntentSubmission, StandingAccepted, StoredAdapter,

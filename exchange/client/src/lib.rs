@@ -46,7 +46,7 @@
 //! let now_s = 1_800_000_000;
 //! let intent = Intent {
 //!     want: "llama-8b".into(), adapter_id: None, request_hash: request_hash(&request),
-//!     deadline_s: now_s + 60, max_price_wei: 100_000, min_tier: Tier::T1,
+//!     deadline_s: now_s + 60, max_price_wei: 100_000, market_limit: false, min_tier: Tier::T1,
 //!     determinism: DeterminismClass::D, tab_id: 3, nonce: 1, expiry_s: now_s + 60,
 //! };
 //! match client.submit_intent(&keys.sign(intent, &domain)?, &request).await {
@@ -86,5 +86,6 @@ pub use keys::AgentKeys;
 pub use tls::TlsInfo;
 pub use types::{
     Accepted, Bound, ChainInfo, Claim, DecisionRecord, Health, InferenceRequest, JobRecord,
-    JobsQuery, MarketQuote, ModelInfo, SessionInfo, SessionOpened, StoredDataset, Tab, Terms, request_hash,
+    JobsQuery, MarketQuote, ModelInfo, SessionInfo, SessionOpened, StoredDataset, Tab, Terms,
+    request_hash,
 };

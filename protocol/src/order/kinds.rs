@@ -119,6 +119,13 @@ pub struct Intent {
     #[serde(with = "wei_string")]
     #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^[0-9]{1,38}$"))]
     pub max_price_wei: u128,
+    /// The buyer leaves its price to the market: the job is cleared only onto bundles asking at
+    /// most the market's quote for it (the ask of its model and tier, modulated by its deadline;
+    /// recorded in the decision), and `max_price_wei` stays the most it may cost (what the
+    /// committee checks every charge against). Signed as `bool marketLimit`; `false` when left
+    /// out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub market_limit: bool,
     /// The lowest verification tier accepted.
     pub min_tier: Tier,
     /// The determinism class the job needs.
@@ -142,6 +149,7 @@ impl Order for Intent {
             requestHash: self.request_hash,
             deadline: self.deadline_s,
             maxPriceWei: U256::from(self.max_price_wei),
+            marketLimit: self.market_limit,
             minTier: tier_code(self.min_tier),
             determinism: class_code(self.determinism),
             tab: self.tab_id,
@@ -157,6 +165,7 @@ impl Order for Intent {
             request_hash: t.requestHash,
             deadline_s: t.deadline,
             max_price_wei: wei_from("max_price_wei", t.maxPriceWei)?,
+            market_limit: t.marketLimit,
             min_tier: tier_from_code("min_tier", t.minTier)?,
             determinism: class_from_code("determinism", t.determinism)?,
             tab_id: t.tab,

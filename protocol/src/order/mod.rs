@@ -34,7 +34,7 @@
 //! let pq = Identity::from_seed([9; 32]);
 //! let intent = Intent {
 //!     want: "llama-8b".into(), adapter_id: None, request_hash: order::B256::repeat_byte(1),
-//!     deadline_s: 2_000, max_price_wei: 5_000_000, min_tier: Tier::T1,
+//!     deadline_s: 2_000, max_price_wei: 5_000_000, market_limit: false, min_tier: Tier::T1,
 //!     determinism: DeterminismClass::D, tab_id: 3, nonce: 1, expiry_s: 1_500,
 //! };
 //! let signed = order::sign(intent, &domain, &account_key, &pq).unwrap();

@@ -18,6 +18,7 @@ alloy_sol_types::sol! {
         bytes32 requestHash;
         uint64 deadline;
         uint256 maxPriceWei;
+        bool marketLimit;
         uint8 minTier;
         uint8 determinism;
         uint64 tab;

@@ -128,6 +128,11 @@ fn eth_account_signatures_over_our_wallet_json_verify_for_every_kind() {
             plain.max_price_wei = u128::MAX;
             plain
         }),
+        case({
+            let mut market = intent();
+            market.market_limit = true; // a `bool` in the typed data
+            market
+        }),
         case(reserve()),
         case(rent()),
         case(search()),

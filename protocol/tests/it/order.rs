@@ -36,6 +36,7 @@ pub(crate) fn intent() -> Intent {
         request_hash: B256::repeat_byte(0x11),
         deadline_s: NOW_S + 60,
         max_price_wei: 5_000_000,
+        market_limit: false,
         min_tier: Tier::T1,
         determinism: DeterminismClass::D,
         tab_id: 7,
@@ -170,7 +171,7 @@ fn intent_verifies_at_intake_and_returns_account_and_digest() {
 fn encode_type_is_the_documented_string() {
     assert_eq!(
         Kind::Intent.encode_type(),
-        "Intent(string want,bytes32 adapterId,bytes32 requestHash,uint64 deadline,uint256 maxPriceWei,uint8 minTier,uint8 determinism,uint64 tab,uint64 nonce,uint64 expiry)"
+        "Intent(string want,bytes32 adapterId,bytes32 requestHash,uint64 deadline,uint256 maxPriceWei,bool marketLimit,uint8 minTier,uint8 determinism,uint64 tab,uint64 nonce,uint64 expiry)"
     );
     assert_eq!(
         Kind::PqBinding.encode_type(),

@@ -51,6 +51,7 @@ fn intent(want: &str, request_hash: B256, adapter_id: Option<B256>) -> Intent {
         request_hash,
         deadline_s: 2_000,
         max_price_wei: 5_000_000,
+        market_limit: false,
         min_tier: Tier::T1,
         determinism: DeterminismClass::D,
         tab_id: 3,

@@ -490,6 +490,7 @@ async fn load_step(
         args.step_rate.is_finite() && args.step_rate <= 50.0,
         "--step-rate must be within 0..=50 calls/s"
     );
+    anyhow::ensure!(!adapters.is_empty(), "the devnet has no adapters to call");
     let before_s = 20u64;
     let (step_s, after_s) = (args.step_s, args.step_s.max(20));
     let total_s = before_s + step_s + after_s;
@@ -520,7 +521,7 @@ async fn load_step(
             "messages": [{"role": "user", "content": format!("Step {i}: say hello.")}],
             "max_tokens": 8,
             "cx": {
-                "adapter_id": format!("0x{}", adapters[i % adapters.len().min(8).max(1)]),
+                "adapter_id": format!("0x{}", adapters[i % adapters.len().clamp(1, 8)]),
                 "deadline_in_s": args.deadline_s,
                 "max_price_wei": "market",
             },
@@ -542,13 +543,12 @@ async fn load_step(
     }
     let mut filled_ids = Vec::new();
     while let Some(joined) = calls.join_next().await {
-        if let Ok(completion) = joined? {
-            if let Some(id) = completion["cx"]["job_id"]
+        if let Ok(completion) = joined?
+            && let Some(id) = completion["cx"]["job_id"]
                 .as_str()
                 .and_then(|id| id.parse::<cx_protocol::order::B256>().ok())
-            {
-                filled_ids.push(id);
-            }
+        {
+            filled_ids.push(id);
         }
     }
     // The market the calls cleared in, and whether each went to a bundle within its quote.

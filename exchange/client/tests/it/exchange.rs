@@ -173,6 +173,7 @@ fn intent(nonce: u64, max_price_wei: u128) -> Intent {
         request_hash: request_hash(&request()),
         deadline_s: now_s() + 30,
         max_price_wei,
+        market_limit: false,
         // T0: one provider (T1 of class D is re-executed on a second one).
         min_tier: Tier::T0,
         determinism: DeterminismClass::D,

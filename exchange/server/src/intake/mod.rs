@@ -162,7 +162,7 @@ impl Intake {
             max_price_wei: intent.max_price_wei,
             min_tier: intent.min_tier,
             determinism: intent.determinism,
-            market_limit: false,
+            market_limit: intent.market_limit,
         };
         let workload = submission.workload()?;
         // The request's JSON once: hashed against the signed hash, and kept with the order.

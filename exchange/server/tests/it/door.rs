@@ -976,6 +976,7 @@ async fn a_leaving_providers_jobs_are_re_cleared_or_refunded() {
         request_hash: cx_protocol::order::request_hash(&request),
         deadline_s: now_s() + 120,
         max_price_wei: 1_000_000,
+        market_limit: false,
         min_tier: Tier::T0,
         determinism: DeterminismClass::D,
         tab_id: 3,

@@ -160,6 +160,7 @@ impl World {
             request_hash: request_hash(&request()),
             deadline_s: now_s() + 60,
             max_price_wei: 1_000_000,
+            market_limit: false,
             // T1 of class S: priced at T1, not re-executed (byte equality needs class D; the
             // replication pages are in `verification.rs`).
             min_tier: Tier::T1,
@@ -885,6 +886,7 @@ async fn a_continuation_goes_to_the_prefix_holder_and_its_page_names_the_hit() {
         request_hash: request_hash(&request),
         deadline_s: now_s() + 60,
         max_price_wei: 1_000_000,
+        market_limit: false,
         min_tier: Tier::T1,
         determinism: DeterminismClass::D,
         tab_id: 3,

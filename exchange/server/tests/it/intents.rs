@@ -150,6 +150,7 @@ fn intent(nonce: u64) -> Intent {
         request_hash: request_hash(&request()),
         deadline_s: now_s() + 30,
         max_price_wei: 100_000,
+        market_limit: false,
         // T0: clearing, not verification (T1 of class D is re-executed on a second provider;
         // see `verification.rs`).
         min_tier: Tier::T0,
@@ -896,4 +897,79 @@ async fn past_the_bound_in_flight_a_request_is_shed_with_503_and_retry_after() {
         StatusCode::ACCEPTED,
         "the shed order goes through now: {body}"
     );
+}
+
+#[tokio::test]
+async fn a_signed_market_intent_clears_under_the_quote_and_its_flag_is_signed() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    let market = Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
+    // Three bundles holding the base; the median ask (the market's reference) is 1 M wei/s.
+    for (id, ask) in [
+        ("warm-a", 1_000_000),
+        ("warm-b", 1_000_000),
+        ("dear", 9_000_000),
+    ] {
+        market
+            .register(&books, bundle(id, ask, true))
+            .await
+            .unwrap();
+    }
+    let w = World::new(db, books, market).await;
+    let mut market_intent = intent(1);
+    market_intent.market_limit = true;
+    let body = w.body(market_intent);
+    assert_eq!(body["intent"]["order"]["market_limit"], true);
+
+    // The flag is part of what the buyer signed: a relayer cannot turn it off (nor on).
+    let mut flipped = body.clone();
+    flipped["intent"]["order"]["market_limit"] = json!(false);
+    let (status, refused) = w.post(&flipped).await;
+    assert!(status.is_client_error(), "{status} {refused}");
+    assert_eq!(w.rows().await.1, 0, "nothing written");
+
+    let (status, accepted) = w.post(&body).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let id = accepted["job_id"].as_str().unwrap();
+    let (_, job) = w.read(&format!("/v1/jobs/{id}")).await;
+    let quote = &job["decision"]["quote"];
+    let ask: u64 = quote["ask_wei_per_s"].as_str().unwrap().parse().unwrap();
+    assert!((1_000_000..9_000_000).contains(&ask), "{quote}");
+    let dear = job["decision"]["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "dear")
+        .expect("the bundle asking over the quote is refused");
+    assert_eq!(dear["binding"], "price", "{dear}");
+    // A limit in wei is not gated by the quote: the decision has none.
+    let (status, fixed) = w.post(&w.body(intent(2))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{fixed}");
+    let (_, job) = w
+        .read(&format!("/v1/jobs/{}", fixed["job_id"].as_str().unwrap()))
+        .await;
+    assert!(job["decision"].get("quote").is_none(), "{job}");
+}
+
+#[tokio::test]
+async fn a_market_intent_is_refused_when_the_quote_costs_more_than_the_tab_holds() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    let market = Market::new(Catalog::from_toml_str(CATALOG).unwrap(), Weights::default()).unwrap();
+    // At 30 M wei/s the job costs tens of thousands of wei: within the signed cap of 100 000,
+    // beyond the 3 000 the tab holds.
+    for id in ["warm-a", "warm-b"] {
+        market
+            .register(&books, bundle(id, 30_000_000, true))
+            .await
+            .unwrap();
+    }
+    let w = World::new(db, books, market).await;
+    let before = w.rows().await;
+    let mut market_intent = intent(1);
+    market_intent.market_limit = true;
+    let (status, body) = w.post(&w.body(market_intent)).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED, "{body}");
+    assert_eq!(body["error"]["code"], "tab_overspent", "{body}");
+    assert_eq!(w.rows().await, before, "nothing written, nothing held");
 }

@@ -72,6 +72,7 @@ fn intent(request: &MatmulRequest, nonce: u64, change: impl FnOnce(&mut Intent))
         request_hash: request.hash(),
         deadline_s: now_s() + 60,
         max_price_wei: 1_000_000,
+        market_limit: false,
         min_tier: Tier::T2,
         determinism: DeterminismClass::DInf,
         tab_id: 3,

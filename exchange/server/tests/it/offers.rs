@@ -118,6 +118,7 @@ async fn a_job_on_a_withdrawn_bundle_still_completes_and_settles() {
         request_hash: request_hash(&request),
         deadline_s: now_s() + 120,
         max_price_wei: 1_000_000,
+        market_limit: false,
         min_tier: Tier::T0,
         determinism: DeterminismClass::D,
         tab_id: 3,

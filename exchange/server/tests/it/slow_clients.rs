@@ -166,6 +166,7 @@ async fn one_address_with_hundreds_of_slow_connections_cannot_starve_providers_o
         request_hash: request_hash(&prompt),
         deadline_s: now_s() + 120,
         max_price_wei: 100_000,
+        market_limit: false,
         min_tier: Tier::T0,
         determinism: DeterminismClass::D,
         tab_id: 3,

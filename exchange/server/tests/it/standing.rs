@@ -371,6 +371,7 @@ mod reserves {
             request_hash: request_hash(&request),
             deadline_s: now_s() + 30,
             max_price_wei: 100_000,
+            market_limit: false,
             min_tier: Tier::T0,
             // Class S: drawn at the reserve's T1, which for class D would also place a
             // replica at spot (`verification.rs`); this test is about the draw alone.

@@ -106,6 +106,7 @@ fn intent(r: &TrainRequest, nonce: u64, change: impl FnOnce(&mut Intent)) -> Int
         request_hash: r.hash(),
         deadline_s: now_s() + 120,
         max_price_wei: 1_000_000_000,
+        market_limit: false,
         min_tier: Tier::T0,
         determinism: DeterminismClass::S,
         tab_id: 3,

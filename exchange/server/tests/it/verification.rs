@@ -188,6 +188,7 @@ async fn submit_class(
         request_hash: request_hash(&request()),
         deadline_s: now_s() + 120,
         max_price_wei: 100_000,
+        market_limit: false,
         min_tier: tier,
         determinism,
         tab_id: 3,

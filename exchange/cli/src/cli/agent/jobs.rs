@@ -50,6 +50,10 @@ pub(super) struct IntentArgs {
     /// The most the job may cost, wei.
     #[arg(long, value_name = "WEI")]
     max_price_wei: u128,
+    /// Leave the price to the market: only bundles asking at most the market's quote for the
+    /// job are eligible (`--max-price-wei` stays the most it may cost).
+    #[arg(long)]
+    market: bool,
     /// The tab (escrow id) that pays.
     #[arg(long, value_name = "ID")]
     tab: u64,
@@ -161,6 +165,7 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
         request_hash: request_hash(&request),
         deadline_s: now.saturating_add(cmd.deadline_in),
         max_price_wei: cmd.max_price_wei,
+        market_limit: cmd.market,
         min_tier: cmd.tier,
         determinism: cmd.class,
         tab_id: cmd.tab,
@@ -239,6 +244,7 @@ async fn run_matmul(args: &Args, cmd: &MatmulArgs) -> anyhow::Result<()> {
         request_hash: request.hash(),
         deadline_s: now.saturating_add(cmd.deadline_in),
         max_price_wei: cmd.max_price_wei,
+        market_limit: false,
         min_tier: Tier::T2,
         determinism: cmd.class,
         tab_id: cmd.tab,

@@ -173,6 +173,7 @@ pub(super) async fn run_train(args: &Args, cmd: &TrainArgs) -> anyhow::Result<()
         request_hash: request.hash(),
         deadline_s: now.saturating_add(cmd.deadline_in),
         max_price_wei: cmd.max_price_wei,
+        market_limit: false,
         min_tier: Tier::T0,
         determinism: DeterminismClass::S,
         tab_id: cmd.tab,
