@@ -167,7 +167,7 @@ pub struct DecisionRecord {
 
 /// The market maker's quote for one job (its model, tier, deadline and work), as a market
 /// order's decision records it: what gated the bundles it could go to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QuotedLimit {
     /// What the exchange pays a provider, wei per compute-second.
@@ -181,6 +181,10 @@ pub struct QuotedLimit {
     pub ask_wei_per_s: u64,
     /// The market's regime when the job was cleared: `calm`, `busy` or `surge`.
     pub regime: String,
+    /// The buyer's preference applied to the market's quote, a log multiplier (0: none; SPEC §10:
+    /// learned from the buyer's own market orders).
+    #[serde(default)]
+    pub tenant_log_multiplier: f64,
 }
 
 impl Default for DecisionRecord {

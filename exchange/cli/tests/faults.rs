@@ -307,7 +307,7 @@ async fn the_exchange_killed_during_dispatch_loses_no_job_and_charges_none_twice
 }
 
 /// A real provider that stops reporting while it holds jobs: `p1` (the cheaper bundle, so it
-/// wins every order) is SIGSTOPped inside its long poll and jobs clear onto it. Once it has
+/// wins an order while idle) is SIGSTOPped inside its long poll and jobs clear onto it. Once it has
 /// been silent for `--provider-silence-s` its bundle leaves the engine and its jobs move to `p0`
 /// (their deadlines allow it), which runs them; when `p1` resumes, whatever it finishes for the
 /// moved jobs is refused, nothing is charged twice, and it re-registers and serves new orders.
@@ -334,13 +334,13 @@ async fn a_provider_that_stops_reporting_leaves_and_its_jobs_move_to_another() {
         assert_eq!(status, 202, "{answer}");
         jobs.push(answer["job_id"].as_str().unwrap().parse::<B256>().unwrap());
     }
-    for job in &jobs {
-        assert_eq!(
-            bundle_of(&market.books, *job).await,
-            "p1",
-            "the cheaper bundle won"
-        );
-    }
+    // The first goes to the cheaper p1; the next may go to p0 instead, since the work p1 has
+    // not done (a queue in t̂) makes it later than p0 by more than their prices differ.
+    assert_eq!(
+        bundle_of(&market.books, jobs[0]).await,
+        "p1",
+        "the cheaper bundle won while idle"
+    );
 
     // Silent past the limit: p1 leaves the engine, p0 stays, the jobs move to p0 and finish.
     let waited = Instant::now();

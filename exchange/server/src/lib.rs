@@ -66,6 +66,7 @@ pub mod limits;
 pub mod market;
 pub mod min_rate;
 pub mod orders;
+pub mod preferences;
 pub mod service;
 pub mod settlement;
 pub mod stake;

@@ -3,12 +3,15 @@
 
 use crate::books::{Books, MarketQuote, OpenWork, Provider};
 use crate::error::Result;
+use crate::preferences::{PreferenceView, Preferences};
+use alloy::primitives::Address;
 use alloy::primitives::B256;
 use cx_exchange::clearing::Decision;
 use cx_exchange::engine::Engine;
 use cx_exchange::objective::Weights;
 use cx_exchange::pricing::load::{Arrivals, MarketLoad, WINDOW_S};
 use cx_exchange::pricing::market::{MARKET_TIERS, MarketMaker, MarketParams, Quote};
+use cx_exchange::pricing::tenant::DeltaParts;
 use cx_exchange::routing::catalog::Catalog;
 use cx_protocol::{Bundle, Job, Tier};
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +26,8 @@ pub struct Market {
     /// Work placed into each market (model × tier) over the last seconds: the maker's offered
     /// load. Counted here, as jobs are placed, not read back from the books every sweep.
     arrivals: Mutex<BTreeMap<(String, Tier), Arrivals>>,
+    /// Every tenant's preference over the shared quote, learned from its market orders.
+    preferences: Mutex<Preferences>,
     policy: cx_exchange::clearing::Policy,
     /// Held across an offer's transaction and its write to the engine: two offers of one
     /// provider committed A then B but applied to the engine B then A would leave A's
@@ -34,6 +39,7 @@ impl Market {
     /// A market over `catalog` with no bundles yet.
     pub fn new(catalog: Catalog, weights: Weights) -> Result<Self> {
         Ok(Self {
+            preferences: Mutex::new(Preferences::new(catalog.models().len())),
             catalog,
             engine: RwLock::new(Engine::new(weights)?),
             maker: RwLock::new(MarketMaker::new(MarketParams::default())?),
@@ -55,8 +61,16 @@ impl Market {
         self.policy
     }
 
-    /// The engine rebuilt from every bundle the books hold (at start: the books are the truth).
+    /// The engine rebuilt from every bundle the books hold, and the tenants' preferences read
+    /// back (at start: the books are the truth).
     pub async fn load(&self, books: &Books) -> Result<usize> {
+        {
+            let stored = books.tenant_preferences().await?;
+            let mut preferences = self.preferences.lock().unwrap_or_else(|e| e.into_inner());
+            for (account, parts, observations) in &stored {
+                preferences.restore(*account, parts, *observations);
+            }
+        }
         let bundles = books.bundles().await?;
         let mut engine = Engine::new(*self.engine_read().weights())?;
         for bundle in bundles {
@@ -269,11 +283,19 @@ impl Market {
     }
 
     /// The market's quote for `job` (its model, the tier it is cleared at, its deadline and its
-    /// work at the fleet's median throughput): deterministic given the job and the market's
-    /// state. `None` where no market is open for it (no live bundle yet, or a model outside the
-    /// catalog).
-    pub fn quote_for(&self, job: &Job) -> Result<Option<Quote>> {
+    /// work at the fleet's median throughput), seen through its buyer's preference: deterministic
+    /// given the job and the market's state. `None` where no market is open for it (no live
+    /// bundle yet, or a model outside the catalog).
+    pub fn quote_for(&self, job: &Job) -> Result<Option<Quoted>> {
         let Some(flops_per_s) = self.median_flops_per_s() else {
+            return Ok(None);
+        };
+        let Some(model_index) = self
+            .catalog
+            .models()
+            .iter()
+            .position(|m| m.name == job.base_model)
+        else {
             return Ok(None);
         };
         let maker = self.maker.read().unwrap_or_else(|e| e.into_inner());
@@ -281,12 +303,69 @@ impl Market {
             return Ok(None);
         }
         let compute_s = job.compute_flops / flops_per_s;
-        Ok(Some(maker.quote(
-            &job.base_model,
-            job.tier,
-            job.deadline_s,
-            compute_s,
-        )?))
+        let shared = maker.quote(&job.base_model, job.tier, job.deadline_s, compute_s)?;
+        let cell = cx_exchange::pricing::tenant::cell(model_index, compute_s / job.deadline_s);
+        let log_multiplier = job.agent.parse::<Address>().map_or(0.0, |account| {
+            self.preferences
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .multiplier(account, shared.regime, cell)
+        });
+        Ok(Some(Quoted {
+            quote: cx_exchange::pricing::market::with_preference(&shared, log_multiplier)?,
+            shared_ask_wei_per_s: shared.ask_wei_per_s,
+            cell,
+            log_multiplier,
+        }))
+    }
+
+    /// Teaches `job`'s buyer what its market order `quoted` met in `decision`: the log
+    /// multiplier of the shared quote that would just have sufficed — the chosen bundle's ask
+    /// over the shared ask, or, refused only on price, the cheapest such bundle's.
+    pub fn learn(&self, job: &Job, quoted: &Quoted, decision: &Decision) {
+        let Ok(account) = job.agent.parse::<Address>() else {
+            return;
+        };
+        let ask = {
+            let engine = self.engine_read();
+            let ask_of = |id: &str| engine.bundle(id).map(|b| b.price_wei_per_s);
+            match decision.chosen.as_deref() {
+                Some(id) => ask_of(id),
+                None => decision
+                    .rejected
+                    .iter()
+                    .filter(|r| {
+                        r.violations.len() == 1
+                            && r.binding == cx_protocol::decision::Constraint::Price
+                    })
+                    .filter_map(|r| ask_of(&r.id))
+                    .min(),
+            }
+        };
+        let Some(ask) = ask.filter(|a| *a > 0) else {
+            return;
+        };
+        let target = (ask as f64 / quoted.shared_ask_wei_per_s.max(1) as f64).ln();
+        self.preferences
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .learn(account, quoted.quote.regime, quoted.cell, target);
+    }
+
+    /// The preferences changed since the last call, to be written to the books.
+    pub fn changed_preferences(&self) -> Vec<(Address, DeltaParts, u64)> {
+        self.preferences
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_changed()
+    }
+
+    /// `account`'s preference, as the explorer shows it.
+    pub fn preference_of(&self, account: Address) -> Option<PreferenceView> {
+        self.preferences
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .view(account)
     }
 
     /// The median throughput of the live bundles, FLOP/s (none: no market).
@@ -401,4 +480,18 @@ fn charge_on(b: &Bundle, job: &Job) -> u128 {
     let holds = cx_exchange::engine::holds_prefix(b, job);
     let flops = cx_exchange::objective::compute_flops_on(job, holds);
     cx_protocol::price::charge_wei(b.price_wei_per_s, flops / b.flops_per_s)
+}
+
+/// A market order's quote: the maker's quote for the job seen through its buyer's preference
+/// (what gates the bundles), and what it was made of.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quoted {
+    /// The quote the order is cleared under.
+    pub quote: Quote,
+    /// The shared quote's ask (before the buyer's preference), wei per compute-second.
+    pub shared_ask_wei_per_s: u64,
+    /// The preference cell (model × deadline bucket).
+    pub cell: usize,
+    /// The buyer's log multiplier applied (0: none yet).
+    pub log_multiplier: f64,
 }

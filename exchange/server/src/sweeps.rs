@@ -18,7 +18,8 @@ pub const SWEEP_PERIOD: Duration = Duration::from_secs(1);
 /// bundles of providers silent for [`crate::intake::PROVIDER_SILENCE_S`] (or the intake's own setting) out of
 /// the engine, re-clearing their jobs; reads the open work from the books — each bundle's queue
 /// goes to the engine (t̂ counts it), each market's load to the market maker (its regime and
-/// price follow, [`crate::market::Market::observe_load`]); and samples the market maker's quotes every
+/// price follow, [`crate::market::Market::observe_load`]); stores the tenants' preferences that
+/// changed; and samples the market maker's quotes every
 /// [`QUOTE_SAMPLE_TICKS`] (the explorer's price history). A failed sweep is logged and retried
 /// at the next tick.
 pub async fn run_sweeps(intake: &crate::intake::Intake) {
@@ -78,6 +79,13 @@ pub async fn run_sweeps(intake: &crate::intake::Intake) {
         };
         if let Err(err) = observed {
             tracing::warn!(error = %format!("{err:#}"), "load sweep failed");
+        }
+        let changed = intake.market().changed_preferences();
+        if !changed.is_empty()
+            && let Err(err) = books.save_tenant_preferences(&changed).await
+        {
+            // Kept in memory; written again at the tenant's next market order.
+            tracing::warn!(error = %format!("{err:#}"), "tenant preferences not stored");
         }
         if ticks.is_multiple_of(STAKE_SWEEP_TICKS) && !intake.registries().is_empty() {
             let unstaked = match unstaked_bundles(intake).await {

@@ -159,6 +159,145 @@ impl TenantDelta {
     }
 }
 
+/// Deadline buckets of a preference cell: θ (the job's work ÷ its deadline, in [0, 1]) in
+/// quarters — a tenant may pay more for tight deadlines than for loose ones.
+pub const DEADLINE_BUCKETS: usize = 4;
+
+/// The cell of a (model class, θ) pair: `model_index × DEADLINE_BUCKETS + bucket(θ)`.
+pub fn cell(model_index: usize, theta: f64) -> usize {
+    let theta = if theta.is_finite() {
+        theta.clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    let bucket = ((theta * DEADLINE_BUCKETS as f64) as usize).min(DEADLINE_BUCKETS - 1);
+    model_index * DEADLINE_BUCKETS + bucket
+}
+
+/// A tenant's delta in storable form: the packed sign bits (little-endian u64 words) and the
+/// per-layer scales and biases.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct DeltaParts {
+    /// Cells per layer.
+    pub cells: usize,
+    /// Sign bits, row-major, bit set = +1, as little-endian 64-bit words.
+    pub signs: Vec<u8>,
+    /// Per-layer scale (≥ 0).
+    pub scales: Vec<f32>,
+    /// Per-layer bias.
+    pub biases: Vec<f32>,
+}
+
+impl TenantDelta {
+    /// The delta of a tenant with no preference yet: every cell equal to the base (scale and
+    /// bias 0).
+    pub fn neutral(base: &BaseTable) -> Self {
+        Self {
+            cells: base.cells,
+            signs: vec![0; (base.layers * base.cells).div_ceil(64)],
+            scales: vec![0.0; base.layers],
+            biases: vec![0.0; base.layers],
+        }
+    }
+
+    /// Learns one observation online, in the compressed form itself (no full table is kept):
+    /// the cell's value `base + scale·sign + bias` moves toward `target` by `rate` — the
+    /// layer's bias by the whole error (a tenant's level in that regime, full precision), the
+    /// layer's scale along the cell's sign, and the cell's sign bit to the side of the bias the
+    /// target is on. Refuses a cell or layer outside the base, a non-finite target, or a rate
+    /// outside (0, 1].
+    pub fn learn(
+        &mut self,
+        base: &BaseTable,
+        layer: usize,
+        cell: usize,
+        target: f32,
+        rate: f32,
+    ) -> Result<()> {
+        if layer >= base.layers || cell >= base.cells || self.cells != base.cells {
+            return Err(invalid(
+                "preference.cell",
+                format!(
+                    "({layer}, {cell}) is outside the {}×{} table",
+                    base.layers, base.cells
+                ),
+            ));
+        }
+        if !target.is_finite() {
+            return Err(invalid("preference.target", "must be finite"));
+        }
+        if !(rate > 0.0 && rate <= 1.0) {
+            return Err(invalid("preference.rate", "must be within (0, 1]"));
+        }
+        let bit = layer * self.cells + cell;
+        let sign = if self.signs[bit / 64] >> (bit % 64) & 1 == 1 {
+            1.0
+        } else {
+            -1.0
+        };
+        let error = target - self.value(base, layer, cell);
+        self.biases[layer] += rate * error;
+        self.scales[layer] = (self.scales[layer] + rate * sign * error).max(0.0);
+        let above = target - base.value(layer, cell) - self.biases[layer] >= 0.0;
+        if above {
+            self.signs[bit / 64] |= 1 << (bit % 64);
+        } else {
+            self.signs[bit / 64] &= !(1 << (bit % 64));
+        }
+        Ok(())
+    }
+
+    /// The storable form.
+    pub fn to_parts(&self) -> DeltaParts {
+        DeltaParts {
+            cells: self.cells,
+            signs: self.signs.iter().flat_map(|w| w.to_le_bytes()).collect(),
+            scales: self.scales.clone(),
+            biases: self.biases.clone(),
+        }
+    }
+
+    /// A delta from its stored form, checked against `base` (its shape, finite values, scales
+    /// ≥ 0): a stored delta of another shape (the catalog changed) is refused, not misread.
+    pub fn from_parts(base: &BaseTable, parts: &DeltaParts) -> Result<Self> {
+        let words = (base.layers * base.cells).div_ceil(64);
+        if parts.cells != base.cells
+            || parts.signs.len() != words * 8
+            || parts.scales.len() != base.layers
+            || parts.biases.len() != base.layers
+        {
+            return Err(invalid(
+                "preference",
+                format!(
+                    "a stored delta of another shape than the {}×{} table",
+                    base.layers, base.cells
+                ),
+            ));
+        }
+        check_finite("preference.scales", &parts.scales)?;
+        check_finite("preference.biases", &parts.biases)?;
+        if parts.scales.iter().any(|s| *s < 0.0) {
+            return Err(invalid("preference.scales", "must be >= 0"));
+        }
+        let signs = parts
+            .signs
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().expect("chunks of 8")))
+            .collect();
+        Ok(Self {
+            cells: parts.cells,
+            signs,
+            scales: parts.scales.clone(),
+            biases: parts.biases.clone(),
+        })
+    }
+
+    /// Per-layer (scale, bias).
+    pub fn layers(&self) -> impl Iterator<Item = (f32, f32)> + '_ {
+        self.scales.iter().copied().zip(self.biases.iter().copied())
+    }
+}
+
 /// How far a reconstruction is from the full table.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct ReconstructionError {
@@ -240,6 +379,29 @@ mod tests {
         for (r, f) in delta.reconstruct(&base).iter().zip(full) {
             assert!((r - f).abs() < 1e-6, "{r} vs {f}");
         }
+    }
+
+    #[test]
+    fn learning_online_in_the_compressed_form_reaches_the_target_and_round_trips() {
+        let base = BaseTable::new(3, 8, vec![0.0; 24]).unwrap();
+        let mut delta = TenantDelta::neutral(&base);
+        assert!(delta.reconstruct(&base).iter().all(|v| *v == 0.0));
+        for _ in 0..40 {
+            delta.learn(&base, 1, 5, -0.3, 0.25).unwrap();
+        }
+        assert!((delta.value(&base, 1, 5) + 0.3).abs() < 0.02, "{delta:?}");
+        // Other layers are untouched.
+        assert_eq!(delta.value(&base, 0, 5), 0.0);
+        let parts = delta.to_parts();
+        assert_eq!(TenantDelta::from_parts(&base, &parts).unwrap(), delta);
+        let other = BaseTable::new(3, 12, vec![0.0; 36]).unwrap();
+        assert!(TenantDelta::from_parts(&other, &parts).is_err());
+        assert!(delta.learn(&base, 3, 0, 0.1, 0.25).is_err());
+        assert!(delta.learn(&base, 0, 0, f32::NAN, 0.25).is_err());
+        assert!(delta.learn(&base, 0, 0, 0.1, 0.0).is_err());
+        assert_eq!(cell(2, 0.0), 8);
+        assert_eq!(cell(2, 1.0), 11);
+        assert_eq!(cell(0, f64::NAN), 3);
     }
 
     #[test]

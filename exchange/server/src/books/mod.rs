@@ -17,6 +17,7 @@ mod datasets;
 mod fills;
 mod jobs;
 mod load;
+mod preferences;
 mod providers;
 mod quotes;
 mod reclear;

@@ -526,9 +526,10 @@ impl Intake {
         };
         let mut decision = decision_record(decision, &job);
         decision.quote = quote.map(|q| cx_protocol::decision::QuotedLimit {
-            bid_wei_per_s: q.bid_wei_per_s,
-            ask_wei_per_s: q.ask_wei_per_s,
-            regime: q.regime.to_string(),
+            bid_wei_per_s: q.quote.bid_wei_per_s,
+            ask_wei_per_s: q.quote.ask_wei_per_s,
+            regime: q.quote.regime.to_string(),
+            tenant_log_multiplier: q.log_multiplier,
         });
         Ok(Placed {
             decision,
@@ -542,8 +543,9 @@ impl Intake {
     }
 
     /// [`Market::clear`](crate::market::Market::clear) of `job`, under the market's quote for it
-    /// when `want` left its limit to the market (a market with no quote yet is refused, naming
-    /// `max_price_wei`: there is nothing to price the order at).
+    /// (through its buyer's preference, which the outcome then teaches) when `want` left its
+    /// limit to the market (a market with no quote yet is refused, naming `max_price_wei`: there
+    /// is nothing to price the order at).
     fn clear_quoted(
         &self,
         job: &Job,
@@ -551,7 +553,7 @@ impl Intake {
     ) -> Result<(
         cx_exchange::clearing::Decision,
         Option<u128>,
-        Option<cx_exchange::pricing::market::Quote>,
+        Option<crate::market::Quoted>,
     )> {
         let quote = if want.market_limit {
             let quote =
@@ -569,7 +571,10 @@ impl Intake {
         } else {
             None
         };
-        let (decision, charge) = self.market.clear(job, quote.as_ref())?;
+        let (decision, charge) = self.market.clear(job, quote.as_ref().map(|q| &q.quote))?;
+        if let Some(quoted) = &quote {
+            self.market.learn(job, quoted, &decision);
+        }
         Ok((decision, charge, quote))
     }
 }

@@ -104,13 +104,19 @@ async fn a_market_order_clears_under_the_quote_and_records_it() {
         .expect("the dear bundle is refused");
     assert_eq!(dear["binding"], "price", "{dear}");
 
-    // Deterministic: the same job in the same market state gets the same quote.
+    // The order filled under its quote: the buyer's next one is quoted no higher (its own
+    // preference, learned from that fill; `a_tenants_fills_tilt_its_own_quote_and_no_one_elses`).
     let again = placed_decision(
         &door,
         chat(json!({"cx": {"deadline_in_s": 30, "max_price_wei": "market"}})),
     )
     .await;
-    assert_eq!(again["quote"], market["quote"]);
+    let next: u64 = again["quote"]["ask_wei_per_s"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(next <= ask, "{} then {}", quote, again["quote"]);
 }
 
 #[tokio::test]
@@ -219,4 +225,70 @@ async fn the_regime_moves_off_calm_under_a_backlog_and_back_when_it_drains() {
     let after = state(market);
     assert!(calmed_after.is_some_and(|s| s <= 10), "{after:?}");
     assert!(after.ask_wei_per_s < surge.ask_wei_per_s, "{after:?}");
+}
+
+#[tokio::test]
+async fn a_tenants_fills_tilt_its_own_quote_and_no_one_elses() {
+    let door = Door::new().await;
+    fleet(&door).await;
+    let (status, opened) = door.session("cxs_market", 2_000_000, 1).await;
+    assert_eq!(status, StatusCode::CREATED, "{opened}");
+    let call = chat(json!({"cx": {"deadline_in_s": 30, "max_price_wei": "market"}}));
+    let first = placed_decision(&door, call.clone()).await;
+    assert_eq!(first["quote"]["tenant_log_multiplier"], 0.0, "{first}");
+    let ask = |d: &Value| -> u64 {
+        d["quote"]["ask_wei_per_s"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // Its orders fill at 1 M wei/s, under the shared ask: its own quote comes down toward what it
+    // pays (never under it: the bundles it fills on stay eligible).
+    let mut last = first.clone();
+    for _ in 0..6 {
+        last = placed_decision(&door, call.clone()).await;
+    }
+    let tilted = last["quote"]["tenant_log_multiplier"].as_f64().unwrap();
+    assert!(tilted < 0.0, "{last}");
+    assert!(
+        ask(&last) < ask(&first),
+        "{} vs {}",
+        ask(&last),
+        ask(&first)
+    );
+    assert!(ask(&last) >= 1_000_000, "{last}");
+    assert!(
+        ["cold-a", "cold-b"].contains(&last["chosen"].as_str().unwrap()),
+        "{last}"
+    );
+    // The shared quote, what every other account is quoted, has not moved.
+    let market = door.intake().market();
+    let shared = market
+        .quotes()
+        .unwrap()
+        .into_iter()
+        .find(|q| q.model == MODEL && q.tier == Tier::T0)
+        .unwrap();
+    assert_eq!(shared.observations, 0, "no sweep ran");
+    let buyer = cx_protocol::order::account_of(&door.key);
+    let other = cx_protocol::order::Address::repeat_byte(0x42);
+    assert!(market.preference_of(buyer).is_some());
+    assert!(market.preference_of(other).is_none());
+
+    // Stored by the sweep, read back by a restarted market, shown on the explorer.
+    let changed = market.changed_preferences();
+    assert_eq!(changed.len(), 1);
+    door.books.save_tenant_preferences(&changed).await.unwrap();
+    let stored = door.books.tenant_preferences().await.unwrap();
+    assert_eq!(stored, changed);
+    let (status, page) = door
+        .text(
+            Request::get(format!("/explorer/accounts/{buyer}"))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("Learned from 7 of this account"), "{page}");
 }

@@ -344,10 +344,12 @@ async fn account(
 ) -> Response {
     let result = async {
         let account = params::account(&address)?;
-        let pool = state.intake()?.books().pool();
-        queries::accounts::detail(pool, account)
+        let intake = state.intake()?;
+        let mut detail = queries::accounts::detail(intake.books().pool(), account)
             .await?
-            .ok_or_else(|| not_found("account"))
+            .ok_or_else(|| not_found("account"))?;
+        detail.preference = intake.market().preference_of(account);
+        Ok(detail)
     }
     .await;
     respond(Format::of(&headers), result, pages::accounts::render_one)

@@ -135,6 +135,31 @@ pub(crate) fn render_one(p: &AccountDetail) -> Markup {
             "Standing orders (reserves, rents, searches)",
             table("standing-orders", &["order", "kind", "status", "held", "ends"], &standing, "none"),
         ))
+        (section("preference", "Market preference", html! {
+            @if let Some(pref) = &p.preference {
+                (table(
+                    "preference",
+                    &["regime", "bias (log ×)", "scale (log ×)", "quote × (cells below / above)"],
+                    &pref.layers.iter().map(|(regime, bias, scale)| html! {
+                        tr {
+                            td { (regime) }
+                            td { (format!("{bias:+.3}")) }
+                            td { (format!("{scale:.3}")) }
+                            td { (format!("{:.3} / {:.3}", (bias - scale).exp(), (bias + scale).exp())) }
+                        }
+                    }).collect::<Vec<_>>(),
+                    "none",
+                ))
+                p.note {
+                    "Learned from " (pref.observations) " of this account's market orders (\"max_price_wei\": \
+                     \"market\"): one sign bit per model × deadline bucket and a scale and bias per \
+                     regime, " (pref.bytes) " bytes. Its market orders are quoted the shared quote \
+                     times e^(bias ± scale); no other account's quote moves."
+                }
+            } @else {
+                p.note { "None yet: this account's market orders get the shared quote." }
+            }
+        }))
         (section("claims", "Claims", html! {
             (table(
                 "claims",

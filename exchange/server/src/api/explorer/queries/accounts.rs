@@ -80,6 +80,9 @@ pub(crate) struct AccountDetail {
     pub(crate) standing_orders: Vec<StandingView>,
     /// Its claimable balances.
     pub(crate) claims: Vec<ClaimView>,
+    /// Its preference over the shared market quote, learned from its market orders (none yet:
+    /// it is quoted the shared quote).
+    pub(crate) preference: Option<crate::preferences::PreferenceView>,
 }
 
 /// A standing order.
@@ -238,5 +241,6 @@ pub(crate) async fn detail(pool: &PgPool, account: Address) -> Result<Option<Acc
                 })
             })
             .collect(),
+        preference: None,
     }))
 }
