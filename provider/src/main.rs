@@ -278,9 +278,23 @@ struct MarketArgs {
     /// The operator's name (T3 committees are diverse in it).
     #[arg(long, value_name = "NAME", requires = "exchange")]
     operator: Option<String>,
-    /// The ask, integer wei per compute-second.
+    /// The ask, integer wei per compute-second (with `--ask-follow`, the floor the ask never
+    /// goes under).
     #[arg(long, value_name = "N", requires = "exchange")]
     ask_wei_per_s: Option<u64>,
+    /// Let the asks follow the market's quote: every 5 s, the model's ask becomes its market's
+    /// ask plus `--ask-margin-bps`, never under `--ask-wei-per-s` nor over `--ask-max-wei-per-s`
+    /// (each tier priced apart follows its own tier's quote).
+    #[arg(long, requires = "exchange")]
+    ask_follow: bool,
+    /// With `--ask-follow`: basis points added to the quote's ask (negative undercuts it, so the
+    /// bundle stays eligible for market orders).
+    #[arg(long, default_value_t = -200, value_name = "BPS", allow_hyphen_values = true,
+          requires = "ask_follow", value_parser = clap::value_parser!(i32).range(-5000..=5000))]
+    ask_margin_bps: i32,
+    /// With `--ask-follow`: the most the ask may rise to [default: 4 × --ask-wei-per-s].
+    #[arg(long, value_name = "N", requires = "ask_follow")]
+    ask_max_wei_per_s: Option<u64>,
     /// A tier priced apart, `TIER=WEI` (T0, T1 or T3; repeatable): offered as its own bundle
     /// `<bundle-id>-<tier>` at that ask (an ask per model and tier; `PUT /v1/exchange/ask`
     /// changes any of them while running).
@@ -858,15 +872,31 @@ fn link(
     if !(market.bandwidth_bps.is_finite() && market.bandwidth_bps > 0.0) {
         anyhow::bail!("--bandwidth-bps must be a positive number");
     }
+    let floor = market
+        .ask_wei_per_s
+        .ok_or_else(|| required("--ask-wei-per-s"))?;
+    let ask_follow = if market.ask_follow {
+        let cap = market
+            .ask_max_wei_per_s
+            .unwrap_or_else(|| floor.saturating_mul(4));
+        if cap < floor {
+            anyhow::bail!("--ask-max-wei-per-s {cap} is under --ask-wei-per-s {floor} (the floor)");
+        }
+        Some(cx_provider::exchange_link::follow::Follow {
+            margin_bps: market.ask_margin_bps,
+            floor_wei_per_s: floor,
+            cap_wei_per_s: cap,
+        })
+    } else {
+        None
+    };
     let config = LinkConfig {
         exchange,
         exchange_ca: market.exchange_ca,
         exchange_key_hash: market.exchange_key_hash,
         operator: market.operator.ok_or_else(|| required("--operator"))?,
         payout: market.payout.ok_or_else(|| required("--payout"))?,
-        ask_wei_per_s: market
-            .ask_wei_per_s
-            .ok_or_else(|| required("--ask-wei-per-s"))?,
+        ask_wei_per_s: floor,
         tier_asks: market.tier_asks,
         reserve_discount_bps: market.reserve_discount_bps,
         bundle_id: market.bundle_id.ok_or_else(|| required("--bundle-id"))?,
@@ -882,6 +912,7 @@ fn link(
             Fault::WrongOutput => cx_provider::exchange_link::Fault::WrongOutput,
             Fault::WrongProduct => cx_provider::exchange_link::Fault::WrongProduct,
         }),
+        ask_follow,
     };
     if let Some(fault) = market.fault {
         tracing::warn!("testing aid: --fault {fault:?} (this provider misbehaves on purpose)");

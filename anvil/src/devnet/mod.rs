@@ -451,6 +451,9 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
             .args(["--bandwidth-bps", &p.bandwidth_bps.to_string()])
             .args(["--bundle-id", &format!("{name}-cpu")])
             .args(["--fetched-adapters", arg(&providers_dir.join(&name))]);
+        if p.ask_follow {
+            command.arg("--ask-follow");
+        }
         children
             .others
             .push(Supervised::spawn_logged(name, command, &log, "")?);

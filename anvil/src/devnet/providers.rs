@@ -8,6 +8,8 @@ pub(super) struct Profile {
     pub(super) bandwidth_bps: f64,
     pub(super) max_batch: u32,
     pub(super) stake_wei: u64,
+    /// Its asks follow the market's quote (`--ask-follow`, its ask as the floor).
+    pub(super) ask_follow: bool,
 }
 
 /// Provider `i`'s profile; `adapter_bytes` is what the devnet's adapters take together (their
@@ -27,5 +29,8 @@ pub(super) fn profile(i: u16, adapter_bytes: Option<u64>) -> Profile {
         bandwidth_bps: [1e9, 2.5e8, 1e10][i as usize % 3],
         max_batch: [16, 32, 64][i as usize % 3],
         stake_wei: 1_000_000 * (i + 1),
+        // Every third follows the quote: in calm markets it stays at its floor (its ask), in a
+        // surge it asks more.
+        ask_follow: i % 3 == 2,
     }
 }

@@ -24,6 +24,7 @@
 //! The dispatch token is 32 random bytes chosen here; only its SHA-256 is signed into the offer,
 //! and neither the token nor the identity's seed is ever logged.
 
+pub mod follow;
 mod https;
 mod inference;
 pub mod key_file;
@@ -142,6 +143,8 @@ pub struct LinkConfig {
     /// A misbehaviour to put on, for tests of the exchange's verification only (`None` for
     /// an honest provider).
     pub fault: Option<Fault>,
+    /// Asks that follow the market's quote ([`follow`]; `None`: they stay where they are set).
+    pub ask_follow: Option<follow::Follow>,
 }
 
 /// A way to cheat on purpose — a testing aid (`cx-provider serve --fault …`) that lets tests
@@ -429,6 +432,9 @@ impl Link {
         tokio::spawn(rent::run(link.clone()));
         if link.config.reserve_discount_bps > 0 {
             tokio::spawn(reserve::run(link.clone()));
+        }
+        if let Some(follow) = link.config.ask_follow {
+            tokio::spawn(follow::run(link.clone(), follow));
         }
         let reregister = link.clone();
         tokio::spawn(async move {

@@ -108,6 +108,17 @@ fn serve_exchange_refuses_bad_input_on_one_line_naming_the_flag() {
     // the URL.
     let err = error_line(&serve_args(path(&model), path(&key), "http://127.0.0.1:9"));
     assert!(err.contains("http://127.0.0.1:9/v1/exchange"), "{err}");
+    // A follower's cap under its floor (the ask it starts at), and a margin out of range.
+    let mut follow = serve_args(path(&model), path(&key), "https://127.0.0.1:9");
+    follow.extend(["--ask-follow", "--ask-max-wei-per-s", "999"]);
+    let err = error_line(&follow);
+    assert!(
+        err.contains("--ask-max-wei-per-s 999") && err.contains("floor"),
+        "{err}"
+    );
+    let mut margin = serve_args(path(&model), path(&key), "https://127.0.0.1:9");
+    margin.extend(["--ask-follow", "--ask-margin-bps", "-9000"]);
+    assert!(error_line(&margin).contains("--ask-margin-bps"));
     // An identity others can read.
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
     let err = error_line(&serve_args(path(&model), path(&key), "https://127.0.0.1:9"));
@@ -158,6 +169,7 @@ fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_b
             rtt_s: 0.005,
             fetched_adapters: dir.path().join("fetched"),
             fault: None,
+            ask_follow: None,
         },
         cx_protocol::pq::Identity::from_seed([9; 32]),
         engine,
@@ -221,6 +233,7 @@ fn bundle_on(cpu: cx_kernels::CpuConfig) -> cx_protocol::Bundle {
             rtt_s: 0.005,
             fetched_adapters: dir.path().join("fetched"),
             fault: None,
+            ask_follow: None,
         },
         cx_protocol::pq::Identity::from_seed([9; 32]),
         engine,
