@@ -181,7 +181,7 @@ impl Market {
         let maker = self.maker.read().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
         for (model, tier, state) in maker.markets() {
-            let quote = maker.quote(model, tier, 3600.0, 0.0)?;
+            let quote = self.at_least_a_seller(maker.quote(model, tier, 3600.0, 0.0)?, tier);
             out.push(MarketQuote {
                 model: model.to_owned(),
                 tier,
@@ -305,18 +305,47 @@ impl Market {
         let compute_s = job.compute_flops / flops_per_s;
         let shared = maker.quote(&job.base_model, job.tier, job.deadline_s, compute_s)?;
         let cell = cx_exchange::pricing::tenant::cell(model_index, compute_s / job.deadline_s);
+        let shared = self.at_least_a_seller(shared, job.tier);
         let log_multiplier = job.agent.parse::<Address>().map_or(0.0, |account| {
             self.preferences
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .multiplier(account, shared.regime, cell)
         });
+        let preferred = cx_exchange::pricing::market::with_preference(&shared, log_multiplier)?;
         Ok(Some(Quoted {
-            quote: cx_exchange::pricing::market::with_preference(&shared, log_multiplier)?,
+            quote: self.at_least_a_seller(preferred, job.tier),
             shared_ask_wei_per_s: shared.ask_wei_per_s,
             cell,
             log_multiplier,
         }))
+    }
+
+    /// `quote` with its ask raised, if need be, to the cheapest live inference bundle offering
+    /// `tier`: the maker leans its price down to fill idle capacity (to e^−1.5 of the fleet's
+    /// median ask when a market sits empty), but a quote under every seller's ask is no price at
+    /// all — no market order could fill at it. A calm market trades at its cheapest seller; a
+    /// busy one admits dearer ones. Bundles of the exchange's own job kinds (`cx/…`) sell no
+    /// inference and do not count.
+    fn at_least_a_seller(&self, quote: Quote, tier: Tier) -> Quote {
+        let cheapest = self
+            .engine_read()
+            .bundles()
+            .filter(|b| b.tiers.contains(tier))
+            .filter(|b| {
+                !b.resident_bases
+                    .iter()
+                    .any(|m| m.starts_with(cx_protocol::job::KERNEL_MARKET_PREFIX))
+            })
+            .map(|b| b.price_wei_per_s)
+            .min();
+        match cheapest {
+            Some(ask) if ask > quote.ask_wei_per_s => Quote {
+                ask_wei_per_s: ask,
+                ..quote
+            },
+            _ => quote,
+        }
     }
 
     /// Teaches `job`'s buyer what its market order `quoted` met in `decision`: the log
