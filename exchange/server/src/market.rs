@@ -298,12 +298,14 @@ impl Market {
         else {
             return Ok(None);
         };
-        let maker = self.maker.read().unwrap_or_else(|e| e.into_inner());
-        if maker.state(&job.base_model, job.tier).is_none() {
-            return Ok(None);
-        }
         let compute_s = job.compute_flops / flops_per_s;
-        let shared = maker.quote(&job.base_model, job.tier, job.deadline_s, compute_s)?;
+        let shared = {
+            let maker = self.maker.read().unwrap_or_else(|e| e.into_inner());
+            if maker.state(&job.base_model, job.tier).is_none() {
+                return Ok(None);
+            }
+            maker.quote(&job.base_model, job.tier, job.deadline_s, compute_s)?
+        };
         let cell = cx_exchange::pricing::tenant::cell(model_index, compute_s / job.deadline_s);
         let shared = self.at_least_a_seller(shared, job.tier);
         let log_multiplier = job.agent.parse::<Address>().map_or(0.0, |account| {
@@ -331,12 +333,7 @@ impl Market {
         let cheapest = self
             .engine_read()
             .bundles()
-            .filter(|b| b.tiers.contains(tier))
-            .filter(|b| {
-                !b.resident_bases
-                    .iter()
-                    .any(|m| m.starts_with(cx_protocol::job::KERNEL_MARKET_PREFIX))
-            })
+            .filter(|b| b.tiers.contains(tier) && sells_inference(b))
             .map(|b| b.price_wei_per_s)
             .min();
         match cheapest {
@@ -397,11 +394,12 @@ impl Market {
             .view(account)
     }
 
-    /// The median throughput of the live bundles, FLOP/s (none: no market).
+    /// The median throughput of the live inference bundles, FLOP/s (none: no market).
     fn median_flops_per_s(&self) -> Option<f64> {
         let mut rates: Vec<f64> = self
             .engine_read()
             .bundles()
+            .filter(|b| sells_inference(b))
             .map(|b| b.flops_per_s)
             .collect();
         rates.sort_unstable_by(f64::total_cmp);
@@ -501,6 +499,14 @@ impl Market {
         // one `upsert`, which validates before it changes anything.
         self.engine.read().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Whether bundle `b` sells inference: not one of the exchange's own job kinds' bundles (`cx/…`
+/// bases: products, training), whose asks and throughputs are of other work.
+fn sells_inference(b: &Bundle) -> bool {
+    !b.resident_bases
+        .iter()
+        .any(|m| m.starts_with(cx_protocol::job::KERNEL_MARKET_PREFIX))
 }
 
 /// What `job` costs on bundle `b` at its ask: a holder of the job's prefix charges for the rest
