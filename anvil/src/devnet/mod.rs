@@ -493,6 +493,12 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
     .await?;
     let try_session = dir.join("try-session.key");
     cx_settlement::keyfile::write_secret(&try_session, agents.try_tabs[0].session_key.as_bytes())?;
+    // The try agent's tab on the second chain has its own session (`cx bench market` sends its
+    // load step there: a tab takes a bounded number of jobs).
+    for (i, tab) in agents.try_tabs.iter().enumerate().skip(1) {
+        let path = dir.join(format!("try-session-{}.key", i + 1));
+        cx_settlement::keyfile::write_secret(&path, tab.session_key.as_bytes())?;
+    }
     let ready = steps.done();
 
     // Where to look.

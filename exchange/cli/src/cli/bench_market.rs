@@ -10,8 +10,8 @@
 //! fetches and their measured time). Then it settles the tab and times the batch.
 //!
 //! Then, on the residency-aware market, a **load step**: open-loop market orders (`cx.max_price_wei:
-//! "market"`) at `--step-rate` calls/s, ×4 for `--step-s` seconds, then back; `GET /v1/market`
-//! sampled every second. It reports how many sweeps (one observation each) the market maker took to
+//! "market"`, T0, `--step-max-tokens` each, on the try agent's second tab) at `--step-rate`
+//! calls/s, ×4 for `--step-s` seconds, then back; `GET /v1/market` sampled every second. It reports how many sweeps (one observation each) the market maker took to
 //! leave its regime after the step began and to return after it ended, the quote's ask before,
 //! at its peak and after, and whether every filled order went to a bundle asking at most the
 //! quote its decision recorded.
@@ -59,11 +59,15 @@ pub(crate) struct MarketArgs {
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// Calls per second before and after the load step (×4 during it); 0 skips the step.
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 1.0)]
     step_rate: f64,
     /// Seconds the load step lasts (20 s of the base rate before it, as long after it).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 40)]
     step_s: u64,
+    /// Tokens each of the step's calls generates: long enough that a few calls a second load
+    /// the fleet (a tab takes a bounded number of jobs, so the step cannot send thousands).
+    #[arg(long, default_value_t = 256)]
+    step_max_tokens: u32,
     /// Added to every devnet port (the second market uses this + 100).
     #[arg(long, default_value_t = 30_000)]
     port_offset: u16,
@@ -111,6 +115,8 @@ struct Step {
     after_s: u64,
     calls: usize,
     filled: usize,
+    /// The calls not filled, by the exchange's error code (`transport` when none came back).
+    refused: std::collections::BTreeMap<String, usize>,
     /// Filled calls whose decision recorded a market quote and whose bundle asked at most its ask.
     filled_at_quote: usize,
     /// The regime when the step began, the highest during it, and at the end.
@@ -205,7 +211,7 @@ fn step_table(s: &Step) -> String {
     let sweeps = |n: Option<u64>| n.map_or("never".to_owned(), |n| format!("{n} sweeps"));
     format!(
         "load step on {}/{}: {:.1} calls/s, ×4 for {} s, then {:.1}/s for {} s: {} market orders, \
-         {} filled ({} at or under their quote)\n\
+         {} filled ({} at or under their quote), refused {:?}\n\
          regime {} at the step, {} at its peak (rose after {}), {} at the end (fell back after \
          {}); ask {} → peak {} → {} wei/s\n",
         s.model,
@@ -217,6 +223,7 @@ fn step_table(s: &Step) -> String {
         s.calls,
         s.filled,
         s.filled_at_quote,
+        s.refused,
         s.regime_at_step,
         s.regime_peak,
         sweeps(s.rose_after_sweeps),
@@ -418,11 +425,25 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
     let (cold_fetches, cold_fetch_ms_total) = cold_fetches(&dir.join("providers"));
 
     let step = if policy == Policy::ResidencyAware && args.step_rate > 0.0 {
-        Some(load_step(args, &client, &reader, api_key.trim(), model, &adapters).await?)
+        // Its own tab (a tab takes a bounded number of jobs): the second chain's, if there is one.
+        let step_key = std::fs::read_to_string(dir.join("try-session-2.key"))
+            .unwrap_or_else(|_| api_key.clone());
+        let step_reader =
+            Client::clone(&client).with_credential(Credential::Session(step_key.trim().to_owned()));
+        Some(
+            load_step(
+                args,
+                &client,
+                &step_reader,
+                step_key.trim(),
+                model,
+                &adapters,
+            )
+            .await?,
+        )
     } else {
         None
     };
-    let settled_jobs = done.len() + step.as_ref().map_or(0, |s| s.filled);
 
     // Settlement: the tab closes now; its batch lands.
     let keys = AgentKeys::load(&dir.join("agents/try.json"))?;
@@ -448,7 +469,7 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        settlement_ms = closed.elapsed().as_secs_f64() * 1e3 / settled_jobs.max(1) as f64;
+        settlement_ms = closed.elapsed().as_secs_f64() * 1e3 / done.len().max(1) as f64;
     }
 
     drop(devnet);
@@ -519,11 +540,12 @@ async fn load_step(
         let body = json!({
             "model": model,
             "messages": [{"role": "user", "content": format!("Step {i}: say hello.")}],
-            "max_tokens": 8,
+            "max_tokens": args.step_max_tokens,
             "cx": {
                 "adapter_id": format!("0x{}", adapters[i % adapters.len().clamp(1, 8)]),
                 "deadline_in_s": args.deadline_s,
                 "max_price_wei": "market",
+                "tier": "T0",
             },
         });
         let at = started + Duration::from_secs_f64(*at);
@@ -542,13 +564,22 @@ async fn load_step(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let mut filled_ids = Vec::new();
+    let mut refused: std::collections::BTreeMap<String, usize> = Default::default();
     while let Some(joined) = calls.join_next().await {
-        if let Ok(completion) = joined?
-            && let Some(id) = completion["cx"]["job_id"]
-                .as_str()
-                .and_then(|id| id.parse::<cx_protocol::order::B256>().ok())
-        {
-            filled_ids.push(id);
+        match joined? {
+            Ok(completion) => {
+                if let Some(id) = completion["cx"]["job_id"]
+                    .as_str()
+                    .and_then(|id| id.parse::<cx_protocol::order::B256>().ok())
+                {
+                    filled_ids.push(id);
+                }
+            }
+            Err(e) => {
+                *refused
+                    .entry(e.code().unwrap_or("transport").to_owned())
+                    .or_default() += 1
+            }
         }
     }
     // The market the calls cleared in, and whether each went to a bundle within its quote.
@@ -625,6 +656,7 @@ async fn load_step(
         after_s,
         calls: schedule.len(),
         filled: filled_ids.len(),
+        refused,
         filled_at_quote,
         regime_at_step,
         regime_peak: peak.map_or("calm".to_owned(), |s| s.1.clone()),
