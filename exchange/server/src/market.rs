@@ -23,8 +23,9 @@ pub struct Market {
     catalog: Catalog,
     engine: RwLock<Engine>,
     maker: RwLock<MarketMaker>,
-    /// Work placed into each market (model × tier) over the last seconds: the maker's offered
-    /// load. Counted here, as jobs are placed, not read back from the books every sweep.
+    /// Work arriving into each market (model × tier) over the last seconds, refused orders
+    /// included: the maker's offered load. Counted here as orders are cleared (a refused order
+    /// leaves nothing in the books to read back).
     arrivals: Mutex<BTreeMap<(String, Tier), Arrivals>>,
     /// Every tenant's preference over the shared quote, learned from its market orders.
     preferences: Mutex<Preferences>,
@@ -196,28 +197,36 @@ impl Market {
         Ok(out)
     }
 
-    /// Counts work placed at `now_s` on bundle `bundle_id` in market (`model`, `tier`):
-    /// `compute_s` joins the bundle's queue at once (the next clear sees it, before the sweep
-    /// reads the books again) and the market's arrivals.
-    pub fn placed(&self, bundle_id: &str, model: &str, tier: Tier, compute_s: f64, now_s: u64) {
+    /// Counts `compute_s` of work placed on bundle `bundle_id` into its queue at once: the next
+    /// clear sees it, before the sweep reads the books again.
+    pub fn placed(&self, bundle_id: &str, compute_s: f64) {
         let compute_s = if compute_s.is_finite() {
             compute_s.max(0.0)
         } else {
             0.0
         };
-        {
-            let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
-            if let Some(queued) = engine.queue_s(bundle_id) {
-                // Finite and ≥ 0 both: accepted.
-                let _ = engine.set_queue_s(bundle_id, queued + compute_s);
-            }
+        let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(queued) = engine.queue_s(bundle_id) {
+            // Finite and ≥ 0 both: accepted.
+            let _ = engine.set_queue_s(bundle_id, queued + compute_s);
         }
+    }
+
+    /// Counts `job` arriving at `now_s` into its market (model × tier) — demand, whether it
+    /// is then placed or refused: refused orders are load the fleet did not take, and a maker
+    /// that saw only placed work would stay calm while orders bounce. Its work is its t_compute
+    /// at the fleet's median throughput times its tier's executions (a T1 job runs twice).
+    pub fn arrived(&self, job: &Job, now_s: u64) {
+        let Some(flops_per_s) = self.median_flops_per_s() else {
+            return;
+        };
+        let work_s = job.compute_flops / flops_per_s * (1.0 + job.tier.verification_work());
         self.arrivals
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry((model.to_owned(), tier))
+            .entry((job.base_model.clone(), job.tier))
             .or_default()
-            .record(now_s, compute_s);
+            .record(now_s, work_s);
     }
 
     /// One sweep's load at `now_s`, from the books' `open` work: every live bundle's queue set
@@ -307,7 +316,8 @@ impl Market {
             maker.quote(&job.base_model, job.tier, job.deadline_s, compute_s)?
         };
         let cell = cx_exchange::pricing::tenant::cell(model_index, compute_s / job.deadline_s);
-        let shared = self.at_least_a_seller(shared, job.tier);
+        let cheapest = self.cheapest_able(job);
+        let shared = at_least(shared, cheapest);
         let log_multiplier = job.agent.parse::<Address>().map_or(0.0, |account| {
             self.preferences
                 .lock()
@@ -316,7 +326,7 @@ impl Market {
         });
         let preferred = cx_exchange::pricing::market::with_preference(&shared, log_multiplier)?;
         Ok(Some(Quoted {
-            quote: self.at_least_a_seller(preferred, job.tier),
+            quote: at_least(preferred, cheapest),
             shared_ask_wei_per_s: shared.ask_wei_per_s,
             cell,
             log_multiplier,
@@ -324,11 +334,12 @@ impl Market {
     }
 
     /// `quote` with its ask raised, if need be, to the cheapest live inference bundle offering
-    /// `tier`: the maker leans its price down to fill idle capacity (to e^−1.5 of the fleet's
-    /// median ask when a market sits empty), but a quote under every seller's ask is no price at
-    /// all — no market order could fill at it. A calm market trades at its cheapest seller; a
-    /// busy one admits dearer ones. Bundles of the exchange's own job kinds (`cx/…`) sell no
-    /// inference and do not count.
+    /// `tier` (what `GET /v1/market` shows; a job's own quote is floored at the cheapest bundle
+    /// able to run it, [`Market::quote_for`]): the maker leans its price down to fill idle
+    /// capacity (to e^−1.5 of the fleet's median ask when a market sits empty), but a quote
+    /// under every seller's ask is no price at all — no market order could fill at it. A calm
+    /// market trades at its cheapest seller; a busy one admits dearer ones. Bundles of the
+    /// exchange's own job kinds (`cx/…`) sell no inference and do not count.
     fn at_least_a_seller(&self, quote: Quote, tier: Tier) -> Quote {
         let cheapest = self
             .engine_read()
@@ -336,13 +347,22 @@ impl Market {
             .filter(|b| b.tiers.contains(tier) && sells_inference(b))
             .map(|b| b.price_wei_per_s)
             .min();
-        match cheapest {
-            Some(ask) if ask > quote.ask_wei_per_s => Quote {
-                ask_wei_per_s: ask,
-                ..quote
-            },
-            _ => quote,
-        }
+        at_least(quote, cheapest)
+    }
+
+    /// The least ask among the live bundles that could run `job` by its deadline, price aside
+    /// (memory, context, class, tier, t̂ with their queues).
+    fn cheapest_able(&self, job: &Job) -> Option<u64> {
+        let engine = self.engine_read();
+        engine
+            .candidates(job)
+            .iter()
+            .filter(|c| {
+                let t_hat = cx_exchange::feasibility::completion_s(job, &c.view);
+                cx_exchange::feasibility::is_feasible(job, &c.view, t_hat)
+            })
+            .map(|c| c.view.price_wei_per_s)
+            .min()
     }
 
     /// Teaches `job`'s buyer what its market order `quoted` met in `decision`: the log
@@ -498,6 +518,17 @@ impl Market {
         // A panic while holding the lock cannot leave the engine half-written: every mutation is
         // one `upsert`, which validates before it changes anything.
         self.engine.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// `quote` with its ask raised to `floor` if it is under it.
+fn at_least(quote: Quote, floor: Option<u64>) -> Quote {
+    match floor {
+        Some(ask) if ask > quote.ask_wei_per_s => Quote {
+            ask_wei_per_s: ask,
+            ..quote
+        },
+        _ => quote,
     }
 }
 

@@ -221,31 +221,24 @@ impl Intake {
                     self.settle_margin_s,
                 )?;
                 self.books.accept_with_runs(&order, &new_job, &runs).await?;
-                self.placed(&placed, &runs, now_s);
+                self.placed(&placed, &runs);
                 return Ok(placed.accepted(verified.digest, &runs));
             }
             Some(_) => {}
             None => self.books.accept_with_runs(&order, &new_job, &runs).await?,
         }
-        self.placed(&placed, &runs, now_s);
+        self.placed(&placed, &runs);
         Ok(placed.accepted(verified.digest, &runs))
     }
 
-    /// Work `placed` (and its replicas `runs`) was committed at `now_s`: its bundles' queues and
-    /// its market's arrivals count it at once, and the providers' waiting polls wake.
-    fn placed(&self, placed: &Placed, runs: &[crate::books::NewRun], now_s: u64) {
-        let (model, tier) = (&placed.job.base_model, placed.job.tier);
-        self.market.placed(
-            &placed.bundle_id,
-            model,
-            tier,
-            placed.terms.compute_s,
-            now_s,
-        );
+    /// Work `placed` (and its replicas `runs`) was committed: its bundles' queues count it at
+    /// once, and the providers' waiting polls wake.
+    fn placed(&self, placed: &Placed, runs: &[crate::books::NewRun]) {
+        self.market
+            .placed(&placed.bundle_id, placed.terms.compute_s);
         for run in runs {
             let compute_s = run.decision["terms"]["compute_s"].as_f64().unwrap_or(0.0);
-            self.market
-                .placed(&run.bundle_id, model, tier, compute_s, now_s);
+            self.market.placed(&run.bundle_id, compute_s);
         }
         self.waiters.work_added();
     }
@@ -318,7 +311,7 @@ impl Intake {
         self.books
             .accept_call_with_runs(session.id, now_s, &new_job, &runs)
             .await?;
-        self.placed(&placed, &runs, now_s);
+        self.placed(&placed, &runs);
         Ok(placed.accepted(id, &runs))
     }
 
@@ -409,7 +402,7 @@ impl Intake {
                     .await?;
                 match moved {
                     crate::books::Reassigned::Moved => {
-                        self.placed(&placed, &[], now_s);
+                        self.placed(&placed, &[]);
                         self.waiters.notify(job.id);
                         Ok(Some(placed.bundle_id))
                     }
@@ -497,6 +490,7 @@ impl Intake {
         // `min_tier` is the lowest tier the buyer accepts: cleared at it first, and only when no
         // bundle takes the job there at each stronger tier in turn (dearer to verify, never
         // weaker than asked). The refusal explains the buyer's own tier.
+        self.market.arrived(&job, now_s());
         let (decision, charge, quote) = self.clear_quoted(&job, want)?;
         let (decision, charge, quote) = if decision.chosen.is_some() {
             (decision, charge, quote)
