@@ -424,27 +424,6 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
         per_bundle.values().max().copied().unwrap_or(0) as f64 / done.len().max(1) as f64;
     let (cold_fetches, cold_fetch_ms_total) = cold_fetches(&dir.join("providers"));
 
-    let step = if policy == Policy::ResidencyAware && args.step_rate > 0.0 {
-        // Its own tab (a tab takes a bounded number of jobs): the second chain's, if there is one.
-        let step_key = std::fs::read_to_string(dir.join("try-session-2.key"))
-            .unwrap_or_else(|_| api_key.clone());
-        let step_reader =
-            Client::clone(&client).with_credential(Credential::Session(step_key.trim().to_owned()));
-        Some(
-            load_step(
-                args,
-                &client,
-                &step_reader,
-                step_key.trim(),
-                model,
-                &adapters,
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
-
     // Settlement: the tab closes now; its batch lands.
     let keys = AgentKeys::load(&dir.join("agents/try.json"))?;
     let mut settlement_ms = 0.0;
@@ -471,6 +450,29 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
         }
         settlement_ms = closed.elapsed().as_secs_f64() * 1e3 / done.len().max(1) as f64;
     }
+
+    // The load step after the tab's settlement was timed: it takes minutes, and the tab is
+    // not to sit idle meanwhile.
+    let step = if policy == Policy::ResidencyAware && args.step_rate > 0.0 {
+        // Its own tab (a tab takes a bounded number of jobs): the second chain's, if there is one.
+        let step_key = std::fs::read_to_string(dir.join("try-session-2.key"))
+            .unwrap_or_else(|_| api_key.clone());
+        let step_reader =
+            Client::clone(&client).with_credential(Credential::Session(step_key.trim().to_owned()));
+        Some(
+            load_step(
+                args,
+                &client,
+                &step_reader,
+                step_key.trim(),
+                model,
+                &adapters,
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
 
     drop(devnet);
     let _ = std::fs::remove_dir_all(&dir);
