@@ -29,6 +29,9 @@ pub struct Market {
     arrivals: Mutex<BTreeMap<(String, Tier), Arrivals>>,
     /// Every tenant's preference over the shared quote, learned from its market orders.
     preferences: Mutex<Preferences>,
+    /// The live inference bundles' median throughput, FLOP/s as f64 bits (0: none), kept at
+    /// every change of the fleet so that an order's arrival does not sort the fleet.
+    median_flops_per_s: std::sync::atomic::AtomicU64,
     policy: cx_exchange::clearing::Policy,
     /// Held across an offer's transaction and its write to the engine: two offers of one
     /// provider committed A then B but applied to the engine B then A would leave A's
@@ -45,6 +48,7 @@ impl Market {
             engine: RwLock::new(Engine::new(weights)?),
             maker: RwLock::new(MarketMaker::new(MarketParams::default())?),
             arrivals: Mutex::new(BTreeMap::new()),
+            median_flops_per_s: std::sync::atomic::AtomicU64::new(0),
             policy: Default::default(),
             offers: tokio::sync::Mutex::new(()),
         })
@@ -163,6 +167,18 @@ impl Market {
     /// Opens (or re-references) every catalog model's markets at the fleet's median ask, so
     /// quotes follow what providers ask; the maker's state (phase, belief) carries over.
     fn reopen(&self) -> Result<()> {
+        let median = {
+            let mut rates: Vec<f64> = self
+                .engine_read()
+                .bundles()
+                .filter(|b| sells_inference(b))
+                .map(|b| b.flops_per_s)
+                .collect();
+            rates.sort_unstable_by(f64::total_cmp);
+            rates.get(rates.len() / 2).copied().unwrap_or(0.0)
+        };
+        self.median_flops_per_s
+            .store(median.to_bits(), std::sync::atomic::Ordering::Relaxed);
         let Some(reference) = self.reference_wei_per_s().filter(|r| *r > 0) else {
             return Ok(());
         };
@@ -416,14 +432,10 @@ impl Market {
 
     /// The median throughput of the live inference bundles, FLOP/s (none: no market).
     fn median_flops_per_s(&self) -> Option<f64> {
-        let mut rates: Vec<f64> = self
-            .engine_read()
-            .bundles()
-            .filter(|b| sells_inference(b))
-            .map(|b| b.flops_per_s)
-            .collect();
-        rates.sort_unstable_by(f64::total_cmp);
-        rates.get(rates.len() / 2).copied()
+        let bits = self
+            .median_flops_per_s
+            .load(std::sync::atomic::Ordering::Relaxed);
+        Some(f64::from_bits(bits)).filter(|f| *f > 0.0)
     }
 
     /// The catalog.
