@@ -276,7 +276,8 @@ async fn a_tenants_fills_tilt_its_own_quote_and_no_one_elses() {
     assert!(market.preference_of(buyer).is_some());
     assert!(market.preference_of(other).is_none());
 
-    // Stored by the sweep, read back by a restarted market, shown on the explorer.
+    // Stored as the sweep stores it, read back from the books (`Preferences::restore` puts a
+    // stored delta back in a restarted market), shown on the explorer.
     let changed = market.changed_preferences();
     assert_eq!(changed.len(), 1);
     door.books.save_tenant_preferences(&changed).await.unwrap();
