@@ -10,11 +10,11 @@ use cx_exchange::clearing::Decision;
 use cx_exchange::engine::Engine;
 use cx_exchange::objective::Weights;
 use cx_exchange::pricing::load::{Arrivals, MarketLoad, WINDOW_S};
-use cx_exchange::pricing::market::{MARKET_TIERS, MarketMaker, MarketParams, Quote};
+use cx_exchange::pricing::market::{MARKET_TIERS, MarketMaker, MarketParams, Quote, tier_index};
 use cx_exchange::pricing::tenant::DeltaParts;
 use cx_exchange::routing::catalog::Catalog;
 use cx_protocol::{Bundle, Job, Tier};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, RwLock};
 
 /// The catalog, the engine and the market maker.
@@ -23,10 +23,10 @@ pub struct Market {
     catalog: Catalog,
     engine: RwLock<Engine>,
     maker: RwLock<MarketMaker>,
-    /// Work arriving into each market (model × tier) over the last seconds, refused orders
-    /// included: the maker's offered load. Counted here as orders are cleared (a refused order
-    /// leaves nothing in the books to read back).
-    arrivals: Mutex<BTreeMap<(String, Tier), Arrivals>>,
+    /// Work arriving into each market over the last seconds, refused orders included: the
+    /// maker's offered load, by catalog model (its index) and tier. Counted here as orders are
+    /// cleared (a refused order leaves nothing in the books to read back).
+    arrivals: Mutex<Vec<PerTier<Arrivals>>>,
     /// Every tenant's preference over the shared quote, learned from its market orders.
     preferences: Mutex<Preferences>,
     /// The live inference bundles' median throughput, FLOP/s as f64 bits (0: none), kept at
@@ -42,12 +42,13 @@ pub struct Market {
 impl Market {
     /// A market over `catalog` with no bundles yet.
     pub fn new(catalog: Catalog, weights: Weights) -> Result<Self> {
+        let models = catalog.models().len();
         Ok(Self {
-            preferences: Mutex::new(Preferences::new(catalog.models().len())),
+            preferences: Mutex::new(Preferences::new(models)),
             catalog,
             engine: RwLock::new(Engine::new(weights)?),
             maker: RwLock::new(MarketMaker::new(MarketParams::default())?),
-            arrivals: Mutex::new(BTreeMap::new()),
+            arrivals: Mutex::new(vec![PerTier::default(); models]),
             median_flops_per_s: std::sync::atomic::AtomicU64::new(0),
             policy: Default::default(),
             offers: tokio::sync::Mutex::new(()),
@@ -155,30 +156,26 @@ impl Market {
 
     /// The median ask of the live bundles, wei per compute-second (none: no market).
     fn reference_wei_per_s(&self) -> Option<u64> {
-        let mut asks: Vec<u64> = self
-            .engine_read()
-            .bundles()
-            .map(|b| b.price_wei_per_s)
-            .collect();
-        asks.sort_unstable();
-        asks.get(asks.len() / 2).copied()
+        median(
+            self.engine_read().bundles().map(|b| b.price_wei_per_s),
+            Ord::cmp,
+        )
     }
 
     /// Opens (or re-references) every catalog model's markets at the fleet's median ask, so
     /// quotes follow what providers ask; the maker's state (phase, belief) carries over.
     fn reopen(&self) -> Result<()> {
-        let median = {
-            let mut rates: Vec<f64> = self
-                .engine_read()
+        let flops_per_s = median(
+            self.engine_read()
                 .bundles()
                 .filter(|b| sells_inference(b))
-                .map(|b| b.flops_per_s)
-                .collect();
-            rates.sort_unstable_by(f64::total_cmp);
-            rates.get(rates.len() / 2).copied().unwrap_or(0.0)
-        };
-        self.median_flops_per_s
-            .store(median.to_bits(), std::sync::atomic::Ordering::Relaxed);
+                .map(|b| b.flops_per_s),
+            f64::total_cmp,
+        );
+        self.median_flops_per_s.store(
+            flops_per_s.unwrap_or(0.0).to_bits(),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let Some(reference) = self.reference_wei_per_s().filter(|r| *r > 0) else {
             return Ok(());
         };
@@ -233,16 +230,20 @@ impl Market {
     /// that saw only placed work would stay calm while orders bounce. Its work is its t_compute
     /// at the fleet's median throughput times its tier's executions (a T1 job runs twice).
     pub fn arrived(&self, job: &Job, now_s: u64) {
-        let Some(flops_per_s) = self.median_flops_per_s() else {
+        let (Some(flops_per_s), Some(model), Ok(tier)) = (
+            self.median_flops_per_s(),
+            self.model_index(&job.base_model),
+            tier_index(job.tier),
+        ) else {
             return;
         };
         let work_s = job.compute_flops / flops_per_s * (1.0 + job.tier.verification_work());
-        self.arrivals
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry((job.base_model.clone(), job.tier))
-            .or_default()
-            .record(now_s, work_s);
+        self.arrivals.lock().unwrap_or_else(|e| e.into_inner())[model][tier].record(now_s, work_s);
+    }
+
+    /// The position of catalog model `name` (the index of its markets' state here).
+    fn model_index(&self, name: &str) -> Option<usize> {
+        self.catalog.models().iter().position(|m| m.name == name)
     }
 
     /// One sweep's load at `now_s`, from the books' `open` work: every live bundle's queue set
@@ -250,15 +251,16 @@ impl Market {
     /// holding its base) observed by the maker — its regime and price move. Returns how many
     /// markets were observed.
     pub fn observe_load(&self, open: &[OpenWork], now_s: u64) -> Result<usize> {
+        let models = self.catalog.models().len();
+        let mut loads = vec![PerTier::<MarketLoad>::default(); models];
         let mut queues: HashMap<&str, f64> = HashMap::new();
-        let mut committed: HashMap<(&str, Tier), (u64, f64)> = HashMap::new();
         for w in open {
             *queues.entry(&w.bundle_id).or_default() += w.compute_s;
-            let c = committed.entry((&w.model, w.tier)).or_default();
-            c.0 += w.jobs;
-            c.1 += w.compute_s;
+            if let (Some(m), Ok(t)) = (self.model_index(&w.model), tier_index(w.tier)) {
+                loads[m][t].committed_jobs += w.jobs;
+                loads[m][t].committed_s += w.compute_s;
+            }
         }
-        let mut servers: HashMap<(String, Tier), u32> = HashMap::new();
         {
             let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
             let ids: Vec<String> = engine.bundles().map(|b| b.id.clone()).collect();
@@ -266,9 +268,9 @@ impl Market {
                 engine.set_queue_s(&id, queues.get(id.as_str()).copied().unwrap_or(0.0))?;
             }
             for b in engine.bundles() {
-                for model in &b.resident_bases {
-                    for tier in b.tiers.iter() {
-                        *servers.entry((model.clone(), tier)).or_default() += 1;
+                for m in b.resident_bases.iter().filter_map(|n| self.model_index(n)) {
+                    for t in b.tiers.iter().filter_map(|t| tier_index(t).ok()) {
+                        loads[m][t].servers += 1;
                     }
                 }
             }
@@ -276,28 +278,13 @@ impl Market {
         let arrivals = self.arrivals.lock().unwrap_or_else(|e| e.into_inner());
         let mut maker = self.maker.write().unwrap_or_else(|e| e.into_inner());
         let mut observed = 0;
-        for model in self.catalog.models() {
-            for tier in MARKET_TIERS {
+        for (m, model) in self.catalog.models().iter().enumerate() {
+            for (t, tier) in MARKET_TIERS.into_iter().enumerate() {
                 if maker.state(&model.name, tier).is_none() {
                     continue;
                 }
-                let (arrived_jobs, arrived_s) = arrivals
-                    .get(&(model.name.clone(), tier))
-                    .map_or((0, 0.0), |a| a.in_window(now_s));
-                let (committed_jobs, committed_s) = committed
-                    .get(&(model.name.as_str(), tier))
-                    .copied()
-                    .unwrap_or_default();
-                let load = MarketLoad {
-                    servers: servers
-                        .get(&(model.name.clone(), tier))
-                        .copied()
-                        .unwrap_or(0),
-                    arrived_jobs,
-                    arrived_s,
-                    committed_jobs,
-                    committed_s,
-                };
+                let load = &mut loads[m][t];
+                (load.arrived_jobs, load.arrived_s) = arrivals[m][t].in_window(now_s);
                 if let Some(observation) = load.observation(WINDOW_S as f64) {
                     maker.observe(&model.name, tier, &observation)?;
                     observed += 1;
@@ -315,12 +302,7 @@ impl Market {
         let Some(flops_per_s) = self.median_flops_per_s() else {
             return Ok(None);
         };
-        let Some(model_index) = self
-            .catalog
-            .models()
-            .iter()
-            .position(|m| m.name == job.base_model)
-        else {
+        let Some(model_index) = self.model_index(&job.base_model) else {
             return Ok(None);
         };
         let compute_s = job.compute_flops / flops_per_s;
@@ -531,6 +513,19 @@ impl Market {
         // one `upsert`, which validates before it changes anything.
         self.engine.read().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// One value per market tier ([`MARKET_TIERS`], by [`tier_index`]).
+type PerTier<T> = [T; MARKET_TIERS.len()];
+
+/// The median of `values` under `cmp` (the upper one of an even count; none of none).
+fn median<T: Copy>(
+    values: impl Iterator<Item = T>,
+    cmp: impl Fn(&T, &T) -> std::cmp::Ordering,
+) -> Option<T> {
+    let mut values: Vec<T> = values.collect();
+    values.sort_unstable_by(cmp);
+    values.get(values.len() / 2).copied()
 }
 
 /// `quote` with its ask raised to `floor` if it is under it.

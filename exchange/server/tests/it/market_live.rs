@@ -36,6 +36,16 @@ async fn fleet(door: &Door) {
     assert_eq!(status, StatusCode::CREATED, "{body}");
 }
 
+/// The open quote of the catalog model's T0 market.
+fn t0_quote(market: &cx_exchange_server::market::Market) -> cx_exchange_server::books::MarketQuote {
+    market
+        .quotes()
+        .unwrap()
+        .into_iter()
+        .find(|q| q.model == MODEL && q.tier == Tier::T0)
+        .unwrap()
+}
+
 /// Sends a door call in the background (it would wait for a provider) and returns the decision
 /// of the job it placed, read from the books.
 async fn placed_decision(door: &Door, call: Value) -> Value {
@@ -176,15 +186,7 @@ async fn the_regime_moves_off_calm_under_a_backlog_and_back_when_it_drains() {
         let open = door.books.open_work().await.unwrap();
         market.observe_load(&open, now).unwrap();
     }
-    let state = |market: &cx_exchange_server::market::Market| {
-        market
-            .quotes()
-            .unwrap()
-            .into_iter()
-            .find(|q| q.model == MODEL && q.tier == Tier::T0)
-            .unwrap()
-    };
-    let calm = state(market);
+    let calm = t0_quote(market);
     assert_eq!(calm.regime, Regime::Calm, "{calm:?}");
     assert!(calm.observations >= 20);
 
@@ -199,11 +201,11 @@ async fn the_regime_moves_off_calm_under_a_backlog_and_back_when_it_drains() {
     for sweep in 1..=10 {
         now += 1;
         market.observe_load(&open, now).unwrap();
-        if surged_after.is_none() && state(market).regime == Regime::Surge {
+        if surged_after.is_none() && t0_quote(market).regime == Regime::Surge {
             surged_after = Some(sweep);
         }
     }
-    let surge = state(market);
+    let surge = t0_quote(market);
     assert!(surged_after.is_some_and(|s| s <= 3), "{surge:?}");
     assert!(
         surge.ask_wei_per_s > calm.ask_wei_per_s,
@@ -218,11 +220,11 @@ async fn the_regime_moves_off_calm_under_a_backlog_and_back_when_it_drains() {
         let open = door.books.open_work().await.unwrap();
         assert!(open.is_empty());
         market.observe_load(&open, now + 60).unwrap();
-        if calmed_after.is_none() && state(market).regime == Regime::Calm {
+        if calmed_after.is_none() && t0_quote(market).regime == Regime::Calm {
             calmed_after = Some(sweep);
         }
     }
-    let after = state(market);
+    let after = t0_quote(market);
     assert!(calmed_after.is_some_and(|s| s <= 10), "{after:?}");
     assert!(after.ask_wei_per_s < surge.ask_wei_per_s, "{after:?}");
 }
@@ -264,12 +266,7 @@ async fn a_tenants_fills_tilt_its_own_quote_and_no_one_elses() {
     );
     // The shared quote, what every other account is quoted, has not moved.
     let market = door.intake().market();
-    let shared = market
-        .quotes()
-        .unwrap()
-        .into_iter()
-        .find(|q| q.model == MODEL && q.tier == Tier::T0)
-        .unwrap();
+    let shared = t0_quote(market);
     assert_eq!(shared.observations, 0, "no sweep ran");
     let buyer = cx_protocol::order::account_of(&door.key);
     let other = cx_protocol::order::Address::repeat_byte(0x42);
