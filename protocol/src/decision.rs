@@ -163,6 +163,79 @@ pub struct DecisionRecord {
     /// market): only bundles asking at most its ask were eligible.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quote: Option<QuotedLimit>,
+    /// How a want that named a task rather than a model (`task:<name>`, the door's `cx/auto`
+    /// and `cx/fanout:N`) was routed to this job's model: the arm and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<RouteRecord>,
+}
+
+/// The router's choice of a model for a task (SPEC §10): the request's features, every arm it
+/// scored with its utility and expected free energy, the arms the ceilings or the fleet left out
+/// and why, and which arm this job went to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RouteRecord {
+    /// What the buyer named: `task:<name>`, `cx/auto` or `cx/fanout:N`.
+    pub target: String,
+    /// The catalog model this job was sent to.
+    pub arm: String,
+    /// Its place among the arms dispatched (0: the best; a fan-out's jobs are 0..N).
+    pub rank: usize,
+    /// Arms dispatched for the request (1, or N of a fan-out).
+    pub fan_out: usize,
+    /// The request's id, shared by a fan-out's jobs (16 hex digits): the meter's request.
+    pub request: String,
+    /// x: `[bias, log tokens, long context, vision, audio, code, reasoning, extraction]`.
+    pub features: Vec<f64>,
+    /// The context the request needs, estimated tokens.
+    pub context_tokens: u32,
+    /// The regime belief (calm, busy, surge) of the chosen arm's market it was judged under.
+    pub belief: [f64; 3],
+    /// Seconds from the order to its deadline (what the meter judges latency against).
+    pub deadline_s: f64,
+    /// The most the job may cost, wei (decimal).
+    pub max_cost_wei: String,
+    /// Arms scored, best first.
+    pub candidates: Vec<RouteCandidate>,
+    /// Arms left out before scoring, with why (no bundle able to run it, a ceiling).
+    pub gated: Vec<RouteGate>,
+    /// Better-ranked arms that no bundle took when cleared (the job went to the next).
+    #[serde(default)]
+    pub passed_over: Vec<String>,
+}
+
+/// One arm as the router scored it for a request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RouteCandidate {
+    /// The catalog model.
+    pub arm: String,
+    /// `u(x, p)`: what the request's features make of the arm's profile (the prior).
+    pub utility: f64,
+    /// KL of the predicted outcomes from the buyer's preferred ones, nats.
+    pub risk: f64,
+    /// Expected entropy of outcomes given the regime, nats.
+    pub ambiguity: f64,
+    /// Expected information gain about the arm's outcome model, nats.
+    pub information_gain: f64,
+    /// G = risk + ambiguity − information gain.
+    pub efe: f64,
+    /// `utility − efe`: the rank order.
+    pub score: f64,
+    /// What the job would cost on the bundle it would clear to now, wei (decimal).
+    pub cost_wei: String,
+    /// That bundle's completion estimate t̂, seconds.
+    pub completion_s: f64,
+}
+
+/// An arm left out of a route, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RouteGate {
+    /// The catalog model.
+    pub arm: String,
+    /// Why, in words.
+    pub reason: String,
 }
 
 /// The market maker's quote for one job (its model, tier, deadline and work), as a market
@@ -203,6 +276,7 @@ impl Default for DecisionRecord {
             prefix_id: None,
             limit_wei: None,
             quote: None,
+            route: None,
         }
     }
 }

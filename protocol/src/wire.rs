@@ -468,6 +468,10 @@ pub struct Accepted {
     /// The verification runs placed with it (T1 and T3 re-execute the job on other providers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verification_runs: Vec<PlacedRun>,
+    /// The catalog model a want naming a task (`task:<name>`, `cx/auto`) was routed to; the
+    /// route's reasons are in the job's decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed_to: Option<String>,
 }
 
 /// What an accepted standing order became (`POST /v1/reserves`, `/v1/rents`, `/v1/searches`

@@ -71,6 +71,7 @@ pub mod service;
 pub mod settlement;
 pub mod stake;
 pub mod sweeps;
+pub mod task_router;
 pub mod tls;
 pub mod verification;
 

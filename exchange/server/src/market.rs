@@ -433,6 +433,16 @@ impl Market {
         out
     }
 
+    /// The maker's regime belief (calm, busy, surge) for `model`'s market at `tier`; uniform
+    /// where no market is open (nothing is known of its regime).
+    pub fn belief(&self, model: &str, tier: Tier) -> [f64; cx_exchange::pricing::hmm::REGIMES] {
+        let maker = self.maker.read().unwrap_or_else(|e| e.into_inner());
+        maker.state(model, tier).map_or(
+            [1.0 / cx_exchange::pricing::hmm::REGIMES as f64; cx_exchange::pricing::hmm::REGIMES],
+            |s| s.belief,
+        )
+    }
+
     /// The full clearing decision for `job` (chosen bundle, every term, every rejection), and
     /// what the chosen bundle would charge for it, wei. Under a market `quote`, a bundle asking
     /// more than its ask is refused (binding: price).

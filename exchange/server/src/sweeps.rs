@@ -18,8 +18,9 @@ pub const SWEEP_PERIOD: Duration = Duration::from_secs(1);
 /// bundles of providers silent for [`crate::intake::PROVIDER_SILENCE_S`] (or the intake's own setting) out of
 /// the engine, re-clearing their jobs; reads the open work from the books — each bundle's queue
 /// goes to the engine (t̂ counts it), each market's load to the market maker (its regime and
-/// price follow, [`crate::market::Market::observe_load`]); stores the tenants' preferences that
-/// changed; and samples the market maker's quotes every
+/// price follow, [`crate::market::Market::observe_load`]); meters the routed jobs that ended
+/// and teaches the task router ([`crate::task_router::TaskRouter::learn`]); stores the tenants'
+/// preferences that changed; and samples the market maker's quotes every
 /// [`QUOTE_SAMPLE_TICKS`] (the explorer's price history). A failed sweep is logged and retried
 /// at the next tick.
 pub async fn run_sweeps(intake: &crate::intake::Intake) {
@@ -79,6 +80,10 @@ pub async fn run_sweeps(intake: &crate::intake::Intake) {
         };
         if let Err(err) = observed {
             tracing::warn!(error = %format!("{err:#}"), "load sweep failed");
+        }
+        if let Err(err) = intake.router().learn(books).await {
+            // The ended jobs stay in the books: the next pass meters them.
+            tracing::warn!(error = %format!("{err:#}"), "metering the routed jobs failed");
         }
         let changed = intake.market().changed_preferences();
         if !changed.is_empty()

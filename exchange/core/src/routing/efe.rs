@@ -41,9 +41,9 @@ use super::features::Features;
 use super::outcome::{
     BANDS, FACTORS, JOINT_OUTCOMES, Likelihood, Outcome, OutcomeModel, Preferences,
 };
-use super::utility::{Arm, Ceilings, admissible};
+use super::utility::{Arm, Ceilings, Utility, admissible};
 use crate::error::{Result, invalid};
-use crate::meter::Meter;
+use crate::meter::{Meter, MeterRecord};
 use crate::pricing::hmm::REGIMES;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -298,16 +298,77 @@ impl EfeRouter {
     /// router learns is exactly what was metered.
     pub fn learn(&mut self, meter: &Meter) -> usize {
         let new = meter.since(self.cursor);
-        for record in new {
+        self.fold(new);
+        self.cursor += new.len();
+        new.len()
+    }
+
+    /// Folds in `records` read from a meter kept elsewhere (the exchange's books, read by
+    /// sequence): the same update as [`EfeRouter::learn`], with the reader keeping its own
+    /// cursor, so the router holds counts and never the records.
+    pub fn fold(&mut self, records: &[MeterRecord]) {
+        for record in records {
             let model = self
                 .models
                 .entry(record.arm.clone())
                 .or_insert_with(|| self.fresh.clone());
             model.update(&Outcome::of(record), &record.belief);
         }
-        self.cursor += new.len();
-        new.len()
     }
+
+    /// Admissible arms by descending `u(x, p) − G`, ties by arm index: the request's utility
+    /// under `utility` is the prior over policies and G what the outcomes learned say, as in
+    /// active inference's `q(π) = σ(ln E(π) − G(π))` (Parr & Friston 2019, the "habit" prior
+    /// E): a code request leans to the coder before anything is learned, and what the meter
+    /// teaches moves it from there. Each arm is judged under its own market's regime belief
+    /// (`beliefs`, index-aligned with `arms`): an arm whose market is in a surge is predicted
+    /// from what it did in surges.
+    #[allow(clippy::too_many_arguments)] // the inputs of `rank` plus the prior; a struct would hide which
+    pub fn rank_with_prior(
+        &self,
+        arms: &[Arm],
+        ceilings: &Ceilings,
+        utility: &Utility,
+        x: &Features,
+        context_tokens: u32,
+        beliefs: &[[f64; REGIMES]],
+        preferences: &Preferences,
+    ) -> Vec<PriorScored> {
+        let mut out: Vec<PriorScored> = arms
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| admissible(a, ceilings, x, context_tokens))
+            .map(|(i, a)| {
+                let belief = beliefs
+                    .get(i)
+                    .copied()
+                    .unwrap_or([1.0 / REGIMES as f64; REGIMES]);
+                let efe = self.evaluate(&a.name, &belief, preferences);
+                let prior = utility.score(x, &a.profile());
+                PriorScored {
+                    arm: i,
+                    utility: prior,
+                    efe,
+                    score: prior - efe.total,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.arm.cmp(&b.arm)));
+        out
+    }
+}
+
+/// An admissible arm scored by the request's utility (the prior) and its G.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PriorScored {
+    /// Index into the arm list.
+    pub arm: usize,
+    /// `u(x, p)`: what the request's features make of the arm's profile.
+    pub utility: f64,
+    /// Its expected free energy.
+    pub efe: Efe,
+    /// `utility − efe.total`: larger ranks first.
+    pub score: f64,
 }
 
 #[cfg(test)]
@@ -601,5 +662,49 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    /// The utility prior leans a code request to the coder before anything is metered; a coder
+    /// that then keeps missing the deadline (in the regime its market is in) loses it to the
+    /// generalist, and only under that regime's belief.
+    #[test]
+    fn the_prior_picks_the_coder_first_and_the_meter_overrules_it() {
+        let mut coder = arm("coder", 1.0);
+        coder.code = 0.95;
+        let mut general = arm("general", 1.0);
+        general.code = 0.2;
+        let arms = [general, coder];
+        let mut x = X;
+        x[5] = 1.0; // a code request
+        let prefs = Preferences::from_order(&order()).unwrap();
+        let calm = [[1.0, 0.0, 0.0]; 2];
+        let mut router = EfeRouter::new(EfeConfig::default()).unwrap();
+        let rank = |r: &EfeRouter, beliefs: &[[f64; 3]]| {
+            r.rank_with_prior(
+                &arms,
+                &Ceilings::default(),
+                &Utility::default(),
+                &x,
+                100,
+                beliefs,
+                &prefs,
+            )
+        };
+        let first = rank(&router, &calm);
+        assert_eq!(first[0].arm, 1, "{first:?}");
+        assert!(first[0].utility > first[1].utility);
+        assert_eq!(first[0].score, first[0].utility - first[0].efe.total);
+        // Twenty calm answers each: the coder late and dear, the generalist on time and cheap.
+        let mut records = Vec::new();
+        for i in 0..20 {
+            records.push(answer(i, "coder", [2, 2, 2], [1.0, 0.0, 0.0]));
+            records.push(answer(i, "general", [0, 0, 2], [1.0, 0.0, 0.0]));
+        }
+        router.fold(&records);
+        let learned = rank(&router, &calm);
+        assert_eq!(learned[0].arm, 0, "{learned:?}");
+        // Under a surge belief nothing was learned for either arm: the prior decides again.
+        let surge = rank(&router, &[[0.0, 0.0, 1.0]; 2]);
+        assert_eq!(surge[0].arm, 1, "{surge:?}");
     }
 }

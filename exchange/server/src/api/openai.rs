@@ -25,6 +25,7 @@ use crate::books::{JobStatus, Session};
 use crate::intake::{Intake, now_s};
 use crate::jobs::placement::Want;
 use crate::sweeps::SWEEP_PERIOD;
+use crate::task_router::Target;
 use alloy::primitives::B256;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -210,6 +211,12 @@ async fn door(
     let session = intake.authorize(bearer(&headers)?, now).await?;
     let call = Call::of(&request, kind)?;
     let want = want(intake, &session, &request, now).await?;
+    if let Some(target) = Target::parse(&want.model)
+        .map_err(|e| ApiError::from(e).map_field(door_field))?
+        .filter(|t| t.fan_out > 1)
+    {
+        return fan_out(intake, &session, &target, &want, call, kind, now).await;
+    }
     let accepted = intake
         .submit_call(&session, &want, &call.request, now)
         .await
@@ -234,7 +241,11 @@ async fn door(
         + 2 * SWEEP_PERIOD;
     let reply = Reply {
         kind,
-        model: request.model.clone(),
+        // A routed call says the model that answers, as OpenAI's answers do.
+        model: accepted
+            .routed_to
+            .clone()
+            .unwrap_or_else(|| request.model.clone()),
         created: now,
         accepted,
         include_usage: call.include_usage,
@@ -248,6 +259,87 @@ async fn door(
     }
     let output = outcome(intake, reply.accepted.job_id, until).await?;
     Ok(AppJson(reply.whole(&output)).into_response())
+}
+
+/// `model: "cx/fanout:N"`: the call goes to the top N arms the task router ranks for it, one
+/// job each (each held on the session and paid for), and the answer is the one the weightless
+/// synthesiser picks among those that came back (the byte majority for class D, the medoid
+/// otherwise: [`cx_exchange::routing::fanout::synthesise`]). `cx.fanout` in the answer names
+/// every arm and job, which answered, the one chosen and how far the answers agreed. An arm
+/// no bundle takes (or past the session's room) is left out once another was placed. Not
+/// streamed: the answer is chosen after every arm has answered (or its deadline passed).
+#[allow(clippy::too_many_arguments)] // the door's parts; a struct would only rename them
+async fn fan_out(
+    intake: &Intake,
+    session: &Session,
+    target: &Target,
+    want: &Want,
+    call: Call,
+    kind: Kind,
+    now: u64,
+) -> Result<Response, ApiError> {
+    let door_error = |e: crate::Error| ApiError::from(e).map_field(door_field);
+    if call.stream {
+        return Err(ApiError::invalid(
+            "stream",
+            "cx/fanout:N answers once every arm has answered: it does not stream",
+        ));
+    }
+    let arms = intake
+        .route(target, want, &call.request, now)
+        .map_err(door_error)?;
+    let mut placed: Vec<(String, Accepted)> = Vec::new();
+    let mut left_out: Vec<Value> = Vec::new();
+    for arm in &arms {
+        match intake.submit_call(session, arm, &call.request, now).await {
+            Ok(accepted) => placed.push((arm.model.clone(), accepted)),
+            Err(err) if !placed.is_empty() => {
+                left_out.push(json!({"model": arm.model, "error": err.to_string()}));
+            }
+            Err(err) => return Err(door_error(err)),
+        }
+    }
+    let until = tokio::time::Instant::now()
+        + Duration::from_secs(want.deadline_s.saturating_sub(now))
+        + 2 * SWEEP_PERIOD;
+    // Each wait ends at its job's end or at `until`: in turn, they take as long as the slowest.
+    let mut answers: Vec<(usize, Output)> = Vec::new();
+    let mut first_error = None;
+    for (i, (_, accepted)) in placed.iter().enumerate() {
+        match outcome(intake, accepted.job_id, until).await {
+            Ok(output) => answers.push((i, output)),
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    let texts: Vec<&str> = answers.iter().map(|(_, o)| o.text.as_str()).collect();
+    let Some(fused) = cx_exchange::routing::fanout::synthesise(&texts, want.determinism) else {
+        return Err(first_error.unwrap_or_else(|| ApiError::Internal("no arm was placed".into())));
+    };
+    let (chosen, output) = &answers[fused.chosen];
+    let (model, accepted) = &placed[*chosen];
+    let reply = Reply {
+        kind,
+        model: model.clone(),
+        created: now,
+        accepted: accepted.clone(),
+        include_usage: call.include_usage,
+    };
+    let mut body = reply.whole(output);
+    body["cx"]["fanout"] = json!({
+        "arms": placed.iter().enumerate().map(|(i, (model, a))| json!({
+            "model": model,
+            "job_id": a.job_id,
+            "held_wei": a.held_wei.to_string(),
+            "answered": answers.iter().any(|(j, _)| *j == i),
+        })).collect::<Vec<_>>(),
+        "left_out": left_out,
+        "chosen": model,
+        "agreement": fused.agreement,
+        "majority": fused.majority,
+    });
+    Ok(AppJson(body).into_response())
 }
 
 /// What one call asks for, checked.
@@ -512,6 +604,7 @@ async fn want(
             .and_then(|c| c.determinism)
             .unwrap_or(grant.default_determinism),
         market_limit,
+        route: None,
     })
 }
 

@@ -163,6 +163,7 @@ impl Intake {
             min_tier: intent.min_tier,
             determinism: intent.determinism,
             market_limit: intent.market_limit,
+            route: None,
         };
         let workload = submission.workload()?;
         // The request's JSON once: hashed against the signed hash, and kept with the order.
@@ -297,7 +298,12 @@ impl Intake {
     ) -> Result<Accepted> {
         // A session's calls are its account's orders, under the same limit.
         self.limits.order_from(session.account)?;
-        let mut placed = self.place(want, request, session.account, now_s).await?;
+        let spot = crate::orders::Placing {
+            account: session.account,
+            now_s,
+            tab: None,
+        };
+        let mut placed = self.place(want, request, spot).await?;
         let mut id = [0u8; 32];
         getrandom::fill(&mut id).map_err(|e| Error::Chain(format!("no randomness: {e}")))?;
         let id = B256::from(id);

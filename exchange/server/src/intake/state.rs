@@ -27,6 +27,7 @@ pub struct Intake {
     pub(super) limits: crate::limits::RateLimits,
     pub(super) in_flight: Option<crate::limits::InFlight>,
     pub(super) store_quota_bytes: u64,
+    pub(super) router: crate::task_router::TaskRouter,
 }
 
 /// A provider that has not re-registered its offer for this long leaves the engine (offers are
@@ -62,6 +63,7 @@ impl Intake {
             limits: crate::limits::RateLimits::default(),
             in_flight: crate::limits::InFlight::new(crate::limits::MAX_IN_FLIGHT),
             store_quota_bytes: crate::books::DEFAULT_STORE_QUOTA_BYTES,
+            router: Default::default(),
         }
     }
 
@@ -156,6 +158,11 @@ impl Intake {
     /// The market.
     pub fn market(&self) -> &Market {
         &self.market
+    }
+
+    /// The task router (wants that name a task, not a model).
+    pub fn router(&self) -> &crate::task_router::TaskRouter {
+        &self.router
     }
 
     /// The chains this exchange serves.

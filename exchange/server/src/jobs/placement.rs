@@ -50,6 +50,7 @@ pub(crate) fn decision_record(decision: Decision, job: &Job) -> DecisionRecord {
         prefix_id: job.prefix.as_ref().map(|p| p.id.clone()),
         limit_wei: None,
         quote: None,
+        route: None,
     }
 }
 
@@ -73,6 +74,9 @@ pub struct Want {
     /// for the job (its ask, modulated by the job's deadline and tier) are eligible, and the
     /// quote is recorded in the decision; `max_price_wei` stays the most the job may cost.
     pub market_limit: bool,
+    /// How a task want was routed to `model` ([`crate::task_router`]), kept in the job's
+    /// decision; `None` for a want that named its model.
+    pub route: Option<std::sync::Arc<cx_protocol::decision::RouteRecord>>,
 }
 
 impl Want {
@@ -104,6 +108,8 @@ impl Want {
             determinism,
             // A stored job is placed again within what it holds, not re-quoted.
             market_limit: false,
+            // Nor routed again: its model is the arm it was routed to.
+            route: None,
         })
     }
 
@@ -181,6 +187,7 @@ impl Placed {
                     held_wei: r.held_wei,
                 })
                 .collect(),
+            routed_to: self.decision.route.as_ref().map(|r| r.arm.clone()),
         }
     }
 }

@@ -8,6 +8,7 @@ use super::{Placing, Produced, WorkloadOrder};
 use crate::error::{Error, Result};
 use crate::intake::state::Intake;
 use crate::jobs::placement::{Placed, Want};
+use crate::task_router::Target;
 use alloy::primitives::{Address, B256};
 use cx_exchange::routing::features::estimate_tokens;
 use cx_protocol::order::InferenceRequest;
@@ -21,20 +22,10 @@ impl WorkloadOrder for InferenceRequest {
     const RETURNS: &'static [&'static str] = &[];
     type Then = ();
 
-    /// The tab's committed reserves in their window take it first, at no price of its own;
-    /// else spot.
+    /// Routed when it names a task; the tab's committed reserves in their window take it
+    /// first, at no price of its own; else spot ([`Intake::place`]).
     async fn place(&self, intake: &Intake, want: &Want, placing: Placing) -> Result<Placed> {
-        let Placing {
-            account,
-            now_s,
-            tab,
-        } = placing;
-        if let Some(tab) = tab
-            && let Some(drawn) = intake.drawn(want, self, account, tab, now_s).await?
-        {
-            return Ok(drawn);
-        }
-        intake.place(want, self, account, now_s).await
+        intake.place(want, self, placing).await
     }
 
     /// A verification run (or a job with runs) moves only to a provider not already in its
@@ -64,9 +55,81 @@ impl WorkloadOrder for InferenceRequest {
 }
 
 impl Intake {
-    /// Where a job goes: the adapter's size from the store, the job from the catalog, and the
-    /// clearing (at `min_tier`, else at the first stronger tier a bundle offers).
+    /// Where a job goes: as `want` says when it names a model (or was routed already: a
+    /// fan-out's arm), else on the arms the task router ranks for it, in order — an arm no
+    /// bundle takes when cleared is passed over for the next — with the route recorded in the
+    /// decision. Each model's job is taken first by the tab's committed reserves in their
+    /// window (at no price of its own), else cleared on spot ([`Intake::place_model`]).
     pub(crate) async fn place(
+        &self,
+        want: &Want,
+        request: &InferenceRequest,
+        placing: Placing,
+    ) -> Result<Placed> {
+        let Placing {
+            account,
+            now_s,
+            tab,
+        } = placing;
+        let routed = match (&want.route, Target::parse(&want.model)?) {
+            (Some(_), _) | (None, None) => vec![want.clone()],
+            (None, Some(target)) if target.fan_out > 1 => {
+                return Err(cx_protocol::Error::InvalidField {
+                    field: "intent.order.want".to_owned(),
+                    reason: "a fan-out answers with one of several jobs' outputs: it is the \
+                             OpenAI door's (model cx/fanout:N); an order names one model or task"
+                        .to_owned(),
+                }
+                .into());
+            }
+            (None, Some(target)) => self.route(&target, want, request, now_s)?,
+        };
+        let mut passed_over = Vec::new();
+        let last = routed.len() - 1;
+        for (i, want) in routed.iter().enumerate() {
+            let placed = match tab {
+                Some(tab) => match self.drawn(want, request, account, tab, now_s).await? {
+                    Some(drawn) => Ok(drawn),
+                    None => self.place_model(want, request, account, now_s).await,
+                },
+                None => self.place_model(want, request, account, now_s).await,
+            };
+            match placed {
+                Ok(mut placed) => {
+                    placed.decision.route = want.route.as_deref().map(|r| {
+                        let mut r = r.clone();
+                        r.passed_over = passed_over;
+                        r
+                    });
+                    return Ok(placed);
+                }
+                Err(Error::NoMatch { .. }) if i < last => passed_over.push(want.model.clone()),
+                Err(err) => return Err(err),
+            }
+        }
+        unreachable!("the last arm's result is returned")
+    }
+
+    /// The arms the task router ranks for `target`, each as `want` routed to it.
+    pub(crate) fn route(
+        &self,
+        target: &Target,
+        want: &Want,
+        request: &InferenceRequest,
+        now_s: u64,
+    ) -> Result<Vec<Want>> {
+        self.checked(want, request, now_s)?;
+        // Sounding the arms reads no account's state: the buyer is not needed.
+        self.router()
+            .route(self.market(), target, want, request, |want| {
+                self.job(want, request, Address::ZERO, now_s)
+            })
+    }
+
+    /// Where a job for a catalog model goes: the adapter's size from the store, the job from
+    /// the catalog, and the clearing (at `min_tier`, else at the first stronger tier a bundle
+    /// offers).
+    pub(crate) async fn place_model(
         &self,
         want: &Want,
         request: &InferenceRequest,
@@ -97,16 +160,7 @@ impl Intake {
         account: Address,
         now_s: u64,
     ) -> Result<Job> {
-        if request.max_tokens == 0 {
-            return Err(Error::ZeroMaxTokens);
-        }
-        if request.input_bytes() > MAX_PROMPT_BYTES {
-            return Err(Error::PromptTooLong {
-                limit_bytes: MAX_PROMPT_BYTES,
-            });
-        }
-        request.check()?;
-        want.check_deadline(now_s)?;
+        self.checked(want, request, now_s)?;
         // The adapter's size is |a| of the feasibility test; an id the store lacks is refused.
         let adapter = match want.adapter_id {
             None => None,
@@ -127,6 +181,22 @@ impl Intake {
         }
         job.prefix = continued_prefix(&job, request);
         Ok(job)
+    }
+
+    /// Refuses a request with nothing to generate, past [`MAX_PROMPT_BYTES`] or malformed, and
+    /// a deadline that is not ahead.
+    fn checked(&self, want: &Want, request: &InferenceRequest, now_s: u64) -> Result<()> {
+        if request.max_tokens == 0 {
+            return Err(Error::ZeroMaxTokens);
+        }
+        if request.input_bytes() > MAX_PROMPT_BYTES {
+            return Err(Error::PromptTooLong {
+                limit_bytes: MAX_PROMPT_BYTES,
+            });
+        }
+        request.check()?;
+        want.check_deadline(now_s)?;
+        Ok(())
     }
 
     /// The job a want describes: the model's shape from the catalog, the context from the

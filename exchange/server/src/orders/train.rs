@@ -270,6 +270,7 @@ mod tests {
             min_tier: Tier::T0,
             determinism: DeterminismClass::S,
             market_limit: false,
+            route: None,
         }
     }
 

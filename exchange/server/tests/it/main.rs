@@ -9,6 +9,7 @@ mod intents;
 mod market_live;
 mod matmul;
 mod offers;
+mod routing;
 mod slow_clients;
 mod standing;
 mod store;

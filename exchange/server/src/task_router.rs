@@ -1,0 +1,383 @@
+//! Routing by task, live (SPEC §10): a want that names a task instead of a model —
+//! `task:<chat|code|reasoning|extraction>` in an intent, `task:<name>` or `cx/auto` (no hint: the
+//! featuriser reads the text) at the OpenAI door, and `cx/fanout:N` there — is sent to a catalog
+//! model chosen here; the clearing then picks the bundle as for any want.
+//!
+//! **The arms** are the catalog's models the exchange can clear (a shape, not one of its own
+//! `cx/…` job kinds), each sounded on the live market with the job the request would be there:
+//! an arm no bundle can take now is left out (with the nearest refusal as the reason), and the
+//! others carry live numbers — the cost is what the bundle it would clear to charges, the latency
+//! that bundle's t̂ (queue included) — beside the catalog's profile (quality, code, vision).
+//! **The ceilings** gate before scoring: t̂ within the deadline, the cost within the order's
+//! limit, the context within the model's. **The score** is `u(x, p) − G`
+//! ([`cx_exchange::routing::efe::EfeRouter::rank_with_prior`]): the request's utility under the
+//! hand-set W is the prior (a code request leans to the coder before anything is known), and
+//! G, the expected free energy of the arm's outcomes under its own market's regime belief and
+//! the order's preferences, is learned from the meter only. Under a regime shift the beliefs
+//! move first, and the outcome counts of the new regime decide.
+//!
+//! **The meter** is the books' `exchange_meter`: every sweep meters the routed jobs that ended
+//! (cost charged, latency from order to end, quality 1 when answered and paid, 0 when not) and
+//! the router folds the new rows in by sequence, so what it learned survives a restart.
+//!
+//! The decision of every routed job names its arm and why ([`RouteRecord`]): the features,
+//! every arm scored with its utility and G's parts, the arms gated and better arms passed over
+//! because no bundle took them when cleared.
+
+use crate::books::Books;
+use crate::error::{Error, Result};
+use crate::jobs::placement::Want;
+use crate::market::Market;
+use cx_exchange::meter::Meter;
+use cx_exchange::routing::efe::{EfeConfig, EfeRouter};
+use cx_exchange::routing::features::{Classifier, Heuristic, Request, Task};
+use cx_exchange::routing::outcome::{OrderTerms, Preferences};
+use cx_exchange::routing::utility::{Arm, Ceilings, Utility};
+use cx_protocol::Job;
+use cx_protocol::decision::{RouteCandidate, RouteGate, RouteRecord};
+use cx_protocol::order::InferenceRequest;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// The door's model name for "route it": no task hint, the featuriser reads the request.
+pub const AUTO: &str = "cx/auto";
+/// An intent's `want` (or the door's `model`) naming a task: `task:code`.
+pub const TASK_PREFIX: &str = "task:";
+/// The door's model name for a fan-out over the top N arms: `cx/fanout:3`.
+pub const FAN_OUT_PREFIX: &str = "cx/fanout:";
+/// Arms one fanned-out call may go to at most (each is a job the buyer pays for).
+pub const MAX_FAN_OUT: usize = 4;
+
+/// The field a routing target is read from (the door names it `model`).
+const WANT_FIELD: &str = "intent.order.want";
+
+/// A want naming a task rather than a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// As the buyer wrote it.
+    pub name: String,
+    /// The task hint (`None` for `cx/auto` and a fan-out: read from the text).
+    pub task: Option<Task>,
+    /// Arms to dispatch to (1 but for a fan-out).
+    pub fan_out: usize,
+}
+
+fn refuse(reason: String) -> Error {
+    cx_protocol::Error::InvalidField {
+        field: WANT_FIELD.to_owned(),
+        reason,
+    }
+    .into()
+}
+
+impl Target {
+    /// `model` as a routing target; `None` when it names a model (or an adapter). A task
+    /// outside the router's, or a fan-out outside 2..=[`MAX_FAN_OUT`], is refused by name.
+    pub fn parse(model: &str) -> Result<Option<Self>> {
+        if model == AUTO {
+            return Ok(Some(Self {
+                name: model.to_owned(),
+                task: None,
+                fan_out: 1,
+            }));
+        }
+        if let Some(name) = model.strip_prefix(TASK_PREFIX) {
+            let task = serde_json::from_value(serde_json::Value::String(name.to_owned())).map_err(
+                |_| {
+                    refuse(format!(
+                        "unknown task {name:?}: task:chat, task:code, task:reasoning or \
+                         task:extraction"
+                    ))
+                },
+            )?;
+            return Ok(Some(Self {
+                name: model.to_owned(),
+                task: Some(task),
+                fan_out: 1,
+            }));
+        }
+        if let Some(n) = model.strip_prefix(FAN_OUT_PREFIX) {
+            let fan_out = n
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (2..=MAX_FAN_OUT).contains(n))
+                .ok_or_else(|| {
+                    refuse(format!(
+                        "cx/fanout:N takes N from 2 to {MAX_FAN_OUT}, got {n:?}"
+                    ))
+                })?;
+            return Ok(Some(Self {
+                name: model.to_owned(),
+                task: None,
+                fan_out,
+            }));
+        }
+        Ok(None)
+    }
+}
+
+/// The live router: its outcome models, learned from the books' meter.
+#[derive(Debug)]
+pub struct TaskRouter {
+    efe: RwLock<EfeRouter>,
+    utility: Utility,
+    /// The last meter sequence folded in.
+    folded: AtomicI64,
+    /// Where the next metering pass starts, unix milliseconds.
+    meter_since_ms: AtomicI64,
+}
+
+impl Default for TaskRouter {
+    fn default() -> Self {
+        Self {
+            efe: RwLock::new(
+                EfeRouter::new(EfeConfig::default()).expect("the default EFE config is valid"),
+            ),
+            utility: Utility::default(),
+            folded: AtomicI64::new(0),
+            meter_since_ms: AtomicI64::new(0),
+        }
+    }
+}
+
+impl TaskRouter {
+    /// The arms `target` goes to for `request`, best first, each as `want` with the arm's model
+    /// and the record its job's decision keeps: every admissible arm for one
+    /// target (the caller clears them in turn, passing over any no bundle takes by then), the
+    /// top N of a fan-out. `job_for` is the job a want would be (the request's context and
+    /// work at the arm's shape). Refused when the want names an adapter (an adapter names its
+    /// base: there is nothing to route), and `no_match` when no arm passes, naming why each
+    /// was left out.
+    pub fn route(
+        &self,
+        market: &Market,
+        target: &Target,
+        want: &Want,
+        request: &InferenceRequest,
+        job_for: impl Fn(&Want) -> Result<Job>,
+    ) -> Result<Vec<Want>> {
+        if want.adapter_id.is_some() {
+            return Err(cx_protocol::Error::InvalidField {
+                field: "intent.order.adapter_id".to_owned(),
+                reason: format!(
+                    "an adapter is trained on one base: name its model, not {:?}",
+                    target.name
+                ),
+            }
+            .into());
+        }
+        let text = request.text();
+        let features = Heuristic.features(&Request {
+            text,
+            max_output_tokens: request.max_tokens,
+            task: target.task,
+            ..Request::default()
+        });
+        let mut arms: Vec<Arm> = Vec::new();
+        let mut sounded: Vec<(Job, u128, f64)> = Vec::new();
+        let mut gated: Vec<RouteGate> = Vec::new();
+        for model in market.catalog().models() {
+            if model.shape.is_none()
+                || model
+                    .name
+                    .starts_with(cx_protocol::job::KERNEL_MARKET_PREFIX)
+            {
+                continue;
+            }
+            let arm_want = Want {
+                model: model.name.clone(),
+                ..want.clone()
+            };
+            let job = match job_for(&arm_want) {
+                Ok(job) => job,
+                Err(err) => {
+                    gated.push(gate(&model.name, err.to_string()));
+                    continue;
+                }
+            };
+            let (decision, charge) = market.clear(&job, None)?;
+            let (Some(charge), Some(terms)) = (charge, decision.terms) else {
+                let why = crate::jobs::placement::no_match(&decision).to_string();
+                gated.push(gate(&model.name, why));
+                continue;
+            };
+            let context = f64::from(job.context_tokens.max(1));
+            let mut arm = model.arm();
+            arm.latency_s = terms.completion_s;
+            arm.cost_wei_per_mtok = per_mtok(charge, context);
+            arm.context_tokens = arm.context_tokens.max(job.context_tokens);
+            arms.push(arm);
+            sounded.push((job, charge, terms.completion_s));
+        }
+        let Some((job, _, _)) = sounded.first() else {
+            return Err(nothing_routes(target, &gated));
+        };
+        let context_tokens = job.context_tokens;
+        let ceilings = Ceilings {
+            max_latency_s: job.deadline_s,
+            max_cost_wei_per_mtok: per_mtok(want.max_price_wei, f64::from(context_tokens.max(1))),
+            min_quality: 0.0,
+        };
+        for (arm, (_, charge, t_hat)) in arms.iter().zip(&sounded) {
+            if *t_hat > ceilings.max_latency_s {
+                gated.push(gate(
+                    &arm.name,
+                    format!(
+                        "t̂ {t_hat:.3} s is past the deadline, {:.3} s away",
+                        job.deadline_s
+                    ),
+                ));
+            } else if *charge > want.max_price_wei {
+                gated.push(gate(
+                    &arm.name,
+                    format!(
+                        "costs {charge} wei, over the limit of {}",
+                        want.max_price_wei
+                    ),
+                ));
+            }
+        }
+        let beliefs: Vec<_> = sounded
+            .iter()
+            .map(|(job, _, _)| market.belief(&job.base_model, job.tier))
+            .collect();
+        let preferences = Preferences::from_order(&OrderTerms {
+            deadline_s: job.deadline_s,
+            tier: want.min_tier,
+            max_cost_wei: Some(want.max_price_wei),
+        })?;
+        let ranked = self
+            .efe
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .rank_with_prior(
+                &arms,
+                &ceilings,
+                &self.utility,
+                &features,
+                context_tokens,
+                &beliefs,
+                &preferences,
+            );
+        if ranked.is_empty() {
+            return Err(nothing_routes(target, &gated));
+        }
+        let candidates: Vec<RouteCandidate> = ranked
+            .iter()
+            .map(|s| RouteCandidate {
+                arm: arms[s.arm].name.clone(),
+                utility: s.utility,
+                risk: s.efe.risk,
+                ambiguity: s.efe.ambiguity,
+                information_gain: s.efe.information_gain,
+                efe: s.efe.total,
+                score: s.score,
+                cost_wei: sounded[s.arm].1.to_string(),
+                completion_s: sounded[s.arm].2,
+            })
+            .collect();
+        let request_id = {
+            let mut id = [0u8; 8];
+            getrandom::fill(&mut id).map_err(|e| Error::Chain(format!("no randomness: {e}")))?;
+            format!("{:016x}", u64::from_be_bytes(id))
+        };
+        let take = if target.fan_out > 1 {
+            target.fan_out
+        } else {
+            ranked.len()
+        };
+        Ok(ranked
+            .iter()
+            .take(take)
+            .enumerate()
+            .map(|(rank, s)| {
+                let arm = &arms[s.arm];
+                let record = RouteRecord {
+                    target: target.name.clone(),
+                    arm: arm.name.clone(),
+                    rank: if target.fan_out > 1 { rank } else { 0 },
+                    fan_out: target.fan_out,
+                    request: request_id.clone(),
+                    features: features.to_vec(),
+                    context_tokens,
+                    belief: beliefs[s.arm],
+                    deadline_s: job.deadline_s,
+                    max_cost_wei: want.max_price_wei.to_string(),
+                    candidates: candidates.clone(),
+                    gated: gated.clone(),
+                    passed_over: Vec::new(),
+                };
+                Want {
+                    model: arm.name.clone(),
+                    route: Some(std::sync::Arc::new(record)),
+                    ..want.clone()
+                }
+            })
+            .collect())
+    }
+
+    /// One metering pass and what it taught: the routed jobs that ended since the last pass
+    /// are metered in the books, and every meter row not folded in yet (up to a batch) goes
+    /// into the outcome models. Returns how many rows were folded in.
+    pub async fn learn(&self, books: &Books) -> Result<usize> {
+        let since = self.meter_since_ms.load(Ordering::Relaxed);
+        let (_, next) = books.meter_ended(since).await?;
+        self.meter_since_ms.store(next, Ordering::Relaxed);
+        let rows = books
+            .meter_since(self.folded.load(Ordering::Relaxed))
+            .await?;
+        let Some(last) = rows.last().map(|(seq, _)| *seq) else {
+            return Ok(0);
+        };
+        // Through the core's meter, whose check refuses a record with a measurement out of
+        // range: the router never learns from one.
+        let mut meter = Meter::new();
+        for (_, record) in rows {
+            let _ = meter.record(record);
+        }
+        self.efe
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .fold(meter.records());
+        self.folded.store(last, Ordering::Relaxed);
+        Ok(meter.len())
+    }
+
+    /// Meter rows folded in so far (the last sequence).
+    pub fn folded(&self) -> i64 {
+        self.folded.load(Ordering::Relaxed)
+    }
+}
+
+fn gate(arm: &str, reason: String) -> RouteGate {
+    RouteGate {
+        arm: arm.to_owned(),
+        reason,
+    }
+}
+
+/// `wei` for `tokens` of context as wei per million tokens (saturating).
+fn per_mtok(wei: u128, tokens: f64) -> u64 {
+    let v = wei as f64 * 1e6 / tokens;
+    if v >= u64::MAX as f64 {
+        u64::MAX
+    } else {
+        v as u64
+    }
+}
+
+/// `no_match` for a target no arm takes, naming each arm and why.
+fn nothing_routes(target: &Target, gated: &[RouteGate]) -> Error {
+    let why = if gated.is_empty() {
+        "the catalog has no model the exchange can clear".to_owned()
+    } else {
+        gated
+            .iter()
+            .map(|g| format!("{}: {}", g.arm, g.reason))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    Error::NoMatch {
+        detail: format!("no model can take {}: {why}", target.name),
+    }
+}

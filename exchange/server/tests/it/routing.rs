@@ -1,0 +1,285 @@
+//! Routing by task, live: a door call naming a task (`task:code`, `cx/auto`) goes to the catalog
+//! model the router ranks first, and the job's decision names the arm and why; what the router
+//! learns comes from the meter (the routed jobs that ended), so an arm that keeps missing its
+//! deadlines loses the task; `cx/fanout:N` places a job on each of the top N arms and answers with
+//! the synthesised one. Bad targets are refused by name.
+
+use crate::door::{Door, Prov, bundle, chat, now_s, output, receipt};
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const GENERAL: &str = "llama-3.1-8b-instruct";
+const CODER: &str = "qwen2.5-coder-32b-instruct";
+const SECRET: &str = "cxs_routing";
+
+/// One provider with a bundle holding each base: the generalist and the coder.
+async fn fleet(door: &Door) -> Prov {
+    let prov = Prov::new(4);
+    let mut general = bundle("general");
+    general.resident_bases = vec![GENERAL.into()];
+    let mut coder = bundle("coder");
+    coder.resident_bases = vec![CODER.into()];
+    let (status, body) = door
+        .post(
+            "/v1/providers/register",
+            None,
+            &prov.offer(vec![general, coder]),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, opened) = door.session(SECRET, 2_000_000, 1).await;
+    assert_eq!(status, StatusCode::CREATED, "{opened}");
+    prov
+}
+
+fn code_chat(model: &str, deadline_in_s: u64) -> Value {
+    let mut call = chat(json!({"model": model, "cx": {"deadline_in_s": deadline_in_s}}));
+    call["messages"] = json!([{"role": "user", "content": "Write a def that parses a date."}]);
+    call
+}
+
+/// Sends a door call in the background (it waits for a provider) and returns the decision of
+/// the job it placed, read from the books.
+async fn placed_decision(door: &Door, call: &Value) -> Value {
+    let request = Request::post("/v1/chat/completions")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::AUTHORIZATION, format!("Bearer {SECRET}"))
+        .body(Body::from(call.to_string()))
+        .unwrap();
+    let before = door.count("exchange_jobs").await;
+    let router = door.router().clone();
+    let waiting = tokio::spawn(async move { router.oneshot(request).await });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while door.count("exchange_jobs").await == before {
+        assert!(
+            !waiting.is_finished(),
+            "the call ended without placing a job"
+        );
+        assert!(std::time::Instant::now() < deadline, "no job placed");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    waiting.abort();
+    sqlx::query_scalar("SELECT decision FROM exchange_jobs ORDER BY created_at DESC LIMIT 1")
+        .fetch_one(door.books.pool())
+        .await
+        .unwrap()
+}
+
+fn candidate<'a>(route: &'a Value, arm: &str) -> &'a Value {
+    route["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["arm"] == arm)
+        .unwrap_or_else(|| panic!("{arm} scored: {route}"))
+}
+
+#[tokio::test]
+async fn a_task_goes_to_the_arm_the_router_ranks_first_and_the_decision_says_why() {
+    let door = Door::new().await;
+    fleet(&door).await;
+
+    for target in ["task:code", "cx/auto"] {
+        let decision = placed_decision(&door, &code_chat(target, 30)).await;
+        let route = &decision["route"];
+        assert_eq!(route["target"], target, "{decision}");
+        assert_eq!(route["arm"], CODER, "{route}");
+        assert_eq!(decision["chosen"], "coder", "{decision}");
+        // The code feature is set (the hint, or the text's `def`), and the coder's profile
+        // makes more of it: the prior, before anything is metered.
+        assert_eq!(route["features"][5], 1.0, "{route}");
+        let (coder, general) = (candidate(route, CODER), candidate(route, GENERAL));
+        assert!(
+            coder["utility"].as_f64() > general["utility"].as_f64(),
+            "{route}"
+        );
+        for c in [coder, general] {
+            let parts = ["risk", "ambiguity", "information_gain", "efe", "score"];
+            assert!(parts.iter().all(|p| c[p].is_f64()), "{c}");
+            assert!(
+                c["cost_wei"].as_str().unwrap().parse::<u128>().unwrap() > 0,
+                "{c}"
+            );
+        }
+        // Models no bundle serves are left out with the reason.
+        let gated = route["gated"].as_array().unwrap();
+        assert!(
+            gated
+                .iter()
+                .any(|g| g["arm"] == "llama-3.1-70b-instruct" && g["reason"].is_string()),
+            "{route}"
+        );
+        assert_eq!(route["belief"].as_array().unwrap().len(), 3, "{route}");
+    }
+
+    // Targets the router does not know are refused by name, and nothing is written.
+    let jobs = door.count("exchange_jobs").await;
+    for (model, says) in [
+        ("task:poetry", "unknown task"),
+        ("cx/fanout:9", "from 2 to 4"),
+        ("cx/fanout:1", "from 2 to 4"),
+    ] {
+        let (status, body) = door
+            .post("/v1/chat/completions", Some(SECRET), &code_chat(model, 30))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{model}: {body}");
+        assert_eq!(body["error"]["field"], "model", "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(says),
+            "{body}"
+        );
+    }
+    // A task with an adapter: the adapter names its base, there is nothing to route.
+    let mut with_adapter = code_chat("task:code", 30);
+    with_adapter["cx"]["adapter_id"] = json!(format!("0x{}", "ab".repeat(32)));
+    let (status, body) = door
+        .post("/v1/chat/completions", Some(SECRET), &with_adapter)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("trained on one base"),
+        "{body}"
+    );
+    assert_eq!(door.count("exchange_jobs").await, jobs);
+}
+
+#[tokio::test]
+async fn the_router_learns_from_the_meter_and_turns_from_an_arm_that_misses_its_deadlines() {
+    let door = Door::new().await;
+    fleet(&door).await;
+    let intake = door.intake();
+
+    // Code tasks go to the coder; its provider never answers them.
+    const MISSED: usize = 4;
+    for _ in 0..MISSED {
+        let decision = placed_decision(&door, &code_chat("task:code", 1)).await;
+        assert_eq!(decision["route"]["arm"], CODER, "{decision}");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    intake.books().expire_due(now_s()).await.unwrap();
+
+    // One metering pass: every routed job that ended is a meter row, folded in once.
+    let folded = intake.router().learn(intake.books()).await.unwrap();
+    assert_eq!(folded, MISSED);
+    assert_eq!(door.count("exchange_meter").await, MISSED as i64);
+    let (late, charged): (i64, String) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE latency_s > deadline_s AND quality = 0), \
+                sum(cost_wei)::text FROM exchange_meter WHERE arm = $1",
+    )
+    .bind(CODER)
+    .fetch_one(door.books.pool())
+    .await
+    .unwrap();
+    assert_eq!((late, charged.as_str()), (MISSED as i64, "0"));
+    assert_eq!(intake.router().learn(intake.books()).await.unwrap(), 0);
+
+    // The next code task goes to the generalist: G of the coder's outcomes (late, unanswered)
+    // outweighs the prior that still favours it.
+    let decision = placed_decision(&door, &code_chat("task:code", 30)).await;
+    let route = &decision["route"];
+    assert_eq!(route["arm"], GENERAL, "{decision}");
+    let (coder, general) = (candidate(route, CODER), candidate(route, GENERAL));
+    assert!(
+        coder["utility"].as_f64() > general["utility"].as_f64(),
+        "{route}"
+    );
+    assert!(coder["risk"].as_f64() > general["risk"].as_f64(), "{route}");
+    assert!(
+        general["score"].as_f64() > coder["score"].as_f64(),
+        "{route}"
+    );
+}
+
+#[tokio::test]
+async fn a_fan_out_runs_the_top_arms_and_answers_with_the_synthesised_one() {
+    let door = Door::new().await;
+    let prov = fleet(&door).await;
+
+    let agent = async {
+        door.post(
+            "/v1/chat/completions",
+            Some(SECRET),
+            &code_chat("cx/fanout:2", 20),
+        )
+        .await
+    };
+    let provider = async {
+        let mut answered = Vec::new();
+        while answered.len() < 2 {
+            let (status, pulled) = door
+                .post(
+                    "/v1/providers/jobs",
+                    Some(&prov.token),
+                    &json!({"max_jobs": 4, "wait_s": 10}),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{pulled}");
+            for job in pulled["jobs"].as_array().unwrap() {
+                let price: u128 = job["price_wei"].as_str().unwrap().parse().unwrap();
+                // Class D: both arms' bytes agree, so the majority is the answer.
+                let text = "def parse(s): ...";
+                let id = job["job_id"].as_str().unwrap().to_owned();
+                let (status, done) = door
+                    .post(
+                        &format!("/v1/jobs/{id}/result"),
+                        Some(&prov.token),
+                        &json!({"output": output(text), "receipt": receipt(&prov, job, text, price)}),
+                    )
+                    .await;
+                assert_eq!(status, StatusCode::OK, "{done}");
+                answered.push(id);
+            }
+        }
+        answered
+    };
+    let ((status, completion), answered) = tokio::join!(agent, provider);
+    assert_eq!(status, StatusCode::OK, "{completion}");
+    assert_eq!(
+        completion["choices"][0]["message"]["content"],
+        "def parse(s): ..."
+    );
+    let fanout = &completion["cx"]["fanout"];
+    let arms = fanout["arms"].as_array().unwrap();
+    assert_eq!(arms.len(), 2, "{fanout}");
+    let models: Vec<&str> = arms.iter().map(|a| a["model"].as_str().unwrap()).collect();
+    assert_eq!(models, [CODER, GENERAL], "the best-ranked first: {fanout}");
+    assert!(arms.iter().all(|a| a["answered"] == true), "{fanout}");
+    assert_eq!(fanout["majority"], true, "{fanout}");
+    assert_eq!(fanout["agreement"], 1.0, "{fanout}");
+    assert_eq!(completion["model"], fanout["chosen"], "{completion}");
+    let mut ids: Vec<String> = arms
+        .iter()
+        .map(|a| a["job_id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    let mut answered = answered;
+    answered.sort();
+    assert_eq!(ids, answered);
+    // Both jobs carry the route, with one request id and their rank.
+    let routes: Vec<(String, i64, String)> = sqlx::query_as(
+        "SELECT decision->'route'->>'arm', (decision->'route'->>'rank')::bigint, \
+                decision->'route'->>'request' \
+         FROM exchange_jobs ORDER BY (decision->'route'->>'rank')::bigint",
+    )
+    .fetch_all(door.books.pool())
+    .await
+    .unwrap();
+    assert_eq!(routes.len(), 2);
+    assert_eq!((routes[0].0.as_str(), routes[0].1), (CODER, 0));
+    assert_eq!((routes[1].0.as_str(), routes[1].1), (GENERAL, 1));
+    assert_eq!(routes[0].2, routes[1].2, "one request");
+
+    // A fan-out does not stream: the answer is chosen once every arm has answered.
+    let mut streamed = code_chat("cx/fanout:2", 20);
+    streamed["stream"] = json!(true);
+    let (status, body) = door
+        .post("/v1/chat/completions", Some(SECRET), &streamed)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["field"], "stream", "{body}");
+}
