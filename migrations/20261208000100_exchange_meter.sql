@@ -16,6 +16,9 @@ CREATE TABLE exchange_meter (
     max_cost_wei  NUMERIC(39, 0),
     tier          TEXT NOT NULL,
     belief        JSONB NOT NULL,
+    -- x and the chosen arm's p at routing (what a contextual bandit learns against).
+    features      JSONB,
+    profile       JSONB,
     metered_at    TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 

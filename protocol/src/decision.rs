@@ -187,6 +187,10 @@ pub struct RouteRecord {
     pub request: String,
     /// x: `[bias, log tokens, long context, vision, audio, code, reasoning, extraction]`.
     pub features: Vec<f64>,
+    /// p of the chosen arm as it was sounded: `[bias, quality, cheapness, speed, code, vision,
+    /// long context]` (what a contextual bandit learns the outcome against).
+    #[serde(default)]
+    pub profile: Vec<f64>,
     /// The context the request needs, estimated tokens.
     pub context_tokens: u32,
     /// The regime belief (calm, busy, surge) of the chosen arm's market it was judged under.
@@ -210,7 +214,8 @@ pub struct RouteRecord {
 pub struct RouteCandidate {
     /// The catalog model.
     pub arm: String,
-    /// `u(x, p)`: what the request's features make of the arm's profile (the prior).
+    /// `u(x, p)`: what the request's features make of the arm's profile (the prior; under the
+    /// LinUCB policy, its optimistic score).
     pub utility: f64,
     /// KL of the predicted outcomes from the buyer's preferred ones, nats.
     pub risk: f64,
@@ -220,7 +225,7 @@ pub struct RouteCandidate {
     pub information_gain: f64,
     /// G = risk + ambiguity − information gain.
     pub efe: f64,
-    /// `utility − efe`: the rank order.
+    /// The rank order, larger first: `utility − efe` (LinUCB: its optimistic score).
     pub score: f64,
     /// What the job would cost on the bundle it would clear to now, wei (decimal).
     pub cost_wei: String,

@@ -502,7 +502,7 @@ impl Generator {
     }
 }
 
-type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+pub(crate) type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 /// Sends one call: its status, whether it carried `Retry-After`, and (for reports) the start
 /// of its body when it is not 2xx.
@@ -519,7 +519,7 @@ async fn send(sender: &mut Sender, call: &Call) -> Result<(hyper::StatusCode, bo
 
 /// POSTs `body` to `path` on `sender`'s connection: the status, whether `Retry-After` came with
 /// it, and the whole body.
-async fn send_raw(
+pub(crate) async fn send_raw(
     sender: &mut Sender,
     path: &str,
     bearer: Option<&str>,
@@ -921,7 +921,7 @@ async fn soak(
 
 /// Opens one session per agent on its tab `first + i`, its bearer secret `secrets[i]`, capped far
 /// beyond any run.
-async fn open_sessions(
+pub(crate) async fn open_sessions(
     server: &(std::net::SocketAddr, Arc<rustls::ClientConfig>),
     agents: &[Agent],
     secrets: &[Arc<str>],

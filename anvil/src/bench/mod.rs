@@ -5,14 +5,18 @@
 //! - [`gas`]: gas of FROST verification, settlement per job and a claim, on a fresh Anvil;
 //! - [`intake`]: signed intents over HTTPS through verify → persist → clear, with its bounds;
 //! - [`load`]: open-loop load on intake or the OpenAI door: the knee, 1×/2×/4× past it, a soak;
+//! - [`router`]: routing by task on live traffic through a regime shift, every router policy
+//!   against the best fixed arm, from the meter;
 //! - [`sign`]: handshake, DKG and signing latency of a committee of signer processes.
 
 pub mod gas;
 pub mod intake;
 pub mod load;
+pub mod router;
 pub mod sign;
 
 pub use gas::{GasReport, gas_bench};
 pub use intake::{IntakeBenchConfig, IntakeReport, intake_bench};
 pub use load::{LoadConfig, LoadReport, load_bench};
+pub use router::{RouterBenchConfig, RouterReport, router_bench};
 pub use sign::{SignBenchReport, sign_bench};

@@ -29,9 +29,10 @@ use crate::error::{Error, Result};
 use crate::jobs::placement::Want;
 use crate::market::Market;
 use cx_exchange::meter::Meter;
-use cx_exchange::routing::efe::{EfeConfig, EfeRouter};
+use cx_exchange::routing::bandit::LinUcb;
+use cx_exchange::routing::efe::{EfeConfig, EfeRouter, PriorScored};
 use cx_exchange::routing::features::{Classifier, Heuristic, Request, Task};
-use cx_exchange::routing::outcome::{OrderTerms, Preferences};
+use cx_exchange::routing::outcome::{OrderTerms, Outcome, Preferences};
 use cx_exchange::routing::utility::{Arm, Ceilings, Utility};
 use cx_protocol::Job;
 use cx_protocol::decision::{RouteCandidate, RouteGate, RouteRecord};
@@ -116,10 +117,56 @@ impl Target {
     }
 }
 
+/// How the router ranks the arms that pass the ceilings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum RouterPolicy {
+    /// `u(x, p) − G`, G learned from the meter (the default).
+    #[default]
+    Efe,
+    /// LinUCB on `z = x ⊗ p` from the hand-set W, its reward the metered outcome's `ln C(o)`
+    /// under the order's preferences (the baseline the issue measures EFE against).
+    LinUcb,
+    /// Always the named catalog model while it passes the ceilings (a fixed arm, to measure
+    /// regret against).
+    Fixed(String),
+}
+
+impl std::str::FromStr for RouterPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "efe" => Ok(Self::Efe),
+            "linucb" => Ok(Self::LinUcb),
+            _ => match s.strip_prefix("fixed:") {
+                Some(model) if !model.is_empty() => Ok(Self::Fixed(model.to_owned())),
+                _ => Err(format!("{s:?}: efe, linucb or fixed:<model>")),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for RouterPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Efe => f.write_str("efe"),
+            Self::LinUcb => f.write_str("linucb"),
+            Self::Fixed(model) => write!(f, "fixed:{model}"),
+        }
+    }
+}
+
+/// LinUCB's exploration α and ridge λ (the replay's, `cx_exchange::routing::shift`).
+const LINUCB_ALPHA: f64 = 0.3;
+const LINUCB_LAMBDA: f64 = 1.0;
+
 /// The live router: its outcome models, learned from the books' meter.
 #[derive(Debug)]
 pub struct TaskRouter {
+    policy: RouterPolicy,
     efe: RwLock<EfeRouter>,
+    /// Learned from the same meter whatever the policy, so a switch starts warm.
+    bandit: RwLock<LinUcb>,
     utility: Utility,
     /// The last meter sequence folded in.
     folded: AtomicI64,
@@ -129,18 +176,34 @@ pub struct TaskRouter {
 
 impl Default for TaskRouter {
     fn default() -> Self {
-        Self {
-            efe: RwLock::new(
-                EfeRouter::new(EfeConfig::default()).expect("the default EFE config is valid"),
-            ),
-            utility: Utility::default(),
-            folded: AtomicI64::new(0),
-            meter_since_ms: AtomicI64::new(0),
-        }
+        Self::new(RouterPolicy::Efe)
     }
 }
 
 impl TaskRouter {
+    /// A router that knows nothing yet, ranking by `policy`.
+    pub fn new(policy: RouterPolicy) -> Self {
+        let utility = Utility::default();
+        Self {
+            policy,
+            efe: RwLock::new(
+                EfeRouter::new(EfeConfig::default()).expect("the default EFE config is valid"),
+            ),
+            bandit: RwLock::new(
+                LinUcb::new(&utility, LINUCB_LAMBDA, LINUCB_ALPHA)
+                    .expect("the LinUCB constants are valid"),
+            ),
+            utility,
+            folded: AtomicI64::new(0),
+            meter_since_ms: AtomicI64::new(0),
+        }
+    }
+
+    /// How it ranks arms.
+    pub fn policy(&self) -> &RouterPolicy {
+        &self.policy
+    }
+
     /// The arms `target` goes to for `request`, best first, each as `want` with the arm's model
     /// and the record its job's decision keeps: every admissible arm for one
     /// target (the caller clears them in turn, passing over any no bundle takes by then), the
@@ -246,11 +309,9 @@ impl TaskRouter {
             tier: want.min_tier,
             max_cost_wei: Some(want.max_price_wei),
         })?;
-        let ranked = self
-            .efe
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .rank_with_prior(
+        let ranked = {
+            let efe = self.efe.read().unwrap_or_else(|e| e.into_inner());
+            let prior = efe.rank_with_prior(
                 &arms,
                 &ceilings,
                 &self.utility,
@@ -259,6 +320,35 @@ impl TaskRouter {
                 &beliefs,
                 &preferences,
             );
+            match &self.policy {
+                RouterPolicy::Efe => prior,
+                RouterPolicy::Fixed(model) => {
+                    for s in prior.iter().filter(|s| &arms[s.arm].name != model) {
+                        gated.push(gate(
+                            &arms[s.arm].name,
+                            format!("the router is fixed on {model}"),
+                        ));
+                    }
+                    prior
+                        .into_iter()
+                        .filter(|s| &arms[s.arm].name == model)
+                        .collect()
+                }
+                RouterPolicy::LinUcb => self
+                    .bandit
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .rank(&arms, &ceilings, &features, context_tokens)
+                    .into_iter()
+                    .map(|s| PriorScored {
+                        arm: s.arm,
+                        utility: s.utility,
+                        efe: efe.evaluate(&arms[s.arm].name, &beliefs[s.arm], &preferences),
+                        score: s.utility,
+                    })
+                    .collect(),
+            }
+        };
         if ranked.is_empty() {
             return Err(nothing_routes(target, &gated));
         }
@@ -299,6 +389,7 @@ impl TaskRouter {
                     fan_out: target.fan_out,
                     request: request_id.clone(),
                     features: features.to_vec(),
+                    profile: arm.profile().to_vec(),
                     context_tokens,
                     belief: beliefs[s.arm],
                     deadline_s: job.deadline_s,
@@ -326,19 +417,36 @@ impl TaskRouter {
         let rows = books
             .meter_since(self.folded.load(Ordering::Relaxed))
             .await?;
-        let Some(last) = rows.last().map(|(seq, _)| *seq) else {
+        let Some(last) = rows.last().map(|m| m.seq) else {
             return Ok(0);
         };
         // Through the core's meter, whose check refuses a record with a measurement out of
         // range: the router never learns from one.
         let mut meter = Meter::new();
-        for (_, record) in rows {
-            let _ = meter.record(record);
+        let mut contexts = Vec::new();
+        for row in rows {
+            if meter.record(row.record).is_ok() {
+                contexts.push(row.features.zip(row.profile));
+            }
         }
         self.efe
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .fold(meter.records());
+        let mut bandit = self.bandit.write().unwrap_or_else(|e| e.into_inner());
+        for (record, context) in meter.records().iter().zip(contexts) {
+            let Some((x, p)) = context else { continue };
+            let reward = Preferences::from_order(&OrderTerms {
+                deadline_s: record.deadline_s,
+                tier: record.tier,
+                max_cost_wei: record.max_cost_wei,
+            })
+            .map(|prefs| prefs.log_joint(&Outcome::of(record)));
+            if let Ok(reward) = reward {
+                // A non-finite reward or feature is refused and changes nothing.
+                let _ = bandit.update(&x, &p, reward);
+            }
+        }
         self.folded.store(last, Ordering::Relaxed);
         Ok(meter.len())
     }

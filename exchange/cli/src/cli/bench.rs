@@ -23,10 +23,30 @@ pub(crate) enum Command {
     /// Open-loop load on intake or the OpenAI-compatible door, default rate limits on: the
     /// rate where p99 first exceeds the target, 1×, 2× and 4× past it, and an optional soak.
     Load(LoadArgs),
+    /// Routing by task on live traffic: `task:code` door calls through a regime shift (the
+    /// coder's provider stalls, then recovers), each router policy (efe, linucb, each arm fixed)
+    /// on its own exchange, regret against the best fixed arm from the meter.
+    Router(RouterArgs),
     /// The running market (a `cx devnet` per policy) end to end: jobs/s and latency split into
     /// clearing, dispatch, inference, verification and settlement, and the same arrivals
     /// cleared residency-aware and cheapest-capable side by side.
     Market(super::bench_market::MarketArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RouterArgs {
+    /// Door calls a second (open loop).
+    #[arg(long, default_value_t = 4.0)]
+    rate: f64,
+    /// Seconds of each phase (calm, shift, calm).
+    #[arg(long, default_value_t = 20)]
+    phase_s: u64,
+    /// Each call's deadline, seconds.
+    #[arg(long, default_value_t = 2)]
+    deadline_s: u64,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -199,6 +219,34 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
                     ..cx_devnet::bench::LoadConfig::default()
                 }))
                 .context("load bench")?;
+            super::emit(a.json, &report.table(), &report)
+        }
+        Command::Router(a) => {
+            anyhow::ensure!(
+                a.rate > 0.0 && a.rate <= 50.0,
+                "--rate: must be within (0, 50]"
+            );
+            anyhow::ensure!(
+                (1..=3_600).contains(&a.phase_s),
+                "--phase-s: must be within 1..=3600"
+            );
+            anyhow::ensure!(
+                (1..=60).contains(&a.deadline_s),
+                "--deadline-s: must be within 1..=60"
+            );
+            let _ = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::WARN)
+                .with_writer(std::io::stderr)
+                .try_init();
+            let report = multi_thread_runtime()?
+                .block_on(cx_devnet::bench::router_bench(
+                    cx_devnet::bench::RouterBenchConfig {
+                        rate_per_s: a.rate,
+                        phase_s: a.phase_s,
+                        deadline_s: a.deadline_s,
+                    },
+                ))
+                .context("router bench")?;
             super::emit(a.json, &report.table(), &report)
         }
         Command::Gas(a) => {

@@ -93,6 +93,11 @@ pub(crate) struct Args {
     /// resident) or `cheapest_capable` (the ask alone: to measure what residency is worth).
     #[arg(long, env = "CX_CLEARING", default_value = "residency_aware")]
     clearing: cx_exchange::clearing::Policy,
+    /// How wants naming a task (`task:<name>`, the door's `cx/auto`) pick a model: `efe`
+    /// (utility prior minus expected free energy, learned from the meter), `linucb`, or
+    /// `fixed:<model>` (to measure regret against one arm).
+    #[arg(long, env = "CX_ROUTER", default_value = "efe", value_name = "POLICY")]
+    router: cx_exchange_server::task_router::RouterPolicy,
     /// Seconds a provider may go without a fresh offer before it leaves the engine and its
     /// jobs are re-cleared (keep it above the providers' re-registration period, 30 s).
     #[arg(long, env = "CX_PROVIDER_SILENCE_S", default_value_t = cx_exchange_server::intake::PROVIDER_SILENCE_S,
@@ -268,6 +273,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     .with_registries(registries(&chains)?)
     .with_provider_silence_s(args.provider_silence_s)
     .with_freivalds_rounds(args.freivalds_rounds)
+    .with_router_policy(args.router.clone())
     .with_rate_limits(cx_exchange_server::limits::RateConfig {
         ip_per_s: args.rate_per_ip,
         ip_burst: args.burst_per_ip,
@@ -320,6 +326,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     println!("  database   {} (migrated)", redact_password(&database_url));
     println!("  bundles    {bundles} ({rebuilt} from the books)");
     println!("  clearing   {}", args.clearing.as_str());
+    println!("  router     {}", args.router);
     println!(
         "  identity   {identity_hash} ({}; signs assignments)",
         args.identity.display()

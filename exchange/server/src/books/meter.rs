@@ -4,6 +4,8 @@
 use super::store::Books;
 use crate::error::Result;
 use cx_exchange::meter::MeterRecord;
+use cx_exchange::routing::features::FEATURES;
+use cx_exchange::routing::utility::PROFILE;
 
 /// Rows a metering pass reads back at most (the router catches up over sweeps).
 pub const METER_BATCH: i64 = 10_000;
@@ -25,16 +27,34 @@ struct MeterRow {
     max_cost_wei: Option<String>,
     tier: String,
     belief: serde_json::Value,
+    features: Option<serde_json::Value>,
+    profile: Option<serde_json::Value>,
+}
+
+/// One meter row: the record, and the request's x and the arm's p it was routed on (absent
+/// or unreadable: `None`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Metered {
+    /// Its sequence.
+    pub seq: i64,
+    /// What the arm did.
+    pub record: MeterRecord,
+    /// x.
+    pub features: Option<[f64; FEATURES]>,
+    /// p.
+    pub profile: Option<[f64; PROFILE]>,
 }
 
 impl MeterRow {
     /// The record, or `None` for a row that does not read as one (skipped, not fatal: the
     /// router learns from the rest).
-    fn record(self) -> Option<(i64, MeterRecord)> {
+    fn metered(self) -> Option<Metered> {
         let account = alloy::primitives::Address::try_from(self.account.as_slice()).ok()?;
-        Some((
-            self.seq,
-            MeterRecord {
+        Some(Metered {
+            seq: self.seq,
+            features: self.features.and_then(|v| serde_json::from_value(v).ok()),
+            profile: self.profile.and_then(|v| serde_json::from_value(v).ok()),
+            record: MeterRecord {
                 request: u64::from_str_radix(&self.request, 16).ok()?,
                 tenant: account.to_string(),
                 arm: self.arm,
@@ -49,7 +69,7 @@ impl MeterRow {
                 tier: serde_json::from_value(serde_json::Value::String(self.tier)).ok()?,
                 belief: serde_json::from_value(self.belief).ok()?,
             },
-        ))
+        })
     }
 }
 
@@ -68,7 +88,7 @@ impl Books {
                 .await?;
         let metered = sqlx::query(
             "INSERT INTO exchange_meter (job_id, request, account, arm, cost_wei, latency_s, \
-                 quality, deadline_s, max_cost_wei, tier, belief) \
+                 quality, deadline_s, max_cost_wei, tier, belief, features, profile) \
              SELECT j.id, j.decision->'route'->>'request', j.account, \
                     j.decision->'route'->>'arm', \
                     CASE WHEN j.status = 'done' THEN j.held_wei ELSE 0 END, \
@@ -76,7 +96,8 @@ impl Books {
                     CASE WHEN j.status = 'done' THEN 1 ELSE 0 END, \
                     greatest((j.decision->'route'->>'deadline_s')::float8, 0.001), \
                     (j.decision->'route'->>'max_cost_wei')::numeric, \
-                    coalesce(j.decision->>'tier', 'T0'), j.decision->'route'->'belief' \
+                    coalesce(j.decision->>'tier', 'T0'), j.decision->'route'->'belief', \
+                    j.decision->'route'->'features', j.decision->'route'->'profile' \
              FROM exchange_jobs j \
              WHERE j.verifies IS NULL AND j.decision ? 'route' \
                AND j.updated_at >= to_timestamp($1::float8 / 1000) \
@@ -91,18 +112,17 @@ impl Books {
         Ok((metered, started_ms.saturating_sub(METER_OVERLAP_MS).max(0)))
     }
 
-    /// Meter records after sequence `after`, oldest first, at most [`METER_BATCH`]: each with
-    /// its sequence.
-    pub async fn meter_since(&self, after: i64) -> Result<Vec<(i64, MeterRecord)>> {
+    /// Meter rows after sequence `after`, oldest first, at most [`METER_BATCH`].
+    pub async fn meter_since(&self, after: i64) -> Result<Vec<Metered>> {
         let rows: Vec<MeterRow> = sqlx::query_as(
             "SELECT seq, request, account, arm, cost_wei::text AS cost_wei, latency_s, quality, \
-                    deadline_s, max_cost_wei::text AS max_cost_wei, tier, belief \
+                    deadline_s, max_cost_wei::text AS max_cost_wei, tier, belief, features, profile \
              FROM exchange_meter WHERE seq > $1 ORDER BY seq LIMIT $2",
         )
         .bind(after)
         .bind(METER_BATCH)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().filter_map(MeterRow::record).collect())
+        Ok(rows.into_iter().filter_map(MeterRow::metered).collect())
     }
 }

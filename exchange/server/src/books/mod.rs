@@ -44,7 +44,7 @@ pub use datasets::DatasetSummary;
 pub use fills::{RentFill, ReserveFill, StoredBid};
 pub use jobs::{NewJob, NewOrder, NewRun};
 pub use load::OpenWork;
-pub use meter::METER_BATCH;
+pub use meter::{METER_BATCH, Metered};
 pub use providers::{JobResult, Provider};
 pub use quotes::{MarketQuote, QUOTE_HISTORY_S, QuotePoint};
 pub use reclear::{Reassigned, Stranded};

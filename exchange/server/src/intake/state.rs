@@ -160,6 +160,12 @@ impl Intake {
         &self.market
     }
 
+    /// The same intake routing tasks by `policy` ([`crate::task_router::RouterPolicy`]).
+    pub fn with_router_policy(mut self, policy: crate::task_router::RouterPolicy) -> Self {
+        self.router = crate::task_router::TaskRouter::new(policy);
+        self
+    }
+
     /// The task router (wants that name a task, not a model).
     pub fn router(&self) -> &crate::task_router::TaskRouter {
         &self.router
