@@ -26,3 +26,7 @@ CREATE TABLE exchange_meter (
 -- those that changed lately instead of every job ever routed.
 CREATE INDEX exchange_jobs_routed ON exchange_jobs (updated_at)
     WHERE verifies IS NULL AND decision ? 'route';
+
+-- Routed jobs still open, by arm: what the router counts as outcomes on their way (each sweep).
+CREATE INDEX exchange_jobs_routed_open ON exchange_jobs ((decision->'route'->>'arm'))
+    WHERE verifies IS NULL AND decision ? 'route' AND status IN ('assigned', 'running', 'verifying');

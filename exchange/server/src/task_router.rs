@@ -37,8 +37,9 @@ use cx_exchange::routing::utility::{Arm, Ceilings, Utility};
 use cx_protocol::Job;
 use cx_protocol::decision::{RouteCandidate, RouteGate, RouteRecord};
 use cx_protocol::order::InferenceRequest;
-use std::sync::RwLock;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Mutex, RwLock};
 
 /// The door's model name for "route it": no task hint, the featuriser reads the request.
 pub const AUTO: &str = "cx/auto";
@@ -48,6 +49,9 @@ pub const TASK_PREFIX: &str = "task:";
 pub const FAN_OUT_PREFIX: &str = "cx/fanout:";
 /// Arms one fanned-out call may go to at most (each is a job the buyer pays for).
 pub const MAX_FAN_OUT: usize = 4;
+
+/// Arms whose pending requests are counted at most (the catalog's models: bounded by it).
+const MAX_PENDING_ARMS: usize = 4096;
 
 /// The field a routing target is read from (the door names it `model`).
 const WANT_FIELD: &str = "intent.order.want";
@@ -172,6 +176,10 @@ pub struct TaskRouter {
     folded: AtomicI64,
     /// Where the next metering pass starts, unix milliseconds.
     meter_since_ms: AtomicI64,
+    /// Per arm, routed jobs placed and not ended yet (what EFE's information gain counts as
+    /// already on its way): read from the books every sweep, and counted up here as jobs are
+    /// placed between sweeps.
+    pending: Mutex<HashMap<String, f64>>,
 }
 
 impl Default for TaskRouter {
@@ -196,6 +204,17 @@ impl TaskRouter {
             utility,
             folded: AtomicI64::new(0),
             meter_since_ms: AtomicI64::new(0),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A job routed to `arm` was placed: its outcome is on its way.
+    pub fn dispatched(&self, arm: &str) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = pending.get_mut(arm) {
+            *n += 1.0;
+        } else if pending.len() < MAX_PENDING_ARMS {
+            pending.insert(arm.to_owned(), 1.0);
         }
     }
 
@@ -304,6 +323,12 @@ impl TaskRouter {
             .iter()
             .map(|(job, _, _)| market.belief(&job.base_model, job.tier))
             .collect();
+        let pending: Vec<f64> = {
+            let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            arms.iter()
+                .map(|a| pending.get(&a.name).copied().unwrap_or(0.0))
+                .collect()
+        };
         let preferences = Preferences::from_order(&OrderTerms {
             deadline_s: job.deadline_s,
             tier: want.min_tier,
@@ -319,6 +344,7 @@ impl TaskRouter {
                 context_tokens,
                 &beliefs,
                 &preferences,
+                &pending,
             );
             match &self.policy {
                 RouterPolicy::Efe => prior,
@@ -408,12 +434,20 @@ impl TaskRouter {
     }
 
     /// One metering pass and what it taught: the routed jobs that ended since the last pass
-    /// are metered in the books, and every meter row not folded in yet (up to a batch) goes
+    /// are metered in the books, the open ones counted as pending per arm, and every meter row not folded in yet (up to a batch) goes
     /// into the outcome models. Returns how many rows were folded in.
     pub async fn learn(&self, books: &Books) -> Result<usize> {
         let since = self.meter_since_ms.load(Ordering::Relaxed);
         let (_, next) = books.meter_ended(since).await?;
         self.meter_since_ms.store(next, Ordering::Relaxed);
+        let open: HashMap<String, f64> = books
+            .open_routes()
+            .await?
+            .into_iter()
+            .take(MAX_PENDING_ARMS)
+            .map(|(arm, n)| (arm, n as f64))
+            .collect();
+        *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = open;
         let rows = books
             .meter_since(self.folded.load(Ordering::Relaxed))
             .await?;
@@ -433,6 +467,7 @@ impl TaskRouter {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .fold(meter.records());
+
         let mut bandit = self.bandit.write().unwrap_or_else(|e| e.into_inner());
         for (record, context) in meter.records().iter().zip(contexts) {
             let Some((x, p)) = context else { continue };

@@ -228,12 +228,29 @@ impl EfeRouter {
 
     /// G of one arm.
     pub fn evaluate(&self, arm: &str, belief: &[f64; REGIMES], preferences: &Preferences) -> Efe {
-        expected_free_energy(
-            belief,
-            self.model(arm),
-            preferences,
-            self.config.information_gain_weight,
-        )
+        self.evaluate_pending(arm, belief, preferences, 0.0)
+    }
+
+    /// G of one arm with `pending` requests sent to it whose outcomes are not metered yet: risk
+    /// and ambiguity as [`EfeRouter::evaluate`], the information gain of one more request
+    /// after those come back ([`OutcomeModel::with_pending`]). Live, feedback lags by a
+    /// deadline: without this, every request in that lag would be sent for the same
+    /// information — an arm in a regime never seen would get a whole deadline's arrivals.
+    pub fn evaluate_pending(
+        &self,
+        arm: &str,
+        belief: &[f64; REGIMES],
+        preferences: &Preferences,
+        pending: f64,
+    ) -> Efe {
+        let model = self.model(arm);
+        let base = risk_and_ambiguity(belief, &model.predictive(), preferences);
+        let gain = information_gain(belief, &model.with_pending(pending, &normalised(belief)));
+        Efe {
+            information_gain: gain,
+            total: base.total - self.config.information_gain_weight * gain,
+            ..base
+        }
     }
 
     /// Admissible arms by ascending G, ties by arm index (deterministic).
@@ -322,7 +339,8 @@ impl EfeRouter {
     /// E): a code request leans to the coder before anything is learned, and what the meter
     /// teaches moves it from there. Each arm is judged under its own market's regime belief
     /// (`beliefs`, index-aligned with `arms`): an arm whose market is in a surge is predicted
-    /// from what it did in surges.
+    /// from what it did in surges. `pending` (index-aligned, missing = 0) counts each arm's
+    /// requests not metered yet ([`EfeRouter::evaluate_pending`]).
     #[allow(clippy::too_many_arguments)] // the inputs of `rank` plus the prior; a struct would hide which
     pub fn rank_with_prior(
         &self,
@@ -333,6 +351,7 @@ impl EfeRouter {
         context_tokens: u32,
         beliefs: &[[f64; REGIMES]],
         preferences: &Preferences,
+        pending: &[f64],
     ) -> Vec<PriorScored> {
         let mut out: Vec<PriorScored> = arms
             .iter()
@@ -343,7 +362,12 @@ impl EfeRouter {
                     .get(i)
                     .copied()
                     .unwrap_or([1.0 / REGIMES as f64; REGIMES]);
-                let efe = self.evaluate(&a.name, &belief, preferences);
+                let efe = self.evaluate_pending(
+                    &a.name,
+                    &belief,
+                    preferences,
+                    pending.get(i).copied().unwrap_or(0.0),
+                );
                 let prior = utility.score(x, &a.profile());
                 PriorScored {
                     arm: i,
@@ -688,6 +712,7 @@ mod tests {
                 100,
                 beliefs,
                 &prefs,
+                &[],
             )
         };
         let first = rank(&router, &calm);
@@ -706,5 +731,49 @@ mod tests {
         // Under a surge belief nothing was learned for either arm: the prior decides again.
         let surge = rank(&router, &[[0.0, 0.0, 1.0]; 2]);
         assert_eq!(surge[0].arm, 1, "{surge:?}");
+    }
+
+    /// Requests sent and not metered yet carry the information another one would: with them
+    /// counted, the gain of an arm in a regime never seen falls, its risk and ambiguity stay,
+    /// and an arm whose outcomes are known wins instead of a whole lag's worth of probes.
+    #[test]
+    fn pending_requests_spend_the_information_gain_not_the_prediction() {
+        let router = EfeRouter::new(EfeConfig::default()).unwrap();
+        let prefs = Preferences::from_order(&order()).unwrap();
+        let surge = [0.0, 0.0, 1.0];
+        let fresh = router.evaluate("a", &surge, &prefs);
+        let waiting = router.evaluate_pending("a", &surge, &prefs, 8.0);
+        assert_eq!(
+            (fresh.risk, fresh.ambiguity),
+            (waiting.risk, waiting.ambiguity)
+        );
+        assert!(
+            waiting.information_gain < fresh.information_gain / 5.0,
+            "{fresh:?} {waiting:?}"
+        );
+        assert_eq!(router.evaluate_pending("a", &surge, &prefs, 0.0), fresh);
+
+        // "known" answered on time twenty times in a surge; "new" was never seen there.
+        let mut router = router;
+        let records: Vec<_> = (0..20)
+            .map(|i| answer(i, "known", [1, 0, 2], surge))
+            .collect();
+        router.fold(&records);
+        let arms = [arm("known", 1.0), arm("new", 1.0)];
+        let rank = |pending: &[f64]| {
+            router.rank_with_prior(
+                &arms,
+                &Ceilings::default(),
+                &Utility::default(),
+                &X,
+                100,
+                &[surge; 2],
+                &prefs,
+                pending,
+            )[0]
+            .arm
+        };
+        assert_eq!(rank(&[]), 1, "an unseen arm is worth a probe");
+        assert_eq!(rank(&[0.0, 8.0]), 0, "not eight more while eight are out");
     }
 }

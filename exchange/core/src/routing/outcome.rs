@@ -139,6 +139,29 @@ impl OutcomeModel {
         }
     }
 
+    /// The counts once `pending` requests already sent under `belief` have come back, each as
+    /// the predictive expects: `a[s][f][o] += pending · q(s) · A[s][f][o]`. The prediction does
+    /// not move (A is unchanged), the concentration grows: what those outcomes will teach is
+    /// not worth another request (delayed feedback, the information is already on its way).
+    pub fn with_pending(&self, pending: f64, belief: &[f64; REGIMES]) -> Self {
+        if !(pending.is_finite() && pending > 0.0) {
+            return self.clone();
+        }
+        let predictive = self.predictive();
+        let mut counts = self.counts;
+        for (s, q) in belief.iter().enumerate() {
+            if !(q.is_finite() && *q > 0.0) {
+                continue;
+            }
+            for (f, cells) in counts[s].iter_mut().enumerate() {
+                for (o, c) in cells.iter_mut().enumerate() {
+                    *c += pending * q * predictive[s][f][o];
+                }
+            }
+        }
+        Self { counts }
+    }
+
     /// Total concentration of regime s, factor f (prior plus the belief mass of what was seen).
     pub fn concentration(&self, regime: usize, factor: usize) -> f64 {
         self.counts[regime][factor].iter().sum()

@@ -112,6 +112,19 @@ impl Books {
         Ok((metered, started_ms.saturating_sub(METER_OVERLAP_MS).max(0)))
     }
 
+    /// Routed jobs not ended yet (assigned, running, verifying), counted per arm: outcomes on
+    /// their way to the meter.
+    pub async fn open_routes(&self) -> Result<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT decision->'route'->>'arm' AS arm, count(*) FROM exchange_jobs \
+             WHERE verifies IS NULL AND decision ? 'route' \
+               AND status IN ('assigned', 'running', 'verifying') \
+             GROUP BY 1",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Meter rows after sequence `after`, oldest first, at most [`METER_BATCH`].
     pub async fn meter_since(&self, after: i64) -> Result<Vec<Metered>> {
         let rows: Vec<MeterRow> = sqlx::query_as(

@@ -96,6 +96,9 @@ impl Intake {
             };
             match placed {
                 Ok(mut placed) => {
+                    if want.route.is_some() {
+                        self.router().dispatched(&want.model);
+                    }
                     placed.decision.route = want.route.as_deref().map(|r| {
                         let mut r = r.clone();
                         r.passed_over = passed_over;

@@ -113,6 +113,24 @@ async fn a_task_goes_to_the_arm_the_router_ranks_first_and_the_decision_says_why
         );
         assert_eq!(route["belief"].as_array().unwrap().len(), 3, "{route}");
     }
+    // The explorer's job page shows the route.
+    let id: Vec<u8> =
+        sqlx::query_scalar("SELECT id FROM exchange_jobs ORDER BY created_at DESC LIMIT 1")
+            .fetch_one(door.books.pool())
+            .await
+            .unwrap();
+    let (status, page) = door
+        .text(
+            Request::get(format!("/explorer/jobs/0x{}", hex::encode(id)))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains("cx/auto") && page.contains("id=\"route-"),
+        "{page}"
+    );
 
     // Targets the router does not know are refused by name, and nothing is written.
     let jobs = door.count("exchange_jobs").await;

@@ -111,6 +111,9 @@ fn decision_section(d: &DecisionRecord, job: &JobDetail) -> Markup {
                 dt { "t̂ estimated completion" } dd #completion { (num(t.completion_s)) " s" }
             }
         }
+        @if let Some(route) = &d.route {
+            (route_section(route))
+        }
         // Every cost term of the chosen bundle.
         h3 { "Cost terms of the chosen bundle" }
         (cost_terms(d))
@@ -123,6 +126,56 @@ fn decision_section(d: &DecisionRecord, job: &JobDetail) -> Markup {
             " shown, nearest first)"
         }
         (rejected_table(d))
+    }
+}
+
+/// How a task was routed to the job's model: the target, the arm and every arm scored (utility,
+/// G's parts, score, cost, t̂), the arms gated with why and those passed over.
+fn route_section(r: &cx_protocol::decision::RouteRecord) -> Markup {
+    let rows: Vec<Markup> = r
+        .candidates
+        .iter()
+        .map(|c| {
+            html! {
+                tr id={ "route-" (id_token(&c.arm)) } {
+                    td { (c.arm) @if c.arm == r.arm { " (chosen)" } }
+                    td { (num(c.utility)) }
+                    td { (num(c.risk)) }
+                    td { (num(c.ambiguity)) }
+                    td { (num(c.information_gain)) }
+                    td { (num(c.efe)) }
+                    td { b { (num(c.score)) } }
+                    td { (c.cost_wei) }
+                    td { (num(c.completion_s)) }
+                }
+            }
+        })
+        .collect();
+    let gated: Vec<Markup> = r
+        .gated
+        .iter()
+        .map(|g| html! { tr { td { (g.arm) } td { (g.reason) } } })
+        .collect();
+    html! {
+        h3 { "Route: " (code(&r.target)) " → " (r.arm) }
+        p #route-why {
+            "Ranked by u(x, p) − G: the request's utility (the prior) minus the expected free \
+             energy of the arm's outcomes under its market's regime belief (calm, busy, surge: "
+            (r.belief.iter().map(|b| format!("{b:.2}")).collect::<Vec<_>>().join(", "))
+            "), learned from the meter. Request " (code(&r.request))
+            @if r.fan_out > 1 { ", arm " (r.rank + 1) " of a fan-out of " (r.fan_out) }
+            "."
+            @if !r.passed_over.is_empty() {
+                " Passed over (no bundle took them): " (r.passed_over.join(", ")) "."
+            }
+        }
+        (table(
+            "route",
+            &["arm", "utility", "risk", "ambiguity", "info gain", "G", "score", "cost (wei)", "t̂ (s)"],
+            &rows,
+            "none scored",
+        ))
+        (table("route-gated", &["left out", "why"], &gated, "none"))
     }
 }
 
