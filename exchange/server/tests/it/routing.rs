@@ -76,43 +76,58 @@ fn candidate<'a>(route: &'a Value, arm: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("{arm} scored: {route}"))
 }
 
+/// What every route records: the target and arm, the code feature (the hint, or the text's
+/// `def`) and the coder's profile making more of it (the prior), G's parts and the cost of
+/// every scored arm, the models no bundle serves left out with why, the arm's market belief.
+fn check_route(decision: &Value, target: &str, arm: &str, bundle: &str) {
+    let route = &decision["route"];
+    assert_eq!(route["target"], target, "{decision}");
+    assert_eq!(route["arm"], arm, "{route}");
+    assert_eq!(decision["chosen"], bundle, "{decision}");
+    assert_eq!(route["features"][5], 1.0, "{route}");
+    let (coder, general) = (candidate(route, CODER), candidate(route, GENERAL));
+    assert!(
+        coder["utility"].as_f64() > general["utility"].as_f64(),
+        "{route}"
+    );
+    for c in [coder, general] {
+        let parts = ["risk", "ambiguity", "information_gain", "efe", "score"];
+        assert!(parts.iter().all(|p| c[p].is_f64()), "{c}");
+        assert!(
+            c["cost_wei"].as_str().unwrap().parse::<u128>().unwrap() > 0,
+            "{c}"
+        );
+    }
+    let gated = route["gated"].as_array().unwrap();
+    assert!(
+        gated
+            .iter()
+            .any(|g| g["arm"] == "llama-3.1-70b-instruct" && g["reason"].is_string()),
+        "{route}"
+    );
+    assert_eq!(route["belief"].as_array().unwrap().len(), 3, "{route}");
+    assert_eq!(route["profile"].as_array().unwrap().len(), 7, "{route}");
+}
+
 #[tokio::test]
 async fn a_task_goes_to_the_arm_the_router_ranks_first_and_the_decision_says_why() {
     let door = Door::new().await;
     fleet(&door).await;
 
-    for target in ["task:code", "cx/auto"] {
-        let decision = placed_decision(&door, &code_chat(target, 30)).await;
-        let route = &decision["route"];
-        assert_eq!(route["target"], target, "{decision}");
-        assert_eq!(route["arm"], CODER, "{route}");
-        assert_eq!(decision["chosen"], "coder", "{decision}");
-        // The code feature is set (the hint, or the text's `def`), and the coder's profile
-        // makes more of it: the prior, before anything is metered.
-        assert_eq!(route["features"][5], 1.0, "{route}");
-        let (coder, general) = (candidate(route, CODER), candidate(route, GENERAL));
-        assert!(
-            coder["utility"].as_f64() > general["utility"].as_f64(),
-            "{route}"
-        );
-        for c in [coder, general] {
-            let parts = ["risk", "ambiguity", "information_gain", "efe", "score"];
-            assert!(parts.iter().all(|p| c[p].is_f64()), "{c}");
-            assert!(
-                c["cost_wei"].as_str().unwrap().parse::<u128>().unwrap() > 0,
-                "{c}"
-            );
-        }
-        // Models no bundle serves are left out with the reason.
-        let gated = route["gated"].as_array().unwrap();
-        assert!(
-            gated
-                .iter()
-                .any(|g| g["arm"] == "llama-3.1-70b-instruct" && g["reason"].is_string()),
-            "{route}"
-        );
-        assert_eq!(route["belief"].as_array().unwrap().len(), 3, "{route}");
-    }
+    // Nothing metered: the prior decides, and a code task goes to the coder.
+    let first = placed_decision(&door, &code_chat("task:code", 30)).await;
+    check_route(&first, "task:code", CODER, "coder");
+    // That job is still out: what one more coder request would teach is on its way, so the
+    // generalist, as unknown and with nothing out, is probed (the text makes it a code task).
+    let second = placed_decision(&door, &code_chat("cx/auto", 30)).await;
+    check_route(&second, "cx/auto", GENERAL, "general");
+    let route = &second["route"];
+    assert!(
+        candidate(route, CODER)["information_gain"].as_f64()
+            < candidate(route, GENERAL)["information_gain"].as_f64(),
+        "{route}"
+    );
+
     // The explorer's job page shows the route.
     let id: Vec<u8> =
         sqlx::query_scalar("SELECT id FROM exchange_jobs ORDER BY created_at DESC LIMIT 1")
@@ -169,22 +184,50 @@ async fn a_task_goes_to_the_arm_the_router_ranks_first_and_the_decision_says_why
 #[tokio::test]
 async fn the_router_learns_from_the_meter_and_turns_from_an_arm_that_misses_its_deadlines() {
     let door = Door::new().await;
-    fleet(&door).await;
+    let prov = fleet(&door).await;
     let intake = door.intake();
 
-    // Code tasks go to the coder; its provider never answers them.
-    const MISSED: usize = 4;
-    for _ in 0..MISSED {
+    // Code tasks, each with a second to live: the provider answers those that went to the
+    // generalist and never the coder's.
+    const CALLS: usize = 4;
+    let mut arms = Vec::new();
+    for _ in 0..CALLS {
         let decision = placed_decision(&door, &code_chat("task:code", 1)).await;
-        assert_eq!(decision["route"]["arm"], CODER, "{decision}");
+        arms.push(decision["route"]["arm"].as_str().unwrap().to_owned());
     }
+    assert_eq!(arms[0], CODER, "the prior first: {arms:?}");
+    let (status, pulled) = door
+        .post(
+            "/v1/providers/jobs",
+            Some(&prov.token),
+            &json!({"max_jobs": 8, "wait_s": 0}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{pulled}");
+    for job in pulled["jobs"].as_array().unwrap() {
+        if job["bundle_id"] != "general" {
+            continue;
+        }
+        let price: u128 = job["price_wei"].as_str().unwrap().parse().unwrap();
+        let text = "def parse(s): ...";
+        let id = job["job_id"].as_str().unwrap();
+        let (status, done) = door
+            .post(
+                &format!("/v1/jobs/{id}/result"),
+                Some(&prov.token),
+                &json!({"output": output(text), "receipt": receipt(&prov, job, text, price)}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{done}");
+    }
+    let missed = arms.iter().filter(|a| *a == CODER).count();
     tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
     intake.books().expire_due(now_s()).await.unwrap();
 
     // One metering pass: every routed job that ended is a meter row, folded in once.
     let folded = intake.router().learn(intake.books()).await.unwrap();
-    assert_eq!(folded, MISSED);
-    assert_eq!(door.count("exchange_meter").await, MISSED as i64);
+    assert_eq!(folded, CALLS);
+    assert_eq!(door.count("exchange_meter").await, CALLS as i64);
     let (late, charged): (i64, String) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE latency_s > deadline_s AND quality = 0), \
                 sum(cost_wei)::text FROM exchange_meter WHERE arm = $1",
@@ -193,7 +236,7 @@ async fn the_router_learns_from_the_meter_and_turns_from_an_arm_that_misses_its_
     .fetch_one(door.books.pool())
     .await
     .unwrap();
-    assert_eq!((late, charged.as_str()), (MISSED as i64, "0"));
+    assert_eq!((late, charged.as_str()), (missed as i64, "0"));
     assert_eq!(intake.router().learn(intake.books()).await.unwrap(), 0);
 
     // The next code task goes to the generalist: G of the coder's outcomes (late, unanswered)
