@@ -160,6 +160,11 @@ impl std::fmt::Display for RouterPolicy {
     }
 }
 
+/// Share of an arm's outcome counts kept per outcome metered: live, an arm can change within a
+/// regime (its provider fails while its market looks calm), so the router remembers about the
+/// last twenty outcomes per regime rather than every one (`cx bench router`'s shift).
+const RETENTION: f64 = 0.95;
+
 /// LinUCB's exploration α and ridge λ (the replay's, `cx_exchange::routing::shift`).
 const LINUCB_ALPHA: f64 = 0.3;
 const LINUCB_LAMBDA: f64 = 1.0;
@@ -195,7 +200,11 @@ impl TaskRouter {
         Self {
             policy,
             efe: RwLock::new(
-                EfeRouter::new(EfeConfig::default()).expect("the default EFE config is valid"),
+                EfeRouter::new(EfeConfig {
+                    retention: RETENTION,
+                    ..EfeConfig::default()
+                })
+                .expect("the EFE config is valid"),
             ),
             bandit: RwLock::new(
                 LinUcb::new(&utility, LINUCB_LAMBDA, LINUCB_ALPHA)

@@ -163,6 +163,9 @@ pub struct EfeConfig {
     pub prior_count: f64,
     /// Weight of the information gain in G (≥ 0; 1 is the published form).
     pub information_gain_weight: f64,
+    /// Share of its counts an arm keeps per outcome folded in, in (0, 1]
+    /// ([`OutcomeModel::update_retaining`]); 1 (the default) forgets nothing.
+    pub retention: f64,
 }
 
 impl Default for EfeConfig {
@@ -170,6 +173,7 @@ impl Default for EfeConfig {
         Self {
             prior_count: 0.25,
             information_gain_weight: 1.0,
+            retention: 1.0,
         }
     }
 }
@@ -200,6 +204,13 @@ impl EfeRouter {
             return Err(invalid(
                 "efe.information_gain_weight",
                 format!("must be finite and >= 0, got {w}"),
+            ));
+        }
+        let r = config.retention;
+        if !(r > 0.0 && r <= 1.0) {
+            return Err(invalid(
+                "efe.retention",
+                format!("must be within (0, 1], got {r}"),
             ));
         }
         Ok(Self {
@@ -329,7 +340,12 @@ impl EfeRouter {
                 .models
                 .entry(record.arm.clone())
                 .or_insert_with(|| self.fresh.clone());
-            model.update(&Outcome::of(record), &record.belief);
+            model.update_retaining(
+                &Outcome::of(record),
+                &record.belief,
+                self.config.retention,
+                self.config.prior_count,
+            );
         }
     }
 
@@ -518,6 +534,7 @@ mod tests {
         let mut router = EfeRouter::new(EfeConfig {
             prior_count: 1e-9,
             information_gain_weight: 1.0,
+            retention: 1.0,
         })
         .unwrap();
         let mut meter = Meter::new();
@@ -575,6 +592,7 @@ mod tests {
         let mut router = EfeRouter::new(EfeConfig {
             prior_count: prior,
             information_gain_weight: 1.0,
+            retention: 1.0,
         })
         .unwrap();
         // "known" has 5 batches (20 outcomes); "new" none. Priors are equal, so both predict
@@ -682,7 +700,8 @@ mod tests {
         assert!(
             EfeRouter::new(EfeConfig {
                 prior_count: 1.0,
-                information_gain_weight: f64::NAN
+                information_gain_weight: f64::NAN,
+                retention: 1.0,
             })
             .is_err()
         );
@@ -775,5 +794,33 @@ mod tests {
         };
         assert_eq!(rank(&[]), 1, "an unseen arm is worth a probe");
         assert_eq!(rank(&[0.0, 8.0]), 0, "not eight more while eight are out");
+    }
+
+    /// With retention below 1 an arm that turns bad within one regime is seen within about
+    /// `1 / (1 − retention)` outcomes; with 1 (the default) eighty good outcomes outvote ten bad.
+    #[test]
+    fn retention_lets_recent_outcomes_outweigh_old_ones_within_a_regime() {
+        let calm = [1.0, 0.0, 0.0];
+        let p_late = |retention: f64| {
+            let mut router = EfeRouter::new(EfeConfig {
+                retention,
+                ..EfeConfig::default()
+            })
+            .unwrap();
+            let good: Vec<_> = (0..80).map(|i| answer(i, "a", [0, 0, 2], calm)).collect();
+            let bad: Vec<_> = (80..90).map(|i| answer(i, "a", [2, 0, 0], calm)).collect();
+            router.fold(&good);
+            router.fold(&bad);
+            router.model("a").predictive()[0][LATENCY][2]
+        };
+        assert!(p_late(1.0) < 0.12, "{}", p_late(1.0));
+        assert!(p_late(0.95) > 0.35, "{}", p_late(0.95));
+        assert!(
+            EfeRouter::new(EfeConfig {
+                retention: 0.0,
+                ..EfeConfig::default()
+            })
+            .is_err()
+        );
     }
 }

@@ -130,6 +130,31 @@ impl OutcomeModel {
         })
     }
 
+    /// [`OutcomeModel::update`] after shrinking each regime's counts toward `prior_count` by
+    /// `retention^q(s)` (`retention` in (0, 1]; 1 keeps everything): the model then remembers
+    /// about `1 / (1 − retention)` outcomes per regime, so an arm that changes within a regime
+    /// (a provider failing while its market stays calm) is seen to within that many outcomes,
+    /// not within as many as it had before.
+    pub fn update_retaining(
+        &mut self,
+        outcome: &Outcome,
+        belief: &[f64; REGIMES],
+        retention: f64,
+        prior_count: f64,
+    ) {
+        if retention < 1.0 {
+            for (s, q) in belief.iter().enumerate() {
+                let keep = retention.powf(*q);
+                for cells in self.counts[s].iter_mut() {
+                    for c in cells.iter_mut() {
+                        *c = prior_count + (*c - prior_count) * keep;
+                    }
+                }
+            }
+        }
+        self.update(outcome, belief);
+    }
+
     /// Folds in one outcome seen under regime belief `belief`: `a[s][f][o_f] += q(s)`.
     pub fn update(&mut self, outcome: &Outcome, belief: &[f64; REGIMES]) {
         for (s, q) in belief.iter().enumerate() {
