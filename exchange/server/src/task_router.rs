@@ -307,7 +307,7 @@ impl TaskRouter {
         let ceilings = Ceilings {
             max_latency_s: job.deadline_s,
             max_cost_wei_per_mtok: per_mtok(want.max_price_wei, f64::from(context_tokens.max(1))),
-            min_quality: 0.0,
+            min_quality: want.min_quality,
         };
         for (arm, (_, charge, t_hat)) in arms.iter().zip(&sounded) {
             if *t_hat > ceilings.max_latency_s {
@@ -316,6 +316,14 @@ impl TaskRouter {
                     format!(
                         "t̂ {t_hat:.3} s is past the deadline, {:.3} s away",
                         job.deadline_s
+                    ),
+                ));
+            } else if arm.quality < want.min_quality {
+                gated.push(gate(
+                    &arm.name,
+                    format!(
+                        "quality {} is under the call's min_quality {}",
+                        arm.quality, want.min_quality
                     ),
                 ));
             } else if *charge > want.max_price_wei {

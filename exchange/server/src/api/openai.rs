@@ -150,6 +150,10 @@ struct CxFields {
     #[serde(default)]
     #[schema(value_type = Option<String>, pattern = "^0x[0-9a-fA-F]{64}$")]
     adapter_id: Option<B256>,
+    /// With a routed `model` (`task:<name>`, `cx/auto`, `cx/fanout:N`): the lowest catalog
+    /// quality an arm may have, in [0, 1] (a ceiling the router gates on before scoring).
+    #[serde(default)]
+    min_quality: Option<f64>,
 }
 
 /// A call's price limit: wei, or left to the market.
@@ -594,6 +598,20 @@ async fn want(
         ));
     }
     let (model, adapter_id) = model_and_adapter(intake, &request.model, cx).await?;
+    let min_quality = match cx.and_then(|c| c.min_quality) {
+        None => 0.0,
+        Some(q) if !(0.0..=1.0).contains(&q) => {
+            return Err(ApiError::invalid("cx.min_quality", "must be within [0, 1]"));
+        }
+        Some(_) if !Target::parse(&model).is_ok_and(|t| t.is_some()) => {
+            return Err(ApiError::invalid(
+                "cx.min_quality",
+                "gates the router's arms: it applies only when `model` names a task \
+                 (task:<name>, cx/auto, cx/fanout:N)",
+            ));
+        }
+        Some(q) => q,
+    };
     Ok(Want {
         model,
         adapter_id,
@@ -605,6 +623,7 @@ async fn want(
             .unwrap_or(grant.default_determinism),
         market_limit,
         route: None,
+        min_quality,
     })
 }
 

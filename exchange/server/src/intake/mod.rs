@@ -164,6 +164,7 @@ impl Intake {
             determinism: intent.determinism,
             market_limit: intent.market_limit,
             route: None,
+            min_quality: 0.0,
         };
         let workload = submission.workload()?;
         // The request's JSON once: hashed against the signed hash, and kept with the order.

@@ -77,6 +77,8 @@ pub struct Want {
     /// How a task want was routed to `model` ([`crate::task_router`]), kept in the job's
     /// decision; `None` for a want that named its model.
     pub route: Option<std::sync::Arc<cx_protocol::decision::RouteRecord>>,
+    /// For a task want: the lowest catalog quality an arm may have (0: any).
+    pub min_quality: f64,
 }
 
 impl Want {
@@ -110,6 +112,7 @@ impl Want {
             market_limit: false,
             // Nor routed again: its model is the arm it was routed to.
             route: None,
+            min_quality: 0.0,
         })
     }
 

@@ -271,6 +271,7 @@ mod tests {
             determinism: DeterminismClass::S,
             market_limit: false,
             route: None,
+            min_quality: 0.0,
         }
     }
 

@@ -128,6 +128,20 @@ async fn a_task_goes_to_the_arm_the_router_ranks_first_and_the_decision_says_why
         "{route}"
     );
 
+    // A quality floor is a ceiling: the generalist (0.55) is left out, the coder (0.72) taken.
+    let mut floor = code_chat("task:chat", 30);
+    floor["cx"]["min_quality"] = json!(0.7);
+    let decision = placed_decision(&door, &floor).await;
+    assert_eq!(decision["route"]["arm"], CODER, "{decision}");
+    assert!(
+        decision["route"]["gated"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["arm"] == GENERAL && g["reason"].as_str().unwrap().contains("min_quality")),
+        "{decision}"
+    );
+
     // The explorer's job page shows the route.
     let id: Vec<u8> =
         sqlx::query_scalar("SELECT id FROM exchange_jobs ORDER BY created_at DESC LIMIT 1")
@@ -143,7 +157,7 @@ async fn a_task_goes_to_the_arm_the_router_ranks_first_and_the_decision_says_why
         .await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(
-        page.contains("cx/auto") && page.contains("id=\"route-"),
+        page.contains("Route: ") && page.contains("id=\"route-"),
         "{page}"
     );
 
@@ -164,6 +178,26 @@ async fn a_task_goes_to_the_arm_the_router_ranks_first_and_the_decision_says_why
             "{body}"
         );
     }
+    // No arm that good is served: refused, naming why each was left out.
+    let mut none = code_chat("task:code", 30);
+    none["cx"]["min_quality"] = json!(0.99);
+    let (status, body) = door.post("/v1/chat/completions", Some(SECRET), &none).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("min_quality"),
+        "{body}"
+    );
+    // A floor on a call that names its model would change nothing: refused by name.
+    let mut named = code_chat(GENERAL, 30);
+    named["cx"]["min_quality"] = json!(0.5);
+    let (status, body) = door
+        .post("/v1/chat/completions", Some(SECRET), &named)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["field"], "cx.min_quality", "{body}");
     // A task with an adapter: the adapter names its base, there is nothing to route.
     let mut with_adapter = code_chat("task:code", 30);
     with_adapter["cx"]["adapter_id"] = json!(format!("0x{}", "ab".repeat(32)));
