@@ -160,6 +160,11 @@ impl std::fmt::Display for RouterPolicy {
     }
 }
 
+/// Half-life of what an outcome teaches, seconds: the market maker's regimes last about fifty
+/// sweeps (its HMM's 0.98 stay), so evidence older than a spell says little about now, and an
+/// arm left alone that long is worth a probe again.
+const EVIDENCE_HALF_LIFE_S: f64 = 50.0;
+
 /// Share of an arm's outcome counts kept per outcome metered: live, an arm can change within a
 /// regime (its provider fails while its market looks calm), so the router remembers about the
 /// last twenty outcomes per regime rather than every one (`cx bench router`'s shift).
@@ -181,6 +186,8 @@ pub struct TaskRouter {
     folded: AtomicI64,
     /// Where the next metering pass starts, unix milliseconds.
     meter_since_ms: AtomicI64,
+    /// When the outcome models were last faded.
+    faded_at: Mutex<std::time::Instant>,
     /// Per arm, routed jobs placed and not ended yet (what EFE's information gain counts as
     /// already on its way): read from the books every sweep, and counted up here as jobs are
     /// placed between sweeps.
@@ -213,6 +220,7 @@ impl TaskRouter {
             utility,
             folded: AtomicI64::new(0),
             meter_since_ms: AtomicI64::new(0),
+            faded_at: Mutex::new(std::time::Instant::now()),
             pending: Mutex::new(HashMap::new()),
         }
     }
@@ -451,7 +459,8 @@ impl TaskRouter {
     }
 
     /// One metering pass and what it taught: the routed jobs that ended since the last pass
-    /// are metered in the books, the open ones counted as pending per arm, and every meter row not folded in yet (up to a batch) goes
+    /// are metered in the books, the open ones counted as pending per arm, what was learned
+    /// faded by the time since the last pass, and every meter row not folded in yet (up to a batch) goes
     /// into the outcome models. Returns how many rows were folded in.
     pub async fn learn(&self, books: &Books) -> Result<usize> {
         let since = self.meter_since_ms.load(Ordering::Relaxed);
@@ -465,6 +474,15 @@ impl TaskRouter {
             .map(|(arm, n)| (arm, n as f64))
             .collect();
         *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = open;
+        {
+            let mut at = self.faded_at.lock().unwrap_or_else(|e| e.into_inner());
+            let elapsed = at.elapsed().as_secs_f64();
+            *at = std::time::Instant::now();
+            self.efe
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .fade(0.5f64.powf(elapsed / EVIDENCE_HALF_LIFE_S));
+        }
         let rows = books
             .meter_since(self.folded.load(Ordering::Relaxed))
             .await?;

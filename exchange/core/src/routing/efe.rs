@@ -349,6 +349,23 @@ impl EfeRouter {
         }
     }
 
+    /// Fades every arm's evidence by `keep` (in [0, 1]; [`OutcomeModel::fade`]): what the
+    /// outcomes of long ago say counts for less, and an arm left alone regains its information
+    /// gain. Arms back at the prior are dropped (they read as the prior anyway).
+    pub fn fade(&mut self, keep: f64) {
+        let prior = self.config.prior_count;
+        for model in self.models.values_mut() {
+            model.fade(keep, prior);
+        }
+        self.models.retain(|_, m| {
+            m.counts
+                .iter()
+                .flatten()
+                .flatten()
+                .any(|c| *c > prior * 1.0001)
+        });
+    }
+
     /// Admissible arms by descending `u(x, p) − G`, ties by arm index: the request's utility
     /// under `utility` is the prior over policies and G what the outcomes learned say, as in
     /// active inference's `q(π) = σ(ln E(π) − G(π))` (Parr & Friston 2019, the "habit" prior
@@ -821,6 +838,31 @@ mod tests {
                 ..EfeConfig::default()
             })
             .is_err()
+        );
+    }
+
+    /// Evidence fades with time: an arm left alone regains its information gain, and one
+    /// faded back to the prior is the prior.
+    #[test]
+    fn faded_evidence_makes_an_arm_left_alone_worth_a_probe_again() {
+        let calm = [1.0, 0.0, 0.0];
+        let prefs = Preferences::from_order(&order()).unwrap();
+        let mut router = EfeRouter::new(EfeConfig::default()).unwrap();
+        let seen: Vec<_> = (0..30).map(|i| answer(i, "a", [2, 0, 0], calm)).collect();
+        router.fold(&seen);
+        let before = router.evaluate("a", &calm, &prefs);
+        router.fade(0.25);
+        let after = router.evaluate("a", &calm, &prefs);
+        assert!(
+            after.information_gain > 3.0 * before.information_gain,
+            "{before:?} {after:?}"
+        );
+        router.fade(0.0);
+        let fresh = EfeRouter::new(EfeConfig::default()).unwrap();
+        assert_eq!(router.model("a"), fresh.model("a"));
+        assert_eq!(
+            router.evaluate("a", &calm, &prefs),
+            fresh.evaluate("a", &calm, &prefs)
         );
     }
 }

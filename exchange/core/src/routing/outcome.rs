@@ -155,6 +155,15 @@ impl OutcomeModel {
         self.update(outcome, belief);
     }
 
+    /// Every count shrunk toward `prior_count` by `keep` in [0, 1]: evidence fading with time,
+    /// so an arm not tried for a while is uncertain again and worth a probe.
+    pub fn fade(&mut self, keep: f64, prior_count: f64) {
+        let keep = keep.clamp(0.0, 1.0);
+        for c in self.counts.iter_mut().flatten().flatten() {
+            *c = prior_count + (*c - prior_count) * keep;
+        }
+    }
+
     /// Folds in one outcome seen under regime belief `belief`: `a[s][f][o_f] += q(s)`.
     pub fn update(&mut self, outcome: &Outcome, belief: &[f64; REGIMES]) {
         for (s, q) in belief.iter().enumerate() {
