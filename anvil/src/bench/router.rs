@@ -202,7 +202,10 @@ async fn run(config: RouterBenchConfig, policy: RouterPolicy) -> Result<PolicyFi
     let (_db, books, market) = books_and_market(0).await?;
     let settlement = alloy::primitives::Address::repeat_byte(0x5e);
     let domain = order::domain(super::intake::CHAIN, settlement);
-    let agents = agents(1);
+    // A tab takes at most 400 jobs (one settlement batch): one agent, tab and session per 300
+    // calls, the calls dealt round robin.
+    let total = (config.rate_per_s * (config.phase_s * PHASES.len() as u64) as f64) as usize;
+    let agents = agents(total.div_ceil(300).max(1));
     seed_tabs(&books, &agents, now_s() + 86_400).await?;
     let intake = Intake::new(
         books.clone(),
@@ -212,11 +215,13 @@ async fn run(config: RouterBenchConfig, policy: RouterPolicy) -> Result<PolicyFi
     )
     .with_router_policy(policy.clone());
     let server = Server::start("cx-bench-router", intake).await?;
-    let secret: Arc<str> = "cxs_router_bench".into();
+    let secrets: Vec<Arc<str>> = (0..agents.len())
+        .map(|i| Arc::from(format!("cxs_router_bench_{i}")))
+        .collect();
     open_sessions(
         &(server.address, server.client_config.clone()),
         &agents,
-        std::slice::from_ref(&secret),
+        &secrets,
         &domain,
         0,
     )
@@ -243,7 +248,6 @@ async fn run(config: RouterBenchConfig, policy: RouterPolicy) -> Result<PolicyFi
         .fetch_one(books.pool())
         .await
         .map_err(bench_err)?;
-    let total = (config.rate_per_s * (config.phase_s * PHASES.len() as u64) as f64) as usize;
     let mut calls = tokio::task::JoinSet::new();
     for i in 0..total {
         let due = started + Duration::from_secs_f64(i as f64 / config.rate_per_s);
@@ -257,7 +261,11 @@ async fn run(config: RouterBenchConfig, policy: RouterPolicy) -> Result<PolicyFi
             })
             .to_string(),
         );
-        let (address, tls, secret) = (server.address, server.client_config.clone(), secret.clone());
+        let (address, tls, secret) = (
+            server.address,
+            server.client_config.clone(),
+            secrets[i % secrets.len()].clone(),
+        );
         calls.spawn(async move {
             let mut sender = connect(address, tls).await?;
             let (status, _, _) =
