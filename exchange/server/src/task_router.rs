@@ -14,7 +14,11 @@
 //! hand-set W is the prior (a code request leans to the coder before anything is known), and
 //! G, the expected free energy of the arm's outcomes under its own market's regime belief and
 //! the order's preferences, is learned from the meter only. Under a regime shift the beliefs
-//! move first, and the outcome counts of the new regime decide.
+//! move first, and the outcome counts of the new regime decide. Live, an outcome is known only
+//! when its job ends, a deadline later, and an arm can change within a regime: routed jobs
+//! still open count as outcomes on their way (the information gain of one more request is
+//! taken after them), each outcome keeps [`RETENTION`] of its regime's counts, and all evidence
+//! fades with a half-life of [`EVIDENCE_HALF_LIFE_S`] (an arm left alone is probed again).
 //!
 //! **The meter** is the books' `exchange_meter`: every sweep meters the routed jobs that ended
 //! (cost charged, latency from order to end, quality 1 when answered and paid, 0 when not) and
@@ -233,11 +237,6 @@ impl TaskRouter {
         } else if pending.len() < MAX_PENDING_ARMS {
             pending.insert(arm.to_owned(), 1.0);
         }
-    }
-
-    /// How it ranks arms.
-    pub fn policy(&self) -> &RouterPolicy {
-        &self.policy
     }
 
     /// The arms `target` goes to for `request`, best first, each as `want` with the arm's model

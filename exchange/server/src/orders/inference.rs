@@ -85,8 +85,8 @@ impl Intake {
             (None, Some(target)) => self.route(&target, want, request, now_s)?,
         };
         let mut passed_over = Vec::new();
-        let last = routed.len() - 1;
         for (i, want) in routed.iter().enumerate() {
+            let more = i + 1 < routed.len();
             let placed = match tab {
                 Some(tab) => match self.drawn(want, request, account, tab, now_s).await? {
                     Some(drawn) => Ok(drawn),
@@ -106,11 +106,14 @@ impl Intake {
                     });
                     return Ok(placed);
                 }
-                Err(Error::NoMatch { .. }) if i < last => passed_over.push(want.model.clone()),
+                Err(Error::NoMatch { .. }) if more => passed_over.push(want.model.clone()),
                 Err(err) => return Err(err),
             }
         }
-        unreachable!("the last arm's result is returned")
+        // The router ranks at least one arm or refuses: only an empty ranking ends here.
+        Err(Error::NoMatch {
+            detail: format!("no model can take {}", want.model),
+        })
     }
 
     /// The arms the task router ranks for `target`, each as `want` routed to it.

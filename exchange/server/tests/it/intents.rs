@@ -973,3 +973,44 @@ async fn a_market_intent_is_refused_when_the_quote_costs_more_than_the_tab_holds
     assert_eq!(body["error"]["code"], "tab_overspent", "{body}");
     assert_eq!(w.rows().await, before, "nothing written, nothing held");
 }
+
+/// A signed intent may name a task: it is routed to a catalog model (the 202 says which, the
+/// decision why) under the same signature; a fan-out is the door's and refused here, with a
+/// task the router does not know, and nothing is written.
+#[tokio::test]
+async fn a_signed_intent_naming_a_task_is_routed_and_its_decision_says_to_which_model() {
+    let w = world().await;
+    let mut task = intent(1);
+    task.want = "task:chat".into();
+    let (status, body) = w.post(&w.body(task)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // The only model served is the 8B one (the others gated: no bundle holds or can fetch
+    // them in time).
+    assert_eq!(body["routed_to"], "llama-3.1-8b-instruct", "{body}");
+    assert_eq!(body["bundle_id"], "warm", "{body}");
+    let (_, job) = w
+        .read(&format!("/v1/jobs/{}", body["job_id"].as_str().unwrap()))
+        .await;
+    let route = &job["decision"]["route"];
+    assert_eq!(route["target"], "task:chat", "{job}");
+    assert_eq!(route["arm"], "llama-3.1-8b-instruct", "{route}");
+    assert!(!route["gated"].as_array().unwrap().is_empty(), "{route}");
+    assert_eq!(job["model"], "llama-3.1-8b-instruct", "{job}");
+
+    let before = w.rows().await;
+    for (nonce, want, says) in [
+        (2, "cx/fanout:2", "OpenAI door"),
+        (3, "task:poetry", "unknown task"),
+    ] {
+        let mut bad = intent(nonce);
+        bad.want = want.into();
+        let (status, refused) = w.post(&w.body(bad)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{want}: {refused}");
+        assert_eq!(refused["error"]["field"], "intent.order.want", "{refused}");
+        assert!(
+            refused["error"]["message"].as_str().unwrap().contains(says),
+            "{refused}"
+        );
+    }
+    assert_eq!(w.rows().await, before, "nothing written");
+}
