@@ -38,7 +38,8 @@ pub(super) async fn run(args: &Args, cmd: &Workload) -> anyhow::Result<()> {
 
 #[derive(Debug, clap::Args)]
 pub(super) struct IntentArgs {
-    /// The catalog model (or a task the router maps to one).
+    /// The catalog model, or a task the router maps to one (`task:chat`, `task:code`,
+    /// `task:reasoning`, `task:extraction`).
     #[arg(long)]
     model: String,
     /// The prompt.
@@ -182,6 +183,9 @@ async fn run_intent(args: &Args, cmd: &IntentArgs) -> anyhow::Result<()> {
         "job              {}\nstatus           {}\nbundle           {}\nheld_wei         {}\n",
         accepted.job_id, accepted.status, accepted.bundle_id, accepted.held_wei
     );
+    if let Some(model) = &accepted.routed_to {
+        let _ = writeln!(table, "routed to        {model}");
+    }
     let _ = writeln!(table, "tier             {}", accepted.tier);
     let _ = writeln!(
         table,

@@ -47,7 +47,8 @@ pub(super) struct ChatArgs {
     /// The session key (made by `cx agent session`).
     #[arg(long, env = "CX_API_KEY", value_name = "KEY", hide_env_values = true)]
     api_key: String,
-    /// A catalog model, or an adapter's content id.
+    /// A catalog model, an adapter's content id, or a task the router maps to a model
+    /// (`task:<name>`, `cx/auto`, `cx/fanout:N`).
     #[arg(long)]
     model: String,
     /// The user's message.
