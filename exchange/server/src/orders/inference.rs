@@ -71,8 +71,10 @@ impl Intake {
             now_s,
             tab,
         } = placing;
-        let routed = match (&want.route, Target::parse(&want.model)?) {
-            (Some(_), _) | (None, None) => vec![want.clone()],
+        // A want naming its model (the common case) is placed as it is, not copied.
+        let routed: std::borrow::Cow<'_, [Want]> = match (&want.route, Target::parse(&want.model)?)
+        {
+            (Some(_), _) | (None, None) => std::borrow::Cow::Borrowed(std::slice::from_ref(want)),
             (None, Some(target)) if target.fan_out > 1 => {
                 return Err(cx_protocol::Error::InvalidField {
                     field: "intent.order.want".to_owned(),
@@ -82,7 +84,7 @@ impl Intake {
                 }
                 .into());
             }
-            (None, Some(target)) => self.route(&target, want, request, now_s)?,
+            (None, Some(target)) => self.route(&target, want, request, now_s)?.into(),
         };
         let mut passed_over = Vec::new();
         for (i, want) in routed.iter().enumerate() {
