@@ -510,6 +510,54 @@ fn bench_load_drives_intake_and_the_door_with_no_unexpected_answer() {
     assert!(err.contains("--connections"), "{err}");
 }
 
+/// `cx bench router`, briefly: every policy runs on its own exchange, every call of each is
+/// metered, the fixed coder stalls in the shift, and the regrets are against the best fixed arm.
+#[test]
+fn bench_router_meters_every_policy_through_the_shift() {
+    let report = last_json(&cx(
+        &["bench", "router", "--rate", "3", "--phase-s", "2", "--json"],
+        None,
+    ));
+    let policies = report["policies"].as_array().unwrap();
+    let names: Vec<&str> = policies
+        .iter()
+        .map(|p| p["policy"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "fixed:llama-3.1-8b-instruct",
+            "fixed:qwen2.5-coder-32b-instruct",
+            "linucb",
+            "efe"
+        ]
+    );
+    for p in policies {
+        assert_eq!(p["calls"], 18, "{p}");
+        assert_eq!(p["metered"], 18, "every call's job metered: {p}");
+        assert!(p["mean_reward"].as_f64().unwrap() < 0.0, "{p}");
+    }
+    // The coder stalls in the shift: its fixed arm misses those deadlines.
+    let coder = &policies[1];
+    assert!(
+        coder["phases"]["shift"]["deadline_hit_rate"]
+            .as_f64()
+            .unwrap()
+            < 0.5,
+        "{coder}"
+    );
+    let best = report["best_fixed"].as_str().unwrap();
+    let best_regret = policies
+        .iter()
+        .find(|p| p["policy"] == format!("fixed:{best}"))
+        .unwrap()["regret_vs_best_fixed"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(best_regret, 0.0, "{report}");
+    let err = error_line(&["bench", "router", "--rate", "0"], None);
+    assert!(err.contains("--rate"), "{err}");
+}
+
 /// `cx catalog add` learns a model from a config.json transformers wrote (a tied Qwen2 here):
 /// its entry parses with the rest of the file and names the shape; the same name twice, or a
 /// folder without a config, is a one-line error that leaves the file as it was.
