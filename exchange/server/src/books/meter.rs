@@ -78,8 +78,9 @@ impl Books {
     /// that ended — done (charged what they hold, quality 1), or expired, refunded, failed or
     /// cancelled (nothing charged, quality 0: the buyer got no answer from that arm) — and
     /// changed since `since_ms` (unix milliseconds, the value the previous pass returned; 0 the
-    /// first time). Latency is from the order to its end. A job is metered once. Returns how
-    /// many were metered and the `since_ms` of the next pass.
+    /// first time). Latency is from the order to its end. A job is metered once; a route that
+    /// lacks the arm, the request or the belief is skipped (it would stop every pass). Returns
+    /// how many were metered and the `since_ms` of the next pass.
     pub async fn meter_ended(&self, since_ms: i64) -> Result<(u64, i64)> {
         let mut tx = self.pool.begin().await?;
         let started_ms: i64 =
@@ -100,6 +101,7 @@ impl Books {
                     j.decision->'route'->'features', j.decision->'route'->'profile' \
              FROM exchange_jobs j \
              WHERE j.verifies IS NULL AND j.decision ? 'route' \
+               AND j.decision->'route' ?& array['arm', 'request', 'belief'] \
                AND j.updated_at >= to_timestamp($1::float8 / 1000) \
                AND j.status IN ('done', 'expired', 'refunded', 'failed', 'cancelled') \
              ON CONFLICT (job_id) DO NOTHING",
