@@ -502,7 +502,7 @@ impl Generator {
     }
 }
 
-pub(crate) type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 /// Sends one call: its status, whether it carried `Retry-After`, and (for reports) the start
 /// of its body when it is not 2xx.
@@ -680,7 +680,7 @@ async fn register(
 
 /// Posts `body` as the provider, waiting out `Retry-After` (the provider shares the agents'
 /// loopback address and so their per-IP limit); the answer's JSON.
-async fn post_json(
+pub(crate) async fn post_json(
     sender: &mut Sender,
     path: &str,
     token: &Arc<str>,
@@ -697,7 +697,7 @@ async fn post_json(
         }
         if !status.is_success() {
             return Err(Error::BenchFailed(format!(
-                "the load provider's {path} was refused ({status}): {}",
+                "the bench's provider: {path} was refused ({status}): {}",
                 String::from_utf8_lossy(&bytes)
             )));
         }

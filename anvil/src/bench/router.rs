@@ -39,7 +39,7 @@ use cx_protocol::{Bundle, DeterminismClass};
 use serde::Serialize;
 
 use super::intake::{Server, agents, bench_err, books_and_market, connect, now_s, seed_tabs};
-use super::load::{Sender, open_sessions, send_raw};
+use super::load::{open_sessions, post_json, send_raw};
 use crate::error::{Error, Result};
 
 /// The generalist arm.
@@ -329,9 +329,9 @@ async fn provider(
     }
     Ok(tokio::spawn(async move {
         while !stop.load(Ordering::Relaxed) {
-            let pull = Bytes::from(r#"{"max_jobs": 32, "wait_s": 1}"#);
-            let pulled = post(&mut sender, "/v1/providers/jobs", &token, pull).await?;
-            let pulled: Pulled = serde_json::from_slice(&pulled).map_err(bench_err)?;
+            let pull = serde_json::json!({"max_jobs": 32, "wait_s": 1});
+            let pulled = post_json(&mut sender, "/v1/providers/jobs", &token, pull).await?;
+            let pulled: Pulled = serde_json::from_value(pulled).map_err(bench_err)?;
             for job in pulled.jobs {
                 let Some(wait) = delay(Instant::now()) else {
                     continue;
@@ -341,7 +341,7 @@ async fn provider(
                     tokio::time::sleep(wait).await;
                     let (path, body) = result(&id, payout, &job)?;
                     let mut sender = connect(address, tls).await?;
-                    post(&mut sender, &path, &token, body).await
+                    post_json(&mut sender, &path, &token, body).await
                 });
             }
         }
@@ -349,32 +349,12 @@ async fn provider(
     }))
 }
 
-/// POSTs as the provider, waiting out 429 and 503; the body of a success.
-async fn post(sender: &mut Sender, path: &str, token: &str, body: Bytes) -> Result<Bytes> {
-    loop {
-        let (status, _, answer) = send_raw(sender, path, Some(token), body.clone()).await?;
-        if status == hyper::StatusCode::TOO_MANY_REQUESTS
-            || status == hyper::StatusCode::SERVICE_UNAVAILABLE
-        {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        }
-        if !status.is_success() {
-            return Err(Error::BenchFailed(format!(
-                "{path} was refused ({status}): {}",
-                String::from_utf8_lossy(&answer)
-            )));
-        }
-        return Ok(answer);
-    }
-}
-
 /// The result of one job and its receipt, the whole price owed.
 fn result(
     id: &Identity,
     payout: alloy::primitives::Address,
     job: &Assignment,
-) -> Result<(String, Bytes)> {
+) -> Result<(String, serde_json::Value)> {
     let output = Output::text("def parse(s): ...".to_owned(), "length", 9, 8);
     let receipt = cx_client::provider::sign_receipt(
         job,
@@ -386,8 +366,8 @@ fn result(
         DeterminismClass::D,
     )
     .map_err(bench_err)?;
-    let body = serde_json::to_string(&ResultSubmission { output, receipt }).map_err(bench_err)?;
-    Ok((format!("/v1/jobs/{}/result", job.job_id), Bytes::from(body)))
+    let body = serde_json::to_value(ResultSubmission { output, receipt }).map_err(bench_err)?;
+    Ok((format!("/v1/jobs/{}/result", job.job_id), body))
 }
 
 /// The run's figures, from its meter.

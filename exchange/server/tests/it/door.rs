@@ -221,6 +221,61 @@ impl Door {
         self.state.serving().expect("the door serves")
     }
 
+    /// Sends a door call under session key `bearer` in the background (it would wait for a
+    /// provider) and returns the decision of the job it placed, read from the books.
+    pub(crate) async fn placed_decision(&self, bearer: &str, call: &Value) -> Value {
+        let request = Request::post("/v1/chat/completions")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::AUTHORIZATION, format!("Bearer {bearer}"))
+            .body(Body::from(call.to_string()))
+            .unwrap();
+        let before = self.count("exchange_jobs").await;
+        let router = self.router.clone();
+        let waiting = tokio::spawn(async move { router.oneshot(request).await });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.count("exchange_jobs").await == before {
+            assert!(
+                !waiting.is_finished(),
+                "the call ended without placing a job"
+            );
+            assert!(std::time::Instant::now() < deadline, "no job placed");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        waiting.abort();
+        sqlx::query_scalar("SELECT decision FROM exchange_jobs ORDER BY created_at DESC LIMIT 1")
+            .fetch_one(self.books.pool())
+            .await
+            .unwrap()
+    }
+
+    /// `prov`'s pull of at most `max_jobs`, waiting up to `wait_s`: the jobs handed out.
+    pub(crate) async fn pull(&self, prov: &Prov, max_jobs: u32, wait_s: u64) -> Vec<Value> {
+        let (status, pulled) = self
+            .post(
+                "/v1/providers/jobs",
+                Some(&prov.token),
+                &json!({"max_jobs": max_jobs, "wait_s": wait_s}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{pulled}");
+        pulled["jobs"].as_array().unwrap().clone()
+    }
+
+    /// `prov` answers pulled `job` with `text` and a receipt owing its whole price (asserted
+    /// taken).
+    pub(crate) async fn answer(&self, prov: &Prov, job: &Value, text: &str) {
+        let price: u128 = job["price_wei"].as_str().unwrap().parse().unwrap();
+        let id = job["job_id"].as_str().unwrap();
+        let (status, done) = self
+            .post(
+                &format!("/v1/jobs/{id}/result"),
+                Some(&prov.token),
+                &json!({"output": output(text), "receipt": receipt(prov, job, text, price)}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{done}");
+    }
+
     pub(crate) async fn held(&self) -> u128 {
         self.books.tab(CHAIN, 3).await.unwrap().unwrap().held_wei
     }

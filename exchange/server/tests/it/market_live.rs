@@ -5,11 +5,10 @@
 
 use crate::door::{Door, Prov, bundle, chat, now_s};
 use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{Request, StatusCode};
 use cx_exchange::pricing::hmm::Regime;
 use cx_protocol::Tier;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 const MODEL: &str = "llama-3.1-8b-instruct";
 
@@ -46,34 +45,9 @@ fn t0_quote(market: &cx_exchange_server::market::Market) -> cx_exchange_server::
         .unwrap()
 }
 
-/// Sends a door call in the background (it would wait for a provider) and returns the decision
-/// of the job it placed, read from the books.
+/// The decision of the job a door call under the market session key placed.
 async fn placed_decision(door: &Door, call: Value) -> Value {
-    let request = Request::post("/v1/chat/completions")
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::AUTHORIZATION, "Bearer cxs_market")
-        .body(Body::from(call.to_string()))
-        .unwrap();
-    let before = door.count("exchange_jobs").await;
-    let router = door.router().clone();
-    let waiting = tokio::spawn(async move { router.oneshot(request).await });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        if door.count("exchange_jobs").await > before {
-            break;
-        }
-        assert!(
-            !waiting.is_finished(),
-            "the call ended without placing a job"
-        );
-        assert!(std::time::Instant::now() < deadline, "no job placed");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    waiting.abort();
-    sqlx::query_scalar("SELECT decision FROM exchange_jobs ORDER BY created_at DESC LIMIT 1")
-        .fetch_one(door.books.pool())
-        .await
-        .unwrap()
+    door.placed_decision("cxs_market", &call).await
 }
 
 #[tokio::test]

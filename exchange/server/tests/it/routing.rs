@@ -4,11 +4,10 @@
 //! deadlines loses the task; `cx/fanout:N` places a job on each of the top N arms and answers with
 //! the synthesised one. Bad targets are refused by name.
 
-use crate::door::{Door, Prov, bundle, chat, now_s, output, receipt};
+use crate::door::{Door, Prov, bundle, chat, now_s};
 use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 const GENERAL: &str = "llama-3.1-8b-instruct";
 const CODER: &str = "qwen2.5-coder-32b-instruct";
@@ -40,31 +39,9 @@ fn code_chat(model: &str, deadline_in_s: u64) -> Value {
     call
 }
 
-/// Sends a door call in the background (it waits for a provider) and returns the decision of
-/// the job it placed, read from the books.
+/// The decision of the job a door call under the routing session key placed.
 async fn placed_decision(door: &Door, call: &Value) -> Value {
-    let request = Request::post("/v1/chat/completions")
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::AUTHORIZATION, format!("Bearer {SECRET}"))
-        .body(Body::from(call.to_string()))
-        .unwrap();
-    let before = door.count("exchange_jobs").await;
-    let router = door.router().clone();
-    let waiting = tokio::spawn(async move { router.oneshot(request).await });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while door.count("exchange_jobs").await == before {
-        assert!(
-            !waiting.is_finished(),
-            "the call ended without placing a job"
-        );
-        assert!(std::time::Instant::now() < deadline, "no job placed");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    waiting.abort();
-    sqlx::query_scalar("SELECT decision FROM exchange_jobs ORDER BY created_at DESC LIMIT 1")
-        .fetch_one(door.books.pool())
-        .await
-        .unwrap()
+    door.placed_decision(SECRET, call).await
 }
 
 fn candidate<'a>(route: &'a Value, arm: &str) -> &'a Value {
@@ -230,29 +207,10 @@ async fn the_router_learns_from_the_meter_and_turns_from_an_arm_that_misses_its_
         arms.push(decision["route"]["arm"].as_str().unwrap().to_owned());
     }
     assert_eq!(arms[0], CODER, "the prior first: {arms:?}");
-    let (status, pulled) = door
-        .post(
-            "/v1/providers/jobs",
-            Some(&prov.token),
-            &json!({"max_jobs": 8, "wait_s": 0}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{pulled}");
-    for job in pulled["jobs"].as_array().unwrap() {
-        if job["bundle_id"] != "general" {
-            continue;
+    for job in door.pull(&prov, 8, 0).await {
+        if job["bundle_id"] == "general" {
+            door.answer(&prov, &job, "def parse(s): ...").await;
         }
-        let price: u128 = job["price_wei"].as_str().unwrap().parse().unwrap();
-        let text = "def parse(s): ...";
-        let id = job["job_id"].as_str().unwrap();
-        let (status, done) = door
-            .post(
-                &format!("/v1/jobs/{id}/result"),
-                Some(&prov.token),
-                &json!({"output": output(text), "receipt": receipt(&prov, job, text, price)}),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{done}");
     }
     let missed = arms.iter().filter(|a| *a == CODER).count();
     tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
@@ -306,28 +264,10 @@ async fn a_fan_out_runs_the_top_arms_and_answers_with_the_synthesised_one() {
     let provider = async {
         let mut answered = Vec::new();
         while answered.len() < 2 {
-            let (status, pulled) = door
-                .post(
-                    "/v1/providers/jobs",
-                    Some(&prov.token),
-                    &json!({"max_jobs": 4, "wait_s": 10}),
-                )
-                .await;
-            assert_eq!(status, StatusCode::OK, "{pulled}");
-            for job in pulled["jobs"].as_array().unwrap() {
-                let price: u128 = job["price_wei"].as_str().unwrap().parse().unwrap();
+            for job in door.pull(&prov, 4, 10).await {
                 // Class D: both arms' bytes agree, so the majority is the answer.
-                let text = "def parse(s): ...";
-                let id = job["job_id"].as_str().unwrap().to_owned();
-                let (status, done) = door
-                    .post(
-                        &format!("/v1/jobs/{id}/result"),
-                        Some(&prov.token),
-                        &json!({"output": output(text), "receipt": receipt(&prov, job, text, price)}),
-                    )
-                    .await;
-                assert_eq!(status, StatusCode::OK, "{done}");
-                answered.push(id);
+                door.answer(&prov, &job, "def parse(s): ...").await;
+                answered.push(job["job_id"].as_str().unwrap().to_owned());
             }
         }
         answered
