@@ -18,6 +18,7 @@
 //!     token_hash: Offer::token_hash_of(b"secret"),
 //!     issued_at_s: 1_000,
 //!     residency: None,
+//!     search_trials_per_s: None,
 //! };
 //! let signed = SignedOffer::sign(offer, &provider).unwrap();
 //! assert_eq!(signed.verify(1_010).unwrap().id(), provider.id());
@@ -62,6 +63,11 @@ pub struct Offer {
     /// that do not report (and then not part of the signed bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub residency: Option<Residency>,
+    /// Searches (SPEC §3) it takes: the trials per second its search worker runs, measured on
+    /// its own predicate when it starts. The exchange prices a search's trials at this rate
+    /// and the provider's lowest ask. Absent (and unsigned) when it takes no searches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_trials_per_s: Option<u64>,
 }
 
 /// A provider's residency report, signed with its offer and re-sent on every change (and at
@@ -109,6 +115,12 @@ impl Offer {
         let invalid = |field: String, reason: String| Error::InvalidField { field, reason };
         if self.operator.trim().is_empty() {
             return Err(invalid("offer.operator".into(), "is empty".into()));
+        }
+        if self.search_trials_per_s == Some(0) {
+            return Err(invalid(
+                "offer.search_trials_per_s".into(),
+                "must be above zero (leave it out to take no searches)".into(),
+            ));
         }
         if let Some(r) = &self.residency {
             if r.pinned_adapters.len() > 4096 {
@@ -246,6 +258,7 @@ mod tests {
                 token_hash: Offer::token_hash_of(b"t"),
                 issued_at_s: 1_000 + i as u64,
                 residency: None,
+                search_trials_per_s: None,
             };
             let text =
                 serde_json::to_string(&SignedOffer::sign(offer, &provider).unwrap()).unwrap();

@@ -19,7 +19,7 @@
 //! its provider registered on chain, that the escrow is open with this buyer, and that the sum
 //! owed from one escrow is within it.
 
-use alloy_primitives::{Address, B256};
+use alloy_primitives::{Address, B256, U256};
 use alloy_sol_types::Eip712Domain;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -314,6 +314,27 @@ impl Voucher {
                         ),
                     ));
                 }
+                // Paid for the work a witness implies at no more than the buyer's limit per
+                // trial of the work it budgeted: max_price × witness_trials / budget_trials (one
+                // wei of rounding allowed: the exchange rounds its price up).
+                let budget = U256::from(search.budget_trials().max(1));
+                let implied = U256::from(search.max_price_wei)
+                    .saturating_mul(U256::from(search.witness_trials()))
+                    / budget
+                    + U256::from(1u8);
+                if U256::from(a.price_wei) > implied {
+                    return Err(broken(
+                        "assignment.price_wei",
+                        format!(
+                            "{} wei is above what the witness's work is worth at the buyer's \
+                             limit ({} wei for {} trials; a witness implies {} trials)",
+                            a.price_wei,
+                            search.max_price_wei,
+                            search.budget_trials(),
+                            search.witness_trials()
+                        ),
+                    ));
+                }
                 if !search.is_witness(*witness) {
                     return Err(broken(
                         "authority.witness",
@@ -529,6 +550,81 @@ impl Parties<'_> {
         let receipt = Receipt::for_output(&terms, &work, self.payout, self.provider.id().0)?;
         Ok(Voucher {
             authority: Authority::Intent(signed),
+            binding: self.binding(domain)?,
+            assignment,
+            receipt: SignedReceipt::sign(receipt, self.provider)?,
+        })
+    }
+}
+
+impl Parties<'_> {
+    /// The voucher of a search's witness on tab `escrow_id`: the buyer's search for one leading
+    /// zero bit (a witness implies 2 trials) with success probability `success_ppm` at most
+    /// `max_price_wei` (replay guard `nonce`), the exchange's assignment at `price_wei`, the
+    /// provider's receipt claiming it all.
+    pub fn search_job(
+        &self,
+        domain: &Eip712Domain,
+        escrow_id: u64,
+        nonce: u64,
+        (success_ppm, max_price_wei): (u32, u128),
+        price_wei: u128,
+    ) -> Result<Voucher> {
+        use crate::assignment::Assignment;
+        use crate::receipt::Receipt;
+        let (chain_id, _) = crate::order::signed::domain_parts(domain)?;
+        let mut target = B256::ZERO;
+        target.0[0] = 0x80;
+        let search = Search {
+            prefix: b"cx".to_vec().into(),
+            target,
+            success_ppm,
+            deadline_s: 4_000_000_000,
+            max_price_wei,
+            tab_id: escrow_id,
+            nonce,
+            expiry_s: 4_000_000_000,
+        };
+        let witness = (0..)
+            .find(|n| search.is_witness(*n))
+            .expect("half of all nonces are");
+        let signed = crate::order::sign(search, domain, self.buyer, self.buyer_identity)?;
+        let id = signed.digest(domain).0;
+        let buyer = signed.account.0.0;
+        let assignment = SignedAssignment::sign(
+            Assignment {
+                job_id: id,
+                chain_id,
+                escrow_id,
+                buyer,
+                provider_key: self.provider.id().0,
+                price_wei,
+                deadline_s: 4_000_000_000,
+                input_hash: id,
+                adapter_hash: [0; 32],
+            },
+            self.exchange,
+        )?;
+        let receipt = Receipt {
+            job_id: id,
+            chain_id,
+            escrow_id,
+            input_hash: id,
+            output_hash: Sha256::digest(witness.to_le_bytes()).into(),
+            adapter_hash: [0; 32],
+            tokens: 0,
+            compute_ms: 0,
+            class: crate::DeterminismClass::D,
+            provider: self.payout.0.0,
+            provider_key: self.provider.id().0,
+            amount_owed_wei: price_wei,
+            buyer,
+        };
+        Ok(Voucher {
+            authority: Authority::Search {
+                order: signed,
+                witness,
+            },
             binding: self.binding(domain)?,
             assignment,
             receipt: SignedReceipt::sign(receipt, self.provider)?,
@@ -797,6 +893,29 @@ mod tests {
             .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
             .unwrap_err();
         assert!(err.to_string().contains("assigned price"), "{err}");
+    }
+
+    #[test]
+    fn a_search_pays_the_work_its_witness_implies_at_the_buyers_limit_per_trial() {
+        let w = world();
+        let check =
+            |v: Voucher| v.check(&w.exchange.public(), &domain(), &w.buyer_identity.public());
+        // 99.9 %: 10 trials budgeted at most 1 000 wei, 100 a trial; a witness implies 2.
+        let fair = parties(&w)
+            .search_job(&domain(), 4, 1, (999_000, 1_000), 200)
+            .unwrap();
+        assert_eq!(check(fair).unwrap(), None);
+        // The whole limit for two trials' work, signed by the exchange itself: refused.
+        let greedy = parties(&w)
+            .search_job(&domain(), 4, 2, (999_000, 1_000), 1_000)
+            .unwrap();
+        let err = check(greedy).unwrap_err();
+        assert!(err.to_string().contains("witness's work"), "{err}");
+        // 50 %: one trial budgeted, below the two a witness implies: the limit is the price.
+        let small = parties(&w)
+            .search_job(&domain(), 4, 3, (500_000, 1_000), 1_000)
+            .unwrap();
+        assert_eq!(check(small).unwrap(), None);
     }
 
     /// A `cx/matmul-f32` job settles as any intent: the request hash the buyer signed is the

@@ -662,6 +662,7 @@ async fn register(
         token_hash: Offer::token_hash_of(token.as_bytes()),
         issued_at_s: now_s(),
         residency: None,
+        search_trials_per_s: None,
     };
     let signed = SignedOffer::sign(offer, id).map_err(bench_err)?;
     let call = Call {

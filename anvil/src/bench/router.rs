@@ -317,6 +317,7 @@ async fn provider(
         token_hash: Offer::token_hash_of(token.as_bytes()),
         issued_at_s: now_s(),
         residency: None,
+        search_trials_per_s: None,
     };
     let signed = SignedOffer::sign(offer, &id).map_err(bench_err)?;
     let body = Bytes::from(serde_json::to_string(&signed).map_err(bench_err)?);

@@ -165,6 +165,7 @@ impl Agent {
         let search = cx_protocol::order::Search {
             prefix: prefix.to_vec().into(),
             target: B256::from(cx_exchange::lifecycle::search::target_for_zero_bits(12)),
+            success_ppm: 990_000,
             deadline_s: now + 20,
             max_price_wei: SEARCH_PRICE_WEI,
             tab_id: tab.escrow_id,

@@ -471,6 +471,7 @@ mod devnet {
                 .unwrap()
                 .as_secs(),
             residency: None,
+            search_trials_per_s: None,
         };
         let registered = client
             .register_provider(&SignedOffer::sign(offer, &identity).unwrap())

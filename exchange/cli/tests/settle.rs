@@ -112,8 +112,9 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     assert!(chat_charged > 0);
 
     // A search on the same tab: the provider finds a witness (12 leading zero bits: ~4,000
-    // hashes), the exchange checks it and fills the search for its price; every signer checks
-    // the witness again before it pays.
+    // hashes), the exchange checks it and fills the search for the work a witness implies at
+    // the price it set (the budget for 99 % is held, ~4.6 times that); every signer checks the
+    // witness again before it pays.
     let filled = cx_json(
         agent.args(&[
             "search",
@@ -136,10 +137,15 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
     assert_eq!(filled["status"], "filled", "{filled}");
     let search_id: B256 = filled["id"].as_str().unwrap().parse().unwrap();
     let charged = client.tab(31337, escrow_id).await.unwrap().held_wei;
+    let price = &filled["order"]["price"];
+    assert_eq!(price["witness_trials"], "4096", "{filled}");
+    let witness_wei: u128 = price["witness_wei"].as_str().unwrap().parse().unwrap();
+    let hold_wei: u128 = price["hold_wei"].as_str().unwrap().parse().unwrap();
+    assert!(0 < witness_wei && witness_wei < hold_wei, "{price}");
     assert_eq!(
         charged,
-        chat_charged + 50_000,
-        "the search's price, charged"
+        chat_charged + witness_wei,
+        "the work a witness implies, charged; the rest of the hold returned"
     );
 
     // Nothing is credited before the tab settles.

@@ -128,6 +128,15 @@ pub enum Error {
         /// Why none can (the binding constraint).
         reason: String,
     },
+    /// No live provider takes the search's work within the buyer's limit or deadline; nothing
+    /// was held. Names the binding field.
+    #[error("{field}: {reason}")]
+    SearchUnpriced {
+        /// The search's field that binds (`search.order`, `.max_price_wei`, `.deadline_s`).
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// A bid on a reserve cannot be taken; names the bid's field.
     #[error("bid.{field}: {reason}")]
     BidRefused {

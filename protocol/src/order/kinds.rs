@@ -432,6 +432,10 @@ pub struct Search {
     /// The target, 256-bit big-endian; above zero.
     #[cfg_attr(feature = "openapi", schema(value_type = String, pattern = "^0x[0-9a-fA-F]{64}$"))]
     pub target: B256,
+    /// P: the probability, parts per million, that the work the buyer pays for finds a witness
+    /// (0 < P < 10⁶). The search is priced on the trials `n = ln(1 − P) / ln(1 − q)` that
+    /// reach it, `q = target / 2²⁵⁶` ([`Search::budget_trials`]).
+    pub success_ppm: u32,
     /// When a witness must be found, unix seconds (refunded if none by then).
     pub deadline_s: u64,
     /// The most the buyer pays, wei (a decimal string in JSON).
@@ -452,6 +456,55 @@ impl Search {
     pub fn is_witness(&self, nonce: u64) -> bool {
         search_witness(&self.prefix, nonce, &self.target.0)
     }
+
+    /// q: the probability that one trial is a witness, `target / 2²⁵⁶`.
+    pub fn trial_probability(&self) -> f64 {
+        search_trial_probability(&self.target.0)
+    }
+
+    /// The work a witness implies: `⌈2²⁵⁶ / target⌉` trials, the mean of the geometric number of
+    /// trials to the first witness (saturating at `u128::MAX`; 0 for a zero target, which
+    /// [`Order::validate`] refuses). Whoever finds a witness did this much work in expectation,
+    /// wherever in the nonce space it looked — so it is what a witness is paid for.
+    pub fn witness_trials(&self) -> u128 {
+        let target = U256::from_be_bytes(self.target.0);
+        if target.is_zero() {
+            return 0;
+        }
+        // 2²⁵⁶ = MAX + 1 and 0 < r + 1 ≤ target, so ⌈2²⁵⁶ / target⌉ = ⌊MAX / target⌋ + 1.
+        let trials = U256::MAX / target + U256::from(1u8);
+        u128::try_from(trials).unwrap_or(u128::MAX)
+    }
+
+    /// The work the buyer pays for: the trials that find a witness with probability P,
+    /// `n = ⌈ln(1 − P) / ln(1 − q)⌉` (at least 1; saturating at `u128::MAX`).
+    pub fn budget_trials(&self) -> u128 {
+        let p = f64::from(self.success_ppm) / 1e6;
+        let q = self.trial_probability();
+        if !(p > 0.0 && p < 1.0 && q > 0.0) {
+            return 0;
+        }
+        // `as` saturates: a budget past u128 is refused on price anyway.
+        search_trials_to_succeed(p, q) as u128
+    }
+}
+
+/// q for a search target: `target / 2²⁵⁶` (256-bit big-endian).
+pub fn search_trial_probability(target: &[u8; 32]) -> f64 {
+    target
+        .iter()
+        .fold(0.0, |acc, b| acc * 256.0 + f64::from(*b))
+        / 2f64.powi(256)
+}
+
+/// Trials that find a witness with probability `p` when each succeeds with probability `q`
+/// (both in (0, 1]): `⌈ln(1 − p) / ln(1 − q)⌉`, at least 1.
+pub fn search_trials_to_succeed(p: f64, q: f64) -> f64 {
+    if q >= 1.0 {
+        return 1.0;
+    }
+    // ln_1p keeps precision when q is tiny (1 − q rounds to 1 in f64).
+    ((-p).ln_1p() / (-q).ln_1p()).ceil().max(1.0)
 }
 
 /// The search predicate: SHA-256(prefix ‖ nonce as 8 bytes little-endian) < target, digest and
@@ -474,6 +527,7 @@ impl Order for Search {
         typed::Search {
             prefix: self.prefix.clone(),
             target: self.target,
+            successPpm: self.success_ppm,
             deadline: self.deadline_s,
             maxPriceWei: U256::from(self.max_price_wei),
             tab: self.tab_id,
@@ -486,6 +540,7 @@ impl Order for Search {
         Ok(Self {
             prefix: t.prefix,
             target: t.target,
+            success_ppm: t.successPpm,
             deadline_s: t.deadline,
             max_price_wei: wei_from("max_price_wei", t.maxPriceWei)?,
             tab_id: t.tab,
@@ -499,6 +554,12 @@ impl Order for Search {
             return Err(invalid(
                 "target",
                 "must be above zero (no digest is below zero)",
+            ));
+        }
+        if self.success_ppm == 0 || self.success_ppm >= 1_000_000 {
+            return Err(invalid(
+                "success_ppm",
+                "must be within 1..=999999 (a success probability strictly between 0 and 1)",
             ));
         }
         nonzero_wei("max_price_wei", self.max_price_wei)

@@ -62,7 +62,8 @@ pub use k256::ecdsa::SigningKey;
 
 pub use binding::{BINDING_CONTEXT, Binding, BoundKey};
 pub use kinds::{
-    Intent, PqBinding, Rent, RentTarget, Reserve, Search, SessionGrant, TabTerms, search_witness,
+    Intent, PqBinding, Rent, RentTarget, Reserve, Search, SessionGrant, TabTerms,
+    search_trial_probability, search_trials_to_succeed, search_witness,
 };
 pub use request::{
     ChatMessage, InferenceRequest, SamplingParams, canonical_json, chat_prompt, request_hash,

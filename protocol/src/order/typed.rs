@@ -58,6 +58,7 @@ alloy_sol_types::sol! {
     struct Search {
         bytes prefix;
         bytes32 target;
+        uint32 successPpm;
         uint64 deadline;
         uint256 maxPriceWei;
         uint64 tab;

@@ -78,6 +78,7 @@ pub(crate) fn search() -> Search {
     Search {
         prefix: Bytes::from_static(b"cx-search-demo"),
         target,
+        success_ppm: 990_000,
         deadline_s: NOW_S + 600,
         max_price_wei: 2_000_000,
         tab_id: 7,

@@ -170,6 +170,8 @@ pub struct Link {
     flops_per_s: f64,
     /// FLOP/s of `C = A·B` on the CPU kernels (the matmul bundle's throughput).
     matmul_flops_per_s: f64,
+    /// Trials per second of the search worker (the offer's `search_trials_per_s`).
+    search_trials_per_s: u64,
     /// Rung when the resident adapters change, so the offer says so now, not at the next period
     /// (and when a poll fails, so an exchange that forgot the offer hears it again).
     residency_changed: Arc<Notify>,
@@ -276,6 +278,7 @@ impl Link {
         let token = Zeroizing::new(hex::encode(secret.as_ref()));
         let flops_per_s = measure_flops(&engine)?;
         let matmul_flops_per_s = matmul::measure_flops(engine.model().device())?;
+        let search_trials_per_s = search::measure_trials_per_s();
         let residency_changed = Arc::new(Notify::new());
         let ask = Ask {
             wei_per_s: Arc::new(std::sync::atomic::AtomicU64::new(config.ask_wei_per_s)),
@@ -293,6 +296,7 @@ impl Link {
             token: Arc::new(token),
             flops_per_s,
             matmul_flops_per_s,
+            search_trials_per_s,
             residency_changed,
             fetching: Arc::new(tokio::sync::Mutex::new(())),
             exchange_key: Arc::new(std::sync::OnceLock::new()),
@@ -393,6 +397,7 @@ impl Link {
             token_hash: Offer::token_hash_of(self.token.as_bytes()),
             issued_at_s: self.now_s(),
             residency: Some(self.engine.residency()),
+            search_trials_per_s: Some(self.search_trials_per_s),
         };
         let signed = SignedOffer::sign(offer, &self.identity)?;
         let registered: Registered = self

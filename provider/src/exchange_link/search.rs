@@ -2,7 +2,9 @@
 //! for a witness — a nonce with SHA-256(prefix ‖ nonce, 8 bytes little-endian) below the target
 //! — on a blocking thread until the search's deadline, and claims the first it finds with a
 //! signed receipt (job id and input: the search's digest; output: the witness's SHA-256; the
-//! price it holds). The first valid witness at the exchange wins; the others are refused.
+//! price the exchange set for the work a witness implies). The first valid witness at the
+//! exchange wins; the others are refused. Its offer says how many trials a second it runs
+//! ([`measure_trials_per_s`]): what the exchange prices searches' work at.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -39,6 +41,41 @@ struct OpenSearch {
     held_wei: u128,
     ends_s: u64,
     order: serde_json::Value,
+}
+
+/// Trials per second of one search worker: the predicate (a SHA-256 of a 16-byte prefix and
+/// the nonce) run for about 50 ms. Blocking.
+pub(super) fn measure_trials_per_s() -> u64 {
+    let search = Search {
+        prefix: vec![0x5a; 16].into(),
+        target: B256::repeat_byte(0),
+        success_ppm: 500_000,
+        deadline_s: 0,
+        max_price_wei: 0,
+        tab_id: 0,
+        nonce: 0,
+        expiry_s: 0,
+    };
+    let started = Instant::now();
+    let mut trials = 0u64;
+    while started.elapsed() < Duration::from_millis(50) {
+        for n in trials..trials + 4_096 {
+            std::hint::black_box(search.is_witness(n));
+        }
+        trials += 4_096;
+    }
+    (trials as f64 / started.elapsed().as_secs_f64()).max(1.0) as u64
+}
+
+/// What the exchange pays a witness of `search`, wei: the price it set when it accepted the
+/// search (`order.price.witness_wei`), the work a witness implies.
+fn witness_wei(search: &OpenSearch) -> Result<u128> {
+    search
+        .order
+        .pointer("/price/witness_wei")
+        .and_then(serde_json::Value::as_str)
+        .and_then(|w| w.parse().ok())
+        .ok_or_else(|| crate::error::Error::Exchange("an open search without its price".into()))
 }
 
 /// `POST /v1/searches/{id}/witness`.
@@ -89,6 +126,7 @@ async fn work(link: &Arc<Link>, search: &OpenSearch) -> Result<()> {
         serde_json::from_value(search.order.get("search").cloned().unwrap_or_default())
             .map_err(|e| crate::error::Error::Exchange(format!("an open search's order: {e}")))?;
     let order = signed.order;
+    let owed = witness_wei(search)?;
     let until = Instant::now() + Duration::from_secs(search.ends_s.saturating_sub(link.now_s()));
     let started = Instant::now();
     let found = tokio::task::spawn_blocking(move || {
@@ -119,7 +157,7 @@ async fn work(link: &Arc<Link>, search: &OpenSearch) -> Result<()> {
         class: DeterminismClass::D,
         provider: link.config.payout.0.0,
         provider_key: link.identity.id().0,
-        amount_owed_wei: search.held_wei,
+        amount_owed_wei: owed,
         buyer: search.account.0.0,
     };
     let body = WitnessBody {
@@ -136,7 +174,7 @@ async fn work(link: &Arc<Link>, search: &OpenSearch) -> Result<()> {
         )
         .await?;
     tracing::info!(
-        "search {}: witness {witness} accepted, {} wei",
+        "search {}: witness {witness} accepted, {owed} wei (of {} held)",
         search.id,
         search.held_wei
     );

@@ -19,10 +19,7 @@ pub fn target_for_zero_bits(leading_zero_bits: u32) -> [u8; 32] {
 
 /// Probability that one trial succeeds: target / 2²⁵⁶.
 pub fn trial_probability(target: &[u8; 32]) -> f64 {
-    target
-        .iter()
-        .fold(0.0, |acc, b| acc * 256.0 + f64::from(*b))
-        / 2f64.powi(256)
+    cx_protocol::order::search_trial_probability(target)
 }
 
 /// Whether `nonce` is a witness: SHA-256(prefix ‖ nonce) < target (the protocol's predicate,
@@ -48,12 +45,7 @@ pub fn expected_trials(success_probability: f64, trial_probability: f64) -> Resu
     if !(trial_probability > 0.0 && trial_probability <= 1.0) {
         return Err(invalid("target", "the target must be above zero"));
     }
-    if trial_probability == 1.0 {
-        return Ok(1);
-    }
-    // ln_1p keeps precision when q is tiny (1 − q rounds to 1 in f64).
-    let n = (-success_probability).ln_1p() / (-trial_probability).ln_1p();
-    Ok(n.ceil().max(1.0) as u64)
+    Ok(cx_protocol::order::search_trials_to_succeed(success_probability, trial_probability) as u64)
 }
 
 #[cfg(test)]

@@ -400,6 +400,9 @@ impl From<crate::Error> for ApiError {
                 Some("rent.order.target"),
                 &err,
             ),
+            E::SearchUnpriced { field, .. } => {
+                refuse(StatusCode::CONFLICT, "no_capable_bundle", Some(field), &err)
+            }
             E::BidRefused { field, .. } => refuse(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "bid_refused",

@@ -172,8 +172,9 @@ pub(super) struct Relayed {
 /// Open searches, as a provider reads them.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(super) struct OpenSearches {
-    /// Each open search: its id, the buyer's signed order (prefix, target, deadline, price),
-    /// what it holds (the most a receipt may claim).
+    /// Each open search: its id, the buyer's signed order (prefix, target, success
+    /// probability, deadline, limit) and the exchange's price beside it (`order.price`: what a
+    /// witness is paid, `witness_wei`, exactly what a receipt claims), what it holds.
     searches: Vec<crate::books::StandingOrder>,
 }
 
@@ -198,7 +199,7 @@ pub(super) struct Witness {
     /// The nonce: SHA-256(prefix ‖ nonce as 8 bytes little-endian) must be below the target.
     witness: u64,
     /// The provider-signed receipt (job id and input: the search's digest; output: SHA-256 of
-    /// the witness's 8 bytes).
+    /// the witness's 8 bytes; amount: the search's `price.witness_wei`).
     #[schema(value_type = Object, required = true)]
     receipt: cx_protocol::receipt::SignedReceipt,
 }

@@ -197,6 +197,26 @@ impl Books {
             .collect()
     }
 
+    /// Every provider with bundles and its latest offer as it signed it (what the exchange
+    /// reads beyond the bundles: the residency report, the search rate).
+    pub async fn provider_offers(&self) -> Result<Vec<(B256, cx_protocol::offer::Offer)>> {
+        let rows: Vec<(Vec<u8>, serde_json::Value)> = sqlx::query_as(
+            "SELECT p.key_hash, p.offer->'offer' FROM exchange_providers p \
+             WHERE EXISTS (SELECT 1 FROM exchange_bundles b WHERE b.provider_key_hash = p.key_hash)",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(key, offer)| {
+                let key = B256::try_from(key.as_slice()).map_err(|_| Error::Corrupt {
+                    what: "a key hash",
+                    value: hex::encode(&key),
+                })?;
+                Ok((key, serde_json::from_value(offer)?))
+            })
+            .collect()
+    }
+
     /// The provider whose dispatch token hashes to `token_hash`.
     pub async fn provider_by_token(&self, token_hash: B256) -> Result<Option<Provider>> {
         let row: Option<ProviderRow> = sqlx::query_as(

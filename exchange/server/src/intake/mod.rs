@@ -18,14 +18,16 @@
 
 mod rent;
 mod reserve;
+mod search;
 mod standing;
 pub(crate) mod state;
 
 pub use rent::RENT_REPORT_FRESH_S;
 pub use reserve::RESERVE_CLAIM_GRACE_S;
+pub use search::{MAX_SEARCH_PREFIX_BYTES, SearchPrice};
 pub use standing::{
-    MAX_RENT_TERM_S, MAX_SEARCH_PREFIX_BYTES, RentSubmission, ReserveSubmission, SearchSubmission,
-    Standing, StandingAccepted,
+    MAX_RENT_TERM_S, RentSubmission, ReserveSubmission, SearchSubmission, Standing,
+    StandingAccepted,
 };
 pub use state::{Intake, PROVIDER_SILENCE_S};
 

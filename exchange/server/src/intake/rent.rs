@@ -3,17 +3,26 @@
 //! sweep, and claimed by its provider at the term's end — the rent less the rebate a missed
 //! term earns, a job of the tab paid by [`cx_protocol::voucher::Authority::Rent`].
 //!
-//! **The price.** A bundle's ask `p` buys a compute-second of the whole device, whose free
-//! memory is `M`; an adapter of `|a|` bytes kept resident takes `|a|/M` of that memory, so the
-//! rent is that share of the ask over the term: `ρ = p × 3600 × 10⁹ / M` wei per GB-hour and
-//! rent = `ρ·|a|·term` ([`cx_exchange::lifecycle::rent::Rent::accrue`]). The cheapest capable
-//! bundle is the lowest ρ; its term's rent must be at most the buyer's `max_rent_wei`.
+//! **The price is the holder's shadow price of the bytes** (SPEC §4), not its ask. A provider
+//! reports the shadow price of a residency slot of `slot_bytes`: the loading seconds its
+//! occupants would save over the cache's horizon `H` (an hour, [`Discount::default`]), which is
+//! what pinning those bytes gives up. At the bundle's ask `p` (wei per device-second) that is
+//! `ρ = shadow × p × 10⁹ / slot_bytes × 3600 / H` wei per GB-hour, and rent = `ρ·|a|·term`
+//! ([`cx_exchange::lifecycle::rent::Rent::accrue`]). Bytes that fit in what is free have a
+//! shadow price of zero; the rent of those never falls below a floor, a hundredth of the bytes'
+//! share of the device-hour (`p × 3600 × 10⁹ / M / 100`), so idle memory cannot be pinned for a
+//! month for nothing and then priced to every later buyer. A provider that reports no residency,
+//! or whose cache can make no slot (shadow price absent) and does not hold the adapter, cannot
+//! hold a rent. The cheapest capable bundle is the lowest ρ; its term's rent must be at most the
+//! buyer's `max_rent_wei`.
 
 use super::state::Intake;
 use crate::books::{Provider, RentCommitment};
 use crate::error::{Error, Result};
 use alloy::primitives::B256;
 use cx_exchange::lifecycle::rent::{PinObject, Rent as Term, RentState};
+use cx_protocol::inventory::Discount;
+use cx_protocol::offer::Residency;
 use cx_protocol::order::{Rent, Signed};
 use cx_protocol::receipt::SignedReceipt;
 
@@ -30,9 +39,24 @@ pub(super) struct Holder {
     pub(super) rent_wei: u128,
 }
 
-/// ρ of a bundle with ask `ask_wei_per_s` and `memory_bytes` free, wei per GB-hour.
-fn rho_of(ask_wei_per_s: u64, memory_bytes: u64) -> u128 {
-    u128::from(ask_wei_per_s) * 3_600 * 1_000_000_000 / u128::from(memory_bytes.max(1))
+/// The floor of ρ, as a fraction of the bytes' share of the device-hour: a hundredth.
+const IDLE_FLOOR_DIVISOR: u128 = 100;
+
+/// ρ of a bundle asking `ask_wei_per_s` with `memory_bytes`, whose slots of `slot_bytes` have
+/// a shadow price of `shadow_s` loading seconds over the horizon, wei per GB-hour (see the
+/// module).
+fn rho_of(ask_wei_per_s: u64, memory_bytes: u64, shadow_s: f64, slot_bytes: u64) -> u128 {
+    let horizon_h = Discount::default().horizon_s / 3_600.0;
+    let shadow = if slot_bytes == 0 {
+        0.0
+    } else {
+        shadow_s * ask_wei_per_s as f64 * 1e9 / slot_bytes as f64 / horizon_h
+    };
+    let floor = u128::from(ask_wei_per_s) * 3_600 * 1_000_000_000
+        / u128::from(memory_bytes.max(1))
+        / IDLE_FLOOR_DIVISOR;
+    // `as` saturates: a shadow price past u128 is refused on price anyway.
+    (shadow.ceil() as u128).max(floor)
 }
 
 fn signed_rent(order: &crate::books::StandingOrder) -> Result<Signed<Rent>> {
@@ -69,6 +93,22 @@ impl Intake {
         size_bytes: u64,
     ) -> Result<Holder> {
         let catalog = self.market().catalog();
+        let reports: std::collections::HashMap<String, Residency> = self
+            .books()
+            .provider_offers()
+            .await?
+            .into_iter()
+            .filter_map(|(_, offer)| {
+                let report = offer.residency?;
+                Some(
+                    offer
+                        .bundles
+                        .into_iter()
+                        .map(move |b| (b.id, report.clone())),
+                )
+            })
+            .flatten()
+            .collect();
         let mut serving = 0;
         let mut roomy = 0;
         let mut best: Option<(u128, String)> = None;
@@ -81,12 +121,24 @@ impl Intake {
                 continue;
             }
             serving += 1;
+            let Some(report) = reports.get(&bundle.id) else {
+                continue;
+            };
             let holds = bundle.resident_adapters.iter().any(|a| a == adapter);
+            // A cache that can make no slot can still pin what it holds: that makes no room.
+            let Some(shadow_s) = report.slot_shadow_price.or(holds.then_some(0.0)) else {
+                continue;
+            };
+            let rho = rho_of(
+                bundle.price_wei_per_s,
+                bundle.memory_bytes,
+                shadow_s,
+                report.slot_bytes,
+            );
             if !holds && bundle.memory_bytes < size_bytes {
                 continue;
             }
             roomy += 1;
-            let rho = rho_of(bundle.price_wei_per_s, bundle.memory_bytes);
             if best
                 .as_ref()
                 .is_none_or(|(r, id)| (rho, &bundle.id) < (*r, id))
@@ -100,7 +152,8 @@ impl Intake {
                     format!("none serves its base model `{base}`")
                 } else {
                     format!(
-                        "none of the {serving} serving `{base}` has {size_bytes} bytes free for it"
+                        "none of the {serving} serving `{base}` reports a residency that can \
+                         make {size_bytes} bytes of room for it"
                     )
                 },
             });
@@ -289,4 +342,21 @@ fn term_rent(rent: &Rent, adapter: &str, size_bytes: u64, rho: u128) -> Result<u
         rent.epsilon_ppm,
     )?;
     Ok(term.accrue(rent.term_s as f64)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rho_of;
+
+    #[test]
+    fn rho_is_the_shadow_price_of_the_bytes_and_never_below_the_floor() {
+        // 360 loading seconds over the hour for a 10⁶-byte slot, at 10⁶ wei/s.
+        assert_eq!(
+            rho_of(1_000_000, 10_000_000, 360.0, 1_000_000),
+            360_000_000_000
+        );
+        // Bytes that fit in what is free: the floor, a hundredth of the device-hour's share.
+        assert_eq!(rho_of(1_000_000, 10_000_000, 0.0, 1_000_000), 3_600_000_000);
+        assert_eq!(rho_of(1_000_000, 10_000_000, 5.0, 0), 3_600_000_000);
+    }
 }

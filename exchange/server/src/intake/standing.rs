@@ -6,12 +6,8 @@
 use super::state::Intake;
 use crate::books::{NewOrder, StandingTerms};
 use crate::error::{Error, Result};
-use alloy::primitives::B256;
 use cx_protocol::order::{Order, Rent, RentTarget, Reserve, Search, Signed, Verified};
 use serde::Deserialize;
-
-/// Longest search prefix accepted, bytes.
-pub const MAX_SEARCH_PREFIX_BYTES: usize = 1024;
 
 /// Longest rent term accepted, seconds (30 days).
 pub const MAX_RENT_TERM_S: u64 = 30 * 24 * 3600;
@@ -96,7 +92,8 @@ impl Intake {
             .resolve(&reserve.model)
             .map_err(|_| Error::UnknownModel(reserve.model.clone()))?;
         let held_wei = reserve.most_wei();
-        self.standing(&verified, signed, held_wei, now_s).await
+        self.standing(&verified, signed, held_wei, None, now_s)
+            .await
     }
 
     /// A rent: an adapter kept resident for a term at most `max_rent_wei`, committed at once
@@ -140,7 +137,7 @@ impl Intake {
         let holder = self.rent_holder(rent, &adapter, &base, size_bytes).await?;
         // The price is known now: the term's rent is the most it can cost.
         let mut accepted = self
-            .standing(&verified, signed, holder.rent_wei, now_s)
+            .standing(&verified, signed, holder.rent_wei, None, now_s)
             .await?;
         if self
             .commit_rent(accepted.order_id, &holder, size_bytes, now_s)
@@ -151,101 +148,15 @@ impl Intake {
         Ok(accepted)
     }
 
-    /// A search: a SHA-256 preimage search paying at most `max_price_wei` for a witness found
-    /// by its deadline.
-    pub async fn submit_search(
-        &self,
-        signed: &Signed<Search>,
-        now_s: u64,
-    ) -> Result<StandingAccepted> {
-        let verified = self.verify(signed, now_s, "search").await?;
-        let search = &signed.order;
-        if search.prefix.len() > MAX_SEARCH_PREFIX_BYTES {
-            return Err(cx_protocol::Error::InvalidField {
-                field: "search.order.prefix".into(),
-                reason: format!("at most {MAX_SEARCH_PREFIX_BYTES} bytes"),
-            }
-            .into());
-        }
-        self.standing(&verified, signed, search.max_price_wei, now_s)
-            .await
-    }
-
-    /// Fills open search `id` with `witness`, found by `provider`, whose `receipt` claims it:
-    /// the witness must satisfy the buyer's signed search (one hash), the receipt be signed by
-    /// the provider's registered key and name exactly this search (its digest as job id and
-    /// input, the witness's SHA-256 as output, the tab, the buyer, the payout) for at most what
-    /// it holds. The first valid witness wins; a later one is refused as not open.
-    pub async fn fill_search(
-        &self,
-        provider: &crate::books::Provider,
-        id: B256,
-        witness: u64,
-        receipt: &cx_protocol::receipt::SignedReceipt,
-        now_s: u64,
-    ) -> Result<()> {
-        use sha2::{Digest, Sha256};
-        let order = self
-            .books()
-            .standing_order(id)
-            .await?
-            .filter(|o| o.kind == "search" && o.status == "open" && o.ends_s >= now_s)
-            .ok_or(Error::SearchNotOpen)?;
-        let signed: Signed<Search> =
-            serde_json::from_value(order.order.get("search").cloned().ok_or(Error::Corrupt {
-                what: "a search order",
-                value: id.to_string(),
-            })?)?;
-        if !signed.order.is_witness(witness) {
-            return Err(Error::NotAWitness { witness });
-        }
-        let key = cx_protocol::pq::PublicIdentity::from_bytes(&provider.mldsa_key)?;
-        receipt.verify(&key).map_err(|e| e.within("receipt"))?;
-        let r = &receipt.receipt;
-        let output: [u8; 32] = Sha256::digest(witness.to_le_bytes()).into();
-        let checks: [(&'static str, bool); 8] = [
-            ("job_id", r.job_id == id.0),
-            ("input_hash", r.input_hash == id.0),
-            ("output_hash", r.output_hash == output),
-            ("chain_id", r.chain_id == order.chain_id),
-            ("escrow_id", r.escrow_id == order.escrow_id),
-            ("buyer", r.buyer == order.account.0.0),
-            ("adapter_hash", r.adapter_hash == [0; 32]),
-            ("provider", r.provider == provider.payout.0.0),
-        ];
-        if let Some((field, _)) = checks.iter().find(|(_, ok)| !ok) {
-            return Err(Error::ReceiptMismatch {
-                field,
-                reason: "is not what this search and witness make it (job id and input: the \
-                         search's digest; output: SHA-256 of the witness's 8 little-endian \
-                         bytes; the tab, buyer and payout account)"
-                    .into(),
-            });
-        }
-        if !self
-            .books()
-            .fill_search(
-                id,
-                provider.key_hash,
-                witness,
-                r.amount_owed_wei,
-                &serde_json::to_value(receipt)?,
-                now_s,
-            )
-            .await?
-        {
-            return Err(Error::SearchNotOpen);
-        }
-        Ok(())
-    }
-
     /// Commits a verified standing order accepted at `now_s` with its hold; the tab must stay
-    /// open until it ends plus the settlement margin.
-    async fn standing<T: Standing>(
+    /// open until it ends plus the settlement margin. `price` is what the exchange set (kept
+    /// beside the signed order as `price`, for the provider that fills it and for the claim).
+    pub(super) async fn standing<T: Standing>(
         &self,
         verified: &Verified,
         signed: &Signed<T>,
         held_wei: u128,
+        price: Option<serde_json::Value>,
         now_s: u64,
     ) -> Result<StandingAccepted> {
         let terms = signed.order.terms(now_s);
@@ -261,7 +172,10 @@ impl Intake {
             account: verified.account,
             chain_id: signed.chain_id,
             nonce: signed.order.nonce(),
-            body: serde_json::json!({ kind: signed }),
+            body: match price {
+                Some(price) => serde_json::json!({ kind: signed, "price": price }),
+                None => serde_json::json!({ kind: signed }),
+            },
             limit_wei: None,
         };
         self.books()

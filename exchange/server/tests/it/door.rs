@@ -74,13 +74,24 @@ impl Prov {
     }
 
     pub(crate) fn offer(&self, bundles: Vec<Bundle>) -> Value {
+        self.offer_with(bundles, None, None)
+    }
+
+    /// An offer with a residency report and a search rate.
+    pub(crate) fn offer_with(
+        &self,
+        bundles: Vec<Bundle>,
+        residency: Option<cx_protocol::offer::Residency>,
+        search_trials_per_s: Option<u64>,
+    ) -> Value {
         let offer = Offer {
             operator: "op-a".into(),
             payout: PAYOUT,
             bundles,
             token_hash: Offer::token_hash_of(self.token.as_bytes()),
             issued_at_s: now_s(),
-            residency: None,
+            residency,
+            search_trials_per_s,
         };
         serde_json::to_value(SignedOffer::sign(offer, &self.id).unwrap()).unwrap()
     }

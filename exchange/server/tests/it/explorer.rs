@@ -137,6 +137,7 @@ impl World {
             token_hash: Offer::token_hash_of(w.token.as_bytes()),
             issued_at_s: now_s(),
             residency: None,
+            search_trials_per_s: None,
         };
         let offer = serde_json::to_value(SignedOffer::sign(offer, &w.provider).unwrap()).unwrap();
         let (status, body) = w.post("/v1/providers/register", None, &offer).await;
@@ -870,6 +871,7 @@ async fn a_continuation_goes_to_the_prefix_holder_and_its_page_names_the_hit() {
             slot_shadow_price: Some(0.0),
             prefixes: vec![held.clone()],
         }),
+        search_trials_per_s: None,
     };
     let offer = serde_json::to_value(SignedOffer::sign(offer, &holder_identity).unwrap()).unwrap();
     let (status, body) = w.post("/v1/providers/register", None, &offer).await;

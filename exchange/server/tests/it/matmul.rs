@@ -58,6 +58,7 @@ async fn provider(door: &Door) -> Identity {
         token_hash: Offer::token_hash_of(TOKEN.as_bytes()),
         issued_at_s: now_s(),
         residency: None,
+        search_trials_per_s: None,
     };
     let signed = serde_json::to_value(SignedOffer::sign(offer, &id).unwrap()).unwrap();
     let (status, body) = door.post("/v1/providers/register", None, &signed).await;

@@ -136,8 +136,9 @@ async fn rents_and_searches_are_checked_by_field() {
     let search = |prefix: Vec<u8>, nonce| Search {
         prefix: Bytes::from(prefix),
         target: B256::repeat_byte(0x0f),
+        success_ppm: 990_000,
         deadline_s: now_s() + 30,
-        max_price_wei: 7_000,
+        max_price_wei: 8_000,
         tab_id: 3,
         nonce,
         expiry_s: now_s() + 30,
@@ -155,11 +156,33 @@ async fn rents_and_searches_are_checked_by_field() {
         .post(
             "/v1/searches",
             None,
+            &json!({"search": door.signed(Search { success_ppm: 1_000_000, ..search(b"cx".to_vec(), 4) })}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["error"]["field"], "search.order.success_ppm");
+    // No live provider takes searches: nothing can price the work.
+    let (status, body) = door
+        .post(
+            "/v1/searches",
+            None,
+            &json!({"search": door.signed(search(b"cx".to_vec(), 4))}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["field"], "search.order", "{body}");
+    searcher(&door, 1).await;
+    let (status, body) = door
+        .post(
+            "/v1/searches",
+            None,
             &json!({"search": door.signed(search(b"cx".to_vec(), 4))}),
         )
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    assert_eq!(body["held_wei"], "7000");
+    // q = 0x0f0f…/2²⁵⁶ ≈ 0.0588: ⌈ln 0.01 / ln(1 − q)⌉ = 76 trials at 10⁶ wei/s and
+    // 10⁴ trials/s, 100 wei a trial.
+    assert_eq!(body["held_wei"], "7600");
     assert_eq!(door.count("exchange_standing_orders").await, 1);
     // Signed by someone the exchange has no binding for.
     let stranger = order::SigningKey::from_slice(&[8; 32]).unwrap();
@@ -169,6 +192,113 @@ async fn rents_and_searches_are_checked_by_field() {
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
     assert_eq!(door.count("exchange_standing_orders").await, 1);
+}
+
+/// Registers a provider (seed `seed`) taking searches at 10⁴ trials/s, its bundle asking
+/// 10⁶ wei/s: 100 wei a trial.
+async fn searcher(door: &Door, seed: u8) -> crate::door::Prov {
+    let prov = crate::door::Prov::new(seed);
+    let bundle = crate::door::bundle(&format!("searcher-{seed}"));
+    let (status, body) = door
+        .post(
+            "/v1/providers/register",
+            None,
+            &prov.offer_with(vec![bundle], None, Some(10_000)),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    prov
+}
+
+#[tokio::test]
+async fn a_search_is_held_at_its_budget_and_a_witness_paid_the_work_it_implies() {
+    use cx_protocol::DeterminismClass;
+    use cx_protocol::receipt::{Receipt, SignedReceipt};
+    use sha2::{Digest, Sha256};
+    let door = Door::new().await;
+    let prov = searcher(&door, 4).await;
+    // p = 1/2 a trial (one leading zero bit): a witness implies two trials' work; the buyer
+    // asks for 99.9 %, ⌈ln 0.001 / ln 0.5⌉ = 10 trials, held.
+    let search = Search {
+        prefix: Bytes::from_static(b"cx-half"),
+        target: B256::from(cx_exchange::lifecycle::search::target_for_zero_bits(1)),
+        success_ppm: 999_000,
+        deadline_s: now_s() + 30,
+        max_price_wei: 5_000,
+        tab_id: 3,
+        nonce: 9,
+        expiry_s: now_s() + 30,
+    };
+    let (status, body) = door
+        .post(
+            "/v1/searches",
+            None,
+            &json!({"search": door.signed(search.clone())}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["held_wei"], "1000", "10 trials at 100 wei");
+    assert_eq!(door.held().await, 1_000);
+    let id: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
+    let (_, open) = door
+        .call(
+            Request::get("/v1/providers/searches")
+                .header("authorization", format!("Bearer {}", prov.token))
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+    let price = &open["searches"][0]["order"]["price"];
+    assert_eq!(
+        (
+            &price["budget_trials"],
+            &price["witness_trials"],
+            &price["witness_wei"]
+        ),
+        (&json!("10"), &json!("2"), &json!("200")),
+        "{open}"
+    );
+
+    let witness = (0..).find(|n| search.is_witness(*n)).unwrap();
+    let claim = |amount_owed_wei| {
+        SignedReceipt::sign(
+            Receipt {
+                job_id: id.0,
+                chain_id: 31337,
+                escrow_id: 3,
+                input_hash: id.0,
+                output_hash: Sha256::digest(u64::to_le_bytes(witness)).into(),
+                adapter_hash: [0; 32],
+                tokens: 0,
+                compute_ms: 1,
+                class: DeterminismClass::D,
+                provider: crate::door::PAYOUT.0.0,
+                provider_key: prov.id.id().0,
+                amount_owed_wei,
+                buyer: order::account_of(&door.key).0.0,
+            },
+            &prov.id,
+        )
+        .unwrap()
+    };
+    let path = format!("/v1/searches/{id}/witness");
+    let claimed = |amount| json!({"witness": witness, "receipt": claim(amount)});
+    // Claiming the whole hold is refused by name; nothing changes.
+    let (status, body) = door.post(&path, Some(&prov.token), &claimed(1_000)).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(
+        body["error"]["field"], "receipt.receipt.amount_owed_wei",
+        "{body}"
+    );
+    assert_eq!(door.held().await, 1_000);
+    let (status, body) = door.post(&path, Some(&prov.token), &claimed(200)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["status"], "filled");
+    assert_eq!(
+        door.held().await,
+        200,
+        "two trials' work charged, the rest returned"
+    );
 }
 
 mod reserves {
@@ -574,9 +704,32 @@ mod rents {
         shown
     }
 
+    /// Registers `bundles` with a residency report whose 10⁶-byte slot has a shadow price of
+    /// 360 loading seconds over the hour: at an ask of 10⁶ wei/s, ρ = 3.6·10¹¹ wei per GB-hour.
     async fn register(door: &Door, prov: &Prov, bundles: Vec<cx_protocol::Bundle>) {
+        register_with(door, prov, bundles, Some(360.0)).await;
+    }
+
+    /// Registers `bundles` with a residency report whose slot's shadow price is `shadow_s`.
+    async fn register_with(
+        door: &Door,
+        prov: &Prov,
+        bundles: Vec<cx_protocol::Bundle>,
+        shadow_s: Option<f64>,
+    ) {
+        let report = cx_protocol::offer::Residency {
+            pinned_adapters: vec![],
+            free_bytes: 10_000_000,
+            slot_bytes: 1_000_000,
+            slot_shadow_price: shadow_s,
+            prefixes: vec![],
+        };
         let (status, body) = door
-            .post("/v1/providers/register", None, &prov.offer(bundles))
+            .post(
+                "/v1/providers/register",
+                None,
+                &prov.offer_with(bundles, Some(report), None),
+            )
             .await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
@@ -614,10 +767,21 @@ mod rents {
         register(&door, &a, vec![no_base, holder("tight", 2, 10)]).await;
         register(&door, &b, vec![holder("warm", 1_000_000, 10_000_000)]).await;
         register(&door, &c, vec![holder("dear", 2_000_000, 10_000_000)]).await;
+        // Asking half of `warm`, but its cache is busy: the shadow price of its bytes is ten
+        // times `warm`'s, so its ρ is five times. And one whose cache can make no slot at all.
+        let (busy, full) = (Prov::new(7), Prov::new(8));
+        register_with(
+            &door,
+            &busy,
+            vec![holder("busy", 500_000, 10_000_000)],
+            Some(3_600.0),
+        )
+        .await;
+        register_with(&door, &full, vec![holder("full", 1, 10_000_000)], None).await;
         let (id, size) = adapter(&door, "llama-3.1-8b-instruct").await;
 
-        // ρ = 10⁶ wei/s × 3.6·10¹² / 10⁷ B = 3.6·10¹¹ wei per GB-hour; over 600 s that is
-        // |a| × 60 wei (the ask's |a|/M share of the device).
+        // ρ = 360 s × 10⁶ wei/s × 10⁹ / 10⁶ B = 3.6·10¹¹ wei per GB-hour (above the floor, a
+        // hundredth of the ask's share, 3.6·10⁹); over 600 s that is |a| × 60 wei.
         let want = u128::from(size) * 60;
         let (status, body) = door
             .post(

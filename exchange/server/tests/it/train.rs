@@ -63,6 +63,7 @@ async fn provider(door: &Door) -> Identity {
         token_hash: Offer::token_hash_of(TOKEN.as_bytes()),
         issued_at_s: now_s(),
         residency: None,
+        search_trials_per_s: None,
     };
     let signed = serde_json::to_value(SignedOffer::sign(offer, &id).unwrap()).unwrap();
     let (status, body) = door.post("/v1/providers/register", None, &signed).await;
@@ -510,6 +511,7 @@ async fn a_released_job_moves_to_another_operators_bundle() {
         token_hash: Offer::token_hash_of(token.as_bytes()),
         issued_at_s: now_s(),
         residency: None,
+        search_trials_per_s: None,
     };
     let signed = serde_json::to_value(SignedOffer::sign(offer, &other).unwrap()).unwrap();
     let (status, body) = door.post("/v1/providers/register", None, &signed).await;

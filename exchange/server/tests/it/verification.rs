@@ -101,6 +101,7 @@ impl Prov {
             token_hash: Offer::token_hash_of(self.token.as_bytes()),
             issued_at_s: now_s(),
             residency: None,
+            search_trials_per_s: None,
         };
         serde_json::to_value(SignedOffer::sign(offer, &self.id).unwrap()).unwrap()
     }

@@ -17,7 +17,11 @@ pub(super) struct SearchArgs {
     /// Leading zero bits the digest must have (the target is 2^(256 − bits)), 1 to 64.
     #[arg(long, value_name = "BITS", value_parser = clap::value_parser!(u32).range(1..=64))]
     zero_bits: u32,
-    /// What the witness is paid, wei (held on the tab until then).
+    /// The probability, in (0, 1), that the work paid for finds a witness: the search is
+    /// priced on the trials that reach it.
+    #[arg(long, value_name = "P", default_value_t = 0.99)]
+    success: f64,
+    /// The most the search may cost, wei: refused when the market prices its work above it.
     #[arg(long, value_name = "WEI")]
     max_price_wei: u128,
     /// The tab (escrow id) that pays.
@@ -172,12 +176,16 @@ pub(super) async fn run_search(args: &Args, cmd: &SearchArgs) -> anyhow::Result<
     let Placed { id, order, .. } = place(args, cmd.wait, || {
         let prefix = hex::decode(cmd.prefix.trim_start_matches("0x"))
             .map_err(|_| anyhow!("--prefix: not hex"))?;
+        if !(cmd.success > 0.0 && cmd.success < 1.0) {
+            return Err(anyhow!("--success: a probability strictly between 0 and 1"));
+        }
         let now = now_s();
         Ok(Search {
             prefix: prefix.into(),
             target: B256::from(cx_exchange::lifecycle::search::target_for_zero_bits(
                 cmd.zero_bits,
             )),
+            success_ppm: ((cmd.success * 1e6).round() as u32).clamp(1, 999_999),
             deadline_s: now.saturating_add(cmd.deadline_in),
             max_price_wei: cmd.max_price_wei,
             tab_id: cmd.tab,
@@ -186,11 +194,16 @@ pub(super) async fn run_search(args: &Args, cmd: &SearchArgs) -> anyhow::Result<
         })
     })
     .await?;
+    let price = &order["order"]["price"];
     let table = format!(
-        "search           {id}\nstatus           {}\nheld_wei         {}\nends_s           {}\n",
+        "search           {id}\nstatus           {}\nheld_wei         {}\nends_s           {}\n\
+         budget_trials    {}\nwitness_trials   {}\nwitness_wei      {}\n",
         order["status"].as_str().unwrap_or("?"),
         order["held_wei"].as_str().unwrap_or("?"),
-        order["ends_s"]
+        order["ends_s"],
+        price["budget_trials"].as_str().unwrap_or("?"),
+        price["witness_trials"].as_str().unwrap_or("?"),
+        price["witness_wei"].as_str().unwrap_or("?"),
     );
     super::super::emit(cmd.json, &table, &order)
 }
