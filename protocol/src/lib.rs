@@ -60,6 +60,7 @@ pub mod bundle;
 pub mod class;
 pub mod decision;
 pub mod error;
+pub mod holders;
 pub mod id;
 pub mod inventory;
 pub mod job;

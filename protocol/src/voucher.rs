@@ -53,10 +53,10 @@ pub enum Authority {
     /// the reserved compute whatever was drawn, at most `compute_ms × max_price_wei_per_s`
     /// ([`Reserve::most_wei`]). Intents drawn on the reserve are zero-priced and paid by this.
     Reserve(Signed<Reserve>),
-    /// The rent on state whose term the job is (its EIP-712 digest is the job id and the
-    /// receipt's input; for an adapter, the receipt's adapter is the rented one): the provider
-    /// that kept the state resident is owed the rent less the rebate of a missed term, at most
-    /// `max_rent_wei`.
+    /// The rent on state whose term the job is (the receipt's input is its EIP-712 digest, the
+    /// job id one of its holders' ([`crate::holders`]); for an adapter, the receipt's adapter
+    /// is the rented one): each provider that kept the state resident is owed its term less the
+    /// rebate of a missed one, and all holders together at most `max_rent_wei` ([`OrderSpend`]).
     Rent(Signed<Rent>),
     /// A verification run (T1, T3) of a job the buyer ordered under `of` (an intent or a
     /// session grant): the same work re-executed by another provider, paid from the same order.
@@ -90,8 +90,8 @@ pub struct Voucher {
 }
 
 /// What a voucher spends of the order that authorised it, which the caller sums per order: a
-/// session grant's cap covers all its calls, and an intent's limit covers the job and every
-/// verification run of it.
+/// session grant's cap covers all its calls, an intent's limit covers the job and every
+/// verification run of it, and a rent's limit covers the terms of all its holders.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OrderSpend {
     /// The order's EIP-712 digest (a session's id, an intent's job id).
@@ -142,8 +142,8 @@ impl Voucher {
     /// its assignment's deadline is within what the grant allows
     /// ([`SessionGrant::last_deadline_s`]). Returns what the job spends of its order's limit (an
     /// intent's or a session grant's, shared with the verification runs of the same job), which
-    /// only a sum over all vouchers can check; `None` for a search, whose one job is checked
-    /// against its limit here.
+    /// only a sum over all vouchers can check (a rent's holders share one too); `None` for a
+    /// search or a reserve, whose one job is checked against its limit here.
     pub fn check(
         &self,
         exchange: &PublicIdentity,
@@ -401,10 +401,14 @@ impl Voucher {
             }
             Authority::Rent(signed) => {
                 let rent = &signed.order;
-                if recovered.digest.0 != r.job_id || recovered.digest.0 != r.input_hash {
+                if crate::holders::holder_of(recovered.digest.0, r.job_id).is_none()
+                    || recovered.digest.0 != r.input_hash
+                {
                     return Err(broken(
                         "receipt.job_id",
-                        "a rent's job id and input are its EIP-712 digest".into(),
+                        "a rent's input is its EIP-712 digest and its job id one of its \
+                         holders' (crate::holders::holder_job_id)"
+                            .into(),
                     ));
                 }
                 if a.price_wei > rent.max_rent_wei {
@@ -427,7 +431,12 @@ impl Voucher {
                         "is not the adapter the buyer rented (zero for a base or a prefix)".into(),
                     ));
                 }
-                Ok(None)
+                // Its holders together stay within the one limit the buyer signed.
+                Ok(Some(OrderSpend {
+                    order: recovered.digest,
+                    cap_wei: rent.max_rent_wei,
+                    owed_wei: r.amount_owed_wei,
+                }))
             }
             Authority::Session(signed) => {
                 let grant = &signed.order;
@@ -1108,8 +1117,10 @@ mod tests {
         assert_eq!(
             honest
                 .check(&w.exchange.public(), &domain(), &w.buyer_identity.public())
-                .unwrap(),
-            None
+                .unwrap()
+                .map(|s| (s.cap_wei, s.owed_wei)),
+            Some((5_000, 4_000)),
+            "each holder's term spends of the rent's one limit"
         );
 
         let dear = p

@@ -416,8 +416,9 @@ fn check(
     for (order, (total, cap)) in spent {
         if total > cap {
             reasons.push(format!(
-                "order {order}: its jobs (calls of a session, or a job and its verification \
-                 runs) are owed {total} wei, over the {cap} wei its buyer signed for"
+                "order {order}: its jobs (calls of a session, a job and its verification runs, \
+                 or a rent's holders) are owed {total} wei, over the {cap} wei its buyer signed \
+                 for"
             ));
         }
     }

@@ -347,13 +347,10 @@ async fn a_rented_adapter_is_pinned_by_its_provider_and_its_term_paid_on_chain()
     )
     .await;
     assert_eq!(committed["status"], "committed", "{committed}");
-    assert_eq!(committed["rent"]["bundle_id"], "holder", "{committed}");
+    let holding = &committed["rent"]["holders"][0];
+    assert_eq!(holding["bundle_id"], "holder", "{committed}");
     let rent_id: B256 = committed["id"].as_str().unwrap().parse().unwrap();
-    let rent_wei: u128 = committed["rent"]["rent_wei"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let rent_wei: u128 = holding["rent_wei"].as_str().unwrap().parse().unwrap();
     assert!(rent_wei > 0, "{committed}");
 
     // The provider fetches it, loads it pinned and reports it resident.
@@ -383,7 +380,7 @@ async fn a_rented_adapter_is_pinned_by_its_provider_and_its_term_paid_on_chain()
             .filter(|o| o["status"] == "filled")
     })
     .await;
-    let fill = &filled["rent"];
+    let fill = &filled["rent"]["holders"][0];
     assert!(fill["resident_reports"].as_u64().unwrap() > 0, "{filled}");
     assert_eq!(fill["sla_met"], true, "{filled}");
     assert_eq!(fill["rebate_wei"], "0", "{filled}");
@@ -404,6 +401,9 @@ async fn a_rented_adapter_is_pinned_by_its_provider_and_its_term_paid_on_chain()
     let cut = rent_wei * 500 / 10_000;
     assert_eq!(claim.cumulative_wei, (rent_wei - cut).to_string());
     let settled = client.standing_order(rent_id).await.unwrap();
-    assert_eq!(settled["rent"]["settlement"], "settled", "{settled}");
+    assert_eq!(
+        settled["rent"]["holders"][0]["settlement"], "settled",
+        "{settled}"
+    );
     drop(provider);
 }

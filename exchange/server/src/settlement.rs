@@ -484,9 +484,10 @@ impl Settler {
                 )?)?),
                 job.job_id.0,
             ),
+            // Each holder's term is a job of its own; its input is the rent's digest.
             "rent" => (
                 Authority::Rent(serde_json::from_value(order("rent", "a rent order")?)?),
-                job.job_id.0,
+                job.order_digest.0,
             ),
             _ => return Err(corrupt("an order kind")),
         };

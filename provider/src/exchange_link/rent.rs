@@ -1,8 +1,9 @@
 //! Rents (SPEC §3): the exchange commits a buyer's adapter rent to one of this provider's
-//! bundles; the provider reads its pins (`GET /v1/providers/pins`), fetches the adapter if it
+//! bundles, as one of the rent's holders (as many as the buyer's ε needs, each on its own
+//! provider); the provider reads its pins (`GET /v1/providers/pins`), fetches the adapter if it
 //! does not hold it, keeps it loaded **pinned** (never evicted, reported in the offer's
-//! `pinned_adapters`) until the term ends, then unpins it and claims the term's rent with a
-//! receipt it signs — the rent less the rebate the exchange measured (the exchange refuses any
+//! `pinned_adapters`) until the term ends, then unpins it and claims its own term's rent with
+//! a receipt it signs under its holder's job id — the rent less the rebate the exchange measured (the exchange refuses any
 //! other amount; a claim refused because a late observation moved the rebate is retried).
 
 use std::collections::HashSet;
@@ -42,14 +43,22 @@ struct Pin {
     rent: Option<Fill>,
 }
 
-/// The exchange's measure of the term.
+/// The rent's holders, as the exchange measured their terms.
 #[derive(Debug, Deserialize)]
 struct Fill {
-    provider_key_hash: Option<B256>,
-    #[serde(default, with = "cx_protocol::price::wei_string_opt")]
-    rent_wei: Option<u128>,
+    holders: Vec<Holding>,
+}
+
+/// One holder's part: this provider claims its own.
+#[derive(Debug, Deserialize)]
+struct Holding {
+    job_id: B256,
+    provider_key_hash: B256,
+    #[serde(with = "cx_protocol::price::wei_string")]
+    rent_wei: u128,
     #[serde(default, with = "cx_protocol::price::wei_string_opt")]
     rebate_wei: Option<u128>,
+    claimed: bool,
 }
 
 /// Keeps the pinned adapters loaded and claims ended terms, until the process ends.
@@ -124,16 +133,26 @@ async fn keep(link: &Arc<Link>, id: &str) -> Result<()> {
 
 /// Claims the rent of `pin`'s ended term: what the exchange measured it at, signed.
 async fn claim(link: &Arc<Link>, pin: &Pin, rent: &Rent) -> Result<()> {
-    let Some(Fill {
-        provider_key_hash: Some(key),
-        rent_wei: Some(rent_wei),
+    let me = B256::from(link.identity.id().0);
+    let Some(Holding {
+        job_id,
+        rent_wei,
         rebate_wei: Some(rebate_wei),
-    }) = &pin.rent
+        ..
+    }) = pin.rent.as_ref().and_then(|f| {
+        f.holders
+            .iter()
+            .find(|h| h.provider_key_hash == me && !h.claimed)
+    })
     else {
         return Ok(());
     };
-    if key.0 != link.identity.id().0 {
-        return Ok(());
+    // The job id is this holder's (the exchange names it; a signer re-derives it).
+    if cx_protocol::holders::holder_of(pin.id.0, job_id.0).is_none() {
+        return Err(Error::Exchange(format!(
+            "rent {}: job id {job_id} is none of its holders'",
+            pin.id
+        )));
     }
     if rebate_wei > rent_wei || *rent_wei > rent.max_rent_wei {
         return Err(Error::Exchange(format!(
@@ -144,7 +163,7 @@ async fn claim(link: &Arc<Link>, pin: &Pin, rent: &Rent) -> Result<()> {
     }
     let owed = rent_wei - rebate_wei;
     let receipt = Receipt {
-        job_id: pin.id.0,
+        job_id: job_id.0,
         chain_id: pin.chain_id,
         escrow_id: pin.escrow_id,
         input_hash: pin.id.0,

@@ -394,12 +394,9 @@ impl From<crate::Error> for ApiError {
                 refuse(StatusCode::CONFLICT, "reserve_not_open", None, &err)
             }
             E::RentNotOpen { .. } => refuse(StatusCode::CONFLICT, "rent_not_open", None, &err),
-            E::NoRentHolder { .. } => refuse(
-                StatusCode::CONFLICT,
-                "no_capable_bundle",
-                Some("rent.order.target"),
-                &err,
-            ),
+            E::NoRentHolder { field, .. } => {
+                refuse(StatusCode::CONFLICT, "no_capable_bundle", Some(field), &err)
+            }
             E::SearchUnpriced { field, .. } => {
                 refuse(StatusCode::CONFLICT, "no_capable_bundle", Some(field), &err)
             }

@@ -41,7 +41,7 @@ pub use content::{Content, DEFAULT_STORE_QUOTA_BYTES, Upload};
 pub use cx_protocol::job_status::JobStatus;
 pub use cx_protocol::wire::{JobEvent, JobRecord};
 pub use datasets::DatasetSummary;
-pub use fills::{RentFill, ReserveFill, StoredBid};
+pub use fills::{RentFill, RentHolding, ReserveFill, StoredBid};
 pub use jobs::{NewJob, NewOrder, NewRun};
 pub use load::OpenWork;
 pub use meter::{METER_BATCH, Metered};

@@ -1,25 +1,34 @@
-//! Rents filled: the order `committed` to a bundle at its ρ when accepted, the residency
-//! observations the sweep makes, and the claim at the term's end — a job of the tab charged the
-//! rent less its rebate, so it settles with its tab like any other. The accrual, the SLA and
-//! the rebate are the pure core's ([`cx_exchange::lifecycle::rent`]); this module keeps the rows.
+//! Rents filled: the order `committed` to its holders when accepted (each at its own ρ and share
+//! of ε, `exchange_rent_holders`), the residency observations the sweep makes of each, and each
+//! holder's claim at the term's end — a job of the tab charged its term less its rebate, so it
+//! settles with its tab like any other; the order is `filled` once every holder claimed. The
+//! accrual, the SLA and the rebate are the pure core's ([`cx_exchange::lifecycle::rent`]); this
+//! module keeps the rows.
 
-use super::fills::RentFill;
+use super::fills::{RentFill, RentHolding};
 use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::B256;
 use cx_exchange::lifecycle::rent::{PinObject, Rent as Term, RentState};
+use std::collections::HashMap;
 
-impl RentFill {
-    /// The term as the pure core models it, with the observations so far; `None` until
-    /// committed.
-    pub fn term(&self, id: B256, adapter: &str, ends_s: u64, epsilon_ppm: u32) -> Option<Term> {
+impl RentHolding {
+    /// The holder's term as the pure core models it, with the observations so far: rent `id`
+    /// of `adapter` (`size_bytes`) from `starts_s` to `ends_s`.
+    pub fn term(
+        &self,
+        id: B256,
+        adapter: &str,
+        size_bytes: u64,
+        (starts_s, ends_s): (u64, u64),
+    ) -> Option<Term> {
         let mut term = Term::new(
-            id.to_string(),
+            format!("{id}/{}", self.holder),
             PinObject::Adapter(adapter.to_owned()),
-            self.size_bytes?,
-            self.rho_wei_per_gb_hour?,
-            (self.starts_s? as f64, ends_s as f64),
-            epsilon_ppm,
+            size_bytes,
+            self.rho_wei_per_gb_hour,
+            (starts_s as f64, ends_s as f64),
+            self.epsilon_ppm,
         )
         .ok()?;
         term.resident_observations = self.resident_reports;
@@ -28,11 +37,13 @@ impl RentFill {
     }
 }
 
-/// A committed rent the sweep observes.
+/// A holder of a committed rent the sweep observes.
 #[derive(Debug, Clone)]
 pub struct CommittedRent {
     /// The rent's id.
     pub id: B256,
+    /// Which holder.
+    pub holder: u8,
     /// Its bundle.
     pub bundle_id: String,
     /// The adapter's content id (hex, as reports name it).
@@ -41,57 +52,93 @@ pub struct CommittedRent {
     pub fresh: bool,
 }
 
-/// A rent's term priced on a bundle.
-#[derive(Debug, Clone, Copy)]
-pub struct RentCommitment<'a> {
+/// One holder's term priced on a bundle.
+#[derive(Debug, Clone)]
+pub struct RentCommitment {
     /// The provider.
     pub provider_key_hash: B256,
     /// Its bundle.
-    pub bundle_id: &'a str,
+    pub bundle_id: String,
     /// ρ, wei per gigabyte-hour.
     pub rho_wei_per_gb_hour: u128,
-    /// |a|, bytes.
-    pub size_bytes: u64,
-    /// The term's start, unix seconds.
-    pub starts_s: u64,
+    /// Its share of the buyer's ε, parts per million.
+    pub epsilon_ppm: u32,
+    /// ρ·|a|·term, wei.
+    pub rent_wei: u128,
 }
 
+/// A prior of one miss in twenty observations: what a provider never observed holding a rent
+/// is assumed to miss (5 %), and what its own observations pull it from.
+const MISS_PRIOR: (f64, f64) = (1.0, 20.0);
+
 impl Books {
-    /// Commits open rent `id` to `c`; false when it was no longer open.
-    pub async fn commit_rent(&self, id: B256, c: RentCommitment<'_>) -> Result<bool> {
+    /// Commits open rent `id` to `holders` (holder 0 first) for state of `size_bytes` from
+    /// `starts_s`, in one transaction; false when it was no longer open.
+    pub async fn commit_rent(
+        &self,
+        id: B256,
+        size_bytes: u64,
+        starts_s: u64,
+        holders: &[RentCommitment],
+    ) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
         let done = sqlx::query(
-            "UPDATE exchange_standing_orders SET status = 'committed', provider_key_hash = $2, \
-                    bundle_id = $3, rho_wei_per_gb_hour = $4::numeric, size_bytes = $5, \
-                    starts_s = $6, updated_at = now() \
+            "UPDATE exchange_standing_orders SET status = 'committed', size_bytes = $2, \
+                    starts_s = $3, updated_at = now() \
              WHERE digest = $1 AND kind = 'rent' AND status = 'open'",
         )
         .bind(id.as_slice())
-        .bind(c.provider_key_hash.as_slice())
-        .bind(c.bundle_id)
-        .bind(wei_text(c.rho_wei_per_gb_hour))
-        .bind(to_i64(c.size_bytes, "size")?)
-        .bind(to_i64(c.starts_s, "time")?)
-        .execute(&self.pool)
+        .bind(to_i64(size_bytes, "size")?)
+        .bind(to_i64(starts_s, "time")?)
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() == 1)
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        for (k, h) in holders.iter().enumerate() {
+            let k = u8::try_from(k)
+                .ok()
+                .filter(|k| *k < cx_protocol::holders::MAX_RENT_HOLDERS)
+                .ok_or(Error::Corrupt {
+                    what: "a rent's holder count",
+                    value: holders.len().to_string(),
+                })?;
+            sqlx::query(
+                "INSERT INTO exchange_rent_holders (rent, holder, job_id, provider_key_hash, \
+                        bundle_id, rho_wei_per_gb_hour, epsilon_ppm, rent_wei) \
+                 VALUES ($1, $2, $3, $4, $5, $6::numeric, $7, $8::numeric)",
+            )
+            .bind(id.as_slice())
+            .bind(i16::from(k))
+            .bind(cx_protocol::holders::holder_job_id(id.0, k).as_slice())
+            .bind(h.provider_key_hash.as_slice())
+            .bind(&h.bundle_id)
+            .bind(wei_text(h.rho_wei_per_gb_hour))
+            .bind(i32::try_from(h.epsilon_ppm).unwrap_or(i32::MAX))
+            .bind(wei_text(h.rent_wei))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
-    /// Committed rents whose term is running at `now_s`, at most `limit`; each fresh when its
-    /// provider's offer was last registered within `fresh_s`.
+    /// The holders of committed rents whose term is running at `now_s`, at most `limit`; each
+    /// fresh when its provider's offer was last registered within `fresh_s`.
     pub async fn running_rents(
         &self,
         now_s: u64,
         fresh_s: u64,
         limit: i64,
     ) -> Result<Vec<CommittedRent>> {
-        let rows: Vec<(Vec<u8>, String, String, bool)> = sqlx::query_as(
-            "SELECT s.digest, s.bundle_id, s.target, \
+        let rows: Vec<(Vec<u8>, i16, String, String, bool)> = sqlx::query_as(
+            "SELECT s.digest, h.holder, h.bundle_id, s.target, \
                     EXISTS (SELECT 1 FROM exchange_providers p \
-                            WHERE p.key_hash = s.provider_key_hash \
+                            WHERE p.key_hash = h.provider_key_hash \
                               AND p.seen_at >= to_timestamp($3)) \
-             FROM exchange_standing_orders s \
+             FROM exchange_standing_orders s JOIN exchange_rent_holders h ON h.rent = s.digest \
              WHERE s.kind = 'rent' AND s.status = 'committed' AND s.ends_s > $1 \
-             ORDER BY s.ends_s, s.digest LIMIT $2",
+             ORDER BY s.ends_s, s.digest, h.holder LIMIT $2",
         )
         .bind(to_i64(now_s, "time")?)
         .bind(limit)
@@ -99,9 +146,10 @@ impl Books {
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(id, bundle_id, target, fresh)| {
+            .map(|(id, holder, bundle_id, target, fresh)| {
                 Ok(CommittedRent {
                     id: b256(&id)?,
+                    holder: holder as u8,
                     bundle_id,
                     adapter: target,
                     fresh,
@@ -110,17 +158,19 @@ impl Books {
             .collect()
     }
 
-    /// The rents committed to `provider_key_hash` (what it must keep pinned, and claim at
-    /// each term's end), soonest end first, at most `limit`.
+    /// The rents `provider_key_hash` holds and has not claimed yet (what it must keep pinned,
+    /// and claim at each term's end), soonest end first, at most `limit`.
     pub async fn provider_rents(
         &self,
         provider_key_hash: B256,
         limit: i64,
     ) -> Result<Vec<super::standing::StandingOrder>> {
         let ids: Vec<(Vec<u8>,)> = sqlx::query_as(
-            "SELECT digest FROM exchange_standing_orders \
-             WHERE kind = 'rent' AND status = 'committed' AND provider_key_hash = $1 \
-             ORDER BY ends_s, digest LIMIT $2",
+            "SELECT s.digest FROM exchange_standing_orders s \
+             JOIN exchange_rent_holders h ON h.rent = s.digest \
+             WHERE s.kind = 'rent' AND s.status = 'committed' AND h.provider_key_hash = $1 \
+               AND NOT h.claimed \
+             ORDER BY s.ends_s, s.digest LIMIT $2",
         )
         .bind(provider_key_hash.as_slice())
         .bind(limit)
@@ -129,77 +179,123 @@ impl Books {
         self.standing_orders(ids).await
     }
 
-    /// One residency observation of committed rent `id`.
-    pub async fn observe_rent(&self, id: B256, resident: bool) -> Result<()> {
+    /// One residency observation of holder `holder` of committed rent `id`.
+    pub async fn observe_rent(&self, id: B256, holder: u8, resident: bool) -> Result<()> {
         sqlx::query(
-            "UPDATE exchange_standing_orders SET \
-                    resident_reports = resident_reports + CASE WHEN $2 THEN 1 ELSE 0 END, \
-                    absent_reports = absent_reports + CASE WHEN $2 THEN 0 ELSE 1 END \
-             WHERE digest = $1 AND kind = 'rent' AND status = 'committed'",
+            "UPDATE exchange_rent_holders SET \
+                    resident_reports = resident_reports + CASE WHEN $3 THEN 1 ELSE 0 END, \
+                    absent_reports = absent_reports + CASE WHEN $3 THEN 0 ELSE 1 END \
+             WHERE rent = $1 AND holder = $2 AND NOT claimed",
         )
         .bind(id.as_slice())
+        .bind(i16::from(holder))
         .bind(resident)
         .execute(&self.pool)
         .await?;
         Ok(())
     }
 
-    /// The fill of rent `id`: commitment, observations, and the claim.
+    /// Each provider's estimated probability that a rent it holds is found absent: its absent
+    /// observations over all of them, under a prior of one miss in twenty ([`MISS_PRIOR`]).
+    /// Providers never observed holding one are absent from the map (the prior alone).
+    pub async fn rent_miss_rates(&self) -> Result<HashMap<B256, f64>> {
+        let rows: Vec<(Vec<u8>, i64, i64)> = sqlx::query_as(
+            "SELECT provider_key_hash, sum(absent_reports)::bigint, \
+                    sum(resident_reports + absent_reports)::bigint \
+             FROM exchange_rent_holders GROUP BY provider_key_hash",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(key, absent, all)| {
+                Ok((
+                    b256(&key)?,
+                    (absent as f64 + MISS_PRIOR.0) / (all as f64 + MISS_PRIOR.1),
+                ))
+            })
+            .collect()
+    }
+
+    /// The miss probability of a provider never observed holding a rent.
+    pub fn prior_miss_rate() -> f64 {
+        MISS_PRIOR.0 / MISS_PRIOR.1
+    }
+
+    /// The fill of rent `id`: what its holders share, each holder's commitment, observations
+    /// and claim.
     pub(super) async fn rent_fill(&self, id: B256) -> Result<RentFill> {
-        let row: FillRow = sqlx::query_as(
-            "SELECT s.provider_key_hash, s.bundle_id, s.rho_wei_per_gb_hour::text AS rho, \
-                    s.size_bytes, s.starts_s, s.ends_s, s.resident_reports, s.absent_reports, \
-                    s.target, s.epsilon_ppm, \
-                    (SELECT count(*) FROM exchange_jobs m WHERE m.bundle_id = s.bundle_id \
+        let (size_bytes, starts_s, ends_s, target): (Option<i64>, Option<i64>, i64, String) =
+            sqlx::query_as(
+                "SELECT size_bytes, starts_s, ends_s, target FROM exchange_standing_orders \
+                 WHERE digest = $1",
+            )
+            .bind(id.as_slice())
+            .fetch_one(&self.pool)
+            .await?;
+        let rows: Vec<HolderRow> = sqlx::query_as(
+            "SELECT h.holder, h.job_id, h.provider_key_hash, h.bundle_id, \
+                    h.rho_wei_per_gb_hour::text AS rho, h.epsilon_ppm, h.rent_wei::text AS rent, \
+                    h.resident_reports, h.absent_reports, h.claimed, \
+                    (SELECT count(*) FROM exchange_jobs m WHERE m.bundle_id = h.bundle_id \
                        AND m.adapter = s.target \
                        AND m.status = 'expired' AND m.deadline_s >= s.starts_s \
                        AND m.deadline_s <= s.ends_s) AS missed, \
                     j.held_wei::text AS charged, \
                     CASE WHEN EXISTS (SELECT 1 FROM exchange_job_events e WHERE e.job_id = j.id \
                                       AND e.status = 'settled') THEN 'settled' ELSE j.status END AS settlement \
-             FROM exchange_standing_orders s \
-             LEFT JOIN exchange_jobs j ON j.id = s.digest \
-             WHERE s.digest = $1",
+             FROM exchange_rent_holders h \
+             JOIN exchange_standing_orders s ON s.digest = h.rent \
+             LEFT JOIN exchange_jobs j ON j.id = h.job_id \
+             WHERE h.rent = $1 ORDER BY h.holder",
         )
         .bind(id.as_slice())
-        .fetch_one(&self.pool)
+        .fetch_all(&self.pool)
         .await?;
-        let mut fill = RentFill {
-            provider_key_hash: row.provider_key_hash.map(|k| b256(&k)).transpose()?,
-            bundle_id: row.bundle_id,
-            rho_wei_per_gb_hour: row.rho.map(|r| parse_wei(&r)).transpose()?,
-            size_bytes: row.size_bytes.map(|b| b as u64),
-            starts_s: row.starts_s.map(|s| s as u64),
-            resident_reports: row.resident_reports as u64,
-            absent_reports: row.absent_reports as u64,
-            missed_deadlines: row.missed.unwrap_or(0) as u64,
-            sla_met: true,
-            rent_wei: None,
-            rebate_wei: None,
-            charged_wei: row.charged.map(|c| parse_wei(&c)).transpose()?,
-            settlement: row.settlement,
-        };
-        let epsilon_ppm = u32::try_from(row.epsilon_ppm).map_err(|_| Error::Corrupt {
-            what: "a rent's epsilon_ppm",
-            value: row.epsilon_ppm.to_string(),
-        })?;
-        if let Some(mut term) = fill.term(id, &row.target, row.ends_s as u64, epsilon_ppm) {
-            fill.sla_met = term.sla_met();
-            if let Ok(RentState::Ended {
-                paid_wei,
-                rebate_wei,
-            }) = term.end(row.ends_s as f64)
-            {
-                fill.rent_wei = Some(paid_wei);
-                fill.rebate_wei = Some(rebate_wei);
-            }
-        }
-        Ok(fill)
+        let size_bytes = size_bytes.map(|b| b as u64);
+        let starts_s = starts_s.map(|s| s as u64);
+        let holders = rows
+            .into_iter()
+            .map(|row| {
+                let mut h = RentHolding {
+                    holder: row.holder as u8,
+                    job_id: b256(&row.job_id)?,
+                    provider_key_hash: b256(&row.provider_key_hash)?,
+                    bundle_id: row.bundle_id,
+                    rho_wei_per_gb_hour: parse_wei(&row.rho)?,
+                    epsilon_ppm: row.epsilon_ppm as u32,
+                    resident_reports: row.resident_reports as u64,
+                    absent_reports: row.absent_reports as u64,
+                    missed_deadlines: row.missed.unwrap_or(0) as u64,
+                    sla_met: true,
+                    rent_wei: parse_wei(&row.rent)?,
+                    rebate_wei: None,
+                    claimed: row.claimed,
+                    charged_wei: row.charged.map(|c| parse_wei(&c)).transpose()?,
+                    settlement: row.settlement,
+                };
+                let term = size_bytes
+                    .zip(starts_s)
+                    .and_then(|(size, starts)| h.term(id, &target, size, (starts, ends_s as u64)));
+                if let Some(mut term) = term {
+                    h.sla_met = term.sla_met();
+                    if let Ok(RentState::Ended { rebate_wei, .. }) = term.end(ends_s as f64) {
+                        h.rebate_wei = Some(rebate_wei);
+                    }
+                }
+                Ok(h)
+            })
+            .collect::<Result<_>>()?;
+        Ok(RentFill {
+            size_bytes,
+            starts_s,
+            holders,
+        })
     }
 
-    /// Fills committed rent `id` at its term's end with its provider `key_hash`'s `receipt`,
-    /// charged `charged_wei` (at most what it holds; the rest returns to the tab), in one
-    /// transaction; false when it is not committed to that provider.
+    /// Fills the holding of provider `key_hash` in committed rent `id` at its term's end with
+    /// its `receipt`, charged `charged_wei` (at most its term's rent; the rest of that part of
+    /// the hold returns to the tab), in one transaction; the order is `filled` once no holder is
+    /// left to claim. False when the provider holds no unclaimed part of it.
     pub async fn fill_rent(
         &self,
         id: B256,
@@ -209,24 +305,41 @@ impl Books {
         decision: &serde_json::Value,
     ) -> Result<bool> {
         let mut tx = self.pool.begin().await?;
-        let row: Option<(Vec<u8>, i64, i64, String, i64, String)> = sqlx::query_as(
-            "UPDATE exchange_standing_orders s SET status = 'filled', updated_at = now() \
-             WHERE s.digest = $1 \
-               AND s.kind = 'rent' AND s.status = 'committed' AND s.provider_key_hash = $2 \
-             RETURNING s.account, s.chain_id, s.escrow_id, s.held_wei::text, s.ends_s, s.target",
+        let holding: Option<(Vec<u8>, String)> = sqlx::query_as(
+            "UPDATE exchange_rent_holders h SET claimed = true \
+             FROM exchange_standing_orders s \
+             WHERE h.rent = $1 AND h.provider_key_hash = $2 AND NOT h.claimed \
+               AND s.digest = h.rent AND s.status = 'committed' \
+             RETURNING h.job_id, h.rent_wei::text",
         )
         .bind(id.as_slice())
         .bind(key_hash.as_slice())
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((account, chain_id, escrow_id, held, ends_s, adapter)) = row else {
+        let Some((job_id, part)) = holding else {
             return Ok(false);
         };
+        let part = parse_wei(&part)?;
+        let (account, chain_id, escrow_id, ends_s, adapter): (Vec<u8>, i64, i64, i64, String) =
+            sqlx::query_as(
+                "UPDATE exchange_standing_orders s SET held_wei = s.held_wei - $2::numeric, \
+                        status = CASE WHEN EXISTS (SELECT 1 FROM exchange_rent_holders h \
+                                                   WHERE h.rent = s.digest AND NOT h.claimed) \
+                                      THEN s.status ELSE 'filled' END, \
+                        updated_at = now() \
+                 WHERE s.digest = $1 \
+                 RETURNING s.account, s.chain_id, s.escrow_id, s.ends_s, s.target",
+            )
+            .bind(id.as_slice())
+            .bind(wei_text(part))
+            .fetch_one(&mut *tx)
+            .await?;
         let filled = super::standing::Filled {
-            id,
+            id: b256(&job_id)?,
+            order: id,
             account,
             tab: (chain_id, escrow_id),
-            held_wei: parse_wei(&held)?,
+            held_wei: part,
             ends_s,
             model: "rent",
             adapter: Some(&adapter),
@@ -240,17 +353,17 @@ impl Books {
 }
 
 #[derive(sqlx::FromRow)]
-struct FillRow {
-    provider_key_hash: Option<Vec<u8>>,
-    bundle_id: Option<String>,
-    rho: Option<String>,
-    size_bytes: Option<i64>,
-    starts_s: Option<i64>,
-    ends_s: i64,
+struct HolderRow {
+    holder: i16,
+    job_id: Vec<u8>,
+    provider_key_hash: Vec<u8>,
+    bundle_id: String,
+    rho: String,
+    epsilon_ppm: i32,
+    rent: String,
     resident_reports: i64,
     absent_reports: i64,
-    target: String,
-    epsilon_ppm: i64,
+    claimed: bool,
     missed: Option<i64>,
     charged: Option<String>,
     settlement: Option<String>,

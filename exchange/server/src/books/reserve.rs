@@ -232,6 +232,7 @@ impl Books {
         };
         let filled = super::standing::Filled {
             id,
+            order: id,
             account,
             tab: (chain_id, escrow_id),
             held_wei: parse_wei(&held)?,

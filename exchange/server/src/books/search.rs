@@ -49,6 +49,7 @@ impl Books {
         };
         let filled = super::standing::Filled {
             id,
+            order: id,
             account,
             tab: (chain_id, escrow_id),
             held_wei: super::store::parse_wei(&held)?,

@@ -16,6 +16,8 @@ use sqlx::Row;
 pub struct PaidJob {
     /// The job id.
     pub job_id: B256,
+    /// The order it was made under (its EIP-712 digest, or a session grant's id).
+    pub order_digest: B256,
     /// The order row's kind: `intent`, or `session_grant` for a call made with a session key.
     pub kind: String,
     /// The order row's body (`{"intent": Signed<Intent>, …}` or `{"grant": Signed<SessionGrant>}`).
@@ -124,7 +126,7 @@ impl Books {
     /// paid: it has no voucher of its own.
     pub async fn paid_jobs(&self, chain_id: u64, escrow_id: u64) -> Result<Vec<PaidJob>> {
         let rows = sqlx::query(
-            "SELECT j.id, o.kind, o.body::text AS body, r.receipt::text AS receipt, \
+            "SELECT j.id, j.order_digest, o.kind, o.body::text AS body, r.receipt::text AS receipt, \
                     r.provider_key_hash, r.amount_owed_wei::text AS charged, j.deadline_s, \
                     j.request::text AS request, j.decision::text AS decision, j.adapter, \
                     j.account, j.verifies, j.run \
@@ -150,6 +152,7 @@ impl Books {
                 let account: Vec<u8> = r.try_get("account")?;
                 Ok(PaidJob {
                     job_id: b256(r.try_get("id")?, "a job id")?,
+                    order_digest: b256(r.try_get("order_digest")?, "an order digest")?,
                     kind: r.try_get("kind")?,
                     order: serde_json::from_str(&r.try_get::<String, _>("body")?)?,
                     receipt: serde_json::from_str(&r.try_get::<String, _>("receipt")?)?,

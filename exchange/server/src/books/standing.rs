@@ -198,8 +198,10 @@ pub(super) fn release_sql(condition: &str, status: &str) -> String {
 /// A standing order a provider filled, as its `UPDATE … RETURNING` gave it: what turning it
 /// into a paid job of its tab needs.
 pub(super) struct Filled<'a> {
-    /// The order's id, which becomes the job's.
+    /// The job's id: the order's, or for a rent's later holder one derived from it.
     pub(super) id: B256,
+    /// The order's id (its EIP-712 digest).
+    pub(super) order: B256,
     /// The buyer.
     pub(super) account: Vec<u8>,
     /// Its tab.
@@ -245,7 +247,7 @@ impl Filled<'_> {
         sqlx::query(
             "INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
                                         status, held_wei, decision, deadline_s, adapter) \
-             VALUES ($1, $1, $2, $3, $4, $8, 'done', $5::numeric, $6::jsonb, $7, $9)",
+             VALUES ($1, $10, $2, $3, $4, $8, 'done', $5::numeric, $6::jsonb, $7, $9)",
         )
         .bind(self.id.as_slice())
         .bind(&self.account)
@@ -256,6 +258,7 @@ impl Filled<'_> {
         .bind(self.ends_s)
         .bind(self.model)
         .bind(self.adapter)
+        .bind(self.order.as_slice())
         .execute(&mut **tx)
         .await?;
         sqlx::query(

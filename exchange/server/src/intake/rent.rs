@@ -25,18 +25,41 @@ use cx_protocol::inventory::Discount;
 use cx_protocol::offer::Residency;
 use cx_protocol::order::{Rent, Signed};
 use cx_protocol::receipt::SignedReceipt;
+use std::collections::HashMap;
 
 /// How recent a provider's report must be for a sweep to believe it, seconds: three of the
 /// provider's 30 s re-signings (an offer changed by a load or eviction is re-signed at once).
 pub const RENT_REPORT_FRESH_S: u64 = 90;
 
-/// A bundle chosen to hold a rent.
-pub(super) struct Holder {
+/// A live bundle that can keep a rented adapter resident, at its ρ.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Candidate {
     pub(super) provider_key_hash: B256,
     pub(super) bundle_id: String,
     pub(super) rho_wei_per_gb_hour: u128,
-    /// ρ·|a|·term: what the whole term costs there (a missed SLA only lowers it).
-    pub(super) rent_wei: u128,
+}
+
+/// How ε maps to holders: `candidates` cheapest ρ first, one per provider, are taken until the
+/// probability that all of them miss at once — each provider's estimated miss probability
+/// `miss`, independent of the others' — is at most ε, at most
+/// [`cx_protocol::holders::MAX_RENT_HOLDERS`]. Returns how many and each one's share of ε,
+/// `ε^(1/k)` (so that holders each within their share miss together within ε); or, when
+/// every candidate taken still misses more often than ε, how many that was and their
+/// probability of missing together.
+pub(super) fn place_holders(
+    candidates: &[Candidate],
+    miss: impl Fn(&B256) -> f64,
+    epsilon: f64,
+) -> std::result::Result<(usize, f64), (usize, f64)> {
+    let mut all_miss = 1.0;
+    let most = usize::from(cx_protocol::holders::MAX_RENT_HOLDERS).min(candidates.len());
+    for (k, c) in candidates.iter().take(most).enumerate() {
+        all_miss *= miss(&c.provider_key_hash).clamp(0.0, 1.0);
+        if all_miss <= epsilon {
+            return Ok((k + 1, epsilon.powf(1.0 / (k + 1) as f64)));
+        }
+    }
+    Err((most, all_miss))
 }
 
 /// The floor of ρ, as a fraction of the bytes' share of the device-hour: a hundredth.
@@ -81,37 +104,37 @@ impl Intake {
             .map(|m| m.name.clone())
     }
 
-    /// The live bundle that keeps adapter `adapter` (`size_bytes`, on catalog base `base`)
-    /// resident for `rent`'s term most cheaply: it serves the base (holds it resident), has the
-    /// free bytes for the adapter (or holds it already), and its term's rent is within the
-    /// buyer's limit. The error says what no bundle met.
-    pub(super) async fn rent_holder(
+    /// The live bundles that keep adapter `adapter` (`size_bytes`, on catalog base `base`)
+    /// resident for `rent`'s term most cheaply, as many as its ε needs (see
+    /// [`place_holders`]): each serves the base (holds it resident), reports a residency that
+    /// can make room for the adapter (or holds it already), on a distinct provider; their terms'
+    /// rent together within the buyer's limit. The error names what no set of bundles met.
+    pub(super) async fn rent_holders(
         &self,
         rent: &Rent,
         adapter: &str,
         base: &str,
         size_bytes: u64,
-    ) -> Result<Holder> {
+    ) -> Result<Vec<RentCommitment>> {
         let catalog = self.market().catalog();
-        let reports: std::collections::HashMap<String, Residency> = self
+        let owners: HashMap<String, (B256, Residency)> = self
             .books()
             .provider_offers()
             .await?
             .into_iter()
-            .filter_map(|(_, offer)| {
+            .filter_map(|(key, offer)| {
                 let report = offer.residency?;
                 Some(
                     offer
                         .bundles
                         .into_iter()
-                        .map(move |b| (b.id, report.clone())),
+                        .map(move |b| (b.id, (key, report.clone()))),
                 )
             })
             .flatten()
             .collect();
         let mut serving = 0;
-        let mut roomy = 0;
-        let mut best: Option<(u128, String)> = None;
+        let mut candidates: Vec<Candidate> = Vec::new();
         for bundle in self.market().bundles() {
             let serves = bundle
                 .resident_bases
@@ -121,7 +144,7 @@ impl Intake {
                 continue;
             }
             serving += 1;
-            let Some(report) = reports.get(&bundle.id) else {
+            let Some((key, report)) = owners.get(&bundle.id) else {
                 continue;
             };
             let holds = bundle.resident_adapters.iter().any(|a| a == adapter);
@@ -129,25 +152,23 @@ impl Intake {
             let Some(shadow_s) = report.slot_shadow_price.or(holds.then_some(0.0)) else {
                 continue;
             };
-            let rho = rho_of(
-                bundle.price_wei_per_s,
-                bundle.memory_bytes,
-                shadow_s,
-                report.slot_bytes,
-            );
             if !holds && bundle.memory_bytes < size_bytes {
                 continue;
             }
-            roomy += 1;
-            if best
-                .as_ref()
-                .is_none_or(|(r, id)| (rho, &bundle.id) < (*r, id))
-            {
-                best = Some((rho, bundle.id.clone()));
-            }
+            candidates.push(Candidate {
+                provider_key_hash: *key,
+                bundle_id: bundle.id.clone(),
+                rho_wei_per_gb_hour: rho_of(
+                    bundle.price_wei_per_s,
+                    bundle.memory_bytes,
+                    shadow_s,
+                    report.slot_bytes,
+                ),
+            });
         }
-        let Some((rho, bundle_id)) = best else {
+        if candidates.is_empty() {
             return Err(Error::NoRentHolder {
+                field: "rent.order.target",
                 reason: if serving == 0 {
                     format!("none serves its base model `{base}`")
                 } else {
@@ -157,52 +178,66 @@ impl Intake {
                     )
                 },
             });
+        }
+        // Cheapest first, one bundle per provider: two bundles of one provider share its
+        // memory, and miss together.
+        candidates.sort_by(|a, b| {
+            (a.rho_wei_per_gb_hour, &a.bundle_id).cmp(&(b.rho_wei_per_gb_hour, &b.bundle_id))
+        });
+        let mut seen = std::collections::HashSet::new();
+        candidates.retain(|c| seen.insert(c.provider_key_hash));
+        let rates = self.books().rent_miss_rates().await?;
+        let miss = |key: &B256| {
+            rates
+                .get(key)
+                .copied()
+                .unwrap_or_else(crate::books::Books::prior_miss_rate)
         };
-        let rent_wei = term_rent(rent, adapter, size_bytes, rho)?;
-        if rent_wei > rent.max_rent_wei {
-            return Err(Error::NoRentHolder {
+        let epsilon = f64::from(rent.epsilon_ppm) / 1e6;
+        let (k, share) =
+            place_holders(&candidates, miss, epsilon).map_err(|(k, all)| Error::NoRentHolder {
+                field: "rent.order.epsilon_ppm",
                 reason: format!(
-                    "the cheapest of {roomy} asks {rent_wei} wei for the term (ρ = {rho} wei per \
-                     GB-hour × {size_bytes} bytes × {} s), above max_rent_wei {}",
-                    rent.term_s, rent.max_rent_wei
+                    "the {k} cheapest capable providers (of {} capable; at most {} holders) all \
+                     miss together with probability {all:.2e} by their observed residency, \
+                     above ε = {epsilon:.2e}",
+                    candidates.len(),
+                    cx_protocol::holders::MAX_RENT_HOLDERS
+                ),
+            })?;
+        // Floor to ppm: a holder's share is never looser than ε^(1/k).
+        let share_ppm = ((share * 1e6).floor() as u32).min(999_999);
+        let holders = candidates
+            .into_iter()
+            .take(k)
+            .map(|c| {
+                Ok(RentCommitment {
+                    rent_wei: term_rent(rent, adapter, size_bytes, c.rho_wei_per_gb_hour)?,
+                    provider_key_hash: c.provider_key_hash,
+                    bundle_id: c.bundle_id,
+                    rho_wei_per_gb_hour: c.rho_wei_per_gb_hour,
+                    epsilon_ppm: share_ppm,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let total: u128 = holders.iter().map(|h| h.rent_wei).sum();
+        if total > rent.max_rent_wei {
+            return Err(Error::NoRentHolder {
+                field: "rent.order.max_rent_wei",
+                reason: format!(
+                    "the {k} cheapest holders that ε needs ask {total} wei for the term ({}; \
+                     {size_bytes} bytes × {} s), above max_rent_wei {}",
+                    holders
+                        .iter()
+                        .map(|h| format!("ρ = {} wei per GB-hour", h.rho_wei_per_gb_hour))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    rent.term_s,
+                    rent.max_rent_wei
                 ),
             });
         }
-        let provider_key_hash = self
-            .books()
-            .bundle_owner(&bundle_id)
-            .await?
-            .ok_or_else(|| Error::NoRentHolder {
-                reason: format!("bundle `{bundle_id}` has no registered provider"),
-            })?;
-        Ok(Holder {
-            provider_key_hash,
-            bundle_id,
-            rho_wei_per_gb_hour: rho,
-            rent_wei,
-        })
-    }
-
-    /// Commits accepted rent `id` to `holder` from `now_s`; false when it was no longer open.
-    pub(super) async fn commit_rent(
-        &self,
-        id: B256,
-        holder: &Holder,
-        size_bytes: u64,
-        now_s: u64,
-    ) -> Result<bool> {
-        self.books()
-            .commit_rent(
-                id,
-                RentCommitment {
-                    provider_key_hash: holder.provider_key_hash,
-                    bundle_id: &holder.bundle_id,
-                    rho_wei_per_gb_hour: holder.rho_wei_per_gb_hour,
-                    size_bytes,
-                    starts_s: now_s,
-                },
-            )
-            .await
+        Ok(holders)
     }
 
     /// One residency observation of every running rent at `now_s`: resident when its
@@ -223,7 +258,9 @@ impl Intake {
                     .iter()
                     .find(|b| b.id == rent.bundle_id)
                     .is_some_and(|b| b.resident_adapters.contains(&rent.adapter));
-            self.books().observe_rent(rent.id, resident).await?;
+            self.books()
+                .observe_rent(rent.id, rent.holder, resident)
+                .await?;
         }
         Ok(rents.len())
     }
@@ -252,15 +289,19 @@ impl Intake {
             what: "a rent without its fill",
             value: id.to_string(),
         })?;
-        if fill.provider_key_hash != Some(provider.key_hash) {
-            return Err(Error::RentNotOpen {
-                reason: "it is committed to another provider",
-            });
-        }
+        let holding = fill
+            .holders
+            .iter()
+            .find(|h| h.provider_key_hash == provider.key_hash && !h.claimed)
+            .ok_or(Error::RentNotOpen {
+                reason: "this provider holds no unclaimed part of it",
+            })?;
         let rent = signed_rent(&order)?.order;
         let adapter = hex::encode(rent.target);
         let mut term = fill
-            .term(id, &adapter, order.ends_s, rent.epsilon_ppm)
+            .size_bytes
+            .zip(fill.starts_s)
+            .and_then(|(size, starts)| holding.term(id, &adapter, size, (starts, order.ends_s)))
             .ok_or(Error::Corrupt {
                 what: "a committed rent without its commitment",
                 value: id.to_string(),
@@ -279,7 +320,7 @@ impl Intake {
         receipt.verify(&key).map_err(|e| e.within("receipt"))?;
         let r = &receipt.receipt;
         let checks: [(&'static str, bool); 10] = [
-            ("job_id", r.job_id == id.0),
+            ("job_id", r.job_id == holding.job_id.0),
             ("input_hash", r.input_hash == id.0),
             ("output_hash", r.output_hash == [0; 32]),
             ("adapter_hash", r.adapter_hash == rent.target.0),
@@ -294,17 +335,21 @@ impl Intake {
             return Err(Error::ReceiptMismatch {
                 field,
                 reason: format!(
-                    "is not what this rent's term makes it (job id and input: the rent's \
-                     digest; output zero; adapter: the rented one; the tab, buyer and payout \
-                     account; compute_ms 0; amount: {owed} wei, the term's {paid_wei} wei less \
-                     a {rebate_wei} wei rebate)"
+                    "is not what this holder's term makes it (job id: holder {}'s, {}; input: \
+                     the rent's digest; output zero; adapter: the rented one; the tab, buyer \
+                     and payout account; compute_ms 0; amount: {owed} wei, the term's \
+                     {paid_wei} wei less a {rebate_wei} wei rebate)",
+                    holding.holder, holding.job_id
                 ),
             });
         }
         let decision = serde_json::json!({
             "kind": "rent",
-            "bundle_id": fill.bundle_id,
-            "rho_wei_per_gb_hour": fill.rho_wei_per_gb_hour.map(|r| r.to_string()),
+            "holder": holding.holder,
+            "holders": fill.holders.len(),
+            "bundle_id": holding.bundle_id,
+            "rho_wei_per_gb_hour": holding.rho_wei_per_gb_hour.to_string(),
+            "epsilon_ppm": holding.epsilon_ppm,
             "size_bytes": fill.size_bytes,
             "rent_wei": paid_wei.to_string(),
             "rebate_wei": rebate_wei.to_string(),
@@ -323,7 +368,7 @@ impl Intake {
             .await?
         {
             return Err(Error::RentNotOpen {
-                reason: "no committed rent has this id",
+                reason: "this provider holds no unclaimed part of it",
             });
         }
         Ok(())
@@ -346,7 +391,38 @@ fn term_rent(rent: &Rent, adapter: &str, size_bytes: u64, rho: u128) -> Result<u
 
 #[cfg(test)]
 mod tests {
-    use super::rho_of;
+    use super::{B256, Candidate, place_holders, rho_of};
+
+    #[test]
+    fn epsilon_takes_as_many_holders_as_their_misses_together_need() {
+        let candidates: Vec<Candidate> = (1..=5u8)
+            .map(|k| Candidate {
+                provider_key_hash: B256::repeat_byte(k),
+                bundle_id: format!("b{k}"),
+                rho_wei_per_gb_hour: u128::from(k),
+            })
+            .collect();
+        // Provider 1 is seen missing 20 % of the time, the others 10 %.
+        let miss = |key: &B256| if key.0[0] == 1 { 0.2 } else { 0.1 };
+        assert_eq!(place_holders(&candidates, miss, 0.25), Ok((1, 0.25)));
+        // 0.2 × 0.1 = 2 % ≤ 5 %: two, each bound to √5 %.
+        let (k, share) = place_holders(&candidates, miss, 0.05).unwrap();
+        assert_eq!(k, 2);
+        assert!((share - 0.05f64.sqrt()).abs() < 1e-12);
+        // 0.2 × 0.1 × 0.1 = 0.2 % > 0.1 %: four.
+        assert_eq!(place_holders(&candidates, miss, 0.001).map(|p| p.0), Ok(4));
+        // Four at most: 0.2 × 0.1³ = 2·10⁻⁴ is as low as it gets.
+        let (k, all) = place_holders(&candidates, miss, 1e-5).unwrap_err();
+        assert_eq!(k, 4);
+        assert!((all - 2e-4).abs() < 1e-15);
+        assert_eq!(
+            place_holders(&candidates, miss, 0.0)
+                .map_err(|e| e.0)
+                .map(|p| p.0),
+            Err(4),
+            "no number of holders never misses"
+        );
+    }
 
     #[test]
     fn rho_is_the_shadow_price_of_the_bytes_and_never_below_the_floor() {

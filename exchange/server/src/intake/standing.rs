@@ -97,8 +97,9 @@ impl Intake {
     }
 
     /// A rent: an adapter kept resident for a term at most `max_rent_wei`, committed at once
-    /// to the live bundle that holds it most cheaply (see [`super::rent`]) with that term's rent
-    /// held; with no such bundle it is refused and nothing is held. Rents on a base or a conversation prefix are refused
+    /// to the live bundles that hold it most cheaply, as many as its ε needs (see
+    /// [`super::rent`]), with their terms' rent held; with no such bundles it is refused and
+    /// nothing is held. Rents on a base or a conversation prefix are refused
     /// by name (no provider reports those residencies yet).
     pub async fn submit_rent(&self, signed: &Signed<Rent>, now_s: u64) -> Result<StandingAccepted> {
         let verified = self.verify(signed, now_s, "rent").await?;
@@ -131,16 +132,19 @@ impl Intake {
         let base = self
             .adapter_base(&stored.config)
             .ok_or(Error::NoRentHolder {
+                field: "rent.order.target",
                 reason: "its adapter_config.json names no catalog model as base_model_name_or_path"
                     .into(),
             })?;
-        let holder = self.rent_holder(rent, &adapter, &base, size_bytes).await?;
-        // The price is known now: the term's rent is the most it can cost.
+        let holders = self.rent_holders(rent, &adapter, &base, size_bytes).await?;
+        // The price is known now: the holders' terms are the most it can cost.
+        let held_wei = holders.iter().map(|h| h.rent_wei).sum();
         let mut accepted = self
-            .standing(&verified, signed, holder.rent_wei, None, now_s)
+            .standing(&verified, signed, held_wei, None, now_s)
             .await?;
         if self
-            .commit_rent(accepted.order_id, &holder, size_bytes, now_s)
+            .books()
+            .commit_rent(accepted.order_id, size_bytes, now_s, &holders)
             .await?
         {
             accepted.status = "committed".into();

@@ -679,13 +679,14 @@ mod rents {
         b
     }
 
+    /// A rent tolerating ε = 10 %: one holder, at the prior's 5 % miss probability.
     fn rent(adapter: &str, term_s: u64, max_rent_wei: u128, nonce: u64) -> Rent {
         Rent {
             target_kind: RentTarget::Adapter,
             target: adapter.parse().unwrap(),
             term_s,
             max_rent_wei,
-            epsilon_ppm: 1_000,
+            epsilon_ppm: 100_000,
             tab_id: 3,
             nonce,
             expiry_s: now_s() + 60,
@@ -792,12 +793,12 @@ mod rents {
             .await;
         assert_eq!(status, StatusCode::CONFLICT, "{body}");
         assert_eq!(body["error"]["code"], "no_capable_bundle", "{body}");
-        assert_eq!(body["error"]["field"], "rent.order.target", "{body}");
+        assert_eq!(body["error"]["field"], "rent.order.max_rent_wei", "{body}");
         assert!(
             body["error"]["message"]
                 .as_str()
                 .unwrap()
-                .contains(&format!("asks {want} wei")),
+                .contains(&format!("ask {want} wei")),
             "{body}"
         );
         assert_eq!(door.count("exchange_standing_orders").await, 0);
@@ -820,14 +821,17 @@ mod rents {
         let order_id: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
         let shown = order(&door, order_id).await;
         assert_eq!(shown["status"], "committed");
-        let fill = &shown["rent"];
+        assert_eq!(shown["rent"]["size_bytes"], size);
+        assert_eq!(shown["rent"]["holders"].as_array().unwrap().len(), 1);
+        let fill = &shown["rent"]["holders"][0];
         assert_eq!(fill["bundle_id"], "warm", "{shown}");
         assert_eq!(
             fill["provider_key_hash"],
             B256::from(b.id.id().0).to_string()
         );
+        assert_eq!(fill["job_id"], order_id.to_string());
         assert_eq!(fill["rho_wei_per_gb_hour"], "360000000000");
-        assert_eq!(fill["size_bytes"], size);
+        assert_eq!(fill["epsilon_ppm"], 100_000);
         assert_eq!(fill["rent_wei"], want.to_string());
         assert_eq!(fill["rebate_wei"], "0");
 
@@ -837,7 +841,7 @@ mod rents {
         register(&door, &b, vec![warm]).await;
         assert_eq!(door.intake().observe_rents(now_s()).await.unwrap(), 1);
         assert_eq!(door.intake().observe_rents(now_s() + 200).await.unwrap(), 1);
-        let fill = &order(&door, order_id).await["rent"];
+        let fill = &order(&door, order_id).await["rent"]["holders"][0];
         assert_eq!(
             (&fill["resident_reports"], &fill["absent_reports"]),
             (&json!(1), &json!(1)),
@@ -884,6 +888,65 @@ mod rents {
         }
         assert_eq!(door.count("exchange_standing_orders").await, 1);
         assert_eq!(door.held().await, want);
+
+        // ε = 0.1 %: one provider missing 5 % of the time (the prior) is not enough, nor two
+        // (0.25 %); three are (0.0125 %), cheapest first, one bundle each, each bound to ε^⅓.
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(Rent { epsilon_ppm: 1_000, ..rent(&id, 600, 1_000_000, 5) })}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        let three: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
+        let shown = order(&door, three).await;
+        let holders = shown["rent"]["holders"].as_array().unwrap();
+        assert_eq!(
+            holders
+                .iter()
+                .map(|h| h["bundle_id"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["warm", "dear", "busy"],
+            "{shown}"
+        );
+        let terms: Vec<u128> = holders
+            .iter()
+            .map(|h| h["rent_wei"].as_str().unwrap().parse().unwrap())
+            .collect();
+        // ρ: 3.6·10¹¹, 7.2·10¹¹ and 18·10¹¹ wei per GB-hour.
+        assert_eq!(terms, [want, want * 2, want * 5]);
+        assert_eq!(body["held_wei"], (want * 8).to_string());
+        for (k, h) in holders.iter().enumerate() {
+            let share = h["epsilon_ppm"].as_u64().unwrap();
+            assert!((99_999..=100_000).contains(&share), "{h}");
+            assert_eq!(
+                h["job_id"],
+                B256::from(cx_protocol::holders::holder_job_id(three.0, k as u8)).to_string()
+            );
+        }
+        for (prov, pins) in [(&c, 1), (&busy, 1), (&full, 0)] {
+            let (_, got) = door
+                .call(
+                    Request::get("/v1/providers/pins")
+                        .header(header::AUTHORIZATION, format!("Bearer {}", prov.token))
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await;
+            assert_eq!(got["pins"].as_array().unwrap().len(), pins, "{got}");
+        }
+        // ε = 10 ppm would need four providers; three can hold it. Refused, nothing held.
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(Rent { epsilon_ppm: 10, ..rent(&id, 600, 1_000_000, 6) })}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(body["error"]["field"], "rent.order.epsilon_ppm", "{body}");
+        assert_eq!(door.held().await, want * 9);
     }
 
     #[tokio::test]
@@ -941,7 +1004,7 @@ mod rents {
         let rebate = rent_wei * 2 / 3;
         let owed = rent_wei - rebate;
         let shown = order(&door, order_id).await;
-        let fill = &shown["rent"];
+        let fill = &shown["rent"]["holders"][0];
         assert_eq!(
             (
                 &fill["resident_reports"],
@@ -997,8 +1060,12 @@ mod rents {
             .await;
         assert_eq!(status, StatusCode::OK, "{got}");
         assert_eq!(got["status"], "filled");
-        assert_eq!(got["rent"]["charged_wei"], owed.to_string());
-        assert_eq!(got["rent"]["settlement"], "done");
+        assert_eq!(got["rent"]["holders"][0]["charged_wei"], owed.to_string());
+        assert_eq!(got["rent"]["holders"][0]["settlement"], "done");
+        assert_eq!(
+            got["held_wei"], "0",
+            "its one holder claimed: nothing left held"
+        );
         // The rest of the hold is back on the tab; what is owed stays held until it settles.
         assert_eq!(door.held().await, owed);
         let (status, _) = door
@@ -1015,6 +1082,90 @@ mod rents {
             ),
             ("rent", owed, Some(id.as_str()))
         );
+    }
+
+    #[tokio::test]
+    async fn a_rent_on_two_holders_pays_each_its_term_and_is_filled_when_both_claimed() {
+        let door = Door::new().await;
+        let (b, c) = (Prov::new(5), Prov::new(6));
+        register(&door, &b, vec![holder("warm", 1_000_000, 10_000_000)]).await;
+        register(&door, &c, vec![holder("dear", 2_000_000, 10_000_000)]).await;
+        let (adapter_id, size) = adapter(&door, "llama-3.1-8b-instruct").await;
+        // ε = 0.3 %: two providers at the prior's 5 % (0.25 % together), each bound to √ε.
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(Rent { epsilon_ppm: 3_000, ..rent(&adapter_id, 2, 1_000_000, 1) })}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        let id: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
+        let ends_s = body["ends_s"].as_u64().unwrap();
+        // 2 s at 3.6·10¹¹ and 7.2·10¹¹ wei per GB-hour.
+        let (warm, dear) = (u128::from(size) / 5, u128::from(size) * 2 / 5);
+        assert_eq!(body["held_wei"], (warm + dear).to_string());
+        let shown = order(&door, id).await;
+        assert_eq!(
+            shown["rent"]["holders"][1]["epsilon_ppm"], 54_772,
+            "{shown}"
+        );
+        while now_s() < ends_s {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        let buyer = order::account_of(&door.key).0.0;
+        let url = format!("/v1/rents/{id}/claim");
+        // The second holder claims under holder 0's job id: refused by name.
+        let (status, got) = door
+            .post(
+                &url,
+                Some(&c.token),
+                &claim(&c, id, &adapter_id, buyer, dear),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{got}");
+        assert!(
+            got["error"]["field"].as_str().unwrap().ends_with("job_id"),
+            "{got}"
+        );
+        let second = B256::from(cx_protocol::holders::holder_job_id(id.0, 1));
+        let mut body = claim(&c, id, &adapter_id, buyer, dear);
+        let mut receipt: cx_protocol::receipt::SignedReceipt =
+            serde_json::from_value(body["receipt"].clone()).unwrap();
+        receipt.receipt.job_id = second.0;
+        body["receipt"] = serde_json::to_value(
+            cx_protocol::receipt::SignedReceipt::sign(receipt.receipt, &c.id).unwrap(),
+        )
+        .unwrap();
+        let (status, got) = door.post(&url, Some(&c.token), &body).await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+        assert_eq!(got["status"], "committed", "holder 0 has not claimed yet");
+        assert_eq!(got["held_wei"], warm.to_string());
+        assert_eq!(got["rent"]["holders"][1]["claimed"], true);
+        let (status, _) = door.post(&url, Some(&c.token), &body).await;
+        assert_eq!(status, StatusCode::CONFLICT, "claimed once");
+        let (status, got) = door
+            .post(
+                &url,
+                Some(&b.token),
+                &claim(&b, id, &adapter_id, buyer, warm),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+        assert_eq!(got["status"], "filled");
+        assert_eq!(
+            door.held().await,
+            warm + dear,
+            "both terms owed until the tab settles"
+        );
+        let paid = door.books.paid_jobs(CHAIN, 3).await.unwrap();
+        let mut jobs: Vec<(B256, B256, u128)> = paid
+            .iter()
+            .filter(|p| p.kind == "rent")
+            .map(|p| (p.job_id, p.order_digest, p.charged_wei))
+            .collect();
+        jobs.sort_by_key(|j| j.2);
+        assert_eq!(jobs, [(id, id, warm), (second, id, dear)]);
     }
 
     #[tokio::test]

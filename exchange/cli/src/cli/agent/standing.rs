@@ -253,21 +253,27 @@ pub(super) async fn run_rent(args: &Args, cmd: &RentArgs) -> anyhow::Result<()> 
         })
     })
     .await?;
-    let fill = &order["rent"];
-    let table = format!(
-        "rent             {id}\nstatus           {}\nheld_wei         {}\nends_s           {}\n\
-         bundle           {}\nrent_wei         {}\nresidency        {} resident, {} absent, {} missed deadlines\n\
-         rebate_wei       {}\ncharged_wei      {}\n",
+    let mut table = format!(
+        "rent             {id}\nstatus           {}\nheld_wei         {}\nends_s           {}\n",
         order["status"].as_str().unwrap_or("?"),
         order["held_wei"].as_str().unwrap_or("?"),
         order["ends_s"],
-        fill["bundle_id"].as_str().unwrap_or("-"),
-        fill["rent_wei"].as_str().unwrap_or("-"),
-        fill["resident_reports"],
-        fill["absent_reports"],
-        fill["missed_deadlines"],
-        fill["rebate_wei"].as_str().unwrap_or("-"),
-        fill["charged_wei"].as_str().unwrap_or("-"),
     );
+    let none = Vec::new();
+    for h in order["rent"]["holders"].as_array().unwrap_or(&none) {
+        table += &format!(
+            "holder {}         bundle {}, ε share {} ppm, rent {} wei, {} resident / {} absent / \
+             {} missed deadlines, rebate {} wei, charged {} wei\n",
+            h["holder"],
+            h["bundle_id"].as_str().unwrap_or("-"),
+            h["epsilon_ppm"],
+            h["rent_wei"].as_str().unwrap_or("-"),
+            h["resident_reports"],
+            h["absent_reports"],
+            h["missed_deadlines"],
+            h["rebate_wei"].as_str().unwrap_or("-"),
+            h["charged_wei"].as_str().unwrap_or("-"),
+        );
+    }
     super::super::emit(cmd.json, &table, &order)
 }
