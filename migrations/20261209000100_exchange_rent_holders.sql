@@ -44,3 +44,20 @@ ALTER TABLE exchange_standing_orders
     DROP COLUMN rho_wei_per_gb_hour,
     DROP COLUMN resident_reports,
     DROP COLUMN absent_reports;
+
+-- A rent's target kind (`adapter`, `base`), a term as its target is: read by the sweep that
+-- observes residency (an adapter in a bundle's report, a base in its provider's) and by claims.
+ALTER TABLE exchange_standing_orders
+    ADD COLUMN target_kind TEXT CHECK (target_kind IN ('adapter', 'base', 'prefix'));
+UPDATE exchange_standing_orders s SET target_kind = o.body #>> '{rent,order,target_kind}'
+FROM exchange_orders o WHERE o.digest = s.digest AND s.kind = 'rent';
+ALTER TABLE exchange_standing_orders DROP CONSTRAINT exchange_standing_orders_terms;
+ALTER TABLE exchange_standing_orders ADD CONSTRAINT exchange_standing_orders_terms CHECK (
+    CASE kind
+        WHEN 'reserve' THEN model IS NOT NULL AND starts_s IS NOT NULL AND compute_ms IS NOT NULL
+                            AND target IS NULL AND target_kind IS NULL AND epsilon_ppm IS NULL
+        WHEN 'rent' THEN target IS NOT NULL AND target_kind IS NOT NULL
+                         AND epsilon_ppm IS NOT NULL AND model IS NULL AND compute_ms IS NULL
+        ELSE model IS NULL AND compute_ms IS NULL AND target IS NULL AND target_kind IS NULL
+             AND epsilon_ppm IS NULL AND starts_s IS NULL
+    END);

@@ -11,14 +11,36 @@ use sha2::{Digest, Sha256};
 pub fn content_id(files: &[(&str, &[u8])]) -> String {
     let mut sorted: Vec<&(&str, &[u8])> = files.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
-    let mut hasher = Sha256::new();
+    let mut hasher = ContentHasher::default();
     for (name, bytes) in sorted {
-        hasher.update((name.len() as u64).to_be_bytes());
-        hasher.update(name.as_bytes());
-        hasher.update((bytes.len() as u64).to_be_bytes());
+        hasher.file(name, bytes.len() as u64);
         hasher.update(bytes);
     }
-    hex::encode(hasher.finalize())
+    hasher.finish()
+}
+
+/// [`content_id`] fed piece by piece, for files too large to hold in memory (a base model's
+/// weights): announce each file ([`ContentHasher::file`]) in name order, then stream its bytes.
+#[derive(Default)]
+pub struct ContentHasher(Sha256);
+
+impl ContentHasher {
+    /// Starts file `name` of `len` bytes; its bytes follow.
+    pub fn file(&mut self, name: &str, len: u64) {
+        self.0.update((name.len() as u64).to_be_bytes());
+        self.0.update(name.as_bytes());
+        self.0.update(len.to_be_bytes());
+    }
+
+    /// More of the current file's bytes.
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The id, lowercase hex.
+    pub fn finish(self) -> String {
+        hex::encode(self.0.finalize())
+    }
 }
 
 #[cfg(test)]

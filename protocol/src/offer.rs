@@ -92,6 +92,29 @@ pub struct Residency {
     /// so older offers parse and verify as before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prefixes: Vec<String>,
+    /// Base models its memory holds, by content id (absent and unsigned when none is
+    /// reported, so older offers parse and verify as before).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bases: Vec<ResidentBase>,
+}
+
+/// Most bases one residency report names.
+pub const MAX_REPORTED_BASES: usize = 16;
+
+/// A base model resident in a provider's memory (SPEC §4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResidentBase {
+    /// Its content id: [`crate::id::content_id`] of the checkpoint's top-level files — its
+    /// configuration (`*.json`), chat template (`*.jinja`) and weights (`*.safetensors`) —
+    /// lowercase hex. Two providers holding the same files report the same id.
+    pub id: String,
+    /// The model name its bundles serve it as (`resident_bases`).
+    pub name: String,
+    /// Bytes it takes in memory.
+    pub bytes: u64,
+    /// Whether a rent on state pins it (never unloaded while pinned).
+    pub pinned: bool,
 }
 
 impl Offer {
@@ -138,6 +161,31 @@ impl Offer {
                 ));
             }
             crate::prefix::validate_ids("offer.residency.prefixes", &r.prefixes)?;
+            if r.bases.len() > MAX_REPORTED_BASES {
+                return Err(invalid(
+                    "offer.residency.bases".into(),
+                    format!("at most {MAX_REPORTED_BASES}"),
+                ));
+            }
+            for (i, base) in r.bases.iter().enumerate() {
+                if base.id.len() != 64
+                    || !base
+                        .id
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                {
+                    return Err(invalid(
+                        format!("offer.residency.bases[{i}].id"),
+                        "must be a content id: 64 lowercase hex digits".into(),
+                    ));
+                }
+                if base.name.is_empty() || base.name.len() > 256 {
+                    return Err(invalid(
+                        format!("offer.residency.bases[{i}].name"),
+                        "must be 1 to 256 bytes".into(),
+                    ));
+                }
+            }
         }
         if self.bundles.len() > MAX_OFFER_BUNDLES {
             return Err(invalid(

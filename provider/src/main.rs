@@ -627,7 +627,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // stops the start with its one-line error.
             let link = match market.exchange.clone() {
                 None => None,
-                Some(exchange) => Some(link(exchange, *market, &engine, cache_bytes)?),
+                Some(exchange) => Some(link(exchange, *market, (&engine, &model), cache_bytes)?),
             };
             let training_dir = training_dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("cx-provider-{}-trained", std::process::id()))
@@ -863,7 +863,7 @@ fn parse_tier_ask(text: &str) -> Result<(cx_protocol::Tier, u64), String> {
 fn link(
     exchange: String,
     market: MarketArgs,
-    engine: &Engine,
+    (engine, model_dir): (&Engine, &Path),
     cache_bytes: u64,
 ) -> anyhow::Result<Link> {
     let required = |name: &str| anyhow::anyhow!("--exchange needs {name}");
@@ -901,6 +901,8 @@ fn link(
         reserve_discount_bps: market.reserve_discount_bps,
         bundle_id: market.bundle_id.ok_or_else(|| required("--bundle-id"))?,
         model_name: market.model_name.ok_or_else(|| required("--model-name"))?,
+        base_id: cx_provider::model::content::checkpoint_id(model_dir)
+            .with_context(|| format!("the content id of {}", model_dir.display()))?,
         memory_bytes: cache_bytes,
         bandwidth_bps: market.bandwidth_bps,
         // Stated, not measured: a provider beside its buyers' exchange.

@@ -122,8 +122,9 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
             &format!("0x{}", hex::encode(b"cx settle test")),
             "--zero-bits",
             "12",
+            // The budget at ~10⁵ trials/s (a debug build's worker) and 10⁶ wei/s: ~2·10⁵ wei.
             "--max-price-wei",
-            "50000",
+            "1000000",
             "--tab",
             &escrow_id.to_string(),
             "--deadline-in",

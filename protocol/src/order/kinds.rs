@@ -315,6 +315,15 @@ pub enum RentTarget {
 }
 
 impl RentTarget {
+    /// Its name, as JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Adapter => "adapter",
+            Self::Base => "base",
+            Self::Prefix => "prefix",
+        }
+    }
+
     /// The `uint8` it is signed as.
     pub fn code(self) -> u8 {
         match self {

@@ -509,6 +509,8 @@ impl Engine {
             slot_bytes,
             slot_shadow_price: cache.shadow_price(slot_bytes, now),
             prefixes: cache.held_prefixes(cx_protocol::prefix::MAX_REPORTED_PREFIXES),
+            // The exchange link names the base it serves (it knows the checkpoint's id).
+            bases: Vec::new(),
         }
     }
 

@@ -132,6 +132,9 @@ pub struct LinkConfig {
     pub bundle_id: String,
     /// The catalog model the loaded weights are registered as (its resident base).
     pub model_name: String,
+    /// The loaded checkpoint's content id ([`crate::model::content::checkpoint_id`]): what the
+    /// residency report names the base by, and what a rent on it targets.
+    pub base_id: String,
     /// Free memory offered beside what is resident (the adapter cache's budget).
     pub memory_bytes: u64,
     /// Ingress bandwidth, bits per second (stated, not measured).
@@ -172,6 +175,8 @@ pub struct Link {
     matmul_flops_per_s: f64,
     /// Trials per second of the search worker (the offer's `search_trials_per_s`).
     search_trials_per_s: u64,
+    /// Whether a rent pins the base (reported; this provider never unloads its one base).
+    base_pinned: Arc<std::sync::atomic::AtomicBool>,
     /// Rung when the resident adapters change, so the offer says so now, not at the next period
     /// (and when a poll fails, so an exchange that forgot the offer hears it again).
     residency_changed: Arc<Notify>,
@@ -297,6 +302,7 @@ impl Link {
             flops_per_s,
             matmul_flops_per_s,
             search_trials_per_s,
+            base_pinned: Arc::default(),
             residency_changed,
             fetching: Arc::new(tokio::sync::Mutex::new(())),
             exchange_key: Arc::new(std::sync::OnceLock::new()),
@@ -396,7 +402,15 @@ impl Link {
             bundles: self.bundles(),
             token_hash: Offer::token_hash_of(self.token.as_bytes()),
             issued_at_s: self.now_s(),
-            residency: Some(self.engine.residency()),
+            residency: Some(cx_protocol::offer::Residency {
+                bases: vec![cx_protocol::offer::ResidentBase {
+                    id: self.config.base_id.clone(),
+                    name: self.config.model_name.clone(),
+                    bytes: self.engine.model().weight_bytes() as u64,
+                    pinned: self.base_pinned.load(std::sync::atomic::Ordering::Relaxed),
+                }],
+                ..self.engine.residency()
+            }),
             search_trials_per_s: Some(self.search_trials_per_s),
         };
         let signed = SignedOffer::sign(offer, &self.identity)?;

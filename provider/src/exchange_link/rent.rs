@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cx_protocol::DeterminismClass;
-use cx_protocol::order::{B256, Rent, Signed};
+use cx_protocol::order::{B256, Rent, RentTarget, Signed};
 use cx_protocol::receipt::{Receipt, SignedReceipt};
 use serde::Deserialize;
 
@@ -83,13 +83,25 @@ pub(super) async fn run(link: Arc<Link>) {
         };
         let now = link.now_s();
         let mut live: HashSet<String> = HashSet::new();
+        let mut base_pinned = false;
         for pin in &listed.pins {
             let result = match rent(pin) {
-                Ok(rent) if now < pin.ends_s => {
-                    let adapter = hex::encode(rent.target);
-                    live.insert(adapter.clone());
-                    keep(&link, &adapter).await
-                }
+                Ok(rent) if now < pin.ends_s => match rent.target_kind {
+                    RentTarget::Adapter => {
+                        let adapter = hex::encode(rent.target);
+                        live.insert(adapter.clone());
+                        keep(&link, &adapter).await
+                    }
+                    // Its one base is loaded for the process's life: pinning it is reporting
+                    // it pinned (a provider that unloads bases keeps a pinned one).
+                    RentTarget::Base if hex::encode(rent.target) == link.config.base_id => {
+                        base_pinned = true;
+                        Ok(())
+                    }
+                    other => Err(Error::Exchange(format!(
+                        "a rent on a {other:?} this provider does not hold"
+                    ))),
+                },
                 Ok(rent) if now >= pin.ends_s + CLAIM_AFTER_S => claim(&link, pin, &rent).await,
                 Ok(_) => Ok(()),
                 Err(e) => Err(e),
@@ -107,6 +119,10 @@ pub(super) async fn run(link: Arc<Link>) {
             changed |= link.engine.set_pinned(id, true);
         }
         pinned = live;
+        changed |= link
+            .base_pinned
+            .swap(base_pinned, std::sync::atomic::Ordering::Relaxed)
+            != base_pinned;
         if changed {
             link.residency_changed.notify_one();
         }
@@ -168,7 +184,11 @@ async fn claim(link: &Arc<Link>, pin: &Pin, rent: &Rent) -> Result<()> {
         escrow_id: pin.escrow_id,
         input_hash: pin.id.0,
         output_hash: [0; 32],
-        adapter_hash: rent.target.0,
+        adapter_hash: if rent.target_kind == RentTarget::Adapter {
+            rent.target.0
+        } else {
+            [0; 32]
+        },
         tokens: 0,
         compute_ms: 0,
         class: DeterminismClass::D,

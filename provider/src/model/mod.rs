@@ -29,6 +29,7 @@
 
 mod attention;
 pub mod config;
+pub mod content;
 pub mod generate;
 mod layer;
 mod linear;

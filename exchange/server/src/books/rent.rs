@@ -10,21 +10,22 @@ use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::B256;
 use cx_exchange::lifecycle::rent::{PinObject, Rent as Term, RentState};
+use cx_protocol::order::RentTarget;
 use std::collections::HashMap;
 
 impl RentHolding {
     /// The holder's term as the pure core models it, with the observations so far: rent `id`
-    /// of `adapter` (`size_bytes`) from `starts_s` to `ends_s`.
+    /// of `pin` (`size_bytes`) from `starts_s` to `ends_s`.
     pub fn term(
         &self,
         id: B256,
-        adapter: &str,
+        pin: PinObject,
         size_bytes: u64,
         (starts_s, ends_s): (u64, u64),
     ) -> Option<Term> {
         let mut term = Term::new(
             format!("{id}/{}", self.holder),
-            PinObject::Adapter(adapter.to_owned()),
+            pin,
             size_bytes,
             self.rho_wei_per_gb_hour,
             (starts_s as f64, ends_s as f64),
@@ -37,6 +38,16 @@ impl RentHolding {
     }
 }
 
+/// What the core's term pins for a rent of `kind` on content id `target`.
+pub fn pin_of(kind: RentTarget, target: &str) -> PinObject {
+    let id = target.to_owned();
+    match kind {
+        RentTarget::Adapter => PinObject::Adapter(id),
+        RentTarget::Base => PinObject::Base(id),
+        RentTarget::Prefix => PinObject::Prefix(id),
+    }
+}
+
 /// A holder of a committed rent the sweep observes.
 #[derive(Debug, Clone)]
 pub struct CommittedRent {
@@ -46,8 +57,10 @@ pub struct CommittedRent {
     pub holder: u8,
     /// Its bundle.
     pub bundle_id: String,
-    /// The adapter's content id (hex, as reports name it).
-    pub adapter: String,
+    /// What it keeps resident.
+    pub target_kind: RentTarget,
+    /// Its content id (hex, as reports name it).
+    pub target: String,
     /// Whether its provider's latest report is fresh (re-signed within the freshness bound).
     pub fresh: bool,
 }
@@ -131,8 +144,8 @@ impl Books {
         fresh_s: u64,
         limit: i64,
     ) -> Result<Vec<CommittedRent>> {
-        let rows: Vec<(Vec<u8>, i16, String, String, bool)> = sqlx::query_as(
-            "SELECT s.digest, h.holder, h.bundle_id, s.target, \
+        let rows: Vec<(Vec<u8>, i16, String, String, String, bool)> = sqlx::query_as(
+            "SELECT s.digest, h.holder, h.bundle_id, s.target_kind, s.target, \
                     EXISTS (SELECT 1 FROM exchange_providers p \
                             WHERE p.key_hash = h.provider_key_hash \
                               AND p.seen_at >= to_timestamp($3)) \
@@ -146,12 +159,13 @@ impl Books {
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(id, holder, bundle_id, target, fresh)| {
+            .map(|(id, holder, bundle_id, kind, target, fresh)| {
                 Ok(CommittedRent {
                     id: b256(&id)?,
                     holder: holder as u8,
                     bundle_id,
-                    adapter: target,
+                    target_kind: serde_json::from_value(serde_json::Value::String(kind))?,
+                    target,
                     fresh,
                 })
             })
@@ -224,14 +238,14 @@ impl Books {
     /// The fill of rent `id`: what its holders share, each holder's commitment, observations
     /// and claim.
     pub(super) async fn rent_fill(&self, id: B256) -> Result<RentFill> {
-        let (size_bytes, starts_s, ends_s, target): (Option<i64>, Option<i64>, i64, String) =
-            sqlx::query_as(
-                "SELECT size_bytes, starts_s, ends_s, target FROM exchange_standing_orders \
-                 WHERE digest = $1",
-            )
-            .bind(id.as_slice())
-            .fetch_one(&self.pool)
-            .await?;
+        type Row = (Option<i64>, Option<i64>, i64, String, String);
+        let (size_bytes, starts_s, ends_s, target, kind): Row = sqlx::query_as(
+            "SELECT size_bytes, starts_s, ends_s, target, target_kind \
+                 FROM exchange_standing_orders WHERE digest = $1",
+        )
+        .bind(id.as_slice())
+        .fetch_one(&self.pool)
+        .await?;
         let rows: Vec<HolderRow> = sqlx::query_as(
             "SELECT h.holder, h.job_id, h.provider_key_hash, h.bundle_id, \
                     h.rho_wei_per_gb_hour::text AS rho, h.epsilon_ppm, h.rent_wei::text AS rent, \
@@ -251,6 +265,7 @@ impl Books {
         .bind(id.as_slice())
         .fetch_all(&self.pool)
         .await?;
+        let kind: RentTarget = serde_json::from_value(serde_json::Value::String(kind))?;
         let size_bytes = size_bytes.map(|b| b as u64);
         let starts_s = starts_s.map(|s| s as u64);
         let holders = rows
@@ -273,9 +288,9 @@ impl Books {
                     charged_wei: row.charged.map(|c| parse_wei(&c)).transpose()?,
                     settlement: row.settlement,
                 };
-                let term = size_bytes
-                    .zip(starts_s)
-                    .and_then(|(size, starts)| h.term(id, &target, size, (starts, ends_s as u64)));
+                let term = size_bytes.zip(starts_s).and_then(|(size, starts)| {
+                    h.term(id, pin_of(kind, &target), size, (starts, ends_s as u64))
+                });
                 if let Some(mut term) = term {
                     h.sla_met = term.sla_met();
                     if let Ok(RentState::Ended { rebate_wei, .. }) = term.end(ends_s as f64) {
@@ -320,20 +335,21 @@ impl Books {
             return Ok(false);
         };
         let part = parse_wei(&part)?;
-        let (account, chain_id, escrow_id, ends_s, adapter): (Vec<u8>, i64, i64, i64, String) =
-            sqlx::query_as(
-                "UPDATE exchange_standing_orders s SET held_wei = s.held_wei - $2::numeric, \
+        type Row = (Vec<u8>, i64, i64, i64, String, String);
+        let (account, chain_id, escrow_id, ends_s, target, kind): Row = sqlx::query_as(
+            "UPDATE exchange_standing_orders s SET held_wei = s.held_wei - $2::numeric, \
                         status = CASE WHEN EXISTS (SELECT 1 FROM exchange_rent_holders h \
                                                    WHERE h.rent = s.digest AND NOT h.claimed) \
                                       THEN s.status ELSE 'filled' END, \
                         updated_at = now() \
                  WHERE s.digest = $1 \
-                 RETURNING s.account, s.chain_id, s.escrow_id, s.ends_s, s.target",
-            )
-            .bind(id.as_slice())
-            .bind(wei_text(part))
-            .fetch_one(&mut *tx)
-            .await?;
+                 RETURNING s.account, s.chain_id, s.escrow_id, s.ends_s, s.target, \
+                           s.target_kind",
+        )
+        .bind(id.as_slice())
+        .bind(wei_text(part))
+        .fetch_one(&mut *tx)
+        .await?;
         let filled = super::standing::Filled {
             id: b256(&job_id)?,
             order: id,
@@ -342,7 +358,8 @@ impl Books {
             held_wei: part,
             ends_s,
             model: "rent",
-            adapter: Some(&adapter),
+            // A job of an adapter names it (its missed deadlines count against the rent).
+            adapter: (kind == "adapter").then_some(target.as_str()),
         };
         filled
             .into_job(&mut tx, key_hash, charged_wei, receipt, decision)

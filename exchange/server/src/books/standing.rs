@@ -57,6 +57,8 @@ pub struct StandingTerms {
     pub compute_ms: Option<u64>,
     /// A rent's target, by content id.
     pub target: Option<B256>,
+    /// What a rent's target is.
+    pub target_kind: Option<cx_protocol::order::RentTarget>,
     /// A rent's SLA tolerance, parts per million.
     pub epsilon_ppm: Option<u32>,
 }
@@ -87,8 +89,9 @@ impl Books {
              standing AS ( \
                  INSERT INTO exchange_standing_orders (digest, kind, account, chain_id, escrow_id, \
                                                        held_wei, ends_s, starts_s, model, \
-                                                       compute_ms, target, epsilon_ppm) \
-                 SELECT digest, $2, $3, $4, $7, $8::numeric, $9, $11, $12, $13, $14, $15 \
+                                                       compute_ms, target, epsilon_ppm, \
+                                                       target_kind) \
+                 SELECT digest, $2, $3, $4, $7, $8::numeric, $9, $11, $12, $13, $14, $15, $16 \
                  FROM ord RETURNING 1) \
              SELECT (SELECT count(*) FROM hold), (SELECT count(*) FROM standing)",
         )
@@ -107,6 +110,7 @@ impl Books {
         .bind(optional(terms.compute_ms, "compute_ms")?)
         .bind(terms.target.map(|t| hex::encode(t.as_slice())))
         .bind(terms.epsilon_ppm.map(i64::from))
+        .bind(terms.target_kind.map(|k| k.as_str()))
         .fetch_one(&self.pool)
         .await;
         match done {

@@ -1,7 +1,20 @@
-//! Rents on state filled by providers (SPEC §3): an adapter rent is committed when it is
-//! accepted to the live bundle that can keep the adapter resident most cheaply, observed every
-//! sweep, and claimed by its provider at the term's end — the rent less the rebate a missed
-//! term earns, a job of the tab paid by [`cx_protocol::voucher::Authority::Rent`].
+//! Rents on state filled by providers (SPEC §3): a rent on an adapter or a base is committed
+//! when it is accepted to the live bundles that can keep it resident most cheaply, as many as
+//! its ε needs, each observed every sweep and claiming its own term at the end — the rent less
+//! the rebate a missed term earns, a job of the tab paid by
+//! [`cx_protocol::voucher::Authority::Rent`].
+//!
+//! **Who can hold it.** An adapter: a bundle serving its base (its `adapter_config.json`'s
+//! `base_model_name_or_path`) whose provider reports a residency that can make room for it, or
+//! holds it already. A base: a bundle serving it whose provider reports it resident by content
+//! id (`offer.residency.bases`; a provider holds the one base it loaded, never unloading it, so
+//! its pin is kept by construction and reported). A conversation prefix is refused by name.
+//!
+//! **ε maps to holders.** Each provider's probability of being found absent is estimated from
+//! its observed residency on rents (absent observations over all, under a prior of one in
+//! twenty, [`crate::books::Books::rent_miss_rates`]); the cheapest capable bundles, one per
+//! provider, are taken until all of them missing together is at most ε ([`place_holders`], at
+//! most [`cx_protocol::holders::MAX_RENT_HOLDERS`]), and each holder's SLA bound is ε^(1/k).
 //!
 //! **The price is the holder's shadow price of the bytes** (SPEC §4), not its ask. A provider
 //! reports the shadow price of a residency slot of `slot_bytes`: the loading seconds its
@@ -12,9 +25,8 @@
 //! shadow price of zero; the rent of those never falls below a floor, a hundredth of the bytes'
 //! share of the device-hour (`p × 3600 × 10⁹ / M / 100`), so idle memory cannot be pinned for a
 //! month for nothing and then priced to every later buyer. A provider that reports no residency,
-//! or whose cache can make no slot (shadow price absent) and does not hold the adapter, cannot
-//! hold a rent. The cheapest capable bundle is the lowest ρ; its term's rent must be at most the
-//! buyer's `max_rent_wei`.
+//! or whose cache can make no slot (shadow price absent) and does not hold the target, cannot
+//! hold a rent. The holders' terms together must be at most the buyer's `max_rent_wei`.
 
 use super::state::Intake;
 use crate::books::{Provider, RentCommitment};
@@ -23,7 +35,7 @@ use alloy::primitives::B256;
 use cx_exchange::lifecycle::rent::{PinObject, Rent as Term, RentState};
 use cx_protocol::inventory::Discount;
 use cx_protocol::offer::Residency;
-use cx_protocol::order::{Rent, Signed};
+use cx_protocol::order::{Rent, RentTarget, Signed};
 use cx_protocol::receipt::SignedReceipt;
 use std::collections::HashMap;
 
@@ -37,6 +49,25 @@ pub(super) struct Candidate {
     pub(super) provider_key_hash: B256,
     pub(super) bundle_id: String,
     pub(super) rho_wei_per_gb_hour: u128,
+}
+
+/// What a rent keeps resident, as its holders are found.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Held<'a> {
+    /// An adapter (content id) on catalog base `base`.
+    Adapter { id: &'a str, base: &'a str },
+    /// A base model by content id.
+    Base { id: &'a str },
+}
+
+impl Held<'_> {
+    /// What the core's term pins.
+    fn pin(&self) -> PinObject {
+        match self {
+            Held::Adapter { id, .. } => crate::books::pin_of(RentTarget::Adapter, id),
+            Held::Base { id } => crate::books::pin_of(RentTarget::Base, id),
+        }
+    }
 }
 
 /// How ε maps to holders: `candidates` cheapest ρ first, one per provider, are taken until the
@@ -104,50 +135,105 @@ impl Intake {
             .map(|m| m.name.clone())
     }
 
-    /// The live bundles that keep adapter `adapter` (`size_bytes`, on catalog base `base`)
-    /// resident for `rent`'s term most cheaply, as many as its ε needs (see
-    /// [`place_holders`]): each serves the base (holds it resident), reports a residency that
-    /// can make room for the adapter (or holds it already), on a distinct provider; their terms'
-    /// rent together within the buyer's limit. The error names what no set of bundles met.
+    /// What `rent` keeps resident, its bytes and the holders that keep it (see the module);
+    /// the error names what is unknown or what no set of holders met.
+    pub(super) async fn rent_terms(&self, rent: &Rent) -> Result<(Vec<RentCommitment>, u64)> {
+        let target = hex::encode(rent.target);
+        match rent.target_kind {
+            RentTarget::Adapter => {
+                let size_bytes = self
+                    .books()
+                    .adapter_bytes(&target)
+                    .await?
+                    .ok_or(Error::UnknownAdapter)?;
+                let stored = self
+                    .books()
+                    .adapter(&target)
+                    .await?
+                    .ok_or(Error::UnknownAdapter)?;
+                let base = self
+                    .adapter_base(&stored.config)
+                    .ok_or(Error::NoRentHolder {
+                        field: "rent.order.target",
+                        reason: "its adapter_config.json names no catalog model as \
+                                 base_model_name_or_path"
+                            .into(),
+                    })?;
+                let held = Held::Adapter {
+                    id: &target,
+                    base: &base,
+                };
+                Ok((self.rent_holders(rent, held, size_bytes).await?, size_bytes))
+            }
+            RentTarget::Base => {
+                // Its bytes as its holders report them (the most any reports: one base may be
+                // held at different widths).
+                let size_bytes = self
+                    .reports()
+                    .await?
+                    .values()
+                    .flat_map(|(_, report)| &report.bases)
+                    .filter(|b| b.id == target)
+                    .map(|b| b.bytes)
+                    .max()
+                    .ok_or_else(|| Error::NoRentHolder {
+                        field: "rent.order.target",
+                        reason: format!("no live provider reports base {target} resident"),
+                    })?;
+                let held = Held::Base { id: &target };
+                Ok((self.rent_holders(rent, held, size_bytes).await?, size_bytes))
+            }
+            RentTarget::Prefix => Err(Error::Unsupported {
+                field: "rent.order.target_kind",
+                reason: "a conversation prefix cannot be rented yet: the continuation a \
+                         provider serves consumes the held KV (its longer prefix takes its \
+                         place), so pinning one needs copy-on-continue in the providers' caches",
+            }),
+        }
+    }
+
+    /// The live bundles that keep `held` (`size_bytes`) resident for `rent`'s term most
+    /// cheaply, as many as its ε needs (see [`place_holders`]), on distinct providers, their
+    /// terms' rent together within the buyer's limit. An adapter's holder serves its base and
+    /// reports a residency that can make room for it (or holds it already); a base's reports it
+    /// resident by content id and serves it. The error names what no set of bundles met.
     pub(super) async fn rent_holders(
         &self,
         rent: &Rent,
-        adapter: &str,
-        base: &str,
+        held: Held<'_>,
         size_bytes: u64,
     ) -> Result<Vec<RentCommitment>> {
         let catalog = self.market().catalog();
-        let owners: HashMap<String, (B256, Residency)> = self
-            .books()
-            .provider_offers()
-            .await?
-            .into_iter()
-            .filter_map(|(key, offer)| {
-                let report = offer.residency?;
-                Some(
-                    offer
-                        .bundles
-                        .into_iter()
-                        .map(move |b| (b.id, (key, report.clone()))),
-                )
-            })
-            .flatten()
-            .collect();
+        let owners = self.reports().await?;
         let mut serving = 0;
         let mut candidates: Vec<Candidate> = Vec::new();
         for bundle in self.market().bundles() {
-            let serves = bundle
-                .resident_bases
-                .iter()
-                .any(|b| catalog.resolve(b).is_ok_and(|m| m.name == base));
-            if !serves {
-                continue;
-            }
-            serving += 1;
             let Some((key, report)) = owners.get(&bundle.id) else {
                 continue;
             };
-            let holds = bundle.resident_adapters.iter().any(|a| a == adapter);
+            let holds = match held {
+                Held::Adapter { base, id } => {
+                    let serves = bundle
+                        .resident_bases
+                        .iter()
+                        .any(|b| catalog.resolve(b).is_ok_and(|m| m.name == base));
+                    if !serves {
+                        continue;
+                    }
+                    bundle.resident_adapters.iter().any(|a| a == id)
+                }
+                Held::Base { id } => {
+                    let serves = report
+                        .bases
+                        .iter()
+                        .any(|b| b.id == id && bundle.resident_bases.contains(&b.name));
+                    if !serves {
+                        continue;
+                    }
+                    true
+                }
+            };
+            serving += 1;
             // A cache that can make no slot can still pin what it holds: that makes no room.
             let Some(shadow_s) = report.slot_shadow_price.or(holds.then_some(0.0)) else {
                 continue;
@@ -169,13 +255,17 @@ impl Intake {
         if candidates.is_empty() {
             return Err(Error::NoRentHolder {
                 field: "rent.order.target",
-                reason: if serving == 0 {
-                    format!("none serves its base model `{base}`")
-                } else {
-                    format!(
+                reason: match held {
+                    Held::Adapter { base, .. } if serving == 0 => {
+                        format!("none serves its base model `{base}` and reports its residency")
+                    }
+                    Held::Adapter { base, .. } => format!(
                         "none of the {serving} serving `{base}` reports a residency that can \
                          make {size_bytes} bytes of room for it"
-                    )
+                    ),
+                    Held::Base { id } => {
+                        format!("no live provider reports base {id} resident")
+                    }
                 },
             });
         }
@@ -212,7 +302,7 @@ impl Intake {
             .take(k)
             .map(|c| {
                 Ok(RentCommitment {
-                    rent_wei: term_rent(rent, adapter, size_bytes, c.rho_wei_per_gb_hour)?,
+                    rent_wei: term_rent(rent, held.pin(), size_bytes, c.rho_wei_per_gb_hour)?,
                     provider_key_hash: c.provider_key_hash,
                     bundle_id: c.bundle_id,
                     rho_wei_per_gb_hour: c.rho_wei_per_gb_hour,
@@ -240,6 +330,26 @@ impl Intake {
         Ok(holders)
     }
 
+    /// Each live provider's residency report by its bundles' ids, with the provider's key.
+    async fn reports(&self) -> Result<HashMap<String, (B256, Residency)>> {
+        Ok(self
+            .books()
+            .provider_offers()
+            .await?
+            .into_iter()
+            .filter_map(|(key, offer)| {
+                let report = offer.residency?;
+                Some(
+                    offer
+                        .bundles
+                        .into_iter()
+                        .map(move |b| (b.id, (key, report.clone()))),
+                )
+            })
+            .flatten()
+            .collect())
+    }
+
     /// One residency observation of every running rent at `now_s`: resident when its
     /// provider's report is fresh (within [`RENT_REPORT_FRESH_S`]), its bundle is live and the
     /// report lists the adapter resident. Returns how many rents were observed.
@@ -252,12 +362,26 @@ impl Intake {
             return Ok(0);
         }
         let bundles = self.market().bundles();
+        let reports = if rents.iter().any(|r| r.target_kind == RentTarget::Base) {
+            self.reports().await?
+        } else {
+            HashMap::new()
+        };
         for rent in &rents {
+            let live = bundles.iter().find(|b| b.id == rent.bundle_id);
             let resident = rent.fresh
-                && bundles
-                    .iter()
-                    .find(|b| b.id == rent.bundle_id)
-                    .is_some_and(|b| b.resident_adapters.contains(&rent.adapter));
+                && match rent.target_kind {
+                    RentTarget::Adapter => {
+                        live.is_some_and(|b| b.resident_adapters.contains(&rent.target))
+                    }
+                    RentTarget::Base => {
+                        live.is_some()
+                            && reports.get(&rent.bundle_id).is_some_and(|(_, report)| {
+                                report.bases.iter().any(|b| b.id == rent.target)
+                            })
+                    }
+                    RentTarget::Prefix => false,
+                };
             self.books()
                 .observe_rent(rent.id, rent.holder, resident)
                 .await?;
@@ -297,11 +421,18 @@ impl Intake {
                 reason: "this provider holds no unclaimed part of it",
             })?;
         let rent = signed_rent(&order)?.order;
-        let adapter = hex::encode(rent.target);
+        let target = hex::encode(rent.target);
         let mut term = fill
             .size_bytes
             .zip(fill.starts_s)
-            .and_then(|(size, starts)| holding.term(id, &adapter, size, (starts, order.ends_s)))
+            .and_then(|(size, starts)| {
+                holding.term(
+                    id,
+                    crate::books::pin_of(rent.target_kind, &target),
+                    size,
+                    (starts, order.ends_s),
+                )
+            })
             .ok_or(Error::Corrupt {
                 what: "a committed rent without its commitment",
                 value: id.to_string(),
@@ -323,7 +454,14 @@ impl Intake {
             ("job_id", r.job_id == holding.job_id.0),
             ("input_hash", r.input_hash == id.0),
             ("output_hash", r.output_hash == [0; 32]),
-            ("adapter_hash", r.adapter_hash == rent.target.0),
+            (
+                "adapter_hash",
+                r.adapter_hash
+                    == match rent.target_kind {
+                        RentTarget::Adapter => rent.target.0,
+                        _ => [0; 32],
+                    },
+            ),
             ("chain_id", r.chain_id == order.chain_id),
             ("escrow_id", r.escrow_id == order.escrow_id),
             ("buyer", r.buyer == order.account.0.0),
@@ -336,7 +474,8 @@ impl Intake {
                 field,
                 reason: format!(
                     "is not what this holder's term makes it (job id: holder {}'s, {}; input: \
-                     the rent's digest; output zero; adapter: the rented one; the tab, buyer \
+                     the rent's digest; output zero; adapter: the rented one, zero for a base; \
+                     the tab, buyer \
                      and payout account; compute_ms 0; amount: {owed} wei, the term's \
                      {paid_wei} wei less a {rebate_wei} wei rebate)",
                     holding.holder, holding.job_id
@@ -377,10 +516,10 @@ impl Intake {
 
 /// The rent of `rent`'s whole term at ρ for `size_bytes`: the core's accrual, so the quote and
 /// the claim agree.
-fn term_rent(rent: &Rent, adapter: &str, size_bytes: u64, rho: u128) -> Result<u128> {
+fn term_rent(rent: &Rent, pin: PinObject, size_bytes: u64, rho: u128) -> Result<u128> {
     let mut term = Term::new(
         "quote",
-        PinObject::Adapter(adapter.to_owned()),
+        pin,
         size_bytes,
         rho,
         (0.0, rent.term_s as f64),

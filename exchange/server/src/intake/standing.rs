@@ -6,7 +6,7 @@
 use super::state::Intake;
 use crate::books::{NewOrder, StandingTerms};
 use crate::error::{Error, Result};
-use cx_protocol::order::{Order, Rent, RentTarget, Reserve, Search, Signed, Verified};
+use cx_protocol::order::{Order, Rent, Reserve, Search, Signed, Verified};
 use serde::Deserialize;
 
 /// Longest rent term accepted, seconds (30 days).
@@ -62,6 +62,7 @@ impl Standing for Rent {
         StandingTerms {
             ends_s: now_s.saturating_add(self.term_s),
             target: Some(self.target),
+            target_kind: Some(self.target_kind),
             epsilon_ppm: Some(self.epsilon_ppm),
             ..StandingTerms::default()
         }
@@ -96,21 +97,13 @@ impl Intake {
             .await
     }
 
-    /// A rent: an adapter kept resident for a term at most `max_rent_wei`, committed at once
-    /// to the live bundles that hold it most cheaply, as many as its ε needs (see
+    /// A rent: an adapter or a base kept resident for a term at most `max_rent_wei`, committed
+    /// at once to the live bundles that hold it most cheaply, as many as its ε needs (see
     /// [`super::rent`]), with their terms' rent held; with no such bundles it is refused and
-    /// nothing is held. Rents on a base or a conversation prefix are refused
-    /// by name (no provider reports those residencies yet).
+    /// nothing is held. A rent on a conversation prefix is refused by name.
     pub async fn submit_rent(&self, signed: &Signed<Rent>, now_s: u64) -> Result<StandingAccepted> {
         let verified = self.verify(signed, now_s, "rent").await?;
         let rent = &signed.order;
-        if rent.target_kind != RentTarget::Adapter {
-            return Err(Error::Unsupported {
-                field: "rent.order.target_kind",
-                reason: "only adapters can be rented: providers do not report base or prefix \
-                         residency by content id yet",
-            });
-        }
         if rent.term_s > MAX_RENT_TERM_S {
             return Err(cx_protocol::Error::InvalidField {
                 field: "rent.order.term_s".into(),
@@ -118,25 +111,7 @@ impl Intake {
             }
             .into());
         }
-        let adapter = hex::encode(rent.target);
-        let size_bytes = self
-            .books()
-            .adapter_bytes(&adapter)
-            .await?
-            .ok_or(Error::UnknownAdapter)?;
-        let stored = self
-            .books()
-            .adapter(&adapter)
-            .await?
-            .ok_or(Error::UnknownAdapter)?;
-        let base = self
-            .adapter_base(&stored.config)
-            .ok_or(Error::NoRentHolder {
-                field: "rent.order.target",
-                reason: "its adapter_config.json names no catalog model as base_model_name_or_path"
-                    .into(),
-            })?;
-        let holders = self.rent_holders(rent, &adapter, &base, size_bytes).await?;
+        let (holders, size_bytes) = self.rent_terms(rent).await?;
         // The price is known now: the holders' terms are the most it can cost.
         let held_wei = holders.iter().map(|h| h.rent_wei).sum();
         let mut accepted = self

@@ -464,6 +464,7 @@ async fn standing_order_terms_are_columns_each_kind_exactly_its_own() {
     let rent = StandingTerms {
         ends_s: 250,
         target: Some(B256::repeat_byte(0xab)),
+        target_kind: Some(cx_protocol::order::RentTarget::Base),
         epsilon_ppm: Some(50_000),
         ..StandingTerms::default()
     };
@@ -491,9 +492,10 @@ async fn standing_order_terms_are_columns_each_kind_exactly_its_own() {
         Option<i64>,
         Option<String>,
         Option<i64>,
+        Option<String>,
     );
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT kind, ends_s, starts_s, model, compute_ms, target, epsilon_ppm \
+        "SELECT kind, ends_s, starts_s, model, compute_ms, target, epsilon_ppm, target_kind \
          FROM exchange_standing_orders ORDER BY ends_s",
     )
     .fetch_all(books.pool())
@@ -509,6 +511,7 @@ async fn standing_order_terms_are_columns_each_kind_exactly_its_own() {
                 Some("tiny".into()),
                 Some(300),
                 None,
+                None,
                 None
             ),
             (
@@ -518,9 +521,10 @@ async fn standing_order_terms_are_columns_each_kind_exactly_its_own() {
                 None,
                 None,
                 Some("ab".repeat(32)),
-                Some(50_000)
+                Some(50_000),
+                Some("base".into())
             ),
-            ("search".into(), 300, None, None, None, None, None),
+            ("search".into(), 300, None, None, None, None, None, None),
         ]
     );
     let held = |books: Books| async move {

@@ -118,11 +118,27 @@ async fn rents_and_searches_are_checked_by_field() {
         .post(
             "/v1/rents",
             None,
-            &json!({"rent": door.signed(rent(RentTarget::Base, 1))}),
+            &json!({"rent": door.signed(rent(RentTarget::Prefix, 1))}),
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["error"]["field"], "rent.order.target_kind");
+    let (status, body) = door
+        .post(
+            "/v1/rents",
+            None,
+            &json!({"rent": door.signed(rent(RentTarget::Base, 5))}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["field"], "rent.order.target");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("reports base"),
+        "{body}"
+    );
     let (status, body) = door
         .post(
             "/v1/rents",
@@ -724,6 +740,7 @@ mod rents {
             slot_bytes: 1_000_000,
             slot_shadow_price: shadow_s,
             prefixes: vec![],
+            bases: vec![],
         };
         let (status, body) = door
             .post(
@@ -1166,6 +1183,103 @@ mod rents {
             .collect();
         jobs.sort_by_key(|j| j.2);
         assert_eq!(jobs, [(id, id, warm), (second, id, dear)]);
+    }
+
+    #[tokio::test]
+    async fn a_base_rent_is_held_by_the_providers_reporting_it_by_content_id() {
+        let door = Door::new().await;
+        let (b, c) = (Prov::new(5), Prov::new(6));
+        let base_id = "ab".repeat(32);
+        let report = |bases| cx_protocol::offer::Residency {
+            pinned_adapters: vec![],
+            free_bytes: 10_000_000,
+            slot_bytes: 1_000_000,
+            slot_shadow_price: Some(360.0),
+            prefixes: vec![],
+            bases,
+        };
+        let resident = vec![cx_protocol::offer::ResidentBase {
+            id: base_id.clone(),
+            name: "llama-3.1-8b-instruct".into(),
+            bytes: 2_000_000,
+            pinned: false,
+        }];
+        let offer = |prov: &Prov, id: &str, bases| {
+            prov.offer_with(
+                vec![holder(id, 1_000_000, 10_000_000)],
+                Some(report(bases)),
+                None,
+            )
+        };
+        for (prov, id, bases) in [(&b, "holds", resident.clone()), (&c, "other", vec![])] {
+            let (status, body) = door
+                .post("/v1/providers/register", None, &offer(prov, id, bases))
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+        let base_rent = Rent {
+            target_kind: RentTarget::Base,
+            target: base_id.parse().unwrap(),
+            ..rent(&B256::ZERO.to_string(), 2, 1_000_000, 1)
+        };
+        let (status, body) = door
+            .post("/v1/rents", None, &json!({"rent": door.signed(base_rent)}))
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        let id: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
+        let ends_s = body["ends_s"].as_u64().unwrap();
+        // 2 s × 2·10⁶ bytes at 3.6·10¹¹ wei per GB-hour: 4·10⁵ wei, on the one provider that
+        // reports it.
+        assert_eq!(body["held_wei"], "400000");
+        let shown = order(&door, id).await;
+        assert_eq!(shown["rent"]["size_bytes"], 2_000_000);
+        assert_eq!(shown["rent"]["holders"][0]["bundle_id"], "holds", "{shown}");
+        // Observed from the report's bases: resident, then absent once it no longer lists it.
+        assert_eq!(door.intake().observe_rents(now_s()).await.unwrap(), 1);
+        let (status, _) = door
+            .post("/v1/providers/register", None, &offer(&b, "holds", vec![]))
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+        assert_eq!(door.intake().observe_rents(now_s()).await.unwrap(), 1);
+        let holding = &order(&door, id).await["rent"]["holders"][0];
+        assert_eq!(
+            (&holding["resident_reports"], &holding["absent_reports"]),
+            (&json!(1), &json!(1)),
+            "{holding}"
+        );
+        while now_s() < ends_s {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        // Half the observations absent (> ε = 10 %): half rebated; no adapter named.
+        let buyer = order::account_of(&door.key).0.0;
+        let url = format!("/v1/rents/{id}/claim");
+        let (status, got) = door
+            .post(
+                &url,
+                Some(&b.token),
+                &claim(&b, id, &base_id, buyer, 200_000),
+            )
+            .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{got}");
+        assert!(
+            got["error"]["field"]
+                .as_str()
+                .unwrap()
+                .ends_with("adapter_hash"),
+            "{got}"
+        );
+        let (status, got) = door
+            .post(
+                &url,
+                Some(&b.token),
+                &claim(&b, id, &B256::ZERO.to_string(), buyer, 200_000),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+        assert_eq!(got["status"], "filled");
+        let paid = door.books.paid_jobs(CHAIN, 3).await.unwrap();
+        let job = paid.iter().find(|p| p.job_id == id).unwrap();
+        assert_eq!((job.charged_wei, job.adapter.as_deref()), (200_000, None));
     }
 
     #[tokio::test]
