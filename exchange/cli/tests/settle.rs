@@ -172,7 +172,7 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     // 5% of each receipt, rounded down receipt by receipt.
-    let cut = chat_charged * 500 / 10_000 + 50_000 * 500 / 10_000;
+    let cut = chat_charged * 500 / 10_000 + witness_wei * 500 / 10_000;
     assert_eq!(provider_claim.cumulative_wei, (charged - cut).to_string());
     let fee_claim = client.claim(31337, fee.account).await.unwrap();
     assert_eq!(fee_claim.cumulative_wei, cut.to_string());

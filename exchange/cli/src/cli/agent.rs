@@ -79,18 +79,20 @@ enum Command {
     Tab(tabs::TabArgs),
     /// Reclaim a tab's escrow on chain after its deadline (and the contract's grace period).
     CloseTab(tabs::CloseTabArgs),
-    /// Post a search: a nonce whose SHA-256 with the prefix falls below a target, paid to the
-    /// first provider whose witness checks (refunded at the deadline if none); with `--wait`,
-    /// until it is filled or ends.
+    /// Post a search: a nonce whose SHA-256 with the prefix falls below a target, priced on the
+    /// work that finds one with probability `--success`, paid to the first provider whose
+    /// witness checks for the work a witness implies (refunded at the deadline if none); with
+    /// `--wait`, until it is filled or ends.
     Search(standing::SearchArgs),
     /// Post a reserve: compute for a model over a window, take-or-pay, priced below spot.
     /// Providers bid until the window starts and the lowest feasible bid commits it; this
     /// account's intents on the tab in the window draw on it first. With `--wait`, until it is
     /// committed (or ends with no bid).
     Reserve(standing::ReserveArgs),
-    /// Rent residency: an adapter kept loaded (pinned) for a term on the bundle that holds it
-    /// most cheaply, at most `--max-rent-wei`; a term whose measured misses exceed ε is rebated.
-    /// With `--wait`, until the term ends and its provider has claimed it.
+    /// Rent residency: an adapter or a base kept loaded (pinned) for a term on as many of the
+    /// bundles that hold it most cheaply as ε needs, at most `--max-rent-wei` together; a term
+    /// whose measured misses exceed its share of ε is rebated. With `--wait`, until the term
+    /// ends and its providers have claimed it.
     Rent(standing::RentArgs),
     /// Ask the exchange to settle a tab now: it takes no more jobs, and the next batch pays
     /// what its jobs were charged and credits the rest back (claim it with `cx agent claim`).

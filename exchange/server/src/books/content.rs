@@ -159,16 +159,17 @@ impl Books {
     }
 
     /// Whether provider `key_hash`'s work needs adapter `id`: a job on its bundles names it and
-    /// is not over (handed out, running or awaiting its verdict), or a rent committed to it pins
-    /// it. The one reader an adapter has besides its owners.
+    /// is not over (handed out, running or awaiting its verdict), or a rent it holds pins it. The one reader an adapter has besides its owners.
     pub async fn works_with_adapter(&self, key_hash: B256, id: &str) -> Result<bool> {
         let (needed,): (bool,) = sqlx::query_as(
             "SELECT EXISTS (SELECT 1 FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \
                             WHERE b.provider_key_hash = $1 AND j.adapter = $2 \
                               AND j.status IN ('assigned', 'running', 'verifying')) \
                  OR EXISTS (SELECT 1 FROM exchange_standing_orders s \
+                            JOIN exchange_rent_holders h ON h.rent = s.digest \
                             WHERE s.kind = 'rent' AND s.status = 'committed' \
-                              AND s.provider_key_hash = $1 AND s.target = $2)",
+                              AND h.provider_key_hash = $1 AND NOT h.claimed \
+                              AND s.target = $2)",
         )
         .bind(key_hash.as_slice())
         .bind(id)

@@ -952,6 +952,21 @@ mod rents {
                 )
                 .await;
             assert_eq!(got["pins"].as_array().unwrap().len(), pins, "{got}");
+            // A holder may fetch the adapter it must keep; another provider may not.
+            let (status, got) = door
+                .call(
+                    Request::get(format!("/v1/adapters/{id}"))
+                        .header(header::AUTHORIZATION, format!("Bearer {}", prov.token))
+                        .body(Body::empty())
+                        .unwrap(),
+                )
+                .await;
+            let expected = if pins == 1 {
+                StatusCode::OK
+            } else {
+                StatusCode::NOT_FOUND
+            };
+            assert_eq!(status, expected, "{got}");
         }
         // ε = 10 ppm would need four providers; three can hold it. Refused, nothing held.
         let (status, body) = door

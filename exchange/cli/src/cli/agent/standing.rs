@@ -78,8 +78,11 @@ pub(super) struct ReserveArgs {
 #[derive(Debug, clap::Args)]
 pub(super) struct RentArgs {
     /// The adapter's content id (as `cx agent put-adapter` printed it).
+    #[arg(long, value_name = "ID", conflicts_with = "base")]
+    adapter: Option<B256>,
+    /// A base model's content id (as providers report it: the checkpoint's files' content id).
     #[arg(long, value_name = "ID")]
-    adapter: B256,
+    base: Option<B256>,
     /// The term, seconds from now.
     #[arg(long, value_name = "S")]
     term_s: u64,
@@ -241,9 +244,14 @@ pub(super) async fn run_reserve(args: &Args, cmd: &ReserveArgs) -> anyhow::Resul
 
 pub(super) async fn run_rent(args: &Args, cmd: &RentArgs) -> anyhow::Result<()> {
     let Placed { id, order, .. } = place(args, cmd.wait, || {
+        let (target_kind, target) = match (cmd.adapter, cmd.base) {
+            (Some(adapter), _) => (RentTarget::Adapter, adapter),
+            (None, Some(base)) => (RentTarget::Base, base),
+            (None, None) => return Err(anyhow!("--adapter or --base names what is rented")),
+        };
         Ok(Rent {
-            target_kind: RentTarget::Adapter,
-            target: cmd.adapter,
+            target_kind,
+            target,
             term_s: cmd.term_s,
             max_rent_wei: cmd.max_rent_wei,
             epsilon_ppm: cmd.epsilon_ppm,
