@@ -10,7 +10,9 @@
 //!   wei ([`charge_wei`], `u128`), so a gate `charge ≤ limit` compares two integers exactly.
 //!
 //! Floats live only inside the objective and the market maker, which count in whole units of the
-//! asset; they convert here, once, and nowhere else ([`to_units`], [`to_wei`], [`wei_per_s_from_units_per_hour`], [`scale_wei`]).
+//! asset, and in times; they convert here, once, and nowhere else, exactly from the decimal a
+//! float was written as (its shortest round-trip form: `0.5076` units an hour is 141 wei/s, not
+//! the 142 a double's product rounds up to) ([`to_units`], [`to_wei`], [`wei_per_s_from_units_per_hour`], [`scale_wei`]).
 //! Asks and charges round up (a provider is never paid less than it asked); bids round down.
 //!
 //! ```
@@ -51,49 +53,115 @@ pub enum Rounding {
 }
 
 /// A price per hour in whole units (what people, older inputs and the market maker's model
-/// write) as wei per compute-second; `None` unless finite and not negative.
-/// A price per hour in whole units (what people, older inputs and the market maker's model
-/// write) as wei per compute-second; `None` unless finite and not negative. Rates beyond `u64`
-/// saturate.
+/// write) as wei per compute-second, exactly from the decimal written ([`written`]): 0.5076
+/// units an hour is 141 wei/s, not the 142 a double's 141.00000000000003 rounds up to. `None`
+/// unless finite and not negative; rates beyond `u64` saturate.
 pub fn wei_per_s_from_units_per_hour(units_per_hour: f64, rounding: Rounding) -> Option<u64> {
-    // Scale before dividing: 3.6 units/h is 3 600 000 wei/h exactly, then 1000 wei/s, where
-    // dividing first would leave 1000.000…1 and round up to 1001.
-    let wei_per_s = finite_non_negative(units_per_hour)? * WEI_PER_UNIT as f64 / 3600.0;
-    // `as` saturates at the integer's range.
-    Some(round(wei_per_s, rounding) as u64)
+    let wei = exact(
+        written(finite_non_negative(units_per_hour)?),
+        u128::from(WEI_PER_UNIT),
+        3_600,
+        rounding,
+    );
+    Some(u64::try_from(wei).unwrap_or(u64::MAX))
 }
 
-/// A rate × `factor`, rounded once the stated way (a tenant's preference applied to a quote);
-/// `None` unless `factor` is finite and not negative. Rates beyond `u64` saturate.
+/// A rate × `factor`, rounded once the stated way (a tenant's preference applied to a quote),
+/// exactly from the decimal `factor` is; `None` unless `factor` is finite and not negative. Rates
+/// beyond `u64` saturate.
 pub fn scale_wei(wei: u64, factor: f64, rounding: Rounding) -> Option<u64> {
-    let factor = finite_non_negative(factor)?;
-    Some(round(wei as f64 * factor, rounding) as u64)
+    let scaled = exact(
+        written(finite_non_negative(factor)?),
+        u128::from(wei),
+        1,
+        rounding,
+    );
+    Some(u64::try_from(scaled).unwrap_or(u64::MAX))
 }
 
-/// Whole units as a total in wei, rounded the stated way; `None` unless finite and not negative.
-/// Values beyond `u128` saturate.
+/// Whole units as a total in wei, rounded the stated way, exactly from the decimal written;
+/// `None` unless finite and not negative. Values beyond `u128` saturate.
 pub fn to_wei(units: f64, rounding: Rounding) -> Option<u128> {
-    let wei = finite_non_negative(units)? * WEI_PER_UNIT as f64;
-    Some(round(wei, rounding) as u128)
+    Some(exact(
+        written(finite_non_negative(units)?),
+        u128::from(WEI_PER_UNIT),
+        1,
+        rounding,
+    ))
 }
 
-fn round(value: f64, rounding: Rounding) -> f64 {
-    match rounding {
-        Rounding::Up => value.ceil(),
-        Rounding::Down => value.floor(),
-    }
-}
-
-/// What a job costs at `price_wei_per_s` for `compute_s` seconds: the time rounded up to the
-/// microsecond (saturating at `u64`), the product rounded up to the wei — exact in `u128`,
-/// since two `u64`s never overflow it. A `compute_s` that is not finite and non-negative costs
-/// `u128::MAX`, which no limit admits.
+/// What a job costs at `price_wei_per_s` for `compute_s` seconds: the exact product of the ask
+/// and the decimal the time is ([`written`]), rounded up once to the wei — 3538 wei/s × 4.171 s
+/// (14 756.998) is 14 757. A `compute_s` that is not finite and non-negative costs `u128::MAX`,
+/// which no limit admits; a product beyond `u128` saturates.
 pub fn charge_wei(price_wei_per_s: u64, compute_s: f64) -> u128 {
     let Some(seconds) = finite_non_negative(compute_s) else {
         return u128::MAX;
     };
-    let micros = (seconds * MICROS_PER_S as f64).ceil() as u64;
-    (u128::from(price_wei_per_s) * u128::from(micros)).div_ceil(u128::from(MICROS_PER_S))
+    // The clearing hot path: a time of whole microseconds (what clocks and people write) is
+    // charged without formatting it. `micros / 10⁶` is the double nearest that decimal; when it
+    // is `seconds`, that decimal reads back as `seconds`, and below 10⁹ s no other decimal of
+    // at most six places does (they are 10⁻⁶ apart, the doubles there far closer).
+    let micros = (seconds * MICROS_PER_S as f64).round();
+    if seconds < 1e9 && micros / MICROS_PER_S as f64 == seconds {
+        return (u128::from(price_wei_per_s) * micros as u128).div_ceil(u128::from(MICROS_PER_S));
+    }
+    exact(
+        written(seconds),
+        u128::from(price_wei_per_s),
+        1,
+        Rounding::Up,
+    )
+}
+
+/// The decimal a non-negative finite double was written as: the shortest decimal that reads
+/// back as it (what a person, a JSON writer or `{}` wrote, for any value of at most 15
+/// significant digits), as `digits × 10^-scale`. `None` beyond `u128` digits (above ~10³⁸).
+fn written(value: f64) -> Option<(u128, u32)> {
+    let mut buffer = ryu::Buffer::new();
+    let text = buffer.format_finite(value);
+    let (mantissa, exponent) = match text.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let frac = frac.trim_end_matches('0');
+    let mut digits: u128 = 0;
+    for b in int.bytes().chain(frac.bytes()) {
+        digits = digits.checked_mul(10)?.checked_add(u128::from(b - b'0'))?;
+    }
+    let scale = frac.len() as i32 - exponent;
+    if scale >= 0 {
+        Some((digits, scale as u32))
+    } else {
+        Some((
+            digits.checked_mul(10u128.checked_pow(scale.unsigned_abs())?)?,
+            0,
+        ))
+    }
+}
+
+/// `digits × 10^-scale × num / den` rounded the stated way, exact in `u128`; saturating at
+/// `u128::MAX` (a decimal beyond `u128`, [`written`]'s `None`, included).
+fn exact(decimal: Option<(u128, u32)>, num: u128, den: u128, rounding: Rounding) -> u128 {
+    let Some((digits, scale)) = decimal else {
+        return u128::MAX;
+    };
+    let Some(top) = digits.checked_mul(num) else {
+        return u128::MAX;
+    };
+    let Some(bottom) = 10u128.checked_pow(scale).and_then(|p| p.checked_mul(den)) else {
+        // A denominator past u128 over a numerator below it (≤ 17 digits × a u64): a value
+        // strictly between 0 and 1.
+        return match rounding {
+            Rounding::Up => u128::from(top > 0),
+            Rounding::Down => 0,
+        };
+    };
+    match rounding {
+        Rounding::Up => top.div_ceil(bottom),
+        Rounding::Down => top / bottom,
+    }
 }
 
 fn finite_non_negative(value: f64) -> Option<f64> {
@@ -181,6 +249,14 @@ impl serde::de::Visitor<'_> for WeiVisitor {
     }
 
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<u128, E> {
+        // A JSON integer of 2⁶⁴ or more reaches here as a double: its digits are gone (every
+        // double-based JSON reader loses them), so it is refused, not misprinted.
+        if v.is_finite() && v >= 0.0 && v.fract() == 0.0 {
+            return Err(E::custom(
+                "a wei amount of 2^64 or more must be a decimal string: as a JSON number its \
+                 digits do not survive a double",
+            ));
+        }
         Err(E::custom(format!(
             "a wei amount is an integer, got {v} (prices are integers in the asset's smallest unit)"
         )))
@@ -235,6 +311,68 @@ mod tests {
     }
 
     #[test]
+    fn money_converts_from_the_decimal_written() {
+        // 0.5076 units an hour is 141 wei/s exactly (a double makes it 141.00000000000003).
+        assert_eq!(
+            wei_per_s_from_units_per_hour(0.5076, Rounding::Up),
+            Some(141)
+        );
+        // 3538 wei/s × 4.171 s = 14 756.998 wei: 14 757, not 14 758 by way of 4 171 001 µs.
+        assert_eq!(charge_wei(3538, 4.171), 14_757);
+        // Past six places and past the microsecond fast path.
+        assert_eq!(charge_wei(1_000_000_000, 0.000_000_123_4), 124);
+        assert_eq!(charge_wei(7, 1.234_567_8), 9);
+        assert_eq!(charge_wei(1, 2e9), 2_000_000_000);
+        assert_eq!(charge_wei(u64::MAX, 1e300), u128::MAX, "saturates");
+        assert_eq!(to_wei(1e-300, Rounding::Up), Some(1));
+        assert_eq!(to_wei(1e-300, Rounding::Down), Some(0));
+        assert_eq!(to_wei(0.1, Rounding::Up), Some(100_000));
+        assert_eq!(scale_wei(1000, 0.1, Rounding::Up), Some(100));
+        assert_eq!(written(1e-7), Some((1, 7)));
+        assert_eq!(written(1.5e20), Some((150_000_000_000_000_000_000, 0)));
+        assert_eq!(written(0.0), Some((0, 0)));
+        assert_eq!(written(1e300), None);
+    }
+
+    proptest::proptest! {
+        /// Against exact rational arithmetic on the decimal as written (at most 15 significant
+        /// digits: what a double keeps).
+        #[test]
+        fn conversions_agree_with_exact_arithmetic(
+            int in 0u64..1_000_000,
+            frac in 0u64..1_000_000_000,
+            places in 0u32..=9,
+            price in 0u64..10_000_000_000_000,
+        ) {
+            let pow = 10u128.pow(places);
+            let frac = u128::from(frac) % pow;
+            let text = if places == 0 {
+                int.to_string()
+            } else {
+                format!("{int}.{frac:0width$}", width = places as usize)
+            };
+            let value: f64 = text.parse().unwrap();
+            let digits = u128::from(int) * pow + frac;
+            proptest::prop_assert_eq!(
+                charge_wei(price, value),
+                (u128::from(price) * digits).div_ceil(pow),
+                "{} s at {} wei/s", text, price
+            );
+            let per_s = (digits * u128::from(WEI_PER_UNIT)).div_ceil(pow * 3_600);
+            proptest::prop_assert_eq!(
+                wei_per_s_from_units_per_hour(value, Rounding::Up),
+                Some(u64::try_from(per_s).unwrap()),
+                "{} units an hour", text
+            );
+            proptest::prop_assert_eq!(
+                to_wei(value, Rounding::Down),
+                Some(digits * u128::from(WEI_PER_UNIT) / pow),
+                "{} units", text
+            );
+        }
+    }
+
+    #[test]
     fn wei_reads_strings_and_integers_and_refuses_the_rest() {
         #[derive(Deserialize)]
         struct W {
@@ -256,5 +394,14 @@ mod tests {
         ] {
             assert!(serde_json::from_str::<W>(bad).is_err(), "{bad}");
         }
+        // 2⁶⁴ as a JSON number is refused as such, not misprinted; as a string it is read.
+        let err = serde_json::from_str::<W>(r#"{"v": 18446744073709551616}"#)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("must be a decimal string"), "{err}");
+        assert!(!err.contains("18446744073709552000"), "{err}");
+        let w: W = serde_json::from_str(r#"{"v": "18446744073709551616"}"#).unwrap();
+        assert_eq!(w.v, 1 << 64);
     }
 }
