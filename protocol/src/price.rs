@@ -114,6 +114,24 @@ pub fn charge_wei(price_wei_per_s: u64, compute_s: f64) -> u128 {
     )
 }
 
+/// Whether [`charge_wei`]`(price_wei_per_s, compute_s)` is at most `limit_wei` — the clearing
+/// gate, decided from the double product where it is clearly on one side (its error is far
+/// below the 2 wei margin), exactly where it is near the limit.
+pub fn charge_within(price_wei_per_s: u64, compute_s: f64, limit_wei: u128) -> bool {
+    let approx = price_wei_per_s as f64 * compute_s;
+    let limit = limit_wei as f64;
+    let margin = 2.0 + approx.abs() * 1e-12;
+    if approx.is_finite() && compute_s >= 0.0 {
+        if approx + margin < limit {
+            return true;
+        }
+        if approx - margin > limit {
+            return false;
+        }
+    }
+    charge_wei(price_wei_per_s, compute_s) <= limit_wei
+}
+
 /// The decimal a non-negative finite double was written as: the shortest decimal that reads
 /// back as it (what a person, a JSON writer or `{}` wrote, for any value of at most 15
 /// significant digits), as `digits × 10^-scale`. `None` beyond `u128` digits (above ~10³⁸).
@@ -334,6 +352,15 @@ mod tests {
         assert_eq!(written(1e300), None);
     }
 
+    #[test]
+    fn the_gate_is_the_charge_compared() {
+        assert!(charge_within(3538, 4.171, 14_757));
+        assert!(!charge_within(3538, 4.171, 14_756));
+        assert!(charge_within(1, 1e6, u128::MAX));
+        assert!(!charge_within(1, f64::NAN, u128::MAX - 1));
+        assert!(!charge_within(u64::MAX, 1e300, u128::MAX - 1));
+    }
+
     proptest::proptest! {
         /// Against exact rational arithmetic on the decimal as written (at most 15 significant
         /// digits: what a double keeps).
@@ -364,6 +391,10 @@ mod tests {
                 Some(u64::try_from(per_s).unwrap()),
                 "{} units an hour", text
             );
+            let charge = (u128::from(price) * digits).div_ceil(pow);
+            for limit in [charge.saturating_sub(1), charge, charge + 1, charge / 2, charge * 2] {
+                proptest::prop_assert_eq!(charge_within(price, value, limit), charge <= limit);
+            }
             proptest::prop_assert_eq!(
                 to_wei(value, Rounding::Down),
                 Some(digits * u128::from(WEI_PER_UNIT) / pow),

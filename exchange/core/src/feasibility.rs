@@ -88,7 +88,7 @@ pub fn price_eligible(view: &View, ceiling: &PriceCeiling) -> bool {
         .is_none_or(|q| view.price_wei_per_s <= q)
         && ceiling
             .max_price_wei
-            .is_none_or(|m| price::charge_wei(view.price_wei_per_s, view.compute_s) <= m)
+            .is_none_or(|m| price::charge_within(view.price_wei_per_s, view.compute_s, m))
 }
 
 /// The price violation of a view over its gates, if any; the factor is the larger of

@@ -3,8 +3,10 @@
 //! provider); the provider reads its pins (`GET /v1/providers/pins`), fetches the adapter if it
 //! does not hold it, keeps it loaded **pinned** (never evicted, reported in the offer's
 //! `pinned_adapters`) until the term ends, then unpins it and claims its own term's rent with
-//! a receipt it signs under its holder's job id — the rent less the rebate the exchange measured (the exchange refuses any
-//! other amount; a claim refused because a late observation moved the rebate is retried).
+//! a receipt it signs under its holder's job id — the rent less the rebate the exchange
+//! measured (the exchange refuses any other amount; a claim refused because a late observation
+//! moved the rebate is retried). A rent on its base by content id is kept by reporting the base
+//! pinned: it never unloads the one base it serves.
 
 use std::collections::HashSet;
 use std::sync::Arc;

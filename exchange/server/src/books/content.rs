@@ -159,7 +159,8 @@ impl Books {
     }
 
     /// Whether provider `key_hash`'s work needs adapter `id`: a job on its bundles names it and
-    /// is not over (handed out, running or awaiting its verdict), or a rent it holds pins it. The one reader an adapter has besides its owners.
+    /// is not over (handed out, running or awaiting its verdict), or a rent it holds pins it.
+    /// The one reader an adapter has besides its owners.
     pub async fn works_with_adapter(&self, key_hash: B256, id: &str) -> Result<bool> {
         let (needed,): (bool,) = sqlx::query_as(
             "SELECT EXISTS (SELECT 1 FROM exchange_jobs j JOIN exchange_bundles b ON b.id = j.bundle_id \

@@ -34,7 +34,8 @@ pub struct SearchPrice {
     pub provider_key_hash: B256,
     /// Its lowest ask, wei per compute-second.
     pub ask_wei_per_s: u64,
-    /// Its search worker's trials per second, as its offer reports.
+    /// Its search worker's trials per second at this search's prefix length (its offer reports
+    /// the rate on a one-block message; a longer prefix hashes more blocks a trial).
     pub trials_per_s: u64,
     /// q: one trial's success probability.
     pub trial_probability: f64,
@@ -61,7 +62,8 @@ fn work_wei(trials: u128, ask_wei_per_s: u64, trials_per_s: u64) -> u128 {
     u128::try_from(wei).unwrap_or(u128::MAX)
 }
 
-/// The price of `search` among `searchers` (key hash, lowest live ask, trials per second) with
+/// The price of `search` among `searchers` (key hash, lowest live ask, trials per second on a
+/// one-block message) with
 /// `seconds_left` to its deadline: the cheapest for its budget among those fast enough. The
 /// error names the binding field.
 pub(super) fn price_search(
@@ -70,6 +72,13 @@ pub(super) fn price_search(
     seconds_left: u64,
 ) -> Result<SearchPrice> {
     let unpriced = |field, reason| Err(Error::SearchUnpriced { field, reason });
+    // Rates are measured on a one-block message; a trial hashes the prefix and the nonce, and
+    // SHA-256 costs one compression per 64-byte block (with 9 bytes of padding).
+    let blocks = (search.prefix.len() as u64 + 8 + 9).div_ceil(64).max(1);
+    let searchers: Vec<(B256, u64, u64)> = searchers
+        .iter()
+        .map(|&(key, ask, rate)| (key, ask, (rate / blocks).max(1)))
+        .collect();
     let budget = search.budget_trials();
     let witness = search.witness_trials();
     let fast_enough = |rate: u64| budget as f64 / rate as f64 <= seconds_left as f64;
@@ -285,6 +294,16 @@ mod tests {
         let price = price_search(&search(10, 500_000, 10_000), &[(key, 1_000, 100)], 60).unwrap();
         assert_eq!(price.budget_trials, 710);
         assert_eq!(price.witness_wei, price.hold_wei);
+        // A 100-byte prefix hashes two blocks a trial: half the rate, twice the price.
+        let long = Search {
+            prefix: Bytes::from(vec![7; 100]),
+            ..search(1, 990_000, 10_000)
+        };
+        let price = price_search(&long, &[(key, 1_000, 100)], 60).unwrap();
+        assert_eq!(
+            (price.trials_per_s, price.hold_wei, price.witness_wei),
+            (50, 140, 40)
+        );
     }
 
     #[test]

@@ -172,7 +172,10 @@ async fn rents_and_searches_are_checked_by_field() {
         .post(
             "/v1/searches",
             None,
-            &json!({"search": door.signed(Search { success_ppm: 1_000_000, ..search(b"cx".to_vec(), 4) })}),
+            &json!({"search": door.signed(Search {
+                success_ppm: 1_000_000,
+                ..search(b"cx".to_vec(), 4)
+            })}),
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -912,7 +915,10 @@ mod rents {
             .post(
                 "/v1/rents",
                 None,
-                &json!({"rent": door.signed(Rent { epsilon_ppm: 1_000, ..rent(&id, 600, 1_000_000, 5) })}),
+                &json!({"rent": door.signed(Rent {
+                    epsilon_ppm: 1_000,
+                    ..rent(&id, 600, 1_000_000, 5)
+                })}),
             )
             .await;
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -973,7 +979,10 @@ mod rents {
             .post(
                 "/v1/rents",
                 None,
-                &json!({"rent": door.signed(Rent { epsilon_ppm: 10, ..rent(&id, 600, 1_000_000, 6) })}),
+                &json!({"rent": door.signed(Rent {
+                    epsilon_ppm: 10,
+                    ..rent(&id, 600, 1_000_000, 6)
+                })}),
             )
             .await;
         assert_eq!(status, StatusCode::CONFLICT, "{body}");
@@ -1128,7 +1137,10 @@ mod rents {
             .post(
                 "/v1/rents",
                 None,
-                &json!({"rent": door.signed(Rent { epsilon_ppm: 3_000, ..rent(&adapter_id, 2, 1_000_000, 1) })}),
+                &json!({"rent": door.signed(Rent {
+                    epsilon_ppm: 3_000,
+                    ..rent(&adapter_id, 2, 1_000_000, 1)
+                })}),
             )
             .await;
         assert_eq!(status, StatusCode::ACCEPTED, "{body}");
