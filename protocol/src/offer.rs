@@ -92,6 +92,10 @@ pub struct Residency {
     /// so older offers parse and verify as before.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prefixes: Vec<String>,
+    /// The bytes each of `prefixes` holds, in the same order (what a rent on one is priced
+    /// on); absent (and unsigned) from providers that do not report them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prefix_bytes: Vec<u64>,
     /// Base models its memory holds, by content id (absent and unsigned when none is
     /// reported, so older offers parse and verify as before).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -161,6 +165,16 @@ impl Offer {
                 ));
             }
             crate::prefix::validate_ids("offer.residency.prefixes", &r.prefixes)?;
+            if !r.prefix_bytes.is_empty() && r.prefix_bytes.len() != r.prefixes.len() {
+                return Err(invalid(
+                    "offer.residency.prefix_bytes".into(),
+                    format!(
+                        "names {} sizes for {} prefixes (one each, in order, or none)",
+                        r.prefix_bytes.len(),
+                        r.prefixes.len()
+                    ),
+                ));
+            }
             if r.bases.len() > MAX_REPORTED_BASES {
                 return Err(invalid(
                     "offer.residency.bases".into(),

@@ -130,6 +130,8 @@ struct PrefixEntry {
     /// γ when it was kept: its value is γ·s.
     continuation_probability: f64,
     held_at_s: f64,
+    /// Pinned by a rent on state: never evicted, and a continuation takes a copy of it.
+    pinned: bool,
 }
 
 impl PrefixEntry {
@@ -573,6 +575,12 @@ impl ResidencyCache {
         // γ from the turns seen before this one: its own outcome is not known yet.
         let gamma = self.continuation.probability();
         self.continuation.turn_ended(&prefix.id);
+        // A pinned one is kept as it is: the same id is the same conversation state.
+        if self.prefixes.get(&prefix.id).is_some_and(|e| e.pinned) {
+            return PrefixDecision::Kept {
+                evicted: Vec::new(),
+            };
+        }
         // The same id again (a retried turn) replaces the one held: its bytes are not a cost.
         self.remove_prefix(&prefix.id);
         let value = gamma * prefix.saving_s;
@@ -583,6 +591,7 @@ impl ResidencyCache {
             .then(|| {
                 self.prefixes
                     .iter()
+                    .filter(|(_, e)| !e.pinned)
                     .min_by(|a, b| a.1.value().total_cmp(&b.1.value()).then(a.0.cmp(b.0)))
                     .map(|(id, e)| (id.clone(), e.value()))
             })
@@ -623,20 +632,44 @@ impl ResidencyCache {
                 bytes,
                 continuation_probability: gamma,
                 held_at_s: now_s,
+                pinned: false,
             },
         );
         PrefixDecision::Kept { evicted }
     }
 
     /// Takes out the prefix `id` held for `adapter` (a hit: the caller extends its KV); `None`
-    /// when it is not held, or was computed with another adapter.
+    /// when it is not held, or was computed with another adapter. A pinned prefix stays held
+    /// and the caller gets a copy (the rent keeps this conversation state, whatever follows).
     pub fn take_prefix(&mut self, id: &str, adapter: Option<&str>) -> Option<HeldPrefix> {
-        if self.prefixes.get(id)?.prefix.adapter.as_deref() != adapter {
+        let entry = self.prefixes.get(id)?;
+        if entry.prefix.adapter.as_deref() != adapter {
             return None;
         }
-        let prefix = self.remove_prefix(id)?;
+        let prefix = if entry.pinned {
+            entry.prefix.clone()
+        } else {
+            self.remove_prefix(id)?
+        };
         self.prefix_hits += 1;
         Some(prefix)
+    }
+
+    /// Pins (or unpins) held prefix `id`: a pinned prefix is never evicted (a rent on it keeps
+    /// it). False when it is not held.
+    pub fn set_prefix_pinned(&mut self, id: &str, pinned: bool) -> bool {
+        match self.prefixes.get_mut(id) {
+            Some(entry) => {
+                entry.pinned = pinned;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The bytes prefix `id` holds, if held.
+    pub fn prefix_bytes(&self, id: &str) -> Option<u64> {
+        self.prefixes.get(id).map(|e| e.bytes)
     }
 
     /// How many leading positions of prefix `id` (held for `adapter`) a prompt of `tokens` can
@@ -670,14 +703,15 @@ impl ResidencyCache {
         self.prefixes.contains_key(id)
     }
 
-    /// Held prefix ids, most valuable first (value per byte, then the most recent), at most
-    /// `limit`: what a residency report names.
+    /// Held prefix ids, pinned first, then most valuable first (value per byte, then the most
+    /// recent), at most `limit`: what a residency report names.
     pub fn held_prefixes(&self, limit: usize) -> Vec<String> {
         let mut held: Vec<(&String, &PrefixEntry)> = self.prefixes.iter().collect();
         held.sort_by(|a, b| {
             let density = |e: &PrefixEntry| e.value() / e.bytes.max(1) as f64;
-            density(b.1)
-                .total_cmp(&density(a.1))
+            b.1.pinned
+                .cmp(&a.1.pinned)
+                .then(density(b.1).total_cmp(&density(a.1)))
                 .then(b.1.held_at_s.total_cmp(&a.1.held_at_s))
                 .then(a.0.cmp(b.0))
         });
@@ -776,7 +810,7 @@ fn prefix_occupant(name: &str, entry: &PrefixEntry, discount: Discount) -> Occup
             0.0
         },
         saving_per_hit: entry.prefix.saving_s,
-        pinned: false,
+        pinned: entry.pinned,
         last_used_s: entry.held_at_s,
     }
 }

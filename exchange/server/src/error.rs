@@ -122,9 +122,9 @@ pub enum Error {
         /// What the rent's state does not allow.
         reason: &'static str,
     },
-    /// No live bundles can hold the rented adapter within the buyer's limit and ε; nothing was
+    /// No live bundles can hold the rented state within the buyer's limit and ε; nothing was
     /// held. Names the binding field (`rent.order.target`, `.max_rent_wei`, `.epsilon_ppm`).
-    #[error("{field}: no live bundles can keep this adapter resident as asked: {reason}")]
+    #[error("{field}: no live bundles can keep it resident as asked: {reason}")]
     NoRentHolder {
         /// The rent's field that binds.
         field: &'static str,

@@ -484,6 +484,12 @@ impl Engine {
         self.shared.cache().holds_prefix(id)
     }
 
+    /// Pins (or unpins) held prefix `id`: never evicted, and continuations take copies (a rent
+    /// on it). False when it is not held.
+    pub fn set_prefix_pinned(&self, id: &str, pinned: bool) -> bool {
+        self.shared.cache().set_prefix_pinned(id, pinned)
+    }
+
     /// The largest LoRA rank this engine accepts.
     pub fn max_rank(&self) -> usize {
         self.config.max_rank
@@ -499,6 +505,11 @@ impl Engine {
         let mut sizes: Vec<u64> = resident.iter().map(|r| r.bytes).collect();
         sizes.sort_unstable();
         let slot_bytes = sizes.get(sizes.len() / 2).copied().unwrap_or(0);
+        let prefixes = cache.held_prefixes(cx_protocol::prefix::MAX_REPORTED_PREFIXES);
+        let prefix_bytes = prefixes
+            .iter()
+            .map(|id| cache.prefix_bytes(id).unwrap_or(0))
+            .collect();
         cx_protocol::offer::Residency {
             pinned_adapters: resident
                 .iter()
@@ -508,7 +519,8 @@ impl Engine {
             free_bytes: cache.free_bytes(),
             slot_bytes,
             slot_shadow_price: cache.shadow_price(slot_bytes, now),
-            prefixes: cache.held_prefixes(cx_protocol::prefix::MAX_REPORTED_PREFIXES),
+            prefixes,
+            prefix_bytes,
             // The exchange link names the base it serves (it knows the checkpoint's id).
             bases: Vec::new(),
         }

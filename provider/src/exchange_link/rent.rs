@@ -6,7 +6,8 @@
 //! a receipt it signs under its holder's job id — the rent less the rebate the exchange
 //! measured (the exchange refuses any other amount; a claim refused because a late observation
 //! moved the rebate is retried). A rent on its base by content id is kept by reporting the base
-//! pinned: it never unloads the one base it serves.
+//! pinned: it never unloads the one base it serves. A rent on a conversation prefix it holds
+//! pins the prefix's KV: never evicted, and each continuation takes a copy of it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -66,6 +67,7 @@ struct Holding {
 /// Keeps the pinned adapters loaded and claims ended terms, until the process ends.
 pub(super) async fn run(link: Arc<Link>) {
     let mut pinned: HashSet<String> = HashSet::new();
+    let mut pinned_prefixes: HashSet<String> = HashSet::new();
     loop {
         tokio::time::sleep(POLL_EVERY).await;
         let listed: Result<Pins> = link
@@ -85,6 +87,7 @@ pub(super) async fn run(link: Arc<Link>) {
         };
         let now = link.now_s();
         let mut live: HashSet<String> = HashSet::new();
+        let mut live_prefixes: HashSet<String> = HashSet::new();
         let mut base_pinned = false;
         for pin in &listed.pins {
             let result = match rent(pin) {
@@ -99,6 +102,16 @@ pub(super) async fn run(link: Arc<Link>) {
                     RentTarget::Base if hex::encode(rent.target) == link.config.base_id => {
                         base_pinned = true;
                         Ok(())
+                    }
+                    // A held conversation prefix: pinned, continuations take copies of it.
+                    RentTarget::Prefix => {
+                        let id = hex::encode(rent.target);
+                        if link.engine.set_prefix_pinned(&id, true) {
+                            live_prefixes.insert(id);
+                            Ok(())
+                        } else {
+                            Err(Error::Exchange(format!("prefix {id} is no longer held")))
+                        }
                     }
                     other => Err(Error::Exchange(format!(
                         "a rent on a {other:?} this provider does not hold"
@@ -121,6 +134,11 @@ pub(super) async fn run(link: Arc<Link>) {
             changed |= link.engine.set_pinned(id, true);
         }
         pinned = live;
+        for id in pinned_prefixes.difference(&live_prefixes) {
+            changed |= link.engine.set_prefix_pinned(id, false);
+        }
+        changed |= live_prefixes != pinned_prefixes;
+        pinned_prefixes = live_prefixes;
         changed |= link
             .base_pinned
             .swap(base_pinned, std::sync::atomic::Ordering::Relaxed)

@@ -312,3 +312,36 @@ fn held_prefixes_are_evicted_by_value_per_byte_beside_adapters() {
         vec!["d".to_string(), "b".to_string()]
     );
 }
+
+#[test]
+fn a_pinned_prefix_is_never_evicted_and_a_continuation_takes_a_copy() {
+    let dir = TempDir::new("prefix-rent");
+    let model = chat_model(dir.path());
+    let hot = adapter(dir.path(), &model, 5);
+    let rented = prefix(&model, "rented", 100, 1e-9);
+    let kv_bytes = rented.kv.bytes() as u64;
+    // One byte short of room for both.
+    let mut cache = ResidencyCache::new(CacheConfig::new(
+        hot.bytes() + kv_bytes - 1,
+        EvictionPolicy::ValuePerByte,
+    ));
+    assert!(!cache.set_prefix_pinned("rented", true), "not held yet");
+    assert!(matches!(
+        cache.offer_prefix(rented, 0.0),
+        PrefixDecision::Kept { .. }
+    ));
+    assert!(cache.set_prefix_pinned("rented", true));
+    assert_eq!(cache.prefix_bytes("rented"), Some(kv_bytes));
+    // Worth next to nothing, yet the adapter that needs its room cannot have it.
+    assert!(cache.insert(hot.clone(), false, 10.0).is_err());
+    assert!(cache.holds_prefix("rented") && !cache.contains(hot.id()));
+    // A continuation takes a copy; the rented state stays held, and a retried turn leaves it.
+    let taken = cache.take_prefix("rented", None).unwrap();
+    assert_eq!(taken.kv.bytes() as u64, kv_bytes);
+    assert!(cache.holds_prefix("rented"));
+    assert_eq!(cache.held_prefixes(8), vec!["rented".to_string()]);
+    // Unpinned at the term's end, it is inventory again: the arrival that needs room takes it.
+    assert!(cache.set_prefix_pinned("rented", false));
+    cache.insert(hot.clone(), false, 20.0).unwrap();
+    assert!(!cache.holds_prefix("rented") && cache.contains(hot.id()));
+}

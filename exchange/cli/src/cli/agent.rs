@@ -89,10 +89,10 @@ enum Command {
     /// account's intents on the tab in the window draw on it first. With `--wait`, until it is
     /// committed (or ends with no bid).
     Reserve(standing::ReserveArgs),
-    /// Rent residency: an adapter or a base kept loaded (pinned) for a term on as many of the
-    /// bundles that hold it most cheaply as ε needs, at most `--max-rent-wei` together; a term
-    /// whose measured misses exceed its share of ε is rebated. With `--wait`, until the term
-    /// ends and its providers have claimed it.
+    /// Rent residency: an adapter, a base or a conversation prefix kept loaded (pinned) for a
+    /// term on as many of the bundles that hold it most cheaply as ε needs, at most
+    /// `--max-rent-wei` together; a term whose measured misses exceed its share of ε is
+    /// rebated. With `--wait`, until the term ends and its providers have claimed it.
     Rent(standing::RentArgs),
     /// Ask the exchange to settle a tab now: it takes no more jobs, and the next batch pays
     /// what its jobs were charged and credits the rest back (claim it with `cx agent claim`).

@@ -8,7 +8,9 @@
 //! `base_model_name_or_path`) whose provider reports a residency that can make room for it, or
 //! holds it already. A base: a bundle serving it whose provider reports it resident by content
 //! id (`offer.residency.bases`; a provider holds the one base it loaded, never unloading it, so
-//! its pin is kept by construction and reported). A conversation prefix is refused by name.
+//! its pin is kept by construction and reported). A conversation prefix: the bundles whose
+//! provider reports its KV held (`offer.residency.prefixes`, with `prefix_bytes`), the only
+//! memory that has it; the holder pins it (never evicted) and each continuation takes a copy.
 //!
 //! **ε maps to holders.** Each provider's probability of being found absent is estimated from
 //! its observed residency on rents (absent observations over all, under a prior of one in
@@ -58,6 +60,8 @@ pub(super) enum Held<'a> {
     Adapter { id: &'a str, base: &'a str },
     /// A base model by content id.
     Base { id: &'a str },
+    /// A conversation prefix's KV by prefix id.
+    Prefix { id: &'a str },
 }
 
 impl Held<'_> {
@@ -66,6 +70,7 @@ impl Held<'_> {
         match self {
             Held::Adapter { id, .. } => crate::books::pin_of(RentTarget::Adapter, id),
             Held::Base { id } => crate::books::pin_of(RentTarget::Base, id),
+            Held::Prefix { id } => crate::books::pin_of(RentTarget::Prefix, id),
         }
     }
 }
@@ -183,12 +188,25 @@ impl Intake {
                 let held = Held::Base { id: &target };
                 Ok((self.rent_holders(rent, held, size_bytes).await?, size_bytes))
             }
-            RentTarget::Prefix => Err(Error::Unsupported {
-                field: "rent.order.target_kind",
-                reason: "a conversation prefix cannot be rented yet: the continuation a \
-                         provider serves consumes the held KV (its longer prefix takes its \
-                         place), so pinning one needs copy-on-continue in the providers' caches",
-            }),
+            RentTarget::Prefix => {
+                // Its KV's bytes as its holder reports them.
+                let size_bytes = self
+                    .reports()
+                    .await?
+                    .values()
+                    .flat_map(|(_, report)| report.prefixes.iter().zip(&report.prefix_bytes))
+                    .filter(|(id, _)| **id == target)
+                    .map(|(_, bytes)| *bytes)
+                    .max()
+                    .ok_or_else(|| Error::NoRentHolder {
+                        field: "rent.order.target",
+                        reason: format!(
+                            "no live provider reports prefix {target} held (with its bytes)"
+                        ),
+                    })?;
+                let held = Held::Prefix { id: &target };
+                Ok((self.rent_holders(rent, held, size_bytes).await?, size_bytes))
+            }
         }
     }
 
@@ -232,6 +250,13 @@ impl Intake {
                     }
                     true
                 }
+                // Only the provider whose memory holds the conversation's KV can keep it.
+                Held::Prefix { id } => {
+                    if !bundle.resident_prefixes.iter().any(|p| p == id) {
+                        continue;
+                    }
+                    true
+                }
             };
             serving += 1;
             // A cache that can make no slot can still pin what it holds: that makes no room.
@@ -265,6 +290,9 @@ impl Intake {
                     ),
                     Held::Base { id } => {
                         format!("no live provider reports base {id} resident")
+                    }
+                    Held::Prefix { id } => {
+                        format!("no live provider reports prefix {id} held")
                     }
                 },
             });
@@ -380,7 +408,9 @@ impl Intake {
                                 report.bases.iter().any(|b| b.id == rent.target)
                             })
                     }
-                    RentTarget::Prefix => false,
+                    RentTarget::Prefix => {
+                        live.is_some_and(|b| b.resident_prefixes.contains(&rent.target))
+                    }
                 };
             self.books()
                 .observe_rent(rent.id, rent.holder, resident)

@@ -97,10 +97,10 @@ impl Intake {
             .await
     }
 
-    /// A rent: an adapter or a base kept resident for a term at most `max_rent_wei`, committed
-    /// at once to the live bundles that hold it most cheaply, as many as its ε needs (see
-    /// [`super::rent`]), with their terms' rent held; with no such bundles it is refused and
-    /// nothing is held. A rent on a conversation prefix is refused by name.
+    /// A rent: an adapter, a base or a conversation prefix kept resident for a term at most
+    /// `max_rent_wei`, committed at once to the live bundles that hold it most cheaply, as many
+    /// as its ε needs (see [`super::rent`]), with their terms' rent held; with no such bundles
+    /// it is refused and nothing is held.
     pub async fn submit_rent(&self, signed: &Signed<Rent>, now_s: u64) -> Result<StandingAccepted> {
         let verified = self.verify(signed, now_s, "rent").await?;
         let rent = &signed.order;

@@ -870,6 +870,7 @@ async fn a_continuation_goes_to_the_prefix_holder_and_its_page_names_the_hit() {
             slot_bytes: 0,
             slot_shadow_price: Some(0.0),
             prefixes: vec![held.clone()],
+            prefix_bytes: vec![],
             bases: vec![],
         }),
         search_trials_per_s: None,

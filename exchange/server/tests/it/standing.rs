@@ -114,31 +114,24 @@ async fn rents_and_searches_are_checked_by_field() {
         nonce,
         expiry_s: now_s() + 60,
     };
-    let (status, body) = door
-        .post(
-            "/v1/rents",
-            None,
-            &json!({"rent": door.signed(rent(RentTarget::Prefix, 1))}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert_eq!(body["error"]["field"], "rent.order.target_kind");
-    let (status, body) = door
-        .post(
-            "/v1/rents",
-            None,
-            &json!({"rent": door.signed(rent(RentTarget::Base, 5))}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    assert_eq!(body["error"]["field"], "rent.order.target");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("reports base"),
-        "{body}"
-    );
+    for (kind, nonce, what) in [
+        (RentTarget::Base, 1, "reports base"),
+        (RentTarget::Prefix, 5, "reports prefix"),
+    ] {
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(rent(kind, nonce))}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert_eq!(body["error"]["field"], "rent.order.target");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(what),
+            "{body}"
+        );
+    }
     let (status, body) = door
         .post(
             "/v1/rents",
@@ -743,6 +736,7 @@ mod rents {
             slot_bytes: 1_000_000,
             slot_shadow_price: shadow_s,
             prefixes: vec![],
+            prefix_bytes: vec![],
             bases: vec![],
         };
         let (status, body) = door
@@ -1213,6 +1207,86 @@ mod rents {
     }
 
     #[tokio::test]
+    async fn a_prefix_rent_is_held_by_the_provider_holding_its_kv() {
+        let door = Door::new().await;
+        let (b, c) = (Prov::new(5), Prov::new(6));
+        let held = "cd".repeat(32);
+        let report = |prefixes: Vec<String>| cx_protocol::offer::Residency {
+            pinned_adapters: vec![],
+            free_bytes: 10_000_000,
+            slot_bytes: 1_000_000,
+            slot_shadow_price: Some(360.0),
+            prefix_bytes: prefixes.iter().map(|_| 3_000_000).collect(),
+            prefixes,
+            bases: vec![],
+        };
+        let offer = |prov: &Prov, id: &str, prefixes| {
+            prov.offer_with(
+                vec![holder(id, 1_000_000, 10_000_000)],
+                Some(report(prefixes)),
+                None,
+            )
+        };
+        for (prov, id, prefixes) in [(&b, "holds", vec![held.clone()]), (&c, "other", vec![])] {
+            let (status, body) = door
+                .post("/v1/providers/register", None, &offer(prov, id, prefixes))
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+        let prefix_rent = Rent {
+            target_kind: RentTarget::Prefix,
+            target: held.parse().unwrap(),
+            ..rent(&B256::ZERO.to_string(), 10, 10_000_000, 1)
+        };
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(prefix_rent)}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        // 10 s × 3·10⁶ bytes at 3.6·10¹¹ wei per GB-hour, on the one provider holding it.
+        assert_eq!(body["held_wei"], "3000000");
+        let id: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
+        let shown = order(&door, id).await;
+        assert_eq!(shown["rent"]["size_bytes"], 3_000_000);
+        assert_eq!(shown["rent"]["holders"][0]["bundle_id"], "holds", "{shown}");
+        // Observed from the holder's report: resident while it lists the prefix.
+        assert_eq!(door.intake().observe_rents(now_s()).await.unwrap(), 1);
+        let (status, _) = door
+            .post("/v1/providers/register", None, &offer(&b, "holds", vec![]))
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+        assert_eq!(door.intake().observe_rents(now_s()).await.unwrap(), 1);
+        let holding = &order(&door, id).await["rent"]["holders"][0];
+        assert_eq!(
+            (&holding["resident_reports"], &holding["absent_reports"]),
+            (&json!(1), &json!(1)),
+            "{holding}"
+        );
+        // A report naming sizes for other than its prefixes is refused by name.
+        let mut bad = report(vec![held.clone()]);
+        bad.prefix_bytes = vec![1, 2];
+        let (status, body) = door
+            .post(
+                "/v1/providers/register",
+                None,
+                &b.offer_with(
+                    vec![holder("holds", 1_000_000, 10_000_000)],
+                    Some(bad),
+                    None,
+                ),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(
+            body["error"]["field"], "offer.residency.prefix_bytes",
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_base_rent_is_held_by_the_providers_reporting_it_by_content_id() {
         let door = Door::new().await;
         let (b, c) = (Prov::new(5), Prov::new(6));
@@ -1223,6 +1297,7 @@ mod rents {
             slot_bytes: 1_000_000,
             slot_shadow_price: Some(360.0),
             prefixes: vec![],
+            prefix_bytes: vec![],
             bases,
         };
         let resident = vec![cx_protocol::offer::ResidentBase {

@@ -78,11 +78,14 @@ pub(super) struct ReserveArgs {
 #[derive(Debug, clap::Args)]
 pub(super) struct RentArgs {
     /// The adapter's content id (as `cx agent put-adapter` printed it).
-    #[arg(long, value_name = "ID", conflicts_with = "base")]
+    #[arg(long, value_name = "ID", conflicts_with_all = ["base", "prefix"])]
     adapter: Option<B256>,
     /// A base model's content id (as providers report it: the checkpoint's files' content id).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", conflicts_with = "prefix")]
     base: Option<B256>,
+    /// A conversation prefix's id (`cx_protocol::prefix`): its KV kept where it is held.
+    #[arg(long, value_name = "ID")]
+    prefix: Option<B256>,
     /// The term, seconds from now.
     #[arg(long, value_name = "S")]
     term_s: u64,
@@ -244,10 +247,15 @@ pub(super) async fn run_reserve(args: &Args, cmd: &ReserveArgs) -> anyhow::Resul
 
 pub(super) async fn run_rent(args: &Args, cmd: &RentArgs) -> anyhow::Result<()> {
     let Placed { id, order, .. } = place(args, cmd.wait, || {
-        let (target_kind, target) = match (cmd.adapter, cmd.base) {
-            (Some(adapter), _) => (RentTarget::Adapter, adapter),
-            (None, Some(base)) => (RentTarget::Base, base),
-            (None, None) => return Err(anyhow!("--adapter or --base names what is rented")),
+        let (target_kind, target) = match (cmd.adapter, cmd.base, cmd.prefix) {
+            (Some(adapter), _, _) => (RentTarget::Adapter, adapter),
+            (None, Some(base), _) => (RentTarget::Base, base),
+            (None, None, Some(prefix)) => (RentTarget::Prefix, prefix),
+            (None, None, None) => {
+                return Err(anyhow!(
+                    "--adapter, --base or --prefix names what is rented"
+                ));
+            }
         };
         Ok(Rent {
             target_kind,
