@@ -156,7 +156,35 @@ impl Cluster {
     }
 
     /// [`Cluster::start_with`] where `placement` says: its folder (kept) and its ports.
+    ///
+    /// Ports it picks itself ([`free_port`]) are free when picked and may be taken by another
+    /// process before a signer binds them (every signer's address is in every config, so one
+    /// cannot move alone): a signer that exits for a port in use starts the whole committee
+    /// again on fresh ports, a few times.
     pub fn start_in(
+        binary: &Path,
+        placement: &Placement,
+        operators: &[&str],
+        rule: CommitteeRule,
+        exchange: Arc<Identity>,
+        fee: cx_settlement::ledger::Fee,
+    ) -> Result<Self> {
+        let mut tries = 1;
+        loop {
+            match Self::start_once(binary, placement, operators, rule, exchange.clone(), fee) {
+                Err(Error::Exited { log, .. })
+                    if placement.first_port.is_none()
+                        && tries < 4
+                        && log.contains("Address already in use") =>
+                {
+                    tries += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    fn start_once(
         binary: &Path,
         placement: &Placement,
         operators: &[&str],
