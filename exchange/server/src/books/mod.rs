@@ -48,7 +48,7 @@ pub use meter::{METER_BATCH, Metered};
 pub use providers::{JobResult, Provider};
 pub use quotes::{MarketQuote, QUOTE_HISTORY_S, QuotePoint};
 pub use reclear::{Reassigned, Stranded};
-pub use rent::{CommittedRent, RentCommitment, pin_of};
+pub use rent::{CommittedRent, MISS_WINDOW_S, RentCommitment, pin_of};
 pub use reserve::Drawable;
 pub use residency::ResidencyMisses;
 pub use sessions::Session;

@@ -80,6 +80,15 @@ pub struct RentCommitment {
     pub rent_wei: u128,
 }
 
+/// Jobs of holder `h`'s adapter on its bundle that missed their deadline within rent `s`'s term:
+/// absent observations too (residency is self-revealing), counted from the jobs, never copied.
+const MISSED_IN_TERM: &str = "(SELECT count(*) FROM exchange_jobs m WHERE m.bundle_id = h.bundle_id \
+       AND m.adapter = s.target AND m.status = 'expired' AND m.deadline_s >= s.starts_s \
+       AND m.deadline_s <= s.ends_s)";
+
+/// How far back a provider's residency on rents counts towards its miss probability, seconds.
+pub const MISS_WINDOW_S: u64 = 7 * 24 * 3600;
+
 /// A prior of one miss in twenty observations: what a provider never observed holding a rent
 /// is assumed to miss (5 %), and what its own observations pull it from.
 const MISS_PRIOR: (f64, f64) = (1.0, 20.0);
@@ -210,14 +219,18 @@ impl Books {
     }
 
     /// Each provider's estimated probability that a rent it holds is found absent: its absent
-    /// observations over all of them, under a prior of one miss in twenty ([`MISS_PRIOR`]).
-    /// Providers never observed holding one are absent from the map (the prior alone).
-    pub async fn rent_miss_rates(&self) -> Result<HashMap<B256, f64>> {
-        let rows: Vec<(Vec<u8>, i64, i64)> = sqlx::query_as(
-            "SELECT provider_key_hash, sum(absent_reports)::bigint, \
-                    sum(resident_reports + absent_reports)::bigint \
-             FROM exchange_rent_holders GROUP BY provider_key_hash",
-        )
+    /// observations (reports and missed deadlines, as the SLA counts them) over all of them, on
+    /// rents whose term ended at or after `since_s`, under a prior of one miss in twenty
+    /// ([`MISS_PRIOR`]). Providers not observed holding one are absent from the map (the prior
+    /// alone).
+    pub async fn rent_miss_rates(&self, since_s: u64) -> Result<HashMap<B256, f64>> {
+        let rows: Vec<(Vec<u8>, i64, i64)> = sqlx::query_as(&format!(
+            "SELECT h.provider_key_hash, sum(h.absent_reports + {MISSED_IN_TERM})::bigint, \
+                    sum(h.resident_reports + h.absent_reports + {MISSED_IN_TERM})::bigint \
+             FROM exchange_rent_holders h JOIN exchange_standing_orders s ON s.digest = h.rent \
+             WHERE s.ends_s >= $1 GROUP BY h.provider_key_hash"
+        ))
+        .bind(to_i64(since_s, "time")?)
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
@@ -246,22 +259,18 @@ impl Books {
         .bind(id.as_slice())
         .fetch_one(&self.pool)
         .await?;
-        let rows: Vec<HolderRow> = sqlx::query_as(
+        let rows: Vec<HolderRow> = sqlx::query_as(&format!(
             "SELECT h.holder, h.job_id, h.provider_key_hash, h.bundle_id, \
                     h.rho_wei_per_gb_hour::text AS rho, h.epsilon_ppm, h.rent_wei::text AS rent, \
-                    h.resident_reports, h.absent_reports, h.claimed, \
-                    (SELECT count(*) FROM exchange_jobs m WHERE m.bundle_id = h.bundle_id \
-                       AND m.adapter = s.target \
-                       AND m.status = 'expired' AND m.deadline_s >= s.starts_s \
-                       AND m.deadline_s <= s.ends_s) AS missed, \
+                    h.resident_reports, h.absent_reports, h.claimed, {MISSED_IN_TERM} AS missed, \
                     j.held_wei::text AS charged, \
                     CASE WHEN EXISTS (SELECT 1 FROM exchange_job_events e WHERE e.job_id = j.id \
                                       AND e.status = 'settled') THEN 'settled' ELSE j.status END AS settlement \
              FROM exchange_rent_holders h \
              JOIN exchange_standing_orders s ON s.digest = h.rent \
              LEFT JOIN exchange_jobs j ON j.id = h.job_id \
-             WHERE h.rent = $1 ORDER BY h.holder",
-        )
+             WHERE h.rent = $1 ORDER BY h.holder"
+        ))
         .bind(id.as_slice())
         .fetch_all(&self.pool)
         .await?;

@@ -13,8 +13,9 @@
 //! memory that has it; the holder pins it (never evicted) and each continuation takes a copy.
 //!
 //! **ε maps to holders.** Each provider's probability of being found absent is estimated from
-//! its observed residency on rents (absent observations over all, under a prior of one in
-//! twenty, [`crate::books::Books::rent_miss_rates`]); the cheapest capable bundles, one per
+//! its observed residency on rents of the last week (absent observations — reports and missed
+//! deadlines, as the SLA counts them — over all, under a prior of one in twenty,
+//! [`crate::books::Books::rent_miss_rates`]); the cheapest capable bundles, one per
 //! provider, are taken until all of them missing together is at most ε ([`place_holders`], at
 //! most [`cx_protocol::holders::MAX_RENT_HOLDERS`]), and each holder's SLA bound is ε^(1/k).
 //!
@@ -142,7 +143,11 @@ impl Intake {
 
     /// What `rent` keeps resident, its bytes and the holders that keep it (see the module);
     /// the error names what is unknown or what no set of holders met.
-    pub(super) async fn rent_terms(&self, rent: &Rent) -> Result<(Vec<RentCommitment>, u64)> {
+    pub(super) async fn rent_terms(
+        &self,
+        rent: &Rent,
+        now_s: u64,
+    ) -> Result<(Vec<RentCommitment>, u64)> {
         let target = hex::encode(rent.target);
         match rent.target_kind {
             RentTarget::Adapter => {
@@ -168,7 +173,10 @@ impl Intake {
                     id: &target,
                     base: &base,
                 };
-                Ok((self.rent_holders(rent, held, size_bytes).await?, size_bytes))
+                Ok((
+                    self.rent_holders(rent, held, size_bytes, now_s).await?,
+                    size_bytes,
+                ))
             }
             RentTarget::Base => {
                 // Its bytes as its holders report them (the most any reports: one base may be
@@ -186,7 +194,10 @@ impl Intake {
                         reason: format!("no live provider reports base {target} resident"),
                     })?;
                 let held = Held::Base { id: &target };
-                Ok((self.rent_holders(rent, held, size_bytes).await?, size_bytes))
+                Ok((
+                    self.rent_holders(rent, held, size_bytes, now_s).await?,
+                    size_bytes,
+                ))
             }
             RentTarget::Prefix => {
                 // Its KV's bytes as its holder reports them.
@@ -205,7 +216,10 @@ impl Intake {
                         ),
                     })?;
                 let held = Held::Prefix { id: &target };
-                Ok((self.rent_holders(rent, held, size_bytes).await?, size_bytes))
+                Ok((
+                    self.rent_holders(rent, held, size_bytes, now_s).await?,
+                    size_bytes,
+                ))
             }
         }
     }
@@ -220,6 +234,7 @@ impl Intake {
         rent: &Rent,
         held: Held<'_>,
         size_bytes: u64,
+        now_s: u64,
     ) -> Result<Vec<RentCommitment>> {
         let catalog = self.market().catalog();
         let owners = self.reports().await?;
@@ -304,7 +319,10 @@ impl Intake {
         });
         let mut seen = std::collections::HashSet::new();
         candidates.retain(|c| seen.insert(c.provider_key_hash));
-        let rates = self.books().rent_miss_rates().await?;
+        let rates = self
+            .books()
+            .rent_miss_rates(now_s.saturating_sub(crate::books::MISS_WINDOW_S))
+            .await?;
         let miss = |key: &B256| {
             rates
                 .get(key)

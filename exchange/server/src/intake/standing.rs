@@ -111,7 +111,7 @@ impl Intake {
             }
             .into());
         }
-        let (holders, size_bytes) = self.rent_terms(rent).await?;
+        let (holders, size_bytes) = self.rent_terms(rent, now_s).await?;
         // The price is known now: the holders' terms are the most it can cost.
         let held_wei = holders.iter().map(|h| h.rent_wei).sum();
         let mut accepted = self

@@ -1117,6 +1117,25 @@ mod rents {
             ),
             ("rent", owed, Some(id.as_str()))
         );
+
+        // Its holder was seen absent 2 times in 3 (a report and a missed deadline): its miss
+        // probability is now (2 + 1) / (3 + 20) ≈ 13 %, above ε = 10 %, so the next rent takes
+        // a second provider beside it (13 % × the prior's 5 % ≤ 10 %).
+        let (status, body) = door
+            .post(
+                "/v1/rents",
+                None,
+                &json!({"rent": door.signed(rent(&id, 6, 1_000_000_000, 9))}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        let next: B256 = body["order_id"].as_str().unwrap().parse().unwrap();
+        let holders = &order(&door, next).await["rent"]["holders"];
+        assert_eq!(
+            (&holders[0]["bundle_id"], &holders[1]["bundle_id"]),
+            (&json!("warm"), &json!("elsewhere")),
+            "{holders}"
+        );
     }
 
     #[tokio::test]
