@@ -149,7 +149,10 @@ impl Intake {
         now_s: u64,
     ) -> Result<(Vec<RentCommitment>, u64)> {
         let target = hex::encode(rent.target);
-        match rent.target_kind {
+        // One read of the providers' reports: sizes and holders both come from it.
+        let reports = self.reports().await?;
+        let base;
+        let (held, size_bytes) = match rent.target_kind {
             RentTarget::Adapter => {
                 let size_bytes = self
                     .books()
@@ -161,7 +164,7 @@ impl Intake {
                     .adapter(&target)
                     .await?
                     .ok_or(Error::UnknownAdapter)?;
-                let base = self
+                base = self
                     .adapter_base(&stored.config)
                     .ok_or(Error::NoRentHolder {
                         field: "rent.order.target",
@@ -173,17 +176,12 @@ impl Intake {
                     id: &target,
                     base: &base,
                 };
-                Ok((
-                    self.rent_holders(rent, held, size_bytes, now_s).await?,
-                    size_bytes,
-                ))
+                (held, size_bytes)
             }
             RentTarget::Base => {
                 // Its bytes as its holders report them (the most any reports: one base may be
                 // held at different widths).
-                let size_bytes = self
-                    .reports()
-                    .await?
+                let size_bytes = reports
                     .values()
                     .flat_map(|(_, report)| &report.bases)
                     .filter(|b| b.id == target)
@@ -193,17 +191,11 @@ impl Intake {
                         field: "rent.order.target",
                         reason: format!("no live provider reports base {target} resident"),
                     })?;
-                let held = Held::Base { id: &target };
-                Ok((
-                    self.rent_holders(rent, held, size_bytes, now_s).await?,
-                    size_bytes,
-                ))
+                (Held::Base { id: &target }, size_bytes)
             }
             RentTarget::Prefix => {
                 // Its KV's bytes as its holder reports them.
-                let size_bytes = self
-                    .reports()
-                    .await?
+                let size_bytes = reports
                     .values()
                     .flat_map(|(_, report)| report.prefixes.iter().zip(&report.prefix_bytes))
                     .filter(|(id, _)| **id == target)
@@ -215,13 +207,13 @@ impl Intake {
                             "no live provider reports prefix {target} held (with its bytes)"
                         ),
                     })?;
-                let held = Held::Prefix { id: &target };
-                Ok((
-                    self.rent_holders(rent, held, size_bytes, now_s).await?,
-                    size_bytes,
-                ))
+                (Held::Prefix { id: &target }, size_bytes)
             }
-        }
+        };
+        let holders = self
+            .rent_holders(rent, held, size_bytes, &reports, now_s)
+            .await?;
+        Ok((holders, size_bytes))
     }
 
     /// The live bundles that keep `held` (`size_bytes`) resident for `rent`'s term most
@@ -234,10 +226,10 @@ impl Intake {
         rent: &Rent,
         held: Held<'_>,
         size_bytes: u64,
+        owners: &HashMap<String, (B256, Residency)>,
         now_s: u64,
     ) -> Result<Vec<RentCommitment>> {
         let catalog = self.market().catalog();
-        let owners = self.reports().await?;
         let mut serving = 0;
         let mut candidates: Vec<Candidate> = Vec::new();
         for bundle in self.market().bundles() {
