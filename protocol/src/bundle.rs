@@ -4,6 +4,9 @@ use crate::class::{ClassSet, Tier, TierSet};
 use crate::error::{Error, Result, non_negative, nonzero, positive};
 use serde::{Deserialize, Serialize};
 
+/// Most bases one bundle names as fetchable.
+pub const MAX_FETCHABLE_BASES: usize = 64;
+
 /// `b = (d, M, B, β, α, ℓ0)` plus price, capabilities, throughput and failure history.
 ///
 /// β and α are not fields: they depend on the job, and follow from `resident_bases` and
@@ -48,6 +51,17 @@ pub struct Bundle {
     /// Base models resident in accelerator memory.
     #[serde(default)]
     pub resident_bases: Vec<String>,
+    /// The bases it can load when a job needs one it does not hold (β = 0: the job waits for
+    /// the fetch, which t̂ counts), at most [`MAX_FETCHABLE_BASES`]. `None`: any base — SPEC §2's
+    /// model, where every bundle can fetch every base's weights (simulations and `cx clear`
+    /// files); a live provider names the ones its store holds and its memory can take, so a
+    /// bundle that cannot load a base is never chosen for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetchable_bases: Option<Vec<String>>,
+    /// The rate it loads a base at, bits per second, as its provider measured its own loads;
+    /// `None`: `bandwidth_bps`. t̂ counts a base fetch at this rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_load_bps: Option<f64>,
     /// Adapters (content ids) resident in accelerator memory.
     #[serde(default)]
     pub resident_adapters: Vec<String>,
@@ -70,6 +84,23 @@ impl Bundle {
         validate_link(self.bandwidth_bps, self.rtt_s, self.context_max)?;
         positive("flops_per_s", self.flops_per_s)?;
         crate::prefix::validate_ids("resident_prefixes", &self.resident_prefixes)?;
+        if let Some(bases) = &self.fetchable_bases {
+            if bases.len() > MAX_FETCHABLE_BASES {
+                return Err(Error::InvalidField {
+                    field: "fetchable_bases".to_owned(),
+                    reason: format!("names {}; at most {MAX_FETCHABLE_BASES}", bases.len()),
+                });
+            }
+            if let Some(i) = bases.iter().position(String::is_empty) {
+                return Err(Error::InvalidField {
+                    field: format!("fetchable_bases[{i}]"),
+                    reason: "must not be empty".to_owned(),
+                });
+            }
+        }
+        if let Some(bps) = self.base_load_bps {
+            positive("base_load_bps", bps)?;
+        }
         validate_capabilities(self.determinism, self.tiers, self.failure_rate)
     }
 }

@@ -109,6 +109,8 @@ pub fn market(config: &ClearingBenchConfig) -> (Engine, Vec<Job>) {
             resident_bases,
             resident_adapters,
             kernel_corpus: None,
+            fetchable_bases: None,
+            base_load_bps: None,
             resident_prefixes: vec![],
         };
         engine.upsert(bundle).expect("generated bundles are valid");

@@ -27,6 +27,11 @@ pub struct View {
     pub bandwidth_bps: f64,
     /// β: the job's base model is resident.
     pub base_resident: bool,
+    /// Whether it can load the job's base when not resident (a live provider names the bases
+    /// its store holds; a job whose base has no weights to fetch, a kernel market, never is).
+    pub base_fetchable: bool,
+    /// The rate a base loads at, bits per second (the provider's measured loads, else B).
+    pub base_load_bps: f64,
     /// α: the job's adapter is resident.
     pub adapter_resident: bool,
     /// ℓ0: round trip to the buyer, seconds.
@@ -54,6 +59,7 @@ impl View {
     pub fn validate(&self) -> cx_protocol::Result<()> {
         nonzero("memory_bytes", self.memory_bytes)?;
         validate_link(self.bandwidth_bps, self.rtt_s, self.context_max)?;
+        cx_protocol::error::positive("base_load_bps", self.base_load_bps)?;
         non_negative("compute_s", self.compute_s)?;
         non_negative("queue_s", self.queue_s)?;
         validate_capabilities(self.determinism, self.tiers, self.failure_rate)

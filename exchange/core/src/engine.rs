@@ -44,9 +44,23 @@ pub struct Choice {
 struct Entry {
     bundle: Bundle,
     bases: Vec<u32>,
+    /// The bases it can load (interned); `None`: any.
+    fetchable: Option<Vec<u32>>,
     adapters: Vec<u32>,
     /// Price per FLOP as ordered bits (non-negative f64 bits sort like the numbers).
     key: u64,
+}
+
+impl Entry {
+    /// Whether it can load base `base` (interned; `None`: a name no bundle mentions, which a
+    /// bundle that loads any base can still fetch).
+    fn can_fetch(&self, base: Option<u32>) -> bool {
+        match (&self.fetchable, base) {
+            (None, _) => true,
+            (Some(list), Some(m)) => list.contains(&m),
+            (Some(_), None) => false,
+        }
+    }
 }
 
 /// What a clear reads of a bundle, packed apart from its strings and lists so that walking a
@@ -66,6 +80,8 @@ impl Hot {
                 memory_bytes: b.memory_bytes,
                 bandwidth_bps: b.bandwidth_bps,
                 base_resident: false,
+                base_fetchable: true,
+                base_load_bps: b.base_load_bps.unwrap_or(b.bandwidth_bps),
                 adapter_resident: false,
                 prefix_resident: false,
                 rtt_s: b.rtt_s,
@@ -83,12 +99,13 @@ impl Hot {
     fn view(
         &self,
         job: &Job,
-        base_resident: bool,
+        (base_resident, base_fetchable): (bool, bool),
         adapter_resident: bool,
         prefix_resident: bool,
     ) -> View {
         View {
             base_resident,
+            base_fetchable,
             adapter_resident,
             prefix_resident,
             compute_s: compute_flops_on(job, prefix_resident) / self.flops_per_s,
@@ -114,6 +131,8 @@ pub struct Engine {
 /// What one clear carries through its walks.
 struct Probe<'a> {
     job: &'a Job,
+    /// The job's base, interned (`None`: no bundle named it yet).
+    base: Option<u32>,
     key_hash: u64,
     /// The price gates (quote, buyer's limit).
     ceiling: PriceCeiling,
@@ -176,6 +195,10 @@ impl Engine {
             .iter()
             .map(|m| self.intern(m))
             .collect();
+        let fetchable = bundle
+            .fetchable_bases
+            .as_ref()
+            .map(|l| l.iter().map(|m| self.intern(m)).collect());
         let adapters = bundle
             .resident_adapters
             .iter()
@@ -196,6 +219,7 @@ impl Engine {
         let entry = Entry {
             bundle,
             bases,
+            fetchable,
             adapters,
             key,
         };
@@ -297,10 +321,8 @@ impl Engine {
     pub fn clear(&self, job: &Job, quote: Option<&Quote>) -> Result<Option<Choice>> {
         job.validate()?;
         let ceiling = price_ceiling(job, quote);
-        let base_list = self
-            .names
-            .get(&job.base_model)
-            .and_then(|m| self.by_base.get(m));
+        let base = self.names.get(&job.base_model).copied();
+        let base_list = base.and_then(|m| self.by_base.get(&m));
         let adapter_list = job
             .adapter
             .as_ref()
@@ -308,6 +330,7 @@ impl Engine {
             .and_then(|a| self.by_adapter.get(a));
         let probe = Probe {
             job,
+            base,
             key_hash: hash64(job.affinity_key()),
             ceiling,
         };
@@ -389,8 +412,10 @@ impl Engine {
         best: &mut Option<Best>,
     ) {
         let job = probe.job;
-        let prefix = holds_prefix(&self.entry(slot).bundle, job);
-        let view = self.hot[slot as usize].view(job, beta, alpha, prefix);
+        let entry = self.entry(slot);
+        let prefix = holds_prefix(&entry.bundle, job);
+        let fetchable = entry.can_fetch(probe.base);
+        let view = self.hot[slot as usize].view(job, (beta, fetchable), alpha, prefix);
         if !price_eligible(&view, &probe.ceiling) {
             return;
         }
@@ -461,6 +486,7 @@ impl Engine {
         job.validate()?;
         let probe = Probe {
             job,
+            base: self.names.get(&job.base_model).copied(),
             key_hash: hash64(job.affinity_key()),
             ceiling: price_ceiling(job, quote),
         };
@@ -476,7 +502,11 @@ impl Engine {
         self.residency(job)
             .map(|(slot, e, beta, alpha)| {
                 let prefix = holds_prefix(&e.bundle, job);
-                (e, self.hot[slot as usize].view(job, beta, alpha, prefix))
+                let fetchable = e.can_fetch(self.names.get(&job.base_model).copied());
+                (
+                    e,
+                    self.hot[slot as usize].view(job, (beta, fetchable), alpha, prefix),
+                )
             })
             .map(|(e, view)| Candidate {
                 id: e.bundle.id.clone(),

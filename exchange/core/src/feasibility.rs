@@ -2,8 +2,11 @@
 //!
 //! ```text
 //! M ≥ (1−β)|w_m| + (1−α)|a| + |kv(c)|  ∧  c ≤ c_max(d)  ∧  κ ∈ K(d)  ∧  τ ∈ T(b)  ∧  t̂(j,b) ≤ Δ
-//! t̂(j,b) = ℓ0 + (1−β)·|w_m|/B + (1−α)·|a|/B + t_queue + t_compute
+//! t̂(j,b) = ℓ0 + (1−β)·|w_m|/B_w + (1−α)·|a|/B + t_queue + t_compute
 //! ```
+//!
+//! `B_w` is the rate the bundle's provider measured its own base loads at (B where it reported
+//! none), and β = 0 is feasible only on a bundle that can load the base at all.
 //!
 //! `t_queue` is the work already assigned to the bundle and not yet done (SPEC §2's t̂ with the
 //! congestion it leaves implicit): without it, affinity sends every call of an agent to the one
@@ -22,14 +25,17 @@ use cx_protocol::{Job, price};
 
 /// Estimated completion time t̂(j, b) in seconds.
 pub fn completion_s(job: &Job, view: &View) -> f64 {
-    let mut bits = 0.0;
-    if !view.base_resident {
-        bits += job.base_bytes as f64 * 8.0;
-    }
-    if !adapter_present(job, view) {
-        bits += job.adapter_bytes as f64 * 8.0;
-    }
-    view.rtt_s + bits / view.bandwidth_bps + view.queue_s + view.compute_s
+    let base_s = if view.base_resident {
+        0.0
+    } else {
+        job.base_bytes as f64 * 8.0 / view.base_load_bps
+    };
+    let adapter_s = if adapter_present(job, view) {
+        0.0
+    } else {
+        job.adapter_bytes as f64 * 8.0 / view.bandwidth_bps
+    };
+    view.rtt_s + base_s + adapter_s + view.queue_s + view.compute_s
 }
 
 /// α as the job sees it: a job without an adapter never waits for one.
@@ -59,7 +65,12 @@ pub fn is_feasible(job: &Job, view: &View, t_hat_s: f64) -> bool {
         && view.determinism.contains(job.determinism)
         && view.tiers.contains(job.tier)
         && t_hat_s <= job.deadline_s
-        && (view.base_resident || !job.needs_resident_base())
+        && base_available(job, view)
+}
+
+/// β, or a base the bundle can load: the job's weights exist to fetch and it can fetch them.
+pub fn base_available(job: &Job, view: &View) -> bool {
+    view.base_resident || (view.base_fetchable && !job.needs_resident_base())
 }
 
 /// The price gates of one job, integers in wei ([`cx_protocol::price`]): a bundle's ask must be at
@@ -161,11 +172,16 @@ pub fn violations(job: &Job, view: &View) -> Vec<Violation> {
             ),
         });
     }
-    if job.needs_resident_base() && !view.base_resident {
+    if !base_available(job, view) {
+        let detail = if job.needs_resident_base() {
+            format!("does not offer the job kind {}", job.base_model)
+        } else {
+            format!("neither holds nor can load the base {}", job.base_model)
+        };
         out.push(Violation {
             constraint: Constraint::Kind,
             factor: None,
-            detail: format!("does not offer the job kind {}", job.base_model),
+            detail,
         });
     }
     let t_hat = completion_s(job, view);
@@ -221,6 +237,8 @@ mod tests {
             memory_bytes: 80_000_000_000,
             bandwidth_bps: 10e9,
             base_resident: false,
+            base_fetchable: true,
+            base_load_bps: 10e9,
             adapter_resident: false,
             prefix_resident: false,
             rtt_s: 0.05,

@@ -71,6 +71,9 @@ impl Link {
             failure_rate: 0.0,
             resident_bases: vec![MATMUL_MODEL.to_owned()],
             resident_adapters: Vec::new(),
+            // A kernel market loads no weights.
+            fetchable_bases: Some(Vec::new()),
+            base_load_bps: None,
             resident_prefixes: Vec::new(),
         }
     }

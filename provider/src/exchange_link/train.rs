@@ -51,6 +51,9 @@ impl Link {
             tiers: [Tier::T0].into_iter().collect::<TierSet>(),
             resident_bases: vec![train_market(&self.config.model_name)],
             resident_adapters: Vec::new(),
+            // A kernel market loads no weights.
+            fetchable_bases: Some(Vec::new()),
+            base_load_bps: None,
             resident_prefixes: Vec::new(),
             ..main
         })

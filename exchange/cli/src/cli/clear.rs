@@ -82,6 +82,9 @@ impl CandidateInput {
                 memory_bytes: self.memory_bytes,
                 bandwidth_bps: self.bandwidth_bps,
                 base_resident: self.base_resident,
+                // A candidate file states β; without it the bundle fetches over B.
+                base_fetchable: true,
+                base_load_bps: self.bandwidth_bps,
                 adapter_resident: self.adapter_resident,
                 prefix_resident: false,
                 rtt_s: self.rtt_s,

@@ -141,6 +141,9 @@ pub fn replay(scenario: &Scenario, allocator: Allocator, policy: EvictionPolicy)
                 memory_bytes: b.memory_bytes - in_use,
                 bandwidth_bps: b.bandwidth_bps,
                 base_resident: beta,
+                // The simulated fleet can fetch every base, over its link.
+                base_fetchable: true,
+                base_load_bps: b.bandwidth_bps,
                 adapter_resident: alpha,
                 // Waiting for the bundle to free up is time before the job starts.
                 prefix_resident: false,

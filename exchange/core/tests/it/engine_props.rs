@@ -28,12 +28,18 @@ fn bundle() -> impl Strategy<Value = Bundle> {
             proptest::collection::vec(0usize..4, 0..3),
             proptest::collection::btree_set(0usize..2, 0..3),
         ),
+        // What it can load: any base, or some (maybe none), at a measured rate or over B.
+        (
+            proptest::option::of(proptest::collection::vec(0usize..3, 0..3)),
+            proptest::option::of(1u32..20),
+        ),
     )
         .prop_map(
             |(
                 (price, mem_gb, bw, rtt),
                 (flops, classes, tiers, fail),
                 (bases, adapters, prefixes),
+                (fetchable, load_gbps),
             )| Bundle {
                 id: String::new(),
                 provider: String::new(),
@@ -64,6 +70,9 @@ fn bundle() -> impl Strategy<Value = Bundle> {
                     .map(|i| ADAPTERS[i].to_owned())
                     .collect(),
                 kernel_corpus: None,
+                fetchable_bases: fetchable
+                    .map(|l| l.into_iter().map(|i| MODELS[i].to_owned()).collect()),
+                base_load_bps: load_gbps.map(|g| f64::from(g) * 1e9),
                 resident_prefixes: prefixes
                     .into_iter()
                     .map(|i| PREFIXES[i].to_owned())
@@ -145,6 +154,11 @@ fn brute_candidates(bundles: &[Bundle], job: &Job) -> Vec<Candidate> {
                 memory_bytes: b.memory_bytes,
                 bandwidth_bps: b.bandwidth_bps,
                 base_resident: b.resident_bases.contains(&job.base_model),
+                base_fetchable: b
+                    .fetchable_bases
+                    .as_ref()
+                    .is_none_or(|l| l.contains(&job.base_model)),
+                base_load_bps: b.base_load_bps.unwrap_or(b.bandwidth_bps),
                 adapter_resident: job
                     .adapter
                     .as_ref()
@@ -228,6 +242,7 @@ proptest! {
                 && job.context_tokens <= view.context_max
                 && view.determinism.contains(job.determinism)
                 && view.tiers.contains(job.tier)
+                && (view.base_resident || (view.base_fetchable && !job.needs_resident_base()))
                 && completion_s(&job, &view) <= job.deadline_s;
             prop_assert_eq!(violated.is_empty(), holds);
             for v in &violated {
@@ -260,6 +275,8 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
         resident_bases: bases,
         resident_adapters: vec![],
         kernel_corpus: None,
+        fetchable_bases: None,
+        base_load_bps: None,
         resident_prefixes: vec![],
     };
     engine.upsert(mk("cheap", 139, 1e9, vec![])).unwrap();
@@ -290,6 +307,72 @@ fn cheap_bundle_that_must_fetch_the_base_loses_to_a_dear_one_that_holds_it() {
 }
 
 #[test]
+fn a_bundle_that_cannot_load_the_base_is_never_chosen_and_a_measured_load_rate_sets_the_fetch() {
+    // "cheap" asks a tenth of "holder"'s price but names no base it can load; "fetcher" can load
+    // the 10 GB base and measured its loads at 80 Gb/s (1 s), far above its 1 Gb/s link (80 s).
+    let mut engine = Engine::new(Weights::default()).unwrap();
+    let mk = |id: &str,
+              price_wei_per_s: u64,
+              bases: Vec<String>,
+              fetchable: Option<Vec<String>>| Bundle {
+        id: id.into(),
+        provider: String::new(),
+        device: String::new(),
+        price_wei_per_s,
+        memory_bytes: 80_000_000_000,
+        bandwidth_bps: 1e9,
+        rtt_s: 0.01,
+        flops_per_s: 1e14,
+        context_max: 8192,
+        determinism: [DeterminismClass::S].into_iter().collect(),
+        tiers: [Tier::T0].into_iter().collect(),
+        failure_rate: 0.0,
+        resident_bases: bases,
+        resident_adapters: vec![],
+        kernel_corpus: None,
+        fetchable_bases: fetchable,
+        base_load_bps: None,
+        resident_prefixes: vec![],
+    };
+    engine
+        .upsert(mk("cheap", 100, vec![], Some(vec![])))
+        .unwrap();
+    let job = Job {
+        agent: "agent".into(),
+        base_model: "m".into(),
+        adapter: None,
+        base_bytes: 10_000_000_000,
+        adapter_bytes: 0,
+        kv_bytes: 1_000_000,
+        context_tokens: 100,
+        deadline_s: 10.0,
+        determinism: DeterminismClass::S,
+        tier: Tier::T0,
+        compute_flops: 1e13,
+        value_wei: 0,
+        max_price_wei: None,
+        prefix: None,
+    };
+    assert_eq!(engine.clear(&job, None).unwrap(), None);
+    let why = engine.explain(&job, None).unwrap();
+    assert_eq!(why.rejected[0].binding.to_string(), "kind");
+    // Over its link the fetch misses the deadline; at its measured load rate it makes it.
+    let fetcher = mk("fetcher", 1_000, vec![], Some(vec!["m".into()]));
+    engine.upsert(fetcher.clone()).unwrap();
+    assert_eq!(engine.clear(&job, None).unwrap(), None);
+    engine
+        .upsert(Bundle {
+            base_load_bps: Some(80e9),
+            ..fetcher
+        })
+        .unwrap();
+    let chosen = engine.clear(&job, None).unwrap().unwrap();
+    assert_eq!(chosen.bundle_id, "fetcher");
+    assert!((chosen.terms.completion_s - (0.01 + 1.0 + 0.1)).abs() < 1e-9);
+    assert_eq!(chosen, engine.clear_by_scan(&job, None).unwrap().unwrap());
+}
+
+#[test]
 fn a_holder_busier_than_the_fetch_it_saves_loses_to_an_idle_bundle() {
     // Both hold the base; only "holder" holds the agent's 20 MB adapter, which "idle" would fetch
     // in 0.16 s over 1 Gb/s. Idle, the holder wins (affinity); with 3 s of work queued ahead of
@@ -311,6 +394,8 @@ fn a_holder_busier_than_the_fetch_it_saves_loses_to_an_idle_bundle() {
         resident_bases: vec!["m".into()],
         resident_adapters: adapters,
         kernel_corpus: None,
+        fetchable_bases: None,
+        base_load_bps: None,
         resident_prefixes: vec![],
     };
     engine.upsert(mk("holder", vec!["a".into()])).unwrap();

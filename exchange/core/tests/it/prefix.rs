@@ -24,6 +24,8 @@ fn bundle(id: &str, price_wei_per_s: u64, holds_prefix: bool) -> Bundle {
         resident_bases: vec!["m".into()],
         resident_adapters: vec![],
         kernel_corpus: None,
+        fetchable_bases: None,
+        base_load_bps: None,
         resident_prefixes: if holds_prefix {
             vec![PREFIX.into()]
         } else {
