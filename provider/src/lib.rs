@@ -73,6 +73,7 @@
 //!   base projections and attention stay on the CPU in this crate).
 
 pub mod adapter_files;
+pub mod bases;
 pub mod bench;
 pub mod cache;
 pub mod chain;

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use cx_kernels::{CpuConfig, Mode};
-use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
+use cx_provider::bases::{BaseSource, Bases, ServeOptions, start_engine};
+use cx_provider::cache::EvictionPolicy;
 use cx_provider::engine::{Engine, EngineConfig};
 use cx_provider::exchange_link::key_file::{read_identity, write_identity};
 use cx_provider::exchange_link::{Link, LinkConfig};
@@ -18,7 +19,6 @@ use cx_provider::model::{
     write_generated_model,
 };
 use cx_provider::server::{AppState, HttpLimits, app};
-use cx_provider::tokenizer::Tokenizer;
 use cx_provider::training::{Trainer, TrainingOptions};
 
 #[derive(Parser)]
@@ -315,6 +315,16 @@ struct MarketArgs {
     /// Ingress bandwidth stated in the offer, bits per second.
     #[arg(long, default_value_t = 1e9, value_name = "BPS")]
     bandwidth_bps: f64,
+    /// A base this provider can load when a job needs it, `NAME=DIR` (the catalog name, a
+    /// checkpoint folder; repeatable): offered as fetchable, loaded on the first job for it
+    /// within `--base-memory-bytes`, the least valuable held bases evicted first.
+    #[arg(long = "base-store", value_name = "NAME=DIR", requires = "exchange",
+          value_parser = parse_base_store)]
+    base_store: Vec<(String, PathBuf)>,
+    /// Memory every base held at once may take, bytes [default: the served model's and the
+    /// largest stored base's: room for one more].
+    #[arg(long, value_name = "BYTES", requires = "exchange")]
+    base_memory_bytes: Option<u64>,
     /// Where adapters fetched from the exchange are kept [default: a folder in the temp dir].
     #[arg(long, value_name = "DIR")]
     fetched_adapters: Option<PathBuf>,
@@ -322,6 +332,18 @@ struct MarketArgs {
     /// verification catches it (and the committee slashes it): never set it on a real market.
     #[arg(long, value_enum, value_name = "FAULT", requires = "exchange")]
     fault: Option<Fault>,
+}
+
+/// `NAME=DIR` of `--base-store`.
+fn parse_base_store(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, dir)) if !name.is_empty() && !dir.is_empty() => {
+            Ok((name.to_owned(), PathBuf::from(dir)))
+        }
+        _ => Err(format!(
+            "`{s}` is not NAME=DIR (a catalog name, a checkpoint folder)"
+        )),
+    }
 }
 
 /// Faults a provider can inject on purpose (`serve --fault`): testing aids that make it
@@ -586,33 +608,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             market,
         } => {
             let cpu = cpu(threads, fast);
-            let mut loaded = Model::load(&model, cpu)
-                .with_context(|| format!("loading the model in {}", model.display()))?;
-            if gpu {
+            let device = if gpu {
                 let device = cx_kernels::Device::cuda(0).context("--gpu")?;
                 tracing::info!("SGMV on {}", device.name());
-                loaded.set_device(device);
-            }
-            let tokenizer = Tokenizer::for_model(&model, loaded.config())?;
+                Some(device)
+            } else {
+                None
+            };
+            let options = ServeOptions {
+                cpu,
+                device,
+                cache_bytes,
+                eviction,
+                engine: EngineConfig {
+                    max_batch_seqs: max_batch,
+                    max_rank: max_lora_rank,
+                    ..EngineConfig::default()
+                },
+                adapter_roots: adapter_root.clone(),
+            };
+            let started = std::time::Instant::now();
+            let engine = start_engine(&model, &options)
+                .with_context(|| format!("loading the model in {}", model.display()))?;
+            let load_s = started.elapsed().as_secs_f64();
             let name = served_model_name.unwrap_or_else(|| {
                 std::fs::canonicalize(&model)
                     .ok()
                     .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
                     .unwrap_or_else(|| "base".into())
             });
-            let engine = Engine::start(
-                Arc::new(loaded),
-                Arc::new(tokenizer),
-                ResidencyCache::new(CacheConfig::new(cache_bytes, eviction)),
-                EngineConfig {
-                    max_batch_seqs: max_batch,
-                    max_rank: max_lora_rank,
-                    ..EngineConfig::default()
-                },
-            );
-            engine
-                .add_adapter_roots(&adapter_root)
-                .context("--adapter-root")?;
             if let Some(dir) = adapters {
                 let aliases = engine
                     .register_dir(&dir)
@@ -627,7 +651,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             // stops the start with its one-line error.
             let link = match market.exchange.clone() {
                 None => None,
-                Some(exchange) => Some(link(exchange, *market, (&engine, &model), cache_bytes)?),
+                Some(exchange) => {
+                    Some(link(exchange, *market, (&engine, &model, load_s), options)?)
+                }
             };
             let training_dir = training_dir.unwrap_or_else(|| {
                 std::env::temp_dir().join(format!("cx-provider-{}-trained", std::process::id()))
@@ -863,8 +889,8 @@ fn parse_tier_ask(text: &str) -> Result<(cx_protocol::Tier, u64), String> {
 fn link(
     exchange: String,
     market: MarketArgs,
-    (engine, model_dir): (&Engine, &Path),
-    cache_bytes: u64,
+    (engine, model_dir, load_s): (&Engine, &Path, f64),
+    mut options: ServeOptions,
 ) -> anyhow::Result<Link> {
     let required = |name: &str| anyhow::anyhow!("--exchange needs {name}");
     let identity_path = market.identity.ok_or_else(|| required("--identity"))?;
@@ -890,6 +916,25 @@ fn link(
     } else {
         None
     };
+    let model_name = market.model_name.ok_or_else(|| required("--model-name"))?;
+    let fetched_adapters = market.fetched_adapters.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("cx-provider-{}-fetched", std::process::id()))
+    });
+    let primary = BaseSource::open(&model_name, model_dir)
+        .with_context(|| format!("the content id of {}", model_dir.display()))?;
+    let store = market
+        .base_store
+        .iter()
+        .map(|(name, dir)| BaseSource::open(name, dir).context("--base-store"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let budget = market.base_memory_bytes.unwrap_or_else(|| {
+        engine.model().weight_bytes() as u64 + store.iter().map(|s| s.bytes).max().unwrap_or(0)
+    });
+    // A base loaded later takes the adapters the exchange serves from the same folder.
+    options.adapter_roots.push(fetched_adapters.clone());
+    let cache_bytes = options.cache_bytes;
+    let bases = Bases::new((primary, engine.clone(), load_s), store, budget, options)
+        .context("--base-store")?;
     let config = LinkConfig {
         exchange,
         exchange_ca: market.exchange_ca,
@@ -900,16 +945,12 @@ fn link(
         tier_asks: market.tier_asks,
         reserve_discount_bps: market.reserve_discount_bps,
         bundle_id: market.bundle_id.ok_or_else(|| required("--bundle-id"))?,
-        model_name: market.model_name.ok_or_else(|| required("--model-name"))?,
-        base_id: cx_provider::model::content::checkpoint_id(model_dir)
-            .with_context(|| format!("the content id of {}", model_dir.display()))?,
+        model_name: model_name.clone(),
         memory_bytes: cache_bytes,
         bandwidth_bps: market.bandwidth_bps,
         // Stated, not measured: a provider beside its buyers' exchange.
         rtt_s: 0.005,
-        fetched_adapters: market.fetched_adapters.unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("cx-provider-{}-fetched", std::process::id()))
-        }),
+        fetched_adapters,
         fault: market.fault.map(|f| match f {
             Fault::WrongOutput => cx_provider::exchange_link::Fault::WrongOutput,
             Fault::WrongProduct => cx_provider::exchange_link::Fault::WrongProduct,
@@ -919,7 +960,7 @@ fn link(
     if let Some(fault) = market.fault {
         tracing::warn!("testing aid: --fault {fault:?} (this provider misbehaves on purpose)");
     }
-    let link = Link::new(config, identity, engine.clone())?;
+    let link = Link::new(config, identity, Arc::new(bases))?;
     tracing::info!("self-benchmark: {:.3e} FLOP/s", link.flops_per_s());
     Ok(link)
 }

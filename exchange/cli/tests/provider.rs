@@ -559,3 +559,174 @@ async fn a_real_instruct_model_answers_the_openai_client_through_the_market() {
     let answer = String::from_utf8_lossy(&out.stdout);
     assert!(answer.contains("Paris"), "{answer}");
 }
+
+/// β = 0 for real: a provider serving the tiny model with a second base (`tiny-b`, other
+/// weights) in its store offers `tiny-b` as fetchable; a call for `tiny-b` is cleared onto it
+/// with the load priced (β = 0 in the decision), the provider loads the base, answers with
+/// `tiny-b`'s own greedy completion (what a provider serving `tiny-b` alone answers), and
+/// reports it resident; the next call finds it held (β = 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live() {
+    const OTHER: &str = "tiny-b";
+    let bin = provider_bin();
+    let dir = scratch("fetch-base");
+    let model_dir = common::gen_model(&bin, &dir.path);
+    // The second base: the same shape, other weights.
+    let other_dir = dir.path.join("model-b");
+    let out = run(
+        &bin,
+        &[
+            "gen-model",
+            "--out",
+            path(&other_dir),
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--seed",
+            "11",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The catalog: the tiny model, and tiny-b learned from its config.json.
+    let catalog = dir.path.join("catalog.toml");
+    std::fs::write(&catalog, common::CATALOG).unwrap();
+    let out = run(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cx")),
+        &[
+            "catalog",
+            "add",
+            path(&other_dir),
+            "--catalog",
+            path(&catalog),
+            "--name",
+            OTHER,
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let common::Chain {
+        anvil, deployments, ..
+    } = common::deploy_chain(&dir.path, 3, group_key(), 1).await;
+    let db = TempDatabase::create().await.unwrap();
+    let exchange = common::start_exchange(&dir.path, &deployments, &db.url, &[]).await;
+    let store = format!("{OTHER}={}", other_dir.display());
+    let _provider = Killed(
+        common::serving_command(
+            &bin,
+            &dir.path,
+            "store-cpu-0",
+            (&model_dir, MODEL),
+            &exchange,
+            &deployments,
+            &anvil.keys[2],
+            "1000",
+            &["--base-store", &store],
+        )
+        .spawn()
+        .expect("cx-provider runs"),
+    );
+    // What tiny-b answers, from a provider serving it alone (no exchange).
+    let direct_port = free_port().unwrap();
+    let _direct = Killed(
+        Command::new(&bin)
+            .args(["serve", "--model", path(&other_dir)])
+            .args(["--port", &direct_port.to_string()])
+            .args(["--served-model-name", OTHER, "--threads", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cx-provider runs"),
+    );
+    let (url, ca) = (exchange.url.clone(), exchange.ca.clone());
+    let client = cx_client::Client::new(&url, Some(&ca))
+        .unwrap()
+        .with_timeout(Duration::from_secs(60));
+    common::registered(&client, "store-cpu-0").await;
+    let offered = |bundles: Vec<cx_protocol::Bundle>| {
+        bundles
+            .into_iter()
+            .find(|b| b.id == "store-cpu-0")
+            .expect("registered")
+    };
+    let bundle = offered(client.providers().await.unwrap());
+    assert_eq!(bundle.resident_bases, [MODEL]);
+    assert_eq!(bundle.fetchable_bases, Some(vec![OTHER.to_owned()]));
+    assert!(bundle.base_load_bps.unwrap() > 0.0, "{bundle:?}");
+
+    let agent =
+        common::Agent::import(&dir.path, &exchange, B256::from(anvil.keys[1].to_bytes())).await;
+    let escrow_id = agent.open_tab(&client, 5_000_000, &deployments).await;
+    cx_json(agent.args(&["bind", "--json"]), String::new()).await;
+    let api_key = agent.session(escrow_id, "4000000", "1000000", "60").await;
+    let chat = json!({
+        "model": OTHER,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 12,
+    });
+    let bought = client.chat(&api_key, &chat).await.unwrap();
+    let text = bought["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{bought}"))
+        .to_owned();
+    let direct = cx_client::Client::new(&format!("http://127.0.0.1:{direct_port}"), None).unwrap();
+    let waited = Instant::now();
+    let expected = loop {
+        match direct.chat("unused", &chat).await {
+            Ok(answer) => break answer,
+            Err(e) => {
+                assert!(waited.elapsed() < Duration::from_secs(60), "{e}");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    };
+    assert_eq!(
+        expected["choices"][0]["message"]["content"], text,
+        "the fetched base answered, not the served one: {bought} vs {expected}"
+    );
+
+    // The offer now names tiny-b resident (by content id in the report), nothing left to load.
+    let waited = Instant::now();
+    loop {
+        let bundle = offered(client.providers().await.unwrap());
+        if bundle.resident_bases.contains(&OTHER.to_owned()) {
+            assert_eq!(bundle.fetchable_bases, Some(vec![]));
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the provider never reported {OTHER} resident: {bundle:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    client.chat(&api_key, &chat).await.unwrap();
+    // The first call was cleared with the load priced (β = 0), the second on a holder (β = 1).
+    let jobs = cx_json(agent.args(&["jobs", "--json"]), String::new()).await;
+    let mut loads: Vec<f64> = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["model"] == OTHER)
+        .map(|j| {
+            assert_eq!(j["bundle_id"], "store-cpu-0", "{j}");
+            j["decision"]["terms"]["base_load"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{j}"))
+        })
+        .collect();
+    loads.sort_by(f64::total_cmp);
+    assert_eq!(loads.len(), 2, "{jobs}");
+    assert_eq!(loads[0], 0.0, "{jobs}");
+    assert!(loads[1] > 0.0, "{jobs}");
+}

@@ -1,9 +1,9 @@
-//! Inference on a provider: a completion or a chat in the model it serves, with the job's
-//! adapter fetched from the exchange's store when it is not resident, and a receipt over the
-//! text.
+//! Inference on a provider: a completion or a chat in the job's base (loaded from the
+//! provider's store when not held), with the job's adapter fetched from the exchange's store
+//! when it is not resident, and a receipt over the text.
 
 use super::{Fault, Link, Serve};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use cx_protocol::DeterminismClass;
 use cx_protocol::order::InferenceRequest;
 use cx_protocol::receipt::{JobTerms, Receipt, Work};
@@ -12,18 +12,24 @@ use std::time::Instant;
 
 impl Serve for InferenceRequest {
     async fn serve(&self, link: &Link, job: &Assignment) -> Result<Completed> {
-        if job.model != link.config.model_name {
-            return Err(Error::BadRequest(format!(
-                "the job is for model `{}`, this provider serves `{}`",
-                job.model, link.config.model_name
-            )));
+        // The job's base: held, or loaded from the store now (the exchange chose this bundle
+        // knowing it must, and priced the load into t̂).
+        let (base, load) = link.bases.lease(&job.model).await?;
+        if let Some(load) = load {
+            tracing::info!(
+                "job {}: base `{}` loaded in {:.2} s for it",
+                job.job_id,
+                job.model,
+                load.seconds
+            );
+            link.residency_changed.notify_one();
         }
         let adapter = match &job.adapter {
-            Some(id) => Some(link.ensure_adapter(id).await?),
+            Some(id) => Some(link.ensure_adapter(&base.engine, id).await?),
             None => None,
         };
         let started = Instant::now();
-        let mut output = link.generate(job, self, adapter).await?;
+        let mut output = link.generate(&base.engine, job, self, adapter).await?;
         if link.config.fault == Some(Fault::WrongOutput) {
             output.text.push_str(" [altered by --fault wrong-output]");
         }
@@ -41,7 +47,7 @@ impl Serve for InferenceRequest {
             tokens: u64::from(output.prompt_tokens) + u64::from(output.completion_tokens),
             compute_ms,
             // What the kernels honour, as the bundle offered it: D on a kernel corpus, else D∞.
-            class: match link.engine.model().kernel_corpus() {
+            class: match base.engine.model().kernel_corpus() {
                 Some(_) => DeterminismClass::D,
                 None => DeterminismClass::DInf,
             },

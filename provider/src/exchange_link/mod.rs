@@ -51,6 +51,7 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::unbounded_channel;
 use zeroize::Zeroizing;
 
+use crate::bases::Bases;
 use crate::chat_template::ChatMessage;
 use crate::engine::{Conversation, Engine, Event, FinishReason, GenerateRequest, Sampling};
 use crate::error::{Error, Result};
@@ -130,11 +131,9 @@ pub struct LinkConfig {
     pub reserve_discount_bps: u32,
     /// The bundle's id.
     pub bundle_id: String,
-    /// The catalog model the loaded weights are registered as (its resident base).
+    /// The catalog model the weights loaded at start are registered as (the primary base;
+    /// reserves, ask following and training are for it).
     pub model_name: String,
-    /// The loaded checkpoint's content id ([`crate::model::content::checkpoint_id`]): what the
-    /// residency report names the base by, and what a rent on it targets.
-    pub base_id: String,
     /// Free memory offered beside what is resident (the adapter cache's budget).
     pub memory_bytes: u64,
     /// Ingress bandwidth, bits per second (stated, not measured).
@@ -167,6 +166,8 @@ pub struct Link {
     config: LinkConfig,
     identity: Arc<Identity>,
     https: Https,
+    /// The bases held and loadable ([`crate::bases`]); the primary's engine is `engine`.
+    bases: Arc<Bases>,
     engine: Engine,
     /// The dispatch token: a secret, never logged.
     token: Arc<Zeroizing<String>>,
@@ -175,8 +176,6 @@ pub struct Link {
     matmul_flops_per_s: f64,
     /// Trials per second of the search worker (the offer's `search_trials_per_s`).
     search_trials_per_s: u64,
-    /// Whether a rent pins the base (reported; this provider never unloads its one base).
-    base_pinned: Arc<std::sync::atomic::AtomicBool>,
     /// Rung when the resident adapters change, so the offer says so now, not at the next period
     /// (and when a poll fails, so an exchange that forgot the offer hears it again).
     residency_changed: Arc<Notify>,
@@ -266,6 +265,16 @@ impl Link {
         self.https.now_s()
     }
 
+    /// The primary base's engine (the one the provider's own HTTP door serves).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The bases held and loadable.
+    pub fn bases(&self) -> &Bases {
+        &self.bases
+    }
+
     /// The live ask (hand it to the provider's server so the operator can change it).
     pub fn ask(&self) -> Ask {
         self.ask.clone()
@@ -273,7 +282,8 @@ impl Link {
 
     /// Prepares the link (TLS, the fetched-adapters folder as an adapter root, the dispatch
     /// token) and measures FLOP/s; nothing is sent yet. Blocking for up to about a second.
-    pub fn new(config: LinkConfig, identity: Identity, engine: Engine) -> Result<Self> {
+    pub fn new(config: LinkConfig, identity: Identity, bases: Arc<Bases>) -> Result<Self> {
+        let engine = bases.primary().clone();
         let https = Https::new(&config.exchange, config.exchange_ca.as_deref())?;
         std::fs::create_dir_all(&config.fetched_adapters)
             .map_err(|e| Error::io(&config.fetched_adapters, e))?;
@@ -297,12 +307,12 @@ impl Link {
             config,
             identity: Arc::new(identity),
             https,
+            bases,
             engine,
             token: Arc::new(token),
             flops_per_s,
             matmul_flops_per_s,
             search_trials_per_s,
-            base_pinned: Arc::default(),
             residency_changed,
             fetching: Arc::new(tokio::sync::Mutex::new(())),
             exchange_key: Arc::new(std::sync::OnceLock::new()),
@@ -344,9 +354,10 @@ impl Link {
             .filter(|t| !apart.iter().any(|(a, _)| a == t))
             .collect();
         let resident_adapters = self
-            .engine
-            .adapters()
-            .into_iter()
+            .bases
+            .engines()
+            .iter()
+            .flat_map(Engine::adapters)
             .filter(|a| a.resident)
             .map(|a| a.id)
             .collect::<std::collections::BTreeSet<_>>()
@@ -357,7 +368,8 @@ impl Link {
             provider: self.config.operator.clone(),
             device: self.engine.model().device_name(),
             price_wei_per_s: self.ask.get(),
-            memory_bytes: self.config.memory_bytes,
+            // The adapter budget, and the room bases that can be evicted leave for a fetch.
+            memory_bytes: self.config.memory_bytes + self.bases.room_bytes(),
             bandwidth_bps: self.config.bandwidth_bps,
             rtt_s: self.config.rtt_s,
             flops_per_s: self.flops_per_s,
@@ -367,8 +379,10 @@ impl Link {
             kernel_corpus: kernel_corpus.map(str::to_owned),
             tiers,
             failure_rate: 0.0,
-            resident_bases: vec![self.config.model_name.clone()],
+            resident_bases: self.bases.resident().into_iter().map(|b| b.name).collect(),
             resident_adapters,
+            fetchable_bases: Some(self.bases.fetchable()),
+            base_load_bps: Some(self.bases.load_bps()),
             // The exchange reads them from the residency report (one memory, every bundle).
             resident_prefixes: Vec::new(),
         }
@@ -403,12 +417,7 @@ impl Link {
             token_hash: Offer::token_hash_of(self.token.as_bytes()),
             issued_at_s: self.now_s(),
             residency: Some(cx_protocol::offer::Residency {
-                bases: vec![cx_protocol::offer::ResidentBase {
-                    id: self.config.base_id.clone(),
-                    name: self.config.model_name.clone(),
-                    bytes: self.engine.model().weight_bytes() as u64,
-                    pinned: self.base_pinned.load(std::sync::atomic::Ordering::Relaxed),
-                }],
+                bases: self.bases.resident(),
                 ..self.engine.residency()
             }),
             search_trials_per_s: Some(self.search_trials_per_s),
@@ -686,15 +695,17 @@ impl Link {
         }
     }
 
-    /// Greedy generation through the engine's scheduler, as `/v1/completions` runs it.
+    /// Generation through the scheduler of the job's base (`engine`), as `/v1/completions`
+    /// runs it.
     async fn generate(
         &self,
+        engine: &Engine,
         job: &Assignment,
         request: &InferenceRequest,
         adapter: Option<crate::engine::AdapterRef>,
     ) -> Result<Output> {
         request.check()?;
-        let tokenizer = self.engine.tokenizer();
+        let tokenizer = engine.tokenizer();
         // A chat is rendered by this model's own template; what was signed is the messages.
         let prompt = if request.messages.is_empty() {
             tokenizer.encode(&request.prompt)?
@@ -706,7 +717,7 @@ impl Link {
                 .collect();
             tokenizer.encode_chat(&messages)?.1
         };
-        let limit = self.engine.model().config().max_position_embeddings;
+        let limit = engine.model().config().max_position_embeddings;
         let max_tokens = request.max_tokens as usize;
         if prompt.is_empty() || max_tokens == 0 || prompt.len() + max_tokens > limit {
             return Err(Error::BadRequest(format!(
@@ -716,7 +727,7 @@ impl Link {
             )));
         }
         let (tx, mut events) = unbounded_channel();
-        self.engine.submit(GenerateRequest {
+        engine.submit(GenerateRequest {
             prompt,
             adapter,
             max_tokens,
@@ -731,7 +742,7 @@ impl Link {
             // form, as the exchange names the prefix it routes by (the KV held is of the tokens
             // this model's template made; a continuation reuses it token by token).
             conversation: Some(Conversation {
-                model: self.config.model_name.clone(),
+                model: job.model.clone(),
                 prompt_text: request.text(),
             }),
         });
@@ -775,8 +786,9 @@ impl Link {
         }
     }
 
-    /// The adapter `id`, fetched from the exchange and loaded if this provider does not know it.
-    async fn ensure_adapter(&self, id: &str) -> Result<crate::engine::AdapterRef> {
+    /// The adapter `id` on the base `engine` serves, fetched from the exchange and loaded if
+    /// that base does not know it.
+    async fn ensure_adapter(&self, engine: &Engine, id: &str) -> Result<crate::engine::AdapterRef> {
         let id = id.strip_prefix("0x").unwrap_or(id);
         if !is_content_id(id) {
             return Err(Error::BadRequest(format!(
@@ -784,11 +796,11 @@ impl Link {
             )));
         }
         let id = id.to_ascii_lowercase();
-        if let Ok(known) = self.engine.resolve(&id) {
+        if let Ok(known) = engine.resolve(&id) {
             return Ok(known);
         }
         let _one_at_a_time = self.fetching.lock().await;
-        if let Ok(known) = self.engine.resolve(&id) {
+        if let Ok(known) = engine.resolve(&id) {
             return Ok(known);
         }
         let started = Instant::now();
@@ -811,11 +823,11 @@ impl Link {
             )));
         }
         let dir = self.config.fetched_adapters.join(&id);
-        let engine = self.engine.clone();
+        let loading = engine.clone();
         let name = id.clone();
         let loaded = tokio::task::spawn_blocking(move || {
             write_adapter(&dir, files.adapter_config.as_bytes(), &weights)?;
-            engine.load_adapter(&name, &dir, false)
+            loading.load_adapter(&name, &dir, false)
         })
         .await
         .unwrap_or(Err(Error::LoadPanicked))?;
@@ -827,7 +839,7 @@ impl Link {
             loaded.evicted.len()
         );
         self.residency_changed.notify_one();
-        self.engine.resolve(&id)
+        engine.resolve(&id)
     }
 }
 

@@ -5,8 +5,8 @@
 //! `pinned_adapters`) until the term ends, then unpins it and claims its own term's rent with
 //! a receipt it signs under its holder's job id — the rent less the rebate the exchange
 //! measured (the exchange refuses any other amount; a claim refused because a late observation
-//! moved the rebate is retried). A rent on its base by content id is kept by reporting the base
-//! pinned: it never unloads the one base it serves. A rent on a conversation prefix it holds
+//! moved the rebate is retried). A rent on a base it holds, by content id, pins the base: never
+//! evicted to load another ([`crate::bases`]) while the term runs. A rent on a conversation prefix it holds
 //! pins the prefix's KV: never evicted, and each continuation takes a copy of it.
 
 use std::collections::HashSet;
@@ -88,7 +88,7 @@ pub(super) async fn run(link: Arc<Link>) {
         let now = link.now_s();
         let mut live: HashSet<String> = HashSet::new();
         let mut live_prefixes: HashSet<String> = HashSet::new();
-        let mut base_pinned = false;
+        let mut live_bases: HashSet<String> = HashSet::new();
         for pin in &listed.pins {
             let result = match rent(pin) {
                 Ok(rent) if now < pin.ends_s => match rent.target_kind {
@@ -97,10 +97,9 @@ pub(super) async fn run(link: Arc<Link>) {
                         live.insert(adapter.clone());
                         keep(&link, &adapter).await
                     }
-                    // Its one base is loaded for the process's life: pinning it is reporting
-                    // it pinned (a provider that unloads bases keeps a pinned one).
-                    RentTarget::Base if hex::encode(rent.target) == link.config.base_id => {
-                        base_pinned = true;
+                    // A held base: never evicted while its term runs.
+                    RentTarget::Base if link.bases.holds(&hex::encode(rent.target)) => {
+                        live_bases.insert(hex::encode(rent.target));
                         Ok(())
                     }
                     // A held conversation prefix: pinned, continuations take copies of it.
@@ -139,10 +138,7 @@ pub(super) async fn run(link: Arc<Link>) {
         }
         changed |= live_prefixes != pinned_prefixes;
         pinned_prefixes = live_prefixes;
-        changed |= link
-            .base_pinned
-            .swap(base_pinned, std::sync::atomic::Ordering::Relaxed)
-            != base_pinned;
+        changed |= link.bases.set_pins(&live_bases);
         if changed {
             link.residency_changed.notify_one();
         }
@@ -158,7 +154,9 @@ fn rent(pin: &Pin) -> Result<Rent> {
 
 /// Makes rented adapter `id` resident (fetched from the exchange if unknown) and pinned.
 async fn keep(link: &Arc<Link>, id: &str) -> Result<()> {
-    let loaded = link.ensure_adapter(id).await?;
+    // Rented adapters are the primary base's (the base they were trained on is the one the
+    // exchange placed the rent by).
+    let loaded = link.ensure_adapter(&link.engine, id).await?;
     if !link.engine.set_pinned(&loaded.id, true) {
         return Err(Error::Exchange(format!(
             "adapter {id} is loaded but not resident: it cannot be pinned"

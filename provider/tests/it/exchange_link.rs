@@ -128,32 +128,36 @@ fn serve_exchange_refuses_bad_input_on_one_line_naming_the_flag() {
     );
 }
 
-#[test]
-fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_by_id() {
-    use cx_kernels::CpuConfig;
-    use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
-    use cx_provider::engine::{Engine, EngineConfig};
-    use cx_provider::exchange_link::{Link, LinkConfig};
-    use cx_provider::model::Model;
-    use cx_provider::tokenizer::Tokenizer;
-    use std::sync::Arc;
+/// How the tests serve a base: `cpu`, an adapter cache of 10 MB, adapters from `root`.
+fn serve_options(cpu: cx_kernels::CpuConfig, root: &Path) -> cx_provider::bases::ServeOptions {
+    cx_provider::bases::ServeOptions {
+        cpu,
+        device: None,
+        cache_bytes: 10_000_000,
+        eviction: cx_provider::cache::EvictionPolicy::Lru,
+        engine: cx_provider::engine::EngineConfig::default(),
+        adapter_roots: vec![root.to_path_buf()],
+    }
+}
 
-    let dir = TempDir::new("bundle");
-    let (model_dir, config) = tiny_model(dir.path(), 4);
-    let adapter = crate::common::adapters(dir.path(), &config, 1, &[4]).remove(0);
-    let engine = Engine::start(
-        Arc::new(Model::load(&model_dir, CpuConfig::deterministic()).unwrap()),
-        Arc::new(Tokenizer::generated()),
-        ResidencyCache::new(CacheConfig::new(10_000_000, EvictionPolicy::Lru)),
-        EngineConfig::default(),
-    );
-    engine
-        .add_adapter_roots(&[dir.path().to_path_buf()])
-        .unwrap();
-    let loaded = engine.load_adapter("mine", &adapter, false).unwrap();
-    let link = Link::new(
+/// A link (not started: nothing is sent before `run`) whose primary base is `model_dir` as
+/// `tiny`, with `store` loadable within `budget` bytes of bases (default: the primary's).
+pub(crate) fn link_over(
+    dir: &Path,
+    model_dir: &Path,
+    cpu: cx_kernels::CpuConfig,
+    store: Vec<cx_provider::bases::BaseSource>,
+    budget: Option<u64>,
+) -> cx_provider::exchange_link::Link {
+    use cx_provider::bases::{BaseSource, Bases, start_engine};
+    use cx_provider::exchange_link::{Link, LinkConfig};
+    let options = serve_options(cpu, dir);
+    let engine = start_engine(model_dir, &options).unwrap();
+    let budget = budget.unwrap_or(engine.model().weight_bytes() as u64);
+    let primary = BaseSource::open("tiny", model_dir).unwrap();
+    let bases = Bases::new((primary, engine, 0.5), store, budget, options).unwrap();
+    Link::new(
         LinkConfig {
-            // Nothing is sent before `run`.
             exchange: "http://127.0.0.1:9".into(),
             exchange_ca: None,
             exchange_key_hash: None,
@@ -164,23 +168,38 @@ fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_b
             reserve_discount_bps: 1000,
             bundle_id: "b-0".into(),
             model_name: "tiny".into(),
-            base_id: cx_provider::model::content::checkpoint_id(&model_dir).unwrap(),
             memory_bytes: 10_000_000,
             bandwidth_bps: 1e9,
             rtt_s: 0.005,
-            fetched_adapters: dir.path().join("fetched"),
+            fetched_adapters: dir.join("fetched"),
             fault: None,
             ask_follow: None,
         },
         cx_protocol::pq::Identity::from_seed([9; 32]),
-        engine,
+        std::sync::Arc::new(bases),
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_by_id() {
+    let dir = TempDir::new("bundle");
+    let (model_dir, config) = tiny_model(dir.path(), 4);
+    let adapter = crate::common::adapters(dir.path(), &config, 1, &[4]).remove(0);
+    let link = link_over(
+        dir.path(),
+        &model_dir,
+        cx_kernels::CpuConfig::deterministic(),
+        Vec::new(),
+        None,
+    );
+    let loaded = link.engine().load_adapter("mine", &adapter, false).unwrap();
     // The second bundle offers the cx/matmul-f32 kernel market at T2 only, at the same ask.
     let matmul = link.matmul_bundle();
     matmul.validate().unwrap();
     assert_eq!(matmul.id, "b-0-matmul");
     assert_eq!(matmul.resident_bases, [cx_protocol::matmul::MATMUL_MODEL]);
+    assert_eq!(matmul.fetchable_bases, Some(vec![]));
     assert_eq!(
         matmul.tiers.iter().collect::<Vec<_>>(),
         [cx_protocol::Tier::T2]
@@ -198,50 +217,17 @@ fn the_offered_bundle_is_valid_and_names_the_loaded_base_and_resident_adapters_b
         (bundle.price_wei_per_s, bundle.provider.as_str()),
         (7, "op")
     );
+    // No store: nothing to load, no room beside the adapter budget, the start's load rate.
+    assert_eq!(bundle.fetchable_bases, Some(vec![]));
+    assert_eq!(bundle.memory_bytes, 10_000_000);
+    assert!(bundle.base_load_bps.unwrap() > 0.0);
 }
 
 /// The bundle a provider whose kernels run with `cpu` offers (a tiny model, no adapters).
 fn bundle_on(cpu: cx_kernels::CpuConfig) -> cx_protocol::Bundle {
-    use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
-    use cx_provider::engine::{Engine, EngineConfig};
-    use cx_provider::exchange_link::{Link, LinkConfig};
-    use cx_provider::model::Model;
-    use cx_provider::tokenizer::Tokenizer;
-    use std::sync::Arc;
-
     let dir = TempDir::new("corpus");
     let (model_dir, _) = tiny_model(dir.path(), 4);
-    let engine = Engine::start(
-        Arc::new(Model::load(&model_dir, cpu).unwrap()),
-        Arc::new(Tokenizer::generated()),
-        ResidencyCache::new(CacheConfig::new(10_000_000, EvictionPolicy::Lru)),
-        EngineConfig::default(),
-    );
-    let link = Link::new(
-        LinkConfig {
-            exchange: "http://127.0.0.1:9".into(),
-            exchange_ca: None,
-            exchange_key_hash: None,
-            operator: "op".into(),
-            payout: cx_protocol::order::Address::repeat_byte(1),
-            ask_wei_per_s: 7,
-            tier_asks: Vec::new(),
-            reserve_discount_bps: 1000,
-            bundle_id: "b-0".into(),
-            model_name: "tiny".into(),
-            base_id: cx_provider::model::content::checkpoint_id(&model_dir).unwrap(),
-            memory_bytes: 10_000_000,
-            bandwidth_bps: 1e9,
-            rtt_s: 0.005,
-            fetched_adapters: dir.path().join("fetched"),
-            fault: None,
-            ask_follow: None,
-        },
-        cx_protocol::pq::Identity::from_seed([9; 32]),
-        engine,
-    )
-    .unwrap();
-    let bundle = link.bundle();
+    let bundle = link_over(dir.path(), &model_dir, cpu, Vec::new(), None).bundle();
     bundle.validate().unwrap();
     bundle
 }
@@ -265,4 +251,37 @@ fn a_fast_provider_offers_d_inf_not_d() {
     assert!(!fast.determinism.contains(DeterminismClass::D), "{fast:?}");
     assert!(fast.determinism.contains(DeterminismClass::DInf));
     assert_eq!(fast.kernel_corpus, None);
+}
+
+#[test]
+fn a_provider_with_a_store_offers_its_bases_as_fetchable_with_room_for_them() {
+    let dir = TempDir::new("fetchable");
+    let (model_dir, _) = tiny_model(dir.path(), 4);
+    let other = dir.path().join("other");
+    cx_provider::model::generate::write_generated_model(&other, &crate::common::tiny_options(5))
+        .unwrap();
+    let stored = cx_provider::bases::BaseSource::open("other", &other).unwrap();
+    let primary_bytes = cx_provider::bases::BaseSource::open("tiny", &model_dir)
+        .unwrap()
+        .bytes;
+    let link = link_over(
+        dir.path(),
+        &model_dir,
+        cx_kernels::CpuConfig::deterministic(),
+        vec![stored.clone()],
+        Some(primary_bytes + stored.bytes),
+    );
+    let bundle = link.bundle();
+    bundle.validate().unwrap();
+    assert_eq!(bundle.resident_bases, ["tiny"]);
+    assert_eq!(bundle.fetchable_bases, Some(vec!["other".to_owned()]));
+    // The adapter budget and the room a fetch may take.
+    assert_eq!(bundle.memory_bytes, 10_000_000 + stored.bytes);
+    // The residency report names the held base by content id, unpinned.
+    let resident = link.bases().resident();
+    assert_eq!(resident.len(), 1);
+    assert_eq!(
+        resident[0].id,
+        cx_provider::model::content::checkpoint_id(&model_dir).unwrap()
+    );
 }

@@ -1,6 +1,7 @@
 //! Integration tests of cx-provider, one binary (link time on 2 cores).
 
 mod api;
+mod bases;
 mod cache;
 mod common;
 mod equivalence;
