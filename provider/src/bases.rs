@@ -11,15 +11,16 @@
 //! * **Value per byte** of a held base: its recent uses (an exponentially decayed count, time
 //!   constant [`USE_WINDOW_S`]) times the seconds its load took, over its bytes — the loading a
 //!   later job is spared per byte kept, the rule the adapter cache uses. A base pinned by a rent
-//!   or serving a job now is never evicted; when no room can be made the load is refused by
-//!   name and nothing is evicted.
+//!   or serving a job now is never evicted: a load that needs a busy base's room waits for its
+//!   jobs to end (as long as its caller allows), and when no room can be made the load is
+//!   refused by name and nothing is evicted.
 //! * **Measured load rate**: every load (the primary's at start included) is timed; the offer
 //!   states bytes loaded over seconds taken as `base_load_bps`, which the exchange's t̂ counts a
 //!   fetch at.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cx_kernels::CpuConfig;
 
@@ -131,6 +132,21 @@ struct Held {
     lease: Arc<()>,
 }
 
+/// A job's hold on a base: when the job lets go, the loads waiting for room hear it.
+#[derive(Debug)]
+struct Guard {
+    token: Option<Arc<()>>,
+    released: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // The count falls before the waiters look again.
+        self.token.take();
+        self.released.notify_waiters();
+    }
+}
+
 impl Held {
     fn uses_at(&self, now: Instant) -> f64 {
         let dt = now.saturating_duration_since(self.used_at).as_secs_f64();
@@ -143,7 +159,11 @@ impl Held {
     }
 
     fn evictable(&self) -> bool {
-        !self.primary && !self.pinned && Arc::strong_count(&self.lease) == 1
+        !self.busy() && !self.primary && !self.pinned
+    }
+
+    fn busy(&self) -> bool {
+        Arc::strong_count(&self.lease) > 1
     }
 }
 
@@ -157,15 +177,23 @@ struct State {
     evictions: u64,
 }
 
+/// Why no room can be made now.
+enum Room {
+    /// Bases serving jobs hold it: there will be room when they are done.
+    Busy(Error),
+    /// The bases that stay (served, pinned) leave too little.
+    Never(Error),
+}
+
 /// A base ready to serve one job: its engine, and a lease that keeps it from eviction while
 /// the job holds it.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct BaseLease {
     /// The base's engine.
     pub engine: Engine,
     /// What it is.
     pub source: BaseSource,
-    _lease: Arc<()>,
+    _guard: Guard,
 }
 
 /// What one load did.
@@ -190,6 +218,8 @@ pub struct Bases {
     /// One load at a time: two jobs for one base load it once, and two loads never count the
     /// same free bytes.
     loading: tokio::sync::Mutex<()>,
+    /// Rung when a job lets go of a base (a waiting load may find its room).
+    released: Arc<tokio::sync::Notify>,
 }
 
 impl Bases {
@@ -230,6 +260,7 @@ impl Bases {
                 )));
             }
         }
+        let released = Arc::new(tokio::sync::Notify::new());
         let state = State {
             loaded_bytes: source.bytes,
             load_s,
@@ -253,11 +284,19 @@ impl Bases {
             options,
             state: Mutex::new(state),
             loading: tokio::sync::Mutex::new(()),
+            released,
         })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn guard(&self, lease: &Arc<()>) -> Guard {
+        Guard {
+            token: Some(lease.clone()),
+            released: self.released.clone(),
+        }
     }
 
     /// The primary base's engine.
@@ -275,13 +314,14 @@ impl Bases {
         Some(BaseLease {
             engine: held.engine.clone(),
             source: held.source.clone(),
-            _lease: held.lease.clone(),
+            _guard: self.guard(&held.lease),
         })
     }
 
-    /// The base named `name`: held, or loaded from the store now (evicting by value per byte).
-    /// The second item says what the load did, when there was one.
-    pub async fn lease(&self, name: &str) -> Result<(BaseLease, Option<BaseLoad>)> {
+    /// The base named `name`: held, or loaded from the store now (evicting by value per byte;
+    /// if the room is held by bases serving jobs, waiting up to `wait` for them to end). The
+    /// second item says what the load did, when there was one.
+    pub async fn lease(&self, name: &str, wait: Duration) -> Result<(BaseLease, Option<BaseLoad>)> {
         if let Some(lease) = self.held(name) {
             return Ok((lease, None));
         }
@@ -299,7 +339,19 @@ impl Bases {
                     "this provider neither holds nor stores a base named `{name}`"
                 ))
             })?;
-        let victims = self.make_room(&source)?;
+        let give_up = tokio::time::Instant::now() + wait;
+        let victims = loop {
+            // Registered before the check, so a release between the two is not missed.
+            let released = self.released.notified();
+            match self.make_room(&source) {
+                Ok(victims) => break victims,
+                Err(Room::Busy(e)) if tokio::time::Instant::now() < give_up => {
+                    tracing::info!("{e}: waiting for its jobs to end");
+                    let _ = tokio::time::timeout_at(give_up, released).await;
+                }
+                Err(Room::Busy(e) | Room::Never(e)) => return Err(e),
+            }
+        };
         let options = self.options.clone();
         let dir = source.dir.clone();
         let started = Instant::now();
@@ -337,10 +389,12 @@ impl Bases {
             lease: lease.clone(),
         });
         drop(state);
+        // `cx bench market` counts these lines (`loaded in N ms`).
         tracing::info!(
-            "base `{}` ({}): loaded from {} in {seconds:.2} s ({bytes} B), evicted {:?}",
+            "base `{}` ({}): loaded in {} ms from {} ({bytes} B), evicted {:?}",
             source.name,
             source.id,
+            (seconds * 1e3).round(),
             source.dir.display(),
             evicted
         );
@@ -348,7 +402,7 @@ impl Bases {
             BaseLease {
                 engine,
                 source,
-                _lease: lease,
+                _guard: self.guard(&lease),
             },
             Some(BaseLoad {
                 seconds,
@@ -359,8 +413,9 @@ impl Bases {
     }
 
     /// The held bases to evict so that `source` fits, least value per byte first; refused by
-    /// name when the bases that cannot go (the primary, pinned, serving) leave too little.
-    fn make_room(&self, source: &BaseSource) -> Result<Vec<String>> {
+    /// name when the bases that cannot go (the primary, pinned, serving) leave too little —
+    /// [`Room::Busy`] when it would fit once the busy ones are done.
+    fn make_room(&self, source: &BaseSource) -> std::result::Result<Vec<String>, Room> {
         let now = Instant::now();
         let state = self.state();
         let used: u64 = state.held.iter().map(|h| h.source.bytes).sum();
@@ -380,6 +435,12 @@ impl Bases {
             victims.push(h.source.id.clone());
         }
         if free < source.bytes {
+            let busy: u64 = state
+                .held
+                .iter()
+                .filter(|h| h.busy() && !h.primary && !h.pinned)
+                .map(|h| h.source.bytes)
+                .sum();
             let kept: Vec<String> = state
                 .held
                 .iter()
@@ -395,13 +456,18 @@ impl Bases {
                     format!("`{}` ({why})", h.source.name)
                 })
                 .collect();
-            return Err(Error::Model(format!(
+            let e = Error::Model(format!(
                 "no room for base `{}` ({} B): the budget is {} B and {} cannot be evicted",
                 source.name,
                 source.bytes,
                 self.budget_bytes,
                 kept.join(", ")
-            )));
+            ));
+            return Err(if free + busy >= source.bytes {
+                Room::Busy(e)
+            } else {
+                Room::Never(e)
+            });
         }
         Ok(victims)
     }

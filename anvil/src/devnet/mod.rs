@@ -71,9 +71,17 @@ const GRACE_PERIOD_S: u64 = 1_200;
 /// two and a half of the providers' 30 s re-registrations, so one late offer is not a death.
 const PROVIDER_SILENCE_S: u64 = 75;
 
+/// The bases `cx devnet --bases N` adds after [`MODEL`]: its shape, other weights (their seeds).
+pub const EXTRA_BASES: [(&str, &str); 2] = [("tiny-llama-b", "11"), ("tiny-llama-c", "12")];
+
 /// `cx-provider gen-model`'s arguments for [`MODEL`] into folder `out`: the shape [`CATALOG`]
 /// describes (hidden 64, 2 layers, vocabulary 512: about 0.13 M parameters in f32), seeded.
 pub(crate) fn gen_model_args(out: &str) -> [&str; 9] {
+    gen_model_seeded(out, "5")
+}
+
+/// [`gen_model_args`] with other weights (`seed`).
+fn gen_model_seeded<'a>(out: &'a str, seed: &'a str) -> [&'a str; 9] {
     [
         "gen-model",
         "--out",
@@ -83,7 +91,7 @@ pub(crate) fn gen_model_args(out: &str) -> [&str; 9] {
         "--layers",
         "2",
         "--seed",
-        "5",
+        seed,
     ]
 }
 
@@ -121,6 +129,9 @@ pub struct Config {
     /// The name the checkpoint of `model` is served and asked for by [default: its directory's
     /// name].
     pub model_name: Option<String>,
+    /// Bases on the market (1 to 3, the generated model's only): [`MODEL`] and the [`EXTRA_BASES`]
+    /// after it, each provider serving one and storing the others (`--base-store`).
+    pub bases: u8,
     /// The `cx` binary: its `serve` runs the exchange. (`cx-provider` is found by
     /// [`crate::provider_binary`]: beside the running binary unless `CX_PROVIDER_BIN` names it;
     /// `cx-signer` by [`crate::signer_binary`].)
@@ -306,6 +317,24 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
         Some(model) => (config.add_to_catalog)(model, &catalog, config.model_name.clone())
             .with_context(|| format!("--model {}", model.display()))?,
     };
+    // The other bases (`--bases`): generated now, so that the catalog the exchange starts with
+    // has learned them from their config.json.
+    let tools_log = dir.join("tools.log");
+    let mut extra_bases = Vec::new();
+    for (name, seed) in EXTRA_BASES
+        .iter()
+        .take(usize::from(config.bases.clamp(1, 3)) - 1)
+    {
+        let base_dir = dir.join(name);
+        run_tool(
+            &provider_bin,
+            &gen_model_seeded(arg(&base_dir), seed),
+            &tools_log,
+        )?;
+        (config.add_to_catalog)(&base_dir, &catalog, Some((*name).to_owned()))
+            .with_context(|| format!("adding {name} to the catalog"))?;
+        extra_bases.push(((*name).to_owned(), base_dir));
+    }
     let ca_dir = dir.join("ca");
     let ca = DevCa::open_or_create(&ca_dir).context("the devnet's CA")?;
     let ca_pem = ca.cert_path();
@@ -343,7 +372,6 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
     .await?;
 
     let adapters_dir = dir.join("adapters");
-    let tools_log = dir.join("tools.log");
     let model_dir = match &config.model {
         Some(model) => {
             steps.step(&format!(
@@ -393,6 +421,8 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
         Some(_) => Some(dir_bytes(&adapters_dir)?),
         None => None,
     };
+    let mut bases = vec![(model_name.clone(), model_dir.clone())];
+    bases.extend(extra_bases);
 
     steps.step(&format!(
         "{} providers, staked on both chains",
@@ -428,17 +458,18 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
             ],
             &log,
         )?;
+        // Provider i serves base i mod N and can load the others from its store.
+        let (served, served_dir) = &bases[usize::from(i) % bases.len()];
         let mut command = Command::new(&provider_bin);
         command
             .arg("serve")
-            .args(["--model", arg(&model_dir)])
+            .args(["--model", arg(served_dir)])
             .args(["--port", &ports.provider(i).to_string()])
-            .args([
-                "--served-model-name",
-                &model_name,
-                "--model-name",
-                &model_name,
-            ])
+            .args(["--served-model-name", served, "--model-name", served]);
+        for (name, dir) in bases.iter().filter(|(name, _)| name != served) {
+            command.args(["--base-store", &format!("{name}={}", dir.display())]);
+        }
+        command
             .args(["--threads", "1"])
             .args(["--cache-bytes", &p.cache_bytes.to_string()])
             .args(["--max-batch", &p.max_batch.to_string()])

@@ -8,13 +8,15 @@ use cx_protocol::DeterminismClass;
 use cx_protocol::order::InferenceRequest;
 use cx_protocol::receipt::{JobTerms, Receipt, Work};
 use cx_protocol::wire::{Assignment, Completed};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl Serve for InferenceRequest {
     async fn serve(&self, link: &Link, job: &Assignment) -> Result<Completed> {
         // The job's base: held, or loaded from the store now (the exchange chose this bundle
         // knowing it must, and priced the load into t̂).
-        let (base, load) = link.bases.lease(&job.model).await?;
+        // A base serving other jobs may hold the room: wait for them, until the deadline.
+        let wait = Duration::from_secs(job.deadline_s.saturating_sub(link.now_s()));
+        let (base, load) = link.bases.lease(&job.model, wait).await?;
         if let Some(load) = load {
             tracing::info!(
                 "job {}: base `{}` loaded in {:.2} s for it",

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use cx_provider::bases::{BaseLease, BaseLoad, BaseSource, Bases, ServeOptions, start_engine};
 use cx_provider::model::generate::write_generated_model;
@@ -18,6 +19,9 @@ fn stored(dir: &Path, name: &str, seed: u64) -> (PathBuf, BaseSource) {
     let source = BaseSource::open(name, &path).unwrap();
     (path, source)
 }
+
+/// A load that may not wait for busy bases.
+const NOW: Duration = Duration::ZERO;
 
 fn options(root: &Path) -> ServeOptions {
     ServeOptions {
@@ -60,7 +64,8 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Eight jobs for base `name` at once.
+/// Eight jobs for base `name` at once, each willing to wait a minute for busy bases (a pinned
+/// one is never waited for: it stays for the term).
 fn burst(
     rt: &tokio::runtime::Runtime,
     bases: &Arc<Bases>,
@@ -70,7 +75,7 @@ fn burst(
         let mut jobs = tokio::task::JoinSet::new();
         for _ in 0..8 {
             let bases = bases.clone();
-            jobs.spawn(async move { bases.lease(name).await });
+            jobs.spawn(async move { bases.lease(name, Duration::from_secs(60)).await });
         }
         jobs.join_all().await
     })
@@ -86,7 +91,7 @@ fn a_stored_base_is_loaded_on_first_use_and_the_least_valuable_evicted_for_the_n
     let (bases, b, c) = bases(dir.path());
     let rt = runtime();
     assert_eq!(bases.fetchable(), ["b", "c"]);
-    let (lease, load) = rt.block_on(bases.lease("b")).unwrap();
+    let (lease, load) = rt.block_on(bases.lease("b", NOW)).unwrap();
     let load = load.expect("b was not held: loaded now");
     assert_eq!((load.bytes, load.evicted.len()), (b.bytes, 0));
     assert_eq!(lease.source.id, b.id);
@@ -107,23 +112,35 @@ fn a_stored_base_is_loaded_on_first_use_and_the_least_valuable_evicted_for_the_n
     };
     assert_ne!(logits(&lease.engine), logits(bases.primary()));
     // A second job finds it held: no load.
-    assert!(rt.block_on(bases.lease("b")).unwrap().1.is_none());
-    // While a job holds b, c cannot take its room: refused by name, nothing evicted.
-    let err = rt.block_on(bases.lease("c")).unwrap_err().to_string();
+    assert!(rt.block_on(bases.lease("b", NOW)).unwrap().1.is_none());
+    // While a job holds b, c cannot take its room: a load that may not wait is refused by
+    // name, nothing evicted.
+    let err = rt.block_on(bases.lease("c", NOW)).unwrap_err().to_string();
     assert!(err.contains("no room for base `c`"), "{err}");
     assert!(err.contains("`b` (serving a job)"), "{err}");
     assert!(err.contains("`tiny` (served)"), "{err}");
     assert_eq!(held(&bases), ["tiny", "b"]);
-    // Once it is done, c evicts it (the primary never goes).
-    drop(lease);
-    let (_, load) = rt.block_on(bases.lease("c")).unwrap();
+    // One that may wait loads c as soon as b's job is done, evicting b (the primary never goes).
+    let (_, load) = rt
+        .block_on(async {
+            let release = async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                drop(lease);
+            };
+            let (loaded, ()) = tokio::join!(bases.lease("c", Duration::from_secs(30)), release);
+            loaded
+        })
+        .unwrap();
     assert_eq!(load.unwrap().evicted, [b.id]);
     assert_eq!(held(&bases), ["tiny", "c"]);
     assert_eq!(bases.resident()[1].id, c.id);
     assert_eq!(bases.counts(), (3, 1));
     assert!(bases.load_bps() > 0.0);
     // A base neither held nor stored is refused by name.
-    let err = rt.block_on(bases.lease("nope")).unwrap_err().to_string();
+    let err = rt
+        .block_on(bases.lease("nope", NOW))
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("neither holds nor stores a base named `nope`"),
         "{err}"
@@ -136,7 +153,7 @@ fn a_base_rent_keeps_the_base_resident_through_a_burst_that_would_evict_it() {
     let (bases, b, c) = bases(dir.path());
     let bases = Arc::new(bases);
     let rt = runtime();
-    drop(rt.block_on(bases.lease("b")).unwrap());
+    drop(rt.block_on(bases.lease("b", NOW)).unwrap());
     // The rent's term: b pinned. A burst of jobs for c, which would need b's room.
     assert!(bases.set_pins(&HashSet::from([b.id.clone()])));
     assert!(bases.fetchable().is_empty(), "no room left to load into");

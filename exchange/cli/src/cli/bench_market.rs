@@ -16,6 +16,11 @@
 //! at its peak and after, and whether every filled order went to a bundle asking at most the
 //! quote its decision recorded.
 //!
+//! With `--bases 2|3` the bases are in play too (`cx devnet --bases`): each provider serves one
+//! base and stores the others, with room for one beside its own; calls pick a base by Zipf
+//! popularity, and each run reports the bases the providers loaded for a job (β = 0) and the
+//! time the loads took, from the providers' logs, beside the adapter fetches.
+//!
 //! Each run also reports how its jobs spread over the bundles (the busiest bundle's share): with
 //! no queueing term in t̂, residency-aware clearing sent an agent's every call to the provider
 //! holding its adapter, a hot spot.
@@ -68,6 +73,11 @@ pub(crate) struct MarketArgs {
     /// the fleet (a tab takes a bounded number of jobs, so the step cannot send thousands).
     #[arg(long, default_value_t = 256)]
     step_max_tokens: u32,
+    /// Bases on each market (1 to 3, `cx devnet --bases`): calls pick one by Zipf popularity
+    /// (the first's calls carry its adapters, the others' none); providers serve one each and
+    /// load the others from their stores.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
+    bases: u8,
     /// Added to every devnet port (the second market uses this + 100).
     #[arg(long, default_value_t = 30_000)]
     port_offset: u16,
@@ -95,6 +105,11 @@ struct Run {
     cold_fetches: usize,
     cold_fetch_ms_total: u64,
     cold_fetch_ms_mean: f64,
+    /// Bases the providers loaded from their stores for a job (β = 0), and the time it took.
+    base_fetches: usize,
+    base_fetch_ms_total: u64,
+    /// Calls per base, in the order of the devnet's bases.
+    calls_per_base: Vec<usize>,
     /// The share of the jobs (replicas included) that went to the busiest bundle.
     busiest_bundle_share: f64,
     /// The load step (the residency-aware market only).
@@ -163,16 +178,17 @@ pub(crate) fn run(args: MarketArgs) -> anyhow::Result<()> {
     let (ours, cheapest) = (&runs[0], &runs[1]);
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let table = format!(
-        "cx bench market: {} chats per policy, {} at a time, {} providers, deadline {} s\n\
-         {:<18} {:>8} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>8}\n{}{}\
+        "cx bench market: {} chats per policy, {} at a time, {} providers, {} bases, deadline {} s\n\
+         {:<18} {:>8} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>6} {:>9} {:>8}\n{}{}\
          residency_aware / cheapest_capable: deadline hits ×{:.2}, mean cost ×{:.2}, cold \
-         fetches ×{:.2}, p50 ×{:.2}\n\
+         fetches ×{:.2}, base fetches ×{:.2}, p50 ×{:.2}\n\
          (verification: its own result until its replicas agreed, 0 for T0; settlement is the \
          tab's batch, close to on chain, over its jobs; busiest: the busiest bundle's share of \
          the jobs)\n{}",
         args.jobs,
         args.concurrency,
         args.providers,
+        args.bases,
         args.deadline_s,
         "policy",
         "jobs/s",
@@ -186,12 +202,15 @@ pub(crate) fn run(args: MarketArgs) -> anyhow::Result<()> {
         "settle ms",
         "cold",
         "cold ms",
+        "bases",
+        "bases ms",
         "busiest",
         row(ours),
         row(cheapest),
         ratio(ours.deadline_hit_rate, cheapest.deadline_hit_rate),
         ratio(ours.mean_cost_wei, cheapest.mean_cost_wei),
         ratio(ours.cold_fetches as f64, cheapest.cold_fetches as f64),
+        ratio(ours.base_fetches as f64, cheapest.base_fetches as f64),
         ratio(ours.p50_ms, cheapest.p50_ms),
         ours.step.as_ref().map(step_table).unwrap_or_default(),
     );
@@ -201,6 +220,7 @@ pub(crate) fn run(args: MarketArgs) -> anyhow::Result<()> {
             "deadline_hit_rate": ratio(ours.deadline_hit_rate, cheapest.deadline_hit_rate),
             "mean_cost": ratio(ours.mean_cost_wei, cheapest.mean_cost_wei),
             "cold_fetches": ratio(ours.cold_fetches as f64, cheapest.cold_fetches as f64),
+            "base_fetches": ratio(ours.base_fetches as f64, cheapest.base_fetches as f64),
             "p50": ratio(ours.p50_ms, cheapest.p50_ms),
         },
     });
@@ -237,7 +257,7 @@ fn step_table(s: &Step) -> String {
 
 fn row(r: &Run) -> String {
     format!(
-        "{:<18} {:>8.2} {:>9.3} {:>10.0} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6} {:>9} {:>8.2}\n",
+        "{:<18} {:>8.2} {:>9.3} {:>10.0} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>6} {:>9} {:>6} {:>9} {:>8.2}\n",
         r.policy,
         r.jobs_per_s,
         r.deadline_hit_rate,
@@ -250,6 +270,8 @@ fn row(r: &Run) -> String {
         r.settlement_amortised_ms,
         r.cold_fetches,
         r.cold_fetch_ms_total,
+        r.base_fetches,
+        r.base_fetch_ms_total,
         r.busiest_bundle_share
     )
 }
@@ -291,6 +313,7 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
         .args(["--providers", &args.providers.to_string()])
         .args(["--port-offset", &offset.to_string()])
         .args(["--clearing", policy.as_str()])
+        .args(["--bases", &args.bases.to_string()])
         .arg("--dir")
         .arg(&dir)
         .env("DATABASE_URL", &database)
@@ -327,24 +350,33 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
     );
     let api_key = std::fs::read_to_string(dir.join("try-session.key"))?;
     let adapters = adapter_ids(&dir.join("adapters"))?;
-    let model = "tiny-llama";
-
-    // The same arrivals under each policy: adapters by Zipf popularity, short prompts.
-    let mut rng = ChaCha20Rng::seed_from_u64(args.seed);
-    let weights: Vec<f64> = (1..=adapters.len())
-        .map(|k| 1.0 / (k as f64).powf(ZIPF_S))
+    let model = cx_devnet::harness::MODEL;
+    let bases: Vec<&str> = std::iter::once(model)
+        .chain(cx_devnet::devnet::EXTRA_BASES.iter().map(|(name, _)| *name))
+        .take(usize::from(args.bases))
         .collect();
-    let popularity = WeightedIndex::new(&weights).context("adapter popularity")?;
+
+    // The same arrivals under each policy: bases and adapters by Zipf popularity, short
+    // prompts. The adapters are the first base's; the other bases' calls carry none.
+    let mut rng = ChaCha20Rng::seed_from_u64(args.seed);
+    let zipf = |n: usize| -> Vec<f64> { (1..=n).map(|k| 1.0 / (k as f64).powf(ZIPF_S)).collect() };
+    let popularity = WeightedIndex::new(zipf(adapters.len())).context("adapter popularity")?;
+    let base_popularity = WeightedIndex::new(zipf(bases.len())).context("base popularity")?;
+    let mut calls_per_base = vec![0; bases.len()];
     let arrivals: Vec<serde_json::Value> = (0..args.jobs)
         .map(|i| {
+            let base = base_popularity.sample(&mut rng);
+            calls_per_base[base] += 1;
+            let adapter = popularity.sample(&mut rng);
+            let mut cx = json!({"deadline_in_s": args.deadline_s});
+            if base == 0 {
+                cx["adapter_id"] = json!(format!("0x{}", adapters[adapter]));
+            }
             json!({
-                "model": model,
+                "model": bases[base],
                 "messages": [{"role": "user", "content": format!("Request {i}: say hello.")}],
                 "max_tokens": 8,
-                "cx": {
-                    "adapter_id": format!("0x{}", adapters[popularity.sample(&mut rng)]),
-                    "deadline_in_s": args.deadline_s,
-                },
+                "cx": cx,
             })
         })
         .collect();
@@ -422,7 +454,9 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
 
     let busiest_bundle_share =
         per_bundle.values().max().copied().unwrap_or(0) as f64 / done.len().max(1) as f64;
-    let (cold_fetches, cold_fetch_ms_total) = cold_fetches(&dir.join("providers"));
+    let logs = dir.join("providers");
+    let (cold_fetches, cold_fetch_ms_total) = logged_ms(&logs, "fetched and loaded in ");
+    let (base_fetches, base_fetch_ms_total) = logged_ms(&logs, "): loaded in ");
 
     // Settlement: the tab closes now; its batch lands.
     let keys = AgentKeys::load(&dir.join("agents/try.json"))?;
@@ -494,6 +528,9 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
         cold_fetches,
         cold_fetch_ms_total,
         cold_fetch_ms_mean: cold_fetch_ms_total as f64 / cold_fetches.max(1) as f64,
+        base_fetches,
+        base_fetch_ms_total,
+        calls_per_base,
         busiest_bundle_share,
         step,
     })
@@ -703,9 +740,10 @@ fn adapter_ids(dir: &Path) -> anyhow::Result<Vec<String>> {
         .collect()
 }
 
-/// Cold adapter fetches the providers logged (`adapter …: fetched and loaded in N ms`) and
-/// their total time.
-fn cold_fetches(providers: &Path) -> (usize, u64) {
+/// Loads the providers logged and their total time, from the lines `… <marker>N ms`: cold
+/// adapter fetches (`adapter …: fetched and loaded in N ms`), bases loaded from a store (`base
+/// … (id): loaded in N ms`).
+fn logged_ms(providers: &Path, marker: &str) -> (usize, u64) {
     let mut count = 0;
     let mut ms = 0;
     for entry in std::fs::read_dir(providers).into_iter().flatten().flatten() {
@@ -714,7 +752,7 @@ fn cold_fetches(providers: &Path) -> (usize, u64) {
             continue;
         }
         for line in std::fs::read_to_string(&path).unwrap_or_default().lines() {
-            if let Some(rest) = line.split("fetched and loaded in ").nth(1)
+            if let Some(rest) = line.split(marker).nth(1)
                 && let Some(n) = rest.split(' ').next().and_then(|n| n.parse::<u64>().ok())
             {
                 count += 1;

@@ -56,6 +56,12 @@ pub(crate) struct Args {
     /// `HuggingFaceTB/SmolLM2-135M-Instruct`) [default: its directory's name].
     #[arg(long, value_name = "NAME", requires = "model")]
     model_name: Option<String>,
+    /// Bases on the market (1 to 3): beside the generated model, `tiny-llama-b` and
+    /// `tiny-llama-c` of the same shape and other weights; provider i serves base i mod N and
+    /// stores the others, loading one when a job needs it (room for one beside its own).
+    #[arg(long, default_value_t = 1, value_name = "N", conflicts_with = "model",
+          value_parser = clap::value_parser!(u8).range(1..=3))]
+    bases: u8,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -71,6 +77,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         clearing: args.clearing,
         model: args.model,
         model_name: args.model_name,
+        bases: args.bases,
         exchange_bin: std::env::current_exe().context("the running executable")?,
         add_to_catalog,
     };

@@ -7,8 +7,8 @@
 //! **Who can hold it.** An adapter: a bundle serving its base (its `adapter_config.json`'s
 //! `base_model_name_or_path`) whose provider reports a residency that can make room for it, or
 //! holds it already. A base: a bundle serving it whose provider reports it resident by content
-//! id (`offer.residency.bases`; a provider holds the one base it loaded, never unloading it, so
-//! its pin is kept by construction and reported). A conversation prefix: the bundles whose
+//! id (`offer.residency.bases`); the holder pins it, so it is never evicted to load another base
+//! while the term runs, and reports it pinned. A conversation prefix: the bundles whose
 //! provider reports its KV held (`offer.residency.prefixes`, with `prefix_bytes`), the only
 //! memory that has it; the holder pins it (never evicted) and each continuation takes a copy.
 //!
