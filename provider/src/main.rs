@@ -95,6 +95,12 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Print a checkpoint folder's content id (what offers report a held base by, and what `cx
+    /// agent rent --base` names): its top-level `*.json`, `*.jinja` and `*.safetensors` hashed.
+    ContentId {
+        /// The checkpoint folder.
+        model: PathBuf,
+    },
     /// Print the logits of the last position (f32).
     Logits {
         /// The model directory.
@@ -571,6 +577,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             for dir in dirs {
                 println!("{}", dir.display());
             }
+        }
+        Command::ContentId { model } => {
+            let id = cx_provider::model::content::checkpoint_id(&model)
+                .with_context(|| format!("{}", model.display()))?;
+            println!("0x{id}");
         }
         Command::Logits {
             model,

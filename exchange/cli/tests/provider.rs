@@ -560,67 +560,72 @@ async fn a_real_instruct_model_answers_the_openai_client_through_the_market() {
     assert!(answer.contains("Paris"), "{answer}");
 }
 
-/// β = 0 for real: a provider serving the tiny model with a second base (`tiny-b`, other
-/// weights) in its store offers `tiny-b` as fetchable; a call for `tiny-b` is cleared onto it
-/// with the load priced (β = 0 in the decision), the provider loads the base, answers with
-/// `tiny-b`'s own greedy completion (what a provider serving `tiny-b` alone answers), and
-/// reports it resident; the next call finds it held (β = 1).
+/// β = 0 for real: a provider serving the tiny model with two more bases (`tiny-b`, `tiny-c`:
+/// other weights) in its store and room for one of them offers both as fetchable; a call for
+/// `tiny-b` is cleared onto it with the load priced (β = 0 in the decision), the provider loads
+/// the base, answers with `tiny-b`'s own greedy completion (what a provider serving `tiny-b`
+/// alone answers), and reports it resident; the next call finds it held (β = 1). Then a rent on
+/// `tiny-b` (by content id) keeps it through a burst of calls for `tiny-c`, which would evict
+/// it: while the term runs nobody can load `tiny-c` (refused by name); after it, `tiny-c` loads
+/// in `tiny-b`'s place.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live() {
+async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live_and_a_rent_keeps_it() {
     const OTHER: &str = "tiny-b";
+    const THIRD: &str = "tiny-c";
     let bin = provider_bin();
     let dir = scratch("fetch-base");
     let model_dir = common::gen_model(&bin, &dir.path);
-    // The second base: the same shape, other weights.
-    let other_dir = dir.path.join("model-b");
-    let out = run(
-        &bin,
-        &[
-            "gen-model",
-            "--out",
-            path(&other_dir),
-            "--hidden",
-            "64",
-            "--layers",
-            "2",
-            "--seed",
-            "11",
-        ],
-        "",
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // The catalog: the tiny model, and tiny-b learned from its config.json.
+    // The catalog: the tiny model, and the other bases (the same shape, other weights) learned
+    // from their config.json.
     let catalog = dir.path.join("catalog.toml");
     std::fs::write(&catalog, common::CATALOG).unwrap();
-    let out = run(
-        std::path::Path::new(env!("CARGO_BIN_EXE_cx")),
-        &[
-            "catalog",
-            "add",
-            path(&other_dir),
-            "--catalog",
-            path(&catalog),
-            "--name",
-            OTHER,
-        ],
-        "",
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut stores = Vec::new();
+    for (name, seed) in [(OTHER, "11"), (THIRD, "12")] {
+        let base_dir = dir.path.join(name);
+        let generated = run(
+            &bin,
+            &[
+                "gen-model",
+                "--out",
+                path(&base_dir),
+                "--hidden",
+                "64",
+                "--layers",
+                "2",
+                "--seed",
+                seed,
+            ],
+            "",
+        );
+        let added = run(
+            std::path::Path::new(env!("CARGO_BIN_EXE_cx")),
+            &[
+                "catalog",
+                "add",
+                path(&base_dir),
+                "--catalog",
+                path(&catalog),
+                "--name",
+                name,
+            ],
+            "",
+        );
+        for out in [generated, added] {
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        stores.push(format!("{name}={}", base_dir.display()));
+    }
+    let other_dir = dir.path.join(OTHER);
 
     let common::Chain {
         anvil, deployments, ..
     } = common::deploy_chain(&dir.path, 3, group_key(), 1).await;
     let db = TempDatabase::create().await.unwrap();
     let exchange = common::start_exchange(&dir.path, &deployments, &db.url, &[]).await;
-    let store = format!("{OTHER}={}", other_dir.display());
     let _provider = Killed(
         common::serving_command(
             &bin,
@@ -631,7 +636,7 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live() {
             &deployments,
             &anvil.keys[2],
             "1000",
-            &["--base-store", &store],
+            &["--base-store", &stores[0], "--base-store", &stores[1]],
         )
         .spawn()
         .expect("cx-provider runs"),
@@ -662,7 +667,10 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live() {
     };
     let bundle = offered(client.providers().await.unwrap());
     assert_eq!(bundle.resident_bases, [MODEL]);
-    assert_eq!(bundle.fetchable_bases, Some(vec![OTHER.to_owned()]));
+    assert_eq!(
+        bundle.fetchable_bases,
+        Some(vec![OTHER.to_owned(), THIRD.to_owned()])
+    );
     assert!(bundle.base_load_bps.unwrap() > 0.0, "{bundle:?}");
 
     let agent =
@@ -696,12 +704,13 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live() {
         "the fetched base answered, not the served one: {bought} vs {expected}"
     );
 
-    // The offer now names tiny-b resident (by content id in the report), nothing left to load.
+    // The offer now names tiny-b resident (by content id in the report); tiny-c could still
+    // be loaded in its place.
     let waited = Instant::now();
     loop {
         let bundle = offered(client.providers().await.unwrap());
         if bundle.resident_bases.contains(&OTHER.to_owned()) {
-            assert_eq!(bundle.fetchable_bases, Some(vec![]));
+            assert_eq!(bundle.fetchable_bases, Some(vec![THIRD.to_owned()]));
             break;
         }
         assert!(
@@ -729,4 +738,81 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live() {
     assert_eq!(loads.len(), 2, "{jobs}");
     assert_eq!(loads[0], 0.0, "{jobs}");
     assert!(loads[1] > 0.0, "{jobs}");
+
+    // A 15 s rent on tiny-b, named by its content id, committed to the provider holding it.
+    let out = run(&bin, &["content-id", path(&other_dir)], "");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let base_id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let committed = cx_json(
+        agent.args(&[
+            "rent",
+            "--base",
+            &base_id,
+            "--term-s",
+            "15",
+            "--max-rent-wei",
+            "1000000",
+            // One provider: a miss probability of its prior (1/20) is tolerated.
+            "--epsilon-ppm",
+            "100000",
+            "--tab",
+            &escrow_id.to_string(),
+            "--json",
+        ]),
+        String::new(),
+    )
+    .await;
+    assert_eq!(committed["status"], "committed", "{committed}");
+    assert_eq!(
+        committed["rent"]["holders"][0]["bundle_id"], "store-cpu-0",
+        "{committed}"
+    );
+    // Pinned: the provider has no room left to load another base.
+    let waited = Instant::now();
+    while offered(client.providers().await.unwrap()).fetchable_bases != Some(vec![]) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "the provider never pinned {OTHER}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The burst: every call for tiny-c is refused by name; tiny-b stays.
+    let third = json!({
+        "model": THIRD,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 4,
+    });
+    for _ in 0..4 {
+        let refused = client.chat(&api_key, &third).await.unwrap_err().to_string();
+        assert!(refused.contains("load the base"), "{refused}");
+    }
+    let bundle = offered(client.providers().await.unwrap());
+    assert_eq!(bundle.resident_bases, [MODEL, OTHER], "{bundle:?}");
+    // The term over, the pin is released and tiny-c loads in tiny-b's place.
+    let waited = Instant::now();
+    while offered(client.providers().await.unwrap()).fetchable_bases != Some(vec![THIRD.to_owned()])
+    {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the rent's end never released {OTHER}: {committed}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    client.chat(&api_key, &third).await.unwrap();
+    let waited = Instant::now();
+    loop {
+        let bundle = offered(client.providers().await.unwrap());
+        if bundle.resident_bases == [MODEL, THIRD] {
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "{THIRD} never replaced {OTHER}: {bundle:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
