@@ -78,6 +78,11 @@ pub(crate) struct MarketArgs {
     /// load the others from their stores.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
     bases: u8,
+    /// The tier every call asks for (`cx.tier`) [default: the session's, T1 on the devnet:
+    /// each call also runs on a second provider]. T0 leaves replicas out, and with them the
+    /// loads a replica on a provider without the base causes.
+    #[arg(long, value_parser = ["T0", "T1", "T3"])]
+    tier: Option<String>,
     /// Added to every devnet port (the second market uses this + 100).
     #[arg(long, default_value_t = 30_000)]
     port_offset: u16,
@@ -110,6 +115,8 @@ struct Run {
     base_fetch_ms_total: u64,
     /// Calls per base, in the order of the devnet's bases.
     calls_per_base: Vec<usize>,
+    /// The calls not answered, by the exchange's error code (`transport` when none came back).
+    failed: std::collections::BTreeMap<String, usize>,
     /// The share of the jobs (replicas included) that went to the busiest bundle.
     busiest_bundle_share: f64,
     /// The load step (the residency-aware market only).
@@ -178,7 +185,7 @@ pub(crate) fn run(args: MarketArgs) -> anyhow::Result<()> {
     let (ours, cheapest) = (&runs[0], &runs[1]);
     let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
     let table = format!(
-        "cx bench market: {} chats per policy, {} at a time, {} providers, {} bases, deadline {} s\n\
+        "cx bench market: {} chats per policy, {} at a time, {} providers, {} bases, tier {}, deadline {} s\n\
          {:<18} {:>8} {:>9} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>9} {:>6} {:>9} {:>8}\n{}{}\
          residency_aware / cheapest_capable: deadline hits ×{:.2}, mean cost ×{:.2}, cold \
          fetches ×{:.2}, base fetches ×{:.2}, p50 ×{:.2}\n\
@@ -189,6 +196,7 @@ pub(crate) fn run(args: MarketArgs) -> anyhow::Result<()> {
         args.concurrency,
         args.providers,
         args.bases,
+        args.tier.as_deref().unwrap_or("the session's"),
         args.deadline_s,
         "policy",
         "jobs/s",
@@ -369,6 +377,9 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
             calls_per_base[base] += 1;
             let adapter = popularity.sample(&mut rng);
             let mut cx = json!({"deadline_in_s": args.deadline_s});
+            if let Some(tier) = &args.tier {
+                cx["tier"] = json!(tier);
+            }
             if base == 0 {
                 cx["adapter_id"] = json!(format!("0x{}", adapters[adapter]));
             }
@@ -395,6 +406,7 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
     }
     let mut done = Vec::new();
     let mut missed = 0usize;
+    let mut failed: std::collections::BTreeMap<String, usize> = Default::default();
     while let Some(joined) = calls.join_next().await {
         let (took, answer) = joined?;
         match answer {
@@ -405,7 +417,13 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
                     .context("a completion without cx.job_id")?;
                 done.push((took, id));
             }
-            Err(_) => missed += 1,
+            Err(e) => {
+                missed += 1;
+                *failed
+                    .entry(e.code().unwrap_or("transport").to_owned())
+                    .or_default() += 1;
+                eprintln!("cx bench market: a {} call failed: {e}", policy.as_str());
+            }
         }
     }
     let wall = started.elapsed();
@@ -531,6 +549,7 @@ async fn measure(args: &MarketArgs, policy: Policy, offset: u16) -> anyhow::Resu
         base_fetches,
         base_fetch_ms_total,
         calls_per_base,
+        failed,
         busiest_bundle_share,
         step,
     })
