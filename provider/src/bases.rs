@@ -43,7 +43,8 @@ pub struct BaseSource {
     pub dir: PathBuf,
     /// Its content id.
     pub id: String,
-    /// Bytes its weights take in memory (their files' size: weights are held at their dtype).
+    /// Bytes its weights take in memory (their files' tensor data: weights are held at their
+    /// dtype).
     pub bytes: u64,
 }
 
@@ -56,12 +57,9 @@ impl BaseSource {
                 dir.display()
             )));
         }
-        if !dir.join("config.json").is_file() {
-            return Err(Error::Model(format!(
-                "{}: no config.json (not a checkpoint folder)",
-                dir.display()
-            )));
-        }
+        // What the model loader would refuse (no config.json, an architecture or field it does
+        // not implement) is refused now, not on the first job for it.
+        crate::model::read_config(dir)?;
         let mut bytes = 0;
         for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
             let entry = entry.map_err(|e| Error::io(dir, e))?;
@@ -340,11 +338,11 @@ impl Bases {
                 ))
             })?;
         let give_up = tokio::time::Instant::now() + wait;
-        let victims = loop {
+        let evicted = loop {
             // Registered before the check, so a release between the two is not missed.
             let released = self.released.notified();
             match self.make_room(&source) {
-                Ok(victims) => break victims,
+                Ok(evicted) => break evicted,
                 Err(Room::Busy(e)) if tokio::time::Instant::now() < give_up => {
                     tracing::info!("{e}: waiting for its jobs to end");
                     let _ = tokio::time::timeout_at(give_up, released).await;
@@ -361,18 +359,6 @@ impl Bases {
         let seconds = started.elapsed().as_secs_f64();
         let bytes = engine.model().weight_bytes() as u64;
         let mut state = self.state();
-        // Evicted only now that the load succeeded: a failed load leaves what was held. A
-        // victim leased or pinned while the load ran stays (the budget is overrun until the
-        // next load evicts it, as the adapter cache keeps a busy adapter).
-        let mut evicted = Vec::new();
-        state.held.retain(|h| {
-            let go = victims.contains(&h.source.id) && h.evictable();
-            if go {
-                evicted.push(h.source.id.clone());
-            }
-            !go
-        });
-        state.evictions += evicted.len() as u64;
         state.loaded_bytes += bytes;
         state.load_s += seconds;
         state.loads += 1;
@@ -412,12 +398,15 @@ impl Bases {
         ))
     }
 
-    /// The held bases to evict so that `source` fits, least value per byte first; refused by
-    /// name when the bases that cannot go (the primary, pinned, serving) leave too little —
-    /// [`Room::Busy`] when it would fit once the busy ones are done.
+    /// Evicts held bases, least value per byte first, until `source` fits, and returns their
+    /// ids — before the load, so the budget holds at its peak too (a load that then fails has
+    /// lost them; they load again when wanted). Chosen and evicted under one lock, so none is
+    /// leased between. Refused by name, evicting nothing, when the bases that cannot go (the
+    /// primary, pinned, serving) leave too little — [`Room::Busy`] when it would fit once the
+    /// busy ones are done.
     fn make_room(&self, source: &BaseSource) -> std::result::Result<Vec<String>, Room> {
         let now = Instant::now();
-        let state = self.state();
+        let mut state = self.state();
         let used: u64 = state.held.iter().map(|h| h.source.bytes).sum();
         let mut free = self.budget_bytes.saturating_sub(used);
         let mut candidates: Vec<&Held> = state.held.iter().filter(|h| h.evictable()).collect();
@@ -469,6 +458,8 @@ impl Bases {
                 Room::Never(e)
             });
         }
+        state.held.retain(|h| !victims.contains(&h.source.id));
+        state.evictions += victims.len() as u64;
         Ok(victims)
     }
 

@@ -260,10 +260,20 @@ async fn a_reserve_bid_on_by_two_providers_is_won_by_the_lowest_drawn_on_and_pai
         client.claim(31337, payouts[1]).await.is_err(),
         "the loser is owed nothing"
     );
-    assert_eq!(
-        client.tab(31337, escrow_id).await.unwrap().status,
-        "settled"
-    );
+    // The claim is served once the batch is submitted; the tab reads settled once the chain
+    // watcher has seen the batch land, a moment later.
+    until(
+        "the tab settled on chain",
+        Duration::from_secs(60),
+        || async {
+            client
+                .tab(31337, escrow_id)
+                .await
+                .ok()
+                .filter(|t| t.status == "settled")
+        },
+    )
+    .await;
     let settled = client.standing_order(reserve_id).await.unwrap();
     assert_eq!(settled["reserve"]["settlement"], "settled", "{settled}");
     drop(providers);
@@ -400,10 +410,19 @@ async fn a_rented_adapter_is_pinned_by_its_provider_and_its_term_paid_on_chain()
     .await;
     let cut = rent_wei * 500 / 10_000;
     assert_eq!(claim.cumulative_wei, (rent_wei - cut).to_string());
-    let settled = client.standing_order(rent_id).await.unwrap();
-    assert_eq!(
-        settled["rent"]["holders"][0]["settlement"], "settled",
-        "{settled}"
-    );
+    // The claim is served once the batch is submitted; the term's settlement reads settled
+    // once the chain watcher has seen the batch land, a moment later.
+    until(
+        "the rent's term settled",
+        Duration::from_secs(60),
+        || async {
+            client
+                .standing_order(rent_id)
+                .await
+                .ok()
+                .filter(|o| o["rent"]["holders"][0]["settlement"] == "settled")
+        },
+    )
+    .await;
     drop(provider);
 }
