@@ -173,6 +173,9 @@ struct State {
     load_s: f64,
     loads: u64,
     evictions: u64,
+    /// Stored bases whose load failed: no longer offered (the operator fixes the folder and
+    /// restarts), so the exchange stops sending jobs that would fail the same way.
+    withdrawn: Vec<String>,
 }
 
 /// Why no room can be made now.
@@ -274,6 +277,7 @@ impl Bases {
                 lease: Arc::new(()),
             }],
             evictions: 0,
+            withdrawn: Vec::new(),
         };
         Ok(Self {
             primary: engine,
@@ -337,6 +341,11 @@ impl Bases {
                     "this provider neither holds nor stores a base named `{name}`"
                 ))
             })?;
+        if self.state().withdrawn.contains(&source.name) {
+            return Err(Error::Model(format!(
+                "stored base `{name}` failed to load earlier and is no longer offered"
+            )));
+        }
         let give_up = tokio::time::Instant::now() + wait;
         let evicted = loop {
             // Registered before the check, so a release between the two is not missed.
@@ -353,9 +362,21 @@ impl Bases {
         let options = self.options.clone();
         let dir = source.dir.clone();
         let started = Instant::now();
-        let engine = tokio::task::spawn_blocking(move || start_engine(&dir, &options))
+        let loaded = tokio::task::spawn_blocking(move || start_engine(&dir, &options))
             .await
-            .unwrap_or(Err(Error::LoadPanicked))?;
+            .unwrap_or(Err(Error::LoadPanicked));
+        let engine = match loaded {
+            Ok(engine) => engine,
+            Err(e) => {
+                tracing::warn!(
+                    "base `{}`: loading {} failed, no longer offered: {e}",
+                    source.name,
+                    source.dir.display()
+                );
+                self.state().withdrawn.push(source.name.clone());
+                return Err(e);
+            }
+        };
         let seconds = started.elapsed().as_secs_f64();
         let bytes = engine.model().weight_bytes() as u64;
         let mut state = self.state();
@@ -511,13 +532,14 @@ impl Bases {
         self.budget_bytes.saturating_sub(fixed)
     }
 
-    /// The stored bases not held that fit in [`Bases::room_bytes`]: what the offer says this
-    /// provider can load.
+    /// The stored bases not held that fit in [`Bases::room_bytes`] (and have not failed to
+    /// load): what the offer says this provider can load.
     pub fn fetchable(&self) -> Vec<String> {
         let room = self.room_bytes();
+        let withdrawn = self.state().withdrawn.clone();
         self.store
             .iter()
-            .filter(|s| s.bytes <= room && !self.holds(&s.id))
+            .filter(|s| s.bytes <= room && !self.holds(&s.id) && !withdrawn.contains(&s.name))
             .map(|s| s.name.clone())
             .collect()
     }

@@ -16,7 +16,14 @@ impl Serve for InferenceRequest {
         // knowing it must, and priced the load into t̂).
         // A base serving other jobs may hold the room: wait for them, until the deadline.
         let wait = Duration::from_secs(job.deadline_s.saturating_sub(link.now_s()));
-        let (base, load) = link.bases.lease(&job.model, wait).await?;
+        let (base, load) = match link.bases.lease(&job.model, wait).await {
+            Ok(leased) => leased,
+            Err(e) => {
+                // A failed load withdraws the base from the offer: the exchange hears it now.
+                link.residency_changed.notify_one();
+                return Err(e);
+            }
+        };
         if let Some(load) = load {
             tracing::info!(
                 "job {}: base `{}` loaded in {:.2} s for it",

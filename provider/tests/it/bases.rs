@@ -206,3 +206,27 @@ fn a_budget_that_cannot_hold_a_stored_base_beside_the_served_one_is_refused_at_s
         "{err}"
     );
 }
+
+#[test]
+fn a_stored_base_that_fails_to_load_is_refused_by_name_and_no_longer_offered() {
+    let dir = TempDir::new("bases-broken");
+    let (bases, b, _) = bases(dir.path());
+    // The folder broke after the start: its weights cut short.
+    let weights = b.dir.join("model.safetensors");
+    let len = std::fs::metadata(&weights).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&weights)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let rt = runtime();
+    let err = rt.block_on(bases.lease("b", NOW)).unwrap_err().to_string();
+    assert!(err.contains("model.safetensors"), "{err}");
+    assert_eq!(bases.fetchable(), ["c"]);
+    let err = rt.block_on(bases.lease("b", NOW)).unwrap_err().to_string();
+    assert!(err.contains("failed to load earlier"), "{err}");
+    // Nothing else changed: the served base alone is held, and c still loads.
+    assert_eq!(held(&bases), ["tiny"]);
+    assert!(rt.block_on(bases.lease("c", NOW)).unwrap().1.is_some());
+}
