@@ -6,8 +6,8 @@
 //! a receipt it signs under its holder's job id — the rent less the rebate the exchange
 //! measured (the exchange refuses any other amount; a claim refused because a late observation
 //! moved the rebate is retried). A rent on a base it holds, by content id, pins the base: never
-//! evicted to load another ([`crate::bases`]) while the term runs. A rent on a conversation prefix it holds
-//! pins the prefix's KV: never evicted, and each continuation takes a copy of it.
+//! evicted to load another ([`crate::bases`]) while the term runs. A rent on a conversation
+//! prefix it holds pins the prefix's KV: never evicted, and each continuation takes a copy of it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -154,8 +154,8 @@ fn rent(pin: &Pin) -> Result<Rent> {
 
 /// Makes rented adapter `id` resident (fetched from the exchange if unknown) and pinned.
 async fn keep(link: &Arc<Link>, id: &str) -> Result<()> {
-    // Rented adapters are the primary base's (the base they were trained on is the one the
-    // exchange placed the rent by).
+    // Kept on the served base's engine: a pin does not name the adapter's base, so an adapter
+    // of a base loaded from the store is not kept under rent yet.
     let loaded = link.ensure_adapter(&link.engine, id).await?;
     if !link.engine.set_pinned(&loaded.id, true) {
         return Err(Error::Exchange(format!(
