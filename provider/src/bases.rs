@@ -307,7 +307,7 @@ impl Bases {
     }
 
     /// The base named `name` if held now (a use is counted).
-    pub fn held(&self, name: &str) -> Option<BaseLease> {
+    fn held(&self, name: &str) -> Option<BaseLease> {
         let now = Instant::now();
         let mut state = self.state();
         let held = state.held.iter_mut().find(|h| h.source.name == name)?;
@@ -536,10 +536,14 @@ impl Bases {
     /// load): what the offer says this provider can load.
     pub fn fetchable(&self) -> Vec<String> {
         let room = self.room_bytes();
-        let withdrawn = self.state().withdrawn.clone();
+        let state = self.state();
         self.store
             .iter()
-            .filter(|s| s.bytes <= room && !self.holds(&s.id) && !withdrawn.contains(&s.name))
+            .filter(|s| {
+                s.bytes <= room
+                    && !state.held.iter().any(|h| h.source.id == s.id)
+                    && !state.withdrawn.contains(&s.name)
+            })
             .map(|s| s.name.clone())
             .collect()
     }

@@ -77,11 +77,14 @@ pub const EXTRA_BASES: [(&str, &str); 2] = [("tiny-llama-b", "11"), ("tiny-llama
 /// `cx-provider gen-model`'s arguments for [`MODEL`] into folder `out`: the shape [`CATALOG`]
 /// describes (hidden 64, 2 layers, vocabulary 512: about 0.13 M parameters in f32), seeded.
 pub(crate) fn gen_model_args(out: &str) -> [&str; 9] {
-    gen_model_seeded(out, "5")
+    gen_model_seeded(out, MODEL_SEED)
 }
 
+/// The seed of [`MODEL`]'s generated weights.
+pub(crate) const MODEL_SEED: &str = "5";
+
 /// [`gen_model_args`] with other weights (`seed`).
-fn gen_model_seeded<'a>(out: &'a str, seed: &'a str) -> [&'a str; 9] {
+pub(crate) fn gen_model_seeded<'a>(out: &'a str, seed: &'a str) -> [&'a str; 9] {
     [
         "gen-model",
         "--out",

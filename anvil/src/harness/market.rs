@@ -128,13 +128,19 @@ pub async fn start_exchange_on(
 /// `cx-provider gen-model` of the tiny catalog's shape (hidden 64, 2 layers) into `dir/model`.
 pub fn gen_model(bin: &Path, dir: &Path) -> PathBuf {
     let model = dir.join("model");
-    let out = run(bin, &crate::devnet::gen_model_args(path(&model)), "");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    gen_model_at(bin, &model, crate::devnet::MODEL_SEED);
     model
+}
+
+/// [`gen_model`]'s shape with other weights (`seed`) into `out`: another base of the same shape,
+/// as `cx devnet --bases` makes them.
+pub fn gen_model_at(bin: &Path, out: &Path, seed: &str) {
+    let run = run(bin, &crate::devnet::gen_model_seeded(path(out), seed), "");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
 }
 
 /// Writes `key` (an Anvil account's) to a 0600 file, as `cx-provider --evm-key` reads it.

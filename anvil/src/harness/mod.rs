@@ -47,12 +47,13 @@ pub use browser::{
     browse, check_settled_job_page, element_href, element_text, screenshots_dir, try_browse,
 };
 pub use market::{
-    Chain, Exchange, deploy_chain, gen_model, provider_command, registered, serving_command,
-    stake_provider, start_exchange, start_exchange_on, start_provider, write_evm_key,
+    Chain, Exchange, deploy_chain, gen_model, gen_model_at, provider_command, registered,
+    serving_command, stake_provider, start_exchange, start_exchange_on, start_provider,
+    write_evm_key,
 };
 pub use postgres::PgCluster;
 pub use process::{
-    Interrupted, Killed, Serve, cx_binary, cx_json, last_json, provider_bin, run, signal,
+    Interrupted, Killed, Serve, cx_binary, cx_json, last_json, provider_bin, run, signal, until,
 };
 pub use restartable::{Answer, Restartable, Signer, SigningAgent, https_request};
 pub use settling::{Settling, settling};

@@ -145,6 +145,23 @@ impl Drop for Interrupted {
     }
 }
 
+/// Waits up to `limit` for `check` to give something, looking every quarter second; fails the
+/// test naming `what` otherwise.
+pub async fn until<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let waited = Instant::now();
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(waited.elapsed() < limit, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// Runs `program args…` with `stdin` to completion, its output captured, without the `cx agent`
 /// variables of the caller's environment (`CX_AGENT_KEYS`, `CX_EXCHANGE`, …) so that a test
 /// says everything it uses.

@@ -12,7 +12,7 @@
 mod common;
 
 use alloy::primitives::B256;
-use common::{Killed, MODEL, cx_json, group_key, path, provider_bin, run, scratch};
+use common::{Killed, MODEL, cx_json, group_key, path, provider_bin, run, scratch, until};
 use cx_devnet::db::TempDatabase;
 use cx_devnet::free_port;
 use serde_json::json;
@@ -582,21 +582,7 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live_and_a_r
     let mut stores = Vec::new();
     for (name, seed) in [(OTHER, "11"), (THIRD, "12")] {
         let base_dir = dir.path.join(name);
-        let generated = run(
-            &bin,
-            &[
-                "gen-model",
-                "--out",
-                path(&base_dir),
-                "--hidden",
-                "64",
-                "--layers",
-                "2",
-                "--seed",
-                seed,
-            ],
-            "",
-        );
+        common::gen_model_at(&bin, &base_dir, seed);
         let added = run(
             std::path::Path::new(env!("CARGO_BIN_EXE_cx")),
             &[
@@ -610,13 +596,11 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live_and_a_r
             ],
             "",
         );
-        for out in [generated, added] {
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        assert!(
+            added.status.success(),
+            "{}",
+            String::from_utf8_lossy(&added.stderr)
+        );
         stores.push(format!("{name}={}", base_dir.display()));
     }
     let other_dir = dir.path.join(OTHER);
@@ -659,13 +643,7 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live_and_a_r
         .unwrap()
         .with_timeout(Duration::from_secs(60));
     common::registered(&client, "store-cpu-0").await;
-    let offered = |bundles: Vec<cx_protocol::Bundle>| {
-        bundles
-            .into_iter()
-            .find(|b| b.id == "store-cpu-0")
-            .expect("registered")
-    };
-    let bundle = offered(client.providers().await.unwrap());
+    let bundle = offered_when(&client, "the offer", 1, |_| true).await;
     assert_eq!(bundle.resident_bases, [MODEL]);
     assert_eq!(
         bundle.fetchable_bases,
@@ -689,16 +667,12 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live_and_a_r
         .unwrap_or_else(|| panic!("{bought}"))
         .to_owned();
     let direct = cx_client::Client::new(&format!("http://127.0.0.1:{direct_port}"), None).unwrap();
-    let waited = Instant::now();
-    let expected = loop {
-        match direct.chat("unused", &chat).await {
-            Ok(answer) => break answer,
-            Err(e) => {
-                assert!(waited.elapsed() < Duration::from_secs(60), "{e}");
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        }
-    };
+    let expected = until(
+        "the direct provider's answer",
+        Duration::from_secs(60),
+        || async { direct.chat("unused", &chat).await.ok() },
+    )
+    .await;
     assert_eq!(
         expected["choices"][0]["message"]["content"], text,
         "the fetched base answered, not the served one: {bought} vs {expected}"
@@ -706,19 +680,11 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live_and_a_r
 
     // The offer now names tiny-b resident (by content id in the report); tiny-c could still
     // be loaded in its place.
-    let waited = Instant::now();
-    loop {
-        let bundle = offered(client.providers().await.unwrap());
-        if bundle.resident_bases.contains(&OTHER.to_owned()) {
-            assert_eq!(bundle.fetchable_bases, Some(vec![THIRD.to_owned()]));
-            break;
-        }
-        assert!(
-            waited.elapsed() < Duration::from_secs(30),
-            "the provider never reported {OTHER} resident: {bundle:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let bundle = offered_when(&client, "tiny-b reported resident", 30, |b| {
+        b.resident_bases.contains(&OTHER.to_owned())
+    })
+    .await;
+    assert_eq!(bundle.fetchable_bases, Some(vec![THIRD.to_owned()]));
     client.chat(&api_key, &chat).await.unwrap();
     // The first call was cleared with the load priced (β = 0), the second on a holder (β = 1).
     let jobs = cx_json(agent.args(&["jobs", "--json"]), String::new()).await;
@@ -772,14 +738,10 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live_and_a_r
         "{committed}"
     );
     // Pinned: the provider has no room left to load another base.
-    let waited = Instant::now();
-    while offered(client.providers().await.unwrap()).fetchable_bases != Some(vec![]) {
-        assert!(
-            waited.elapsed() < Duration::from_secs(30),
-            "the provider never pinned {OTHER}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    offered_when(&client, "tiny-b pinned", 30, |b| {
+        b.fetchable_bases == Some(vec![])
+    })
+    .await;
     // The burst: every call for tiny-c is refused by name; tiny-b stays.
     let third = json!({
         "model": THIRD,
@@ -790,29 +752,34 @@ async fn a_base_fetched_from_the_providers_store_is_loaded_and_used_live_and_a_r
         let refused = client.chat(&api_key, &third).await.unwrap_err().to_string();
         assert!(refused.contains("load the base"), "{refused}");
     }
-    let bundle = offered(client.providers().await.unwrap());
+    let bundle = offered_when(&client, "the offer", 1, |_| true).await;
     assert_eq!(bundle.resident_bases, [MODEL, OTHER], "{bundle:?}");
     // The term over, the pin is released and tiny-c loads in tiny-b's place.
-    let waited = Instant::now();
-    while offered(client.providers().await.unwrap()).fetchable_bases != Some(vec![THIRD.to_owned()])
-    {
-        assert!(
-            waited.elapsed() < Duration::from_secs(60),
-            "the rent's end never released {OTHER}: {committed}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    offered_when(&client, "the rent's end releasing tiny-b", 60, |b| {
+        b.fetchable_bases == Some(vec![THIRD.to_owned()])
+    })
+    .await;
     client.chat(&api_key, &third).await.unwrap();
-    let waited = Instant::now();
-    loop {
-        let bundle = offered(client.providers().await.unwrap());
-        if bundle.resident_bases == [MODEL, THIRD] {
-            break;
-        }
-        assert!(
-            waited.elapsed() < Duration::from_secs(30),
-            "{THIRD} never replaced {OTHER}: {bundle:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    offered_when(&client, "tiny-c replacing tiny-b", 30, |b| {
+        b.resident_bases == [MODEL, THIRD]
+    })
+    .await;
+}
+
+/// Bundle `store-cpu-0` as the exchange lists it, once `wanted` holds of it (within `limit_s`).
+async fn offered_when(
+    client: &cx_client::Client,
+    what: &str,
+    limit_s: u64,
+    wanted: impl Fn(&cx_protocol::Bundle) -> bool,
+) -> cx_protocol::Bundle {
+    let wanted = &wanted;
+    until(what, Duration::from_secs(limit_s), move || async move {
+        let bundles = client.providers().await.ok()?;
+        bundles
+            .into_iter()
+            .find(|b| b.id == "store-cpu-0")
+            .filter(|b| wanted(b))
+    })
+    .await
 }

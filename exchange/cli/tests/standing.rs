@@ -16,28 +16,12 @@
 mod common;
 
 use alloy::primitives::{Address, B256};
-use common::{Killed, MODEL, cx_json, path, provider_bin, run};
+use common::{Killed, MODEL, cx_json, path, provider_bin, run, until};
 use cx_devnet::free_port;
 use cx_settlement::evm::EvmClient;
 use serde_json::json;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// Waits up to `limit` for `check` to give something.
-async fn until<T, F: std::future::Future<Output = Option<T>>>(
-    what: &str,
-    limit: Duration,
-    mut check: impl FnMut() -> F,
-) -> T {
-    let waited = Instant::now();
-    loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(waited.elapsed() < limit, "{what}: not within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
+use std::time::Duration;
 
 /// A real `cx-provider` of `model_dir` staked with Anvil key `key`, serving bundle `name` at
 /// `ask` wei/s on `world`'s market; and its payout account.

@@ -58,7 +58,7 @@ impl Link {
         Bundle {
             id: format!("{}{BUNDLE_SUFFIX}", self.config.bundle_id),
             provider: self.config.operator.clone(),
-            device: self.engine.model().device_name(),
+            device: self.engine().model().device_name(),
             price_wei_per_s: self.ask.get(),
             memory_bytes: self.config.memory_bytes,
             bandwidth_bps: self.config.bandwidth_bps,
@@ -82,7 +82,7 @@ impl Link {
     async fn serve_matmul(&self, job: &Assignment, request: MatmulRequest) -> Result<Completed> {
         request.validate()?;
         let wrong = self.config.fault == Some(super::Fault::WrongProduct);
-        let device = self.engine.model().device().clone();
+        let device = self.engine().model().device().clone();
         let started = Instant::now();
         let bytes = tokio::task::spawn_blocking(move || -> Result<Vec<u8>> {
             let (m, k, n) = request.dims();

@@ -166,9 +166,8 @@ pub struct Link {
     config: LinkConfig,
     identity: Arc<Identity>,
     https: Https,
-    /// The bases held and loadable ([`crate::bases`]); the primary's engine is `engine`.
+    /// The bases held and loadable ([`crate::bases`]), the served one's engine among them.
     bases: Arc<Bases>,
-    engine: Engine,
     /// The dispatch token: a secret, never logged.
     token: Arc<Zeroizing<String>>,
     flops_per_s: f64,
@@ -267,7 +266,7 @@ impl Link {
 
     /// The primary base's engine (the one the provider's own HTTP door serves).
     pub fn engine(&self) -> &Engine {
-        &self.engine
+        self.bases.primary()
     }
 
     /// The bases held and loadable.
@@ -283,7 +282,7 @@ impl Link {
     /// Prepares the link (TLS, the fetched-adapters folder as an adapter root, the dispatch
     /// token) and measures FLOP/s; nothing is sent yet. Blocking for up to about a second.
     pub fn new(config: LinkConfig, identity: Identity, bases: Arc<Bases>) -> Result<Self> {
-        let engine = bases.primary().clone();
+        let engine = bases.primary();
         let https = Https::new(&config.exchange, config.exchange_ca.as_deref())?;
         std::fs::create_dir_all(&config.fetched_adapters)
             .map_err(|e| Error::io(&config.fetched_adapters, e))?;
@@ -291,7 +290,7 @@ impl Link {
         let mut secret = Zeroizing::new([0u8; 32]);
         getrandom::fill(secret.as_mut()).expect("the operating system's random source");
         let token = Zeroizing::new(hex::encode(secret.as_ref()));
-        let flops_per_s = measure_flops(&engine)?;
+        let flops_per_s = measure_flops(engine)?;
         let matmul_flops_per_s = matmul::measure_flops(engine.model().device())?;
         let search_trials_per_s = search::measure_trials_per_s();
         let residency_changed = Arc::new(Notify::new());
@@ -308,7 +307,6 @@ impl Link {
             identity: Arc::new(identity),
             https,
             bases,
-            engine,
             token: Arc::new(token),
             flops_per_s,
             matmul_flops_per_s,
@@ -341,7 +339,7 @@ impl Link {
         // corpus (class D, naming the corpus). `--fast` (FMA) and `--gpu` differ from them in the
         // last bits, which greedy decoding can turn into other tokens: they offer D∞, so a class-D
         // replica never votes them down and slashes an honest provider for being fast.
-        let kernel_corpus = self.engine.model().kernel_corpus();
+        let kernel_corpus = self.engine().model().kernel_corpus();
         determinism.insert(match kernel_corpus {
             Some(_) => DeterminismClass::D,
             None => DeterminismClass::DInf,
@@ -366,14 +364,14 @@ impl Link {
         Bundle {
             id: self.config.bundle_id.clone(),
             provider: self.config.operator.clone(),
-            device: self.engine.model().device_name(),
+            device: self.engine().model().device_name(),
             price_wei_per_s: self.ask.get(),
             // The adapter budget, and the room bases that can be evicted leave for a fetch.
             memory_bytes: self.config.memory_bytes + self.bases.room_bytes(),
             bandwidth_bps: self.config.bandwidth_bps,
             rtt_s: self.config.rtt_s,
             flops_per_s: self.flops_per_s,
-            context_max: u32::try_from(self.engine.model().config().max_position_embeddings)
+            context_max: u32::try_from(self.engine().model().config().max_position_embeddings)
                 .unwrap_or(u32::MAX),
             determinism,
             kernel_corpus: kernel_corpus.map(str::to_owned),
@@ -418,7 +416,7 @@ impl Link {
             issued_at_s: self.now_s(),
             residency: Some(cx_protocol::offer::Residency {
                 bases: self.bases.resident(),
-                ..self.engine.residency()
+                ..self.engine().residency()
             }),
             search_trials_per_s: Some(self.search_trials_per_s),
         };
@@ -466,7 +464,7 @@ impl Link {
         }
         let reregister = link.clone();
         tokio::spawn(async move {
-            let held_changed = reregister.engine.residency_changed();
+            let held_changed = reregister.engine().residency_changed();
             loop {
                 tokio::select! {
                     () = tokio::time::sleep(REREGISTER_EVERY) => {}

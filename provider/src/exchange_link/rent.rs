@@ -105,7 +105,7 @@ pub(super) async fn run(link: Arc<Link>) {
                     // A held conversation prefix: pinned, continuations take copies of it.
                     RentTarget::Prefix => {
                         let id = hex::encode(rent.target);
-                        if link.engine.set_prefix_pinned(&id, true) {
+                        if link.engine().set_prefix_pinned(&id, true) {
                             live_prefixes.insert(id);
                             Ok(())
                         } else {
@@ -126,15 +126,15 @@ pub(super) async fn run(link: Arc<Link>) {
         }
         let mut changed = false;
         for id in pinned.difference(&live) {
-            changed |= link.engine.set_pinned(id, false);
+            changed |= link.engine().set_pinned(id, false);
             tracing::info!("adapter {id}: its rent ended, unpinned");
         }
         for id in live.difference(&pinned) {
-            changed |= link.engine.set_pinned(id, true);
+            changed |= link.engine().set_pinned(id, true);
         }
         pinned = live;
         for id in pinned_prefixes.difference(&live_prefixes) {
-            changed |= link.engine.set_prefix_pinned(id, false);
+            changed |= link.engine().set_prefix_pinned(id, false);
         }
         changed |= live_prefixes != pinned_prefixes;
         pinned_prefixes = live_prefixes;
@@ -156,8 +156,8 @@ fn rent(pin: &Pin) -> Result<Rent> {
 async fn keep(link: &Arc<Link>, id: &str) -> Result<()> {
     // Kept on the served base's engine: a pin does not name the adapter's base, so an adapter
     // of a base loaded from the store is not kept under rent yet.
-    let loaded = link.ensure_adapter(&link.engine, id).await?;
-    if !link.engine.set_pinned(&loaded.id, true) {
+    let loaded = link.ensure_adapter(link.engine(), id).await?;
+    if !link.engine().set_pinned(&loaded.id, true) {
         return Err(Error::Exchange(format!(
             "adapter {id} is loaded but not resident: it cannot be pinned"
         )));
