@@ -370,6 +370,12 @@ fn tn_generic<const FMA: bool>(
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+/// Whether the CPU has AVX2 (the quantized blocks' dequantization is compiled for it too).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2() -> bool {
+    x86::has_avx2()
+}
+
 /// `CX_KERNELS_NO_AVX512=1` keeps the deterministic kernels on AVX2 (for comparing the two;
 /// the bits are the same).
 #[cfg(target_arch = "x86_64")]

@@ -4,6 +4,7 @@
 use crate::cpu::{CpuConfig, SharedOut, nt_accumulate};
 use crate::element::{Element, as_f32, widen_into};
 use crate::error::{Error, Result, check_len};
+use crate::quant::QuantMatrix;
 
 /// Output columns (rows of `W`) per work item: a `32 × d_in` panel of `W`, 512 KiB in `f32`
 /// at `d_in = 4096`, stays in L2 while every row of `x` streams past it.
@@ -38,41 +39,90 @@ pub fn gemm_xwt<X: Element, W: Element>(
     }
     let x = as_f32(x);
     let w_f32 = W::as_f32_slice(w);
+    panel_gemm(
+        &x,
+        y,
+        m,
+        d_in,
+        d_out,
+        config,
+        |j0, cols, scratch| match w_f32 {
+            Some(w) => Some(&w[j0 * d_in..(j0 + cols) * d_in]),
+            None => {
+                scratch.resize(cols * d_in, 0.0);
+                widen_into(&w[j0 * d_in..(j0 + cols) * d_in], scratch);
+                None
+            }
+        },
+    );
+    Ok(())
+}
+
+/// `y = x·Wᵀ` for a quantized `W` (`d_out × d_in` as [`QuantMatrix`] holds it), overwriting `y`.
+///
+/// Each panel of [`PANEL_COLS`] rows is dequantized into the worker's scratch as it is reached
+/// (`32 × d_in` floats, in L2), then multiplied by the f32 kernel: the result is bit for bit
+/// [`gemm_xwt`] on the dequantized matrix, with the same reduction order at any batch
+/// composition or thread count.
+pub fn gemm_xwt_quant(
+    x: &[f32],
+    w: &QuantMatrix,
+    y: &mut [f32],
+    m: usize,
+    config: &CpuConfig,
+) -> Result<()> {
+    let (d_in, d_out) = (w.d_in(), w.d_out());
+    if d_in == 0 || d_out == 0 {
+        return Err(Error::Batch(
+            "gemm_xwt_quant: d_in and d_out must be positive".into(),
+        ));
+    }
+    check_len("x (m × d_in)", x.len(), m * d_in)?;
+    check_len("y (m × d_out)", y.len(), m * d_out)?;
+    if m == 0 {
+        return Ok(());
+    }
+    panel_gemm(x, y, m, d_in, d_out, config, |j0, cols, scratch| {
+        scratch.resize(cols * d_in, 0.0);
+        w.dequantize_rows(j0, cols, scratch);
+        None
+    });
+    Ok(())
+}
+
+/// The blocked product both entry points share: threads take panels of `PANEL_COLS` output
+/// columns; `panel(j0, cols, scratch)` gives rows `j0..j0 + cols` of `W` as `f32`: borrowed
+/// (`Some`), or written into the scratch (`None`).
+fn panel_gemm<'w>(
+    x: &[f32],
+    y: &mut [f32],
+    m: usize,
+    d_in: usize,
+    d_out: usize,
+    config: &CpuConfig,
+    panel: impl Fn(usize, usize, &mut Vec<f32>) -> Option<&'w [f32]> + Sync,
+) {
     let panels = d_out.div_ceil(PANEL_COLS);
     let out = SharedOut::new(y);
     let mode = config.mode;
-    crate::cpu::for_each_item(config.threads, panels, |panel, scratch: &mut Scratch| {
-        let j0 = panel * PANEL_COLS;
+    crate::cpu::for_each_item(config.threads, panels, |p, scratch: &mut Scratch| {
+        let j0 = p * PANEL_COLS;
         let cols = PANEL_COLS.min(d_out - j0);
-        let w_panel: &[f32] = match w_f32 {
-            Some(w) => &w[j0 * d_in..(j0 + cols) * d_in],
-            None => {
-                scratch.panel.resize(cols * d_in, 0.0);
-                widen_into(&w[j0 * d_in..(j0 + cols) * d_in], &mut scratch.panel);
-                &scratch.panel
-            }
+        let Scratch { panel: buf, tile } = scratch;
+        let w_panel = match panel(j0, cols, buf) {
+            Some(w) => w,
+            None => &buf[..],
         };
-        scratch.tile.clear();
-        scratch.tile.resize(m * cols, 0.0);
-        nt_accumulate(
-            &x,
-            d_in,
-            m,
-            w_panel,
-            d_in,
-            cols,
-            d_in,
-            &mut scratch.tile,
-            mode,
-        );
+        tile.clear();
+        tile.resize(m * cols, 0.0);
+        nt_accumulate(x, d_in, m, w_panel, d_in, cols, d_in, tile, mode);
         for i in 0..m {
-            // SAFETY: panel `panel` alone writes columns j0..j0+cols of each row, and panels
-            // are disjoint; `y` stays borrowed by this function for the whole parallel loop.
+            // SAFETY: panel `p` alone writes columns j0..j0+cols of each row, and panels are
+            // disjoint; `y` stays borrowed by the caller for the whole parallel loop.
             let row = unsafe { out.part(i * d_out + j0, cols) };
-            row.copy_from_slice(&scratch.tile[i * cols..(i + 1) * cols]);
+            row.copy_from_slice(&tile[i * cols..(i + 1) * cols]);
         }
     });
-    Ok(())
 }
 
 #[derive(Default)]

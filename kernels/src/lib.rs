@@ -65,6 +65,7 @@ mod freivalds;
 mod gemm;
 pub mod matmul;
 mod pool;
+mod quant;
 pub mod rng;
 mod sgmv;
 
@@ -75,8 +76,9 @@ pub use error::{Error, Result};
 pub use freivalds::{
     DEFAULT_REL_TOL, FreivaldsReport, FreivaldsSketch, freivalds_check, freivalds_check_xwt,
 };
-pub use gemm::{gemm_xwt, gemm_xwt_reference};
+pub use gemm::{gemm_xwt, gemm_xwt_quant, gemm_xwt_reference};
 pub use half::bf16;
+pub use quant::{QuantMatrix, QuantType};
 pub use sgmv::{
     LoraAdapter, Segment, ShrinkLayout, check_batch, segments_from_row_adapters, sgmv, sgmv_expand,
     sgmv_reference, sgmv_shrink,
