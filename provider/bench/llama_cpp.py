@@ -66,20 +66,32 @@ def pinned(name):
     raise SystemExit(f"{REQUIREMENTS} pins no {name}")
 
 
-def setup(jobs):
-    """The venv with the converters' dependencies, llama.cpp's source, llama-server."""
+BUILD_PACKAGES = ("cmake", "ninja", "scikit-build-core")
+TARGETS = ("llama-server", "llama-quantize", "llama-perplexity")
+
+
+def setup(jobs, converters=True):
+    """The venv (with the converters' dependencies when `converters`: torch is large),
+    llama.cpp's source, and its tools: llama-server, llama-quantize, llama-perplexity."""
     os.makedirs(TOOLS, exist_ok=True)
     if not os.path.exists(PYTHON):
         log("setup: venv")
         run([sys.executable, "-m", "venv", VENV])
     with open(REQUIREMENTS, "rb") as f:
         wanted = hashlib.sha256(f.read()).hexdigest()
+    packages = [line.strip() for line in open(REQUIREMENTS)
+                if line.strip() and not line.startswith("#")
+                and not line.startswith("llama-cpp-python")]
+    build_stamp = os.path.join(VENV, ".build-requirements-sha256")
+    if not os.path.exists(build_stamp) or open(build_stamp).read() != wanted:
+        log("setup: pip install the build tools")
+        run([PYTHON, "-m", "pip", "install", "-q",
+             *[p for p in packages if p.split("=")[0].split("~")[0] in BUILD_PACKAGES]])
+        with open(build_stamp, "w") as f:
+            f.write(wanted)
     stamp = os.path.join(VENV, ".requirements-sha256")
-    if not os.path.exists(stamp) or open(stamp).read() != wanted:
+    if converters and (not os.path.exists(stamp) or open(stamp).read() != wanted):
         log("setup: pip install (torch is large)")
-        packages = [line.strip() for line in open(REQUIREMENTS)
-                    if line.strip() and not line.startswith("#")
-                    and not line.startswith("llama-cpp-python")]
         run([PYTHON, "-m", "pip", "install", "-q", *packages])
         with open(stamp, "w") as f:
             f.write(wanted)
@@ -97,18 +109,19 @@ def setup(jobs):
         run(["tar", "-xzf", os.path.join(sdist, f"llama_cpp_python-{version}.tar.gz"),
              "-C", os.path.dirname(src)])
     build = os.path.join(TOOLS, "build")
-    server = os.path.join(build, "bin", "llama-server")
-    if not os.path.exists(server):
-        log(f"setup: building llama-server (cmake, Release, CPU, -j{jobs})")
-        cmake = os.path.join(VENV, "bin", "cmake")
+    cmake = os.path.join(VENV, "bin", "cmake")
+    if not os.path.exists(os.path.join(build, "build.ninja")):
         run([cmake, "-S", llama, "-B", build, "-G", "Ninja",
              f"-DCMAKE_MAKE_PROGRAM={os.path.join(VENV, 'bin', 'ninja')}",
              "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
              "-DGGML_NATIVE=ON", "-DGGML_CUDA=OFF", "-DGGML_METAL=OFF", "-DGGML_VULKAN=OFF",
              "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
              "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON"], stdout=subprocess.DEVNULL)
-        run([cmake, "--build", build, "--target", "llama-server", "-j", str(jobs)])
-    return llama, server
+    missing = [t for t in TARGETS if not os.path.exists(os.path.join(build, "bin", t))]
+    if missing:
+        log(f"setup: building {', '.join(missing)} (cmake, Release, CPU, -j{jobs})")
+        run([cmake, "--build", build, "--target", *missing, "-j", str(jobs)])
+    return llama, os.path.join(build, "bin", "llama-server")
 
 
 def free_port():

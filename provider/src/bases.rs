@@ -110,6 +110,8 @@ pub struct ServeOptions {
     pub engine: EngineConfig,
     /// Where adapters may be loaded from (the fetched-adapters folder among them).
     pub adapter_roots: Vec<PathBuf>,
+    /// Quantize weight matrices to this block format as they load (`--quantize`).
+    pub quantize: Option<cx_kernels::QuantType>,
 }
 
 /// A base in memory.
@@ -563,7 +565,7 @@ impl Bases {
 
 /// Loads the checkpoint in `dir` and starts its engine, served as `options` say.
 pub fn start_engine(dir: &Path, options: &ServeOptions) -> Result<Engine> {
-    let mut model = Model::load(dir, options.cpu)?;
+    let mut model = Model::load_quantized(dir, options.cpu, options.quantize)?;
     if let Some(device) = &options.device {
         model.set_device(device.clone());
     }

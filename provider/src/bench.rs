@@ -33,9 +33,11 @@
 //! And those of `cx-provider bench real --model DIR` ([`real()`]): a real checkpoint's prefill and
 //! decode tokens/s at batch 1 and 8, beside the bound reading its weights sets.
 
+mod perplexity;
 mod prefix;
 mod real;
 
+pub use perplexity::{PerplexityFigures, PerplexityOptions, perplexity};
 pub use prefix::{PrefixBenchOptions, PrefixFigures, PrefixRow, prefix};
 pub use real::{RealBenchOptions, RealFigures, RealRow, real};
 

@@ -25,6 +25,7 @@ use minijinja::{Environment, ErrorKind, context};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+use crate::model::ModelFiles;
 
 /// The template's name in its environment.
 const NAME: &str = "chat_template";
@@ -83,13 +84,13 @@ pub struct TokenizerConfig {
 }
 
 impl TokenizerConfig {
-    /// Reads `DIR/tokenizer_config.json`; a missing file is an empty config.
+    /// Reads the model's `tokenizer_config.json` (a folder's file, or a GGUF's metadata as
+    /// that file); a missing file is an empty config.
     pub fn read(dir: &Path) -> Result<Self> {
-        let path = dir.join("tokenizer_config.json");
-        if !path.exists() {
+        let Some((path, text)) = ModelFiles::locate(dir)?.read_text("tokenizer_config.json")?
+        else {
             return Ok(Self::default());
-        }
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        };
         let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::Config {
             path: path.clone(),
             what: "tokenizer_config.json",
@@ -160,7 +161,8 @@ fn raise_exception(message: String) -> std::result::Result<String, minijinja::Er
 impl ChatTemplate {
     /// The chat template of a model directory (see the module doc), or `None` when it has none.
     pub fn for_model(dir: &Path, tokenizer_config: &TokenizerConfig) -> Result<Option<Self>> {
-        let file = dir.join("chat_template.jinja");
+        let files = ModelFiles::locate(dir)?;
+        let file = files.dir().join("chat_template.jinja");
         let (source, text) = if file.exists() {
             let text = std::fs::read_to_string(&file).map_err(|e| Error::io(&file, e))?;
             (file.display().to_string(), text)
@@ -168,7 +170,7 @@ impl ChatTemplate {
             (
                 format!(
                     "{} (chat_template)",
-                    dir.join("tokenizer_config.json").display()
+                    files.dir().join("tokenizer_config.json").display()
                 ),
                 text.clone(),
             )

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use cx_kernels::{CpuConfig, Mode};
+use cx_kernels::{CpuConfig, Mode, QuantType};
 use cx_provider::bases::{BaseSource, Bases, ServeOptions, start_engine};
 use cx_provider::cache::EvictionPolicy;
 use cx_provider::engine::{Engine, EngineConfig};
@@ -118,6 +118,9 @@ enum Command {
         /// Worker threads (1 to 1024).
         #[arg(long, value_parser = positive(1024))]
         threads: Option<usize>,
+        /// Quantize the weight matrices as they load: q8_0, q4_0, q5_0 or q4_k.
+        #[arg(long, value_parser = quant_type)]
+        quantize: Option<QuantType>,
     },
     /// Serve the OpenAI-compatible API.
     Serve {
@@ -159,6 +162,11 @@ enum Command {
         /// Use FMA where the CPU has it (faster; loses bit-equality across CPUs, class D∞).
         #[arg(long)]
         fast: bool,
+        /// Quantize the weight matrices as they load (the served and every stored base): q8_0,
+        /// q4_0, q5_0 or q4_k (rows that are not whole 256-element super-blocks fall back to
+        /// q5_0, as llama.cpp's llama-quantize does). A GGUF's quantized tensors stay as stored.
+        #[arg(long, value_parser = quant_type)]
+        quantize: Option<QuantType>,
         /// Run SGMV on GPU 0 (needs a build with `--features cuda` and a CUDA driver).
         #[arg(long)]
         gpu: bool,
@@ -422,9 +430,12 @@ enum BenchCommand {
     /// Prefill and decode tokens/s of a real checkpoint at batch 1 and 8, beside the bound
     /// reading its weights sets.
     Real {
-        /// The model directory (a Hugging Face checkpoint).
+        /// The model (a Hugging Face checkpoint folder or a GGUF file).
         #[arg(long)]
         model: PathBuf,
+        /// Quantize the weight matrices as they load: q8_0, q4_0, q5_0 or q4_k.
+        #[arg(long, value_parser = quant_type)]
+        quantize: Option<QuantType>,
         /// Print one JSON object as the last line.
         #[arg(long)]
         json: bool,
@@ -443,6 +454,31 @@ enum BenchCommand {
         /// Fast mode (FMA in the kernels; class D∞).
         #[arg(long)]
         fast: bool,
+    },
+    /// The perplexity of a fixed text, scored as llama.cpp's llama-perplexity scores it
+    /// (chunks of --ctx tokens, the second half of each scored).
+    Perplexity {
+        /// The model (a Hugging Face checkpoint folder or a GGUF file).
+        #[arg(long)]
+        model: PathBuf,
+        /// The text file.
+        #[arg(long)]
+        text: PathBuf,
+        /// Tokens per chunk (even, 4 to 65536).
+        #[arg(long, default_value_t = 128, value_parser = positive(65_536))]
+        ctx: usize,
+        /// Chunks at most (0: all).
+        #[arg(long, default_value_t = 0)]
+        chunks: usize,
+        /// Worker threads (1 to 1024).
+        #[arg(long, value_parser = positive(1024))]
+        threads: Option<usize>,
+        /// Quantize the weight matrices as they load: q8_0, q4_0, q5_0 or q4_k.
+        #[arg(long, value_parser = quant_type)]
+        quantize: Option<QuantType>,
+        /// Print one JSON object as the last line.
+        #[arg(long)]
+        json: bool,
     },
     /// Training: forward_backward tokens/s, optimizer step time, peak memory per client, and
     /// one step against three forwards.
@@ -466,6 +502,14 @@ enum BenchCommand {
 /// flag (clap's message), not a server that accepts nothing or allocates without bound.
 fn positive(max: u64) -> impl clap::builder::TypedValueParser<Value = usize> {
     clap::builder::RangedU64ValueParser::<usize>::new().range(1..=max)
+}
+
+/// `--quantize`: the block formats weights can be quantized to.
+fn quant_type(name: &str) -> Result<QuantType, String> {
+    match QuantType::from_name(name) {
+        Some(q @ (QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q5_0 | QuantType::Q4K)) => Ok(q),
+        _ => Err(format!("`{name}`: expected q8_0, q4_0, q5_0 or q4_k")),
+    }
 }
 
 fn cpu(threads: Option<usize>, fast: bool) -> CpuConfig {
@@ -589,12 +633,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             tokens,
             json,
             threads,
+            quantize,
         } => logits(
             &model,
             adapter.as_deref(),
             &tokens,
             json,
             cpu(threads, false),
+            quantize,
         )?,
         Command::Serve {
             model,
@@ -609,6 +655,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_batch,
             threads,
             fast,
+            quantize,
             gpu,
             training_dir,
             max_training_clients,
@@ -637,6 +684,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     ..EngineConfig::default()
                 },
                 adapter_roots: adapter_root.clone(),
+                quantize,
             };
             let started = std::time::Instant::now();
             let engine = start_engine(&model, &options)
@@ -802,6 +850,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             which:
                 BenchCommand::Real {
                     model,
+                    quantize,
                     json,
                     repeats,
                     prompt_tokens,
@@ -816,10 +865,39 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 prompt_tokens,
                 decode_steps,
                 cpu: cpu(threads, fast),
+                quantize,
             })?;
             print!("{}", figures.table());
             if json {
                 println!("{}", serde_json::to_string(&figures)?);
+            }
+        }
+        Command::Bench {
+            which:
+                BenchCommand::Perplexity {
+                    model,
+                    text,
+                    ctx,
+                    chunks,
+                    threads,
+                    quantize,
+                    json,
+                },
+        } => {
+            let f = cx_provider::bench::perplexity(&cx_provider::bench::PerplexityOptions {
+                model,
+                text,
+                ctx,
+                chunks,
+                cpu: cpu(threads, false),
+                quantize,
+            })?;
+            println!(
+                "perplexity {:.4} over {} positions ({} chunks of {}), {:.1} s",
+                f.perplexity, f.scored, f.chunks, f.ctx, f.seconds
+            );
+            if json {
+                println!("{}", serde_json::to_string(&f)?);
             }
         }
         Command::Bench {
@@ -982,8 +1060,9 @@ fn logits(
     tokens: &[u32],
     json: bool,
     cpu: CpuConfig,
+    quantize: Option<QuantType>,
 ) -> anyhow::Result<()> {
-    let model = Model::load(model_dir, cpu)?;
+    let model = Model::load_quantized(model_dir, cpu, quantize)?;
     let adapter = adapter
         .map(|dir| load_adapter(dir, model.config(), usize::MAX))
         .transpose()?;

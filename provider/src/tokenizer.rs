@@ -21,7 +21,9 @@ use std::path::Path;
 
 use crate::chat_template::{ChatMessage, ChatTemplate, GENERATED_CHAT_TEMPLATE, TokenizerConfig};
 use crate::error::{Error, Result};
-use crate::model::{GENERATED_BOS, GENERATED_EOS, ModelConfig, generated_tokenizer_json};
+use crate::model::{
+    GENERATED_BOS, GENERATED_EOS, ModelConfig, ModelFiles, generated_tokenizer_json,
+};
 
 /// Text of generated models' BOS and EOS (also in their `tokenizer.json`).
 const GENERATED_SPECIALS: [(&str, u32); 2] = [("<s>", GENERATED_BOS), ("</s>", GENERATED_EOS)];
@@ -62,15 +64,16 @@ impl Tokenizer {
     /// byte-level `tokenizer.json` that `gen-model` writes ([`generated_tokenizer_json`]) is
     /// recognised and served by the built-in byte tokenizer (same ids, no parsing per call).
     pub fn for_model(dir: &Path, config: &ModelConfig) -> Result<Self> {
-        let path = dir.join("tokenizer.json");
-        let kind = if path.exists() {
-            if is_generated_tokenizer(&path, config)? {
+        let files = ModelFiles::locate(dir)?;
+        let kind = if let Some((path, text)) = files.read_text("tokenizer.json")? {
+            if is_generated_tokenizer(&text, config) {
                 Kind::Bytes {
                     bos: Some(GENERATED_BOS),
                     specials: GENERATED_SPECIALS.to_vec(),
                 }
             } else {
-                let tokenizer = tokenizers::Tokenizer::from_file(&path)
+                let tokenizer: tokenizers::Tokenizer = text
+                    .parse()
                     .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
                 if tokenizer.get_vocab_size(true) > config.vocab_size {
                     return Err(Error::Tokenizer(format!(
@@ -100,7 +103,7 @@ impl Tokenizer {
         let tokenizer_config = TokenizerConfig::read(dir)?;
         let chat_template = ChatTemplate::for_model(dir, &tokenizer_config)?;
         let mut stop_ids = config.eos_ids();
-        stop_ids.extend(generation_config_eos(dir)?);
+        stop_ids.extend(generation_config_eos(&files)?);
         let mut tokenizer = Self {
             kind,
             chat_template,
@@ -263,13 +266,11 @@ impl Tokenizer {
     }
 }
 
-/// The EOS ids of `DIR/generation_config.json` (a number or a list), if the file names any.
-fn generation_config_eos(dir: &Path) -> Result<Vec<u32>> {
-    let path = dir.join("generation_config.json");
-    if !path.exists() {
+/// The EOS ids of the model's `generation_config.json` (a number or a list), if it names any.
+fn generation_config_eos(files: &ModelFiles) -> Result<Vec<u32>> {
+    let Some((path, text)) = files.read_text("generation_config.json")? else {
         return Ok(Vec::new());
-    }
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    };
     let bad = |reason: String| Error::Config {
         path: path.clone(),
         what: "generation_config.json",
@@ -288,26 +289,20 @@ fn generation_config_eos(dir: &Path) -> Result<Vec<u32>> {
     }
 }
 
-/// Whether `path` holds exactly the byte-level `tokenizer.json` of a generated model of this
+/// Whether `text` is exactly the byte-level `tokenizer.json` of a generated model of this
 /// vocabulary (and the config names its BOS and EOS).
-fn is_generated_tokenizer(path: &Path, config: &ModelConfig) -> Result<bool> {
+fn is_generated_tokenizer(text: &str, config: &ModelConfig) -> bool {
     // The generated file is ~40 bytes per vocabulary entry; anything much larger is another
     // tokenizer, not worth parsing twice.
-    let limit = 64 * config.vocab_size as u64 + 4096;
-    let size = std::fs::metadata(path)
-        .map_err(|e| Error::io(path, e))?
-        .len();
-    if size > limit
+    let limit = 64 * config.vocab_size + 4096;
+    if text.len() > limit
         || config.bos_token_id != Some(GENERATED_BOS)
         || !config.eos_ids().contains(&GENERATED_EOS)
     {
-        return Ok(false);
+        return false;
     }
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(&text) else {
-        return Ok(false);
-    };
-    Ok(value == generated_tokenizer_json(config.vocab_size))
+    serde_json::from_str::<serde_json::Value>(text)
+        .is_ok_and(|value| value == generated_tokenizer_json(config.vocab_size))
 }
 
 /// The part of `text` that later tokens cannot change: everything before a trailing run of

@@ -113,6 +113,86 @@ fn positive_bytes(field: &str, value: f64, unit: f64) -> Result<f64> {
     }
 }
 
+/// How a base's weights are stored: a float type or one of llama.cpp's block formats, as bytes
+/// per block of elements (what residency of the base costs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightFormat {
+    /// 4 bytes an element.
+    F32,
+    /// 2 bytes.
+    Bf16,
+    /// 2 bytes.
+    F16,
+    /// 34 bytes per 32 (8.5 bits).
+    Q8_0,
+    /// 18 bytes per 32 (4.5 bits).
+    Q4_0,
+    /// 20 bytes per 32 (5 bits).
+    Q4_1,
+    /// 22 bytes per 32 (5.5 bits).
+    Q5_0,
+    /// 144 bytes per 256 (4.5 bits).
+    Q4K,
+    /// 210 bytes per 256 (6.5625 bits).
+    Q6K,
+}
+
+impl WeightFormat {
+    const NAMES: [(&'static str, WeightFormat); 9] = [
+        ("f32", WeightFormat::F32),
+        ("bf16", WeightFormat::Bf16),
+        ("f16", WeightFormat::F16),
+        ("q8_0", WeightFormat::Q8_0),
+        ("q4_0", WeightFormat::Q4_0),
+        ("q4_1", WeightFormat::Q4_1),
+        ("q5_0", WeightFormat::Q5_0),
+        ("q4_k", WeightFormat::Q4K),
+        ("q6_k", WeightFormat::Q6K),
+    ];
+
+    /// Parses a name (`bf16`, `q8_0`, `q4_k`, case-insensitively).
+    pub fn parse(text: &str) -> Result<Self> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(text))
+            .map(|&(_, f)| f)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::NAMES.iter().map(|(n, _)| *n).collect();
+                invalid(
+                    "dtype",
+                    format!("unknown `{text}`; use {}", names.join(", ")),
+                )
+            })
+    }
+
+    /// (elements, bytes) of one block.
+    pub fn block(self) -> (u64, u64) {
+        match self {
+            Self::F32 => (1, 4),
+            Self::Bf16 | Self::F16 => (1, 2),
+            Self::Q8_0 => (32, 34),
+            Self::Q4_0 => (32, 18),
+            Self::Q4_1 => (32, 20),
+            Self::Q5_0 => (32, 22),
+            Self::Q4K => (256, 144),
+            Self::Q6K => (256, 210),
+        }
+    }
+}
+
+/// Bytes of `params` weights stored as `format` (whole blocks, rounded up).
+pub fn base_bytes(params: u64, format: WeightFormat) -> Result<u64> {
+    if params == 0 {
+        return Err(invalid("params", "must be > 0"));
+    }
+    let (elements, bytes) = format.block();
+    params
+        .div_ceil(elements)
+        .checked_mul(bytes)
+        .ok_or_else(|| invalid("params", "the byte count overflows 64 bits"))
+}
+
 /// Whole adapters that fit in `free_gb` beside one base.
 pub fn resident(free_gb: f64, adapter_mb: f64) -> Result<u64> {
     let free = positive_bytes("free_gb", free_gb, GB)?;

@@ -29,6 +29,8 @@ pub struct RealBenchOptions {
     pub decode_steps: usize,
     /// Threads and mode of the kernels.
     pub cpu: CpuConfig,
+    /// Quantize at load (`--quantize`).
+    pub quantize: Option<cx_kernels::QuantType>,
 }
 
 /// One batch size's figures.
@@ -102,7 +104,7 @@ impl RealFigures {
 /// Runs the benchmark.
 pub fn real(options: &RealBenchOptions) -> Result<RealFigures> {
     let started = Instant::now();
-    let model = Model::load(&options.model, options.cpu)?;
+    let model = Model::load_quantized(&options.model, options.cpu, options.quantize)?;
     let load_s = started.elapsed().as_secs_f64();
     let config = model.config().clone();
     let weight_bytes = model.weight_bytes();

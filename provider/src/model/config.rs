@@ -144,11 +144,20 @@ const ROPE_KEYS: [&str; 8] = [
     "partial_rotary_factor",
 ];
 
-/// Reads and checks `DIR/config.json`.
-pub fn read_config(dir: &Path) -> Result<ModelConfig> {
-    let path = dir.join("config.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-    parse_config(&text, &path)
+/// Reads and checks the `config.json` of the model at `path` (a folder's file, or a GGUF's
+/// metadata as that file).
+pub fn read_config(path: &Path) -> Result<ModelConfig> {
+    let files = super::files::ModelFiles::locate(path)?;
+    match files.read_text("config.json")? {
+        Some((path, text)) => parse_config(&text, &path),
+        None => {
+            let path = files.dir().join("config.json");
+            Err(Error::io(
+                &path,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no config.json or GGUF file"),
+            ))
+        }
+    }
 }
 
 /// Parses `config.json` text (either RoPE form) and checks it; `path` is for messages.

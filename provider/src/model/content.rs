@@ -9,6 +9,7 @@ use std::path::Path;
 
 use cx_protocol::id::ContentHasher;
 
+use super::ModelFiles;
 use crate::error::{Error, Result};
 
 /// Whether `name` is part of a checkpoint's identity.
@@ -18,15 +19,37 @@ fn counts(name: &str) -> bool {
         .any(|ext| name.ends_with(ext))
 }
 
-/// The content id of the checkpoint in `dir`.
-pub fn checkpoint_id(dir: &Path) -> Result<String> {
+/// The content id of the checkpoint at `path`: a folder's files as above; for a GGUF
+/// ([`ModelFiles`]) the file and the files beside it that are read with it.
+pub fn checkpoint_id(path: &Path) -> Result<String> {
+    let model = ModelFiles::locate(path)?;
+    let dir = model.dir();
     let mut files: Vec<(String, std::path::PathBuf, u64)> = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        let meta = entry.metadata().map_err(|e| Error::io(entry.path(), e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if meta.is_file() && counts(&name) {
-            files.push((name, entry.path(), meta.len()));
+    let mut add = |name: String, path: std::path::PathBuf| -> Result<()> {
+        let meta = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?;
+        if meta.is_file() {
+            files.push((name, path, meta.len()));
+        }
+        Ok(())
+    };
+    match model.gguf() {
+        Some(gguf) => {
+            let name = gguf.file_name().unwrap_or_default().to_string_lossy();
+            add(name.into_owned(), gguf.to_path_buf())?;
+            for name in super::files::BESIDE_GGUF {
+                if dir.join(name).exists() {
+                    add(name.to_string(), dir.join(name))?;
+                }
+            }
+        }
+        None => {
+            for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+                let entry = entry.map_err(|e| Error::io(dir, e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if counts(&name) {
+                    add(name, entry.path())?;
+                }
+            }
         }
     }
     files.sort();

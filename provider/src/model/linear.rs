@@ -10,8 +10,12 @@
 //! one addition per element, after the product and before the delta (PEFT adds the delta to
 //! the base layer's output, bias included), the same in both modes.
 
+use std::sync::Arc;
+
 use candle_core::{DType, Tensor};
-use cx_kernels::{CpuConfig, LoraAdapter, gemm_xwt, segments_from_row_adapters};
+use cx_kernels::{
+    CpuConfig, LoraAdapter, QuantMatrix, gemm_xwt, gemm_xwt_quant, segments_from_row_adapters,
+};
 
 use super::Step;
 use super::config::Projection;
@@ -19,26 +23,38 @@ use super::weights::WeightData;
 use crate::error::{Error, Result};
 use crate::lora::Adapter;
 
-/// A `Linear` weight (`d_out × d_in`, contiguous) held as a candle tensor, `f32` or `bf16` as
-/// the checkpoint stored it (a bf16 weight is never widened in memory: the GEMM widens each
-/// panel as it reads it, exactly, so the products are the bits an `f32` copy would give).
+/// A `Linear` weight (`d_out × d_in`, contiguous) as the checkpoint stored it: a candle
+/// tensor, `f32` or `bf16` (a bf16 weight is never widened in memory: the GEMM widens each
+/// panel as it reads it, exactly, so the products are the bits an `f32` copy would give), or
+/// ggml blocks (dequantized a panel at a time by the GEMM, likewise exactly).
 #[derive(Clone, Debug)]
 pub(super) struct Weight {
-    tensor: Tensor,
+    stored: Stored,
     pub(super) d_out: usize,
     pub(super) d_in: usize,
+}
+
+#[derive(Clone, Debug)]
+enum Stored {
+    Tensor(Tensor),
+    Quant(Arc<QuantMatrix>),
 }
 
 /// A weight's elements, borrowed.
 enum Elements<'a> {
     F32(&'a [f32]),
     Bf16(&'a [half::bf16]),
+    Quant(&'a QuantMatrix),
 }
 
 impl Weight {
     pub(super) fn new(data: Vec<f32>, d_out: usize, d_in: usize) -> Result<Self> {
         Ok(Self {
-            tensor: Tensor::from_vec(data, (d_out, d_in), &candle_core::Device::Cpu)?,
+            stored: Stored::Tensor(Tensor::from_vec(
+                data,
+                (d_out, d_in),
+                &candle_core::Device::Cpu,
+            )?),
             d_out,
             d_in,
         })
@@ -49,19 +65,41 @@ impl Weight {
         match data {
             WeightData::F32(data) => Self::new(data, d_out, d_in),
             WeightData::Bf16(data) => Ok(Self {
-                tensor: Tensor::from_vec(data, (d_out, d_in), &candle_core::Device::Cpu)?,
+                stored: Stored::Tensor(Tensor::from_vec(
+                    data,
+                    (d_out, d_in),
+                    &candle_core::Device::Cpu,
+                )?),
                 d_out,
                 d_in,
             }),
+            WeightData::Quant(m) => {
+                if (m.d_out(), m.d_in()) != (d_out, d_in) {
+                    return Err(Error::Model(format!(
+                        "a quantized {} × {} matrix where {d_out} × {d_in} is expected",
+                        m.d_out(),
+                        m.d_in()
+                    )));
+                }
+                Ok(Self {
+                    stored: Stored::Quant(Arc::new(m)),
+                    d_out,
+                    d_in,
+                })
+            }
         }
     }
 
     /// Calls `f` with the weight's `d_out × d_in` row-major elements.
     fn with_elements<R>(&self, f: impl FnOnce(Elements<'_>) -> Result<R>) -> Result<R> {
-        let (storage, layout) = self.tensor.storage_and_layout();
+        let tensor = match &self.stored {
+            Stored::Quant(m) => return f(Elements::Quant(m)),
+            Stored::Tensor(t) => t,
+        };
+        let (storage, layout) = tensor.storage_and_layout();
         let range = layout.start_offset()..layout.start_offset() + self.d_out * self.d_in;
         match &*storage {
-            candle_core::Storage::Cpu(cpu) if self.tensor.dtype() == DType::BF16 => {
+            candle_core::Storage::Cpu(cpu) if tensor.dtype() == DType::BF16 => {
                 f(Elements::Bf16(&cpu.as_slice::<half::bf16>()?[range]))
             }
             candle_core::Storage::Cpu(cpu) => f(Elements::F32(&cpu.as_slice::<f32>()?[range])),
@@ -69,9 +107,27 @@ impl Weight {
         }
     }
 
-    /// The `d_out × d_in` tensor itself (shared storage, not a copy), `f32` or `bf16`.
-    pub(super) fn tensor(&self) -> &Tensor {
-        &self.tensor
+    /// The `d_out × d_in` tensor for the training forward: the stored tensor itself (shared
+    /// storage), or for a quantized weight its dequantized values as `f32` (a copy: training
+    /// on a quantized base computes with exactly the values serving uses, at four bytes an
+    /// element while it runs).
+    pub(super) fn tensor(&self) -> Result<Tensor> {
+        match &self.stored {
+            Stored::Tensor(t) => Ok(t.clone()),
+            Stored::Quant(m) => Ok(Tensor::from_vec(
+                m.to_f32(),
+                (self.d_out, self.d_in),
+                &candle_core::Device::Cpu,
+            )?),
+        }
+    }
+
+    /// The block format, for a quantized weight.
+    pub(super) fn quant_type(&self) -> Option<cx_kernels::QuantType> {
+        match &self.stored {
+            Stored::Quant(m) => Some(m.kind()),
+            Stored::Tensor(_) => None,
+        }
     }
 
     /// Its elements as `f32` (a copy).
@@ -80,6 +136,7 @@ impl Weight {
             Ok(match w {
                 Elements::F32(w) => w.to_vec(),
                 Elements::Bf16(w) => w.iter().map(|v| v.to_f32()).collect(),
+                Elements::Quant(m) => m.to_f32(),
             })
         })
     }
@@ -97,6 +154,7 @@ impl Weight {
                             *o = v.to_f32();
                         }
                     }
+                    Elements::Quant(m) => m.dequantize_rows(r, 1, dst),
                 }
             }
             Ok(())
@@ -108,9 +166,13 @@ impl Weight {
         self.d_out * self.d_in
     }
 
-    /// Bytes held (2 an element for a bf16 weight, 4 for an `f32` one).
+    /// Bytes held (2 an element for a bf16 weight, 4 for an `f32` one, the blocks' bytes for a
+    /// quantized one).
     pub(super) fn bytes(&self) -> usize {
-        self.len() * self.tensor.dtype().size_in_bytes()
+        match &self.stored {
+            Stored::Tensor(t) => self.len() * t.dtype().size_in_bytes(),
+            Stored::Quant(m) => m.bytes(),
+        }
     }
 
     /// `x·Wᵀ`. Shapes: `x` is `rows × d_in`; returns `rows × d_out`.
@@ -125,6 +187,7 @@ impl Weight {
             match w {
                 Elements::F32(w) => gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?,
                 Elements::Bf16(w) => gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?,
+                Elements::Quant(m) => gemm_xwt_quant(x, m, &mut y, rows, cpu)?,
             }
             Ok(y)
         })

@@ -30,7 +30,10 @@
 mod attention;
 pub mod config;
 pub mod content;
+mod files;
+mod from_gguf;
 pub mod generate;
+pub mod gguf;
 mod layer;
 mod linear;
 mod mlp;
@@ -42,6 +45,7 @@ use std::path::Path;
 use cx_kernels::{CpuConfig, Device};
 
 pub use config::{Architecture, DType, ModelConfig, Projection, read_config};
+pub use files::ModelFiles;
 pub use generate::{
     GENERATED_BOS, GENERATED_EOS, GenModelOptions, generated_config, generated_tensors,
     generated_tokenizer_json, write_generated_model,
@@ -202,6 +206,17 @@ impl<'a> Step<'a> {
     }
 }
 
+/// What llama.cpp's `llama-quantize` stores a tensor in when its rows are not whole blocks of
+/// the type asked for (K-quants need 256-element rows; SmolLM2's 576 are not).
+pub fn quantize_fallback(kind: cx_kernels::QuantType) -> cx_kernels::QuantType {
+    use cx_kernels::QuantType::*;
+    match kind {
+        Q4K => Q5_0,
+        Q6K => Q8_0,
+        other => other,
+    }
+}
+
 /// The base's frozen weights as the training forward reads them: candle tensors that share the
 /// serving model's storage (nothing is copied), the norms and rotary frequencies exactly as the
 /// serving forward uses them (`f32`).
@@ -261,10 +276,29 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    /// Loads a Hugging Face directory; the forward runs on the CPU with `cpu`.
-    pub fn load(dir: &Path, cpu: CpuConfig) -> Result<Self> {
-        let config = read_config(dir)?;
-        let tensors = weights::load_tensors(dir)?;
+    /// Loads a Hugging Face folder or a GGUF ([`ModelFiles`]); the forward runs on the CPU with
+    /// `cpu`.
+    pub fn load(path: &Path, cpu: CpuConfig) -> Result<Self> {
+        Self::load_quantized(path, cpu, None)
+    }
+
+    /// [`Model::load`], with every weight matrix not already in a block format quantized to
+    /// `quantize` as it is loaded (`--quantize`; see [`Checkpoint::quantize`] for rows that
+    /// are not whole blocks).
+    pub fn load_quantized(
+        path: &Path,
+        cpu: CpuConfig,
+        quantize: Option<cx_kernels::QuantType>,
+    ) -> Result<Self> {
+        let config = read_config(path)?;
+        let files = ModelFiles::locate(path)?;
+        let mut tensors = match files.gguf() {
+            Some(file) => from_gguf::checkpoint(&gguf::Gguf::open(file)?, &config)?,
+            None => weights::load_tensors(path)?,
+        };
+        if let Some(kind) = quantize {
+            tensors.quantize(kind, quantize_fallback(kind))?;
+        }
         Self::new(config, tensors, cpu)
     }
 
@@ -387,38 +421,42 @@ impl Model {
         self.device.name()
     }
 
-    /// The frozen weights, shared with this model (for the training forward).
-    pub(crate) fn frozen_weights(&self) -> FrozenWeights {
+    /// The frozen weights, shared with this model (for the training forward; a quantized
+    /// weight is dequantized for it, see `Weight::tensor`).
+    pub(crate) fn frozen_weights(&self) -> Result<FrozenWeights> {
         let layers = self
             .layers
             .iter()
             .map(|layer| {
                 let all = layer.projections();
-                FrozenLayer {
+                let tensors = all
+                    .iter()
+                    .map(|l| l.weight().tensor())
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(FrozenLayer {
                     input_layernorm: layer.input_layernorm.parts().0.to_vec(),
                     post_attention_layernorm: layer.post_attention_layernorm.parts().0.to_vec(),
-                    projections: all.map(|l| l.weight().tensor().clone()),
+                    projections: tensors.try_into().expect("seven projections"),
                     biases: all.map(|l| l.bias().map(<[f32]>::to_vec)),
                     qk_norm: layer
                         .self_attn
                         .qk_norms()
                         .map(|norms| norms.map(|n| n.parts().0.to_vec())),
-                }
+                })
             })
-            .collect();
-        FrozenWeights {
-            embed_tokens: self.embed_tokens.tensor().clone(),
+            .collect::<Result<_>>()?;
+        Ok(FrozenWeights {
+            embed_tokens: self.embed_tokens.tensor()?,
             layers,
             norm: self.norm.parts().0.to_vec(),
             lm_head: self
                 .lm_head
                 .as_ref()
                 .unwrap_or(&self.embed_tokens)
-                .tensor()
-                .clone(),
+                .tensor()?,
             rms_eps: self.norm.parts().1,
             inv_freq: self.rotary.inv_freq().to_vec(),
-        }
+        })
     }
 
     /// A fresh cache for one sequence (the same as [`KvCache::default`]; the first forward
@@ -441,6 +479,25 @@ impl Model {
         })
     }
 
+    /// The block format of the quantized weight matrices, if any are (the most common one:
+    /// a Q4_K_M file mixes Q4_K with Q6_K).
+    pub fn quant_type(&self) -> Option<cx_kernels::QuantType> {
+        let mut counts: Vec<(cx_kernels::QuantType, usize)> = Vec::new();
+        let matrices = self
+            .layers
+            .iter()
+            .flat_map(|layer| layer.projections().map(Linear::weight))
+            .chain(std::iter::once(&self.embed_tokens))
+            .chain(self.lm_head.as_ref());
+        for q in matrices.filter_map(Weight::quant_type) {
+            match counts.iter_mut().find(|(k, _)| *k == q) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((q, 1)),
+            }
+        }
+        counts.into_iter().max_by_key(|&(_, n)| n).map(|(k, _)| k)
+    }
+
     /// Parameters: weights, biases and norms.
     pub fn parameters(&self) -> usize {
         let layers: usize = self.layers.iter().map(DecoderLayer::len).sum();
@@ -450,8 +507,9 @@ impl Model {
             + self.lm_head.as_ref().map_or(0, Weight::len)
     }
 
-    /// Bytes of weights as held (bf16 matrices at 2 bytes an element, everything else `f32`),
-    /// biases and norms included: what residency of this base costs.
+    /// Bytes of weights as held (bf16 matrices at 2 bytes an element, quantized ones at their
+    /// blocks' bytes, everything else `f32`), biases and norms included: what residency of this
+    /// base costs.
     pub fn weight_bytes(&self) -> usize {
         let matrices = self
             .layers

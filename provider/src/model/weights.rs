@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use cx_kernels::{QuantMatrix, QuantType};
 use serde::Deserialize;
 
 use super::config::Architecture;
@@ -16,35 +17,81 @@ use crate::error::{Error, Result};
 /// Named `f32` tensors: name → (shape, data), as Hugging Face names them.
 pub type NamedTensors = HashMap<String, (Vec<usize>, Vec<f32>)>;
 
-/// A checkpoint's tensors as loaded: those stored as BF16 kept so, the others as `f32`. A name
-/// is in one map only.
+/// A checkpoint's tensors as loaded: those stored as BF16 or in a ggml block format kept so,
+/// the others as `f32`. A name is in one map only.
 #[derive(Debug, Clone, Default)]
 pub struct Checkpoint {
     pub(super) f32: NamedTensors,
     pub(super) bf16: HashMap<String, (Vec<usize>, Vec<half::bf16>)>,
+    pub(super) quant: HashMap<String, (Vec<usize>, QuantMatrix)>,
 }
 
 impl From<NamedTensors> for Checkpoint {
     fn from(f32: NamedTensors) -> Self {
         Self {
             f32,
-            bf16: HashMap::new(),
+            ..Self::default()
         }
     }
 }
 
 impl Checkpoint {
-    /// Every tensor as `f32` (bf16 widened, exactly).
+    /// Every tensor as `f32` (bf16 widened, blocks dequantized, exactly).
     pub fn into_f32(self) -> NamedTensors {
         let mut all = self.f32;
         for (name, (shape, data)) in self.bf16 {
             all.insert(name, (shape, data.iter().map(|v| v.to_f32()).collect()));
         }
+        for (name, (shape, data)) in self.quant {
+            all.insert(name, (shape, data.to_f32()));
+        }
         all
     }
 
     fn contains(&self, name: &str) -> bool {
-        self.f32.contains_key(name) || self.bf16.contains_key(name)
+        self.f32.contains_key(name) || self.bf16.contains_key(name) || self.quant.contains_key(name)
+    }
+
+    /// Every weight matrix (two-dimensional, not the embedding rows' norms) quantized to
+    /// `kind` where its rows are whole blocks of it, else to `fallback` (llama.cpp's choice for
+    /// rows that are not whole K-quant super-blocks), else left as it is; tensors already in a
+    /// block format are kept.
+    pub fn quantize(&mut self, kind: QuantType, fallback: QuantType) -> Result<()> {
+        let names: Vec<String> = self
+            .f32
+            .iter()
+            .filter(|(_, (shape, _))| shape.len() == 2)
+            .map(|(n, _)| n.clone())
+            .chain(
+                self.bf16
+                    .iter()
+                    .filter(|(_, (shape, _))| shape.len() == 2)
+                    .map(|(n, _)| n.clone()),
+            )
+            .collect();
+        for name in names {
+            let (shape, data) = match self.f32.remove(&name) {
+                Some(t) => t,
+                None => {
+                    let (shape, data) = self.bf16.remove(&name).expect("listed");
+                    (shape, data.iter().map(|v| v.to_f32()).collect())
+                }
+            };
+            let (d_out, d_in) = (shape[0], shape[1]);
+            let chosen = [kind, fallback]
+                .into_iter()
+                .find(|k| d_in.is_multiple_of(k.block_elements()));
+            match chosen {
+                Some(k) => {
+                    let m = QuantMatrix::quantize(k, &data, d_out, d_in)?;
+                    self.quant.insert(name, (shape, m));
+                }
+                None => {
+                    self.f32.insert(name, (shape, data));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -247,6 +294,7 @@ pub(super) struct TensorStore(pub(super) Checkpoint);
 pub(super) enum WeightData {
     F32(Vec<f32>),
     Bf16(Vec<half::bf16>),
+    Quant(QuantMatrix),
 }
 
 impl TensorStore {
@@ -256,15 +304,20 @@ impl TensorStore {
         Ok(match self.take_weight(name, shape)? {
             WeightData::F32(data) => data,
             WeightData::Bf16(data) => data.iter().map(|v| v.to_f32()).collect(),
+            WeightData::Quant(data) => data.to_f32(),
         })
     }
 
     /// Removes weight matrix `name`, which must have `shape`, as stored.
     pub(super) fn take_weight(&mut self, name: &str, shape: &[usize]) -> Result<WeightData> {
-        let (got, data) = match (self.0.f32.remove(name), self.0.bf16.remove(name)) {
-            (Some((got, data)), _) => (got, WeightData::F32(data)),
-            (None, Some((got, data))) => (got, WeightData::Bf16(data)),
-            (None, None) => return Err(Error::Model(format!("missing tensor {name}"))),
+        let (got, data) = if let Some((got, data)) = self.0.f32.remove(name) {
+            (got, WeightData::F32(data))
+        } else if let Some((got, data)) = self.0.bf16.remove(name) {
+            (got, WeightData::Bf16(data))
+        } else if let Some((got, data)) = self.0.quant.remove(name) {
+            (got, WeightData::Quant(data))
+        } else {
+            return Err(Error::Model(format!("missing tensor {name}")));
         };
         if got != shape {
             return Err(Error::Model(format!(
@@ -278,6 +331,7 @@ impl TensorStore {
     pub(super) fn drop(&mut self, name: &str) {
         self.0.f32.remove(name);
         self.0.bf16.remove(name);
+        self.0.quant.remove(name);
     }
 
     /// Refuses what is left: a tensor `architecture`'s forward does not use (a bias its
@@ -290,6 +344,7 @@ impl TensorStore {
             .f32
             .keys()
             .chain(self.0.bf16.keys())
+            .chain(self.0.quant.keys())
             .filter(|name| !name.ends_with("rotary_emb.inv_freq"))
             .collect();
         left.sort();

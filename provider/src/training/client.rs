@@ -52,7 +52,7 @@ impl TrainingClient {
     /// A client on `model`'s weights: `A` of each target uniform in `±1/√d_in` (PEFT's
     /// Kaiming-uniform with `a = √5`) from `spec.seed`, `B` zero, so it starts as the base.
     pub fn new(model: &Model, spec: &LoraSpec, precision: Precision) -> Result<Self> {
-        let base = Base::new(model.config(), &model.frozen_weights(), precision.dtype())?;
+        let base = Base::new(model.config(), &model.frozen_weights()?, precision.dtype())?;
         Self::on_base(Arc::new(base), model.config().clone(), spec, precision)
     }
 

@@ -178,7 +178,7 @@ impl Trainer {
         std::fs::create_dir_all(&options.dir).map_err(|e| Error::io(&options.dir, e))?;
         engine.add_adapter_roots(std::slice::from_ref(&options.dir))?;
         let model = engine.model();
-        let base = Base::new(model.config(), &model.frozen_weights(), DType::F32)?;
+        let base = Base::new(model.config(), &model.frozen_weights()?, DType::F32)?;
         Ok(Self {
             engine,
             model_name,

@@ -31,6 +31,7 @@ fn options(root: &Path) -> ServeOptions {
         eviction: cx_provider::cache::EvictionPolicy::Lru,
         engine: cx_provider::engine::EngineConfig::default(),
         adapter_roots: vec![root.to_path_buf()],
+        quantize: None,
     }
 }
 

@@ -137,6 +137,7 @@ fn serve_options(cpu: cx_kernels::CpuConfig, root: &Path) -> cx_provider::bases:
         eviction: cx_provider::cache::EvictionPolicy::Lru,
         engine: cx_provider::engine::EngineConfig::default(),
         adapter_roots: vec![root.to_path_buf()],
+        quantize: None,
     }
 }
 

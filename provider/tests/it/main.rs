@@ -6,6 +6,7 @@ mod cache;
 mod common;
 mod equivalence;
 mod exchange_link;
+mod gguf;
 mod hf_fixtures;
 mod http;
 mod http_safety;

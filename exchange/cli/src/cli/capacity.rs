@@ -7,6 +7,9 @@ use std::path::PathBuf;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
+    /// Bytes of a base at a weight format (float or quantized), and the adapters that fit
+    /// beside it on one accelerator.
+    Base(BaseArgs),
     /// Parameters and bytes of a LoRA adapter.
     Adapter(AdapterArgs),
     /// Whole adapters that fit in free memory beside one base.
@@ -48,6 +51,45 @@ pub(crate) struct AdapterArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub(crate) struct BaseArgs {
+    /// Parameters of the base (e.g. 70e9).
+    #[arg(long, value_parser = parse_count)]
+    params: u64,
+    /// Weight format: f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q4_k, q6_k.
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// Memory of one accelerator, GB: also print what is left and the adapters that fit.
+    #[arg(long, allow_negative_numbers = true)]
+    accelerator_gb: Option<f64>,
+    /// Adapter size, MB (with --accelerator-gb).
+    #[arg(long, allow_negative_numbers = true, requires = "accelerator_gb")]
+    adapter_mb: Option<f64>,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A count written as an integer or in exponent form (`70e9`), exactly.
+fn parse_count(text: &str) -> Result<u64, String> {
+    if let Ok(n) = text.parse::<u64>() {
+        return Ok(n);
+    }
+    match text.split_once(['e', 'E']) {
+        Some((m, e)) => {
+            let (m, e): (u64, u32) = (
+                m.parse().map_err(|_| format!("`{text}` is not a count"))?,
+                e.parse().map_err(|_| format!("`{text}` is not a count"))?,
+            );
+            10u64
+                .checked_pow(e)
+                .and_then(|p| p.checked_mul(m))
+                .ok_or_else(|| format!("`{text}` overflows 64 bits"))
+        }
+        None => Err(format!("`{text}` is not a count")),
+    }
+}
+
+#[derive(Debug, clap::Args)]
 pub(crate) struct ResidentArgs {
     /// Free accelerator memory, GB (10⁹ B).
     #[arg(long, allow_negative_numbers = true)]
@@ -81,6 +123,7 @@ pub(crate) struct DuplicationArgs {
 
 pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
+        Command::Base(a) => base(a),
         Command::Adapter(a) => adapter(a),
         Command::Resident(a) => {
             #[derive(Serialize)]
@@ -123,6 +166,57 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
             super::emit(a.json, &table, &d)
         }
     }
+}
+
+fn base(a: BaseArgs) -> anyhow::Result<()> {
+    #[derive(Serialize)]
+    struct Report {
+        params: u64,
+        dtype: capacity::WeightFormat,
+        base_bytes: u64,
+        free_bytes: Option<u64>,
+        adapters_resident: Option<u64>,
+    }
+    let dtype = capacity::WeightFormat::parse(&a.dtype)?;
+    let base_bytes = capacity::base_bytes(a.params, dtype)?;
+    let mut table = format!(
+        "{} parameters at {}: {base_bytes} bytes ({:.2} GB)\n",
+        a.params,
+        a.dtype,
+        base_bytes as f64 / capacity::GB
+    );
+    let (mut free_bytes, mut adapters_resident) = (None, None);
+    if let Some(gb) = a.accelerator_gb {
+        anyhow::ensure!(
+            gb.is_finite() && gb > 0.0,
+            "--accelerator-gb must be a finite number > 0"
+        );
+        let total = (gb * capacity::GB) as u64;
+        let Some(free) = total.checked_sub(base_bytes) else {
+            anyhow::bail!(
+                "the base ({:.2} GB) does not fit on an accelerator of {gb} GB",
+                base_bytes as f64 / capacity::GB
+            );
+        };
+        table.push_str(&format!(
+            "{:.2} GB left on an accelerator of {gb} GB\n",
+            free as f64 / capacity::GB
+        ));
+        free_bytes = Some(free);
+        if let Some(mb) = a.adapter_mb {
+            let n = capacity::resident(free as f64 / capacity::GB, mb)?;
+            table.push_str(&format!("{n} adapters of {mb} MB fit beside it\n"));
+            adapters_resident = Some(n);
+        }
+    }
+    let report = Report {
+        params: a.params,
+        dtype,
+        base_bytes,
+        free_bytes,
+        adapters_resident,
+    };
+    super::emit(a.json, &table, &report)
 }
 
 fn adapter(a: AdapterArgs) -> anyhow::Result<()> {

