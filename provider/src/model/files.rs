@@ -83,6 +83,21 @@ impl ModelFiles {
         self.gguf.as_deref()
     }
 
+    /// Bytes its weights take as [`Model::load`](super::Model::load) holds them, read from the
+    /// files' headers (nothing is loaded): what residency of this base costs, and what the
+    /// exchange's catalog prices (`cx catalog add`). Quantized tensors count their blocks.
+    pub fn held_bytes(&self) -> Result<u64> {
+        let config = super::read_config(self.gguf.as_deref().unwrap_or(&self.dir))?;
+        match &self.gguf {
+            None => super::weights::held_bytes(&self.dir, config.tie_word_embeddings),
+            Some(path) => Ok(Gguf::open(path)?
+                .tensors
+                .iter()
+                .map(from_gguf::held_bytes)
+                .sum()),
+        }
+    }
+
     /// The text of the model's file `name` and where it came from (for messages): the file in
     /// the folder, or for a GGUF one derived from its metadata; `None` when there is neither.
     pub fn read_text(&self, name: &str) -> Result<Option<(PathBuf, String)>> {

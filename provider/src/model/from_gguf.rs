@@ -249,6 +249,17 @@ pub(super) fn checkpoint(g: &Gguf, config: &ModelConfig) -> Result<Checkpoint> {
     Ok(out)
 }
 
+/// Bytes tensor `t` takes as [`checkpoint`] holds it: blocks and BF16 matrices as stored, F16
+/// and every vector widened to `f32`.
+pub(super) fn held_bytes(t: &super::gguf::TensorInfo) -> u64 {
+    let elements: u64 = t.dims.iter().product();
+    match t.kind {
+        TensorType::Quant(_) => t.bytes,
+        TensorType::Bf16 if t.dims.len() == 2 => t.bytes,
+        _ => elements.saturating_mul(4),
+    }
+}
+
 /// The `tokenizer.ggml.pre` values whose pre-tokenization is built here, and the pre-tokenizer
 /// `tokenizer.json` writes for each (llama.cpp's `llama-vocab.cpp` regexes, as the Hugging Face
 /// tokenizers they come from write them).

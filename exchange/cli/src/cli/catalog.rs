@@ -1,10 +1,13 @@
-//! `cx catalog add DIR`: a catalog entry learned from a Hugging Face model directory's
-//! `config.json`, so the exchange can price and place a real checkpoint (its shape: parameters,
-//! bytes as served, KV bytes per token, context) under the name providers serve it by.
+//! `cx catalog add DIR|FILE.gguf`: a catalog entry learned from a Hugging Face model directory's
+//! `config.json` or a GGUF's metadata (read through cx-provider's door to a model's files), so
+//! the exchange can price and place a real checkpoint (its shape: parameters, bytes as served —
+//! quantized blocks at their size —, KV bytes per token, context) under the name providers serve
+//! it by.
 
 use anyhow::{Context, bail};
 use cx_exchange::capacity::{ModelConfig, Projection};
 use cx_exchange::routing::catalog::Catalog;
+use cx_provider::model::{ModelFiles, read_config};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -16,7 +19,7 @@ pub(crate) enum Command {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct AddArgs {
-    /// The model directory (config.json as transformers writes it).
+    /// The model: a directory (config.json as transformers writes it) or a GGUF file.
     dir: PathBuf,
     /// The catalog file to append to (created if missing).
     #[arg(long)]
@@ -54,77 +57,8 @@ pub(super) struct Added {
     pub(super) catalog: String,
 }
 
-/// Bytes of one KV element, and of a weight the provider widens, as a provider holds it:
-/// cx-provider computes in f32 and widens f32 and f16 weights, norms and biases to it; a BF16
-/// weight matrix it keeps as stored (2 bytes).
+/// Bytes of one KV element as a provider holds it (cx-provider computes in f32).
 const SERVED_ELEMENT_BYTES: u64 = 4;
-
-/// Bytes of the checkpoint in `dir` as cx-provider holds it, from its safetensors headers
-/// (`model.safetensors`, or the shards `model.safetensors.index.json` names): BF16 matrices at
-/// 2 bytes an element, every other tensor at 4; a `tied` model's stored copy of the head is not
-/// held. `None` when it has no weight files.
-fn served_bytes(dir: &Path, tied: bool) -> anyhow::Result<Option<u64>> {
-    let index = dir.join("model.safetensors.index.json");
-    let files: Vec<PathBuf> = if index.exists() {
-        #[derive(serde::Deserialize)]
-        struct Index {
-            weight_map: std::collections::BTreeMap<String, String>,
-        }
-        let text = std::fs::read_to_string(&index)
-            .with_context(|| format!("cannot read {}", index.display()))?;
-        let parsed: Index =
-            serde_json::from_str(&text).with_context(|| index.display().to_string())?;
-        let names: std::collections::BTreeSet<String> = parsed.weight_map.into_values().collect();
-        names.into_iter().map(|f| dir.join(f)).collect()
-    } else if dir.join("model.safetensors").exists() {
-        vec![dir.join("model.safetensors")]
-    } else {
-        return Ok(None);
-    };
-    #[derive(serde::Deserialize)]
-    struct Entry {
-        dtype: String,
-        shape: Vec<u64>,
-    }
-    let mut total = 0u64;
-    for file in files {
-        use std::io::Read as _;
-        let mut f = std::fs::File::open(&file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
-        let mut len = [0u8; 8];
-        f.read_exact(&mut len)
-            .with_context(|| format!("{}: no safetensors header", file.display()))?;
-        let len = u64::from_le_bytes(len);
-        // safetensors' own limit on the header (100 MB).
-        anyhow::ensure!(len <= 100_000_000, "{}: header too long", file.display());
-        let mut header = vec![0u8; len as usize];
-        f.read_exact(&mut header)
-            .with_context(|| format!("{}: safetensors header", file.display()))?;
-        let mut entries: std::collections::BTreeMap<String, serde_json::Value> =
-            serde_json::from_slice(&header)
-                .with_context(|| format!("{}: safetensors header", file.display()))?;
-        entries.remove("__metadata__");
-        for (name, value) in entries {
-            if tied && name == "lm_head.weight" {
-                continue;
-            }
-            let entry: Entry = serde_json::from_value(value)
-                .with_context(|| format!("{}: tensor {name}", file.display()))?;
-            let elements = entry
-                .shape
-                .iter()
-                .try_fold(1u64, |n, &d| n.checked_mul(d))
-                .with_context(|| format!("{}: tensor {name} overflows", file.display()))?;
-            let element_bytes = if entry.dtype == "BF16" && entry.shape.len() == 2 {
-                2
-            } else {
-                SERVED_ELEMENT_BYTES
-            };
-            total = total.saturating_add(elements.saturating_mul(element_bytes));
-        }
-    }
-    Ok(Some(total))
-}
 
 pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
     match cmd {
@@ -181,25 +115,31 @@ pub(super) fn append_model(
     prices: (u64, u64),
 ) -> anyhow::Result<Added> {
     let (input_wei_per_mtok, output_wei_per_mtok) = prices;
-    let config_path = dir.join("config.json");
-    let text = std::fs::read_to_string(&config_path)
-        .with_context(|| format!("cannot read {}", config_path.display()))?;
-    let config =
-        ModelConfig::from_json(&text).with_context(|| config_path.display().to_string())?;
+    // The provider's own door to a model's files: a folder's config.json, or a GGUF's metadata.
+    let files = ModelFiles::locate(dir)?;
+    let config: ModelConfig = read_config(dir)?;
     let name = match name {
         Some(name) => name,
         None => dir
             .canonicalize()
             .ok()
-            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .and_then(|d| d.file_stem().map(|n| n.to_string_lossy().into_owned()))
             .context("name the model with --name")?,
     };
     if name.is_empty() || name.contains('"') || name.contains('\n') {
         bail!("--name {name:?} is not a model name");
     }
     let parameters = parameters(&config);
-    let base_bytes =
-        served_bytes(dir, config.tie_word_embeddings)?.unwrap_or(parameters * SERVED_ELEMENT_BYTES);
+    // As a provider holds it (bf16 matrices at 2 bytes, quantized blocks at theirs, the rest
+    // widened to f32), from the weight files' headers; a folder without weights at f32.
+    let has_weights = files.gguf().is_some()
+        || dir.join("model.safetensors").exists()
+        || dir.join("model.safetensors.index.json").exists();
+    let base_bytes = if has_weights {
+        files.held_bytes()?
+    } else {
+        parameters * SERVED_ELEMENT_BYTES
+    };
     let kv_bytes_per_token = 2
         * config.num_hidden_layers as u64
         * (config.kv_heads() * config.head_dim()) as u64
