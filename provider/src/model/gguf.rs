@@ -67,7 +67,8 @@ impl TensorType {
             Self::F16 | Self::Bf16 => elements.checked_mul(2),
             Self::Quant(q) => {
                 let be = q.block_elements() as u64;
-                ne0.is_multiple_of(be).then(|| elements / be * q.block_bytes() as u64)
+                ne0.is_multiple_of(be)
+                    .then(|| elements / be * q.block_bytes() as u64)
             }
         }
     }
