@@ -66,6 +66,7 @@ mod gemm;
 pub mod matmul;
 mod pool;
 mod quant;
+mod quantize;
 pub mod rng;
 mod sgmv;
 

@@ -95,15 +95,16 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
-    /// Print a checkpoint folder's content id (what offers report a held base by, and what `cx
-    /// agent rent --base` names): its top-level `*.json`, `*.jinja` and `*.safetensors` hashed.
+    /// Print a checkpoint's content id (what offers report a held base by, and what `cx agent
+    /// rent --base` names): a folder's top-level `*.json`, `*.jinja` and `*.safetensors` hashed,
+    /// or a GGUF file with the tokenizer and template files beside it that are read with it.
     ContentId {
-        /// The checkpoint folder.
+        /// The checkpoint folder or GGUF file.
         model: PathBuf,
     },
     /// Print the logits of the last position (f32).
     Logits {
-        /// The model directory.
+        /// The model: a checkpoint folder or a GGUF file.
         #[arg(long)]
         model: PathBuf,
         /// A PEFT adapter directory.
@@ -124,7 +125,7 @@ enum Command {
     },
     /// Serve the OpenAI-compatible API.
     Serve {
-        /// The model directory.
+        /// The model: a checkpoint folder or a GGUF file.
         #[arg(long)]
         model: PathBuf,
         /// A directory of PEFT adapters (one sub-directory each, named by folder).
@@ -690,10 +691,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let engine = start_engine(&model, &options)
                 .with_context(|| format!("loading the model in {}", model.display()))?;
             let load_s = started.elapsed().as_secs_f64();
+            // Default: the folder's name, or a GGUF file's without `.gguf`.
             let name = served_model_name.unwrap_or_else(|| {
                 std::fs::canonicalize(&model)
                     .ok()
-                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+                    .and_then(|p| {
+                        let name = if p.is_file() {
+                            p.file_stem()
+                        } else {
+                            p.file_name()
+                        };
+                        name.map(|n| n.to_string_lossy().into_owned())
+                    })
                     .unwrap_or_else(|| "base".into())
             });
             if let Some(dir) = adapters {
