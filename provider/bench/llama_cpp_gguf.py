@@ -14,6 +14,10 @@ super-blocks). For each file:
               provider/bench/perplexity.txt (chunks of --ctx tokens, second halves scored);
   speed       decode tokens/s at batch 1 (8 requests one at a time) and batch 8 (8 at once),
               medians of alternating rounds (cx, llama, cx, …), both servers on --threads;
+              and 8 at once, each with its own LoRA adapter (PEFT adapters on q_proj and v_proj
+              from `cx-provider gen-adapters`, converted for llama.cpp by its own
+              convert_lora_to_gguf.py with the torch venv scripts/real-model.sh keeps;
+              llama-server batches only requests with equal adapter sets);
   memory      each server's peak RSS (VmHWM).
 
 Builds llama.cpp's tools into .tools/llama (no torch needed for this mode; see llama_cpp.py):
@@ -42,6 +46,9 @@ import llama_cpp as common  # noqa: E402  (provider/bench/llama_cpp.py)
 ROOT = common.ROOT
 GGUF = os.path.join(ROOT, ".tools/models/smollm2-135m-instruct-gguf/SmolLM2-135M-Instruct.Q4_1.gguf")
 EXPECTED = os.path.join(ROOT, "provider/tests/fixtures/real/expected_gguf.json")
+HF_DIR = os.path.join(ROOT, ".tools/models/smollm2-135m-instruct")
+HF_PYTHON = os.path.join(os.environ.get("CX_CACHE_DIR", os.path.expanduser("~/.cache/cx")),
+                         "hf-venv", "bin", "python")
 TEXTS = ["The history of the printing press begins",
          "def fibonacci(n):\n    ",
          "Photosynthesis is the process by which",
@@ -51,39 +58,48 @@ TEXTS = ["The history of the printing press begins",
 class CxServer:
     name = "cx"
 
-    def __init__(self, binary, model, threads):
+    def __init__(self, binary, model, threads, adapters_dir):
         self.port = common.free_port()
+        extra = ["--adapters", adapters_dir] if adapters_dir else []
         self.process = subprocess.Popen(
             [binary, "serve", "--model", model, "--port", str(self.port), "--threads",
-             str(threads), "--served-model-name", "base"], stderr=subprocess.DEVNULL)
+             str(threads), "--served-model-name", "base", *extra], stderr=subprocess.DEVNULL)
         common.wait_healthy(self.port, self.process, "cx-provider serve")
 
-    def generate(self, prompt, new_tokens):
+    def generate(self, prompt, new_tokens, adapter=None):
         answer = common.post(self.port, "/v1/completions", {
-            "model": "base", "prompt": prompt, "max_tokens": new_tokens, "temperature": 0})
+            "model": adapter or "base", "prompt": prompt, "max_tokens": new_tokens,
+            "temperature": 0})
         return answer["choices"][0]["token_ids"]
 
 
 class LlamaServer:
     name = "llama"
 
-    def __init__(self, server, model, threads, slots, context):
+    def __init__(self, server, model, threads, slots, context, loras):
         self.port = common.free_port()
-        self.process = subprocess.Popen(
-            [server, "-m", model, "--host", "127.0.0.1", "--port", str(self.port),
-             "-t", str(threads), "-tb", str(threads), "-np", str(slots),
-             "-c", str(slots * context), "-ctk", "f32", "-ctv", "f32", "--no-webui"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.names = [name for name, _ in loras]
+        cmd = [server, "-m", model, "--host", "127.0.0.1", "--port", str(self.port),
+               "-t", str(threads), "-tb", str(threads), "-np", str(slots),
+               "-c", str(slots * context), "-ctk", "f32", "-ctv", "f32", "--no-webui"]
+        if loras:
+            cmd.append("--lora-init-without-apply")
+        for _, path in loras:
+            cmd += ["--lora", path]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         common.wait_healthy(self.port, self.process, "llama-server")
 
     def tokenize(self, text):
         return common.post(self.port, "/tokenize", {"content": text,
                                                      "add_special": False})["tokens"]
 
-    def generate(self, prompt, new_tokens):
+    def generate(self, prompt, new_tokens, adapter=None):
+        # Every adapter's scale named (an empty list would mean the server's defaults).
+        lora = [{"id": i, "scale": 1.0 if name == adapter else 0.0}
+                for i, name in enumerate(self.names)]
         answer = common.post(self.port, "/completion", {
             "prompt": prompt, "n_predict": new_tokens, "temperature": 0, "top_k": 1,
-            "cache_prompt": False, "return_tokens": True})
+            "cache_prompt": False, "return_tokens": True, "lora": lora})
         return answer["tokens"]
 
 
@@ -100,12 +116,14 @@ def agreement(a_runs, b_runs):
     return same, prefix, total
 
 
-def rate(side, prompts, new_tokens, pool, batch):
+def rate(side, prompts, new_tokens, pool, batch, adapters=None):
+    adapters = adapters or [None] * len(prompts)
     t = time.perf_counter()
     if batch == 1:
-        outs = [side.generate(p, new_tokens) for p in prompts]
+        outs = [side.generate(p, new_tokens, a) for p, a in zip(prompts, adapters)]
     else:
-        outs = list(pool.map(lambda p: side.generate(p, new_tokens), prompts))
+        outs = list(pool.map(lambda pa: side.generate(pa[0], new_tokens, pa[1]),
+                             zip(prompts, adapters)))
     return sum(len(o) for o in outs) / (time.perf_counter() - t), outs
 
 
@@ -126,25 +144,48 @@ def perplexity_cx(binary, model, text, ctx, chunks, threads):
     return json.loads(out.stdout.strip().splitlines()[-1])["perplexity"]
 
 
-def measure(args, server, label, model, bin_dir):
+def make_adapters(args, llama_dir, work):
+    """8 PEFT adapters for the model, and each converted for llama.cpp: (name, gguf) pairs."""
+    adapters = os.path.join(work, "adapters")
+    subprocess.run([args.binary, "gen-adapters", "--model", GGUF, "--out", adapters, "--count",
+                    "8", "--ranks", "8,16", "--targets", "q_proj,v_proj", "--seed", "3"],
+                   check=True, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, PYTHONPATH=os.path.join(llama_dir, "gguf-py"))
+    loras = []
+    for name in sorted(os.listdir(adapters)):
+        out = os.path.join(work, f"{name}.gguf")
+        subprocess.run([args.convert_python, os.path.join(llama_dir, "convert_lora_to_gguf.py"),
+                        os.path.join(adapters, name), "--base", HF_DIR, "--outtype", "f32",
+                        "--outfile", out], check=True, env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        loras.append((name, out))
+    return adapters, loras
+
+
+def measure(args, server, label, model, bin_dir, adapters_dir, loras):
     chats = [c["prompt_ids"] for c in json.load(open(EXPECTED))["cases"]]
     context = max(len(p) for p in chats) + args.new_tokens + 32
-    llama = LlamaServer(server, model, args.threads, 8, context)
+    llama = LlamaServer(server, model, args.threads, 8, context, loras)
     cx = None
     try:
         prompts = chats + [llama.tokenize(t) for t in TEXTS]
-        cx = CxServer(args.binary, model, args.threads)
+        cx = CxServer(args.binary, model, args.threads, adapters_dir)
         sides = [cx, llama]
         runs = {s.name: [s.generate(p, args.new_tokens) for p in prompts] for s in sides}
         same, prefix, total = agreement(runs["cx"], runs["llama"])
-        rates = {(s.name, b): [] for s in sides for b in (1, 8)}
+        cases = [1, 8] + (["8 adapters"] if loras else [])
+        names = [name for name, _ in loras]
+        rates = {(s.name, b): [] for s in sides for b in cases}
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             for round_ in range(args.rounds):
                 order = sides if round_ % 2 == 0 else sides[::-1]
-                for batch in (1, 8):
+                for case in cases:
                     for side in order:
-                        r, _ = rate(side, prompts, args.new_tokens, pool, batch)
-                        rates[(side.name, batch)].append(r)
+                        if case == "8 adapters":
+                            r, _ = rate(side, prompts, args.new_tokens, pool, 8, names)
+                        else:
+                            r, _ = rate(side, prompts, args.new_tokens, pool, case)
+                        rates[(side.name, case)].append(r)
         rss = {s.name: common.peak_rss_mb(s.process.pid) for s in sides}
     finally:
         for side in (cx, llama):
@@ -162,9 +203,9 @@ def measure(args, server, label, model, bin_dir):
            "ppl_cx": ppl["cx"], "ppl_llama": ppl["llama"],
            "ppl_diff": ppl["cx"] / ppl["llama"] - 1,
            "cx_peak_rss_mb": rss["cx"], "llama_peak_rss_mb": rss["llama"]}
-    for b in (1, 8):
+    for b in cases:
         c, l = statistics.median(rates[("cx", b)]), statistics.median(rates[("llama", b)])
-        row[f"b{b}"] = {"cx_tokens_per_s": c, "llama_tokens_per_s": l, "ratio": c / l,
+        row["b8_adapters" if b == "8 adapters" else f"b{b}"] = {"cx_tokens_per_s": c, "llama_tokens_per_s": l, "ratio": c / l,
                         "cx_rounds": rates[("cx", b)], "llama_rounds": rates[("llama", b)]}
     common.log(f"{label}: done")
     return row
@@ -182,11 +223,14 @@ def main():
     parser.add_argument("--types", default="Q8_0,Q4_K_M",
                         help="llama-quantize types to requantize the shipped Q4_1 file to")
     parser.add_argument("--jobs", type=int, default=2, help="llama.cpp build jobs")
+    parser.add_argument("--convert-python", default=HF_PYTHON,
+                        help="a python with torch and transformers for convert_lora_to_gguf.py "
+                             "(empty: skip the adapters case)")
     parser.add_argument("--setup-only", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    _, server = common.setup(args.jobs, converters=False)
+    llama_dir, server = common.setup(args.jobs, converters=False)
     bin_dir = os.path.dirname(server)
     if args.setup_only:
         print(server)
@@ -200,12 +244,17 @@ def main():
                             out, kind], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
             files.append((kind, out))
-        rows = [measure(args, server, label, path, bin_dir) for label, path in files]
+        adapters_dir, loras = None, []
+        if args.convert_python:
+            adapters_dir, loras = make_adapters(args, llama_dir, work)
+        rows = [measure(args, server, label, path, bin_dir, adapters_dir, loras)
+                for label, path in files]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("| file | MB | greedy agree (position / prefix) | PPL cx / llama (diff) | "
-          "b1 tok/s cx / llama | b8 tok/s cx / llama | peak RSS MB cx / llama |")
-    print("|---|---|---|---|---|---|---|")
+          "b1 tok/s cx / llama | b8 tok/s cx / llama | b8, 8 adapters, cx / llama | "
+          "peak RSS MB cx / llama |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['file']} | {r['bytes'] / 1e6:.1f} | "
               f"{r['greedy_same'] / r['greedy_positions']:.3f} / "
@@ -215,7 +264,10 @@ def main():
               f"{r['b1']['llama_tokens_per_s']:.1f}) | "
               f"{r['b8']['ratio']:.2f}× ({r['b8']['cx_tokens_per_s']:.1f} / "
               f"{r['b8']['llama_tokens_per_s']:.1f}) | "
-              f"{r['cx_peak_rss_mb']:.0f} / {r['llama_peak_rss_mb']:.0f} |")
+              + (f"{r['b8_adapters']['ratio']:.2f}× ({r['b8_adapters']['cx_tokens_per_s']:.1f} / "
+                 f"{r['b8_adapters']['llama_tokens_per_s']:.1f}) | " if "b8_adapters" in r
+                 else "– | ")
+              + f"{r['cx_peak_rss_mb']:.0f} / {r['llama_peak_rss_mb']:.0f} |")
     if args.json:
         print(json.dumps({"threads": args.threads, "new_tokens": args.new_tokens,
                           "rounds": args.rounds, "ctx": args.ctx, "chunks": args.chunks,
