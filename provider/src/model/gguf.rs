@@ -21,6 +21,12 @@ use crate::error::{Error, Result};
 const MAX_STRING: u64 = 16 << 20;
 /// Arrays nest at most this deep.
 const MAX_DEPTH: u32 = 2;
+/// The most elements an array may hold (a vocabulary of 256k tokens and its merges fit many
+/// times over): each element is parsed into a value of a few dozen bytes, so a file's claim is
+/// bounded by this, not by the file's size.
+const MAX_ARRAY: u64 = 1 << 22;
+/// The most tensors a file may describe (a 405B Llama has about 1,100).
+const MAX_TENSORS: u64 = 1 << 16;
 
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
@@ -186,9 +192,10 @@ impl<R: Read> Reader<R> {
                 let count = self.u64(what)?;
                 // Every element takes at least one byte (a string at least eight).
                 let least = if inner == 8 { 8 } else { 1 };
-                if count.saturating_mul(least) > self.left {
+                if count > MAX_ARRAY || count.saturating_mul(least) > self.left {
                     return Err(self.bad(format!(
-                        "{what}: an array of {count} elements, the file has {} bytes left",
+                        "{what}: an array of {count} elements (at most {MAX_ARRAY}), the file \
+                         has {} bytes left",
                         self.left
                     )));
                 }
@@ -228,6 +235,9 @@ impl Gguf {
         let tensor_count = r.u64("the tensor count")?;
         let kv_count = r.u64("the metadata count")?;
         // A pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info 8 + 4 + 4 + 8.
+        if tensor_count > MAX_TENSORS {
+            return Err(r.bad(format!("{tensor_count} tensors (at most {MAX_TENSORS})")));
+        }
         if kv_count.saturating_mul(13) > r.left || tensor_count.saturating_mul(24) > r.left {
             return Err(r.bad(format!(
                 "{kv_count} metadata pairs and {tensor_count} tensors do not fit in {len} bytes"
