@@ -5,7 +5,9 @@
 //!
 //! * [`config`] — the `config.json` type (cx-protocol's [`ModelConfig`], the project's one parse)
 //!   and what this forward refuses;
-//! * `weights` — safetensors loading, widened to `f32`;
+//! * `weights` — safetensors loading (bf16 kept as bf16, the rest `f32`); `gguf` and
+//!   `from_gguf` — a llama.cpp GGUF read as the checkpoint it was converted from, its blocks
+//!   kept as blocks; `files` — the one door to a model's files (folder or GGUF);
 //! * `linear` — a projection: base `x·Wᵀ` (`+ b` where the architecture has a bias) plus each
 //!   row's LoRA delta (SGMV), never merged;
 //! * `rotary`, `attention`, `mlp`, `layer` — `RotaryEmbedding`, `Attention`, `Mlp`,

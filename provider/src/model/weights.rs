@@ -2,8 +2,8 @@
 //! `model.safetensors.index.json` names, under the names Hugging Face writes
 //! (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`, …). BF16 tensors
 //! stay BF16 (two bytes an element: memory is what residency costs, and the kernels widen a
-//! bf16 weight exactly as they read it); F32 and F16 are held as `f32` (f16 → f32 is exact; the
-//! kernels take `f32` and `bf16` only).
+//! bf16 weight exactly as they read it); F32 and F16 are held as `f32` (f16 → f32 is exact). A
+//! GGUF's tensors come from `from_gguf` into the same [`Checkpoint`], ggml blocks kept as blocks.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -52,10 +52,10 @@ impl Checkpoint {
         self.f32.contains_key(name) || self.bf16.contains_key(name) || self.quant.contains_key(name)
     }
 
-    /// Every weight matrix (two-dimensional, not the embedding rows' norms) quantized to
-    /// `kind` where its rows are whole blocks of it, else to `fallback` (llama.cpp's choice for
-    /// rows that are not whole K-quant super-blocks), else left as it is; tensors already in a
-    /// block format are kept.
+    /// Every weight matrix (the two-dimensional tensors, embeddings included; norms and biases
+    /// stay `f32`) quantized to `kind` where its rows are whole blocks of it, else to
+    /// `fallback` (llama.cpp's choice for rows that are not whole K-quant super-blocks), else
+    /// left as it is; tensors already in a block format are kept.
     pub fn quantize(&mut self, kind: QuantType, fallback: QuantType) -> Result<()> {
         let names: Vec<String> = self
             .f32
