@@ -485,13 +485,7 @@ impl Model {
     /// a Q4_K_M file mixes Q4_K with Q6_K).
     pub fn quant_type(&self) -> Option<cx_kernels::QuantType> {
         let mut counts: Vec<(cx_kernels::QuantType, usize)> = Vec::new();
-        let matrices = self
-            .layers
-            .iter()
-            .flat_map(|layer| layer.projections().map(Linear::weight))
-            .chain(std::iter::once(&self.embed_tokens))
-            .chain(self.lm_head.as_ref());
-        for q in matrices.filter_map(Weight::quant_type) {
+        for q in self.matrices().filter_map(Weight::quant_type) {
             match counts.iter_mut().find(|(k, _)| *k == q) {
                 Some((_, n)) => *n += 1,
                 None => counts.push((q, 1)),
@@ -513,14 +507,17 @@ impl Model {
     /// blocks' bytes, everything else `f32`), biases and norms included: what residency of this
     /// base costs.
     pub fn weight_bytes(&self) -> usize {
-        let matrices = self
-            .layers
+        let narrowed: usize = self.matrices().map(|w| w.len() * 4 - w.bytes()).sum();
+        self.parameters() * 4 - narrowed
+    }
+
+    /// Every weight matrix: the layers' projections, the embedding and the untied head.
+    fn matrices(&self) -> impl Iterator<Item = &Weight> {
+        self.layers
             .iter()
             .flat_map(|layer| layer.projections().map(Linear::weight))
             .chain(std::iter::once(&self.embed_tokens))
-            .chain(self.lm_head.as_ref());
-        let narrowed: usize = matrices.map(|w| w.len() * 4 - w.bytes()).sum();
-        self.parameters() * 4 - narrowed
+            .chain(self.lm_head.as_ref())
     }
 
     /// Runs one step for a batch of sequences and returns, per sequence, the logits

@@ -9,42 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cx_kernels::{CpuConfig, QuantType};
-use cx_provider::cache::{CacheConfig, EvictionPolicy, ResidencyCache};
-use cx_provider::chat_template::ChatMessage;
-use cx_provider::engine::{Engine, EngineConfig, Event, GenerateRequest, Sampling};
+use cx_provider::engine::{Engine, Sampling};
 use cx_provider::model::{KvCache, Model, SeqInput, read_config};
 use cx_provider::tokenizer::Tokenizer;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-#[derive(Deserialize)]
-struct Expected {
-    gguf_sha256: String,
-    max_new_tokens: usize,
-    cases: Vec<Case>,
-}
-
-#[derive(Deserialize)]
-struct Case {
-    messages: Vec<Message>,
-    prompt_text: String,
-    prompt_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    greedy_text: String,
-    top_logits: TopLogits,
-}
-
-#[derive(Deserialize)]
-struct Message {
-    role: String,
-    content: String,
-}
-
-#[derive(Deserialize)]
-struct TopLogits {
-    ids: Vec<u32>,
-    values: Vec<f32>,
-}
+use crate::real_model::{Expected, drain, engine, messages, submit};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -69,47 +40,9 @@ fn real_gguf() -> (PathBuf, Expected) {
     (file, expected)
 }
 
-fn messages(case: &Case) -> Vec<ChatMessage> {
-    case.messages
-        .iter()
-        .map(|m| ChatMessage::new(m.role.clone(), m.content.clone()))
-        .collect()
-}
-
-fn engine(path: &Path, model: Arc<Model>) -> Engine {
-    let tokenizer = Tokenizer::for_model(path, model.config()).unwrap();
-    Engine::start(
-        model,
-        Arc::new(tokenizer),
-        ResidencyCache::new(CacheConfig::new(100_000_000, EvictionPolicy::ValuePerByte)),
-        EngineConfig::default(),
-    )
-}
-
+/// Greedy tokens and text of `prompt`.
 fn greedy(engine: &Engine, prompt: Vec<u32>, max_tokens: usize) -> (Vec<u32>, String) {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    engine.submit(GenerateRequest {
-        prompt,
-        adapter: None,
-        max_tokens,
-        stop: Vec::new(),
-        sampling: Sampling::default(),
-        events: tx,
-        stream: true,
-        conversation: None,
-    });
-    let (mut tokens, mut text) = (Vec::new(), String::new());
-    loop {
-        match rx.blocking_recv() {
-            Some(Event::Text { delta, token, .. }) => {
-                tokens.push(token);
-                text.push_str(&delta);
-            }
-            Some(Event::Done { .. }) => return (tokens, text),
-            Some(Event::Failed(e)) => panic!("{e}"),
-            None => panic!("the engine stopped"),
-        }
-    }
+    drain(submit(engine, prompt, max_tokens, Sampling::default()))
 }
 
 /// The file alone is a model: its config, tokenizer and ChatML template come from its metadata

@@ -17,21 +17,26 @@ use cx_provider::tokenizer::Tokenizer;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+/// What transformers generated (`expected.json`, and `expected_gguf.json` for the GGUF, which
+/// names its file's digest instead of the safetensors').
 #[derive(Deserialize)]
-struct Expected {
-    model_safetensors_sha256: String,
-    max_new_tokens: usize,
-    cases: Vec<Case>,
+pub(crate) struct Expected {
+    #[serde(default)]
+    pub(crate) model_safetensors_sha256: String,
+    #[serde(default)]
+    pub(crate) gguf_sha256: String,
+    pub(crate) max_new_tokens: usize,
+    pub(crate) cases: Vec<Case>,
 }
 
 #[derive(Deserialize)]
-struct Case {
+pub(crate) struct Case {
     messages: Vec<Message>,
-    prompt_text: String,
-    prompt_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    greedy_text: String,
-    top_logits: TopLogits,
+    pub(crate) prompt_text: String,
+    pub(crate) prompt_ids: Vec<u32>,
+    pub(crate) greedy_ids: Vec<u32>,
+    pub(crate) greedy_text: String,
+    pub(crate) top_logits: TopLogits,
 }
 
 #[derive(Deserialize)]
@@ -41,9 +46,9 @@ struct Message {
 }
 
 #[derive(Deserialize)]
-struct TopLogits {
-    ids: Vec<u32>,
-    values: Vec<f32>,
+pub(crate) struct TopLogits {
+    pub(crate) ids: Vec<u32>,
+    pub(crate) values: Vec<f32>,
 }
 
 /// The model `scripts/real-model.sh` installs, checked to be the bytes `expected.json` was
@@ -74,14 +79,14 @@ fn real_model() -> (PathBuf, Expected) {
     (dir, expected)
 }
 
-fn messages(case: &Case) -> Vec<ChatMessage> {
+pub(crate) fn messages(case: &Case) -> Vec<ChatMessage> {
     case.messages
         .iter()
         .map(|m| ChatMessage::new(m.role.clone(), m.content.clone()))
         .collect()
 }
 
-fn engine(dir: &Path, model: Arc<Model>) -> Engine {
+pub(crate) fn engine(dir: &Path, model: Arc<Model>) -> Engine {
     let tokenizer = Tokenizer::for_model(dir, model.config()).unwrap();
     Engine::start(
         model,
@@ -93,7 +98,7 @@ fn engine(dir: &Path, model: Arc<Model>) -> Engine {
 }
 
 /// Submits a request and returns its tokens and text.
-fn submit(
+pub(crate) fn submit(
     engine: &Engine,
     prompt: Vec<u32>,
     max_tokens: usize,
@@ -113,7 +118,7 @@ fn submit(
     rx
 }
 
-fn drain(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> (Vec<u32>, String) {
+pub(crate) fn drain(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> (Vec<u32>, String) {
     let (mut tokens, mut text) = (Vec::new(), String::new());
     loop {
         match rx.blocking_recv() {
