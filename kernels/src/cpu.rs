@@ -461,6 +461,42 @@ pub(crate) fn nt_accumulate_blocked(
     }
 }
 
+/// A weight matrix that [`nt_accumulate_widened`] widens to `f32` in registers as it reads it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Widened<'a> {
+    /// Rows of `k` bf16 elements, row-major.
+    Bf16(&'a [half::bf16]),
+    /// ggml's blocks.
+    Quant(&'a crate::QuantMatrix),
+}
+
+/// `out[i*n + j] += Σ_{c<k} x[i*x_stride + c] · w[j0 + j][c]` for `i < m`, `j < n`: the bits
+/// of [`nt_accumulate`] on `w`'s rows widened to `f32`, without writing them anywhere (a
+/// quantized row is reduced whole: `k` is its `d_in`). `false`, touching nothing, where this
+/// CPU has no such kernel (no AVX2 and F16C): the caller widens into a panel instead.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn nt_accumulate_widened(
+    x: &[f32],
+    x_stride: usize,
+    m: usize,
+    w: Widened<'_>,
+    j0: usize,
+    n: usize,
+    k: usize,
+    out: &mut [f32],
+    mode: Mode,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::widen::nt(x, x_stride, m, w, j0, n, k, out, mode, KC)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, x_stride, m, w, j0, n, k, out, mode);
+        false
+    }
+}
+
 /// `y[i][j] += scale · Σ_k v[i][k] · bt[k][j]` for `i < rows`, the reduction over `k` in
 /// ascending order.
 ///

@@ -20,6 +20,8 @@ pub trait Element: Copy + Send + Sync + 'static + sealed::Sealed {
     fn from_f32(value: f32) -> Self;
     /// The slice itself when it already is `f32`, so callers can skip a conversion copy.
     fn as_f32_slice(values: &[Self]) -> Option<&[f32]>;
+    /// The slice itself when it is `bf16`, for kernels that widen it in registers.
+    fn as_bf16_slice(values: &[Self]) -> Option<&[bf16]>;
 }
 
 impl Element for f32 {
@@ -34,6 +36,9 @@ impl Element for f32 {
     }
     fn as_f32_slice(values: &[Self]) -> Option<&[f32]> {
         Some(values)
+    }
+    fn as_bf16_slice(_values: &[Self]) -> Option<&[bf16]> {
+        None
     }
 }
 
@@ -51,6 +56,9 @@ impl Element for bf16 {
     }
     fn as_f32_slice(_values: &[Self]) -> Option<&[f32]> {
         None
+    }
+    fn as_bf16_slice(values: &[Self]) -> Option<&[bf16]> {
+        Some(values)
     }
 }
 

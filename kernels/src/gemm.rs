@@ -1,7 +1,7 @@
 //! The base projection `y = x·Wᵀ`, blocked and multi-threaded: what SGMV's overhead is
 //! measured against, and what the provider runs for the frozen base weights.
 
-use crate::cpu::{CpuConfig, SharedOut, nt_accumulate};
+use crate::cpu::{CpuConfig, SharedOut, Widened, nt_accumulate, nt_accumulate_widened};
 use crate::element::{Element, as_f32, widen_into};
 use crate::error::{Error, Result, check_len};
 use crate::quant::QuantMatrix;
@@ -9,6 +9,12 @@ use crate::quant::QuantMatrix;
 /// Output columns (rows of `W`) per work item: a `32 × d_in` panel of `W`, 512 KiB in `f32`
 /// at `d_in = 4096`, stays in L2 while every row of `x` streams past it.
 const PANEL_COLS: usize = 32;
+
+/// Rows of `x` up to which a bf16 or quantized `W` is widened in registers as the kernel reads
+/// it ([`nt_accumulate_widened`]) rather than into a panel first: a decode step's rows. Past
+/// it, widening each weight once for all rows into an L2-resident panel costs less than once
+/// per group of rows.
+const WIDENED_MAX_ROWS: usize = 16;
 
 /// `y = x·Wᵀ` (overwrites `y`).
 ///
@@ -38,32 +44,34 @@ pub fn gemm_xwt<X: Element, W: Element>(
         return Ok(());
     }
     let x = as_f32(x);
-    let w_f32 = W::as_f32_slice(w);
-    panel_gemm(
-        &x,
-        y,
-        m,
-        d_in,
-        d_out,
-        config,
-        |j0, cols, scratch| match w_f32 {
-            Some(w) => Some(&w[j0 * d_in..(j0 + cols) * d_in]),
-            None => {
-                scratch.resize(cols * d_in, 0.0);
-                widen_into(&w[j0 * d_in..(j0 + cols) * d_in], scratch);
-                None
+    let mode = config.mode;
+    match (W::as_f32_slice(w), W::as_bf16_slice(w)) {
+        (Some(w), _) => panel_gemm(&x, y, m, d_in, d_out, config, |j0, cols, _, tile| {
+            let panel = &w[j0 * d_in..(j0 + cols) * d_in];
+            nt_accumulate(&x, d_in, m, panel, d_in, cols, d_in, tile, mode);
+        }),
+        (None, bf16) => panel_gemm(&x, y, m, d_in, d_out, config, |j0, cols, panel, tile| {
+            let widened = m <= WIDENED_MAX_ROWS
+                && bf16.is_some_and(|w| {
+                    nt_accumulate_widened(&x, d_in, m, Widened::Bf16(w), j0, cols, d_in, tile, mode)
+                });
+            if !widened {
+                panel.resize(cols * d_in, 0.0);
+                widen_into(&w[j0 * d_in..(j0 + cols) * d_in], panel);
+                nt_accumulate(&x, d_in, m, panel, d_in, cols, d_in, tile, mode);
             }
-        },
-    );
+        }),
+    }
     Ok(())
 }
 
 /// `y = x·Wᵀ` for a quantized `W` (`d_out × d_in` as [`QuantMatrix`] holds it), overwriting `y`.
 ///
-/// Each panel of [`PANEL_COLS`] rows is dequantized into the worker's scratch as it is reached
-/// (`32 × d_in` floats, in L2), then multiplied by the f32 kernel: the result is bit for bit
-/// [`gemm_xwt`] on the dequantized matrix, with the same reduction order at any batch
-/// composition or thread count.
+/// Up to [`WIDENED_MAX_ROWS`] rows of `x`, the kernel dequantizes the blocks in registers as it
+/// reads them; more rows, each panel of [`PANEL_COLS`] rows is dequantized into the worker's
+/// scratch as it is reached (`32 × d_in` floats, in L2) and multiplied by the f32 kernel.
+/// Either way the result is bit for bit [`gemm_xwt`] on the dequantized matrix, with the same
+/// reduction order at any batch composition or thread count.
 pub fn gemm_xwt_quant(
     x: &[f32],
     w: &QuantMatrix,
@@ -82,40 +90,42 @@ pub fn gemm_xwt_quant(
     if m == 0 {
         return Ok(());
     }
-    panel_gemm(x, y, m, d_in, d_out, config, |j0, cols, scratch| {
-        scratch.resize(cols * d_in, 0.0);
-        w.dequantize_rows(j0, cols, scratch);
-        None
+    let mode = config.mode;
+    panel_gemm(x, y, m, d_in, d_out, config, |j0, cols, panel, tile| {
+        let widened = m <= WIDENED_MAX_ROWS
+            && nt_accumulate_widened(x, d_in, m, Widened::Quant(w), j0, cols, d_in, tile, mode);
+        if !widened {
+            panel.resize(cols * d_in, 0.0);
+            w.dequantize_rows(j0, cols, panel);
+            nt_accumulate(x, d_in, m, panel, d_in, cols, d_in, tile, mode);
+        }
     });
     Ok(())
 }
 
 /// The blocked product both entry points share: threads take panels of `PANEL_COLS` output
-/// columns; `panel(j0, cols, scratch)` gives rows `j0..j0 + cols` of `W` as `f32`: borrowed
-/// (`Some`), or written into the scratch (`None`).
-fn panel_gemm<'w>(
+/// columns; `product(j0, cols, panel, tile)` adds rows `0..m` of `x` times rows `j0..j0 + cols`
+/// of `W` (transposed) into the zeroed `m × cols` tile, with the worker's panel scratch at hand
+/// for widening `W`'s rows.
+fn panel_gemm(
     x: &[f32],
     y: &mut [f32],
     m: usize,
     d_in: usize,
     d_out: usize,
     config: &CpuConfig,
-    panel: impl Fn(usize, usize, &mut Vec<f32>) -> Option<&'w [f32]> + Sync,
+    product: impl Fn(usize, usize, &mut Vec<f32>, &mut [f32]) + Sync,
 ) {
+    debug_assert_eq!(x.len(), m * d_in);
     let panels = d_out.div_ceil(PANEL_COLS);
     let out = SharedOut::new(y);
-    let mode = config.mode;
     crate::cpu::for_each_item(config.threads, panels, |p, scratch: &mut Scratch| {
         let j0 = p * PANEL_COLS;
         let cols = PANEL_COLS.min(d_out - j0);
-        let Scratch { panel: buf, tile } = scratch;
-        let w_panel = match panel(j0, cols, buf) {
-            Some(w) => w,
-            None => &buf[..],
-        };
+        let Scratch { panel, tile } = scratch;
         tile.clear();
         tile.resize(m * cols, 0.0);
-        nt_accumulate(x, d_in, m, w_panel, d_in, cols, d_in, tile, mode);
+        product(j0, cols, panel, tile);
         for i in 0..m {
             // SAFETY: panel `p` alone writes columns j0..j0+cols of each row, and panels are
             // disjoint; `y` stays borrowed by the caller for the whole parallel loop.

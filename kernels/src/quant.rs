@@ -233,7 +233,7 @@ fn q5(b: &[u8], out: &mut [f32], with_min: bool) {
 
 /// Sub-block `j`'s 6-bit scale and min (ggml's `get_scale_min_k4`).
 #[inline(always)]
-fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -400,10 +400,34 @@ impl QuantMatrix {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::rng::seeded;
     use rand::Rng;
+
+    /// A `d_out × d_in` matrix of random blocks of `kind`, every `f16` scale finite.
+    pub(crate) fn random_matrix(
+        kind: QuantType,
+        d_out: usize,
+        d_in: usize,
+        seed: u64,
+    ) -> QuantMatrix {
+        let mut rng = seeded(seed);
+        let bytes = d_out * kind.bytes_for(d_in).unwrap();
+        let mut data: Vec<u8> = (0..bytes).map(|_| rng.r#gen()).collect();
+        let scales: &[usize] = match kind {
+            QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q4K => &[0, 2],
+            QuantType::Q6K => &[208],
+            _ => &[0],
+        };
+        for block in data.chunks_exact_mut(kind.block_bytes()) {
+            for &at in scales {
+                let scale = f16::from_f32(rng.gen_range(-0.05f32..0.05));
+                block[at..at + 2].copy_from_slice(&scale.to_le_bytes());
+            }
+        }
+        QuantMatrix::new(kind, d_out, d_in, data).unwrap()
+    }
 
     fn random_rows(seed: u64, n: usize) -> Vec<f32> {
         let mut rng = seeded(seed);
@@ -464,23 +488,34 @@ mod tests {
 
     #[test]
     fn the_quantized_gemm_is_the_f32_gemm_of_the_dequantized_matrix_at_any_batch_or_thread_count() {
-        let (d_out, d_in) = (70, 512);
-        let w = random_rows(2, d_out * d_in);
-        let x = random_rows(3, 5 * d_in);
-        for kind in [QuantType::Q8_0, QuantType::Q4K, QuantType::Q5_0] {
-            let q = QuantMatrix::quantize(kind, &w, d_out, d_in).unwrap();
+        // 70 rows: two whole panels and a part, tiles with a remainder; 768 columns: a reduction
+        // block of 512 and a part, whole blocks of every format. 17 rows of `x` take the panel
+        // path, fewer the kernel that widens in registers: one row's bits are the same in both.
+        let (d_out, d_in, m) = (70, 768, 17);
+        let x = random_rows(3, m * d_in);
+        for kind in QuantType::ALL {
+            let q = random_matrix(kind, d_out, d_in, 5);
             let dense = q.to_f32();
-            for threads in [1, 3] {
-                let config = crate::CpuConfig::deterministic().with_threads(threads);
-                let mut want = vec![0f32; 5 * d_out];
-                crate::gemm_xwt(&x, &dense, &mut want, 5, d_in, d_out, &config).unwrap();
-                let mut got = vec![0f32; 5 * d_out];
-                crate::gemm_xwt_quant(&x, &q, &mut got, 5, &config).unwrap();
-                assert_eq!(got, want, "{} at {threads} threads", kind.name());
-                // Row 3 alone: the same bits as in the batch of 5.
-                let mut one = vec![0f32; d_out];
-                crate::gemm_xwt_quant(&x[3 * d_in..4 * d_in], &q, &mut one, 1, &config).unwrap();
-                assert_eq!(one, &want[3 * d_out..4 * d_out]);
+            for config in [
+                crate::CpuConfig::deterministic(),
+                crate::CpuConfig::default(),
+            ] {
+                for threads in [1, 3] {
+                    let config = config.with_threads(threads);
+                    let mut want = vec![0f32; m * d_out];
+                    crate::gemm_xwt(&x, &dense, &mut want, m, d_in, d_out, &config).unwrap();
+                    let mut got = vec![0f32; m * d_out];
+                    crate::gemm_xwt_quant(&x, &q, &mut got, m, &config).unwrap();
+                    let what = format!("{} {:?} at {threads} threads", kind.name(), config.mode);
+                    assert_eq!(got, want, "{what}");
+                    for rows in [1, 2, 3, 5, 8, 9] {
+                        // Rows 0..rows alone: the bits they have in the batch of 17.
+                        let mut few = vec![0f32; rows * d_out];
+                        crate::gemm_xwt_quant(&x[..rows * d_in], &q, &mut few, rows, &config)
+                            .unwrap();
+                        assert_eq!(few, &want[..rows * d_out], "{what}, {rows} rows");
+                    }
+                }
             }
         }
     }

