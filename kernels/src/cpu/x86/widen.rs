@@ -315,9 +315,8 @@ unsafe fn nt_rows<const G: usize, S: Rows<G>, const FMA: bool, const GROUP: usiz
             };
         }
         // Registers: `NR · G` of widened weights and `MR · NR` sums, within AVX-512VL's 32
-        // (`GROUP` 8) or AVX2's 16 (`GROUP` 4). With AVX-512 and two rows of `x` or more, two
-        // rows of `w` share a register ([`tile_pairs`]): each multiply and add does sixteen
-        // lanes' work.
+        // (`GROUP` 8) or AVX2's 16 (`GROUP` 4). With AVX-512 two rows of `w` share a register
+        // ([`tile_pairs`]): each multiply and add does sixteen lanes' work.
         macro_rules! pairs {
             ($mr:literal) => {
                 // SAFETY: the caller's contract (AVX-512VL where `GROUP` is 8).
@@ -332,7 +331,7 @@ unsafe fn nt_rows<const G: usize, S: Rows<G>, const FMA: bool, const GROUP: usiz
             (8, 4, _) => pairs!(4),
             (8, 3, _) => pairs!(3),
             (8, 2, _) => pairs!(2),
-            (8, _, _) => group!(1, 4),
+            (8, _, _) => pairs!(1),
             (_, 4, 1) => group!(4, 2),
             (_, 3, 1) => group!(3, 2),
             (_, 2, 1) => group!(2, 4),
@@ -389,8 +388,8 @@ unsafe fn row_group<
     }
 }
 
-/// [`row_group`] on AVX-512: rows of `w` two by two ([`tile_pairs`]), four at a time, the rest
-/// one by one with [`tile`].
+/// [`row_group`] on AVX-512 (any number of rows of `x`): rows of `w` two by two per register
+/// ([`tile_pairs`]), four at a time, the rest one by one with [`tile`].
 ///
 /// # Safety
 /// As [`nt_rows`], and AVX-512F.
