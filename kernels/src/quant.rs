@@ -1,7 +1,8 @@
 //! Quantized weight matrices as llama.cpp's ggml stores them (`ggml-common.h`): rows of blocks,
 //! each block a few `f16` scales and packed small integers. The base projection reads them as
-//! stored ([`crate::gemm_xwt_quant`]): a panel of rows is dequantized into an L2-resident
-//! scratch as the GEMM reaches it, never the whole matrix.
+//! stored ([`crate::gemm_xwt_quant`]): for a decode step's few rows the GEMM's tiles dequantize
+//! the blocks in registers as they read them; for more rows a panel of rows is dequantized into
+//! an L2-resident scratch as the GEMM reaches it; never the whole matrix.
 //!
 //! # Why dequantize exactly as ggml does
 //! Each element is rebuilt by the float operations ggml's `dequantize_row_*` performs, in its

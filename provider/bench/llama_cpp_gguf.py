@@ -244,7 +244,8 @@ def main():
     parser.add_argument("--convert", default="",
                         help="also convert the transformers checkpoint with llama.cpp's "
                              "convert_hf_to_gguf.py at these precisions (bf16,f32) and compare "
-                             "on those files (needs --convert-python)")
+                             "on those files (--convert-python must have sentencepiece, which "
+                             "the converter imports for Llama vocabularies)")
     parser.add_argument("--jobs", type=int, default=2, help="llama.cpp build jobs")
     parser.add_argument("--convert-python", default=HF_PYTHON,
                         help="a python with torch and transformers for convert_lora_to_gguf.py "
