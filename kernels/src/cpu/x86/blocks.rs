@@ -9,10 +9,10 @@
 
 use std::arch::x86_64::{
     __m256, __m256i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64,
-    _mm256_add_ps, _mm256_and_si256, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps,
-    _mm256_cvtepu8_epi32, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_ps,
-    _mm256_setr_epi32, _mm256_slli_epi32, _mm256_srli_epi32, _mm256_srlv_epi32, _mm256_sub_epi32,
-    _mm256_sub_ps,
+    _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256, _mm256_andnot_si256, _mm256_cvtepi8_epi32,
+    _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32,
+    _mm256_set1_ps, _mm256_setr_epi32, _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srai_epi32,
+    _mm256_srli_epi32, _mm256_srlv_epi32, _mm256_sub_epi32, _mm256_sub_ps,
 };
 
 use crate::quant::QK_K;
@@ -96,17 +96,28 @@ unsafe fn nibbles(qs: *const u8, g: usize) -> __m256i {
     }
 }
 
-/// Q5's fifth bits of elements `8g..8g + 8` (bit `e` of `qh` is element `e`'s), at bit 4.
+/// Whether Q5's fifth bit is set for each of elements `8g..8g + 8` (bit `e` of `qh` is element
+/// `e`'s), as all-ones lanes: `qh` (broadcast once per block) shifted so that bit `e` is the sign
+/// bit, then spread over the lane.
 ///
 /// # Safety
 /// AVX2.
 #[inline(always)]
-unsafe fn fifth_bits(qh: u32, g: usize) -> __m256i {
+unsafe fn fifth_bit_set(qh: __m256i, g: usize) -> __m256i {
     // SAFETY: the caller's contract.
     unsafe {
-        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-        let bits = _mm256_srlv_epi32(_mm256_set1_epi32((qh >> (8 * g)) as i32), lanes);
-        _mm256_slli_epi32::<4>(_mm256_and_si256(bits, _mm256_set1_epi32(1)))
+        let top = 31 - 8 * g as i32;
+        let counts = _mm256_setr_epi32(
+            top,
+            top - 1,
+            top - 2,
+            top - 3,
+            top - 4,
+            top - 5,
+            top - 6,
+            top - 7,
+        );
+        _mm256_srai_epi32::<31>(_mm256_sllv_epi32(qh, counts))
     }
 }
 
@@ -181,11 +192,12 @@ impl Blocks for Q5_0 {
         // SAFETY: the trait's contract.
         unsafe {
             let d = _mm256_set1_ps(half(b));
-            let qh = u32::from_le_bytes(b.add(2).cast::<[u8; 4]>().read_unaligned());
-            let sixteen = _mm256_set1_epi32(16);
+            let qh = b.add(2).cast::<i32>().read_unaligned();
+            let (qh, minus_sixteen) = (_mm256_set1_epi32(qh), _mm256_set1_epi32(-16));
+            // `(nibble | h·16) − 16` as `nibble + (h ? 0 : −16)`: the same integer.
             four!(g => {
-                let q = _mm256_or_si256(nibbles(b.add(6), g), fifth_bits(qh, g));
-                scaled(_mm256_sub_epi32(q, sixteen), d)
+                let high = _mm256_andnot_si256(fifth_bit_set(qh, g), minus_sixteen);
+                scaled(_mm256_add_epi32(nibbles(b.add(6), g), high), d)
             })
         }
     }
@@ -201,10 +213,11 @@ impl Blocks for Q5_1 {
         // SAFETY: the trait's contract.
         unsafe {
             let (d, m) = (_mm256_set1_ps(half(b)), _mm256_set1_ps(half(b.add(2))));
-            let qh = u32::from_le_bytes(b.add(4).cast::<[u8; 4]>().read_unaligned());
+            let qh = _mm256_set1_epi32(b.add(4).cast::<i32>().read_unaligned());
+            let sixteen = _mm256_set1_epi32(16);
             four!(g => {
-                let q = _mm256_or_si256(nibbles(b.add(8), g), fifth_bits(qh, g));
-                _mm256_add_ps(scaled(q, d), m)
+                let high = _mm256_and_si256(fifth_bit_set(qh, g), sixteen);
+                _mm256_add_ps(scaled(_mm256_or_si256(nibbles(b.add(8), g), high), d), m)
             })
         }
     }
