@@ -203,6 +203,22 @@ unsafe fn pair(lo: __m256, hi: __m256) -> __m512 {
     }
 }
 
+/// `acc + x·w` in sixteen lanes, as [`madd`] in eight.
+///
+/// # Safety
+/// The CPU must support AVX-512F, and FMA when `FMA`.
+#[inline(always)]
+unsafe fn madd512<const FMA: bool>(x: __m512, w: __m512, acc: __m512) -> __m512 {
+    // SAFETY: the features are the caller's contract.
+    unsafe {
+        if FMA {
+            _mm512_fmadd_ps(x, w, acc)
+        } else {
+            _mm512_add_ps(acc, _mm512_mul_ps(x, w))
+        }
+    }
+}
+
 /// The two halves of [`pair`].
 ///
 /// # Safety
@@ -272,11 +288,7 @@ unsafe fn tile_pairs<const MR: usize, const NP: usize, const FMA: bool>(
                     _mm256_loadu_ps(xs[i].as_ptr().add(o)),
                 )));
                 for p in 0..NP {
-                    acc[i][p] = if FMA {
-                        _mm512_fmadd_ps(xv, wv[p], acc[i][p])
-                    } else {
-                        _mm512_add_ps(acc[i][p], _mm512_mul_ps(xv, wv[p]))
-                    };
+                    acc[i][p] = madd512::<FMA>(xv, wv[p], acc[i][p]);
                 }
             }
             o += LANES;

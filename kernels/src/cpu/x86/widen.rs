@@ -18,15 +18,14 @@
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::{
-    __m256, __m512, _MM_HINT_T0, _mm_loadu_si128, _mm_prefetch, _mm256_castps_pd,
-    _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_loadu_ps, _mm256_setzero_ps,
-    _mm256_slli_epi32, _mm256_storeu_ps, _mm512_add_ps, _mm512_broadcast_f64x4, _mm512_castpd_ps,
-    _mm512_fmadd_ps, _mm512_mul_ps, _mm512_setzero_ps,
+    __m256, _MM_HINT_T0, _mm_loadu_si128, _mm_prefetch, _mm256_castps_pd, _mm256_castsi256_ps,
+    _mm256_cvtepu16_epi32, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps,
+    _mm512_broadcast_f64x4, _mm512_castpd_ps, _mm512_setzero_ps,
 };
 use std::marker::PhantomData;
 
 use super::blocks::{self, Blocks};
-use super::{LANES, Step, fold, fold_register, halves, madd, pair, steps};
+use super::{LANES, Step, fold, fold_register, halves, madd, madd512, pair, steps};
 use crate::Mode;
 use crate::cpu::Widened;
 use crate::quant::{QK_K, QuantType};
@@ -497,22 +496,6 @@ unsafe fn tile_pairs<
                     out[i * out_stride + r] += fold(&lanes);
                 }
             }
-        }
-    }
-}
-
-/// `acc + x·w` in sixteen lanes, as [`madd`] in eight.
-///
-/// # Safety
-/// AVX-512F, and FMA when `FMA`.
-#[inline(always)]
-unsafe fn madd512<const FMA: bool>(x: __m512, w: __m512, acc: __m512) -> __m512 {
-    // SAFETY: the caller's contract.
-    unsafe {
-        if FMA {
-            _mm512_fmadd_ps(x, w, acc)
-        } else {
-            _mm512_add_ps(acc, _mm512_mul_ps(x, w))
         }
     }
 }
