@@ -305,3 +305,33 @@ impl<T: Order> Signed<T> {
         Ok(verified)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// Recovery runs on libsecp256k1 (alloy's `secp256k1` feature), signing on k256: the two
+        /// implementations agree on the account, with `v` written either way, and a signature
+        /// over another digest recovers another account.
+        #[test]
+        fn libsecp256k1_recovers_what_k256_signed(secret in proptest::array::uniform32(1u8..), digest in proptest::array::uniform32(0u8..)) {
+            let key = SigningKey::from_slice(&secret).unwrap();
+            let digest = B256::from(digest);
+            let mut signature = sign_digest(&key, &digest);
+            let account = account_of(&key);
+            let by_k256 = Signature::from_raw_array(&signature)
+                .unwrap()
+                .recover_from_prehash(&digest)
+                .map(|k| Address::from_public_key(&k))
+                .unwrap();
+            proptest::prop_assert_eq!(by_k256, account);
+            proptest::prop_assert_eq!(recover_signer("signature", &signature, &digest).unwrap(), account);
+            signature[64] -= 27;
+            proptest::prop_assert_eq!(recover_signer("signature", &signature, &digest).unwrap(), account);
+            let mut other = digest;
+            other.0[0] ^= 1;
+            proptest::prop_assert_ne!(recover_signer("signature", &signature, &other).ok(), Some(account));
+        }
+    }
+}
