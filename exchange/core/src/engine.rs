@@ -1,17 +1,19 @@
 //! The in-memory matching engine: live bundles indexed so that clearing a job does not scan the
 //! fleet, with results equal to a brute-force argmin over every bundle.
 //!
-//! Three indexes, each a list ordered by price per FLOP (the only part of the cost that a
-//! bundle's static numbers bound from below):
+//! Three indexes, each a list ordered by the bundle's key — its ask per FLOP plus a fixed weight
+//! × its seconds per FLOP ([`crate::objective::index_key`]): what its static numbers bound the
+//! cost from below by:
 //! - bundles holding a given **adapter** (α = 1),
 //! - bundles holding a given **base** model (β = 1),
 //! - every bundle by **capability** (the classes and tiers it offers).
 //!
 //! A clear walks them in that order. A bundle's cost is at least
-//! `μ1·(1−β) + μ2·(1−α) + p·t_compute·(1 + λ_V·v(τ))` (every other term is ≥ 0), and along a
-//! list that bound only grows (t_compute taken at its least, as if the bundle held the job's
-//! conversation prefix, so the bound holds for holders and non-holders alike), so each walk stops at the first bundle whose bound exceeds the
-//! best cost found so far. Because μ1 ≫ μ2 ≫ the price terms, walks over the cold lists usually
+//! `μ1·(1−β) + μ2·(1−α) + min(a, b/c)·key` ([`LowerBound`]: the compute with its verification
+//! and the latency and deadline risk of t_compute, taken at its least, as if the bundle held the
+//! job's conversation prefix, so the bound holds for holders and non-holders alike; every other
+//! term is ≥ 0), and along a list that bound only grows, so each walk stops at the first bundle
+//! whose bound exceeds the best cost found so far. Because μ1 ≫ μ2 ≫ the price terms, walks over the cold lists usually
 //! stop at once: this is branch and bound, exact by construction, not a heuristic. A bundle whose
 //! ask is above the price ceiling (the market's quote, the buyer's maximum) is skipped, which
 //! cannot invalidate a bound.
@@ -20,14 +22,14 @@ use crate::candidate::{Candidate, View};
 use crate::clearing::{self, Decision, rank};
 use crate::error::{Error, Result};
 use crate::feasibility::{PriceCeiling, completion_s, is_feasible, price_ceiling, price_eligible};
-use crate::objective::{Terms, Weights, compute_flops_on, lower_bound, terms};
+use crate::objective::{LowerBound, Terms, Weights, compute_flops_on, index_key, terms};
 use crate::pricing::market::Quote;
 use crate::ring::{affinity_distance, hash64};
 use cx_protocol::{Bundle, ClassSet, Job, TierSet};
 use std::collections::HashMap;
 
 type Slot = u32;
-/// Bundles ordered by (price per FLOP as ordered bits, slot): a sorted Vec, because clears walk
+/// Bundles ordered by (index key as ordered bits, slot): a sorted Vec, because clears walk
 /// and probe these lists far more often than bundles come and go.
 type Ordered = Vec<(u64, Slot)>;
 
@@ -47,7 +49,7 @@ struct Entry {
     /// The bases it can load (interned); `None`: any.
     fetchable: Option<Vec<u32>>,
     adapters: Vec<u32>,
-    /// Price per FLOP as ordered bits (non-negative f64 bits sort like the numbers).
+    /// Its index key as ordered bits (non-negative f64 bits sort like the numbers).
     key: u64,
 }
 
@@ -164,6 +166,8 @@ struct Probe<'a> {
     key_hash: u64,
     /// The price gates (quote, buyer's limit).
     ceiling: PriceCeiling,
+    /// The cost bound of the walks.
+    bound: LowerBound,
 }
 
 struct Best {
@@ -232,7 +236,12 @@ impl Engine {
             .iter()
             .map(|a| self.intern(a))
             .collect();
-        let key = price_per_flop(&bundle).to_bits();
+        let key = index_key(
+            cx_protocol::price::to_units(bundle.price_wei_per_s),
+            bundle.flops_per_s,
+            &self.weights,
+        )
+        .to_bits();
         let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {
@@ -361,6 +370,7 @@ impl Engine {
             base,
             key_hash: hash64(job.affinity_key()),
             ceiling,
+            bound: LowerBound::new(job, &self.weights),
         };
         let no_adapter_needed = !job.needs_adapter();
         let mut best: Option<Best> = None;
@@ -379,7 +389,12 @@ impl Engine {
             &mut best,
             |item| (!in_adapter.holds(item)).then_some((true, false)),
         );
-        // β = 0 and α = 0: usually cut at once by the μ1 in the bound.
+        // β = 0 and α = 0: usually cut at once by the μ1 in the bound — for every list at once
+        // when even a free bundle's bound passes the best cost (the bound grows with the price).
+        let cold_floor = probe.bound.at(0.0, false, no_adapter_needed);
+        if best.as_ref().is_some_and(|b| cold_floor > b.terms.total) {
+            return Ok(best.map(|b| self.choice(b)));
+        }
         for ((classes, tiers), list) in &self.by_capability {
             let offers_class = classes & (1 << job.determinism as u8) != 0;
             let offers_tier = tiers & (1 << job.tier as u8) != 0;
@@ -414,21 +429,19 @@ impl Engine {
     ) {
         let items = list.map_or(&[][..], Vec::as_slice);
         for (i, &(key, slot)) in items.iter().enumerate() {
-            // The walk's next bundles are known: their lines load while this one is judged.
-            if let Some(&(_, ahead)) = items.get(i + PREFETCH_AHEAD) {
-                prefetch(&self.hot[ahead as usize]);
-            }
             if let Some(b) = best {
-                let bound = lower_bound(
-                    probe.job,
-                    &self.weights,
-                    f64::from_bits(key),
-                    bound_residency.0,
-                    bound_residency.1,
-                );
+                let bound =
+                    probe
+                        .bound
+                        .at(f64::from_bits(key), bound_residency.0, bound_residency.1);
                 if bound > b.terms.total {
                     break;
                 }
+            }
+            // The walk goes on, and its next bundles are known: their lines load while this
+            // one is judged.
+            if let Some(&(_, ahead)) = items.get(i + PREFETCH_AHEAD) {
+                prefetch(&self.hot[ahead as usize]);
             }
             if let Some((beta, alpha)) = residency((key, slot)) {
                 self.consider(probe, slot, beta, alpha, best);
@@ -549,6 +562,7 @@ impl Engine {
             base: self.names.get(&job.base_model).copied(),
             key_hash: hash64(job.affinity_key()),
             ceiling: price_ceiling(job, quote),
+            bound: LowerBound::new(job, &self.weights),
         };
         let mut best = None;
         for (slot, _, beta, alpha) in self.residency(job) {
@@ -589,13 +603,6 @@ impl Engine {
             policy,
         ))
     }
-}
-
-/// The ask per FLOP in the objective's float unit: the order of every index list, from which
-/// [`lower_bound`] bounds a bundle's cost. The same conversion as [`View::price_units_per_s`], so
-/// bound and cost agree.
-fn price_per_flop(bundle: &Bundle) -> f64 {
-    cx_protocol::price::to_units(bundle.price_wei_per_s) / bundle.flops_per_s
 }
 
 /// How many members ahead of the one it judges a walk asks the CPU to load: far enough to

@@ -166,38 +166,80 @@ pub fn compute_flops_on(job: &Job, prefix_resident: bool) -> f64 {
     }
 }
 
-/// The least FLOPs the job costs any bundle (on a holder of its prefix).
-fn least_compute_flops(job: &Job) -> f64 {
-    compute_flops_on(job, true)
-}
-
 /// Convenience: t̂ then the terms.
 pub fn evaluate(job: &Job, view: &View, weights: &Weights) -> Terms {
     terms(job, view, weights, completion_s(job, view))
 }
 
-/// A lower bound on `total` for a bundle with the given residency, from its price per FLOP
-/// alone: the engine walks bundles in price-per-FLOP order and stops once this bound passes the
-/// best cost found. Every other term is ≥ 0, and the compute is that of a prefix hit (the least
-/// any bundle can do), so the bound holds for holders and non-holders alike. Shaved by a relative 1e-12 so float rounding in the
-/// real sum can never put a bundle below its bound.
-pub fn lower_bound(
-    job: &Job,
-    weights: &Weights,
-    price_per_flop: f64,
-    base_resident: bool,
-    adapter_present: bool,
-) -> f64 {
-    let compute = price_per_flop * least_compute_flops(job);
-    let verification = weights.lambda_verification * job.tier.verification_work() * compute;
-    let mut bound = compute + verification;
-    if !base_resident {
-        bound += weights.mu_base_for(job);
+/// The deadline at which the engine's index key weighs a bundle's time as the objective does:
+/// the key's time weight is λ_L + λ_D/Δ at this Δ (any positive value keeps clearing exact; it
+/// only moves how far a walk goes for jobs with other deadlines).
+const KEY_DEADLINE_S: f64 = 30.0;
+
+/// A bundle's index key: its ask per FLOP plus [`key_time_weight`] × its seconds per FLOP, in
+/// units of the asset per FLOP. Per FLOP of a job, the compute term costs the ask and the
+/// latency and deadline-risk terms cost the time weight × the seconds: ordering by the ask alone
+/// left the walks blind to a bundle's speed, which costs as much (a bundle's ask per second and
+/// λ_L are both ~10⁻⁴–10⁻³ units), and they walked ~180 base holders per clear.
+pub fn index_key(price_units_per_s: f64, flops_per_s: f64, weights: &Weights) -> f64 {
+    (price_units_per_s + key_time_weight(weights)) / flops_per_s
+}
+
+/// The units per second the index key charges for a bundle's time: λ_L + λ_D/Δ at
+/// [`KEY_DEADLINE_S`].
+fn key_time_weight(weights: &Weights) -> f64 {
+    weights.lambda_latency + weights.lambda_deadline / KEY_DEADLINE_S
+}
+
+/// A lower bound on `total` for one job on a bundle with a given residency, from the bundle's
+/// [`index_key`] alone: the engine walks bundles in key order and stops once the bound passes
+/// the best cost found. With F the least FLOPs the job costs any bundle (on a holder of its
+/// prefix), p the ask per FLOP and s the seconds per FLOP, a bundle costs at least
+/// `a·p + b·s` — the compute with its verification, `a = F·(1 + λ_V·v(τ))`, and the latency and
+/// deadline risk of t̂ ≥ F·s, `b = F·(λ_L + λ_D/Δ)` — every other term being ≥ 0; and with the
+/// key `k = p + c·s`, `a·p + b·s ≥ min(a, b/c)·k`. What depends on the job alone is computed
+/// once per clear ([`LowerBound::new`]), not per bundle.
+#[derive(Debug, Clone, Copy)]
+pub struct LowerBound {
+    /// `min(a, b/c)`: what a unit of key costs the job at least.
+    per_key: f64,
+    mu_base: f64,
+    mu_adapter: f64,
+}
+
+impl LowerBound {
+    /// The bound's job-dependent part.
+    pub fn new(job: &Job, weights: &Weights) -> Self {
+        let least_flops = compute_flops_on(job, true);
+        let per_price =
+            least_flops + weights.lambda_verification * job.tier.verification_work() * least_flops;
+        let per_second =
+            least_flops * (weights.lambda_latency + weights.lambda_deadline / job.deadline_s);
+        let c = key_time_weight(weights);
+        Self {
+            per_key: if c > 0.0 {
+                per_price.min(per_second / c)
+            } else {
+                per_price
+            },
+            mu_base: weights.mu_base_for(job),
+            mu_adapter: weights.mu_adapter,
+        }
     }
-    if !adapter_present {
-        bound += weights.mu_adapter;
+
+    /// The bound on a bundle of index key `key` with the given residency (`adapter_present`:
+    /// resident, or the job needs none). Shaved by a relative 1e-9 so float rounding in the
+    /// key and the real sum can never put a bundle below its bound; it grows with `key`.
+    pub fn at(&self, key: f64, base_resident: bool, adapter_present: bool) -> f64 {
+        let mut bound = self.per_key * key;
+        if !base_resident {
+            bound += self.mu_base;
+        }
+        if !adapter_present {
+            bound += self.mu_adapter;
+        }
+        bound * (1.0 - 1e-9)
     }
-    bound * (1.0 - 1e-12)
 }
 
 #[cfg(test)]

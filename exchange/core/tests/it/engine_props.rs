@@ -185,6 +185,9 @@ proptest! {
         jobs in proptest::collection::vec(job(), 1..8),
         removed in proptest::collection::vec(0usize..40, 0..5),
         quoted_ask in proptest::option::of(0u64..6),
+        // The index key weighs a bundle's time by λ_L and λ_D: the walks must stay exact for
+        // any weights, none included.
+        time_weights in proptest::option::of((0u32..4, 0u32..4, 0u32..3)),
     ) {
         // A market quote whose ask gates bundles, as the market maker's would.
         let quote = quoted_ask.map(|ask| Quote {
@@ -192,7 +195,13 @@ proptest! {
             ask_wei_per_s: ask * 300,
             regime: Regime::Busy,
         });
-        let mut engine = Engine::new(Weights::default()).unwrap();
+        let weights = time_weights.map_or_else(Weights::default, |(l, d, v)| Weights {
+            lambda_latency: f64::from(l) * 0.0005,
+            lambda_deadline: f64::from(d) * 0.01,
+            lambda_verification: f64::from(v),
+            ..Weights::default()
+        });
+        let mut engine = Engine::new(weights).unwrap();
         let mut bundles: Vec<Bundle> = fleet
             .into_iter()
             .enumerate()
