@@ -106,12 +106,15 @@ pub fn explain_with(
                 affinity_distance(key, &candidate.id),
                 candidate,
             )),
-            Some(bind) => rejected.push(Rejection {
-                id: candidate.id.clone(),
-                binding: bind.constraint,
-                factor: bind.factor,
-                violations: violations.clone(),
-            }),
+            Some(bind) => {
+                let (binding, factor) = (bind.constraint, bind.factor);
+                rejected.push(Rejection {
+                    id: candidate.id.clone(),
+                    binding,
+                    factor,
+                    violations,
+                });
+            }
         }
     }
     let score = |t: &Terms| match policy {

@@ -444,7 +444,9 @@ impl Engine {
                 prefetch(&self.hot[ahead as usize]);
             }
             if let Some((beta, alpha)) = residency((key, slot)) {
-                self.consider(probe, slot, beta, alpha, best);
+                if !self.cut(probe, key, slot, (beta, alpha), best.as_ref()) {
+                    self.consider(probe, slot, beta, alpha, best);
+                }
             }
         }
     }
@@ -477,6 +479,29 @@ impl Engine {
             tiers: hot.tiers,
             failure_rate: hot.failure_rate,
         }
+    }
+
+    /// Whether bundle `slot` (index key bits `key`, residency (β, α)) cannot beat `best` by its
+    /// own bound ([`LowerBound::at_bundle`]): cut before its t̂ and terms are computed.
+    fn cut(
+        &self,
+        probe: &Probe<'_>,
+        key: u64,
+        slot: Slot,
+        (beta, alpha): (bool, bool),
+        best: Option<&Best>,
+    ) -> bool {
+        best.is_some_and(|b| {
+            let hot = &self.hot[slot as usize];
+            let residency = (beta, alpha || !probe.job.needs_adapter());
+            let bound = probe.bound.at_bundle(
+                f64::from_bits(key),
+                residency,
+                hot.rtt_s + hot.queue_s,
+                hot.failure_rate,
+            );
+            bound > b.terms.total
+        })
     }
 
     fn consider(

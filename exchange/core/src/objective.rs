@@ -203,6 +203,9 @@ fn key_time_weight(weights: &Weights) -> f64 {
 pub struct LowerBound {
     /// `min(a, b/c)`: what a unit of key costs the job at least.
     per_key: f64,
+    /// λ_L + λ_D/Δ: what a second of t̂ costs the job.
+    per_second: f64,
+    lambda_failure: f64,
     mu_base: f64,
     mu_adapter: f64,
 }
@@ -213,15 +216,16 @@ impl LowerBound {
         let least_flops = compute_flops_on(job, true);
         let per_price =
             least_flops + weights.lambda_verification * job.tier.verification_work() * least_flops;
-        let per_second =
-            least_flops * (weights.lambda_latency + weights.lambda_deadline / job.deadline_s);
+        let per_second = weights.lambda_latency + weights.lambda_deadline / job.deadline_s;
         let c = key_time_weight(weights);
         Self {
             per_key: if c > 0.0 {
-                per_price.min(per_second / c)
+                per_price.min(least_flops * per_second / c)
             } else {
                 per_price
             },
+            per_second,
+            lambda_failure: weights.lambda_failure,
             mu_base: weights.mu_base_for(job),
             mu_adapter: weights.mu_adapter,
         }
@@ -231,7 +235,27 @@ impl LowerBound {
     /// resident, or the job needs none). Shaved by a relative 1e-9 so float rounding in the
     /// key and the real sum can never put a bundle below its bound; it grows with `key`.
     pub fn at(&self, key: f64, base_resident: bool, adapter_present: bool) -> f64 {
-        let mut bound = self.per_key * key;
+        self.with(self.per_key * key, base_resident, adapter_present)
+    }
+
+    /// [`LowerBound::at`] for one bundle, tighter by what its own numbers add without a
+    /// division: the latency and deadline risk of its round trip and queue (t̂ counts both) and
+    /// its failure term. The engine skips a bundle whose bound passes the best cost before it
+    /// computes t̂ and the terms.
+    pub fn at_bundle(
+        &self,
+        key: f64,
+        (base_resident, adapter_present): (bool, bool),
+        rtt_and_queue_s: f64,
+        failure_rate: f64,
+    ) -> f64 {
+        let own = self.per_key * key
+            + self.per_second * rtt_and_queue_s
+            + self.lambda_failure * failure_rate;
+        self.with(own, base_resident, adapter_present)
+    }
+
+    fn with(&self, mut bound: f64, base_resident: bool, adapter_present: bool) -> f64 {
         if !base_resident {
             bound += self.mu_base;
         }
