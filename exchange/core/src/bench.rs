@@ -41,6 +41,13 @@ pub struct ClearingReport {
     pub scan_intents_per_s: f64,
     /// intents_per_s / scan_intents_per_s.
     pub speedup_vs_scan: f64,
+    /// Bundles the scan judges per second (feasibility and terms of one bundle for one job):
+    /// the unit the engine's work is measured in.
+    pub scan_bundles_per_s: f64,
+    /// What one clear costs, in bundles judged by the scan (`scan_bundles_per_s /
+    /// intents_per_s`): the bound a clear is measured against is one bundle judged (the
+    /// chosen one); a scan is `bundles`.
+    pub clear_cost_in_bundles: f64,
     /// Intents for which the engine and the scan chose differently (must be 0).
     pub disagreements: usize,
     /// Intents with no feasible bundle.
@@ -205,6 +212,8 @@ pub fn run_clearing(config: &ClearingBenchConfig) -> ClearingReport {
         scan_intents: scanned.len(),
         scan_intents_per_s,
         speedup_vs_scan: intents_per_s / scan_intents_per_s,
+        scan_bundles_per_s: scan_intents_per_s * engine.len() as f64,
+        clear_cost_in_bundles: scan_intents_per_s * engine.len() as f64 / intents_per_s,
         disagreements,
         unfilled,
     }

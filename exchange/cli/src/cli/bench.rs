@@ -296,7 +296,7 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
                 seed: a.seed,
             });
             let table = format!(
-                "clearing: {} bundles, {} intents (scan on {})\n  {:<22}{:>14.0}\n  {:<22}{:>14.2}\n  {:<22}{:>14.2}\n  {:<22}{:>14.0}\n  {:<22}{:>14.1}\n  {:<22}{:>14}\n  {:<22}{:>14}\n",
+                "clearing: {} bundles, {} intents (scan on {})\n  {:<22}{:>14.0}\n  {:<22}{:>14.2}\n  {:<22}{:>14.2}\n  {:<22}{:>14.0}\n  {:<22}{:>14.1}\n  {:<22}{:>14.0}\n  {:<22}{:>14.1}  bound: 1 (the chosen bundle judged)\n  {:<22}{:>14}\n  {:<22}{:>14}\n",
                 r.bundles,
                 r.intents,
                 r.scan_intents,
@@ -310,6 +310,10 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
                 r.scan_intents_per_s,
                 "speedup_vs_scan",
                 r.speedup_vs_scan,
+                "scan_bundles_per_s",
+                r.scan_bundles_per_s,
+                "clear_cost_in_bundles",
+                r.clear_cost_in_bundles,
                 "disagreements",
                 r.disagreements,
                 "unfilled",
