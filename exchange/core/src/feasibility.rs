@@ -112,8 +112,13 @@ pub fn price_violation(view: &View, ceiling: &PriceCeiling) -> Option<Violation>
         factor = factor.max(ask as f64 / quote.max(1) as f64);
         details.push(format!("asks {ask} wei/s over the quote {quote} wei/s"));
     }
-    let charge = price::charge_wei(ask, view.compute_s);
-    if let Some(limit) = ceiling.max_price_wei.filter(|m| charge > *m) {
+    // The gate's own test first: the exact charge (a decimal of the time, formatted) only for
+    // a bundle over the limit, whose violation states it.
+    if let Some(limit) = ceiling
+        .max_price_wei
+        .filter(|m| !price::charge_within(ask, view.compute_s, *m))
+    {
+        let charge = price::charge_wei(ask, view.compute_s);
         factor = factor.max(charge as f64 / limit.max(1) as f64);
         details.push(format!(
             "charges {charge} wei for {:.3} s over the limit {limit} wei",
