@@ -443,10 +443,10 @@ impl Engine {
             if let Some(&(_, ahead)) = items.get(i + PREFETCH_AHEAD) {
                 prefetch(&self.hot[ahead as usize]);
             }
-            if let Some((beta, alpha)) = residency((key, slot)) {
-                if !self.cut(probe, key, slot, (beta, alpha), best.as_ref()) {
-                    self.consider(probe, slot, beta, alpha, best);
-                }
+            if let Some((beta, alpha)) = residency((key, slot))
+                && !self.cut(probe, key, slot, (beta, alpha), best.as_ref())
+            {
+                self.consider(probe, slot, beta, alpha, best);
             }
         }
     }
@@ -458,9 +458,13 @@ impl Engine {
     fn view(&self, slot: Slot, job: &Job, base: Option<u32>, beta: bool, alpha: bool) -> View {
         let hot = &self.hot[slot as usize];
         let prefix_resident = job.prefix.is_some() && holds_prefix(&self.entry(slot).bundle, job);
-        let base_load_bps = match hot.loads_at_bandwidth || beta {
-            true => hot.bandwidth_bps,
-            false => (self.entry(slot).bundle.base_load_bps).unwrap_or(hot.bandwidth_bps),
+        let base_load_bps = if hot.loads_at_bandwidth || beta {
+            hot.bandwidth_bps
+        } else {
+            self.entry(slot)
+                .bundle
+                .base_load_bps
+                .unwrap_or(hot.bandwidth_bps)
         };
         View {
             price_wei_per_s: hot.price_wei_per_s,
