@@ -41,6 +41,8 @@ pub struct AnvilInstance {
     /// Port on 127.0.0.1.
     pub port: u16,
     accounts: u32,
+    /// Seconds between blocks; `None`: a block per transaction (automine).
+    pub block_time_s: Option<u64>,
     /// Deterministic funded accounts (Anvil's test mnemonic), in order.
     pub keys: Vec<PrivateKeySigner>,
     _config_dir: ScratchDir,
@@ -88,6 +90,7 @@ fn launch(
     chain_id: u64,
     port: u16,
     accounts: u32,
+    block_time_s: Option<u64>,
     dir: &Path,
     load: bool,
 ) -> Result<(Supervised, Vec<PrivateKeySigner>)> {
@@ -108,6 +111,11 @@ fn launch(
         .arg(&state);
     if load {
         command.arg("--load-state").arg(&state);
+    }
+    if let Some(seconds) = block_time_s {
+        // A block every `seconds` whatever arrives, as on a real network: transactions wait
+        // in the pool, and a fee under the base fee is not mined.
+        command.args(["--block-time", &seconds.to_string()]);
     }
     let mut process = Supervised::spawn(
         format!("anvil (chain {chain_id}, port {port})"),
@@ -143,16 +151,23 @@ impl AnvilInstance {
     /// Starts Anvil with `chain_id` on `port` (a free one when `None`) and `accounts` funded
     /// accounts, and waits until it answers.
     pub fn spawn(chain_id: u64, port: Option<u16>, accounts: u32) -> Result<Self> {
-        Self::spawn_in(chain_id, port, accounts, None)
+        Self::spawn_in(chain_id, port, accounts, None, None)
+    }
+
+    /// [`AnvilInstance::spawn`] mining a block every `block_time_s` seconds instead of one per
+    /// transaction.
+    pub fn spawn_with_block_time(chain_id: u64, accounts: u32, block_time_s: u64) -> Result<Self> {
+        Self::spawn_in(chain_id, None, accounts, Some(block_time_s), None)
     }
 
     /// [`AnvilInstance::spawn`] with its config and log (`anvil.json`, `anvil.log`) in `dir`,
     /// kept after it stops (the devnet's `runtime/devnet/chain-<id>/`); a scratch folder when
-    /// `None`.
+    /// `None`; a block every `block_time_s` seconds when given (automine when `None`).
     pub fn spawn_in(
         chain_id: u64,
         port: Option<u16>,
         accounts: u32,
+        block_time_s: Option<u64>,
         dir: Option<&Path>,
     ) -> Result<Self> {
         let port = match port {
@@ -163,12 +178,13 @@ impl AnvilInstance {
             Some(path) => ScratchDir::kept(path)?,
             None => ScratchDir::new("cx-anvil")?,
         };
-        let (process, keys) = launch(chain_id, port, accounts, &dir.path, false)?;
+        let (process, keys) = launch(chain_id, port, accounts, block_time_s, &dir.path, false)?;
         Ok(Self {
             process,
             chain_id,
             port,
             accounts,
+            block_time_s,
             keys,
             _config_dir: dir,
         })
@@ -188,6 +204,7 @@ impl AnvilInstance {
             self.chain_id,
             self.port,
             self.accounts,
+            self.block_time_s,
             &self._config_dir.path,
             true,
         )?;
@@ -202,13 +219,7 @@ impl AnvilInstance {
 
     /// The registry entry of this chain.
     pub fn entry(&self) -> ChainEntry {
-        ChainEntry {
-            chain_id: self.chain_id,
-            rpc_url: self.rpc_url(),
-            explorer_url: None,
-            kind: ChainKind::Anvil,
-            finality_blocks: None,
-        }
+        ChainEntry::new(self.chain_id, self.rpc_url(), ChainKind::Anvil)
     }
 
     /// Whether the process still runs.

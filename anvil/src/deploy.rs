@@ -1,20 +1,17 @@
-//! Deployment of every contract, and the devnet-only calls on them (minting the test
-//! stablecoin, the FROST gas probe). Production parties never deploy; they read the
-//! deployments file this writes.
+//! The devnet's deployment (cx-settlement's verified deployment, plus the FROST gas probe for
+//! `cx bench gas`) and the devnet-only calls on them (minting the test stablecoin, the probe).
 
 use alloy::primitives::{Address, B256, U256};
-use alloy::providers::Provider;
 use alloy::signers::local::PrivateKeySigner;
 use cx_contracts::{
-    ChainDeployment, ChainRegistry, Deployment, FrostGasProbe, ProviderRegistry, Settlement,
-    TestStablecoin,
+    AssetSpec, ChainDeployment, ChainRegistry, Deployment, FeePolicy, FrostGasProbe, TestStablecoin,
 };
-use cx_settlement::evm::{EvmClient, TxOutcome, signing_provider};
+use cx_settlement::evm::{self, EvmClient, TxOutcome, signing_provider};
 use cx_settlement::frost::{EvmGroupKey, EvmSignature};
 
 use crate::error::{Error, Result};
 
-/// Parameters of a deployment.
+/// Parameters of a devnet deployment.
 #[derive(Clone, Copy, Debug)]
 pub struct DeployParams {
     /// The committee's group key.
@@ -48,59 +45,36 @@ fn settlement_error(e: impl Into<cx_settlement::Error>) -> Error {
     Error::Settlement(e.into())
 }
 
-/// Deploys the asset (unless native), `Settlement`, `ProviderRegistry` and optionally the gas
-/// probe, from `signer`'s account.
+/// Deploys and verifies the contracts as `cx chain deploy` does ([`evm::deploy::deploy`]), the
+/// asset native or the test stablecoin, then the gas probe when asked, from `signer`'s account.
 pub async fn deploy(
     rpc_url: &str,
     signer: PrivateKeySigner,
     params: DeployParams,
 ) -> Result<Deployment> {
-    let provider = signing_provider(rpc_url, signer)?;
-    let chain_id = provider.get_chain_id().await?;
-    let asset = if params.native {
-        Address::ZERO
-    } else {
-        *TestStablecoin::deploy(provider.clone())
-            .await
-            .map_err(settlement_error)?
-            .address()
+    let production = evm::deploy::DeployParams {
+        group_key: params.group_key,
+        grace_period_s: params.grace_period_s,
+        min_stake: params.min_stake,
+        unbonding_delay_s: params.unbonding_delay_s,
+        asset: if params.native {
+            AssetSpec::Native
+        } else {
+            AssetSpec::TestToken
+        },
     };
-    let settlement = *Settlement::deploy(
-        provider.clone(),
-        asset,
-        params.grace_period_s,
-        params.group_key.x,
-        params.group_key.parity,
-    )
-    .await
-    .map_err(settlement_error)?
-    .address();
-    let registry = *ProviderRegistry::deploy(
-        provider.clone(),
-        settlement,
-        params.min_stake,
-        params.unbonding_delay_s,
-    )
-    .await
-    .map_err(settlement_error)?
-    .address();
-    let probe = if params.with_probe {
-        Some(
-            *FrostGasProbe::deploy(provider.clone())
+    let mut deployment =
+        evm::deploy::deploy(rpc_url, signer.clone(), production, FeePolicy::default()).await?;
+    if params.with_probe {
+        let provider = signing_provider(rpc_url, signer)?;
+        deployment.probe = Some(
+            *FrostGasProbe::deploy(provider)
                 .await
                 .map_err(settlement_error)?
                 .address(),
-        )
-    } else {
-        None
-    };
-    Ok(Deployment {
-        chain_id,
-        settlement,
-        registry,
-        asset,
-        probe,
-    })
+        );
+    }
+    Ok(deployment)
 }
 
 /// Deploys every contract to every chain of `registry` from `deployer`, returning the addresses.

@@ -1,4 +1,6 @@
-// Writes the committed artifacts (ABI + creation and runtime bytecode, nothing path-dependent)
+// Writes the committed artifacts (ABI + creation and runtime bytecode with the runtime code's
+// immutable references, which `cx chain deploy` needs to verify deployed code; nothing
+// path-dependent)
 // from a Forge output folder: node bin/export-artifacts.cjs <forge-out-dir> <dest-dir>.
 // Rust reads them through alloy's `sol!`, so `cargo build` never needs Node or Forge.
 'use strict';
@@ -20,7 +22,14 @@ for (const name of CONTRACTS) {
     contractName: name,
     abi: src.abi,
     bytecode: { object: src.bytecode.object },
-    deployedBytecode: { object: src.deployedBytecode.object },
+    deployedBytecode: {
+      object: src.deployedBytecode.object,
+      // Byte ranges solc fills at construction, as [start, length] pairs in offset order.
+      immutableRanges: Object.values(src.deployedBytecode.immutableReferences || {})
+        .flat()
+        .map((r) => [r.start, r.length])
+        .sort((a, b) => a[0] - b[0]),
+    },
   };
   fs.writeFileSync(path.join(destDir, `${name}.json`), JSON.stringify(artifact, null, 2) + '\n');
 }

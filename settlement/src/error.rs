@@ -87,6 +87,22 @@ pub enum Error {
     /// A contract call failed for a reason other than a revert (encoding, transport).
     #[error("contract call: {0}")]
     Contract(alloy::contract::Error),
+    /// A deployment could not be made, or what is on chain is not what was deployed.
+    #[error("deployment: {0}")]
+    Deployment(String),
+    /// A transaction was not sent because the chain's fee policy refuses it (its gas).
+    #[error("gas policy: {0}")]
+    GasPolicy(String),
+    /// A transaction was sent and is not mined (or could not be sent at its nonce).
+    #[error("transaction at nonce {nonce} pending{}: {reason}", .tx_hash.map(|h| format!(" ({h})")).unwrap_or_default())]
+    TxPending {
+        /// The account nonce it holds.
+        nonce: u64,
+        /// The last offer sent, if any.
+        tx_hash: Option<B256>,
+        /// Why the send stopped waiting.
+        reason: String,
+    },
     /// A sent transaction could not be followed to its receipt.
     #[error("waiting for a transaction: {0}")]
     PendingTx(#[from] alloy::providers::PendingTransactionError),

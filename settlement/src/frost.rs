@@ -40,6 +40,24 @@ impl EvmGroupKey {
             parity: bytes[0] - 2,
         })
     }
+
+    /// Parses a group key written as its 33-byte SEC1 compressed point in hex (`0x02…`/`0x03…`,
+    /// what the committee's DKG publishes); a point not on the curve is refused.
+    pub fn from_hex(text: &str) -> Result<Self> {
+        let bytes = alloy::hex::decode(text.trim()).map_err(|_| Error::KeyEncoding { len: 0 })?;
+        let key = frost::VerifyingKey::deserialize(&bytes)
+            .map_err(|_| Error::KeyEncoding { len: bytes.len() })?;
+        Self::from_verifying_key(&key)
+    }
+
+    /// The 33-byte SEC1 compressed point in hex, as [`EvmGroupKey::from_hex`] reads it.
+    pub fn to_hex(&self) -> String {
+        format!(
+            "0x{:02x}{}",
+            2 + self.parity,
+            alloy::hex::encode(self.x.to_be_bytes::<32>())
+        )
+    }
 }
 
 /// A FROST signature as the contracts take it: R as affine (x, y), and z.

@@ -30,6 +30,8 @@ pub struct ChainView {
     pub rpc_url: String,
     /// Contract addresses.
     pub deployment: Deployment,
+    /// How gas is paid on this chain (for the clients built beside this view).
+    pub fees: cx_contracts::FeePolicy,
     provider: DynProvider,
     /// `gracePeriod_s` (immutable in the contract: read once).
     grace_period_s: std::sync::Arc<tokio::sync::OnceCell<u64>>,
@@ -74,6 +76,7 @@ impl ChainView {
             chain_id: entry.chain.chain_id,
             rpc_url: entry.chain.rpc_url.clone(),
             deployment: entry.deployment,
+            fees: entry.chain.fees,
             provider: read_provider(&entry.chain.rpc_url)?,
             grace_period_s: Default::default(),
             at: None,

@@ -135,6 +135,9 @@ pub struct Config {
     /// Bases on the market (1 to 3, the generated model's only): [`MODEL`] and the [`EXTRA_BASES`]
     /// after it, each provider serving one and storing the others (`--base-store`).
     pub bases: u8,
+    /// Seconds between blocks on both chains, as on a real network; `None`: a block per
+    /// transaction (Anvil's automine).
+    pub block_time_s: Option<u64>,
     /// The `cx` binary: its `serve` runs the exchange. (`cx-provider` is found by
     /// [`crate::provider_binary`]: beside the running binary unless `CX_PROVIDER_BIN` names it;
     /// `cx-signer` by [`crate::signer_binary`].)
@@ -212,7 +215,13 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
     for (i, chain_id) in CHAIN_IDS.iter().enumerate() {
         let chain_dir = dir.join(format!("chain-{chain_id}"));
         let anvil = tokio::task::block_in_place(|| {
-            AnvilInstance::spawn_in(*chain_id, Some(ports.chain(i)), accounts, Some(&chain_dir))
+            AnvilInstance::spawn_in(
+                *chain_id,
+                Some(ports.chain(i)),
+                accounts,
+                config.block_time_s,
+                Some(&chain_dir),
+            )
         })
         .with_context(|| format!("Anvil for chain {chain_id} (scripts/setup.sh installs it)"))?;
         children.chains.push(anvil);

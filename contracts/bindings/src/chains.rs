@@ -1,12 +1,16 @@
 //! The chain registry: which EVM chains the market settles on, where their JSON-RPC
-//! endpoints are (`anvil/chains.json` on the devnet), and how deep a block must be before the
-//! exchange believes what it says (the chain's finality depth, see [`ChainEntry::finality_blocks`]).
+//! endpoints are (`anvil/chains.json` on the devnet, or one TOML file per chain for a real
+//! network, see [`ChainEntry::load_toml`]), how deep a block must be before the exchange believes
+//! what it says (the chain's finality depth, see [`ChainEntry::finality_blocks`]), how its
+//! parties pay for gas ([`FeePolicy`]) and what asset settles there ([`AssetSpec`]).
 
 use std::path::Path;
 
+use alloy::primitives::Address;
 use serde::{Deserialize, Serialize};
 
-use crate::Result;
+use crate::fees::FeePolicy;
+use crate::{Error, Result};
 
 /// One chain of the registry.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +30,48 @@ pub struct ChainEntry {
     /// Blocks a log must be under before the exchange believes it, overriding the kind's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finality_blocks: Option<u64>,
+    /// JSON-RPC URLs tried after `rpc_url` when it does not answer, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallback_rpc_urls: Vec<String>,
+    /// How parties pay for gas here (defaults: see [`FeePolicy`]).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub fees: FeePolicy,
+    /// The settlement asset, as the operator declares it before deployment (absent: the
+    /// deployer's choice; a deployment records the address it used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asset: Option<AssetSpec>,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
+/// The asset a chain settles in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum AssetSpec {
+    /// The chain's own currency (18 decimals).
+    Native,
+    /// An ERC-20 already on the chain; deployment checks its `decimals()` says the same.
+    Erc20 {
+        /// The token contract.
+        address: Address,
+        /// Its decimals.
+        decimals: u8,
+    },
+    /// A fresh `TestStablecoin` (6 decimals, anyone may mint: test networks only).
+    TestToken,
+}
+
+impl AssetSpec {
+    /// Decimals of one whole unit.
+    pub fn decimals(self) -> u8 {
+        match self {
+            Self::Native => 18,
+            Self::Erc20 { decimals, .. } => decimals,
+            Self::TestToken => 6,
+        }
+    }
 }
 
 /// What kind of chain a registry entry is.
@@ -59,10 +105,96 @@ impl ChainKind {
 }
 
 impl ChainEntry {
+    /// The fields an entry may have.
+    const FIELDS: &[&str] = &[
+        "chain_id",
+        "rpc_url",
+        "fallback_rpc_urls",
+        "explorer_url",
+        "kind",
+        "finality_blocks",
+        "fees",
+        "asset",
+    ];
+
     /// The registry's finality depth for this chain: `finality_blocks` if given, else its kind's.
     pub fn finality_blocks(&self) -> u64 {
         self.finality_blocks
             .unwrap_or_else(|| self.kind.default_finality_blocks())
+    }
+
+    /// A registry entry for `chain_id` at `rpc_url` with every other field at its default.
+    pub fn new(chain_id: u64, rpc_url: impl Into<String>, kind: ChainKind) -> Self {
+        Self {
+            chain_id,
+            rpc_url: rpc_url.into(),
+            explorer_url: None,
+            kind,
+            finality_blocks: None,
+            fallback_rpc_urls: Vec::new(),
+            fees: FeePolicy::default(),
+            asset: None,
+        }
+    }
+
+    /// Every JSON-RPC URL of the chain, the first to try first.
+    pub fn rpc_urls(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.rpc_url.as_str())
+            .chain(self.fallback_rpc_urls.iter().map(String::as_str))
+    }
+
+    /// Reads one chain's registry file (TOML, the same fields as a JSON entry):
+    ///
+    /// ```toml
+    /// chain_id = 11155111
+    /// rpc_url = "https://rpc.sepolia.example"
+    /// fallback_rpc_urls = ["https://backup.example"]
+    /// finality_blocks = 3
+    /// [asset]
+    /// kind = "erc20"
+    /// address = "0x1c7D4B196Cb0C7B01d743Fbc6116a902379C7238"
+    /// decimals = 6
+    /// [fees]
+    /// max_fee_per_gas_cap_wei = 50_000_000_000
+    /// ```
+    pub fn load_toml(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let invalid = |reason: String| Error::Invalid {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let at_line = |e: &toml::de::Error| {
+            let line = e
+                .span()
+                .map_or(0, |s| text[..s.start].lines().count().max(1));
+            format!("line {line}: {}", e.message())
+        };
+        // A misspelt field must not fall back to its default silently: the top level is
+        // checked here ([fees] and [asset] refuse unknown fields themselves).
+        let table: toml::Table = toml::from_str(&text).map_err(|e| invalid(at_line(&e)))?;
+        if let Some(key) = table.keys().find(|k| !Self::FIELDS.contains(&k.as_str())) {
+            return Err(invalid(format!(
+                "unknown field `{key}`, expected one of {}",
+                Self::FIELDS.join(", ")
+            )));
+        }
+        let entry: Self = toml::from_str(&text).map_err(|e| invalid(at_line(&e)))?;
+        entry.validate().map_err(invalid)?;
+        Ok(entry)
+    }
+
+    /// Checks what serde cannot: URLs present, the fee policy's ranges.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if let Some(url) = self
+            .rpc_urls()
+            .find(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+        {
+            return Err(format!("rpc URL {url:?} is not http(s)://"));
+        }
+        self.fees.validate().map_err(|e| e.to_string())
     }
 
     /// The depth a watcher of this chain reads at: the operator's `--confirmations` when given

@@ -29,6 +29,14 @@ pub enum Error {
         /// Where and why the JSON did not fit.
         source: serde_json::Error,
     },
+    /// A file parsed but says something unusable.
+    #[error("{path}: {reason}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the field.
+        reason: String,
+    },
 }
 
 /// `Result` with this crate's [`Error`].

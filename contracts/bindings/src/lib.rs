@@ -9,6 +9,9 @@
 //!   `tests/it/artifacts.rs` recompiles the sources and fails when the artifacts are stale);
 //! - [`chains`]: the chain registry file (`anvil/chains.json`): each chain's id, JSON-RPC URL and
 //!   finality depth (its `kind`: `anvil` 0 blocks, `public` 12, or its own `finality_blocks`);
+//! - [`fees`]: a chain's EIP-1559 fee policy (cap, tip, replacement of a stuck transaction) and
+//!   its arithmetic;
+//! - [`code`]: the runtime code each contract must have on chain (deployment verification);
 //! - [`deployment`]: where the contracts live on each chain ([`Deployment`]) and the deployments
 //!   file the devnet writes and signers read (`runtime/deployments.json`).
 //!
@@ -19,13 +22,8 @@
 //! use cx_contracts::{ChainDeployment, ChainEntry, ChainKind, Deployment, DeploymentsFile};
 //! use alloy::primitives::Address;
 //!
-//! let chain = ChainEntry {
-//!     chain_id: 31337,
-//!     rpc_url: "http://127.0.0.1:8545".into(),
-//!     explorer_url: None,
-//!     kind: ChainKind::Anvil, // final when mined: watched at 0 confirmations
-//!     finality_blocks: None,
-//! };
+//! // Anvil: final when mined, watched at 0 confirmations.
+//! let chain = ChainEntry::new(31337, "http://127.0.0.1:8545", ChainKind::Anvil);
 //! let deployment = Deployment {
 //!     chain_id: 31337,
 //!     settlement: Address::repeat_byte(1),
@@ -45,13 +43,16 @@
 #[allow(missing_docs, unreachable_pub, clippy::too_many_arguments)]
 mod bindings;
 pub mod chains;
+pub mod code;
 pub mod deployment;
 mod error;
+pub mod fees;
 
 pub use bindings::{probe, registry, settlement, stablecoin};
-pub use chains::{ChainEntry, ChainKind, ChainRegistry, PUBLIC_FINALITY_BLOCKS};
+pub use chains::{AssetSpec, ChainEntry, ChainKind, ChainRegistry, PUBLIC_FINALITY_BLOCKS};
 pub use deployment::{ChainDeployment, Deployment, DeploymentsFile};
 pub use error::{Error, Result};
+pub use fees::{FeePolicy, Fees};
 pub use probe::FrostGasProbe;
 pub use registry::ProviderRegistry;
 pub use settlement::Settlement;

@@ -104,7 +104,8 @@ pub struct EvmChain {
 impl EvmChain {
     /// The chain of `view`, posting from `poster`.
     pub fn new(view: ChainView, poster: PrivateKeySigner) -> Result<Self> {
-        let client = EvmClient::connect(&view.rpc_url, poster, view.deployment)?;
+        let client =
+            EvmClient::connect(&view.rpc_url, poster, view.deployment)?.with_fees(view.fees);
         Ok(Self { view, client })
     }
 

@@ -29,8 +29,8 @@ impl EvmClient {
             return Ok(());
         }
         let token = TestStablecoin::new(self.deployment.asset, self.provider.clone());
-        send!(token.approve(self.deployment.settlement, U256::MAX));
-        send!(token.approve(self.deployment.registry, U256::MAX));
+        send!(self, token.approve(self.deployment.settlement, U256::MAX));
+        send!(self, token.approve(self.deployment.registry, U256::MAX));
         Ok(())
     }
 
@@ -54,12 +54,12 @@ impl EvmClient {
         } else {
             call
         };
-        Ok(send!(call).0)
+        Ok(send!(self, call).0)
     }
 
     /// Withdraws `amount` of the free balance.
     pub async fn withdraw(&self, amount: U256) -> Result<TxOutcome> {
-        Ok(send!(self.settlement().withdraw(amount)).0)
+        Ok(send!(self, self.settlement().withdraw(amount)).0)
     }
 
     /// Opens a per-job escrow; returns the job's escrow id.
@@ -69,7 +69,10 @@ impl EvmClient {
         deadline_s: u64,
         order_ref: B256,
     ) -> Result<(u64, TxOutcome)> {
-        let (out, receipt) = send!(self.settlement().openJob(amount, deadline_s, order_ref));
+        let (out, receipt) = send!(
+            self,
+            self.settlement().openJob(amount, deadline_s, order_ref)
+        );
         let job_id = receipt
             .logs()
             .iter()
@@ -84,7 +87,7 @@ impl EvmClient {
 
     /// Reclaims an unsettled escrow after its deadline and grace period.
     pub async fn reclaim(&self, job_id: u64) -> Result<TxOutcome> {
-        Ok(send!(self.settlement().reclaim(job_id)).0)
+        Ok(send!(self, self.settlement().reclaim(job_id)).0)
     }
 
     /// Posts a signed batch.
@@ -94,19 +97,22 @@ impl EvmClient {
         sig: &EvmSignature,
     ) -> Result<TxOutcome> {
         let contract = self.settlement();
-        Ok(send!(contract.settleBatch(
-            batch.nonce,
-            batch.receipts_root,
-            batch.balances_root,
-            batch.packed_ranges(),
-            frost_signature!(settlement, sig),
-        ))
+        Ok(send!(
+            self,
+            contract.settleBatch(
+                batch.nonce,
+                batch.receipts_root,
+                batch.balances_root,
+                batch.packed_ranges(),
+                frost_signature!(settlement, sig),
+            )
+        )
         .0)
     }
 
     /// Withdraws this account's credits up to `cumulative` with its Merkle proof.
     pub async fn claim(&self, cumulative: U256, proof: Vec<B256>) -> Result<TxOutcome> {
-        Ok(send!(self.settlement().claim(cumulative, proof)).0)
+        Ok(send!(self, self.settlement().claim(cumulative, proof)).0)
     }
 
     /// Rotates the group key with a signature by the current key.
@@ -115,11 +121,14 @@ impl EvmClient {
         new_key: EvmGroupKey,
         sig: &EvmSignature,
     ) -> Result<TxOutcome> {
-        Ok(send!(self.settlement().rotateGroupKey(
-            new_key.x,
-            new_key.parity,
-            frost_signature!(settlement, sig)
-        ))
+        Ok(send!(
+            self,
+            self.settlement().rotateGroupKey(
+                new_key.x,
+                new_key.parity,
+                frost_signature!(settlement, sig)
+            )
+        )
         .0)
     }
 

@@ -1,17 +1,19 @@
 //! The EVM client: one account's typed calls to one deployment, by concern:
 //! [`escrow`] (the asset, deposits, per-job escrows, batches, claims, the group key),
 //! [`registry`] (provider stake and metadata, slashing) and [`events`] (what the explorer and a
-//! restarted coordinator read back). Deploying the contracts is the devnet's job (cx-devnet);
-//! production parties only call a deployment that exists.
+//! restarted coordinator read back). [`deploy`] creates and verifies a deployment (`cx chain
+//! deploy`, the devnet); every other party only calls a deployment that exists.
 //!
-//! One [`EvmClient`] acts for one account on one chain (the account's key signs locally; the
-//! provider fills nonce, gas and chain id). Every state-changing call waits for its receipt and
-//! returns a [`TxOutcome`] with the gas used; a refusal comes back as [`Error::Reverted`] with
-//! the contract's custom error decoded.
+//! One [`EvmClient`] acts for one account on one chain (the account's key signs locally). Every
+//! state-changing call goes through [`sender::Sender`] (measured gas, the chain's fee policy,
+//! replacement when stuck), waits for its receipt and returns a [`TxOutcome`] with the gas
+//! used; a refusal comes back as [`Error::Reverted`] with the contract's custom error decoded.
 
+pub mod deploy;
 pub mod escrow;
 pub mod events;
 pub mod registry;
+pub mod sender;
 
 use alloy::network::EthereumWallet;
 use alloy::primitives::{Address, B256};
@@ -53,10 +55,14 @@ impl TryFrom<&TransactionReceipt> for TxOutcome {
     }
 }
 
-/// Sends a contract call, waits for its receipt, and returns `(outcome, receipt)`.
+/// Sends a contract call through `$client`'s [`sender::Sender`], waits for the receipt of the
+/// offer mined, and returns `(outcome, receipt)`.
 macro_rules! send {
-    ($call:expr) => {{
-        let receipt = $call.send().await?.get_receipt().await?;
+    ($client:expr, $call:expr) => {{
+        let receipt = $client
+            .sender
+            .send($call.into_transaction_request())
+            .await?;
         ($crate::evm::TxOutcome::try_from(&receipt)?, receipt)
     }};
 }
@@ -127,6 +133,7 @@ pub struct EvmClient {
     provider: DynProvider,
     account: Address,
     deployment: Deployment,
+    sender: sender::Sender,
 }
 
 impl EvmClient {
@@ -137,11 +144,44 @@ impl EvmClient {
         deployment: Deployment,
     ) -> Result<Self> {
         let account = signer.address();
+        let provider = signing_provider(rpc_url, signer)?;
         Ok(Self {
-            provider: signing_provider(rpc_url, signer)?,
+            sender: sender::Sender::new(
+                provider.clone(),
+                rpc_url,
+                account,
+                cx_contracts::FeePolicy::default(),
+            ),
+            provider,
             account,
             deployment,
         })
+    }
+
+    /// The client of `entry`'s chain, paying gas by its fee policy.
+    pub fn for_chain(
+        entry: &cx_contracts::ChainDeployment,
+        signer: PrivateKeySigner,
+    ) -> Result<Self> {
+        Ok(
+            Self::connect(&entry.chain.rpc_url, signer, entry.deployment)?
+                .with_fees(entry.chain.fees),
+        )
+    }
+
+    /// This client paying gas by `policy` (default: [`cx_contracts::FeePolicy::default`]).
+    pub fn with_fees(mut self, policy: cx_contracts::FeePolicy) -> Self {
+        self.sender = sender::Sender::new(
+            self.provider.clone(),
+            &self.sender_url(),
+            self.account,
+            policy,
+        );
+        self
+    }
+
+    fn sender_url(&self) -> String {
+        self.sender.url().to_string()
     }
 
     /// The account this client signs for.

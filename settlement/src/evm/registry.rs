@@ -11,6 +11,7 @@ impl EvmClient {
     /// Publishes endpoint and ML-DSA key hash.
     pub async fn set_metadata(&self, endpoint: &str, ml_dsa_key_hash: B256) -> Result<TxOutcome> {
         Ok(send!(
+            self,
             self.registry()
                 .setMetadata(endpoint.to_string(), ml_dsa_key_hash)
         )
@@ -26,17 +27,17 @@ impl EvmClient {
         } else {
             call
         };
-        Ok(send!(call).0)
+        Ok(send!(self, call).0)
     }
 
     /// Starts unbonding `amount`.
     pub async fn unbond(&self, amount: U256) -> Result<TxOutcome> {
-        Ok(send!(self.registry().unbond(amount)).0)
+        Ok(send!(self, self.registry().unbond(amount)).0)
     }
 
     /// Withdraws stake whose unbonding delay has passed.
     pub async fn withdraw_unbonded(&self) -> Result<TxOutcome> {
-        Ok(send!(self.registry().withdrawUnbonded()).0)
+        Ok(send!(self, self.registry().withdrawUnbonded()).0)
     }
 
     /// Submits a committee-signed slash.
@@ -50,14 +51,17 @@ impl EvmClient {
         sig: &EvmSignature,
     ) -> Result<TxOutcome> {
         let contract = self.registry();
-        Ok(send!(contract.slash(
-            provider,
-            amount,
-            recipient,
-            evidence_hash,
-            expires_at_s,
-            frost_signature!(registry, sig)
-        ))
+        Ok(send!(
+            self,
+            contract.slash(
+                provider,
+                amount,
+                recipient,
+                evidence_hash,
+                expires_at_s,
+                frost_signature!(registry, sig)
+            )
+        )
         .0)
     }
 

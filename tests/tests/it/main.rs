@@ -2,5 +2,6 @@
 
 mod committee;
 mod contracts;
+mod fees;
 mod store;
 mod watcher;

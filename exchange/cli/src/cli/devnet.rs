@@ -62,6 +62,11 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 1, value_name = "N", conflicts_with = "model",
           value_parser = clap::value_parser!(u8).range(1..=3))]
     bases: u8,
+    /// Mine a block every S seconds on both chains (1 to 60), as a real network does:
+    /// transactions wait in the pool, fees follow the base fee, a stuck one is replaced
+    /// [default: a block per transaction].
+    #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=60))]
+    block_time: Option<u64>,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -78,6 +83,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         model: args.model,
         model_name: args.model_name,
         bases: args.bases,
+        block_time_s: args.block_time,
         exchange_bin: std::env::current_exe().context("the running executable")?,
         add_to_catalog,
     };

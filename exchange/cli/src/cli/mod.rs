@@ -5,6 +5,7 @@ mod bench;
 mod bench_market;
 mod capacity;
 mod catalog;
+mod chain;
 mod chart;
 mod clear;
 mod devnet;
@@ -32,6 +33,9 @@ enum Command {
     /// The model catalog: learn a model from its directory's config.json.
     #[command(subcommand)]
     Catalog(catalog::Command),
+    /// Chains: deploy the contracts to an EVM chain and write its deployments entry.
+    #[command(subcommand)]
+    Chain(chain::Command),
     /// Run the market simulation: allocators and eviction policies on one trace.
     Simulate(simulate::Args),
     /// Benchmarks.
@@ -51,6 +55,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Clear(args) => clear::run(args),
         Command::Capacity(cmd) => capacity::run(cmd),
         Command::Catalog(cmd) => catalog::run(cmd),
+        Command::Chain(cmd) => chain::run(cmd),
         Command::Simulate(args) => simulate::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Serve(args) => serve::run(args),
