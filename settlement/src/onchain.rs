@@ -17,7 +17,7 @@ use alloy::rpc::types::TransactionRequest;
 use cx_contracts::{ChainDeployment, Deployment, ProviderRegistry, Settlement};
 
 use crate::error::Result;
-use crate::evm::{OnChainGroupKey, events::batch_settled_topic, read_provider};
+use crate::evm::{OnChainGroupKey, events::batch_settled_topic, read_provider_at};
 use crate::frost::EvmGroupKey;
 use crate::ledger::Escrow;
 
@@ -30,6 +30,8 @@ pub struct ChainView {
     pub rpc_url: String,
     /// Contract addresses.
     pub deployment: Deployment,
+    /// RPC URLs tried after `rpc_url`, in order.
+    pub fallback_rpc_urls: Vec<String>,
     /// How gas is paid on this chain (for the clients built beside this view).
     pub fees: cx_contracts::FeePolicy,
     provider: DynProvider,
@@ -76,11 +78,19 @@ impl ChainView {
             chain_id: entry.chain.chain_id,
             rpc_url: entry.chain.rpc_url.clone(),
             deployment: entry.deployment,
+            fallback_rpc_urls: entry.chain.fallback_rpc_urls.clone(),
             fees: entry.chain.fees,
-            provider: read_provider(&entry.chain.rpc_url)?,
+            provider: read_provider_at(&entry.chain.rpc_urls().collect::<Vec<_>>())?,
             grace_period_s: Default::default(),
             at: None,
         })
+    }
+
+    /// Every RPC URL of the chain, the first tried first.
+    pub fn rpc_urls(&self) -> Vec<&str> {
+        std::iter::once(self.rpc_url.as_str())
+            .chain(self.fallback_rpc_urls.iter().map(String::as_str))
+            .collect()
     }
 
     /// This view fixed at the latest block: every read of the returned view is made at it.

@@ -251,6 +251,45 @@ mod tests {
     }
 
     #[test]
+    fn the_example_chain_file_reads_and_a_misspelt_field_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("cx-chain-toml-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("chain.toml");
+        let example = include_str!("../../../docs/chains/example.toml");
+        std::fs::write(&path, example).unwrap();
+        let entry = ChainEntry::load_toml(&path).unwrap();
+        assert_eq!(entry.chain_id, 11_155_111);
+        assert_eq!(entry.rpc_urls().count(), 2);
+        assert_eq!(entry.confirmations(None), 3);
+        assert_eq!(entry.fees.max_fee_per_gas_cap_wei, 50_000_000_000);
+        assert_eq!(entry.asset.map(AssetSpec::decimals), Some(6));
+        for (bad, named) in [
+            (
+                example.replace("finality_blocks", "finality_block"),
+                "finality_block",
+            ),
+            (
+                example.replace("bump_percent = 25", "bump_percent = 5"),
+                "bump_percent",
+            ),
+            (
+                example.replace("stuck_after_blocks", "stuck_after"),
+                "stuck_after",
+            ),
+            (
+                example.replace("https://sepolia.example.org", "ftp://x"),
+                "ftp://x",
+            ),
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            let err = ChainEntry::load_toml(&path).unwrap_err().to_string();
+            assert!(err.contains(named), "{err}");
+            assert_eq!(err.lines().count(), 1, "{err}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn the_devnet_registry_marks_both_chains_anvil() {
         let text = include_str!("../../../anvil/chains.json");
         let registry: ChainRegistry = serde_json::from_str(text).unwrap();

@@ -158,7 +158,10 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
         move || {
             devnet_command(offset, &dir, &url, &signer)
                 .args(["--exit-after-settled", "5"])
-                .args(["--providers", "2", "--agents", "2", "--timeout-s", "150"])
+                .args(["--providers", "2", "--agents", "2", "--timeout-s", "300"])
+                // Chains that mine every 2 s, as a real network: every transaction of the
+                // market (deposits, tabs, stakes, batches) waits for its block.
+                .args(["--block-time", "2"])
                 .output()
                 .expect("cx runs")
         }

@@ -356,3 +356,92 @@ async fn a_tab_settles_on_chain_through_the_committee_and_both_sides_claim() {
         "the refused batch was given up, not left to block the next"
     );
 }
+
+/// `cx chain deploy` as an operator runs it against a chain that is not the devnet's: a fresh
+/// Anvil with chain id 4242 mining every second, the deployer's key in an encrypted keystore
+/// written by Foundry's own `cast wallet import`; the entry it writes is one `cx serve` starts
+/// on. A wrong password is one line and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chain_deploy_with_a_cast_keystore_writes_an_entry_cx_serve_accepts() {
+    let anvil = tokio::task::block_in_place(|| {
+        cx_devnet::AnvilInstance::spawn_with_block_time(4242, 2, 1).expect("anvil")
+    });
+    let dir = common::scratch("chain-deploy");
+    let cast = cx_devnet::anvil_binary().with_file_name("cast");
+    let secret = format!("{}", B256::from(anvil.keys[1].to_bytes()));
+    let imported = Command::new(&cast)
+        .args(["wallet", "import", "deployer", "--private-key", &secret])
+        .args(["--unsafe-password", "correct horse"])
+        .args(["--keystore-dir", path(&dir.path)])
+        .output()
+        .expect("cast runs");
+    assert!(imported.status.success(), "{imported:?}");
+    let keystore = dir.path.join("deployer");
+    let out_file = dir.path.join("deployments.json");
+    let deploy = |password: &str| {
+        Command::new(common::cx_binary())
+            .args(["chain", "deploy", "--rpc", &anvil.rpc_url()])
+            .args(["--keystore", path(&keystore)])
+            .args(["--group-key", &common::group_key().to_hex()])
+            .args(["--asset", "native", "--out", path(&out_file), "--json"])
+            .env("CX_KEYSTORE_PASSWORD", password)
+            .output()
+            .expect("cx runs")
+    };
+
+    let wrong = tokio::task::block_in_place(|| deploy("wrong"));
+    assert!(!wrong.status.success());
+    let err = String::from_utf8_lossy(&wrong.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--keystore") && err.contains("decrypt"),
+        "{err}"
+    );
+    assert!(!out_file.exists(), "nothing written");
+
+    let done = tokio::task::block_in_place(|| deploy("correct horse"));
+    assert!(done.status.success(), "{done:?}");
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        !stdout.contains(secret.trim_start_matches("0x")),
+        "the key is never printed"
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(report["chain_id"], 4242);
+    assert_eq!(
+        report["deployer"].as_str().unwrap(),
+        anvil.keys[1].address().to_string()
+    );
+    let file = cx_contracts::DeploymentsFile::load(&out_file).unwrap();
+    let entry = file.chain(4242).expect("the chain's entry");
+    assert_eq!(entry.deployment.chain_id, 4242);
+    assert_eq!(
+        entry.deployment.settlement.to_string(),
+        report["settlement"].as_str().unwrap()
+    );
+
+    // The exchange starts on it and watches the chain at a public chain's depth.
+    let db = cx_devnet::db::TempDatabase::create().await.unwrap();
+    let listen = format!("127.0.0.1:{}", free_port().unwrap());
+    let ca_dir = dir.path.join("ca");
+    let line = tokio::task::block_in_place(|| {
+        let mut serve = common::Serve::start(
+            &[
+                "--listen",
+                &listen,
+                "--ca-dir",
+                path(&ca_dir),
+                "--deployments",
+                path(&out_file),
+            ],
+            &db.url,
+        );
+        serve.field("chain")
+    });
+    assert!(line.starts_with("4242 at "), "{line}");
+    assert!(
+        line.contains(&entry.deployment.settlement.to_string()),
+        "{line}"
+    );
+    assert!(line.contains("watched at 12 confirmations"), "{line}");
+}

@@ -105,7 +105,7 @@ impl EvmChain {
     /// The chain of `view`, posting from `poster`.
     pub fn new(view: ChainView, poster: PrivateKeySigner) -> Result<Self> {
         let client =
-            EvmClient::connect(&view.rpc_url, poster, view.deployment)?.with_fees(view.fees);
+            EvmClient::connect_at(&view.rpc_urls(), poster, view.deployment)?.with_fees(view.fees);
         Ok(Self { view, client })
     }
 

@@ -12,6 +12,7 @@
 pub mod deploy;
 pub mod escrow;
 pub mod events;
+pub mod failover;
 pub mod registry;
 pub mod sender;
 
@@ -106,24 +107,58 @@ fn http_client() -> Result<alloy::transports::http::reqwest::Client> {
         })
 }
 
+/// The JSON-RPC client of a chain's `urls`: one URL directly; several through
+/// [`failover::Failover`] (in order, the next when one fails at the transport).
+fn rpc_client(urls: &[&str]) -> Result<alloy::rpc::client::RpcClient> {
+    use alloy::transports::http::Http;
+    let client = http_client()?;
+    let mut transports = urls
+        .iter()
+        .map(|u| Ok(Http::with_client(client.clone(), rpc_url(u)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let local = urls.iter().all(alloy::transports::utils::guess_local_url);
+    Ok(match transports.len() {
+        0 => {
+            return Err(Error::RpcUrl {
+                url: String::new(),
+                reason: "no RPC URL".into(),
+            });
+        }
+        1 => alloy::rpc::client::RpcClient::new(transports.remove(0), local),
+        _ => alloy::rpc::client::RpcClient::new(failover::Failover::new(transports), local),
+    })
+}
+
 /// A read-only provider for `url` (reads need no account).
 pub fn read_provider(url: &str) -> Result<DynProvider> {
+    read_provider_at(&[url])
+}
+
+/// A read-only provider for a chain's URLs, failing over in order ([`rpc_client`]).
+pub fn read_provider_at(urls: &[&str]) -> Result<DynProvider> {
     Ok(ProviderBuilder::new()
-        .connect_reqwest(http_client()?, rpc_url(url)?)
+        .connect_client(rpc_client(urls)?)
         .erased())
 }
 
 /// Builds a signing provider for `signer` at `url`.
 pub fn signing_provider(url: &str, signer: PrivateKeySigner) -> Result<DynProvider> {
+    signing_provider_at(&[url], signer)
+}
+
+/// A signing provider for `signer` over a chain's URLs, failing over in order.
+pub fn signing_provider_at(urls: &[&str], signer: PrivateKeySigner) -> Result<DynProvider> {
     // Simple (not cached) nonces: the cached manager counts a nonce when it fills one, so a call
     // refused at gas estimation would leave a gap and every later transaction pending forever.
+    // (Transactions of an [`EvmClient`] set their nonce and fees in [`sender::Sender`]; the
+    // fillers serve calls made on the provider directly.)
     Ok(ProviderBuilder::new()
         .disable_recommended_fillers()
         .with_gas_estimation()
         .with_simple_nonce_management()
         .fetch_chain_id()
         .wallet(EthereumWallet::from(signer))
-        .connect_reqwest(http_client()?, rpc_url(url)?)
+        .connect_client(rpc_client(urls)?)
         .erased())
 }
 
@@ -143,12 +178,22 @@ impl EvmClient {
         signer: PrivateKeySigner,
         deployment: Deployment,
     ) -> Result<Self> {
+        Self::connect_at(&[rpc_url], signer, deployment)
+    }
+
+    /// A client acting as `signer` on the deployment of a chain with several RPC URLs, the
+    /// first tried first.
+    pub fn connect_at(
+        urls: &[&str],
+        signer: PrivateKeySigner,
+        deployment: Deployment,
+    ) -> Result<Self> {
         let account = signer.address();
-        let provider = signing_provider(rpc_url, signer)?;
+        let provider = signing_provider_at(urls, signer)?;
         Ok(Self {
             sender: sender::Sender::new(
                 provider.clone(),
-                rpc_url,
+                urls.first().copied().unwrap_or_default(),
                 account,
                 cx_contracts::FeePolicy::default(),
             ),
@@ -158,30 +203,20 @@ impl EvmClient {
         })
     }
 
-    /// The client of `entry`'s chain, paying gas by its fee policy.
+    /// The client of `entry`'s chain: its RPC URLs in order, gas paid by its fee policy.
     pub fn for_chain(
         entry: &cx_contracts::ChainDeployment,
         signer: PrivateKeySigner,
     ) -> Result<Self> {
-        Ok(
-            Self::connect(&entry.chain.rpc_url, signer, entry.deployment)?
-                .with_fees(entry.chain.fees),
-        )
+        let urls: Vec<&str> = entry.chain.rpc_urls().collect();
+        Ok(Self::connect_at(&urls, signer, entry.deployment)?.with_fees(entry.chain.fees))
     }
 
     /// This client paying gas by `policy` (default: [`cx_contracts::FeePolicy::default`]).
     pub fn with_fees(mut self, policy: cx_contracts::FeePolicy) -> Self {
-        self.sender = sender::Sender::new(
-            self.provider.clone(),
-            &self.sender_url(),
-            self.account,
-            policy,
-        );
+        let url = self.sender.url().to_string();
+        self.sender = sender::Sender::new(self.provider.clone(), &url, self.account, policy);
         self
-    }
-
-    fn sender_url(&self) -> String {
-        self.sender.url().to_string()
     }
 
     /// The account this client signs for.

@@ -226,3 +226,27 @@ async fn verification_refuses_an_address_that_holds_other_code() {
         .to_string();
     assert!(err.contains("Settlement"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_whose_first_rpc_url_is_dead_is_reached_through_the_next() {
+    let (anvil, deployment) = chain(4246).await;
+    let dead = format!("http://127.0.0.1:{}", cx_devnet::free_port().unwrap());
+    let mut entry = anvil.entry();
+    entry.rpc_url = dead;
+    entry.fallback_rpc_urls = vec![anvil.rpc_url()];
+    let entry = cx_contracts::ChainDeployment {
+        chain: entry,
+        deployment,
+    };
+    let view = cx_settlement::onchain::ChainView::connect(&entry).unwrap();
+    assert_eq!(view.batch_nonce().await.unwrap(), 0, "reads fail over");
+    let buyer = EvmClient::for_chain(&entry, anvil.keys[1].clone()).unwrap();
+    buyer
+        .deposit(U256::from(9u64))
+        .await
+        .expect("a transaction fails over");
+    assert_eq!(
+        buyer.escrow_balance(buyer.account()).await.unwrap(),
+        U256::from(9u64)
+    );
+}

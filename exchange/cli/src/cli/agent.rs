@@ -250,8 +250,14 @@ fn evm(
     let secret = keys.secp256k1_secret();
     let signer = alloy::signers::local::PrivateKeySigner::from_bytes(&(*secret).into())
         .context("the key file's secp256k1 secret")?;
-    let client = EvmClient::connect(&rpc, signer, entry.deployment)
-        .with_context(|| format!("chain {} at {rpc}", entry.chain.chain_id))?;
+    // The registry's URLs (failing over in order) unless --rpc names one; its fee policy either way.
+    let client = match &args.rpc {
+        Some(url) => {
+            EvmClient::connect(url, signer, entry.deployment).map(|c| c.with_fees(entry.chain.fees))
+        }
+        None => EvmClient::for_chain(entry, signer),
+    }
+    .with_context(|| format!("chain {} at {rpc}", entry.chain.chain_id))?;
     Ok((client, entry.chain.chain_id, rpc))
 }
 
