@@ -49,9 +49,16 @@ pub struct DeploymentsFile {
 }
 
 impl DeploymentsFile {
-    /// Reads it.
+    /// Reads it; every chain's entry is checked as a registry file's is.
     pub fn load(path: &Path) -> Result<Self> {
-        crate::read_json(path)
+        let file: Self = crate::read_json(path)?;
+        for c in &file.chains {
+            c.chain.validate().map_err(|reason| Error::Invalid {
+                path: path.to_path_buf(),
+                reason: format!("chain {}: {reason}", c.chain.chain_id),
+            })?;
+        }
+        Ok(file)
     }
 
     /// Writes it as pretty JSON, creating the folder.

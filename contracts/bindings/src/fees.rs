@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 /// The least raise, in percent, a pool accepts for a replacement of the same nonce.
 pub const MIN_BUMP_PERCENT: u32 = 10;
 
+/// The highest fee cap a policy may name: one ether per gas (the books keep fees as signed
+/// 64-bit integers; no chain has priced gas within a factor of 10⁶ of it).
+pub const MAX_FEE_CAP_WEI: u64 = 1_000_000_000_000_000_000;
+
 /// One chain's fee policy (`[fees]` in its registry file; every field has a default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -78,8 +82,11 @@ impl FeePolicy {
     /// Checks every field's range.
     pub fn validate(&self) -> Result<(), PolicyError> {
         let bad = |field, reason: String| Err(PolicyError::Field { field, reason });
-        if self.max_fee_per_gas_cap_wei == 0 {
-            return bad("max_fee_per_gas_cap_wei", "must be positive".into());
+        if !(1..=MAX_FEE_CAP_WEI).contains(&self.max_fee_per_gas_cap_wei) {
+            return bad(
+                "max_fee_per_gas_cap_wei",
+                format!("must be 1 to {MAX_FEE_CAP_WEI} (one ether per gas)"),
+            );
         }
         if let Some(tip) = self.priority_fee_wei
             && tip > self.max_fee_per_gas_cap_wei

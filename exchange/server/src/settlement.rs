@@ -178,7 +178,13 @@ impl Settler {
         let mut evm = Vec::with_capacity(chains.len());
         for chain in chains {
             let view = ChainView::connect(chain).map_err(s)?;
-            evm.push(EvmChain::new(view, poster.clone()).map_err(s)?);
+            // The poster's offers in the books: a restarted exchange knows what holds its nonce.
+            let book = cx_settlement::evm::offers::OfferBook::new(books.pool().clone());
+            evm.push(
+                EvmChain::new(view, poster.clone())
+                    .map_err(s)?
+                    .with_book(book),
+            );
         }
         config
             .slash

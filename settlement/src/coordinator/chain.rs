@@ -109,6 +109,12 @@ impl EvmChain {
         Ok(Self { view, client })
     }
 
+    /// This chain's posts keeping their offers in `book` (nonces in the books).
+    pub fn with_book(mut self, book: crate::evm::offers::OfferBook) -> Self {
+        self.client = self.client.with_book(book);
+        self
+    }
+
     /// The read-only view.
     pub fn view(&self) -> &ChainView {
         &self.view

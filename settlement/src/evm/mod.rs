@@ -13,6 +13,7 @@ pub mod deploy;
 pub mod escrow;
 pub mod events;
 pub mod failover;
+pub mod offers;
 pub mod registry;
 pub mod sender;
 
@@ -214,8 +215,14 @@ impl EvmClient {
 
     /// This client paying gas by `policy` (default: [`cx_contracts::FeePolicy::default`]).
     pub fn with_fees(mut self, policy: cx_contracts::FeePolicy) -> Self {
-        let url = self.sender.url().to_string();
-        self.sender = sender::Sender::new(self.provider.clone(), &url, self.account, policy);
+        self.sender = self.sender.with_policy(policy);
+        self
+    }
+
+    /// This client keeping its transaction offers in `book` (the exchange's posting account:
+    /// its nonces survive a restart).
+    pub fn with_book(mut self, book: offers::OfferBook) -> Self {
+        self.sender = self.sender.with_book(book);
         self
     }
 

@@ -250,3 +250,71 @@ async fn a_chain_whose_first_rpc_url_is_dead_is_reached_through_the_next() {
         U256::from(9u64)
     );
 }
+
+/// The exchange keeps its poster's offers in the books: a restarted process whose earlier send
+/// left an offer pending follows that offer when it makes the same call again (here at the fee
+/// cap, so it cannot outbid it), and returns its receipt when it is mined — one deposit, not
+/// two, although the nonce it started at was taken by a transaction it did not send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_sender_follows_its_earlier_offer_from_the_books() {
+    let (anvil, deployment) = chain(4247).await;
+    let db = cx_devnet::db::TempDatabase::create().await.unwrap();
+    let book = cx_settlement::evm::offers::OfferBook::new(db.pool().await.unwrap());
+    let url = anvil.rpc_url();
+    let raw = read_provider(&url).unwrap();
+    let policy = FeePolicy {
+        max_fee_per_gas_cap_wei: 5_000_000_000,
+        priority_fee_wei: Some(5_000_000_000),
+        give_up_after_s: 2,
+        ..FeePolicy::default()
+    };
+    let client = |url: &str| {
+        EvmClient::connect(url, anvil.keys[1].clone(), deployment)
+            .unwrap()
+            .with_fees(policy)
+            .with_book(book.clone())
+    };
+    let account = anvil.keys[1].address();
+    rpc(&raw, "evm_setIntervalMining", serde_json::json!([0])).await;
+    let err = client(&url).deposit(U256::from(100u64)).await.unwrap_err();
+    assert!(
+        matches!(err, cx_settlement::Error::TxPending { nonce: 0, .. }),
+        "{err}"
+    );
+    let pool = pooled(&raw, account).await;
+    assert_eq!(pool.len(), 1);
+    let old = pool[0].1;
+
+    // Another process (another sender state: the URL written with a slash) makes the same call.
+    let again = client(&format!("{url}/"));
+    let sending = tokio::spawn({
+        let again = again.clone();
+        async move { again.deposit(U256::from(100u64)).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        pooled(&raw, account).await,
+        vec![(0, old)],
+        "nothing sent beside it"
+    );
+    rpc(&raw, "evm_setIntervalMining", serde_json::json!([1])).await;
+    let outcome = tokio::time::timeout(Duration::from_secs(30), sending)
+        .await
+        .expect("the send ends")
+        .unwrap()
+        .expect("its earlier offer's receipt");
+    assert_eq!(outcome.tx_hash, old);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(raw.get_transaction_count(account).await.unwrap(), 1);
+    assert_eq!(
+        again.escrow_balance(account).await.unwrap(),
+        U256::from(100u64),
+        "deposited once"
+    );
+    let outcome: String = sqlx::query_scalar("SELECT outcome FROM chain_offers WHERE tx_hash = $1")
+        .bind(old.as_slice())
+        .fetch_one(&db.pool().await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(outcome, "mined");
+}
