@@ -200,17 +200,17 @@ impl Sender {
         };
         let mut fees = self.first_fees(&mut attempt, left.take()).await?;
         loop {
-            if let Some(f) = fees {
-                if let Some(done) = self.make_offer(&tx, &mut attempt, f).await? {
-                    fees = done;
-                    continue;
-                }
+            if let Some(f) = fees
+                && let Some(again) = self.make_offer(&tx, &mut attempt, f).await?
+            {
+                fees = again;
+                continue;
             }
             match self.wait(&mut attempt, deadline).await {
                 Ok(Waited::Mined(receipt)) => {
                     self.close(attempt.nonce, Some(receipt.transaction_hash))
                         .await?;
-                    return Ok(receipt);
+                    return Ok(*receipt);
                 }
                 Ok(Waited::Replace(next)) => fees = Some(next),
                 Ok(Waited::NonceTaken) => {
@@ -341,14 +341,14 @@ impl Sender {
         let since = self.provider.get_block_number().await?;
         loop {
             if let Some(receipt) = self.receipt(&attempt.sent).await? {
-                return Ok(Waited::Mined(receipt));
+                return Ok(Waited::Mined(Box::new(receipt)));
             }
             if self.mined_count().await? > attempt.nonce {
                 // Mined at our nonce: ours, unless the receipt says otherwise a poll later (a
                 // node may serve the count before the receipt).
                 tokio::time::sleep(POLL).await;
                 return Ok(match self.receipt(&attempt.sent).await? {
-                    Some(receipt) => Waited::Mined(receipt),
+                    Some(receipt) => Waited::Mined(Box::new(receipt)),
                     None => Waited::NonceTaken,
                 });
             }
@@ -403,7 +403,7 @@ impl Sender {
 
 /// How a wait ended (other than the deadline).
 enum Waited {
-    Mined(TransactionReceipt),
+    Mined(Box<TransactionReceipt>),
     Replace(Fees),
     NonceTaken,
 }
