@@ -87,6 +87,19 @@ pub async fn start_exchange_on(
     database_url: &str,
     extra: &[&str],
 ) -> Exchange {
+    let serve = spawn_exchange_on(listen, dir, deployments, database_url, extra);
+    exchange_ready(serve).await
+}
+
+/// The `cx serve` of [`start_exchange_on`], not waited for (a standby prints its URL only once
+/// it holds the database's writer lease).
+pub fn spawn_exchange_on(
+    listen: &str,
+    dir: &Path,
+    deployments: &Path,
+    database_url: &str,
+    extra: &[&str],
+) -> Serve {
     // A test that wrote its own catalog there keeps it (and a restart keeps the first one).
     let catalog = dir.join("catalog.toml");
     if !catalog.exists() {
@@ -105,10 +118,13 @@ pub async fn start_exchange_on(
         "60",
     ]);
     args.extend(strings(extra));
-    let database_url = database_url.to_owned();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Serve::start(&args, database_url)
+}
+
+/// Waits until `serve` listens, and reads what a test needs of it.
+pub async fn exchange_ready(mut serve: Serve) -> Exchange {
     tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut serve = Serve::start(&args, &database_url);
         let url = serve.field("url");
         let ca = PathBuf::from(serve.field("ca"));
         // `identity   <key hash> (<file>; signs assignments)`: the key providers pin.

@@ -3,9 +3,10 @@
 
 use super::agent::Agent;
 use super::market::{
-    Chain, Exchange, deploy_chain, gen_model, registered, start_exchange_on, start_provider,
+    Chain, Exchange, deploy_chain, exchange_ready, gen_model, registered, spawn_exchange_on,
+    start_exchange_on, start_provider,
 };
-use super::process::{Killed, cx_json, provider_bin};
+use super::process::{Killed, Serve, cx_json, provider_bin};
 use super::{MODEL, group_key, path, scratch, strings};
 use crate::ScratchDir;
 use serde_json::Value;
@@ -216,6 +217,36 @@ impl Restartable {
     /// SIGKILLs `cx serve`.
     pub fn kill_exchange(&mut self) {
         self.exchange.serve.kill();
+    }
+
+    /// A standby `cx serve --standby` on the same address, books, CA and identity: it waits for
+    /// the database's writer lease and listens only once it holds it (see
+    /// [`Restartable::take_over`]).
+    pub fn start_standby(&self) -> Serve {
+        let identity = self.dir.path.join("exchange.key");
+        let mut args = vec![
+            "--standby",
+            "--identity",
+            path(&identity),
+            "--rate-per-account",
+            "0",
+            "--rate-per-ip",
+            "0",
+        ];
+        args.extend(self.serve_args.iter().map(String::as_str));
+        spawn_exchange_on(
+            &self.listen,
+            &self.dir.path,
+            &self.chain.deployments,
+            &self.database_url,
+            &args,
+        )
+    }
+
+    /// After [`Restartable::kill_exchange`]: `standby` takes the lease and listens on the
+    /// same address; it is the exchange from then on.
+    pub async fn take_over(&mut self, standby: Serve) {
+        self.exchange = exchange_ready(standby).await;
     }
 
     /// Starts `cx serve` again on the same address, books, CA and identity.

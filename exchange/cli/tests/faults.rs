@@ -42,8 +42,32 @@ type Outcomes = Arc<std::sync::Mutex<HashMap<(usize, u64), (Value, Outcome)>>>;
 /// accepted now, or refused as a reused nonce because it had been committed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_exchange_killed_during_intake_keeps_every_acknowledged_order_and_no_refused_one() {
+    intake_killed(false).await;
+}
+
+/// The same kill with a second `cx serve --standby` on the same database and address, waiting
+/// for the writer lease: the writer is SIGKILLed under load, PostgreSQL releases its lease as
+/// its connection closes, the standby takes it (the epoch raised: the fence), rebuilds its
+/// engine from the books and listens; every check of the restart holds against it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_killed_during_intake_is_replaced_by_its_standby_with_every_order_kept() {
+    intake_killed(true).await;
+}
+
+async fn intake_killed(standby: bool) {
     let db = cx_devnet::db::TempDatabase::create().await.unwrap();
-    let mut market = Restartable::start("faults-intake", &db.url, 3, 1_000_000_000_000).await;
+    let tag = if standby {
+        "faults-standby"
+    } else {
+        "faults-intake"
+    };
+    let mut market = Restartable::start(tag, &db.url, 3, 1_000_000_000_000).await;
+    let standby = standby.then(|| {
+        let mut serve = market.start_standby();
+        let said = tokio::task::block_in_place(|| serve.field("cx serve:"));
+        assert!(said.starts_with("standby, waiting"), "{said}");
+        serve
+    });
     const PER_AGENT: u64 = 60;
     const WORKERS: usize = 4;
     let acknowledged = Arc::new(AtomicUsize::new(0));
@@ -100,10 +124,44 @@ async fn the_exchange_killed_during_intake_keeps_every_acknowledged_order_and_no
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     market.kill_exchange();
+    let killed = Instant::now();
     for task in tasks {
         task.await.unwrap();
     }
-    market.restart_exchange().await;
+    match standby {
+        Some(serve) => {
+            market.take_over(serve).await;
+            let database = tokio::task::block_in_place(|| market.exchange.serve.field("database"));
+            assert!(database.ends_with("writer epoch 2)"), "{database}");
+            let took = killed.elapsed();
+            eprintln!(
+                "intake kill: the standby listens {:.1} s after the kill",
+                took.as_secs_f64()
+            );
+            assert!(took < Duration::from_secs(20), "takeover took {took:?}");
+            // The fence: a connection still tagged with the dead writer's epoch cannot change
+            // a job, an order or a tab; one with the current epoch can.
+            let mut conn = market.books.pool().acquire().await.unwrap();
+            for (epoch, refused) in [("1", true), ("2", false)] {
+                sqlx::query(&format!("SET cx.writer_epoch = '{epoch}'"))
+                    .execute(&mut *conn)
+                    .await
+                    .unwrap();
+                let tried = sqlx::query("UPDATE exchange_jobs SET model = model WHERE false")
+                    .execute(&mut *conn)
+                    .await;
+                assert_eq!(tried.is_err(), refused, "epoch {epoch}: {tried:?}");
+                if let Err(e) = tried {
+                    assert!(e.to_string().contains("fenced"), "{e}");
+                }
+            }
+            sqlx::query("RESET cx.writer_epoch")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+        }
+        None => market.restart_exchange().await,
+    }
 
     let outcomes = outcomes.lock().unwrap().clone();
     let accounts: Vec<Address> = market.agents.iter().map(|a| a.keys.account()).collect();

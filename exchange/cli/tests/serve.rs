@@ -147,3 +147,76 @@ fn insecure_http_cannot_be_combined_with_a_certificate() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--insecure-http"), "{err}");
 }
+
+/// A second `cx serve` on a database another one writes is refused in one line after its wait
+/// (it would clear the same markets twice); with `--standby` it waits instead, not listening.
+#[test]
+fn a_second_writer_on_the_same_database_is_refused_and_a_standby_waits() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let database = runtime.block_on(TempDatabase::create()).unwrap();
+    let scratch = ScratchDir::new("cx-serve-writer").unwrap();
+    let ca_dir = scratch.path.join("ca");
+    let first = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut writer = Serve::start(
+        &["--listen", &first, "--ca-dir", ca_dir.to_str().unwrap()],
+        &database.url,
+    );
+    assert!(writer.field("database").ends_with("writer epoch 1)"));
+
+    let second = format!("127.0.0.1:{}", free_port().unwrap());
+    let out = Command::new(env!("CARGO_BIN_EXE_cx"))
+        .args([
+            "serve",
+            "--listen",
+            &second,
+            "--writer-wait-s",
+            "1",
+            "--ca-dir",
+        ])
+        .arg(&ca_dir)
+        .env("DATABASE_URL", &database.url)
+        .env("CX_IDENTITY", scratch.path.join("second.key"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.trim_end().lines().last().unwrap_or_default();
+    assert!(last.starts_with("error: "), "{err}");
+    assert!(
+        last.contains("another cx serve writes this database"),
+        "{err}"
+    );
+    assert!(
+        last.contains(&format!("on {first}")),
+        "names the holder: {err}"
+    );
+
+    let mut standby = Serve::start(
+        &[
+            "--listen",
+            &second,
+            "--standby",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+        ],
+        &database.url,
+    );
+    assert!(standby.field("cx serve:").starts_with("standby"));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        std::net::TcpStream::connect(&second).is_err(),
+        "a standby does not listen"
+    );
+    writer.kill();
+    let took = Instant::now();
+    assert_eq!(standby.field("url"), format!("https://{second}"));
+    assert!(standby.field("database").ends_with("writer epoch 2)"));
+    assert!(
+        took.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        took.elapsed()
+    );
+}

@@ -23,6 +23,17 @@ pub enum Error {
     /// A JSON column or body did not (de)serialize.
     #[error("json: {0}")]
     Json(#[from] serde_json::Error),
+    /// Another node holds the database's writer lease (`cx serve --standby` waits for it).
+    #[error(
+        "another cx serve writes this database ({holder}); stop it, or start this one with --standby to take over when it stops"
+    )]
+    WriterTaken {
+        /// The holder as it named itself.
+        holder: String,
+    },
+    /// The writer lease's connection failed: this node must stop writing.
+    #[error("lost the writer lease: {0}")]
+    WriterLost(String),
     /// A row holds what this code never writes (a bug or a hand edit).
     #[error("the books hold an invalid {what}: {value:?}")]
     Corrupt {
@@ -410,7 +421,8 @@ impl Error {
 
 /// Whether `err` is PostgreSQL being away: no connection within the pool's bound, the socket
 /// failing, or the server saying it is shutting down or starting (SQLSTATE class 08, connection
-/// exception; 57P01–57P03, admin or crash shutdown and cannot connect now).
+/// exception; 57P01–57P03, admin or crash shutdown and cannot connect now), or this node fenced
+/// off as a superseded writer (CX001).
 fn is_outage(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::PoolTimedOut
@@ -418,7 +430,11 @@ fn is_outage(err: &sqlx::Error) -> bool {
         | sqlx::Error::Io(_)
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|code| {
-            code.starts_with("08") || matches!(&*code, "57P01" | "57P02" | "57P03")
+            code.starts_with("08")
+                || matches!(&*code, "57P01" | "57P02" | "57P03")
+                // The writer fence (migration `exchange_writer`): another node took over; the
+                // statement was refused whole, and the request may go to the new writer.
+                || &*code == "CX001"
         }),
         _ => false,
     }

@@ -93,6 +93,12 @@ pub struct SlashTerms {
     pub expires_at_s: u64,
 }
 
+/// How long one post waits for its transaction before the settlement pass moves on, seconds:
+/// the next pass follows the same offers (the sender keeps them, and the books across a
+/// restart), so a chain whose transaction is stuck at its fee cap does not hold up the posts of
+/// the other chains for the policy's whole `give_up_after_s`.
+pub const POST_WAIT_S: u64 = 30;
+
 /// A deployed `Settlement` over JSON-RPC: reads need no account, posts are paid by `poster`
 /// (it pays gas; it cannot move funds: only the committee's signature settles).
 #[derive(Clone, Debug)]
@@ -104,8 +110,12 @@ pub struct EvmChain {
 impl EvmChain {
     /// The chain of `view`, posting from `poster`.
     pub fn new(view: ChainView, poster: PrivateKeySigner) -> Result<Self> {
+        let fees = cx_contracts::FeePolicy {
+            give_up_after_s: view.fees.give_up_after_s.min(POST_WAIT_S),
+            ..view.fees
+        };
         let client =
-            EvmClient::connect_at(&view.rpc_urls(), poster, view.deployment)?.with_fees(view.fees);
+            EvmClient::connect_at(&view.rpc_urls(), poster, view.deployment)?.with_fees(fees);
         Ok(Self { view, client })
     }
 

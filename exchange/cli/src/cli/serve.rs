@@ -10,7 +10,7 @@ use cx_contracts::DeploymentsFile;
 use cx_exchange::objective::Weights;
 use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::books::redact_password;
-use cx_exchange_server::books::{self, Books};
+use cx_exchange_server::books::{self, Books, WriterLease};
 use cx_exchange_server::chain::Watcher;
 use cx_exchange_server::intake::{DEFAULT_SETTLE_MARGIN_S, Intake};
 use cx_exchange_server::market::Market;
@@ -39,6 +39,15 @@ pub(crate) struct Args {
         default_value = "127.0.0.1:8443"
     )]
     listen: SocketAddr,
+    /// Wait as a standby while another `cx serve` writes the database, and take over when it
+    /// stops or dies (without it, a held database is refused after --writer-wait-s).
+    #[arg(long)]
+    standby: bool,
+    /// Without --standby, how long to wait for a database another `cx serve` writes before
+    /// refusing: long enough for a restart (the old process's connection closing), short of
+    /// hiding a second writer.
+    #[arg(long, default_value_t = 15, value_name = "S")]
+    writer_wait_s: u64,
     /// Certificate chain to serve (PEM, leaf first); without it a development CA signs one.
     #[arg(long, env = "CX_TLS_CERT", value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -197,18 +206,45 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             (Edge::Dev(ca), Some(config))
         }
     };
-    let listener = TcpListener::bind(args.listen)
-        .await
-        .map_err(|err| bind_error(args.listen, &err))?;
-    let addr = listener.local_addr().context("the listener's address")?;
-
     let database_url = args
         .database_url
         .clone()
         .unwrap_or_else(books::database_url);
-    let books = Books::open(&database_url)
+    // One writer per database: the lease, then the books tagged with its epoch. A standby binds
+    // its port only once it holds the lease (so a load balancer sends nothing to it, and it may
+    // share the writer's address); any other start binds first, so a taken port is said before
+    // the database is touched.
+    let early = if args.standby {
+        None
+    } else {
+        Some(
+            TcpListener::bind(args.listen)
+                .await
+                .map_err(|err| bind_error(args.listen, &err))?,
+        )
+    };
+    let unfenced = Books::open(&database_url)
         .await
         .context("opening the books (--database-url or DATABASE_URL)")?;
+    let holder = format!("pid {} on {}", std::process::id(), args.listen);
+    let wait = (!args.standby).then_some(std::time::Duration::from_secs(args.writer_wait_s));
+    if args.standby {
+        println!("cx serve: standby, waiting for the database's writer lease");
+    }
+    let lease = WriterLease::take(unfenced.pool(), &holder, wait)
+        .await
+        .context("the database's writer lease")?;
+    unfenced.pool().close().await;
+    let books = Books::open_fenced(&database_url, lease.epoch())
+        .await
+        .context("opening the books (--database-url or DATABASE_URL)")?;
+    let listener = match early {
+        Some(listener) => listener,
+        None => TcpListener::bind(args.listen)
+            .await
+            .map_err(|err| bind_error(args.listen, &err))?,
+    };
+    let addr = listener.local_addr().context("the listener's address")?;
     let catalog = match &args.catalog {
         Some(path) => Catalog::from_toml_str(
             &std::fs::read_to_string(path)
@@ -323,7 +359,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             );
         }
     }
-    println!("  database   {} (migrated)", redact_password(&database_url));
+    println!(
+        "  database   {} (migrated; writer epoch {})",
+        redact_password(&database_url),
+        lease.epoch()
+    );
     println!("  bundles    {bundles} ({rebuilt} from the books)");
     println!("  clearing   {}", args.clearing.as_str());
     println!("  router     {}", args.router);
@@ -382,12 +422,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         Some(config) => service::Edge::Https(config),
         None => service::Edge::InsecureHttp,
     };
-    service
+    let running = service
         .launch(listener, edge)
-        .context("starting the service")?
-        .until(stop_signal())
-        .await;
+        .context("starting the service")?;
+    let lost = tokio::select! {
+        () = stop_signal() => None,
+        lost = lease.lost() => Some(lost),
+    };
+    running.stop().await;
     books.pool().close().await;
+    if let Some(lost) = lost {
+        // Another node may be writing now: stop, loudly (a service manager restarts it, as a
+        // standby behind the new writer).
+        return Err(anyhow::Error::new(lost));
+    }
     println!("cx serve: stopped");
     Ok(())
 }

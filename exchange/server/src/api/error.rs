@@ -474,6 +474,13 @@ impl From<crate::Error> for ApiError {
                     retry_after_s: UNAVAILABLE_RETRY_AFTER_S,
                 }
             }
+            // This node is not (or no longer) the database's writer: another one serves.
+            E::WriterTaken { .. } | E::WriterLost(_) => {
+                tracing::warn!(error = %err, "not the writer");
+                Self::Unavailable {
+                    retry_after_s: UNAVAILABLE_RETRY_AFTER_S,
+                }
+            }
             E::Database(_)
             | E::Migrate(_)
             | E::Json(_)

@@ -33,6 +33,7 @@ mod store;
 mod tabs;
 mod verification;
 mod verified;
+mod writer;
 
 pub use adapters::StoredAdapter;
 pub use bindings::StoredBinding;
@@ -60,3 +61,4 @@ pub use verification::{
     GroupHead, PendingSlash, RunRecord, SLASH_RETRY_FIRST_S, SLASH_RETRY_HORIZON_S,
     SLASH_RETRY_MAX_S, Verdict,
 };
+pub use writer::{LEASE_PERIOD, WriterLease};

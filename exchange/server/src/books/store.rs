@@ -38,6 +38,18 @@ impl Books {
     /// migration it lacks. Safe to run at every start, and from two processes at once (PostgreSQL's
     /// advisory lock serialises the migrations; a database another process just created is used).
     pub async fn open(database_url: &str) -> Result<Self> {
+        Self::open_with(database_url, None).await
+    }
+
+    /// [`Books::open`] for the node holding the writer lease of `epoch` ([`super::WriterLease`]):
+    /// every connection is tagged with it, so once another node takes the lease the database
+    /// refuses this one's writes to the fenced tables. Open after the lease is taken: what was
+    /// in flight before is the previous writer's.
+    pub async fn open_fenced(database_url: &str, epoch: i64) -> Result<Self> {
+        Self::open_with(database_url, Some(epoch)).await
+    }
+
+    async fn open_with(database_url: &str, epoch: Option<i64>) -> Result<Self> {
         if !Postgres::database_exists(database_url).await?
             && let Err(err) = Postgres::create_database(database_url).await
             // Another process may have created it between our check and our create.
@@ -50,6 +62,17 @@ impl Books {
             // While PostgreSQL restarts a request waits this long for a connection, then is
             // answered 503 (sqlx's default, 30 s, held clients past their own timeouts).
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if let Some(epoch) = epoch {
+                        // A custom setting for the session: the fence trigger reads it.
+                        sqlx::query(&format!("SET cx.writer_epoch = '{epoch}'"))
+                            .execute(conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
             .connect(database_url)
             .await?;
         MIGRATOR.run(&pool).await?;

@@ -1,0 +1,84 @@
+//! The writer lease: one `cx serve` at a time writes a database (see the migration
+//! `exchange_writer`). A second node on the same database waits as a standby, or is refused
+//! after a bounded wait, instead of clearing the same markets twice; when the writer dies,
+//! PostgreSQL releases its lock as its connection closes, and a standby takes over — it builds
+//! its engine from the books as any start does, so nothing acknowledged is lost and nothing is
+//! done twice (the epoch fences a superseded writer's late commits).
+
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::{Connection, Row};
+
+use crate::{Error, Result};
+
+/// The advisory lock's key: the ASCII of "cx-write", fixed, so every build agrees.
+const WRITER_LOCK: i64 = 0x6378_2d77_7269_7465;
+
+/// How often a waiting node retries, and how often the holder checks its connection.
+pub const LEASE_PERIOD: Duration = Duration::from_secs(1);
+
+/// The lease, held while this value (its connection) lives.
+#[derive(Debug)]
+pub struct WriterLease {
+    conn: PgConnection,
+    epoch: i64,
+}
+
+impl WriterLease {
+    /// Takes the lease for `holder` (a name for people: host and address), waiting up to
+    /// `wait` (`None`: as long as it takes — a standby) while another node holds it.
+    pub async fn take(pool: &PgPool, holder: &str, wait: Option<Duration>) -> Result<Self> {
+        let mut conn = pool.acquire().await?.detach();
+        let started = Instant::now();
+        let mut announced = false;
+        loop {
+            let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+                .bind(WRITER_LOCK)
+                .fetch_one(&mut conn)
+                .await?;
+            if got {
+                break;
+            }
+            let current: Option<String> = sqlx::query_scalar("SELECT holder FROM exchange_writer")
+                .fetch_optional(&mut conn)
+                .await?;
+            let current = current.unwrap_or_else(|| "another node".into());
+            if wait.is_some_and(|w| started.elapsed() >= w) {
+                return Err(Error::WriterTaken { holder: current });
+            }
+            if !announced {
+                tracing::info!(%current, "another node writes this database; waiting for its lease");
+                announced = true;
+            }
+            tokio::time::sleep(LEASE_PERIOD).await;
+        }
+        let epoch: i64 = sqlx::query(
+            "INSERT INTO exchange_writer (epoch, holder) VALUES (1, $1) \
+             ON CONFLICT (only_row) DO UPDATE SET epoch = exchange_writer.epoch + 1, \
+             holder = $1, since = now() RETURNING epoch",
+        )
+        .bind(holder)
+        .fetch_one(&mut conn)
+        .await?
+        .try_get("epoch")?;
+        Ok(Self { conn, epoch })
+    }
+
+    /// The fencing token: every connection of the books this node opens carries it.
+    pub fn epoch(&self) -> i64 {
+        self.epoch
+    }
+
+    /// Returns when the lease is lost (its connection fails: PostgreSQL restarted, the network
+    /// parted), with why. The caller must stop writing at once; the fence refuses its writes
+    /// anyway once another node took over.
+    pub async fn lost(mut self) -> Error {
+        loop {
+            tokio::time::sleep(LEASE_PERIOD).await;
+            if let Err(e) = self.conn.ping().await {
+                return Error::WriterLost(e.to_string());
+            }
+        }
+    }
+}
