@@ -14,9 +14,10 @@ CREATE TABLE chain_offers (
     max_priority_fee_per_gas BIGINT NOT NULL CHECK (max_priority_fee_per_gas >= 0),
     sent_at                  TIMESTAMPTZ NOT NULL DEFAULT now(),
     -- pending: in a pool as far as the sender knows; mined: this offer is the one in a block;
-    -- replaced: another offer (or another transaction) took its nonce.
+    -- replaced: another offer (or another transaction) took its nonce; used: its nonce was
+    -- taken while no sender watched (a restart), by this offer or another.
     outcome                  TEXT NOT NULL DEFAULT 'pending'
-                             CHECK (outcome IN ('pending', 'mined', 'replaced'))
+                             CHECK (outcome IN ('pending', 'mined', 'replaced', 'used'))
 );
 
 CREATE INDEX chain_offers_pending ON chain_offers (chain_id, account, nonce)

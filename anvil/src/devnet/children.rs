@@ -32,10 +32,20 @@ impl Children {
     /// one: when a provider dies the exchange re-clears or refunds its jobs (SPEC §8), as it
     /// would for a third party's; [`Children::lost_providers`] names it once.
     pub(super) fn exited(&mut self) -> Option<String> {
-        let other = self
+        // The exchange is lost when its writer and every standby are: a standby takes over.
+        let exchanges: Vec<bool> = self
             .others
             .iter_mut()
-            .find_map(|c| (!is_provider(c.name()) && !c.is_running()).then(|| c.name().to_owned()));
+            .filter(|c| is_exchange(c.name()))
+            .map(|c| c.is_running())
+            .collect();
+        if !exchanges.is_empty() && !exchanges.contains(&true) {
+            return Some("the exchange (and every standby)".to_owned());
+        }
+        let other = self.others.iter_mut().find_map(|c| {
+            (!is_provider(c.name()) && !is_exchange(c.name()) && !c.is_running())
+                .then(|| c.name().to_owned())
+        });
         other.or_else(|| {
             self.chains
                 .iter_mut()
@@ -60,6 +70,12 @@ impl Children {
         }
         lost
     }
+}
+
+/// Whether a supervised child is one of the exchange's `cx serve` processes (the writer or a
+/// standby).
+fn is_exchange(name: &str) -> bool {
+    name.starts_with("the exchange")
 }
 
 /// Whether a supervised child is one of the devnet's providers (named `provider-N`).

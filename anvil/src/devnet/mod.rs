@@ -135,6 +135,9 @@ pub struct Config {
     /// Bases on the market (1 to 3, the generated model's only): [`MODEL`] and the [`EXTRA_BASES`]
     /// after it, each provider serving one and storing the others (`--base-store`).
     pub bases: u8,
+    /// `cx serve` processes on the exchange's database and address: the writer and
+    /// `exchanges − 1` standbys, the first of which takes over when the writer dies.
+    pub exchanges: u8,
     /// Seconds between blocks on both chains, as on a real network; `None`: a block per
     /// transaction (Anvil's automine).
     pub block_time_s: Option<u64>,
@@ -353,21 +356,31 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
     let ca = DevCa::open_or_create(&ca_dir).context("the devnet's CA")?;
     let ca_pem = ca.cert_path();
     let url = format!("https://127.0.0.1:{}", ports.exchange());
-    let mut serve = Command::new(&config.exchange_bin);
-    serve
-        .arg("serve")
-        .args(["--listen", &format!("127.0.0.1:{}", ports.exchange())])
-        .args(["--ca-dir", arg(&ca_dir)])
-        .args(["--deployments", arg(&deployments)])
-        .args(["--catalog", arg(&catalog)])
-        .args(["--identity", arg(&exchange_key)])
-        .args(["--settlement", arg(&settlement)])
-        .args(["--settle-margin-s", &SETTLE_MARGIN_S.to_string()])
-        .args(["--provider-silence-s", &PROVIDER_SILENCE_S.to_string()])
-        .args(["--clearing", config.clearing.as_str()])
-        .env("DATABASE_URL", &database_url);
-    let mut exchange_proc =
-        Supervised::spawn_logged("the exchange", serve, &dir.join("exchange.log"), "")?;
+    let serve_command = |standby: bool| {
+        let mut serve = Command::new(&config.exchange_bin);
+        serve.arg("serve");
+        if standby {
+            serve.arg("--standby");
+        }
+        serve
+            .args(["--listen", &format!("127.0.0.1:{}", ports.exchange())])
+            .args(["--ca-dir", arg(&ca_dir)])
+            .args(["--deployments", arg(&deployments)])
+            .args(["--catalog", arg(&catalog)])
+            .args(["--identity", arg(&exchange_key)])
+            .args(["--settlement", arg(&settlement)])
+            .args(["--settle-margin-s", &SETTLE_MARGIN_S.to_string()])
+            .args(["--provider-silence-s", &PROVIDER_SILENCE_S.to_string()])
+            .args(["--clearing", config.clearing.as_str()])
+            .env("DATABASE_URL", &database_url);
+        serve
+    };
+    let mut exchange_proc = Supervised::spawn_logged(
+        "the exchange",
+        serve_command(false),
+        &dir.join("exchange.log"),
+        "",
+    )?;
     tokio::task::block_in_place(|| {
         exchange_proc.wait_ready(
             ([127, 0, 0, 1], ports.exchange()).into(),
@@ -377,6 +390,17 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
         )
     })?;
     children.others.push(exchange_proc);
+    // Standbys on the same database and address: each waits for the writer lease, unbound, and
+    // the first to take it after the writer dies serves at the same URL (README, `cx serve`).
+    for i in 1..config.exchanges {
+        let standby = Supervised::spawn_logged(
+            &format!("the exchange (standby {i})"),
+            serve_command(true),
+            &dir.join(format!("exchange-standby-{i}.log")),
+            "",
+        )?;
+        children.others.push(standby);
+    }
     let client = Client::new(&url, Some(&ca_pem))?.with_timeout(Duration::from_secs(90));
     wait_for(
         Duration::from_secs(30),

@@ -162,6 +162,8 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
                 // Chains that mine every 2 s, as a real network: every transaction of the
                 // market (deposits, tabs, stakes, batches) waits for its block.
                 .args(["--block-time", "2"])
+                // A standby beside the exchange, waiting for its writer lease.
+                .args(["--exchanges", "2"])
                 .output()
                 .expect("cx runs")
         }
@@ -188,8 +190,8 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
         );
     }
     assert_eq!(
-        summary["processes"], 11,
-        "10 children and itself: {summary}"
+        summary["processes"], 12,
+        "11 children (the standby among them) and itself: {summary}"
     );
     // What it printed for a person: where to look, the CA's fingerprint, commands to try.
     let exchange = format!("https://127.0.0.1:{}", 8443 + offset);
@@ -201,7 +203,11 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
     assert!(stdout.contains(" intent --model tiny-llama"), "{stdout}");
     assert!(stdout.contains("openai.OpenAI(base_url="), "{stdout}");
     assert!(stdout.contains(" claim --deployments "), "{stdout}");
-    assert!(stderr.contains("stopped 10 processes"), "{stderr}");
+    assert!(stderr.contains("stopped 11 processes"), "{stderr}");
+    // The standby never wrote: it waited for the lease the whole run.
+    let standby = std::fs::read_to_string(dir.path.join("exchange-standby-1.log")).unwrap();
+    assert!(standby.contains("standby, waiting"), "{standby}");
+    assert!(!standby.contains("  url "), "{standby}");
     // Its logs stay for a post-mortem.
     for log in [
         "exchange.log",

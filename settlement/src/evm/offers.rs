@@ -94,13 +94,13 @@ impl OfferBook {
     }
 
     /// The pending offers of `account`'s nonce `nonce` (its mined count: the one a send uses),
-    /// if any; offers of lower nonces still pending are closed as replaced (their nonces are
-    /// used, and the sender that made them did not live to see by which).
+    /// if any; offers of lower nonces still pending are closed as `used` (their nonces are
+    /// taken, and no sender watched by which).
     pub async fn held(&self, chain_id: u64, account: Address, nonce: u64) -> Result<Option<Held>> {
         let chain = to_i64(chain_id.into(), "chain id")?;
         let n = to_i64(nonce.into(), "nonce")?;
         sqlx::query(
-            "UPDATE chain_offers SET outcome = 'replaced' WHERE chain_id = $1 AND account = $2 \
+            "UPDATE chain_offers SET outcome = 'used' WHERE chain_id = $1 AND account = $2 \
              AND nonce < $3 AND outcome = 'pending'",
         )
         .bind(chain)

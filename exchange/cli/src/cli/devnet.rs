@@ -67,6 +67,12 @@ pub(crate) struct Args {
     /// [default: a block per transaction].
     #[arg(long, value_name = "S", value_parser = clap::value_parser!(u64).range(1..=60))]
     block_time: Option<u64>,
+    /// `cx serve` processes on the exchange's database and address (1 to 5): one writer and
+    /// N − 1 standbys, each waiting for the writer lease and taking over when the writer dies.
+    /// (Markets are not sharded across nodes yet: one writes, the others stand by.)
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u8).range(1..=5))]
+    exchanges: u8,
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
@@ -84,6 +90,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
         model_name: args.model_name,
         bases: args.bases,
         block_time_s: args.block_time,
+        exchanges: args.exchanges,
         exchange_bin: std::env::current_exe().context("the running executable")?,
         add_to_catalog,
     };

@@ -23,12 +23,18 @@ pub const LEASE_PERIOD: Duration = Duration::from_secs(1);
 pub struct WriterLease {
     conn: PgConnection,
     epoch: i64,
+    database_url: String,
 }
 
 impl WriterLease {
     /// Takes the lease for `holder` (a name for people: host and address), waiting up to
     /// `wait` (`None`: as long as it takes — a standby) while another node holds it.
-    pub async fn take(pool: &PgPool, holder: &str, wait: Option<Duration>) -> Result<Self> {
+    pub async fn take(
+        database_url: &str,
+        pool: &PgPool,
+        holder: &str,
+        wait: Option<Duration>,
+    ) -> Result<Self> {
         let mut conn = pool.acquire().await?.detach();
         let started = Instant::now();
         let mut announced = false;
@@ -62,7 +68,11 @@ impl WriterLease {
         .fetch_one(&mut conn)
         .await?
         .try_get("epoch")?;
-        Ok(Self { conn, epoch })
+        Ok(Self {
+            conn,
+            epoch,
+            database_url: database_url.to_owned(),
+        })
     }
 
     /// The fencing token: every connection of the books this node opens carries it.
@@ -70,15 +80,55 @@ impl WriterLease {
         self.epoch
     }
 
-    /// Returns when the lease is lost (its connection fails: PostgreSQL restarted, the network
-    /// parted), with why. The caller must stop writing at once; the fence refuses its writes
-    /// anyway once another node took over.
+    /// Returns when the lease is lost, with why; the caller must stop writing at once (the
+    /// fence refuses its writes anyway once another node took over). A lease connection that
+    /// fails (PostgreSQL restarted, the network parted) is not yet a loss: while the database is
+    /// away nobody else can take the lease either, so the node reconnects and locks again, and
+    /// goes on as writer if the epoch is still its own; another epoch means another node took
+    /// over while it was cut off.
     pub async fn lost(mut self) -> Error {
         loop {
             tokio::time::sleep(LEASE_PERIOD).await;
-            if let Err(e) = self.conn.ping().await {
-                return Error::WriterLost(e.to_string());
+            if self.conn.ping().await.is_ok() {
+                continue;
+            }
+            tracing::warn!("the writer lease's connection failed; taking the lease again");
+            loop {
+                match self.relock().await {
+                    Ok(true) => break,
+                    Ok(false) => {
+                        return Error::WriterLost(
+                            "another node took the database's writer lease".into(),
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the database is away; the lease is retried");
+                        tokio::time::sleep(LEASE_PERIOD).await;
+                    }
+                }
             }
         }
+    }
+
+    /// A new connection holding the lock again with the epoch unchanged (`Ok(false)`: another
+    /// node holds the lock, or held it since).
+    async fn relock(&mut self) -> Result<bool> {
+        let mut conn = PgConnection::connect(&self.database_url).await?;
+        let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(WRITER_LOCK)
+            .fetch_one(&mut conn)
+            .await?;
+        if !got {
+            return Ok(false);
+        }
+        let epoch: Option<i64> = sqlx::query_scalar("SELECT epoch FROM exchange_writer")
+            .fetch_optional(&mut conn)
+            .await?;
+        if epoch != Some(self.epoch) {
+            return Ok(false);
+        }
+        self.conn = conn;
+        tracing::info!(epoch = self.epoch, "the writer lease is held again");
+        Ok(true)
     }
 }
