@@ -394,7 +394,7 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
     // the first to take it after the writer dies serves at the same URL (README, `cx serve`).
     for i in 1..config.exchanges {
         let standby = Supervised::spawn_logged(
-            &format!("the exchange (standby {i})"),
+            format!("the exchange (standby {i})"),
             serve_command(true),
             &dir.join(format!("exchange-standby-{i}.log")),
             "",
