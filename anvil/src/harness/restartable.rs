@@ -180,18 +180,28 @@ impl Restartable {
         database_url: &str,
         extra: &[String],
     ) -> Exchange {
-        let identity = dir.join("exchange.key");
-        // No rate limits: the tests send bursts on purpose.
-        let mut args = vec![
+        let args = Self::exchange_args(dir, extra, false);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        start_exchange_on(listen, dir, deployments, database_url, &args).await
+    }
+
+    /// `cx serve`'s flags beyond [`spawn_exchange_on`]'s: the market's identity (kept across
+    /// restarts and shared with a standby), no rate limits (the tests send bursts on purpose),
+    /// `extra`, and `--standby` when asked.
+    fn exchange_args(dir: &Path, extra: &[String], standby: bool) -> Vec<String> {
+        let mut args = strings(&[
             "--identity",
-            path(&identity),
+            path(&dir.join("exchange.key")),
             "--rate-per-account",
             "0",
             "--rate-per-ip",
             "0",
-        ];
-        args.extend(extra.iter().map(String::as_str));
-        start_exchange_on(listen, dir, deployments, database_url, &args).await
+        ]);
+        if standby {
+            args.push("--standby".into());
+        }
+        args.extend(extra.iter().cloned());
+        args
     }
 
     /// A second provider, `name`, on the same model with its own key (the chain's last) and
@@ -223,17 +233,8 @@ impl Restartable {
     /// the database's writer lease and listens only once it holds it (see
     /// [`Restartable::take_over`]).
     pub fn start_standby(&self) -> Serve {
-        let identity = self.dir.path.join("exchange.key");
-        let mut args = vec![
-            "--standby",
-            "--identity",
-            path(&identity),
-            "--rate-per-account",
-            "0",
-            "--rate-per-ip",
-            "0",
-        ];
-        args.extend(self.serve_args.iter().map(String::as_str));
+        let args = Self::exchange_args(&self.dir.path, &self.serve_args, true);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         spawn_exchange_on(
             &self.listen,
             &self.dir.path,

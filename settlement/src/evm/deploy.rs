@@ -132,67 +132,50 @@ pub async fn verify(
     }
     let settlement = Settlement::new(deployment.settlement, provider.clone());
     let registry = ProviderRegistry::new(deployment.registry, provider.clone());
-    let mismatch = |what: &str, got: String, want: String| {
-        Err(refused(
-            what,
-            format!("reads {got} on chain, {want} was deployed"),
-        ))
-    };
-    let asset = settlement.asset().call().await?;
-    if asset != deployment.asset {
-        return mismatch(
-            "Settlement.asset",
-            asset.to_string(),
-            deployment.asset.to_string(),
-        );
-    }
-    let grace = settlement.gracePeriod_s().call().await?;
-    if grace != params.grace_period_s {
-        return mismatch(
-            "Settlement.gracePeriod_s",
-            grace.to_string(),
-            params.grace_period_s.to_string(),
-        );
-    }
     let key = settlement.groupKey().call().await?;
-    if key.x != params.group_key.x || key.parity != params.group_key.parity {
-        return mismatch(
+    // Each immutable as the chain reads it beside what was deployed.
+    let read = [
+        (
+            "Settlement.asset",
+            settlement.asset().call().await?.to_string(),
+            deployment.asset.to_string(),
+        ),
+        (
+            "Settlement.gracePeriod_s",
+            settlement.gracePeriod_s().call().await?.to_string(),
+            params.grace_period_s.to_string(),
+        ),
+        (
             "Settlement.groupKey",
             format!("{:#x}/{}", key.x, key.parity),
             format!("{:#x}/{}", params.group_key.x, params.group_key.parity),
-        );
-    }
-    let linked = registry.settlement().call().await?;
-    if linked != deployment.settlement {
-        return mismatch(
+        ),
+        (
             "ProviderRegistry.settlement",
-            linked.to_string(),
+            registry.settlement().call().await?.to_string(),
             deployment.settlement.to_string(),
-        );
-    }
-    let registry_asset = registry.asset().call().await?;
-    if registry_asset != deployment.asset {
-        return mismatch(
+        ),
+        (
             "ProviderRegistry.asset",
-            registry_asset.to_string(),
+            registry.asset().call().await?.to_string(),
             deployment.asset.to_string(),
-        );
-    }
-    let min_stake = registry.minStake().call().await?;
-    if min_stake != params.min_stake {
-        return mismatch(
+        ),
+        (
             "ProviderRegistry.minStake",
-            min_stake.to_string(),
+            registry.minStake().call().await?.to_string(),
             params.min_stake.to_string(),
-        );
-    }
-    let delay = registry.unbondingDelay_s().call().await?;
-    if delay != params.unbonding_delay_s {
-        return mismatch(
+        ),
+        (
             "ProviderRegistry.unbondingDelay_s",
-            delay.to_string(),
+            registry.unbondingDelay_s().call().await?.to_string(),
             params.unbonding_delay_s.to_string(),
-        );
+        ),
+    ];
+    if let Some((what, got, want)) = read.into_iter().find(|(_, got, want)| got != want) {
+        return Err(refused(
+            what,
+            format!("reads {got} on chain, {want} was deployed"),
+        ));
     }
     Ok(())
 }

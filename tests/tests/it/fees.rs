@@ -61,6 +61,19 @@ async fn pooled(provider: &DynProvider, account: Address) -> Vec<(u64, B256)> {
     out
 }
 
+/// The outcome of a spawned send, which must end within `within_s` with its receipt.
+async fn landed(
+    sending: tokio::task::JoinHandle<cx_settlement::Result<cx_settlement::evm::TxOutcome>>,
+    within_s: u64,
+    what: &str,
+) -> cx_settlement::evm::TxOutcome {
+    tokio::time::timeout(Duration::from_secs(within_s), sending)
+        .await
+        .expect("the send ends")
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
 async fn wait_for<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -106,11 +119,7 @@ async fn a_transaction_under_the_base_fee_is_replaced_and_lands_once() {
     .await; // 100 gwei
     rpc(&raw, "evm_setIntervalMining", serde_json::json!([1])).await;
 
-    let outcome = tokio::time::timeout(Duration::from_secs(60), sending)
-        .await
-        .expect("the send ends")
-        .unwrap()
-        .expect("the deposit lands");
+    let outcome = landed(sending, 60, "the deposit lands").await;
     assert_ne!(
         outcome.tx_hash, first,
         "the offer under the base fee was replaced"
@@ -172,11 +181,7 @@ async fn an_offer_an_earlier_process_left_in_the_pool_is_outbid_not_queued_behin
     .await;
     assert_eq!(replaced.0, 0, "at the nonce the old offer held");
     rpc(&raw, "evm_setIntervalMining", serde_json::json!([1])).await;
-    let outcome = tokio::time::timeout(Duration::from_secs(60), sending)
-        .await
-        .expect("the send ends")
-        .unwrap()
-        .expect("the deposit lands");
+    let outcome = landed(sending, 60, "the deposit lands").await;
     assert_eq!(outcome.tx_hash, replaced.1);
     assert!(raw.get_transaction_receipt(left).await.unwrap().is_none());
     assert_eq!(raw.get_transaction_count(account).await.unwrap(), 1);
@@ -298,11 +303,7 @@ async fn a_restarted_sender_follows_its_earlier_offer_from_the_books() {
         "nothing sent beside it"
     );
     rpc(&raw, "evm_setIntervalMining", serde_json::json!([1])).await;
-    let outcome = tokio::time::timeout(Duration::from_secs(30), sending)
-        .await
-        .expect("the send ends")
-        .unwrap()
-        .expect("its earlier offer's receipt");
+    let outcome = landed(sending, 30, "its earlier offer's receipt").await;
     assert_eq!(outcome.tx_hash, old);
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(raw.get_transaction_count(account).await.unwrap(), 1);

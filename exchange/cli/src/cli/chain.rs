@@ -3,7 +3,7 @@
 //! (as `cast wallet import` writes it) or in the environment, the code verified on chain, and
 //! the chain's entry written into the deployments file every party reads.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use alloy::primitives::U256;
 use alloy::signers::local::PrivateKeySigner;
@@ -198,7 +198,8 @@ fn deploy_cmd(args: DeployArgs) -> anyhow::Result<()> {
         chain: chain.clone(),
         deployment,
     });
-    write_out(&file, &args.out)?;
+    file.write(&args.out)
+        .with_context(|| format!("--out {}", args.out.display()))?;
     let report = Deployed {
         chain_id: deployment.chain_id,
         rpc_url: chain.rpc_url.clone(),
@@ -222,9 +223,4 @@ fn deploy_cmd(args: DeployArgs) -> anyhow::Result<()> {
         report.out
     );
     super::emit(args.json, &table, &report)
-}
-
-fn write_out(file: &DeploymentsFile, path: &Path) -> anyhow::Result<()> {
-    file.write(path)
-        .with_context(|| format!("--out {}", path.display()))
 }

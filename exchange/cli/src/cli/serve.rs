@@ -231,7 +231,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     if args.standby {
         println!("cx serve: standby, waiting for the database's writer lease");
     }
-    let lease = WriterLease::take(&database_url, unfenced.pool(), &holder, wait)
+    let lease = WriterLease::take(&database_url, &holder, wait)
         .await
         .context("the database's writer lease")?;
     unfenced.pool().close().await;

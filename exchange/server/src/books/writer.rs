@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
 
 use crate::{Error, Result};
@@ -29,13 +29,9 @@ pub struct WriterLease {
 impl WriterLease {
     /// Takes the lease for `holder` (a name for people: host and address), waiting up to
     /// `wait` (`None`: as long as it takes — a standby) while another node holds it.
-    pub async fn take(
-        database_url: &str,
-        pool: &PgPool,
-        holder: &str,
-        wait: Option<Duration>,
-    ) -> Result<Self> {
-        let mut conn = pool.acquire().await?.detach();
+    /// The database must be migrated ([`super::Books::open`]).
+    pub async fn take(database_url: &str, holder: &str, wait: Option<Duration>) -> Result<Self> {
+        let mut conn = PgConnection::connect(database_url).await?;
         let started = Instant::now();
         let mut announced = false;
         loop {
