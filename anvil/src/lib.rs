@@ -42,6 +42,7 @@
 //! `CX_ANVIL`, `CX_SIGNER_BIN` and `CX_PROVIDER_BIN` override the binaries. No feature flags.
 
 pub mod anvil;
+pub mod balancer;
 pub mod bench;
 pub mod cluster;
 pub mod db;

@@ -9,6 +9,8 @@ pub(super) struct Children {
     pub(super) chains: Vec<AnvilInstance>,
     pub(super) cluster: Option<Cluster>,
     pub(super) others: Vec<Supervised>,
+    /// In front of the exchange's nodes when there are several.
+    pub(super) balancer: Option<crate::balancer::Balancer>,
 }
 
 impl Children {
@@ -32,7 +34,7 @@ impl Children {
     /// one: when a provider dies the exchange re-clears or refunds its jobs (SPEC §8), as it
     /// would for a third party's; [`Children::lost_providers`] names it once.
     pub(super) fn exited(&mut self) -> Option<String> {
-        // The exchange is lost when its writer and every standby are: a standby takes over.
+        // The exchange is lost when every node is: another takes over from a dead writer.
         let exchanges: Vec<bool> = self
             .others
             .iter_mut()
@@ -40,7 +42,7 @@ impl Children {
             .map(|c| c.is_running())
             .collect();
         if !exchanges.is_empty() && !exchanges.contains(&true) {
-            return Some("the exchange (and every standby)".to_owned());
+            return Some("the exchange (every node)".to_owned());
         }
         let other = self.others.iter_mut().find_map(|c| {
             (!is_provider(c.name()) && !is_exchange(c.name()) && !c.is_running())
@@ -72,8 +74,7 @@ impl Children {
     }
 }
 
-/// Whether a supervised child is one of the exchange's `cx serve` processes (the writer or a
-/// standby).
+/// Whether a supervised child is one of the exchange's `cx serve` nodes.
 fn is_exchange(name: &str) -> bool {
     name.starts_with("the exchange")
 }

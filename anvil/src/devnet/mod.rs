@@ -135,8 +135,9 @@ pub struct Config {
     /// Bases on the market (1 to 3, the generated model's only): [`MODEL`] and the [`EXTRA_BASES`]
     /// after it, each provider serving one and storing the others (`--base-store`).
     pub bases: u8,
-    /// `cx serve` processes on the exchange's database and address: the writer and
-    /// `exchanges − 1` standbys, the first of which takes over when the writer dies.
+    /// `cx serve` nodes on the exchange's database: with more than one, each on a port of its
+    /// own behind a balancer on the exchange's address ([`crate::balancer`]); one writes, the others
+    /// forward to it and the first to take its lease after it dies takes over.
     pub exchanges: u8,
     /// Seconds between blocks on both chains, as on a real network; `None`: a block per
     /// transaction (Anvil's automine).
@@ -196,7 +197,12 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
             model.display()
         );
     }
-    let ports = Ports::new(config.port_offset, config.providers, SIGNERS);
+    let ports = Ports::new(
+        config.port_offset,
+        config.providers,
+        SIGNERS,
+        u16::from(config.exchanges),
+    );
     ports.check_free()?;
     let dir =
         std::path::absolute(&config.dir).with_context(|| format!("{}", config.dir.display()))?;
@@ -356,14 +362,23 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
     let ca = DevCa::open_or_create(&ca_dir).context("the devnet's CA")?;
     let ca_pem = ca.cert_path();
     let url = format!("https://127.0.0.1:{}", ports.exchange());
-    let serve_command = |standby: bool| {
+    // One node listens on the exchange's address; several each on their own, behind the
+    // balancer there.
+    let node_ports: Vec<u16> = if config.exchanges > 1 {
+        (0..u16::from(config.exchanges))
+            .map(|i| ports.exchange_node(i))
+            .collect()
+    } else {
+        vec![ports.exchange()]
+    };
+    let serve_command = |port: u16, standby: bool| {
         let mut serve = Command::new(&config.exchange_bin);
         serve.arg("serve");
         if standby {
             serve.arg("--standby");
         }
         serve
-            .args(["--listen", &format!("127.0.0.1:{}", ports.exchange())])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--ca-dir", arg(&ca_dir)])
             .args(["--deployments", arg(&deployments)])
             .args(["--catalog", arg(&catalog)])
@@ -375,31 +390,37 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
             .env("DATABASE_URL", &database_url);
         serve
     };
-    let mut exchange_proc = Supervised::spawn_logged(
-        "the exchange",
-        serve_command(false),
-        &dir.join("exchange.log"),
-        "",
-    )?;
-    tokio::task::block_in_place(|| {
-        exchange_proc.wait_ready(
-            ([127, 0, 0, 1], ports.exchange()).into(),
-            Duration::from_secs(60),
-            Duration::from_millis(100),
-            || true,
-        )
-    })?;
-    children.others.push(exchange_proc);
-    // Standbys on the same database and address: each waits for the writer lease, unbound, and
-    // the first to take it after the writer dies serves at the same URL (README, `cx serve`).
-    for i in 1..config.exchanges {
-        let standby = Supervised::spawn_logged(
-            format!("the exchange (standby {i})"),
-            serve_command(true),
-            &dir.join(format!("exchange-standby-{i}.log")),
-            "",
-        )?;
-        children.others.push(standby);
+    // The writer first (it migrates the database and takes the lease), then the others, which
+    // find the lease held and forward to it.
+    for (i, port) in node_ports.iter().enumerate() {
+        let (name, log) = match i {
+            0 => ("the exchange".to_owned(), "exchange.log".to_owned()),
+            _ => (
+                format!("the exchange (node {})", i + 1),
+                format!("exchange-node-{}.log", i + 1),
+            ),
+        };
+        let mut node =
+            Supervised::spawn_logged(name, serve_command(*port, i > 0), &dir.join(log), "")?;
+        tokio::task::block_in_place(|| {
+            node.wait_ready(
+                ([127, 0, 0, 1], *port).into(),
+                Duration::from_secs(60),
+                Duration::from_millis(100),
+                || true,
+            )
+        })?;
+        children.others.push(node);
+    }
+    if config.exchanges > 1 {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", ports.exchange()))
+            .await
+            .with_context(|| format!("the exchange's balancer on port {}", ports.exchange()))?;
+        let nodes = node_ports
+            .iter()
+            .map(|port| ([127, 0, 0, 1], *port).into())
+            .collect();
+        children.balancer = Some(crate::balancer::Balancer::start(listener, nodes));
     }
     let client = Client::new(&url, Some(&ca_pem))?.with_timeout(Duration::from_secs(90));
     wait_for(

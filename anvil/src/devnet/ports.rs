@@ -10,6 +10,7 @@ pub(super) struct Ports {
     offset: u16,
     providers: u16,
     signers: u16,
+    exchange_nodes: u16,
 }
 
 /// The defaults with offset 0.
@@ -17,18 +18,27 @@ const EXCHANGE: u16 = 8443;
 const CHAINS: [u16; 2] = [8545, 8546];
 const FIRST_PROVIDER: u16 = 9001;
 const FIRST_SIGNER: u16 = 9101;
+/// The exchange's nodes when there are several (`--exchanges N`): the balancer takes
+/// [`EXCHANGE`], node i listens here + i.
+const FIRST_EXCHANGE_NODE: u16 = 8451;
 
 impl Ports {
-    pub(super) fn new(offset: u16, providers: u16, signers: u16) -> Self {
+    pub(super) fn new(offset: u16, providers: u16, signers: u16, exchange_nodes: u16) -> Self {
         Self {
             offset,
             providers,
             signers,
+            exchange_nodes,
         }
     }
 
     pub(super) fn exchange(&self) -> u16 {
         EXCHANGE + self.offset
+    }
+
+    /// Node i's port when the exchange runs several (the balancer has [`Ports::exchange`]).
+    pub(super) fn exchange_node(&self, i: u16) -> u16 {
+        FIRST_EXCHANGE_NODE + self.offset + i
     }
 
     /// Chain i's JSON-RPC port (i in 0..2).
@@ -47,6 +57,11 @@ impl Ports {
     /// Each port with what it is for.
     fn all(&self) -> Vec<(u16, String)> {
         let mut all = vec![(self.exchange(), "the exchange (HTTPS)".to_owned())];
+        if self.exchange_nodes > 1 {
+            for i in 0..self.exchange_nodes {
+                all.push((self.exchange_node(i), format!("exchange node {}", i + 1)));
+            }
+        }
         for (i, chain) in super::CHAIN_IDS.iter().enumerate() {
             all.push((self.chain(i), format!("Anvil chain {chain}")));
         }

@@ -31,6 +31,9 @@ pub enum Error {
         /// The holder as it named itself.
         holder: String,
     },
+    /// The operating system gave no randomness (a token could not be made).
+    #[error("no randomness: {0}")]
+    NoRandomness(String),
     /// The writer lease's connection failed: this node must stop writing.
     #[error("lost the writer lease: {0}")]
     WriterLost(String),

@@ -59,6 +59,7 @@
 pub mod api;
 pub mod books;
 pub mod chain;
+pub mod cluster;
 mod error;
 pub mod intake;
 pub mod jobs;

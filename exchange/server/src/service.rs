@@ -1,6 +1,7 @@
-//! The exchange as one running service: the API on a listener and the duties that run beside
-//! it — the sweeps ([`crate::sweeps::run_sweeps`]), a watcher per chain and the settlement loop —
-//! started by one [`Service::launch`] and stopped by one [`Running::stop`].
+//! The exchange as one running service: the API on a listener ([`Front`]) and the duties that
+//! run beside it — the sweeps ([`crate::sweeps::run_sweeps`]), a watcher per chain and the
+//! settlement loop — started by one [`Service::launch`] (or [`Service::launch_behind`] a front
+//! that forwarded to another node until now) and stopped by one [`Running::stop`].
 //!
 //! `cx serve` and the benches launch the exchange through here, so what a bench measures is the
 //! service `cx serve` runs, with the same duties beside its API.
@@ -10,6 +11,8 @@ use crate::chain::Watcher;
 use crate::intake::Intake;
 use crate::settlement::Settler;
 use crate::tls::{self, Limits};
+use axum::Router;
+use axum::extract::Request;
 use rustls::ServerConfig;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,6 +21,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tower::ServiceExt;
 
 /// How often a chain watcher polls its chain and the settlement loop makes a pass.
 pub const DUTY_PERIOD: Duration = Duration::from_secs(1);
@@ -38,6 +42,7 @@ pub struct Service {
     watchers: Vec<Watcher>,
     chain_explorers: Vec<(u64, String)>,
     limits: Limits,
+    forward_token: Option<String>,
 }
 
 impl Service {
@@ -50,6 +55,7 @@ impl Service {
             watchers: Vec::new(),
             chain_explorers: Vec::new(),
             limits: Limits::default(),
+            forward_token: None,
         }
     }
 
@@ -77,10 +83,32 @@ impl Service {
         self
     }
 
+    /// Answers forwarded requests carrying `token` ([`crate::cluster`]; the writer lease's).
+    pub fn with_forward_token(mut self, token: Option<String>) -> Self {
+        self.forward_token = token;
+        self
+    }
+
     /// Serves the API on `listener` through `edge` and starts the duties beside it; they run
     /// until [`Running::stop`].
     pub fn launch(self, listener: TcpListener, edge: Edge) -> std::io::Result<Running> {
-        let address = listener.local_addr()?;
+        let limits = self.limits;
+        let (router, duties) = self.start();
+        let front = Front::open(listener, edge, limits, router)?;
+        Ok(duties.beside(front))
+    }
+
+    /// Takes over `front`'s port (a node that forwarded to the writer until it became the
+    /// writer): its router is swapped for this service's and the duties start beside it; the
+    /// port stays open throughout.
+    pub fn launch_behind(self, front: Front) -> Running {
+        let (router, duties) = self.start();
+        front.serve(router);
+        duties.beside(front)
+    }
+
+    /// The API's router and the duties, started.
+    fn start(self) -> (Router, Duties) {
         let (stop, stopped) = watch::channel(false);
         let until_stopped = move || {
             let mut stopped = stopped.clone();
@@ -104,43 +132,108 @@ impl Service {
             }
             None => AppState::with_intake(self.intake),
         }
-        .with_chain_explorers(self.chain_explorers);
+        .with_chain_explorers(self.chain_explorers)
+        .with_forward_token(self.forward_token);
         // The sweeps hold no work a stop must finish (each pass is one transaction per job):
         // they are aborted, not awaited.
         let sweeps = tokio::spawn(state.clone().run_sweeps());
-        let router = app(state.clone());
-        let shutdown = until_stopped();
-        let api = match edge {
-            Edge::Https(config) => tokio::spawn(tls::serve_https(
-                listener,
-                config,
-                router,
-                self.limits,
-                shutdown,
-            )),
-            Edge::InsecureHttp => tokio::spawn(tls::serve_insecure_http(
-                listener,
-                router,
-                self.limits,
-                shutdown,
-            )),
+        (
+            app(state),
+            Duties {
+                stop,
+                sweeps,
+                duties,
+            },
+        )
+    }
+}
+
+/// The duties of a started service, waiting for the front they run beside.
+struct Duties {
+    stop: watch::Sender<bool>,
+    sweeps: JoinHandle<()>,
+    duties: Vec<JoinHandle<()>>,
+}
+
+impl Duties {
+    fn beside(self, front: Front) -> Running {
+        Running {
+            front,
+            stop: self.stop,
+            sweeps: self.sweeps,
+            duties: self.duties,
+        }
+    }
+}
+
+/// The API's listener, serving a router that may be swapped while it runs: a node forwarding to
+/// the writer ([`crate::cluster::Forwarder`]) becomes the writer without closing its port
+/// ([`Service::launch_behind`]). A request is served by the router current when it arrives.
+#[derive(Debug)]
+pub struct Front {
+    address: SocketAddr,
+    stop: watch::Sender<bool>,
+    api: JoinHandle<()>,
+    router: watch::Sender<Router>,
+}
+
+impl Front {
+    /// Serves `router` on `listener` through `edge` under `limits`.
+    pub fn open(
+        listener: TcpListener,
+        edge: Edge,
+        limits: Limits,
+        router: Router,
+    ) -> std::io::Result<Self> {
+        let address = listener.local_addr()?;
+        let (stop, mut stopped) = watch::channel(false);
+        let (swap, current) = watch::channel(router);
+        let switch = Router::new().fallback_service(tower::service_fn(move |request: Request| {
+            let router = current.borrow().clone();
+            router.oneshot(request)
+        }));
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
         };
-        Ok(Running {
+        let api = match edge {
+            Edge::Https(config) => {
+                tokio::spawn(tls::serve_https(listener, config, switch, limits, shutdown))
+            }
+            Edge::InsecureHttp => {
+                tokio::spawn(tls::serve_insecure_http(listener, switch, limits, shutdown))
+            }
+        };
+        Ok(Self {
             address,
             stop,
             api,
-            sweeps,
-            duties,
+            router: swap,
         })
+    }
+
+    /// Where it listens.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Serves `router` from the next request on.
+    fn serve(&self, router: Router) {
+        // The router replaced (a forwarder) lives on in requests it is still serving.
+        drop(self.router.send_replace(router));
+    }
+
+    /// Stops taking connections and waits for open ones (within the edge's grace).
+    pub async fn close(self) {
+        let _ = self.stop.send(true);
+        let _ = self.api.await;
     }
 }
 
 /// A launched exchange.
 #[derive(Debug)]
 pub struct Running {
-    address: SocketAddr,
+    front: Front,
     stop: watch::Sender<bool>,
-    api: JoinHandle<()>,
     sweeps: JoinHandle<()>,
     duties: Vec<JoinHandle<()>>,
 }
@@ -148,7 +241,7 @@ pub struct Running {
 impl Running {
     /// Where the API listens.
     pub fn address(&self) -> SocketAddr {
-        self.address
+        self.front.address()
     }
 
     /// Runs until `signal` completes (Ctrl-C, a test's end), then stops.
@@ -160,8 +253,8 @@ impl Running {
     /// Stops taking connections and waits for open ones (within the edge's grace), stops the
     /// sweeps, and lets the watchers and the settlement loop finish their pass.
     pub async fn stop(self) {
+        self.front.close().await;
         let _ = self.stop.send(true);
-        let _ = self.api.await;
         self.sweeps.abort();
         for duty in self.duties {
             let _ = duty.await;

@@ -196,6 +196,22 @@ impl Identity {
     }
 }
 
+/// The certificates of a PEM file (one or more `CERTIFICATE` blocks): roots to trust, such as
+/// the certificate authority of a cluster's nodes (`cx serve --peer-ca`).
+pub fn certificates_from_pem_file(path: impl AsRef<Path>) -> Result<Vec<CertificateDer<'static>>> {
+    let path = path.as_ref();
+    let certs = CertificateDer::pem_slice_iter(&read(path)?)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|err| pem_error(path, &err))?;
+    if certs.is_empty() {
+        return Err(TlsError::Pem {
+            path: path.to_owned(),
+            message: "no CERTIFICATE block".to_owned(),
+        });
+    }
+    Ok(certs)
+}
+
 /// A rustls server configuration for `identity`: TLS 1.3, the [`crypto_provider`] groups,
 /// ALPN `http/1.1`, no client certificates (agents authenticate by signature, not by TLS).
 pub fn server_config(identity: Identity) -> Result<Arc<ServerConfig>> {

@@ -12,9 +12,10 @@ use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::books::redact_password;
 use cx_exchange_server::books::{self, Books, WriterLease};
 use cx_exchange_server::chain::Watcher;
+use cx_exchange_server::cluster::Forwarder;
 use cx_exchange_server::intake::{DEFAULT_SETTLE_MARGIN_S, Intake};
 use cx_exchange_server::market::Market;
-use cx_exchange_server::service::{self, Service};
+use cx_exchange_server::service::{self, Front, Service};
 use cx_exchange_server::settlement::{SettlementConfig, Settler};
 use cx_exchange_server::stake::Registries;
 use cx_exchange_server::tls::{self, DevCa, Identity, Limits};
@@ -39,10 +40,20 @@ pub(crate) struct Args {
         default_value = "127.0.0.1:8443"
     )]
     listen: SocketAddr,
-    /// Wait as a standby while another `cx serve` writes the database, and take over when it
-    /// stops or dies (without it, a held database is refused after --writer-wait-s).
+    /// Join a cluster: while another `cx serve` writes the database, serve this node's port by
+    /// forwarding every request to it, and take over (on the same port) when it stops or dies.
+    /// Without it, a held database is refused after --writer-wait-s.
     #[arg(long)]
     standby: bool,
+    /// The URL other nodes of the cluster reach this one at when it writes (default: the
+    /// scheme and --listen address; needed when --listen is a wildcard address).
+    #[arg(long, env = "CX_ADVERTISE", value_name = "URL")]
+    advertise: Option<String>,
+    /// The certificate authority of the cluster's nodes (PEM), which a --standby node trusts
+    /// when it forwards to the writer (default: the development CA of --ca-dir; needed with
+    /// --tls-cert).
+    #[arg(long, env = "CX_PEER_CA", value_name = "PEM")]
+    peer_ca: Option<PathBuf>,
     /// Without --standby, how long to wait for a database another `cx serve` writes before
     /// refusing: long enough for a restart (the old process's connection closing), short of
     /// hiding a second writer.
@@ -210,41 +221,135 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .database_url
         .clone()
         .unwrap_or_else(books::database_url);
-    // One writer per database: the lease, then the books tagged with its epoch. A standby binds
-    // its port only once it holds the lease (so a load balancer sends nothing to it, and it may
-    // share the writer's address); any other start binds first, so a taken port is said before
-    // the database is touched.
-    let early = if args.standby {
-        None
+    // Every node binds its port first, so a taken port is said before the database is touched.
+    let listener = TcpListener::bind(args.listen)
+        .await
+        .map_err(|err| bind_error(args.listen, &err))?;
+    let addr = listener.local_addr().context("the listener's address")?;
+    let scheme = if matches!(edge, Edge::Insecure) {
+        "http"
     } else {
-        Some(
-            TcpListener::bind(args.listen)
-                .await
-                .map_err(|err| bind_error(args.listen, &err))?,
-        )
+        "https"
+    };
+    let url = format!("{scheme}://{addr}");
+    let advertise = match &args.advertise {
+        Some(advertise) => Some(advertise.clone()),
+        None if addr.ip().is_unspecified() => None,
+        None => Some(url.clone()),
     };
     let unfenced = Books::open(&database_url)
         .await
         .context("opening the books (--database-url or DATABASE_URL)")?;
-    let holder = format!("pid {} on {}", std::process::id(), args.listen);
-    let wait = (!args.standby).then_some(std::time::Duration::from_secs(args.writer_wait_s));
-    if args.standby {
-        println!("cx serve: standby, waiting for the database's writer lease");
-    }
-    let lease = WriterLease::take(&database_url, &holder, wait)
+    let limits = edge_limits(&args);
+    let service_edge = match &config {
+        Some(config) => service::Edge::Https(config.clone()),
+        None => service::Edge::InsecureHttp,
+    };
+    // One writer per database: the lease, then the books tagged with its epoch. A --standby
+    // node that finds the lease held serves its port by forwarding to the writer meanwhile.
+    let holder = format!("pid {} on {addr}", std::process::id());
+    let wait = std::time::Duration::from_secs(if args.standby { 0 } else { args.writer_wait_s });
+    let lease = match WriterLease::take(&database_url, &holder, Some(wait), advertise.as_deref())
         .await
-        .context("the database's writer lease")?;
+    {
+        Ok(lease) => lease,
+        Err(cx_exchange_server::Error::WriterTaken { holder: current }) if args.standby => {
+            let forwarder = forwarder(&args, &edge, &unfenced)?;
+            let front = Front::open(
+                listener,
+                service_edge.clone(),
+                limits,
+                std::sync::Arc::new(forwarder).router(),
+            )
+            .context("starting the service")?;
+            println!("cx serve: a standby node, forwarding to the writer ({current})");
+            println!("  url        {url}");
+            let lease = tokio::select! {
+                lease = WriterLease::take(&database_url, &holder, None, advertise.as_deref()) => {
+                    lease.context("the database's writer lease")?
+                }
+                () = stop_signal() => {
+                    front.close().await;
+                    println!("cx serve: stopped");
+                    return Ok(());
+                }
+            };
+            println!("cx serve: the writer is gone; this node takes over");
+            return writer(
+                args,
+                lease,
+                WriterFront::Taken(front),
+                database_url,
+                edge,
+                url,
+            )
+            .await;
+        }
+        Err(err) => return Err(err).context("the database's writer lease"),
+    };
     unfenced.pool().close().await;
+    writer(
+        args,
+        lease,
+        WriterFront::Bind(listener, service_edge, limits),
+        database_url,
+        edge,
+        url,
+    )
+    .await
+}
+
+/// Where a writer serves: a port of its own, or the front it forwarded through until now.
+enum WriterFront {
+    Bind(TcpListener, service::Edge, Limits),
+    Taken(Front),
+}
+
+/// A standby's link to the writer, trusting the nodes' certificate authority (plain HTTP between
+/// nodes behind --insecure-http).
+fn forwarder(args: &Args, edge: &Edge, books: &Books) -> anyhow::Result<Forwarder> {
+    let roots = match (&args.peer_ca, edge) {
+        (_, Edge::Insecure) => {
+            return Forwarder::new(books, None).context("the link to the writer");
+        }
+        (Some(path), _) => tls::certificates_from_pem_file(path).context("--peer-ca")?,
+        (None, Edge::Dev(ca)) => vec![ca.cert().clone()],
+        (None, Edge::Files(_)) => {
+            return Err(anyhow!(
+                "--standby with --tls-cert needs --peer-ca: the certificate authority that signed the nodes' certificates"
+            ));
+        }
+    };
+    let tls = tls::client_config(&roots).context("--peer-ca")?;
+    Forwarder::new(books, Some(tls)).context("the link to the writer")
+}
+
+/// The edge's connection limits from the flags.
+fn edge_limits(args: &Args) -> Limits {
+    let defaults = Limits::default();
+    Limits {
+        max_connections_per_ip: args.max_connections_per_ip,
+        body_pace: cx_exchange_server::min_rate::Pace {
+            min_bytes_per_s: args.min_body_bytes_per_s,
+            ..defaults.body_pace
+        },
+        ..defaults
+    }
+}
+
+/// The node as the database's writer: the books under its lease, the engine rebuilt from them,
+/// the chains, the intake and the duties, served until a stop or the lease's loss.
+async fn writer(
+    args: Args,
+    lease: WriterLease,
+    front: WriterFront,
+    database_url: String,
+    edge: Edge,
+    url: String,
+) -> anyhow::Result<()> {
     let books = Books::open_fenced(&database_url, lease.epoch())
         .await
         .context("opening the books (--database-url or DATABASE_URL)")?;
-    let listener = match early {
-        Some(listener) => listener,
-        None => TcpListener::bind(args.listen)
-            .await
-            .map_err(|err| bind_error(args.listen, &err))?,
-    };
-    let addr = listener.local_addr().context("the listener's address")?;
     let catalog = match &args.catalog {
         Some(path) => Catalog::from_toml_str(
             &std::fs::read_to_string(path)
@@ -335,12 +440,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         }
     };
 
-    let scheme = if matches!(edge, Edge::Insecure) {
-        "http"
-    } else {
-        "https"
-    };
-    let url = format!("{scheme}://{addr}");
     println!("cx serve: the exchange is listening");
     println!("  url        {url}");
     match &edge {
@@ -399,32 +498,23 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     println!("  explorer   {url}/explorer");
     println!("Ctrl-C stops it.");
 
-    let defaults = Limits::default();
-    let limits = Limits {
-        max_connections_per_ip: args.max_connections_per_ip,
-        body_pace: cx_exchange_server::min_rate::Pace {
-            min_bytes_per_s: args.min_body_bytes_per_s,
-            ..defaults.body_pace
-        },
-        ..defaults
-    };
     let explorers = chains
         .iter()
         .filter_map(|c| Some((c.chain.chain_id, c.chain.explorer_url.clone()?)));
     let mut service = Service::new(intake)
         .with_watchers(watchers)
         .with_chain_explorers(explorers)
-        .with_limits(limits);
+        .with_forward_token(lease.forward_token().map(str::to_owned));
     if let Some((settler, _)) = settler {
         service = service.with_settler(settler);
     }
-    let edge = match config {
-        Some(config) => service::Edge::Https(config),
-        None => service::Edge::InsecureHttp,
+    let running = match front {
+        WriterFront::Bind(listener, edge, limits) => service
+            .with_limits(limits)
+            .launch(listener, edge)
+            .context("starting the service")?,
+        WriterFront::Taken(front) => service.launch_behind(front),
     };
-    let running = service
-        .launch(listener, edge)
-        .context("starting the service")?;
     let lost = tokio::select! {
         () = stop_signal() => None,
         lost = lease.lost() => Some(lost),

@@ -89,6 +89,18 @@ pub enum ApiError {
         /// Seconds to wait before sending it again.
         retry_after_s: u64,
     },
+    /// No node holds the writer lease now (a takeover is under way), so a node forwarding to
+    /// it had nowhere to send the request (503, with `Retry-After`): nothing was done.
+    #[error(
+        "no exchange node writes the books right now (a takeover is under way); nothing was done, send it again"
+    )]
+    NoWriter,
+    /// The writer node failed while this node forwarded the request to it (502): it may have
+    /// been done. Signed orders are idempotent by nonce; look up the rest before sending again.
+    #[error(
+        "the exchange node that writes the books failed while answering; the request may have been done: look it up before sending it again"
+    )]
+    BadGateway,
     /// Something failed inside the server (500); the cause is logged, not returned.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -115,7 +127,10 @@ impl ApiError {
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::Refused { status, .. } => *status,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::Unavailable { .. } | Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable { .. } | Self::Overloaded { .. } | Self::NoWriter => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Self::BadGateway => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -135,6 +150,8 @@ impl ApiError {
             Self::RateLimited { .. } => "rate_limited",
             Self::Unavailable { .. } => "unavailable",
             Self::Overloaded { .. } => "overloaded",
+            Self::NoWriter => "no_writer",
+            Self::BadGateway => "bad_gateway",
             Self::Internal(_) => "internal",
         }
     }
@@ -201,8 +218,8 @@ impl IntoResponse for ApiError {
             Self::RateLimited { retry_after_s, .. } | Self::Unavailable { retry_after_s } => {
                 Some(retry_after_s)
             }
-            // A slot frees as soon as any request in flight ends.
-            Self::Overloaded { .. } => Some(1),
+            // A slot frees as soon as any request in flight ends; a takeover is a lease period.
+            Self::Overloaded { .. } | Self::NoWriter => Some(1),
             _ => None,
         };
         if let Some(retry_after_s) = retry_after_s {
@@ -490,6 +507,7 @@ impl From<crate::Error> for ApiError {
             | E::Chain(_)
             | E::ReorgBelowHolds { .. }
             | E::Verification(_)
+            | E::NoRandomness(_)
             | E::Settlement(_) => Self::Internal(Box::new(err)),
         }
     }

@@ -142,18 +142,20 @@ async fn shed(
 
 /// Every request counts against its client's IP address ([`crate::limits`]), before anything
 /// it sent is read; past the limit it is answered 429 with `Retry-After`. The accept loop tags
-/// requests with their peer ([`axum::extract::ConnectInfo`]); a request without one (a test's
-/// `oneshot`) is not counted.
+/// requests with their peer ([`axum::extract::ConnectInfo`]); a request another node forwarded
+/// counts against the client it names ([`crate::cluster::client_ip`]); a request without a peer
+/// (a test's `oneshot`) is not counted.
 async fn limit_by_ip(
     axum::extract::State(state): axum::extract::State<AppState>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse;
-    let peer = request
+    let connected = request
         .extensions()
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0.ip());
+    let peer = crate::cluster::client_ip(request.headers(), connected, state.forward_token());
     if let (Some(ip), Ok(intake)) = (peer, state.intake())
         && let Err(err) = intake.limits().request_from(ip)
     {

@@ -22,6 +22,9 @@ struct Inner {
     settler: Option<Arc<crate::settlement::Settler>>,
     metrics: super::metrics::Metrics,
     explorer: ExplorerConfig,
+    /// The writer epoch's forwarding token ([`crate::cluster`]): requests carrying it name
+    /// their client's address.
+    forward_token: Option<String>,
 }
 
 impl AppState {
@@ -35,6 +38,7 @@ impl AppState {
                 settler: None,
                 metrics: super::metrics::Metrics::default(),
                 explorer: ExplorerConfig::default(),
+                forward_token: None,
             }),
         }
     }
@@ -48,6 +52,7 @@ impl AppState {
                 settler: None,
                 metrics: super::metrics::Metrics::default(),
                 explorer: ExplorerConfig::default(),
+                forward_token: None,
             }),
         }
     }
@@ -61,6 +66,7 @@ impl AppState {
                 settler: Some(settler),
                 metrics: super::metrics::Metrics::default(),
                 explorer: ExplorerConfig::default(),
+                forward_token: None,
             }),
         }
     }
@@ -82,6 +88,20 @@ impl AppState {
             inner.explorer.chain_explorers = urls.into_iter().collect();
         }
         self
+    }
+
+    /// The same state taking forwarded requests that carry `token` ([`crate::cluster`]). Call
+    /// it before the state is cloned (it sets nothing on a state already shared).
+    pub fn with_forward_token(mut self, token: Option<String>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.forward_token = token;
+        }
+        self
+    }
+
+    /// The forwarding token requests must carry to name their client's address.
+    pub(super) fn forward_token(&self) -> Option<&str> {
+        self.inner.forward_token.as_deref()
     }
 
     /// What the explorer is configured with.

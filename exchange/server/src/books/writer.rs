@@ -24,13 +24,33 @@ pub struct WriterLease {
     conn: PgConnection,
     epoch: i64,
     database_url: String,
+    forward_token: Option<String>,
+}
+
+/// Where the writer is reached and how a forwarding node proves itself to it
+/// ([`crate::cluster`]), as the writer wrote them when it took the lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriterAddress {
+    /// The epoch of the lease these belong to.
+    pub epoch: i64,
+    /// The writer's URL (`https://host:port`).
+    pub url: String,
+    /// The epoch's forwarding token (a secret: never logged).
+    pub forward_token: String,
 }
 
 impl WriterLease {
     /// Takes the lease for `holder` (a name for people: host and address), waiting up to
-    /// `wait` (`None`: as long as it takes — a standby) while another node holds it.
-    /// The database must be migrated ([`super::Books::open`]).
-    pub async fn take(database_url: &str, holder: &str, wait: Option<Duration>) -> Result<Self> {
+    /// `wait` (`None`: as long as it takes — a standby) while another node holds it. With
+    /// `url`, the writer takes forwarded requests there: the row records it with a fresh
+    /// forwarding token ([`WriterLease::forward_token`]). The database must be migrated
+    /// ([`super::Books::open`]).
+    pub async fn take(
+        database_url: &str,
+        holder: &str,
+        wait: Option<Duration>,
+        url: Option<&str>,
+    ) -> Result<Self> {
         let mut conn = PgConnection::connect(database_url).await?;
         let started = Instant::now();
         let mut announced = false;
@@ -55,12 +75,16 @@ impl WriterLease {
             }
             tokio::time::sleep(LEASE_PERIOD).await;
         }
+        let forward_token = url.map(|_| new_token()).transpose()?;
         let epoch: i64 = sqlx::query(
-            "INSERT INTO exchange_writer (epoch, holder) VALUES (1, $1) \
+            "INSERT INTO exchange_writer (epoch, holder, url, forward_token) \
+             VALUES (1, $1, $2, $3) \
              ON CONFLICT (only_row) DO UPDATE SET epoch = exchange_writer.epoch + 1, \
-             holder = $1, since = now() RETURNING epoch",
+             holder = $1, url = $2, forward_token = $3, since = now() RETURNING epoch",
         )
         .bind(holder)
+        .bind(url)
+        .bind(forward_token.as_deref())
         .fetch_one(&mut conn)
         .await?
         .try_get("epoch")?;
@@ -68,7 +92,31 @@ impl WriterLease {
             conn,
             epoch,
             database_url: database_url.to_owned(),
+            forward_token,
         })
+    }
+
+    /// The token forwarding nodes send with this epoch's requests (`None`: the lease was taken
+    /// without a URL, so nothing is forwarded here).
+    pub fn forward_token(&self) -> Option<&str> {
+        self.forward_token.as_deref()
+    }
+
+    /// Where the current writer takes forwarded requests (`None`: no writer has taken the lease
+    /// yet, or it takes none). The row may name a writer that has just died: a forwarding node
+    /// finds out when it cannot connect, and reads again.
+    pub async fn address(pool: &sqlx::PgPool) -> Result<Option<WriterAddress>> {
+        let row: Option<(i64, Option<String>, Option<String>)> =
+            sqlx::query_as("SELECT epoch, url, forward_token FROM exchange_writer")
+                .fetch_optional(pool)
+                .await?;
+        Ok(row.and_then(|(epoch, url, token)| {
+            Some(WriterAddress {
+                epoch,
+                url: url?,
+                forward_token: token?,
+            })
+        }))
     }
 
     /// The fencing token: every connection of the books this node opens carries it.
@@ -127,4 +175,11 @@ impl WriterLease {
         tracing::info!(epoch = self.epoch, "the writer lease is held again");
         Ok(true)
     }
+}
+
+/// 32 random bytes as hex: a forwarding token no node can guess without reading the row.
+fn new_token() -> Result<String> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| Error::NoRandomness(e.to_string()))?;
+    Ok(hex::encode(bytes))
 }
