@@ -89,6 +89,13 @@ pub struct Restartable {
     pub dir: ScratchDir,
     /// `cx serve` arguments beyond the defaults, kept for restarts.
     serve_args: Vec<String>,
+    /// The other nodes of a cluster ([`Restartable::start_cluster`]): each forwarding to the
+    /// writer, by the address it listens on.
+    pub standbys: Vec<(String, Serve)>,
+    /// In front of a cluster's nodes, on [`Restartable::listen`].
+    balancer: Option<crate::balancer::Balancer>,
+    /// The nodes' addresses, the balancer's order.
+    nodes: Vec<String>,
 }
 
 /// An agent whose orders the test signs itself (to send many at once, and again).
@@ -113,20 +120,71 @@ impl Restartable {
         tab_wei: u128,
         serve_args: &[&str],
     ) -> Self {
+        Self::start_nodes(tag, database_url, agents, tab_wei, serve_args, 1).await
+    }
+
+    /// [`Restartable::start`] with the exchange as a cluster of `nodes` `cx serve` processes on
+    /// the database, each on a port of its own behind a balancer on [`Restartable::listen`]:
+    /// the first writes, the others (`--standby`, [`Restartable::standbys`]) forward to it, so
+    /// the agents' and the provider's connections are spread across all of them.
+    pub async fn start_cluster(
+        tag: &str,
+        database_url: &str,
+        agents: usize,
+        tab_wei: u128,
+        nodes: usize,
+    ) -> Self {
+        Self::start_nodes(tag, database_url, agents, tab_wei, &[], nodes).await
+    }
+
+    async fn start_nodes(
+        tag: &str,
+        database_url: &str,
+        agents: usize,
+        tab_wei: u128,
+        serve_args: &[&str],
+        nodes: usize,
+    ) -> Self {
         let bin = provider_bin();
         let dir = scratch(tag);
         let serve_args = strings(serve_args);
         // Keys: 0 deploys, 1 the provider, 2.. the agents, the last one a second provider.
         let chain = deploy_chain(&dir.path, 3 + agents as u32, group_key(), 1_200).await;
         let listen = format!("127.0.0.1:{}", crate::free_port().unwrap());
-        let exchange = Self::serve(
-            &listen,
+        let node_addresses: Vec<String> = match nodes {
+            0 | 1 => vec![listen.clone()],
+            _ => (0..nodes)
+                .map(|_| format!("127.0.0.1:{}", crate::free_port().unwrap()))
+                .collect(),
+        };
+        let mut exchange = Self::serve(
+            &node_addresses[0],
             &dir.path,
             &chain.deployments,
             database_url,
             &serve_args,
         )
         .await;
+        let mut standbys = Vec::new();
+        for address in node_addresses.iter().skip(1) {
+            let args = Self::exchange_args(&dir.path, &serve_args, true);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut serve =
+                spawn_exchange_on(address, &dir.path, &chain.deployments, database_url, &args);
+            // It listens (and forwards) once it printed its URL.
+            let said = tokio::task::block_in_place(|| serve.field("cx serve:"));
+            assert!(said.starts_with("a standby node"), "{said}");
+            tokio::task::block_in_place(|| serve.field("url"));
+            standbys.push((address.clone(), serve));
+        }
+        let balancer = (nodes > 1).then(|| {
+            let listener = std::net::TcpListener::bind(&listen).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let addresses = node_addresses.iter().map(|a| a.parse().unwrap()).collect();
+            crate::balancer::Balancer::start(listener, addresses)
+        });
+        exchange.url = format!("https://{listen}");
         let client = cx_client::Client::new(&exchange.url, Some(&exchange.ca))
             .unwrap()
             .with_timeout(Duration::from_secs(30));
@@ -170,6 +228,9 @@ impl Restartable {
             chain,
             dir,
             serve_args,
+            standbys,
+            balancer,
+            nodes: node_addresses,
         }
     }
 
@@ -229,25 +290,50 @@ impl Restartable {
         self.exchange.serve.kill();
     }
 
-    /// A standby `cx serve --standby` on the same address, books, CA and identity: it waits for
-    /// the database's writer lease and listens only once it holds it (see
-    /// [`Restartable::take_over`]).
-    pub fn start_standby(&self) -> Serve {
-        let args = Self::exchange_args(&self.dir.path, &self.serve_args, true);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        spawn_exchange_on(
-            &self.listen,
-            &self.dir.path,
-            &self.chain.deployments,
-            &self.database_url,
-            &args,
-        )
+    /// After [`Restartable::kill_exchange`] in a cluster: waits until a standby holds the lease
+    /// the dead writer held (the epoch raised), which is the exchange from then on (still
+    /// reached through the balancer); returns its address.
+    pub async fn take_over(&mut self) -> String {
+        let before: i64 = sqlx::query_scalar("SELECT epoch FROM exchange_writer")
+            .fetch_one(self.books.pool())
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let holder = loop {
+            let (epoch, holder): (i64, String) =
+                sqlx::query_as("SELECT epoch, holder FROM exchange_writer")
+                    .fetch_one(self.books.pool())
+                    .await
+                    .unwrap();
+            if epoch > before {
+                break holder;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no standby took the lease"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        let at = self
+            .standbys
+            .iter()
+            .position(|(address, _)| holder.ends_with(&format!(" on {address}")))
+            .unwrap_or_else(|| panic!("the new writer ({holder}) is one of the standbys"));
+        let (address, serve) = self.standbys.remove(at);
+        let url = format!("https://{}", self.listen);
+        self.exchange = exchange_ready(serve).await;
+        self.exchange.url = url;
+        address
     }
 
-    /// After [`Restartable::kill_exchange`]: `standby` takes the lease and listens on the
-    /// same address; it is the exchange from then on.
-    pub async fn take_over(&mut self, standby: Serve) {
-        self.exchange = exchange_ready(standby).await;
+    /// The nodes' addresses (one: the exchange's own; a cluster's: behind the balancer).
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// Whether the exchange runs as a cluster behind a balancer.
+    pub fn is_cluster(&self) -> bool {
+        self.balancer.is_some()
     }
 
     /// Starts `cx serve` again on the same address, books, CA and identity.

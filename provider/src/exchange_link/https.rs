@@ -282,12 +282,19 @@ impl Https {
                 status.as_u16(),
                 text("message")
             );
-            // 503 is the exchange saying "not now" (its database restarting): retryable.
-            return Err(if status == hyper::StatusCode::SERVICE_UNAVAILABLE {
-                away(answer)
-            } else {
-                failed(answer)
-            });
+            // 503 is the exchange saying "not now" (its database restarting, a takeover); 502 a
+            // node of its cluster whose writer died with the request: both retryable, as a
+            // connection that failed is (what the provider sends is idempotent).
+            return Err(
+                if matches!(
+                    status,
+                    hyper::StatusCode::SERVICE_UNAVAILABLE | hyper::StatusCode::BAD_GATEWAY
+                ) {
+                    away(answer)
+                } else {
+                    failed(answer)
+                },
+            );
         }
         Ok(bytes)
     }
