@@ -12,7 +12,8 @@ mod common;
 
 /// Every port the devnet would take with `offset` (ARCHITECTURE's defaults + offset).
 fn ports(offset: u16) -> Vec<u16> {
-    let mut all = vec![8443, 8545, 8546, 9001, 9002];
+    // The exchange's balancer, its two nodes, the chains, the providers, the signers.
+    let mut all = vec![8443, 8451, 8452, 8545, 8546, 9001, 9002];
     all.extend(9101..=9105);
     all.into_iter().map(|p| p + offset).collect()
 }
@@ -162,7 +163,8 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
                 // Chains that mine every 2 s, as a real network: every transaction of the
                 // market (deposits, tabs, stakes, batches) waits for its block.
                 .args(["--block-time", "2"])
-                // A standby beside the exchange, waiting for its writer lease.
+                // Two exchange nodes behind the balancer: the writer, and a standby that
+                // forwards to it the connections the balancer gives it.
                 .args(["--exchanges", "2"])
                 .output()
                 .expect("cx runs")
@@ -191,7 +193,7 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
     }
     assert_eq!(
         summary["processes"], 12,
-        "11 children (the standby among them) and itself: {summary}"
+        "11 children (the second exchange node among them) and itself: {summary}"
     );
     // What it printed for a person: where to look, the CA's fingerprint, commands to try.
     let exchange = format!("https://127.0.0.1:{}", 8443 + offset);
@@ -204,10 +206,13 @@ async fn the_devnet_settles_jobs_on_both_chains_and_stops_every_child() {
     assert!(stdout.contains("openai.OpenAI(base_url="), "{stdout}");
     assert!(stdout.contains(" claim --deployments "), "{stdout}");
     assert!(stderr.contains("stopped 11 processes"), "{stderr}");
-    // The standby never wrote: it waited for the lease the whole run.
-    let standby = std::fs::read_to_string(dir.path.join("exchange-standby-1.log")).unwrap();
-    assert!(standby.contains("standby, waiting"), "{standby}");
-    assert!(!standby.contains("  url "), "{standby}");
+    // The second node never wrote: it forwarded to the writer the whole run.
+    let standby = std::fs::read_to_string(dir.path.join("exchange-node-2.log")).unwrap();
+    assert!(
+        standby.contains("a standby node, forwarding to the writer"),
+        "{standby}"
+    );
+    assert!(!standby.contains("writer epoch"), "{standby}");
     // Its logs stay for a post-mortem.
     for log in [
         "exchange.log",
