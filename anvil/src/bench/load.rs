@@ -361,7 +361,7 @@ impl Source {
     }
 }
 
-fn door_body() -> serde_json::Value {
+pub(crate) fn door_body() -> serde_json::Value {
     serde_json::json!({
         "model": "llama-8b",
         "messages": [{"role": "user", "content": "Say hello."}],
@@ -554,18 +554,22 @@ pub(crate) async fn send_raw(
 
 /// The door's provider: one signed offer, then `tasks` loops that long-poll for jobs and
 /// answer each at once with [`ANSWER`] and a signed receipt, until `stop` is set.
-struct Responder {
+pub(crate) struct Responder {
     stop: Arc<std::sync::atomic::AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<Result<()>>>,
     answered: Arc<AtomicU64>,
 }
 
 impl Responder {
-    async fn start(server: &Server, tasks: usize) -> Result<Self> {
-        let id = Arc::new(Identity::from_seed([0x70; 32]));
+    /// The provider of [`Responder::identity`], paid to `payout`, on the exchange at `server`.
+    pub(crate) async fn start(
+        server: (std::net::SocketAddr, Arc<rustls::ClientConfig>),
+        payout: alloy::primitives::Address,
+        tasks: usize,
+    ) -> Result<Self> {
+        let id = Arc::new(Self::identity());
         let token: Arc<str> = "cx-bench-load-provider".into();
-        let payout = alloy::primitives::Address::repeat_byte(0x77);
-        let mut sender = connect(server.address, server.client_config.clone()).await?;
+        let mut sender = connect(server.0, server.1.clone()).await?;
         register(&mut sender, &id, &token, payout).await?;
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let answered = Arc::new(AtomicU64::new(0));
@@ -573,7 +577,7 @@ impl Responder {
             .map(|_| {
                 let (id, token, stop, answered) =
                     (id.clone(), token.clone(), stop.clone(), answered.clone());
-                let (address, config) = (server.address, server.client_config.clone());
+                let (address, config) = (server.0, server.1.clone());
                 tokio::spawn(async move {
                     let mut sender = connect(address, config.clone()).await?;
                     while !stop.load(Ordering::Relaxed) {
@@ -605,7 +609,7 @@ impl Responder {
         let mut tasks = tasks;
         tasks.push({
             let (id, token, stop) = (id.clone(), token.clone(), stop.clone());
-            let (server_address, server_config) = (server.address, server.client_config.clone());
+            let (server_address, server_config) = (server.0, server.1.clone());
             tokio::spawn(async move {
                 let mut last = Instant::now();
                 while !stop.load(Ordering::Relaxed) {
@@ -628,7 +632,13 @@ impl Responder {
         })
     }
 
-    async fn stop(self) -> Result<u64> {
+    /// The provider's ML-DSA identity (fixed: runs are comparable, and a chain's registry can
+    /// hold its key hash ahead).
+    pub(crate) fn identity() -> Identity {
+        Identity::from_seed([0x70; 32])
+    }
+
+    pub(crate) async fn stop(self) -> Result<u64> {
         self.stop.store(true, Ordering::Relaxed);
         for task in self.tasks {
             task.await
@@ -779,7 +789,14 @@ pub async fn load_bench(config: LoadConfig) -> Result<LoadReport> {
 
     let responder = match config.target {
         Target::Intake => None,
-        Target::Door => Some(Responder::start(&server, 4).await?),
+        Target::Door => Some(
+            Responder::start(
+                (server.address, server.client_config.clone()),
+                alloy::primitives::Address::repeat_byte(0x77),
+                4,
+            )
+            .await?,
+        ),
     };
     let mut source = Source {
         target: config.target,

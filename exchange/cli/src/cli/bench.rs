@@ -20,6 +20,9 @@ pub(crate) enum Command {
     /// Signed intents over HTTPS through verify → persist → clear on a throwaway database,
     /// beside the signature and database bounds.
     Intake(IntakeArgs),
+    /// The exchange as a cluster of `cx serve` nodes on one database: intake and door at 1 and
+    /// 2 nodes side by side, then the writer SIGKILLed under load (takeover time, orders lost).
+    Cluster(ClusterArgs),
     /// Open-loop load on intake or the OpenAI-compatible door, default rate limits on: the
     /// rate where p99 first exceeds the target, 1×, 2× and 4× past it, and an optional soak.
     Load(LoadArgs),
@@ -60,6 +63,23 @@ pub(crate) struct IntakeArgs {
     /// Bundles in the market.
     #[arg(long, default_value_t = 200)]
     bundles: usize,
+    /// Print one JSON object, last.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClusterArgs {
+    /// Signed intents in each phase and in the failover.
+    #[arg(long, default_value_t = 2_000)]
+    intents: usize,
+    /// Door calls in each phase.
+    #[arg(long, default_value_t = 600)]
+    calls: usize,
+    /// Concurrent clients, each on its own keep-alive connection and account, spread over
+    /// the nodes.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
     /// Print one JSON object, last.
     #[arg(long)]
     json: bool,
@@ -177,6 +197,37 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
                     },
                 ))
                 .context("intake bench")?;
+            super::emit(a.json, &report.table(), &report)
+        }
+        Command::Cluster(a) => {
+            // A tab holds at most 400 jobs (one settlement batch): each client's share of a
+            // phase must fit one.
+            anyhow::ensure!(
+                (1..=64).contains(&a.clients),
+                "--clients: must be within 1..=64"
+            );
+            anyhow::ensure!(
+                (1..=400 * a.clients).contains(&a.intents),
+                "--intents: must be within 1..={} (400 a client)",
+                400 * a.clients
+            );
+            anyhow::ensure!(
+                (1..=200 * a.clients).contains(&a.calls),
+                "--calls: must be within 1..={} (200 a client)",
+                200 * a.clients
+            );
+            let exchange_bin =
+                std::env::current_exe().context("the cx binary the nodes run (its own path)")?;
+            let report = multi_thread_runtime()?
+                .block_on(cx_devnet::bench::cluster_bench(
+                    cx_devnet::bench::ClusterBenchConfig {
+                        intents: a.intents,
+                        calls: a.calls,
+                        clients: a.clients,
+                        exchange_bin,
+                    },
+                ))
+                .context("cluster bench")?;
             super::emit(a.json, &report.table(), &report)
         }
         Command::Load(a) => {
