@@ -1,10 +1,12 @@
 //! `cx bench cluster`: the exchange as a cluster of `cx serve` processes on one database — what
 //! a second node costs, and what a writer's death costs.
 //!
-//! - **Phases at 1 and 2 nodes**: signed intents (`POST /v1/intents`) and OpenAI door calls
-//!   (`POST /v1/chat/completions` under session keys, answered by the bench's own provider,
-//!   which polls through a node like any provider) from `clients` closed-loop clients, each on
-//!   its own keep-alive HTTPS connection, the clients spread over the nodes in turn. With two
+//! - **Phases at 1 and 2 nodes**: OpenAI door calls (`POST /v1/chat/completions` under session
+//!   keys) then signed intents (`POST /v1/intents`) from `clients` closed-loop clients, each on
+//!   its own keep-alive HTTPS connection, the clients spread over the nodes in turn. The market's
+//!   one provider is the bench's own (it answers every job at once with a fixed text and a signed
+//!   receipt, so the figures are the exchange's, not a model's) and polls through a node like
+//!   any provider; a phase ends when it has run every job, intents' included. With two
 //!   nodes half the clients (and the provider) reach the writer through the standby, which
 //!   forwards every request: on one machine that shows what the hop costs, not scale (both
 //!   nodes, PostgreSQL and the clients share its cores).
@@ -207,6 +209,28 @@ impl Cluster {
         Ok(Node { address, process })
     }
 
+    /// Waits until no job is waiting for or held by the provider (at most a minute).
+    async fn drained(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let open: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM exchange_jobs WHERE status IN ('assigned', 'running')",
+            )
+            .fetch_one(self.books.pool())
+            .await
+            .map_err(bench_err)?;
+            if open == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::BenchFailed(format!(
+                    "{open} jobs still open a minute after the load"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The writer lease's epoch (0 before any).
     async fn writer_epoch(&self) -> Result<i64> {
         let epoch: Option<i64> = sqlx::query_scalar("SELECT epoch FROM exchange_writer")
@@ -318,10 +342,6 @@ pub async fn cluster_bench(config: ClusterBenchConfig) -> Result<ClusterReport> 
         // The market's one provider, polling through the last node (the standby at 2 nodes):
         // intents clear onto its bundles and door calls are answered by it.
         let responder = Responder::start(servers[n - 1].clone(), payout, 4).await?;
-        let first_tab = phase * clients as u64;
-        let phase_agents = &intake_agents[first_tab as usize..][..clients];
-        let bodies = signed_intents(phase_agents, first_tab, config.intents, &domain)?;
-        let intake = closed_loop(&servers, bodies, None).await?;
         let calls = (0..config.calls)
             .map(|i| Call {
                 path: "/v1/chat/completions",
@@ -332,6 +352,13 @@ pub async fn cluster_bench(config: ClusterBenchConfig) -> Result<ClusterReport> 
             })
             .collect();
         let door = closed_loop(&servers, calls, None).await?;
+        let first_tab = phase * clients as u64;
+        let phase_agents = &intake_agents[first_tab as usize..][..clients];
+        let bodies = signed_intents(phase_agents, first_tab, config.intents, &domain)?;
+        let intake = closed_loop(&servers, bodies, None).await?;
+        // The provider runs the intents' jobs too: the next phase starts with none left, so its
+        // door calls do not queue behind this phase's intents.
+        cluster.drained().await?;
         responder.stop().await?;
         phases.push(Phase {
             nodes: n,

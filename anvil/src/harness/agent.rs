@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// An agent as `cx agent` drives it: its key file (an imported Anvil key) and the exchange.
+#[derive(Clone)]
 pub struct Agent {
     prefix: Vec<String>,
     secret: alloy::primitives::B256,
@@ -49,6 +50,18 @@ impl Agent {
         client
             .clone()
             .with_credential(cx_client::Credential::Account(key))
+    }
+
+    /// The same agent asking the exchange at `exchange` (another node of its cluster).
+    pub fn at(&self, exchange: &Exchange) -> Agent {
+        let mut prefix = self.prefix.clone();
+        if let Some(i) = prefix.iter().position(|a| a == "--exchange") {
+            prefix[i + 1] = exchange.url.clone();
+        }
+        Agent {
+            prefix,
+            ..self.clone()
+        }
     }
 
     /// The `cx` arguments of `cx agent … rest`.

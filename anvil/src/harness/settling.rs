@@ -1,7 +1,9 @@
 //! A settling exchange: a committee of `cx-signer`s after a DKG, Anvil with the contracts under
 //! its group key, a throwaway database holding that key and `cx serve --settlement`.
 
-use super::market::{Chain, Exchange, deploy_chain, start_exchange, start_exchange_on};
+use super::market::{
+    Chain, Exchange, deploy_chain, spawn_exchange_on, start_exchange, start_exchange_on,
+};
 use super::{path, scratch};
 use crate::ScratchDir;
 use std::path::PathBuf;
@@ -143,6 +145,50 @@ impl Settling {
     /// The exchange's database.
     pub fn database_url(&self) -> &str {
         &self._db.url
+    }
+
+    /// A second node of the exchange on its own port (`cx serve --standby`, the same books,
+    /// identity and settlement configuration): it forwards to the writer until it takes over.
+    /// Returned as an [`Exchange`] a provider or a client can be pointed at.
+    pub fn start_standby(&self) -> Exchange {
+        let listen = format!("127.0.0.1:{}", crate::free_port().unwrap());
+        let (exchange_key, settlement) = (
+            self.dir.path.join("exchange.key"),
+            self.dir.path.join("settlement.json"),
+        );
+        let mut serve = spawn_exchange_on(
+            &listen,
+            &self.dir.path,
+            &self.deployments,
+            &self._db.url,
+            &[
+                "--identity",
+                path(&exchange_key),
+                "--settlement",
+                path(&settlement),
+                "--standby",
+            ],
+        );
+        let said = tokio::task::block_in_place(|| serve.field("cx serve:"));
+        assert!(said.starts_with("a standby node"), "{said}");
+        let url = tokio::task::block_in_place(|| serve.field("url"));
+        Exchange {
+            url,
+            ca: self.market.ca.clone(),
+            key_hash: self.market.key_hash.clone(),
+            serve,
+        }
+    }
+
+    /// After the writer is SIGKILLed: `standby` ([`Settling::start_standby`]) takes the lease
+    /// (its writer lines printed) and is the exchange from then on, `client` pointed at it.
+    pub async fn take_over(&mut self, mut standby: Exchange) {
+        let database = tokio::task::block_in_place(|| standby.serve.field("database"));
+        assert!(database.ends_with("writer epoch 2)"), "{database}");
+        self.client = cx_client::Client::new(&standby.url, Some(&standby.ca))
+            .unwrap()
+            .with_timeout(Duration::from_secs(60));
+        self.market = standby;
     }
 
     /// SIGKILLs `cx serve` (nothing of its own runs on the way down) and starts it again on the

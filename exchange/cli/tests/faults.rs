@@ -542,17 +542,37 @@ async fn bundle_of(books: &cx_exchange_server::books::Books, id: B256) -> String
 /// the fee, the fee account the fee, the buyer the rest of its tab.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_exchange_killed_between_signing_and_posting_a_batch_settles_it_once() {
+    killed_between_signing_and_posting(false).await;
+}
+
+/// The same kill with a second node beside the writer (which runs the settlement loop): the
+/// provider reaches the exchange through the standby, which forwards to the writer; the writer
+/// is SIGKILLed with the batch signed and its transaction in the mempool; the standby takes
+/// the lease and the settlement loop with it, finds the batch on chain and does not send it
+/// again. Every check of the restart holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settling_writer_killed_between_signing_and_posting_a_standby_settles_it_once() {
+    killed_between_signing_and_posting(true).await;
+}
+
+async fn killed_between_signing_and_posting(standby: bool) {
     use cx_settlement::evm::EvmClient;
     let bin = common::provider_bin();
     // Keys: 0 deploys, 1 the agent, 2 the provider, 3 posts.
-    let mut world = common::settling("faults-settle", 500, 4, 3).await;
+    let tag = if standby {
+        "faults-settle-standby"
+    } else {
+        "faults-settle"
+    };
+    let mut world = common::settling(tag, 500, 4, 3).await;
+    let standby = standby.then(|| world.start_standby());
     let model = common::gen_model(&bin, &world.dir.path);
     let _provider = common::start_provider(
         &bin,
         &world.dir.path,
         "p0",
         &model,
-        &world.market,
+        standby.as_ref().unwrap_or(&world.market),
         &world.deployments,
         &world.anvil.keys[2],
         "1000000",
@@ -629,7 +649,10 @@ async fn the_exchange_killed_between_signing_and_posting_a_batch_settles_it_once
         .raw_request("evm_setAutomine".into(), (true,))
         .await
         .unwrap();
-    world.restart_exchange().await;
+    match standby {
+        Some(standby) => world.take_over(standby).await,
+        None => world.restart_exchange().await,
+    }
 
     let waited = Instant::now();
     let provider_claim = loop {
@@ -699,6 +722,8 @@ async fn the_exchange_killed_between_signing_and_posting_a_batch_settles_it_once
     assert_eq!(provider_claim.cumulative_wei, (charged - cut).to_string());
     let fee = world.client.claim(31337, world.fee.account).await.unwrap();
     assert_eq!(fee.cumulative_wei, cut.to_string());
+    // The agent asks the node that serves now (a restart serves at the same address).
+    let agent = agent.at(&world.market);
     let claimed = common::cx_json(
         agent.args(&[
             "claim",

@@ -249,9 +249,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // node that finds the lease held serves its port by forwarding to the writer meanwhile.
     let holder = format!("pid {} on {addr}", std::process::id());
     let wait = std::time::Duration::from_secs(if args.standby { 0 } else { args.writer_wait_s });
-    let lease = match WriterLease::take(&database_url, &holder, Some(wait), advertise.as_deref())
-        .await
-    {
+    let lease = match WriterLease::take(&database_url, &holder, Some(wait)).await {
         Ok(lease) => lease,
         Err(cx_exchange_server::Error::WriterTaken { holder: current }) if args.standby => {
             let forwarder = forwarder(&args, &edge, &unfenced)?;
@@ -265,7 +263,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             println!("cx serve: a standby node, forwarding to the writer ({current})");
             println!("  url        {url}");
             let lease = tokio::select! {
-                lease = WriterLease::take(&database_url, &holder, None, advertise.as_deref()) => {
+                lease = WriterLease::take(&database_url, &holder, None) => {
                     lease.context("the database's writer lease")?
                 }
                 () = stop_signal() => {
@@ -275,28 +273,14 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 }
             };
             println!("cx serve: the writer is gone; this node takes over");
-            return writer(
-                args,
-                lease,
-                WriterFront::Taken(front),
-                database_url,
-                edge,
-                url,
-            )
-            .await;
+            let front = WriterFront::Taken(front);
+            return writer(args, lease, front, database_url, edge, url, advertise).await;
         }
         Err(err) => return Err(err).context("the database's writer lease"),
     };
     unfenced.pool().close().await;
-    writer(
-        args,
-        lease,
-        WriterFront::Bind(listener, service_edge, limits),
-        database_url,
-        edge,
-        url,
-    )
-    .await
+    let front = WriterFront::Bind(listener, service_edge, limits);
+    writer(args, lease, front, database_url, edge, url, advertise).await
 }
 
 /// Where a writer serves: a port of its own, or the front it forwarded through until now.
@@ -338,14 +322,16 @@ fn edge_limits(args: &Args) -> Limits {
 }
 
 /// The node as the database's writer: the books under its lease, the engine rebuilt from them,
-/// the chains, the intake and the duties, served until a stop or the lease's loss.
+/// the chains, the intake and the duties, served until a stop or the lease's loss; once it
+/// serves, it is advertised to the other nodes at `advertise`.
 async fn writer(
     args: Args,
-    lease: WriterLease,
+    mut lease: WriterLease,
     front: WriterFront,
     database_url: String,
     edge: Edge,
     url: String,
+    advertise: Option<String>,
 ) -> anyhow::Result<()> {
     let books = Books::open_fenced(&database_url, lease.epoch())
         .await
@@ -504,7 +490,7 @@ async fn writer(
     let mut service = Service::new(intake)
         .with_watchers(watchers)
         .with_chain_explorers(explorers)
-        .with_forward_token(lease.forward_token().map(str::to_owned));
+        .with_forward_token(Some(lease.forward_token().to_owned()));
     if let Some((settler, _)) = settler {
         service = service.with_settler(settler);
     }
@@ -515,6 +501,12 @@ async fn writer(
             .context("starting the service")?,
         WriterFront::Taken(front) => service.launch_behind(front),
     };
+    if let Some(advertise) = &advertise {
+        lease
+            .advertise(advertise)
+            .await
+            .context("advertising this node to the cluster")?;
+    }
     let lost = tokio::select! {
         () = stop_signal() => None,
         lost = lease.lost() => Some(lost),

@@ -24,7 +24,7 @@ pub struct WriterLease {
     conn: PgConnection,
     epoch: i64,
     database_url: String,
-    forward_token: Option<String>,
+    forward_token: String,
 }
 
 /// Where the writer is reached and how a forwarding node proves itself to it
@@ -41,17 +41,13 @@ pub struct WriterAddress {
 
 impl WriterLease {
     /// Takes the lease for `holder` (a name for people: host and address), waiting up to
-    /// `wait` (`None`: as long as it takes — a standby) while another node holds it. With
-    /// `url`, the writer takes forwarded requests there: the row records it with a fresh
-    /// forwarding token ([`WriterLease::forward_token`]). The database must be migrated
-    /// ([`super::Books::open`]).
-    pub async fn take(
-        database_url: &str,
-        holder: &str,
-        wait: Option<Duration>,
-        url: Option<&str>,
-    ) -> Result<Self> {
+    /// `wait` (`None`: as long as it takes — a standby) while another node holds it, with a
+    /// fresh forwarding token ([`WriterLease::forward_token`]). The row names no URL until
+    /// [`WriterLease::advertise`]: nothing is forwarded to a writer still rebuilding its
+    /// engine. The database must be migrated ([`super::Books::open`]).
+    pub async fn take(database_url: &str, holder: &str, wait: Option<Duration>) -> Result<Self> {
         let mut conn = PgConnection::connect(database_url).await?;
+        keepalive(&mut conn).await?;
         let started = Instant::now();
         let mut announced = false;
         loop {
@@ -75,16 +71,13 @@ impl WriterLease {
             }
             tokio::time::sleep(LEASE_PERIOD).await;
         }
-        let forward_token = url.map(|_| new_token()).transpose()?;
+        let forward_token = new_token()?;
         let epoch: i64 = sqlx::query(
-            "INSERT INTO exchange_writer (epoch, holder, url, forward_token) \
-             VALUES (1, $1, $2, $3) \
+            "INSERT INTO exchange_writer (epoch, holder) VALUES (1, $1) \
              ON CONFLICT (only_row) DO UPDATE SET epoch = exchange_writer.epoch + 1, \
-             holder = $1, url = $2, forward_token = $3, since = now() RETURNING epoch",
+             holder = $1, url = NULL, forward_token = NULL, since = now() RETURNING epoch",
         )
         .bind(holder)
-        .bind(url)
-        .bind(forward_token.as_deref())
         .fetch_one(&mut conn)
         .await?
         .try_get("epoch")?;
@@ -96,10 +89,21 @@ impl WriterLease {
         })
     }
 
-    /// The token forwarding nodes send with this epoch's requests (`None`: the lease was taken
-    /// without a URL, so nothing is forwarded here).
-    pub fn forward_token(&self) -> Option<&str> {
-        self.forward_token.as_deref()
+    /// The token forwarding nodes send with this epoch's requests.
+    pub fn forward_token(&self) -> &str {
+        &self.forward_token
+    }
+
+    /// Says where this writer takes forwarded requests, once it serves: the row gets `url`
+    /// and the epoch's token ([`crate::cluster`]).
+    pub async fn advertise(&mut self, url: &str) -> Result<()> {
+        sqlx::query("UPDATE exchange_writer SET url = $1, forward_token = $2 WHERE epoch = $3")
+            .bind(url)
+            .bind(&self.forward_token)
+            .bind(self.epoch)
+            .execute(&mut self.conn)
+            .await?;
+        Ok(())
     }
 
     /// Where the current writer takes forwarded requests (`None`: no writer has taken the lease
@@ -158,6 +162,7 @@ impl WriterLease {
     /// node holds the lock, or held it since).
     async fn relock(&mut self) -> Result<bool> {
         let mut conn = PgConnection::connect(&self.database_url).await?;
+        keepalive(&mut conn).await?;
         let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(WRITER_LOCK)
             .fetch_one(&mut conn)
@@ -175,6 +180,23 @@ impl WriterLease {
         tracing::info!(epoch = self.epoch, "the writer lease is held again");
         Ok(true)
     }
+}
+
+/// How long PostgreSQL keeps the lock of a node that vanished without closing its socket (its
+/// machine lost, the network cut): TCP keepalives on the lease's connection, set by the server
+/// for this session, close it after 5 s of silence and 3 unanswered probes 2 s apart, ~11 s
+/// (the node pings every [`LEASE_PERIOD`], so a live one is never silent that long). A process
+/// that dies loses the lock at once: the kernel closes its socket. Ignored over a Unix socket,
+/// where a dead peer is always seen.
+async fn keepalive(conn: &mut PgConnection) -> Result<()> {
+    sqlx::query(
+        "SELECT set_config('tcp_keepalives_idle', '5', false), \
+         set_config('tcp_keepalives_interval', '2', false), \
+         set_config('tcp_keepalives_count', '3', false)",
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// 32 random bytes as hex: a forwarding token no node can guess without reading the row.

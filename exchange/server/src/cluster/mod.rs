@@ -7,7 +7,8 @@
 //! each request to the writer ([`Forwarder`]), found in the lease's row, and waits as a standby
 //! for the lease; when the writer dies, PostgreSQL drops its lock, one standby takes it, rebuilds
 //! the engine from the books and swaps its router for the writer's without closing its port
-//! ([`crate::service::Front`]), and the others forward to it. So a load balancer may send any
+//! ([`crate::service::Front`]), then advertises itself in the lease's row
+//! ([`crate::books::WriterLease::advertise`]), and the others forward to it. So a load balancer may send any
 //! request to any node, and a client sees a takeover as a few seconds of waiting (requests held
 //! by the forwarding node until a writer answers) or, for a request the dying writer had taken,
 //! a 502 that says it may have been done.
