@@ -5,6 +5,13 @@
 -- forwarded request names its client's address, which the writer's per-address limits count,
 -- and only a node that can read this row may name one). Both are NULL for a writer that does
 -- not take forwarded requests (a bench, a test).
+--
+-- `renewed_at`: the writer renews it every second on its lease connection. A writer that stops
+-- renewing for `books::writer::LEASE_TIMEOUT` while its lock is still held — a hung process, or
+-- a machine gone without closing its socket — has its lock connection terminated by a standby
+-- (`pg_terminate_backend`, which the role that owns the backend may do), which then takes the
+-- lease; whatever the old writer still sends is refused by the fence.
 ALTER TABLE exchange_writer
     ADD COLUMN url           TEXT,
-    ADD COLUMN forward_token TEXT;
+    ADD COLUMN forward_token TEXT,
+    ADD COLUMN renewed_at    TIMESTAMPTZ NOT NULL DEFAULT now();

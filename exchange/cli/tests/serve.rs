@@ -246,3 +246,75 @@ fn a_second_writer_on_the_same_database_is_refused_and_a_standby_forwards_then_t
         took.elapsed()
     );
 }
+
+/// A writer that hangs (SIGSTOP: its process, socket and lock all still there, which no TCP
+/// keepalive sees) stops renewing its lease; past `LEASE_TIMEOUT` a standby cuts its lease
+/// connection off, takes over (epoch 2) and answers what it held meanwhile. The old writer,
+/// woken, finds its lease gone and stops with an error instead of writing.
+#[test]
+fn a_hung_writer_is_cut_off_and_a_standby_takes_over() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let database = runtime.block_on(TempDatabase::create()).unwrap();
+    let scratch = ScratchDir::new("cx-serve-hung").unwrap();
+    let ca_dir = scratch.path.join("ca");
+    let first = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut writer = Serve::start(
+        &["--listen", &first, "--ca-dir", ca_dir.to_str().unwrap()],
+        &database.url,
+    );
+    assert!(writer.field("database").ends_with("writer epoch 1)"));
+    let second = format!("127.0.0.1:{}", free_port().unwrap());
+    let mut standby = Serve::start(
+        &[
+            "--listen",
+            &second,
+            "--standby",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+        ],
+        &database.url,
+    );
+    assert!(standby.field("cx serve:").starts_with("a standby node"));
+    let signal = |sig: &str| {
+        let sent = Command::new("kill")
+            .args([sig, &writer.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    };
+    signal("-STOP");
+    let hung = Instant::now();
+    assert!(standby.field("database").ends_with("writer epoch 2)"));
+    let took = hung.elapsed();
+    let timeout = cx_exchange_server::books::LEASE_TIMEOUT;
+    assert!(
+        took >= timeout && took < timeout + Duration::from_secs(10),
+        "cut off after {took:?}"
+    );
+    let ca = ca_dir.join("ca.pem");
+    let (status, _, body) = runtime
+        .block_on(cx_devnet::harness::https_request(
+            &format!("https://{second}"),
+            &ca,
+            "GET",
+            "/v1/exchange",
+            None,
+            Duration::from_secs(10),
+        ))
+        .expect("an answer");
+    assert_eq!(status, 200, "{body}");
+    // Woken, the old writer learns it lost the lease and stops.
+    signal("-CONT");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let exited = loop {
+        if let Some(status) = writer.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the cut-off writer kept running");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!exited.success());
+}

@@ -61,4 +61,4 @@ pub use verification::{
     GroupHead, PendingSlash, RunRecord, SLASH_RETRY_FIRST_S, SLASH_RETRY_HORIZON_S,
     SLASH_RETRY_MAX_S, Verdict,
 };
-pub use writer::{LEASE_PERIOD, WriterAddress, WriterLease};
+pub use writer::{LEASE_PERIOD, LEASE_TIMEOUT, WriterAddress, WriterLease};

@@ -15,8 +15,12 @@ use crate::{Error, Result};
 /// The advisory lock's key: the ASCII of "cx-write", fixed, so every build agrees.
 const WRITER_LOCK: i64 = 0x6378_2d77_7269_7465;
 
-/// How often a waiting node retries, and how often the holder checks its connection.
+/// How often a waiting node retries, and how often the holder renews the lease.
 pub const LEASE_PERIOD: Duration = Duration::from_secs(1);
+
+/// A holder that has not renewed the lease for this long is cut off by a waiting node: a hung
+/// process keeps its socket (and so its lock) open, and TCP keepalives see only dead machines.
+pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The lease, held while this value (its connection) lives.
 #[derive(Debug)]
@@ -58,10 +62,21 @@ impl WriterLease {
             if got {
                 break;
             }
-            let current: Option<String> = sqlx::query_scalar("SELECT holder FROM exchange_writer")
-                .fetch_optional(&mut conn)
-                .await?;
-            let current = current.unwrap_or_else(|| "another node".into());
+            let row: Option<(String, bool)> = sqlx::query_as(
+                "SELECT holder, now() - renewed_at > make_interval(secs => $1) \
+                 FROM exchange_writer",
+            )
+            .bind(LEASE_TIMEOUT.as_secs_f64())
+            .fetch_optional(&mut conn)
+            .await?;
+            let (current, stale) = row.unwrap_or_else(|| ("another node".into(), false));
+            if stale && wait.is_none() {
+                // Only a standby cuts a holder off: a plain start refuses instead.
+                tracing::warn!(%current, "the writer stopped renewing its lease; cutting it off");
+                cut_off_holder(&mut conn).await?;
+                tokio::time::sleep(LEASE_PERIOD / 4).await;
+                continue;
+            }
             if wait.is_some_and(|w| started.elapsed() >= w) {
                 return Err(Error::WriterTaken { holder: current });
             }
@@ -75,7 +90,8 @@ impl WriterLease {
         let epoch: i64 = sqlx::query(
             "INSERT INTO exchange_writer (epoch, holder) VALUES (1, $1) \
              ON CONFLICT (only_row) DO UPDATE SET epoch = exchange_writer.epoch + 1, \
-             holder = $1, url = NULL, forward_token = NULL, since = now() RETURNING epoch",
+             holder = $1, url = NULL, forward_token = NULL, since = now(), renewed_at = now() \
+             RETURNING epoch",
         )
         .bind(holder)
         .fetch_one(&mut conn)
@@ -128,17 +144,28 @@ impl WriterLease {
         self.epoch
     }
 
-    /// Returns when the lease is lost, with why; the caller must stop writing at once (the
-    /// fence refuses its writes anyway once another node took over). A lease connection that
-    /// fails (PostgreSQL restarted, the network parted) is not yet a loss: while the database is
-    /// away nobody else can take the lease either, so the node reconnects and locks again, and
-    /// goes on as writer if the epoch is still its own; another epoch means another node took
-    /// over while it was cut off.
+    /// Renews the lease every [`LEASE_PERIOD`] and returns when it is lost, with why; the
+    /// caller must stop writing at once (the fence refuses its writes anyway once another node
+    /// took over). A lease connection that fails (PostgreSQL restarted, the network parted) is
+    /// not yet a loss: while the database is away nobody else can take the lease either, so the
+    /// node reconnects and locks again, and goes on as writer if the epoch is still its own;
+    /// another epoch means another node took over while it was cut off.
     pub async fn lost(mut self) -> Error {
         loop {
             tokio::time::sleep(LEASE_PERIOD).await;
-            if self.conn.ping().await.is_ok() {
-                continue;
+            let renewed =
+                sqlx::query("UPDATE exchange_writer SET renewed_at = now() WHERE epoch = $1")
+                    .bind(self.epoch)
+                    .execute(&mut self.conn)
+                    .await;
+            match renewed {
+                Ok(done) if done.rows_affected() == 1 => continue,
+                Ok(_) => {
+                    return Error::WriterLost(
+                        "another node took the database's writer lease".into(),
+                    );
+                }
+                Err(_) => {}
             }
             tracing::warn!("the writer lease's connection failed; taking the lease again");
             loop {
@@ -180,6 +207,21 @@ impl WriterLease {
         tracing::info!(epoch = self.epoch, "the writer lease is held again");
         Ok(true)
     }
+}
+
+/// Terminates the backend holding the writer lock (the holder's lease connection), which
+/// releases it. A bigint advisory key shows in `pg_locks` as its high and low 32 bits.
+async fn cut_off_holder(conn: &mut PgConnection) -> Result<()> {
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks \
+         WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+         AND classid::bigint = $1 AND objid::bigint = $2",
+    )
+    .bind(WRITER_LOCK >> 32)
+    .bind(WRITER_LOCK & 0xffff_ffff)
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// How long PostgreSQL keeps the lock of a node that vanished without closing its socket (its
