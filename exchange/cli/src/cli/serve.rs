@@ -326,7 +326,7 @@ fn edge_limits(args: &Args) -> Limits {
 /// serves, it is advertised to the other nodes at `advertise`.
 async fn writer(
     args: Args,
-    mut lease: WriterLease,
+    lease: WriterLease,
     front: WriterFront,
     database_url: String,
     edge: Edge,
@@ -503,7 +503,7 @@ async fn writer(
     };
     if let Some(advertise) = &advertise {
         lease
-            .advertise(advertise)
+            .advertise(books.pool(), advertise)
             .await
             .context("advertising this node to the cluster")?;
     }

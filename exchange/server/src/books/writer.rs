@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
+use tokio::sync::oneshot;
 
 use crate::{Error, Result};
 
@@ -22,13 +23,28 @@ pub const LEASE_PERIOD: Duration = Duration::from_secs(1);
 /// process keeps its socket (and so its lock) open, and TCP keepalives see only dead machines.
 pub const LEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The lease, held while this value (its connection) lives.
+/// The lease, held while this value lives: a task of its own keeps its connection and renews it
+/// from the moment it is taken (a writer rebuilding a large engine must not look hung).
 #[derive(Debug)]
 pub struct WriterLease {
+    epoch: i64,
+    forward_token: String,
+    lost: Option<oneshot::Receiver<Error>>,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for WriterLease {
+    /// The keeper's connection closes with it: the lock is released at once.
+    fn drop(&mut self) {
+        self.keeper.abort();
+    }
+}
+
+/// What holds the lease's connection and renews it.
+struct Keeper {
     conn: PgConnection,
     epoch: i64,
     database_url: String,
-    forward_token: String,
 }
 
 /// Where the writer is reached and how a forwarding node proves itself to it
@@ -97,11 +113,20 @@ impl WriterLease {
         .fetch_one(&mut conn)
         .await?
         .try_get("epoch")?;
-        Ok(Self {
+        let (tell, lost) = oneshot::channel();
+        let keeper = Keeper {
             conn,
             epoch,
             database_url: database_url.to_owned(),
+        };
+        let keeper = tokio::spawn(async move {
+            let _ = tell.send(keeper.run().await);
+        });
+        Ok(Self {
+            epoch,
             forward_token,
+            lost: Some(lost),
+            keeper,
         })
     }
 
@@ -111,13 +136,13 @@ impl WriterLease {
     }
 
     /// Says where this writer takes forwarded requests, once it serves: the row gets `url`
-    /// and the epoch's token ([`crate::cluster`]).
-    pub async fn advertise(&mut self, url: &str) -> Result<()> {
+    /// and the epoch's token ([`crate::cluster`]), written through `pool` (the books').
+    pub async fn advertise(&self, pool: &sqlx::PgPool, url: &str) -> Result<()> {
         sqlx::query("UPDATE exchange_writer SET url = $1, forward_token = $2 WHERE epoch = $3")
             .bind(url)
             .bind(&self.forward_token)
             .bind(self.epoch)
-            .execute(&mut self.conn)
+            .execute(pool)
             .await?;
         Ok(())
     }
@@ -144,13 +169,25 @@ impl WriterLease {
         self.epoch
     }
 
-    /// Renews the lease every [`LEASE_PERIOD`] and returns when it is lost, with why; the
-    /// caller must stop writing at once (the fence refuses its writes anyway once another node
-    /// took over). A lease connection that fails (PostgreSQL restarted, the network parted) is
-    /// not yet a loss: while the database is away nobody else can take the lease either, so the
-    /// node reconnects and locks again, and goes on as writer if the epoch is still its own;
-    /// another epoch means another node took over while it was cut off.
+    /// Returns when the lease is lost, with why; the caller must stop writing at once (the
+    /// fence refuses its writes anyway once another node took over).
     pub async fn lost(mut self) -> Error {
+        match self.lost.take() {
+            Some(lost) => lost
+                .await
+                .unwrap_or_else(|_| Error::WriterLost("the lease's keeper stopped".into())),
+            None => Error::WriterLost("the lease's loss was already taken".into()),
+        }
+    }
+}
+
+impl Keeper {
+    /// Renews the lease every [`LEASE_PERIOD`] until it is lost, and says why. A lease
+    /// connection that fails (PostgreSQL restarted, the network parted) is not yet a loss: while
+    /// the database is away nobody else can take the lease either, so the node reconnects and
+    /// locks again, and goes on as writer if the epoch is still its own; another epoch means
+    /// another node took over while it was cut off.
+    async fn run(mut self) -> Error {
         loop {
             tokio::time::sleep(LEASE_PERIOD).await;
             let renewed =
