@@ -318,3 +318,56 @@ fn a_hung_writer_is_cut_off_and_a_standby_takes_over() {
     };
     assert!(!exited.success());
 }
+
+/// A writer advertising an address that leads to a standby (the balancer's, a typo) would have
+/// the standby forward to itself forever: the second hop is refused, 508 `forwarding_loop`.
+#[test]
+fn a_writer_advertised_at_a_standby_is_a_loop_refused_at_once() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let database = runtime.block_on(TempDatabase::create()).unwrap();
+    let scratch = ScratchDir::new("cx-serve-loop").unwrap();
+    let ca_dir = scratch.path.join("ca");
+    let first = format!("127.0.0.1:{}", free_port().unwrap());
+    let second = format!("127.0.0.1:{}", free_port().unwrap());
+    let advertised = format!("https://{second}");
+    let mut writer = Serve::start(
+        &[
+            "--listen",
+            &first,
+            "--advertise",
+            &advertised,
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+        ],
+        &database.url,
+    );
+    assert!(writer.field("database").ends_with("writer epoch 1)"));
+    let mut standby = Serve::start(
+        &[
+            "--listen",
+            &second,
+            "--standby",
+            "--ca-dir",
+            ca_dir.to_str().unwrap(),
+        ],
+        &database.url,
+    );
+    assert!(standby.field("cx serve:").starts_with("a standby node"));
+    let started = Instant::now();
+    let (status, _, body) = runtime
+        .block_on(cx_devnet::harness::https_request(
+            &advertised,
+            &ca_dir.join("ca.pem"),
+            "GET",
+            "/v1/exchange",
+            None,
+            Duration::from_secs(10),
+        ))
+        .expect("an answer");
+    assert_eq!(status, 508, "{body}");
+    assert!(body.contains("forwarding_loop"), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

@@ -111,6 +111,19 @@ impl Forwarder {
     /// fails once it has the request is a 502 (it may have done it).
     async fn send(&self, request: Request) -> Result<Response, ApiError> {
         let (parts, body) = request.into_parts();
+        // Forwarded once already: the row's URL leads back to a standby (a writer advertising
+        // the balancer's address, say). Sending it on would loop until the patience ran out.
+        if parts.headers.contains_key(&FORWARD_TOKEN) {
+            return Err(ApiError::Refused {
+                status: axum::http::StatusCode::LOOP_DETECTED,
+                code: "forwarding_loop",
+                message: "a standby node was sent a request another node forwarded: the writer's \
+                          advertised URL (cx serve --advertise) must reach the writer itself, \
+                          not a balancer or another node"
+                    .into(),
+                field: None,
+            });
+        }
         let peer = parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
@@ -140,6 +153,7 @@ impl Forwarder {
             .map_or("/", |p| p.as_str())
             .to_owned();
         let deadline = Instant::now() + self.patience;
+        let mut read_again = false;
         loop {
             let Some(writer) = self.writer().await? else {
                 if Instant::now() >= deadline {
@@ -164,6 +178,14 @@ impl Forwarder {
                 forwarded.headers_mut().insert(&FORWARD_TOKEN, token);
             }
             match self.client.request(forwarded).await {
+                // The node the cache names is no longer the writer (it restarted as a standby on
+                // the same address): read the row once more before saying it loops.
+                Ok(answer)
+                    if answer.status() == axum::http::StatusCode::LOOP_DETECTED && !read_again =>
+                {
+                    self.forget(writer.epoch).await;
+                    read_again = true;
+                }
                 Ok(answer) => {
                     let mut answer = answer.map(Body::new);
                     strip_hop_by_hop(answer.headers_mut());
