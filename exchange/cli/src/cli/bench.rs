@@ -188,6 +188,15 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
                 (1..=100_000).contains(&a.bundles),
                 "--bundles: must be within 1..=100000"
             );
+            // Each client posts on one tab; a tab takes 400 jobs (one settlement batch) and each
+            // T1 intent holds two (its run and a replica).
+            anyhow::ensure!(
+                a.intents <= 200 * a.clients,
+                "--intents: at most {} with --clients {} (200 a client: each T1 intent holds a \
+                 replica run, and a client's tab takes 400 jobs)",
+                200 * a.clients,
+                a.clients
+            );
             let report = multi_thread_runtime()?
                 .block_on(cx_devnet::bench::intake_bench(
                     cx_devnet::bench::IntakeBenchConfig {

@@ -55,7 +55,6 @@ pub struct Forwarder {
     pool: PgPool,
     client: Client<HttpsConnector<HttpConnector>, Body>,
     writer: RwLock<Option<WriterAddress>>,
-    patience: Duration,
 }
 
 impl Forwarder {
@@ -91,14 +90,7 @@ impl Forwarder {
             pool: books.pool().clone(),
             client,
             writer: RwLock::new(None),
-            patience: PATIENCE,
         })
-    }
-
-    /// The same forwarder waiting at most `patience` for a writer.
-    pub fn with_patience(mut self, patience: Duration) -> Self {
-        self.patience = patience;
-        self
     }
 
     /// The router of a forwarding node: every path, every method, to the writer.
@@ -107,8 +99,8 @@ impl Forwarder {
     }
 
     /// Sends `request` to the writer and relays its answer. A writer that cannot be reached is
-    /// looked up again and retried until [`Forwarder::with_patience`]'s bound; a writer that
-    /// fails once it has the request is a 502 (it may have done it).
+    /// looked up again and retried for up to [`PATIENCE`]; a writer that fails once it has the
+    /// request is a 502 (it may have done it).
     async fn send(&self, request: Request) -> Result<Response, ApiError> {
         let (parts, body) = request.into_parts();
         // Forwarded once already: the row's URL leads back to a standby (a writer advertising
@@ -152,7 +144,7 @@ impl Forwarder {
             .path_and_query()
             .map_or("/", |p| p.as_str())
             .to_owned();
-        let deadline = Instant::now() + self.patience;
+        let deadline = Instant::now() + PATIENCE;
         let mut read_again = false;
         loop {
             let Some(writer) = self.writer().await? else {
