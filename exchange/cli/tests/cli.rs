@@ -510,6 +510,42 @@ fn bench_load_drives_intake_and_the_door_with_no_unexpected_answer() {
     assert!(err.contains("--connections"), "{err}");
 }
 
+/// The cluster bench end to end, briefly: real `cx serve` nodes at 1 and 2, then the writer
+/// SIGKILLed under load; nothing acknowledged is lost and the takeover is timed. Throughput and
+/// latencies are the bench's to report, not a test's.
+#[test]
+fn bench_cluster_kills_the_writer_and_loses_no_order() {
+    let report = last_json(&cx(
+        &[
+            "bench",
+            "cluster",
+            "--intents",
+            "60",
+            "--calls",
+            "20",
+            "--clients",
+            "3",
+            "--json",
+        ],
+        None,
+    ));
+    let phases = report["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 2, "{report}");
+    assert!(
+        phases
+            .iter()
+            .all(|p| p["door_per_s"].as_f64().unwrap() > 0.0)
+    );
+    assert_eq!(report["failover"]["orders_lost"], 0, "{report}");
+    assert_eq!(report["failover"]["acknowledged"], 60, "{report}");
+    assert!(
+        report["failover"]["takeover_s"].as_f64().unwrap() < 20.0,
+        "{report}"
+    );
+    let err = error_line(&["bench", "cluster", "--clients", "0"], None);
+    assert!(err.contains("--clients"), "{err}");
+}
+
 /// `cx bench router`, briefly: every policy runs on its own exchange, every call of each is
 /// metered, the fixed coder stalls in the shift, and the regrets are against the best fixed arm.
 #[test]
