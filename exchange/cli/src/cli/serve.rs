@@ -196,6 +196,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    let mut stop = stop_signal_registered();
     // The service's own warnings (a failed watcher pass, a request that failed inside) go to
     // stderr; stdout stays the few lines a person reads.
     let _ = tracing_subscriber::fmt()
@@ -266,7 +267,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 lease = WriterLease::take(&database_url, &holder, None) => {
                     lease.context("the database's writer lease")?
                 }
-                () = stop_signal() => {
+                () = &mut stop => {
                     front.close().await;
                     println!("cx serve: stopped");
                     return Ok(());
@@ -274,13 +275,36 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             };
             println!("cx serve: the writer is gone; this node takes over");
             let front = WriterFront::Taken(front);
-            return writer(args, lease, front, database_url, edge, url, advertise).await;
+            let at = Place {
+                front,
+                database_url,
+                edge,
+                url,
+                advertise,
+            };
+            return writer(args, lease, at, stop).await;
         }
         Err(err) => return Err(err).context("the database's writer lease"),
     };
     unfenced.pool().close().await;
-    let front = WriterFront::Bind(listener, service_edge, limits);
-    writer(args, lease, front, database_url, edge, url, advertise).await
+    let at = Place {
+        front: WriterFront::Bind(listener, service_edge, limits),
+        database_url,
+        edge,
+        url,
+        advertise,
+    };
+    writer(args, lease, at, stop).await
+}
+
+/// Where and how a writer serves.
+struct Place {
+    front: WriterFront,
+    database_url: String,
+    edge: Edge,
+    url: String,
+    /// Where the other nodes reach it, once it serves.
+    advertise: Option<String>,
 }
 
 /// Where a writer serves: a port of its own, or the front it forwarded through until now.
@@ -327,12 +351,16 @@ fn edge_limits(args: &Args) -> Limits {
 async fn writer(
     args: Args,
     lease: WriterLease,
-    front: WriterFront,
-    database_url: String,
-    edge: Edge,
-    url: String,
-    advertise: Option<String>,
+    at: Place,
+    stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> anyhow::Result<()> {
+    let Place {
+        front,
+        database_url,
+        edge,
+        url,
+        advertise,
+    } = at;
     let books = Books::open_fenced(&database_url, lease.epoch())
         .await
         .context("opening the books (--database-url or DATABASE_URL)")?;
@@ -508,7 +536,7 @@ async fn writer(
             .context("advertising this node to the cluster")?;
     }
     let lost = tokio::select! {
-        () = stop_signal() => None,
+        () = stop => None,
         lost = lease.lost() => Some(lost),
     };
     running.stop().await;
@@ -545,24 +573,31 @@ fn bind_error(addr: SocketAddr, err: &io::Error) -> anyhow::Error {
 }
 
 /// Ctrl-C, or SIGTERM where there is one (how service managers and containers stop a process).
+/// The handlers are registered on the first poll.
 pub(super) async fn stop_signal() {
+    stop_signal_registered().await;
+}
+
+/// [`stop_signal`] with its handlers registered now (inside the runtime), not at the first
+/// poll: `cx serve` takes them from its start, so a Ctrl-C while it builds its engine,
+/// advertises itself or forwards is a clean stop, not the default kill.
+fn stop_signal_registered() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut terminate) => {
+        if let (Ok(mut interrupt), Ok(mut terminate)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            return Box::pin(async move {
                 tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
+                    _ = interrupt.recv() => {}
                     _ = terminate.recv() => {}
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            });
         }
     }
-    #[cfg(not(unix))]
-    {
+    Box::pin(async {
         let _ = tokio::signal::ctrl_c().await;
-    }
+    })
 }
