@@ -250,7 +250,14 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // node that finds the lease held serves its port by forwarding to the writer meanwhile.
     let holder = format!("pid {} on {addr}", std::process::id());
     let wait = std::time::Duration::from_secs(if args.standby { 0 } else { args.writer_wait_s });
-    let lease = match WriterLease::take(&database_url, &holder, Some(wait)).await {
+    let taken = tokio::select! {
+        taken = WriterLease::take(&database_url, &holder, Some(wait)) => taken,
+        () = &mut stop => {
+            println!("cx serve: stopped");
+            return Ok(());
+        }
+    };
+    let lease = match taken {
         Ok(lease) => lease,
         Err(cx_exchange_server::Error::WriterTaken { holder: current }) if args.standby => {
             let forwarder = forwarder(&args, &edge, &unfenced)?;
