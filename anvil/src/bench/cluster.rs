@@ -32,11 +32,13 @@ use bytes::Bytes;
 use cx_exchange_server::books::Books;
 use cx_exchange_server::intake::request_hash;
 use cx_exchange_server::tls::{self, DevCa};
-use cx_protocol::order::{self, Eip712Domain, Intent};
-use cx_protocol::{DeterminismClass, Tier};
+use cx_protocol::Tier;
+use cx_protocol::order::{self, Eip712Domain};
 use serde::Serialize;
 
-use super::intake::{Agent, CATALOG, CHAIN, agents, bench_err, connect, now_s, request, seed_tabs};
+use super::intake::{
+    Agent, CATALOG, CHAIN, agents, bench_err, connect, intent, now_s, request, seed_tabs,
+};
 use super::load::{Responder, door_body, open_sessions, send_raw};
 use crate::db::TempDatabase;
 use crate::error::{Error, Result};
@@ -271,27 +273,12 @@ pub async fn cluster_bench(config: ClusterBenchConfig) -> Result<ClusterReport> 
 
     // The chain the nodes watch and check stakes on: Anvil with the contracts; the bench's
     // provider staked and its key registered as `cx-provider stake` does.
-    let anvil = crate::AnvilInstance::spawn(CHAIN, None, 4)?;
-    let params = crate::deploy::DeployParams {
-        group_key: crate::harness::group_key(),
-        grace_period_s: 1_200,
-        min_stake: U256::from(1u64),
-        unbonding_delay_s: 60,
-        native: true,
-        with_probe: false,
-    };
-    let deployment = crate::deploy::deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params)
-        .await
-        .map_err(bench_err)?;
-    let deployments = dir.join("deployments.json");
-    cx_contracts::DeploymentsFile {
-        chains: vec![cx_contracts::ChainDeployment {
-            chain: anvil.entry(),
-            deployment,
-        }],
-    }
-    .write(&deployments)
-    .map_err(bench_err)?;
+    let crate::harness::market::Chain {
+        anvil,
+        deployment,
+        deployments,
+    } = crate::harness::market::try_deploy_chain(&dir, 4, crate::harness::group_key(), 1_200)
+        .await?;
     let provider_key = anvil.keys[1].clone();
     let payout = provider_key.address();
     let evm = cx_settlement::evm::EvmClient::connect(&anvil.rpc_url(), provider_key, deployment)
@@ -490,19 +477,8 @@ fn signed_intents(
         .map(|n| {
             let client = n % agents.len();
             let nonce = (n / agents.len()) as u64;
-            let intent = Intent {
-                want: "llama-8b".into(),
-                adapter_id: None,
-                request_hash: hash,
-                deadline_s: deadline,
-                max_price_wei: 10_000_000,
-                market_limit: false,
-                min_tier: Tier::T0,
-                determinism: DeterminismClass::D,
-                tab_id: first_tab + client as u64,
-                nonce,
-                expiry_s: deadline,
-            };
+            let tab_id = first_tab + client as u64;
+            let intent = intent(hash, tab_id, nonce, deadline, Tier::T0);
             let agent = &agents[client];
             let signed = order::sign(intent, domain, &agent.key, &agent.pq).map_err(bench_err)?;
             let body = serde_json::json!({"intent": signed, "request": request()});

@@ -151,6 +151,31 @@ pub(crate) fn bundle(i: usize) -> Result<Bundle> {
     .map_err(|e| Error::BenchFailed(format!("bundle fixture: {e}")))
 }
 
+/// The benches' intent: the request of `request_hash` ([`request`]'s) on `llama-8b` within
+/// 10 000 000 wei, at `min_tier`, on tab `tab_id` with `nonce`, due (and expiring) at
+/// `deadline_s`.
+pub(crate) fn intent(
+    request_hash: B256,
+    tab_id: u64,
+    nonce: u64,
+    deadline_s: u64,
+    min_tier: Tier,
+) -> Intent {
+    Intent {
+        want: "llama-8b".into(),
+        adapter_id: None,
+        request_hash,
+        deadline_s,
+        max_price_wei: 10_000_000,
+        market_limit: false,
+        min_tier,
+        determinism: DeterminismClass::D,
+        tab_id,
+        nonce,
+        expiry_s: deadline_s,
+    }
+}
+
 pub(crate) fn request() -> InferenceRequest {
     InferenceRequest {
         prompt: "Summarise the residency rule in one sentence.".into(),
@@ -182,19 +207,13 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
         .map(|n| {
             let client = n % config.clients;
             let agent = &agents[client];
-            let intent = Intent {
-                want: "llama-8b".into(),
-                adapter_id: None,
-                request_hash: hash,
-                deadline_s: deadline,
-                max_price_wei: 10_000_000,
-                market_limit: false,
-                min_tier: Tier::T1,
-                determinism: DeterminismClass::D,
-                tab_id: client as u64,
-                nonce: (n / config.clients) as u64,
-                expiry_s: deadline,
-            };
+            let intent = intent(
+                hash,
+                client as u64,
+                (n / config.clients) as u64,
+                deadline,
+                Tier::T1,
+            );
             let signed = order::sign(intent, &domain, &agent.key, &agent.pq).map_err(bench_err)?;
             Ok((client, IntentSubmission::new(signed, request().into())))
         })

@@ -28,7 +28,7 @@ use cx_exchange_server::books::Books;
 use cx_exchange_server::intake::{Intake, request_hash};
 use cx_exchange_server::limits::RateConfig;
 use cx_protocol::offer::{Offer, SignedOffer};
-use cx_protocol::order::{self, Intent, SessionGrant};
+use cx_protocol::order::{self, SessionGrant};
 use cx_protocol::pq::Identity;
 use cx_protocol::wire::{Assignment, Output, Pulled, ResultSubmission};
 use cx_protocol::{DeterminismClass, Tier};
@@ -37,8 +37,8 @@ use serde::Serialize;
 use tokio::sync::{Mutex, mpsc};
 
 use super::intake::{
-    Agent, CHAIN, Server, agents, bench_err, books_and_market, bundle, connect, now_s, open_tabs,
-    request, seed_tabs,
+    Agent, CHAIN, Server, agents, bench_err, books_and_market, bundle, connect, intent, now_s,
+    open_tabs, request, seed_tabs,
 };
 use crate::error::{Error, Result};
 
@@ -314,19 +314,8 @@ impl Source {
                     Target::Intake => {
                         let nonce = self.nonces[a];
                         self.nonces[a] += 1;
-                        let intent = Intent {
-                            want: "llama-8b".into(),
-                            adapter_id: None,
-                            request_hash: hash,
-                            deadline_s: deadline,
-                            max_price_wei: 10_000_000,
-                            market_limit: false,
-                            min_tier: Tier::T0,
-                            determinism: DeterminismClass::D,
-                            tab_id: a as u64 + round * n as u64,
-                            nonce,
-                            expiry_s: deadline,
-                        };
+                        let tab_id = a as u64 + round * n as u64;
+                        let intent = intent(hash, tab_id, nonce, deadline, Tier::T0);
                         let agent = &self.agents[a];
                         let signed = order::sign(intent, &self.domain, &agent.key, &agent.pq)
                             .map_err(bench_err)?;

@@ -25,8 +25,19 @@ pub async fn deploy_chain(
     group_key: cx_settlement::frost::EvmGroupKey,
     grace_period_s: u64,
 ) -> Chain {
-    let anvil = crate::AnvilInstance::spawn(31337, None, accounts)
-        .expect("anvil (scripts/setup-foundry.sh)");
+    try_deploy_chain(dir, accounts, group_key, grace_period_s)
+        .await
+        .expect("anvil and the contracts (scripts/setup-foundry.sh)")
+}
+
+/// [`deploy_chain`] that says what failed instead of panicking (for the benches).
+pub async fn try_deploy_chain(
+    dir: &Path,
+    accounts: u32,
+    group_key: cx_settlement::frost::EvmGroupKey,
+    grace_period_s: u64,
+) -> crate::Result<Chain> {
+    let anvil = crate::AnvilInstance::spawn(31337, None, accounts)?;
     let params = crate::deploy::DeployParams {
         group_key,
         grace_period_s,
@@ -35,9 +46,7 @@ pub async fn deploy_chain(
         native: true,
         with_probe: false,
     };
-    let deployment = crate::deploy::deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params)
-        .await
-        .unwrap();
+    let deployment = crate::deploy::deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params).await?;
     let deployments = dir.join("deployments.json");
     cx_contracts::DeploymentsFile {
         chains: vec![cx_contracts::ChainDeployment {
@@ -45,13 +54,12 @@ pub async fn deploy_chain(
             deployment,
         }],
     }
-    .write(&deployments)
-    .unwrap();
-    Chain {
+    .write(&deployments)?;
+    Ok(Chain {
         anvil,
         deployment,
         deployments,
-    }
+    })
 }
 
 /// A running `cx serve` and what it printed: its URL, its CA and the key hash it signs with.
