@@ -3,25 +3,28 @@
 //!
 //! - `intents_per_s`, `p50_ms`, `p99_ms`: `clients` tasks, each on its own keep-alive HTTPS
 //!   connection (TLS 1.3, X25519MLKEM768), post intents signed ahead of time; every answer must be
-//!   202. Latency is per request, as the client sees it.
+//!   202. Latency is per request, as the client sees it. The clients run in a process of their
+//!   own ([`super::intake_load`]), not on the server's runtime.
 //! - `verify_only_per_s`: recovering the EIP-712 signer and checking the ML-DSA co-signature of
 //!   the same intents, serially on one core — the cryptographic bound of one intake core; and
 //!   `verify_all_cores_per_s`, the same split over a thread per core — the bound of the machine
 //!   (the server verifies on every runtime worker, before the database).
-//! - `commit_per_s`: the intake transaction alone (nonce, tab hold, job and its event) from
-//!   `clients` tasks, no HTTP, no signatures — the database's bound.
+//! - `commit_per_s`: the intake transaction alone (nonce, tab hold, the job, its verification
+//!   run and their events) from `clients` tasks, no HTTP, no signatures, no clearing — the
+//!   database's bound. Its rows are the HTTPS phase's own: the signed order's body as intake
+//!   stored it, and the decision it stored for a job and its run.
 //!
 //! The server, the database and the load generator share this machine's cores, so the ratios
 //! to the bounds are what to read, not the absolute rates.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use alloy::primitives::{Address, B256};
 use bytes::Bytes;
 use cx_exchange::objective::Weights;
 use cx_exchange::routing::catalog::Catalog;
-use cx_exchange_server::books::{Books, NewJob, NewOrder, StoredBinding, TabEvent};
+use cx_exchange_server::books::{Books, NewJob, NewOrder, NewRun, StoredBinding, TabEvent};
 use cx_exchange_server::intake::{InferenceRequest, Intake, IntentSubmission, request_hash};
 use cx_exchange_server::limits::RateConfig;
 use cx_exchange_server::market::Market;
@@ -30,7 +33,7 @@ use cx_exchange_server::tls::{self, DevCa};
 use cx_protocol::order::{self, Intent, Order, SigningKey};
 use cx_protocol::pq::Identity;
 use cx_protocol::{Bundle, DeterminismClass, Tier};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use serde::Serialize;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -42,7 +45,7 @@ pub(crate) const CHAIN: u64 = 31337;
 pub(crate) const CATALOG: &str = include_str!("../../../exchange/core/catalog.example.toml");
 
 /// What to run.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct IntakeBenchConfig {
     /// Intents posted over HTTPS.
     pub intents: usize,
@@ -50,16 +53,8 @@ pub struct IntakeBenchConfig {
     pub clients: usize,
     /// Bundles registered in the market.
     pub bundles: usize,
-}
-
-impl Default for IntakeBenchConfig {
-    fn default() -> Self {
-        Self {
-            intents: 4_000,
-            clients: 32,
-            bundles: 200,
-        }
-    }
+    /// The `cx` binary whose `bench intake-load` is the load generator.
+    pub load_bin: std::path::PathBuf,
 }
 
 /// Figures of one run.
@@ -235,37 +230,44 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
             })
             .sum::<Result<f64>>()
     })?;
-    let commit_per_s = commit_bound(&books, &agents[config.clients..], config).await?;
-
     // No rate limits: the bench measures what intake itself sustains from a few accounts on
     // one address, which the default limits are there to stop.
     let intake = Intake::new(books.clone(), market, [(CHAIN, settlement)], 60)
         .with_rate_limits(RateConfig::off());
     let server = Server::start("cx-bench-intake", intake).await?;
-    let (address, client_config) = (server.address, server.client_config.clone());
-
-    let mut per_client: Vec<Vec<Bytes>> = vec![Vec::new(); config.clients];
+    let mut per_client: Vec<Vec<String>> = vec![Vec::new(); config.clients];
     for (client, submission) in &signed {
-        let body = serde_json::to_value(submission).map_err(bench_err)?;
-        per_client[*client].push(Bytes::from(body.to_string()));
+        per_client[*client].push(serde_json::to_string(submission).map_err(bench_err)?);
     }
-    let started = Instant::now();
-    let tasks: Vec<_> = per_client
-        .into_iter()
-        .map(|bodies| {
-            let client_config = client_config.clone();
-            tokio::spawn(async move { post_all(address, client_config, bodies).await })
-        })
-        .collect();
-    let mut latencies = Vec::with_capacity(config.intents);
-    for task in tasks {
-        latencies.extend(
-            task.await
-                .map_err(|e| Error::BenchFailed(format!("client task: {e}")))??,
-        );
-    }
-    let elapsed = started.elapsed().as_secs_f64();
+    let bodies = server.scratch.path.join("intents.tsv");
+    super::intake_load::write_bodies(&bodies, &per_client)?;
+    let load = super::intake_load::run_load_process(
+        &config.load_bin,
+        server.address,
+        &server.ca_cert,
+        &bodies,
+    )
+    .await;
     server.stop().await;
+    let load = load?;
+    let mut latencies = load.latencies_ms;
+    if latencies.len() != config.intents {
+        return Err(bench_err(format!(
+            "the load process answered for {} of {} intents",
+            latencies.len(),
+            config.intents
+        )));
+    }
+    let elapsed = load.elapsed_s;
+    let written = signed[0].1.intent.recover(&domain).map_err(bench_err)?;
+    let sample = books
+        .job(written.digest)
+        .await
+        .map_err(bench_err)?
+        .ok_or_else(|| bench_err("the first intent's job is not in the books"))?;
+    let body = serde_json::json!({ "intent": &signed[0].1.intent, "request": request() });
+    let commit_per_s =
+        commit_bound(&books, &agents[config.clients..], &config, &body, &sample).await?;
 
     latencies.sort_by(f64::total_cmp);
     let quantile = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
@@ -310,9 +312,18 @@ fn verify_bound(
     Ok(sample.len() as f64 / started.elapsed().as_secs_f64())
 }
 
-/// The intake transaction alone, from `clients` tasks on their own tabs.
-async fn commit_bound(books: &Books, agents: &[Agent], config: IntakeBenchConfig) -> Result<f64> {
+/// The intake transaction alone, from `clients` tasks on their own tabs: each an order with
+/// `body`, a job with `sample`'s decision and request, and one verification run (T1) with the
+/// same decision.
+async fn commit_bound(
+    books: &Books,
+    agents: &[Agent],
+    config: &IntakeBenchConfig,
+    body: &serde_json::Value,
+    sample: &cx_protocol::wire::JobRecord,
+) -> Result<f64> {
     let per_client = (config.intents / config.clients).clamp(1, 200);
+    let decision = serde_json::to_value(&sample.decision).map_err(bench_err)?;
     let started = Instant::now();
     let tasks: Vec<_> = agents
         .iter()
@@ -321,6 +332,7 @@ async fn commit_bound(books: &Books, agents: &[Agent], config: IntakeBenchConfig
             let books = books.clone();
             let account = agent.account;
             let escrow_id = (config.clients + i) as u64;
+            let (body, decision) = (body.clone(), decision.clone());
             tokio::spawn(async move {
                 for n in 0..per_client {
                     let mut digest = [0xc0u8; 32];
@@ -332,8 +344,8 @@ async fn commit_bound(books: &Books, agents: &[Agent], config: IntakeBenchConfig
                         account,
                         chain_id: CHAIN,
                         nonce: n as u64,
-                        body: serde_json::json!({"n": n}),
-                        limit_wei: Some(1_000_000),
+                        body: body.clone(),
+                        limit_wei: Some(10_000_000),
                     };
                     let job = NewJob {
                         id: order.digest,
@@ -343,18 +355,22 @@ async fn commit_bound(books: &Books, agents: &[Agent], config: IntakeBenchConfig
                         bundle_id: Some("bundle-0000".into()),
                         held_wei: 1_000,
                         needed_until_s: 0,
-                        decision: serde_json::json!({"chosen": "bundle-0000"}),
+                        decision: decision.clone(),
                         deadline_s: u64::from(u32::MAX),
                         adapter: None,
-                        workload: cx_protocol::workload::Workload::Inference(
-                            cx_protocol::order::InferenceRequest {
-                                prompt: "p".into(),
-                                max_tokens: 16,
-                                ..Default::default()
-                            },
-                        ),
+                        workload: cx_protocol::workload::Workload::Inference(request()),
                     };
-                    books.accept(&order, &job).await.map_err(bench_err)?;
+                    let run = NewRun {
+                        id: B256::from(cx_protocol::replica::run_job_id(digest, 1)),
+                        run: 1,
+                        bundle_id: "bundle-0004".into(),
+                        held_wei: 1_000,
+                        decision: decision.clone(),
+                    };
+                    books
+                        .accept_with_runs(&order, &job, std::slice::from_ref(&run))
+                        .await
+                        .map_err(bench_err)?;
                 }
                 Ok::<_, Error>(())
             })
@@ -365,48 +381,6 @@ async fn commit_bound(books: &Books, agents: &[Agent], config: IntakeBenchConfig
             .map_err(|e| Error::BenchFailed(format!("commit task: {e}")))??;
     }
     Ok((per_client * agents.len()) as f64 / started.elapsed().as_secs_f64())
-}
-
-/// Posts `bodies` in order on one keep-alive HTTPS connection; the latency of each, ms.
-async fn post_all(
-    address: std::net::SocketAddr,
-    client_config: Arc<rustls::ClientConfig>,
-    bodies: Vec<Bytes>,
-) -> Result<Vec<f64>> {
-    let mut sender = connect(address, client_config).await?;
-    let mut latencies = Vec::with_capacity(bodies.len());
-    for body in bodies {
-        let request = hyper::Request::post("/v1/intents")
-            .header("host", "localhost")
-            .header("content-type", "application/json")
-            .body(Full::new(body))
-            .map_err(|e| Error::BenchFailed(format!("request: {e}")))?;
-        let started = Instant::now();
-        // HTTP/1: the connection takes the next request only once it has finished the last one.
-        sender
-            .ready()
-            .await
-            .map_err(|e| Error::BenchFailed(format!("connection closed: {e}")))?;
-        let response = tokio::time::timeout(Duration::from_secs(30), sender.send_request(request))
-            .await
-            .map_err(|_| Error::BenchFailed("a request took over 30 s".into()))?
-            .map_err(|e| Error::BenchFailed(format!("request: {e}")))?;
-        let status = response.status();
-        let answer = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Error::BenchFailed(format!("response: {e}")))?
-            .to_bytes();
-        latencies.push(started.elapsed().as_secs_f64() * 1e3);
-        if status != hyper::StatusCode::ACCEPTED {
-            return Err(Error::BenchFailed(format!(
-                "an intent was refused ({status}): {}",
-                String::from_utf8_lossy(&answer)
-            )));
-        }
-    }
-    Ok(latencies)
 }
 
 /// A throwaway database, its books, and the catalog's market with `bundles` of [`bundle`]
@@ -489,8 +463,10 @@ pub(crate) async fn open_tabs(
 pub(crate) struct Server {
     pub(crate) address: std::net::SocketAddr,
     pub(crate) client_config: Arc<rustls::ClientConfig>,
+    /// The development CA's certificate (PEM), for a client in another process.
+    pub(crate) ca_cert: std::path::PathBuf,
     running: Running,
-    _scratch: ScratchDir,
+    pub(crate) scratch: ScratchDir,
 }
 
 impl Server {
@@ -511,8 +487,9 @@ impl Server {
         Ok(Self {
             address: running.address(),
             client_config,
+            ca_cert: ca.cert_path(),
             running,
-            _scratch: scratch,
+            scratch,
         })
     }
 

@@ -510,6 +510,40 @@ fn bench_load_drives_intake_and_the_door_with_no_unexpected_answer() {
     assert!(err.contains("--connections"), "{err}");
 }
 
+/// The intake bench end to end, briefly: its clients in a process of their own get every intent
+/// accepted, and both bounds are measured in the same run. Rates are the bench's to report.
+#[test]
+fn bench_intake_posts_from_its_own_process_and_measures_its_bounds() {
+    let report = last_json(&cx(
+        &[
+            "bench",
+            "intake",
+            "--intents",
+            "24",
+            "--clients",
+            "3",
+            "--bundles",
+            "12",
+            "--json",
+        ],
+        None,
+    ));
+    assert_eq!(report["intents"], 24, "{report}");
+    for figure in [
+        "intents_per_s",
+        "p99_ms",
+        "verify_only_per_s",
+        "commit_per_s",
+    ] {
+        assert!(report[figure].as_f64().unwrap() > 0.0, "{figure}: {report}");
+    }
+    let err = error_line(
+        &["bench", "intake", "--intents", "700", "--clients", "3"],
+        None,
+    );
+    assert!(err.contains("--intents"), "{err}");
+}
+
 /// The cluster bench end to end, briefly: real `cx serve` nodes at 1 and 2, then the writer
 /// SIGKILLed under load; nothing acknowledged is lost and the takeover is timed. Throughput and
 /// latencies are the bench's to report, not a test's.

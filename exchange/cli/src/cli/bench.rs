@@ -20,6 +20,9 @@ pub(crate) enum Command {
     /// Signed intents over HTTPS through verify → persist → clear on a throwaway database,
     /// beside the signature and database bounds.
     Intake(IntakeArgs),
+    /// `cx bench intake`'s load generator, which it runs as a process of its own.
+    #[command(hide = true)]
+    IntakeLoad(IntakeLoadArgs),
     /// The exchange as a cluster of `cx serve` nodes on one database: intake and door at 1 and
     /// 2 nodes side by side, then the writer SIGKILLed under load (takeover time, orders lost).
     Cluster(ClusterArgs),
@@ -66,6 +69,19 @@ pub(crate) struct IntakeArgs {
     /// Print one JSON object, last.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct IntakeLoadArgs {
+    /// The exchange's address.
+    #[arg(long)]
+    address: std::net::SocketAddr,
+    /// The certificate authority to trust (PEM).
+    #[arg(long)]
+    ca: std::path::PathBuf,
+    /// The signed bodies, one a line as `CLIENT<TAB>BODY`.
+    #[arg(long)]
+    bodies: std::path::PathBuf,
 }
 
 #[derive(Debug, clap::Args)]
@@ -197,16 +213,26 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<()> {
                 200 * a.clients,
                 a.clients
             );
+            let load_bin =
+                std::env::current_exe().context("the cx binary the load runs (its own path)")?;
             let report = multi_thread_runtime()?
                 .block_on(cx_devnet::bench::intake_bench(
                     cx_devnet::bench::IntakeBenchConfig {
                         intents: a.intents,
                         clients: a.clients,
                         bundles: a.bundles,
+                        load_bin,
                     },
                 ))
                 .context("intake bench")?;
             super::emit(a.json, &report.table(), &report)
+        }
+        Command::IntakeLoad(a) => {
+            let outcome = multi_thread_runtime()?
+                .block_on(cx_devnet::bench::intake_load(a.address, &a.ca, &a.bodies))
+                .context("intake load")?;
+            println!("{}", serde_json::to_string(&outcome)?);
+            Ok(())
         }
         Command::Cluster(a) => {
             // A tab holds at most 400 jobs (one settlement batch): each client's share of a

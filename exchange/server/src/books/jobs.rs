@@ -88,7 +88,7 @@ impl Books {
     }
 
     /// [`Books::accept`] with the verification runs of the job (T1, T3): the tab holds the job's
-    /// charge and every run's, and the runs are written in the same transaction, so a job is
+    /// charge and every run's, and the runs are written in the same statement, so a job is
     /// never in the books without the runs its tier needs.
     pub async fn accept_with_runs(
         &self,
@@ -96,14 +96,14 @@ impl Books {
         job: &NewJob,
         runs: &[NewRun],
     ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        if let Some(total_wei) = self.accept_in(&mut tx, order, job, runs).await? {
+        // One statement is one transaction: no BEGIN and COMMIT round trips around it.
+        let mut conn = self.pool.acquire().await?;
+        if let Some(total_wei) = self.accept_in(&mut conn, order, job, runs).await? {
             // Released before asking why: a second connection per waiting caller could exhaust
             // the pool under a burst of intents.
-            drop(tx);
+            drop(conn);
             return Err(self.why_not(order, job, total_wei).await?);
         }
-        tx.commit().await?;
         Ok(())
     }
 
@@ -152,12 +152,12 @@ impl Books {
         .await
     }
 
-    /// The order, the job, its runs and their hold, in the caller's transaction `tx` (which
-    /// commits them, or drops them with whatever else it holds). `Some(total)` when the tab
-    /// could not hold the `total` wei (nothing written).
+    /// The order, the job, its runs and their hold, in one statement on `conn` (alone, its own
+    /// transaction; in the caller's transaction, committed or dropped with whatever else it
+    /// holds). `Some(total)` when the tab could not hold the `total` wei (nothing written).
     async fn accept_in(
         &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+        conn: &mut PgConnection,
         order: &NewOrder,
         job: &NewJob,
         runs: &[NewRun],
@@ -168,7 +168,9 @@ impl Books {
             .iter()
             .try_fold(job.held_wei, |sum, r| sum.checked_add(r.held_wei))
             .ok_or(Error::ContextTooLarge)?;
-        let done: Result<(i64, i64), sqlx::Error> = sqlx::query_as(
+        // The runs copy the job's columns from the parameters, not from its row: the parts of
+        // one statement do not see each other's rows (the foreign keys, checked at its end, do).
+        let done: Result<(i64,), sqlx::Error> = sqlx::query_as(
             "WITH hold AS ( \
                  UPDATE exchange_tabs SET jobs = jobs + $19, held_wei = held_wei + $18::numeric, updated_at = now() \
                  WHERE chain_id = $4 AND escrow_id = $7 AND buyer = $3 AND status = 'open' \
@@ -189,8 +191,21 @@ impl Books {
                  RETURNING id), \
              event AS ( \
                  INSERT INTO exchange_job_events (job_id, seq, status) SELECT id, 0, $10 FROM job \
-                 RETURNING 1) \
-             SELECT (SELECT count(*) FROM hold), (SELECT count(*) FROM event)",
+                 RETURNING 1), \
+             run AS ( \
+                 INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
+                                            status, bundle_id, held_wei, decision, deadline_s, \
+                                            adapter, request, workload, verifies, run) \
+                 SELECT r.id, digest, $3, $4, $7, $8, 'assigned', r.bundle_id, r.held::numeric, \
+                        r.decision::jsonb, $15, $16, $17::jsonb, $20, $13, r.run \
+                 FROM ord, unnest($22::bytea[], $23::text[], $24::text[], $25::text[], \
+                                  $26::int2[]) AS r(id, bundle_id, held, decision, run) \
+                 RETURNING id, run), \
+             run_event AS ( \
+                 INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+                 SELECT id, 0, 'assigned', jsonb_build_object('verifies', $27::text, 'run', run) \
+                 FROM run RETURNING 1) \
+             SELECT count(*) FROM hold",
         )
         .bind(order.digest.as_slice())
         .bind(order.kind)
@@ -213,13 +228,18 @@ impl Books {
         .bind(1 + runs.len() as i32)
         .bind(job.workload.kind().as_str())
         .bind(order.limit_wei.map(wei_text))
-        .fetch_one(&mut **tx)
+        .bind(runs.iter().map(|r| r.id.to_vec()).collect::<Vec<_>>())
+        .bind(runs.iter().map(|r| r.bundle_id.as_str()).collect::<Vec<_>>())
+        .bind(runs.iter().map(|r| wei_text(r.held_wei)).collect::<Vec<_>>())
+        .bind(runs.iter().map(|r| r.decision.to_string()).collect::<Vec<_>>())
+        .bind(runs.iter().map(|r| i16::from(r.run)).collect::<Vec<_>>())
+        .bind(job.id.to_string())
+        .fetch_one(&mut *conn)
         .await;
         match done {
-            Ok((1, 1)) => {
-                super::jobs::insert_runs(tx, job.id, runs).await?;
-                Ok(None)
-            }
+            // Once the hold took every part wrote (PostgreSQL runs each part of a WITH to its
+            // end, read or not), or the statement failed whole.
+            Ok((1,)) => Ok(None),
             Ok(_) => Ok(Some(total_wei)),
             Err(err) => Err(match constraint(&err) {
                 Some("exchange_orders_nonce_unique") => Error::NonceReused { nonce: order.nonce },

@@ -62,6 +62,11 @@ impl Books {
             // While PostgreSQL restarts a request waits this long for a connection, then is
             // answered 503 (sqlx's default, 30 s, held clients past their own timeouts).
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            // sqlx pings a connection before lending it (and again when it comes back): a round
+            // trip on every query, on intake's path. Without the first, a connection a database
+            // restart broke fails its one query (a 503, as during the restart) and the ping on
+            // its return closes it.
+            .test_before_acquire(false)
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if let Some(epoch) = epoch {

@@ -366,18 +366,22 @@ impl Books {
             .transpose()
     }
 
-    /// Every bundle of the providers `keys`, and of every provider that shares an on-chain
-    /// identity (payout account, the address `ProviderRegistry` stakes and slashes) with one of
-    /// them: keys are free to make, so two keys of one account are one provider to replication.
-    pub async fn bundles_of(&self, keys: &[B256]) -> Result<Vec<String>> {
-        let keys: Vec<Vec<u8>> = keys.iter().map(|k| k.to_vec()).collect();
+    /// Bundle `id`'s provider's bundles, and those of every provider that shares an on-chain
+    /// identity (payout account, the address `ProviderRegistry` stakes and slashes) with it:
+    /// keys are free to make, so two keys of one account are one provider to replication. Empty
+    /// for a bundle no provider offered (registered by the operator).
+    pub async fn same_identity_bundles(&self, id: &str) -> Result<Vec<String>> {
         let rows: Vec<(String,)> = sqlx::query_as(
-            "SELECT b.id FROM exchange_bundles b \
+            "WITH owner AS (SELECT b.provider_key_hash AS key_hash, p.payout \
+                            FROM exchange_bundles b \
+                            LEFT JOIN exchange_providers p ON p.key_hash = b.provider_key_hash \
+                            WHERE b.id = $1 AND b.provider_key_hash IS NOT NULL) \
+             SELECT b.id FROM exchange_bundles b \
              LEFT JOIN exchange_providers p ON p.key_hash = b.provider_key_hash \
-             WHERE b.provider_key_hash = ANY($1) \
-                OR p.payout IN (SELECT payout FROM exchange_providers WHERE key_hash = ANY($1))",
+             WHERE b.provider_key_hash IN (SELECT key_hash FROM owner) \
+                OR p.payout IN (SELECT payout FROM owner)",
         )
-        .bind(keys)
+        .bind(id)
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())

@@ -14,13 +14,13 @@ use cx_protocol::replica::{MAX_RUNS, run_job_id};
 use cx_protocol::{DeterminismClass, Job, Tier};
 use std::collections::HashSet;
 
-/// Who already runs a job: the providers (by key), their operators and their bundles, and the
-/// kernel corpus of the first bundle taken (the job's own).
+/// Who already runs a job: the bundles of its providers (each with every bundle of the same
+/// on-chain identity), their operators, and the kernel corpus of the first bundle taken (the
+/// job's own).
 #[derive(Debug, Default)]
 struct Taken {
-    keys: Vec<B256>,
+    excluded: HashSet<String>,
     operators: HashSet<String>,
-    bundles: HashSet<String>,
     corpus: Option<Option<String>>,
 }
 
@@ -47,8 +47,7 @@ impl Intake {
         let mut runs = Vec::with_capacity(needed);
         for run in 1..=needed as u8 {
             let (bundle_id, held_wei, decision) = self
-                .place_run(&placed.job, &taken, left)
-                .await?
+                .place_run(&placed.job, &taken, left)?
                 .map_err(|detail| Error::NoReplica {
                     tier,
                     needed,
@@ -60,7 +59,9 @@ impl Intake {
                     detail,
                     diverse: tier == Tier::T3,
                 })?;
-            self.take(&mut taken, &bundle_id).await?;
+            if usize::from(run) < needed {
+                self.take(&mut taken, &bundle_id).await?;
+            }
             left = left.saturating_sub(held_wei);
             runs.push(NewRun {
                 id: B256::from(run_job_id(job_id.0, run)),
@@ -73,12 +74,13 @@ impl Intake {
         Ok(runs)
     }
 
-    /// Adds bundle `id`'s provider, operator and the bundle to `taken`.
+    /// Adds bundle `id`, every bundle of its provider's on-chain identity, and its operator to
+    /// `taken`.
     async fn take(&self, taken: &mut Taken, id: &str) -> Result<()> {
-        if let Some(key) = self.books().bundle_owner(id).await?
-            && !taken.keys.contains(&key)
-        {
-            taken.keys.push(key);
+        if !taken.excluded.contains(id) {
+            taken
+                .excluded
+                .extend(self.books().same_identity_bundles(id).await?);
         }
         if let Some(operator) = self.market().operator_of(id) {
             taken.operators.insert(operator);
@@ -86,7 +88,7 @@ impl Intake {
         if taken.corpus.is_none() {
             taken.corpus = Some(self.market().kernel_corpus_of(id));
         }
-        taken.bundles.insert(id.to_owned());
+        taken.excluded.insert(id.to_owned());
         Ok(())
     }
 
@@ -96,19 +98,13 @@ impl Intake {
     /// ([`cx_protocol::Bundle::kernel_corpus`]); a class-D∞ run on a bundle offering D∞, else on
     /// one offering D (bit-exact output is within any tolerance). `Ok(Err(why))` when none can
     /// take it.
-    async fn place_run(
+    fn place_run(
         &self,
         job: &Job,
         taken: &Taken,
         left_wei: u128,
     ) -> Result<std::result::Result<(String, u128, DecisionRecord), String>> {
-        let mut excluded: HashSet<String> = self
-            .books()
-            .bundles_of(&taken.keys)
-            .await?
-            .into_iter()
-            .collect();
-        excluded.extend(taken.bundles.iter().cloned());
+        let excluded = &taken.excluded;
         let job = Job {
             max_price_wei: Some(left_wei),
             ..job.clone()
@@ -193,8 +189,7 @@ impl Intake {
             }
         }
         let (bundle_id, held_wei, decision) = self
-            .place_run(&job, &taken, want.max_price_wei)
-            .await?
+            .place_run(&job, &taken, want.max_price_wei)?
             .map_err(|detail| Error::NoMatch { detail })?;
         let terms = decision.terms.ok_or_else(|| Error::NoMatch {
             detail: "the chosen bundle has no cost terms".into(),
@@ -257,7 +252,7 @@ impl Intake {
                 self.take(&mut taken, bundle).await?;
             }
         }
-        let placed = match self.place_run(&job, &taken, left).await? {
+        let placed = match self.place_run(&job, &taken, left)? {
             Ok(placed) => placed,
             Err(why) => {
                 tracing::info!(job = %original.id, %why, "no referee run: no other provider can take it");
