@@ -2,7 +2,7 @@
 //! bundle and its cost terms, the feasible ones ranked, and every rejected one with its binding
 //! constraint. This is what `cx clear` prints and the reference the engine must equal.
 
-use crate::candidate::Candidate;
+use crate::candidate::{Candidate, View};
 use crate::feasibility::{self, PriceCeiling};
 use crate::objective::{self, Terms, Weights};
 use crate::ring::{affinity_distance, hash64};
@@ -18,10 +18,15 @@ pub struct Decision {
     pub chosen: Option<String>,
     /// The chosen bundle's cost terms.
     pub terms: Option<Terms>,
-    /// Feasible bundles, cheapest first.
+    /// Feasible bundles, cheapest first (the first of them, for [`explain_kept`]).
     pub feasible: Vec<Ranked>,
-    /// Every infeasible bundle and why.
+    /// Infeasible bundles and why: every one in candidate order, or for [`explain_kept`] the
+    /// nearest first.
     pub rejected: Vec<Rejection>,
+    /// How many bundles were feasible (kept or not).
+    pub feasible_total: usize,
+    /// How many were refused (kept or not).
+    pub rejected_total: usize,
 }
 
 /// The order clearing ranks feasible bundles by: cost, then consistent-hash distance from the
@@ -85,7 +90,8 @@ pub fn explain(
     )
 }
 
-/// The decision for `job` over `candidates`, feasible bundles ranked by `policy`.
+/// The decision for `job` over `candidates`, feasible bundles ranked by `policy`, every
+/// refusal in candidate order.
 pub fn explain_with(
     job: &Job,
     candidates: &[Candidate],
@@ -93,46 +99,160 @@ pub fn explain_with(
     price_ceiling: &PriceCeiling,
     policy: Policy,
 ) -> Decision {
+    let walked = walk(
+        job,
+        candidates.iter().map(|c| (c.id.as_str(), c.view)),
+        weights,
+        price_ceiling,
+        policy,
+    );
+    walked.decide(job, price_ceiling, usize::MAX, |a, b| a.order.cmp(&b.order))
+}
+
+/// [`explain_with`] keeping only the `keep` cheapest feasible bundles and the `keep` nearest
+/// refusals (smallest binding factor first, candidate order among equals), with the totals of
+/// each: what a decision stored per job holds. Every bundle is judged, but only the kept
+/// refusals have their violations written out (the rest cost no allocation), and the
+/// candidates are borrowed (an engine passes its own ids and views).
+pub fn explain_kept<'a>(
+    job: &Job,
+    candidates: impl IntoIterator<Item = (&'a str, View)>,
+    weights: &Weights,
+    price_ceiling: &PriceCeiling,
+    policy: Policy,
+    keep: usize,
+) -> Decision {
+    walk(job, candidates, weights, price_ceiling, policy).decide(
+        job,
+        price_ceiling,
+        keep,
+        |a, b| a.factor.total_cmp(&b.factor).then(a.order.cmp(&b.order)),
+    )
+}
+
+/// One feasible bundle as the walk ranks it.
+struct Fit<'a> {
+    score: f64,
+    distance: u64,
+    id: &'a str,
+    terms: Terms,
+}
+
+/// One refused bundle as the walk found it: its binding factor (infinite when categorical)
+/// and its place among the candidates.
+struct Miss<'a> {
+    factor: f64,
+    order: usize,
+    id: &'a str,
+    view: View,
+}
+
+/// Every candidate judged, nothing yet written out.
+struct Walked<'a> {
+    fits: Vec<Fit<'a>>,
+    misses: Vec<Miss<'a>>,
+}
+
+fn walk<'a>(
+    job: &Job,
+    candidates: impl IntoIterator<Item = (&'a str, View)>,
+    weights: &Weights,
+    price_ceiling: &PriceCeiling,
+    policy: Policy,
+) -> Walked<'a> {
     let key = hash64(job.affinity_key());
-    let mut feasible: Vec<(Terms, u64, &Candidate)> = Vec::new();
-    let mut rejected = Vec::new();
-    for candidate in candidates {
-        let view = &candidate.view;
-        let mut violations = feasibility::violations(job, view);
-        violations.extend(feasibility::price_violation(view, price_ceiling));
-        match feasibility::binding(&violations) {
-            None => feasible.push((
-                objective::evaluate(job, view, weights),
-                affinity_distance(key, &candidate.id),
-                candidate,
-            )),
-            Some(bind) => {
-                let (binding, factor) = (bind.constraint, bind.factor);
-                rejected.push(Rejection {
-                    id: candidate.id.clone(),
+    let mut walked = Walked {
+        fits: Vec::new(),
+        misses: Vec::new(),
+    };
+    for (order, (id, view)) in candidates.into_iter().enumerate() {
+        match feasibility::miss_factor(job, &view, price_ceiling) {
+            None => {
+                let terms = objective::evaluate(job, &view, weights);
+                walked.fits.push(Fit {
+                    score: match policy {
+                        Policy::ResidencyAware => terms.total,
+                        Policy::CheapestCapable => terms.compute,
+                    },
+                    distance: affinity_distance(key, id),
+                    id,
+                    terms,
+                });
+            }
+            Some(factor) => walked.misses.push(Miss {
+                factor,
+                order,
+                id,
+                view,
+            }),
+        }
+    }
+    walked
+}
+
+impl Walked<'_> {
+    /// The decision, keeping `keep` of each side: feasible by [`rank`], refusals by `order`.
+    fn decide(
+        mut self,
+        job: &Job,
+        price_ceiling: &PriceCeiling,
+        keep: usize,
+        order: impl Fn(&Miss<'_>, &Miss<'_>) -> Ordering,
+    ) -> Decision {
+        let (feasible_total, rejected_total) = (self.fits.len(), self.misses.len());
+        let by_rank = |a: &Fit<'_>, b: &Fit<'_>| {
+            rank((a.score, a.distance, a.id), (b.score, b.distance, b.id))
+        };
+        // The choice is the first feasible bundle whatever is kept.
+        keep_first(&mut self.fits, keep.max(1), by_rank);
+        keep_first(&mut self.misses, keep, order);
+        let rejected = self
+            .misses
+            .iter()
+            .filter_map(|miss| {
+                let mut violations = feasibility::violations(job, &miss.view);
+                violations.extend(feasibility::price_violation(&miss.view, price_ceiling));
+                // A miss has a violation: the same conditions found it.
+                let (binding, factor) =
+                    feasibility::binding(&violations).map(|bind| (bind.constraint, bind.factor))?;
+                Some(Rejection {
+                    id: miss.id.to_owned(),
                     binding,
                     factor,
                     violations,
-                });
-            }
+                })
+            })
+            .collect();
+        Decision {
+            chosen: self.fits.first().map(|f| f.id.to_owned()),
+            terms: self.fits.first().map(|f| f.terms),
+            feasible: self
+                .fits
+                .iter()
+                .take(keep)
+                .map(|f| Ranked {
+                    id: f.id.to_owned(),
+                    total: f.terms.total,
+                    completion_s: f.terms.completion_s,
+                })
+                .collect(),
+            rejected,
+            feasible_total,
+            rejected_total,
         }
     }
-    let score = |t: &Terms| match policy {
-        Policy::ResidencyAware => t.total,
-        Policy::CheapestCapable => t.compute,
-    };
-    feasible.sort_by(|a, b| rank((score(&a.0), a.1, &a.2.id), (score(&b.0), b.1, &b.2.id)));
-    Decision {
-        chosen: feasible.first().map(|f| f.2.id.clone()),
-        terms: feasible.first().map(|f| f.0),
-        feasible: feasible
-            .iter()
-            .map(|(t, _, c)| Ranked {
-                id: c.id.clone(),
-                total: t.total,
-                completion_s: t.completion_s,
-            })
-            .collect(),
-        rejected,
+}
+
+/// Sorts `items` by `order` and keeps the first `keep`: a partial selection first when that
+/// drops most of them.
+fn keep_first<T>(items: &mut Vec<T>, keep: usize, order: impl Fn(&T, &T) -> Ordering) {
+    if keep == 0 {
+        items.clear();
+        return;
     }
+    if items.len() > keep {
+        items.select_nth_unstable_by(keep - 1, &order);
+        items.truncate(keep);
+    }
+    items.sort_by(order);
 }

@@ -632,6 +632,38 @@ impl Engine {
             policy,
         ))
     }
+
+    /// [`clearing::explain_kept`] over the live bundles `accept` takes, under the price gates
+    /// `ceiling`: the decision a job keeps, from the engine's own ids and views (nothing is
+    /// copied for a bundle that is not kept).
+    pub fn explain_kept(
+        &self,
+        job: &Job,
+        ceiling: &PriceCeiling,
+        policy: clearing::Policy,
+        keep: usize,
+        accept: impl Fn(&Bundle) -> bool,
+    ) -> Result<Decision> {
+        job.validate()?;
+        let base = self.names.get(&job.base_model).copied();
+        let candidates = self
+            .residency(job)
+            .filter(|(_, e, _, _)| accept(&e.bundle))
+            .map(|(slot, e, beta, alpha)| {
+                (
+                    e.bundle.id.as_str(),
+                    self.view(slot, job, base, beta, alpha),
+                )
+            });
+        Ok(clearing::explain_kept(
+            job,
+            candidates,
+            &self.weights,
+            ceiling,
+            policy,
+            keep,
+        ))
+    }
 }
 
 /// How many members ahead of the one it judges a walk asks the CPU to load: far enough to

@@ -134,70 +134,100 @@ pub fn price_violation(view: &View, ceiling: &PriceCeiling) -> Option<Violation>
 
 /// Every violated constraint, in the order of [`Constraint`]; empty when feasible.
 pub fn violations(job: &Job, view: &View) -> Vec<Violation> {
-    let mut out = Vec::new();
+    misses(job, view)
+        .into_iter()
+        .flatten()
+        .map(|(constraint, factor)| Violation {
+            constraint,
+            factor,
+            detail: detail(job, view, constraint),
+        })
+        .collect()
+}
+
+/// The factor by which `view` misses `job` under `ceiling` — its binding violation's
+/// ([`binding`]; infinite for a categorical one) — or `None` when it is feasible. What ranks a
+/// refusal, with no allocation for a bundle that is feasible or not among those explained.
+pub fn miss_factor(job: &Job, view: &View, ceiling: &PriceCeiling) -> Option<f64> {
+    let price = (!price_eligible(view, ceiling))
+        .then(|| price_violation(view, ceiling).and_then(|v| v.factor))
+        .flatten();
+    let factors = misses(job, view)
+        .into_iter()
+        .flatten()
+        .map(|(_, factor)| factor)
+        .chain(price.map(Some));
+    factors.fold(None, |worst: Option<f64>, factor| {
+        Some(worst.map_or(factor.unwrap_or(f64::INFINITY), |w| {
+            w.max(factor.unwrap_or(f64::INFINITY))
+        }))
+    })
+}
+
+/// The constraints `view` misses for `job` and by what factor (`None`: categorical), in the
+/// order of [`Constraint`]: the one place feasibility's conditions are written out in full.
+fn misses(job: &Job, view: &View) -> [Option<(Constraint, Option<f64>)>; 6] {
     let needed = memory_needed_bytes(job, view);
-    if needed > view.memory_bytes {
-        out.push(Violation {
-            constraint: Constraint::Memory,
-            factor: Some(needed as f64 / view.memory_bytes as f64),
-            detail: format!("needs {needed} B free, has {} B", view.memory_bytes),
-        });
-    }
-    if job.context_tokens > view.context_max {
-        out.push(Violation {
-            constraint: Constraint::Context,
-            factor: Some(f64::from(job.context_tokens) / f64::from(view.context_max)),
-            detail: format!(
-                "context {} tokens over c_max {}",
-                job.context_tokens, view.context_max
-            ),
-        });
-    }
-    if !view.determinism.contains(job.determinism) {
-        let offered: Vec<String> = view.determinism.iter().map(|c| c.to_string()).collect();
-        out.push(Violation {
-            constraint: Constraint::Determinism,
-            factor: None,
-            detail: format!(
+    let t_hat = completion_s(job, view);
+    [
+        (needed > view.memory_bytes).then(|| {
+            (
+                Constraint::Memory,
+                Some(needed as f64 / view.memory_bytes as f64),
+            )
+        }),
+        (job.context_tokens > view.context_max).then(|| {
+            (
+                Constraint::Context,
+                Some(f64::from(job.context_tokens) / f64::from(view.context_max)),
+            )
+        }),
+        (!view.determinism.contains(job.determinism)).then_some((Constraint::Determinism, None)),
+        (!view.tiers.contains(job.tier)).then_some((Constraint::Tier, None)),
+        (!base_available(job, view)).then_some((Constraint::Kind, None)),
+        (t_hat > job.deadline_s).then(|| (Constraint::Deadline, Some(t_hat / job.deadline_s))),
+    ]
+}
+
+/// What a violation of `constraint` by `view` says, for a buyer.
+fn detail(job: &Job, view: &View, constraint: Constraint) -> String {
+    match constraint {
+        Constraint::Memory => format!(
+            "needs {} B free, has {} B",
+            memory_needed_bytes(job, view),
+            view.memory_bytes
+        ),
+        Constraint::Context => format!(
+            "context {} tokens over c_max {}",
+            job.context_tokens, view.context_max
+        ),
+        Constraint::Determinism => {
+            let offered: Vec<String> = view.determinism.iter().map(|c| c.to_string()).collect();
+            format!(
                 "class {} not honoured (offers {})",
                 job.determinism,
                 offered.join(",")
-            ),
-        });
-    }
-    if !view.tiers.contains(job.tier) {
-        let offered: Vec<String> = view.tiers.iter().map(|t| t.to_string()).collect();
-        out.push(Violation {
-            constraint: Constraint::Tier,
-            factor: None,
-            detail: format!(
+            )
+        }
+        Constraint::Tier => {
+            let offered: Vec<String> = view.tiers.iter().map(|t| t.to_string()).collect();
+            format!(
                 "tier {} not offered (offers {})",
                 job.tier,
                 offered.join(",")
-            ),
-        });
-    }
-    if !base_available(job, view) {
-        let detail = if job.needs_resident_base() {
+            )
+        }
+        Constraint::Kind if job.needs_resident_base() => {
             format!("does not offer the job kind {}", job.base_model)
-        } else {
-            format!("neither holds nor can load the base {}", job.base_model)
-        };
-        out.push(Violation {
-            constraint: Constraint::Kind,
-            factor: None,
-            detail,
-        });
+        }
+        Constraint::Kind => format!("neither holds nor can load the base {}", job.base_model),
+        Constraint::Deadline => format!(
+            "t̂ {:.3} s over deadline {:.3} s",
+            completion_s(job, view),
+            job.deadline_s
+        ),
+        Constraint::Price => unreachable!("a price violation is price_violation's"),
     }
-    let t_hat = completion_s(job, view);
-    if t_hat > job.deadline_s {
-        out.push(Violation {
-            constraint: Constraint::Deadline,
-            factor: Some(t_hat / job.deadline_s),
-            detail: format!("t̂ {t_hat:.3} s over deadline {:.3} s", job.deadline_s),
-        });
-    }
-    out
 }
 
 /// The binding constraint: a categorical one if any (no resource fixes it), else the largest

@@ -3,11 +3,13 @@
 
 use crate::books::{Books, MarketQuote, OpenWork, Provider};
 use crate::error::Result;
+use crate::jobs::placement::DECISION_KEEPS;
 use crate::preferences::{PreferenceView, Preferences};
 use alloy::primitives::Address;
 use alloy::primitives::B256;
 use cx_exchange::clearing::Decision;
 use cx_exchange::engine::Engine;
+use cx_exchange::feasibility::{PriceCeiling, price_ceiling};
 use cx_exchange::objective::Weights;
 use cx_exchange::pricing::load::{Arrivals, MarketLoad, WINDOW_S};
 use cx_exchange::pricing::market::{MARKET_TIERS, MarketMaker, MarketParams, Quote, tier_index};
@@ -443,38 +445,21 @@ impl Market {
         )
     }
 
-    /// The full clearing decision for `job` (chosen bundle, every term, every rejection), and
+    /// The clearing decision for `job` as a job keeps it (the chosen bundle and its terms, the
+    /// [`DECISION_KEEPS`] cheapest feasible and nearest refused bundles, how many of each), and
     /// what the chosen bundle would charge for it, wei. Under a market `quote`, a bundle asking
     /// more than its ask is refused (binding: price).
     pub fn clear(&self, job: &Job, quote: Option<&Quote>) -> Result<(Decision, Option<u128>)> {
-        let engine = self.engine_read();
-        let decision = engine.explain_with(job, quote, self.policy)?;
-        let charge = decision
-            .chosen
-            .as_deref()
-            .and_then(|id| engine.bundle(id))
-            .map(|b| charge_on(b, job));
-        Ok((decision, charge))
+        self.clear_where(job, &price_ceiling(job, quote), |_| true)
     }
 
     /// The clearing decision for `job` on bundle `bundle_id` alone, with no price gate: a job a
     /// reserve pays for goes to the committed bundle if it is feasible there by its deadline
     /// (`chosen` is `None` otherwise, with the binding constraint among `rejected`).
     pub fn clear_on(&self, job: &Job, bundle_id: &str) -> Result<Decision> {
-        job.validate()?;
-        let engine = self.engine_read();
-        let candidates: Vec<_> = engine
-            .candidates(job)
-            .into_iter()
-            .filter(|c| c.id == bundle_id)
-            .collect();
-        Ok(cx_exchange::clearing::explain_with(
-            job,
-            &candidates,
-            engine.weights(),
-            &cx_exchange::feasibility::PriceCeiling::default(),
-            self.policy,
-        ))
+        let (decision, _) =
+            self.clear_where(job, &PriceCeiling::default(), |b| b.id == bundle_id)?;
+        Ok(decision)
     }
 
     /// [`Market::clear`] over only the live bundles `keep` accepts (a verification run goes to a
@@ -484,20 +469,17 @@ impl Market {
         job: &Job,
         keep: impl Fn(&Bundle) -> bool,
     ) -> Result<(Decision, Option<u128>)> {
-        job.validate()?;
+        self.clear_where(job, &price_ceiling(job, None), keep)
+    }
+
+    fn clear_where(
+        &self,
+        job: &Job,
+        ceiling: &PriceCeiling,
+        accept: impl Fn(&Bundle) -> bool,
+    ) -> Result<(Decision, Option<u128>)> {
         let engine = self.engine_read();
-        let candidates: Vec<_> = engine
-            .candidates(job)
-            .into_iter()
-            .filter(|c| engine.bundle(&c.id).is_some_and(&keep))
-            .collect();
-        let decision = cx_exchange::clearing::explain_with(
-            job,
-            &candidates,
-            engine.weights(),
-            &cx_exchange::feasibility::price_ceiling(job, None),
-            self.policy,
-        );
+        let decision = engine.explain_kept(job, ceiling, self.policy, DECISION_KEEPS, accept)?;
         let charge = decision
             .chosen
             .as_deref()

@@ -2,7 +2,7 @@
 //! and feasibility must be sound, on random fleets and jobs.
 
 use cx_exchange::candidate::{Candidate, View};
-use cx_exchange::clearing::explain;
+use cx_exchange::clearing::{Policy, explain};
 use cx_exchange::engine::Engine;
 use cx_exchange::feasibility::{completion_s, memory_needed_bytes, price_ceiling, violations};
 use cx_exchange::objective::Weights;
@@ -237,6 +237,49 @@ proptest! {
             let scanned = engine.clear_by_scan(job, quote.as_ref()).unwrap();
             prop_assert_eq!(scanned.map(|c| c.bundle_id), reference.chosen);
         }
+    }
+
+    /// What a job keeps (the engine's bounded explanation) is the full explanation over the
+    /// same fleet, cut: the `keep` cheapest feasible bundles in rank order, the `keep` refusals
+    /// with the smallest binding factor (categorical last, candidate order among equals), each
+    /// with every violation, and the totals of both.
+    #[test]
+    fn the_kept_explanation_is_the_full_one_cut(
+        fleet in proptest::collection::vec(bundle(), 1..40),
+        job in job(),
+        keep in 0usize..12,
+        quoted_ask in proptest::option::of(0u64..6),
+    ) {
+        let quote = quoted_ask.map(|ask| Quote {
+            bid_wei_per_s: 0,
+            ask_wei_per_s: ask * 300,
+            regime: Regime::Busy,
+        });
+        let mut engine = Engine::new(Weights::default()).unwrap();
+        let bundles: Vec<Bundle> = fleet
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut b)| { b.id = format!("b{i}"); b })
+            .collect();
+        for b in &bundles {
+            engine.upsert(b.clone()).unwrap();
+            engine.set_queue_s(&b.id, queue_of(&b.id)).unwrap();
+        }
+        let ceiling = price_ceiling(&job, quote.as_ref());
+        let full = explain(&job, &brute_candidates(&bundles, &job), engine.weights(), &ceiling);
+        let kept = engine
+            .explain_kept(&job, &ceiling, Policy::ResidencyAware, keep, |_| true)
+            .unwrap();
+        prop_assert_eq!(&kept.chosen, &full.chosen);
+        prop_assert_eq!(kept.feasible_total, full.feasible.len());
+        prop_assert_eq!(kept.rejected_total, full.rejected.len());
+        prop_assert_eq!(&kept.feasible[..], &full.feasible[..keep.min(full.feasible.len())]);
+        let mut nearest = full.rejected.clone();
+        nearest.sort_by(|a, b| {
+            a.factor.unwrap_or(f64::INFINITY).total_cmp(&b.factor.unwrap_or(f64::INFINITY))
+        });
+        nearest.truncate(keep);
+        prop_assert_eq!(kept.rejected, nearest);
     }
 
     #[test]

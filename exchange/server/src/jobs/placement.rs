@@ -25,19 +25,18 @@ pub(crate) fn cleared_tier(decision: &DecisionRecord) -> Result<Tier> {
 }
 
 /// The clearing decision as the books keep it ([`DecisionRecord`]): the tier and class `job`
-/// was cleared for, the choice and its terms, and the first [`DECISION_KEEPS`] feasible and
-/// refused bundles (the nearest first) of how many there were.
+/// was cleared for, the choice and its terms, and the bundles the market kept
+/// (`Market::clear`: the first [`DECISION_KEEPS`] feasible and refused, the
+/// nearest first) of how many there were.
 pub(crate) fn decision_record(decision: Decision, job: &Job) -> DecisionRecord {
     let Decision {
         chosen,
         terms,
-        mut feasible,
-        mut rejected,
+        feasible,
+        rejected,
+        feasible_total,
+        rejected_total,
     } = decision;
-    let (feasible_total, rejected_total) = (feasible.len(), rejected.len());
-    feasible.truncate(DECISION_KEEPS);
-    rejected.sort_by(nearest_first);
-    rejected.truncate(DECISION_KEEPS);
     DecisionRecord {
         tier: Some(job.tier),
         determinism: job.determinism,
