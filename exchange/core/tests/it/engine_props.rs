@@ -136,6 +136,24 @@ fn queue_of(id: &str) -> f64 {
 }
 
 /// β, α, π, t_compute and the queue computed here, independently of the engine's indexes.
+/// An engine holding `fleet`, its bundles named `b0`, `b1`, … and queued by [`queue_of`].
+fn engine_of(fleet: Vec<Bundle>, weights: Weights) -> (Engine, Vec<Bundle>) {
+    let mut engine = Engine::new(weights).unwrap();
+    let bundles: Vec<Bundle> = fleet
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut b)| {
+            b.id = format!("b{i}");
+            b
+        })
+        .collect();
+    for b in &bundles {
+        engine.upsert(b.clone()).unwrap();
+        engine.set_queue_s(&b.id, queue_of(&b.id)).unwrap();
+    }
+    (engine, bundles)
+}
+
 fn brute_candidates(bundles: &[Bundle], job: &Job) -> Vec<Candidate> {
     bundles
         .iter()
@@ -201,16 +219,7 @@ proptest! {
             lambda_verification: f64::from(v),
             ..Weights::default()
         });
-        let mut engine = Engine::new(weights).unwrap();
-        let mut bundles: Vec<Bundle> = fleet
-            .into_iter()
-            .enumerate()
-            .map(|(i, mut b)| { b.id = format!("b{i}"); b })
-            .collect();
-        for b in &bundles {
-            engine.upsert(b.clone()).unwrap();
-            engine.set_queue_s(&b.id, queue_of(&b.id)).unwrap();
-        }
+        let (mut engine, mut bundles) = engine_of(fleet, weights);
         // Churn: removals and residency changes must keep every index consistent (and the
         // queues, which a re-upsert of the same bundle keeps).
         for r in removed {
@@ -255,16 +264,7 @@ proptest! {
             ask_wei_per_s: ask * 300,
             regime: Regime::Busy,
         });
-        let mut engine = Engine::new(Weights::default()).unwrap();
-        let bundles: Vec<Bundle> = fleet
-            .into_iter()
-            .enumerate()
-            .map(|(i, mut b)| { b.id = format!("b{i}"); b })
-            .collect();
-        for b in &bundles {
-            engine.upsert(b.clone()).unwrap();
-            engine.set_queue_s(&b.id, queue_of(&b.id)).unwrap();
-        }
+        let (engine, bundles) = engine_of(fleet, Weights::default());
         let ceiling = price_ceiling(&job, quote.as_ref());
         let full = explain(&job, &brute_candidates(&bundles, &job), engine.weights(), &ceiling);
         let kept = engine
