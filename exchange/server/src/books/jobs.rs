@@ -162,78 +162,40 @@ impl Books {
         job: &NewJob,
         runs: &[NewRun],
     ) -> Result<Option<u128>> {
-        let chain_id = to_i64(order.chain_id, "chain id")?;
-        let escrow_id = to_i64(job.escrow_id, "escrow id")?;
-        let total_wei = runs
-            .iter()
-            .try_fold(job.held_wei, |sum, r| sum.checked_add(r.held_wei))
-            .ok_or(Error::ContextTooLarge)?;
-        // The runs copy the job's columns from the parameters, not from its row: the parts of
-        // one statement do not see each other's rows (the foreign keys, checked at its end, do).
-        let done: Result<(i64,), sqlx::Error> = sqlx::query_as(
+        let total_wei = total_held(job, runs)?;
+        let sql = format!(
             "WITH hold AS ( \
-                 UPDATE exchange_tabs SET jobs = jobs + $19, held_wei = held_wei + $18::numeric, updated_at = now() \
-                 WHERE chain_id = $4 AND escrow_id = $7 AND buyer = $3 AND status = 'open' \
-                   AND deadline_s >= $12 AND held_wei + $18::numeric <= amount_wei AND jobs + $19 <= 400 \
+                 UPDATE exchange_tabs SET jobs = jobs + $24, held_wei = held_wei + $23::numeric, \
+                                          updated_at = now() \
+                 WHERE chain_id = $4 AND escrow_id = $5 AND buyer = $3 AND status = 'open' \
+                   AND deadline_s >= $22 AND held_wei + $23::numeric <= amount_wei \
+                   AND jobs + $24 <= 400 \
                  RETURNING 1), \
-             ord AS ( \
+             gate AS ( \
                  INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body, \
                                               limit_wei) \
-                 SELECT $1, $2, $3, $4, $5::numeric, $6::jsonb, $21::numeric \
+                 SELECT $2, $25, $3, $4, $26::numeric, $27::jsonb, $28::numeric \
                  WHERE EXISTS (SELECT 1 FROM hold) \
                  RETURNING digest), \
-             job AS ( \
-                 INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
-                                            status, bundle_id, held_wei, decision, deadline_s, \
-                                            adapter, request, workload) \
-                 SELECT $13, digest, $3, $4, $7, $8, $10, $11, $9::numeric, $14::jsonb, $15, $16, \
-                        $17::jsonb, $20 FROM ord \
-                 RETURNING id), \
-             event AS ( \
-                 INSERT INTO exchange_job_events (job_id, seq, status) SELECT id, 0, $10 FROM job \
-                 RETURNING 1), \
-             run AS ( \
-                 INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
-                                            status, bundle_id, held_wei, decision, deadline_s, \
-                                            adapter, request, workload, verifies, run) \
-                 SELECT r.id, digest, $3, $4, $7, $8, 'assigned', r.bundle_id, r.held::numeric, \
-                        r.decision::jsonb, $15, $16, $17::jsonb, $20, $13, r.run \
-                 FROM ord, unnest($22::bytea[], $23::text[], $24::text[], $25::text[], \
-                                  $26::int2[]) AS r(id, bundle_id, held, decision, run) \
-                 RETURNING id, run), \
-             run_event AS ( \
-                 INSERT INTO exchange_job_events (job_id, seq, status, detail) \
-                 SELECT id, 0, 'assigned', jsonb_build_object('verifies', $27::text, 'run', run) \
-                 FROM run RETURNING 1) \
-             SELECT count(*) FROM hold",
-        )
-        .bind(order.digest.as_slice())
-        .bind(order.kind)
-        .bind(order.account.as_slice())
-        .bind(chain_id)
-        .bind(order.nonce.to_string())
-        .bind(order.body.to_string())
-        .bind(escrow_id)
-        .bind(&job.model)
-        .bind(wei_text(job.held_wei))
-        .bind(job.status)
-        .bind(job.bundle_id.as_deref())
+             {JOB_WITH_RUNS} \
+             SELECT count(*) FROM hold"
+        );
+        let done: Result<(i64,), sqlx::Error> = bind_job_with_runs(
+            sqlx::query_as(&sql),
+            order.digest,
+            order.account,
+            order.chain_id,
+            job,
+            runs,
+            None,
+        )?
         .bind(to_i64(job.needed_until_s, "deadline")?)
-        .bind(job.id.as_slice())
-        .bind(job.decision.to_string())
-        .bind(to_i64(job.deadline_s, "deadline")?)
-        .bind(job.adapter.as_deref())
-        .bind(job.workload.request_value().to_string())
         .bind(wei_text(total_wei))
         .bind(1 + runs.len() as i32)
-        .bind(job.workload.kind().as_str())
+        .bind(order.kind)
+        .bind(order.nonce.to_string())
+        .bind(order.body.to_string())
         .bind(order.limit_wei.map(wei_text))
-        .bind(runs.iter().map(|r| r.id.to_vec()).collect::<Vec<_>>())
-        .bind(runs.iter().map(|r| r.bundle_id.as_str()).collect::<Vec<_>>())
-        .bind(runs.iter().map(|r| wei_text(r.held_wei)).collect::<Vec<_>>())
-        .bind(runs.iter().map(|r| r.decision.to_string()).collect::<Vec<_>>())
-        .bind(runs.iter().map(|r| i16::from(r.run)).collect::<Vec<_>>())
-        .bind(job.id.to_string())
         .fetch_one(&mut *conn)
         .await;
         match done {
@@ -437,6 +399,86 @@ fn ids(rows: Vec<(Vec<u8>,)>) -> Result<Vec<B256>> {
             })
         })
         .collect()
+}
+
+/// What a job and its runs hold together, wei.
+pub(super) fn total_held(job: &NewJob, runs: &[NewRun]) -> Result<u128> {
+    runs.iter()
+        .try_fold(job.held_wei, |sum, r| sum.checked_add(r.held_wei))
+        .ok_or(Error::ContextTooLarge)
+}
+
+/// The parts of a statement that write a job, its first event, its verification runs and
+/// theirs, once the statement's `gate` part (defined before them: the tab hold and the order,
+/// or the session's spend) returned a row. The parts of one statement do not see each other's
+/// rows, so the runs copy the job's columns from the parameters (the foreign keys, checked at
+/// the statement's end, do see them). Parameters `$1`..`$21` ([`bind_job_with_runs`]); a
+/// statement's own start at `$22`.
+pub(super) const JOB_WITH_RUNS: &str = "\
+    job AS ( \
+        INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, status, \
+                                   bundle_id, held_wei, decision, deadline_s, adapter, request, \
+                                   workload, session_id) \
+        SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::jsonb, $11, $12, $13::jsonb, \
+               $14, $15 FROM gate \
+        RETURNING id), \
+    event AS ( \
+        INSERT INTO exchange_job_events (job_id, seq, status) SELECT id, 0, $7 FROM job), \
+    run AS ( \
+        INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, status, \
+                                   bundle_id, held_wei, decision, deadline_s, adapter, request, \
+                                   workload, session_id, verifies, run) \
+        SELECT r.id, $2, $3, $4, $5, $6, 'assigned', r.bundle_id, r.held::numeric, \
+               r.decision::jsonb, $11, $12, $13::jsonb, $14, $15, $1, r.run \
+        FROM job, unnest($16::bytea[], $17::text[], $18::text[], $19::text[], $20::int2[]) \
+             AS r(id, bundle_id, held, decision, run) \
+        RETURNING id, run), \
+    run_event AS ( \
+        INSERT INTO exchange_job_events (job_id, seq, status, detail) \
+        SELECT id, 0, 'assigned', jsonb_build_object('verifies', $21::text, 'run', run) \
+        FROM run)";
+
+/// Binds [`JOB_WITH_RUNS`]'s parameters: `job` and `runs`, of order `order_digest` (a session's
+/// calls name its grant) by `account` on `chain_id`, made by session `session` if one.
+pub(super) fn bind_job_with_runs<'q, O>(
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    order_digest: B256,
+    account: Address,
+    chain_id: u64,
+    job: &NewJob,
+    runs: &[NewRun],
+    session: Option<B256>,
+) -> Result<sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>> {
+    Ok(query
+        .bind(job.id.to_vec())
+        .bind(order_digest.to_vec())
+        .bind(account.to_vec())
+        .bind(to_i64(chain_id, "chain id")?)
+        .bind(to_i64(job.escrow_id, "escrow id")?)
+        .bind(job.model.clone())
+        .bind(job.status)
+        .bind(job.bundle_id.clone())
+        .bind(wei_text(job.held_wei))
+        .bind(job.decision.to_string())
+        .bind(to_i64(job.deadline_s, "deadline")?)
+        .bind(job.adapter.clone())
+        .bind(job.workload.request_value().to_string())
+        .bind(job.workload.kind().as_str())
+        .bind(session.map(|s| s.to_vec()))
+        .bind(runs.iter().map(|r| r.id.to_vec()).collect::<Vec<_>>())
+        .bind(runs.iter().map(|r| r.bundle_id.clone()).collect::<Vec<_>>())
+        .bind(
+            runs.iter()
+                .map(|r| wei_text(r.held_wei))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            runs.iter()
+                .map(|r| r.decision.to_string())
+                .collect::<Vec<_>>(),
+        )
+        .bind(runs.iter().map(|r| i16::from(r.run)).collect::<Vec<_>>())
+        .bind(job.id.to_string()))
 }
 
 /// Writes `runs` of job `original` (inserted in the same transaction): each copies the

@@ -134,10 +134,7 @@ impl Books {
         job: &NewJob,
         runs: &[super::jobs::NewRun],
     ) -> Result<()> {
-        let total_wei = runs
-            .iter()
-            .try_fold(job.held_wei, |sum, r| sum.checked_add(r.held_wei))
-            .ok_or(Error::ContextTooLarge)?;
+        let total_wei = super::jobs::total_held(job, runs)?;
         let mut tx = self.pool.begin().await?;
         // Rows are locked in one order everywhere — job, tab, session — and a result or an
         // expiry releasing a hold goes job → tab → session. Locking the session before its tab
@@ -170,31 +167,39 @@ impl Books {
                 needed_wei: total_wei,
             });
         }
-        sqlx::query(
-            "UPDATE exchange_sessions SET spent_wei = spent_wei + $2::numeric WHERE id = $1",
-        )
-        .bind(session_id.as_slice())
-        .bind(wei_text(total_wei))
-        .execute(&mut *tx)
-        .await?;
-        let (chain_id, escrow_id) = (
-            to_i64(session.chain_id, "chain id")?,
-            to_i64(session.grant.tab_id, "escrow id")?,
+        // The hold, the spend, the job and its runs in one statement: the spend and the job
+        // only once the tab held.
+        let sql = format!(
+            "WITH hold AS ( \
+                 UPDATE exchange_tabs SET jobs = jobs + $24, held_wei = held_wei + $23::numeric, \
+                                          updated_at = now() \
+                 WHERE chain_id = $4 AND escrow_id = $5 AND buyer = $3 AND status = 'open' \
+                   AND deadline_s >= $22 AND held_wei + $23::numeric <= amount_wei \
+                   AND jobs + $24 <= 400 \
+                 RETURNING 1), \
+             gate AS ( \
+                 UPDATE exchange_sessions SET spent_wei = spent_wei + $23::numeric \
+                 WHERE id = $15 AND EXISTS (SELECT 1 FROM hold) \
+                 RETURNING 1), \
+             {} \
+             SELECT count(*) FROM hold",
+            super::jobs::JOB_WITH_RUNS
         );
-        let held = sqlx::query(
-            "UPDATE exchange_tabs SET jobs = jobs + $6, held_wei = held_wei + $4::numeric, updated_at = now() \
-             WHERE chain_id = $1 AND escrow_id = $2 AND buyer = $3 AND status = 'open' \
-               AND deadline_s >= $5 AND held_wei + $4::numeric <= amount_wei AND jobs + $6 <= 400",
-        )
-        .bind(chain_id)
-        .bind(escrow_id)
-        .bind(session.account.as_slice())
-        .bind(wei_text(total_wei))
+        let (held,): (i64,) = super::jobs::bind_job_with_runs(
+            sqlx::query_as(&sql),
+            session_id,
+            session.account,
+            session.chain_id,
+            job,
+            runs,
+            Some(session_id),
+        )?
         .bind(to_i64(job.needed_until_s, "deadline")?)
+        .bind(wei_text(total_wei))
         .bind(1 + runs.len() as i32)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
-        if held.rows_affected() != 1 {
+        if held != 1 {
             drop(tx);
             return Err(self
                 .why_not_held(
@@ -205,33 +210,6 @@ impl Books {
                 )
                 .await?);
         }
-        sqlx::query(
-            "WITH job AS ( \
-                 INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, \
-                                            status, bundle_id, held_wei, decision, deadline_s, \
-                                            adapter, request, session_id, workload) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::numeric, $10::jsonb, $11, $12, \
-                         $13::jsonb, $2, $14) \
-                 RETURNING id) \
-             INSERT INTO exchange_job_events (job_id, seq, status) SELECT id, 0, $7 FROM job",
-        )
-        .bind(job.id.as_slice())
-        .bind(session_id.as_slice())
-        .bind(session.account.as_slice())
-        .bind(chain_id)
-        .bind(escrow_id)
-        .bind(&job.model)
-        .bind(job.status)
-        .bind(job.bundle_id.as_deref())
-        .bind(wei_text(job.held_wei))
-        .bind(job.decision.to_string())
-        .bind(to_i64(job.deadline_s, "deadline")?)
-        .bind(job.adapter.as_deref())
-        .bind(job.workload.request_value().to_string())
-        .bind(job.workload.kind().as_str())
-        .execute(&mut *tx)
-        .await?;
-        super::jobs::insert_runs(&mut tx, job.id, runs).await?;
         tx.commit().await?;
         Ok(())
     }
