@@ -164,13 +164,7 @@ impl Books {
     ) -> Result<Option<u128>> {
         let total_wei = total_held(job, runs)?;
         let sql = format!(
-            "WITH hold AS ( \
-                 UPDATE exchange_tabs SET jobs = jobs + $24, held_wei = held_wei + $23::numeric, \
-                                          updated_at = now() \
-                 WHERE chain_id = $4 AND escrow_id = $5 AND buyer = $3 AND status = 'open' \
-                   AND deadline_s >= $22 AND held_wei + $23::numeric <= amount_wei \
-                   AND jobs + $24 <= 400 \
-                 RETURNING 1), \
+            "WITH {TAB_HOLD}, \
              gate AS ( \
                  INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body, \
                                               limit_wei) \
@@ -189,9 +183,6 @@ impl Books {
             runs,
             None,
         )?
-        .bind(to_i64(job.needed_until_s, "deadline")?)
-        .bind(wei_text(total_wei))
-        .bind(1 + runs.len() as i32)
         .bind(order.kind)
         .bind(order.nonce.to_string())
         .bind(order.body.to_string())
@@ -408,12 +399,23 @@ pub(super) fn total_held(job: &NewJob, runs: &[NewRun]) -> Result<u128> {
         .ok_or(Error::ContextTooLarge)
 }
 
+/// The part of a statement that holds a job's and its runs' charge on its tab (`hold`, a row
+/// when it took): a conditional update, so concurrent holds serialise on the row and none
+/// takes more than the tab holds, nor more than a settlement batch of jobs. Parameters of
+/// [`bind_job_with_runs`].
+pub(super) const TAB_HOLD: &str = "\
+    hold AS ( \
+        UPDATE exchange_tabs SET jobs = jobs + $24, held_wei = held_wei + $23::numeric, \
+                                 updated_at = now() \
+        WHERE chain_id = $4 AND escrow_id = $5 AND buyer = $3 AND status = 'open' \
+          AND deadline_s >= $22 AND held_wei + $23::numeric <= amount_wei AND jobs + $24 <= 400 \
+        RETURNING 1)";
+
 /// The parts of a statement that write a job, its first event, its verification runs and
 /// theirs, once the statement's `gate` part (defined before them: the tab hold and the order,
 /// or the session's spend) returned a row. The parts of one statement do not see each other's
 /// rows, so the runs copy the job's columns from the parameters (the foreign keys, checked at
-/// the statement's end, do see them). Parameters `$1`..`$21` ([`bind_job_with_runs`]); a
-/// statement's own start at `$22`.
+/// the statement's end, do see them). Parameters of [`bind_job_with_runs`].
 pub(super) const JOB_WITH_RUNS: &str = "\
     job AS ( \
         INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, status, \
@@ -438,8 +440,9 @@ pub(super) const JOB_WITH_RUNS: &str = "\
         SELECT id, 0, 'assigned', jsonb_build_object('verifies', $21::text, 'run', run) \
         FROM run)";
 
-/// Binds [`JOB_WITH_RUNS`]'s parameters: `job` and `runs`, of order `order_digest` (a session's
-/// calls name its grant) by `account` on `chain_id`, made by session `session` if one.
+/// Binds the parameters of [`TAB_HOLD`] and [`JOB_WITH_RUNS`], `$1`..`$24` (a statement's own
+/// start at `$25`): `job` and `runs`, of order `order_digest` (a session's calls name its
+/// grant) by `account` on `chain_id`, made by session `session` if one.
 pub(super) fn bind_job_with_runs<'q, O>(
     query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     order_digest: B256,
@@ -478,7 +481,10 @@ pub(super) fn bind_job_with_runs<'q, O>(
                 .collect::<Vec<_>>(),
         )
         .bind(runs.iter().map(|r| i16::from(r.run)).collect::<Vec<_>>())
-        .bind(job.id.to_string()))
+        .bind(job.id.to_string())
+        .bind(to_i64(job.needed_until_s, "deadline")?)
+        .bind(wei_text(total_held(job, runs)?))
+        .bind(1 + runs.len() as i32))
 }
 
 /// Writes `runs` of job `original` (inserted in the same transaction): each copies the

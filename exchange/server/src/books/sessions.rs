@@ -170,19 +170,14 @@ impl Books {
         // The hold, the spend, the job and its runs in one statement: the spend and the job
         // only once the tab held.
         let sql = format!(
-            "WITH hold AS ( \
-                 UPDATE exchange_tabs SET jobs = jobs + $24, held_wei = held_wei + $23::numeric, \
-                                          updated_at = now() \
-                 WHERE chain_id = $4 AND escrow_id = $5 AND buyer = $3 AND status = 'open' \
-                   AND deadline_s >= $22 AND held_wei + $23::numeric <= amount_wei \
-                   AND jobs + $24 <= 400 \
-                 RETURNING 1), \
+            "WITH {}, \
              gate AS ( \
                  UPDATE exchange_sessions SET spent_wei = spent_wei + $23::numeric \
                  WHERE id = $15 AND EXISTS (SELECT 1 FROM hold) \
                  RETURNING 1), \
              {} \
              SELECT count(*) FROM hold",
+            super::jobs::TAB_HOLD,
             super::jobs::JOB_WITH_RUNS
         );
         let (held,): (i64,) = super::jobs::bind_job_with_runs(
@@ -194,9 +189,6 @@ impl Books {
             runs,
             Some(session_id),
         )?
-        .bind(to_i64(job.needed_until_s, "deadline")?)
-        .bind(wei_text(total_wei))
-        .bind(1 + runs.len() as i32)
         .fetch_one(&mut *tx)
         .await?;
         if held != 1 {
