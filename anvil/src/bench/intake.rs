@@ -259,9 +259,8 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
         )));
     }
     let elapsed = load.elapsed_s;
-    let written = signed[0].1.intent.recover(&domain).map_err(bench_err)?;
     let sample = books
-        .job(written.digest)
+        .job(signed[0].1.intent.digest(&domain))
         .await
         .map_err(bench_err)?
         .ok_or_else(|| bench_err("the first intent's job is not in the books"))?;

@@ -7,14 +7,14 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use cx_exchange_server::tls;
-use http_body_util::{BodyExt, Full};
 use serde::{Deserialize, Serialize};
 
 use super::intake::{bench_err, connect};
+use super::load::{Sender, send_raw};
 use crate::error::{Error, Result};
 
 /// What the load process measured.
@@ -120,34 +120,11 @@ pub(crate) async fn run_load_process(
 
 /// Posts `bodies` in order on `sender`'s keep-alive connection; the latency of each, ms. Every
 /// answer must be 202.
-async fn post_all(
-    mut sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-    bodies: Vec<Bytes>,
-) -> Result<Vec<f64>> {
+async fn post_all(mut sender: Sender, bodies: Vec<Bytes>) -> Result<Vec<f64>> {
     let mut latencies = Vec::with_capacity(bodies.len());
     for body in bodies {
-        let request = hyper::Request::post("/v1/intents")
-            .header("host", "localhost")
-            .header("content-type", "application/json")
-            .body(Full::new(body))
-            .map_err(|e| Error::BenchFailed(format!("request: {e}")))?;
         let started = Instant::now();
-        // HTTP/1: the connection takes the next request only once it has finished the last one.
-        sender
-            .ready()
-            .await
-            .map_err(|e| Error::BenchFailed(format!("connection closed: {e}")))?;
-        let response = tokio::time::timeout(Duration::from_secs(30), sender.send_request(request))
-            .await
-            .map_err(|_| Error::BenchFailed("a request took over 30 s".into()))?
-            .map_err(|e| Error::BenchFailed(format!("request: {e}")))?;
-        let status = response.status();
-        let answer = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Error::BenchFailed(format!("response: {e}")))?
-            .to_bytes();
+        let (status, _, answer) = send_raw(&mut sender, "/v1/intents", None, body).await?;
         latencies.push(started.elapsed().as_secs_f64() * 1e3);
         if status != hyper::StatusCode::ACCEPTED {
             return Err(Error::BenchFailed(format!(

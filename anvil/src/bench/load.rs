@@ -491,7 +491,8 @@ impl Generator {
     }
 }
 
-type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+/// One keep-alive HTTP/1 connection to the exchange, ready to send.
+pub(crate) type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
 /// Sends one call: its status, whether it carried `Retry-After`, and (for reports) the start
 /// of its body when it is not 2xx.

@@ -149,19 +149,12 @@ pub fn violations(job: &Job, view: &View) -> Vec<Violation> {
 /// ([`binding`]; infinite for a categorical one) — or `None` when it is feasible. What ranks a
 /// refusal, with no allocation for a bundle that is feasible or not among those explained.
 pub fn miss_factor(job: &Job, view: &View, ceiling: &PriceCeiling) -> Option<f64> {
-    let price = (!price_eligible(view, ceiling))
-        .then(|| price_violation(view, ceiling).and_then(|v| v.factor))
-        .flatten();
-    let factors = misses(job, view)
+    misses(job, view)
         .into_iter()
         .flatten()
-        .map(|(_, factor)| factor)
-        .chain(price.map(Some));
-    factors.fold(None, |worst: Option<f64>, factor| {
-        Some(worst.map_or(factor.unwrap_or(f64::INFINITY), |w| {
-            w.max(factor.unwrap_or(f64::INFINITY))
-        }))
-    })
+        .map(|(_, factor)| factor.unwrap_or(f64::INFINITY))
+        .chain(price_violation(view, ceiling).and_then(|v| v.factor))
+        .reduce(f64::max)
 }
 
 /// The constraints `view` misses for `job` and by what factor (`None`: categorical), in the
