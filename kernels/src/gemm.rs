@@ -16,6 +16,83 @@ const PANEL_COLS: usize = 32;
 /// group of 8 rows (4 on AVX2), the panel once for all rows, which is what a prompt wants.
 const WIDENED_MAX_ROWS: usize = 16;
 
+/// A `d_out × d_in` row-major weight as the GEMM reads it: `f32`, `bf16` (widened exactly as
+/// it is read), or ggml blocks (dequantized exactly as they are read).
+#[derive(Clone, Copy, Debug)]
+pub enum WeightView<'a> {
+    /// `f32` elements.
+    F32(&'a [f32]),
+    /// `bf16` elements.
+    Bf16(&'a [half::bf16]),
+    /// ggml's blocks.
+    Quant(&'a QuantMatrix),
+}
+
+impl WeightView<'_> {
+    /// Output columns (rows of `W`) for inputs of `d_in`.
+    fn d_out(&self, d_in: usize) -> usize {
+        match self {
+            WeightView::F32(w) => w.len() / d_in,
+            WeightView::Bf16(w) => w.len() / d_in,
+            WeightView::Quant(m) => m.d_out(),
+        }
+    }
+
+    fn check(&self, d_in: usize, d_out: usize) -> Result<()> {
+        match self {
+            WeightView::F32(w) => check_len("w (d_out × d_in)", w.len(), d_out * d_in),
+            WeightView::Bf16(w) => check_len("w (d_out × d_in)", w.len(), d_out * d_in),
+            WeightView::Quant(m) if m.d_in() != d_in => Err(Error::Batch(format!(
+                "gemm: a quantized weight of d_in {} against inputs of {d_in}",
+                m.d_in()
+            ))),
+            WeightView::Quant(_) => Ok(()),
+        }
+    }
+
+    /// Adds rows `0..m` of `x` times rows `j0..j0 + cols` of `W` (transposed) into the zeroed
+    /// `m × cols` tile, widening into `panel` where the kernel cannot widen in registers.
+    #[allow(clippy::too_many_arguments)]
+    fn product(
+        &self,
+        x: &[f32],
+        m: usize,
+        d_in: usize,
+        j0: usize,
+        cols: usize,
+        panel: &mut Vec<f32>,
+        tile: &mut [f32],
+        mode: crate::Mode,
+    ) {
+        let widened = |w, tile: &mut [f32]| {
+            m <= WIDENED_MAX_ROWS
+                && nt_accumulate_widened(x, d_in, m, w, j0, cols, d_in, tile, mode)
+        };
+        match *self {
+            WeightView::F32(w) => {
+                let panel = &w[j0 * d_in..(j0 + cols) * d_in];
+                nt_accumulate(x, d_in, m, panel, d_in, cols, d_in, tile, mode);
+                return;
+            }
+            WeightView::Bf16(w) => {
+                if widened(Widened::Bf16(w), tile) {
+                    return;
+                }
+                panel.resize(cols * d_in, 0.0);
+                widen_into(&w[j0 * d_in..(j0 + cols) * d_in], panel);
+            }
+            WeightView::Quant(w) => {
+                if widened(Widened::Quant(w), tile) {
+                    return;
+                }
+                panel.resize(cols * d_in, 0.0);
+                w.dequantize_rows(j0, cols, panel);
+            }
+        }
+        nt_accumulate(x, d_in, m, panel, d_in, cols, d_in, tile, mode);
+    }
+}
+
 /// `y = x·Wᵀ` (overwrites `y`).
 ///
 /// Shapes: `x` is `m × d_in` row-major, `w` is `d_out × d_in` row-major (a Hugging Face
@@ -37,32 +114,13 @@ pub fn gemm_xwt<X: Element, W: Element>(
             "gemm_xwt: d_in and d_out must be positive".into(),
         ));
     }
-    check_len("x (m × d_in)", x.len(), m * d_in)?;
     check_len("w (d_out × d_in)", w.len(), d_out * d_in)?;
-    check_len("y (m × d_out)", y.len(), m * d_out)?;
-    if m == 0 {
-        return Ok(());
-    }
-    let x = as_f32(x);
-    let mode = config.mode;
-    match (W::as_f32_slice(w), W::as_bf16_slice(w)) {
-        (Some(w), _) => panel_gemm(&x, y, m, d_in, d_out, config, |j0, cols, _, tile| {
-            let panel = &w[j0 * d_in..(j0 + cols) * d_in];
-            nt_accumulate(&x, d_in, m, panel, d_in, cols, d_in, tile, mode);
-        }),
-        (None, bf16) => panel_gemm(&x, y, m, d_in, d_out, config, |j0, cols, panel, tile| {
-            let widened = m <= WIDENED_MAX_ROWS
-                && bf16.is_some_and(|w| {
-                    nt_accumulate_widened(&x, d_in, m, Widened::Bf16(w), j0, cols, d_in, tile, mode)
-                });
-            if !widened {
-                panel.resize(cols * d_in, 0.0);
-                widen_into(&w[j0 * d_in..(j0 + cols) * d_in], panel);
-                nt_accumulate(&x, d_in, m, panel, d_in, cols, d_in, tile, mode);
-            }
-        }),
-    }
-    Ok(())
+    let w = match (W::as_f32_slice(w), W::as_bf16_slice(w)) {
+        (Some(w), _) => WeightView::F32(w),
+        (None, Some(w)) => WeightView::Bf16(w),
+        (None, None) => unreachable!("Element is sealed to f32 and bf16"),
+    };
+    gemm_xwt_many(&as_f32(x), m, d_in, &mut [(w, y)], config)
 }
 
 /// `y = x·Wᵀ` for a quantized `W` (`d_out × d_in` as [`QuantMatrix`] holds it), overwriting `y`.
@@ -79,60 +137,85 @@ pub fn gemm_xwt_quant(
     m: usize,
     config: &CpuConfig,
 ) -> Result<()> {
-    let (d_in, d_out) = (w.d_in(), w.d_out());
-    if d_in == 0 || d_out == 0 {
-        return Err(Error::Batch(
-            "gemm_xwt_quant: d_in and d_out must be positive".into(),
-        ));
+    gemm_xwt_many(x, m, w.d_in(), &mut [(WeightView::Quant(w), y)], config)
+}
+
+/// `yₚ = x·Wₚᵀ` for several weights that read the same `x` (a layer's q, k and v; its gate and
+/// up), in one parallel pass over all their panels: one hand-off to the worker pool and one
+/// join instead of one per product, which is most of a small product's cost at decode. Each
+/// output is bit for bit what [`gemm_xwt`] alone gives (a panel's arithmetic does not depend
+/// on which pass or thread runs it).
+///
+/// Shapes: `x` is `m × d_in`; each weight is `d_outₚ × d_in` and its `yₚ` `m × d_outₚ`
+/// (overwritten).
+pub fn gemm_xwt_many(
+    x: &[f32],
+    m: usize,
+    d_in: usize,
+    products: &mut [(WeightView<'_>, &mut [f32])],
+    config: &CpuConfig,
+) -> Result<()> {
+    if d_in == 0 {
+        return Err(Error::Batch("gemm_xwt: d_in must be positive".into()));
     }
     check_len("x (m × d_in)", x.len(), m * d_in)?;
-    check_len("y (m × d_out)", y.len(), m * d_out)?;
-    if m == 0 {
+    let mut parts = Vec::with_capacity(products.len());
+    let mut first_panel = 0;
+    for (w, y) in products.iter_mut() {
+        let d_out = w.d_out(d_in);
+        if d_out == 0 {
+            return Err(Error::Batch(
+                "gemm_xwt: d_in and d_out must be positive".into(),
+            ));
+        }
+        w.check(d_in, d_out)?;
+        check_len("y (m × d_out)", y.len(), m * d_out)?;
+        parts.push(Part {
+            w: *w,
+            d_out,
+            first_panel,
+            out: SharedOut::new(y),
+        });
+        first_panel += d_out.div_ceil(PANEL_COLS);
+    }
+    if m == 0 || parts.is_empty() {
         return Ok(());
     }
     let mode = config.mode;
-    panel_gemm(x, y, m, d_in, d_out, config, |j0, cols, panel, tile| {
-        let widened = m <= WIDENED_MAX_ROWS
-            && nt_accumulate_widened(x, d_in, m, Widened::Quant(w), j0, cols, d_in, tile, mode);
-        if !widened {
-            panel.resize(cols * d_in, 0.0);
-            w.dequantize_rows(j0, cols, panel);
-            nt_accumulate(x, d_in, m, panel, d_in, cols, d_in, tile, mode);
-        }
-    });
+    crate::cpu::for_each_item(
+        config.threads,
+        first_panel,
+        |item, scratch: &mut Scratch| {
+            let part = parts
+                .iter()
+                .rev()
+                .find(|p| p.first_panel <= item)
+                .expect("item 0 is the first part's");
+            let j0 = (item - part.first_panel) * PANEL_COLS;
+            let cols = PANEL_COLS.min(part.d_out - j0);
+            let Scratch { panel, tile } = scratch;
+            tile.clear();
+            tile.resize(m * cols, 0.0);
+            part.w.product(x, m, d_in, j0, cols, panel, tile, mode);
+            for i in 0..m {
+                // SAFETY: panel `item` alone writes columns j0..j0+cols of each row of its
+                // product's output, and panels are disjoint; every `y` stays borrowed by the
+                // caller for the whole parallel loop.
+                let row = unsafe { part.out.part(i * part.d_out + j0, cols) };
+                row.copy_from_slice(&tile[i * cols..(i + 1) * cols]);
+            }
+        },
+    );
     Ok(())
 }
 
-/// The blocked product both entry points share: threads take panels of `PANEL_COLS` output
-/// columns; `product(j0, cols, panel, tile)` adds rows `0..m` of `x` times rows `j0..j0 + cols`
-/// of `W` (transposed) into the zeroed `m × cols` tile, with the worker's panel scratch at hand
-/// for widening `W`'s rows.
-fn panel_gemm(
-    x: &[f32],
-    y: &mut [f32],
-    m: usize,
-    d_in: usize,
+/// One product of [`gemm_xwt_many`]: its weight, its panels' numbers from `first_panel` on,
+/// its output.
+struct Part<'a> {
+    w: WeightView<'a>,
     d_out: usize,
-    config: &CpuConfig,
-    product: impl Fn(usize, usize, &mut Vec<f32>, &mut [f32]) + Sync,
-) {
-    debug_assert_eq!(x.len(), m * d_in);
-    let panels = d_out.div_ceil(PANEL_COLS);
-    let out = SharedOut::new(y);
-    crate::cpu::for_each_item(config.threads, panels, |p, scratch: &mut Scratch| {
-        let j0 = p * PANEL_COLS;
-        let cols = PANEL_COLS.min(d_out - j0);
-        let Scratch { panel, tile } = scratch;
-        tile.clear();
-        tile.resize(m * cols, 0.0);
-        product(j0, cols, panel, tile);
-        for i in 0..m {
-            // SAFETY: panel `p` alone writes columns j0..j0+cols of each row, and panels are
-            // disjoint; `y` stays borrowed by the caller for the whole parallel loop.
-            let row = unsafe { out.part(i * d_out + j0, cols) };
-            row.copy_from_slice(&tile[i * cols..(i + 1) * cols]);
-        }
-    });
+    first_panel: usize,
+    out: SharedOut,
 }
 
 #[derive(Default)]

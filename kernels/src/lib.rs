@@ -10,6 +10,8 @@
 //!   share an adapter; each segment gathers its [`LoraAdapter`] from a table and adds
 //!   `s·(x·Aᵀ)·Bᵀ` to its rows. Ranks differ freely between adapters; the delta is never merged
 //!   into `W`. [`sgmv_shrink`] and [`sgmv_expand`] are the two halves on their own.
+//! * [`attend`] — causal softmax attention of a batch's rows over their key/value caches, a
+//!   (row, head) pair per work item on the same pool, with fixed-order scores.
 //! * [`freivalds_check`] / [`freivalds_check_xwt`] — is a claimed product right? `k` rounds,
 //!   soundness `2⁻ᵏ`. A verifier checking many products against the same weights keeps a
 //!   [`FreivaldsSketch`] (its secret `R` and `Wᵀ·R`); each check of `y = x·Wᵀ` then costs
@@ -54,6 +56,7 @@
 //!   run time, so this builds anywhere, and [`Device::cuda`] returns an error naming the
 //!   missing library on machines without a GPU. Also builds the `gpu-check` binary.
 
+mod attention;
 pub mod bench;
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -70,6 +73,7 @@ mod quantize;
 pub mod rng;
 mod sgmv;
 
+pub use attention::{AttendRow, Heads, attend};
 pub use cpu::{CpuConfig, DETERMINISTIC_CORPUS, Mode, default_threads};
 pub use device::Device;
 pub use element::Element;
@@ -77,7 +81,7 @@ pub use error::{Error, Result};
 pub use freivalds::{
     DEFAULT_REL_TOL, FreivaldsReport, FreivaldsSketch, freivalds_check, freivalds_check_xwt,
 };
-pub use gemm::{gemm_xwt, gemm_xwt_quant, gemm_xwt_reference};
+pub use gemm::{WeightView, gemm_xwt, gemm_xwt_many, gemm_xwt_quant, gemm_xwt_reference};
 pub use half::bf16;
 pub use quant::{QuantMatrix, QuantType};
 pub use sgmv::{

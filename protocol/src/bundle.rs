@@ -37,7 +37,7 @@ pub struct Bundle {
     pub context_max: u32,
     /// K(d): determinism classes honoured.
     pub determinism: ClassSet,
-    /// The kernel corpus its class D runs on (e.g. `cx-cpu-det-v1`, cx-kernels' fixed-order CPU
+    /// The kernel corpus its class D runs on (e.g. `cx-cpu-det-v2`, cx-kernels' fixed-order CPU
     /// kernels): class D means the same output bytes as any other run *of the same corpus*, not
     /// of every kernel, so a class-D job's replicas are placed only on bundles naming the corpus
     /// of the job's own bundle. A bundle that honours D∞ or S only names none.

@@ -254,6 +254,8 @@ def main():
                         help="an extra argument for llama-server and llama-perplexity (repeat); "
                              "--llama-arg=-nr where the CPU reports AMX that the machine does "
                              "not enable (llama.cpp's AMX kernels then stop with SIGILL)")
+    parser.add_argument("--only", default="",
+                        help="measure only these files (labels as printed: Q4_1,Q8_0,BF16,...)")
     parser.add_argument("--setup-only", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -284,8 +286,9 @@ def main():
         adapters_dir, loras = None, []
         if args.convert_python:
             adapters_dir, loras = make_adapters(args, llama_dir, work)
+        only = [t for t in args.only.split(",") if t]
         rows = [measure(args, server, label, path, bin_dir, adapters_dir, loras)
-                for label, path in files]
+                for label, path in files if not only or label.split(" ")[0] in only]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print("| file | MB | greedy agree (position / prefix / same context) | PPL cx / llama (diff) | "

@@ -80,7 +80,7 @@ unsafe fn tile<const MR: usize, const NR: usize, const FMA: bool>(
     k: usize,
     out: &mut [f32],
     out_stride: usize,
-    ahead: Option<isize>,
+    ahead: Option<Ahead>,
 ) {
     // Bounds are checked here, once per tile; the loads below stay inside these slices.
     let xs: [&[f32]; MR] = std::array::from_fn(|i| &x[i * x_stride..i * x_stride + k]);
@@ -98,7 +98,7 @@ unsafe fn tile<const MR: usize, const NR: usize, const FMA: bool>(
             // rows at a stride of `d_in` defeat the hardware prefetcher, which cost up to 2.7×
             // at 4 rows and 25 % at 1 and 32 rows. A prefetch never faults and changes no
             // arithmetic.
-            if let Some(ahead) = ahead.filter(|_| o % 16 == 0) {
+            if let Some(ahead) = ahead.filter(|_| o % 16 == 0).map(|a| a.at(o)) {
                 for wj in &ws {
                     _mm_prefetch::<_MM_HINT_T0>(
                         wj.as_ptr().wrapping_offset(o as isize + ahead).cast(),
@@ -153,7 +153,7 @@ unsafe fn row_group<const MR: usize, const NR: usize, const FMA: bool>(
     k: usize,
     out: &mut [f32],
     out_stride: usize,
-    ahead: Option<isize>,
+    ahead: Option<Ahead>,
 ) {
     let mut j = 0;
     // SAFETY: the features are the caller's contract; `tile` checks its own bounds.
@@ -254,7 +254,7 @@ unsafe fn tile_pairs<const MR: usize, const NP: usize, const FMA: bool>(
     k: usize,
     out: &mut [f32],
     out_stride: usize,
-    ahead: Option<isize>,
+    ahead: Option<Ahead>,
 ) {
     let xs: [&[f32]; MR] = std::array::from_fn(|i| &x[i * x_stride..i * x_stride + k]);
     let ws: [[&[f32]; 2]; NP] = std::array::from_fn(|p| {
@@ -268,7 +268,7 @@ unsafe fn tile_pairs<const MR: usize, const NP: usize, const FMA: bool>(
         let mut acc = [[_mm512_setzero_ps(); NP]; MR];
         let mut o = 0;
         while o < full {
-            if let Some(ahead) = ahead.filter(|_| o % 16 == 0) {
+            if let Some(ahead) = ahead.filter(|_| o % 16 == 0).map(|a| a.at(o)) {
                 for wp in &ws {
                     for wj in wp {
                         _mm_prefetch::<_MM_HINT_T0>(
@@ -330,7 +330,7 @@ unsafe fn row_group_pairs<const MR: usize, const NP: usize, const FMA: bool>(
     k: usize,
     out: &mut [f32],
     out_stride: usize,
-    ahead: Option<isize>,
+    ahead: Option<Ahead>,
 ) {
     let mut j = 0;
     // SAFETY: the features are the caller's contract; the tiles check their own bounds.
@@ -437,7 +437,7 @@ unsafe fn nt_pairs<const FMA: bool>(
             k0,
             kl,
             ahead,
-        } in steps(m, n, k, kc, w_stride, 8)
+        } in steps(m, n, k, kc, w_stride, 8, tile_cols(m, true))
         {
             let (xb, wb) = (&x[i * x_stride + k0..], &w[j0 * w_stride + k0..]);
             let ob = &mut out[i * n + j0..];
@@ -469,6 +469,19 @@ unsafe fn nt_pairs<const FMA: bool>(
 /// Output columns per column tile of the `nt` kernels.
 const TILE_COLS: usize = 8;
 
+/// The column tile for `m` rows of `x`: [`TILE_COLS`], or for one row on a CPU that streams
+/// one row of `w` faster than several ([`super::one_stream`]) a single row of `w`, read front
+/// to back — where the weights are cheap to read (`f32`, `bf16`). A quantized row's
+/// dequantization is work enough that its single chain of sums then bounds it (Q8_0 and Q4_K
+/// decode at one row ran 0.7–0.8× as fast).
+pub(super) fn tile_cols(m: usize, cheap: bool) -> usize {
+    if m == 1 && cheap && super::one_stream() {
+        1
+    } else {
+        TILE_COLS
+    }
+}
+
 /// One call of a row group in the `nt` kernels' loop: rows `i..i + rows` of `x` against rows
 /// `j0..j0 + cols` of `w`, over the reduction block `k0..k0 + kl`, prefetching `ahead`.
 struct Step {
@@ -478,7 +491,7 @@ struct Step {
     cols: usize,
     k0: usize,
     kl: usize,
-    ahead: Option<isize>,
+    ahead: Option<Ahead>,
 }
 
 /// Rows of `x` up to which the `nt` kernels put column tiles outermost (see [`steps`]).
@@ -487,8 +500,8 @@ const TILES_FIRST_MAX_ROWS: usize = 256;
 /// The loop of the `nt` kernels, as the [`Step`]s it makes (plain data: the intrinsics stay in
 /// the `target_feature` functions, which a closure would not inherit).
 ///
-/// Up to [`TILES_FIRST_MAX_ROWS`] rows (decode steps, prompts): column tiles of [`TILE_COLS`]
-/// rows of `w` outermost, then the reduction blocks of `kc` in ascending order, then groups of
+/// Up to [`TILES_FIRST_MAX_ROWS`] rows (decode steps, prompts): column tiles of `tile_cols`
+/// ([`tile_cols`]: [`TILE_COLS`], or one) rows of `w` outermost, then the reduction blocks of `kc` in ascending order, then groups of
 /// up to `group` rows of `x` (eight with AVX-512's 32 registers, four with AVX2's 16). A
 /// tile's rows of `w` are read front to back, one block after another (8 × `kc` floats, 16
 /// KiB), every row group uses that block while it is in L1, and the first row group prefetches
@@ -509,8 +522,9 @@ fn steps(
     kc: usize,
     w_stride: usize,
     group: usize,
+    tile_cols: usize,
 ) -> impl Iterator<Item = Step> {
-    let (tiles, blocks, groups) = (n.div_ceil(TILE_COLS), k.div_ceil(kc), m.div_ceil(group));
+    let (tiles, blocks, groups) = (n.div_ceil(tile_cols), k.div_ceil(kc), m.div_ceil(group));
     let tiles_first = m <= TILES_FIRST_MAX_ROWS;
     (0..tiles * blocks * groups).map(move |step| {
         let (tile, block, row_group) = if tiles_first {
@@ -522,32 +536,65 @@ fn steps(
         } else {
             (step % tiles, step / (tiles * groups), step / tiles % groups)
         };
-        let (j0, k0, i) = (tile * TILE_COLS, block * kc, row_group * group);
+        let (j0, k0, i) = (tile * tile_cols, block * kc, row_group * group);
         let kl = kc.min(k - k0);
         Step {
             i,
             rows: (m - i).min(group),
             j0,
-            cols: TILE_COLS.min(n - j0),
+            cols: tile_cols.min(n - j0),
             k0,
             kl,
             ahead: if tiles_first {
-                (i == 0).then(|| prefetch_ahead(k0, kl, k, w_stride))
+                (i == 0).then(|| prefetch_ahead(k0, kc, k, w_stride, tile_cols))
             } else {
-                Some(kl as isize)
+                Some(Ahead {
+                    by: kl as isize,
+                    wrap_from: usize::MAX,
+                    wrapped: 0,
+                })
             },
         }
     })
 }
 
-/// How far past the element being loaded, in a row of `w`, a tile working on block
-/// `k0..k0 + kl` of a reduction of length `k` prefetches: the same line of the next block, or
-/// from the last block, the first block of the row [`TILE_COLS`] further on (the next tile's).
-fn prefetch_ahead(k0: usize, kl: usize, k: usize, w_stride: usize) -> isize {
-    if k0 + kl < k {
-        kl as isize
-    } else {
-        (TILE_COLS * w_stride) as isize - k0 as isize
+/// How far past the element being loaded, in a row of `w`, a tile prefetches: a fixed
+/// distance along the row, and where that lies past the row's end, the same distance into the
+/// row `tile_cols` further on (the next tile's, which this tile's row group reads next). For
+/// rows a whole number of blocks long that is the same line of the next block, or from the last
+/// block, the next tile's first block. For a row of 576 (a small model's width: one block and
+/// 64 columns) it is what keeps the next tile coming: a next-block distance fetched the other
+/// rows of the same tile, already being read, and only two lines of the next tile (bf16 decode
+/// ran at half the read rate with its loads waiting on memory).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Ahead {
+    /// Elements on, along the row.
+    by: isize,
+    /// The first column, counted from the block's start, from which `by` lies past the row.
+    wrap_from: usize,
+    /// The distance from there on (into the next tile's row).
+    wrapped: isize,
+}
+
+impl Ahead {
+    /// The prefetch distance for the element `o` columns into the block.
+    #[inline(always)]
+    pub(super) fn at(self, o: usize) -> isize {
+        if o < self.wrap_from {
+            self.by
+        } else {
+            self.wrapped
+        }
+    }
+}
+
+/// [`Ahead`] for block `k0..` of rows `k` long at a stride of `w_stride`, in tiles of
+/// `tile_cols` rows: `kc` elements on (one block).
+fn prefetch_ahead(k0: usize, kc: usize, k: usize, w_stride: usize, tile_cols: usize) -> Ahead {
+    Ahead {
+        by: kc as isize,
+        wrap_from: k.saturating_sub(k0 + kc),
+        wrapped: (tile_cols * w_stride + kc) as isize - k as isize,
     }
 }
 
@@ -587,7 +634,7 @@ unsafe fn nt<const FMA: bool>(
             k0,
             kl,
             ahead,
-        } in steps(m, n, k, kc, w_stride, 4)
+        } in steps(m, n, k, kc, w_stride, 4, tile_cols(m, true))
         {
             let (xb, wb) = (&x[i * x_stride + k0..], &w[j0 * w_stride + k0..]);
             let ob = &mut out[i * n + j0..];

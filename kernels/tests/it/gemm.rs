@@ -1,7 +1,10 @@
 //! The base GEMM `y = x·Wᵀ`.
 
 use cx_kernels::rng::{UniformVec, seeded};
-use cx_kernels::{CpuConfig, Error, bf16, gemm_xwt, gemm_xwt_reference};
+use cx_kernels::{
+    CpuConfig, Error, QuantMatrix, QuantType, WeightView, bf16, gemm_xwt, gemm_xwt_many,
+    gemm_xwt_quant, gemm_xwt_reference,
+};
 
 use crate::common::{assert_close, random};
 
@@ -75,6 +78,66 @@ fn gemm_row_bits_independent_of_batch_rows_and_threads() {
         .unwrap();
         assert_eq!(&y[6 * d_out..7 * d_out], &alone[..], "{threads} threads");
     }
+}
+
+/// A layer's q, k, v (or gate, up) in one pass: every output is bit for bit its own product's,
+/// whatever the weights' types, the rows and the threads.
+#[test]
+fn one_pass_over_several_weights_gives_each_products_bits() {
+    let d_in = 544;
+    let mut rng = seeded(63);
+    let w32 = rng.vec_f32(70 * d_in, 1.0);
+    let w16: Vec<bf16> = random(&mut rng, 33 * d_in, 1.0);
+    let wq =
+        QuantMatrix::quantize(QuantType::Q8_0, &rng.vec_f32(40 * d_in, 1.0), 40, d_in).unwrap();
+    for m in [1, 3, 8, 17, 40] {
+        let x = rng.vec_f32(m * d_in, 1.0);
+        for threads in [1, 2, 5] {
+            let config = CpuConfig::deterministic().with_threads(threads);
+            let (mut a, mut b, mut c) =
+                (vec![0f32; m * 70], vec![0f32; m * 33], vec![0f32; m * 40]);
+            gemm_xwt(&x, &w32, &mut a, m, d_in, 70, &config).unwrap();
+            gemm_xwt(&x, &w16, &mut b, m, d_in, 33, &config).unwrap();
+            gemm_xwt_quant(&x, &wq, &mut c, m, &config).unwrap();
+            let (mut a2, mut b2, mut c2) = (
+                vec![f32::NAN; m * 70],
+                vec![f32::NAN; m * 33],
+                vec![f32::NAN; m * 40],
+            );
+            gemm_xwt_many(
+                &x,
+                m,
+                d_in,
+                &mut [
+                    (WeightView::Bf16(&w16), &mut b2),
+                    (WeightView::F32(&w32), &mut a2),
+                    (WeightView::Quant(&wq), &mut c2),
+                ],
+                &config,
+            )
+            .unwrap();
+            assert_eq!((a, b, c), (a2, b2, c2), "{m} rows, {threads} threads");
+        }
+    }
+    let err = gemm_xwt_many(
+        &[0f32; 6],
+        2,
+        3,
+        &mut [
+            (WeightView::F32(&[0f32; 6]), &mut [0f32; 4]),
+            (WeightView::F32(&[0f32; 6]), &mut [0f32; 3]),
+        ],
+        &CpuConfig::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Shape {
+            what: "y (m × d_out)",
+            expected: 4,
+            got: 3
+        }
+    ));
 }
 
 #[test]

@@ -26,6 +26,7 @@ macro_rules! test_device {
     };
 }
 
+mod attention;
 mod common;
 mod determinism;
 mod device;

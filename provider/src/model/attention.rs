@@ -5,8 +5,12 @@
 //! attention over the sequence's cache, the o projection. Every LoRA delta rides on its
 //! projection ([`Linear`]).
 //!
-//! Scores, softmax, the weighted sum and the per-head norms are plain sequential loops over one
-//! row and one head, so a row's bits do not depend on the other rows of the batch (class D).
+//! Scores, softmax and the weighted sum are cx-kernels' [`cx_kernels::attend`] (a (row, head)
+//! pair per work item, fixed-order arithmetic inside one); the per-head norms are plain
+//! sequential loops over one row and one head. Either way a row's bits do not depend on the
+//! other rows of the batch (class D).
+
+use cx_kernels::{AttendRow, Heads};
 
 use super::config::{ModelConfig, Projection};
 use super::layer::RmsNorm;
@@ -102,12 +106,10 @@ impl Attention {
         batch: &mut [SeqInput<'_>],
     ) -> Result<Vec<f32>> {
         let (l, hd) = (self.layer, self.head_dim);
-        let group = self.heads / self.kv_heads;
         let kv_width = self.kv_heads * hd;
         let q_width = self.heads * hd;
-        let mut q = self.q_proj.forward(h, step)?;
-        let mut k = self.k_proj.forward(h, step)?;
-        let v = self.v_proj.forward(h, step)?;
+        let [mut q, mut k, v] =
+            Linear::forward_all([&self.q_proj, &self.k_proj, &self.v_proj], h, step)?;
         // Qwen3: each head of q and k normalised on its own (the norm's weight is one head
         // wide, so `RmsNorm::forward` takes the rows × heads buffer head by head).
         if let Some(norm) = &self.q_norm {
@@ -126,43 +128,24 @@ impl Attention {
             seq.cache.keys[l].extend_from_slice(&k[r * kv_width..(r + 1) * kv_width]);
             seq.cache.values[l].extend_from_slice(&v[r * kv_width..(r + 1) * kv_width]);
         }
+        let rows: Vec<AttendRow<'_>> = (0..step.rows)
+            .map(|r| {
+                let cache = &batch[step.row_seq[r]].cache;
+                AttendRow {
+                    q: &q[r * q_width..(r + 1) * q_width],
+                    keys: &cache.keys[l],
+                    values: &cache.values[l],
+                    visible: step.row_pos[r] + 1,
+                }
+            })
+            .collect();
         let mut attn = vec![0f32; step.rows * q_width];
-        let scale = 1.0 / (hd as f32).sqrt();
-        let mut scores = Vec::new();
-        for r in 0..step.rows {
-            let cache = &batch[step.row_seq[r]].cache;
-            let (keys, values) = (&cache.keys[l], &cache.values[l]);
-            let visible = step.row_pos[r] + 1;
-            for head in 0..self.heads {
-                let kvh = head / group;
-                let qh = &q[r * q_width + head * hd..][..hd];
-                scores.clear();
-                let mut max = f32::NEG_INFINITY;
-                for p in 0..visible {
-                    let kp = &keys[p * kv_width + kvh * hd..][..hd];
-                    let mut dot = 0f32;
-                    for i in 0..hd {
-                        dot += qh[i] * kp[i];
-                    }
-                    let score = dot * scale;
-                    max = max.max(score);
-                    scores.push(score);
-                }
-                let mut sum = 0f32;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                let out = &mut attn[r * q_width + head * hd..][..hd];
-                for (p, s) in scores.iter().enumerate() {
-                    let weight = s / sum;
-                    let vp = &values[p * kv_width + kvh * hd..][..hd];
-                    for i in 0..hd {
-                        out[i] += weight * vp[i];
-                    }
-                }
-            }
-        }
+        let heads = Heads {
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: hd,
+        };
+        cx_kernels::attend(&rows, heads, &mut attn, step.cpu)?;
         self.o_proj.forward(&attn, step)
     }
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
 use cx_kernels::{
-    CpuConfig, LoraAdapter, QuantMatrix, gemm_xwt, gemm_xwt_quant, segments_from_row_adapters,
+    CpuConfig, LoraAdapter, QuantMatrix, WeightView, gemm_xwt_many, segments_from_row_adapters,
 };
 
 use super::Step;
@@ -92,19 +92,42 @@ impl Weight {
 
     /// Calls `f` with the weight's `d_out × d_in` row-major elements.
     fn with_elements<R>(&self, f: impl FnOnce(Elements<'_>) -> Result<R>) -> Result<R> {
-        let tensor = match &self.stored {
-            Stored::Quant(m) => return f(Elements::Quant(m)),
-            Stored::Tensor(t) => t,
-        };
-        let (storage, layout) = tensor.storage_and_layout();
-        let range = layout.start_offset()..layout.start_offset() + self.d_out * self.d_in;
-        match &*storage {
-            candle_core::Storage::Cpu(cpu) if tensor.dtype() == DType::BF16 => {
-                f(Elements::Bf16(&cpu.as_slice::<half::bf16>()?[range]))
-            }
-            candle_core::Storage::Cpu(cpu) => f(Elements::F32(&cpu.as_slice::<f32>()?[range])),
-            _ => Err(Error::Model("weights must live in host memory".into())),
+        Self::with_all_elements([self], |[w]| f(w))
+    }
+
+    /// Calls `f` with the elements of every weight of `weights` at once.
+    fn with_all_elements<const N: usize, R>(
+        weights: [&Self; N],
+        f: impl FnOnce([Elements<'_>; N]) -> Result<R>,
+    ) -> Result<R> {
+        // The storages stay read-locked while `f` runs (candle's tensors share them).
+        let held = weights.map(|w| match &w.stored {
+            Stored::Quant(_) => None,
+            Stored::Tensor(t) => Some(t.storage_and_layout()),
+        });
+        let mut elements = Vec::with_capacity(N);
+        for (w, held) in weights.iter().zip(&held) {
+            elements.push(match (&w.stored, held) {
+                (Stored::Quant(m), _) => Elements::Quant(m),
+                (Stored::Tensor(t), Some((storage, layout))) => {
+                    let range = layout.start_offset()..layout.start_offset() + w.d_out * w.d_in;
+                    match &**storage {
+                        candle_core::Storage::Cpu(cpu) if t.dtype() == DType::BF16 => {
+                            Elements::Bf16(&cpu.as_slice::<half::bf16>()?[range])
+                        }
+                        candle_core::Storage::Cpu(cpu) => {
+                            Elements::F32(&cpu.as_slice::<f32>()?[range])
+                        }
+                        _ => return Err(Error::Model("weights must live in host memory".into())),
+                    }
+                }
+                (Stored::Tensor(_), None) => unreachable!("a tensor's storage is held above"),
+            });
         }
+        let Ok(elements) = <[Elements<'_>; N]>::try_from(elements) else {
+            unreachable!("one element view per weight")
+        };
+        f(elements)
     }
 
     /// The `d_out × d_in` tensor for the training forward: the stored tensor itself (shared
@@ -176,21 +199,49 @@ impl Weight {
     }
 
     /// `x·Wᵀ`. Shapes: `x` is `rows × d_in`; returns `rows × d_out`.
+    pub(super) fn apply(&self, x: &[f32], rows: usize, cpu: &CpuConfig) -> Result<Vec<f32>> {
+        let [y] = Self::apply_all([self], x, rows, cpu)?;
+        Ok(y)
+    }
+
+    /// `x·Wₚᵀ` for each weight of `weights` (all `d_in` wide), in one parallel pass of
+    /// cx-kernels' GEMM ([`gemm_xwt_many`]: one hand-off to the worker pool for the group).
+    /// Shapes: `x` is `rows × d_in`; returns a `rows × d_outₚ` buffer per weight.
     ///
     /// Both modes use cx-kernels' GEMM (fast mode with FMA). Fast mode used candle's matmul
     /// below 4 rows while cx-kernels spawned threads per product; on the persistent pool
     /// candle's path was the slower one (one stream at hidden 2048: 26.6 tokens/s against the
     /// deterministic kernel's 65).
-    pub(super) fn apply(&self, x: &[f32], rows: usize, cpu: &CpuConfig) -> Result<Vec<f32>> {
-        self.with_elements(|w| {
-            let mut y = vec![0f32; rows * self.d_out];
-            match w {
-                Elements::F32(w) => gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?,
-                Elements::Bf16(w) => gemm_xwt(x, w, &mut y, rows, self.d_in, self.d_out, cpu)?,
-                Elements::Quant(m) => gemm_xwt_quant(x, m, &mut y, rows, cpu)?,
-            }
-            Ok(y)
-        })
+    pub(super) fn apply_all<const N: usize>(
+        weights: [&Self; N],
+        x: &[f32],
+        rows: usize,
+        cpu: &CpuConfig,
+    ) -> Result<[Vec<f32>; N]> {
+        let d_in = weights[0].d_in;
+        if let Some(w) = weights.iter().find(|w| w.d_in != d_in) {
+            return Err(Error::Model(format!(
+                "projections of one input must share its width: {} against {d_in}",
+                w.d_in
+            )));
+        }
+        let mut ys = weights.map(|w| vec![0f32; rows * w.d_out]);
+        Self::with_all_elements(weights, |elements| {
+            let mut products: Vec<(WeightView<'_>, &mut [f32])> = elements
+                .into_iter()
+                .zip(ys.iter_mut())
+                .map(|(w, y)| {
+                    let view = match w {
+                        Elements::F32(w) => WeightView::F32(w),
+                        Elements::Bf16(w) => WeightView::Bf16(w),
+                        Elements::Quant(m) => WeightView::Quant(m),
+                    };
+                    (view, y.as_mut_slice())
+                })
+                .collect();
+            Ok(gemm_xwt_many(x, rows, d_in, &mut products, cpu)?)
+        })?;
+        Ok(ys)
     }
 }
 
@@ -251,8 +302,28 @@ impl Linear {
     ///
     /// Shapes: `x` is `step.rows × d_in`; returns `step.rows × d_out`.
     pub(super) fn forward(&self, x: &[f32], step: &Step<'_>) -> Result<Vec<f32>> {
+        let [y] = Self::forward_all([self], x, step)?;
+        Ok(y)
+    }
+
+    /// [`Linear::forward`] of several projections of the same input (a layer's q, k and v;
+    /// its gate and up), their base products in one pass ([`Weight::apply_all`]); the bits are
+    /// those of each projection's own `forward`.
+    pub(super) fn forward_all<const N: usize>(
+        linears: [&Self; N],
+        x: &[f32],
+        step: &Step<'_>,
+    ) -> Result<[Vec<f32>; N]> {
+        let mut ys = Weight::apply_all(linears.map(|l| &l.weight), x, step.rows, step.cpu)?;
+        for (linear, y) in linears.iter().zip(ys.iter_mut()) {
+            linear.add_bias_and_deltas(x, y, step)?;
+        }
+        Ok(ys)
+    }
+
+    /// Adds the bias and the batch's LoRA deltas to `y = x·Wᵀ`.
+    fn add_bias_and_deltas(&self, x: &[f32], y: &mut [f32], step: &Step<'_>) -> Result<()> {
         let (d_in, d_out) = (self.weight.d_in, self.weight.d_out);
-        let mut y = self.weight.apply(x, step.rows, step.cpu)?;
         if let Some(bias) = &self.bias {
             for row in y.chunks_mut(d_out) {
                 for (v, b) in row.iter_mut().zip(bias) {
@@ -270,7 +341,7 @@ impl Linear {
             }));
         }
         if table.is_empty() {
-            return Ok(y);
+            return Ok(());
         }
         let rows_to_table: Vec<Option<usize>> = step
             .row_adapter
@@ -278,9 +349,8 @@ impl Linear {
             .map(|a| a.and_then(|a| slot[a]))
             .collect();
         let segments = segments_from_row_adapters(&rows_to_table);
-        step.device
-            .sgmv(x, &mut y, d_in, d_out, &segments, &table)?;
-        Ok(y)
+        step.device.sgmv(x, y, d_in, d_out, &segments, &table)?;
+        Ok(())
     }
 
     /// This projection with `W + s·B·A` of `adapter` folded in (unchanged when the adapter

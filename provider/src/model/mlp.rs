@@ -45,8 +45,7 @@ impl Mlp {
 
     /// Shapes: `h` is `step.rows × hidden`; returns `step.rows × hidden`.
     pub(super) fn forward(&self, h: &[f32], step: &Step<'_>) -> Result<Vec<f32>> {
-        let gate = self.gate_proj.forward(h, step)?;
-        let mut up = self.up_proj.forward(h, step)?;
+        let [gate, mut up] = Linear::forward_all([&self.gate_proj, &self.up_proj], h, step)?;
         for (u, g) in up.iter_mut().zip(&gate) {
             // SiLU(g)·u.
             *u *= g / (1.0 + (-g).exp());

@@ -25,7 +25,9 @@ use std::arch::x86_64::{
 use std::marker::PhantomData;
 
 use super::blocks::{self, Blocks};
-use super::{LANES, Step, fold, fold_register, halves, madd, madd512, pair, steps};
+use super::{
+    Ahead, LANES, Step, fold, fold_register, halves, madd, madd512, pair, steps, tile_cols,
+};
 use crate::Mode;
 use crate::cpu::Widened;
 use crate::quant::{QK_K, QuantType};
@@ -296,7 +298,7 @@ unsafe fn nt_rows<const G: usize, S: Rows<G>, const FMA: bool, const GROUP: usiz
         k0,
         kl,
         ahead,
-    } in steps(m, n, k, kc, k, GROUP)
+    } in steps(m, n, k, kc, k, GROUP, tile_cols(m, G == 1))
     {
         let xb = &x[i * x_stride + k0..];
         let ob = &mut out[i * n + j0..];
@@ -351,7 +353,7 @@ struct Place {
     cols: usize,
     k0: usize,
     kl: usize,
-    ahead: Option<isize>,
+    ahead: Option<Ahead>,
 }
 
 /// `MR` rows of `x` against the place's rows of `w`, `NR` at a time, the rest one by one.
@@ -455,7 +457,7 @@ unsafe fn tile_pairs<
         let mut acc = [[_mm512_setzero_ps(); NP]; MR];
         let mut o = 0;
         while o < full {
-            if let Some(ahead) = at.ahead.filter(|_| o % 32 == 0) {
+            if let Some(ahead) = at.ahead.filter(|_| o % 32 == 0).map(|a| a.at(o)) {
                 for r in 0..2 * NP {
                     _mm_prefetch::<_MM_HINT_T0>(w.addr(j + r, (k0 + o) as isize + ahead));
                 }
@@ -526,7 +528,7 @@ unsafe fn tile<const G: usize, S: Rows<G>, const MR: usize, const NR: usize, con
         while o < full {
             // A line of 64 bytes holds 32 bf16 and one or two blocks' groups: one prefetch per
             // 32 elements of each row (see `super::tile` for why the rows need it).
-            if let Some(ahead) = at.ahead.filter(|_| o % 32 == 0) {
+            if let Some(ahead) = at.ahead.filter(|_| o % 32 == 0).map(|a| a.at(o)) {
                 for r in 0..NR {
                     _mm_prefetch::<_MM_HINT_T0>(w.addr(j + r, (k0 + o) as isize + ahead));
                 }
