@@ -5,7 +5,8 @@
 //! * [`gemm_xwt`] — the frozen base projection `y = x·Wᵀ` (`W` as Hugging Face stores a
 //!   `Linear` weight, `d_out × d_in`), blocked and multi-threaded (on a persistent worker
 //!   pool: a decode step is dozens of short products, and spawning threads for each cost as
-//!   much as the product).
+//!   much as the product); [`gemm_xwt_many`] runs several weights that read the same input (a
+//!   layer's q, k, v) in one pass over the pool.
 //! * [`sgmv()`] — segmented gather-matmul: the batch's rows are cut into [`Segment`]s that
 //!   share an adapter; each segment gathers its [`LoraAdapter`] from a table and adds
 //!   `s·(x·Aᵀ)·Bᵀ` to its rows. Ranks differ freely between adapters; the delta is never merged
