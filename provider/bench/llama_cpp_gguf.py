@@ -244,8 +244,8 @@ def main():
     parser.add_argument("--convert", default="",
                         help="also convert the transformers checkpoint with llama.cpp's "
                              "convert_hf_to_gguf.py at these precisions (bf16,f32) and compare "
-                             "on those files (--convert-python must have sentencepiece, which "
-                             "the converter imports for Llama vocabularies)")
+                             "on those files (sentencepiece, which the converter imports for "
+                             "Llama vocabularies, is installed into --convert-python if missing)")
     parser.add_argument("--jobs", type=int, default=2, help="llama.cpp build jobs")
     parser.add_argument("--convert-python", default=HF_PYTHON,
                         help="a python with torch and transformers for convert_lora_to_gguf.py "
@@ -275,6 +275,13 @@ def main():
                            stderr=subprocess.DEVNULL)
             files.append((kind, out))
         env = dict(os.environ, PYTHONPATH=os.path.join(llama_dir, "gguf-py"))
+        if args.convert and subprocess.run([args.convert_python, "-c", "import sentencepiece"],
+                                           capture_output=True).returncode != 0:
+            # The converter imports it for Llama vocabularies; the real-model venv
+            # (scripts/real-model.sh) does not need it otherwise. Pinned as llama.cpp pins it.
+            common.log("setup: pip install sentencepiece into the converter's python")
+            subprocess.run([args.convert_python, "-m", "pip", "install", "-q",
+                            "sentencepiece>=0.1.98,<0.3.0"], check=True)
         for outtype in [t for t in args.convert.split(",") if t]:
             # The transformers checkpoint (scripts/real-model.sh) written out by llama.cpp's own
             # converter at this precision: both servers then read the same bf16 or f32 weights.

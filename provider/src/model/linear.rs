@@ -218,7 +218,9 @@ impl Weight {
         rows: usize,
         cpu: &CpuConfig,
     ) -> Result<[Vec<f32>; N]> {
-        let d_in = weights[0].d_in;
+        let Some(d_in) = weights.first().map(|w| w.d_in) else {
+            return Ok(weights.map(|_| Vec::new()));
+        };
         if let Some(w) = weights.iter().find(|w| w.d_in != d_in) {
             return Err(Error::Model(format!(
                 "projections of one input must share its width: {} against {d_in}",
