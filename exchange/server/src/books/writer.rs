@@ -247,11 +247,14 @@ impl Keeper {
 }
 
 /// Terminates the backend holding the writer lock (the holder's lease connection), which
-/// releases it. A bigint advisory key shows in `pg_locks` as its high and low 32 bits.
+/// releases it. A bigint advisory key shows in `pg_locks` as its high and low 32 bits; advisory
+/// locks belong to a database, and the same key held in another database of the server is
+/// another exchange's lease (another deployment, or a test beside this one), never touched.
 async fn cut_off_holder(conn: &mut PgConnection) -> Result<()> {
     sqlx::query(
         "SELECT pg_terminate_backend(pid) FROM pg_locks \
          WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
          AND classid::bigint = $1 AND objid::bigint = $2",
     )
     .bind(WRITER_LOCK >> 32)
