@@ -40,13 +40,6 @@ enum Stored {
     Quant(Arc<QuantMatrix>),
 }
 
-/// A weight's elements, borrowed.
-enum Elements<'a> {
-    F32(&'a [f32]),
-    Bf16(&'a [half::bf16]),
-    Quant(&'a QuantMatrix),
-}
-
 impl Weight {
     pub(super) fn new(data: Vec<f32>, d_out: usize, d_in: usize) -> Result<Self> {
         Ok(Self {
@@ -91,14 +84,14 @@ impl Weight {
     }
 
     /// Calls `f` with the weight's `d_out × d_in` row-major elements.
-    fn with_elements<R>(&self, f: impl FnOnce(Elements<'_>) -> Result<R>) -> Result<R> {
+    fn with_elements<R>(&self, f: impl FnOnce(WeightView<'_>) -> Result<R>) -> Result<R> {
         Self::with_all_elements([self], |[w]| f(w))
     }
 
     /// Calls `f` with the elements of every weight of `weights` at once.
     fn with_all_elements<const N: usize, R>(
         weights: [&Self; N],
-        f: impl FnOnce([Elements<'_>; N]) -> Result<R>,
+        f: impl FnOnce([WeightView<'_>; N]) -> Result<R>,
     ) -> Result<R> {
         // The storages stay read-locked while `f` runs (candle's tensors share them).
         let held = weights.map(|w| match &w.stored {
@@ -108,15 +101,15 @@ impl Weight {
         let mut elements = Vec::with_capacity(N);
         for (w, held) in weights.iter().zip(&held) {
             elements.push(match (&w.stored, held) {
-                (Stored::Quant(m), _) => Elements::Quant(m),
+                (Stored::Quant(m), _) => WeightView::Quant(m),
                 (Stored::Tensor(t), Some((storage, layout))) => {
                     let range = layout.start_offset()..layout.start_offset() + w.d_out * w.d_in;
                     match &**storage {
                         candle_core::Storage::Cpu(cpu) if t.dtype() == DType::BF16 => {
-                            Elements::Bf16(&cpu.as_slice::<half::bf16>()?[range])
+                            WeightView::Bf16(&cpu.as_slice::<half::bf16>()?[range])
                         }
                         candle_core::Storage::Cpu(cpu) => {
-                            Elements::F32(&cpu.as_slice::<f32>()?[range])
+                            WeightView::F32(&cpu.as_slice::<f32>()?[range])
                         }
                         _ => return Err(Error::Model("weights must live in host memory".into())),
                     }
@@ -124,7 +117,7 @@ impl Weight {
                 (Stored::Tensor(_), None) => unreachable!("a tensor's storage is held above"),
             });
         }
-        let Ok(elements) = <[Elements<'_>; N]>::try_from(elements) else {
+        let Ok(elements) = <[WeightView<'_>; N]>::try_from(elements) else {
             unreachable!("one element view per weight")
         };
         f(elements)
@@ -157,9 +150,9 @@ impl Weight {
     fn to_vec(&self) -> Result<Vec<f32>> {
         self.with_elements(|w| {
             Ok(match w {
-                Elements::F32(w) => w.to_vec(),
-                Elements::Bf16(w) => w.iter().map(|v| v.to_f32()).collect(),
-                Elements::Quant(m) => m.to_f32(),
+                WeightView::F32(w) => w.to_vec(),
+                WeightView::Bf16(w) => w.iter().map(|v| v.to_f32()).collect(),
+                WeightView::Quant(m) => m.to_f32(),
             })
         })
     }
@@ -171,13 +164,13 @@ impl Weight {
             for (i, &r) in rows.iter().enumerate() {
                 let (r, dst) = (r as usize, &mut out[i * d..(i + 1) * d]);
                 match w {
-                    Elements::F32(w) => dst.copy_from_slice(&w[r * d..(r + 1) * d]),
-                    Elements::Bf16(w) => {
+                    WeightView::F32(w) => dst.copy_from_slice(&w[r * d..(r + 1) * d]),
+                    WeightView::Bf16(w) => {
                         for (o, v) in dst.iter_mut().zip(&w[r * d..(r + 1) * d]) {
                             *o = v.to_f32();
                         }
                     }
-                    Elements::Quant(m) => m.dequantize_rows(r, 1, dst),
+                    WeightView::Quant(m) => m.dequantize_rows(r, 1, dst),
                 }
             }
             Ok(())
@@ -231,15 +224,7 @@ impl Weight {
         Self::with_all_elements(weights, |elements| {
             let mut products: Vec<(WeightView<'_>, &mut [f32])> = elements
                 .into_iter()
-                .zip(ys.iter_mut())
-                .map(|(w, y)| {
-                    let view = match w {
-                        Elements::F32(w) => WeightView::F32(w),
-                        Elements::Bf16(w) => WeightView::Bf16(w),
-                        Elements::Quant(m) => WeightView::Quant(m),
-                    };
-                    (view, y.as_mut_slice())
-                })
+                .zip(ys.iter_mut().map(Vec::as_mut_slice))
                 .collect();
             Ok(gemm_xwt_many(x, rows, d_in, &mut products, cpu)?)
         })?;
