@@ -56,7 +56,7 @@ pub use process::{
     Interrupted, Killed, Serve, cx_binary, cx_json, last_json, provider_bin, run, signal, until,
 };
 pub use restartable::{Answer, Restartable, Signer, SigningAgent, https_request};
-pub use settling::{Settling, settling};
+pub use settling::{Settling, settling, settling_with};
 
 use crate::ScratchDir;
 

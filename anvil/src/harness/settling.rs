@@ -39,6 +39,17 @@ pub struct Settling {
 /// [`Settling`] in a fresh `tag` folder: the committee takes a fee of `fee_bps`, Anvil funds
 /// `keys` accounts (0 deploys; the caller uses the rest) and key `poster` posts batches.
 pub async fn settling(tag: &str, fee_bps: u16, keys: u32, poster: usize) -> Settling {
+    settling_with(tag, fee_bps, keys, poster, &[]).await
+}
+
+/// [`settling`] with `extra` flags for the first `cx serve` (the writer).
+pub async fn settling_with(
+    tag: &str,
+    fee_bps: u16,
+    keys: u32,
+    poster: usize,
+    extra: &[&str],
+) -> Settling {
     let dir = scratch(tag);
     let exchange = std::sync::Arc::new(cx_protocol::pq::Identity::generate());
     let fee = cx_settlement::ledger::Fee {
@@ -111,18 +122,14 @@ pub async fn settling(tag: &str, fee_bps: u16, keys: u32, poster: usize) -> Sett
         .unwrap(),
     )
     .unwrap();
-    let market = start_exchange(
-        &dir.path,
-        &deployments,
-        &db.url,
-        &[
-            "--identity",
-            path(&exchange_key),
-            "--settlement",
-            path(&settlement),
-        ],
-    )
-    .await;
+    let mut flags = vec![
+        "--identity",
+        path(&exchange_key),
+        "--settlement",
+        path(&settlement),
+    ];
+    flags.extend_from_slice(extra);
+    let market = start_exchange(&dir.path, &deployments, &db.url, &flags).await;
     let client = cx_client::Client::new(&market.url, Some(&market.ca))
         .unwrap()
         .with_timeout(Duration::from_secs(60));

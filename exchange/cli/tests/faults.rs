@@ -542,30 +542,100 @@ async fn bundle_of(books: &cx_exchange_server::books::Books, id: B256) -> String
 /// the fee, the fee account the fee, the buyer the rest of its tab.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_exchange_killed_between_signing_and_posting_a_batch_settles_it_once() {
-    killed_between_signing_and_posting(false).await;
+    killed_between_signing_and_posting(Killed::Alone).await;
 }
 
-/// The same kill with a second node beside the writer (which runs the settlement loop): the
-/// provider reaches the exchange through the standby, which forwards to the writer; the writer
-/// is SIGKILLed with the batch signed and its transaction in the mempool; the standby takes
-/// the lease and the settlement loop with it, finds the batch on chain and does not send it
-/// again. Every check of the restart holds.
+/// The same kill with a second node beside the writer (which holds the settlement duty, having
+/// started first): the provider reaches the exchange through the standby, which forwards to the
+/// writer; the writer is SIGKILLed with the batch signed and its transaction in the mempool; the
+/// standby takes the writer's lease and the settlement duty's, finds the batch on chain and does
+/// not send it again. Every check of the restart holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_settling_writer_killed_between_signing_and_posting_a_standby_settles_it_once() {
-    killed_between_signing_and_posting(true).await;
+    killed_between_signing_and_posting(Killed::Writer).await;
 }
 
-async fn killed_between_signing_and_posting(standby: bool) {
+/// Three nodes, the settlement duty on a standby (the writer runs `--duties watch`): the node
+/// settling is SIGKILLed with the batch signed and in the mempool, and the last node takes the
+/// duty, finds the batch on chain and does not send it again; then the writer is SIGKILLed too
+/// and the same node takes its lease. Every check of the restart holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settling_standby_and_then_the_writer_killed_the_last_node_settles_once() {
+    killed_between_signing_and_posting(Killed::SettlerThenWriter).await;
+}
+
+/// Which `cx serve` dies with a batch in flight.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Killed {
+    /// The only node, started again.
+    Alone,
+    /// The writer, which settles; a standby takes both.
+    Writer,
+    /// A standby that settles, then the writer; the third node takes both.
+    SettlerThenWriter,
+}
+
+/// The holder of `duty`'s lease and its epoch, once one holds it.
+async fn duty_holder(books: &cx_exchange_server::books::Books, duty: &str) -> (String, i64) {
+    let waited = Instant::now();
+    loop {
+        let held: Option<(String, i64)> =
+            sqlx::query_as("SELECT holder, epoch FROM exchange_duties WHERE duty = $1")
+                .bind(duty)
+                .fetch_optional(books.pool())
+                .await
+                .unwrap();
+        if let Some(held) = held {
+            return held;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(30),
+            "no node took {duty}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Whether the lease holder `holder` ("pid N on ADDR") is the node at `node`.
+fn holds(holder: &str, node: &common::Exchange) -> bool {
+    holder.ends_with(&format!(" on {}", node.url.trim_start_matches("https://")))
+}
+
+async fn killed_between_signing_and_posting(killed: Killed) {
     use cx_settlement::evm::EvmClient;
     let bin = common::provider_bin();
     // Keys: 0 deploys, 1 the agent, 2 the provider, 3 posts.
-    let tag = if standby {
-        "faults-settle-standby"
-    } else {
-        "faults-settle"
+    let (tag, writer_flags): (&str, &[&str]) = match killed {
+        Killed::Alone => ("faults-settle", &[]),
+        Killed::Writer => ("faults-settle-standby", &[]),
+        Killed::SettlerThenWriter => ("faults-settle-duty", &["--duties", "watch"]),
     };
-    let mut world = common::settling(tag, 500, 4, 3).await;
-    let standby = standby.then(|| world.start_standby());
+    let mut world = common::settling_with(tag, 500, 4, 3, writer_flags).await;
+    // The standby the provider reaches the exchange through, which survives; and, for the
+    // duty's kill, the standby that settles.
+    let (standby, mut settler) = match killed {
+        Killed::Alone => (None, None),
+        Killed::Writer => (Some(world.start_standby()), None),
+        Killed::SettlerThenWriter => {
+            let (b, c) = (world.start_standby(), world.start_standby());
+            let (holder, epoch) = duty_holder(&world.books, "settlement").await;
+            assert_eq!(epoch, 1);
+            assert!(!holds(&holder, &world.market), "--duties watch: {holder}");
+            if holds(&holder, &b) {
+                (Some(c), Some(b))
+            } else {
+                assert!(holds(&holder, &c), "{holder}");
+                (Some(b), Some(c))
+            }
+        }
+    };
+    if killed == Killed::Writer {
+        let (holder, _) = duty_holder(&world.books, "settlement").await;
+        assert!(
+            holds(&holder, &world.market),
+            "the writer started first: {holder}"
+        );
+    }
     let model = common::gen_model(&bin, &world.dir.path);
     let _provider = common::start_provider(
         &bin,
@@ -643,12 +713,36 @@ async fn killed_between_signing_and_posting(standby: bool) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // Killed with the batch signed and its transaction in flight; then the block is mined.
-    world.market.serve.kill();
+    match settler.as_mut() {
+        Some(settler) => settler.serve.kill(),
+        None => world.market.serve.kill(),
+    }
     let _: Value = rpc.raw_request("evm_mine".into(), ()).await.unwrap();
     let _: Value = rpc
         .raw_request("evm_setAutomine".into(), (true,))
         .await
         .unwrap();
+    if let Some(survivor) = standby.as_ref().filter(|_| settler.is_some()) {
+        // The last node takes the duty at the next epoch, while the writer still writes.
+        let killed = Instant::now();
+        loop {
+            let (holder, epoch) = duty_holder(&world.books, "settlement").await;
+            if epoch == 2 {
+                assert!(holds(&holder, survivor), "{holder}");
+                break;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(20),
+                "no node took settlement"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!(
+            "settlement taken {:.2} s after its holder's kill",
+            killed.elapsed().as_secs_f64()
+        );
+        world.market.serve.kill();
+    }
     match standby {
         Some(standby) => world.take_over(standby).await,
         None => world.restart_exchange().await,

@@ -34,9 +34,10 @@ pub enum Error {
     /// The operating system gave no randomness (a token could not be made).
     #[error("no randomness: {0}")]
     NoRandomness(String),
-    /// The writer lease's connection failed: this node must stop writing.
-    #[error("lost the writer lease: {0}")]
-    WriterLost(String),
+    /// A lease was lost (its connection failed, another node took it): this node must stop
+    /// what it held it for.
+    #[error("lost a lease: {0}")]
+    LeaseLost(String),
     /// A row holds what this code never writes (a bug or a hand edit).
     #[error("the books hold an invalid {what}: {value:?}")]
     Corrupt {

@@ -1,13 +1,14 @@
-//! The exchange as one running service: the API on a listener ([`Front`]) and the duties that
-//! run beside it — the sweeps ([`crate::sweeps::run_sweeps`]), a watcher per chain and the
-//! settlement loop — started by one [`Service::launch`] (or [`Service::launch_behind`] a front
-//! that forwarded to another node until now) and stopped by one [`Running::stop`].
+//! The exchange's writer as one running service: the API on a listener ([`Front`]) and the
+//! sweeps ([`crate::sweeps::run_sweeps`]) beside it, which act on its matching engine — started
+//! by one [`Service::launch`] (or [`Service::launch_behind`] a front that forwarded to another
+//! node until now) and stopped by one [`Running::stop`]. The chain watchers and the settlement
+//! loop are duties of their own, run by whichever node holds each one's lease
+//! ([`crate::cluster::Campaign`]).
 //!
 //! `cx serve` and the benches launch the exchange through here, so what a bench measures is the
-//! service `cx serve` runs, with the same duties beside its API.
+//! service `cx serve` runs.
 
 use crate::api::{AppState, app};
-use crate::chain::Watcher;
 use crate::intake::Intake;
 use crate::settlement::Settler;
 use crate::tls::{self, Limits};
@@ -17,14 +18,10 @@ use rustls::ServerConfig;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tower::ServiceExt;
-
-/// How often a chain watcher polls its chain and the settlement loop makes a pass.
-pub const DUTY_PERIOD: Duration = Duration::from_secs(1);
 
 /// How the API speaks on its listener.
 #[derive(Clone, Debug)]
@@ -39,35 +36,27 @@ pub enum Edge {
 pub struct Service {
     intake: Intake,
     settler: Option<Arc<Settler>>,
-    watchers: Vec<Watcher>,
     chain_explorers: Vec<(u64, String)>,
     limits: Limits,
     forward_token: Option<String>,
 }
 
 impl Service {
-    /// The service over `intake`, with the default connection limits, no chain watcher and no
-    /// settlement loop.
+    /// The service over `intake`, with the default connection limits and no settlement.
     pub fn new(intake: Intake) -> Self {
         Self {
             intake,
             settler: None,
-            watchers: Vec::new(),
             chain_explorers: Vec::new(),
             limits: Limits::default(),
             forward_token: None,
         }
     }
 
-    /// Settles through `settler` (its loop runs beside the API, which serves its claims).
+    /// Settles through `settler`: the API serves its claims and takes tabs' closing (its loop is
+    /// the settlement duty's, [`crate::cluster::Campaign`]).
     pub fn with_settler(mut self, settler: Arc<Settler>) -> Self {
         self.settler = Some(settler);
-        self
-    }
-
-    /// Watches these chains (tabs opened and reclaimed, batches landed).
-    pub fn with_watchers(mut self, watchers: impl IntoIterator<Item = Watcher>) -> Self {
-        self.watchers.extend(watchers);
         self
     }
 
@@ -89,7 +78,7 @@ impl Service {
         self
     }
 
-    /// Serves the API on `listener` through `edge` and starts the duties beside it; they run
+    /// Serves the API on `listener` through `edge` and starts the sweeps beside it; they run
     /// until [`Running::stop`].
     pub fn launch(self, listener: TcpListener, edge: Edge) -> std::io::Result<Running> {
         let limits = self.limits;
@@ -99,7 +88,7 @@ impl Service {
     }
 
     /// Takes over `front`'s port (a node that forwarded to the writer until it became the
-    /// writer): its router is swapped for this service's and the duties start beside it; the
+    /// writer): its router is swapped for this service's and the sweeps start beside it; the
     /// port stays open throughout.
     pub fn launch_behind(self, front: Front) -> Running {
         let (router, duties) = self.start();
@@ -107,29 +96,10 @@ impl Service {
         duties.beside(front)
     }
 
-    /// The API's router and the duties, started.
-    fn start(self) -> (Router, Duties) {
-        let (stop, stopped) = watch::channel(false);
-        let until_stopped = move || {
-            let mut stopped = stopped.clone();
-            async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            }
-        };
-        let mut duties: Vec<JoinHandle<()>> = self
-            .watchers
-            .into_iter()
-            .map(|watcher| tokio::spawn(watcher.run(DUTY_PERIOD, until_stopped())))
-            .collect();
+    /// The API's router and the sweeps, started.
+    fn start(self) -> (Router, Sweeps) {
         let state = match self.settler {
-            Some(settler) => {
-                let stop = until_stopped();
-                duties.push(tokio::spawn({
-                    let settler = settler.clone();
-                    async move { settler.run(DUTY_PERIOD, stop).await }
-                }));
-                AppState::with_settlement(self.intake, settler)
-            }
+            Some(settler) => AppState::with_settlement(self.intake, settler),
             None => AppState::with_intake(self.intake),
         }
         .with_chain_explorers(self.chain_explorers)
@@ -137,31 +107,18 @@ impl Service {
         // The sweeps hold no work a stop must finish (each pass is one transaction per job):
         // they are aborted, not awaited.
         let sweeps = tokio::spawn(state.clone().run_sweeps());
-        (
-            app(state),
-            Duties {
-                stop,
-                sweeps,
-                duties,
-            },
-        )
+        (app(state), Sweeps(sweeps))
     }
 }
 
-/// The duties of a started service, waiting for the front they run beside.
-struct Duties {
-    stop: watch::Sender<bool>,
-    sweeps: JoinHandle<()>,
-    duties: Vec<JoinHandle<()>>,
-}
+/// The sweeps of a started service, waiting for the front they run beside.
+struct Sweeps(JoinHandle<()>);
 
-impl Duties {
+impl Sweeps {
     fn beside(self, front: Front) -> Running {
         Running {
             front,
-            stop: self.stop,
-            sweeps: self.sweeps,
-            duties: self.duties,
+            sweeps: self.0,
         }
     }
 }
@@ -233,9 +190,7 @@ impl Front {
 #[derive(Debug)]
 pub struct Running {
     front: Front,
-    stop: watch::Sender<bool>,
     sweeps: JoinHandle<()>,
-    duties: Vec<JoinHandle<()>>,
 }
 
 impl Running {
@@ -250,14 +205,10 @@ impl Running {
         self.stop().await;
     }
 
-    /// Stops taking connections and waits for open ones (within the edge's grace), stops the
-    /// sweeps, and lets the watchers and the settlement loop finish their pass.
+    /// Stops taking connections and waits for open ones (within the edge's grace), then stops
+    /// the sweeps.
     pub async fn stop(self) {
         self.front.close().await;
-        let _ = self.stop.send(true);
         self.sweeps.abort();
-        for duty in self.duties {
-            let _ = duty.await;
-        }
     }
 }

@@ -1,18 +1,19 @@
 //! `cx serve`: the exchange over HTTPS.
 //!
 //! Composition only: the books (`Books::open`, which creates and migrates the database), the
-//! market (catalog + engine rebuilt from the books), a chain watcher per served chain, the
-//! intake, the router (`api::app`) and the HTTPS edge (`tls`) are the server crate's; this file
-//! reads flags, wires them together, prints where to look and stops on Ctrl-C (or SIGTERM).
+//! leases (`books::Lease`), the market (catalog + engine rebuilt from the books), the duties (a
+//! chain watcher per served chain, the settlement loop; `cluster::Campaign`), the intake, the
+//! router (`api::app`) and the HTTPS edge (`tls`) are the server crate's; this file reads flags,
+//! wires them together, prints where to look and stops on Ctrl-C (or SIGTERM).
 
 use anyhow::{Context, anyhow};
 use cx_contracts::DeploymentsFile;
 use cx_exchange::objective::Weights;
 use cx_exchange::routing::catalog::Catalog;
 use cx_exchange_server::books::redact_password;
-use cx_exchange_server::books::{self, Books, WriterLease};
+use cx_exchange_server::books::{self, Books, Duty, Lease, Seat};
 use cx_exchange_server::chain::Watcher;
-use cx_exchange_server::cluster::Forwarder;
+use cx_exchange_server::cluster::{Campaign, DUTY_PERIOD, DutyTask, Forwarder, Start};
 use cx_exchange_server::intake::{DEFAULT_SETTLE_MARGIN_S, Intake};
 use cx_exchange_server::market::Market;
 use cx_exchange_server::service::{self, Front, Service};
@@ -59,6 +60,13 @@ pub(crate) struct Args {
     /// hiding a second writer.
     #[arg(long, default_value_t = 15, value_name = "S")]
     writer_wait_s: u64,
+    /// The duties this node runs while it holds their lease — each runs once per cluster, on
+    /// whichever node ready for it takes its lease first, writer or standby: `settlement` (the
+    /// settlement loop, with --settlement), `watch` (the chains' watchers); a comma-separated
+    /// list, or `none`.
+    #[arg(long, env = "CX_DUTIES", value_name = "LIST", default_value = "settlement,watch",
+          value_parser = parse_duties)]
+    duties: Duties,
     /// Certificate chain to serve (PEM, leaf first); without it a development CA signs one.
     #[arg(long, env = "CX_TLS_CERT", value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -187,6 +195,39 @@ enum Edge {
     Insecure,
 }
 
+/// The duties of `--duties`.
+#[derive(Clone, Debug)]
+struct Duties(Vec<Duty>);
+
+impl std::fmt::Display for Duties {
+    /// What a person reads at start: the duties and how they are shared.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            return write!(f, "none (--duties): the other nodes run them");
+        }
+        let names: Vec<&str> = self.0.iter().map(|d| d.as_str()).collect();
+        write!(
+            f,
+            "{} when this node holds their lease (one node each, cluster-wide)",
+            names.join(", ")
+        )
+    }
+}
+
+fn parse_duties(list: &str) -> Result<Duties, String> {
+    if list == "none" {
+        return Ok(Duties(Vec::new()));
+    }
+    let mut duties = Vec::new();
+    for name in list.split(',') {
+        let duty: Duty = name.trim().parse()?;
+        if !duties.contains(&duty) {
+            duties.push(duty);
+        }
+    }
+    Ok(Duties(duties))
+}
+
 pub(crate) fn run(args: Args) -> anyhow::Result<()> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -241,6 +282,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let unfenced = Books::open(&database_url)
         .await
         .context("opening the books (--database-url or DATABASE_URL)")?;
+    let setup = Setup::load(&args)?;
     let limits = edge_limits(&args);
     let service_edge = match &config {
         Some(config) => service::Edge::Https(config.clone()),
@@ -249,10 +291,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // One writer per database: the lease, then the books tagged with its epoch. A --standby
     // node that finds the lease held serves its port by forwarding to the writer meanwhile.
     let holder = format!("pid {} on {addr}", std::process::id());
+    // The duties are campaigned for by every node ready for them, writer or standby, from now on.
+    let campaign = Campaign::start(&database_url, &holder, setup.duties(&args));
     let wait = std::time::Duration::from_secs(if args.standby { 0 } else { args.writer_wait_s });
     let taken = tokio::select! {
-        taken = WriterLease::take(&database_url, &holder, Some(wait)) => taken,
+        taken = Lease::take(&database_url, Seat::Writer, &holder, Some(wait)) => taken,
         () = &mut stop => {
+            campaign.stop().await;
             println!("cx serve: stopped");
             return Ok(());
         }
@@ -270,12 +315,14 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             .context("starting the service")?;
             println!("cx serve: a standby node, forwarding to the writer ({current})");
             println!("  url        {url}");
+            println!("  duties     {}", args.duties);
             let lease = tokio::select! {
-                lease = WriterLease::take(&database_url, &holder, None) => {
+                lease = Lease::take(&database_url, Seat::Writer, &holder, None) => {
                     lease.context("the database's writer lease")?
                 }
                 () = &mut stop => {
                     front.close().await;
+                    campaign.stop().await;
                     println!("cx serve: stopped");
                     return Ok(());
                 }
@@ -289,9 +336,14 @@ async fn serve(args: Args) -> anyhow::Result<()> {
                 url,
                 advertise,
             };
-            return writer(args, lease, at, stop).await;
+            let written = writer(args, setup, lease, at, stop).await;
+            campaign.stop().await;
+            return written;
         }
-        Err(err) => return Err(err).context("the database's writer lease"),
+        Err(err) => {
+            campaign.stop().await;
+            return Err(err).context("the database's writer lease");
+        }
     };
     unfenced.pool().close().await;
     let at = Place {
@@ -301,7 +353,100 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         url,
         advertise,
     };
-    writer(args, lease, at, stop).await
+    let written = writer(args, setup, lease, at, stop).await;
+    campaign.stop().await;
+    written
+}
+
+/// What every node reads before it takes a lease: the chains, the exchange's identity and the
+/// settlement configuration (a duty may start on a standby).
+struct Setup {
+    chains: Vec<cx_contracts::ChainDeployment>,
+    identity: std::sync::Arc<cx_protocol::pq::Identity>,
+    settlement: Option<SettlementConfig>,
+}
+
+impl Setup {
+    fn load(args: &Args) -> anyhow::Result<Self> {
+        let chains = match (&args.deployments, Path::new(DEFAULT_DEPLOYMENTS).exists()) {
+            (Some(path), _) => {
+                DeploymentsFile::load(path)
+                    .with_context(|| format!("--deployments {}", path.display()))?
+                    .chains
+            }
+            (None, true) => {
+                DeploymentsFile::load(Path::new(DEFAULT_DEPLOYMENTS))
+                    .with_context(|| format!("{DEFAULT_DEPLOYMENTS} (or pass --deployments)"))?
+                    .chains
+            }
+            (None, false) => Vec::new(),
+        };
+        if let Some(dir) = args.identity.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("--identity: cannot create {}", dir.display()))?;
+        }
+        let identity = std::sync::Arc::new(
+            cx_settlement::keyfile::load_or_create_identity(&args.identity)
+                .with_context(|| format!("--identity {}", args.identity.display()))?,
+        );
+        let settlement = match &args.settlement {
+            None => None,
+            Some(path) => Some(
+                SettlementConfig::load(path)
+                    .with_context(|| format!("--settlement {}", path.display()))?,
+            ),
+        };
+        Ok(Self {
+            chains,
+            identity,
+            settlement,
+        })
+    }
+
+    /// What this node runs of `--duties` while it holds their leases: the watchers where it
+    /// serves chains, the settlement loop where it settles.
+    fn duties(&self, args: &Args) -> Vec<(Duty, Start)> {
+        let mut duties = Vec::new();
+        for duty in &args.duties.0 {
+            match duty {
+                Duty::Watch if !self.chains.is_empty() => {
+                    let (chains, confirmations) = (self.chains.clone(), args.confirmations);
+                    let start: Start = Box::new(move |books, stopped| {
+                        chains
+                            .iter()
+                            .map(|chain| {
+                                let watcher = Watcher::new(
+                                    books.clone(),
+                                    chain.clone(),
+                                    chain.chain.confirmations(confirmations),
+                                )?;
+                                Ok(Box::pin(watcher.run(DUTY_PERIOD, stopped())) as DutyTask)
+                            })
+                            .collect()
+                    });
+                    duties.push((Duty::Watch, start));
+                }
+                Duty::Settlement => {
+                    let Some(config) = self.settlement.clone() else {
+                        continue;
+                    };
+                    let (chains, identity) = (self.chains.clone(), self.identity.clone());
+                    let margin = args.settle_margin_s;
+                    let start: Start = Box::new(move |books, stopped| {
+                        let settler =
+                            Settler::new(books, &config, &chains, identity.clone(), margin)?;
+                        let stopped = stopped();
+                        Ok(vec![Box::pin(async move {
+                            settler.run(DUTY_PERIOD, stopped).await;
+                        }) as DutyTask])
+                    });
+                    duties.push((Duty::Settlement, start));
+                }
+                Duty::Watch => {}
+            }
+        }
+        duties
+    }
 }
 
 /// Where and how a writer serves.
@@ -357,7 +502,8 @@ fn edge_limits(args: &Args) -> Limits {
 /// serves, it is advertised to the other nodes at `advertise`.
 async fn writer(
     args: Args,
-    lease: WriterLease,
+    setup: Setup,
+    mut lease: Lease,
     at: Place,
     stop: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
 ) -> anyhow::Result<()> {
@@ -368,7 +514,7 @@ async fn writer(
         url,
         advertise,
     } = at;
-    let books = Books::open_fenced(&database_url, lease.epoch())
+    let books = Books::open_fenced(&database_url, &lease)
         .await
         .context("opening the books (--database-url or DATABASE_URL)")?;
     let catalog = match &args.catalog {
@@ -390,37 +536,11 @@ async fn writer(
                 .with_context(|| format!("--bundles {}: bundle {id}", path.display()))?;
         }
     }
-    let chains = match (&args.deployments, Path::new(DEFAULT_DEPLOYMENTS).exists()) {
-        (Some(path), _) => {
-            DeploymentsFile::load(path)
-                .with_context(|| format!("--deployments {}", path.display()))?
-                .chains
-        }
-        (None, true) => {
-            DeploymentsFile::load(Path::new(DEFAULT_DEPLOYMENTS))
-                .with_context(|| format!("{DEFAULT_DEPLOYMENTS} (or pass --deployments)"))?
-                .chains
-        }
-        (None, false) => Vec::new(),
-    };
-    let watchers = chains
-        .iter()
-        .map(|chain| {
-            Watcher::new(
-                books.clone(),
-                chain.clone(),
-                chain.chain.confirmations(args.confirmations),
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    if let Some(dir) = args.identity.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("--identity: cannot create {}", dir.display()))?;
-    }
-    let identity = std::sync::Arc::new(
-        cx_settlement::keyfile::load_or_create_identity(&args.identity)
-            .with_context(|| format!("--identity {}", args.identity.display()))?,
-    );
+    let Setup {
+        chains,
+        identity,
+        settlement,
+    } = setup;
     let identity_hash = identity.id();
     let bundles = market.bundles().len();
     let intake = Intake::new(
@@ -444,11 +564,11 @@ async fn writer(
     })
     .with_max_in_flight(args.max_in_flight)
     .with_store_quota_bytes(args.store_quota_bytes);
-    let settler = match &args.settlement {
+    // The API's settler (claims, tabs' closing); its loop is the settlement duty's.
+    let settler = match settlement {
         None => None,
-        Some(path) => {
-            let config = SettlementConfig::load(path)
-                .with_context(|| format!("--settlement {}", path.display()))?;
+        Some(config) => {
+            let path = args.settlement.as_deref().unwrap_or(Path::new(""));
             let settler = Settler::new(
                 books.clone(),
                 &config,
@@ -516,6 +636,7 @@ async fn writer(
         ),
         None => println!("  settlement none: jobs are charged in the books only (--settlement)"),
     }
+    println!("  duties     {}", args.duties);
     println!("  explorer   {url}/explorer");
     println!("Ctrl-C stops it.");
 
@@ -523,7 +644,6 @@ async fn writer(
         .iter()
         .filter_map(|c| Some((c.chain.chain_id, c.chain.explorer_url.clone()?)));
     let mut service = Service::new(intake)
-        .with_watchers(watchers)
         .with_chain_explorers(explorers)
         .with_forward_token(Some(lease.forward_token().to_owned()));
     if let Some((settler, _)) = settler {

@@ -492,7 +492,7 @@ impl From<crate::Error> for ApiError {
                 }
             }
             // This node is not (or no longer) the database's writer: another one serves.
-            E::WriterTaken { .. } | E::WriterLost(_) => {
+            E::WriterTaken { .. } | E::LeaseLost(_) => {
                 tracing::warn!(error = %err, "not the writer");
                 Self::Unavailable {
                     retry_after_s: UNAVAILABLE_RETRY_AFTER_S,

@@ -16,6 +16,7 @@ mod content;
 mod datasets;
 mod fills;
 mod jobs;
+mod lease;
 mod load;
 mod meter;
 mod preferences;
@@ -33,7 +34,6 @@ mod store;
 mod tabs;
 mod verification;
 mod verified;
-mod writer;
 
 pub use adapters::StoredAdapter;
 pub use bindings::StoredBinding;
@@ -44,6 +44,7 @@ pub use cx_protocol::wire::{JobEvent, JobRecord};
 pub use datasets::DatasetSummary;
 pub use fills::{RentFill, RentHolding, ReserveFill, StoredBid};
 pub use jobs::{NewJob, NewOrder, NewRun};
+pub use lease::{Duty, LEASE_PERIOD, LEASE_TIMEOUT, Lease, Seat, WriterAddress};
 pub use load::OpenWork;
 pub use meter::{METER_BATCH, Metered};
 pub use providers::{JobResult, Provider};
@@ -61,4 +62,3 @@ pub use verification::{
     GroupHead, PendingSlash, RunRecord, SLASH_RETRY_FIRST_S, SLASH_RETRY_HORIZON_S,
     SLASH_RETRY_MAX_S, Verdict,
 };
-pub use writer::{LEASE_PERIOD, LEASE_TIMEOUT, WriterAddress, WriterLease};

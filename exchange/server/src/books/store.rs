@@ -21,6 +21,9 @@ pub fn database_url() -> String {
 /// Connections the pool keeps at most: a small service on shared machines.
 const MAX_CONNECTIONS: u32 = 16;
 
+/// Connections a duty's books keep at most ([`Books::open_fenced`]).
+const DUTY_CONNECTIONS: u32 = 4;
+
 /// How long a query waits for a pooled connection (a new one while the server is away).
 const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -38,18 +41,32 @@ impl Books {
     /// migration it lacks. Safe to run at every start, and from two processes at once (PostgreSQL's
     /// advisory lock serialises the migrations; a database another process just created is used).
     pub async fn open(database_url: &str) -> Result<Self> {
-        Self::open_with(database_url, None).await
+        Self::open_with(database_url, None, MAX_CONNECTIONS).await
     }
 
-    /// [`Books::open`] for the node holding the writer lease of `epoch` ([`super::WriterLease`]):
-    /// every connection is tagged with it, so once another node takes the lease the database
-    /// refuses this one's writes to the fenced tables. Open after the lease is taken: what was
-    /// in flight before is the previous writer's.
-    pub async fn open_fenced(database_url: &str, epoch: i64) -> Result<Self> {
-        Self::open_with(database_url, Some(epoch)).await
+    /// [`Books::open`] for the node holding `lease` ([`super::Lease`]): every connection is
+    /// tagged with its seat's epoch, so once another node takes the lease the database refuses
+    /// this one's writes to the tables that seat fences. Open after the lease is taken: what was
+    /// in flight before is the previous holder's. A duty's books keep a few connections (a duty
+    /// makes one pass at a time).
+    pub async fn open_fenced(database_url: &str, lease: &super::Lease) -> Result<Self> {
+        let connections = match lease.seat() {
+            super::Seat::Writer => MAX_CONNECTIONS,
+            super::Seat::Duty(_) => DUTY_CONNECTIONS,
+        };
+        Self::open_with(
+            database_url,
+            Some((lease.seat().epoch_setting(), lease.epoch())),
+            connections,
+        )
+        .await
     }
 
-    async fn open_with(database_url: &str, epoch: Option<i64>) -> Result<Self> {
+    async fn open_with(
+        database_url: &str,
+        fence: Option<(String, i64)>,
+        max_connections: u32,
+    ) -> Result<Self> {
         if !Postgres::database_exists(database_url).await?
             && let Err(err) = Postgres::create_database(database_url).await
             // Another process may have created it between our check and our create.
@@ -58,7 +75,7 @@ impl Books {
             return Err(err.into());
         }
         let pool = PgPoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
+            .max_connections(max_connections)
             // While PostgreSQL restarts a request waits this long for a connection, then is
             // answered 503 (sqlx's default, 30 s, held clients past their own timeouts).
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -68,10 +85,13 @@ impl Books {
             // its return closes it.
             .test_before_acquire(false)
             .after_connect(move |conn, _| {
+                let fence = fence.clone();
                 Box::pin(async move {
-                    if let Some(epoch) = epoch {
+                    if let Some((setting, epoch)) = fence {
                         // A custom setting for the session: the fence trigger reads it.
-                        sqlx::query(&format!("SET cx.writer_epoch = '{epoch}'"))
+                        sqlx::query("SELECT set_config($1, $2, false)")
+                            .bind(setting)
+                            .bind(epoch.to_string())
                             .execute(conn)
                             .await?;
                     }

@@ -20,7 +20,7 @@ use tokio::sync::RwLock;
 
 use super::peer::{FORWARD_TOKEN, FORWARDED_FOR};
 use crate::api::ApiError;
-use crate::books::{Books, WriterAddress, WriterLease};
+use crate::books::{Books, Lease, WriterAddress};
 
 /// How long a request waits for a writer it can reach: a takeover is the lease's period, the
 /// new writer's engine rebuilt from the books, and its first answer.
@@ -206,7 +206,7 @@ impl Forwarder {
         if let Some(writer) = self.writer.read().await.clone() {
             return Ok(Some(writer));
         }
-        let read = WriterLease::address(&self.pool).await?;
+        let read = Lease::writer_address(&self.pool).await?;
         *self.writer.write().await = read.clone();
         Ok(read)
     }

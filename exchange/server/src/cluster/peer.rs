@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, HeaderName};
 /// The client's address, as the forwarding node saw it.
 pub const FORWARDED_FOR: HeaderName = HeaderName::from_static("x-cx-forwarded-for");
 
-/// The writer epoch's forwarding token ([`crate::books::WriterLease::forward_token`]).
+/// The writer epoch's forwarding token ([`crate::books::Lease::forward_token`]).
 pub const FORWARD_TOKEN: HeaderName = HeaderName::from_static("x-cx-forward-token");
 
 /// The address a request's limits count: the one [`FORWARDED_FOR`] names when the request

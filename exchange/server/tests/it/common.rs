@@ -27,6 +27,10 @@ impl TestDb {
         }
     }
 
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
     pub(crate) async fn books(&self) -> Books {
         Books::open(&self.url).await.expect("throwaway database")
     }

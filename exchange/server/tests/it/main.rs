@@ -6,6 +6,7 @@ mod common;
 mod door;
 mod explorer;
 mod intents;
+mod leases;
 mod market_live;
 mod matmul;
 mod offers;
