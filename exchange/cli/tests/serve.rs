@@ -248,8 +248,9 @@ fn a_second_writer_on_the_same_database_is_refused_and_a_standby_forwards_then_t
 }
 
 /// A writer that hangs (SIGSTOP: its process, socket and lock all still there, which no TCP
-/// keepalive sees) stops renewing its lease; past `LEASE_TIMEOUT` a standby cuts its lease
-/// connection off, takes over (epoch 2) and answers what it held meanwhile. The old writer,
+/// keepalive sees) stops renewing its lease; the standby still answers the explorer's reads of
+/// the books itself; past `LEASE_TIMEOUT` it cuts the writer's lease connection off, takes over
+/// (epoch 2) and answers what it held meanwhile. The old writer,
 /// woken, finds its lease gone and stops with an error instead of writing.
 #[test]
 fn a_hung_writer_is_cut_off_and_a_standby_takes_over() {
@@ -287,6 +288,26 @@ fn a_hung_writer_is_cut_off_and_a_standby_takes_over() {
     };
     signal("-STOP");
     let hung = Instant::now();
+    // A read of the books the standby answers itself, from its own connection: at once, while
+    // the writer hangs (a forwarded request would wait for the takeover).
+    let ca = ca_dir.join("ca.pem");
+    let (status, _, body) = runtime
+        .block_on(cx_devnet::harness::https_request(
+            &format!("https://{second}"),
+            &ca,
+            "GET",
+            "/explorer/jobs",
+            None,
+            Duration::from_secs(5),
+        ))
+        .expect("an answer from the standby itself");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("<html"), "{body}");
+    assert!(
+        hung.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        hung.elapsed()
+    );
     assert!(standby.field("database").ends_with("writer epoch 2)"));
     let took = hung.elapsed();
     let timeout = cx_exchange_server::books::LEASE_TIMEOUT;
@@ -294,7 +315,6 @@ fn a_hung_writer_is_cut_off_and_a_standby_takes_over() {
         took >= timeout && took < timeout + Duration::from_secs(10),
         "cut off after {took:?}"
     );
-    let ca = ca_dir.join("ca.pem");
     let (status, _, body) = runtime
         .block_on(cx_devnet::harness::https_request(
             &format!("https://{second}"),

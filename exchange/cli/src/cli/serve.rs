@@ -10,6 +10,7 @@ use anyhow::{Context, anyhow};
 use cx_contracts::DeploymentsFile;
 use cx_exchange::objective::Weights;
 use cx_exchange::routing::catalog::Catalog;
+use cx_exchange_server::api::{self, AppState};
 use cx_exchange_server::books::redact_password;
 use cx_exchange_server::books::{self, Books, Duty, Lease, Seat};
 use cx_exchange_server::chain::Watcher;
@@ -306,13 +307,13 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         Ok(lease) => lease,
         Err(cx_exchange_server::Error::WriterTaken { holder: current }) if args.standby => {
             let forwarder = forwarder(&args, &edge, &unfenced)?;
-            let front = Front::open(
-                listener,
-                service_edge.clone(),
-                limits,
-                std::sync::Arc::new(forwarder).router(),
-            )
-            .context("starting the service")?;
+            // The reads of the books it answers itself, from its own connections; the rest goes
+            // to the writer.
+            let reads = AppState::reading(unfenced.clone(), rate_config(&args))
+                .with_chain_explorers(chain_explorers(&setup.chains));
+            let router = api::reads(reads).merge(std::sync::Arc::new(forwarder).router());
+            let front = Front::open(listener, service_edge.clone(), limits, router)
+                .context("starting the service")?;
             println!("cx serve: a standby node, forwarding to the writer ({current})");
             println!("  url        {url}");
             println!("  duties     {}", args.duties);
@@ -484,6 +485,24 @@ fn forwarder(args: &Args, edge: &Edge, books: &Books) -> anyhow::Result<Forwarde
     Forwarder::new(books, Some(tls)).context("the link to the writer")
 }
 
+/// Each chain's block explorer (`chain id → base URL`), where its entry names one.
+fn chain_explorers(chains: &[cx_contracts::ChainDeployment]) -> Vec<(u64, String)> {
+    chains
+        .iter()
+        .filter_map(|c| Some((c.chain.chain_id, c.chain.explorer_url.clone()?)))
+        .collect()
+}
+
+/// The per-address and per-account request limits from the flags.
+fn rate_config(args: &Args) -> cx_exchange_server::limits::RateConfig {
+    cx_exchange_server::limits::RateConfig {
+        ip_per_s: args.rate_per_ip,
+        ip_burst: args.burst_per_ip,
+        account_per_s: args.rate_per_account,
+        account_burst: args.burst_per_account,
+    }
+}
+
 /// The edge's connection limits from the flags.
 fn edge_limits(args: &Args) -> Limits {
     let defaults = Limits::default();
@@ -556,12 +575,7 @@ async fn writer(
     .with_provider_silence_s(args.provider_silence_s)
     .with_freivalds_rounds(args.freivalds_rounds)
     .with_router_policy(args.router.clone())
-    .with_rate_limits(cx_exchange_server::limits::RateConfig {
-        ip_per_s: args.rate_per_ip,
-        ip_burst: args.burst_per_ip,
-        account_per_s: args.rate_per_account,
-        account_burst: args.burst_per_account,
-    })
+    .with_rate_limits(rate_config(&args))
     .with_max_in_flight(args.max_in_flight)
     .with_store_quota_bytes(args.store_quota_bytes);
     // The API's settler (claims, tabs' closing); its loop is the settlement duty's.
@@ -640,9 +654,7 @@ async fn writer(
     println!("  explorer   {url}/explorer");
     println!("Ctrl-C stops it.");
 
-    let explorers = chains
-        .iter()
-        .filter_map(|c| Some((c.chain.chain_id, c.chain.explorer_url.clone()?)));
+    let explorers = chain_explorers(&chains);
     let mut service = Service::new(intake)
         .with_chain_explorers(explorers)
         .with_forward_token(Some(lease.forward_token().to_owned()));

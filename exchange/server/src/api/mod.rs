@@ -31,6 +31,18 @@ pub use state::AppState;
 use axum::Router;
 use axum::routing::{get, post};
 
+/// What a node that does not write serves itself ([`AppState::reading`]): the explorer's pages
+/// read from the books alone, under the same per-address limits as the writer's router. A node
+/// forwarding to the writer merges this router with its forwarder (the fallback for the rest).
+pub fn reads(state: AppState) -> Router {
+    explorer::book_routes()
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limit_by_ip,
+        ))
+        .with_state(state)
+}
+
 /// The exchange's router. Tests drive it with `tower::ServiceExt::oneshot`, without a socket.
 pub fn app(state: AppState) -> Router {
     Router::new()
@@ -156,8 +168,8 @@ async fn limit_by_ip(
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map(|c| c.0.ip());
     let peer = crate::cluster::client_ip(request.headers(), connected, state.forward_token());
-    if let (Some(ip), Ok(intake)) = (peer, state.intake())
-        && let Err(err) = intake.limits().request_from(ip)
+    if let (Some(ip), Some(limits)) = (peer, state.rate_limits())
+        && let Err(err) = limits.request_from(ip)
     {
         return ApiError::from(err).into_response();
     }

@@ -25,6 +25,15 @@ struct Inner {
     /// The writer epoch's forwarding token ([`crate::cluster`]): requests carrying it name
     /// their client's address.
     forward_token: Option<String>,
+    /// A node that does not write: the books it reads and its own per-address limits.
+    reads: Option<Reads>,
+}
+
+/// What a node that does not write serves reads with ([`AppState::reading`]).
+#[derive(Debug)]
+struct Reads {
+    books: crate::books::Books,
+    limits: crate::limits::RateLimits,
 }
 
 impl AppState {
@@ -39,6 +48,7 @@ impl AppState {
                 metrics: super::metrics::Metrics::default(),
                 explorer: ExplorerConfig::default(),
                 forward_token: None,
+                reads: None,
             }),
         }
     }
@@ -53,6 +63,7 @@ impl AppState {
                 metrics: super::metrics::Metrics::default(),
                 explorer: ExplorerConfig::default(),
                 forward_token: None,
+                reads: None,
             }),
         }
     }
@@ -67,8 +78,23 @@ impl AppState {
                 metrics: super::metrics::Metrics::default(),
                 explorer: ExplorerConfig::default(),
                 forward_token: None,
+                reads: None,
             }),
         }
+    }
+
+    /// The state of a node that does not write (a standby): it serves the reads of the books
+    /// alone ([`super::explorer::book_routes`]) from `books`, limiting each client address by
+    /// `limits` as the writer does; everything else it forwards.
+    pub fn reading(books: crate::books::Books, limits: crate::limits::RateConfig) -> Self {
+        let mut state = Self::new();
+        if let Some(inner) = Arc::get_mut(&mut state.inner) {
+            inner.reads = Some(Reads {
+                books,
+                limits: crate::limits::RateLimits::new(limits),
+            });
+        }
+        state
     }
 
     /// The background sweeps of a serving exchange ([`crate::sweeps::run_sweeps`]); pending
@@ -117,6 +143,25 @@ impl AppState {
     /// sweeps and for tests that drive them.
     pub fn serving(&self) -> Option<&Intake> {
         self.inner.intake.as_ref()
+    }
+
+    /// The books: the intake's, or those of a node serving reads; else the 503 of a server
+    /// without books.
+    pub(crate) fn books(&self) -> Result<&crate::books::Books, ApiError> {
+        match (&self.inner.intake, &self.inner.reads) {
+            (Some(intake), _) => Ok(intake.books()),
+            (None, Some(reads)) => Ok(&reads.books),
+            (None, None) => self.intake().map(|intake| intake.books()),
+        }
+    }
+
+    /// The per-address request limits: the intake's, or those of a node serving reads.
+    pub(super) fn rate_limits(&self) -> Option<&crate::limits::RateLimits> {
+        match (&self.inner.intake, &self.inner.reads) {
+            (Some(intake), _) => Some(intake.limits()),
+            (None, Some(reads)) => Some(&reads.limits),
+            (None, None) => None,
+        }
     }
 
     /// The intake path, or the 503 a server without books answers.

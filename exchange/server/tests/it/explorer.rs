@@ -930,3 +930,77 @@ async fn a_continuation_goes_to_the_prefix_holder_and_its_page_names_the_hit() {
     assert!(page.contains("held by the chosen bundle"), "{page}");
     assert!(page.contains("prefix_miss"), "{page}");
 }
+
+/// `GET path` as JSON on `router`, from `client`'s address.
+async fn json_from(router: &Router, path: &str, client: [u8; 4]) -> (StatusCode, Value) {
+    let mut request = Request::get(path)
+        .header(header::ACCEPT, "application/json")
+        .body(Body::empty())
+        .unwrap();
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            client, 40_000,
+        ))));
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// A node that does not write (a standby) serves the pages read from the books alone from its
+/// own connection — the same answers as the writer's — under its own per-address limits, and
+/// has no route for a page the writer's engine holds (its forwarder takes those).
+#[tokio::test]
+async fn a_node_that_does_not_write_serves_the_books_pages_as_the_writer_does() {
+    let (w, [settled, _, _], _) = market().await;
+    let reading = |limits| {
+        cx_exchange_server::api::reads(
+            AppState::reading(w.books.clone(), limits)
+                .with_chain_explorers([(CHAIN, "https://scan.example/".to_owned())]),
+        )
+    };
+    let reads = reading(Default::default());
+    let job = format!("/explorer/jobs/{settled}");
+    for path in [
+        "/explorer",
+        "/explorer/jobs",
+        "/explorer/jobs?status=settled",
+        job.as_str(),
+        "/explorer/batches",
+        "/explorer/batches/1",
+        "/explorer/providers",
+        "/explorer/accounts",
+    ] {
+        let (status, from_writer) = w.json(path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {from_writer}");
+        let (status, read_here) = json_from(&reads, path, [10, 0, 0, 1]).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {read_here}");
+        assert_eq!(read_here, from_writer, "{path}");
+    }
+    let (status, refused) = json_from(&reads, "/explorer/jobs?status=nope", [10, 0, 0, 1]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    for engine in ["/explorer/markets", "/v1/market", "/explorer/accounts/0x00"] {
+        let (status, _) = json_from(&reads, engine, [10, 0, 0, 1]).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{engine}");
+    }
+    // Its own limits per address: past the burst, 429; another address is not held back.
+    let strict = reading(cx_exchange_server::limits::RateConfig {
+        ip_per_s: 1,
+        ip_burst: 2,
+        ..Default::default()
+    });
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(json_from(&strict, "/explorer/jobs", [10, 0, 0, 2]).await.0);
+    }
+    assert!(
+        statuses.contains(&StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    let (status, _) = json_from(&strict, "/explorer/jobs", [10, 0, 0, 3]).await;
+    assert_eq!(status, StatusCode::OK);
+}

@@ -39,6 +39,17 @@ const STAKE_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2
 
 /// The explorer's routes, to merge into the exchange's router (they share its [`AppState`]).
 pub fn routes() -> Router<AppState> {
+    book_routes()
+        .route("/explorer/providers/{key_hash}", get(provider))
+        .route("/explorer/markets", get(markets))
+        .route("/explorer/accounts/{address}", get(account))
+        .route("/explorer/{*rest}", get(unknown))
+}
+
+/// The pages read from the books alone — no matching engine, no chain — which any node with a
+/// connection to the database serves itself ([`AppState::reading`]): the writer's engine holds
+/// the rest (live bundles, quotes, preferences).
+pub fn book_routes() -> Router<AppState> {
     Router::new()
         .route("/explorer", get(index))
         .route("/explorer/", get(index))
@@ -47,11 +58,7 @@ pub fn routes() -> Router<AppState> {
         .route("/explorer/batches", get(batches))
         .route("/explorer/batches/{id}", get(batch))
         .route("/explorer/providers", get(providers))
-        .route("/explorer/providers/{key_hash}", get(provider))
-        .route("/explorer/markets", get(markets))
         .route("/explorer/accounts", get(accounts))
-        .route("/explorer/accounts/{address}", get(account))
-        .route("/explorer/{*rest}", get(unknown))
 }
 
 /// How a request wants its answer.
@@ -136,7 +143,7 @@ fn not_found(what: &str) -> ApiError {
 
 async fn index(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let result = async {
-        let pool = state.intake()?.books().pool();
+        let pool = state.books()?.pool();
         let statuses = queries::jobs::status_counts(pool).await?;
         let recent = queries::jobs::list(
             pool,
@@ -169,7 +176,7 @@ async fn jobs(
     let result = async {
         let Query(query) = query.map_err(bad_query)?;
         let (filter, paging, before) = query.check()?;
-        let pool = state.intake()?.books().pool();
+        let pool = state.books()?.pool();
         if let Before::After(id) = before
             && !queries::jobs::exists(pool, id).await?
         {
@@ -192,7 +199,7 @@ async fn job(
 ) -> Response {
     let result = async {
         let id = params::job_id("id", &id)?;
-        let pool = state.intake()?.books().pool();
+        let pool = state.books()?.pool();
         let job = queries::jobs::detail(pool, id)
             .await?
             .ok_or_else(|| not_found("job"))?;
@@ -210,7 +217,7 @@ async fn batches(
     let result = async {
         let Query(query) = query.map_err(bad_query)?;
         let (paging, before) = query.check_numeric()?;
-        let pool = state.intake()?.books().pool();
+        let pool = state.books()?.pool();
         let (batches, more) = queries::settlement::list(pool, paging, before).await?;
         Ok(pages::batches::BatchesPage::new(
             batches,
@@ -230,7 +237,7 @@ async fn batch(
 ) -> Response {
     let result = async {
         let id = params::batch_id(&id)?;
-        let pool = state.intake()?.books().pool();
+        let pool = state.books()?.pool();
         let batch = queries::settlement::detail(pool, id)
             .await?
             .ok_or_else(|| not_found("batch"))?;
@@ -248,7 +255,7 @@ async fn providers(
     let result = async {
         let Query(query) = query.map_err(bad_query)?;
         let paging = query.check_paged()?;
-        let pool = state.intake()?.books().pool();
+        let pool = state.books()?.pool();
         let (providers, more) = queries::providers::list(pool, paging).await?;
         Ok(pages::providers::ProvidersPage {
             providers,
@@ -325,7 +332,7 @@ async fn accounts(
     let result = async {
         let Query(query) = query.map_err(bad_query)?;
         let paging = query.check_paged()?;
-        let pool = state.intake()?.books().pool();
+        let pool = state.books()?.pool();
         let (accounts, more) = queries::accounts::list(pool, paging).await?;
         Ok(pages::accounts::AccountsPage {
             accounts,
