@@ -80,7 +80,7 @@ impl Seat {
         format!("cx.{}_epoch", self.as_str())
     }
 
-    /// Reads the holder and whether it stopped renewing for `timeout`.
+    /// Reads the holder and whether it stopped renewing for [`LEASE_TIMEOUT`].
     async fn holder(self, conn: &mut PgConnection) -> Result<Option<(String, bool)>> {
         let stale = "now() - renewed_at > make_interval(secs => $1)";
         let query = match self {
