@@ -8,7 +8,11 @@
 //! dot product (`head_dim` adds, each waiting for the last). Here the batch's (row, head) pairs
 //! are the work items, and a score is [`LANES`] interleaved partial sums folded in the GEMM's
 //! fixed tree ([`crate::cpu`]): the compiler vectorises it, and its bits still depend only on
-//! the two vectors.
+//! the two vectors. Four keys' scores are computed side by side (four independent chains for
+//! the core to overlap), and a 64- or 128-wide head's weighted sum of the values stays in
+//! registers across the positions: 2.3–3.2× faster at one row and 1.6–1.7× at eight
+//! (`attend` of SmolLM2's 9/3 heads of 64 over 160–2048 positions, AMD EPYC, 2 threads), the
+//! same bits.
 //!
 //! # Why the bits do not depend on the batch
 //! One (row, head) item reads only its own query, its sequence's cache up to its position, and
@@ -92,51 +96,127 @@ pub fn attend(
             let (r, head) = (item / h, item % h);
             let row = &rows[r];
             let kv = head / group * hd;
-            let qh = &row.q[head * hd..][..hd];
-            scores.clear();
-            let mut max = f32::NEG_INFINITY;
-            for p in 0..row.visible {
-                let score = dot(qh, &row.keys[p * kv_width + kv..][..hd]) * scale;
-                max = max.max(score);
-                scores.push(score);
-            }
-            let mut sum = 0f32;
-            for s in scores.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
             // SAFETY: item (r, head) alone writes this head's part of row r; `out` stays
             // borrowed by the caller for the whole parallel loop.
             let o = unsafe { shared.part(r * q_width + head * hd, hd) };
-            o.fill(0.0);
-            for (p, s) in scores.iter().enumerate() {
-                let weight = s / sum;
-                let vp = &row.values[p * kv_width + kv..][..hd];
-                for (o, v) in o.iter_mut().zip(vp) {
-                    *o += weight * v;
-                }
-            }
+            attend_head(
+                &row.q[head * hd..][..hd],
+                |p| &row.keys[p * kv_width + kv..][..hd],
+                |p| &row.values[p * kv_width + kv..][..hd],
+                row.visible,
+                scale,
+                scores,
+                o,
+            );
         },
     );
     Ok(())
 }
 
-/// `a·b` as [`LANES`] interleaved partial sums (element `i` into lane `i % LANES`, each
-/// product rounded, then added), folded in the GEMM's tree.
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; LANES];
-    let (a_chunks, b_chunks) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let (a_rest, b_rest) = (a_chunks.remainder(), b_chunks.remainder());
-    for (a, b) in a_chunks.zip(b_chunks) {
-        for l in 0..LANES {
-            lanes[l] += a[l] * b[l];
+/// One query head `qh` over `visible` positions of its key/value head: the scores, their
+/// maximum, `exp` of each difference, their sum in position order, and `o` the weighted sum
+/// of the values in position order.
+#[inline(always)]
+fn attend_head<'c>(
+    qh: &[f32],
+    key: impl Fn(usize) -> &'c [f32],
+    value: impl Fn(usize) -> &'c [f32],
+    visible: usize,
+    scale: f32,
+    scores: &mut Vec<f32>,
+    o: &mut [f32],
+) {
+    scores.clear();
+    let mut max = f32::NEG_INFINITY;
+    let mut p = 0;
+    while p + SIDE_BY_SIDE <= visible {
+        for score in dots::<SIDE_BY_SIDE>(qh, std::array::from_fn(|i| key(p + i))) {
+            let score = score * scale;
+            max = max.max(score);
+            scores.push(score);
+        }
+        p += SIDE_BY_SIDE;
+    }
+    for p in p..visible {
+        let [score] = dots(qh, [key(p)]);
+        let score = score * scale;
+        max = max.max(score);
+        scores.push(score);
+    }
+    let mut sum = 0f32;
+    for s in scores.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    match o.len() {
+        64 => weighted::<64>(scores, sum, value, o),
+        128 => weighted::<128>(scores, sum, value, o),
+        _ => weighted_any(scores, sum, value, o),
+    }
+}
+
+/// Keys whose scores are computed side by side: independent chains of adds that the core
+/// overlaps (one score's chain is `head_dim / LANES` dependent adds), each score's own
+/// arithmetic unchanged.
+const SIDE_BY_SIDE: usize = 4;
+
+/// `a·b` for each `b` of `bs`, side by side: each as [`LANES`] interleaved partial sums
+/// (element `i` into lane `i % LANES`, each product rounded, then added), folded in the GEMM's
+/// tree. Its bits depend on `a` and that `b` alone, not on `N` nor on the others.
+#[inline(always)]
+fn dots<const N: usize>(a: &[f32], bs: [&[f32]; N]) -> [f32; N] {
+    let bs = bs.map(|b| &b[..a.len()]);
+    let mut lanes = [[0f32; LANES]; N];
+    let full = a.len() / LANES * LANES;
+    let mut c = 0;
+    while c < full {
+        let a: &[f32; LANES] = a[c..c + LANES].try_into().expect("a whole chunk");
+        for (lanes, b) in lanes.iter_mut().zip(&bs) {
+            let b: &[f32; LANES] = b[c..c + LANES].try_into().expect("a whole chunk");
+            for l in 0..LANES {
+                lanes[l] += a[l] * b[l];
+            }
+        }
+        c += LANES;
+    }
+    for (lanes, b) in lanes.iter_mut().zip(&bs) {
+        for (l, c) in (full..a.len()).enumerate() {
+            lanes[l] += a[c] * b[c];
         }
     }
-    for (l, (a, b)) in a_rest.iter().zip(b_rest).enumerate() {
-        lanes[l] += a * b;
+    lanes.map(|l| fold(&l))
+}
+
+/// `o = Σ_p (s_p / sum)·v_p` over the positions in order, for a head of `D` elements: the sum
+/// stays in registers across the positions; each element's additions are [`weighted_any`]'s,
+/// in the same order, so the bits are its bits.
+#[inline(always)]
+fn weighted<'v, const D: usize>(
+    scores: &[f32],
+    sum: f32,
+    value: impl Fn(usize) -> &'v [f32],
+    o: &mut [f32],
+) {
+    let mut acc = [0f32; D];
+    for (p, s) in scores.iter().enumerate() {
+        let weight = s / sum;
+        let v: &[f32; D] = value(p).try_into().expect("a head of D elements");
+        for e in 0..D {
+            acc[e] += weight * v[e];
+        }
     }
-    fold(&lanes)
+    o.copy_from_slice(&acc);
+}
+
+/// [`weighted`] for a head of any width.
+fn weighted_any<'v>(scores: &[f32], sum: f32, value: impl Fn(usize) -> &'v [f32], o: &mut [f32]) {
+    o.fill(0.0);
+    for (p, s) in scores.iter().enumerate() {
+        let weight = s / sum;
+        for (o, v) in o.iter_mut().zip(value(p)) {
+            *o += weight * v;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -151,12 +231,41 @@ mod tests {
         for i in 0..21 {
             lanes[i % LANES] += a[i] * b[i];
         }
-        assert_eq!(dot(&a, &b).to_bits(), fold(&lanes).to_bits());
+        let [one] = dots(&a, [&b]);
+        assert_eq!(one.to_bits(), fold(&lanes).to_bits());
         let exact: f64 = a
             .iter()
             .zip(&b)
             .map(|(a, b)| f64::from(*a) * f64::from(*b))
             .sum();
-        assert!((f64::from(dot(&a, &b)) - exact).abs() < 1e-5);
+        assert!((f64::from(one) - exact).abs() < 1e-5);
+    }
+
+    #[test]
+    fn side_by_side_each_dot_product_and_each_head_keeps_its_bits() {
+        let wave =
+            |n: usize, f: f32| -> Vec<f32> { (0..n).map(|i| (i as f32 * f + 0.3).sin()).collect() };
+        for len in [5, 8, 21, 64, 128] {
+            let a = wave(len, 0.37);
+            let bs: Vec<Vec<f32>> = (0..4).map(|j| wave(len, 0.5 + j as f32 * 0.11)).collect();
+            let four = dots::<4>(&a, std::array::from_fn(|j| bs[j].as_slice()));
+            for (j, b) in bs.iter().enumerate() {
+                assert_eq!(four[j].to_bits(), dots(&a, [b.as_slice()])[0].to_bits());
+            }
+        }
+        let scores = wave(37, 0.7).iter().map(|s| s.exp()).collect::<Vec<_>>();
+        let sum: f32 = scores.iter().sum();
+        for width in [64, 128] {
+            let values = wave(37 * width, 0.013);
+            let value = |p: usize| &values[p * width..][..width];
+            let (mut fixed, mut any) = (vec![1f32; width], vec![2f32; width]);
+            match width {
+                64 => weighted::<64>(&scores, sum, value, &mut fixed),
+                _ => weighted::<128>(&scores, sum, value, &mut fixed),
+            }
+            weighted_any(&scores, sum, value, &mut any);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fixed), bits(&any), "width {width}");
+        }
     }
 }
