@@ -16,7 +16,10 @@ fn main() -> Result<(), cx_kernels::Error> {
         kv_heads: 3,
         head_dim: 64,
     };
-    let (q_width, kv_width) = (heads.heads * heads.head_dim, heads.kv_heads * heads.head_dim);
+    let (q_width, kv_width) = (
+        heads.heads * heads.head_dim,
+        heads.kv_heads * heads.head_dim,
+    );
     let q: Vec<f32> = (0..rows * q_width)
         .map(|i| (i as f32 * 0.013).sin())
         .collect();

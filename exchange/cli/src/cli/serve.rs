@@ -283,7 +283,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let unfenced = Books::open(&database_url)
         .await
         .context("opening the books (--database-url or DATABASE_URL)")?;
-    let setup = Setup::load(&args)?;
+    let setup = Setup::load(&args, &unfenced)?;
     let limits = edge_limits(&args);
     let service_edge = match &config {
         Some(config) => service::Edge::Https(config.clone()),
@@ -364,11 +364,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 struct Setup {
     chains: Vec<cx_contracts::ChainDeployment>,
     identity: std::sync::Arc<cx_protocol::pq::Identity>,
-    settlement: Option<SettlementConfig>,
+    /// `--settlement` and what it holds.
+    settlement: Option<(PathBuf, SettlementConfig)>,
 }
 
 impl Setup {
-    fn load(args: &Args) -> anyhow::Result<Self> {
+    /// Reads them, and checks that a settlement loop can start from them over `books` (its keys
+    /// read, its chains known): a node that could never settle says so now, not each time it
+    /// takes the duty.
+    fn load(args: &Args, books: &Books) -> anyhow::Result<Self> {
         let chains = match (&args.deployments, Path::new(DEFAULT_DEPLOYMENTS).exists()) {
             (Some(path), _) => {
                 DeploymentsFile::load(path)
@@ -392,10 +396,19 @@ impl Setup {
         );
         let settlement = match &args.settlement {
             None => None,
-            Some(path) => Some(
-                SettlementConfig::load(path)
-                    .with_context(|| format!("--settlement {}", path.display()))?,
-            ),
+            Some(path) => {
+                let config = SettlementConfig::load(path)
+                    .with_context(|| format!("--settlement {}", path.display()))?;
+                Settler::new(
+                    books.clone(),
+                    &config,
+                    &chains,
+                    identity.clone(),
+                    args.settle_margin_s,
+                )
+                .with_context(|| format!("--settlement {}", path.display()))?;
+                Some((path.clone(), config))
+            }
         };
         Ok(Self {
             chains,
@@ -428,7 +441,7 @@ impl Setup {
                     duties.push((Duty::Watch, start));
                 }
                 Duty::Settlement => {
-                    let Some(config) = self.settlement.clone() else {
+                    let Some((_, config)) = self.settlement.clone() else {
                         continue;
                     };
                     let (chains, identity) = (self.chains.clone(), self.identity.clone());
@@ -581,8 +594,7 @@ async fn writer(
     // The API's settler (claims, tabs' closing); its loop is the settlement duty's.
     let settler = match settlement {
         None => None,
-        Some(config) => {
-            let path = args.settlement.as_deref().unwrap_or(Path::new(""));
+        Some((path, config)) => {
             let settler = Settler::new(
                 books.clone(),
                 &config,
