@@ -1,6 +1,7 @@
 //! The pool the books are kept in, opened and migrated, and the conversions every table's
 //! statements share (wei as `NUMERIC` text, unsigned ids as `BIGINT`, constraint names).
 
+use super::lease::{Lease, Seat};
 use crate::error::Result;
 use cx_protocol::workload::WorkloadKind;
 use sqlx::Postgres;
@@ -44,15 +45,15 @@ impl Books {
         Self::open_with(database_url, None, MAX_CONNECTIONS).await
     }
 
-    /// [`Books::open`] for the node holding `lease` ([`super::Lease`]): every connection is
+    /// [`Books::open`] for the node holding `lease` ([`Lease`]): every connection is
     /// tagged with its seat's epoch, so once another node takes the lease the database refuses
     /// this one's writes to the tables that seat fences. Open after the lease is taken: what was
     /// in flight before is the previous holder's. A duty's books keep a few connections (a duty
     /// makes one pass at a time).
-    pub async fn open_fenced(database_url: &str, lease: &super::Lease) -> Result<Self> {
+    pub async fn open_fenced(database_url: &str, lease: &Lease) -> Result<Self> {
         let connections = match lease.seat() {
-            super::Seat::Writer => MAX_CONNECTIONS,
-            super::Seat::Duty(_) => DUTY_CONNECTIONS,
+            Seat::Writer => MAX_CONNECTIONS,
+            Seat::Duty(_) => DUTY_CONNECTIONS,
         };
         Self::open_with(
             database_url,
