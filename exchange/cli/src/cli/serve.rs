@@ -396,25 +396,39 @@ impl Setup {
         );
         let settlement = match &args.settlement {
             None => None,
-            Some(path) => {
-                let config = SettlementConfig::load(path)
-                    .with_context(|| format!("--settlement {}", path.display()))?;
-                Settler::new(
-                    books.clone(),
-                    &config,
-                    &chains,
-                    identity.clone(),
-                    args.settle_margin_s,
-                )
-                .with_context(|| format!("--settlement {}", path.display()))?;
-                Some((path.clone(), config))
-            }
+            Some(path) => Some((
+                path.clone(),
+                SettlementConfig::load(path)
+                    .with_context(|| format!("--settlement {}", path.display()))?,
+            )),
         };
-        Ok(Self {
+        let setup = Self {
             chains,
             identity,
             settlement,
-        })
+        };
+        setup.settler(books.clone(), args.settle_margin_s)?;
+        Ok(setup)
+    }
+
+    /// A settler over `books` from `--settlement`, with its configuration (`None` without it).
+    fn settler(
+        &self,
+        books: Books,
+        settle_margin_s: u64,
+    ) -> anyhow::Result<Option<(Settler, &SettlementConfig)>> {
+        let Some((path, config)) = &self.settlement else {
+            return Ok(None);
+        };
+        let settler = Settler::new(
+            books,
+            config,
+            &self.chains,
+            self.identity.clone(),
+            settle_margin_s,
+        )
+        .with_context(|| format!("--settlement {}", path.display()))?;
+        Ok(Some((settler, config)))
     }
 
     /// What this node runs of `--duties` while it holds their leases: the watchers where it
@@ -568,10 +582,12 @@ async fn writer(
                 .with_context(|| format!("--bundles {}: bundle {id}", path.display()))?;
         }
     }
+    // The API's settler (claims, tabs' closing); its loop is the settlement duty's.
+    let settler = setup
+        .settler(books.clone(), args.settle_margin_s)?
+        .map(|(settler, config)| (std::sync::Arc::new(settler), config.clone()));
     let Setup {
-        chains,
-        identity,
-        settlement,
+        chains, identity, ..
     } = setup;
     let identity_hash = identity.id();
     let bundles = market.bundles().len();
@@ -591,21 +607,6 @@ async fn writer(
     .with_rate_limits(rate_config(&args))
     .with_max_in_flight(args.max_in_flight)
     .with_store_quota_bytes(args.store_quota_bytes);
-    // The API's settler (claims, tabs' closing); its loop is the settlement duty's.
-    let settler = match settlement {
-        None => None,
-        Some((path, config)) => {
-            let settler = Settler::new(
-                books.clone(),
-                &config,
-                &chains,
-                identity.clone(),
-                args.settle_margin_s,
-            )
-            .with_context(|| format!("--settlement {}", path.display()))?;
-            Some((std::sync::Arc::new(settler), config))
-        }
-    };
 
     println!("cx serve: the exchange is listening");
     println!("  url        {url}");
