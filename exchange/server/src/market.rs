@@ -39,7 +39,23 @@ pub struct Market {
     /// provider committed A then B but applied to the engine B then A would leave A's
     /// withdrawn bundles live in the engine, out of the books' reach until a restart.
     offers: tokio::sync::Mutex<()>,
+    /// Each bundle's fellows under one on-chain identity, as the books last said: read once per
+    /// bundle instead of once per verification run placed. Only a registration changes them,
+    /// and every registration goes through this market, which forgets them then.
+    identities: Mutex<Identities>,
 }
+
+/// [`Market::same_identity_bundles`]' memory: the groups read since the last registration,
+/// and how many registrations there were (a read that straddles one is not kept).
+#[derive(Debug, Default)]
+struct Identities {
+    generation: u64,
+    groups: HashMap<String, std::sync::Arc<[String]>>,
+}
+
+/// Bundles whose identity groups are kept at most; past it the memory starts over (the books
+/// have them all).
+const IDENTITIES_KEPT: usize = 100_000;
 
 impl Market {
     /// A market over `catalog` with no bundles yet.
@@ -54,6 +70,7 @@ impl Market {
             median_flops_per_s: std::sync::atomic::AtomicU64::new(0),
             policy: Default::default(),
             offers: tokio::sync::Mutex::new(()),
+            identities: Mutex::default(),
         })
     }
 
@@ -79,6 +96,7 @@ impl Market {
                 preferences.restore(*account, parts, *observations);
             }
         }
+        self.forget_identities();
         let bundles = books.bundles().await?;
         let mut engine = Engine::new(*self.engine_read().weights())?;
         for bundle in bundles {
@@ -94,6 +112,7 @@ impl Market {
     pub async fn register(&self, books: &Books, bundle: Bundle) -> Result<()> {
         bundle.validate().map_err(|e| e.within("bundle"))?;
         books.upsert_bundle(&bundle).await?;
+        self.forget_identities();
         self.engine
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -122,6 +141,7 @@ impl Market {
         let withdrawn = books
             .register_provider(provider, token_hash, offer, &bundles)
             .await?;
+        self.forget_identities();
         {
             let mut engine = self.engine.write().unwrap_or_else(|e| e.into_inner());
             for id in &withdrawn {
@@ -135,6 +155,39 @@ impl Market {
             }
         }
         self.reopen()
+    }
+
+    /// Every bundle of the same on-chain identity as bundle `id` (its provider's key, or its
+    /// payout address), from [`Books::same_identity_bundles`] once per registration.
+    pub async fn same_identity_bundles(
+        &self,
+        books: &Books,
+        id: &str,
+    ) -> Result<std::sync::Arc<[String]>> {
+        let generation = {
+            let identities = self.identities.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(group) = identities.groups.get(id) {
+                return Ok(group.clone());
+            }
+            identities.generation
+        };
+        let group: std::sync::Arc<[String]> = books.same_identity_bundles(id).await?.into();
+        let mut identities = self.identities.lock().unwrap_or_else(|e| e.into_inner());
+        // A registration committed while the books were read may have changed the group.
+        if identities.generation == generation {
+            if identities.groups.len() >= IDENTITIES_KEPT {
+                identities.groups.clear();
+            }
+            identities.groups.insert(id.to_owned(), group.clone());
+        }
+        Ok(group)
+    }
+
+    /// A registration was written to the books: the identity groups read before it may be stale.
+    fn forget_identities(&self) {
+        let mut identities = self.identities.lock().unwrap_or_else(|e| e.into_inner());
+        identities.generation += 1;
+        identities.groups.clear();
     }
 
     /// Takes the bundles `ids` out of the engine (their provider went silent); the books keep

@@ -2,6 +2,7 @@
 //! is either wholly in the books (nonce spent, tab held, job and its first event written) or not
 //! at all.
 
+use super::accepts::{Row, accept_rows};
 use super::store::constraint;
 use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
@@ -79,10 +80,11 @@ impl Books {
     /// Accepts an order and its job atomically: the nonce is spent, the tab held and the job
     /// written, or nothing is (a replayed nonce, an overspent tab, …: the error says which).
     ///
-    /// One statement, one round trip: the tab hold is a conditional UPDATE (concurrent holds
-    /// serialise on the row and PostgreSQL re-checks the condition against the committed row, so
-    /// no two can take more than the tab holds); the order, the job and its first event are
-    /// inserted only if the hold took; a reused nonce fails the whole statement, hold included.
+    /// One statement, shared with the orders that arrive meanwhile ([`super::accepts`]): the tab
+    /// hold is a conditional UPDATE (concurrent holds serialise on the row and PostgreSQL
+    /// re-checks the condition against the committed row, so no two can take more than the tab
+    /// holds); the order, the job and its first event are inserted only if the hold took; a
+    /// reused nonce writes nothing of the order, hold included.
     pub async fn accept(&self, order: &NewOrder, job: &NewJob) -> Result<()> {
         self.accept_with_runs(order, job, &[]).await
     }
@@ -96,13 +98,10 @@ impl Books {
         job: &NewJob,
         runs: &[NewRun],
     ) -> Result<()> {
-        // One statement is one transaction: no BEGIN and COMMIT round trips around it.
-        let mut conn = self.pool.acquire().await?;
-        if let Some(total_wei) = self.accept_in(&mut conn, order, job, runs).await? {
-            // Released before asking why: a second connection per waiting caller could exhaust
-            // the pool under a burst of intents.
-            drop(conn);
-            return Err(self.why_not(order, job, total_wei).await?);
+        let row = Row::new(order, job, runs)?;
+        let took = self.group.accept(&self.pool, row).await;
+        if !took.map_err(|e| accept_error(e, order.nonce))? {
+            return Err(self.why_not(order, job, total_held(job, runs)?).await?);
         }
         Ok(())
     }
@@ -152,9 +151,9 @@ impl Books {
         .await
     }
 
-    /// The order, the job, its runs and their hold, in one statement on `conn` (alone, its own
-    /// transaction; in the caller's transaction, committed or dropped with whatever else it
-    /// holds). `Some(total)` when the tab could not hold the `total` wei (nothing written).
+    /// The order, the job, its runs and their hold, in one statement on `conn` (in the caller's
+    /// transaction, committed or dropped with whatever else it holds). `Some(total)` when the
+    /// tab could not hold the `total` wei (nothing written).
     async fn accept_in(
         &self,
         conn: &mut PgConnection,
@@ -162,44 +161,11 @@ impl Books {
         job: &NewJob,
         runs: &[NewRun],
     ) -> Result<Option<u128>> {
-        let total_wei = total_held(job, runs)?;
-        let sql = format!(
-            "WITH {TAB_HOLD}, \
-             gate AS ( \
-                 INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body, \
-                                              limit_wei) \
-                 SELECT $2, $25, $3, $4, $26::numeric, $27::jsonb, $28::numeric \
-                 WHERE EXISTS (SELECT 1 FROM hold) \
-                 RETURNING digest), \
-             {JOB_WITH_RUNS} \
-             SELECT count(*) FROM hold"
-        );
-        let done: Result<(i64,), sqlx::Error> = bind_job_with_runs(
-            sqlx::query_as(&sql),
-            order.digest,
-            order.account,
-            order.chain_id,
-            job,
-            runs,
-            None,
-        )?
-        .bind(order.kind)
-        .bind(order.nonce.to_string())
-        .bind(order.body.to_string())
-        .bind(order.limit_wei.map(wei_text))
-        .fetch_one(&mut *conn)
-        .await;
-        match done {
-            // Once the hold took every part wrote (PostgreSQL runs each part of a WITH to its
-            // end, read or not), or the statement failed whole.
-            Ok((1,)) => Ok(None),
-            Ok(_) => Ok(Some(total_wei)),
-            Err(err) => Err(match constraint(&err) {
-                Some("exchange_orders_nonce_unique") => Error::NonceReused { nonce: order.nonce },
-                Some("exchange_orders_pkey") | Some("exchange_jobs_pkey") => Error::OrderExists,
-                _ => err.into(),
-            }),
-        }
+        let row = Row::new(order, job, runs)?;
+        let took = accept_rows(conn, &[&row])
+            .await
+            .map_err(|e| accept_error(e, order.nonce))?;
+        Ok((!took[0]).then_some(total_held(job, runs)?))
     }
 
     /// Expires every unfinished job whose deadline passed before `now_s`: its hold returns to its
@@ -392,6 +358,15 @@ fn ids(rows: Vec<(Vec<u8>,)>) -> Result<Vec<B256>> {
         .collect()
 }
 
+/// The error of an order's statement alone: a reused nonce and an order accepted before by name.
+fn accept_error(err: sqlx::Error, nonce: u64) -> Error {
+    match constraint(&err) {
+        Some("exchange_orders_nonce_unique") => Error::NonceReused { nonce },
+        Some("exchange_orders_pkey") | Some("exchange_jobs_pkey") => Error::OrderExists,
+        _ => err.into(),
+    }
+}
+
 /// What a job and its runs hold together, wei.
 pub(super) fn total_held(job: &NewJob, runs: &[NewRun]) -> Result<u128> {
     runs.iter()
@@ -412,8 +387,8 @@ pub(super) const TAB_HOLD: &str = "\
         RETURNING 1)";
 
 /// The parts of a statement that write a job, its first event, its verification runs and
-/// theirs, once the statement's `gate` part (defined before them: the tab hold and the order,
-/// or the session's spend) returned a row. The parts of one statement do not see each other's
+/// theirs, once the statement's `gate` part (defined before them: a session's spend) returned
+/// a row; an intent's are written with others' ([`super::accepts`]). The parts of one statement do not see each other's
 /// rows, so the runs copy the job's columns from the parameters (the foreign keys, checked at
 /// the statement's end, do see them). Parameters of [`bind_job_with_runs`].
 pub(super) const JOB_WITH_RUNS: &str = "\

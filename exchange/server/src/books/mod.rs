@@ -8,6 +8,7 @@
 //! it, they never open connections of their own (the settlement coordinator's outbox gets this
 //! pool, on the same migrated database).
 
+mod accepts;
 mod adapters;
 mod bindings;
 mod bundles;

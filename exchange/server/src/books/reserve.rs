@@ -169,6 +169,22 @@ impl Books {
         Ok(true)
     }
 
+    /// The tabs `(chain_id, escrow_id)` with a reserve not ended at `now_s`, whatever its state:
+    /// the only tabs whose intents may draw on one.
+    pub async fn reserve_tabs(&self, now_s: u64) -> Result<Vec<(u64, u64)>> {
+        let rows: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT DISTINCT chain_id, escrow_id FROM exchange_standing_orders \
+             WHERE kind = 'reserve' AND ends_s > $1",
+        )
+        .bind(to_i64(now_s, "time")?)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(chain, escrow)| (chain as u64, escrow as u64))
+            .collect())
+    }
+
     /// The committed reserves of `account`'s tab `(chain_id, escrow_id)` whose window holds
     /// `now_s`, soonest end first: what its intents draw on.
     pub async fn drawable_reserves(

@@ -35,6 +35,8 @@ pub struct Books {
     /// When this process opened the books, unix seconds on the database's clock: what an
     /// earlier process left in flight is what changed before it.
     pub(super) opened_at_s: f64,
+    /// Intents waiting to be written together ([`super::accepts`]).
+    pub(super) group: std::sync::Arc<super::accepts::Group>,
 }
 
 impl Books {
@@ -115,7 +117,11 @@ impl Books {
         let opened_at_s = sqlx::query_scalar("SELECT extract(epoch FROM now())::float8")
             .fetch_one(&pool)
             .await?;
-        Ok(Self { pool, opened_at_s })
+        Ok(Self {
+            pool,
+            opened_at_s,
+            group: Default::default(),
+        })
     }
 
     /// The pool, for the settlement coordinator's store, which keeps its outbox in these books.

@@ -157,6 +157,11 @@ impl Intake {
             },
             limit_wei: None,
         };
+        if T::KIND == cx_protocol::order::Kind::Reserve {
+            self.reserve_tabs
+                .add(self.books(), (signed.chain_id, escrow_id), now_s)
+                .await?;
+        }
         self.books()
             .accept_standing(
                 &order,

@@ -28,6 +28,7 @@ pub struct Intake {
     pub(super) in_flight: Option<crate::limits::InFlight>,
     pub(super) store_quota_bytes: u64,
     pub(super) router: crate::task_router::TaskRouter,
+    pub(super) reserve_tabs: super::reserve::ReserveTabs,
 }
 
 /// A provider that has not re-registered its offer for this long leaves the engine (offers are
@@ -64,6 +65,7 @@ impl Intake {
             in_flight: crate::limits::InFlight::new(crate::limits::MAX_IN_FLIGHT),
             store_quota_bytes: crate::books::DEFAULT_STORE_QUOTA_BYTES,
             router: Default::default(),
+            reserve_tabs: Default::default(),
         }
     }
 

@@ -78,9 +78,13 @@ impl Intake {
     /// `taken`.
     async fn take(&self, taken: &mut Taken, id: &str) -> Result<()> {
         if !taken.excluded.contains(id) {
-            taken
-                .excluded
-                .extend(self.books().same_identity_bundles(id).await?);
+            taken.excluded.extend(
+                self.market()
+                    .same_identity_bundles(self.books(), id)
+                    .await?
+                    .iter()
+                    .cloned(),
+            );
         }
         if let Some(operator) = self.market().operator_of(id) {
             taken.operators.insert(operator);

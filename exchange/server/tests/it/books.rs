@@ -6,7 +6,8 @@ use crate::common::{TestDb, with_database};
 use alloy::primitives::{Address, B256};
 use cx_exchange_server::Error;
 use cx_exchange_server::books::{
-    Books, JobStatus, NewJob, NewOrder, StandingTerms, StoredBinding, TabEvent, database_url,
+    Books, JobStatus, NewJob, NewOrder, NewRun, StandingTerms, StoredBinding, TabEvent,
+    database_url,
 };
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
@@ -161,6 +162,65 @@ async fn concurrent_intents_never_hold_more_than_the_tab() {
     assert_eq!(count(&books, "exchange_jobs").await, 33);
     // A refused order leaves no row behind: its nonce is still free.
     assert_eq!(count(&books, "exchange_orders").await, 33);
+}
+
+#[tokio::test]
+async fn orders_written_together_each_get_their_own_answer_and_write_all_or_nothing() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    // 20 tabs of 100 wei, 200 concurrent orders of 30 wei (a job of 20 and its run of 10), ten
+    // on each tab, so three fit on each; every seventh reuses the nonce of the order before it.
+    for tab in 1..=20 {
+        open_tab(&books, tab, 100, 1_000).await;
+    }
+    let tasks: Vec<_> = (0..200u64)
+        .map(|i| {
+            let books = books.clone();
+            tokio::spawn(async move {
+                let o = order(if i % 7 == 6 { i - 1 } else { i }, 1_000 + i);
+                let run = NewRun {
+                    id: B256::from(cx_protocol::replica::run_job_id(o.digest.0, 1)),
+                    run: 1,
+                    bundle_id: "b2".into(),
+                    held_wei: 10,
+                    decision: serde_json::json!({"chosen": "b2"}),
+                };
+                let tab = 1 + i % 20;
+                (
+                    tab,
+                    books.accept_with_runs(&o, &job(&o, tab, 20), &[run]).await,
+                )
+            })
+        })
+        .collect();
+    let mut accepted = std::collections::HashMap::<u64, i64>::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            (tab, Ok(())) => *accepted.entry(tab).or_default() += 1,
+            (_, Err(Error::TabOverspent { needed_wei: 30, .. } | Error::NonceReused { .. })) => {}
+            (_, Err(other)) => panic!("{other}"),
+        }
+    }
+    assert_eq!(accepted.values().sum::<i64>(), 60);
+    for tab in 1..=20 {
+        assert_eq!(accepted[&tab], 3, "tab {tab}");
+        let held = books.tab(CHAIN, tab).await.unwrap().unwrap().held_wei;
+        assert_eq!(held, 90, "tab {tab}");
+    }
+    // Each accepted order wrote itself, its job, its run and their two events; nothing else.
+    assert_eq!(count(&books, "exchange_orders").await, 60);
+    assert_eq!(count(&books, "exchange_jobs").await, 120);
+    assert_eq!(count(&books, "exchange_job_events").await, 120);
+    let runs: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM exchange_jobs r JOIN exchange_jobs j ON j.id = r.verifies \
+         JOIN exchange_job_events e ON e.job_id = r.id \
+         WHERE r.run = 1 AND r.escrow_id = j.escrow_id AND r.order_digest = j.order_digest \
+           AND e.detail ->> 'verifies' = '0x' || encode(j.id, 'hex')",
+    )
+    .fetch_one(books.pool())
+    .await
+    .unwrap();
+    assert_eq!(runs, 60);
 }
 
 #[tokio::test]
