@@ -133,9 +133,20 @@ pub fn explain_kept<'a>(
 /// One feasible bundle as the walk ranks it.
 struct Fit<'a> {
     score: f64,
-    distance: u64,
+    /// Its consistent-hash distance from the job's key, computed when the ranking first needs
+    /// it (only to break an exact tie of scores: hashing every bundle's ring points was most of
+    /// a decision's cost).
+    distance: std::cell::OnceCell<u64>,
     id: &'a str,
     terms: Terms,
+}
+
+impl Fit<'_> {
+    fn distance(&self, key: u64) -> u64 {
+        *self
+            .distance
+            .get_or_init(|| affinity_distance(key, self.id))
+    }
 }
 
 /// One refused bundle as the walk found it: its binding factor (infinite when categorical)
@@ -149,6 +160,8 @@ struct Miss<'a> {
 
 /// Every candidate judged, nothing yet written out.
 struct Walked<'a> {
+    /// The job's affinity key's hash.
+    key: u64,
     fits: Vec<Fit<'a>>,
     misses: Vec<Miss<'a>>,
 }
@@ -162,6 +175,7 @@ fn walk<'a>(
 ) -> Walked<'a> {
     let key = hash64(job.affinity_key());
     let mut walked = Walked {
+        key,
         fits: Vec::new(),
         misses: Vec::new(),
     };
@@ -174,7 +188,7 @@ fn walk<'a>(
                         Policy::ResidencyAware => terms.total,
                         Policy::CheapestCapable => terms.compute,
                     },
-                    distance: affinity_distance(key, id),
+                    distance: std::cell::OnceCell::new(),
                     id,
                     terms,
                 });
@@ -200,8 +214,14 @@ impl Walked<'_> {
         order: impl Fn(&Miss<'_>, &Miss<'_>) -> Ordering,
     ) -> Decision {
         let (feasible_total, rejected_total) = (self.fits.len(), self.misses.len());
+        let key = self.key;
         let by_rank = |a: &Fit<'_>, b: &Fit<'_>| {
-            rank((a.score, a.distance, a.id), (b.score, b.distance, b.id))
+            a.score.total_cmp(&b.score).then_with(|| {
+                rank(
+                    (a.score, a.distance(key), a.id),
+                    (b.score, b.distance(key), b.id),
+                )
+            })
         };
         // The choice is the first feasible bundle whatever is kept.
         keep_first(&mut self.fits, keep.max(1), by_rank);
