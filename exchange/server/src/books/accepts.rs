@@ -15,9 +15,6 @@
 //! a statement ran form the next group. The groups are written on tasks of their own, so a
 //! caller that goes away does not take with it the answers of the others in its group.
 
-use super::jobs::{NewJob, NewOrder, NewRun, total_held};
-use super::store::{to_i64, wei_text};
-use crate::error::Result;
 use sqlx::{PgConnection, PgPool};
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -30,79 +27,41 @@ const WRITERS: usize = 4;
 /// Orders in one statement at most.
 const GROUP: usize = 64;
 
-/// One order, its job and its runs, as the statement binds them.
+/// One order, its job and its runs, as the statement binds them ([`super::jobs`] makes it).
 #[derive(Debug)]
 pub(super) struct Row {
     /// `(chain id, escrow id)`: the tab the row holds on.
-    tab: (i64, i64),
-    nonce: String,
-    digest: Vec<u8>,
-    kind: &'static str,
-    account: Vec<u8>,
-    body: String,
-    limit_wei: Option<String>,
-    job_id: Vec<u8>,
-    model: String,
-    status: &'static str,
-    bundle_id: Option<String>,
-    held_wei: String,
-    decision: String,
-    deadline_s: i64,
-    adapter: Option<String>,
-    request: String,
-    workload: &'static str,
-    needed_until_s: i64,
-    total_wei: String,
-    jobs: i32,
-    runs: Vec<RunRow>,
+    pub(super) tab: (i64, i64),
+    pub(super) nonce: String,
+    pub(super) digest: Vec<u8>,
+    pub(super) kind: &'static str,
+    pub(super) account: Vec<u8>,
+    pub(super) body: String,
+    pub(super) limit_wei: Option<String>,
+    pub(super) job_id: Vec<u8>,
+    pub(super) model: String,
+    pub(super) status: &'static str,
+    pub(super) bundle_id: Option<String>,
+    pub(super) held_wei: String,
+    pub(super) decision: String,
+    pub(super) deadline_s: i64,
+    pub(super) adapter: Option<String>,
+    pub(super) request: String,
+    pub(super) workload: &'static str,
+    pub(super) needed_until_s: i64,
+    pub(super) total_wei: String,
+    pub(super) jobs: i32,
+    pub(super) runs: Vec<RunRow>,
 }
 
+/// One verification run of a [`Row`]'s job.
 #[derive(Debug)]
-struct RunRow {
-    id: Vec<u8>,
-    bundle_id: String,
-    held_wei: String,
-    decision: String,
-    run: i16,
-}
-
-impl Row {
-    pub(super) fn new(order: &NewOrder, job: &NewJob, runs: &[NewRun]) -> Result<Self> {
-        let chain_id = to_i64(order.chain_id, "chain id")?;
-        let escrow_id = to_i64(job.escrow_id, "escrow id")?;
-        Ok(Self {
-            tab: (chain_id, escrow_id),
-            nonce: order.nonce.to_string(),
-            digest: order.digest.to_vec(),
-            kind: order.kind,
-            account: order.account.to_vec(),
-            body: order.body.to_string(),
-            limit_wei: order.limit_wei.map(wei_text),
-            job_id: job.id.to_vec(),
-            model: job.model.clone(),
-            status: job.status.as_str(),
-            bundle_id: job.bundle_id.clone(),
-            held_wei: wei_text(job.held_wei),
-            decision: job.decision.to_string(),
-            deadline_s: to_i64(job.deadline_s, "deadline")?,
-            adapter: job.adapter.clone(),
-            request: job.workload.request_value().to_string(),
-            workload: job.workload.kind().as_str(),
-            needed_until_s: to_i64(job.needed_until_s, "deadline")?,
-            total_wei: wei_text(total_held(job, runs)?),
-            jobs: 1 + runs.len() as i32,
-            runs: runs
-                .iter()
-                .map(|r| RunRow {
-                    id: r.id.to_vec(),
-                    bundle_id: r.bundle_id.clone(),
-                    held_wei: wei_text(r.held_wei),
-                    decision: r.decision.to_string(),
-                    run: i16::from(r.run),
-                })
-                .collect(),
-        })
-    }
+pub(super) struct RunRow {
+    pub(super) id: Vec<u8>,
+    pub(super) bundle_id: String,
+    pub(super) held_wei: String,
+    pub(super) decision: String,
+    pub(super) run: i16,
 }
 
 /// The statement: the rows as columns (`v`, numbered by their position), each tab's hold

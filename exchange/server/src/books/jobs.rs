@@ -2,7 +2,7 @@
 //! is either wholly in the books (nonce spent, tab held, job and its first event written) or not
 //! at all.
 
-use super::accepts::{Row, accept_rows};
+use super::accepts::{Row, RunRow, accept_rows};
 use super::store::constraint;
 use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
@@ -98,7 +98,7 @@ impl Books {
         job: &NewJob,
         runs: &[NewRun],
     ) -> Result<()> {
-        let row = Row::new(order, job, runs)?;
+        let row = row(order, job, runs)?;
         let took = self.group.accept(&self.pool, row).await;
         if !took.map_err(|e| accept_error(e, order.nonce))? {
             return Err(self.why_not(order, job, total_held(job, runs)?).await?);
@@ -161,7 +161,7 @@ impl Books {
         job: &NewJob,
         runs: &[NewRun],
     ) -> Result<Option<u128>> {
-        let row = Row::new(order, job, runs)?;
+        let row = row(order, job, runs)?;
         let took = accept_rows(conn, &[&row])
             .await
             .map_err(|e| accept_error(e, order.nonce))?;
@@ -356,6 +356,45 @@ fn ids(rows: Vec<(Vec<u8>,)>) -> Result<Vec<B256>> {
             })
         })
         .collect()
+}
+
+/// `order`, `job` and `runs` as one row of the statement that writes intents together.
+fn row(order: &NewOrder, job: &NewJob, runs: &[NewRun]) -> Result<Row> {
+    Ok(Row {
+        tab: (
+            to_i64(order.chain_id, "chain id")?,
+            to_i64(job.escrow_id, "escrow id")?,
+        ),
+        nonce: order.nonce.to_string(),
+        digest: order.digest.to_vec(),
+        kind: order.kind,
+        account: order.account.to_vec(),
+        body: order.body.to_string(),
+        limit_wei: order.limit_wei.map(wei_text),
+        job_id: job.id.to_vec(),
+        model: job.model.clone(),
+        status: job.status.as_str(),
+        bundle_id: job.bundle_id.clone(),
+        held_wei: wei_text(job.held_wei),
+        decision: job.decision.to_string(),
+        deadline_s: to_i64(job.deadline_s, "deadline")?,
+        adapter: job.adapter.clone(),
+        request: job.workload.request_value().to_string(),
+        workload: job.workload.kind().as_str(),
+        needed_until_s: to_i64(job.needed_until_s, "deadline")?,
+        total_wei: wei_text(total_held(job, runs)?),
+        jobs: 1 + runs.len() as i32,
+        runs: runs
+            .iter()
+            .map(|r| RunRow {
+                id: r.id.to_vec(),
+                bundle_id: r.bundle_id.clone(),
+                held_wei: wei_text(r.held_wei),
+                decision: r.decision.to_string(),
+                run: i16::from(r.run),
+            })
+            .collect(),
+    })
 }
 
 /// The error of an order's statement alone: a reused nonce and an order accepted before by name.

@@ -18,6 +18,7 @@
 
 mod rent;
 mod reserve;
+mod reserve_tabs;
 mod search;
 mod standing;
 pub(crate) mod state;

@@ -19,7 +19,6 @@ use cx_protocol::bid::SignedBid;
 use cx_protocol::order::InferenceRequest;
 use cx_protocol::order::{Reserve, Signed};
 use cx_protocol::receipt::SignedReceipt;
-use std::collections::HashSet;
 
 /// Seconds after a reserve's window ends that its provider has to claim the take-or-pay (at
 /// most half the settle margin, so the tab still settles before its buyer may reclaim it);
@@ -33,62 +32,6 @@ fn signed_reserve(order: &StandingOrder) -> Result<Signed<Reserve>> {
             value: order.id.to_string(),
         })?,
     )?)
-}
-
-/// Tabs that may hold a reserve, so that an intent on any other tab (most of them) goes to spot
-/// without asking the books for its reserves. Read from the books at the first intent; a reserve
-/// accepted through this intake adds its tab before it is written. Only the writer accepts
-/// reserves (the books refuse another node's writes), and each writer's intake starts anew.
-#[derive(Debug, Default)]
-pub(crate) struct ReserveTabs(tokio::sync::OnceCell<std::sync::Mutex<Option<HashSet<(u64, u64)>>>>);
-
-/// Tabs [`ReserveTabs`] keeps at most; past it, every intent asks the books.
-const RESERVE_TABS_KEPT: usize = 1_000_000;
-
-impl ReserveTabs {
-    async fn known(
-        &self,
-        books: &crate::books::Books,
-        now_s: u64,
-    ) -> Result<&std::sync::Mutex<Option<HashSet<(u64, u64)>>>> {
-        self.0
-            .get_or_try_init(|| async {
-                let tabs = books.reserve_tabs(now_s).await?;
-                Ok(std::sync::Mutex::new(Some(tabs.into_iter().collect())))
-            })
-            .await
-    }
-
-    /// Whether tab `tab` may hold a reserve live at `now_s` (true: ask the books).
-    async fn may_hold(
-        &self,
-        books: &crate::books::Books,
-        tab: (u64, u64),
-        now_s: u64,
-    ) -> Result<bool> {
-        let known = self.known(books, now_s).await?;
-        let known = known.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(known.as_ref().is_none_or(|tabs| tabs.contains(&tab)))
-    }
-
-    /// A reserve on tab `tab` is about to be written.
-    pub(crate) async fn add(
-        &self,
-        books: &crate::books::Books,
-        tab: (u64, u64),
-        now_s: u64,
-    ) -> Result<()> {
-        let known = self.known(books, now_s).await?;
-        let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tabs) = known.as_mut() {
-            if tabs.len() >= RESERVE_TABS_KEPT {
-                *known = None;
-            } else {
-                tabs.insert(tab);
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Intake {

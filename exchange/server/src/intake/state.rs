@@ -28,7 +28,7 @@ pub struct Intake {
     pub(super) in_flight: Option<crate::limits::InFlight>,
     pub(super) store_quota_bytes: u64,
     pub(super) router: crate::task_router::TaskRouter,
-    pub(super) reserve_tabs: super::reserve::ReserveTabs,
+    pub(super) reserve_tabs: super::reserve_tabs::ReserveTabs,
 }
 
 /// A provider that has not re-registered its offer for this long leaves the engine (offers are
