@@ -11,7 +11,8 @@
 //!   (the server verifies on every runtime worker, before the database).
 //! - `commit_per_s`: the intake transaction alone (nonce, tab hold, the job, its verification
 //!   run and their events) from `clients` tasks, no HTTP, no signatures, no clearing — the
-//!   database's bound. Its rows are the HTTPS phase's own: the signed order's body as intake
+//!   database's bound, written as intake writes it (in groups of the orders waiting together,
+//!   [`Books::accept_with_runs`]). Its rows are the HTTPS phase's own: the signed order's body as intake
 //!   stored it, and the decision it stored for a job and its run.
 //!
 //! The server, the database and the load generator share this machine's cores, so the ratios

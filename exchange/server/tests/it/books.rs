@@ -544,6 +544,9 @@ async fn standing_order_terms_are_columns_each_kind_exactly_its_own() {
         .accept_standing(&standing("search", 3), 1, 10, &search, 500)
         .await
         .unwrap();
+    // The tabs whose intents may draw on a reserve: its own tab until it ends, only it.
+    assert_eq!(books.reserve_tabs(199).await.unwrap(), vec![(CHAIN, 1)]);
+    assert!(books.reserve_tabs(200).await.unwrap().is_empty());
     type Row = (
         String,
         i64,
