@@ -427,7 +427,7 @@ impl Error {
 /// failing, or the server saying it is shutting down or starting (SQLSTATE class 08, connection
 /// exception; 57P01–57P03, admin or crash shutdown and cannot connect now), or this node fenced
 /// off as a superseded writer (CX001).
-fn is_outage(err: &sqlx::Error) -> bool {
+pub(crate) fn is_outage(err: &sqlx::Error) -> bool {
     match err {
         sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed

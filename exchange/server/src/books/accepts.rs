@@ -345,6 +345,14 @@ async fn write_group(pool: &PgPool, group: Vec<Waiting>) {
         Err(err) if group.len() == 1 => {
             let _ = group.into_iter().next().map(|w| w.answer.send(Err(err)));
         }
+        // PostgreSQL away (or this node fenced off): each alone would wait for a connection in
+        // turn, so each is answered at once, as its own statement would have been.
+        Err(err) if crate::error::is_outage(&err) => {
+            for w in group {
+                let away = std::io::Error::other(format!("the books are unreachable: {err}"));
+                let _ = w.answer.send(Err(sqlx::Error::Io(away)));
+            }
+        }
         Err(_) => {
             for w in group {
                 let alone = match pool.acquire().await {
