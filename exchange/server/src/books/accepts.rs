@@ -130,8 +130,8 @@ pub(super) async fn accept_rows(
     conn: &mut PgConnection,
     rows: &[&Row],
 ) -> std::result::Result<Vec<bool>, sqlx::Error> {
-    fn column<'r, T>(rows: &[&'r Row], f: impl Fn(&'r Row) -> T) -> Vec<T> {
-        rows.iter().map(|r| f(r)).collect()
+    fn column<'r, R, T>(items: &'r [R], f: impl Fn(&'r R) -> T) -> Vec<T> {
+        items.iter().map(f).collect()
     }
     let runs: Vec<(i64, &RunRow)> = rows
         .iter()
@@ -160,28 +160,12 @@ pub(super) async fn accept_rows(
         .bind(column(rows, |r| r.needed_until_s))
         .bind(column(rows, |r| r.total_wei.as_str()))
         .bind(column(rows, |r| r.jobs))
-        .bind(runs.iter().map(|(i, _)| *i).collect::<Vec<_>>())
-        .bind(
-            runs.iter()
-                .map(|(_, r)| r.id.as_slice())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            runs.iter()
-                .map(|(_, r)| r.bundle_id.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            runs.iter()
-                .map(|(_, r)| r.held_wei.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            runs.iter()
-                .map(|(_, r)| r.decision.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(runs.iter().map(|(_, r)| r.run).collect::<Vec<_>>())
+        .bind(column(&runs, |(i, _)| *i))
+        .bind(column(&runs, |(_, r)| r.id.as_slice()))
+        .bind(column(&runs, |(_, r)| r.bundle_id.as_str()))
+        .bind(column(&runs, |(_, r)| r.held_wei.as_str()))
+        .bind(column(&runs, |(_, r)| r.decision.as_str()))
+        .bind(column(&runs, |(_, r)| r.run))
         .fetch_all(&mut *conn)
         .await?;
     let mut took = vec![false; rows.len()];

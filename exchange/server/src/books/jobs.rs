@@ -427,9 +427,10 @@ pub(super) const TAB_HOLD: &str = "\
 
 /// The parts of a statement that write a job, its first event, its verification runs and
 /// theirs, once the statement's `gate` part (defined before them: a session's spend) returned
-/// a row; an intent's are written with others' ([`super::accepts`]). The parts of one statement do not see each other's
-/// rows, so the runs copy the job's columns from the parameters (the foreign keys, checked at
-/// the statement's end, do see them). Parameters of [`bind_job_with_runs`].
+/// a row; an intent's are written with others' ([`super::accepts`]). The parts of one statement
+/// do not see each other's rows, so the runs copy the job's columns from the parameters (the
+/// foreign keys, checked at the statement's end, do see them). Parameters of
+/// [`bind_job_with_runs`].
 pub(super) const JOB_WITH_RUNS: &str = "\
     job AS ( \
         INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, status, \
