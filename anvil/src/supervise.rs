@@ -16,6 +16,66 @@ pub fn free_port() -> Result<u16> {
     Ok(listener.local_addr().map_err(Error::NoFreePort)?.port())
 }
 
+/// Whether process `pid`, or a process it started, holds a socket listening on TCP `port`
+/// (Linux: the inodes of `/proc/net/tcp`'s and `tcp6`'s rows in state `0A` on that port, against
+/// the sockets among `/proc/<pid>/fd`). `None` where procfs cannot tell.
+pub fn listens(pid: u32, port: u16) -> Option<bool> {
+    let tables: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .collect();
+    if tables.is_empty() {
+        return None;
+    }
+    let inodes: Vec<String> = tables
+        .iter()
+        .flat_map(|text| text.lines().skip(1))
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields.get(1)?.rsplit(':').next()?;
+            let inode = fields.get(9)?;
+            (u16::from_str_radix(local_port, 16).ok()? == port && *fields.get(3)? == "0A")
+                .then(|| format!("socket:[{inode}]"))
+        })
+        .collect();
+    let mut pids = vec![pid];
+    let mut seen = 0;
+    while let Some(&pid) = pids.get(seen) {
+        seen += 1;
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path())
+                .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+            {
+                return Some(true);
+            }
+        }
+        // Its children (a wrapper script's server is one), bounded against a fork storm.
+        if pids.len() < 64 {
+            pids.extend(children(pid));
+        }
+    }
+    Some(false)
+}
+
+/// The children of `pid`, from each of its threads' `/proc/<pid>/task/<tid>/children`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
 /// The `cx-provider` binary: `CX_PROVIDER_BIN`, else the one beside the running executable (`cx`
 /// in `target/<profile>/`), else the one a folder up (a test binary runs from
 /// `target/<profile>/deps/`). Not built here: `cargo test --workspace` and `scripts/run.sh`
@@ -187,7 +247,15 @@ impl Supervised {
                     log: self.log(),
                 });
             }
-            if TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_ok() && ready() {
+            // A connection alone does not say the child listens: until it binds, another
+            // process may hold the port (two starts picked the same free port; the child then
+            // fails with "address in use", caught above on the next poll), and a connect to an
+            // unbound port of the ephemeral range can even meet itself (TCP's simultaneous
+            // open). A caller that went on would talk to the wrong server, or to none.
+            if TcpStream::connect_timeout(&address, Duration::from_millis(100)).is_ok()
+                && self.pid().and_then(|pid| listens(pid, address.port())) != Some(false)
+                && ready()
+            {
                 return Ok(());
             }
             if start.elapsed() > timeout {
@@ -311,5 +379,27 @@ impl Usage {
             rss_bytes: kib("VmRSS:"),
             cpu_ticks: tick(11) + tick(12),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port is this process's while it listens on it, and not a child's that does not.
+    #[test]
+    fn a_listening_port_is_told_from_one_another_process_holds() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if listens(std::process::id(), port).is_none() {
+            return; // no procfs here
+        }
+        assert_eq!(listens(std::process::id(), port), Some(true));
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        assert_eq!(listens(child.id(), port), Some(false));
+        let _ = child.kill();
+        let _ = child.wait();
+        drop(listener);
+        assert_eq!(listens(std::process::id(), port), Some(false));
     }
 }

@@ -949,6 +949,16 @@ async fn a_coordinator_asking_for_a_weaker_threshold_is_refused_by_every_honest_
         async move {
             let mut answers = Vec::new();
             for member in &cluster.members {
+                // A failure names the signer and what it logged (a transport error alone
+                // does not say whether the signer refused, stalled or was never there).
+                let said = |e: Error| -> ! {
+                    panic!(
+                        "signer {} at {}: {e}; its log:\n{}",
+                        member.index,
+                        member.address,
+                        cluster.log(member.index)
+                    )
+                };
                 let mut channel = Channel::connect(
                     member.address.as_str(),
                     &cluster.coordinator,
@@ -956,8 +966,9 @@ async fn a_coordinator_asking_for_a_weaker_threshold_is_refused_by_every_honest_
                     Limits::default(),
                 )
                 .await
-                .unwrap();
-                answers.push(channel.call::<_, Response>(&request).await.unwrap());
+                .unwrap_or_else(|e| said(e));
+                let answer = channel.call::<_, Response>(&request).await;
+                answers.push(answer.unwrap_or_else(|e| said(e)));
             }
             answers
         }
