@@ -8,11 +8,16 @@
 //! converted once per 32 elements rather than once per element.
 
 use std::arch::x86_64::{
-    __m256, __m256i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadl_epi64,
-    _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256, _mm256_andnot_si256, _mm256_cvtepi8_epi32,
-    _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32,
-    _mm256_set1_ps, _mm256_setr_epi32, _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srai_epi32,
-    _mm256_srli_epi32, _mm256_srlv_epi32, _mm256_sub_epi32, _mm256_sub_ps,
+    __m256, __m256i, __m512, __m512i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
+    _mm_loadl_epi64, _mm_unpacklo_epi64, _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256,
+    _mm256_andnot_si256, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32,
+    _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32,
+    _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srai_epi32, _mm256_srli_epi32, _mm256_srlv_epi32,
+    _mm256_sub_epi32, _mm256_sub_ps, _mm512_add_epi32, _mm512_add_ps, _mm512_and_si512,
+    _mm512_andnot_si512, _mm512_castsi256_si512, _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps,
+    _mm512_cvtepu8_epi32, _mm512_inserti64x4, _mm512_mul_ps, _mm512_or_si512, _mm512_set1_epi32,
+    _mm512_setr_epi32, _mm512_slli_epi32, _mm512_sllv_epi32, _mm512_srai_epi32, _mm512_srli_epi32,
+    _mm512_srlv_epi32, _mm512_sub_epi32, _mm512_sub_ps,
 };
 
 use crate::quant::QK_K;
@@ -53,6 +58,137 @@ pub(super) trait Blocks: Copy + Send + Sync + 'static {
     /// The CPU must support AVX2 and F16C; `block` must point at `BYTES` readable bytes and
     /// `32·s < ELEMENTS`.
     unsafe fn group(block: *const u8, s: usize) -> [__m256; 4];
+    /// [`Blocks::group`] of the block at `a` in lanes 0–7 and of the block at `b` in lanes
+    /// 8–15 of each register (what [`super::pair`] of the two makes), in sixteen-lane
+    /// instructions: the same operations lane for lane, so the same values, for about half the
+    /// instructions (at one row of `x` the decoding, not the product, bounds the kernel).
+    ///
+    /// # Safety
+    /// As [`Blocks::group`] for both blocks, and AVX-512F.
+    unsafe fn group_pair(a: *const u8, b: *const u8, s: usize) -> [__m512; 4];
+}
+
+/// `x` in lanes 0–7 and `y` in lanes 8–15.
+///
+/// # Safety
+/// AVX-512F.
+#[inline(always)]
+unsafe fn split_ps(x: f32, y: f32) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe { super::pair(_mm256_set1_ps(x), _mm256_set1_ps(y)) }
+}
+
+/// `x` in lanes 0–7 and `y` in lanes 8–15.
+///
+/// # Safety
+/// AVX-512F.
+#[inline(always)]
+unsafe fn split_epi32(x: i32, y: i32) -> __m512i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(_mm256_set1_epi32(x)),
+            _mm256_set1_epi32(y),
+        )
+    }
+}
+
+/// Eight bytes at `a` and eight at `b`, zero-extended (sign-extended when `SIGNED`) to
+/// sixteen 32-bit lanes, `a`'s first.
+///
+/// # Safety
+/// AVX-512F; eight readable bytes at each.
+#[inline(always)]
+unsafe fn bytes8_pair<const SIGNED: bool>(a: *const u8, b: *const u8) -> __m512i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let both = _mm_unpacklo_epi64(_mm_loadl_epi64(a.cast()), _mm_loadl_epi64(b.cast()));
+        if SIGNED {
+            _mm512_cvtepi8_epi32(both)
+        } else {
+            _mm512_cvtepu8_epi32(both)
+        }
+    }
+}
+
+/// [`nibbles`] of the 16 bytes at `a` in lanes 0–7 and of those at `b` in lanes 8–15.
+///
+/// # Safety
+/// AVX-512F; 16 readable bytes at each; `g < 4`.
+#[inline(always)]
+unsafe fn nibbles_pair(a: *const u8, b: *const u8, g: usize) -> __m512i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let v = bytes8_pair::<false>(a.add(8 * (g % 2)), b.add(8 * (g % 2)));
+        low_or_high(v, g < 2)
+    }
+}
+
+/// The low nibble of each lane's byte, or its high one.
+///
+/// # Safety
+/// AVX-512F.
+#[inline(always)]
+unsafe fn low_or_high(v: __m512i, low: bool) -> __m512i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if low {
+            _mm512_and_si512(v, _mm512_set1_epi32(0xF))
+        } else {
+            _mm512_srli_epi32::<4>(v)
+        }
+    }
+}
+
+/// [`fifth_bit_set`] of two blocks' `qh`, `a`'s broadcast in lanes 0–7 and `b`'s in 8–15.
+///
+/// # Safety
+/// AVX-512F.
+#[inline(always)]
+unsafe fn fifth_bit_set_pair(qh: __m512i, g: usize) -> __m512i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let t = 31 - 8 * g as i32;
+        let counts = _mm512_setr_epi32(
+            t,
+            t - 1,
+            t - 2,
+            t - 3,
+            t - 4,
+            t - 5,
+            t - 6,
+            t - 7,
+            t,
+            t - 1,
+            t - 2,
+            t - 3,
+            t - 4,
+            t - 5,
+            t - 6,
+            t - 7,
+        );
+        _mm512_srai_epi32::<31>(_mm512_sllv_epi32(qh, counts))
+    }
+}
+
+/// [`scaled`] in sixteen lanes.
+///
+/// # Safety
+/// AVX-512F.
+#[inline(always)]
+unsafe fn scaled_pair(q: __m512i, d: __m512) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe { _mm512_mul_ps(_mm512_cvtepi32_ps(q), d) }
+}
+
+/// The 32-bit word at `at`, unaligned.
+///
+/// # Safety
+/// Four readable bytes at `at`.
+#[inline(always)]
+unsafe fn word(at: *const u8) -> i32 {
+    // SAFETY: the caller's contract.
+    unsafe { at.cast::<i32>().read_unaligned() }
 }
 
 /// The `f16` at `at` (little-endian), exactly, as `f32`.
@@ -149,6 +285,14 @@ impl Blocks for Q8_0 {
             })
         }
     }
+    #[inline(always)]
+    unsafe fn group_pair(a: *const u8, b: *const u8, _s: usize) -> [__m512; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let d = split_ps(half(a), half(b));
+            four!(g => scaled_pair(bytes8_pair::<true>(a.add(2 + 8 * g), b.add(2 + 8 * g)), d))
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -165,6 +309,15 @@ impl Blocks for Q4_0 {
             four!(g => scaled(_mm256_sub_epi32(nibbles(b.add(2), g), eight), d))
         }
     }
+    #[inline(always)]
+    unsafe fn group_pair(a: *const u8, b: *const u8, _s: usize) -> [__m512; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let d = split_ps(half(a), half(b));
+            let eight = _mm512_set1_epi32(8);
+            four!(g => scaled_pair(_mm512_sub_epi32(nibbles_pair(a.add(2), b.add(2), g), eight), d))
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -178,6 +331,15 @@ impl Blocks for Q4_1 {
         unsafe {
             let (d, m) = (_mm256_set1_ps(half(b)), _mm256_set1_ps(half(b.add(2))));
             four!(g => _mm256_add_ps(scaled(nibbles(b.add(4), g), d), m))
+        }
+    }
+    #[inline(always)]
+    unsafe fn group_pair(a: *const u8, b: *const u8, _s: usize) -> [__m512; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let d = split_ps(half(a), half(b));
+            let m = split_ps(half(a.add(2)), half(b.add(2)));
+            four!(g => _mm512_add_ps(scaled_pair(nibbles_pair(a.add(4), b.add(4), g), d), m))
         }
     }
 }
@@ -201,6 +363,19 @@ impl Blocks for Q5_0 {
             })
         }
     }
+    #[inline(always)]
+    unsafe fn group_pair(a: *const u8, b: *const u8, _s: usize) -> [__m512; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let d = split_ps(half(a), half(b));
+            let qh = split_epi32(word(a.add(2)), word(b.add(2)));
+            let minus_sixteen = _mm512_set1_epi32(-16);
+            four!(g => {
+                let high = _mm512_andnot_si512(fifth_bit_set_pair(qh, g), minus_sixteen);
+                scaled_pair(_mm512_add_epi32(nibbles_pair(a.add(6), b.add(6), g), high), d)
+            })
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -218,6 +393,21 @@ impl Blocks for Q5_1 {
             four!(g => {
                 let high = _mm256_and_si256(fifth_bit_set(qh, g), sixteen);
                 _mm256_add_ps(scaled(_mm256_or_si256(nibbles(b.add(8), g), high), d), m)
+            })
+        }
+    }
+    #[inline(always)]
+    unsafe fn group_pair(a: *const u8, b: *const u8, _s: usize) -> [__m512; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let d = split_ps(half(a), half(b));
+            let m = split_ps(half(a.add(2)), half(b.add(2)));
+            let qh = split_epi32(word(a.add(4)), word(b.add(4)));
+            let sixteen = _mm512_set1_epi32(16);
+            four!(g => {
+                let high = _mm512_and_si512(fifth_bit_set_pair(qh, g), sixteen);
+                let code = _mm512_or_si512(nibbles_pair(a.add(8), b.add(8), g), high);
+                _mm512_add_ps(scaled_pair(code, d), m)
             })
         }
     }
@@ -247,6 +437,25 @@ impl Blocks for Q4K {
                     _mm256_srli_epi32::<4>(v)
                 };
                 _mm256_sub_ps(_mm256_mul_ps(d1, _mm256_cvtepi32_ps(q)), m1)
+            })
+        }
+    }
+    #[inline(always)]
+    unsafe fn group_pair(a: *const u8, b: *const u8, s: usize) -> [__m512; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let (sa, ma) = crate::quant::scale_min_k4(s, &*a.add(4).cast::<[u8; 12]>());
+            let (sb, mb) = crate::quant::scale_min_k4(s, &*b.add(4).cast::<[u8; 12]>());
+            let d1 = split_ps(half(a) * f32::from(sa), half(b) * f32::from(sb));
+            let m1 = split_ps(
+                half(a.add(2)) * f32::from(ma),
+                half(b.add(2)) * f32::from(mb),
+            );
+            let (qa, qb) = (a.add(16 + 32 * (s / 2)), b.add(16 + 32 * (s / 2)));
+            four!(g => {
+                let v = bytes8_pair::<false>(qa.add(8 * g), qb.add(8 * g));
+                let q = low_or_high(v, s.is_multiple_of(2));
+                _mm512_sub_ps(_mm512_mul_ps(d1, _mm512_cvtepi32_ps(q)), m1)
             })
         }
     }
@@ -281,6 +490,29 @@ impl Blocks for Q6K {
                 let code = _mm256_sub_epi32(_mm256_or_si256(low, high), thirty_two);
                 let scale = *b.add(192 + 8 * n + g / 2 + 2 * q) as i8;
                 _mm256_mul_ps(_mm256_set1_ps(d * f32::from(scale)), _mm256_cvtepi32_ps(code))
+            })
+        }
+    }
+    #[inline(always)]
+    unsafe fn group_pair(a: *const u8, b: *const u8, s: usize) -> [__m512; 4] {
+        // SAFETY: the trait's contract.
+        unsafe {
+            let (n, q) = (s / 4, s % 4);
+            let (da, db) = (half(a.add(208)), half(b.add(208)));
+            let low_at = 64 * n + 32 * (q % 2);
+            let high_at = 128 + 32 * n;
+            let thirty_two = _mm512_set1_epi32(32);
+            four!(g => {
+                let low = bytes8_pair::<false>(a.add(low_at + 8 * g), b.add(low_at + 8 * g));
+                let low = low_or_high(low, q < 2);
+                let high = bytes8_pair::<false>(a.add(high_at + 8 * g), b.add(high_at + 8 * g));
+                let high = _mm512_srlv_epi32(high, _mm512_set1_epi32(2 * q as i32));
+                let high = _mm512_slli_epi32::<4>(_mm512_and_si512(high, _mm512_set1_epi32(3)));
+                let code = _mm512_sub_epi32(_mm512_or_si512(low, high), thirty_two);
+                let at = 192 + 8 * n + g / 2 + 2 * q;
+                let (sa, sb) = (*a.add(at) as i8, *b.add(at) as i8);
+                let scale = split_ps(da * f32::from(sa), db * f32::from(sb));
+                _mm512_mul_ps(scale, _mm512_cvtepi32_ps(code))
             })
         }
     }

@@ -18,16 +18,16 @@
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::{
-    __m256, _MM_HINT_T0, _mm_loadu_si128, _mm_prefetch, _mm256_castps_pd, _mm256_castsi256_ps,
-    _mm256_cvtepu16_epi32, _mm256_loadu_ps, _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps,
-    _mm512_broadcast_f64x4, _mm512_castpd_ps, _mm512_setzero_ps,
+    __m256, __m512, _MM_HINT_T0, _mm_loadu_si128, _mm_prefetch, _mm256_castps_pd,
+    _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_loadu_ps, _mm256_set_m128i,
+    _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps, _mm512_broadcast_f64x4,
+    _mm512_castpd_ps, _mm512_castsi512_ps, _mm512_cvtepu16_epi32, _mm512_setzero_ps,
+    _mm512_slli_epi32,
 };
 use std::marker::PhantomData;
 
 use super::blocks::{self, Blocks};
-use super::{
-    Ahead, LANES, Step, fold, fold_register, halves, madd, madd512, pair, steps, tile_cols,
-};
+use super::{Ahead, LANES, Step, fold, fold_register, halves, madd, madd512, steps, tile_cols};
 use crate::Mode;
 use crate::cpu::Widened;
 use crate::quant::{QK_K, QuantType};
@@ -39,6 +39,13 @@ trait Rows<const G: usize>: Sync {
     /// # Safety
     /// The CPU must support AVX2 and F16C; row `j` and those columns must exist.
     unsafe fn load(&self, j: usize, c: usize) -> [__m256; G];
+    /// [`Rows::load`] of rows `j` and `j + 1` side by side: register `g` holds row `j`'s
+    /// elements in lanes 0–7 and row `j + 1`'s in lanes 8–15 ([`super::pair`] of the two loads),
+    /// widened in sixteen-lane instructions.
+    ///
+    /// # Safety
+    /// As [`Rows::load`] for both rows, and AVX-512F.
+    unsafe fn load_pair(&self, j: usize, c: usize) -> [__m512; G];
     /// Element `(j, c)`, for the end of a reduction that is not a whole group.
     fn at(&self, j: usize, c: usize) -> f32;
     /// The address of element `(j, c)` for a prefetch, computed with wrapping arithmetic (it
@@ -59,6 +66,20 @@ impl Rows<1> for Bf16Rows<'_> {
             let at = self.w.as_ptr().add(j * self.k + c);
             let wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(at.cast()));
             [_mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load_pair(&self, j: usize, c: usize) -> [__m512; 1] {
+        // SAFETY: the trait's contract; as `load`, sixteen lanes at once.
+        unsafe {
+            let at = self.w.as_ptr().add(j * self.k + c);
+            let both = _mm256_set_m128i(
+                _mm_loadu_si128(at.add(self.k).cast()),
+                _mm_loadu_si128(at.cast()),
+            );
+            let wide = _mm512_cvtepu16_epi32(both);
+            [_mm512_castsi512_ps(_mm512_slli_epi32::<16>(wide))]
         }
     }
 
@@ -93,6 +114,22 @@ impl<B: Blocks> Rows<4> for BlockRows<'_, B> {
                 .as_ptr()
                 .add(j * self.row_bytes + c / B::ELEMENTS * B::BYTES);
             B::group(block, c % B::ELEMENTS / (4 * LANES))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load_pair(&self, j: usize, c: usize) -> [__m512; 4] {
+        // SAFETY: the trait's contract; both blocks lie inside their rows.
+        unsafe {
+            let block = self
+                .data
+                .as_ptr()
+                .add(j * self.row_bytes + c / B::ELEMENTS * B::BYTES);
+            B::group_pair(
+                block,
+                block.add(self.row_bytes),
+                c % B::ELEMENTS / (4 * LANES),
+            )
         }
     }
 
@@ -464,10 +501,7 @@ unsafe fn tile_pairs<
             }
             let mut wv = [[_mm512_setzero_ps(); G]; NP];
             for (p, wp) in wv.iter_mut().enumerate() {
-                let (lo, hi) = (w.load(j + 2 * p, k0 + o), w.load(j + 2 * p + 1, k0 + o));
-                for g in 0..G {
-                    wp[g] = pair(lo[g], hi[g]);
-                }
+                *wp = w.load_pair(j + 2 * p, k0 + o);
             }
             for g in 0..G {
                 for i in 0..MR {
@@ -587,7 +621,21 @@ mod tests {
         if !super::super::has_avx2() || !std::arch::is_x86_feature_detected!("f16c") {
             return;
         }
-        let (n, k) = (19, 576 + 256);
+        // 832 is not whole super-blocks (no K-quant): 1024 is, for those.
+        for k in [576 + 256, 1024] {
+            every_variant_at(k);
+        }
+        // The bf16 rows with a reduction that is not a whole number of registers (the tail).
+        let mut rng = seeded(7);
+        let x: Vec<f32> = (0..9 * 77).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+        let bf16: Vec<half::bf16> = (0..5 * 77)
+            .map(|_| half::bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
+            .collect();
+        bf16_tail(&x, &bf16);
+    }
+
+    fn every_variant_at(k: usize) {
+        let n = 19;
         let mut rng = seeded(7);
         let x: Vec<f32> = (0..9 * k).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
         let bf16: Vec<half::bf16> = (0..n * k)
@@ -595,7 +643,7 @@ mod tests {
             .collect();
         let quants: Vec<QuantMatrix> = QuantType::ALL
             .into_iter()
-            .filter(|t| k % t.block_elements() == 0)
+            .filter(|t| k.is_multiple_of(t.block_elements()))
             .map(|t| random_matrix(t, n, k, 11))
             .collect();
         let mut cases: Vec<(String, Widened<'_>, Vec<f32>)> = vec![(
@@ -625,15 +673,17 @@ mod tests {
                 }
             }
         }
-        // The bf16 rows with a reduction that is not a whole number of registers (the tail).
+    }
+
+    fn bf16_tail(x: &[f32], bf16: &[half::bf16]) {
         let k = 77;
         let mut want = vec![0f32; 3 * 5];
         let dense: Vec<f32> = bf16[..5 * k].iter().map(|v| v.to_f32()).collect();
-        crate::cpu::nt_accumulate(&x, k, 3, &dense, k, 5, k, &mut want, Mode::Deterministic);
+        crate::cpu::nt_accumulate(x, k, 3, &dense, k, 5, k, &mut want, Mode::Deterministic);
         let mut got = vec![0f32; 3 * 5];
         let w = Widened::Bf16(&bf16[..5 * k]);
         assert!(nt(
-            &x,
+            x,
             k,
             3,
             w,
