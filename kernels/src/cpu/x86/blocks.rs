@@ -8,16 +8,16 @@
 //! converted once per 32 elements rather than once per element.
 
 use std::arch::x86_64::{
-    __m256, __m256i, __m512, __m512i, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
+    __m256, __m256i, __m512, __m512i, __mmask16, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
     _mm_loadl_epi64, _mm_unpacklo_epi64, _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256,
     _mm256_andnot_si256, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32,
     _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32,
     _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srai_epi32, _mm256_srli_epi32, _mm256_srlv_epi32,
-    _mm256_sub_epi32, _mm256_sub_ps, _mm512_add_epi32, _mm512_add_ps, _mm512_and_si512,
-    _mm512_andnot_si512, _mm512_castsi256_si512, _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps,
-    _mm512_cvtepu8_epi32, _mm512_inserti64x4, _mm512_mul_ps, _mm512_or_si512, _mm512_set1_epi32,
-    _mm512_setr_epi32, _mm512_slli_epi32, _mm512_sllv_epi32, _mm512_srai_epi32, _mm512_srli_epi32,
-    _mm512_srlv_epi32, _mm512_sub_epi32, _mm512_sub_ps,
+    _mm256_sub_epi32, _mm256_sub_ps, _mm512_add_ps, _mm512_and_si512, _mm512_castsi256_si512,
+    _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32, _mm512_inserti64x4,
+    _mm512_mask_or_epi32, _mm512_mask_sub_epi32, _mm512_mul_ps, _mm512_or_si512, _mm512_set1_epi32,
+    _mm512_setr_epi32, _mm512_slli_epi32, _mm512_srli_epi32, _mm512_srlv_epi32, _mm512_sub_epi32,
+    _mm512_sub_ps, _mm512_test_epi32_mask, _mm512_testn_epi32_mask,
 };
 
 use crate::quant::QK_K;
@@ -140,34 +140,41 @@ unsafe fn low_or_high(v: __m512i, low: bool) -> __m512i {
     }
 }
 
-/// [`fifth_bit_set`] of two blocks' `qh`, `a`'s broadcast in lanes 0–7 and `b`'s in 8–15.
+/// The lanes whose Q5 fifth bit is set (`SET`) or clear: bit `8g + lane % 8` of the lane's `qh`
+/// (two blocks' `qh`, `a`'s broadcast in lanes 0–7 and `b`'s in 8–15), as a mask — one test
+/// where the eight-lane decoder shifts, spreads and masks.
 ///
 /// # Safety
 /// AVX-512F.
 #[inline(always)]
-unsafe fn fifth_bit_set_pair(qh: __m512i, g: usize) -> __m512i {
+unsafe fn fifth_bit_pair<const SET: bool>(qh: __m512i, g: usize) -> __mmask16 {
     // SAFETY: the caller's contract.
     unsafe {
-        let t = 31 - 8 * g as i32;
-        let counts = _mm512_setr_epi32(
-            t,
-            t - 1,
-            t - 2,
-            t - 3,
-            t - 4,
-            t - 5,
-            t - 6,
-            t - 7,
-            t,
-            t - 1,
-            t - 2,
-            t - 3,
-            t - 4,
-            t - 5,
-            t - 6,
-            t - 7,
+        let b = 8 * g as u32;
+        let bit = |l: u32| (1u32 << (b + l)) as i32;
+        let select = _mm512_setr_epi32(
+            bit(0),
+            bit(1),
+            bit(2),
+            bit(3),
+            bit(4),
+            bit(5),
+            bit(6),
+            bit(7),
+            bit(0),
+            bit(1),
+            bit(2),
+            bit(3),
+            bit(4),
+            bit(5),
+            bit(6),
+            bit(7),
         );
-        _mm512_srai_epi32::<31>(_mm512_sllv_epi32(qh, counts))
+        if SET {
+            _mm512_test_epi32_mask(qh, select)
+        } else {
+            _mm512_testn_epi32_mask(qh, select)
+        }
     }
 }
 
@@ -369,10 +376,12 @@ impl Blocks for Q5_0 {
         unsafe {
             let d = split_ps(half(a), half(b));
             let qh = split_epi32(word(a.add(2)), word(b.add(2)));
-            let minus_sixteen = _mm512_set1_epi32(-16);
+            let sixteen = _mm512_set1_epi32(16);
             four!(g => {
-                let high = _mm512_andnot_si512(fifth_bit_set_pair(qh, g), minus_sixteen);
-                scaled_pair(_mm512_add_epi32(nibbles_pair(a.add(6), b.add(6), g), high), d)
+                // `(nibble | h·16) − 16` as `nibble − 16` where `h` is clear: the same integer.
+                let nibble = nibbles_pair(a.add(6), b.add(6), g);
+                let clear = fifth_bit_pair::<false>(qh, g);
+                scaled_pair(_mm512_mask_sub_epi32(nibble, clear, nibble, sixteen), d)
             })
         }
     }
@@ -405,8 +414,9 @@ impl Blocks for Q5_1 {
             let qh = split_epi32(word(a.add(4)), word(b.add(4)));
             let sixteen = _mm512_set1_epi32(16);
             four!(g => {
-                let high = _mm512_and_si512(fifth_bit_set_pair(qh, g), sixteen);
-                let code = _mm512_or_si512(nibbles_pair(a.add(8), b.add(8), g), high);
+                let nibble = nibbles_pair(a.add(8), b.add(8), g);
+                let set = fifth_bit_pair::<true>(qh, g);
+                let code = _mm512_mask_or_epi32(nibble, set, nibble, sixteen);
                 _mm512_add_ps(scaled_pair(code, d), m)
             })
         }
