@@ -13,11 +13,11 @@ use std::arch::x86_64::{
     _mm256_andnot_si256, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32,
     _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32,
     _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srai_epi32, _mm256_srli_epi32, _mm256_srlv_epi32,
-    _mm256_sub_epi32, _mm256_sub_ps, _mm512_add_ps, _mm512_and_si512, _mm512_castsi256_si512,
-    _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32, _mm512_inserti64x4,
-    _mm512_mask_or_epi32, _mm512_mask_sub_epi32, _mm512_mul_ps, _mm512_or_si512, _mm512_set1_epi32,
-    _mm512_setr_epi32, _mm512_slli_epi32, _mm512_srli_epi32, _mm512_srlv_epi32, _mm512_sub_epi32,
-    _mm512_sub_ps, _mm512_test_epi32_mask, _mm512_testn_epi32_mask,
+    _mm256_sub_epi32, _mm256_sub_ps, _mm512_add_ps, _mm512_and_si512, _mm512_broadcast_i64x4,
+    _mm512_castsi256_si512, _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32,
+    _mm512_inserti64x4, _mm512_mask_or_epi32, _mm512_mask_sub_epi32, _mm512_mul_ps,
+    _mm512_or_si512, _mm512_set1_epi32, _mm512_slli_epi32, _mm512_srli_epi32, _mm512_srlv_epi32,
+    _mm512_sub_epi32, _mm512_sub_ps, _mm512_test_epi32_mask, _mm512_testn_epi32_mask,
 };
 
 use crate::quant::QK_K;
@@ -152,7 +152,8 @@ unsafe fn fifth_bit_pair<const SET: bool>(qh: __m512i, g: usize) -> __mmask16 {
     unsafe {
         let b = 8 * g as u32;
         let bit = |l: u32| (1u32 << (b + l)) as i32;
-        let select = _mm512_setr_epi32(
+        // The same eight bits for each block's half.
+        let select = _mm512_broadcast_i64x4(_mm256_setr_epi32(
             bit(0),
             bit(1),
             bit(2),
@@ -161,15 +162,7 @@ unsafe fn fifth_bit_pair<const SET: bool>(qh: __m512i, g: usize) -> __mmask16 {
             bit(5),
             bit(6),
             bit(7),
-            bit(0),
-            bit(1),
-            bit(2),
-            bit(3),
-            bit(4),
-            bit(5),
-            bit(6),
-            bit(7),
-        );
+        ));
         if SET {
             _mm512_test_epi32_mask(qh, select)
         } else {

@@ -104,32 +104,41 @@ struct BlockRows<'a, B> {
     format: PhantomData<B>,
 }
 
+impl<B: Blocks> BlockRows<'_, B> {
+    /// The block holding element `(j, c)`.
+    ///
+    /// # Safety
+    /// Row `j` and column `c` must exist.
+    #[inline(always)]
+    unsafe fn block(&self, j: usize, c: usize) -> *const u8 {
+        // SAFETY: the caller's contract: the offset lies inside `data`.
+        unsafe {
+            self.data
+                .as_ptr()
+                .add(j * self.row_bytes + c / B::ELEMENTS * B::BYTES)
+        }
+    }
+
+    /// Which 32-element group of its block column `c` starts.
+    #[inline(always)]
+    fn group_of(c: usize) -> usize {
+        c % B::ELEMENTS / (4 * LANES)
+    }
+}
+
 impl<B: Blocks> Rows<4> for BlockRows<'_, B> {
     #[inline(always)]
     unsafe fn load(&self, j: usize, c: usize) -> [__m256; 4] {
         // SAFETY: the trait's contract; the block lies inside row `j`.
-        unsafe {
-            let block = self
-                .data
-                .as_ptr()
-                .add(j * self.row_bytes + c / B::ELEMENTS * B::BYTES);
-            B::group(block, c % B::ELEMENTS / (4 * LANES))
-        }
+        unsafe { B::group(self.block(j, c), Self::group_of(c)) }
     }
 
     #[inline(always)]
     unsafe fn load_pair(&self, j: usize, c: usize) -> [__m512; 4] {
         // SAFETY: the trait's contract; both blocks lie inside their rows.
         unsafe {
-            let block = self
-                .data
-                .as_ptr()
-                .add(j * self.row_bytes + c / B::ELEMENTS * B::BYTES);
-            B::group_pair(
-                block,
-                block.add(self.row_bytes),
-                c % B::ELEMENTS / (4 * LANES),
-            )
+            let block = self.block(j, c);
+            B::group_pair(block, block.add(self.row_bytes), Self::group_of(c))
         }
     }
 
