@@ -16,10 +16,9 @@ pub fn free_port() -> Result<u16> {
     Ok(listener.local_addr().map_err(Error::NoFreePort)?.port())
 }
 
-/// Whether process `pid`, or a process it started, holds a socket listening on TCP `port`
-/// (Linux: the inodes of `/proc/net/tcp`'s and `tcp6`'s rows in state `0A` on that port, against
-/// the sockets among `/proc/<pid>/fd`). `None` where procfs cannot tell.
-pub fn listens(pid: u32, port: u16) -> Option<bool> {
+/// The TCP sockets listening on this machine (IPv4 and IPv6), as `(port, inode)`: the rows of
+/// `/proc/net/tcp` and `tcp6` in state `0A`. `None` where there is no procfs.
+pub fn listening_sockets() -> Option<Vec<(u16, u64)>> {
     let tables: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
         .iter()
         .filter_map(|table| std::fs::read_to_string(table).ok())
@@ -27,16 +26,29 @@ pub fn listens(pid: u32, port: u16) -> Option<bool> {
     if tables.is_empty() {
         return None;
     }
-    let inodes: Vec<String> = tables
-        .iter()
-        .flat_map(|text| text.lines().skip(1))
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let local_port = fields.get(1)?.rsplit(':').next()?;
-            let inode = fields.get(9)?;
-            (u16::from_str_radix(local_port, 16).ok()? == port && *fields.get(3)? == "0A")
-                .then(|| format!("socket:[{inode}]"))
-        })
+    Some(
+        tables
+            .iter()
+            .flat_map(|text| text.lines().skip(1))
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let port = fields.get(1)?.rsplit(':').next()?;
+                let port = u16::from_str_radix(port, 16).ok()?;
+                let inode = fields.get(9)?.parse().ok()?;
+                (*fields.get(3)? == "0A").then_some((port, inode))
+            })
+            .collect(),
+    )
+}
+
+/// Whether process `pid`, or a process it started, holds a socket listening on TCP `port`
+/// (the inodes of [`listening_sockets`] on that port against the sockets among
+/// `/proc/<pid>/fd`). `None` where procfs cannot tell.
+pub fn listens(pid: u32, port: u16) -> Option<bool> {
+    let inodes: Vec<String> = listening_sockets()?
+        .into_iter()
+        .filter(|(p, _)| *p == port)
+        .map(|(_, inode)| format!("socket:[{inode}]"))
         .collect();
     let mut pids = vec![pid];
     let mut seen = 0;

@@ -57,28 +57,16 @@ fn devnet_command(offset: u16, dir: &Path, url: &str, signer: &Path) -> Command 
 /// devnet is alive.
 fn listening(offset: u16) -> Vec<u16> {
     let ours = ports(offset);
-    let tables: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .filter_map(|table| std::fs::read_to_string(table).ok())
-        .collect();
-    if tables.is_empty() {
-        // No procfs: fall back to what a bind says. (A kernel without IPv6 has no `tcp6`.)
+    let Some(sockets) = cx_devnet::supervise::listening_sockets() else {
+        // No procfs: fall back to what a bind says.
         return ours
             .into_iter()
             .filter(|p| TcpListener::bind(("127.0.0.1", *p)).is_err())
             .collect();
-    }
+    };
     let mut held = Vec::new();
-    for line in tables.iter().flat_map(|text| text.lines().skip(1)) {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let (Some(local), Some(&"0A")) = (fields.get(1), fields.get(3)) else {
-            continue;
-        };
-        let port = local
-            .rsplit(':')
-            .next()
-            .and_then(|hex| u16::from_str_radix(hex, 16).ok());
-        if let Some(port) = port.filter(|p| ours.contains(p) && !held.contains(p)) {
+    for (port, _) in sockets {
+        if ours.contains(&port) && !held.contains(&port) {
             held.push(port);
         }
     }
