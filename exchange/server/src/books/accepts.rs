@@ -37,6 +37,7 @@ pub(super) struct Row {
     pub(super) kind: &'static str,
     pub(super) account: Vec<u8>,
     pub(super) body: String,
+    pub(super) mldsa_signature: Option<Vec<u8>>,
     pub(super) limit_wei: Option<String>,
     pub(super) job_id: Vec<u8>,
     pub(super) model: String,
@@ -73,14 +74,14 @@ pub(super) struct RunRow {
 const ACCEPT: &str = "\
     WITH v AS ( \
         SELECT * FROM unnest($1::int8[], $2::int8[], $3::bytea[], $4::text[], $5::bytea[], \
-                             $6::text[], $7::text[], $8::text[], $9::bytea[], $10::text[], \
-                             $11::text[], $12::text[], $13::text[], $14::text[], $15::int8[], \
-                             $16::text[], $17::text[], $18::text[], $19::int8[], $20::text[], \
-                             $21::int4[]) \
+                             $6::text[], $7::text[], $8::bytea[], $9::text[], $10::bytea[], \
+                             $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], \
+                             $16::int8[], $17::text[], $18::text[], $19::text[], $20::int8[], \
+                             $21::text[], $22::int4[]) \
             WITH ORDINALITY AS v(chain_id, escrow_id, digest, kind, account, nonce, body, \
-                                 limit_wei, job_id, model, status, bundle_id, held_wei, decision, \
-                                 deadline_s, adapter, request, workload, needed_until_s, \
-                                 total_wei, jobs, i)), \
+                                 mldsa_signature, limit_wei, job_id, model, status, bundle_id, \
+                                 held_wei, decision, deadline_s, adapter, request, workload, \
+                                 needed_until_s, total_wei, jobs, i)), \
     hold AS ( \
         UPDATE exchange_tabs t SET jobs = t.jobs + v.jobs, \
                                    held_wei = t.held_wei + v.total_wei::numeric, \
@@ -92,8 +93,9 @@ const ACCEPT: &str = "\
         RETURNING v.i), \
     held AS (SELECT v.* FROM v JOIN hold USING (i)), \
     gate AS ( \
-        INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body, limit_wei) \
-        SELECT digest, kind, account, chain_id, nonce::numeric, body::jsonb, \
+        INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body, \
+                                     mldsa_signature, limit_wei) \
+        SELECT digest, kind, account, chain_id, nonce::numeric, body::jsonb, mldsa_signature, \
                limit_wei::numeric FROM held), \
     job AS ( \
         INSERT INTO exchange_jobs (id, order_digest, account, chain_id, escrow_id, model, status, \
@@ -112,8 +114,8 @@ const ACCEPT: &str = "\
         SELECT r.id, h.digest, h.account, h.chain_id, h.escrow_id, h.model, 'assigned', \
                r.bundle_id, r.held_wei::numeric, r.decision::jsonb, h.deadline_s, h.adapter, \
                h.request::jsonb, h.workload, h.job_id, r.run \
-        FROM job JOIN held h ON h.job_id = job.id JOIN unnest($22::int8[], $23::bytea[], $24::text[], $25::text[], \
-                                $26::text[], $27::int2[]) \
+        FROM job JOIN held h ON h.job_id = job.id JOIN unnest($23::int8[], $24::bytea[], $25::text[], $26::text[], \
+                                $27::text[], $28::int2[]) \
                          AS r(i, id, bundle_id, held_wei, decision, run) ON r.i = h.i \
         RETURNING id, run, verifies), \
     run_event AS ( \
@@ -146,6 +148,7 @@ pub(super) async fn accept_rows(
         .bind(column(rows, |r| r.account.as_slice()))
         .bind(column(rows, |r| r.nonce.as_str()))
         .bind(column(rows, |r| r.body.as_str()))
+        .bind(column(rows, |r| r.mldsa_signature.as_deref()))
         .bind(column(rows, |r| r.limit_wei.as_deref()))
         .bind(column(rows, |r| r.job_id.as_slice()))
         .bind(column(rows, |r| r.model.as_str()))

@@ -32,6 +32,39 @@ pub struct NewOrder {
     pub limit_wei: Option<u128>,
 }
 
+impl NewOrder {
+    /// Its body as stored and the co-signature stored beside it (migration
+    /// `exchange_order_cosignature`): the signed order's `mldsa_signature`, 6.6k hex characters
+    /// that PostgreSQL would parse, try to compress and move out of line, goes to its own column
+    /// as bytes, and the body keeps `"0x"` in its place; `exchange_order_body(o)` puts it back.
+    /// A body without one (or not as intake writes it) is stored whole.
+    pub(super) fn stored(&self) -> (String, Option<Vec<u8>>) {
+        let key = signed_key(self.kind);
+        let cosignature = self.body[key]["mldsa_signature"]
+            .as_str()
+            .and_then(|s| s.strip_prefix("0x"))
+            .filter(|s| !s.is_empty())
+            .and_then(|s| hex::decode(s).ok());
+        match cosignature {
+            Some(bytes) => {
+                let mut body = self.body.clone();
+                body[key]["mldsa_signature"] = "0x".into();
+                (body.to_string(), Some(bytes))
+            }
+            None => (self.body.to_string(), None),
+        }
+    }
+}
+
+/// The key of an order's body under which intake puts the signed order; the same mapping as
+/// SQL's `exchange_order_signed_key`, which puts the co-signature back there.
+fn signed_key(kind: &str) -> &str {
+    match kind {
+        "session_grant" => "grant",
+        kind => kind,
+    }
+}
+
 /// The job an order creates.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -360,6 +393,7 @@ fn ids(rows: Vec<(Vec<u8>,)>) -> Result<Vec<B256>> {
 
 /// `order`, `job` and `runs` as one row of the statement that writes intents together.
 fn row(order: &NewOrder, job: &NewJob, runs: &[NewRun]) -> Result<Row> {
+    let (body, mldsa_signature) = order.stored();
     Ok(Row {
         tab: (
             to_i64(order.chain_id, "chain id")?,
@@ -369,7 +403,8 @@ fn row(order: &NewOrder, job: &NewJob, runs: &[NewRun]) -> Result<Row> {
         digest: order.digest.to_vec(),
         kind: order.kind,
         account: order.account.to_vec(),
-        body: order.body.to_string(),
+        body,
+        mldsa_signature,
         limit_wei: order.limit_wei.map(wei_text),
         job_id: job.id.to_vec(),
         model: job.model.clone(),

@@ -126,7 +126,7 @@ impl Books {
     /// paid: it has no voucher of its own.
     pub async fn paid_jobs(&self, chain_id: u64, escrow_id: u64) -> Result<Vec<PaidJob>> {
         let rows = sqlx::query(
-            "SELECT j.id, j.order_digest, o.kind, o.body::text AS body, r.receipt::text AS receipt, \
+            "SELECT j.id, j.order_digest, o.kind, exchange_order_body(o)::text AS body, r.receipt::text AS receipt, \
                     r.provider_key_hash, r.amount_owed_wei::text AS charged, j.deadline_s, \
                     j.request::text AS request, j.decision::text AS decision, j.adapter, \
                     j.account, j.verifies, j.run \

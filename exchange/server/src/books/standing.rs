@@ -75,6 +75,7 @@ impl Books {
         needed_until_s: u64,
     ) -> Result<()> {
         let optional = |v: Option<u64>, what| v.map(|v| to_i64(v, what)).transpose();
+        let (body, mldsa_signature) = order.stored();
         let done: Result<(i64, i64), sqlx::Error> = sqlx::query_as(
             "WITH hold AS ( \
                  UPDATE exchange_tabs SET jobs = jobs + 1, held_wei = held_wei + $8::numeric, \
@@ -83,8 +84,9 @@ impl Books {
                    AND deadline_s >= $10 AND held_wei + $8::numeric <= amount_wei AND jobs < 400 \
                  RETURNING 1), \
              ord AS ( \
-                 INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body) \
-                 SELECT $1, $2, $3, $4, $5::numeric, $6::jsonb WHERE EXISTS (SELECT 1 FROM hold) \
+                 INSERT INTO exchange_orders (digest, kind, account, chain_id, nonce, body, \
+                                              mldsa_signature) \
+                 SELECT $1, $2, $3, $4, $5::numeric, $6::jsonb, $17 WHERE EXISTS (SELECT 1 FROM hold) \
                  RETURNING digest), \
              standing AS ( \
                  INSERT INTO exchange_standing_orders (digest, kind, account, chain_id, escrow_id, \
@@ -100,7 +102,7 @@ impl Books {
         .bind(order.account.as_slice())
         .bind(to_i64(order.chain_id, "chain id")?)
         .bind(order.nonce.to_string())
-        .bind(order.body.to_string())
+        .bind(body)
         .bind(to_i64(escrow_id, "escrow id")?)
         .bind(wei_text(held_wei))
         .bind(to_i64(terms.ends_s, "end")?)
@@ -111,6 +113,7 @@ impl Books {
         .bind(terms.target.map(|t| hex::encode(t.as_slice())))
         .bind(terms.epsilon_ppm.map(i64::from))
         .bind(terms.target_kind.map(|k| k.as_str()))
+        .bind(mldsa_signature)
         .fetch_one(&self.pool)
         .await;
         match done {
@@ -135,7 +138,7 @@ impl Books {
     pub async fn standing_order(&self, id: B256) -> Result<Option<StandingOrder>> {
         let row: Option<StandingRow> = sqlx::query_as(
             "SELECT s.digest, s.kind, s.account, s.chain_id, s.escrow_id, s.status, \
-                    s.held_wei::text AS held_wei, s.ends_s, o.body::text AS body \
+                    s.held_wei::text AS held_wei, s.ends_s, exchange_order_body(o)::text AS body \
              FROM exchange_standing_orders s JOIN exchange_orders o ON o.digest = s.digest \
              WHERE s.digest = $1",
         )

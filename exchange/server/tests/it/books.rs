@@ -626,3 +626,83 @@ async fn standing_order_terms_are_columns_each_kind_exactly_its_own() {
     assert_eq!(count(&books, "exchange_orders").await, 3);
     assert_eq!(held(books.clone()).await, "30");
 }
+
+/// An order's ML-DSA co-signature is stored as its bytes beside a body holding `"0x"` in its
+/// place (intents written together and standing orders alike), and `exchange_order_body(o)`
+/// gives the body as received; a body without one is stored whole.
+#[tokio::test]
+async fn a_co_signature_is_stored_as_bytes_and_the_order_read_back_whole() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    open_tab(&books, 1, 1_000, 1_000).await;
+    let cosignature: Vec<u8> = (0..3309u32).map(|i| (i * 7 + 3) as u8).collect();
+    let signed = |key: &str, nonce: u64| {
+        serde_json::json!({
+            key: {
+                "account": buyer().to_string(),
+                "order": {"nonce": nonce},
+                "signature": "0x1b",
+                "mldsa_signature": format!("0x{}", hex::encode(&cosignature)),
+            },
+            "request": {"prompt": "p"},
+        })
+    };
+    let intent = NewOrder {
+        body: signed("intent", 1),
+        ..order(1, 1)
+    };
+    books.accept(&intent, &job(&intent, 1, 10)).await.unwrap();
+    let reserve = NewOrder {
+        kind: "reserve",
+        limit_wei: None,
+        body: signed("reserve", 2),
+        ..order(2, 2)
+    };
+    let terms = StandingTerms {
+        ends_s: 200,
+        starts_s: Some(100),
+        model: Some("tiny".into()),
+        compute_ms: Some(300),
+        ..StandingTerms::default()
+    };
+    books
+        .accept_standing(&reserve, 1, 10, &terms, 500)
+        .await
+        .unwrap();
+    let unsigned = order(3, 3);
+    books
+        .accept(&unsigned, &job(&unsigned, 1, 10))
+        .await
+        .unwrap();
+    for (order, key) in [
+        (&intent, Some("intent")),
+        (&reserve, Some("reserve")),
+        (&unsigned, None),
+    ] {
+        let (body, stored, whole): (serde_json::Value, Option<Vec<u8>>, serde_json::Value) =
+            sqlx::query_as(
+                "SELECT o.body, o.mldsa_signature, exchange_order_body(o) \
+                 FROM exchange_orders o WHERE digest = $1",
+            )
+            .bind(order.digest.as_slice())
+            .fetch_one(books.pool())
+            .await
+            .unwrap();
+        assert_eq!(whole, order.body, "{key:?}");
+        match key {
+            Some(key) => {
+                assert_eq!(stored.as_deref(), Some(cosignature.as_slice()));
+                assert_eq!(body[key]["mldsa_signature"], "0x");
+            }
+            None => {
+                assert_eq!(stored, None);
+                assert_eq!(body, order.body);
+            }
+        }
+    }
+    let read = books.standing_order(reserve.digest).await.unwrap().unwrap();
+    assert_eq!(
+        read.order, reserve.body,
+        "the standing order as read is the one received"
+    );
+}

@@ -365,7 +365,7 @@ pub(crate) async fn detail(pool: &PgPool, id: B256) -> Result<Option<JobDetail>>
                 j.deadline_s, j.session_id, j.decision::text AS decision, \
                 o.digest AS order_digest, o.kind AS order_kind, o.account AS order_account, \
                 o.chain_id AS order_chain_id, o.nonce::text AS order_nonce, \
-                o.body::text AS order_body, {received} AS order_ms, \
+                exchange_order_body(o)::text AS order_body, {received} AS order_ms, \
                 b.body::text AS bundle_body, p.operator, {sr_received} AS sr_received_ms, \
                 (sr.voucher->'assignment')::text AS signed_assignment, \
                 (j.result->'trained')::text AS trained \
