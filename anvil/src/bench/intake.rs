@@ -265,9 +265,16 @@ pub async fn intake_bench(config: IntakeBenchConfig) -> Result<IntakeReport> {
         .await
         .map_err(bench_err)?
         .ok_or_else(|| bench_err("the first intent's job is not in the books"))?;
-    let body = serde_json::json!({ "intent": &signed[0].1.intent, "request": request() });
-    let commit_per_s =
-        commit_bound(&books, &agents[config.clients..], &config, &body, &sample).await?;
+    let (bare, cosignature) = NewOrder::split_cosignature(&signed[0].1.intent);
+    let body = serde_json::json!({ "intent": bare, "request": request() });
+    let commit_per_s = commit_bound(
+        &books,
+        &agents[config.clients..],
+        &config,
+        (&body, &cosignature),
+        &sample,
+    )
+    .await?;
 
     latencies.sort_by(f64::total_cmp);
     let quantile = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
@@ -319,7 +326,7 @@ async fn commit_bound(
     books: &Books,
     agents: &[Agent],
     config: &IntakeBenchConfig,
-    body: &serde_json::Value,
+    (body, cosignature): (&serde_json::Value, &Option<alloy::primitives::Bytes>),
     sample: &cx_protocol::wire::JobRecord,
 ) -> Result<f64> {
     let per_client = (config.intents / config.clients).clamp(1, 200);
@@ -332,7 +339,8 @@ async fn commit_bound(
             let books = books.clone();
             let account = agent.account;
             let escrow_id = (config.clients + i) as u64;
-            let (body, decision) = (body.clone(), decision.clone());
+            let (body, cosignature, decision) =
+                (body.clone(), cosignature.clone(), decision.clone());
             tokio::spawn(async move {
                 for n in 0..per_client {
                     let mut digest = [0xc0u8; 32];
@@ -345,6 +353,7 @@ async fn commit_bound(
                         chain_id: CHAIN,
                         nonce: n as u64,
                         body: body.clone(),
+                        mldsa_signature: cosignature.clone(),
                         limit_wei: Some(10_000_000),
                     };
                     let job = NewJob {

@@ -172,6 +172,7 @@ async fn a_reorg_of_depth_1_to_3_is_seen_and_the_books_follow_the_new_chain() {
                 chain_id: 31337,
                 nonce: 0,
                 body: serde_json::json!({}),
+                mldsa_signature: None,
                 limit_wei: Some(0),
             },
             &cx_exchange_server::books::NewJob {
@@ -233,6 +234,7 @@ async fn draw_on(books: &Books, chain_id: u64, buyer: alloy::primitives::Address
                 chain_id,
                 nonce: escrow_id,
                 body: serde_json::json!({}),
+                mldsa_signature: None,
                 limit_wei: Some(0),
             },
             &cx_exchange_server::books::NewJob {

@@ -37,7 +37,7 @@ pub(super) struct Row {
     pub(super) kind: &'static str,
     pub(super) account: Vec<u8>,
     pub(super) body: String,
-    pub(super) mldsa_signature: Option<Vec<u8>>,
+    pub(super) mldsa_signature: Option<alloy::primitives::Bytes>,
     pub(super) limit_wei: Option<String>,
     pub(super) job_id: Vec<u8>,
     pub(super) model: String,
@@ -148,7 +148,7 @@ pub(super) async fn accept_rows(
         .bind(column(rows, |r| r.account.as_slice()))
         .bind(column(rows, |r| r.nonce.as_str()))
         .bind(column(rows, |r| r.body.as_str()))
-        .bind(column(rows, |r| r.mldsa_signature.as_deref()))
+        .bind(column(rows, |r| r.mldsa_signature.as_ref().map(|s| &s[..])))
         .bind(column(rows, |r| r.limit_wei.as_deref()))
         .bind(column(rows, |r| r.job_id.as_slice()))
         .bind(column(rows, |r| r.model.as_str()))

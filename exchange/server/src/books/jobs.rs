@@ -6,8 +6,9 @@ use super::accepts::{Row, RunRow, accept_rows};
 use super::store::constraint;
 use super::store::{Books, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
-use alloy::primitives::{Address, B256};
+use alloy::primitives::{Address, B256, Bytes};
 use cx_protocol::job_status::JobStatus;
+use cx_protocol::order::Signed;
 use cx_protocol::wire::{JobEvent, JobRecord};
 use cx_protocol::workload::{Workload, WorkloadKind};
 use sqlx::postgres::PgConnection;
@@ -25,43 +26,31 @@ pub struct NewOrder {
     pub chain_id: u64,
     /// Its nonce (unique per account and chain).
     pub nonce: u64,
-    /// The whole request as received (order, both signatures, the request body).
+    /// The whole request as received (order, both signatures, the request body) under the
+    /// order's kind (`{"intent": …}`, `{"reserve": …}`, `{"grant": …}` for a session grant), but
+    /// for the signed order's co-signature when [`Self::mldsa_signature`] holds it
+    /// ([`Self::split_cosignature`]).
     pub body: serde_json::Value,
+    /// The signed order's ML-DSA co-signature, stored as its bytes beside the body, which holds
+    /// `"0x"` in its place (migration `exchange_order_cosignature`: 6.6k hex characters that
+    /// PostgreSQL would parse, try to compress and move out of line); `exchange_order_body(o)`
+    /// reads the order whole.
+    pub mldsa_signature: Option<Bytes>,
     /// An intent's limit (`max_price_wei`): what its job and the job's verification runs may
     /// cost together; `None` for other orders.
     pub limit_wei: Option<u128>,
 }
 
 impl NewOrder {
-    /// Its body as stored and the co-signature stored beside it (migration
-    /// `exchange_order_cosignature`): the signed order's `mldsa_signature`, 6.6k hex characters
-    /// that PostgreSQL would parse, try to compress and move out of line, goes to its own column
-    /// as bytes, and the body keeps `"0x"` in its place; `exchange_order_body(o)` puts it back.
-    /// A body without one (or not as intake writes it) is stored whole.
-    pub(super) fn stored(&self) -> (String, Option<Vec<u8>>) {
-        let key = signed_key(self.kind);
-        let cosignature = self.body[key]["mldsa_signature"]
-            .as_str()
-            .and_then(|s| s.strip_prefix("0x"))
-            .filter(|s| !s.is_empty())
-            .and_then(|s| hex::decode(s).ok());
-        match cosignature {
-            Some(bytes) => {
-                let mut body = self.body.clone();
-                body[key]["mldsa_signature"] = "0x".into();
-                (body.to_string(), Some(bytes))
-            }
-            None => (self.body.to_string(), None),
-        }
-    }
-}
-
-/// The key of an order's body under which intake puts the signed order; the same mapping as
-/// SQL's `exchange_order_signed_key`, which puts the co-signature back there.
-fn signed_key(kind: &str) -> &str {
-    match kind {
-        "session_grant" => "grant",
-        kind => kind,
+    /// `signed` without its ML-DSA co-signature, for the body, and the co-signature, for
+    /// [`Self::mldsa_signature`] (`None` when it has none).
+    pub fn split_cosignature<T: Clone>(signed: &Signed<T>) -> (Signed<T>, Option<Bytes>) {
+        let cosignature = Some(signed.mldsa_signature.clone()).filter(|s| !s.is_empty());
+        let bare = Signed {
+            mldsa_signature: Bytes::new(),
+            ..signed.clone()
+        };
+        (bare, cosignature)
     }
 }
 
@@ -393,7 +382,6 @@ fn ids(rows: Vec<(Vec<u8>,)>) -> Result<Vec<B256>> {
 
 /// `order`, `job` and `runs` as one row of the statement that writes intents together.
 fn row(order: &NewOrder, job: &NewJob, runs: &[NewRun]) -> Result<Row> {
-    let (body, mldsa_signature) = order.stored();
     Ok(Row {
         tab: (
             to_i64(order.chain_id, "chain id")?,
@@ -403,8 +391,8 @@ fn row(order: &NewOrder, job: &NewJob, runs: &[NewRun]) -> Result<Row> {
         digest: order.digest.to_vec(),
         kind: order.kind,
         account: order.account.to_vec(),
-        body,
-        mldsa_signature,
+        body: order.body.to_string(),
+        mldsa_signature: order.mldsa_signature.clone(),
         limit_wei: order.limit_wei.map(wei_text),
         job_id: job.id.to_vec(),
         model: job.model.clone(),

@@ -51,7 +51,6 @@ impl Books {
     pub async fn open_session(&self, order: &NewOrder, grant: &SessionGrant) -> Result<()> {
         let chain_id = to_i64(order.chain_id, "chain id")?;
         let escrow_id = to_i64(grant.tab_id, "escrow id")?;
-        let (body, mldsa_signature) = order.stored();
         let done: Result<(i64,), sqlx::Error> = sqlx::query_as(
             "WITH tab AS ( \
                  SELECT 1 FROM exchange_tabs WHERE chain_id = $4 AND escrow_id = $7 \
@@ -73,13 +72,13 @@ impl Books {
         .bind(order.account.as_slice())
         .bind(chain_id)
         .bind(order.nonce.to_string())
-        .bind(body)
+        .bind(order.body.to_string())
         .bind(escrow_id)
         .bind(wei_text(grant.spend_cap_wei))
         .bind(to_i64(grant.expiry_s, "expiry")?)
         .bind(serde_json::to_string(grant)?)
         .bind(grant.bearer_hash.as_slice())
-        .bind(mldsa_signature)
+        .bind(order.mldsa_signature.as_ref().map(|s| &s[..]))
         .fetch_one(&self.pool)
         .await;
         match done {

@@ -75,7 +75,6 @@ impl Books {
         needed_until_s: u64,
     ) -> Result<()> {
         let optional = |v: Option<u64>, what| v.map(|v| to_i64(v, what)).transpose();
-        let (body, mldsa_signature) = order.stored();
         let done: Result<(i64, i64), sqlx::Error> = sqlx::query_as(
             "WITH hold AS ( \
                  UPDATE exchange_tabs SET jobs = jobs + 1, held_wei = held_wei + $8::numeric, \
@@ -102,7 +101,7 @@ impl Books {
         .bind(order.account.as_slice())
         .bind(to_i64(order.chain_id, "chain id")?)
         .bind(order.nonce.to_string())
-        .bind(body)
+        .bind(order.body.to_string())
         .bind(to_i64(escrow_id, "escrow id")?)
         .bind(wei_text(held_wei))
         .bind(to_i64(terms.ends_s, "end")?)
@@ -113,7 +112,7 @@ impl Books {
         .bind(terms.target.map(|t| hex::encode(t.as_slice())))
         .bind(terms.epsilon_ppm.map(i64::from))
         .bind(terms.target_kind.map(|k| k.as_str()))
-        .bind(mldsa_signature)
+        .bind(order.mldsa_signature.as_ref().map(|s| &s[..]))
         .fetch_one(&self.pool)
         .await;
         match done {

@@ -181,6 +181,7 @@ impl Intake {
             tab: Some((signed.chain_id, intent.tab_id)),
         };
         let placed = each_workload!(workload, r => r.place(self, &want, placing).await)?;
+        let (bare, mldsa_signature) = NewOrder::split_cosignature(signed);
         let order = NewOrder {
             digest: verified.digest,
             kind: "intent",
@@ -189,8 +190,9 @@ impl Intake {
             nonce: intent.nonce,
             body: {
                 let key = workload.kind().key();
-                serde_json::json!({ "intent": signed, key: request })
+                serde_json::json!({ "intent": bare, key: request })
             },
+            mldsa_signature,
             limit_wei: Some(intent.max_price_wei),
         };
         let mut placed = placed;
@@ -257,13 +259,15 @@ impl Intake {
     ) -> Result<SessionOpened> {
         let verified = self.verify(signed, now_s, "grant").await?;
         let grant = &signed.order;
+        let (bare, mldsa_signature) = NewOrder::split_cosignature(signed);
         let order = NewOrder {
             digest: verified.digest,
             kind: "session_grant",
             account: verified.account,
             chain_id: signed.chain_id,
             nonce: grant.nonce,
-            body: serde_json::json!({ "grant": signed }),
+            body: serde_json::json!({ "grant": bare }),
+            mldsa_signature,
             limit_wei: None,
         };
         self.books.open_session(&order, grant).await?;

@@ -145,6 +145,7 @@ impl Intake {
             what: "a standing order without a tab",
             value: kind.to_owned(),
         })?;
+        let (bare, mldsa_signature) = NewOrder::split_cosignature(signed);
         let order = NewOrder {
             digest: verified.digest,
             kind,
@@ -152,9 +153,10 @@ impl Intake {
             chain_id: signed.chain_id,
             nonce: signed.order.nonce(),
             body: match price {
-                Some(price) => serde_json::json!({ kind: signed, "price": price }),
-                None => serde_json::json!({ kind: signed }),
+                Some(price) => serde_json::json!({ kind: bare, "price": price }),
+                None => serde_json::json!({ kind: bare }),
             },
+            mldsa_signature,
             limit_wei: None,
         };
         if T::KIND == cx_protocol::order::Kind::Reserve {

@@ -99,6 +99,7 @@ fn order(nonce: u64, digest_byte: u64) -> NewOrder {
         chain_id: CHAIN,
         nonce,
         body: serde_json::json!({"nonce": nonce}),
+        mldsa_signature: None,
         // No room past what a job holds, as the synthetic body had no limit to read.
         limit_wei: Some(0),
     }
@@ -629,33 +630,42 @@ async fn standing_order_terms_are_columns_each_kind_exactly_its_own() {
 
 /// An order's ML-DSA co-signature is stored as its bytes beside a body holding `"0x"` in its
 /// place (intents written together and standing orders alike), and `exchange_order_body(o)`
-/// gives the body as received; a body without one is stored whole.
+/// gives the signed order as received; an order without one is stored whole.
 #[tokio::test]
 async fn a_co_signature_is_stored_as_bytes_and_the_order_read_back_whole() {
+    use cx_protocol::order::Signed;
     let db = TestDb::new().await;
     let books = db.books().await;
     open_tab(&books, 1, 1_000, 1_000).await;
-    let cosignature: Vec<u8> = (0..3309u32).map(|i| (i * 7 + 3) as u8).collect();
-    let signed = |key: &str, nonce: u64| {
-        serde_json::json!({
-            key: {
-                "account": buyer().to_string(),
-                "order": {"nonce": nonce},
-                "signature": "0x1b",
-                "mldsa_signature": format!("0x{}", hex::encode(&cosignature)),
-            },
-            "request": {"prompt": "p"},
-        })
+    let signed = Signed {
+        account: buyer(),
+        chain_id: CHAIN,
+        verifying_contract: Address::repeat_byte(0x5e),
+        order: serde_json::json!({"nonce": 1, "want": "m"}),
+        signature: vec![0x1b; 65].into(),
+        mldsa_signature: (0..3309u32).map(|i| (i * 7 + 3) as u8).collect(),
     };
+    let (bare, cosignature) = NewOrder::split_cosignature(&signed);
+    assert_eq!(cosignature.as_ref(), Some(&signed.mldsa_signature));
+    let as_stored = |key: &str| {
+        (
+            serde_json::json!({ key: bare, "request": {"prompt": "p"} }),
+            serde_json::json!({ key: signed, "request": {"prompt": "p"} }),
+        )
+    };
+    let (body, intent_received) = as_stored("intent");
     let intent = NewOrder {
-        body: signed("intent", 1),
+        body,
+        mldsa_signature: cosignature.clone(),
         ..order(1, 1)
     };
     books.accept(&intent, &job(&intent, 1, 10)).await.unwrap();
+    let (body, reserve_received) = as_stored("reserve");
     let reserve = NewOrder {
         kind: "reserve",
         limit_wei: None,
-        body: signed("reserve", 2),
+        body,
+        mldsa_signature: cosignature.clone(),
         ..order(2, 2)
     };
     let terms = StandingTerms {
@@ -674,10 +684,10 @@ async fn a_co_signature_is_stored_as_bytes_and_the_order_read_back_whole() {
         .accept(&unsigned, &job(&unsigned, 1, 10))
         .await
         .unwrap();
-    for (order, key) in [
-        (&intent, Some("intent")),
-        (&reserve, Some("reserve")),
-        (&unsigned, None),
+    for (order, received) in [
+        (&intent, &intent_received),
+        (&reserve, &reserve_received),
+        (&unsigned, &unsigned.body),
     ] {
         let (body, stored, whole): (serde_json::Value, Option<Vec<u8>>, serde_json::Value) =
             sqlx::query_as(
@@ -688,21 +698,13 @@ async fn a_co_signature_is_stored_as_bytes_and_the_order_read_back_whole() {
             .fetch_one(books.pool())
             .await
             .unwrap();
-        assert_eq!(whole, order.body, "{key:?}");
-        match key {
-            Some(key) => {
-                assert_eq!(stored.as_deref(), Some(cosignature.as_slice()));
-                assert_eq!(body[key]["mldsa_signature"], "0x");
-            }
-            None => {
-                assert_eq!(stored, None);
-                assert_eq!(body, order.body);
-            }
-        }
+        assert_eq!(&whole, received, "{}", order.kind);
+        assert_eq!(&body, &order.body);
+        assert_eq!(stored.as_deref(), order.mldsa_signature.as_ref().map(|s| &s[..]));
     }
     let read = books.standing_order(reserve.digest).await.unwrap().unwrap();
     assert_eq!(
-        read.order, reserve.body,
+        read.order, reserve_received,
         "the standing order as read is the one received"
     );
 }
