@@ -700,7 +700,10 @@ async fn a_co_signature_is_stored_as_bytes_and_the_order_read_back_whole() {
             .unwrap();
         assert_eq!(&whole, received, "{}", order.kind);
         assert_eq!(&body, &order.body);
-        assert_eq!(stored.as_deref(), order.mldsa_signature.as_ref().map(|s| &s[..]));
+        assert_eq!(
+            stored.as_deref(),
+            order.mldsa_signature.as_ref().map(|s| &s[..])
+        );
     }
     let read = books.standing_order(reserve.digest).await.unwrap().unwrap();
     assert_eq!(
