@@ -1,6 +1,6 @@
 //! Agents' identities: the binding of an Ethereum account to its ML-DSA-65 key, made once.
 
-use super::store::{Books, to_i64};
+use super::store::{Books, json_text, to_i64};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 
@@ -31,7 +31,7 @@ impl Books {
         .bind(to_i64(b.chain_id, "chain id")?)
         .bind(&b.mldsa_key)
         .bind(b.mldsa_key_hash.as_slice())
-        .bind(b.binding.to_string())
+        .bind(json_text(&b.binding))
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 1 {

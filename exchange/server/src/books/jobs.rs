@@ -4,7 +4,7 @@
 
 use super::accepts::{Row, RunRow, accept_rows};
 use super::store::constraint;
-use super::store::{Books, parse_wei, to_i64, wei_text};
+use super::store::{Books, json_text, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256, Bytes};
 use cx_protocol::job_status::JobStatus;
@@ -391,7 +391,7 @@ fn row(order: &NewOrder, job: &NewJob, runs: &[NewRun]) -> Result<Row> {
         digest: order.digest.to_vec(),
         kind: order.kind,
         account: order.account.to_vec(),
-        body: order.body.to_string(),
+        body: json_text(&order.body),
         mldsa_signature: order.mldsa_signature.clone(),
         limit_wei: order.limit_wei.map(wei_text),
         job_id: job.id.to_vec(),
@@ -399,10 +399,10 @@ fn row(order: &NewOrder, job: &NewJob, runs: &[NewRun]) -> Result<Row> {
         status: job.status.as_str(),
         bundle_id: job.bundle_id.clone(),
         held_wei: wei_text(job.held_wei),
-        decision: job.decision.to_string(),
+        decision: json_text(&job.decision),
         deadline_s: to_i64(job.deadline_s, "deadline")?,
         adapter: job.adapter.clone(),
-        request: job.workload.request_value().to_string(),
+        request: json_text(&job.workload.request_value()),
         workload: job.workload.kind().as_str(),
         needed_until_s: to_i64(job.needed_until_s, "deadline")?,
         total_wei: wei_text(total_held(job, runs)?),
@@ -413,7 +413,7 @@ fn row(order: &NewOrder, job: &NewJob, runs: &[NewRun]) -> Result<Row> {
                 id: r.id.to_vec(),
                 bundle_id: r.bundle_id.clone(),
                 held_wei: wei_text(r.held_wei),
-                decision: r.decision.to_string(),
+                decision: json_text(&r.decision),
                 run: i16::from(r.run),
             })
             .collect(),
@@ -500,10 +500,10 @@ pub(super) fn bind_job_with_runs<'q, O>(
         .bind(job.status)
         .bind(job.bundle_id.clone())
         .bind(wei_text(job.held_wei))
-        .bind(job.decision.to_string())
+        .bind(json_text(&job.decision))
         .bind(to_i64(job.deadline_s, "deadline")?)
         .bind(job.adapter.clone())
-        .bind(job.workload.request_value().to_string())
+        .bind(json_text(&job.workload.request_value()))
         .bind(job.workload.kind().as_str())
         .bind(session.map(|s| s.to_vec()))
         .bind(runs.iter().map(|r| r.id.to_vec()).collect::<Vec<_>>())
@@ -515,7 +515,7 @@ pub(super) fn bind_job_with_runs<'q, O>(
         )
         .bind(
             runs.iter()
-                .map(|r| r.decision.to_string())
+                .map(|r| json_text(&r.decision))
                 .collect::<Vec<_>>(),
         )
         .bind(runs.iter().map(|r| i16::from(r.run)).collect::<Vec<_>>())
@@ -552,7 +552,7 @@ pub(super) async fn insert_runs(
         .bind(run.id.as_slice())
         .bind(&run.bundle_id)
         .bind(wei_text(run.held_wei))
-        .bind(run.decision.to_string())
+        .bind(json_text(&run.decision))
         .bind(i16::from(run.run))
         .bind(original.as_slice())
         .bind(original.to_string())

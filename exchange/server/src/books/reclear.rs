@@ -2,7 +2,7 @@
 //! moved to another bundle while its deadline allows, else refunded at once (the hold returns to
 //! its tab and session; nothing is charged).
 
-use super::store::{Books, parse_wei, wei_text};
+use super::store::{Books, json_text, parse_wei, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use sqlx::Row;
@@ -141,7 +141,7 @@ impl Books {
         )
         .bind(id.as_slice())
         .bind(to)
-        .bind(decision.to_string())
+        .bind(json_text(&decision))
         .bind(wei_text(held_wei))
         .execute(&mut *tx)
         .await?;

@@ -6,7 +6,7 @@
 
 use super::fills::{ReserveFill, StoredBid};
 use super::standing::StandingOrder;
-use super::store::{Books, parse_wei, to_i64};
+use super::store::{Books, json_text, parse_wei, to_i64};
 use crate::error::{Error, Result};
 use alloy::primitives::B256;
 
@@ -161,7 +161,7 @@ impl Books {
             )
             .bind(id.as_slice())
             .bind(key.as_slice())
-            .bind(why.to_string())
+            .bind(json_text(&why))
             .execute(&mut *tx)
             .await?;
         }

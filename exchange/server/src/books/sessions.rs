@@ -3,7 +3,7 @@
 
 use super::jobs::{NewJob, NewOrder};
 use super::store::constraint;
-use super::store::{Books, parse_wei, to_i64, wei_text};
+use super::store::{Books, json_text, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use cx_protocol::order::SessionGrant;
@@ -72,7 +72,7 @@ impl Books {
         .bind(order.account.as_slice())
         .bind(chain_id)
         .bind(order.nonce.to_string())
-        .bind(order.body.to_string())
+        .bind(json_text(&order.body))
         .bind(escrow_id)
         .bind(wei_text(grant.spend_cap_wei))
         .bind(to_i64(grant.expiry_s, "expiry")?)

@@ -3,7 +3,7 @@
 
 use super::jobs::NewOrder;
 use super::store::constraint;
-use super::store::{Books, parse_wei, to_i64, wei_text};
+use super::store::{Books, json_text, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use serde::Serialize;
@@ -101,7 +101,7 @@ impl Books {
         .bind(order.account.as_slice())
         .bind(to_i64(order.chain_id, "chain id")?)
         .bind(order.nonce.to_string())
-        .bind(order.body.to_string())
+        .bind(json_text(&order.body))
         .bind(to_i64(escrow_id, "escrow id")?)
         .bind(wei_text(held_wei))
         .bind(to_i64(terms.ends_s, "end")?)
@@ -260,7 +260,7 @@ impl Filled<'_> {
         .bind(chain_id)
         .bind(escrow_id)
         .bind(wei_text(charged_wei))
-        .bind(decision.to_string())
+        .bind(json_text(&decision))
         .bind(self.ends_s)
         .bind(self.model)
         .bind(self.adapter)
@@ -274,7 +274,7 @@ impl Filled<'_> {
         .bind(self.id.as_slice())
         .bind(key_hash.as_slice())
         .bind(wei_text(charged_wei))
-        .bind(receipt.to_string())
+        .bind(json_text(&receipt))
         .execute(&mut **tx)
         .await?;
         sqlx::query(
@@ -283,7 +283,7 @@ impl Filled<'_> {
                      'provider_key_hash', $4::text))",
         )
         .bind(self.id.as_slice())
-        .bind(decision.to_string())
+        .bind(json_text(&decision))
         .bind(charged_wei.to_string())
         .bind(key_hash.to_string())
         .execute(&mut **tx)

@@ -4,7 +4,7 @@
 //! against it queued for the committee), plus the outbox of slashes.
 
 use super::jobs::{NewRun, insert_runs, release_sql};
-use super::store::{Books, parse_wei, to_i64, wei_text};
+use super::store::{Books, json_text, parse_wei, to_i64, wei_text};
 use crate::error::{Error, Result};
 use alloy::primitives::{Address, B256};
 use cx_protocol::job_status::JobStatus;
@@ -326,7 +326,7 @@ impl Books {
             )
             .bind(job.as_slice())
             .bind(*status)
-            .bind(detail.to_string())
+            .bind(json_text(&detail))
             .execute(&mut *tx)
             .await?;
         }
@@ -338,14 +338,14 @@ impl Books {
             .bind(hash.as_slice())
             .bind(job.as_slice())
             .bind(to_i64(*chain_id, "chain id")?)
-            .bind(evidence.to_string())
+            .bind(json_text(&evidence))
             .execute(&mut *tx)
             .await?;
         }
         if let Some(result) = &verdict.result {
             sqlx::query("UPDATE exchange_jobs SET result = $2::jsonb WHERE id = $1")
                 .bind(original.as_slice())
-                .bind(result.to_string())
+                .bind(json_text(&result))
                 .execute(&mut *tx)
                 .await?;
         }
