@@ -309,9 +309,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             let forwarder = forwarder(&args, &edge, &unfenced)?;
             // The reads of the books it answers itself, from its own connections; the rest goes
             // to the writer.
-            let reads = AppState::reading(unfenced.clone(), rate_config(&args))
+            let exchange = setup.identity.public().id().0.into();
+            let reads = AppState::reading(unfenced.clone(), rate_config(&args), exchange)
                 .with_chain_explorers(chain_explorers(&setup.chains));
-            let router = api::reads(reads).merge(std::sync::Arc::new(forwarder).router());
+            let router = api::reads(reads, std::sync::Arc::new(forwarder).router());
             let front = Front::open(listener, service_edge.clone(), limits, router)
                 .context("starting the service")?;
             println!("cx serve: a standby node, forwarding to the writer ({current})");

@@ -33,8 +33,7 @@ pub(super) async fn job(
     let account = credential::account(&state, &headers, Scope::Read).await?;
     let id = job_id(&id)?;
     let job = state
-        .intake()?
-        .books()
+        .books()?
         .job(id)
         .await?
         .ok_or(ApiError::NotFound { what: "job".into() })?;
@@ -82,8 +81,7 @@ pub(super) async fn list_jobs(
         });
     }
     let jobs = state
-        .intake()?
-        .books()
+        .books()?
         .jobs(account, query.status.as_deref(), limit)
         .await?;
     Ok(AppJson(
@@ -107,8 +105,7 @@ pub(super) async fn tab(
     }): AppPath<TabPath>,
 ) -> Result<AppJson<Tab>, ApiError> {
     state
-        .intake()?
-        .books()
+        .books()?
         .tab(chain_id, escrow_id)
         .await?
         .map(AppJson)

@@ -32,15 +32,38 @@ use axum::Router;
 use axum::routing::{get, post};
 
 /// What a node that does not write serves itself ([`AppState::reading`]): the explorer's pages
-/// read from the books alone, under the same per-address limits as the writer's router. A node
-/// forwarding to the writer merges this router with its forwarder (the fallback for the rest).
-pub fn reads(state: AppState) -> Router {
-    explorer::book_routes()
-        .layer(axum::middleware::from_fn_with_state(
+/// read from the books alone and the API's reads of the books — a job, an account's jobs, a
+/// tab, a standing order, each checked against the same credential as on the writer — from its
+/// own connections, under the same per-address limits as the writer's router. Every other
+/// request, and every other method on those paths (cancelling a job), goes to `rest`: a
+/// standby's forwarder to the writer. A job's event stream is forwarded too: the writer wakes
+/// it on each change, where a reader here could only poll.
+pub fn reads(state: AppState, rest: Router) -> Router {
+    Router::new()
+        .route(
+            "/v1/jobs",
+            get(jobs::list_jobs).fallback_service(rest.clone()),
+        )
+        .route(
+            "/v1/jobs/{id}",
+            get(jobs::job).fallback_service(rest.clone()),
+        )
+        .route(
+            "/v1/tabs/{chain_id}/{escrow_id}",
+            get(jobs::tab).fallback_service(rest.clone()),
+        )
+        .route(
+            "/v1/orders/{id}",
+            get(orders::standing_order).fallback_service(rest.clone()),
+        )
+        .merge(explorer::book_routes())
+        // Not on what goes to `rest`: the writer limits forwarded requests by their client.
+        .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             limit_by_ip,
         ))
         .with_state(state)
+        .fallback_service(rest)
 }
 
 /// The exchange's router. Tests drive it with `tower::ServiceExt::oneshot`, without a socket.

@@ -111,8 +111,7 @@ pub(super) async fn standing_order(
         .parse()
         .map_err(|_| ApiError::invalid("id", "an order id is 32 bytes of 0x-hex"))?;
     state
-        .intake()?
-        .books()
+        .books()?
         .standing_order(id)
         .await?
         .map(AppJson)

@@ -34,6 +34,8 @@ struct Inner {
 struct Reads {
     books: crate::books::Books,
     limits: crate::limits::RateLimits,
+    /// The exchange's identity id, which an account's read credential names.
+    exchange: alloy::primitives::B256,
 }
 
 impl AppState {
@@ -84,14 +86,20 @@ impl AppState {
     }
 
     /// The state of a node that does not write (a standby): it serves the reads of the books
-    /// alone ([`super::explorer::book_routes`]) from `books`, limiting each client address by
-    /// `limits` as the writer does; everything else it forwards.
-    pub fn reading(books: crate::books::Books, limits: crate::limits::RateConfig) -> Self {
+    /// alone ([`super::reads`]) from `books`, limiting each client address by `limits` as the
+    /// writer does, and checks read credentials naming `exchange` (the exchange's identity id,
+    /// the same on every node); everything else it forwards.
+    pub fn reading(
+        books: crate::books::Books,
+        limits: crate::limits::RateConfig,
+        exchange: alloy::primitives::B256,
+    ) -> Self {
         let mut state = Self::new();
         if let Some(inner) = Arc::get_mut(&mut state.inner) {
             inner.reads = Some(Reads {
                 books,
                 limits: crate::limits::RateLimits::new(limits),
+                exchange,
             });
         }
         state
@@ -152,6 +160,18 @@ impl AppState {
             (Some(intake), _) => Ok(intake.books()),
             (None, Some(reads)) => Ok(&reads.books),
             (None, None) => self.intake().map(|intake| intake.books()),
+        }
+    }
+
+    /// The exchange's identity id (what an account's read or store credential names): the
+    /// intake's, or that of a node serving reads.
+    pub(super) fn exchange_id(&self) -> Result<alloy::primitives::B256, ApiError> {
+        match (&self.inner.intake, &self.inner.reads) {
+            (Some(intake), _) => Ok(intake.identity().public().id().0.into()),
+            (None, Some(reads)) => Ok(reads.exchange),
+            (None, None) => self
+                .intake()
+                .map(|intake| intake.identity().public().id().0.into()),
         }
     }
 

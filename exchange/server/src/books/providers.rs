@@ -71,7 +71,7 @@ impl Books {
         .bind(&provider.operator)
         .bind(provider.payout.as_slice())
         .bind(token_hash.as_slice())
-        .bind(json_text(&offer))
+        .bind(json_text(offer))
         .fetch_one(&mut *tx)
         .await;
         let (operator,) = operator.map_err(|err| match constraint(&err) {
@@ -397,7 +397,7 @@ impl Books {
                  held_wei = $3::numeric, updated_at = now() WHERE id = $1",
         )
         .bind(job_id.as_slice())
-        .bind(json_text(&output))
+        .bind(json_text(output))
         .bind(wei_text(charged_wei))
         .bind(new_status)
         .execute(&mut *tx)
@@ -427,7 +427,7 @@ impl Books {
         .bind(job_id.as_slice())
         .bind(key_hash.as_slice())
         .bind(wei_text(charged_wei))
-        .bind(json_text(&receipt))
+        .bind(json_text(receipt))
         .execute(&mut *tx)
         .await?;
         if let Some(detail) = verified {
@@ -437,7 +437,7 @@ impl Books {
                  FROM exchange_job_events WHERE job_id = $1",
             )
             .bind(job_id.as_slice())
-            .bind(json_text(&detail))
+            .bind(json_text(detail))
             .execute(&mut *tx)
             .await?;
         }

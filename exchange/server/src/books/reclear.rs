@@ -141,7 +141,7 @@ impl Books {
         )
         .bind(id.as_slice())
         .bind(to)
-        .bind(json_text(&decision))
+        .bind(json_text(decision))
         .bind(wei_text(held_wei))
         .execute(&mut *tx)
         .await?;

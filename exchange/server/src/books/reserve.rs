@@ -161,7 +161,7 @@ impl Books {
             )
             .bind(id.as_slice())
             .bind(key.as_slice())
-            .bind(json_text(&why))
+            .bind(json_text(why))
             .execute(&mut *tx)
             .await?;
         }

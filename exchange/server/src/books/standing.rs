@@ -260,7 +260,7 @@ impl Filled<'_> {
         .bind(chain_id)
         .bind(escrow_id)
         .bind(wei_text(charged_wei))
-        .bind(json_text(&decision))
+        .bind(json_text(decision))
         .bind(self.ends_s)
         .bind(self.model)
         .bind(self.adapter)
@@ -274,7 +274,7 @@ impl Filled<'_> {
         .bind(self.id.as_slice())
         .bind(key_hash.as_slice())
         .bind(wei_text(charged_wei))
-        .bind(json_text(&receipt))
+        .bind(json_text(receipt))
         .execute(&mut **tx)
         .await?;
         sqlx::query(
@@ -283,7 +283,7 @@ impl Filled<'_> {
                      'provider_key_hash', $4::text))",
         )
         .bind(self.id.as_slice())
-        .bind(json_text(&decision))
+        .bind(json_text(decision))
         .bind(charged_wei.to_string())
         .bind(key_hash.to_string())
         .execute(&mut **tx)

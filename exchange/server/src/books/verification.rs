@@ -326,7 +326,7 @@ impl Books {
             )
             .bind(job.as_slice())
             .bind(*status)
-            .bind(json_text(&detail))
+            .bind(json_text(detail))
             .execute(&mut *tx)
             .await?;
         }
@@ -338,14 +338,14 @@ impl Books {
             .bind(hash.as_slice())
             .bind(job.as_slice())
             .bind(to_i64(*chain_id, "chain id")?)
-            .bind(json_text(&evidence))
+            .bind(json_text(evidence))
             .execute(&mut *tx)
             .await?;
         }
         if let Some(result) = &verdict.result {
             sqlx::query("UPDATE exchange_jobs SET result = $2::jsonb WHERE id = $1")
                 .bind(original.as_slice())
-                .bind(json_text(&result))
+                .bind(json_text(result))
                 .execute(&mut *tx)
                 .await?;
         }

@@ -69,6 +69,8 @@ struct World {
     pq: Identity,
     provider: Identity,
     token: String,
+    /// The exchange's identity id, which read credentials name.
+    exchange: B256,
 }
 
 fn request() -> InferenceRequest {
@@ -110,6 +112,7 @@ impl World {
             [(CHAIN, Address::repeat_byte(0x5e))],
             60,
         );
+        let exchange = intake.identity().public().id().0.into();
         let state = AppState::with_intake(intake)
             .with_chain_explorers([(CHAIN, "https://scan.example/".to_owned())]);
         let w = World {
@@ -120,6 +123,7 @@ impl World {
             pq,
             provider: Identity::from_seed([4; 32]),
             token: "provider-token-4".to_owned(),
+            exchange,
         };
         let binding = Binding::sign(&w.key, &w.pq, &domain(), 0).unwrap();
         let (status, body) = w
@@ -933,10 +937,26 @@ async fn a_continuation_goes_to_the_prefix_holder_and_its_page_names_the_hit() {
 
 /// `GET path` as JSON on `router`, from `client`'s address.
 async fn json_from(router: &Router, path: &str, client: [u8; 4]) -> (StatusCode, Value) {
-    let mut request = Request::get(path)
-        .header(header::ACCEPT, "application/json")
-        .body(Body::empty())
-        .unwrap();
+    call_from(router, "GET", path, None, client).await
+}
+
+/// `method path` on `router` from `client`'s address, with `authorization` if given; the answer
+/// as JSON (`null` when it is not).
+async fn call_from(
+    router: &Router,
+    method: &str,
+    path: &str,
+    authorization: Option<&str>,
+    client: [u8; 4],
+) -> (StatusCode, Value) {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::ACCEPT, "application/json");
+    if let Some(value) = authorization {
+        request = request.header(header::AUTHORIZATION, value);
+    }
+    let mut request = request.body(Body::empty()).unwrap();
     request
         .extensions_mut()
         .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
@@ -951,16 +971,21 @@ async fn json_from(router: &Router, path: &str, client: [u8; 4]) -> (StatusCode,
     )
 }
 
-/// A node that does not write (a standby) serves the pages read from the books alone from its
-/// own connection — the same answers as the writer's — under its own per-address limits, and
-/// has no route for a page the writer's engine holds (its forwarder takes those).
+/// A node that does not write (a standby) serves the pages read from the books alone, and the
+/// API's reads of the books (a job, an account's jobs, a tab) with the same credential checks,
+/// from its own connection — the same answers as the writer's — under its own per-address
+/// limits; a page the writer's engine holds, a job's cancel or event stream and every write go
+/// to its forwarder.
 #[tokio::test]
 async fn a_node_that_does_not_write_serves_the_books_pages_as_the_writer_does() {
     let (w, [settled, _, _], _) = market().await;
+    // What the standby does not answer itself goes to its forwarder: here, a teapot.
+    let forwarded = Router::new().fallback(|| async { StatusCode::IM_A_TEAPOT });
     let reading = |limits| {
         cx_exchange_server::api::reads(
-            AppState::reading(w.books.clone(), limits)
+            AppState::reading(w.books.clone(), limits, w.exchange)
                 .with_chain_explorers([(CHAIN, "https://scan.example/".to_owned())]),
+            forwarded.clone(),
         )
     };
     let reads = reading(Default::default());
@@ -985,7 +1010,54 @@ async fn a_node_that_does_not_write_serves_the_books_pages_as_the_writer_does() 
     assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
     for engine in ["/explorer/markets", "/v1/market", "/explorer/accounts/0x00"] {
         let (status, _) = json_from(&reads, engine, [10, 0, 0, 1]).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "{engine}");
+        assert_eq!(status, StatusCode::IM_A_TEAPOT, "{engine}");
+    }
+    // The API's reads of the books: the buyer's job and jobs, a tab, with the same credential
+    // checks and the same answers as the writer's.
+    let read = crate::common::credential_at(w.exchange, &w.key, cx_protocol::access::Scope::Read);
+    let buyer = order::account_of(&w.key);
+    let job = format!("/v1/jobs/{settled}");
+    let jobs = format!("/v1/jobs?account={buyer}");
+    let tab = format!("/v1/tabs/{CHAIN}/3");
+    for path in [job.as_str(), jobs.as_str(), tab.as_str()] {
+        let (status, from_writer) =
+            call_from(&w.router, "GET", path, Some(&read), [10, 0, 0, 1]).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {from_writer}");
+        let (status, read_here) = call_from(&reads, "GET", path, Some(&read), [10, 0, 0, 1]).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {read_here}");
+        assert_eq!(read_here, from_writer, "{path}");
+    }
+    let (status, refused) = call_from(&reads, "GET", &job, None, [10, 0, 0, 1]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused}");
+    let other = SigningKey::from_slice(&[8; 32]).unwrap();
+    let stranger =
+        crate::common::credential_at(w.exchange, &other, cx_protocol::access::Scope::Read);
+    let (status, _) = call_from(&reads, "GET", &job, Some(&stranger), [10, 0, 0, 1]).await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "another account's job is not found"
+    );
+    let elsewhere = crate::common::credential_at(
+        B256::repeat_byte(3),
+        &w.key,
+        cx_protocol::access::Scope::Read,
+    );
+    let (status, _) = call_from(&reads, "GET", &job, Some(&elsewhere), [10, 0, 0, 1]).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a credential for another exchange"
+    );
+    // Cancelling, the event stream and every other method go to the writer.
+    for (method, path) in [
+        ("DELETE", job.clone()),
+        ("GET", format!("{job}/events")),
+        ("POST", "/v1/jobs".to_owned()),
+        ("POST", "/v1/intents".to_owned()),
+    ] {
+        let (status, _) = call_from(&reads, method, &path, Some(&read), [10, 0, 0, 1]).await;
+        assert_eq!(status, StatusCode::IM_A_TEAPOT, "{method} {path}");
     }
     // Its own limits per address: past the burst, 429; another address is not held back.
     let strict = reading(cx_exchange_server::limits::RateConfig {
