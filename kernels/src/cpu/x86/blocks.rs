@@ -9,15 +9,16 @@
 
 use std::arch::x86_64::{
     __m256, __m256i, __m512, __m512i, __mmask16, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32,
-    _mm_loadl_epi64, _mm_unpacklo_epi64, _mm256_add_epi32, _mm256_add_ps, _mm256_and_si256,
-    _mm256_andnot_si256, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps, _mm256_cvtepu8_epi32,
-    _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setr_epi32,
-    _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srai_epi32, _mm256_srli_epi32, _mm256_srlv_epi32,
-    _mm256_sub_epi32, _mm256_sub_ps, _mm512_add_ps, _mm512_and_si512, _mm512_broadcast_i64x4,
-    _mm512_castsi256_si512, _mm512_cvtepi8_epi32, _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32,
-    _mm512_inserti64x4, _mm512_mask_or_epi32, _mm512_mask_sub_epi32, _mm512_mul_ps,
-    _mm512_or_si512, _mm512_set1_epi32, _mm512_slli_epi32, _mm512_srli_epi32, _mm512_srlv_epi32,
-    _mm512_sub_epi32, _mm512_sub_ps, _mm512_test_epi32_mask, _mm512_testn_epi32_mask,
+    _mm_insert_epi16, _mm_loadl_epi64, _mm_unpacklo_epi64, _mm256_add_epi32, _mm256_add_ps,
+    _mm256_and_si256, _mm256_andnot_si256, _mm256_cvtepi8_epi32, _mm256_cvtepi32_ps,
+    _mm256_cvtepu8_epi32, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_ps,
+    _mm256_setr_epi32, _mm256_slli_epi32, _mm256_sllv_epi32, _mm256_srai_epi32, _mm256_srli_epi32,
+    _mm256_srlv_epi32, _mm256_sub_epi32, _mm256_sub_ps, _mm512_add_ps, _mm512_and_si512,
+    _mm512_broadcast_i64x4, _mm512_castps128_ps512, _mm512_castsi256_si512, _mm512_cvtepi8_epi32,
+    _mm512_cvtepi32_ps, _mm512_cvtepu8_epi32, _mm512_inserti64x4, _mm512_mask_or_epi32,
+    _mm512_mask_sub_epi32, _mm512_mul_ps, _mm512_or_si512, _mm512_permutexvar_ps, _mm512_set_epi32,
+    _mm512_set1_epi32, _mm512_slli_epi32, _mm512_srli_epi32, _mm512_srlv_epi32, _mm512_sub_epi32,
+    _mm512_sub_ps, _mm512_test_epi32_mask, _mm512_testn_epi32_mask,
 };
 
 use crate::quant::QK_K;
@@ -76,6 +77,24 @@ pub(super) trait Blocks: Copy + Send + Sync + 'static {
 unsafe fn split_ps(x: f32, y: f32) -> __m512 {
     // SAFETY: the caller's contract.
     unsafe { super::pair(_mm256_set1_ps(x), _mm256_set1_ps(y)) }
+}
+
+/// The `f16` at `a` in lanes 0–7 and the one at `b` in lanes 8–15, as `f32`: both converted
+/// by one `vcvtph2ps` and spread by one permute, where [`split_ps`] of two [`half`]s converts
+/// and broadcasts each (a block pair's scale, every pair of blocks a tile reads).
+///
+/// # Safety
+/// AVX-512F (with F16C); two readable bytes at each.
+#[inline(always)]
+unsafe fn split_half(a: *const u8, b: *const u8) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let bits =
+            |at: *const u8| i32::from(u16::from_le_bytes(at.cast::<[u8; 2]>().read_unaligned()));
+        let both = _mm_cvtph_ps(_mm_insert_epi16::<1>(_mm_cvtsi32_si128(bits(a)), bits(b)));
+        let spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+        _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(both))
+    }
 }
 
 /// `x` in lanes 0–7 and `y` in lanes 8–15.
@@ -289,7 +308,7 @@ impl Blocks for Q8_0 {
     unsafe fn group_pair(a: *const u8, b: *const u8, _s: usize) -> [__m512; 4] {
         // SAFETY: the trait's contract.
         unsafe {
-            let d = split_ps(half(a), half(b));
+            let d = split_half(a, b);
             four!(g => scaled_pair(bytes8_pair::<true>(a.add(2 + 8 * g), b.add(2 + 8 * g)), d))
         }
     }
@@ -313,7 +332,7 @@ impl Blocks for Q4_0 {
     unsafe fn group_pair(a: *const u8, b: *const u8, _s: usize) -> [__m512; 4] {
         // SAFETY: the trait's contract.
         unsafe {
-            let d = split_ps(half(a), half(b));
+            let d = split_half(a, b);
             let eight = _mm512_set1_epi32(8);
             four!(g => scaled_pair(_mm512_sub_epi32(nibbles_pair(a.add(2), b.add(2), g), eight), d))
         }
@@ -337,8 +356,8 @@ impl Blocks for Q4_1 {
     unsafe fn group_pair(a: *const u8, b: *const u8, _s: usize) -> [__m512; 4] {
         // SAFETY: the trait's contract.
         unsafe {
-            let d = split_ps(half(a), half(b));
-            let m = split_ps(half(a.add(2)), half(b.add(2)));
+            let d = split_half(a, b);
+            let m = split_half(a.add(2), b.add(2));
             four!(g => _mm512_add_ps(scaled_pair(nibbles_pair(a.add(4), b.add(4), g), d), m))
         }
     }
@@ -367,7 +386,7 @@ impl Blocks for Q5_0 {
     unsafe fn group_pair(a: *const u8, b: *const u8, _s: usize) -> [__m512; 4] {
         // SAFETY: the trait's contract.
         unsafe {
-            let d = split_ps(half(a), half(b));
+            let d = split_half(a, b);
             let qh = split_epi32(word(a.add(2)), word(b.add(2)));
             let sixteen = _mm512_set1_epi32(16);
             four!(g => {
@@ -402,8 +421,8 @@ impl Blocks for Q5_1 {
     unsafe fn group_pair(a: *const u8, b: *const u8, _s: usize) -> [__m512; 4] {
         // SAFETY: the trait's contract.
         unsafe {
-            let d = split_ps(half(a), half(b));
-            let m = split_ps(half(a.add(2)), half(b.add(2)));
+            let d = split_half(a, b);
+            let m = split_half(a.add(2), b.add(2));
             let qh = split_epi32(word(a.add(4)), word(b.add(4)));
             let sixteen = _mm512_set1_epi32(16);
             four!(g => {
