@@ -383,6 +383,18 @@ async fn a_session_key_buys_a_chat_completion_a_provider_returns_with_a_signed_r
     assert!(quote["regime"].is_string());
     let (status, opened) = door.session("cxs_secret", 1_000_000, 1).await;
     assert_eq!(status, StatusCode::CREATED, "{opened}");
+    // The grant's co-signature is stored as its bytes, and read back in place under `grant`.
+    let (stored, in_body, whole): (Vec<u8>, String, String) = sqlx::query_as(
+        "SELECT o.mldsa_signature, o.body #>> '{grant,mldsa_signature}', \
+                exchange_order_body(o) #>> '{grant,mldsa_signature}' \
+         FROM exchange_orders o WHERE kind = 'session_grant'",
+    )
+    .fetch_one(door.books.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored.len(), 3309);
+    assert_eq!(in_body, "0x");
+    assert_eq!(whole, format!("0x{}", hex::encode(&stored)));
 
     // The call waits for the provider; the provider pulls, runs and answers meanwhile.
     let agent = async {
