@@ -502,6 +502,17 @@ async fn job_workload_check_allows_exactly_the_kinds() {
     }
 }
 
+/// A reserve's terms: a window from 100 s to 200 s, 300 ms of compute on `tiny`.
+fn reserve_terms() -> StandingTerms {
+    StandingTerms {
+        ends_s: 200,
+        starts_s: Some(100),
+        model: Some("tiny".into()),
+        compute_ms: Some(300),
+        ..StandingTerms::default()
+    }
+}
+
 /// A standing order's terms that statements compare are columns, written with the order in one
 /// statement: each kind has exactly its own (the CHECK refuses a reserve without its window or a
 /// rent without its target), and a refused order leaves nothing behind, its hold included.
@@ -515,13 +526,7 @@ async fn standing_order_terms_are_columns_each_kind_exactly_its_own() {
         limit_wei: None,
         ..order(nonce, 100 + nonce)
     };
-    let reserve = StandingTerms {
-        ends_s: 200,
-        starts_s: Some(100),
-        model: Some("tiny".into()),
-        compute_ms: Some(300),
-        ..StandingTerms::default()
-    };
+    let reserve = reserve_terms();
     let rent = StandingTerms {
         ends_s: 250,
         target: Some(B256::repeat_byte(0xab)),
@@ -668,13 +673,7 @@ async fn a_co_signature_is_stored_as_bytes_and_the_order_read_back_whole() {
         mldsa_signature: cosignature.clone(),
         ..order(2, 2)
     };
-    let terms = StandingTerms {
-        ends_s: 200,
-        starts_s: Some(100),
-        model: Some("tiny".into()),
-        compute_ms: Some(300),
-        ..StandingTerms::default()
-    };
+    let terms = reserve_terms();
     books
         .accept_standing(&reserve, 1, 10, &terms, 500)
         .await
