@@ -421,6 +421,21 @@ impl Error {
             _ => false,
         }
     }
+
+    /// Whether this is PostgreSQL refusing a statement for contention ([`is_contention`]).
+    pub fn is_contention(&self) -> bool {
+        match self {
+            Self::Database(err) => is_contention(err),
+            _ => false,
+        }
+    }
+}
+
+/// Whether `err` is PostgreSQL refusing a statement for its contention with another
+/// transaction: a deadlock it broke by aborting this one (SQLSTATE 40P01) or a serialization
+/// failure (40001). The transaction was rolled back whole, so it may be run again as it was.
+pub(crate) fn is_contention(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().is_some_and(|code| matches!(&*code, "40P01" | "40001")))
 }
 
 /// Whether `err` is PostgreSQL being away: no connection within the pool's bound, the socket

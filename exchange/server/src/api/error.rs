@@ -491,6 +491,15 @@ impl From<crate::Error> for ApiError {
                     retry_after_s: UNAVAILABLE_RETRY_AFTER_S,
                 }
             }
+            // Another transaction's locks in the way after the books' own retries (a deadlock
+            // PostgreSQL broke by aborting this request's statement): nothing was written, and
+            // the request may be sent again as it is.
+            E::Database(_) if err.is_contention() => {
+                tracing::warn!(error = %format!("{err:#}"), "contention in the database");
+                Self::Unavailable {
+                    retry_after_s: UNAVAILABLE_RETRY_AFTER_S,
+                }
+            }
             // This node is not (or no longer) the database's writer: another one serves.
             E::WriterTaken { .. } | E::LeaseLost(_) => {
                 tracing::warn!(error = %err, "not the writer");

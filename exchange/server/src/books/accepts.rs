@@ -7,7 +7,8 @@
 //! whose tab cannot hold it writes nothing while the others of its group are written. A group
 //! holds each tab once (one UPDATE cannot change a row twice). When the statement fails whole
 //! (a reused nonce, an order sent twice), each of its orders is written again alone, so that
-//! each gets its own answer ([`super::jobs`] maps it).
+//! each gets its own answer ([`super::jobs`] maps it); a statement PostgreSQL aborted to break
+//! a deadlock wrote nothing and is run again.
 //!
 //! Groups form by themselves: an order waits in a queue, and whoever finds one of the
 //! [`WRITERS`] slots free writes what is queued, group after group, until the queue is empty.
@@ -26,6 +27,9 @@ const WRITERS: usize = 4;
 
 /// Orders in one statement at most.
 const GROUP: usize = 64;
+
+/// Times an order's statement alone is run when PostgreSQL aborts it to break a deadlock.
+const CONTENDED_TRIES: usize = 3;
 
 /// One order, its job and its runs, as the statement binds them ([`super::jobs`] makes it).
 #[derive(Debug)]
@@ -329,7 +333,7 @@ async fn write_group(pool: &PgPool, group: Vec<Waiting>) {
                 let _ = w.answer.send(Ok(took));
             }
         }
-        Err(err) if group.len() == 1 => {
+        Err(err) if group.len() == 1 && !crate::error::is_contention(&err) => {
             let _ = group.into_iter().next().map(|w| w.answer.send(Err(err)));
         }
         // PostgreSQL away (or this node fenced off): each alone would wait for a connection in
@@ -342,12 +346,29 @@ async fn write_group(pool: &PgPool, group: Vec<Waiting>) {
         }
         Err(_) => {
             for w in group {
-                let alone = match pool.acquire().await {
-                    Ok(mut conn) => accept_rows(&mut conn, &[&w.row]).await,
-                    Err(err) => Err(err),
-                };
-                let _ = w.answer.send(alone.map(|took| took[0]));
+                let _ = w.answer.send(write_alone(pool, &w.row).await);
             }
+        }
+    }
+}
+
+/// Writes `row` in a statement of its own; one that PostgreSQL aborted to break a deadlock
+/// wrote nothing and is run again, at most [`CONTENDED_TRIES`] times. The deadlock this meets:
+/// an order sent again (its answer lost) holds its tab, then its job's unique check waits on
+/// the job's row, which a statement ending that job has changed and whose next step waits on
+/// the tab. Once the other commits, the order's statement finds its job and fails on its key.
+async fn write_alone(pool: &PgPool, row: &Row) -> Answer {
+    let mut tries = 1;
+    loop {
+        let alone = match pool.acquire().await {
+            Ok(mut conn) => accept_rows(&mut conn, &[row]).await,
+            Err(err) => Err(err),
+        };
+        match alone {
+            Err(err) if crate::error::is_contention(&err) && tries < CONTENDED_TRIES => {
+                tries += 1;
+            }
+            alone => return alone.map(|took| took[0]),
         }
     }
 }

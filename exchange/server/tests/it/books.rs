@@ -710,3 +710,61 @@ async fn a_co_signature_is_stored_as_bytes_and_the_order_read_back_whole() {
         "the standing order as read is the one received"
     );
 }
+
+/// An order sent again while its job is being ended (a provider's result, a sweep: statements
+/// that change the job's row and then its tab's) is answered as an order sent before, not with
+/// an internal error: the resend holds the tab, then its job's unique check waits on the job's
+/// row; the ending transaction waits on the tab; PostgreSQL breaks the cycle by aborting one of
+/// them (found in a cluster kill test: an agent resending after a lost answer got a 500). An
+/// aborted statement wrote nothing, so the books run it again, and it finds the order.
+#[tokio::test]
+async fn an_order_sent_again_while_its_job_ends_is_known_not_a_deadlock() {
+    let db = TestDb::new().await;
+    let books = db.books().await;
+    open_tab(&books, 1, 1_000, 1_000).await;
+    let first = order(1, 1);
+    let its_job = job(&first, 1, 10);
+    books.accept(&first, &its_job).await.unwrap();
+
+    let mut ending = books.pool().begin().await.unwrap();
+    sqlx::query("UPDATE exchange_jobs SET updated_at = now() WHERE id = $1")
+        .bind(its_job.id.as_slice())
+        .execute(&mut *ending)
+        .await
+        .unwrap();
+    let resend = tokio::spawn({
+        let (books, first, its_job) = (books.clone(), first.clone(), its_job.clone());
+        async move { books.accept(&first, &its_job).await }
+    });
+    // The resend holds the tab and waits on the job's row.
+    let waited = std::time::Instant::now();
+    while sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(books.pool())
+    .await
+    .unwrap()
+        == 0
+    {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(10),
+            "no wait"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // The ending takes the tab: a cycle, broken after PostgreSQL's deadlock_timeout (1 s).
+    let ended = sqlx::query("UPDATE exchange_tabs SET updated_at = now() WHERE escrow_id = 1")
+        .execute(&mut *ending)
+        .await;
+    match ended {
+        Ok(_) => ending.commit().await.unwrap(),
+        // This side was the one aborted: it is rolled back.
+        Err(err) => assert!(err.to_string().contains("deadlock"), "{err}"),
+    }
+    let answer = resend.await.unwrap();
+    assert!(matches!(answer, Err(Error::OrderExists)), "{answer:?}");
+    assert_eq!(count(&books, "exchange_orders").await, 1);
+    assert_eq!(count(&books, "exchange_jobs").await, 1);
+    assert_eq!(books.tab(CHAIN, 1).await.unwrap().unwrap().held_wei, 10);
+}
