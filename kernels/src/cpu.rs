@@ -367,6 +367,7 @@ fn tn_generic<const FMA: bool>(
     }
 }
 
+pub(crate) mod packed;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

@@ -29,6 +29,7 @@ use std::arch::x86_64::{
 use super::{LANES, fold};
 
 mod blocks;
+pub(super) mod packed;
 pub(super) mod widen;
 
 /// `acc + x·w` in every lane: fused when `FMA`, otherwise a rounded product then a rounded
