@@ -13,6 +13,10 @@
 //! (fused when `FMA`), the same [`fold_register`] per block of `kc`, blocks in ascending order —
 //! so every output has the bits of the row-major kernel.
 
+// The tile indexes its sums, its registers of `w` and its rows of `x` by the same row and
+// register numbers; iterators over one of them would hide which is which.
+#![allow(clippy::needless_range_loop)]
+
 use std::arch::x86_64::{__m512, _mm512_loadu_ps, _mm512_setzero_ps};
 
 use super::{LANES, fold_register, halves, madd512};
@@ -39,7 +43,7 @@ unsafe fn nt<const FMA: bool>(
     kc: usize,
 ) {
     let stride = packed_len(k);
-    assert!(k % LANES == 0 && kc % LANES == 0 && n % COLS == 0);
+    assert!(k.is_multiple_of(LANES) && kc.is_multiple_of(LANES) && n.is_multiple_of(COLS));
     assert!(xp.len() >= m * stride, "nt packed: x too short");
     assert!(wp.len() >= n / 2 * stride, "nt packed: w too short");
     assert!(out.len() >= m * n, "nt packed: out too short");
