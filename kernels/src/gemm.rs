@@ -51,6 +51,29 @@ impl WeightView<'_> {
         }
     }
 
+    /// Rows `j0..j0 + cols` of `W` as `f32`: the weights themselves, or widened into `panel`.
+    fn f32_rows<'s>(
+        &'s self,
+        d_in: usize,
+        j0: usize,
+        cols: usize,
+        panel: &'s mut Vec<f32>,
+    ) -> &'s [f32] {
+        let range = j0 * d_in..(j0 + cols) * d_in;
+        match *self {
+            WeightView::F32(w) => return &w[range],
+            WeightView::Bf16(w) => {
+                panel.resize(cols * d_in, 0.0);
+                widen_into(&w[range], panel);
+            }
+            WeightView::Quant(w) => {
+                panel.resize(cols * d_in, 0.0);
+                w.dequantize_rows(j0, cols, panel);
+            }
+        }
+        panel
+    }
+
     /// Adds rows `0..m` of `x` times rows `j0..j0 + cols` of `W` (transposed) into the zeroed
     /// `m × cols` tile, widening into `panel` where the kernel cannot widen in registers.
     #[allow(clippy::too_many_arguments)]
@@ -65,32 +88,19 @@ impl WeightView<'_> {
         tile: &mut [f32],
         mode: crate::Mode,
     ) {
-        let widened = |w, tile: &mut [f32]| {
-            m <= WIDENED_MAX_ROWS
-                && nt_accumulate_widened(x, d_in, m, w, j0, cols, d_in, tile, mode)
+        let in_registers = match *self {
+            WeightView::F32(_) => None,
+            WeightView::Bf16(w) => Some(Widened::Bf16(w)),
+            WeightView::Quant(w) => Some(Widened::Quant(w)),
         };
-        match *self {
-            WeightView::F32(w) => {
-                let panel = &w[j0 * d_in..(j0 + cols) * d_in];
-                nt_accumulate(x, d_in, m, panel, d_in, cols, d_in, tile, mode);
-                return;
-            }
-            WeightView::Bf16(w) => {
-                if widened(Widened::Bf16(w), tile) {
-                    return;
-                }
-                panel.resize(cols * d_in, 0.0);
-                widen_into(&w[j0 * d_in..(j0 + cols) * d_in], panel);
-            }
-            WeightView::Quant(w) => {
-                if widened(Widened::Quant(w), tile) {
-                    return;
-                }
-                panel.resize(cols * d_in, 0.0);
-                w.dequantize_rows(j0, cols, panel);
-            }
+        if let Some(w) = in_registers
+            && m <= WIDENED_MAX_ROWS
+            && nt_accumulate_widened(x, d_in, m, w, j0, cols, d_in, tile, mode)
+        {
+            return;
         }
-        nt_accumulate(x, d_in, m, panel, d_in, cols, d_in, tile, mode);
+        let rows = self.f32_rows(d_in, j0, cols, panel);
+        nt_accumulate(x, d_in, m, rows, d_in, cols, d_in, tile, mode);
     }
 
     /// [`WeightView::product`] on `x` packed by [`pack_x`] (a prompt's rows): rows `j0..j0 +
@@ -109,20 +119,7 @@ impl WeightView<'_> {
         tile: &mut [f32],
         mode: crate::Mode,
     ) {
-        let rows = match *self {
-            WeightView::F32(w) => &w[j0 * d_in..(j0 + cols) * d_in],
-            WeightView::Bf16(w) => {
-                panel.resize(cols * d_in, 0.0);
-                widen_into(&w[j0 * d_in..(j0 + cols) * d_in], panel);
-                &panel[..]
-            }
-            WeightView::Quant(w) => {
-                panel.resize(cols * d_in, 0.0);
-                w.dequantize_rows(j0, cols, panel);
-                &panel[..]
-            }
-        };
-        pack_w(rows, d_in, cols, d_in, packed);
+        pack_w(self.f32_rows(d_in, j0, cols, panel), cols, d_in, packed);
         let padded = cols.next_multiple_of(packed::COLS);
         nt_packed(xp, m, packed, padded, d_in, tile, mode);
     }
@@ -222,13 +219,14 @@ pub fn gemm_xwt_many(
     // decode step's few rows, and `f32` weights, are read as they are: packing an `f32` panel
     // is one more pass over weights the kernel would stream from memory with its prefetches
     // (SmolLM2-135M's shapes in f32 at 64 rows, AMD EPYC: 155 ms a step unpacked, 209 packed).
-    let mut xp = Vec::new();
     let packs = m > WIDENED_MAX_ROWS
         && packed::packs(d_in)
         && parts.iter().all(|p| !matches!(p.w, WeightView::F32(_)));
-    if packs {
-        pack_x(x, d_in, m, d_in, &mut xp);
-    }
+    let xp = if packs {
+        pack_x(x, m, d_in)
+    } else {
+        Vec::new()
+    };
     crate::cpu::for_each_item(
         config.threads,
         first_panel,

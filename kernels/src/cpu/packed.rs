@@ -15,24 +15,22 @@ pub(crate) fn packed_len(k: usize) -> usize {
     2 * k
 }
 
-/// `x`'s `m` rows of `k` (at a stride of `x_stride`) with each chunk of eight written twice,
-/// into `out` (`m` packed rows). `k` must be a multiple of eight.
-pub(crate) fn pack_x(x: &[f32], x_stride: usize, m: usize, k: usize, out: &mut Vec<f32>) {
+/// `x`'s `m` rows of `k` (row-major) with each chunk of eight written twice side by side.
+/// `k` must be a multiple of eight.
+pub(crate) fn pack_x(x: &[f32], m: usize, k: usize) -> Vec<f32> {
     debug_assert_eq!(k % LANES, 0);
-    out.clear();
-    out.reserve(m * packed_len(k));
-    for i in 0..m {
-        for chunk in x[i * x_stride..i * x_stride + k].chunks_exact(LANES) {
-            out.extend_from_slice(chunk);
-            out.extend_from_slice(chunk);
-        }
+    let mut out = Vec::with_capacity(m * packed_len(k));
+    for chunk in x[..m * k].chunks_exact(LANES) {
+        out.extend_from_slice(chunk);
+        out.extend_from_slice(chunk);
     }
+    out
 }
 
-/// The `n` row-major rows of `k` of `w` (at a stride of `w_stride`) as pairs of rows, chunk by
-/// chunk (row `2p`'s eight elements, then row `2p + 1`'s), padded with rows of zeros to a
-/// multiple of [`COLS`] rows, into `out`. `k` must be a multiple of eight.
-pub(crate) fn pack_w(w: &[f32], w_stride: usize, n: usize, k: usize, out: &mut Vec<f32>) {
+/// The `n` row-major rows of `k` of `w` as pairs of rows, chunk by chunk (row `2p`'s eight
+/// elements, then row `2p + 1`'s), padded with rows of zeros to a multiple of [`COLS`] rows,
+/// into `out` (a panel's scratch, reused). `k` must be a multiple of eight.
+pub(crate) fn pack_w(w: &[f32], n: usize, k: usize, out: &mut Vec<f32>) {
     debug_assert_eq!(k % LANES, 0);
     let padded = n.next_multiple_of(COLS);
     out.clear();
@@ -40,7 +38,7 @@ pub(crate) fn pack_w(w: &[f32], w_stride: usize, n: usize, k: usize, out: &mut V
     let zeros = [0f32; LANES];
     let row = |j: usize, c: usize| {
         if j < n {
-            &w[j * w_stride + c..j * w_stride + c + LANES]
+            &w[j * k + c..j * k + c + LANES]
         } else {
             &zeros[..]
         }
@@ -131,9 +129,9 @@ mod tests {
             for (m, n) in [(1, 8), (17, 32), (23, 13), (40, 1)] {
                 let x: Vec<f32> = (0..m * k).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
                 let w: Vec<f32> = (0..n * k).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
-                let (mut xp, mut wp) = (Vec::new(), Vec::new());
-                pack_x(&x, k, m, k, &mut xp);
-                pack_w(&w, k, n, k, &mut wp);
+                let xp = pack_x(&x, m, k);
+                let mut wp = Vec::new();
+                pack_w(&w, n, k, &mut wp);
                 let padded = n.next_multiple_of(COLS);
                 for mode in [Mode::Deterministic, Mode::Fast] {
                     let mut want = vec![0f32; m * n];

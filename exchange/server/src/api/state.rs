@@ -167,11 +167,8 @@ impl AppState {
     /// intake's, or that of a node serving reads.
     pub(super) fn exchange_id(&self) -> Result<alloy::primitives::B256, ApiError> {
         match (&self.inner.intake, &self.inner.reads) {
-            (Some(intake), _) => Ok(intake.identity().public().id().0.into()),
             (None, Some(reads)) => Ok(reads.exchange),
-            (None, None) => self
-                .intake()
-                .map(|intake| intake.identity().public().id().0.into()),
+            _ => Ok(self.intake()?.identity().public().id().0.into()),
         }
     }
 

@@ -32,7 +32,6 @@ const ROWS: usize = 6;
 /// # Safety
 /// The CPU must support AVX2 and AVX-512F, and FMA when `FMA`.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 unsafe fn nt<const FMA: bool>(
     xp: &[f32],
     m: usize,
