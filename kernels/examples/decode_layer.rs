@@ -55,7 +55,11 @@ fn main() -> Result<(), cx_kernels::Error> {
             .collect();
         let mut ys: Vec<Vec<f32>> = shapes.iter().map(|&(_, o)| vec![0f32; rows * o]).collect();
         for mode in [Mode::Deterministic, Mode::Fast] {
-            let config = CpuConfig { threads, mode };
+            let config = CpuConfig {
+                threads,
+                mode,
+                int8: false,
+            };
             let mut error = None;
             let s = median_seconds(repeats, || {
                 for (((&(i, o), w), x), y) in shapes.iter().zip(&weights).zip(&xs).zip(&mut ys) {

@@ -52,6 +52,12 @@ pub struct CpuConfig {
     pub threads: usize,
     /// Speed or reproducibility.
     pub mode: Mode,
+    /// In [`Mode::Fast`], a decode step's rows (up to 16) over quantized weights in eight-bit
+    /// integers, `x` rounded to eight bits per block of 32 as llama.cpp does (AVX-512 VNNI; other
+    /// CPUs keep the `f32` kernels). Its results differ from the exact kernels' by that rounding,
+    /// not only in the last bits, and a row's depend on whether its batch has more than 16 rows
+    /// (a prompt's take the `f32` kernels): off unless asked for.
+    pub int8: bool,
 }
 
 impl Default for CpuConfig {
@@ -59,6 +65,7 @@ impl Default for CpuConfig {
         Self {
             threads: default_threads(),
             mode: Mode::Fast,
+            int8: false,
         }
     }
 }
@@ -367,6 +374,7 @@ fn tn_generic<const FMA: bool>(
     }
 }
 
+pub(crate) mod int8;
 pub(crate) mod packed;
 #[cfg(target_arch = "x86_64")]
 mod x86;

@@ -64,7 +64,12 @@ impl Device {
     /// A short name for logs and tables.
     pub fn name(&self) -> String {
         match self {
-            Self::Cpu(config) => format!("cpu ({} threads, {:?})", config.threads, config.mode),
+            Self::Cpu(config) => format!(
+                "cpu ({} threads, {:?}{})",
+                config.threads,
+                config.mode,
+                if config.int8 { ", int8 decode" } else { "" }
+            ),
             #[cfg(feature = "cuda")]
             Self::Cuda(kernels) => format!("cuda: {}", kernels.name()),
         }

@@ -1,6 +1,7 @@
 //! The base projection `y = x·Wᵀ`, blocked and multi-threaded: what SGMV's overhead is
 //! measured against, and what the provider runs for the frozen base weights.
 
+use crate::cpu::int8;
 use crate::cpu::packed::{self, nt_packed, pack_w, pack_x};
 use crate::cpu::{CpuConfig, SharedOut, Widened, nt_accumulate, nt_accumulate_widened};
 use crate::element::{Element, as_f32, widen_into};
@@ -227,6 +228,17 @@ pub fn gemm_xwt_many(
     } else {
         Vec::new()
     };
+    // A decode step's rows over quantized weights where the fast mode asks for integers: `x`
+    // rounded to eight-bit codes once for every product (see `crate::cpu::int8`).
+    let xq = if config.int8
+        && mode == crate::Mode::Fast
+        && m <= WIDENED_MAX_ROWS
+        && parts.iter().any(|p| matches!(p.w, WeightView::Quant(_)))
+    {
+        int8::quantize_rows(x, m, d_in)
+    } else {
+        None
+    };
     crate::cpu::for_each_item(
         config.threads,
         first_panel,
@@ -250,7 +262,9 @@ pub fn gemm_xwt_many(
             };
             tile.clear();
             tile.resize(m * stride, 0.0);
-            if packs {
+            if let (Some(xq), WeightView::Quant(w)) = (&xq, part.w) {
+                int8::product(xq, m, w, j0, cols, tile);
+            } else if packs {
                 part.w
                     .packed_product(&xp, m, d_in, j0, cols, panel, packed, tile, mode);
             } else {

@@ -61,9 +61,9 @@ TEXTS = ["The history of the printing press begins",
 class CxServer:
     name = "cx"
 
-    def __init__(self, binary, model, threads, adapters_dir):
+    def __init__(self, binary, model, threads, adapters_dir, cx_args=()):
         self.port = common.free_port()
-        extra = ["--adapters", adapters_dir] if adapters_dir else []
+        extra = (["--adapters", adapters_dir] if adapters_dir else []) + list(cx_args)
         self.process = subprocess.Popen(
             [binary, "serve", "--model", model, "--port", str(self.port), "--threads",
              str(threads), "--served-model-name", "base", *extra], stderr=subprocess.DEVNULL)
@@ -185,7 +185,7 @@ def measure(args, server, label, model, bin_dir, adapters_dir, loras):
     cx = None
     try:
         prompts = chats + [llama.tokenize(t) for t in TEXTS]
-        cx = CxServer(args.binary, model, args.threads, adapters_dir)
+        cx = CxServer(args.binary, model, args.threads, adapters_dir, args.cx_arg)
         sides = [cx, llama]
         runs = {s.name: [s.generate(p, args.new_tokens) for p in prompts] for s in sides}
         same, prefix, total = agreement(runs["cx"], runs["llama"])
@@ -254,6 +254,9 @@ def main():
                         help="an extra argument for llama-server and llama-perplexity (repeat); "
                              "--llama-arg=-nr where the CPU reports AMX that the machine does "
                              "not enable (llama.cpp's AMX kernels then stop with SIGILL)")
+    parser.add_argument("--cx-arg", action="append", default=[],
+                        help="an extra argument for `cx-provider serve` (repeat): --cx-arg=--int8 "
+                             "measures the fast mode with quantized decode in eight-bit integers")
     parser.add_argument("--only", default="",
                         help="measure only these files (labels as printed: Q4_1,Q8_0,BF16,...)")
     parser.add_argument("--setup-only", action="store_true")

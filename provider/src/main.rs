@@ -163,6 +163,11 @@ enum Command {
         /// Use FMA where the CPU has it (faster; loses bit-equality across CPUs, class D∞).
         #[arg(long)]
         fast: bool,
+        /// Fast mode, and a decode step over quantized weights in eight-bit integers as
+        /// llama.cpp computes it (activations rounded to 8 bits per block of 32; AVX-512 VNNI,
+        /// else the f32 kernels): faster again, further from the exact kernels (class D∞).
+        #[arg(long)]
+        int8: bool,
         /// Quantize the weight matrices as they load (the served and every stored base): q8_0,
         /// q4_0, q5_0 or q4_k (rows that are not whole 256-element super-blocks fall back to
         /// q5_0, as llama.cpp's llama-quantize does). A GGUF's quantized tensors stay as stored.
@@ -455,6 +460,9 @@ enum BenchCommand {
         /// Fast mode (FMA in the kernels; class D∞).
         #[arg(long)]
         fast: bool,
+        /// Fast mode with quantized weights' decode in eight-bit integers (as `serve --int8`).
+        #[arg(long)]
+        int8: bool,
     },
     /// The perplexity of a fixed text, scored as llama.cpp's llama-perplexity scores it
     /// (chunks of --ctx tokens, the second half of each scored).
@@ -513,10 +521,12 @@ fn quant_type(name: &str) -> Result<QuantType, String> {
     }
 }
 
-fn cpu(threads: Option<usize>, fast: bool) -> CpuConfig {
+/// The kernels' configuration: `--int8` is the fast mode with integer decode.
+fn cpu(threads: Option<usize>, fast: bool, int8: bool) -> CpuConfig {
     let mut config = CpuConfig::deterministic();
-    if fast {
+    if fast || int8 {
         config.mode = Mode::Fast;
+        config.int8 = int8;
         // candle's ops (the training forward) size their thread pool from
         // RAYON_NUM_THREADS (else every core): `--threads` must reach them too.
         if let Some(t) = threads {
@@ -640,7 +650,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             adapter.as_deref(),
             &tokens,
             json,
-            cpu(threads, false),
+            cpu(threads, false, false),
             quantize,
         )?,
         Command::Serve {
@@ -656,6 +666,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_batch,
             threads,
             fast,
+            int8,
             quantize,
             gpu,
             training_dir,
@@ -666,7 +677,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_in_flight,
             market,
         } => {
-            let cpu = cpu(threads, fast);
+            let cpu = cpu(threads, fast, int8);
             let device = if gpu {
                 let device = cx_kernels::Device::cuda(0).context("--gpu")?;
                 tracing::info!("SGMV on {}", device.name());
@@ -828,7 +839,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             let figures = cx_provider::bench::train(&cx_provider::bench::TrainBenchOptions {
                 repeats,
-                cpu: cpu(threads, false),
+                cpu: cpu(threads, false, false),
                 quick,
             })?;
             print!("{}", figures.table());
@@ -847,7 +858,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let figures = cx_provider::bench::prefix(&cx_provider::bench::PrefixBenchOptions {
                 repeats,
-                cpu: cpu(threads, false),
+                cpu: cpu(threads, false, false),
                 quick,
             })?;
             print!("{}", figures.table());
@@ -866,6 +877,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     decode_steps,
                     threads,
                     fast,
+                    int8,
                 },
         } => {
             let figures = cx_provider::bench::real(&cx_provider::bench::RealBenchOptions {
@@ -873,7 +885,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 repeats,
                 prompt_tokens,
                 decode_steps,
-                cpu: cpu(threads, fast),
+                cpu: cpu(threads, fast, int8),
                 quantize,
             })?;
             print!("{}", figures.table());
@@ -898,7 +910,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 text,
                 ctx,
                 chunks,
-                cpu: cpu(threads, false),
+                cpu: cpu(threads, false, false),
                 quantize,
             })?;
             println!(
@@ -923,7 +935,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let figures = cx_provider::bench::matmul(&cx_provider::bench::MatmulBenchOptions {
                 repeats,
                 rounds,
-                cpu: cpu(threads, true),
+                cpu: cpu(threads, true, false),
                 sizes: if quick {
                     vec![128, 256]
                 } else {
@@ -947,7 +959,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let figures = cx_provider::bench::lora(&cx_provider::bench::LoraBenchOptions {
                 repeats,
-                cpu: cpu(threads, fast),
+                cpu: cpu(threads, fast, false),
                 quick,
             })?;
             print!("{}", figures.table());

@@ -29,6 +29,7 @@ use std::arch::x86_64::{
 use super::{LANES, fold};
 
 mod blocks;
+pub(super) mod int8;
 pub(super) mod packed;
 pub(super) mod widen;
 

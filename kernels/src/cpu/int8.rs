@@ -1,0 +1,264 @@
+//! A decode step's rows against quantized weights in integers, as llama.cpp computes them
+//! ([`crate::CpuConfig::int8`], in [`crate::Mode::Fast`] only): each row of `x` is rounded to eight-bit codes with one scale
+//! per block of 32 (ggml's `Q8_0` activations), each chunk of 64 weights is decoded to signed
+//! eight-bit codes in one register, and one AVX-512 VNNI instruction (`vpdpbusd`) takes 64
+//! products at once; the block scales are applied in `f32` once per 32 elements. The weights'
+//! own floats are never built, so a row costs a fraction of the instructions of the `f32`
+//! kernel on the dequantized values (on AMD's Zen 4 llama.cpp's one-row decode was 1.7× ours
+//! that way).
+//!
+//! # What it gives up, and what it keeps
+//! Rounding `x` to eight bits changes the result by up to half a code per element (`|x|max/254`
+//! of each block), as it does in llama.cpp; the deterministic mode (class D) therefore keeps the
+//! exact `f32` kernels, and this path is an opt-in of the fast mode (D∞). Among batches of up to
+//! 16 rows it keeps the fast mode's promise: each output is the same operations in the same
+//! order whatever the batch composition or the thread count (a row is quantized alone; the
+//! integer sums are exact; the scales fold in block order; a worker reduces whole outputs).
+
+use crate::quant::QuantMatrix;
+#[cfg(doc)]
+use crate::quant::QuantType;
+
+/// Elements per activation block: one scale.
+pub(crate) const BLOCK: usize = 32;
+/// Elements per chunk: two blocks, one AVX-512 register of codes.
+pub(crate) const CHUNK: usize = 64;
+/// Floats per chunk in [`Q8Rows::scales`] and [`Q8Rows::sums`]: one register's lanes.
+pub(crate) const LANES: usize = 16;
+
+/// Rows of `x` rounded to eight-bit codes, laid out per chunk of [`CHUNK`] elements as the
+/// kernel reads them.
+pub(crate) struct Q8Rows {
+    /// Chunks per row (`k / 64`).
+    pub(crate) chunks: usize,
+    /// Per row and chunk, the 64 codes plus 128 (unsigned, as `vpdpbusd` takes its first
+    /// operand; the kernel subtracts 128·Σw exactly in integers).
+    pub(crate) codes: Vec<u8>,
+    /// Per row and chunk, each block's scale in its eight lanes.
+    pub(crate) scales: Vec<f32>,
+    /// Per row and chunk, each block's scale × the sum of its codes in lanes 0 and 8, zero
+    /// elsewhere (the term of a format's minimum; the lanes are summed at the end).
+    pub(crate) sums: Vec<f32>,
+}
+
+/// `x`'s `m` rows of `k` quantized for [`product`], or `None` where the path does not apply:
+/// not x86-64 with AVX-512 BW, VNNI and FMA, `k` not whole chunks, `CX_KERNELS_NO_INT8=1`
+/// (for comparing the two paths in one binary), or a value of `x` not finite (the `f32`
+/// kernels propagate it; a code cannot).
+pub(crate) fn quantize_rows(x: &[f32], m: usize, k: usize) -> Option<Q8Rows> {
+    if !available()
+        || k == 0
+        || !k.is_multiple_of(CHUNK)
+        || !x[..m * k].iter().all(|v| v.is_finite())
+    {
+        return None;
+    }
+    let chunks = k / CHUNK;
+    let mut codes = vec![0u8; m * k];
+    let mut scales = vec![0f32; m * chunks * LANES];
+    let mut sums = vec![0f32; m * chunks * LANES];
+    for (b, block) in x[..m * k].chunks_exact(BLOCK).enumerate() {
+        let codes: &mut [u8; BLOCK] = (&mut codes[b * BLOCK..(b + 1) * BLOCK]).try_into().unwrap();
+        let block: &[f32; BLOCK] = block.try_into().unwrap();
+        let (d, sum) = quantize_block(block, codes);
+        let half = b % 2;
+        scales[(b / 2) * LANES + half * 8..][..8].fill(d);
+        sums[(b / 2) * LANES + half * 8] = d * sum as f32;
+    }
+    Some(Q8Rows {
+        chunks,
+        codes,
+        scales,
+        sums,
+    })
+}
+
+/// Adds `x`'s rows (quantized in `xq`) times rows `j0..j0 + cols` of `w` (transposed) into the
+/// `m × cols` tile (every ggml format [`QuantType`] names).
+pub(crate) fn product(
+    xq: &Q8Rows,
+    m: usize,
+    w: &QuantMatrix,
+    j0: usize,
+    cols: usize,
+    tile: &mut [f32],
+) {
+    assert_eq!(
+        w.d_in(),
+        xq.chunks * CHUNK,
+        "int8 product: x and w disagree on d_in"
+    );
+    assert!(j0 + cols <= w.d_out() && tile.len() >= m * cols);
+    assert!(xq.codes.len() >= m * xq.chunks * CHUNK);
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `quantize_rows` built `xq` only where the CPU has the kernel's features; the
+        // asserts above bound every read and write.
+        unsafe { super::x86::int8::product(xq, m, w, j0, cols, tile) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        unreachable!("quantize_rows builds no rows off x86-64")
+    }
+}
+
+/// One block of 32 as codes plus 128 (nearest, ties to even) with the scale `|x|max/127`:
+/// the scale and the sum of the codes.
+fn quantize_block(block: &[f32; BLOCK], codes: &mut [u8; BLOCK]) -> (f32, i32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: only `quantize_rows` calls it, after `available` checked the CPU.
+        unsafe { super::x86::int8::quantize_block(block, codes) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        unreachable!("quantize_rows quantizes nothing off x86-64: {block:?} {codes:?}")
+    }
+}
+
+fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *ON.get_or_init(|| {
+            super::x86::int8::supported()
+                && !super::no_avx512()
+                && std::env::var_os("CX_KERNELS_NO_INT8").is_none_or(|v| v != "1")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::QuantType;
+    use crate::quant::tests::random_matrix;
+    use crate::rng::seeded;
+    use rand::Rng;
+
+    fn rows(seed: u64, n: usize) -> Vec<f32> {
+        let mut rng = seeded(seed);
+        (0..n).map(|_| rng.gen_range(-2.0f32..2.0)).collect()
+    }
+
+    fn int8_product(x: &[f32], m: usize, w: &QuantMatrix) -> Option<Vec<f32>> {
+        let xq = quantize_rows(x, m, w.d_in())?;
+        let mut tile = vec![0f32; m * w.d_out()];
+        product(&xq, m, w, 0, w.d_out(), &mut tile);
+        Some(tile)
+    }
+
+    /// Each format's integer product is within the bound of `x`'s rounding (half a code per
+    /// element: `|x|max/254` of its block times `|w|`) of the exact product of `x` and the
+    /// dequantized weights: a code or a scale out of place would be far outside it.
+    #[test]
+    fn the_integer_product_is_within_half_a_code_of_the_exact_one() {
+        for kind in QuantType::ALL {
+            let (d_out, d_in) = (
+                37,
+                if kind.block_elements() == 256 {
+                    768
+                } else {
+                    576
+                },
+            );
+            let m = 5;
+            let w = random_matrix(kind, d_out, d_in, 7);
+            let wf = w.to_f32();
+            let x = rows(11, m * d_in);
+            let Some(got) = int8_product(&x, m, &w) else {
+                eprintln!("no AVX-512 VNNI here: the int8 path is not taken");
+                return;
+            };
+            for i in 0..m {
+                let xi = &x[i * d_in..(i + 1) * d_in];
+                for j in 0..d_out {
+                    let wj = &wf[j * d_in..(j + 1) * d_in];
+                    let exact: f64 = xi
+                        .iter()
+                        .zip(wj)
+                        .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                        .sum();
+                    let mut bound = 0f64;
+                    let mut size = 0f64;
+                    for (xb, wb) in xi.chunks(BLOCK).zip(wj.chunks(BLOCK)) {
+                        let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+                        let wsum: f64 = wb.iter().map(|v| f64::from(v.abs())).sum();
+                        bound += f64::from(amax) / 254.0 * wsum;
+                        size += xb
+                            .iter()
+                            .zip(wb)
+                            .map(|(a, b)| f64::from((a * b).abs()))
+                            .sum::<f64>();
+                    }
+                    let err = (f64::from(got[i * d_out + j]) - exact).abs();
+                    assert!(
+                        err <= bound * 1.001 + size * 1e-5,
+                        "{}: row {i} column {j}: {} against {exact} (bound {bound})",
+                        kind.name(),
+                        got[i * d_out + j]
+                    );
+                }
+            }
+        }
+    }
+
+    /// A row's outputs do not depend on the rows beside it (fast mode's promise).
+    #[test]
+    fn a_row_gives_the_same_bits_alone_or_in_a_batch() {
+        for kind in [QuantType::Q5_1, QuantType::Q4K, QuantType::Q6K] {
+            let d_in = 512;
+            let w = random_matrix(kind, 19, d_in, 3);
+            let m = 11;
+            let x = rows(5, m * d_in);
+            let Some(all) = int8_product(&x, m, &w) else {
+                return;
+            };
+            for i in [0, 4, 10] {
+                let alone = int8_product(&x[i * d_in..(i + 1) * d_in], 1, &w).unwrap();
+                assert_eq!(
+                    alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    all[i * 19..(i + 1) * 19]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>(),
+                    "{} row {i}",
+                    kind.name()
+                );
+            }
+        }
+    }
+
+    /// The GEMM takes the integer kernel where the configuration asks for it (the same bits at
+    /// any thread count) and the `f32` kernels otherwise.
+    #[test]
+    fn the_gemm_multiplies_in_integers_only_when_asked() {
+        let (m, d_in) = (3, 512);
+        let w = random_matrix(QuantType::Q4K, 70, d_in, 9);
+        let x = rows(13, m * d_in);
+        let Some(direct) = int8_product(&x, m, &w) else {
+            return;
+        };
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for threads in [1, 3] {
+            let mut config = crate::CpuConfig::default().with_threads(threads);
+            let mut exact = vec![0f32; m * 70];
+            crate::gemm_xwt_quant(&x, &w, &mut exact, m, &config).unwrap();
+            assert_ne!(bits(&exact), bits(&direct));
+            config.int8 = true;
+            let mut got = vec![0f32; m * 70];
+            crate::gemm_xwt_quant(&x, &w, &mut got, m, &config).unwrap();
+            assert_eq!(bits(&got), bits(&direct), "{threads} threads");
+        }
+    }
+
+    #[test]
+    fn rows_that_are_not_finite_or_whole_chunks_stay_on_the_f32_kernels() {
+        assert!(quantize_rows(&[f32::NAN; 64], 1, 64).is_none());
+        assert!(quantize_rows(&[1.0; 96], 1, 96).is_none());
+    }
+}

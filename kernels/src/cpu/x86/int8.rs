@@ -1,0 +1,455 @@
+//! The integer kernel of [`crate::cpu::int8`]: each chunk of 64 weights decoded to signed
+//! codes in one register with its per-lane scales, and multiplied by every row's unsigned
+//! activation codes in one `vpdpbusd` each (AVX-512 VNNI).
+//!
+//! `vpdpbusd` multiplies unsigned by signed bytes, four to a 32-bit lane. The activation codes
+//! are stored plus 128 (unsigned), so a lane's sum is `Σ(q_x + 128)·q_w`; the kernel starts
+//! each row's sum at `−128·Σq_w` (one `vpdpbusd` of ones by the weights, once per chunk for all
+//! rows), which leaves `Σq_x·q_w` exactly. The sixteen lanes of a chunk are two blocks of 32
+//! (four lanes per 16 elements, where a format's sub-blocks are 16 long): the lane sums are
+//! converted to `f32` (exactly: far below 2²⁴) and multiplied by the weight's and the row's
+//! scales per lane.
+
+use std::arch::x86_64::{
+    __m512, __m512i, _MM_HINT_T0, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128,
+    _mm_prefetch, _mm_set1_epi8, _mm_set1_epi16, _mm_setr_epi8, _mm_shuffle_epi8, _mm_storeu_si128,
+    _mm_xor_si128, _mm256_castsi128_si256, _mm256_inserti128_si256, _mm256_loadu_si256,
+    _mm256_set1_ps, _mm512_add_epi32, _mm512_and_si512, _mm512_andnot_ps, _mm512_broadcast_i64x4,
+    _mm512_castsi128_si512, _mm512_castsi256_si512, _mm512_cvtepi8_epi32, _mm512_cvtepi32_epi8,
+    _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_cvtps_epi32, _mm512_dpbusd_epi32, _mm512_fmadd_ps,
+    _mm512_inserti32x4, _mm512_inserti64x4, _mm512_loadu_ps as load_ps, _mm512_loadu_ps,
+    _mm512_loadu_si512, _mm512_maskz_mov_epi8, _mm512_max_epi32, _mm512_max_ps, _mm512_min_epi32,
+    _mm512_mul_ps, _mm512_or_si512, _mm512_reduce_add_epi32, _mm512_reduce_add_ps,
+    _mm512_reduce_max_ps, _mm512_set_epi64, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32,
+    _mm512_srli_epi16, _mm512_srlv_epi64, _mm512_sub_epi8, _mm512_sub_epi32,
+};
+
+use crate::cpu::int8::{CHUNK, LANES, Q8Rows};
+use crate::quant::{QuantMatrix, QuantType, scale_min_k4};
+
+/// Whether the CPU has what [`product`] runs on.
+pub(crate) fn supported() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vnni")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("f16c")
+}
+
+/// One chunk of 64 weights: signed codes, the scale of each lane's four, and (formats with a
+/// minimum) the minimum of each half's block in all its lanes: weight = scale·code + min.
+struct Chunk {
+    codes: __m512i,
+    scales: __m512,
+    mins: __m512,
+}
+
+/// A ggml block format decoded a chunk at a time.
+trait Int8Blocks {
+    /// Whether weights are `scale·q + min` (the kernel then adds `min·Σx`).
+    const MINS: bool;
+    /// Chunk `c` (elements `64c..64c + 64`) of the row of blocks at `row`.
+    ///
+    /// # Safety
+    /// [`supported`]; `row` points at a whole row of blocks holding chunk `c`.
+    unsafe fn chunk(row: *const u8, c: usize) -> Chunk;
+}
+
+/// `x` in lanes 0–7 and `y` in lanes 8–15.
+#[inline(always)]
+unsafe fn split(x: f32, y: f32) -> __m512 {
+    // SAFETY: AVX-512F is the caller's contract.
+    unsafe { super::pair(_mm256_set1_ps(x), _mm256_set1_ps(y)) }
+}
+
+/// The `f16` at `a` in lanes 0–7 and the one at `b` in lanes 8–15, as `f32`.
+#[inline(always)]
+unsafe fn halves(a: *const u8, b: *const u8) -> __m512 {
+    // SAFETY: two readable bytes at each, AVX-512F and F16C: the caller's contract.
+    unsafe {
+        let word = |p: *const u8| p.cast::<i16>().read_unaligned();
+        _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(_mm_set1_epi16(word(a))),
+            _mm_set1_epi16(word(b)),
+        ))
+    }
+}
+
+/// The `f16` at `at` as `f32`.
+#[inline(always)]
+unsafe fn half(at: *const u8) -> f32 {
+    // SAFETY: F16C and two readable bytes are the caller's contract.
+    unsafe {
+        let bits = u16::from_le_bytes(at.cast::<[u8; 2]>().read_unaligned());
+        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+    }
+}
+
+/// Two blocks' 16 bytes of nibbles as 64 codes in element order: for each block its low
+/// nibbles (elements 0–15) then its high ones (16–31), as ggml's `Q4_0` and `Q5_0` hold them.
+#[inline(always)]
+unsafe fn nibbles(a: *const u8, b: *const u8) -> __m512i {
+    // SAFETY: 16 readable bytes at each, AVX-512F/BW: the caller's contract.
+    unsafe {
+        let (a, b) = (_mm_loadu_si128(a.cast()), _mm_loadu_si128(b.cast()));
+        let v = _mm512_inserti32x4::<3>(
+            _mm512_inserti32x4::<2>(_mm512_inserti32x4::<1>(_mm512_castsi128_si512(a), a), b),
+            b,
+        );
+        // The second and fourth 128-bit lanes take the high nibbles.
+        _mm512_and_si512(
+            _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)),
+            _mm512_set1_epi8(0x0F),
+        )
+    }
+}
+
+/// Two blocks' 32-bit words of fifth bits (bit `i` is element `i`'s) as 16 in each code
+/// whose bit is set.
+#[inline(always)]
+unsafe fn fifth_bits(a: *const u8, b: *const u8) -> __m512i {
+    // SAFETY: four readable bytes at each, AVX-512BW: the caller's contract.
+    unsafe {
+        let word = |p: *const u8| u64::from(p.cast::<u32>().read_unaligned());
+        _mm512_maskz_mov_epi8(word(a) | word(b) << 32, _mm512_set1_epi8(16))
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Q8_0;
+impl Int8Blocks for Q8_0 {
+    const MINS: bool = false;
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
+        // SAFETY: blocks 2c and 2c + 1 (34 bytes: f16 d, 32 × i8) are in the row.
+        unsafe {
+            let a = row.add(2 * c * 34);
+            let b = a.add(34);
+            Chunk {
+                codes: _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(a.add(2).cast())),
+                    _mm256_loadu_si256(b.add(2).cast()),
+                ),
+                scales: halves(a, b),
+                mins: _mm512_setzero_ps(),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Q4_0;
+impl Int8Blocks for Q4_0 {
+    const MINS: bool = false;
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
+        // SAFETY: blocks 2c and 2c + 1 (18 bytes: f16 d, 16 of nibbles) are in the row.
+        unsafe {
+            let a = row.add(2 * c * 18);
+            let b = a.add(18);
+            Chunk {
+                codes: _mm512_sub_epi8(nibbles(a.add(2), b.add(2)), _mm512_set1_epi8(8)),
+                scales: halves(a, b),
+                mins: _mm512_setzero_ps(),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Q5_0;
+impl Int8Blocks for Q5_0 {
+    const MINS: bool = false;
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
+        // SAFETY: blocks 2c and 2c + 1 (22 bytes: f16 d, 4 of fifth bits, 16 of nibbles) are
+        // in the row.
+        unsafe {
+            let a = row.add(2 * c * 22);
+            let b = a.add(22);
+            let q = _mm512_or_si512(nibbles(a.add(6), b.add(6)), fifth_bits(a.add(2), b.add(2)));
+            Chunk {
+                codes: _mm512_sub_epi8(q, _mm512_set1_epi8(16)),
+                scales: halves(a, b),
+                mins: _mm512_setzero_ps(),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Q4_1;
+impl Int8Blocks for Q4_1 {
+    const MINS: bool = true;
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
+        // SAFETY: blocks 2c and 2c + 1 (20 bytes: f16 d, f16 m, 16 of nibbles) are in the row.
+        unsafe {
+            let a = row.add(2 * c * 20);
+            let b = a.add(20);
+            Chunk {
+                codes: nibbles(a.add(4), b.add(4)),
+                scales: halves(a, b),
+                mins: halves(a.add(2), b.add(2)),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Q5_1;
+impl Int8Blocks for Q5_1 {
+    const MINS: bool = true;
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
+        // SAFETY: blocks 2c and 2c + 1 (24 bytes: f16 d, f16 m, 4 of fifth bits, 16 of
+        // nibbles) are in the row.
+        unsafe {
+            let a = row.add(2 * c * 24);
+            let b = a.add(24);
+            Chunk {
+                codes: _mm512_or_si512(nibbles(a.add(8), b.add(8)), fifth_bits(a.add(4), b.add(4))),
+                scales: halves(a, b),
+                mins: halves(a.add(2), b.add(2)),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Q4K;
+impl Int8Blocks for Q4K {
+    const MINS: bool = true;
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
+        // SAFETY: super-block c / 4 (144 bytes: f16 d, f16 dmin, 12 of scales, 128 of
+        // nibbles) is in the row.
+        unsafe {
+            let block = row.add(c / 4 * 144);
+            let t = c % 4;
+            // Bytes 32t..32t + 32: low nibbles sub-block 2t, high nibbles 2t + 1.
+            let v = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(16 + 32 * t).cast()));
+            let codes = _mm512_and_si512(
+                _mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)),
+                _mm512_set1_epi8(0x0F),
+            );
+            let packed = &*block.add(4).cast::<[u8; 12]>();
+            let (s0, m0) = scale_min_k4(2 * t, packed);
+            let (s1, m1) = scale_min_k4(2 * t + 1, packed);
+            let (d, dmin) = (half(block), half(block.add(2)));
+            Chunk {
+                codes,
+                scales: split(d * f32::from(s0), d * f32::from(s1)),
+                mins: split(-dmin * f32::from(m0), -dmin * f32::from(m1)),
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Q6K;
+impl Int8Blocks for Q6K {
+    const MINS: bool = false;
+    #[inline(always)]
+    unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
+        // SAFETY: super-block c / 4 (210 bytes: 128 of low nibbles, 64 of high pairs, 16 i8
+        // scales, f16 d) is in the row.
+        unsafe {
+            let block = row.add(c / 4 * 210);
+            let (n, second) = ((c % 4) / 2, c % 2);
+            // Half `n` (128 elements) is ql[64n..64n + 64] and qh[32n..32n + 32]: elements
+            // 0–31 low nibbles of ql[0..32] with qh's bits 0–1, 32–63 low nibbles of
+            // ql[32..64] with bits 2–3, 64–127 the high nibbles with bits 4–5 and 6–7.
+            let ql = _mm512_loadu_si512(block.add(64 * n).cast());
+            let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(block.add(128 + 32 * n).cast()));
+            let (low, high) = if second == 0 {
+                (
+                    ql,
+                    _mm512_srlv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0)),
+                )
+            } else {
+                (
+                    _mm512_srli_epi16::<4>(ql),
+                    _mm512_srlv_epi64(qh, _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4)),
+                )
+            };
+            let q = _mm512_or_si512(
+                _mm512_and_si512(low, _mm512_set1_epi8(0x0F)),
+                _mm512_slli_epi16::<4>(_mm512_and_si512(high, _mm512_set1_epi8(0x03))),
+            );
+            // The chunk's four sub-blocks of 16, four lanes each: scales 8n + 4·second + 0..4.
+            let sc = block
+                .add(192 + 8 * n + 4 * second)
+                .cast::<i32>()
+                .read_unaligned();
+            let spread = _mm_shuffle_epi8(
+                _mm_cvtsi32_si128(sc),
+                _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+            );
+            let scales = _mm512_mul_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(spread)),
+                _mm512_set1_ps(half(block.add(208))),
+            );
+            Chunk {
+                codes: _mm512_sub_epi8(q, _mm512_set1_epi8(32)),
+                scales,
+                mins: _mm512_setzero_ps(),
+            }
+        }
+    }
+}
+
+/// Adds `x`'s rows times rows `j0..j0 + cols` of `w` into the `m × cols` tile.
+///
+/// # Safety
+/// [`supported`]; `xq` holds `m` rows
+/// of `w.d_in()`; `j0 + cols ≤ w.d_out()`; `tile` holds `m × cols`.
+pub(crate) unsafe fn product(
+    xq: &Q8Rows,
+    m: usize,
+    w: &QuantMatrix,
+    j0: usize,
+    cols: usize,
+    tile: &mut [f32],
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match w.kind() {
+            QuantType::Q8_0 => columns::<Q8_0>(xq, m, w, j0, cols, tile),
+            QuantType::Q4_0 => columns::<Q4_0>(xq, m, w, j0, cols, tile),
+            QuantType::Q5_0 => columns::<Q5_0>(xq, m, w, j0, cols, tile),
+            QuantType::Q4_1 => columns::<Q4_1>(xq, m, w, j0, cols, tile),
+            QuantType::Q5_1 => columns::<Q5_1>(xq, m, w, j0, cols, tile),
+            QuantType::Q4K => columns::<Q4K>(xq, m, w, j0, cols, tile),
+            QuantType::Q6K => columns::<Q6K>(xq, m, w, j0, cols, tile),
+        }
+    }
+}
+
+/// Bytes of weights prefetched ahead of the chunk being decoded (a few rows on: the rows of a
+/// panel are contiguous, and a prefetch past the matrix never faults). Without it the decode
+/// waits on every line: SmolLM2-135M at Q4_K (Q5_0 where rows are not whole super-blocks), one
+/// row, Intel Xeon: 51 tokens/s with none, 70 at 512 bytes, 78 at 1024, 81 at 2048.
+const AHEAD: usize = 2048;
+
+/// Rows of `x` a weight row's chunks are decoded once for (the accumulators stay in
+/// registers: eight plus the chunk's and the temporaries' fit AVX-512's 32).
+const ROWS: usize = 8;
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,avx2")]
+unsafe fn columns<B: Int8Blocks>(
+    xq: &Q8Rows,
+    m: usize,
+    w: &QuantMatrix,
+    j0: usize,
+    cols: usize,
+    tile: &mut [f32],
+) {
+    let row_bytes = w.data().len() / w.d_out();
+    for jj in 0..cols {
+        // SAFETY: row j0 + jj < d_out of the matrix's bytes.
+        let row = unsafe { w.data().as_ptr().add((j0 + jj) * row_bytes) };
+        let mut i0 = 0;
+        while i0 < m {
+            let rows = ROWS.min(m - i0);
+            let mut sums = [0f32; ROWS];
+            macro_rules! rows {
+                ($($r:literal)*) => {
+                    match rows {
+                        $($r => rows_of::<B, $r>(xq, i0, row, row_bytes, &mut sums),)*
+                        _ => unreachable!(),
+                    }
+                };
+            }
+            // SAFETY: rows i0..i0 + rows < m of `xq`, the row of `w`: the caller's contract.
+            unsafe { rows!(1 2 3 4 5 6 7 8) };
+            for (r, s) in sums[..rows].iter().enumerate() {
+                tile[(i0 + r) * cols + jj] += s;
+            }
+            i0 += rows;
+        }
+    }
+}
+
+/// `sums[r] = Σ x[i0 + r]·w_row` for `r < R`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,avx2")]
+unsafe fn rows_of<B: Int8Blocks, const R: usize>(
+    xq: &Q8Rows,
+    i0: usize,
+    row: *const u8,
+    row_bytes: usize,
+    sums: &mut [f32; ROWS],
+) {
+    let chunks = xq.chunks;
+    let chunk_bytes = row_bytes / chunks;
+    let mut acc = [_mm512_setzero_ps(); R];
+    let ones = _mm512_set1_epi8(1);
+    let zero = _mm512_setzero_si512();
+    for c in 0..chunks {
+        // SAFETY: chunk c of the row and of rows i0..i0 + R of `xq`: the caller's contract.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(c * chunk_bytes + AHEAD).cast());
+            let w = B::chunk(row, c);
+            // −128·Σq_w per lane: what the activation codes' offset adds.
+            let start = _mm512_sub_epi32(
+                zero,
+                _mm512_slli_epi32::<7>(_mm512_dpbusd_epi32(zero, ones, w.codes)),
+            );
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let at = (i0 + r) * chunks + c;
+                let x = _mm512_loadu_si512(xq.codes.as_ptr().add(at * CHUNK).cast());
+                let dot = _mm512_dpbusd_epi32(start, x, w.codes);
+                let scale = _mm512_mul_ps(
+                    w.scales,
+                    _mm512_loadu_ps(xq.scales.as_ptr().add(at * LANES)),
+                );
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *acc);
+                if B::MINS {
+                    let sums = _mm512_loadu_ps(xq.sums.as_ptr().add(at * LANES));
+                    *acc = _mm512_fmadd_ps(w.mins, sums, *acc);
+                }
+            }
+        }
+    }
+    for (s, acc) in sums.iter_mut().zip(acc) {
+        *s = _mm512_reduce_add_ps(acc);
+    }
+}
+
+/// Rounds one block of 32 of `x` to codes (nearest, ties to even) with the scale `|x|max/127`,
+/// writing the codes plus 128 to `codes`; returns the scale and the sum of the codes.
+///
+/// # Safety
+/// [`supported`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,avx2")]
+pub(crate) unsafe fn quantize_block(x: &[f32; 32], codes: &mut [u8; 32]) -> (f32, i32) {
+    // SAFETY: 32 floats and 32 bytes, the features the caller's contract.
+    unsafe {
+        let v = [load_ps(x.as_ptr()), load_ps(x.as_ptr().add(16))];
+        let sign = _mm512_set1_ps(-0.0);
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(
+            _mm512_andnot_ps(sign, v[0]),
+            _mm512_andnot_ps(sign, v[1]),
+        ));
+        let d = amax / 127.0;
+        let inv = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        let q = [
+            _mm512_cvtps_epi32(_mm512_mul_ps(v[0], inv)),
+            _mm512_cvtps_epi32(_mm512_mul_ps(v[1], inv)),
+        ];
+        let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+        let offset = _mm_set1_epi8(-128);
+        for (h, q) in q.into_iter().enumerate() {
+            // |x·inv| ≤ 127 up to `inv`'s rounding, which `vpmovdb`'s truncation would wrap:
+            // the clamp keeps a code of ±128 out.
+            let q = _mm512_min_epi32(
+                _mm512_max_epi32(q, _mm512_set1_epi32(-127)),
+                _mm512_set1_epi32(127),
+            );
+            let bytes = _mm_xor_si128(_mm512_cvtepi32_epi8(q), offset);
+            _mm_storeu_si128(codes.as_mut_ptr().add(16 * h).cast(), bytes);
+        }
+        (d, sum)
+    }
+}
