@@ -177,3 +177,48 @@ fn a_checkpoint_quantized_at_load_holds_its_blocks_and_agrees_with_the_unquantiz
         assert!(share >= floor, "{}: {share}", kind.name());
     }
 }
+
+/// `serve --int8` (the fast mode with a decode step's rows over quantized weights in eight-bit
+/// integers, `x` rounded per block of 32 as llama.cpp does) on the shipped Q4_1 file: fed
+/// transformers' greedy tokens one decode step at a time, it picks transformers' next token at
+/// nearly every position (rounding `x` moves the logits by far more than float rounding, so a
+/// near-tie may flip; exact equality is the deterministic mode's, tested above). On a CPU
+/// without AVX-512 VNNI the fast mode's `f32` kernels run instead, and agree at least as well.
+#[test]
+fn the_int8_decode_picks_transformers_tokens_given_the_same_context() {
+    let (file, expected) = real_gguf();
+    let mut cpu = CpuConfig::default().with_threads(2);
+    cpu.int8 = true;
+    let model = Model::load(&file, cpu).unwrap();
+    let argmax = |logits: &[f32]| {
+        logits
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32)
+            .unwrap()
+    };
+    let (mut same, mut all) = (0, 0);
+    for case in &expected.cases {
+        let mut cache = KvCache::default();
+        let step = |tokens: &[u32], cache: &mut KvCache| {
+            model
+                .forward(&mut [SeqInput {
+                    tokens,
+                    cache,
+                    adapter: None,
+                }])
+                .unwrap()
+                .remove(0)
+        };
+        let mut logits = step(&case.prompt_ids, &mut cache);
+        for &want in &case.greedy_ids {
+            same += usize::from(argmax(&logits) == want);
+            all += 1;
+            logits = step(&[want], &mut cache);
+        }
+    }
+    let share = same as f64 / all as f64;
+    eprintln!("int8 decode: same-context agreement with transformers {same}/{all} = {share:.3}");
+    assert!(share >= 0.9, "{same}/{all}");
+}
