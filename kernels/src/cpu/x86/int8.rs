@@ -337,6 +337,10 @@ const AHEAD: usize = 2048;
 /// registers: eight plus the chunk's and the temporaries' fit AVX-512's 32).
 const ROWS: usize = 8;
 
+/// Rows of `x` up to which two rows of `w` are taken side by side (2 × 4 accumulators): at one
+/// row the decoding bounds the kernel, and two independent chains of it overlap.
+const PAIRED_ROWS: usize = 4;
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,avx2")]
 unsafe fn columns<B: Int8Blocks>(
     xq: &Q8Rows,
@@ -347,73 +351,107 @@ unsafe fn columns<B: Int8Blocks>(
     tile: &mut [f32],
 ) {
     let row_bytes = w.data().len() / w.d_out();
-    for jj in 0..cols {
-        // SAFETY: row j0 + jj < d_out of the matrix's bytes.
-        let row = unsafe { w.data().as_ptr().add((j0 + jj) * row_bytes) };
+    // SAFETY: row j < d_out of the matrix's bytes.
+    let row = |j: usize| unsafe { w.data().as_ptr().add(j * row_bytes) };
+    let mut jj = 0;
+    while jj < cols {
+        let paired = m <= PAIRED_ROWS && jj + 1 < cols;
+        let mut sums = [[0f32; ROWS]; 2];
+        macro_rules! go {
+            ($c:literal, $($r:literal)*) => {
+                match m {
+                    $($r => rows_of::<B, $r, $c>(
+                        xq,
+                        0,
+                        std::array::from_fn(|c| row(j0 + jj + c)),
+                        row_bytes,
+                        &mut sums,
+                    ),)*
+                    _ => unreachable!(),
+                }
+            };
+        }
+        if paired {
+            // SAFETY: rows 0..m of `xq`, rows j0 + jj and j0 + jj + 1 of `w`.
+            unsafe { go!(2, 1 2 3 4) };
+            for (c, sums) in sums.iter().enumerate() {
+                for (r, s) in sums[..m].iter().enumerate() {
+                    tile[r * cols + jj + c] += s;
+                }
+            }
+            jj += 2;
+            continue;
+        }
         let mut i0 = 0;
         while i0 < m {
             let rows = ROWS.min(m - i0);
-            let mut sums = [0f32; ROWS];
-            macro_rules! rows {
+            macro_rules! one {
                 ($($r:literal)*) => {
                     match rows {
-                        $($r => rows_of::<B, $r>(xq, i0, row, row_bytes, &mut sums),)*
+                        $($r => rows_of::<B, $r, 1>(xq, i0, [row(j0 + jj)], row_bytes, &mut sums),)*
                         _ => unreachable!(),
                     }
                 };
             }
             // SAFETY: rows i0..i0 + rows < m of `xq`, the row of `w`: the caller's contract.
-            unsafe { rows!(1 2 3 4 5 6 7 8) };
-            for (r, s) in sums[..rows].iter().enumerate() {
+            unsafe { one!(1 2 3 4 5 6 7 8) };
+            for (r, s) in sums[0][..rows].iter().enumerate() {
                 tile[(i0 + r) * cols + jj] += s;
             }
             i0 += rows;
         }
+        jj += 1;
     }
 }
 
-/// `sums[r] = Σ x[i0 + r]·w_row` for `r < R`.
+/// `sums[c][r] = Σ x[i0 + r]·w_rows[c]` for `r < R`, `c < C`. Each output's operations are
+/// the same whichever `R` and `C` it is computed among.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,avx2")]
-unsafe fn rows_of<B: Int8Blocks, const R: usize>(
+unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
     xq: &Q8Rows,
     i0: usize,
-    row: *const u8,
+    w_rows: [*const u8; C],
     row_bytes: usize,
-    sums: &mut [f32; ROWS],
+    sums: &mut [[f32; ROWS]; 2],
 ) {
     let chunks = xq.chunks;
     let chunk_bytes = row_bytes / chunks;
-    let mut acc = [_mm512_setzero_ps(); R];
+    let mut acc = [[_mm512_setzero_ps(); R]; C];
     let ones = _mm512_set1_epi8(1);
     let zero = _mm512_setzero_si512();
     for c in 0..chunks {
-        // SAFETY: chunk c of the row and of rows i0..i0 + R of `xq`: the caller's contract.
+        // SAFETY: chunk c of the rows of `w` and of rows i0..i0 + R of `xq`: the caller's
+        // contract.
         unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(c * chunk_bytes + AHEAD).cast());
-            let w = B::chunk(row, c);
-            // −128·Σq_w per lane: what the activation codes' offset adds.
-            let start = _mm512_sub_epi32(
-                zero,
-                _mm512_slli_epi32::<7>(_mm512_dpbusd_epi32(zero, ones, w.codes)),
-            );
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let at = (i0 + r) * chunks + c;
-                let x = _mm512_loadu_si512(xq.codes.as_ptr().add(at * CHUNK).cast());
-                let dot = _mm512_dpbusd_epi32(start, x, w.codes);
-                let scale = _mm512_mul_ps(
-                    w.scales,
-                    _mm512_loadu_ps(xq.scales.as_ptr().add(at * LANES)),
+            for (row, acc) in w_rows.iter().zip(acc.iter_mut()) {
+                _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(c * chunk_bytes + AHEAD).cast());
+                let w = B::chunk(*row, c);
+                // −128·Σq_w per lane: what the activation codes' offset adds.
+                let start = _mm512_sub_epi32(
+                    zero,
+                    _mm512_slli_epi32::<7>(_mm512_dpbusd_epi32(zero, ones, w.codes)),
                 );
-                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *acc);
-                if B::MINS {
-                    let sums = _mm512_loadu_ps(xq.sums.as_ptr().add(at * LANES));
-                    *acc = _mm512_fmadd_ps(w.mins, sums, *acc);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let at = (i0 + r) * chunks + c;
+                    let x = _mm512_loadu_si512(xq.codes.as_ptr().add(at * CHUNK).cast());
+                    let dot = _mm512_dpbusd_epi32(start, x, w.codes);
+                    let scale = _mm512_mul_ps(
+                        w.scales,
+                        _mm512_loadu_ps(xq.scales.as_ptr().add(at * LANES)),
+                    );
+                    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *acc);
+                    if B::MINS {
+                        let sums = _mm512_loadu_ps(xq.sums.as_ptr().add(at * LANES));
+                        *acc = _mm512_fmadd_ps(w.mins, sums, *acc);
+                    }
                 }
             }
         }
     }
-    for (s, acc) in sums.iter_mut().zip(acc) {
-        *s = _mm512_reduce_add_ps(acc);
+    for (sums, acc) in sums.iter_mut().zip(acc) {
+        for (s, acc) in sums.iter_mut().zip(acc) {
+            *s = _mm512_reduce_add_ps(acc);
+        }
     }
 }
 
