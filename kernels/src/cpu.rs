@@ -375,6 +375,7 @@ fn tn_generic<const FMA: bool>(
 }
 
 pub(crate) mod int8;
+pub use int8::available as int8_decode_available;
 pub(crate) mod packed;
 #[cfg(target_arch = "x86_64")]
 mod x86;

@@ -166,7 +166,7 @@ enum Command {
         /// Fast mode, and a decode step over quantized weights in eight-bit integers as
         /// llama.cpp computes it (activations rounded to 8 bits per block of 32; AVX-512 VNNI,
         /// else the f32 kernels): faster again, further from the exact kernels (class D∞).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "gpu")]
         int8: bool,
         /// Quantize the weight matrices as they load (the served and every stored base): q8_0,
         /// q4_0, q5_0 or q4_k (rows that are not whole 256-element super-blocks fall back to
@@ -702,6 +702,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let engine = start_engine(&model, &options)
                 .with_context(|| format!("loading the model in {}", model.display()))?;
             let load_s = started.elapsed().as_secs_f64();
+            if int8 && !cx_kernels::int8_decode_available() {
+                tracing::warn!(
+                    "--int8: this CPU lacks AVX-512 VNNI; the fast mode's f32 kernels run"
+                );
+            } else if int8 && engine.model().quant_type().is_none() {
+                tracing::warn!(
+                    "--int8: the model holds no quantized weights; the fast mode's f32 kernels run"
+                );
+            }
             // Default: the folder's name, or a GGUF file's without `.gguf`.
             let name = served_model_name.unwrap_or_else(|| {
                 std::fs::canonicalize(&model)

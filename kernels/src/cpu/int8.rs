@@ -116,7 +116,9 @@ fn quantize_block(block: &[f32; BLOCK], codes: &mut [u8; BLOCK]) -> (f32, i32) {
     }
 }
 
-fn available() -> bool {
+/// Whether this CPU runs [`crate::CpuConfig::int8`]'s integer kernel (x86-64 with AVX-512 BW,
+/// VNNI and FMA, and `CX_KERNELS_NO_INT8` not `1`); elsewhere the fast mode's `f32` kernels run.
+pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
