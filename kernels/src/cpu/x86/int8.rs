@@ -17,12 +17,12 @@ use std::arch::x86_64::{
     _mm256_set1_ps, _mm512_add_epi32, _mm512_and_si512, _mm512_andnot_ps, _mm512_broadcast_i64x4,
     _mm512_castsi128_si512, _mm512_castsi256_si512, _mm512_cvtepi8_epi32, _mm512_cvtepi32_epi8,
     _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_cvtps_epi32, _mm512_dpbusd_epi32, _mm512_fmadd_ps,
-    _mm512_inserti32x4, _mm512_inserti64x4, _mm512_loadu_ps as load_ps, _mm512_loadu_ps,
-    _mm512_loadu_si512, _mm512_maskz_mov_epi8, _mm512_max_epi32, _mm512_max_ps, _mm512_min_epi32,
-    _mm512_mul_ps, _mm512_or_si512, _mm512_reduce_add_epi32, _mm512_reduce_add_ps,
-    _mm512_reduce_max_ps, _mm512_set_epi64, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
-    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32,
-    _mm512_srli_epi16, _mm512_srlv_epi64, _mm512_sub_epi8, _mm512_sub_epi32,
+    _mm512_inserti32x4, _mm512_inserti64x4, _mm512_loadu_ps, _mm512_loadu_si512,
+    _mm512_maskz_mov_epi8, _mm512_max_epi32, _mm512_max_ps, _mm512_min_epi32, _mm512_mul_ps,
+    _mm512_or_si512, _mm512_reduce_add_epi32, _mm512_reduce_add_ps, _mm512_reduce_max_ps,
+    _mm512_set_epi64, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps,
+    _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srli_epi16,
+    _mm512_srlv_epi64, _mm512_sub_epi8, _mm512_sub_epi32,
 };
 
 use crate::cpu::int8::{CHUNK, LANES, Q8Rows};
@@ -464,7 +464,10 @@ unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
 pub(crate) unsafe fn quantize_block(x: &[f32; 32], codes: &mut [u8; 32]) -> (f32, i32) {
     // SAFETY: 32 floats and 32 bytes, the features the caller's contract.
     unsafe {
-        let v = [load_ps(x.as_ptr()), load_ps(x.as_ptr().add(16))];
+        let v = [
+            _mm512_loadu_ps(x.as_ptr()),
+            _mm512_loadu_ps(x.as_ptr().add(16)),
+        ];
         let sign = _mm512_set1_ps(-0.0);
         let amax = _mm512_reduce_max_ps(_mm512_max_ps(
             _mm512_andnot_ps(sign, v[0]),
@@ -472,22 +475,27 @@ pub(crate) unsafe fn quantize_block(x: &[f32; 32], codes: &mut [u8; 32]) -> (f32
         ));
         let d = amax / 127.0;
         let inv = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
-        let q = [
-            _mm512_cvtps_epi32(_mm512_mul_ps(v[0], inv)),
-            _mm512_cvtps_epi32(_mm512_mul_ps(v[1], inv)),
-        ];
+        let q = [code(v[0], inv), code(v[1], inv)];
         let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
         let offset = _mm_set1_epi8(-128);
         for (h, q) in q.into_iter().enumerate() {
-            // |x·inv| ≤ 127 up to `inv`'s rounding, which `vpmovdb`'s truncation would wrap:
-            // the clamp keeps a code of ±128 out.
-            let q = _mm512_min_epi32(
-                _mm512_max_epi32(q, _mm512_set1_epi32(-127)),
-                _mm512_set1_epi32(127),
-            );
             let bytes = _mm_xor_si128(_mm512_cvtepi32_epi8(q), offset);
             _mm_storeu_si128(codes.as_mut_ptr().add(16 * h).cast(), bytes);
         }
         (d, sum)
+    }
+}
+
+/// `v·inv` rounded to the nearest integer and clamped to ±127: `|x·inv| ≤ 127` up to `inv`'s
+/// rounding, which `vpmovdb`'s truncation would wrap (clamped before the codes are summed).
+#[inline(always)]
+unsafe fn code(v: __m512, inv: __m512) -> __m512i {
+    // SAFETY: AVX-512F is the caller's contract.
+    unsafe {
+        let q = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
+        _mm512_min_epi32(
+            _mm512_max_epi32(q, _mm512_set1_epi32(-127)),
+            _mm512_set1_epi32(127),
+        )
     }
 }
