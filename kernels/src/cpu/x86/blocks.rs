@@ -74,7 +74,7 @@ pub(super) trait Blocks: Copy + Send + Sync + 'static {
 /// # Safety
 /// AVX-512F.
 #[inline(always)]
-unsafe fn split_ps(x: f32, y: f32) -> __m512 {
+pub(super) unsafe fn split_ps(x: f32, y: f32) -> __m512 {
     // SAFETY: the caller's contract.
     unsafe { super::pair(_mm256_set1_ps(x), _mm256_set1_ps(y)) }
 }
@@ -86,7 +86,7 @@ unsafe fn split_ps(x: f32, y: f32) -> __m512 {
 /// # Safety
 /// AVX-512F (with F16C); two readable bytes at each.
 #[inline(always)]
-unsafe fn split_half(a: *const u8, b: *const u8) -> __m512 {
+pub(super) unsafe fn split_half(a: *const u8, b: *const u8) -> __m512 {
     // SAFETY: the caller's contract.
     unsafe {
         let bits =
@@ -215,7 +215,7 @@ unsafe fn word(at: *const u8) -> i32 {
 /// # Safety
 /// F16C; two readable bytes at `at`.
 #[inline(always)]
-unsafe fn half(at: *const u8) -> f32 {
+pub(super) unsafe fn half(at: *const u8) -> f32 {
     // SAFETY: the caller's contract.
     unsafe {
         let bits = u16::from_le_bytes(at.cast::<[u8; 2]>().read_unaligned());

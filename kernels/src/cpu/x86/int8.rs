@@ -11,12 +11,11 @@
 //! scales per lane.
 
 use std::arch::x86_64::{
-    __m512, __m512i, _MM_HINT_T0, _mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32, _mm_loadu_si128,
-    _mm_prefetch, _mm_set1_epi8, _mm_set1_epi16, _mm_setr_epi8, _mm_shuffle_epi8, _mm_storeu_si128,
-    _mm_xor_si128, _mm256_castsi128_si256, _mm256_inserti128_si256, _mm256_loadu_si256,
-    _mm256_set1_ps, _mm512_add_epi32, _mm512_and_si512, _mm512_andnot_ps, _mm512_broadcast_i64x4,
+    __m512, __m512i, _MM_HINT_T0, _mm_cvtsi32_si128, _mm_loadu_si128, _mm_prefetch, _mm_set1_epi8,
+    _mm_setr_epi8, _mm_shuffle_epi8, _mm_storeu_si128, _mm_xor_si128, _mm256_loadu_si256,
+    _mm512_add_epi32, _mm512_and_si512, _mm512_andnot_ps, _mm512_broadcast_i64x4,
     _mm512_castsi128_si512, _mm512_castsi256_si512, _mm512_cvtepi8_epi32, _mm512_cvtepi32_epi8,
-    _mm512_cvtepi32_ps, _mm512_cvtph_ps, _mm512_cvtps_epi32, _mm512_dpbusd_epi32, _mm512_fmadd_ps,
+    _mm512_cvtepi32_ps, _mm512_cvtps_epi32, _mm512_dpbusd_epi32, _mm512_fmadd_ps,
     _mm512_inserti32x4, _mm512_inserti64x4, _mm512_loadu_ps, _mm512_loadu_si512,
     _mm512_maskz_mov_epi8, _mm512_max_epi32, _mm512_max_ps, _mm512_min_epi32, _mm512_mul_ps,
     _mm512_or_si512, _mm512_reduce_add_epi32, _mm512_reduce_add_ps, _mm512_reduce_max_ps,
@@ -25,6 +24,7 @@ use std::arch::x86_64::{
     _mm512_srlv_epi64, _mm512_sub_epi8, _mm512_sub_epi32,
 };
 
+use super::blocks::{half, split_half, split_ps};
 use crate::cpu::int8::{CHUNK, LANES, Q8Rows};
 use crate::quant::{QuantMatrix, QuantType, scale_min_k4};
 
@@ -54,36 +54,6 @@ trait Int8Blocks {
     /// # Safety
     /// [`supported`]; `row` points at a whole row of blocks holding chunk `c`.
     unsafe fn chunk(row: *const u8, c: usize) -> Chunk;
-}
-
-/// `x` in lanes 0–7 and `y` in lanes 8–15.
-#[inline(always)]
-unsafe fn split(x: f32, y: f32) -> __m512 {
-    // SAFETY: AVX-512F is the caller's contract.
-    unsafe { super::pair(_mm256_set1_ps(x), _mm256_set1_ps(y)) }
-}
-
-/// The `f16` at `a` in lanes 0–7 and the one at `b` in lanes 8–15, as `f32`.
-#[inline(always)]
-unsafe fn halves(a: *const u8, b: *const u8) -> __m512 {
-    // SAFETY: two readable bytes at each, AVX-512F and F16C: the caller's contract.
-    unsafe {
-        let word = |p: *const u8| p.cast::<i16>().read_unaligned();
-        _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(
-            _mm256_castsi128_si256(_mm_set1_epi16(word(a))),
-            _mm_set1_epi16(word(b)),
-        ))
-    }
-}
-
-/// The `f16` at `at` as `f32`.
-#[inline(always)]
-unsafe fn half(at: *const u8) -> f32 {
-    // SAFETY: F16C and two readable bytes are the caller's contract.
-    unsafe {
-        let bits = u16::from_le_bytes(at.cast::<[u8; 2]>().read_unaligned());
-        _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
-    }
 }
 
 /// Two blocks' 16 bytes of nibbles as 64 codes in element order: for each block its low
@@ -131,7 +101,7 @@ impl Int8Blocks for Q8_0 {
                     _mm512_castsi256_si512(_mm256_loadu_si256(a.add(2).cast())),
                     _mm256_loadu_si256(b.add(2).cast()),
                 ),
-                scales: halves(a, b),
+                scales: split_half(a, b),
                 mins: _mm512_setzero_ps(),
             }
         }
@@ -150,7 +120,7 @@ impl Int8Blocks for Q4_0 {
             let b = a.add(18);
             Chunk {
                 codes: _mm512_sub_epi8(nibbles(a.add(2), b.add(2)), _mm512_set1_epi8(8)),
-                scales: halves(a, b),
+                scales: split_half(a, b),
                 mins: _mm512_setzero_ps(),
             }
         }
@@ -171,7 +141,7 @@ impl Int8Blocks for Q5_0 {
             let q = _mm512_or_si512(nibbles(a.add(6), b.add(6)), fifth_bits(a.add(2), b.add(2)));
             Chunk {
                 codes: _mm512_sub_epi8(q, _mm512_set1_epi8(16)),
-                scales: halves(a, b),
+                scales: split_half(a, b),
                 mins: _mm512_setzero_ps(),
             }
         }
@@ -190,8 +160,8 @@ impl Int8Blocks for Q4_1 {
             let b = a.add(20);
             Chunk {
                 codes: nibbles(a.add(4), b.add(4)),
-                scales: halves(a, b),
-                mins: halves(a.add(2), b.add(2)),
+                scales: split_half(a, b),
+                mins: split_half(a.add(2), b.add(2)),
             }
         }
     }
@@ -210,8 +180,8 @@ impl Int8Blocks for Q5_1 {
             let b = a.add(24);
             Chunk {
                 codes: _mm512_or_si512(nibbles(a.add(8), b.add(8)), fifth_bits(a.add(4), b.add(4))),
-                scales: halves(a, b),
-                mins: halves(a.add(2), b.add(2)),
+                scales: split_half(a, b),
+                mins: split_half(a.add(2), b.add(2)),
             }
         }
     }
@@ -240,8 +210,8 @@ impl Int8Blocks for Q4K {
             let (d, dmin) = (half(block), half(block.add(2)));
             Chunk {
                 codes,
-                scales: split(d * f32::from(s0), d * f32::from(s1)),
-                mins: split(-dmin * f32::from(m0), -dmin * f32::from(m1)),
+                scales: split_ps(d * f32::from(s0), d * f32::from(s1)),
+                mins: split_ps(-dmin * f32::from(m0), -dmin * f32::from(m1)),
             }
         }
     }
