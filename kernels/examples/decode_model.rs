@@ -1,7 +1,9 @@
 //! A whole model's base projections at decode, past the caches: `cargo run --release -p
 //! cx-kernels --example decode_model [hidden] [kv_dim] [intermediate] [layers] [threads]
-//! [repeats] [bf16|f32] [rows]` (defaults: SmolLM2-135M's shape in bf16, one row: 576, 192,
-//! 1536, 30, 2, 20).
+//! [repeats] [bf16|f32|q8_0|q5_0|q4_k|…] [rows]` (defaults: SmolLM2-135M's shape in bf16, one
+//! row: 576, 192, 1536, 30, 2, 20). A ggml type quantizes every matrix to it, or where a row is
+//! not whole blocks of it to `q5_0`, as `llama-quantize` falls back; `INT8=1` runs the fast
+//! mode's eight-bit decode (`CpuConfig::int8`) instead of the deterministic kernels.
 //!
 //! Each layer's q/k/v and gate/up go through one [`gemm_xwt_many`] pass each (as the provider
 //! runs them), o and down one each, then the head (`hidden × 49152`). It prints the step's
@@ -12,11 +14,12 @@
 
 use cx_kernels::bench::median_seconds;
 use cx_kernels::rng::{UniformVec, seeded};
-use cx_kernels::{CpuConfig, WeightView, bf16, gemm_xwt_many};
+use cx_kernels::{CpuConfig, Mode, QuantMatrix, QuantType, WeightView, bf16, gemm_xwt_many};
 
 enum Held {
     F32(Vec<f32>),
     Bf16(Vec<bf16>),
+    Quant(QuantMatrix),
 }
 
 impl Held {
@@ -24,6 +27,7 @@ impl Held {
         match self {
             Held::F32(w) => WeightView::F32(w),
             Held::Bf16(w) => WeightView::Bf16(w),
+            Held::Quant(w) => WeightView::Quant(w),
         }
     }
 
@@ -31,6 +35,21 @@ impl Held {
         match self {
             Held::F32(w) => w.len() * 4,
             Held::Bf16(w) => w.len() * 2,
+            Held::Quant(w) => w.data().len(),
+        }
+    }
+
+    fn rows(&self, d_in: usize) -> usize {
+        match self {
+            Held::Quant(w) => w.d_out(),
+            _ => self.bytes() / self.element_bytes() / d_in,
+        }
+    }
+
+    fn element_bytes(&self) -> usize {
+        match self {
+            Held::F32(_) => 4,
+            _ => 2,
         }
     }
 
@@ -44,6 +63,7 @@ impl Held {
         match self {
             Held::F32(w) => sum(w, part, parts, f32::to_bits),
             Held::Bf16(w) => sum(w, part, parts, |v| u32::from(v.to_bits())),
+            Held::Quant(w) => sum(w.data(), part, parts, u32::from),
         }
     }
 }
@@ -54,15 +74,23 @@ fn main() -> Result<(), cx_kernels::Error> {
         |i: usize, default: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (hidden, kv, inter, layers) = (num(0, 576), num(1, 192), num(2, 1536), num(3, 30));
     let (threads, repeats) = (num(4, 2), num(5, 20));
-    let f32_weights = args.get(6).is_some_and(|a| a == "f32");
+    let kind = args.get(6).map_or("bf16", String::as_str);
+    let quant = QuantType::from_name(kind);
     let rows = num(7, 1);
     let mut rng = seeded(7);
     let mut make = |d_out: usize, d_in: usize| {
         let w = rng.vec_f32(d_out * d_in, 0.02);
-        if f32_weights {
-            Held::F32(w)
-        } else {
-            Held::Bf16(w.into_iter().map(bf16::from_f32).collect())
+        match (kind, quant) {
+            ("f32", _) => Held::F32(w),
+            (_, Some(q)) => {
+                let q = if d_in.is_multiple_of(q.block_elements()) {
+                    q
+                } else {
+                    QuantType::Q5_0
+                };
+                Held::Quant(QuantMatrix::quantize(q, &w, d_out, d_in).expect("whole blocks"))
+            }
+            _ => Held::Bf16(w.into_iter().map(bf16::from_f32).collect()),
         }
     };
     // Per layer: q, k, v, o, gate, up, down, as `d_out × d_in`.
@@ -87,7 +115,16 @@ fn main() -> Result<(), cx_kernels::Error> {
         hidden,
     );
     let bytes: usize = model.iter().flatten().map(Held::bytes).sum::<usize>() + head.bytes();
-    let config = CpuConfig::deterministic().with_threads(threads);
+    let config = if std::env::var_os("INT8").is_some_and(|v| v == "1") {
+        CpuConfig {
+            mode: Mode::Fast,
+            int8: true,
+            ..CpuConfig::default()
+        }
+    } else {
+        CpuConfig::deterministic()
+    }
+    .with_threads(threads);
     let x = rng.vec_f32(rows * inter, 1.0);
     let (mut q, mut k, mut v, mut o) = (
         vec![0f32; rows * hidden],
@@ -100,10 +137,7 @@ fn main() -> Result<(), cx_kernels::Error> {
         vec![0f32; rows * inter],
         vec![0f32; rows * hidden],
     );
-    let head_rows = match &head {
-        Held::F32(w) => w.len(),
-        Held::Bf16(w) => w.len(),
-    } / hidden;
+    let head_rows = head.rows(hidden);
     let mut logits = vec![0f32; rows * head_rows];
     let mut error = None;
     let step_s = median_seconds(repeats, || {
@@ -152,8 +186,8 @@ fn main() -> Result<(), cx_kernels::Error> {
         });
     });
     println!(
-        "{} weights {:.1} MB, {rows} row(s), {threads} threads: step {:.2} ms = {:.1} GB/s; parallel read {:.2} ms = {:.1} GB/s; step/read {:.2}",
-        if f32_weights { "f32" } else { "bf16" },
+        "{kind}{} weights {:.1} MB, {rows} row(s), {threads} threads: step {:.2} ms = {:.1} GB/s; parallel read {:.2} ms = {:.1} GB/s; step/read {:.2}",
+        if config.int8 { " (int8)" } else { "" },
         bytes as f64 / 1e6,
         step_s * 1e3,
         bytes as f64 / step_s / 1e9,

@@ -1,7 +1,7 @@
 //! A decode step's rows against quantized weights in integers, as llama.cpp computes them
 //! ([`crate::CpuConfig::int8`], in [`crate::Mode::Fast`] only): each row of `x` is rounded to
 //! eight-bit codes with one scale per block of 32 (ggml's `Q8_0` activations), each chunk of 64
-//! weights is decoded to signed eight-bit codes in one register, and one AVX-512 VNNI
+//! weights is decoded to eight-bit codes (as stored, unsigned) in one register, and one AVX-512 VNNI
 //! instruction (`vpdpbusd`) takes 64 products at once; the block scales are applied in `f32`
 //! once per 32 elements. The weights' own floats are never built (SmolLM2-135M at Q4_K, one
 //! row, Intel Xeon: 73–75 tokens/s on the fast mode's `f32` kernels, 91–97 this way; on AMD's
@@ -27,16 +27,21 @@ pub(crate) const CHUNK: usize = 64;
 pub(crate) const LANES: usize = 16;
 
 /// Rows of `x` rounded to eight-bit codes, laid out per chunk of [`CHUNK`] elements as the
-/// kernel reads them.
+/// kernel reads them: chunk-major (chunk `c` of row `i` at `c·rows + i`), so a chunk's rows
+/// lie one register apart and the kernel addresses them by constant offsets.
 pub(crate) struct Q8Rows {
+    /// Rows of `x`.
+    pub(crate) rows: usize,
     /// Chunks per row (`k / 64`).
     pub(crate) chunks: usize,
-    /// Per row and chunk, the 64 codes plus 128 (unsigned, as `vpdpbusd` takes its first
-    /// operand; the kernel subtracts 128·Σw exactly in integers).
+    /// Per chunk and row, the 64 codes (signed bytes, `vpdpbusd`'s second operand).
     pub(crate) codes: Vec<u8>,
-    /// Per row and chunk, each block's scale in its eight lanes.
+    /// Per chunk and row, minus the sum of each lane's four codes (the kernel's start for
+    /// weights stored with an offset: `−off·Σq_x`, exactly in integers).
+    pub(crate) neg_lane_sums: Vec<i32>,
+    /// Per chunk and row, each block's scale in its eight lanes.
     pub(crate) scales: Vec<f32>,
-    /// Per row and chunk, each block's scale × the sum of its codes in lanes 0 and 8, zero
+    /// Per chunk and row, each block's scale × the sum of its codes in lanes 0 and 8, zero
     /// elsewhere (the term of a format's minimum; the lanes are summed at the end).
     pub(crate) sums: Vec<f32>,
 }
@@ -57,17 +62,24 @@ pub(crate) fn quantize_rows(x: &[f32], m: usize, k: usize) -> Option<Q8Rows> {
     let mut codes = vec![0u8; m * k];
     let mut scales = vec![0f32; m * chunks * LANES];
     let mut sums = vec![0f32; m * chunks * LANES];
+    let mut neg_lane_sums = vec![0i32; m * chunks * LANES];
     for (b, block) in x[..m * k].chunks_exact(BLOCK).enumerate() {
-        let codes: &mut [u8; BLOCK] = (&mut codes[b * BLOCK..(b + 1) * BLOCK]).try_into().unwrap();
+        let (i, c, half) = (b / (2 * chunks), b / 2 % chunks, b % 2);
+        let at = c * m + i;
+        let codes: &mut [u8; BLOCK] = (&mut codes[at * CHUNK + half * BLOCK..][..BLOCK])
+            .try_into()
+            .unwrap();
         let block: &[f32; BLOCK] = block.try_into().unwrap();
-        let (d, sum) = quantize_block(block, codes);
-        let half = b % 2;
-        scales[(b / 2) * LANES + half * 8..][..8].fill(d);
-        sums[(b / 2) * LANES + half * 8] = d * sum as f32;
+        let lanes = &mut neg_lane_sums[at * LANES + half * 8..][..8];
+        let (d, sum) = quantize_block(block, codes, lanes);
+        scales[at * LANES + half * 8..][..8].fill(d);
+        sums[at * LANES + half * 8] = d * sum as f32;
     }
     Some(Q8Rows {
+        rows: m,
         chunks,
         codes,
+        neg_lane_sums,
         scales,
         sums,
     })
@@ -89,7 +101,7 @@ pub(crate) fn product(
         "int8 product: x and w disagree on d_in"
     );
     assert!(j0 + cols <= w.d_out() && tile.len() >= m * cols);
-    assert!(xq.codes.len() >= m * xq.chunks * CHUNK);
+    assert!(m == xq.rows && xq.codes.len() >= m * xq.chunks * CHUNK);
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: `quantize_rows` built `xq` only where the CPU has the kernel's features; the
@@ -102,17 +114,23 @@ pub(crate) fn product(
     }
 }
 
-/// One block of 32 as codes plus 128 (nearest, ties to even) with the scale `|x|max/127`:
-/// the scale and the sum of the codes.
-fn quantize_block(block: &[f32; BLOCK], codes: &mut [u8; BLOCK]) -> (f32, i32) {
+/// One block of 32 as codes (nearest, ties to even) with the scale `|x|max/127`, and minus the
+/// sum of each four: the scale and the sum of the codes.
+fn quantize_block(
+    block: &[f32; BLOCK],
+    codes: &mut [u8; BLOCK],
+    neg_lane_sums: &mut [i32],
+) -> (f32, i32) {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: only `quantize_rows` calls it, after `available` checked the CPU.
-        unsafe { super::x86::int8::quantize_block(block, codes) }
+        unsafe { super::x86::int8::quantize_block(block, codes, neg_lane_sums) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        unreachable!("quantize_rows quantizes nothing off x86-64: {block:?} {codes:?}")
+        unreachable!(
+            "quantize_rows quantizes nothing off x86-64: {block:?} {codes:?} {neg_lane_sums:?}"
+        )
     }
 }
 

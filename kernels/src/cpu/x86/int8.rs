@@ -1,27 +1,28 @@
-//! The integer kernel of [`crate::cpu::int8`]: each chunk of 64 weights decoded to signed
-//! codes in one register with its per-lane scales, and multiplied by every row's unsigned
+//! The integer kernel of [`crate::cpu::int8`]: each chunk of 64 weights decoded to unsigned
+//! codes in one register with its per-lane scales, and multiplied by every row's signed
 //! activation codes in one `vpdpbusd` each (AVX-512 VNNI).
 //!
-//! `vpdpbusd` multiplies unsigned by signed bytes, four to a 32-bit lane. The activation codes
-//! are stored plus 128 (unsigned), so a lane's sum is `Σ(q_x + 128)·q_w`; the kernel starts
-//! each row's sum at `−128·Σq_w` (one `vpdpbusd` of ones by the weights, once per chunk for all
-//! rows), which leaves `Σq_x·q_w` exactly. The sixteen lanes of a chunk are two blocks of 32
-//! (four lanes per 16 elements, where a format's sub-blocks are 16 long): the lane sums are
-//! converted to `f32` (exactly: far below 2²⁴) and multiplied by the weight's and the row's
-//! scales per lane.
+//! `vpdpbusd` multiplies unsigned by signed bytes, four to a 32-bit lane. The weights are taken
+//! as ggml stores them, unsigned (`q + off`: Q4_0's nibbles are `q + 8`, Q5_0's `q + 16`,
+//! Q6_K's `q + 32`; Q8_0's signed bytes get their top bit flipped, `q + 128`), so a lane's sum
+//! is `Σq_x·(q_w + off)`; the kernel starts each row's sum at `−off·Σq_x` over the lane's four
+//! codes (the row's lane sums, kept beside its codes, times a power of two), which leaves
+//! `Σq_x·q_w` exactly — a shift per row instead of correcting or re-centring every weight
+//! chunk. The sixteen lanes of a chunk are two blocks of 32 (four lanes per 16 elements, where
+//! a format's sub-blocks are 16 long): the lane sums are converted to `f32` (exactly: far below
+//! 2²⁴) and multiplied by the weight's and the row's scales per lane.
 
 use std::arch::x86_64::{
-    __m512, __m512i, _MM_HINT_T0, _mm_cvtsi32_si128, _mm_loadu_si128, _mm_prefetch, _mm_set1_epi8,
-    _mm_setr_epi8, _mm_shuffle_epi8, _mm_storeu_si128, _mm_xor_si128, _mm256_loadu_si256,
-    _mm512_add_epi32, _mm512_and_si512, _mm512_andnot_ps, _mm512_broadcast_i64x4,
-    _mm512_castsi128_si512, _mm512_castsi256_si512, _mm512_cvtepi8_epi32, _mm512_cvtepi32_epi8,
-    _mm512_cvtepi32_ps, _mm512_cvtps_epi32, _mm512_dpbusd_epi32, _mm512_fmadd_ps,
-    _mm512_inserti32x4, _mm512_inserti64x4, _mm512_loadu_ps, _mm512_loadu_si512,
-    _mm512_maskz_mov_epi8, _mm512_max_epi32, _mm512_max_ps, _mm512_min_epi32, _mm512_mul_ps,
-    _mm512_or_si512, _mm512_reduce_add_epi32, _mm512_reduce_add_ps, _mm512_reduce_max_ps,
-    _mm512_set_epi64, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps,
-    _mm512_setzero_si512, _mm512_slli_epi16, _mm512_slli_epi32, _mm512_srli_epi16,
-    _mm512_srlv_epi64, _mm512_sub_epi8, _mm512_sub_epi32,
+    __m512, __m512i, _MM_HINT_T0, _mm_cvtsi32_si128, _mm_loadu_si128, _mm_prefetch, _mm_setr_epi8,
+    _mm_shuffle_epi8, _mm_storeu_si128, _mm256_loadu_si256, _mm512_add_epi32, _mm512_and_si512,
+    _mm512_andnot_ps, _mm512_broadcast_i64x4, _mm512_castsi128_si512, _mm512_castsi256_si512,
+    _mm512_cvtepi8_epi32, _mm512_cvtepi32_epi8, _mm512_cvtepi32_ps, _mm512_cvtps_epi32,
+    _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_inserti32x4, _mm512_inserti64x4, _mm512_loadu_ps,
+    _mm512_loadu_si512, _mm512_maskz_mov_epi8, _mm512_max_epi32, _mm512_max_ps, _mm512_min_epi32,
+    _mm512_mul_ps, _mm512_or_si512, _mm512_reduce_add_epi32, _mm512_reduce_add_ps,
+    _mm512_reduce_max_ps, _mm512_set_epi64, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_sll_epi32, _mm512_slli_epi16,
+    _mm512_srli_epi16, _mm512_srlv_epi64, _mm512_xor_si512,
 };
 
 use super::blocks::{half, split_half, split_ps};
@@ -37,8 +38,9 @@ pub(crate) fn supported() -> bool {
         && std::arch::is_x86_feature_detected!("f16c")
 }
 
-/// One chunk of 64 weights: signed codes, the scale of each lane's four, and (formats with a
-/// minimum) the minimum of each half's block in all its lanes: weight = scale·code + min.
+/// One chunk of 64 weights: unsigned codes (`q + B::OFFSET`), the scale of each lane's four,
+/// and (formats with a minimum) the minimum of each half's block in all its lanes: weight =
+/// scale·q + min.
 struct Chunk {
     codes: __m512i,
     scales: __m512,
@@ -49,6 +51,8 @@ struct Chunk {
 trait Int8Blocks {
     /// Whether weights are `scale·q + min` (the kernel then adds `min·Σx`).
     const MINS: bool;
+    /// `log2` of the offset of the stored codes (`q + 2^OFFSET`), or `None` where they are `q`.
+    const OFFSET: Option<u32>;
     /// Chunk `c` (elements `64c..64c + 64`) of the row of blocks at `row`.
     ///
     /// # Safety
@@ -90,17 +94,20 @@ unsafe fn fifth_bits(a: *const u8, b: *const u8) -> __m512i {
 struct Q8_0;
 impl Int8Blocks for Q8_0 {
     const MINS: bool = false;
+    const OFFSET: Option<u32> = Some(7);
     #[inline(always)]
     unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
         // SAFETY: blocks 2c and 2c + 1 (34 bytes: f16 d, 32 × i8) are in the row.
         unsafe {
             let a = row.add(2 * c * 34);
             let b = a.add(34);
+            let q = _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(a.add(2).cast())),
+                _mm256_loadu_si256(b.add(2).cast()),
+            );
             Chunk {
-                codes: _mm512_inserti64x4::<1>(
-                    _mm512_castsi256_si512(_mm256_loadu_si256(a.add(2).cast())),
-                    _mm256_loadu_si256(b.add(2).cast()),
-                ),
+                // The sign bit flipped: q + 128, unsigned.
+                codes: _mm512_xor_si512(q, _mm512_set1_epi8(-128)),
                 scales: split_half(a, b),
                 mins: _mm512_setzero_ps(),
             }
@@ -112,6 +119,7 @@ impl Int8Blocks for Q8_0 {
 struct Q4_0;
 impl Int8Blocks for Q4_0 {
     const MINS: bool = false;
+    const OFFSET: Option<u32> = Some(3);
     #[inline(always)]
     unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
         // SAFETY: blocks 2c and 2c + 1 (18 bytes: f16 d, 16 of nibbles) are in the row.
@@ -119,7 +127,7 @@ impl Int8Blocks for Q4_0 {
             let a = row.add(2 * c * 18);
             let b = a.add(18);
             Chunk {
-                codes: _mm512_sub_epi8(nibbles(a.add(2), b.add(2)), _mm512_set1_epi8(8)),
+                codes: nibbles(a.add(2), b.add(2)),
                 scales: split_half(a, b),
                 mins: _mm512_setzero_ps(),
             }
@@ -131,6 +139,7 @@ impl Int8Blocks for Q4_0 {
 struct Q5_0;
 impl Int8Blocks for Q5_0 {
     const MINS: bool = false;
+    const OFFSET: Option<u32> = Some(4);
     #[inline(always)]
     unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
         // SAFETY: blocks 2c and 2c + 1 (22 bytes: f16 d, 4 of fifth bits, 16 of nibbles) are
@@ -138,9 +147,8 @@ impl Int8Blocks for Q5_0 {
         unsafe {
             let a = row.add(2 * c * 22);
             let b = a.add(22);
-            let q = _mm512_or_si512(nibbles(a.add(6), b.add(6)), fifth_bits(a.add(2), b.add(2)));
             Chunk {
-                codes: _mm512_sub_epi8(q, _mm512_set1_epi8(16)),
+                codes: _mm512_or_si512(nibbles(a.add(6), b.add(6)), fifth_bits(a.add(2), b.add(2))),
                 scales: split_half(a, b),
                 mins: _mm512_setzero_ps(),
             }
@@ -152,6 +160,7 @@ impl Int8Blocks for Q5_0 {
 struct Q4_1;
 impl Int8Blocks for Q4_1 {
     const MINS: bool = true;
+    const OFFSET: Option<u32> = None;
     #[inline(always)]
     unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
         // SAFETY: blocks 2c and 2c + 1 (20 bytes: f16 d, f16 m, 16 of nibbles) are in the row.
@@ -171,6 +180,7 @@ impl Int8Blocks for Q4_1 {
 struct Q5_1;
 impl Int8Blocks for Q5_1 {
     const MINS: bool = true;
+    const OFFSET: Option<u32> = None;
     #[inline(always)]
     unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
         // SAFETY: blocks 2c and 2c + 1 (24 bytes: f16 d, f16 m, 4 of fifth bits, 16 of
@@ -191,6 +201,7 @@ impl Int8Blocks for Q5_1 {
 struct Q4K;
 impl Int8Blocks for Q4K {
     const MINS: bool = true;
+    const OFFSET: Option<u32> = None;
     #[inline(always)]
     unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
         // SAFETY: super-block c / 4 (144 bytes: f16 d, f16 dmin, 12 of scales, 128 of
@@ -221,6 +232,7 @@ impl Int8Blocks for Q4K {
 struct Q6K;
 impl Int8Blocks for Q6K {
     const MINS: bool = false;
+    const OFFSET: Option<u32> = Some(5);
     #[inline(always)]
     unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
         // SAFETY: super-block c / 4 (210 bytes: 128 of low nibbles, 64 of high pairs, 16 i8
@@ -262,7 +274,7 @@ impl Int8Blocks for Q6K {
                 _mm512_set1_ps(half(block.add(208))),
             );
             Chunk {
-                codes: _mm512_sub_epi8(q, _mm512_set1_epi8(32)),
+                codes: q,
                 scales,
                 mins: _mm512_setzero_ps(),
             }
@@ -384,11 +396,9 @@ unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
     row_bytes: usize,
     sums: &mut [[f32; ROWS]; 2],
 ) {
-    let chunks = xq.chunks;
+    let (chunks, stride) = (xq.chunks, xq.rows);
     let chunk_bytes = row_bytes / chunks;
     let mut acc = [[_mm512_setzero_ps(); R]; C];
-    let ones = _mm512_set1_epi8(1);
-    let zero = _mm512_setzero_si512();
     for c in 0..chunks {
         // SAFETY: chunk c of the rows of `w` and of rows i0..i0 + R of `xq`: the caller's
         // contract.
@@ -396,22 +406,29 @@ unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
             for (row, acc) in w_rows.iter().zip(acc.iter_mut()) {
                 _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(c * chunk_bytes + AHEAD).cast());
                 let w = B::chunk(*row, c);
-                // −128·Σq_w per lane: what the activation codes' offset adds.
-                let start = _mm512_sub_epi32(
-                    zero,
-                    _mm512_slli_epi32::<7>(_mm512_dpbusd_epi32(zero, ones, w.codes)),
+                // Chunk c of rows i0.. lie one after another (`Q8Rows`' layout).
+                let at = c * stride + i0;
+                let (codes, scales, sums, lane_sums) = (
+                    xq.codes.as_ptr().add(at * CHUNK),
+                    xq.scales.as_ptr().add(at * LANES),
+                    xq.sums.as_ptr().add(at * LANES),
+                    xq.neg_lane_sums.as_ptr().add(at * LANES),
                 );
                 for (r, acc) in acc.iter_mut().enumerate() {
-                    let at = (i0 + r) * chunks + c;
-                    let x = _mm512_loadu_si512(xq.codes.as_ptr().add(at * CHUNK).cast());
-                    let dot = _mm512_dpbusd_epi32(start, x, w.codes);
-                    let scale = _mm512_mul_ps(
-                        w.scales,
-                        _mm512_loadu_ps(xq.scales.as_ptr().add(at * LANES)),
-                    );
+                    let x = _mm512_loadu_si512(codes.add(r * CHUNK).cast());
+                    // −off·Σq_x per lane: what the weight codes' offset adds.
+                    let start = match B::OFFSET {
+                        Some(shift) => _mm512_sll_epi32(
+                            _mm512_loadu_si512(lane_sums.add(r * LANES).cast()),
+                            _mm_cvtsi32_si128(shift as i32),
+                        ),
+                        None => _mm512_setzero_si512(),
+                    };
+                    let dot = _mm512_dpbusd_epi32(start, w.codes, x);
+                    let scale = _mm512_mul_ps(w.scales, _mm512_loadu_ps(scales.add(r * LANES)));
                     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *acc);
                     if B::MINS {
-                        let sums = _mm512_loadu_ps(xq.sums.as_ptr().add(at * LANES));
+                        let sums = _mm512_loadu_ps(sums.add(r * LANES));
                         *acc = _mm512_fmadd_ps(w.mins, sums, *acc);
                     }
                 }
@@ -426,12 +443,17 @@ unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
 }
 
 /// Rounds one block of 32 of `x` to codes (nearest, ties to even) with the scale `|x|max/127`,
-/// writing the codes plus 128 to `codes`; returns the scale and the sum of the codes.
+/// writing them to `codes` and the negated sum of each four to `neg_lane_sums`; returns the
+/// scale and the sum of the codes.
 ///
 /// # Safety
 /// [`supported`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,avx2")]
-pub(crate) unsafe fn quantize_block(x: &[f32; 32], codes: &mut [u8; 32]) -> (f32, i32) {
+pub(crate) unsafe fn quantize_block(
+    x: &[f32; 32],
+    codes: &mut [u8; 32],
+    neg_lane_sums: &mut [i32],
+) -> (f32, i32) {
     // SAFETY: 32 floats and 32 bytes, the features the caller's contract.
     unsafe {
         let v = [
@@ -447,10 +469,14 @@ pub(crate) unsafe fn quantize_block(x: &[f32; 32], codes: &mut [u8; 32]) -> (f32
         let inv = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
         let q = [code(v[0], inv), code(v[1], inv)];
         let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
-        let offset = _mm_set1_epi8(-128);
         for (h, q) in q.into_iter().enumerate() {
-            let bytes = _mm_xor_si128(_mm512_cvtepi32_epi8(q), offset);
-            _mm_storeu_si128(codes.as_mut_ptr().add(16 * h).cast(), bytes);
+            _mm_storeu_si128(
+                codes.as_mut_ptr().add(16 * h).cast(),
+                _mm512_cvtepi32_epi8(q),
+            );
+        }
+        for (lane, four) in neg_lane_sums.iter_mut().zip(codes.chunks_exact(4)) {
+            *lane = -four.iter().map(|&c| i32::from(c as i8)).sum::<i32>();
         }
         (d, sum)
     }
