@@ -36,6 +36,9 @@ pub(crate) struct Q8Rows {
     pub(crate) chunks: usize,
     /// Per chunk and row, the 64 codes (signed bytes, `vpdpbusd`'s second operand).
     pub(crate) codes: Vec<u8>,
+    /// [`Q8Rows::codes`] plus 128 (unsigned, `vpdpbusd`'s first operand: for more rows than
+    /// [`super::x86`]'s kernel takes the other way, see there).
+    pub(crate) biased: Vec<u8>,
     /// Per chunk and row, minus the sum of each lane's four codes (the kernel's start for
     /// weights stored with an offset: `−off·Σq_x`, exactly in integers).
     pub(crate) neg_lane_sums: Vec<i32>,
@@ -75,10 +78,12 @@ pub(crate) fn quantize_rows(x: &[f32], m: usize, k: usize) -> Option<Q8Rows> {
         scales[at * LANES + half * 8..][..8].fill(d);
         sums[at * LANES + half * 8] = d * sum as f32;
     }
+    let biased = codes.iter().map(|c| c ^ 0x80).collect();
     Some(Q8Rows {
         rows: m,
         chunks,
         codes,
+        biased,
         neg_lane_sums,
         scales,
         sums,

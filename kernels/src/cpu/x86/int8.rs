@@ -1,15 +1,24 @@
-//! The integer kernel of [`crate::cpu::int8`]: each chunk of 64 weights decoded to unsigned
-//! codes in one register with its per-lane scales, and multiplied by every row's signed
-//! activation codes in one `vpdpbusd` each (AVX-512 VNNI).
+//! The integer kernel of [`crate::cpu::int8`]: each chunk of 64 weights decoded to eight-bit
+//! codes in one register with its per-lane scales, and multiplied by every row's activation
+//! codes in one `vpdpbusd` each (AVX-512 VNNI).
 //!
-//! `vpdpbusd` multiplies unsigned by signed bytes, four to a 32-bit lane. The weights are taken
-//! as ggml stores them, unsigned (`q + off`: Q4_0's nibbles are `q + 8`, Q5_0's `q + 16`,
-//! Q6_K's `q + 32`; Q8_0's signed bytes get their top bit flipped, `q + 128`), so a lane's sum
-//! is `Σq_x·(q_w + off)`; the kernel starts each row's sum at `−off·Σq_x` over the lane's four
-//! codes (the row's lane sums, kept beside its codes, times a power of two), which leaves
-//! `Σq_x·q_w` exactly — a shift per row instead of correcting or re-centring every weight
-//! chunk. The sixteen lanes of a chunk are two blocks of 32 (four lanes per 16 elements, where
-//! a format's sub-blocks are 16 long): the lane sums are converted to `f32` (exactly: far below
+//! `vpdpbusd` multiplies unsigned by signed bytes, four to a 32-bit lane; the integer sums are
+//! exact either way round, and the kernel takes the cheaper:
+//!
+//! - **Weights unsigned** (up to [`PAIRED_ROWS`] rows, where decoding the weights is most of
+//!   the work): the codes as ggml stores them, `q + off` (Q4_0's nibbles `q + 8`, Q5_0's
+//!   `q + 16`, Q6_K's `q + 32`; Q4_1, Q5_1 and Q4_K store `q` and a minimum), times the
+//!   activations' signed codes; each row's sum starts at `−off·Σq_x` over the lane's four codes
+//!   (the row's lane sums times a power of two: one shift per row and chunk).
+//! - **Weights signed** (more rows, and Q8_0, whose bytes are signed): the codes re-centred
+//!   (`q`, one subtraction per chunk) times the activations' codes plus 128; each row's sum
+//!   starts at `−128·Σq_w` (one `vpdpbusd` of ones by the weights per chunk, for every row).
+//!
+//! SmolLM2-135M's shapes at Q4_K (Q5_0 where rows are not whole super-blocks), AMD EPYC, one
+//! thread: one row 1.15× and eight rows 1.14× the kernel that took the second way for every
+//! row count with the activations row-major (`decode_model` example, 7 alternating rounds).
+//! The sixteen lanes of a chunk are two blocks of 32 (four lanes per 16 elements, where a
+//! format's sub-blocks are 16 long): the lane sums are converted to `f32` (exactly: far below
 //! 2²⁴) and multiplied by the weight's and the row's scales per lane.
 
 use std::arch::x86_64::{
@@ -22,7 +31,7 @@ use std::arch::x86_64::{
     _mm512_mul_ps, _mm512_or_si512, _mm512_reduce_add_epi32, _mm512_reduce_add_ps,
     _mm512_reduce_max_ps, _mm512_set_epi64, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
     _mm512_setzero_ps, _mm512_setzero_si512, _mm512_sll_epi32, _mm512_slli_epi16,
-    _mm512_srli_epi16, _mm512_srlv_epi64, _mm512_xor_si512,
+    _mm512_slli_epi32, _mm512_srli_epi16, _mm512_srlv_epi64, _mm512_sub_epi8, _mm512_sub_epi32,
 };
 
 use super::blocks::{half, split_half, split_ps};
@@ -38,7 +47,8 @@ pub(crate) fn supported() -> bool {
         && std::arch::is_x86_feature_detected!("f16c")
 }
 
-/// One chunk of 64 weights: unsigned codes (`q + B::OFFSET`), the scale of each lane's four,
+/// One chunk of 64 weights: the codes as stored (`q + 2^B::OFFSET` unsigned, or `q` signed where
+/// [`Int8Blocks::SIGNED`]), the scale of each lane's four,
 /// and (formats with a minimum) the minimum of each half's block in all its lanes: weight =
 /// scale·q + min.
 struct Chunk {
@@ -53,6 +63,9 @@ trait Int8Blocks {
     const MINS: bool;
     /// `log2` of the offset of the stored codes (`q + 2^OFFSET`), or `None` where they are `q`.
     const OFFSET: Option<u32>;
+    /// Whether the stored codes are signed bytes (Q8_0): the kernel then always takes the
+    /// second way (signed weights), which needs nothing done to them.
+    const SIGNED: bool = false;
     /// Chunk `c` (elements `64c..64c + 64`) of the row of blocks at `row`.
     ///
     /// # Safety
@@ -94,20 +107,19 @@ unsafe fn fifth_bits(a: *const u8, b: *const u8) -> __m512i {
 struct Q8_0;
 impl Int8Blocks for Q8_0 {
     const MINS: bool = false;
-    const OFFSET: Option<u32> = Some(7);
+    const OFFSET: Option<u32> = None;
+    const SIGNED: bool = true;
     #[inline(always)]
     unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
         // SAFETY: blocks 2c and 2c + 1 (34 bytes: f16 d, 32 × i8) are in the row.
         unsafe {
             let a = row.add(2 * c * 34);
             let b = a.add(34);
-            let q = _mm512_inserti64x4::<1>(
-                _mm512_castsi256_si512(_mm256_loadu_si256(a.add(2).cast())),
-                _mm256_loadu_si256(b.add(2).cast()),
-            );
             Chunk {
-                // The sign bit flipped: q + 128, unsigned.
-                codes: _mm512_xor_si512(q, _mm512_set1_epi8(-128)),
+                codes: _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(a.add(2).cast())),
+                    _mm256_loadu_si256(b.add(2).cast()),
+                ),
                 scales: split_half(a, b),
                 mins: _mm512_setzero_ps(),
             }
@@ -399,6 +411,9 @@ unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
     let (chunks, stride) = (xq.chunks, xq.rows);
     let chunk_bytes = row_bytes / chunks;
     let mut acc = [[_mm512_setzero_ps(); R]; C];
+    let (ones, zero) = (_mm512_set1_epi8(1), _mm512_setzero_si512());
+    // Which of the two ways (see the module's documentation): fixed per `R`.
+    let biased = R > PAIRED_ROWS || B::SIGNED;
     for c in 0..chunks {
         // SAFETY: chunk c of the rows of `w` and of rows i0..i0 + R of `xq`: the caller's
         // contract.
@@ -409,22 +424,46 @@ unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
                 // Chunk c of rows i0.. lie one after another (`Q8Rows`' layout).
                 let at = c * stride + i0;
                 let (codes, scales, sums, lane_sums) = (
-                    xq.codes.as_ptr().add(at * CHUNK),
+                    if biased { &xq.biased } else { &xq.codes }
+                        .as_ptr()
+                        .add(at * CHUNK),
                     xq.scales.as_ptr().add(at * LANES),
                     xq.sums.as_ptr().add(at * LANES),
                     xq.neg_lane_sums.as_ptr().add(at * LANES),
                 );
+                // The second way: signed weight codes, −128·Σq_w per lane for every row.
+                let (signed, shared) = match (biased, B::OFFSET) {
+                    (false, _) => (w.codes, zero),
+                    (true, offset) => {
+                        let signed = match offset {
+                            Some(shift) => _mm512_sub_epi8(
+                                w.codes,
+                                _mm512_set1_epi8((1u32 << shift) as u8 as i8),
+                            ),
+                            None => w.codes,
+                        };
+                        let shared = _mm512_sub_epi32(
+                            zero,
+                            _mm512_slli_epi32::<7>(_mm512_dpbusd_epi32(zero, ones, signed)),
+                        );
+                        (signed, shared)
+                    }
+                };
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let x = _mm512_loadu_si512(codes.add(r * CHUNK).cast());
-                    // −off·Σq_x per lane: what the weight codes' offset adds.
-                    let start = match B::OFFSET {
-                        Some(shift) => _mm512_sll_epi32(
-                            _mm512_loadu_si512(lane_sums.add(r * LANES).cast()),
-                            _mm_cvtsi32_si128(shift as i32),
-                        ),
-                        None => _mm512_setzero_si512(),
+                    let dot = if biased {
+                        _mm512_dpbusd_epi32(shared, x, signed)
+                    } else {
+                        // −off·Σq_x per lane: what the weight codes' offset adds.
+                        let start = match B::OFFSET {
+                            Some(shift) => _mm512_sll_epi32(
+                                _mm512_loadu_si512(lane_sums.add(r * LANES).cast()),
+                                _mm_cvtsi32_si128(shift as i32),
+                            ),
+                            None => zero,
+                        };
+                        _mm512_dpbusd_epi32(start, w.codes, x)
                     };
-                    let dot = _mm512_dpbusd_epi32(start, w.codes, x);
                     let scale = _mm512_mul_ps(w.scales, _mm512_loadu_ps(scales.add(r * LANES)));
                     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, *acc);
                     if B::MINS {
