@@ -1,7 +1,7 @@
 //! A decode step's rows against quantized weights in integers, as llama.cpp computes them
 //! ([`crate::CpuConfig::int8`], in [`crate::Mode::Fast`] only): each row of `x` is rounded to
 //! eight-bit codes with one scale per block of 32 (ggml's `Q8_0` activations), each chunk of 64
-//! weights is decoded to eight-bit codes (as stored, unsigned) in one register, and one AVX-512 VNNI
+//! weights is decoded to eight-bit codes in one register, and one AVX-512 VNNI
 //! instruction (`vpdpbusd`) takes 64 products at once; the block scales are applied in `f32`
 //! once per 32 elements. The weights' own floats are never built (SmolLM2-135M at Q4_K, one
 //! row, Intel Xeon: 73–75 tokens/s on the fast mode's `f32` kernels, 91–97 this way; on AMD's
@@ -36,8 +36,8 @@ pub(crate) struct Q8Rows {
     pub(crate) chunks: usize,
     /// Per chunk and row, the 64 codes (signed bytes, `vpdpbusd`'s second operand).
     pub(crate) codes: Vec<u8>,
-    /// [`Q8Rows::codes`] plus 128 (unsigned, `vpdpbusd`'s first operand: for more rows than
-    /// [`super::x86`]'s kernel takes the other way, see there).
+    /// [`Q8Rows::codes`] plus 128 (unsigned, `vpdpbusd`'s first operand), for the kernel's way
+    /// with the weights signed (see `cpu::x86::int8`).
     pub(crate) biased: Vec<u8>,
     /// Per chunk and row, minus the sum of each lane's four codes (the kernel's start for
     /// weights stored with an offset: `−off·Σq_x`, exactly in integers).
@@ -179,10 +179,11 @@ mod tests {
 
     /// Each format's integer product is within the bound of `x`'s rounding (half a code per
     /// element: `|x|max/254` of its block times `|w|`) of the exact product of `x` and the
-    /// dequantized weights: a code or a scale out of place would be far outside it.
+    /// dequantized weights: a code, a scale or an offset out of place would be far outside it.
+    /// Two rows and five: the kernel's two ways (weights unsigned, weights signed).
     #[test]
     fn the_integer_product_is_within_half_a_code_of_the_exact_one() {
-        for kind in QuantType::ALL {
+        for (kind, m) in QuantType::ALL.into_iter().flat_map(|k| [(k, 2), (k, 5)]) {
             let (d_out, d_in) = (
                 37,
                 if kind.block_elements() == 256 {
@@ -191,7 +192,6 @@ mod tests {
                     576
                 },
             );
-            let m = 5;
             let w = random_matrix(kind, d_out, d_in, 7);
             let wf = w.to_f32();
             let x = rows(11, m * d_in);
@@ -232,10 +232,12 @@ mod tests {
         }
     }
 
-    /// A row's outputs do not depend on the rows beside it (fast mode's promise).
+    /// A row's outputs do not depend on the rows beside it (fast mode's promise), nor on which
+    /// of the kernel's two ways took it (alone: weights unsigned; among eleven, the first eight
+    /// weights signed).
     #[test]
     fn a_row_gives_the_same_bits_alone_or_in_a_batch() {
-        for kind in [QuantType::Q5_1, QuantType::Q4K, QuantType::Q6K] {
+        for kind in QuantType::ALL {
             let d_in = 512;
             let w = random_matrix(kind, 19, d_in, 3);
             let m = 11;

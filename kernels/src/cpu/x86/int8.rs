@@ -47,10 +47,9 @@ pub(crate) fn supported() -> bool {
         && std::arch::is_x86_feature_detected!("f16c")
 }
 
-/// One chunk of 64 weights: the codes as stored (`q + 2^B::OFFSET` unsigned, or `q` signed where
-/// [`Int8Blocks::SIGNED`]), the scale of each lane's four,
-/// and (formats with a minimum) the minimum of each half's block in all its lanes: weight =
-/// scale·q + min.
+/// One chunk of 64 weights: the codes as stored (`q + 2^OFFSET` unsigned, or `q` signed where
+/// [`Int8Blocks::SIGNED`]), the scale of each lane's four, and (formats with a minimum) the
+/// minimum of each half's block in all its lanes: weight = scale·q + min.
 struct Chunk {
     codes: __m512i,
     scales: __m512,
