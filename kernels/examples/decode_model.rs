@@ -41,15 +41,9 @@ impl Held {
 
     fn rows(&self, d_in: usize) -> usize {
         match self {
+            Held::F32(w) => w.len() / d_in,
+            Held::Bf16(w) => w.len() / d_in,
             Held::Quant(w) => w.d_out(),
-            _ => self.bytes() / self.element_bytes() / d_in,
-        }
-    }
-
-    fn element_bytes(&self) -> usize {
-        match self {
-            Held::F32(_) => 4,
-            _ => 2,
         }
     }
 

@@ -431,22 +431,19 @@ unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
                     xq.neg_lane_sums.as_ptr().add(at * LANES),
                 );
                 // The second way: signed weight codes, −128·Σq_w per lane for every row.
-                let (signed, shared) = match (biased, B::OFFSET) {
-                    (false, _) => (w.codes, zero),
-                    (true, offset) => {
-                        let signed = match offset {
-                            Some(shift) => _mm512_sub_epi8(
-                                w.codes,
-                                _mm512_set1_epi8((1u32 << shift) as u8 as i8),
-                            ),
-                            None => w.codes,
-                        };
-                        let shared = _mm512_sub_epi32(
-                            zero,
-                            _mm512_slli_epi32::<7>(_mm512_dpbusd_epi32(zero, ones, signed)),
-                        );
-                        (signed, shared)
+                let signed = match B::OFFSET {
+                    Some(shift) if biased => {
+                        _mm512_sub_epi8(w.codes, _mm512_set1_epi8((1u32 << shift) as u8 as i8))
                     }
+                    _ => w.codes,
+                };
+                let shared = if biased {
+                    _mm512_sub_epi32(
+                        zero,
+                        _mm512_slli_epi32::<7>(_mm512_dpbusd_epi32(zero, ones, signed)),
+                    )
+                } else {
+                    zero
                 };
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let x = _mm512_loadu_si512(codes.add(r * CHUNK).cast());
