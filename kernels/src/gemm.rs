@@ -11,6 +11,8 @@ use crate::quant::QuantMatrix;
 /// Output columns (rows of `W`) per work item: a `32 × d_in` panel of `W`, 512 KiB in `f32`
 /// at `d_in = 4096`, stays in L2 while every row of `x` streams past it.
 const PANEL_COLS: usize = 32;
+// A panel is one item of the integer panel kernel too.
+const _: () = assert!(PANEL_COLS == int8::PANEL_ROWS);
 
 /// Rows of `x` up to which a bf16 or quantized `W` is widened in registers as the kernel reads
 /// it ([`nt_accumulate_widened`]) rather than into a panel first: a decode step's rows (batches
@@ -220,24 +222,25 @@ pub fn gemm_xwt_many(
     // decode step's few rows, and `f32` weights, are read as they are: packing an `f32` panel
     // is one more pass over weights the kernel would stream from memory with its prefetches
     // (SmolLM2-135M's shapes in f32 at 64 rows, AMD EPYC: 155 ms a step unpacked, 209 packed).
+    // Rows over quantized weights where the fast mode asks for integers: `x` rounded to
+    // eight-bit codes once for every product (see `crate::cpu::int8`).
+    let xq = if config.int8
+        && mode == crate::Mode::Fast
+        && parts.iter().any(|p| matches!(p.w, WeightView::Quant(_)))
+    {
+        int8::quantize_rows(x, m, d_in)
+    } else {
+        None
+    };
+    let all_int8 = xq.is_some() && parts.iter().all(|p| matches!(p.w, WeightView::Quant(_)));
     let packs = m > WIDENED_MAX_ROWS
+        && !all_int8
         && packed::packs(d_in)
         && parts.iter().all(|p| !matches!(p.w, WeightView::F32(_)));
     let xp = if packs {
         pack_x(x, m, d_in)
     } else {
         Vec::new()
-    };
-    // A decode step's rows over quantized weights where the fast mode asks for integers: `x`
-    // rounded to eight-bit codes once for every product (see `crate::cpu::int8`).
-    let xq = if config.int8
-        && mode == crate::Mode::Fast
-        && m <= WIDENED_MAX_ROWS
-        && parts.iter().any(|p| matches!(p.w, WeightView::Quant(_)))
-    {
-        int8::quantize_rows(x, m, d_in)
-    } else {
-        None
     };
     crate::cpu::for_each_item(
         config.threads,
@@ -253,9 +256,11 @@ pub fn gemm_xwt_many(
             let Scratch {
                 panel,
                 packed,
+                int8_panel,
                 tile,
             } = scratch;
-            let stride = if packs {
+            let int8 = matches!(part.w, WeightView::Quant(_)) && xq.is_some();
+            let stride = if packs && !int8 {
                 cols.next_multiple_of(packed::COLS)
             } else {
                 cols
@@ -263,7 +268,7 @@ pub fn gemm_xwt_many(
             tile.clear();
             tile.resize(m * stride, 0.0);
             if let (Some(xq), WeightView::Quant(w)) = (&xq, part.w) {
-                int8::product(xq, m, w, j0, cols, tile);
+                int8::product(xq, m, w, j0, cols, int8_panel, tile);
             } else if packs {
                 part.w
                     .packed_product(&xp, m, d_in, j0, cols, panel, packed, tile, mode);
@@ -296,6 +301,8 @@ struct Scratch {
     panel: Vec<f32>,
     /// A panel of `W` packed for [`nt_packed`].
     packed: Vec<f32>,
+    /// A panel of `W` decoded for the integer panel kernel ([`int8::product`]).
+    int8_panel: int8::Panel,
     tile: Vec<f32>,
 }
 

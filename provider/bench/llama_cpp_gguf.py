@@ -153,10 +153,12 @@ def perplexity_llama(tool, model, text, ctx, chunks, threads, extra):
     return float(found.group(1))
 
 
-def perplexity_cx(binary, model, text, ctx, chunks, threads):
+def perplexity_cx(binary, model, text, ctx, chunks, threads, cx_args):
+    # The server's kernel mode scores the text as that server prefills it.
+    modes = [a for a in cx_args if a in ("--fast", "--int8")]
     out = subprocess.run([binary, "bench", "perplexity", "--model", model, "--text", text,
                           "--ctx", str(ctx), "--chunks", str(chunks), "--threads", str(threads),
-                          "--json"], capture_output=True, text=True, check=True)
+                          "--json", *modes], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])["perplexity"]
 
 
@@ -214,7 +216,8 @@ def measure(args, server, label, model, bin_dir, adapters_dir, loras):
     ppl = {
         "llama": perplexity_llama(os.path.join(bin_dir, "llama-perplexity"), model, text,
                                   args.ctx, args.chunks, args.threads, args.llama_arg),
-        "cx": perplexity_cx(args.binary, model, text, args.ctx, args.chunks, args.threads),
+        "cx": perplexity_cx(args.binary, model, text, args.ctx, args.chunks, args.threads,
+                            args.cx_arg),
     }
     row = {"file": label, "bytes": os.path.getsize(model),
            "greedy_same": same, "greedy_prefix": prefix, "greedy_positions": total,

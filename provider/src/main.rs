@@ -485,6 +485,13 @@ enum BenchCommand {
         /// Quantize the weight matrices as they load: q8_0, q4_0, q5_0 or q4_k.
         #[arg(long, value_parser = quant_type)]
         quantize: Option<QuantType>,
+        /// Fast mode (FMA in the kernels; class D∞).
+        #[arg(long)]
+        fast: bool,
+        /// Fast mode with quantized weights' products in eight-bit integers (as `serve
+        /// --int8`): the text is scored as that server would prefill it.
+        #[arg(long)]
+        int8: bool,
         /// Print one JSON object as the last line.
         #[arg(long)]
         json: bool,
@@ -911,6 +918,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     chunks,
                     threads,
                     quantize,
+                    fast,
+                    int8,
                     json,
                 },
         } => {
@@ -919,7 +928,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 text,
                 ctx,
                 chunks,
-                cpu: cpu(threads, false, false),
+                cpu: cpu(threads, fast, int8),
                 quantize,
             })?;
             println!(

@@ -90,14 +90,45 @@ pub(crate) fn quantize_rows(x: &[f32], m: usize, k: usize) -> Option<Q8Rows> {
     })
 }
 
-/// Adds `x`'s rows (quantized in `xq`) times rows `j0..j0 + cols` of `w` (transposed) into the
-/// `m × cols` tile (every ggml format [`QuantType`] names).
+/// Rows of `x` up to which [`product`] takes the row kernel; more take the panel kernel.
+pub(crate) const ROW_KERNEL_ROWS: usize = 4;
+
+/// Rows of `w` per panel: [`product`]'s `cols` at most.
+pub(crate) const PANEL_ROWS: usize = 32;
+
+/// A panel of `w` decoded for the panel kernel: a worker's scratch, reused from panel to panel
+/// (see `cpu::x86::int8::panel` for the layout).
+#[derive(Default)]
+pub(crate) struct Panel {
+    /// Per group of four elements, the panel's rows' signed codes side by side.
+    pub(crate) codes: Vec<u8>,
+    /// Per block of the weights' scale, each row's scale.
+    pub(crate) scales: Vec<f32>,
+    /// Per block, each row's minimum (formats with one).
+    pub(crate) mins: Vec<f32>,
+    /// Per block, each row's `−128·Σq` (what the activations' bias adds to the integer sum).
+    pub(crate) starts: Vec<i32>,
+}
+
+/// Adds `x`'s rows (quantized in `xq`) times rows `j0..j0 + cols` (at most [`PANEL_ROWS`]) of
+/// `w` (transposed) into the `m × cols` tile (every ggml format [`QuantType`] names).
+///
+/// Up to [`ROW_KERNEL_ROWS`] rows (a decode step of a few sequences), the **row kernel**
+/// decodes each chunk of 64 weights into one register and multiplies it by each row of `x` in
+/// one instruction, the per-block floats applied per row and chunk. More rows (a prompt, a
+/// larger batch), the **panel kernel** decodes the panel once into `panel` with the codes laid
+/// across sixteen rows of `w`, so that one instruction adds four elements of a row of `x` into
+/// sixteen outputs and the floats are applied once per block and output. Both round `x` the
+/// same way and give the same exact integer sums per block; they fold the floats differently,
+/// so a row's bits depend on which kernel its batch took (more than four rows or not), never on
+/// the rows beside it within either, nor on the thread count.
 pub(crate) fn product(
     xq: &Q8Rows,
     m: usize,
     w: &QuantMatrix,
     j0: usize,
     cols: usize,
+    panel: &mut Panel,
     tile: &mut [f32],
 ) {
     assert_eq!(
@@ -105,17 +136,23 @@ pub(crate) fn product(
         xq.chunks * CHUNK,
         "int8 product: x and w disagree on d_in"
     );
-    assert!(j0 + cols <= w.d_out() && tile.len() >= m * cols);
+    assert!(cols <= PANEL_ROWS && j0 + cols <= w.d_out() && tile.len() >= m * cols);
     assert!(m == xq.rows && xq.codes.len() >= m * xq.chunks * CHUNK);
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: `quantize_rows` built `xq` only where the CPU has the kernel's features; the
-        // asserts above bound every read and write.
-        unsafe { super::x86::int8::product(xq, m, w, j0, cols, tile) }
+        // SAFETY: `quantize_rows` built `xq` only where the CPU has the kernels' features;
+        // the asserts above bound every read and write.
+        unsafe {
+            if m <= ROW_KERNEL_ROWS {
+                super::x86::int8::product(xq, m, w, j0, cols, tile)
+            } else {
+                super::x86::int8::panel_product(xq, m, w, j0, cols, panel, tile)
+            }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        unreachable!("quantize_rows builds no rows off x86-64")
+        unreachable!("quantize_rows builds no rows off x86-64: {panel:p}")
     }
 }
 
@@ -170,20 +207,34 @@ mod tests {
         (0..n).map(|_| rng.gen_range(-2.0f32..2.0)).collect()
     }
 
+    /// [`product`] panel by panel, as the GEMM calls it.
     fn int8_product(x: &[f32], m: usize, w: &QuantMatrix) -> Option<Vec<f32>> {
         let xq = quantize_rows(x, m, w.d_in())?;
-        let mut tile = vec![0f32; m * w.d_out()];
-        product(&xq, m, w, 0, w.d_out(), &mut tile);
-        Some(tile)
+        let mut out = vec![0f32; m * w.d_out()];
+        let mut panel = Panel::default();
+        for j0 in (0..w.d_out()).step_by(PANEL_ROWS) {
+            let cols = PANEL_ROWS.min(w.d_out() - j0);
+            let mut tile = vec![0f32; m * cols];
+            product(&xq, m, w, j0, cols, &mut panel, &mut tile);
+            for i in 0..m {
+                out[i * w.d_out() + j0..][..cols].copy_from_slice(&tile[i * cols..][..cols]);
+            }
+        }
+        Some(out)
     }
 
     /// Each format's integer product is within the bound of `x`'s rounding (half a code per
     /// element: `|x|max/254` of its block times `|w|`) of the exact product of `x` and the
     /// dequantized weights: a code, a scale or an offset out of place would be far outside it.
-    /// Two rows and five: the kernel's two ways (weights unsigned, weights signed).
+    /// Two rows: the row kernel (weights unsigned, or signed for Q8_0); seven and twenty: the
+    /// panel kernel (tiles of six rows and fewer; 37 rows of `w`: a whole panel and a part of
+    /// one).
     #[test]
     fn the_integer_product_is_within_half_a_code_of_the_exact_one() {
-        for (kind, m) in QuantType::ALL.into_iter().flat_map(|k| [(k, 2), (k, 5)]) {
+        for (kind, m) in QuantType::ALL
+            .into_iter()
+            .flat_map(|k| [(k, 2), (k, 7), (k, 20)])
+        {
             let (d_out, d_in) = (
                 37,
                 if kind.block_elements() == 256 {
@@ -232,39 +283,46 @@ mod tests {
         }
     }
 
-    /// A row's outputs do not depend on the rows beside it (fast mode's promise), nor on which
-    /// of the kernel's two ways took it (alone: weights unsigned; among eleven, the first eight
-    /// weights signed).
+    /// A row's outputs do not depend on the rows beside it (fast mode's promise) within either
+    /// kernel: in the row kernel alone or among four (one row of `w` or two side by side: 19 is
+    /// odd); in the panel kernel among 17 or 23 (tiles of six: the seventeenth row is in a tile
+    /// of five, then of six).
     #[test]
-    fn a_row_gives_the_same_bits_alone_or_in_a_batch() {
+    fn a_row_gives_the_same_bits_whatever_rows_are_beside_it() {
         for kind in QuantType::ALL {
             let d_in = 512;
             let w = random_matrix(kind, 19, d_in, 3);
-            let m = 11;
-            let x = rows(5, m * d_in);
-            let Some(all) = int8_product(&x, m, &w) else {
+            let x = rows(5, 23 * d_in);
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            let Some(four) = int8_product(&x[..4 * d_in], 4, &w) else {
                 return;
             };
-            for i in [0, 4, 10] {
+            for i in [0, 3] {
                 let alone = int8_product(&x[i * d_in..(i + 1) * d_in], 1, &w).unwrap();
                 assert_eq!(
-                    alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    all[i * 19..(i + 1) * 19]
-                        .iter()
-                        .map(|v| v.to_bits())
-                        .collect::<Vec<_>>(),
+                    bits(&alone),
+                    bits(&four[i * 19..(i + 1) * 19]),
                     "{} row {i}",
                     kind.name()
                 );
             }
+            let all = int8_product(&x, 23, &w).unwrap();
+            let some = int8_product(&x[..17 * d_in], 17, &w).unwrap();
+            assert_eq!(bits(&some), bits(&all[..17 * 19]), "{}", kind.name());
         }
     }
 
-    /// The GEMM takes the integer kernel where the configuration asks for it (the same bits at
-    /// any thread count) and the `f32` kernels otherwise.
+    /// The GEMM takes the integer kernels where the configuration asks for it (the same bits
+    /// at any thread count; each kernel's rows) and the `f32` kernels otherwise.
     #[test]
     fn the_gemm_multiplies_in_integers_only_when_asked() {
-        let (m, d_in) = (3, 512);
+        for m in [3, 20] {
+            gemm_in_integers(m);
+        }
+    }
+
+    fn gemm_in_integers(m: usize) {
+        let d_in = 512;
         let w = random_matrix(QuantType::Q4K, 70, d_in, 9);
         let x = rows(13, m * d_in);
         let Some(direct) = int8_product(&x, m, &w) else {

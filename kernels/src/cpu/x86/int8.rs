@@ -1,22 +1,22 @@
-//! The integer kernel of [`crate::cpu::int8`]: each chunk of 64 weights decoded to eight-bit
-//! codes in one register with its per-lane scales, and multiplied by every row's activation
-//! codes in one `vpdpbusd` each (AVX-512 VNNI).
+//! The integer kernels of [`crate::cpu::int8`] on AVX-512 VNNI. Here the row kernel, for a
+//! decode step's few rows (up to [`ROWS`]): each chunk of 64 weights of a row of `w` decoded
+//! to eight-bit codes in one register with its per-lane scales, and multiplied by every row's
+//! activation codes in one `vpdpbusd` each; the panel kernel for more rows is [`panel`].
 //!
 //! `vpdpbusd` multiplies unsigned by signed bytes, four to a 32-bit lane; the integer sums are
-//! exact either way round, and the kernel takes the cheaper:
+//! exact either way round, and the row kernel takes what needs no work on the weights:
 //!
-//! - **Weights unsigned** (up to [`PAIRED_ROWS`] rows, where decoding the weights is most of
-//!   the work): the codes as ggml stores them, `q + off` (Q4_0's nibbles `q + 8`, Q5_0's
-//!   `q + 16`, Q6_K's `q + 32`; Q4_1, Q5_1 and Q4_K store `q` and a minimum), times the
+//! - **Weights unsigned**: the codes as ggml stores them, `q + off` (Q4_0's nibbles `q + 8`,
+//!   Q5_0's `q + 16`, Q6_K's `q + 32`; Q4_1, Q5_1 and Q4_K store `q` and a minimum), times the
 //!   activations' signed codes; each row's sum starts at `−off·Σq_x` over the lane's four codes
 //!   (the row's lane sums times a power of two: one shift per row and chunk).
-//! - **Weights signed** (more rows, and Q8_0, whose bytes are signed): the codes re-centred
-//!   (`q`, one subtraction per chunk) times the activations' codes plus 128; each row's sum
-//!   starts at `−128·Σq_w` (one `vpdpbusd` of ones by the weights per chunk, for every row).
+//! - **Weights signed** (Q8_0, whose bytes are signed): the codes times the activations' codes
+//!   plus 128; each row's sum starts at `−128·Σq_w` (one `vpdpbusd` of ones by the weights per
+//!   chunk, for every row).
 //!
 //! SmolLM2-135M's shapes at Q4_K (Q5_0 where rows are not whole super-blocks), AMD EPYC, one
-//! thread: one row 1.15× and eight rows 1.14× the kernel that took the second way for every
-//! row count with the activations row-major (`decode_model` example, 7 alternating rounds).
+//! thread: one row 1.15× the kernel that took the second way for every format with the
+//! activations row-major (`decode_model` example, 7 alternating rounds).
 //! The sixteen lanes of a chunk are two blocks of 32 (four lanes per 16 elements, where a
 //! format's sub-blocks are 16 long): the lane sums are converted to `f32` (exactly: far below
 //! 2²⁴) and multiplied by the weight's and the row's scales per lane.
@@ -31,8 +31,11 @@ use std::arch::x86_64::{
     _mm512_mul_ps, _mm512_or_si512, _mm512_reduce_add_epi32, _mm512_reduce_add_ps,
     _mm512_reduce_max_ps, _mm512_set_epi64, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
     _mm512_setzero_ps, _mm512_setzero_si512, _mm512_sll_epi32, _mm512_slli_epi16,
-    _mm512_slli_epi32, _mm512_srli_epi16, _mm512_srlv_epi64, _mm512_sub_epi8, _mm512_sub_epi32,
+    _mm512_slli_epi32, _mm512_srli_epi16, _mm512_srlv_epi64, _mm512_sub_epi32,
 };
+
+mod panel;
+pub(crate) use panel::product as panel_product;
 
 use super::blocks::{half, split_half, split_ps};
 use crate::cpu::int8::{CHUNK, LANES, Q8Rows};
@@ -62,6 +65,9 @@ trait Int8Blocks {
     const MINS: bool;
     /// `log2` of the offset of the stored codes (`q + 2^OFFSET`), or `None` where they are `q`.
     const OFFSET: Option<u32>;
+    /// Elements per scale of the weights (the panel kernel applies the floats once per block):
+    /// 32, or 16 for Q6_K. Formats with a minimum have blocks of 32.
+    const SCALE_BLOCK: usize = 32;
     /// Whether the stored codes are signed bytes (Q8_0): the kernel then always takes the
     /// second way (signed weights), which needs nothing done to them.
     const SIGNED: bool = false;
@@ -244,6 +250,7 @@ struct Q6K;
 impl Int8Blocks for Q6K {
     const MINS: bool = false;
     const OFFSET: Option<u32> = Some(5);
+    const SCALE_BLOCK: usize = 16;
     #[inline(always)]
     unsafe fn chunk(row: *const u8, c: usize) -> Chunk {
         // SAFETY: super-block c / 4 (210 bytes: 128 of low nibbles, 64 of high pairs, 16 i8
@@ -326,13 +333,10 @@ pub(crate) unsafe fn product(
 /// row, Intel Xeon: 51 tokens/s with none, 70 at 512 bytes, 78 at 1024, 81 at 2048.
 const AHEAD: usize = 2048;
 
-/// Rows of `x` a weight row's chunks are decoded once for (the accumulators stay in
-/// registers: eight plus the chunk's and the temporaries' fit AVX-512's 32).
-const ROWS: usize = 8;
-
-/// Rows of `x` up to which two rows of `w` are taken side by side (2 × 4 accumulators): at one
-/// row the decoding bounds the kernel, and two independent chains of it overlap.
-const PAIRED_ROWS: usize = 4;
+/// Rows of `x` this kernel takes at most (more go to the panel kernel, `panel`): four rows'
+/// accumulators for each of two rows of `w` side by side (at one row the decoding bounds the
+/// kernel, and two independent chains of it overlap).
+pub(crate) const ROWS: usize = 4;
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,avx2")]
 unsafe fn columns<B: Int8Blocks>(
@@ -348,61 +352,41 @@ unsafe fn columns<B: Int8Blocks>(
     let row = |j: usize| unsafe { w.data().as_ptr().add(j * row_bytes) };
     let mut jj = 0;
     while jj < cols {
-        let paired = m <= PAIRED_ROWS && jj + 1 < cols;
+        let pair = usize::from(jj + 1 < cols) + 1;
         let mut sums = [[0f32; ROWS]; 2];
         macro_rules! go {
-            ($c:literal, $($r:literal)*) => {
-                match m {
-                    $($r => rows_of::<B, $r, $c>(
-                        xq,
-                        0,
-                        std::array::from_fn(|c| row(j0 + jj + c)),
-                        row_bytes,
-                        &mut sums,
-                    ),)*
-                    _ => unreachable!(),
+            ($($r:literal)*) => {
+                match (m, pair) {
+                    $(
+                        ($r, 2) => rows_of::<B, $r, 2>(
+                            xq,
+                            [row(j0 + jj), row(j0 + jj + 1)],
+                            row_bytes,
+                            &mut sums,
+                        ),
+                        ($r, _) => rows_of::<B, $r, 1>(xq, [row(j0 + jj)], row_bytes, &mut sums),
+                    )*
+                    _ => unreachable!("the int8 row kernel takes at most {ROWS} rows"),
                 }
             };
         }
-        if paired {
-            // SAFETY: rows 0..m of `xq`, rows j0 + jj and j0 + jj + 1 of `w`.
-            unsafe { go!(2, 1 2 3 4) };
-            for (c, sums) in sums.iter().enumerate() {
-                for (r, s) in sums[..m].iter().enumerate() {
-                    tile[r * cols + jj + c] += s;
-                }
+        // SAFETY: rows 0..m of `xq`, rows j0 + jj (and j0 + jj + 1 when paired) of `w`: the
+        // caller's contract.
+        unsafe { go!(1 2 3 4) };
+        for (c, sums) in sums[..pair].iter().enumerate() {
+            for (r, s) in sums[..m].iter().enumerate() {
+                tile[r * cols + jj + c] += s;
             }
-            jj += 2;
-            continue;
         }
-        let mut i0 = 0;
-        while i0 < m {
-            let rows = ROWS.min(m - i0);
-            macro_rules! one {
-                ($($r:literal)*) => {
-                    match rows {
-                        $($r => rows_of::<B, $r, 1>(xq, i0, [row(j0 + jj)], row_bytes, &mut sums),)*
-                        _ => unreachable!(),
-                    }
-                };
-            }
-            // SAFETY: rows i0..i0 + rows < m of `xq`, the row of `w`: the caller's contract.
-            unsafe { one!(1 2 3 4 5 6 7 8) };
-            for (r, s) in sums[0][..rows].iter().enumerate() {
-                tile[(i0 + r) * cols + jj] += s;
-            }
-            i0 += rows;
-        }
-        jj += 1;
+        jj += pair;
     }
 }
 
-/// `sums[c][r] = Σ x[i0 + r]·w_rows[c]` for `r < R`, `c < C`. Each output's operations are
-/// the same whichever `R` and `C` it is computed among.
+/// `sums[c][r] = Σ x[r]·w_rows[c]` for `r < R`, `c < C`. Each output's operations are the
+/// same whichever `R` and `C` it is computed among.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,avx2")]
 unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
     xq: &Q8Rows,
-    i0: usize,
     w_rows: [*const u8; C],
     row_bytes: usize,
     sums: &mut [[f32; ROWS]; 2],
@@ -411,44 +395,35 @@ unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
     let chunk_bytes = row_bytes / chunks;
     let mut acc = [[_mm512_setzero_ps(); R]; C];
     let (ones, zero) = (_mm512_set1_epi8(1), _mm512_setzero_si512());
-    // Which of the two ways (see the module's documentation): fixed per `R`.
-    let biased = R > PAIRED_ROWS || B::SIGNED;
     for c in 0..chunks {
-        // SAFETY: chunk c of the rows of `w` and of rows i0..i0 + R of `xq`: the caller's
-        // contract.
+        // SAFETY: chunk c of the rows of `w` and of rows 0..R of `xq`: the caller's contract.
         unsafe {
             for (row, acc) in w_rows.iter().zip(acc.iter_mut()) {
                 _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(c * chunk_bytes + AHEAD).cast());
                 let w = B::chunk(*row, c);
-                // Chunk c of rows i0.. lie one after another (`Q8Rows`' layout).
-                let at = c * stride + i0;
+                // Chunk c of rows 0.. lie one after another (`Q8Rows`' layout).
+                let at = c * stride;
                 let (codes, scales, sums, lane_sums) = (
-                    if biased { &xq.biased } else { &xq.codes }
+                    if B::SIGNED { &xq.biased } else { &xq.codes }
                         .as_ptr()
                         .add(at * CHUNK),
                     xq.scales.as_ptr().add(at * LANES),
                     xq.sums.as_ptr().add(at * LANES),
                     xq.neg_lane_sums.as_ptr().add(at * LANES),
                 );
-                // The second way: signed weight codes, −128·Σq_w per lane for every row.
-                let signed = match B::OFFSET {
-                    Some(shift) if biased => {
-                        _mm512_sub_epi8(w.codes, _mm512_set1_epi8((1u32 << shift) as u8 as i8))
-                    }
-                    _ => w.codes,
-                };
-                let shared = if biased {
+                // Signed weights (Q8_0): −128·Σq_w per lane, the same for every row.
+                let shared = if B::SIGNED {
                     _mm512_sub_epi32(
                         zero,
-                        _mm512_slli_epi32::<7>(_mm512_dpbusd_epi32(zero, ones, signed)),
+                        _mm512_slli_epi32::<7>(_mm512_dpbusd_epi32(zero, ones, w.codes)),
                     )
                 } else {
                     zero
                 };
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let x = _mm512_loadu_si512(codes.add(r * CHUNK).cast());
-                    let dot = if biased {
-                        _mm512_dpbusd_epi32(shared, x, signed)
+                    let dot = if B::SIGNED {
+                        _mm512_dpbusd_epi32(shared, x, w.codes)
                     } else {
                         // −off·Σq_x per lane: what the weight codes' offset adds.
                         let start = match B::OFFSET {
