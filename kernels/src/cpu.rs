@@ -52,11 +52,12 @@ pub struct CpuConfig {
     pub threads: usize,
     /// Speed or reproducibility.
     pub mode: Mode,
-    /// In [`Mode::Fast`], a decode step's rows (up to 16) over quantized weights in eight-bit
-    /// integers, `x` rounded to eight bits per block of 32 as llama.cpp does (AVX-512 VNNI; other
-    /// CPUs keep the `f32` kernels). Its results differ from the exact kernels' by that rounding,
-    /// not only in the last bits, and a row's depend on whether its batch has more than 16 rows
-    /// (a prompt's take the `f32` kernels): off unless asked for.
+    /// In [`Mode::Fast`], products over quantized weights in eight-bit integers, `x` rounded to
+    /// eight bits per block of 32 as llama.cpp does (AVX-512 VNNI; other CPUs keep the `f32`
+    /// kernels). Its results differ from the exact kernels' by that rounding, not only in the
+    /// last bits, and a row's depend on whether its batch has more than four rows (a decode
+    /// step's few rows and a prompt's take two kernels, `crate::cpu::int8`): off unless asked
+    /// for.
     pub int8: bool,
 }
 

@@ -163,9 +163,10 @@ enum Command {
         /// Use FMA where the CPU has it (faster; loses bit-equality across CPUs, class D∞).
         #[arg(long)]
         fast: bool,
-        /// Fast mode, and a decode step over quantized weights in eight-bit integers as
-        /// llama.cpp computes it (activations rounded to 8 bits per block of 32; AVX-512 VNNI,
-        /// else the f32 kernels): faster again, further from the exact kernels (class D∞).
+        /// Fast mode, and products over quantized weights (prompts and decode steps) in
+        /// eight-bit integers as llama.cpp computes them (activations rounded to 8 bits per
+        /// block of 32; AVX-512 VNNI, else the f32 kernels): faster again, further from the
+        /// exact kernels (class D∞).
         #[arg(long, conflicts_with = "gpu")]
         int8: bool,
         /// Quantize the weight matrices as they load (the served and every stored base): q8_0,
@@ -460,7 +461,7 @@ enum BenchCommand {
         /// Fast mode (FMA in the kernels; class D∞).
         #[arg(long)]
         fast: bool,
-        /// Fast mode with quantized weights' decode in eight-bit integers (as `serve --int8`).
+        /// Fast mode with quantized weights' products in eight-bit integers (as `serve --int8`).
         #[arg(long)]
         int8: bool,
     },

@@ -1,19 +1,19 @@
-//! A decode step's rows against quantized weights in integers, as llama.cpp computes them
+//! Products over quantized weights in integers, as llama.cpp computes them
 //! ([`crate::CpuConfig::int8`], in [`crate::Mode::Fast`] only): each row of `x` is rounded to
-//! eight-bit codes with one scale per block of 32 (ggml's `Q8_0` activations), each chunk of 64
-//! weights is decoded to eight-bit codes in one register, and one AVX-512 VNNI
-//! instruction (`vpdpbusd`) takes 64 products at once; the block scales are applied in `f32`
-//! once per 32 elements. The weights' own floats are never built (SmolLM2-135M at Q4_K, one
-//! row, Intel Xeon: 73–75 tokens/s on the fast mode's `f32` kernels, 91–97 this way; on AMD's
-//! Zen 4 llama.cpp's one-row decode, which works this way, was 1.7× the `f32` kernels').
+//! eight-bit codes with one scale per block of 32 (ggml's `Q8_0` activations), the weights are
+//! decoded to eight-bit codes in registers, and one AVX-512 VNNI instruction (`vpdpbusd`) takes
+//! 64 products at once; the block scales are applied in `f32`. The weights' own floats are
+//! never built. Two kernels ([`product`]): the row kernel for a decode step's few rows
+//! (SmolLM2-135M at Q4_K, one row, Intel Xeon: 73–75 tokens/s on the fast mode's `f32`
+//! kernels, 91–97 this way), the panel kernel for more (a prompt's rows, larger batches).
 //!
 //! # What it gives up, and what it keeps
 //! Rounding `x` to eight bits changes the result by up to half a code per element (`|x|max/254`
 //! of each block), as it does in llama.cpp; the deterministic mode (class D) therefore keeps the
-//! exact `f32` kernels, and this path is an opt-in of the fast mode (D∞). Among batches of up to
-//! 16 rows it keeps the fast mode's promise: each output is the same operations in the same
-//! order whatever the batch composition or the thread count (a row is quantized alone; the
-//! integer sums are exact; the scales fold in block order; a worker reduces whole outputs).
+//! exact `f32` kernels, and this path is an opt-in of the fast mode (D∞). Within each kernel it
+//! keeps the fast mode's promise: each output is the same operations in the same order
+//! whatever the batch composition or the thread count (a row is quantized alone; the integer
+//! sums are exact; the scales fold in block order; a worker computes whole outputs).
 
 use crate::quant::QuantMatrix;
 #[cfg(doc)]
@@ -102,6 +102,8 @@ pub(crate) const PANEL_ROWS: usize = 32;
 pub(crate) struct Panel {
     /// Per group of four elements, the panel's rows' signed codes side by side.
     pub(crate) codes: Vec<u8>,
+    /// Sixteen rows' codes per chunk as decoded, before they are turned across.
+    pub(crate) staged: Vec<u8>,
     /// Per block of the weights' scale, each row's scale.
     pub(crate) scales: Vec<f32>,
     /// Per block, each row's minimum (formats with one).

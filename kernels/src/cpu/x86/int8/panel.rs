@@ -24,23 +24,17 @@
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::{
-    __m512i, _MM_HINT_T0, _mm_prefetch, _mm512_castps_si512, _mm512_castsi512_ps,
-    _mm512_cvtepi32_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_loadu_si512,
-    _mm512_mask_storeu_ps, _mm512_mul_ps, _mm512_set1_epi8, _mm512_set1_epi32, _mm512_set1_ps,
-    _mm512_setzero_ps, _mm512_setzero_si512, _mm512_shuffle_i32x4, _mm512_slli_epi32,
-    _mm512_storeu_ps, _mm512_storeu_si512, _mm512_sub_epi8, _mm512_sub_epi32,
-    _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
+    __m512i, _MM_HINT_T0, _mm_prefetch, _mm512_cvtepi32_ps, _mm512_dpbusd_epi32, _mm512_fmadd_ps,
+    _mm512_loadu_ps, _mm512_loadu_si512, _mm512_mask_storeu_ps, _mm512_mul_ps, _mm512_set1_epi8,
+    _mm512_set1_epi32, _mm512_set1_ps, _mm512_setzero_ps, _mm512_setzero_si512,
+    _mm512_shuffle_i32x4, _mm512_slli_epi32, _mm512_storeu_ps, _mm512_storeu_si512,
+    _mm512_sub_epi8, _mm512_sub_epi32, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64,
+    _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
 };
 
-use super::{Int8Blocks, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q6K, Q8_0};
+use super::{AHEAD, Int8Blocks, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q6K, Q8_0};
 use crate::cpu::int8::{BLOCK, CHUNK, LANES, PANEL_ROWS, Panel, Q8Rows};
 use crate::quant::{QuantMatrix, QuantType};
-
-/// Chunks of a row of `w` prefetched ahead of the one being decoded. The panel is decoded
-/// chunk by chunk across its rows, a stride the hardware's prefetchers do not follow:
-/// SmolLM2-135M's shapes at Q4_K (Q5_0 where rows are not whole super-blocks), two rows, Intel
-/// Xeon, two threads: 20.3 ms a step with none, 11.0 at two chunks, 10.8 at four, 13.5 at eight.
-const AHEAD_CHUNKS: usize = 3;
 
 /// Rows of `x` per tile: six rows by two registers of `w` is 12 integer and 12 float sums,
 /// within AVX-512's 32 registers with the two of `w` and the broadcast row.
@@ -120,6 +114,7 @@ unsafe fn repack<B: Int8Blocks>(
     let per_chunk = CHUNK / B::SCALE_BLOCK;
     let blocks = chunks * per_chunk;
     panel.codes.resize(chunks * CHUNK * PANEL_ROWS, 0);
+    panel.staged.resize(chunks * CHUNK * LANES, 0);
     panel.scales.resize(blocks * PANEL_ROWS, 0.0);
     panel
         .mins
@@ -128,61 +123,74 @@ unsafe fn repack<B: Int8Blocks>(
     let row_bytes = w.data().len() / w.d_out();
     let chunk_bytes = row_bytes / chunks;
     let lane_step = B::SCALE_BLOCK / 4;
-    // SAFETY: rows j0..j0 + cols of the matrix are read (a row past `cols` decodes the last
-    // one and is zeroed); every store is inside the sizes set above.
+    // SAFETY: rows j0..j0 + cols of the matrix are read; every store is inside the sizes set
+    // above.
     unsafe {
         let ones = _mm512_set1_epi8(1);
+        let staged = panel.staged.as_mut_ptr();
         for half in 0..PANEL_ROWS / LANES {
             let first = half * LANES;
-            for c in 0..chunks {
-                let mut codes = [_mm512_setzero_si512(); LANES];
-                let mut scales = [_mm512_setzero_si512(); LANES];
-                let mut mins = [_mm512_setzero_si512(); LANES];
-                for j in 0..LANES.min(cols.saturating_sub(first)) {
-                    let row = w.data().as_ptr().add((j0 + first + j) * row_bytes);
-                    _mm_prefetch::<_MM_HINT_T0>(
-                        row.wrapping_add((c + AHEAD_CHUNKS) * chunk_bytes).cast(),
-                    );
+            let valid = LANES.min(cols.saturating_sub(first));
+            // Row by row (the panel's rows are one run of memory, read ahead as the row kernel
+            // reads it), each chunk's codes to `staged` (chunk c of row j at `(16c + j)·64`),
+            // its blocks' scales and minima straight to their places. Chunk by chunk across
+            // the rows instead (no staging, the scales turned across too) was ~3 % slower
+            // (SmolLM2-135M's shapes at Q4_K, 6 to 37 rows, Intel Xeon, 3 alternating rounds).
+            for j in 0..LANES {
+                if j >= valid {
+                    for c in 0..chunks {
+                        let at = staged.add((c * LANES + j) * CHUNK);
+                        _mm512_storeu_si512(at.cast(), _mm512_setzero_si512());
+                    }
+                    continue;
+                }
+                let row = w.data().as_ptr().add((j0 + first + j) * row_bytes);
+                for c in 0..chunks {
+                    let at = staged.add((c * LANES + j) * CHUNK).cast();
+                    _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(c * chunk_bytes + AHEAD).cast());
                     let chunk = B::chunk(row, c);
-                    codes[j] = match B::OFFSET {
+                    let codes = match B::OFFSET {
                         Some(shift) => _mm512_sub_epi8(
                             chunk.codes,
                             _mm512_set1_epi8((1u32 << shift) as u8 as i8),
                         ),
                         None => chunk.codes,
                     };
-                    scales[j] = _mm512_castps_si512(chunk.scales);
-                    mins[j] = _mm512_castps_si512(chunk.mins);
+                    _mm512_storeu_si512(at, codes);
+                    // Lane `s·lane_step` of the chunk holds block s's scale (and minimum).
+                    let mut lanes = [0f32; LANES];
+                    _mm512_storeu_ps(lanes.as_mut_ptr(), chunk.scales);
+                    for s in 0..per_chunk {
+                        panel.scales[(c * per_chunk + s) * PANEL_ROWS + first + j] =
+                            lanes[s * lane_step];
+                    }
+                    if B::MINS {
+                        _mm512_storeu_ps(lanes.as_mut_ptr(), chunk.mins);
+                        for s in 0..per_chunk {
+                            panel.mins[(c * per_chunk + s) * PANEL_ROWS + first + j] =
+                                lanes[s * lane_step];
+                        }
+                    }
                 }
+            }
+            for c in 0..chunks {
                 // Group `g` of the chunk: the sixteen rows' four codes of elements 4g..4g + 4.
-                let groups = transpose(codes);
-                let scales = transpose(scales);
-                let mins = if B::MINS { transpose(mins) } else { mins };
+                let groups = transpose(std::array::from_fn(|j| {
+                    _mm512_loadu_si512(staged.add((c * LANES + j) * CHUNK).cast())
+                }));
                 for (g, group) in groups.iter().enumerate() {
                     let at = (c * LANES + g) * PANEL_ROWS + first;
                     _mm512_storeu_si512(panel.codes.as_mut_ptr().add(at * 4).cast(), *group);
                 }
                 for s in 0..per_chunk {
-                    let b = c * per_chunk + s;
-                    let at = b * PANEL_ROWS + first;
                     let mut sum = _mm512_setzero_si512();
                     for group in &groups[s * lane_step..(s + 1) * lane_step] {
                         sum = _mm512_dpbusd_epi32(sum, ones, *group);
                     }
                     let start =
                         _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sum));
+                    let at = (c * per_chunk + s) * PANEL_ROWS + first;
                     _mm512_storeu_si512(panel.starts.as_mut_ptr().add(at).cast(), start);
-                    // Lane `s·lane_step` of each row's chunk holds block s's scale (and minimum).
-                    _mm512_storeu_ps(
-                        panel.scales.as_mut_ptr().add(at),
-                        _mm512_castsi512_ps(scales[s * lane_step]),
-                    );
-                    if B::MINS {
-                        _mm512_storeu_ps(
-                            panel.mins.as_mut_ptr().add(at),
-                            _mm512_castsi512_ps(mins[s * lane_step]),
-                        );
-                    }
                 }
             }
         }
