@@ -178,9 +178,10 @@ fn a_checkpoint_quantized_at_load_holds_its_blocks_and_agrees_with_the_unquantiz
     }
 }
 
-/// `serve --int8` (the fast mode with a decode step's rows over quantized weights in eight-bit
-/// integers, `x` rounded per block of 32 as llama.cpp does) on the shipped Q4_1 file: fed
-/// transformers' greedy tokens one decode step at a time, it picks transformers' next token at
+/// `serve --int8` (the fast mode with products over quantized weights in eight-bit integers, `x`
+/// rounded per block of 32 as llama.cpp does) on the shipped Q4_1 file: the prompt through the
+/// panel kernel, then fed transformers' greedy tokens one decode step at a time (the row
+/// kernel), it picks transformers' next token at
 /// nearly every position (rounding `x` moves the logits by far more than float rounding, so a
 /// near-tie may flip; exact equality is the deterministic mode's, tested above). On a CPU
 /// without AVX-512 VNNI the fast mode's `f32` kernels run instead, and agree at least as well.
