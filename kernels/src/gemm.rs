@@ -259,8 +259,8 @@ pub fn gemm_xwt_many(
                 int8_panel,
                 tile,
             } = scratch;
-            let int8 = matches!(part.w, WeightView::Quant(_)) && xq.is_some();
-            let stride = if packs && !int8 {
+            let in_integers = matches!(part.w, WeightView::Quant(_)) && xq.is_some();
+            let stride = if packs && !in_integers {
                 cols.next_multiple_of(packed::COLS)
             } else {
                 cols

@@ -1,5 +1,5 @@
 //! The integer kernels of [`crate::cpu::int8`] on AVX-512 VNNI. Here the row kernel, for a
-//! decode step's few rows (up to [`ROWS`]): each chunk of 64 weights of a row of `w` decoded
+//! decode step's few rows (up to `ROWS`): each chunk of 64 weights of a row of `w` decoded
 //! to eight-bit codes in one register with its per-lane scales, and multiplied by every row's
 //! activation codes in one `vpdpbusd` each; the panel kernel for more rows is [`panel`].
 //!
@@ -38,7 +38,7 @@ mod panel;
 pub(crate) use panel::product as panel_product;
 
 use super::blocks::{half, split_half, split_ps};
-use crate::cpu::int8::{CHUNK, LANES, Q8Rows};
+use crate::cpu::int8::{CHUNK, LANES, Q8Rows, ROW_KERNEL_ROWS};
 use crate::quant::{QuantMatrix, QuantType, scale_min_k4};
 
 /// Whether the CPU has what [`product`] runs on.
@@ -68,8 +68,8 @@ trait Int8Blocks {
     /// Elements per scale of the weights (the panel kernel applies the floats once per block):
     /// 32, or 16 for Q6_K. Formats with a minimum have blocks of 32.
     const SCALE_BLOCK: usize = 32;
-    /// Whether the stored codes are signed bytes (Q8_0): the kernel then always takes the
-    /// second way (signed weights), which needs nothing done to them.
+    /// Whether the stored codes are signed bytes (Q8_0): the row kernel then takes the
+    /// activations' codes plus 128 against them, which needs nothing done to the weights.
     const SIGNED: bool = false;
     /// Chunk `c` (elements `64c..64c + 64`) of the row of blocks at `row`.
     ///
@@ -336,7 +336,7 @@ const AHEAD: usize = 2048;
 /// Rows of `x` this kernel takes at most (more go to the panel kernel, `panel`): four rows'
 /// accumulators for each of two rows of `w` side by side (at one row the decoding bounds the
 /// kernel, and two independent chains of it overlap).
-pub(crate) const ROWS: usize = 4;
+const ROWS: usize = ROW_KERNEL_ROWS;
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,avx2")]
 unsafe fn columns<B: Int8Blocks>(

@@ -79,6 +79,8 @@ unsafe fn panel_product<B: Int8Blocks>(
     panel: &mut Panel,
     tile: &mut [f32],
 ) {
+    // The activations' sums are per block of 32: a minimum's block must be one.
+    const { assert!(!B::MINS || B::SCALE_BLOCK == BLOCK) };
     // SAFETY: the caller's contract; `repack` sizes the panel the tiles read.
     unsafe {
         repack::<B>(w, j0, cols, xq.chunks, panel);
@@ -259,7 +261,7 @@ unsafe fn tile_rows<B: Int8Blocks, const R: usize>(
                         acc[r][h],
                     );
                 }
-                // Formats with a minimum have blocks of 32: the activations' sums are theirs.
+                // A minimum's block is one of the activations' (asserted in `panel_product`).
                 if B::MINS {
                     let sx = _mm512_set1_ps(*xq.sums.as_ptr().add(at));
                     for h in 0..H {
@@ -272,6 +274,9 @@ unsafe fn tile_rows<B: Int8Blocks, const R: usize>(
         for r in 0..R {
             for h in 0..H {
                 let valid = cols.saturating_sub(h * LANES).min(LANES);
+                if valid == 0 {
+                    continue;
+                }
                 _mm512_mask_storeu_ps(
                     tile.as_mut_ptr().add((i0 + r) * cols + h * LANES),
                     ((1u32 << valid) - 1) as u16,
