@@ -160,7 +160,8 @@ pub(crate) fn product(
     }
 }
 
-/// One block of 32 as codes (nearest, ties to even) with the scale `|x|max/127`, and minus the
+/// One block of 32 as codes (nearest, ties to even) with the scale `|x|max/127` (rounded to
+/// f16, as ggml's `Q8_0` stores it), and minus the
 /// sum of each four: the scale and the sum of the codes.
 fn quantize_block(
     block: &[f32; BLOCK],
@@ -228,8 +229,9 @@ mod tests {
     }
 
     /// Each format's integer product is within the bound of `x`'s rounding (half a code per
-    /// element: `|x|max/254` of its block times `|w|`) of the exact product of `x` and the
-    /// dequantized weights: a code, a scale or an offset out of place would be far outside it.
+    /// element: `|x|max/254` of its block times `|w|`; and its scale's rounding to f16, 2⁻¹¹ of
+    /// the block's `Σ|x·w|`) of the exact product of `x` and the dequantized weights: a code, a
+    /// scale or an offset out of place would be far outside it.
     /// Two rows: the row kernel (weights unsigned, or signed for Q8_0); seven and twenty: the
     /// panel kernel (tiles of six rows and fewer; 37 rows of `w`: a whole panel and a part of
     /// one).
@@ -268,12 +270,13 @@ mod tests {
                     for (xb, wb) in xi.chunks(BLOCK).zip(wj.chunks(BLOCK)) {
                         let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
                         let wsum: f64 = wb.iter().map(|v| f64::from(v.abs())).sum();
-                        bound += f64::from(amax) / 254.0 * wsum;
-                        size += xb
+                        let block: f64 = xb
                             .iter()
                             .zip(wb)
                             .map(|(a, b)| f64::from((a * b).abs()))
-                            .sum::<f64>();
+                            .sum();
+                        bound += f64::from(amax) / 254.0 * wsum + block / 2048.0;
+                        size += block;
                     }
                     let err = (f64::from(got[i * d_out + j]) - exact).abs();
                     assert!(

@@ -452,7 +452,8 @@ unsafe fn rows_of<B: Int8Blocks, const R: usize, const C: usize>(
     }
 }
 
-/// Rounds one block of 32 of `x` to codes (nearest, ties to even) with the scale `|x|max/127`,
+/// Rounds one block of 32 of `x` to codes (nearest, ties to even) with the scale `|x|max/127`
+/// (rounded to f16),
 /// writing them to `codes` and the negated sum of each four to `neg_lane_sums`; returns the
 /// scale and the sum of the codes.
 ///
@@ -475,8 +476,14 @@ pub(crate) unsafe fn quantize_block(
             _mm512_andnot_ps(sign, v[0]),
             _mm512_andnot_ps(sign, v[1]),
         ));
-        let d = amax / 127.0;
-        let inv = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+        // The codes of `x·127/|x|max`, the scale rounded to f16: ggml's Q8_0 activations to the
+        // bit. The scale kept in f32 instead is nearer `x`, but its rounding then differs
+        // from llama.cpp's in every block, and the servers' greedy tokens with it (same
+        // context, SmolLM2-135M, Intel Xeon: 0.941 / 0.948 of positions on Q8_0 / Q4_K_M
+        // against 0.969 / 0.972 with the f16 scale; perplexity +0.06 / +0.70 % against
+        // −0.14 / +0.25 %).
+        let d = half::f16::from_f32(amax / 127.0).to_f32();
+        let inv = _mm512_set1_ps(if amax > 0.0 { 127.0 / amax } else { 0.0 });
         let q = [code(v[0], inv), code(v[1], inv)];
         let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
         for (h, q) in q.into_iter().enumerate() {
