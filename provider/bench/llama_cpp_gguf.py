@@ -327,6 +327,7 @@ def main():
     if args.json:
         print(json.dumps({"threads": args.threads, "new_tokens": args.new_tokens,
                           "rounds": args.rounds, "ctx": args.ctx, "chunks": args.chunks,
+                          "cx_args": args.cx_arg, "llama_args": args.llama_arg,
                           "rows": rows}))
 
 

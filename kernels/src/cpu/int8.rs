@@ -161,8 +161,8 @@ pub(crate) fn product(
 }
 
 /// One block of 32 as codes (nearest, ties to even) with the scale `|x|max/127` (rounded to
-/// f16, as ggml's `Q8_0` stores it), and minus the
-/// sum of each four: the scale and the sum of the codes.
+/// f16, as ggml's `Q8_0` stores it), and minus the sum of each four: the scale and the sum of
+/// the codes.
 fn quantize_block(
     block: &[f32; BLOCK],
     codes: &mut [u8; BLOCK],
