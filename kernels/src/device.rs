@@ -68,7 +68,7 @@ impl Device {
                 "cpu ({} threads, {:?}{})",
                 config.threads,
                 config.mode,
-                if config.int8 { ", int8 decode" } else { "" }
+                if config.int8 { ", int8" } else { "" }
             ),
             #[cfg(feature = "cuda")]
             Self::Cuda(kernels) => format!("cuda: {}", kernels.name()),

@@ -220,7 +220,7 @@ fn the_int8_decode_picks_transformers_tokens_given_the_same_context() {
         }
     }
     let share = same as f64 / all as f64;
-    eprintln!("int8 decode: same-context agreement with transformers {same}/{all} = {share:.3}");
+    eprintln!("int8: same-context agreement with transformers {same}/{all} = {share:.3}");
     // 44 of 50 with the activations' scales rounded to f16 as ggml's Q8_0 stores them (46
     // with f32 scales, which agreed less with llama.cpp itself); a code or scale out of place
     // agrees at almost no position.
