@@ -146,13 +146,7 @@ pub(crate) fn product(
     {
         // SAFETY: `quantize_rows` built `xq` only where the CPU has the kernels' features;
         // the asserts above bound every read and write.
-        unsafe {
-            if m <= ROW_KERNEL_ROWS {
-                super::x86::int8::product(xq, m, w, j0, cols, tile)
-            } else {
-                super::x86::int8::panel_product(xq, m, w, j0, cols, panel, tile)
-            }
-        }
+        unsafe { super::x86::int8::product(xq, m, w, j0, cols, panel, tile) }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -35,10 +35,9 @@ use std::arch::x86_64::{
 };
 
 mod panel;
-pub(crate) use panel::product as panel_product;
 
 use super::blocks::{half, split_half, split_ps};
-use crate::cpu::int8::{CHUNK, LANES, Q8Rows, ROW_KERNEL_ROWS};
+use crate::cpu::int8::{CHUNK, LANES, Panel, Q8Rows, ROW_KERNEL_ROWS};
 use crate::quant::{QuantMatrix, QuantType, scale_min_k4};
 
 /// Whether the CPU has what [`product`] runs on.
@@ -300,29 +299,53 @@ impl Int8Blocks for Q6K {
     }
 }
 
-/// Adds `x`'s rows times rows `j0..j0 + cols` of `w` into the `m × cols` tile.
+/// Adds `x`'s rows times rows `j0..j0 + cols` of `w` into the `m × cols` tile: up to
+/// `ROWS` rows the row kernel, more the panel kernel (through `panel`).
 ///
 /// # Safety
-/// [`supported`]; `xq` holds `m` rows
-/// of `w.d_in()`; `j0 + cols ≤ w.d_out()`; `tile` holds `m × cols`.
+/// [`supported`]; `xq` holds `m` rows of `w.d_in()`; `j0 + cols ≤ w.d_out()`, `cols` at most
+/// `PANEL_ROWS`; `tile` holds `m × cols`.
 pub(crate) unsafe fn product(
     xq: &Q8Rows,
     m: usize,
     w: &QuantMatrix,
     j0: usize,
     cols: usize,
+    panel: &mut Panel,
     tile: &mut [f32],
 ) {
+    /// One format's kernel for `m` rows.
+    ///
+    /// # Safety
+    /// As [`product`].
+    unsafe fn rows<B: Int8Blocks>(
+        xq: &Q8Rows,
+        m: usize,
+        w: &QuantMatrix,
+        j0: usize,
+        cols: usize,
+        panel: &mut Panel,
+        tile: &mut [f32],
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if m <= ROWS {
+                columns::<B>(xq, m, w, j0, cols, tile)
+            } else {
+                panel::product::<B>(xq, m, w, j0, cols, panel, tile)
+            }
+        }
+    }
     // SAFETY: the caller's contract.
     unsafe {
         match w.kind() {
-            QuantType::Q8_0 => columns::<Q8_0>(xq, m, w, j0, cols, tile),
-            QuantType::Q4_0 => columns::<Q4_0>(xq, m, w, j0, cols, tile),
-            QuantType::Q5_0 => columns::<Q5_0>(xq, m, w, j0, cols, tile),
-            QuantType::Q4_1 => columns::<Q4_1>(xq, m, w, j0, cols, tile),
-            QuantType::Q5_1 => columns::<Q5_1>(xq, m, w, j0, cols, tile),
-            QuantType::Q4K => columns::<Q4K>(xq, m, w, j0, cols, tile),
-            QuantType::Q6K => columns::<Q6K>(xq, m, w, j0, cols, tile),
+            QuantType::Q8_0 => rows::<Q8_0>(xq, m, w, j0, cols, panel, tile),
+            QuantType::Q4_0 => rows::<Q4_0>(xq, m, w, j0, cols, panel, tile),
+            QuantType::Q5_0 => rows::<Q5_0>(xq, m, w, j0, cols, panel, tile),
+            QuantType::Q4_1 => rows::<Q4_1>(xq, m, w, j0, cols, panel, tile),
+            QuantType::Q5_1 => rows::<Q5_1>(xq, m, w, j0, cols, panel, tile),
+            QuantType::Q4K => rows::<Q4K>(xq, m, w, j0, cols, panel, tile),
+            QuantType::Q6K => rows::<Q6K>(xq, m, w, j0, cols, panel, tile),
         }
     }
 }

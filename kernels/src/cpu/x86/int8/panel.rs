@@ -32,9 +32,9 @@ use std::arch::x86_64::{
     _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
 };
 
-use super::{AHEAD, Int8Blocks, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q6K, Q8_0};
+use super::{AHEAD, Int8Blocks};
 use crate::cpu::int8::{BLOCK, CHUNK, LANES, PANEL_ROWS, Panel, Q8Rows};
-use crate::quant::{QuantMatrix, QuantType};
+use crate::quant::QuantMatrix;
 
 /// Rows of `x` per tile: six rows by two registers of `w` is 12 integer and 12 float sums,
 /// within AVX-512's 32 registers with the two of `w` and the broadcast row.
@@ -46,31 +46,8 @@ const ROWS: usize = 6;
 /// # Safety
 /// [`super::supported`]; `xq` holds `m` rows of `w.d_in()`; `j0 + cols ≤ w.d_out()`; `tile`
 /// holds `m × cols`.
-pub(crate) unsafe fn product(
-    xq: &Q8Rows,
-    m: usize,
-    w: &QuantMatrix,
-    j0: usize,
-    cols: usize,
-    panel: &mut Panel,
-    tile: &mut [f32],
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        match w.kind() {
-            QuantType::Q8_0 => panel_product::<Q8_0>(xq, m, w, j0, cols, panel, tile),
-            QuantType::Q4_0 => panel_product::<Q4_0>(xq, m, w, j0, cols, panel, tile),
-            QuantType::Q5_0 => panel_product::<Q5_0>(xq, m, w, j0, cols, panel, tile),
-            QuantType::Q4_1 => panel_product::<Q4_1>(xq, m, w, j0, cols, panel, tile),
-            QuantType::Q5_1 => panel_product::<Q5_1>(xq, m, w, j0, cols, panel, tile),
-            QuantType::Q4K => panel_product::<Q4K>(xq, m, w, j0, cols, panel, tile),
-            QuantType::Q6K => panel_product::<Q6K>(xq, m, w, j0, cols, panel, tile),
-        }
-    }
-}
-
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c,avx2")]
-unsafe fn panel_product<B: Int8Blocks>(
+pub(super) unsafe fn product<B: Int8Blocks>(
     xq: &Q8Rows,
     m: usize,
     w: &QuantMatrix,
@@ -261,7 +238,7 @@ unsafe fn tile_rows<B: Int8Blocks, const R: usize>(
                         acc[r][h],
                     );
                 }
-                // A minimum's block is one of the activations' (asserted in `panel_product`).
+                // A minimum's block is one of the activations' (asserted in `product`).
                 if B::MINS {
                     let sx = _mm512_set1_ps(*xq.sums.as_ptr().add(at));
                     for h in 0..H {
