@@ -2,8 +2,9 @@
 //! cx-kernels --example decode_model [hidden] [kv_dim] [intermediate] [layers] [threads]
 //! [repeats] [bf16|f32|q8_0|q5_0|q4_k|…] [rows]` (defaults: SmolLM2-135M's shape in bf16, one
 //! row: 576, 192, 1536, 30, 2, 20). A ggml type quantizes every matrix to it, or where a row is
-//! not whole blocks of it to `q5_0`, as `llama-quantize` falls back; `INT8=1` runs the fast
-//! mode's eight-bit decode (`CpuConfig::int8`) instead of the deterministic kernels.
+//! not whole blocks of it to `q5_0`, as `llama-quantize` falls back. The deterministic kernels
+//! run unless `FAST=1` (the fast mode's `f32` kernels), `INT8=1` (its eight-bit products,
+//! `CpuConfig::int8`) or `BF16_DOT=1` (its bf16 products, `CpuConfig::bf16_dot`).
 //!
 //! Each layer's q/k/v and gate/up go through one [`gemm_xwt_many`] pass each (as the provider
 //! runs them), o and down one each, then the head (`hidden × 49152`). It prints the step's
@@ -109,14 +110,17 @@ fn main() -> Result<(), cx_kernels::Error> {
         hidden,
     );
     let bytes: usize = model.iter().flatten().map(Held::bytes).sum::<usize>() + head.bytes();
-    let config = if std::env::var_os("INT8").is_some_and(|v| v == "1") {
-        CpuConfig {
-            mode: Mode::Fast,
-            int8: true,
-            ..CpuConfig::default()
-        }
-    } else {
-        CpuConfig::deterministic()
+    let flag = |name| std::env::var_os(name).is_some_and(|v| v == "1");
+    let (int8, bf16_dot) = (flag("INT8"), flag("BF16_DOT"));
+    let config = CpuConfig {
+        mode: if int8 || bf16_dot || flag("FAST") {
+            Mode::Fast
+        } else {
+            Mode::Deterministic
+        },
+        int8,
+        bf16_dot,
+        ..CpuConfig::default()
     }
     .with_threads(threads);
     let x = rng.vec_f32(rows * inter, 1.0);
@@ -180,8 +184,10 @@ fn main() -> Result<(), cx_kernels::Error> {
         });
     });
     println!(
-        "{kind}{} weights {:.1} MB, {rows} row(s), {threads} threads: step {:.2} ms = {:.1} GB/s; parallel read {:.2} ms = {:.1} GB/s; step/read {:.2}",
-        if config.int8 { " (int8)" } else { "" },
+        "{kind} ({:?}{}{}) weights {:.1} MB, {rows} row(s), {threads} threads: step {:.2} ms = {:.1} GB/s; parallel read {:.2} ms = {:.1} GB/s; step/read {:.2}",
+        config.mode,
+        if config.int8 { ", int8" } else { "" },
+        if config.bf16_dot { ", bf16 dot" } else { "" },
         bytes as f64 / 1e6,
         step_s * 1e3,
         bytes as f64 / step_s / 1e9,

@@ -59,6 +59,10 @@ pub struct CpuConfig {
     /// step's few rows and a prompt's take two kernels, `crate::cpu::int8`): off unless asked
     /// for.
     pub int8: bool,
+    /// In [`Mode::Fast`], products over bf16 weights in bf16, `x` rounded to bf16 as llama.cpp
+    /// does (AVX-512 BF16, `crate::cpu::bf16_dot`; other CPUs keep the `f32` kernels). Its
+    /// results differ from the exact kernels' by that rounding: off unless asked for.
+    pub bf16_dot: bool,
 }
 
 impl Default for CpuConfig {
@@ -67,6 +71,7 @@ impl Default for CpuConfig {
             threads: default_threads(),
             mode: Mode::Fast,
             int8: false,
+            bf16_dot: false,
         }
     }
 }
@@ -375,6 +380,8 @@ fn tn_generic<const FMA: bool>(
     }
 }
 
+pub(crate) mod bf16_dot;
+pub use bf16_dot::available as bf16_dot_available;
 pub(crate) mod int8;
 pub use int8::available as int8_decode_available;
 pub(crate) mod packed;

@@ -65,10 +65,11 @@ impl Device {
     pub fn name(&self) -> String {
         match self {
             Self::Cpu(config) => format!(
-                "cpu ({} threads, {:?}{})",
+                "cpu ({} threads, {:?}{}{})",
                 config.threads,
                 config.mode,
-                if config.int8 { ", int8" } else { "" }
+                if config.int8 { ", int8" } else { "" },
+                if config.bf16_dot { ", bf16 dot" } else { "" }
             ),
             #[cfg(feature = "cuda")]
             Self::Cuda(kernels) => format!("cuda: {}", kernels.name()),

@@ -1,7 +1,7 @@
 //! The base projection `y = x·Wᵀ`, blocked and multi-threaded: what SGMV's overhead is
 //! measured against, and what the provider runs for the frozen base weights.
 
-use crate::cpu::int8;
+use crate::cpu::{bf16_dot, int8};
 use crate::cpu::packed::{self, nt_packed, pack_w, pack_x};
 use crate::cpu::{CpuConfig, SharedOut, Widened, nt_accumulate, nt_accumulate_widened};
 use crate::element::{Element, as_f32, widen_into};
@@ -223,18 +223,28 @@ pub fn gemm_xwt_many(
     // is one more pass over weights the kernel would stream from memory with its prefetches
     // (SmolLM2-135M's shapes in f32 at 64 rows, AMD EPYC: 155 ms a step unpacked, 209 packed).
     // Rows over quantized weights where the fast mode asks for integers: `x` rounded to
-    // eight-bit codes once for every product (see `crate::cpu::int8`).
-    let xq = if config.int8
-        && mode == crate::Mode::Fast
-        && parts.iter().any(|p| matches!(p.w, WeightView::Quant(_)))
-    {
+    // eight-bit codes once for every product (see `crate::cpu::int8`); over bf16 weights where
+    // it asks for bf16 products, `x` rounded to bf16 once (see `crate::cpu::bf16_dot`).
+    let fast = mode == crate::Mode::Fast;
+    let any = |f: fn(&WeightView<'_>) -> bool| parts.iter().any(|p| f(&p.w));
+    let xq = if fast && config.int8 && any(|w| matches!(w, WeightView::Quant(_))) {
         int8::quantize_rows(x, m, d_in)
     } else {
         None
     };
-    let all_int8 = xq.is_some() && parts.iter().all(|p| matches!(p.w, WeightView::Quant(_)));
+    let xb = if fast && config.bf16_dot && any(|w| matches!(w, WeightView::Bf16(_))) {
+        bf16_dot::round_rows(x, m, d_in)
+    } else {
+        None
+    };
+    // Whether a weight's products take one of those two kernels rather than the `f32` ones.
+    let narrow = |w: &WeightView<'_>| match w {
+        WeightView::Quant(_) => xq.is_some(),
+        WeightView::Bf16(_) => xb.is_some(),
+        WeightView::F32(_) => false,
+    };
     let packs = m > WIDENED_MAX_ROWS
-        && !all_int8
+        && !parts.iter().all(|p| narrow(&p.w))
         && packed::packs(d_in)
         && parts.iter().all(|p| !matches!(p.w, WeightView::F32(_)));
     let xp = if packs {
@@ -259,21 +269,23 @@ pub fn gemm_xwt_many(
                 int8_panel,
                 tile,
             } = scratch;
-            let in_integers = matches!(part.w, WeightView::Quant(_)) && xq.is_some();
-            let stride = if packs && !in_integers {
+            let stride = if packs && !narrow(&part.w) {
                 cols.next_multiple_of(packed::COLS)
             } else {
                 cols
             };
             tile.clear();
             tile.resize(m * stride, 0.0);
-            if let (Some(xq), WeightView::Quant(w)) = (&xq, part.w) {
-                int8::product(xq, m, w, j0, cols, int8_panel, tile);
-            } else if packs {
-                part.w
-                    .packed_product(&xp, m, d_in, j0, cols, panel, packed, tile, mode);
-            } else {
-                part.w.product(x, m, d_in, j0, cols, panel, tile, mode);
+            match (part.w, &xq, &xb) {
+                (WeightView::Quant(w), Some(xq), _) => {
+                    int8::product(xq, m, w, j0, cols, int8_panel, tile);
+                }
+                (WeightView::Bf16(w), _, Some(xb)) => bf16_dot::product(xb, m, w, j0, cols, tile),
+                _ if packs => {
+                    part.w
+                        .packed_product(&xp, m, d_in, j0, cols, panel, packed, tile, mode);
+                }
+                _ => part.w.product(x, m, d_in, j0, cols, panel, tile, mode),
             }
             for i in 0..m {
                 // SAFETY: panel `item` alone writes columns j0..j0+cols of each row of its

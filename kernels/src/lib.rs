@@ -75,7 +75,10 @@ pub mod rng;
 mod sgmv;
 
 pub use attention::{AttendRow, Heads, attend};
-pub use cpu::{CpuConfig, DETERMINISTIC_CORPUS, Mode, default_threads, int8_decode_available};
+pub use cpu::{
+    CpuConfig, DETERMINISTIC_CORPUS, Mode, bf16_dot_available, default_threads,
+    int8_decode_available,
+};
 pub use device::Device;
 pub use element::Element;
 pub use error::{Error, Result};

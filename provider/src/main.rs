@@ -160,22 +160,15 @@ enum Command {
         /// Worker threads of the kernels (1 to 1024).
         #[arg(long, value_parser = positive(1024))]
         threads: Option<usize>,
-        /// Use FMA where the CPU has it (faster; loses bit-equality across CPUs, class D∞).
-        #[arg(long)]
-        fast: bool,
-        /// Fast mode, and products over quantized weights (prompts and decode steps) in
-        /// eight-bit integers as llama.cpp computes them (activations rounded to 8 bits per
-        /// block of 32; AVX-512 VNNI, else the f32 kernels): faster again, further from the
-        /// exact kernels (class D∞).
-        #[arg(long, conflicts_with = "gpu")]
-        int8: bool,
+        #[command(flatten)]
+        speed: Speed,
         /// Quantize the weight matrices as they load (the served and every stored base): q8_0,
         /// q4_0, q5_0 or q4_k (rows that are not whole 256-element super-blocks fall back to
         /// q5_0, as llama.cpp's llama-quantize does). A GGUF's quantized tensors stay as stored.
         #[arg(long, value_parser = quant_type)]
         quantize: Option<QuantType>,
         /// Run SGMV on GPU 0 (needs a build with `--features cuda` and a CUDA driver).
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["int8", "bf16_dot"])]
         gpu: bool,
         /// Where `/v1/training/clients/{id}/save_weights` writes adapters (one folder per
         /// content id) [default: a folder in the temp dir].
@@ -458,12 +451,8 @@ enum BenchCommand {
         /// Worker threads (1 to 1024).
         #[arg(long, value_parser = positive(1024))]
         threads: Option<usize>,
-        /// Fast mode (FMA in the kernels; class D∞).
-        #[arg(long)]
-        fast: bool,
-        /// Fast mode with quantized weights' products in eight-bit integers (as `serve --int8`).
-        #[arg(long)]
-        int8: bool,
+        #[command(flatten)]
+        speed: Speed,
     },
     /// The perplexity of a fixed text, scored as llama.cpp's llama-perplexity scores it
     /// (chunks of --ctx tokens, the second half of each scored).
@@ -486,13 +475,10 @@ enum BenchCommand {
         /// Quantize the weight matrices as they load: q8_0, q4_0, q5_0 or q4_k.
         #[arg(long, value_parser = quant_type)]
         quantize: Option<QuantType>,
-        /// Fast mode (FMA in the kernels; class D∞).
-        #[arg(long)]
-        fast: bool,
-        /// Fast mode with quantized weights' products in eight-bit integers (as `serve
-        /// --int8`): the text is scored as that server would prefill it.
-        #[arg(long)]
-        int8: bool,
+        /// The kernels as `serve` runs them (the text is scored as that server would prefill
+        /// it).
+        #[command(flatten)]
+        speed: Speed,
         /// Print one JSON object as the last line.
         #[arg(long)]
         json: bool,
@@ -529,12 +515,42 @@ fn quant_type(name: &str) -> Result<QuantType, String> {
     }
 }
 
-/// The kernels' configuration: `--int8` is the fast mode with integer decode.
-fn cpu(threads: Option<usize>, fast: bool, int8: bool) -> CpuConfig {
+/// How the kernels trade exactness for speed (`serve`, `bench real`, `bench perplexity`).
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+struct Speed {
+    /// Use FMA where the CPU has it (faster; loses bit-equality across CPUs, class D∞).
+    #[arg(long)]
+    fast: bool,
+    /// Fast mode, and products over quantized weights (prompts and decode steps) in
+    /// eight-bit integers as llama.cpp computes them (activations rounded to 8 bits per
+    /// block of 32; AVX-512 VNNI, else the f32 kernels): faster again, further from the
+    /// exact kernels (class D∞).
+    #[arg(long)]
+    int8: bool,
+    /// Fast mode, and products over bf16 weights in bf16 as llama.cpp computes them
+    /// (activations rounded to bf16, one AVX-512 BF16 instruction per 32 weights; else the
+    /// f32 kernels): faster where 512-bit instructions run in two halves (AMD's Zen 4),
+    /// further from the exact kernels (class D∞).
+    #[arg(long)]
+    bf16_dot: bool,
+}
+
+impl Speed {
+    const FAST: Self = Self {
+        fast: true,
+        int8: false,
+        bf16_dot: false,
+    };
+}
+
+/// The kernels' configuration: `--int8` and `--bf16-dot` are the fast mode with narrower
+/// products.
+fn cpu(threads: Option<usize>, speed: Speed) -> CpuConfig {
     let mut config = CpuConfig::deterministic();
-    if fast || int8 {
+    if speed.fast || speed.int8 || speed.bf16_dot {
         config.mode = Mode::Fast;
-        config.int8 = int8;
+        config.int8 = speed.int8;
+        config.bf16_dot = speed.bf16_dot;
         // candle's ops (the training forward) size their thread pool from
         // RAYON_NUM_THREADS (else every core): `--threads` must reach them too.
         if let Some(t) = threads {
@@ -658,7 +674,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             adapter.as_deref(),
             &tokens,
             json,
-            cpu(threads, false, false),
+            cpu(threads, Speed::default()),
             quantize,
         )?,
         Command::Serve {
@@ -673,8 +689,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_lora_rank,
             max_batch,
             threads,
-            fast,
-            int8,
+            speed,
             quantize,
             gpu,
             training_dir,
@@ -685,7 +700,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             max_in_flight,
             market,
         } => {
-            let cpu = cpu(threads, fast, int8);
+            let cpu = cpu(threads, speed);
             let device = if gpu {
                 let device = cx_kernels::Device::cuda(0).context("--gpu")?;
                 tracing::info!("SGMV on {}", device.name());
@@ -710,13 +725,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let engine = start_engine(&model, &options)
                 .with_context(|| format!("loading the model in {}", model.display()))?;
             let load_s = started.elapsed().as_secs_f64();
-            if int8 && !cx_kernels::int8_decode_available() {
+            if speed.int8 && !cx_kernels::int8_decode_available() {
                 tracing::warn!(
                     "--int8: this CPU lacks AVX-512 VNNI; the fast mode's f32 kernels run"
                 );
-            } else if int8 && engine.model().quant_type().is_none() {
+            } else if speed.int8 && engine.model().quant_type().is_none() {
                 tracing::warn!(
                     "--int8: the model holds no quantized weights; the fast mode's f32 kernels run"
+                );
+            }
+            if speed.bf16_dot && !cx_kernels::bf16_dot_available() {
+                tracing::warn!(
+                    "--bf16-dot: this CPU lacks AVX-512 BF16; the fast mode's f32 kernels run"
+                );
+            } else if speed.bf16_dot && !engine.model().holds_bf16() {
+                tracing::warn!(
+                    "--bf16-dot: the model holds no bf16 weights; the fast mode's f32 kernels run"
                 );
             }
             // Default: the folder's name, or a GGUF file's without `.gguf`.
@@ -856,7 +880,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             let figures = cx_provider::bench::train(&cx_provider::bench::TrainBenchOptions {
                 repeats,
-                cpu: cpu(threads, false, false),
+                cpu: cpu(threads, Speed::default()),
                 quick,
             })?;
             print!("{}", figures.table());
@@ -875,7 +899,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let figures = cx_provider::bench::prefix(&cx_provider::bench::PrefixBenchOptions {
                 repeats,
-                cpu: cpu(threads, false, false),
+                cpu: cpu(threads, Speed::default()),
                 quick,
             })?;
             print!("{}", figures.table());
@@ -893,8 +917,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     prompt_tokens,
                     decode_steps,
                     threads,
-                    fast,
-                    int8,
+                    speed,
                 },
         } => {
             let figures = cx_provider::bench::real(&cx_provider::bench::RealBenchOptions {
@@ -902,7 +925,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 repeats,
                 prompt_tokens,
                 decode_steps,
-                cpu: cpu(threads, fast, int8),
+                cpu: cpu(threads, speed),
                 quantize,
             })?;
             print!("{}", figures.table());
@@ -919,8 +942,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     chunks,
                     threads,
                     quantize,
-                    fast,
-                    int8,
+                    speed,
                     json,
                 },
         } => {
@@ -929,7 +951,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 text,
                 ctx,
                 chunks,
-                cpu: cpu(threads, fast, int8),
+                cpu: cpu(threads, speed),
                 quantize,
             })?;
             println!(
@@ -954,7 +976,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let figures = cx_provider::bench::matmul(&cx_provider::bench::MatmulBenchOptions {
                 repeats,
                 rounds,
-                cpu: cpu(threads, true, false),
+                cpu: cpu(threads, Speed::FAST),
                 sizes: if quick {
                     vec![128, 256]
                 } else {
@@ -978,7 +1000,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let figures = cx_provider::bench::lora(&cx_provider::bench::LoraBenchOptions {
                 repeats,
-                cpu: cpu(threads, fast, false),
+                cpu: cpu(threads, Speed { fast, ..Speed::default() }),
                 quick,
             })?;
             print!("{}", figures.table());

@@ -28,6 +28,7 @@ use std::arch::x86_64::{
 
 use super::{LANES, fold};
 
+pub(super) mod bf16_dot;
 mod blocks;
 pub(super) mod int8;
 pub(super) mod packed;

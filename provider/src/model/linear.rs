@@ -146,6 +146,11 @@ impl Weight {
         }
     }
 
+    /// Whether its elements are held in bf16.
+    pub(super) fn is_bf16(&self) -> bool {
+        matches!(&self.stored, Stored::Tensor(t) if t.dtype() == DType::BF16)
+    }
+
     /// Its elements as `f32` (a copy).
     fn to_vec(&self) -> Result<Vec<f32>> {
         self.with_elements(|w| {

@@ -494,6 +494,11 @@ impl Model {
         counts.into_iter().max_by_key(|&(_, n)| n).map(|(k, _)| k)
     }
 
+    /// Whether any weight matrix is held in bf16 (what `CpuConfig::bf16_dot` takes).
+    pub fn holds_bf16(&self) -> bool {
+        self.matrices().any(Weight::is_bf16)
+    }
+
     /// Parameters: weights, biases and norms.
     pub fn parameters(&self) -> usize {
         let layers: usize = self.layers.iter().map(DecoderLayer::len).sum();
