@@ -135,7 +135,7 @@ mod tests {
     /// Each output is within `x`'s rounding to bf16 (2⁻⁹ of each product) and the sums'
     /// rounding in `f32` of the exact product: a chunk, a lane pair or a tail out of place
     /// would be far outside it. `k` of 576 (whole chunks) and 581 (a masked tail); rows 1 to 4
-    /// (the tiles of one to four rows) and 9; 37 rows of `w` (whole tiles and a remainder).
+    /// and 9 (tiles of one and two rows); 37 rows of `w` (whole tiles of eight and a remainder).
     #[test]
     fn the_bf16_product_is_within_the_rounding_of_x() {
         for k in [576, 581] {

@@ -1,12 +1,14 @@
-//! The kernel of [`crate::cpu::bf16_dot`] on AVX-512 BF16: tiles of up to four rows of `x` by
-//! up to eight rows of `w`, each output one `vdpbf16ps` chain over the chunks of 32 in order.
+//! The kernel of [`crate::cpu::bf16_dot`] on AVX-512 BF16: tiles of up to two rows of `x` by
+//! eight rows of `w`, each output one `vdpbf16ps` chain over the chunks of 32 in order.
 //!
 //! The rows of a tile only share loads: a row of `w` is loaded once per chunk for every row of
 //! `x` in the tile, and a row of `x` once for every row of `w`. Which tile an output lands in
-//! never changes its operations, so a tile's shape is chosen for speed alone: one row of `x`
-//! against eight rows of `w` read side by side (each a stream the prefetcher follows), or
-//! against one row at a time where a single sequential stream reads faster (AMD's Zen 4, see
-//! `cpu::one_stream`); two rows of `x` against eight; three or four against four.
+//! never changes its operations, so a tile's shape is chosen for speed alone: eight rows of
+//! `w` read side by side (each a stream, prefetched), or one row at a time for one row of `x`
+//! where a single sequential stream reads faster (AMD's Zen 4, see `cpu::one_stream`). Two
+//! rows of `x` against eight of `w` rather than four against four: on the Intel Xeon the
+//! latter read four streams where eight were needed to keep memory busy (SmolLM2-135M's
+//! shapes, `decode_model` at eight rows: 31–33 ms a step against 28–29).
 
 // The tiles index the sums by row of `x` and row of `w`, and the loads by one of the two:
 // iterators over one of them would hide which is which.
@@ -29,12 +31,14 @@ pub(crate) fn supported() -> bool {
         && std::arch::is_x86_feature_detected!("avx512bf16")
 }
 
-/// Bytes of each row of `w` prefetched ahead of the chunk being read (as the integer row
-/// kernel's, `int8::AHEAD`; a prefetch past the matrix never faults).
-const AHEAD: usize = 2048;
+/// Elements of each row of `w` prefetched ahead of the chunk being read (one block of the
+/// `f32` kernels', `cpu::KC`); past the row's end, the same distance into the row the next
+/// tile reads in its place (rows are `k` apart and a tile's `N` rows adjacent), so a short row's
+/// prefetches are not spent on the rows being read. A prefetch past the matrix never faults.
+const AHEAD: usize = 512;
 
 /// Rows of `x` per tile at most.
-const MR: usize = 4;
+const MR: usize = 2;
 
 /// [`crate::cpu::bf16_dot::product`]: `one_stream` reads one row of `w` at a time for one row
 /// of `x` (the outputs' bits are the same either way).
@@ -63,9 +67,7 @@ pub(crate) unsafe fn product(
             match (m - i0).min(MR) {
                 1 if one_stream => rows::<1, 1>(x, xb.stride, w, k, cols, out),
                 1 => rows::<1, 8>(x, xb.stride, w, k, cols, out),
-                2 => rows::<2, 8>(x, xb.stride, w, k, cols, out),
-                3 => rows::<3, 4>(x, xb.stride, w, k, cols, out),
-                _ => rows::<4, 4>(x, xb.stride, w, k, cols, out),
+                _ => rows::<2, 8>(x, xb.stride, w, k, cols, out),
             }
         }
     }
@@ -120,10 +122,15 @@ unsafe fn tile<const R: usize, const N: usize>(
     // row; `x`'s rows hold `stride ≥ k` padded elements; prefetches never fault.
     unsafe {
         for c in 0..whole {
+            let ahead = if c * CHUNK + AHEAD < k {
+                AHEAD
+            } else {
+                N * k + AHEAD - k
+            };
             let mut wc = [_mm512_setzero_si512(); N];
             for j in 0..N {
                 let at = w.add(j * k + c * CHUNK);
-                _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().wrapping_add(AHEAD));
+                _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(ahead).cast());
                 wc[j] = _mm512_loadu_si512(at.cast());
             }
             step::<R, N>(&mut acc, x, stride, c, &wc);
