@@ -1,9 +1,9 @@
 //! The base projection `y = x·Wᵀ`, blocked and multi-threaded: what SGMV's overhead is
 //! measured against, and what the provider runs for the frozen base weights.
 
-use crate::cpu::{bf16_dot, int8};
 use crate::cpu::packed::{self, nt_packed, pack_w, pack_x};
 use crate::cpu::{CpuConfig, SharedOut, Widened, nt_accumulate, nt_accumulate_widened};
+use crate::cpu::{bf16_dot, int8};
 use crate::element::{Element, as_f32, widen_into};
 use crate::error::{Error, Result, check_len};
 use crate::quant::QuantMatrix;

@@ -155,7 +155,7 @@ def perplexity_llama(tool, model, text, ctx, chunks, threads, extra):
 
 def perplexity_cx(binary, model, text, ctx, chunks, threads, cx_args):
     # The server's kernel mode scores the text as that server prefills it.
-    modes = [a for a in cx_args if a in ("--fast", "--int8")]
+    modes = [a for a in cx_args if a in ("--fast", "--int8", "--bf16-dot")]
     out = subprocess.run([binary, "bench", "perplexity", "--model", model, "--text", text,
                           "--ctx", str(ctx), "--chunks", str(chunks), "--threads", str(threads),
                           "--json", *modes], capture_output=True, text=True, check=True)
@@ -261,7 +261,8 @@ def main():
                              "not enable (llama.cpp's AMX kernels then stop with SIGILL)")
     parser.add_argument("--cx-arg", action="append", default=[],
                         help="an extra argument for `cx-provider serve` (repeat): --cx-arg=--int8 "
-                             "measures the fast mode with quantized decode in eight-bit integers")
+                             "measures the fast mode with quantized products in eight-bit "
+                             "integers, --cx-arg=--bf16-dot with bf16 products in bf16")
     parser.add_argument("--only", default="",
                         help="measure only these files (labels as printed: Q4_1,Q8_0,BF16,...)")
     parser.add_argument("--setup-only", action="store_true")

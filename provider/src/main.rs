@@ -1000,7 +1000,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         } => {
             let figures = cx_provider::bench::lora(&cx_provider::bench::LoraBenchOptions {
                 repeats,
-                cpu: cpu(threads, Speed { fast, ..Speed::default() }),
+                cpu: cpu(
+                    threads,
+                    Speed {
+                        fast,
+                        ..Speed::default()
+                    },
+                ),
                 quick,
             })?;
             print!("{}", figures.table());

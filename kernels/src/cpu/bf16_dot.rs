@@ -40,7 +40,10 @@ pub(crate) fn round_rows(x: &[f32], m: usize, k: usize) -> Option<Bf16Rows> {
     }
     let stride = k.next_multiple_of(CHUNK);
     let mut bits = vec![0u16; m * stride];
-    for (row, out) in x[..m * k].chunks_exact(k).zip(bits.chunks_exact_mut(stride)) {
+    for (row, out) in x[..m * k]
+        .chunks_exact(k)
+        .zip(bits.chunks_exact_mut(stride))
+    {
         for (v, o) in row.iter().zip(out) {
             *o = half::bf16::from_f32(*v).to_bits();
         }
@@ -109,7 +112,10 @@ mod tests {
     }
 
     fn weights(seed: u64, n: usize) -> Vec<half::bf16> {
-        values(seed, n).into_iter().map(half::bf16::from_f32).collect()
+        values(seed, n)
+            .into_iter()
+            .map(half::bf16::from_f32)
+            .collect()
     }
 
     /// [`product`] panel by panel, as the GEMM calls it.
@@ -149,7 +155,10 @@ mod tests {
                 for i in 0..m {
                     for j in 0..37 {
                         let (xi, wj) = (&x[i * k..][..k], &w[j * k..][..k]);
-                        let terms = xi.iter().zip(wj).map(|(a, b)| f64::from(*a) * f64::from(b.to_f32()));
+                        let terms = xi
+                            .iter()
+                            .zip(wj)
+                            .map(|(a, b)| f64::from(*a) * f64::from(b.to_f32()));
                         let exact: f64 = terms.clone().sum();
                         let size: f64 = terms.map(f64::abs).sum();
                         let err = (f64::from(got[i * 37 + j]) - exact).abs();
@@ -176,11 +185,15 @@ mod tests {
         };
         for i in 0..2 {
             for j in 0..5 {
-                let terms = (0..k).map(|e| f64::from(x[i * k + e]) * f64::from(w[j * k + e].to_f32()));
+                let terms =
+                    (0..k).map(|e| f64::from(x[i * k + e]) * f64::from(w[j * k + e].to_f32()));
                 let exact: f64 = terms.clone().sum();
                 let size: f64 = terms.map(f64::abs).sum();
                 let err = (f64::from(got[i * 5 + j]) - exact).abs();
-                assert!(err <= size * 40.0 * f64::from(f32::EPSILON), "{i} {j}: {err}");
+                assert!(
+                    err <= size * 40.0 * f64::from(f32::EPSILON),
+                    "{i} {j}: {err}"
+                );
             }
         }
     }

@@ -15,7 +15,7 @@ use cx_provider::tokenizer::Tokenizer;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::real_model::{Expected, drain, engine, messages, submit};
+use crate::real_model::{Expected, drain, engine, messages, same_context_agreement, submit};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -191,34 +191,7 @@ fn the_int8_decode_picks_transformers_tokens_given_the_same_context() {
     let mut cpu = CpuConfig::default().with_threads(2);
     cpu.int8 = true;
     let model = Model::load(&file, cpu).unwrap();
-    let argmax = |logits: &[f32]| {
-        logits
-            .iter()
-            .enumerate()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .map(|(i, _)| i as u32)
-            .unwrap()
-    };
-    let (mut same, mut all) = (0, 0);
-    for case in &expected.cases {
-        let mut cache = KvCache::default();
-        let step = |tokens: &[u32], cache: &mut KvCache| {
-            model
-                .forward(&mut [SeqInput {
-                    tokens,
-                    cache,
-                    adapter: None,
-                }])
-                .unwrap()
-                .remove(0)
-        };
-        let mut logits = step(&case.prompt_ids, &mut cache);
-        for &want in &case.greedy_ids {
-            same += usize::from(argmax(&logits) == want);
-            all += 1;
-            logits = step(&[want], &mut cache);
-        }
-    }
+    let (same, all) = same_context_agreement(&model, &expected);
     let share = same as f64 / all as f64;
     eprintln!("int8: same-context agreement with transformers {same}/{all} = {share:.3}");
     // 44 of 50 with the activations' scales rounded to f16 as ggml's Q8_0 stores them (46

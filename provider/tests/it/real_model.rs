@@ -136,6 +136,63 @@ pub(crate) fn drain(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> (Vec
 /// The model's own template renders each chat into transformers' text and ids; greedy decoding
 /// gives transformers' tokens and text (stopping at the template's `<|im_end|>`), and the last
 /// position's largest logits agree within 1e-4 of their scale.
+/// Positions, over every case, where `model` fed transformers' greedy tokens one decode step
+/// at a time (the prompt first, in one forward) picks transformers' next token: the agreement
+/// of kernels that round differently, measured in the same context at every position (a
+/// near-tie flipped once does not change every later prompt). Agreeing and all positions.
+pub(crate) fn same_context_agreement(model: &Model, expected: &Expected) -> (usize, usize) {
+    let argmax = |logits: &[f32]| {
+        logits
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32)
+            .unwrap()
+    };
+    let (mut same, mut all) = (0, 0);
+    for case in &expected.cases {
+        let mut cache = KvCache::default();
+        let step = |tokens: &[u32], cache: &mut KvCache| {
+            model
+                .forward(&mut [SeqInput {
+                    tokens,
+                    cache,
+                    adapter: None,
+                }])
+                .unwrap()
+                .remove(0)
+        };
+        let mut logits = step(&case.prompt_ids, &mut cache);
+        for &want in &case.greedy_ids {
+            same += usize::from(argmax(&logits) == want);
+            all += 1;
+            logits = step(&[want], &mut cache);
+        }
+    }
+    (same, all)
+}
+
+/// `serve --bf16-dot` (the fast mode with products over bf16 weights in bf16, `x` rounded to
+/// bf16 as llama.cpp does) on the real model as stored (bf16): it picks transformers' next
+/// token at nearly every position given the same context (rounding `x` moves the logits by
+/// more than float rounding, so a near-tie may flip; exact equality is the deterministic
+/// mode's, tested above). On a CPU without AVX-512 BF16 the fast mode's `f32` kernels run
+/// instead, and agree at least as well.
+#[test]
+fn the_bf16_dot_decode_picks_transformers_tokens_given_the_same_context() {
+    let (dir, expected) = real_model();
+    let mut cpu = CpuConfig::default().with_threads(2);
+    cpu.bf16_dot = true;
+    let model = Model::load(&dir, cpu).unwrap();
+    assert!(model.holds_bf16(), "the real model is stored in bf16");
+    let (same, all) = same_context_agreement(&model, &expected);
+    let share = same as f64 / all as f64;
+    eprintln!("bf16 dot: same-context agreement with transformers {same}/{all} = {share:.3}");
+    // 50 of 50 on the Intel Xeon; a chunk or a lane pair out of place agrees at almost no
+    // position, so the floor leaves room for near-ties on other CPUs only.
+    assert!(share >= 0.9, "{same}/{all}");
+}
+
 #[test]
 fn greedy_tokens_of_a_real_instruct_model_equal_transformers() {
     let (dir, expected) = real_model();

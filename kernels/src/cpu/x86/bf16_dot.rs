@@ -15,11 +15,11 @@
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::{
-    __m512, __m512bh, __m512i, _MM_HINT_T0, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32,
-    _mm_movehdup_ps, _mm_movehl_ps, _mm_prefetch, _mm256_add_ps, _mm256_castpd_ps,
-    _mm256_castps256_ps128, _mm256_extractf128_ps, _mm512_castps_pd,
-    _mm512_castps512_ps256, _mm512_dpbf16_ps, _mm512_extractf64x4_pd, _mm512_loadu_si512,
-    _mm512_maskz_loadu_epi16, _mm512_setzero_ps, _mm512_setzero_si512,
+    __m512, __m512bh, __m512i, _MM_HINT_T0, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehdup_ps,
+    _mm_movehl_ps, _mm_prefetch, _mm256_add_ps, _mm256_castpd_ps, _mm256_castps256_ps128,
+    _mm256_extractf128_ps, _mm512_castps_pd, _mm512_castps512_ps256, _mm512_dpbf16_ps,
+    _mm512_extractf64x4_pd, _mm512_loadu_si512, _mm512_maskz_loadu_epi16, _mm512_setzero_ps,
+    _mm512_setzero_si512,
 };
 
 use crate::cpu::bf16_dot::{Bf16Rows, CHUNK};
