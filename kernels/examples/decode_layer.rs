@@ -58,7 +58,7 @@ fn main() -> Result<(), cx_kernels::Error> {
             let config = CpuConfig {
                 threads,
                 mode,
-                int8: false,
+                ..CpuConfig::default()
             };
             let mut error = None;
             let s = median_seconds(repeats, || {
