@@ -513,6 +513,8 @@ pub(crate) fn nt_accumulate_blocked(
 pub(crate) enum Widened<'a> {
     /// Rows of `k` bf16 elements, row-major.
     Bf16(&'a [half::bf16]),
+    /// Rows of `k` f16 elements, row-major.
+    F16(&'a [half::f16]),
     /// ggml's blocks.
     Quant(&'a crate::QuantMatrix),
 }

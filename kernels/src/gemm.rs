@@ -1,6 +1,8 @@
 //! The base projection `y = x·Wᵀ`, blocked and multi-threaded: what SGMV's overhead is
 //! measured against, and what the provider runs for the frozen base weights.
 
+use half::slice::HalfFloatSliceExt;
+
 use crate::cpu::packed::{self, nt_packed, pack_w, pack_x};
 use crate::cpu::{CpuConfig, SharedOut, Widened, nt_accumulate, nt_accumulate_widened};
 use crate::cpu::{bf16_dot, int8};
@@ -20,14 +22,17 @@ const _: () = assert!(PANEL_COLS == int8::PANEL_ROWS);
 /// group of 8 rows (4 on AVX2), the panel once for all rows, which is what a prompt wants.
 const WIDENED_MAX_ROWS: usize = 16;
 
-/// A `d_out × d_in` row-major weight as the GEMM reads it: `f32`, `bf16` (widened exactly as
-/// it is read), or ggml blocks (dequantized exactly as they are read).
+/// A `d_out × d_in` row-major weight as the GEMM reads it: `f32`, `bf16` or `f16` (widened
+/// exactly as it is read), or ggml blocks (dequantized exactly as they are read).
 #[derive(Clone, Copy, Debug)]
 pub enum WeightView<'a> {
     /// `f32` elements.
     F32(&'a [f32]),
     /// `bf16` elements.
     Bf16(&'a [half::bf16]),
+    /// `f16` elements (every one exactly an `f32`: the products are those of the widened
+    /// matrix, at half its memory).
+    F16(&'a [half::f16]),
     /// ggml's blocks.
     Quant(&'a QuantMatrix),
 }
@@ -38,6 +43,7 @@ impl WeightView<'_> {
         match self {
             WeightView::F32(w) => w.len() / d_in,
             WeightView::Bf16(w) => w.len() / d_in,
+            WeightView::F16(w) => w.len() / d_in,
             WeightView::Quant(m) => m.d_out(),
         }
     }
@@ -46,6 +52,7 @@ impl WeightView<'_> {
         match self {
             WeightView::F32(w) => check_len("w (d_out × d_in)", w.len(), d_out * d_in),
             WeightView::Bf16(w) => check_len("w (d_out × d_in)", w.len(), d_out * d_in),
+            WeightView::F16(w) => check_len("w (d_out × d_in)", w.len(), d_out * d_in),
             WeightView::Quant(m) if m.d_in() != d_in => Err(Error::Batch(format!(
                 "gemm: a quantized weight of d_in {} against inputs of {d_in}",
                 m.d_in()
@@ -68,6 +75,10 @@ impl WeightView<'_> {
             WeightView::Bf16(w) => {
                 panel.resize(cols * d_in, 0.0);
                 widen_into(&w[range], panel);
+            }
+            WeightView::F16(w) => {
+                panel.resize(cols * d_in, 0.0);
+                w[range].convert_to_f32_slice(panel);
             }
             WeightView::Quant(w) => {
                 panel.resize(cols * d_in, 0.0);
@@ -94,6 +105,7 @@ impl WeightView<'_> {
         let in_registers = match *self {
             WeightView::F32(_) => None,
             WeightView::Bf16(w) => Some(Widened::Bf16(w)),
+            WeightView::F16(w) => Some(Widened::F16(w)),
             WeightView::Quant(w) => Some(Widened::Quant(w)),
         };
         if let Some(w) = in_registers
@@ -241,7 +253,7 @@ pub fn gemm_xwt_many(
     let narrow = |w: &WeightView<'_>| match w {
         WeightView::Quant(_) => xq.is_some(),
         WeightView::Bf16(_) => xb.is_some(),
-        WeightView::F32(_) => false,
+        WeightView::F32(_) | WeightView::F16(_) => false,
     };
     let packs = m > WIDENED_MAX_ROWS
         && !parts.iter().all(|p| narrow(&p.w))

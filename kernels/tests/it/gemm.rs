@@ -80,6 +80,40 @@ fn gemm_row_bits_independent_of_batch_rows_and_threads() {
     }
 }
 
+/// f16 weights are held at two bytes an element and widened exactly as they are read: every
+/// output has the bits of the same values held as `f32`, at a decode step's rows (widened in
+/// registers) and a prompt's (widened into a panel), in both modes.
+#[test]
+fn f16_weights_give_the_bits_of_their_values_in_f32() {
+    let (d_in, d_out) = (544, 45);
+    let mut rng = seeded(64);
+    let w16: Vec<half::f16> = rng
+        .vec_f32(d_out * d_in, 1.0)
+        .into_iter()
+        .map(half::f16::from_f32)
+        .collect();
+    let w32: Vec<f32> = w16.iter().map(|v| v.to_f32()).collect();
+    for m in [1, 3, 8, 17, 40] {
+        let x = rng.vec_f32(m * d_in, 1.0);
+        for config in [
+            CpuConfig::default(),
+            CpuConfig::deterministic().with_threads(3),
+        ] {
+            let (mut want, mut got) = (vec![0f32; m * d_out], vec![f32::NAN; m * d_out]);
+            gemm_xwt(&x, &w32, &mut want, m, d_in, d_out, &config).unwrap();
+            gemm_xwt_many(
+                &x,
+                m,
+                d_in,
+                &mut [(WeightView::F16(&w16), &mut got)],
+                &config,
+            )
+            .unwrap();
+            assert_eq!(got, want, "{m} rows, {:?}", config.mode);
+        }
+    }
+}
+
 /// A layer's q, k, v (or gate, up) in one pass: every output is bit for bit its own product's,
 /// whatever the weights' types, the rows and the threads.
 #[test]

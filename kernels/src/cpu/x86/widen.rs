@@ -1,5 +1,5 @@
-//! The `nt` kernel over weights held narrower than `f32` — bf16, or ggml's blocks — widened in
-//! registers as the tiles read them.
+//! The `nt` kernel over weights held narrower than `f32` — bf16, f16, or ggml's blocks — widened
+//! in registers as the tiles read them.
 //!
 //! Dequantizing a 32-row panel into scratch and multiplying it there cost more than the product
 //! itself at the few rows of a decode step (SmolLM2's 1536 × 576 projection, one row, one
@@ -19,10 +19,10 @@
 
 use std::arch::x86_64::{
     __m256, __m512, _MM_HINT_T0, _mm_loadu_si128, _mm_prefetch, _mm256_castps_pd,
-    _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_loadu_ps, _mm256_set_m128i,
+    _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_loadu_ps, _mm256_set_m128i,
     _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps, _mm512_broadcast_f64x4,
-    _mm512_castpd_ps, _mm512_castsi512_ps, _mm512_cvtepu16_epi32, _mm512_setzero_ps,
-    _mm512_slli_epi32,
+    _mm512_castpd_ps, _mm512_castsi512_ps, _mm512_cvtepu16_epi32, _mm512_cvtph_ps,
+    _mm512_setzero_ps, _mm512_slli_epi32,
 };
 use std::marker::PhantomData;
 
@@ -80,6 +80,48 @@ impl Rows<1> for Bf16Rows<'_> {
             );
             let wide = _mm512_cvtepu16_epi32(both);
             [_mm512_castsi512_ps(_mm512_slli_epi32::<16>(wide))]
+        }
+    }
+
+    #[inline(always)]
+    fn at(&self, j: usize, c: usize) -> f32 {
+        self.w[j * self.k + c].to_f32()
+    }
+
+    #[inline(always)]
+    fn addr(&self, j: usize, c: isize) -> *const i8 {
+        self.w
+            .as_ptr()
+            .wrapping_offset((j * self.k) as isize + c)
+            .cast()
+    }
+}
+
+struct F16Rows<'a> {
+    w: &'a [half::f16],
+    k: usize,
+}
+
+impl Rows<1> for F16Rows<'_> {
+    #[inline(always)]
+    unsafe fn load(&self, j: usize, c: usize) -> [__m256; 1] {
+        // SAFETY: the trait's contract (F16C); every f16 is exactly an f32.
+        unsafe {
+            let at = self.w.as_ptr().add(j * self.k + c);
+            [_mm256_cvtph_ps(_mm_loadu_si128(at.cast()))]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load_pair(&self, j: usize, c: usize) -> [__m512; 1] {
+        // SAFETY: the trait's contract; as `load`, sixteen lanes at once.
+        unsafe {
+            let at = self.w.as_ptr().add(j * self.k + c);
+            let both = _mm256_set_m128i(
+                _mm_loadu_si128(at.add(self.k).cast()),
+                _mm_loadu_si128(at.cast()),
+            );
+            [_mm512_cvtph_ps(both)]
         }
     }
 
@@ -227,6 +269,11 @@ impl Run {
             Widened::Bf16(w) => {
                 assert!(w.len() >= (j0 + n) * k, "nt widened: w too short");
                 let rows = Bf16Rows { w: &w[j0 * k..], k };
+                self.go(x, x_stride, m, &rows, n, k, out);
+            }
+            Widened::F16(w) => {
+                assert!(w.len() >= (j0 + n) * k, "nt widened: w too short");
+                let rows = F16Rows { w: &w[j0 * k..], k };
                 self.go(x, x_stride, m, &rows, n, k, out);
             }
             Widened::Quant(q) => {
@@ -650,16 +697,29 @@ mod tests {
         let bf16: Vec<half::bf16> = (0..n * k)
             .map(|_| half::bf16::from_f32(rng.gen_range(-1.0f32..1.0)))
             .collect();
+        // f16 over its whole range, subnormals included (each is exactly an f32).
+        let f16: Vec<half::f16> = (0..n * k)
+            .map(|_| {
+                half::f16::from_bits(rng.gen_range(0u16..0x7c00) | (rng.gen_range(0u16..2) << 15))
+            })
+            .collect();
         let quants: Vec<QuantMatrix> = QuantType::ALL
             .into_iter()
             .filter(|t| k.is_multiple_of(t.block_elements()))
             .map(|t| random_matrix(t, n, k, 11))
             .collect();
-        let mut cases: Vec<(String, Widened<'_>, Vec<f32>)> = vec![(
-            "bf16".into(),
-            Widened::Bf16(&bf16),
-            bf16.iter().map(|v| v.to_f32()).collect(),
-        )];
+        let mut cases: Vec<(String, Widened<'_>, Vec<f32>)> = vec![
+            (
+                "bf16".into(),
+                Widened::Bf16(&bf16),
+                bf16.iter().map(|v| v.to_f32()).collect(),
+            ),
+            (
+                "f16".into(),
+                Widened::F16(&f16),
+                f16.iter().map(|v| v.to_f32()).collect(),
+            ),
+        ];
         for q in &quants {
             cases.push((q.kind().name().into(), Widened::Quant(q), q.to_f32()));
         }
