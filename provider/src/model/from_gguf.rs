@@ -193,43 +193,39 @@ pub(super) fn checkpoint(g: &Gguf, config: &ModelConfig) -> Result<Checkpoint> {
             None => None,
         };
         let row_elements = shape.last().copied().unwrap_or(1);
-        let reorder = |elements: Vec<f32>| -> Vec<f32> {
-            match &order {
+        fn reorder<T: Copy>(elements: Vec<T>, order: &Option<Vec<usize>>, row: usize) -> Vec<T> {
+            match order {
                 None => elements,
                 Some(from) => from
                     .iter()
-                    .flat_map(|&r| elements[r * row_elements..(r + 1) * row_elements].to_vec())
+                    .flat_map(|&r| elements[r * row..(r + 1) * row].to_vec())
                     .collect(),
             }
-        };
+        }
         match info.kind {
             TensorType::F32 => {
                 let v = bytes
                     .chunks_exact(4)
                     .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
                     .collect();
-                out.f32.insert(name, (shape, reorder(v)));
+                out.f32
+                    .insert(name, (shape, reorder(v, &order, row_elements)));
             }
             TensorType::F16 => {
                 let v = bytes
                     .chunks_exact(2)
-                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]))
                     .collect();
-                out.f32.insert(name, (shape, reorder(v)));
+                out.f16
+                    .insert(name, (shape, reorder(v, &order, row_elements)));
             }
             TensorType::Bf16 => {
-                let v: Vec<half::bf16> = bytes
+                let v = bytes
                     .chunks_exact(2)
                     .map(|b| half::bf16::from_le_bytes([b[0], b[1]]))
                     .collect();
-                let v = match &order {
-                    None => v,
-                    Some(from) => from
-                        .iter()
-                        .flat_map(|&r| v[r * row_elements..(r + 1) * row_elements].to_vec())
-                        .collect(),
-                };
-                out.bf16.insert(name, (shape, v));
+                out.bf16
+                    .insert(name, (shape, reorder(v, &order, row_elements)));
             }
             TensorType::Quant(kind) => {
                 if shape.len() != 2 {
@@ -249,13 +245,13 @@ pub(super) fn checkpoint(g: &Gguf, config: &ModelConfig) -> Result<Checkpoint> {
     Ok(out)
 }
 
-/// Bytes tensor `t` takes as [`checkpoint`] holds it: blocks and BF16 matrices as stored, F16
-/// and every vector widened to `f32`.
+/// Bytes tensor `t` takes as [`checkpoint`] holds it: blocks, BF16 and F16 matrices as stored,
+/// every vector widened to `f32`.
 pub(super) fn held_bytes(t: &super::gguf::TensorInfo) -> u64 {
     let elements: u64 = t.dims.iter().product();
     match t.kind {
         TensorType::Quant(_) => t.bytes,
-        TensorType::Bf16 if t.dims.len() == 2 => t.bytes,
+        TensorType::Bf16 | TensorType::F16 if t.dims.len() == 2 => t.bytes,
         _ => elements.saturating_mul(4),
     }
 }

@@ -57,15 +57,8 @@ impl Weight {
     pub(super) fn stored(data: WeightData, d_out: usize, d_in: usize) -> Result<Self> {
         match data {
             WeightData::F32(data) => Self::new(data, d_out, d_in),
-            WeightData::Bf16(data) => Ok(Self {
-                stored: Stored::Tensor(Tensor::from_vec(
-                    data,
-                    (d_out, d_in),
-                    &candle_core::Device::Cpu,
-                )?),
-                d_out,
-                d_in,
-            }),
+            WeightData::Bf16(data) => Self::tensor_of(data, d_out, d_in),
+            WeightData::F16(data) => Self::tensor_of(data, d_out, d_in),
             WeightData::Quant(m) => {
                 if (m.d_out(), m.d_in()) != (d_out, d_in) {
                     return Err(Error::Model(format!(
@@ -81,6 +74,23 @@ impl Weight {
                 })
             }
         }
+    }
+
+    /// A weight kept in the element type it is given.
+    fn tensor_of<T: candle_core::WithDType>(
+        data: Vec<T>,
+        d_out: usize,
+        d_in: usize,
+    ) -> Result<Self> {
+        Ok(Self {
+            stored: Stored::Tensor(Tensor::from_vec(
+                data,
+                (d_out, d_in),
+                &candle_core::Device::Cpu,
+            )?),
+            d_out,
+            d_in,
+        })
     }
 
     /// Calls `f` with the weight's `d_out × d_in` row-major elements.
@@ -107,6 +117,9 @@ impl Weight {
                     match &**storage {
                         candle_core::Storage::Cpu(cpu) if t.dtype() == DType::BF16 => {
                             WeightView::Bf16(&cpu.as_slice::<half::bf16>()?[range])
+                        }
+                        candle_core::Storage::Cpu(cpu) if t.dtype() == DType::F16 => {
+                            WeightView::F16(&cpu.as_slice::<half::f16>()?[range])
                         }
                         candle_core::Storage::Cpu(cpu) => {
                             WeightView::F32(&cpu.as_slice::<f32>()?[range])
@@ -157,6 +170,7 @@ impl Weight {
             Ok(match w {
                 WeightView::F32(w) => w.to_vec(),
                 WeightView::Bf16(w) => w.iter().map(|v| v.to_f32()).collect(),
+                WeightView::F16(w) => w.iter().map(|v| v.to_f32()).collect(),
                 WeightView::Quant(m) => m.to_f32(),
             })
         })
@@ -175,6 +189,11 @@ impl Weight {
                             *o = v.to_f32();
                         }
                     }
+                    WeightView::F16(w) => {
+                        for (o, v) in dst.iter_mut().zip(&w[r * d..(r + 1) * d]) {
+                            *o = v.to_f32();
+                        }
+                    }
                     WeightView::Quant(m) => m.dequantize_rows(r, 1, dst),
                 }
             }
@@ -187,8 +206,8 @@ impl Weight {
         self.d_out * self.d_in
     }
 
-    /// Bytes held (2 an element for a bf16 weight, 4 for an `f32` one, the blocks' bytes for a
-    /// quantized one).
+    /// Bytes held (2 an element for a bf16 or f16 weight, 4 for an `f32` one, the blocks' bytes
+    /// for a quantized one).
     pub(super) fn bytes(&self) -> usize {
         match &self.stored {
             Stored::Tensor(t) => self.len() * t.dtype().size_in_bytes(),

@@ -1,8 +1,8 @@
 //! Weights from a Hugging Face directory: `model.safetensors`, or the shards a
 //! `model.safetensors.index.json` names, under the names Hugging Face writes
-//! (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`, …). BF16 tensors
-//! stay BF16 (two bytes an element: memory is what residency costs, and the kernels widen a
-//! bf16 weight exactly as they read it); F32 and F16 are held as `f32` (f16 → f32 is exact). A
+//! (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`, …). BF16 and F16
+//! matrices stay as stored (two bytes an element: memory is what residency costs, and the
+//! kernels widen each weight exactly as they read it); F32 tensors, norms and biases are `f32`. A
 //! GGUF's tensors come from `from_gguf` into the same [`Checkpoint`], ggml blocks kept as blocks.
 
 use std::collections::HashMap;
@@ -17,12 +17,13 @@ use crate::error::{Error, Result};
 /// Named `f32` tensors: name → (shape, data), as Hugging Face names them.
 pub type NamedTensors = HashMap<String, (Vec<usize>, Vec<f32>)>;
 
-/// A checkpoint's tensors as loaded: those stored as BF16 or in a ggml block format kept so,
-/// the others as `f32`. A name is in one map only.
+/// A checkpoint's tensors as loaded: those stored as BF16, F16 or in a ggml block format kept
+/// so, the others as `f32`. A name is in one map only.
 #[derive(Debug, Clone, Default)]
 pub struct Checkpoint {
     pub(super) f32: NamedTensors,
     pub(super) bf16: HashMap<String, (Vec<usize>, Vec<half::bf16>)>,
+    pub(super) f16: HashMap<String, (Vec<usize>, Vec<half::f16>)>,
     pub(super) quant: HashMap<String, (Vec<usize>, QuantMatrix)>,
 }
 
@@ -36,10 +37,13 @@ impl From<NamedTensors> for Checkpoint {
 }
 
 impl Checkpoint {
-    /// Every tensor as `f32` (bf16 widened, blocks dequantized, exactly).
+    /// Every tensor as `f32` (bf16 and f16 widened, blocks dequantized, exactly).
     pub fn into_f32(self) -> NamedTensors {
         let mut all = self.f32;
         for (name, (shape, data)) in self.bf16 {
+            all.insert(name, (shape, data.iter().map(|v| v.to_f32()).collect()));
+        }
+        for (name, (shape, data)) in self.f16 {
             all.insert(name, (shape, data.iter().map(|v| v.to_f32()).collect()));
         }
         for (name, (shape, data)) in self.quant {
@@ -49,7 +53,10 @@ impl Checkpoint {
     }
 
     fn contains(&self, name: &str) -> bool {
-        self.f32.contains_key(name) || self.bf16.contains_key(name) || self.quant.contains_key(name)
+        self.f32.contains_key(name)
+            || self.bf16.contains_key(name)
+            || self.f16.contains_key(name)
+            || self.quant.contains_key(name)
     }
 
     /// Every weight matrix (the two-dimensional tensors, embeddings included; norms and biases
@@ -68,12 +75,19 @@ impl Checkpoint {
                     .filter(|(_, (shape, _))| shape.len() == 2)
                     .map(|(n, _)| n.clone()),
             )
+            .chain(
+                self.f16
+                    .iter()
+                    .filter(|(_, (shape, _))| shape.len() == 2)
+                    .map(|(n, _)| n.clone()),
+            )
             .collect();
         for name in names {
-            let (shape, data) = match self.f32.remove(&name) {
-                Some(t) => t,
-                None => {
-                    let (shape, data) = self.bf16.remove(&name).expect("listed");
+            let (shape, data) = match (self.f32.remove(&name), self.bf16.remove(&name)) {
+                (Some(t), _) => t,
+                (None, Some((shape, data))) => (shape, data.iter().map(|v| v.to_f32()).collect()),
+                (None, None) => {
+                    let (shape, data) = self.f16.remove(&name).expect("listed");
                     (shape, data.iter().map(|v| v.to_f32()).collect())
                 }
             };
@@ -188,8 +202,8 @@ fn read_header(
 }
 
 /// Bytes the model in `dir` takes as [`Model::load`](super::Model::load) holds it, from its
-/// safetensors headers alone: BF16 matrices at 2 bytes an element, every other tensor at 4 (f16
-/// is widened); a tied model's stored copy of the head is not held.
+/// safetensors headers alone: BF16 and F16 matrices at 2 bytes an element, every other tensor
+/// at 4; a tied model's stored copy of the head is not held.
 pub(super) fn held_bytes(dir: &Path, tied: bool) -> Result<u64> {
     let mut total = 0u64;
     for file in weight_files(dir)? {
@@ -201,11 +215,12 @@ pub(super) fn held_bytes(dir: &Path, tied: bool) -> Result<u64> {
                 continue;
             }
             let elements: u64 = entry.shape.iter().map(|&d| d as u64).product();
-            let element = if entry.dtype == "BF16" && entry.shape.len() == 2 {
-                2
-            } else {
-                4
-            };
+            let element =
+                if matches!(entry.dtype.as_str(), "BF16" | "F16") && entry.shape.len() == 2 {
+                    2
+                } else {
+                    4
+                };
             total = total.saturating_add(elements.saturating_mul(element));
         }
     }
@@ -220,7 +235,7 @@ fn read_safetensors(path: &Path, out: &mut Checkpoint) -> Result<()> {
 
 /// The tensors of one safetensors file held in memory, as [`Model::load`](super::Model::load)
 /// reads them from disk (the same reader, over the bytes): name → (shape, data). `path` only
-/// names the file in errors; every tensor as `f32` (BF16 widened exactly). The fuzz targets
+/// names the file in errors; every tensor as `f32` (BF16 and F16 widened exactly). The fuzz targets
 /// parse weight files through this.
 pub fn tensors_from_bytes(path: &Path, bytes: &[u8]) -> Result<NamedTensors> {
     let mut out = Checkpoint::default();
@@ -280,22 +295,25 @@ fn read_safetensors_from(
             return Err(bad(format!("{name} appears in two files")));
         }
         let bytes = (end - start) as usize;
-        if entry.dtype == "BF16" {
-            let data = read_elements(&mut file, path, bytes, &mut chunk, |b: &[u8; 2]| {
-                half::bf16::from_le_bytes(*b)
-            })?;
-            out.bf16.insert(name, (entry.shape, data));
-        } else {
-            let data = if entry.dtype == "F32" {
-                read_elements(&mut file, path, bytes, &mut chunk, |b: &[u8; 4]| {
+        match entry.dtype.as_str() {
+            "BF16" => {
+                let data = read_elements(&mut file, path, bytes, &mut chunk, |b: &[u8; 2]| {
+                    half::bf16::from_le_bytes(*b)
+                })?;
+                out.bf16.insert(name, (entry.shape, data));
+            }
+            "F16" => {
+                let data = read_elements(&mut file, path, bytes, &mut chunk, |b: &[u8; 2]| {
+                    half::f16::from_le_bytes(*b)
+                })?;
+                out.f16.insert(name, (entry.shape, data));
+            }
+            _ => {
+                let data = read_elements(&mut file, path, bytes, &mut chunk, |b: &[u8; 4]| {
                     f32::from_le_bytes(*b)
-                })?
-            } else {
-                read_elements(&mut file, path, bytes, &mut chunk, |b: &[u8; 2]| {
-                    half::f16::from_le_bytes(*b).to_f32()
-                })?
-            };
-            out.f32.insert(name, (entry.shape, data));
+                })?;
+                out.f32.insert(name, (entry.shape, data));
+            }
         }
     }
     Ok(())
@@ -332,16 +350,18 @@ pub(super) struct TensorStore(pub(super) Checkpoint);
 pub(super) enum WeightData {
     F32(Vec<f32>),
     Bf16(Vec<half::bf16>),
+    F16(Vec<half::f16>),
     Quant(QuantMatrix),
 }
 
 impl TensorStore {
-    /// Removes `name`, which must have `shape`, as `f32` (a BF16 tensor widened: norms and
-    /// biases, which the forward reads as `f32`).
+    /// Removes `name`, which must have `shape`, as `f32` (a BF16 or F16 tensor widened: norms
+    /// and biases, which the forward reads as `f32`).
     pub(super) fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         Ok(match self.take_weight(name, shape)? {
             WeightData::F32(data) => data,
             WeightData::Bf16(data) => data.iter().map(|v| v.to_f32()).collect(),
+            WeightData::F16(data) => data.iter().map(|v| v.to_f32()).collect(),
             WeightData::Quant(data) => data.to_f32(),
         })
     }
@@ -352,6 +372,8 @@ impl TensorStore {
             (got, WeightData::F32(data))
         } else if let Some((got, data)) = self.0.bf16.remove(name) {
             (got, WeightData::Bf16(data))
+        } else if let Some((got, data)) = self.0.f16.remove(name) {
+            (got, WeightData::F16(data))
         } else if let Some((got, data)) = self.0.quant.remove(name) {
             (got, WeightData::Quant(data))
         } else {
@@ -369,6 +391,7 @@ impl TensorStore {
     pub(super) fn drop(&mut self, name: &str) {
         self.0.f32.remove(name);
         self.0.bf16.remove(name);
+        self.0.f16.remove(name);
         self.0.quant.remove(name);
     }
 
@@ -382,6 +405,7 @@ impl TensorStore {
             .f32
             .keys()
             .chain(self.0.bf16.keys())
+            .chain(self.0.f16.keys())
             .chain(self.0.quant.keys())
             .filter(|name| !name.ends_with("rotary_emb.inv_freq"))
             .collect();

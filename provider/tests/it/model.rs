@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use candle_core::{Device, Tensor};
 use cx_kernels::CpuConfig;
 use cx_provider::Error;
-use cx_provider::model::{DType, GenModelOptions, KvCache, Model, SeqInput, write_generated_model};
+use cx_provider::model::{
+    DType, GenModelOptions, KvCache, Model, ModelFiles, SeqInput, read_config, tensors_from_bytes,
+    write_generated_model,
+};
 
 use crate::common::{TempDir, tiny_model, tiny_options};
 
@@ -58,7 +61,46 @@ fn sharded_checkpoint_loads_the_same_model() {
     assert_eq!(last_logits(&a, &tokens), last_logits(&b, &tokens));
 }
 
-/// BF16 and F16 checkpoints load (widened to f32); their logits are the F32 model's up to the
+/// An F16 checkpoint's matrices are held at two bytes an element, as its headers and the
+/// exchange's catalog count them (before, they were widened to four), and every logit has the
+/// bits of the same values held as `f32` (each f16 is exactly an f32, and the kernels widen it
+/// as they read it).
+#[test]
+fn f16_matrices_are_held_at_their_size_with_the_bits_of_their_values() {
+    let dir = TempDir::new("f16");
+    let path = dir.path().join("f16");
+    let options = GenModelOptions {
+        dtype: DType::F16,
+        ..tiny_options(8)
+    };
+    write_generated_model(&path, &options).unwrap();
+    let weights = path.join("model.safetensors");
+    let widened = tensors_from_bytes(&weights, &std::fs::read(&weights).unwrap()).unwrap();
+    for cpu in [
+        CpuConfig::deterministic(),
+        CpuConfig::default().with_threads(2),
+    ] {
+        let held = Model::load(&path, cpu).unwrap();
+        let f32_model = Model::new(read_config(&path).unwrap(), widened.clone(), cpu).unwrap();
+        for tokens in [&[256, 5, 6][..], &(0..40).collect::<Vec<u32>>()] {
+            let (a, b) = (last_logits(&held, tokens), last_logits(&f32_model, tokens));
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "{:?}, {} tokens", cpu.mode, tokens.len());
+        }
+        let matrices: usize = widened
+            .values()
+            .filter(|(shape, _)| shape.len() == 2)
+            .map(|(_, data)| data.len())
+            .sum();
+        assert_eq!(held.weight_bytes() + 2 * matrices, f32_model.weight_bytes());
+        assert_eq!(
+            ModelFiles::locate(&path).unwrap().held_bytes().unwrap(),
+            held.weight_bytes() as u64
+        );
+    }
+}
+
+/// BF16 and F16 checkpoints load; their logits are the F32 model's up to the
 /// storage rounding, and a tied model needs no `lm_head.weight`.
 #[test]
 fn half_precision_and_tied_checkpoints_load() {
