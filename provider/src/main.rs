@@ -455,7 +455,8 @@ enum BenchCommand {
         speed: Speed,
     },
     /// The perplexity of a fixed text, scored as llama.cpp's llama-perplexity scores it
-    /// (chunks of --ctx tokens, the second half of each scored).
+    /// (chunks of --ctx tokens, the second half of each scored); with --fast, --int8 or
+    /// --bf16-dot, as a server started with that flag prefills it.
     Perplexity {
         /// The model (a Hugging Face checkpoint folder or a GGUF file).
         #[arg(long)]
@@ -475,8 +476,6 @@ enum BenchCommand {
         /// Quantize the weight matrices as they load: q8_0, q4_0, q5_0 or q4_k.
         #[arg(long, value_parser = quant_type)]
         quantize: Option<QuantType>,
-        /// The kernels as `serve` runs them (the text is scored as that server would prefill
-        /// it).
         #[command(flatten)]
         speed: Speed,
         /// Print one JSON object as the last line.
