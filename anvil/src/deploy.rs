@@ -11,22 +11,8 @@ use cx_settlement::frost::{EvmGroupKey, EvmSignature};
 
 use crate::error::{Error, Result};
 
-/// Parameters of a devnet deployment.
-#[derive(Clone, Copy, Debug)]
-pub struct DeployParams {
-    /// The committee's group key.
-    pub group_key: EvmGroupKey,
-    /// Seconds after a job's deadline before its buyer may reclaim.
-    pub grace_period_s: u64,
-    /// Smallest positive provider stake.
-    pub min_stake: U256,
-    /// Seconds between unbond and withdrawal.
-    pub unbonding_delay_s: u64,
-    /// Native ETH instead of a freshly deployed test stablecoin.
-    pub native: bool,
-    /// Also deploy the FROST gas probe.
-    pub with_probe: bool,
-}
+/// What a deployment is made with: `cx chain deploy`'s parameters (one type for both).
+pub use cx_settlement::evm::deploy::DeployParams;
 
 /// Devnet defaults for a deployment (grace 10 minutes, minimum stake 1,000 test USD, unbonding
 /// one day, the test stablecoin as asset).
@@ -36,8 +22,7 @@ pub fn devnet_params(group_key: EvmGroupKey) -> DeployParams {
         grace_period_s: 600,
         min_stake: U256::from(1_000_000_000u64),
         unbonding_delay_s: 86_400,
-        native: false,
-        with_probe: false,
+        asset: AssetSpec::TestToken,
     }
 }
 
@@ -45,35 +30,30 @@ fn settlement_error(e: impl Into<cx_settlement::Error>) -> Error {
     Error::Settlement(e.into())
 }
 
-/// Deploys and verifies the contracts as `cx chain deploy` does ([`evm::deploy::deploy`]), the
-/// asset native or the test stablecoin, then the gas probe when asked, from `signer`'s account.
+/// Deploys and verifies the contracts as `cx chain deploy` does ([`evm::deploy::deploy`]) from
+/// `signer`'s account, paying the default fees.
 pub async fn deploy(
     rpc_url: &str,
     signer: PrivateKeySigner,
     params: DeployParams,
 ) -> Result<Deployment> {
-    let production = evm::deploy::DeployParams {
-        group_key: params.group_key,
-        grace_period_s: params.grace_period_s,
-        min_stake: params.min_stake,
-        unbonding_delay_s: params.unbonding_delay_s,
-        asset: if params.native {
-            AssetSpec::Native
-        } else {
-            AssetSpec::TestToken
-        },
-    };
-    let mut deployment =
-        evm::deploy::deploy(rpc_url, signer.clone(), production, FeePolicy::default()).await?;
-    if params.with_probe {
-        let provider = signing_provider(rpc_url, signer)?;
-        deployment.probe = Some(
-            *FrostGasProbe::deploy(provider)
-                .await
-                .map_err(settlement_error)?
-                .address(),
-        );
-    }
+    Ok(evm::deploy::deploy(rpc_url, signer, params, FeePolicy::default()).await?)
+}
+
+/// [`deploy`], then the FROST gas probe beside the contracts (`cx bench gas`).
+pub async fn deploy_with_probe(
+    rpc_url: &str,
+    signer: PrivateKeySigner,
+    params: DeployParams,
+) -> Result<Deployment> {
+    let mut deployment = deploy(rpc_url, signer.clone(), params).await?;
+    let provider = signing_provider(rpc_url, signer)?;
+    deployment.probe = Some(
+        *FrostGasProbe::deploy(provider)
+            .await
+            .map_err(settlement_error)?
+            .address(),
+    );
     Ok(deployment)
 }
 
@@ -133,9 +113,10 @@ pub async fn measure_frost_verify(
     message: B256,
     sig: &EvmSignature,
 ) -> Result<(bool, u64)> {
-    let probe = client.deployment().probe.ok_or(Error::Bench(
-        "no gas probe deployed (DeployParams::with_probe)",
-    ))?;
+    let probe = client
+        .deployment()
+        .probe
+        .ok_or(Error::Bench("no gas probe deployed (deploy_with_probe)"))?;
     let probe = FrostGasProbe::new(probe, client.provider().clone());
     let sig = cx_contracts::probe::FrostVerifier::Signature {
         rX: sig.r_x,

@@ -25,8 +25,9 @@ use cx_settlement::frost::DealerCommittee;
 use cx_settlement::merkle::{BalancesTree, MerkleTree, receipt_leaf};
 
 use crate::anvil::AnvilInstance;
-use crate::deploy::{DeployParams, deploy, measure_frost_verify, mint_test_tokens};
+use crate::deploy::{DeployParams, deploy_with_probe, measure_frost_verify, mint_test_tokens};
 use crate::error::{Error, Result};
+use cx_contracts::AssetSpec;
 
 /// Jobs in the measured batch.
 pub const BATCH_JOBS: u64 = 100;
@@ -88,10 +89,9 @@ pub async fn gas_bench() -> Result<GasReport> {
         grace_period_s: 600,
         min_stake: U256::from(1_000_000_000u64),
         unbonding_delay_s: 86_400,
-        native: false,
-        with_probe: true,
+        asset: AssetSpec::TestToken,
     };
-    let deployment = deploy(&url, deployer.clone(), params).await?;
+    let deployment = deploy_with_probe(&url, deployer.clone(), params).await?;
     let operator = EvmClient::connect(&url, deployer, deployment)?;
 
     // FROST verification alone.

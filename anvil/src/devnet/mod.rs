@@ -29,7 +29,7 @@ use crate::{AnvilInstance, Cluster, Placement, Supervised, provider_binary, sign
 use anyhow::Context;
 use children::Children;
 use cx_client::Client;
-use cx_contracts::{ChainDeployment, DeploymentsFile};
+use cx_contracts::{AssetSpec, ChainDeployment, DeploymentsFile};
 use cx_exchange_server::books::Books;
 use cx_exchange_server::tls::DevCa;
 use cx_protocol::order::{Address, B256, U256};
@@ -283,8 +283,7 @@ async fn devnet(config: &Config, children: &mut Children) -> anyhow::Result<()> 
             grace_period_s: GRACE_PERIOD_S,
             min_stake: U256::from(1_000u64),
             unbonding_delay_s: 86_400,
-            native: true,
-            with_probe: false,
+            asset: AssetSpec::Native,
         };
         let deployment = deploy(&anvil.rpc_url(), keys[0].clone(), params)
             .await

@@ -43,8 +43,7 @@ pub async fn try_deploy_chain(
         grace_period_s,
         min_stake: alloy::primitives::U256::from(1u64),
         unbonding_delay_s: 60,
-        native: true,
-        with_probe: false,
+        asset: cx_contracts::AssetSpec::Native,
     };
     let deployment = crate::deploy::deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params).await?;
     let deployments = dir.join("deployments.json");

@@ -200,8 +200,7 @@ mod devnet {
                 grace_period_s: 1,
                 min_stake: U256::from(1u64),
                 unbonding_delay_s: 60,
-                native: true,
-                with_probe: false,
+                asset: cx_contracts::AssetSpec::Native,
             };
             let deployment = deploy(&rpc, anvil.keys[0].clone(), params).await.unwrap();
             let chain = ChainDeployment {

@@ -85,7 +85,13 @@ fn f16_matrices_are_held_at_their_size_with_the_bits_of_their_values() {
         for tokens in [&[256, 5, 6][..], &(0..40).collect::<Vec<u32>>()] {
             let (a, b) = (last_logits(&held, tokens), last_logits(&f32_model, tokens));
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&a), bits(&b), "{:?}, {} tokens", cpu.mode, tokens.len());
+            assert_eq!(
+                bits(&a),
+                bits(&b),
+                "{:?}, {} tokens",
+                cpu.mode,
+                tokens.len()
+            );
         }
         let matrices: usize = widened
             .values()

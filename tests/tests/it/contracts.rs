@@ -40,8 +40,11 @@ impl Chain {
             grace_period_s: GRACE_S,
             min_stake: U256::from(MIN_STAKE),
             unbonding_delay_s: 86_400,
-            native,
-            with_probe: false,
+            asset: if native {
+                cx_contracts::AssetSpec::Native
+            } else {
+                cx_contracts::AssetSpec::TestToken
+            },
         };
         let deployment = deploy(&url, anvil.keys[0].clone(), params)
             .await

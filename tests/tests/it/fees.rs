@@ -24,8 +24,7 @@ async fn chain(chain_id: u64) -> (AnvilInstance, cx_contracts::Deployment) {
         grace_period_s: 600,
         min_stake: U256::from(1u64),
         unbonding_delay_s: 60,
-        native: true,
-        with_probe: false,
+        asset: cx_contracts::AssetSpec::Native,
     };
     let deployment = deploy(&anvil.rpc_url(), anvil.keys[0].clone(), params)
         .await
