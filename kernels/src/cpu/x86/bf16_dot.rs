@@ -6,9 +6,10 @@
 //! never changes its operations, so a tile's shape is chosen for speed alone: eight rows of
 //! `w` read side by side (each a stream, prefetched), or one row at a time for one row of `x`
 //! where a single sequential stream reads faster (AMD's Zen 4, see `cpu::one_stream`). Two
-//! rows of `x` against eight of `w` rather than four against four: on the Intel Xeon the
-//! latter read four streams where eight were needed to keep memory busy (SmolLM2-135M's
-//! shapes, `decode_model` at eight rows: 31–33 ms a step against 28–29).
+//! rows of `x` against eight of `w` rather than four against four: on the Intel Xeon, with the
+//! prefetch not yet wrapping, 31.0–31.4 ms a step against 31.8–32.5 (SmolLM2-135M's shapes,
+//! `decode_model` at eight rows; the wrap then took it to 27.8–28.7) — four rows of `x` share
+//! more loads, eight rows of `w` keep more streams in flight, and here the streams won.
 
 // The tiles index the sums by row of `x` and row of `w`, and the loads by one of the two:
 // iterators over one of them would hide which is which.
