@@ -172,11 +172,12 @@ pub fn gemm_xwt<X: Element, W: Element>(
 
 /// `y = x·Wᵀ` for a quantized `W` (`d_out × d_in` as [`QuantMatrix`] holds it), overwriting `y`.
 ///
-/// Up to [`WIDENED_MAX_ROWS`] rows of `x`, the kernel dequantizes the blocks in registers as it
-/// reads them; more rows, each panel of [`PANEL_COLS`] rows is dequantized into the worker's
-/// scratch as it is reached (`32 × d_in` floats, in L2) and multiplied by the f32 kernel.
-/// Either way the result is bit for bit [`gemm_xwt`] on the dequantized matrix, with the same
-/// reduction order at any batch composition or thread count.
+/// Up to 16 rows of `x`, the kernel dequantizes the blocks in registers as it reads them; more
+/// rows, each panel of 32 rows is dequantized into the worker's scratch as it is reached (`32 ×
+/// d_in` floats, in L2) and multiplied by the f32 kernel. Either way the result is bit for bit
+/// [`gemm_xwt`] on the dequantized matrix, with the same reduction order at any batch
+/// composition or thread count — unless `config.int8` asks for the products in eight-bit
+/// integers (`CpuConfig::int8`).
 pub fn gemm_xwt_quant(
     x: &[f32],
     w: &QuantMatrix,

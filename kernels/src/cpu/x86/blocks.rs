@@ -80,7 +80,7 @@ pub(super) unsafe fn split_ps(x: f32, y: f32) -> __m512 {
 }
 
 /// The `f16` at `a` in lanes 0–7 and the one at `b` in lanes 8–15, as `f32`: both converted
-/// by one `vcvtph2ps` and spread by one permute, where [`split_ps`] of two [`half`]s converts
+/// by one `vcvtph2ps` and spread by one permute, where [`split_ps`] of two [`half()`]s converts
 /// and broadcasts each (a block pair's scale, every pair of blocks a tile reads).
 ///
 /// # Safety

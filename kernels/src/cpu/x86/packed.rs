@@ -6,8 +6,8 @@
 //! shuffles share the vector pipes with the multiplies and adds (a 6 × 8 tile over operands
 //! already laid out so, against the 8 × 4 tile with its shuffles, SmolLM2-135M's projections at
 //! 256 rows, AMD EPYC, 2 threads: 431 against 596 ms). Here `x` is written once per product
-//! with each eight-element chunk twice side by side ([`pack_x`]), and each panel of `w` once
-//! per panel as pairs of rows chunk by chunk ([`pack_w`]), so every register is one plain load.
+//! with each eight-element chunk twice side by side ([`crate::cpu::packed::pack_x`]), and each panel of `w` once
+//! per panel as pairs of rows chunk by chunk ([`crate::cpu::packed::pack_w`]), so every register is one plain load.
 //!
 //! Every lane does what [`super::tile_pairs`]'s lane does — `acc + x·w` in ascending order
 //! (fused when `FMA`), the same [`fold_register`] per block of `kc`, blocks in ascending order —
