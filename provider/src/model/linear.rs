@@ -41,7 +41,12 @@ enum Stored {
 }
 
 impl Weight {
-    pub(super) fn new(data: Vec<f32>, d_out: usize, d_in: usize) -> Result<Self> {
+    /// A weight kept in the element type it is given (`f32`, bf16 or f16).
+    pub(super) fn new<T: candle_core::WithDType>(
+        data: Vec<T>,
+        d_out: usize,
+        d_in: usize,
+    ) -> Result<Self> {
         Ok(Self {
             stored: Stored::Tensor(Tensor::from_vec(
                 data,
@@ -57,8 +62,8 @@ impl Weight {
     pub(super) fn stored(data: WeightData, d_out: usize, d_in: usize) -> Result<Self> {
         match data {
             WeightData::F32(data) => Self::new(data, d_out, d_in),
-            WeightData::Bf16(data) => Self::tensor_of(data, d_out, d_in),
-            WeightData::F16(data) => Self::tensor_of(data, d_out, d_in),
+            WeightData::Bf16(data) => Self::new(data, d_out, d_in),
+            WeightData::F16(data) => Self::new(data, d_out, d_in),
             WeightData::Quant(m) => {
                 if (m.d_out(), m.d_in()) != (d_out, d_in) {
                     return Err(Error::Model(format!(
@@ -74,23 +79,6 @@ impl Weight {
                 })
             }
         }
-    }
-
-    /// A weight kept in the element type it is given.
-    fn tensor_of<T: candle_core::WithDType>(
-        data: Vec<T>,
-        d_out: usize,
-        d_in: usize,
-    ) -> Result<Self> {
-        Ok(Self {
-            stored: Stored::Tensor(Tensor::from_vec(
-                data,
-                (d_out, d_in),
-                &candle_core::Device::Cpu,
-            )?),
-            d_out,
-            d_in,
-        })
     }
 
     /// Calls `f` with the weight's `d_out × d_in` row-major elements.

@@ -18,7 +18,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::{
-    __m256, __m512, _MM_HINT_T0, _mm_loadu_si128, _mm_prefetch, _mm256_castps_pd,
+    __m128i, __m256, __m256i, __m512, _MM_HINT_T0, _mm_loadu_si128, _mm_prefetch, _mm256_castps_pd,
     _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_cvtph_ps, _mm256_loadu_ps, _mm256_set_m128i,
     _mm256_setzero_ps, _mm256_slli_epi32, _mm256_storeu_ps, _mm512_broadcast_f64x4,
     _mm512_castpd_ps, _mm512_castsi512_ps, _mm512_cvtepu16_epi32, _mm512_cvtph_ps,
@@ -53,19 +53,73 @@ trait Rows<const G: usize>: Sync {
     fn addr(&self, j: usize, c: isize) -> *const i8;
 }
 
-struct Bf16Rows<'a> {
-    w: &'a [half::bf16],
+/// A two-byte float the tiles widen to `f32` exactly: bf16 (the top half of an f32: a
+/// zero-extend and a shift) or f16 (F16C's conversion).
+trait Half: Copy + Sync {
+    /// Eight elements' bits as `f32`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and F16C.
+    unsafe fn widen8(bits: __m128i) -> __m256;
+    /// Sixteen elements' bits as `f32`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    unsafe fn widen16(bits: __m256i) -> __m512;
+    fn to_f32(self) -> f32;
+}
+
+impl Half for half::bf16 {
+    #[inline(always)]
+    unsafe fn widen8(bits: __m128i) -> __m256 {
+        // SAFETY: the caller's contract; the shift is exact.
+        unsafe { _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(bits))) }
+    }
+
+    #[inline(always)]
+    unsafe fn widen16(bits: __m256i) -> __m512 {
+        // SAFETY: the caller's contract; the shift is exact.
+        unsafe { _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(bits))) }
+    }
+
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::bf16::to_f32(self)
+    }
+}
+
+impl Half for half::f16 {
+    #[inline(always)]
+    unsafe fn widen8(bits: __m128i) -> __m256 {
+        // SAFETY: the caller's contract; every f16 is exactly an f32.
+        unsafe { _mm256_cvtph_ps(bits) }
+    }
+
+    #[inline(always)]
+    unsafe fn widen16(bits: __m256i) -> __m512 {
+        // SAFETY: the caller's contract; every f16 is exactly an f32.
+        unsafe { _mm512_cvtph_ps(bits) }
+    }
+
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        half::f16::to_f32(self)
+    }
+}
+
+/// Rows of `k` two-byte floats.
+struct HalfRows<'a, T> {
+    w: &'a [T],
     k: usize,
 }
 
-impl Rows<1> for Bf16Rows<'_> {
+impl<T: Half> Rows<1> for HalfRows<'_, T> {
     #[inline(always)]
     unsafe fn load(&self, j: usize, c: usize) -> [__m256; 1] {
-        // SAFETY: the trait's contract; bf16 is the top half of an f32, so the shift is exact.
+        // SAFETY: the trait's contract.
         unsafe {
             let at = self.w.as_ptr().add(j * self.k + c);
-            let wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(at.cast()));
-            [_mm256_castsi256_ps(_mm256_slli_epi32::<16>(wide))]
+            [T::widen8(_mm_loadu_si128(at.cast()))]
         }
     }
 
@@ -74,54 +128,10 @@ impl Rows<1> for Bf16Rows<'_> {
         // SAFETY: the trait's contract; as `load`, sixteen lanes at once.
         unsafe {
             let at = self.w.as_ptr().add(j * self.k + c);
-            let both = _mm256_set_m128i(
+            [T::widen16(_mm256_set_m128i(
                 _mm_loadu_si128(at.add(self.k).cast()),
                 _mm_loadu_si128(at.cast()),
-            );
-            let wide = _mm512_cvtepu16_epi32(both);
-            [_mm512_castsi512_ps(_mm512_slli_epi32::<16>(wide))]
-        }
-    }
-
-    #[inline(always)]
-    fn at(&self, j: usize, c: usize) -> f32 {
-        self.w[j * self.k + c].to_f32()
-    }
-
-    #[inline(always)]
-    fn addr(&self, j: usize, c: isize) -> *const i8 {
-        self.w
-            .as_ptr()
-            .wrapping_offset((j * self.k) as isize + c)
-            .cast()
-    }
-}
-
-struct F16Rows<'a> {
-    w: &'a [half::f16],
-    k: usize,
-}
-
-impl Rows<1> for F16Rows<'_> {
-    #[inline(always)]
-    unsafe fn load(&self, j: usize, c: usize) -> [__m256; 1] {
-        // SAFETY: the trait's contract (F16C); every f16 is exactly an f32.
-        unsafe {
-            let at = self.w.as_ptr().add(j * self.k + c);
-            [_mm256_cvtph_ps(_mm_loadu_si128(at.cast()))]
-        }
-    }
-
-    #[inline(always)]
-    unsafe fn load_pair(&self, j: usize, c: usize) -> [__m512; 1] {
-        // SAFETY: the trait's contract; as `load`, sixteen lanes at once.
-        unsafe {
-            let at = self.w.as_ptr().add(j * self.k + c);
-            let both = _mm256_set_m128i(
-                _mm_loadu_si128(at.add(self.k).cast()),
-                _mm_loadu_si128(at.cast()),
-            );
-            [_mm512_cvtph_ps(both)]
+            ))]
         }
     }
 
@@ -266,16 +276,8 @@ impl Run {
         out: &mut [f32],
     ) {
         match w {
-            Widened::Bf16(w) => {
-                assert!(w.len() >= (j0 + n) * k, "nt widened: w too short");
-                let rows = Bf16Rows { w: &w[j0 * k..], k };
-                self.go(x, x_stride, m, &rows, n, k, out);
-            }
-            Widened::F16(w) => {
-                assert!(w.len() >= (j0 + n) * k, "nt widened: w too short");
-                let rows = F16Rows { w: &w[j0 * k..], k };
-                self.go(x, x_stride, m, &rows, n, k, out);
-            }
+            Widened::Bf16(w) => self.half(x, x_stride, m, w, j0, n, k, out),
+            Widened::F16(w) => self.half(x, x_stride, m, w, j0, n, k, out),
             Widened::Quant(q) => {
                 assert_eq!(k, q.d_in(), "nt widened: a quantized row is reduced whole");
                 assert!(j0 + n <= q.d_out(), "nt widened: rows past the matrix");
@@ -310,6 +312,24 @@ impl Run {
                 }
             }
         }
+    }
+
+    /// Rows `j0..j0 + n` of two-byte floats through the kernel.
+    #[allow(clippy::too_many_arguments)]
+    fn half<T: Half>(
+        &self,
+        x: &[f32],
+        x_stride: usize,
+        m: usize,
+        w: &[T],
+        j0: usize,
+        n: usize,
+        k: usize,
+        out: &mut [f32],
+    ) {
+        assert!(w.len() >= (j0 + n) * k, "nt widened: w too short");
+        let rows = HalfRows { w: &w[j0 * k..], k };
+        self.go(x, x_stride, m, &rows, n, k, out);
     }
 
     #[allow(clippy::too_many_arguments)]
